@@ -1,0 +1,284 @@
+// Package cluster defines how trainq starts, watches and stops the workers of
+// a training job on GPU nodes. Temporal activities call a Backend; the local
+// backend (package cluster/local) runs each worker as an OS process group on
+// this machine, and a Kubernetes backend can implement the same interface.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// WorkerID names one worker of one attempt of one job.
+type WorkerID struct {
+	Job     string `json:"job"`
+	Attempt int    `json:"attempt"`
+	Worker  int    `json:"worker"`
+}
+
+func (id WorkerID) String() string {
+	return fmt.Sprintf("%s/attempt-%d/worker-%d", id.Job, id.Attempt, id.Worker)
+}
+
+// Validate checks the job name (see ValidJobName) and that attempt and worker
+// are not negative.
+func (id WorkerID) Validate() error {
+	if err := ValidJobName(id.Job); err != nil {
+		return err
+	}
+	if id.Attempt < 0 {
+		return fmt.Errorf("attempt: must be >= 0, got %d", id.Attempt)
+	}
+	if id.Worker < 0 {
+		return fmt.Errorf("worker: must be >= 0, got %d", id.Worker)
+	}
+	return nil
+}
+
+// WorkerSpec is everything needed to start one worker on one node.
+type WorkerSpec struct {
+	ID                 WorkerID          `json:"id"`
+	Workers            int               `json:"workers"` // n_workers of the job (world size in nodes)
+	Node               string            `json:"node"`
+	GPUs               []int             `json:"gpus"`                 // -> CUDA_VISIBLE_DEVICES="0,1"
+	Type               string            `json:"type"`                 // binary | pytorch | pytorch2 | torchrun | horovod | pytorch_elastic | nogpu
+	Script             string            `json:"script"`               // shell fragment: a command line (binary, nogpu) or a script path plus optional args (python types)
+	BaseImage          string            `json:"base_image,omitempty"` // recorded, not used by local backend
+	ProcessesPerWorker int               `json:"processes_per_worker"` // >=1
+	Env                map[string]string `json:"env,omitempty"`
+	Flags              map[string]string `json:"flags,omitempty"`
+	MasterAddr         string            `json:"master_addr"`
+	MasterPort         int               `json:"master_port"`
+	CheckpointDir      string            `json:"checkpoint_dir,omitempty"`
+}
+
+// Job types.
+const (
+	TypeBinary         = "binary"
+	TypeNoGPU          = "nogpu"
+	TypePyTorch        = "pytorch"
+	TypePyTorch2       = "pytorch2"
+	TypeTorchrun       = "torchrun"
+	TypeHorovod        = "horovod"
+	TypePyTorchElastic = "pytorch_elastic"
+)
+
+// IsPythonType reports whether workers of this type run ProcessesPerWorker
+// Python processes (one per local rank). binary and nogpu run one shell
+// command per worker.
+func IsPythonType(t string) bool {
+	switch t {
+	case TypePyTorch, TypePyTorch2, TypeTorchrun, TypeHorovod, TypePyTorchElastic:
+		return true
+	}
+	return false
+}
+
+// ValidType reports whether t is a known job type.
+func ValidType(t string) bool {
+	return t == TypeBinary || t == TypeNoGPU || IsPythonType(t)
+}
+
+// Processes returns the number of OS processes the backend starts for this
+// worker: ProcessesPerWorker (at least 1) for Python types, 1 otherwise.
+func (s WorkerSpec) Processes() int {
+	if !IsPythonType(s.Type) {
+		return 1
+	}
+	if s.ProcessesPerWorker < 1 {
+		return 1
+	}
+	return s.ProcessesPerWorker
+}
+
+// Validate checks the spec before anything is started.
+func (s WorkerSpec) Validate() error {
+	if err := s.ID.Validate(); err != nil {
+		return err
+	}
+	if s.Workers < 1 {
+		return fmt.Errorf("workers: must be >= 1, got %d", s.Workers)
+	}
+	if s.ID.Worker >= s.Workers {
+		return fmt.Errorf("worker: index %d out of range for %d workers", s.ID.Worker, s.Workers)
+	}
+	if !ValidType(s.Type) {
+		return fmt.Errorf("type: unknown job type %q", s.Type)
+	}
+	if strings.TrimSpace(s.Script) == "" {
+		return errors.New("script: must not be empty")
+	}
+	if s.ProcessesPerWorker < 0 {
+		return fmt.Errorf("processes_per_worker: must be >= 1, got %d", s.ProcessesPerWorker)
+	}
+	for _, g := range s.GPUs {
+		if g < 0 {
+			return fmt.Errorf("gpus: negative GPU index %d", g)
+		}
+	}
+	for k := range s.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return fmt.Errorf("env: invalid variable name %q", k)
+		}
+	}
+	for k := range s.Flags {
+		if k == "" {
+			return errors.New("flags: empty flag name")
+		}
+	}
+	return nil
+}
+
+// ProtectedEnv reports whether the variable is set by trainq and cannot be
+// overridden by WorkerSpec.Env: the rank and rendezvous variables,
+// CUDA_VISIBLE_DEVICES (the GPUs granted) and everything starting with TRAINQ_.
+func ProtectedEnv(name string) bool {
+	switch name {
+	case "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK",
+		"MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES":
+		return true
+	}
+	return strings.HasPrefix(name, "TRAINQ_")
+}
+
+// Environment returns the variables (KEY=VALUE, sorted by key) that process
+// localRank of this worker gets on top of the inherited environment: the
+// spec's Env first, then trainq's own variables, which win over Env (see
+// ProtectedEnv). User values for any other name (PATH, NCCL_*, ...) win over
+// the inherited environment.
+//
+// Python types: RANK = worker*processes+localRank, WORLD_SIZE = workers*processes,
+// LOCAL_WORLD_SIZE = processes. binary/nogpu: RANK = NODE_RANK = worker,
+// WORLD_SIZE = workers, LOCAL_RANK = 0, LOCAL_WORLD_SIZE = 1.
+// TRAINQ_CHECKPOINT_DIR is s.CheckpointDir as given (backends fill it first).
+func (s WorkerSpec) Environment(localRank int) []string {
+	procs := s.Processes()
+	m := make(map[string]string, len(s.Env)+16)
+	for k, v := range s.Env {
+		if !ProtectedEnv(k) {
+			m[k] = v
+		}
+	}
+	gpus := make([]string, len(s.GPUs))
+	for i, g := range s.GPUs {
+		gpus[i] = strconv.Itoa(g)
+	}
+	m["RANK"] = strconv.Itoa(s.ID.Worker*procs + localRank)
+	m["WORLD_SIZE"] = strconv.Itoa(s.Workers * procs)
+	m["LOCAL_RANK"] = strconv.Itoa(localRank)
+	m["LOCAL_WORLD_SIZE"] = strconv.Itoa(procs)
+	m["NODE_RANK"] = strconv.Itoa(s.ID.Worker)
+	m["MASTER_ADDR"] = s.MasterAddr
+	m["MASTER_PORT"] = strconv.Itoa(s.MasterPort)
+	m["CUDA_VISIBLE_DEVICES"] = strings.Join(gpus, ",")
+	m["TRAINQ_JOB_NAME"] = s.ID.Job
+	m["TRAINQ_ATTEMPT"] = strconv.Itoa(s.ID.Attempt)
+	m["TRAINQ_WORKER"] = strconv.Itoa(s.ID.Worker)
+	m["TRAINQ_WORKERS"] = strconv.Itoa(s.Workers)
+	m["TRAINQ_NODE"] = s.Node
+	m["TRAINQ_JOB_TYPE"] = s.Type
+	m["TRAINQ_PROCESSES_PER_WORKER"] = strconv.Itoa(max(s.ProcessesPerWorker, 1))
+	m["TRAINQ_CHECKPOINT_DIR"] = s.CheckpointDir
+	out := make([]string, 0, len(m))
+	for k, v := range m {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// FlagArgs returns the flags as "--key=value" arguments, keys sorted.
+func (s WorkerSpec) FlagArgs() []string {
+	keys := make([]string, 0, len(s.Flags))
+	for k := range s.Flags {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = "--" + k + "=" + s.Flags[k]
+	}
+	return out
+}
+
+var jobNameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._-]*$`)
+
+// MaxJobNameLen bounds job names (they become directory names).
+const MaxJobNameLen = 200
+
+// ValidJobName checks that a job name is safe to use as a single path
+// component: [a-zA-Z0-9][a-zA-Z0-9._-]*, at most MaxJobNameLen characters.
+func ValidJobName(name string) error {
+	if name == "" {
+		return errors.New("job name: must not be empty")
+	}
+	if len(name) > MaxJobNameLen {
+		return fmt.Errorf("job name: longer than %d characters", MaxJobNameLen)
+	}
+	if !jobNameRE.MatchString(name) {
+		return fmt.Errorf("job name %q: must match [a-zA-Z0-9][a-zA-Z0-9._-]*", name)
+	}
+	return nil
+}
+
+// ErrNotFound is returned (wrapped) by Wait and Logs for a worker that was
+// never started.
+var ErrNotFound = errors.New("worker not found")
+
+type Phase string
+
+const (
+	PhaseRunning  Phase = "running"
+	PhaseExited   Phase = "exited"
+	PhaseNotFound Phase = "not-found"
+)
+
+type WorkerStatus struct {
+	ID        WorkerID  `json:"id"`
+	Phase     Phase     `json:"phase"`
+	PID       int       `json:"pid,omitempty"`
+	ExitCode  int       `json:"exit_code"`          // valid when exited; 128+signal if killed by a signal
+	Signaled  bool      `json:"signaled,omitempty"` // ended by our Stop (SIGTERM/SIGKILL), or the whole worker was killed by a signal without recording an exit
+	StartedAt time.Time `json:"started_at,omitempty"`
+	EndedAt   time.Time `json:"ended_at,omitempty"`
+	LogPath   string    `json:"log_path,omitempty"`
+	// StopRequested is true if Stop was called for this worker while it was
+	// running. Unlike Signaled it is never set by an external kill, so it tells
+	// "we stopped it" apart from "it was killed" (e.g. by the OOM killer).
+	StopRequested bool `json:"stop_requested,omitempty"`
+}
+
+// Backend starts, watches and stops workers on the cluster.
+type Backend interface {
+	// Rendezvous picks MASTER_ADDR and a free MASTER_PORT for an attempt. Idempotent per job+attempt
+	// (same answer when asked again).
+	Rendezvous(ctx context.Context, job string, attempt int) (addr string, port int, err error)
+	// Start starts the worker. Idempotent per WorkerID: if it was already started (running or exited),
+	// it returns the current status and starts nothing.
+	Start(ctx context.Context, spec WorkerSpec) (WorkerStatus, error)
+	// Wait blocks until the worker exits (returns its status) or ctx is done (returns ctx.Err()).
+	// It calls heartbeat periodically (every ~poll interval). Works for workers started by a previous
+	// process of trainq-worker (re-attach), so state must live on disk, not in memory.
+	Wait(ctx context.Context, id WorkerID, heartbeat func(WorkerStatus)) (WorkerStatus, error)
+	// Status returns the current status without blocking.
+	Status(ctx context.Context, id WorkerID) (WorkerStatus, error)
+	// Stop stops the worker gracefully: SIGTERM to the whole process group, wait up to grace,
+	// then SIGKILL. Idempotent: stopping an exited or never-started worker returns its status at once.
+	// Returns only when no process of the worker is left.
+	Stop(ctx context.Context, id WorkerID, grace time.Duration) (WorkerStatus, error)
+	// Logs copies the worker's log (tail lines, 0 = all) to w.
+	Logs(ctx context.Context, id WorkerID, tail int, w io.Writer) error
+}
+
+// Lister is implemented by backends that can enumerate the workers they know
+// of for a job (all attempts), e.g. to reclaim leaked workers.
+type Lister interface {
+	List(ctx context.Context, job string) ([]WorkerStatus, error)
+}

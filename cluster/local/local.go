@@ -1,0 +1,515 @@
+// Package local is the embedded cluster backend: it runs each worker as an
+// OS process group on this machine.
+//
+// Everything about a worker lives on disk under
+// <DataDir>/jobs/<job>/attempt-<n>/worker-<w>/ (spec.json, launch.json, pid,
+// started.json, pids.json, worker.log, exit.json, stop.json), and nothing
+// about it in memory, so a restarted trainq-worker re-attaches to the workers
+// a previous process started: Start finds the pid file and starts nothing,
+// Wait and Status check the recorded process group with kill(-pgid, 0) and
+// read exit.json, which the worker's supervisor writes when it ends.
+//
+// Each worker is a supervisor process (`trainq-worker supervise <dir>`, see
+// Supervise) started with setsid, so it leads its own session and process
+// group and survives the trainq-worker process; the job's processes are its
+// children in the same group.
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/trainq/trainq/cluster"
+)
+
+// Options configures the local backend.
+type Options struct {
+	// DataDir holds jobs/ (worker state and logs) and checkpoints/. Required.
+	DataDir string
+	// SupervisorArgv is the command that runs Supervise; the worker directory
+	// is appended. Default: [os.Executable(), "supervise"].
+	SupervisorArgv []string
+	// PollInterval is how often Wait checks a worker (and heartbeats).
+	// Default 500ms.
+	PollInterval time.Duration
+	// Python runs the scripts of Python job types. Default "python3".
+	Python string
+	// SiblingGrace is how long the other processes of a worker get after
+	// SIGTERM when one of them failed, before SIGKILL. Default 10s.
+	SiblingGrace time.Duration
+}
+
+// Backend is the local cluster backend. It is safe for concurrent use, and
+// several Backends (in one or several processes) may share a DataDir.
+type Backend struct {
+	opts Options
+
+	mu   sync.Mutex
+	done map[string]chan struct{} // closed when a supervisor this process started is reaped
+}
+
+var (
+	_ cluster.Backend = (*Backend)(nil)
+	_ cluster.Lister  = (*Backend)(nil)
+)
+
+// New returns a local backend storing its state under opts.DataDir.
+func New(opts Options) (*Backend, error) {
+	if opts.DataDir == "" {
+		return nil, errors.New("local backend: DataDir is required")
+	}
+	dir, err := filepath.Abs(opts.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("local backend: data dir: %w", err)
+	}
+	opts.DataDir = dir
+	if err := os.MkdirAll(filepath.Join(dir, "jobs"), 0o755); err != nil {
+		return nil, fmt.Errorf("local backend: %w", err)
+	}
+	if len(opts.SupervisorArgv) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("local backend: find own executable for the supervisor: %w", err)
+		}
+		opts.SupervisorArgv = []string{exe, "supervise"}
+	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = 500 * time.Millisecond
+	}
+	if opts.Python == "" {
+		opts.Python = "python3"
+	}
+	if opts.SiblingGrace <= 0 {
+		opts.SiblingGrace = 10 * time.Second
+	}
+	return &Backend{opts: opts, done: map[string]chan struct{}{}}, nil
+}
+
+// DataDir returns the absolute data directory.
+func (b *Backend) DataDir() string { return b.opts.DataDir }
+
+func (b *Backend) attemptDir(job string, attempt int) (string, error) {
+	if err := cluster.ValidJobName(job); err != nil {
+		return "", err
+	}
+	if attempt < 0 {
+		return "", fmt.Errorf("attempt: must be >= 0, got %d", attempt)
+	}
+	return filepath.Join(b.opts.DataDir, "jobs", job, "attempt-"+strconv.Itoa(attempt)), nil
+}
+
+// WorkerDir returns the directory holding the worker's state and log.
+func (b *Backend) WorkerDir(id cluster.WorkerID) (string, error) {
+	if err := id.Validate(); err != nil {
+		return "", err
+	}
+	ad, err := b.attemptDir(id.Job, id.Attempt)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(ad, "worker-"+strconv.Itoa(id.Worker)), nil
+}
+
+// LogPath returns the path of the worker's log file (it may not exist yet).
+func (b *Backend) LogPath(id cluster.WorkerID) (string, error) {
+	dir, err := b.WorkerDir(id)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, fileLog), nil
+}
+
+// CheckpointDir returns the default checkpoint directory of a job, shared by
+// all its attempts: <DataDir>/checkpoints/<job>.
+func (b *Backend) CheckpointDir(job string) (string, error) {
+	if err := cluster.ValidJobName(job); err != nil {
+		return "", err
+	}
+	return filepath.Join(b.opts.DataDir, "checkpoints", job), nil
+}
+
+type rendezvous struct {
+	Addr string `json:"addr"`
+	Port int    `json:"port"`
+}
+
+// Rendezvous returns 127.0.0.1 and a port that was free when first asked,
+// persisted in the attempt directory so later calls (from any process) get
+// the same answer.
+func (b *Backend) Rendezvous(ctx context.Context, job string, attempt int) (string, int, error) {
+	dir, err := b.attemptDir(job, attempt)
+	if err != nil {
+		return "", 0, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", 0, err
+	}
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return "", 0, err
+	}
+	defer unlock()
+	path := filepath.Join(dir, fileRendezvous)
+	var rv rendezvous
+	if ok, err := readJSON(path, &rv); err != nil {
+		return "", 0, err
+	} else if ok && rv.Port > 0 {
+		return rv.Addr, rv.Port, nil
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", 0, fmt.Errorf("find a free port: %w", err)
+	}
+	rv = rendezvous{Addr: "127.0.0.1", Port: l.Addr().(*net.TCPAddr).Port}
+	l.Close()
+	if err := writeJSONAtomic(path, rv); err != nil {
+		return "", 0, err
+	}
+	return rv.Addr, rv.Port, nil
+}
+
+// plan builds the commands of a worker. binary/nogpu run
+// `/bin/sh -c '<script> --k=v ...'`; Python types run Processes() copies of
+// `exec <python> <script> --k=v ...` through /bin/sh, so the script may carry
+// its own arguments ("train.py --epochs 3"). Flag values are shell-quoted.
+func (b *Backend) plan(spec cluster.WorkerSpec, logPath string) launchPlan {
+	var flags strings.Builder
+	for _, f := range spec.FlagArgs() {
+		flags.WriteByte(' ')
+		flags.WriteString(shellQuote(f))
+	}
+	p := launchPlan{ID: spec.ID, Log: logPath, SiblingGrace: b.opts.SiblingGrace}
+	python := cluster.IsPythonType(spec.Type)
+	for r := range spec.Processes() {
+		var line string
+		if python {
+			line = "exec " + shellQuote(b.opts.Python) + " " + spec.Script + flags.String()
+		} else {
+			line = spec.Script + flags.String()
+		}
+		env := spec.Environment(r)
+		if python {
+			if _, set := spec.Env["PYTHONUNBUFFERED"]; !set {
+				env = append(env, "PYTHONUNBUFFERED=1")
+			}
+		}
+		p.Procs = append(p.Procs, procPlan{LocalRank: r, Argv: []string{"/bin/sh", "-c", line}, Env: env})
+	}
+	return p
+}
+
+// Start launches the worker's supervisor unless this worker was already
+// launched (by this or an earlier process), in which case it returns the
+// current status. If spec.MasterAddr/MasterPort are empty it uses
+// Rendezvous; if spec.CheckpointDir is empty it uses CheckpointDir(job). The
+// checkpoint directory is created.
+func (b *Backend) Start(ctx context.Context, spec cluster.WorkerSpec) (cluster.WorkerStatus, error) {
+	if err := spec.Validate(); err != nil {
+		return cluster.WorkerStatus{ID: spec.ID}, err
+	}
+	dir, err := b.WorkerDir(spec.ID)
+	if err != nil {
+		return cluster.WorkerStatus{ID: spec.ID}, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return cluster.WorkerStatus{ID: spec.ID}, err
+	}
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return cluster.WorkerStatus{ID: spec.ID}, err
+	}
+	defer unlock()
+
+	if b.launched(dir) {
+		return b.Status(ctx, spec.ID)
+	}
+	if spec.MasterAddr == "" || spec.MasterPort == 0 {
+		addr, port, err := b.Rendezvous(ctx, spec.ID.Job, spec.ID.Attempt)
+		if err != nil {
+			return cluster.WorkerStatus{ID: spec.ID}, err
+		}
+		spec.MasterAddr, spec.MasterPort = addr, port
+	}
+	if spec.CheckpointDir == "" {
+		spec.CheckpointDir, _ = b.CheckpointDir(spec.ID.Job)
+	}
+	if err := os.MkdirAll(spec.CheckpointDir, 0o755); err != nil {
+		return cluster.WorkerStatus{ID: spec.ID}, fmt.Errorf("checkpoint dir: %w", err)
+	}
+	logPath := filepath.Join(dir, fileLog)
+	if err := writeJSONAtomic(filepath.Join(dir, fileSpec), spec); err != nil {
+		return cluster.WorkerStatus{ID: spec.ID}, err
+	}
+	if err := writeJSONAtomic(filepath.Join(dir, fileLaunch), b.plan(spec, logPath)); err != nil {
+		return cluster.WorkerStatus{ID: spec.ID}, err
+	}
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return cluster.WorkerStatus{ID: spec.ID}, err
+	}
+	argv := append(append([]string(nil), b.opts.SupervisorArgv...), dir)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = logf, logf // *os.File: inherited directly, no copying goroutine
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	startedAt := time.Now()
+	err = cmd.Start()
+	logf.Close()
+	if err != nil {
+		return cluster.WorkerStatus{ID: spec.ID}, fmt.Errorf("start supervisor %v: %w", argv, err)
+	}
+	// Reap the supervisor if it ends while we are alive, and wake Wait.
+	done := make(chan struct{})
+	key := spec.ID.String()
+	b.mu.Lock()
+	b.done[key] = done
+	b.mu.Unlock()
+	go func() {
+		cmd.Wait()
+		close(done)
+		b.mu.Lock()
+		if b.done[key] == done {
+			delete(b.done, key)
+		}
+		b.mu.Unlock()
+	}()
+	if err := recordLaunch(dir, cmd.Process.Pid, startedAt); err != nil {
+		// Without a pid file nobody could find or stop it: kill it.
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		return cluster.WorkerStatus{ID: spec.ID}, fmt.Errorf("record worker pid: %w", err)
+	}
+	return b.Status(ctx, spec.ID)
+}
+
+// launched reports whether the worker was started before. A spec.json
+// without pid means an earlier Start died between writing it and recording
+// the pid; the supervisor records its own pid at once, so give it a moment.
+func (b *Backend) launched(dir string) bool {
+	if exists(filepath.Join(dir, filePID)) || exists(filepath.Join(dir, fileExit)) {
+		return true
+	}
+	if !exists(filepath.Join(dir, fileSpec)) {
+		return false
+	}
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		if exists(filepath.Join(dir, filePID)) || exists(filepath.Join(dir, fileExit)) {
+			return true
+		}
+	}
+	return false
+}
+
+// Status returns the worker's status from its directory. A worker whose
+// process group is gone without an exit record was killed by a signal
+// (SIGKILL, reboot): it is reported, and recorded, as exited with code 137
+// and Signaled.
+func (b *Backend) Status(ctx context.Context, id cluster.WorkerID) (cluster.WorkerStatus, error) {
+	st := cluster.WorkerStatus{ID: id, Phase: cluster.PhaseNotFound}
+	dir, err := b.WorkerDir(id)
+	if err != nil {
+		return st, err
+	}
+	info, err := readProcInfo(dir)
+	if err != nil {
+		return st, err
+	}
+	// Liveness before the exit file: the supervisor writes exit.json before
+	// it dies, so a dead group without exit.json really has no exit record.
+	alive := groupAlive(info)
+	var rec exitRecord
+	hasExit, err := readJSON(filepath.Join(dir, fileExit), &rec)
+	if err != nil {
+		return st, err
+	}
+	if info == nil && !hasExit {
+		return st, nil
+	}
+	st.LogPath = filepath.Join(dir, fileLog)
+	st.StopRequested = exists(filepath.Join(dir, fileStop))
+	if info != nil {
+		st.PID = info.PID
+		st.StartedAt = info.StartedAt
+	}
+	if !hasExit && alive {
+		st.Phase = cluster.PhaseRunning
+		return st, nil
+	}
+	if !hasExit {
+		rec = exitRecord{ExitCode: 128 + int(syscall.SIGKILL), EndedAt: time.Now().UTC(), Killed: true,
+			Error: "process group gone without an exit record (killed)"}
+		if err := writeJSONAtomic(filepath.Join(dir, fileExit), rec); err != nil {
+			return st, err
+		}
+	}
+	st.Phase = cluster.PhaseExited
+	st.ExitCode = rec.ExitCode
+	st.EndedAt = rec.EndedAt
+	st.Signaled = st.StopRequested || rec.Killed
+	return st, nil
+}
+
+// Wait polls the worker every PollInterval until it exits, calling heartbeat
+// with the status while it runs. It works on workers started by another
+// process: it uses the pid files and exit.json, not os.Process.Wait.
+func (b *Backend) Wait(ctx context.Context, id cluster.WorkerID, heartbeat func(cluster.WorkerStatus)) (cluster.WorkerStatus, error) {
+	ticker := time.NewTicker(b.opts.PollInterval)
+	defer ticker.Stop()
+	for {
+		st, err := b.Status(ctx, id)
+		if err != nil {
+			return st, err
+		}
+		switch st.Phase {
+		case cluster.PhaseNotFound:
+			return st, fmt.Errorf("%w: %s", cluster.ErrNotFound, id)
+		case cluster.PhaseExited:
+			return st, nil
+		}
+		if heartbeat != nil {
+			heartbeat(st)
+		}
+		b.mu.Lock()
+		done := b.done[id.String()] // nil (never ready) unless we started it
+		b.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return st, ctx.Err()
+		case <-ticker.C:
+		case <-done:
+		}
+	}
+}
+
+// Stop sends SIGTERM to the worker's process group, waits up to grace for
+// the group to end, then sends SIGKILL, and returns once no process of the
+// group is alive (or ctx is done). It records the stop first, so the status
+// says Signaled/StopRequested. Stopping a worker that exited or was never
+// started returns its status at once.
+func (b *Backend) Stop(ctx context.Context, id cluster.WorkerID, grace time.Duration) (cluster.WorkerStatus, error) {
+	st, err := b.Status(ctx, id)
+	if err != nil || st.Phase == cluster.PhaseNotFound {
+		return st, err
+	}
+	dir, _ := b.WorkerDir(id)
+	info, err := readProcInfo(dir)
+	if err != nil || info == nil {
+		return st, err
+	}
+	poll := min(b.opts.PollInterval, 50*time.Millisecond)
+	if st.Phase == cluster.PhaseRunning {
+		if !exists(filepath.Join(dir, fileStop)) {
+			if err := writeJSONAtomic(filepath.Join(dir, fileStop), stopRecord{RequestedAt: time.Now().UTC(), Grace: grace}); err != nil {
+				return st, err
+			}
+		}
+		if groupAlive(info) {
+			syscall.Kill(-info.PID, syscall.SIGTERM)
+		}
+		deadline := time.Now().Add(grace)
+		for groupAlive(info) && time.Now().Before(deadline) {
+			select {
+			case <-ctx.Done():
+				return st, ctx.Err()
+			case <-time.After(poll):
+			}
+		}
+	}
+	// SIGKILL whatever is left (also leftovers of an exited worker).
+	for groupAlive(info) {
+		syscall.Kill(-info.PID, syscall.SIGKILL)
+		select {
+		case <-ctx.Done():
+			return st, ctx.Err()
+		case <-time.After(poll):
+		}
+	}
+	return b.Status(ctx, id)
+}
+
+// Logs copies the worker's log, or its last tail lines, to w.
+func (b *Backend) Logs(ctx context.Context, id cluster.WorkerID, tail int, w io.Writer) error {
+	path, err := b.LogPath(id)
+	if err != nil {
+		return err
+	}
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		if st, serr := b.Status(ctx, id); serr == nil && st.Phase == cluster.PhaseNotFound {
+			return fmt.Errorf("%w: %s", cluster.ErrNotFound, id)
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	return tailLines(f, fi.Size(), tail, w)
+}
+
+// List returns the status of every worker of every attempt of job found on
+// disk, ordered by attempt then worker.
+func (b *Backend) List(ctx context.Context, job string) ([]cluster.WorkerStatus, error) {
+	if err := cluster.ValidJobName(job); err != nil {
+		return nil, err
+	}
+	attempts, err := os.ReadDir(filepath.Join(b.opts.DataDir, "jobs", job))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var ids []cluster.WorkerID
+	for _, a := range attempts {
+		n, ok := strings.CutPrefix(a.Name(), "attempt-")
+		attempt, err := strconv.Atoi(n)
+		if !ok || err != nil || !a.IsDir() {
+			continue
+		}
+		workers, err := os.ReadDir(filepath.Join(b.opts.DataDir, "jobs", job, a.Name()))
+		if err != nil {
+			return nil, err
+		}
+		for _, wd := range workers {
+			n, ok := strings.CutPrefix(wd.Name(), "worker-")
+			worker, err := strconv.Atoi(n)
+			if ok && err == nil && wd.IsDir() {
+				ids = append(ids, cluster.WorkerID{Job: job, Attempt: attempt, Worker: worker})
+			}
+		}
+	}
+	sort.Slice(ids, func(i, j int) bool {
+		if ids[i].Attempt != ids[j].Attempt {
+			return ids[i].Attempt < ids[j].Attempt
+		}
+		return ids[i].Worker < ids[j].Worker
+	})
+	var out []cluster.WorkerStatus
+	for _, id := range ids {
+		st, err := b.Status(ctx, id)
+		if err != nil {
+			return out, err
+		}
+		if st.Phase != cluster.PhaseNotFound {
+			out = append(out, st)
+		}
+	}
+	return out, nil
+}
