@@ -1,0 +1,178 @@
+package scheduler
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// uuid4 returns a random (seeded) UUID v4 string.
+func uuid4(rng *rand.Rand) string {
+	var b [16]byte
+	for i := range b {
+		b[i] = byte(rng.UintN(256))
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+var benchTypes = []string{"a100plus.1gpu.80vG.12C.96G", "a100plus.2gpu.80vG.24C.192G", "a100plus.4gpu.80vG.48C.384G", "a100plus.8gpu.80vG.96C.768G"}
+
+// benchPool builds 1000 a100plus nodes (8 GPUs) fully used by 2000 running jobs of 4 GPUs each,
+// and nWaiting waiting requests. lowRunning makes the jobs on every other node low priority
+// (the others are high); otherwise all running jobs are high, so nothing can be preempted.
+func benchPool(tb testing.TB, nWaiting int, lowRunning bool, waitClass func(i int) Class) *Pool {
+	rng := rand.New(rand.NewPCG(1, 2))
+	p := mustPool(tb, nodesOf("node", "a100plus", 1000, 8, 96, 768), Policy{})
+	d4, _ := ParseInstanceType(benchTypes[2])
+	for k := 0; k < 2000; k++ {
+		c := High
+		if lowRunning && (k/2)%2 == 0 {
+			c = Low
+		}
+		mustEnqueue(tb, p, Request{Job: fmt.Sprintf("run-%04d", k), Kind: KindJob, Class: c, Demand: d4, Workers: 1, Seq: int64(k), SubmittedAt: t0})
+		if k%2 == 1 {
+			if d := p.Schedule(t0); len(d.Grants) != 2 {
+				tb.Fatalf("setup: %d grants", len(d.Grants))
+			}
+		}
+	}
+	for i := 0; i < nWaiting; i++ {
+		d, _ := ParseInstanceType(benchTypes[rng.IntN(len(benchTypes))])
+		mustEnqueue(tb, p, Request{Job: "lm-mpi-job-" + uuid4(rng), Attempt: rng.IntN(2), Kind: KindJob, Class: waitClass(i),
+			Demand: d, Workers: 1 + rng.IntN(4), Seq: int64(10000 + i), SubmittedAt: t0.Add(time.Duration(rng.Int64N(int64(48 * time.Hour))))})
+	}
+	return p
+}
+
+func mixedClass(i int) Class { return Class(i % 3) }
+func lowClass(int) Class     { return Low }
+
+func BenchmarkSchedule(b *testing.B) {
+	p := benchPool(b, 10000, false, mixedClass)
+	now := t0.Add(time.Hour)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if d := p.Schedule(now); len(d.Grants)+len(d.Preemptions) != 0 {
+			b.Fatal("unexpected decisions")
+		}
+	}
+}
+
+func BenchmarkSchedulePreemption(b *testing.B) {
+	base := benchPool(b, 10000, true, lowClass)
+	d8, _ := ParseInstanceType(benchTypes[3])
+	mustEnqueue(b, base, Request{Job: "urgent", Kind: KindJob, Class: High, Demand: d8, Workers: 2, Seq: 1, SubmittedAt: t0})
+	snap := base.Snapshot()
+	now := t0.Add(time.Hour)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		p, err := Restore(snap)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		if d := p.Schedule(now); len(d.Preemptions) != 4 || len(d.Grants) != 0 {
+			b.Fatalf("want 4 preemptions, got %+v", victims(d))
+		}
+	}
+}
+
+func BenchmarkScheduleWaiting(b *testing.B) {
+	for _, n := range []int{1000, 10000, 100000} {
+		b.Run(fmt.Sprintf("%dk", n/1000), func(b *testing.B) {
+			p := benchPool(b, n, false, mixedClass)
+			now := t0.Add(time.Hour)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				p.Schedule(now)
+			}
+		})
+	}
+}
+
+func BenchmarkView(b *testing.B) {
+	p := benchPool(b, 10000, false, mixedClass)
+	p.Schedule(t0.Add(time.Hour))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		p.View()
+	}
+}
+
+func BenchmarkSnapshot(b *testing.B) {
+	p := benchPool(b, 10000, false, mixedClass)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := json.Marshal(p.Snapshot()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkRestore(b *testing.B) {
+	p := benchPool(b, 10000, false, mixedClass)
+	data, _ := json.Marshal(p.Snapshot())
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		var s Snapshot
+		if err := json.Unmarshal(data, &s); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := Restore(s); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestSnapshotSize measures the serialised state with 10,000 waiting requests named
+// lm-mpi-job-<uuid v4>, alone and with 1,000 nodes and 2,000 running jobs.
+func TestSnapshotSize(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a large pool")
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	p := mustPool(t, nodesOf("node", "a100plus", 4, 8, 96, 768), Policy{})
+	for i := 0; i < 10000; i++ {
+		d, _ := ParseInstanceType(benchTypes[rng.IntN(len(benchTypes))])
+		mustEnqueue(t, p, Request{Job: "lm-mpi-job-" + uuid4(rng), Attempt: rng.IntN(3), Kind: KindJob, Class: Class(rng.IntN(3)),
+			Demand: d, Workers: 1 + rng.IntN(4), Seq: int64(1000000 + i), SubmittedAt: t0.Add(time.Duration(rng.Int64N(int64(30 * 24 * time.Hour))))})
+	}
+	alone := len(mustJSON(t, p.Snapshot()))
+	q := roundTrip(t, p)
+	if mustJSON(t, q.View()) != mustJSON(t, p.View()) {
+		t.Fatal("restored view differs")
+	}
+	full := len(mustJSON(t, benchPool(t, 10000, false, mixedClass).Snapshot()))
+	t.Logf("snapshot JSON with 10,000 waiting: %d bytes; with 1,000 nodes and 2,000 running too: %d bytes", alone, full)
+	if alone > 1500000 || full > 1500000 {
+		t.Fatalf("snapshot too large: %d / %d bytes", alone, full)
+	}
+}
+
+// BenchmarkScheduleBulkGrant: an empty 1000-node pool and 10,000 waiting 1-GPU requests; one pass
+// grants 8,000 of them (worst case for placement scans).
+func BenchmarkScheduleBulkGrant(b *testing.B) {
+	p := mustPool(b, nodesOf("node", "a100plus", 1000, 8, 96, 768), Policy{})
+	d1, _ := ParseInstanceType(benchTypes[0])
+	for i := 0; i < 10000; i++ {
+		mustEnqueue(b, p, Request{Job: fmt.Sprintf("j-%05d", i), Kind: KindJob, Class: Class(i % 3), Demand: d1, Workers: 1, Seq: int64(i)})
+	}
+	snap := p.Snapshot()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		q, _ := Restore(snap)
+		b.StartTimer()
+		if d := q.Schedule(t0); len(d.Grants) != 8000 {
+			b.Fatalf("%d grants", len(d.Grants))
+		}
+	}
+}

@@ -1,0 +1,266 @@
+package scheduler
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// maxWaitingFor bounds WaitingInfo.WaitingFor for requests blocked by better requests.
+const maxWaitingFor = 5
+
+// View returns the whole state. Waiting requests are explained by a dry run of the same pass
+// Schedule runs, at the time of the last Schedule call.
+func (p *Pool) View() View {
+	pl := p.plan(p.lastNow, newScratch(), true)
+	ex := p.newExplainer(pl)
+	v := View{Waiting: make([]WaitingInfo, len(p.waiting)), Nodes: p.nodeInfos()}
+	for i := range p.waiting {
+		v.Waiting[i] = ex.info(i)
+	}
+	for _, rj := range p.sortedRunning() {
+		v.Running = append(v.Running, p.runningInfo(rj))
+	}
+	return v
+}
+
+// Explain explains one waiting job (see View).
+func (p *Pool) Explain(job string) (WaitingInfo, bool) {
+	w := p.waitIdx[job]
+	if w == nil {
+		return WaitingInfo{}, false
+	}
+	pl := p.plan(p.lastNow, newScratch(), true)
+	return p.newExplainer(pl).info(p.waitPos(&w.r)), true
+}
+
+type explainer struct {
+	p          *Pool
+	pl         *plan
+	classStart [3]int              // index of the first waiting request of each class
+	holders    map[int32][]*runJob // node -> releasing (or to-be-preempted) jobs holding capacity there
+	planVictim map[*runJob]*waitReq
+	needs      map[int32]string // needText per shape
+}
+
+func (p *Pool) newExplainer(pl *plan) *explainer {
+	ex := &explainer{p: p, pl: pl, holders: map[int32][]*runJob{}, planVictim: map[*runJob]*waitReq{}, needs: map[int32]string{}}
+	for c := Low; c <= High; c++ {
+		ex.classStart[c] = sort.Search(len(p.waiting), func(i int) bool { return p.waiting[i].r.Class <= c })
+	}
+	for _, pp := range pl.preempts {
+		ex.planVictim[pp.victim] = pp.by
+	}
+	for _, rj := range p.sortedRunning() {
+		if !rj.releasing && ex.planVictim[rj] == nil {
+			continue
+		}
+		for w, n := range rj.nodes {
+			if !rj.released[w] {
+				ex.holders[n] = append(ex.holders[n], rj)
+			}
+		}
+	}
+	return ex
+}
+
+func (ex *explainer) preemptedFor(rj *runJob, job string) bool {
+	if by := ex.planVictim[rj]; by != nil {
+		return by.r.Job == job
+	}
+	return rj.preemptedBy != nil && rj.preemptedBy.Job == job
+}
+
+func (ex *explainer) info(i int) WaitingInfo {
+	p, w := ex.p, ex.p.waiting[i]
+	o := &ex.pl.outs[i]
+	r := &w.r
+	wi := WaitingInfo{Job: r.Job, Attempt: r.Attempt, Kind: r.Kind, Class: r.Class, Workers: r.Workers,
+		Demand: r.Demand, GPUs: r.Workers * r.Demand.GPUs, Position: i + 1, SubmittedAt: r.SubmittedAt, Seq: r.Seq}
+	higher := ex.classStart[r.Class]
+	behind := behindText(higher, i-higher)
+	need, ok := ex.needs[w.shape]
+	if !ok {
+		need = needText(r.Demand, r.Workers)
+		ex.needs[w.shape] = need
+	}
+	switch o.kind {
+	case outGranted:
+		wi.Reason = "can start now: " + need + " " + plural(r.Workers, "is", "are") + " free; it starts at the next scheduling pass"
+	case outNominated, outPreempting:
+		type group struct {
+			holders string
+			mine    bool
+			gpus    int
+			nodes   []string
+		}
+		var groups []*group
+		var waitFor, nominated []string
+		freeHeld := 0
+		for k, n := range o.nodes {
+			if !o.relUsed[k] {
+				freeHeld++
+				continue
+			}
+			var names []string
+			mine := true
+			for _, h := range ex.holders[n] {
+				names = append(names, h.r.Job)
+				if ex.preemptedFor(h, r.Job) {
+					nominated = append(nominated, h.r.Job)
+				} else {
+					mine = false
+				}
+			}
+			waitFor = append(waitFor, names...)
+			key := strings.Join(names, ", ")
+			var g *group
+			for _, x := range groups {
+				if x.holders == key && x.mine == mine {
+					g = x
+				}
+			}
+			if g == nil {
+				g = &group{holders: key, mine: mine}
+				groups = append(groups, g)
+			}
+			g.gpus += int(o.relTake[k])
+			g.nodes = append(g.nodes, p.nodes[n].Name)
+		}
+		wi.Reason = "waiting for " + need
+		if freeHeld > 0 {
+			wi.Reason += fmt.Sprintf("; %d %s already free and held for it", freeHeld, plural(freeHeld, "node is", "nodes are"))
+		}
+		if o.kind == outPreempting {
+			names := make([]string, len(o.victims))
+			for k, v := range o.victims {
+				names[k] = v.r.Job
+			}
+			wi.Reason += fmt.Sprintf("; lower-priority %s %s will be preempted to make room", plural(len(names), "job", "jobs"), strings.Join(names, ", "))
+			nominated = append(nominated, names...)
+			waitFor = append(waitFor, names...)
+		}
+		for gi, g := range groups {
+			if gi == 4 {
+				wi.Reason += fmt.Sprintf("; and capacity on %d more nodes", len(groups)-gi)
+				break
+			}
+			where := strings.Join(g.nodes, ", ")
+			if len(g.nodes) > 3 {
+				where = fmt.Sprintf("%s and %d more nodes", strings.Join(g.nodes[:3], ", "), len(g.nodes)-3)
+			}
+			verb := "being released"
+			if o.kind == outPreempting && g.mine {
+				verb = "to be released"
+			}
+			if g.holders == "" { // cannot happen: releasing capacity always has a holder
+				g.holders = "stopping jobs"
+			}
+			if r.Demand.GPUs > 0 {
+				wi.Reason += fmt.Sprintf("; %d %s on %s %s %s by %s", g.gpus, plural(g.gpus, "GPU", "GPUs"), where, plural(g.gpus, "is", "are"), verb, g.holders)
+			} else {
+				wi.Reason += fmt.Sprintf("; capacity on %s is %s by %s", where, verb, g.holders)
+			}
+			if g.mine {
+				wi.Reason += " (preempted for you)"
+			}
+		}
+		wi.WaitingFor = sortedUnique(waitFor)
+		wi.Nominated = sortedUnique(nominated)
+	case outStrictBlocked:
+		b := p.waiting[o.blocker]
+		wi.Reason = fmt.Sprintf("%s; the allocation uses strict-fifo queueing, so nothing starts before %s (position %d), which cannot start yet",
+			behind, b.r.Job, o.blocker+1)
+		wi.WaitingFor = []string{b.r.Job}
+	case outPrevAttempt:
+		prev := p.running[r.Job]
+		wi.Reason = fmt.Sprintf("waiting for its previous attempt (%d) to release its capacity", prev.r.Attempt)
+		wi.WaitingFor = []string{r.Job}
+	default: // outNoFit
+		f := p.shapes[w.shape].fam
+		for _, k := range ex.pl.consumers[f] {
+			if int(k) >= i || len(wi.WaitingFor) == maxWaitingFor {
+				break
+			}
+			wi.WaitingFor = append(wi.WaitingFor, p.waiting[k].r.Job)
+		}
+		why := "not enough capacity is free or being released"
+		if len(wi.WaitingFor) > 0 {
+			why = "the free and releasing capacity is held for earlier requests (" + strings.Join(wi.WaitingFor, ", ") + ")"
+		}
+		if r.Class == Low {
+			why += ", and low-priority jobs do not preempt others"
+		} else {
+			why += ", and the jobs holding the rest may not be preempted for it (equal or higher priority, or notebooks"
+			if m := p.policy.MinRuntimeBeforePreemption; m > 0 {
+				why += fmt.Sprintf(", or running for less than %s", m)
+			}
+			why += ")"
+		}
+		wi.Reason = "waiting for " + need + "; " + why
+		if behind != "" {
+			wi.Reason = behind + "; " + wi.Reason
+		}
+		slices.Sort(wi.WaitingFor)
+	}
+	if wi.Reason == "" { // defensive: the contract says never empty
+		wi.Reason = "waiting"
+	}
+	return wi
+}
+
+func sortedUnique(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	slices.Sort(s)
+	return slices.Compact(s)
+}
+
+func behindText(higher, same int) string {
+	var parts []string
+	if higher > 0 {
+		parts = append(parts, fmt.Sprintf("%d higher-priority %s", higher, plural(higher, "job", "jobs")))
+	}
+	if same > 0 {
+		parts = append(parts, fmt.Sprintf("%d earlier %s of the same class", same, plural(same, "job", "jobs")))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "behind " + strings.Join(parts, " and ")
+}
+
+// needText describes the capacity a request needs, e.g. "2 nodes with 8 free a100plus GPUs each".
+func needText(d Demand, workers int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d %s", workers, plural(workers, "node", "nodes"))
+	var parts []string
+	if d.GPUs > 0 {
+		parts = append(parts, fmt.Sprintf("%d free %s %s", d.GPUs, d.Family, plural(d.GPUs, "GPU", "GPUs")))
+	} else {
+		b.Reset()
+		fmt.Fprintf(&b, "%d %s %s", workers, d.Family, plural(workers, "node", "nodes"))
+	}
+	if d.CPU > 0 {
+		parts = append(parts, fmt.Sprintf("%d free CPU cores", d.CPU))
+	}
+	if d.RAMGB > 0 {
+		parts = append(parts, fmt.Sprintf("%d GB free RAM", d.RAMGB))
+	}
+	if len(parts) == 0 {
+		b.WriteString(" with free capacity")
+		return b.String()
+	}
+	b.WriteString(" with ")
+	if len(parts) == 1 {
+		b.WriteString(parts[0])
+	} else {
+		b.WriteString(strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1])
+	}
+	if workers > 1 {
+		b.WriteString(" each")
+	}
+	return b.String()
+}

@@ -1,0 +1,237 @@
+package scheduler
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/bits"
+	"strings"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2025, 1, 1, 10, 0, 0, 0, time.UTC)
+
+func at(min int) time.Time { return t0.Add(time.Duration(min) * time.Minute) }
+
+func nodesOf(prefix, fam string, n, gpus, cpu, ram int) []Node {
+	out := make([]Node, n)
+	for i := range out {
+		out[i] = Node{Name: fmt.Sprintf("%s-%d", prefix, i+1), Family: fam, GPUs: gpus, CPU: cpu, RAMGB: ram}
+	}
+	return out
+}
+
+func mustPool(t testing.TB, nodes []Node, pol Policy) *Pool {
+	t.Helper()
+	p, err := NewPool(nodes, pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func job(name string, c Class, fam string, gpus, workers int, seq int64) Request {
+	return Request{Job: name, Kind: KindJob, Class: c, Demand: Demand{Family: fam, GPUs: gpus}, Workers: workers, Seq: seq, SubmittedAt: t0}
+}
+
+func mustEnqueue(t testing.TB, p *Pool, rs ...Request) {
+	t.Helper()
+	for _, r := range rs {
+		if err := p.Enqueue(r); err != nil {
+			t.Fatalf("enqueue %s: %v", r.Job, err)
+		}
+	}
+}
+
+// sched runs Schedule and checks every decision and invariant.
+func sched(t testing.TB, p *Pool, now time.Time) Decisions {
+	t.Helper()
+	type nodeState struct {
+		used     uint64
+		cpu, ram int
+	}
+	before := make([]nodeState, len(p.nodes))
+	for i := range p.nodes {
+		before[i] = nodeState{p.nodes[i].used, p.nodes[i].freeCPU, p.nodes[i].freeRAM}
+	}
+	prior := map[string]RunningInfo{}
+	for _, j := range p.RunningJobs() {
+		prior[j], _ = p.Running(j)
+	}
+	waiting := map[string]Request{}
+	for _, w := range p.waiting {
+		waiting[w.r.Job] = w.r
+	}
+	d := p.Schedule(now)
+	for _, g := range d.Grants {
+		r, ok := waiting[g.Job]
+		if !ok || r.Attempt != g.Attempt {
+			t.Fatalf("grant for %s/%d which was not waiting", g.Job, g.Attempt)
+		}
+		if len(g.Placement) != r.Workers {
+			t.Fatalf("grant %s has %d workers, want %d", g.Job, len(g.Placement), r.Workers)
+		}
+		seen := map[string]bool{}
+		for w, pl := range g.Placement {
+			if pl.Worker != w || seen[pl.Node] {
+				t.Fatalf("grant %s: bad placement %+v", g.Job, g.Placement)
+			}
+			seen[pl.Node] = true
+			n := p.nodeIdx[pl.Node]
+			if p.nodes[n].Family != r.Demand.Family || len(pl.GPUs) != r.Demand.GPUs {
+				t.Fatalf("grant %s: wrong node or GPU count %+v", g.Job, pl)
+			}
+			for _, gi := range pl.GPUs {
+				if gi < 0 || gi >= p.nodes[n].GPUs || before[n].used&(1<<gi) != 0 {
+					t.Fatalf("grant %s: GPU %d on %s was not free (held or releasing)", g.Job, gi, pl.Node)
+				}
+				before[n].used |= 1 << gi
+			}
+			before[n].cpu -= r.Demand.CPU
+			before[n].ram -= r.Demand.RAMGB
+			if before[n].cpu < 0 || before[n].ram < 0 {
+				t.Fatalf("grant %s: CPU/RAM on %s was not free", g.Job, pl.Node)
+			}
+		}
+	}
+	for _, pe := range d.Preemptions {
+		v, ok := prior[pe.Victim]
+		if !ok || v.Releasing || v.Attempt != pe.VictimAttempt {
+			t.Fatalf("preemption of %s which was not running", pe.Victim)
+		}
+		if v.Class >= pe.Preemptor.Class || v.Kind == KindNotebook {
+			t.Fatalf("preemption of %s (%s %s) by %s (%s): not allowed", pe.Victim, v.Class, v.Kind, pe.Preemptor.Job, pe.Preemptor.Class)
+		}
+		if now.Sub(v.StartedAt) < p.policy.MinRuntimeBeforePreemption {
+			t.Fatalf("preemption of %s after only %s", pe.Victim, now.Sub(v.StartedAt))
+		}
+		if pe.Reason == "" {
+			t.Fatalf("preemption without reason")
+		}
+	}
+	checkInvariants(t, p)
+	return d
+}
+
+// checkInvariants recomputes node usage from the jobs and checks the queue and explanations.
+func checkInvariants(t testing.TB, p *Pool) {
+	t.Helper()
+	used := make([]uint64, len(p.nodes))
+	held := make([][3]int, len(p.nodes))
+	rel := make([][3]int, len(p.nodes))
+	for _, j := range p.RunningJobs() {
+		rj := p.running[j]
+		if rj.nReleased >= len(rj.nodes) || (rj.nReleased > 0 && !rj.releasing) {
+			t.Fatalf("job %s: bad release state", j)
+		}
+		d := rj.r.Demand
+		for w, n := range rj.nodes {
+			if rj.released[w] {
+				continue
+			}
+			if used[n]&rj.gpus[w] != 0 {
+				t.Fatalf("GPU held twice on %s", p.nodes[n].Name)
+			}
+			used[n] |= rj.gpus[w]
+			held[n][0] += d.GPUs
+			held[n][1] += d.CPU
+			held[n][2] += d.RAMGB
+			if rj.releasing {
+				rel[n][0] += d.GPUs
+				rel[n][1] += d.CPU
+				rel[n][2] += d.RAMGB
+			}
+		}
+	}
+	for i := range p.nodes {
+		nd := &p.nodes[i]
+		if nd.used != used[i] || bits.OnesCount64(used[i]) != held[i][0] || used[i]>>uint(nd.GPUs) != 0 {
+			t.Fatalf("node %s: GPU mask %b, want %b", nd.Name, nd.used, used[i])
+		}
+		if nd.freeGPU != nd.GPUs-held[i][0] || nd.freeCPU != nd.CPU-held[i][1] || nd.freeRAM != nd.RAMGB-held[i][2] {
+			t.Fatalf("node %s: free %d/%d/%d, held %v", nd.Name, nd.freeGPU, nd.freeCPU, nd.freeRAM, held[i])
+		}
+		if nd.freeGPU < 0 || nd.freeCPU < 0 || nd.freeRAM < 0 {
+			t.Fatalf("node %s overcommitted", nd.Name)
+		}
+		if [3]int{nd.relGPU, nd.relCPU, nd.relRAM} != rel[i] {
+			t.Fatalf("node %s: releasing %d, want %v", nd.Name, nd.relGPU, rel[i])
+		}
+	}
+	if len(p.waitIdx) != len(p.waiting) || len(p.hot) != len(p.waiting) {
+		t.Fatalf("waiting index has %d entries, queue %d", len(p.waitIdx), len(p.waiting))
+	}
+	for i, w := range p.waiting {
+		if p.waitIdx[w.r.Job] != w || (i > 0 && !less(&p.waiting[i-1].r, &w.r)) {
+			t.Fatalf("waiting queue out of order at %d", i)
+		}
+		if h := p.hot[i]; h.prev != (p.running[w.r.Job] != nil) || h.shape != w.shape || h.class != w.r.Class {
+			t.Fatalf("waiting %s: stale previous-attempt flag", w.r.Job)
+		}
+		if w.r.Kind == KindNotebook && w.r.Class != High {
+			t.Fatalf("notebook %s is not high", w.r.Job)
+		}
+	}
+	v := p.View()
+	if len(v.Waiting) != len(p.waiting) {
+		t.Fatalf("view has %d waiting, want %d", len(v.Waiting), len(p.waiting))
+	}
+	for i, wi := range v.Waiting {
+		if wi.Position != i+1 || wi.Job != p.waiting[i].r.Job || strings.TrimSpace(wi.Reason) == "" {
+			t.Fatalf("bad waiting info %+v", wi)
+		}
+	}
+}
+
+func mustJSON(t testing.TB, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func roundTrip(t testing.TB, p *Pool) *Pool {
+	t.Helper()
+	b, err := json.Marshal(p.Snapshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s Snapshot
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatal(err)
+	}
+	q, err := Restore(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := mustJSON(t, q.Snapshot()); got != string(b) {
+		t.Fatalf("snapshot does not round-trip:\n%s\n%s", b, got)
+	}
+	return q
+}
+
+func grantNodes(g Grant) []string {
+	var out []string
+	for _, pl := range g.Placement {
+		out = append(out, pl.Node)
+	}
+	return out
+}
+
+func grantedJobs(d Decisions) []string {
+	var out []string
+	for _, g := range d.Grants {
+		out = append(out, g.Job)
+	}
+	return out
+}
+
+func victims(d Decisions) []string {
+	var out []string
+	for _, pe := range d.Preemptions {
+		out = append(out, pe.Victim)
+	}
+	return out
+}

@@ -1,0 +1,519 @@
+package scheduler
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// maxNodeGPUs bounds GPUs per node: GPU indices are kept in a 64-bit mask.
+const maxNodeGPUs = 64
+
+type node struct {
+	Node
+	fam  int32
+	used uint64 // GPU indices held by running or releasing workers
+
+	freeGPU, freeCPU, freeRAM int // not held by anyone
+	relGPU, relCPU, relRAM    int // held by workers of releasing jobs
+}
+
+type family struct {
+	name                   string
+	nodes                  []int32 // config order
+	maxGPU, maxCPU, maxRAM int
+}
+
+// shape is a request's (family, per-worker demand, workers); identical shapes behave identically
+// within a pass, which lets the pass skip them after one failed.
+type shape struct {
+	fam           int32
+	gpu, cpu, ram int
+	workers       int
+}
+
+type waitReq struct {
+	r     Request
+	shape int32
+}
+
+// hotEntry mirrors p.waiting[i] with what the pass reads for every request, stored contiguously
+// so that a pass over 100k requests stays cache friendly.
+type hotEntry struct {
+	shape int32
+	class Class
+	// prev is true while an older attempt of the same job still holds capacity.
+	prev bool
+}
+
+type runJob struct {
+	r           Request
+	fam         int32
+	startedAt   time.Time
+	nodes       []int32  // per worker
+	gpus        []uint64 // per worker GPU index mask
+	released    []bool   // per worker
+	nReleased   int
+	releasing   bool
+	preemptedBy *Preemptor
+}
+
+// Pool is the state of one allocation. It is not safe for concurrent use.
+type Pool struct {
+	policy  Policy
+	nodes   []node
+	fams    []family
+	famIdx  map[string]int32
+	nodeIdx map[string]int32
+
+	waiting []*waitReq // launch order: class desc, Seq asc, Job asc
+	hot     []hotEntry // parallel to waiting
+	waitIdx map[string]*waitReq
+	running map[string]*runJob
+
+	shapes   []shape
+	shapeIdx map[shape]int32
+
+	lastNow time.Time
+	sc      *scratch
+}
+
+// NewPool validates nodes (unique non-empty names, family, GPUs>=0) and policy.
+func NewPool(nodes []Node, policy Policy) (*Pool, error) {
+	switch policy.Queueing {
+	case "", BestEffortFIFO, StrictFIFO:
+	default:
+		return nil, fmt.Errorf("unknown queueing %q: use %q or %q", policy.Queueing, BestEffortFIFO, StrictFIFO)
+	}
+	if policy.MinRuntimeBeforePreemption < 0 {
+		return nil, fmt.Errorf("min_runtime_before_preemption must not be negative, got %s", policy.MinRuntimeBeforePreemption)
+	}
+	p := &Pool{
+		policy:   policy,
+		famIdx:   map[string]int32{},
+		nodeIdx:  map[string]int32{},
+		waitIdx:  map[string]*waitReq{},
+		running:  map[string]*runJob{},
+		shapeIdx: map[shape]int32{},
+	}
+	for i, n := range nodes {
+		switch {
+		case n.Name == "":
+			return nil, fmt.Errorf("node %d has no name", i+1)
+		case n.Family == "":
+			return nil, fmt.Errorf("node %q has no instance family", n.Name)
+		case n.GPUs < 0 || n.CPU < 0 || n.RAMGB < 0:
+			return nil, fmt.Errorf("node %q has a negative GPU, CPU or RAM count", n.Name)
+		case n.GPUs > maxNodeGPUs:
+			return nil, fmt.Errorf("node %q has %d GPUs; at most %d per node are supported", n.Name, n.GPUs, maxNodeGPUs)
+		}
+		if _, dup := p.nodeIdx[n.Name]; dup {
+			return nil, fmt.Errorf("node name %q is used twice", n.Name)
+		}
+		f, ok := p.famIdx[n.Family]
+		if !ok {
+			f = int32(len(p.fams))
+			p.famIdx[n.Family] = f
+			p.fams = append(p.fams, family{name: n.Family})
+		}
+		fm := &p.fams[f]
+		fm.nodes = append(fm.nodes, int32(i))
+		fm.maxGPU = max(fm.maxGPU, n.GPUs)
+		fm.maxCPU = max(fm.maxCPU, n.CPU)
+		fm.maxRAM = max(fm.maxRAM, n.RAMGB)
+		p.nodeIdx[n.Name] = int32(i)
+		p.nodes = append(p.nodes, node{Node: n, fam: f, freeGPU: n.GPUs, freeCPU: n.CPU, freeRAM: n.RAMGB})
+	}
+	p.sc = newScratch()
+	return p, nil
+}
+
+// Policy returns the pool's policy.
+func (p *Pool) Policy() Policy { return p.policy }
+
+// Nodes returns the pool's nodes in config order.
+func (p *Pool) Nodes() []Node {
+	out := make([]Node, len(p.nodes))
+	for i := range p.nodes {
+		out[i] = p.nodes[i].Node
+	}
+	return out
+}
+
+func (p *Pool) strict() bool { return p.policy.Queueing == StrictFIFO }
+
+func (p *Pool) familyNames() string {
+	names := make([]string, len(p.fams))
+	for i := range p.fams {
+		names[i] = p.fams[i].name
+	}
+	sort.Strings(names)
+	if len(names) == 0 {
+		return "it has no nodes"
+	}
+	return "it has " + strings.Join(names, ", ")
+}
+
+// normalize fills defaults: empty kind means job, notebooks are high.
+func normalize(r Request) Request {
+	if r.Kind == "" {
+		r.Kind = KindJob
+	}
+	if r.Kind == KindNotebook {
+		r.Class = High
+	}
+	r.SubmittedAt = normTime(r.SubmittedAt)
+	return r
+}
+
+// normTime drops the monotonic reading and location so that times round-trip exactly.
+func normTime(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Time{}
+	}
+	return time.Unix(0, t.UnixNano()).UTC()
+}
+
+// Admit is the read-only admission check: nil if the request could fit the EMPTY pool
+// (family exists, enough distinct nodes of that family with enough GPUs/CPU/RAM per node,
+// Workers >= 1, valid class/kind). Error is a plain sentence naming the problem.
+// A notebook's class is ignored (notebooks are always high).
+func (p *Pool) Admit(r Request) error {
+	if r.Job == "" {
+		return errors.New("the request has no job id")
+	}
+	switch r.Kind {
+	case "", KindJob, KindNotebook:
+	default:
+		return fmt.Errorf("unknown kind %q: use %q or %q", r.Kind, KindJob, KindNotebook)
+	}
+	if r.Kind != KindNotebook && !r.Class.valid() {
+		return fmt.Errorf("unknown priority class %d: allowed values are low, medium, high", int(r.Class))
+	}
+	if r.Workers < 1 {
+		return fmt.Errorf("a job needs at least 1 worker, got %d", r.Workers)
+	}
+	d := r.Demand
+	if d.GPUs < 0 || d.CPU < 0 || d.RAMGB < 0 || d.VRAMGB < 0 {
+		return fmt.Errorf("the per-worker demand must not be negative (GPUs %d, CPU %d, RAM %d GB)", d.GPUs, d.CPU, d.RAMGB)
+	}
+	f, ok := p.famIdx[d.Family]
+	if !ok {
+		return fmt.Errorf("instance family %q is not in this allocation (%s)", d.Family, p.familyNames())
+	}
+	fm := &p.fams[f]
+	if r.Workers > len(fm.nodes) {
+		return fmt.Errorf("the job needs %d workers, each on its own %s node, but this allocation has only %d %s %s",
+			r.Workers, d.Family, len(fm.nodes), d.Family, plural(len(fm.nodes), "node", "nodes"))
+	}
+	if d.GPUs > fm.maxGPU {
+		return fmt.Errorf("instance type needs %d %s GPUs per worker but the largest %s node in this allocation has %d",
+			d.GPUs, d.Family, d.Family, fm.maxGPU)
+	}
+	if d.CPU > fm.maxCPU {
+		return fmt.Errorf("instance type needs %d CPU cores per worker but the largest %s node in this allocation has %d",
+			d.CPU, d.Family, fm.maxCPU)
+	}
+	if d.RAMGB > fm.maxRAM {
+		return fmt.Errorf("instance type needs %d GB RAM per worker but the largest %s node in this allocation has %d GB",
+			d.RAMGB, d.Family, fm.maxRAM)
+	}
+	fit := 0
+	for _, n := range fm.nodes {
+		nd := &p.nodes[n]
+		if nd.GPUs >= d.GPUs && nd.CPU >= d.CPU && nd.RAMGB >= d.RAMGB {
+			fit++
+		}
+	}
+	if fit < r.Workers {
+		return fmt.Errorf("the job needs %d workers on distinct %s nodes with %d GPUs, %d CPU cores and %d GB RAM each, but only %d %s in this allocation %s that large",
+			r.Workers, d.Family, d.GPUs, d.CPU, d.RAMGB, fit, plural(fit, "node", "nodes"), plural(fit, "is", "are"))
+	}
+	return nil
+}
+
+func (p *Pool) shapeOf(r *Request) int32 {
+	s := shape{fam: p.famIdx[r.Demand.Family], gpu: r.Demand.GPUs, cpu: r.Demand.CPU, ram: r.Demand.RAMGB, workers: r.Workers}
+	if id, ok := p.shapeIdx[s]; ok {
+		return id
+	}
+	id := int32(len(p.shapes))
+	p.shapes = append(p.shapes, s)
+	p.shapeIdx[s] = id
+	return id
+}
+
+// less is the launch order: class (high first), then Seq, then Job.
+func less(a, b *Request) bool {
+	if a.Class != b.Class {
+		return a.Class > b.Class
+	}
+	if a.Seq != b.Seq {
+		return a.Seq < b.Seq
+	}
+	return a.Job < b.Job
+}
+
+func (p *Pool) waitPos(r *Request) int {
+	return sort.Search(len(p.waiting), func(i int) bool { return !less(&p.waiting[i].r, r) })
+}
+
+// Enqueue adds a waiting request (after Admit). Idempotent: the same Job with the same Attempt
+// already waiting or running is a no-op returning nil. A newer Attempt for a Job replaces the old
+// waiting entry. Notebooks are forced to High. An older Attempt than the one known is an error.
+// The request is admitted (see Admit) first.
+func (p *Pool) Enqueue(r Request) error {
+	r = normalize(r)
+	if err := p.Admit(r); err != nil {
+		return err
+	}
+	if rj := p.running[r.Job]; rj != nil {
+		if rj.r.Attempt == r.Attempt {
+			return nil
+		}
+		if r.Attempt < rj.r.Attempt {
+			return fmt.Errorf("job %q: attempt %d is older than its running attempt %d", r.Job, r.Attempt, rj.r.Attempt)
+		}
+	}
+	if w := p.waitIdx[r.Job]; w != nil {
+		if w.r.Attempt == r.Attempt {
+			return nil
+		}
+		if r.Attempt < w.r.Attempt {
+			return fmt.Errorf("job %q: attempt %d is older than its waiting attempt %d", r.Job, r.Attempt, w.r.Attempt)
+		}
+		p.removeWaiting(w)
+	}
+	p.insertWaiting(&waitReq{r: r, shape: p.shapeOf(&r)})
+	return nil
+}
+
+func (p *Pool) insertWaiting(w *waitReq) {
+	i := p.waitPos(&w.r)
+	p.waiting = slices.Insert(p.waiting, i, w)
+	p.hot = slices.Insert(p.hot, i, hotEntry{shape: w.shape, class: w.r.Class, prev: p.running[w.r.Job] != nil})
+	p.waitIdx[w.r.Job] = w
+}
+
+func (p *Pool) removeWaiting(w *waitReq) {
+	i := p.waitPos(&w.r)
+	if i < len(p.waiting) && p.waiting[i] == w {
+		p.waiting = slices.Delete(p.waiting, i, i+1)
+		p.hot = slices.Delete(p.hot, i, i+1)
+	}
+	delete(p.waitIdx, w.r.Job)
+}
+
+// Release reports that one worker of a running or releasing job has stopped: its capacity becomes
+// free. Marks the job releasing if it was running. When its last worker is released the job is gone.
+// Releases for an unknown job/attempt/worker are ignored (returns false).
+func (p *Pool) Release(job string, attempt int, worker int) bool {
+	rj := p.running[job]
+	if rj == nil || rj.r.Attempt != attempt || worker < 0 || worker >= len(rj.nodes) || rj.released[worker] {
+		return false
+	}
+	p.beginRelease(rj)
+	p.freeWorker(rj, worker)
+	if rj.nReleased == len(rj.nodes) {
+		p.dropRunning(rj)
+	}
+	return true
+}
+
+// BeginRelease marks a running job as stopping (e.g. it finished, or the user cancelled it):
+// its capacity becomes "releasing", not free, until each worker is Released.
+// It returns false if the job is unknown or already releasing.
+func (p *Pool) BeginRelease(job string) bool {
+	rj := p.running[job]
+	if rj == nil || rj.releasing {
+		return false
+	}
+	p.beginRelease(rj)
+	return true
+}
+
+func (p *Pool) beginRelease(rj *runJob) {
+	if rj.releasing {
+		return
+	}
+	rj.releasing = true
+	d := &rj.r.Demand
+	for w, n := range rj.nodes {
+		if !rj.released[w] {
+			nd := &p.nodes[n]
+			nd.relGPU += d.GPUs
+			nd.relCPU += d.CPU
+			nd.relRAM += d.RAMGB
+		}
+	}
+}
+
+func (p *Pool) freeWorker(rj *runJob, w int) {
+	d := &rj.r.Demand
+	nd := &p.nodes[rj.nodes[w]]
+	nd.used &^= rj.gpus[w]
+	nd.freeGPU += d.GPUs
+	nd.freeCPU += d.CPU
+	nd.freeRAM += d.RAMGB
+	if rj.releasing {
+		nd.relGPU -= d.GPUs
+		nd.relCPU -= d.CPU
+		nd.relRAM -= d.RAMGB
+	}
+	rj.released[w] = true
+	rj.nReleased++
+}
+
+func (p *Pool) dropRunning(rj *runJob) {
+	delete(p.running, rj.r.Job)
+	if w := p.waitIdx[rj.r.Job]; w != nil {
+		p.hot[p.waitPos(&w.r)].prev = false
+	}
+}
+
+// Cancel removes a waiting request, or frees ALL capacity of a running/releasing job at once
+// (used after the caller has made sure its workers are stopped, e.g. leak reclaim). If the job
+// has both a waiting attempt and an older running attempt, both are removed (use CancelAttempt
+// to remove only one). Returns false if unknown.
+func (p *Pool) Cancel(job string) bool {
+	ok := false
+	if w := p.waitIdx[job]; w != nil {
+		p.removeWaiting(w)
+		ok = true
+	}
+	if rj := p.running[job]; rj != nil {
+		p.reclaim(rj)
+		ok = true
+	}
+	return ok
+}
+
+// CancelAttempt is Cancel restricted to one attempt of the job: it removes the waiting request
+// or frees the running/releasing job only if its Attempt matches.
+func (p *Pool) CancelAttempt(job string, attempt int) bool {
+	ok := false
+	if w := p.waitIdx[job]; w != nil && w.r.Attempt == attempt {
+		p.removeWaiting(w)
+		ok = true
+	}
+	if rj := p.running[job]; rj != nil && rj.r.Attempt == attempt {
+		p.reclaim(rj)
+		ok = true
+	}
+	return ok
+}
+
+func (p *Pool) reclaim(rj *runJob) {
+	for w := range rj.nodes {
+		if !rj.released[w] {
+			p.freeWorker(rj, w)
+		}
+	}
+	p.dropRunning(rj)
+}
+
+// WaitingCount is the number of waiting requests.
+func (p *Pool) WaitingCount() int { return len(p.waiting) }
+
+// RunningJobs returns the running and releasing jobs, sorted.
+func (p *Pool) RunningJobs() []string {
+	out := make([]string, 0, len(p.running))
+	for j := range p.running {
+		out = append(out, j)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Running describes a running or releasing job.
+func (p *Pool) Running(job string) (RunningInfo, bool) {
+	rj := p.running[job]
+	if rj == nil {
+		return RunningInfo{}, false
+	}
+	return p.runningInfo(rj), true
+}
+
+func (p *Pool) runningInfo(rj *runJob) RunningInfo {
+	ri := RunningInfo{
+		Job: rj.r.Job, Attempt: rj.r.Attempt, Kind: rj.r.Kind, Class: rj.r.Class,
+		GPUs: rj.r.Demand.GPUs * len(rj.nodes), StartedAt: rj.startedAt, Releasing: rj.releasing,
+		Placement: p.placement(rj.nodes, rj.gpus),
+	}
+	for w, rel := range rj.released {
+		if rel {
+			ri.Released = append(ri.Released, w)
+		}
+	}
+	if rj.preemptedBy != nil {
+		pb := *rj.preemptedBy
+		ri.PreemptedBy = &pb
+	}
+	return ri
+}
+
+func (p *Pool) placement(nodes []int32, gpus []uint64) []WorkerPlacement {
+	out := make([]WorkerPlacement, len(nodes))
+	for w, n := range nodes {
+		out[w] = WorkerPlacement{Worker: w, Node: p.nodes[n].Name, GPUs: maskIndices(gpus[w])}
+	}
+	return out
+}
+
+func maskIndices(m uint64) []int {
+	out := make([]int, 0, bits.OnesCount64(m))
+	for m != 0 {
+		i := bits.TrailingZeros64(m)
+		out = append(out, i)
+		m &^= 1 << i
+	}
+	return out
+}
+
+// lowestFree picks the k lowest GPU indices not in used, on a node with total GPUs.
+func lowestFree(used uint64, total, k int) uint64 {
+	var m uint64
+	for i := 0; i < total && k > 0; i++ {
+		if used&(1<<i) == 0 {
+			m |= 1 << i
+			k--
+		}
+	}
+	return m
+}
+
+func (p *Pool) nodeInfos() []NodeInfo {
+	out := make([]NodeInfo, len(p.nodes))
+	for i := range p.nodes {
+		nd := &p.nodes[i]
+		out[i] = NodeInfo{Name: nd.Name, Family: nd.Family, GPUs: nd.GPUs, FreeGPUs: nd.freeGPU,
+			AllocatedGPUs: nd.GPUs - nd.freeGPU - nd.relGPU, ReleasingGPUs: nd.relGPU}
+	}
+	return out
+}
+
+// sortedRunning returns running jobs sorted by StartedAt then Job.
+func (p *Pool) sortedRunning() []*runJob {
+	out := make([]*runJob, 0, len(p.running))
+	for _, rj := range p.running {
+		out = append(out, rj)
+	}
+	slices.SortFunc(out, func(a, b *runJob) int {
+		if c := a.startedAt.Compare(b.startedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.r.Job, b.r.Job)
+	})
+	return out
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

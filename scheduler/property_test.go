@@ -1,0 +1,175 @@
+package scheduler
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+type byteReader struct {
+	b []byte
+	i int
+}
+
+func (r *byteReader) next() int {
+	if r.i >= len(r.b) {
+		r.i++
+		return 0
+	}
+	r.i++
+	return int(r.b[r.i-1])
+}
+
+var layouts = [][]Node{
+	nodesOf("a", "a", 4, 4, 32, 256),
+	append(nodesOf("a", "a", 3, 8, 64, 512), nodesOf("b", "b", 2, 2, 16, 64)...),
+	{{Name: "x1", Family: "a", GPUs: 2, CPU: 8, RAMGB: 64}, {Name: "x2", Family: "a", GPUs: 4, CPU: 16, RAMGB: 128},
+		{Name: "x3", Family: "a", GPUs: 8, CPU: 32, RAMGB: 256}, {Name: "x4", Family: "a", GPUs: 8, CPU: 8, RAMGB: 64},
+		{Name: "c1", Family: "cpu", CPU: 16, RAMGB: 64}, {Name: "c2", Family: "cpu", CPU: 32, RAMGB: 128}},
+}
+
+// simulate decodes data into a sequence of events, applies them to a pool, and returns the log of
+// everything the pool decided. With check, it also checks invariants after every step and keeps a
+// Snapshot/Restore copy in lockstep that must decide identically.
+func simulate(t testing.TB, data []byte, check bool) []string {
+	r := &byteReader{b: data}
+	cfg := r.next()
+	pol := Policy{}
+	if cfg&1 != 0 {
+		pol.Queueing = StrictFIFO
+	}
+	if cfg&2 != 0 {
+		pol.MinRuntimeBeforePreemption = 3 * time.Minute
+	}
+	nodes := layouts[(cfg>>2)%len(layouts)]
+	p := mustPool(t, nodes, pol)
+	var q *Pool
+	if check {
+		q = roundTrip(t, p)
+	}
+	fams := []string{}
+	for _, n := range nodes {
+		if !slices.Contains(fams, n.Family) {
+			fams = append(fams, n.Family)
+		}
+	}
+	var log []string
+	now := t0
+	seqs := map[string]int64{}
+	attempts := map[string]int{}
+	for step := 0; r.i < len(r.b) && step < 300; step++ {
+		op := r.next() % 10
+		var ev func(x *Pool) string
+		switch op {
+		case 0, 1, 2:
+			name := fmt.Sprintf("j%d", r.next()%12)
+			if _, ok := seqs[name]; !ok {
+				seqs[name] = int64(len(seqs))
+			}
+			if r.next()%3 == 0 {
+				attempts[name]++
+			}
+			fam := fams[r.next()%len(fams)]
+			req := Request{Job: name, Attempt: attempts[name], Kind: KindJob, Class: Class(r.next() % 3),
+				Demand: Demand{Family: fam, GPUs: 1 + r.next()%4}, Workers: 1 + r.next()%3, Seq: seqs[name], SubmittedAt: now}
+			if fam == "cpu" {
+				req.Demand.GPUs = 0
+				req.Demand.CPU = 1 + r.next()%32
+				req.Demand.RAMGB = 4 * (r.next() % 16)
+			} else if k := r.next() % 8; k == 0 {
+				req.Demand.CPU = r.next() % 33
+			} else if k == 1 {
+				req.Demand.GPUs *= 2
+			}
+			if r.next()%8 == 0 {
+				req.Kind = KindNotebook
+			}
+			ev = func(x *Pool) string { return fmt.Sprintf("enqueue %s/%d: %v", name, req.Attempt, x.Enqueue(req)) }
+		case 3, 4, 5:
+			now = now.Add(time.Duration(r.next()%4) * time.Minute)
+			at := now
+			ev = func(x *Pool) string {
+				var d Decisions
+				if check && x == p {
+					d = sched(t, x, at)
+				} else {
+					d = x.Schedule(at)
+				}
+				return mustJSON(t, d)
+			}
+		case 6, 7:
+			jobs := p.RunningJobs()
+			if len(jobs) == 0 {
+				continue
+			}
+			j := jobs[r.next()%len(jobs)]
+			ri, _ := p.Running(j)
+			w, begin := r.next()%len(ri.Placement), op == 7
+			ev = func(x *Pool) string {
+				if begin {
+					return fmt.Sprintf("begin %s: %v", j, x.BeginRelease(j))
+				}
+				return fmt.Sprintf("release %s/%d/%d: %v", j, ri.Attempt, w, x.Release(j, ri.Attempt, w))
+			}
+		case 8:
+			name := fmt.Sprintf("j%d", r.next()%12)
+			ev = func(x *Pool) string { return fmt.Sprintf("cancel %s: %v", name, x.Cancel(name)) }
+		case 9:
+			now = now.Add(time.Duration(r.next()%10) * time.Minute)
+			continue
+		}
+		out := ev(p)
+		log = append(log, out)
+		if check {
+			if out2 := ev(q); out2 != out {
+				t.Fatalf("step %d: restored copy diverged:\n%s\n%s", step, out, out2)
+			}
+			checkInvariants(t, p)
+			if step%5 == 0 {
+				q = roundTrip(t, p)
+				if a, b := mustJSON(t, p.View()), mustJSON(t, q.View()); a != b {
+					t.Fatalf("step %d: restored view differs", step)
+				}
+			}
+		}
+	}
+	return log
+}
+
+func checkReplay(t *testing.T, data []byte) {
+	a := simulate(t, data, true)
+	b := simulate(t, data, false)
+	if !slices.Equal(a, b) {
+		t.Fatalf("replay of the same events decided differently")
+	}
+}
+
+func TestPropertyRandomEvents(t *testing.T) {
+	rng := rand.New(rand.NewPCG(20250101, 7))
+	n := 400
+	if testing.Short() {
+		n = 50
+	}
+	for i := 0; i < n; i++ {
+		data := make([]byte, 20+rng.IntN(400))
+		for k := range data {
+			data[k] = byte(rng.UintN(256))
+		}
+		t.Run(fmt.Sprint(i), func(t *testing.T) { checkReplay(t, data) })
+	}
+}
+
+func FuzzEvents(f *testing.F) {
+	f.Add([]byte{0, 0, 1, 2, 3, 4, 5, 2, 0, 0, 9, 1, 2, 2, 2, 1, 4, 0, 0, 3, 3})
+	f.Add([]byte{1, 0, 3, 1, 0, 0, 2, 0, 0, 7, 0, 2, 1, 2, 1, 2, 5, 0, 2, 2, 4, 0, 0, 2, 1})
+	f.Add([]byte{6, 1, 2, 1, 2, 8, 3, 0, 1, 1, 5, 0, 1, 2, 4, 1, 2, 0, 0, 0, 3, 1, 6, 2, 2, 7, 9, 3, 3})
+	f.Add([]byte{8, 0, 1, 2, 2, 4, 0, 9, 0, 4, 2, 2, 1, 1, 5, 3, 2, 2, 3, 0, 0, 6, 3})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) > 2000 {
+			data = data[:2000]
+		}
+		checkReplay(t, data)
+	})
+}

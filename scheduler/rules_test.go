@@ -1,0 +1,502 @@
+package scheduler
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseInstanceType(t *testing.T) {
+	good := []struct {
+		in   string
+		want Demand
+	}{
+		{"a100plus.8gpu.80vG.96C.768G", Demand{Family: "a100plus", GPUs: 8, VRAMGB: 80, CPU: 96, RAMGB: 768}},
+		{"a100.8gpu", Demand{Family: "a100", GPUs: 8}},
+		{"a100.1gpu.40", Demand{Family: "a100", GPUs: 1, VRAMGB: 40}},
+		{"a100.1gpu.40vG", Demand{Family: "a100", GPUs: 1, VRAMGB: 40}},
+		{"cpu.8C.32G", Demand{Family: "cpu", CPU: 8, RAMGB: 32}},
+		{"v100-sxm.4gpu.32vG.24C.192G", Demand{Family: "v100-sxm", GPUs: 4, VRAMGB: 32, CPU: 24, RAMGB: 192}},
+	}
+	for _, tc := range good {
+		got, err := ParseInstanceType(tc.in)
+		if err != nil || got != tc.want {
+			t.Errorf("ParseInstanceType(%q) = %+v, %v; want %+v", tc.in, got, err, tc.want)
+		}
+	}
+	for _, bad := range []string{"", "a100", "a100.", ".8gpu", "a100.0gpu", "a100.xgpu", "a100.8GPU", "a100.8gpu.80vG.96C",
+		"a100.8gpu.80vG.96C.768", "a100.8gpu.80vG.96.768G", "a100.8gpu.x", "cpu.8C", "cpu.0C.32G", "cpu.8C.32", "a 100.8gpu",
+		"a100.8gpu.80vG.96C.768G.x", "a100.-1gpu"} {
+		_, err := ParseInstanceType(bad)
+		if err == nil {
+			t.Errorf("ParseInstanceType(%q): want error", bad)
+			continue
+		}
+		msg := err.Error()
+		if !strings.Contains(msg, `"`+bad+`"`) || !strings.Contains(msg, "<family>.<N>gpu.<VRAM>vG.<C>C.<RAM>G") || !strings.Contains(msg, "cpu.<C>C.<RAM>G") {
+			t.Errorf("ParseInstanceType(%q): error %q should quote the name and show the forms", bad, msg)
+		}
+	}
+}
+
+func TestClass(t *testing.T) {
+	for in, want := range map[string]Class{"": Medium, "low": Low, "medium": Medium, "HIGH": High} {
+		if got, err := ParseClass(in); err != nil || got != want {
+			t.Errorf("ParseClass(%q) = %v, %v", in, got, err)
+		}
+	}
+	if _, err := ParseClass("urgent"); err == nil || !strings.Contains(err.Error(), "low, medium, high") {
+		t.Errorf("ParseClass(urgent): %v", err)
+	}
+	b, _ := json.Marshal(struct{ C Class }{High})
+	if string(b) != `{"C":"high"}` {
+		t.Errorf("marshal: %s", b)
+	}
+	var v struct{ C Class }
+	if err := json.Unmarshal([]byte(`{"C":"low"}`), &v); err != nil || v.C != Low {
+		t.Errorf("unmarshal: %v %v", v, err)
+	}
+	if err := json.Unmarshal([]byte(`{"C":1}`), &v); err != nil || v.C != Medium {
+		t.Errorf("unmarshal number: %v %v", v, err)
+	}
+	if err := json.Unmarshal([]byte(`{"C":"top"}`), &v); err == nil {
+		t.Errorf("unmarshal bad class: no error")
+	}
+}
+
+func TestNewPoolValidation(t *testing.T) {
+	for _, tc := range []struct {
+		nodes []Node
+		pol   Policy
+		want  string
+	}{
+		{[]Node{{Name: "", Family: "a"}}, Policy{}, "no name"},
+		{[]Node{{Name: "n", Family: ""}}, Policy{}, "no instance family"},
+		{[]Node{{Name: "n", Family: "a", GPUs: -1}}, Policy{}, "negative"},
+		{[]Node{{Name: "n", Family: "a"}, {Name: "n", Family: "a"}}, Policy{}, "used twice"},
+		{[]Node{{Name: "n", Family: "a", GPUs: 65}}, Policy{}, "at most 64"},
+		{nil, Policy{Queueing: "lifo"}, "unknown queueing"},
+		{nil, Policy{MinRuntimeBeforePreemption: -time.Second}, "negative"},
+	} {
+		if _, err := NewPool(tc.nodes, tc.pol); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("NewPool(%+v, %+v) = %v, want %q", tc.nodes, tc.pol, err, tc.want)
+		}
+	}
+}
+
+func TestAdmit(t *testing.T) {
+	nodes := append(nodesOf("big", "a100plus", 2, 8, 96, 768), nodesOf("small", "a100plus", 2, 4, 48, 384)...)
+	nodes = append(nodes, nodesOf("cpu", "cpu", 1, 0, 32, 128)...)
+	p := mustPool(t, nodes, Policy{})
+	d8, _ := ParseInstanceType("a100plus.8gpu.80vG.96C.768G")
+	d4, _ := ParseInstanceType("a100plus.4gpu.80vG.48C.384G")
+	r := func(d Demand, workers int) Request {
+		return Request{Job: "j", Kind: KindJob, Class: Medium, Demand: d, Workers: workers}
+	}
+	for _, tc := range []struct {
+		name string
+		req  Request
+		want string // "" = admitted
+	}{
+		{"fits", r(d8, 2), ""},
+		{"small fits everywhere", r(d4, 4), ""},
+		{"notebook class ignored", Request{Job: "nb", Kind: KindNotebook, Class: 7, Demand: d4, Workers: 1}, ""},
+		{"cpu job", r(Demand{Family: "cpu", CPU: 8, RAMGB: 32}, 1), ""},
+		{"no job id", Request{Kind: KindJob, Demand: d4, Workers: 1}, "no job id"},
+		{"zero workers", r(d8, 0), "at least 1 worker, got 0"},
+		{"bad kind", Request{Job: "j", Kind: "vm", Demand: d4, Workers: 1}, `unknown kind "vm"`},
+		{"bad class", Request{Job: "j", Kind: KindJob, Class: 5, Demand: d4, Workers: 1}, "unknown priority class 5"},
+		{"unknown family", r(Demand{Family: "h100", GPUs: 1}, 1), `instance family "h100" is not in this allocation (it has a100plus, cpu)`},
+		{"too many workers", r(d4, 5), "needs 5 workers, each on its own a100plus node, but this allocation has only 4 a100plus nodes"},
+		{"too many GPUs", r(Demand{Family: "a100plus", GPUs: 16}, 1), "instance type needs 16 a100plus GPUs per worker but the largest a100plus node in this allocation has 8"},
+		{"too much CPU", r(Demand{Family: "a100plus", GPUs: 1, CPU: 128}, 1), "needs 128 CPU cores per worker but the largest a100plus node in this allocation has 96"},
+		{"too much RAM", r(Demand{Family: "a100plus", GPUs: 1, RAMGB: 1024}, 1), "needs 1024 GB RAM per worker but the largest a100plus node in this allocation has 768 GB"},
+		{"not enough big nodes", r(d8, 3), "needs 3 workers on distinct a100plus nodes with 8 GPUs, 96 CPU cores and 768 GB RAM each, but only 2 nodes in this allocation are that large"},
+	} {
+		err := p.Admit(tc.req)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: unexpected error %v", tc.name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: error %v, want %q", tc.name, err, tc.want)
+		case tc.want != "":
+			if eerr := p.Enqueue(tc.req); eerr == nil || p.WaitingCount() != 0 {
+				t.Errorf("%s: Enqueue accepted an inadmissible request", tc.name)
+			}
+		}
+	}
+}
+
+func TestEnqueueIdempotentAndRequeue(t *testing.T) {
+	p := mustPool(t, nodesOf("n", "a", 2, 4, 0, 0), Policy{})
+	mustEnqueue(t, p, job("x", Medium, "a", 4, 1, 5), job("x", Medium, "a", 4, 1, 5))
+	if p.WaitingCount() != 1 {
+		t.Fatalf("duplicate enqueue: %d waiting", p.WaitingCount())
+	}
+	nb := Request{Job: "nb", Kind: KindNotebook, Class: Low, Demand: Demand{Family: "a", GPUs: 1}, Workers: 1, Seq: 9}
+	mustEnqueue(t, p, nb)
+	if wi, _ := p.Explain("nb"); wi.Class != High || wi.Position != 1 {
+		t.Fatalf("notebook not forced to high: %+v", wi)
+	}
+	if d := sched(t, p, at(0)); len(d.Grants) != 2 {
+		t.Fatalf("grants %v", grantedJobs(d))
+	}
+	// Same attempt while running: no-op.
+	mustEnqueue(t, p, job("x", Medium, "a", 4, 1, 5))
+	if p.WaitingCount() != 0 {
+		t.Fatal("re-enqueue of a running attempt was queued")
+	}
+	// Later seq of the same class, then the preempted job re-queued with its original seq 5 and a
+	// newer attempt: it is ahead of the later one, but waits for its previous attempt to release.
+	mustEnqueue(t, p, job("y", Medium, "a", 4, 1, 7))
+	x2 := job("x", Medium, "a", 4, 1, 5)
+	x2.Attempt = 1
+	mustEnqueue(t, p, x2)
+	wx, _ := p.Explain("x")
+	if wx.Position != 1 || wx.Attempt != 1 || !strings.Contains(wx.Reason, "previous attempt (0)") {
+		t.Fatalf("re-queued job: %+v", wx)
+	}
+	old := x2
+	old.Attempt = 0
+	mustEnqueue(t, p, old) // the running attempt: a no-op
+	x3 := x2
+	x3.Attempt = 2
+	mustEnqueue(t, p, x3) // replaces the waiting attempt 1
+	if wx, _ := p.Explain("x"); wx.Attempt != 2 || p.WaitingCount() != 2 {
+		t.Fatalf("newer attempt did not replace: %+v", wx)
+	}
+	if err := p.Enqueue(x2); err == nil {
+		t.Fatal("stale attempt 1 accepted while attempt 2 waits")
+	}
+	if !p.BeginRelease("x") || !p.Release("x", 0, 0) {
+		t.Fatal("release of attempt 0")
+	}
+	d := sched(t, p, at(1))
+	if got := grantedJobs(d); !slices.Equal(got, []string{"x"}) || d.Grants[0].Attempt != 2 {
+		t.Fatalf("want x attempt 2 granted first, got %+v", d.Grants)
+	}
+	if p.Release("x", 0, 0) || p.Release("x", 2, 5) || p.Release("nope", 0, 0) {
+		t.Fatal("bogus release accepted")
+	}
+}
+
+// preemption scenario: one node of 4 GPUs, running jobs given as (name, class, kind, gpus, started).
+type runSpec struct {
+	name    string
+	class   Class
+	kind    Kind
+	gpus    int
+	started int // minute
+}
+
+func poolWith(t *testing.T, nodes []Node, pol Policy, running ...runSpec) *Pool {
+	t.Helper()
+	p := mustPool(t, nodes, pol)
+	slices.SortFunc(running, func(a, b runSpec) int { return a.started - b.started })
+	for i, rs := range running {
+		r := job(rs.name, rs.class, nodes[0].Family, rs.gpus, 1, int64(-100+i))
+		if rs.kind != "" {
+			r.Kind = rs.kind
+		}
+		mustEnqueue(t, p, r)
+		if d := sched(t, p, at(rs.started)); len(d.Grants) != 1 {
+			t.Fatalf("setup: %s not granted", rs.name)
+		}
+	}
+	return p
+}
+
+func TestPreemptionRules(t *testing.T) {
+	one := nodesOf("n", "a", 1, 4, 0, 0)
+	two := nodesOf("n", "a", 2, 4, 0, 0)
+	for _, tc := range []struct {
+		name    string
+		nodes   []Node
+		pol     Policy
+		running []runSpec
+		req     Request
+		now     int
+		want    []string // victims
+	}{
+		{"equal class never preempts", one, Policy{}, []runSpec{{"m", Medium, "", 4, 0}}, job("r", Medium, "a", 4, 1, 1), 10, nil},
+		{"higher class never preempted", one, Policy{}, []runSpec{{"h", High, "", 4, 0}}, job("r", Medium, "a", 4, 1, 1), 10, nil},
+		{"low never preempts", one, Policy{}, []runSpec{{"l", Low, "", 4, 0}}, job("r", Low, "a", 4, 1, 1), 10, nil},
+		{"notebooks never preempted", one, Policy{}, []runSpec{{"nb", High, KindNotebook, 4, 0}}, job("r", High, "a", 4, 1, 1), 10, nil},
+		{"high preempts low", one, Policy{}, []runSpec{{"l", Low, "", 4, 0}}, job("r", High, "a", 4, 1, 1), 10, []string{"l"}},
+		{"min runtime protects", one, Policy{MinRuntimeBeforePreemption: 15 * time.Minute}, []runSpec{{"l", Low, "", 4, 0}}, job("r", High, "a", 4, 1, 1), 10, nil},
+		{"min runtime elapsed", one, Policy{MinRuntimeBeforePreemption: 15 * time.Minute}, []runSpec{{"l", Low, "", 4, 0}}, job("r", High, "a", 4, 1, 1), 15, []string{"l"}},
+		{"lowest class first", two, Policy{}, []runSpec{{"l", Low, "", 4, 0}, {"m", Medium, "", 4, 5}}, job("r", High, "a", 4, 1, 1), 10, []string{"l"}},
+		{"most recently started first", two, Policy{}, []runSpec{{"old", Low, "", 4, 0}, {"new", Low, "", 4, 5}}, job("r", High, "a", 4, 1, 1), 10, []string{"new"}},
+		{"only what is needed", one, Policy{}, []runSpec{{"a", Low, "", 1, 0}, {"b", Low, "", 1, 1}, {"c", Low, "", 1, 2}}, job("r", High, "a", 3, 1, 1), 10, []string{"b", "c"}},
+		{"gang needs both nodes", two, Policy{}, []runSpec{{"l1", Low, "", 4, 0}, {"l2", Low, "", 4, 1}}, job("r", Medium, "a", 4, 2, 1), 10, []string{"l1", "l2"}},
+		{"no partial preemption when it cannot fit", two, Policy{}, []runSpec{{"l", Low, "", 4, 0}, {"h", High, "", 4, 1}}, job("r", Medium, "a", 4, 2, 1), 10, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := poolWith(t, tc.nodes, tc.pol, tc.running...)
+			mustEnqueue(t, p, tc.req)
+			d := sched(t, p, at(tc.now))
+			got := victims(d)
+			slices.Sort(got)
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("victims %v, want %v", got, tc.want)
+			}
+			for _, v := range tc.want {
+				ri, _ := p.Running(v)
+				if !ri.Releasing || ri.PreemptedBy == nil || ri.PreemptedBy.Job != tc.req.Job || ri.PreemptedBy.Class != tc.req.Class {
+					t.Fatalf("victim %s: %+v", v, ri)
+				}
+			}
+			wi, _ := p.Explain(tc.req.Job)
+			if len(tc.want) > 0 && !slices.Equal(wi.Nominated, tc.want) {
+				t.Fatalf("nominated %v, want %v (%s)", wi.Nominated, tc.want, wi.Reason)
+			}
+			// Nothing more is preempted on the next pass.
+			if d := sched(t, p, at(tc.now+1)); len(d.Preemptions) != 0 {
+				t.Fatalf("second pass preempted %v", victims(d))
+			}
+		})
+	}
+}
+
+// TestMinimisation: greedy order adds a victim that turns out unneeded; the minimisation pass drops it.
+func TestMinimisation(t *testing.T) {
+	p := mustPool(t, nodesOf("n", "a", 2, 4, 0, 0), Policy{})
+	// One node: b (medium, 2 GPUs) and a (low, 2 GPUs, started last); other node: c (low, 4 GPUs, started first).
+	mustEnqueue(t, p, job("c", Low, "a", 4, 1, 1))
+	sched(t, p, at(0))
+	mustEnqueue(t, p, job("b", Medium, "a", 2, 1, 2))
+	sched(t, p, at(1))
+	mustEnqueue(t, p, job("a", Low, "a", 2, 1, 3))
+	sched(t, p, at(2))
+	ra, _ := p.Running("a")
+	rb, _ := p.Running("b")
+	rc, _ := p.Running("c")
+	if ra.Placement[0].Node != rb.Placement[0].Node || ra.Placement[0].Node == rc.Placement[0].Node {
+		t.Fatalf("setup: a on %s, b on %s, c on %s", ra.Placement[0].Node, rb.Placement[0].Node, rc.Placement[0].Node)
+	}
+	// Order: a (low, newest), c (low), b (medium). Greedy adds a (n-1 still short), then c (fits on
+	// n-2). Minimisation: c is needed, a is not.
+	mustEnqueue(t, p, job("r", High, "a", 4, 1, 4))
+	d := sched(t, p, at(10))
+	if got := victims(d); !slices.Equal(got, []string{"c"}) {
+		t.Fatalf("victims %v, want [c]", got)
+	}
+}
+
+func TestNominations(t *testing.T) {
+	p := mustPool(t, nodesOf("n", "a", 2, 4, 0, 0), Policy{})
+	mustEnqueue(t, p, job("l1", Low, "a", 4, 1, 1), job("l2", Low, "a", 4, 1, 2))
+	sched(t, p, at(0))
+	mustEnqueue(t, p, job("m", Medium, "a", 4, 2, 3))
+	d := sched(t, p, at(5))
+	if got := victims(d); len(got) != 2 {
+		t.Fatalf("victims %v", got)
+	}
+	// A low request that would fit on l1's node once released must not take the capacity
+	// nominated to m.
+	mustEnqueue(t, p, job("small", Low, "a", 2, 1, 4))
+	p.Release("l1", 0, 0)
+	d = sched(t, p, at(6))
+	if len(d.Grants) != 0 {
+		t.Fatalf("granted %v on capacity nominated to m", grantedJobs(d))
+	}
+	wm, _ := p.Explain("m")
+	if !strings.Contains(wm.Reason, "preempted for you") || !slices.Equal(wm.Nominated, []string{"l2"}) || !strings.Contains(wm.Reason, "1 node is already free") {
+		t.Fatalf("m: %+v", wm)
+	}
+	// A better request arriving later takes the nomination over: h (high) gets the free node
+	// first; m waits (and may not preempt further: nothing lower is left running).
+	mustEnqueue(t, p, job("h", High, "a", 4, 1, 5))
+	d = sched(t, p, at(7))
+	if got := grantedJobs(d); !slices.Equal(got, []string{"h"}) || d.Grants[0].Placement[0].Node != "n-1" {
+		t.Fatalf("want h granted on n-1, got %+v", d.Grants)
+	}
+	wm, _ = p.Explain("m")
+	if !strings.Contains(wm.Reason, "may not be preempted") {
+		t.Fatalf("m: %+v", wm)
+	}
+	// Best-effort: m cannot start, reserve or preempt (h holds n-1 and is high), so small may use
+	// n-2 once it is free.
+	p.Release("l2", 0, 0)
+	d = sched(t, p, at(8))
+	if !slices.Equal(grantedJobs(d), []string{"small"}) {
+		t.Fatalf("granted %v, want small", grantedJobs(d))
+	}
+}
+
+func TestNominationTakenOverByBetterRequest(t *testing.T) {
+	p := mustPool(t, nodesOf("n", "a", 1, 4, 0, 0), Policy{})
+	mustEnqueue(t, p, job("l", Low, "a", 4, 1, 1))
+	sched(t, p, at(0))
+	mustEnqueue(t, p, job("m", Medium, "a", 4, 1, 2))
+	if d := sched(t, p, at(1)); !slices.Equal(victims(d), []string{"l"}) {
+		t.Fatalf("victims %v", victims(d))
+	}
+	mustEnqueue(t, p, job("h", High, "a", 4, 1, 3))
+	if d := sched(t, p, at(2)); len(d.Grants)+len(d.Preemptions) != 0 {
+		t.Fatalf("unexpected %+v", d)
+	}
+	wh, _ := p.Explain("h")
+	wm, _ := p.Explain("m")
+	if !slices.Equal(wh.WaitingFor, []string{"l"}) || len(wh.Nominated) != 0 || len(wm.Nominated) != 0 || !slices.Equal(wm.WaitingFor, []string{"h"}) {
+		t.Fatalf("h: %+v\nm: %+v", wh, wm)
+	}
+	p.Release("l", 0, 0)
+	if d := sched(t, p, at(3)); !slices.Equal(grantedJobs(d), []string{"h"}) {
+		t.Fatalf("granted %v, want h", grantedJobs(d))
+	}
+}
+
+func TestPartialRelease(t *testing.T) {
+	p := mustPool(t, nodesOf("n", "a", 3, 8, 0, 0), Policy{})
+	mustEnqueue(t, p, job("big", Medium, "a", 8, 3, 1))
+	sched(t, p, at(0))
+	mustEnqueue(t, p, job("w2", Medium, "a", 8, 2, 2), job("w1", Low, "a", 8, 1, 3))
+	p.BeginRelease("big")
+	if d := sched(t, p, at(1)); len(d.Grants) != 0 {
+		t.Fatalf("granted on releasing capacity: %v", grantedJobs(d))
+	}
+	p.Release("big", 0, 0)
+	if d := sched(t, p, at(2)); len(d.Grants) != 0 {
+		t.Fatalf("granted %v with one free node (w2 needs 2, w1 must not take w2's node)", grantedJobs(d))
+	}
+	if v := p.View(); v.Nodes[0].FreeGPUs != 8 || v.Nodes[1].ReleasingGPUs != 8 || v.Nodes[1].FreeGPUs != 0 {
+		t.Fatalf("nodes %+v", v.Nodes)
+	}
+	if ri, _ := p.Running("big"); !slices.Equal(ri.Released, []int{0}) {
+		t.Fatalf("released %v", ri.Released)
+	}
+	p.Release("big", 0, 1)
+	if d := sched(t, p, at(3)); !slices.Equal(grantedJobs(d), []string{"w2"}) {
+		t.Fatalf("granted %v, want w2", grantedJobs(d))
+	}
+	p.Release("big", 0, 2)
+	if d := sched(t, p, at(4)); !slices.Equal(grantedJobs(d), []string{"w1"}) {
+		t.Fatalf("granted %v, want w1", grantedJobs(d))
+	}
+	if _, ok := p.Running("big"); ok {
+		t.Fatal("fully released job still running")
+	}
+}
+
+func TestStrictVsBestEffort(t *testing.T) {
+	for _, q := range []Queueing{BestEffortFIFO, StrictFIFO} {
+		t.Run(string(q), func(t *testing.T) {
+			p := mustPool(t, nodesOf("n", "a", 2, 4, 0, 0), Policy{Queueing: q})
+			mustEnqueue(t, p, job("h", High, "a", 4, 1, 1))
+			sched(t, p, at(0))
+			// big (medium) needs both nodes: one is held by a high job, so it cannot start or preempt.
+			mustEnqueue(t, p, job("big", Medium, "a", 4, 2, 2), job("small", Low, "a", 4, 1, 3))
+			d := sched(t, p, at(1))
+			ws, _ := p.Explain("small")
+			if q == StrictFIFO {
+				if len(d.Grants) != 0 || !strings.Contains(ws.Reason, "strict-fifo") || !slices.Equal(ws.WaitingFor, []string{"big"}) {
+					t.Fatalf("strict: granted %v; small: %+v", grantedJobs(d), ws)
+				}
+			} else if !slices.Equal(grantedJobs(d), []string{"small"}) {
+				t.Fatalf("best-effort: granted %v, want small", grantedJobs(d))
+			}
+		})
+	}
+}
+
+func TestCancel(t *testing.T) {
+	p := mustPool(t, nodesOf("n", "a", 1, 4, 0, 0), Policy{})
+	mustEnqueue(t, p, job("r", Medium, "a", 4, 1, 1), job("w", Medium, "a", 4, 1, 2))
+	sched(t, p, at(0))
+	if !p.Cancel("w") || p.WaitingCount() != 0 || p.Cancel("w") {
+		t.Fatal("cancel waiting")
+	}
+	mustEnqueue(t, p, job("w2", Medium, "a", 4, 1, 3))
+	p.BeginRelease("r")
+	sched(t, p, at(1))
+	if !p.Cancel("r") {
+		t.Fatal("cancel running")
+	}
+	if d := sched(t, p, at(2)); !slices.Equal(grantedJobs(d), []string{"w2"}) {
+		t.Fatalf("granted %v after cancel", grantedJobs(d))
+	}
+	if !p.CancelAttempt("w2", 0) || len(p.RunningJobs()) != 0 || p.Cancel("nope") {
+		t.Fatal("cancel attempt")
+	}
+	checkInvariants(t, p)
+}
+
+func TestBestFitAndGPUIndices(t *testing.T) {
+	p := mustPool(t, []Node{{Name: "n8", Family: "a", GPUs: 8}, {Name: "n4", Family: "a", GPUs: 4}}, Policy{})
+	mustEnqueue(t, p, job("x", High, "a", 3, 1, 1))
+	d := sched(t, p, at(0))
+	if pl := d.Grants[0].Placement[0]; pl.Node != "n4" || !slices.Equal(pl.GPUs, []int{0, 1, 2}) {
+		t.Fatalf("best fit: %+v", pl)
+	}
+	mustEnqueue(t, p, job("y", High, "a", 2, 2, 2))
+	d = sched(t, p, at(1))
+	if len(d.Grants) != 0 {
+		t.Fatalf("y needs 2 GPUs on 2 nodes; n4 has 1 free: %v", grantedJobs(d))
+	}
+	p.Cancel("y")
+	mustEnqueue(t, p, job("z", High, "a", 1, 2, 3))
+	d = sched(t, p, at(2))
+	if got := d.Grants[0].Placement; got[0].Node != "n8" || got[1].Node != "n4" || !slices.Equal(got[1].GPUs, []int{3}) {
+		t.Fatalf("z placement %+v", got)
+	}
+}
+
+func TestSnapshotRoundTrip(t *testing.T) {
+	p := mustPool(t, nodesOf("n", "a", 3, 4, 16, 64), Policy{MinRuntimeBeforePreemption: time.Minute})
+	mustEnqueue(t, p, job("l1", Low, "a", 4, 2, 1), job("l2", Low, "a", 2, 1, 2))
+	sched(t, p, at(0))
+	mustEnqueue(t, p, job("h", High, "a", 4, 2, 3), job("m", Medium, "a", 2, 1, 4), job("l3", Low, "a", 1, 1, 5))
+	nb := Request{Job: "nb", Kind: KindNotebook, Demand: Demand{Family: "a", GPUs: 1, CPU: 2, RAMGB: 8}, Workers: 1, Seq: 6, SubmittedAt: at(3)}
+	mustEnqueue(t, p, nb)
+	d1 := sched(t, p, at(5))
+	if len(d1.Preemptions) == 0 {
+		t.Fatal("setup: expected a preemption")
+	}
+	p.Release("l1", 0, 0)
+	q := roundTrip(t, p)
+	if a, b := mustJSON(t, p.View()), mustJSON(t, q.View()); a != b {
+		t.Fatalf("views differ:\n%s\n%s", a, b)
+	}
+	for i, step := range []func(*Pool){
+		func(x *Pool) { x.Release("l1", 0, 1) },
+		func(x *Pool) { x.Release("l2", 0, 0) },
+		func(x *Pool) { x.BeginRelease("h") },
+	} {
+		step(p)
+		step(q)
+		a, b := mustJSON(t, sched(t, p, at(6+i))), mustJSON(t, sched(t, q, at(6+i)))
+		if a != b {
+			t.Fatalf("decisions differ after restore:\n%s\n%s", a, b)
+		}
+	}
+	var bad Snapshot
+	if err := json.Unmarshal([]byte(mustJSON(t, p.Snapshot())), &bad); err != nil {
+		t.Fatal(err)
+	}
+	bad.Waiting.Job = append(bad.Waiting.Job, "extra")
+	if _, err := Restore(bad); err == nil {
+		t.Fatal("Restore accepted ragged columns")
+	}
+}
+
+func TestCPUOnlyExplanation(t *testing.T) {
+	p := mustPool(t, nodesOf("c", "cpu", 2, 0, 16, 64), Policy{})
+	d, err := ParseInstanceType("cpu.16C.32G")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEnqueue(t, p, Request{Job: "a", Kind: KindJob, Class: Low, Demand: d, Workers: 1, Seq: 1})
+	sched(t, p, at(0))
+	mustEnqueue(t, p, Request{Job: "b", Kind: KindJob, Class: Medium, Demand: d, Workers: 2, Seq: 2})
+	if got := victims(sched(t, p, at(1))); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("victims %v", got)
+	}
+	wb, _ := p.Explain("b")
+	if !strings.Contains(wb.Reason, "2 cpu nodes with 16 free CPU cores and 32 GB free RAM each") ||
+		!strings.Contains(wb.Reason, "1 node is already free") || !strings.Contains(wb.Reason, "capacity on c-1 is being released by a (preempted for you)") {
+		t.Fatalf("b: %s", wb.Reason)
+	}
+}

@@ -1,0 +1,310 @@
+package scheduler
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Class is a priority class. Higher values are more important.
+type Class int8
+
+const (
+	Low    Class = 0
+	Medium Class = 1
+	High   Class = 2
+)
+
+// String returns "low", "medium" or "high".
+func (c Class) String() string {
+	switch c {
+	case Low:
+		return "low"
+	case Medium:
+		return "medium"
+	case High:
+		return "high"
+	}
+	return "class(" + strconv.Itoa(int(c)) + ")"
+}
+
+func (c Class) valid() bool { return c >= Low && c <= High }
+
+// ParseClass parses a priority_class value. "" means Medium (the default).
+func ParseClass(s string) (Class, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "":
+		return Medium, nil
+	case "low":
+		return Low, nil
+	case "medium":
+		return Medium, nil
+	case "high":
+		return High, nil
+	}
+	return Medium, fmt.Errorf("unknown priority class %q: allowed values are low, medium, high", s)
+}
+
+// MarshalText encodes the class as its string form.
+func (c Class) MarshalText() ([]byte, error) {
+	if !c.valid() {
+		return nil, fmt.Errorf("invalid priority class %d", int(c))
+	}
+	return []byte(c.String()), nil
+}
+
+// UnmarshalText parses the string form (see ParseClass).
+func (c *Class) UnmarshalText(b []byte) error {
+	v, err := ParseClass(string(b))
+	if err != nil {
+		return err
+	}
+	*c = v
+	return nil
+}
+
+// MarshalJSON encodes the class as a JSON string ("low", "medium", "high").
+func (c Class) MarshalJSON() ([]byte, error) {
+	b, err := c.MarshalText()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(string(b))
+}
+
+// UnmarshalJSON accepts the string form, or the numbers 0..2.
+func (c *Class) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		return c.UnmarshalText([]byte(s))
+	}
+	n, err := strconv.Atoi(string(b))
+	if err != nil || !Class(n).valid() {
+		return fmt.Errorf("unknown priority class %s: allowed values are low, medium, high", b)
+	}
+	*c = Class(n)
+	return nil
+}
+
+// Kind is the kind of workload: a training job or a Jupyter notebook server.
+type Kind string
+
+const (
+	KindJob      Kind = "job"
+	KindNotebook Kind = "notebook"
+)
+
+// Demand is what ONE worker needs on ONE node.
+type Demand struct {
+	Family string `json:"family"`
+	GPUs   int    `json:"gpus"`
+	VRAMGB int    `json:"vram_gb,omitempty"`
+	CPU    int    `json:"cpu,omitempty"` // cores
+	RAMGB  int    `json:"ram_gb,omitempty"`
+}
+
+const instanceTypeForms = "<family>.<N>gpu.<VRAM>vG.<C>C.<RAM>G (e.g. a100plus.8gpu.80vG.96C.768G), " +
+	"the short forms <family>.<N>gpu or <family>.<N>gpu.<VRAM> (e.g. a100.8gpu, a100.1gpu.40), " +
+	"or cpu.<C>C.<RAM>G (e.g. cpu.8C.32G)"
+
+// ParseInstanceType parses "a100plus.8gpu.80vG.96C.768G", "a100.8gpu", "a100.1gpu.40", "cpu.8C.32G".
+// Short forms leave CPU/RAM zero (meaning "no CPU/RAM constraint"). Error text quotes the name and
+// shows the expected form: `<family>.<N>gpu.<VRAM>vG.<C>C.<RAM>G` or `cpu.<C>C.<RAM>G`.
+func ParseInstanceType(s string) (Demand, error) {
+	fail := func(why string) (Demand, error) {
+		return Demand{}, fmt.Errorf("invalid instance type %q: %s; expected %s", s, why, instanceTypeForms)
+	}
+	parts := strings.Split(s, ".")
+	if len(parts) < 2 {
+		return fail("too few parts")
+	}
+	fam := parts[0]
+	if fam == "" {
+		return fail("the family is empty")
+	}
+	for _, r := range fam {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return fail("the family may contain only letters, digits, '-' and '_'")
+		}
+	}
+	d := Demand{Family: fam}
+	var ok bool
+	if strings.HasSuffix(parts[1], "gpu") {
+		if d.GPUs, ok = num(parts[1], "gpu"); !ok || d.GPUs < 1 {
+			return fail(fmt.Sprintf("%q is not a GPU count like 8gpu", parts[1]))
+		}
+		switch len(parts) {
+		case 2:
+		case 3:
+			v := strings.TrimSuffix(parts[2], "vG")
+			if d.VRAMGB, ok = num(v, ""); !ok {
+				return fail(fmt.Sprintf("%q is not a VRAM size like 80vG or 40", parts[2]))
+			}
+		case 5:
+			if d.VRAMGB, ok = num(parts[2], "vG"); !ok {
+				return fail(fmt.Sprintf("%q is not a VRAM size like 80vG", parts[2]))
+			}
+			if d.CPU, ok = num(parts[3], "C"); !ok {
+				return fail(fmt.Sprintf("%q is not a CPU core count like 96C", parts[3]))
+			}
+			if d.RAMGB, ok = num(parts[4], "G"); !ok {
+				return fail(fmt.Sprintf("%q is not a RAM size like 768G", parts[4]))
+			}
+		default:
+			return fail(fmt.Sprintf("it has %d dot-separated parts", len(parts)))
+		}
+		return d, nil
+	}
+	if len(parts) != 3 {
+		return fail(fmt.Sprintf("%q is neither a GPU count like 8gpu nor a CPU core count like 8C", parts[1]))
+	}
+	if d.CPU, ok = num(parts[1], "C"); !ok || d.CPU < 1 {
+		return fail(fmt.Sprintf("%q is not a CPU core count like 8C", parts[1]))
+	}
+	if d.RAMGB, ok = num(parts[2], "G"); !ok {
+		return fail(fmt.Sprintf("%q is not a RAM size like 32G", parts[2]))
+	}
+	return d, nil
+}
+
+// num parses "<digits><suffix>" into a non-negative int.
+func num(s, suffix string) (int, bool) {
+	if !strings.HasSuffix(s, suffix) {
+		return 0, false
+	}
+	s = s[:len(s)-len(suffix)]
+	if s == "" || len(s) > 9 {
+		return 0, false
+	}
+	n := 0
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return 0, false
+		}
+		n = n*10 + int(r-'0')
+	}
+	return n, true
+}
+
+// Node is one machine of an allocation.
+type Node struct {
+	Name   string `json:"name"`
+	Family string `json:"family"`
+	GPUs   int    `json:"gpus"`
+	CPU    int    `json:"cpu"`
+	RAMGB  int    `json:"ram_gb"`
+}
+
+// Queueing is the pool's queueing strategy.
+type Queueing string
+
+const (
+	BestEffortFIFO Queueing = "best-effort-fifo" // default ("" means this)
+	StrictFIFO     Queueing = "strict-fifo"
+)
+
+// Policy holds the pool settings.
+type Policy struct {
+	Queueing                   Queueing      `json:"queueing,omitempty"`
+	MinRuntimeBeforePreemption time.Duration `json:"min_runtime_before_preemption,omitempty"`
+}
+
+// Request asks for capacity for one attempt of one job.
+type Request struct {
+	Job         string    `json:"job"`
+	Attempt     int       `json:"attempt"` // opaque to the policy, echoed in Grant/Preemption
+	Kind        Kind      `json:"kind"`    // notebook => always High and never preemptible
+	Class       Class     `json:"class"`
+	Demand      Demand    `json:"demand"`
+	Workers     int       `json:"workers"`
+	Seq         int64     `json:"seq"` // queue sequence; caller assigns, keeps it on re-queue
+	SubmittedAt time.Time `json:"submitted_at"`
+}
+
+// WorkerPlacement is where one worker runs.
+type WorkerPlacement struct {
+	Worker int    `json:"worker"` // 0..Workers-1
+	Node   string `json:"node"`
+	GPUs   []int  `json:"gpus"` // GPU indices on that node, 0..node.GPUs-1, sorted
+}
+
+// Grant starts a job.
+type Grant struct {
+	Job       string            `json:"job"`
+	Attempt   int               `json:"attempt"`
+	Placement []WorkerPlacement `json:"placement"` // len == Workers, distinct nodes
+}
+
+// Preemptor identifies the request a job was preempted for.
+type Preemptor struct {
+	Job   string `json:"job"`
+	Class Class  `json:"class"`
+	Kind  Kind   `json:"kind"`
+}
+
+// Preemption tells the caller to stop a running job gracefully.
+type Preemption struct {
+	Victim        string    `json:"victim"`
+	VictimAttempt int       `json:"victim_attempt"`
+	Preemptor     Preemptor `json:"preemptor"`
+	Reason        string    `json:"reason"` // plain sentence
+}
+
+// Decisions is the outcome of one Schedule pass.
+type Decisions struct {
+	Grants      []Grant      `json:"grants,omitempty"`
+	Preemptions []Preemption `json:"preemptions,omitempty"`
+}
+
+// WaitingInfo explains one waiting request.
+type WaitingInfo struct {
+	Job         string    `json:"job"`
+	Attempt     int       `json:"attempt"`
+	Kind        Kind      `json:"kind"`
+	Class       Class     `json:"class"`
+	Workers     int       `json:"workers"`
+	Demand      Demand    `json:"demand"`
+	GPUs        int       `json:"gpus"`                  // total = Workers*Demand.GPUs
+	Position    int       `json:"position"`              // 1-based launch order in the allocation
+	Reason      string    `json:"reason"`                // plain language, never empty
+	WaitingFor  []string  `json:"waiting_for,omitempty"` // jobs it waits on (better requests ahead, or jobs releasing nominated capacity)
+	Nominated   []string  `json:"nominated,omitempty"`   // victims whose capacity is nominated to it
+	SubmittedAt time.Time `json:"submitted_at"`
+	Seq         int64     `json:"seq"`
+}
+
+// RunningInfo describes a running or releasing job.
+type RunningInfo struct {
+	Job         string            `json:"job"`
+	Attempt     int               `json:"attempt"`
+	Kind        Kind              `json:"kind"`
+	Class       Class             `json:"class"`
+	GPUs        int               `json:"gpus"`
+	StartedAt   time.Time         `json:"started_at"`
+	Releasing   bool              `json:"releasing"`
+	Placement   []WorkerPlacement `json:"placement"`
+	Released    []int             `json:"released,omitempty"` // workers already released
+	PreemptedBy *Preemptor        `json:"preempted_by,omitempty"`
+}
+
+// NodeInfo describes one node's GPU usage.
+type NodeInfo struct {
+	Name          string `json:"name"`
+	Family        string `json:"family"`
+	GPUs          int    `json:"gpus"`
+	FreeGPUs      int    `json:"free_gpus"`
+	AllocatedGPUs int    `json:"allocated_gpus"` // held by running jobs, not releasing
+	ReleasingGPUs int    `json:"releasing_gpus"`
+}
+
+// View is the whole state of the allocation, for the UI/API.
+type View struct {
+	Waiting []WaitingInfo `json:"waiting"` // in launch order
+	Running []RunningInfo `json:"running"` // sorted by StartedAt then Job
+	Nodes   []NodeInfo    `json:"nodes"`   // in config order
+}
