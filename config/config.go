@@ -1,0 +1,285 @@
+// Package config loads trainq's configuration: regions, their allocations
+// (GPU pools) with nodes and policy knobs, and the settings the worker, the
+// CLI and the API share. One YAML or JSON file serves them all; without a file
+// the embedded default applies.
+package config
+
+import (
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/trainq/trainq/scheduler"
+)
+
+//go:embed default.yaml
+var defaultYAML []byte
+
+// EnvFile names the environment variable that points at a config file.
+const EnvFile = "TRAINQ_CONFIG"
+
+// Config is the whole configuration.
+type Config struct {
+	// DataDir holds worker logs, process state and checkpoints of the local backend.
+	DataDir           string   `json:"data_dir"`
+	DefaultRegion     string   `json:"default_region"`
+	DefaultAllocation string   `json:"default_allocation"`
+	Regions           []Region `json:"regions"`
+	// ReclaimInterval is how often an allocator checks that the jobs holding
+	// capacity still exist; a terminated job's capacity is reclaimed within it.
+	ReclaimInterval Duration `json:"reclaim_interval"`
+	// MetricsAddr is where trainq-worker serves Prometheus metrics ("" = off).
+	MetricsAddr string `json:"metrics_addr"`
+
+	source string
+}
+
+type Region struct {
+	Name        string       `json:"name"`
+	Allocations []Allocation `json:"allocations"`
+}
+
+type Allocation struct {
+	Name string `json:"name"`
+	// Queueing is best-effort-fifo (default) or strict-fifo.
+	Queueing                   scheduler.Queueing `json:"queueing"`
+	MinRuntimeBeforePreemption Duration           `json:"min_runtime_before_preemption"`
+	// StopGracePeriod is how long a stopping worker gets between SIGTERM and SIGKILL.
+	StopGracePeriod Duration         `json:"stop_grace_period"`
+	Nodes           []scheduler.Node `json:"nodes"`
+}
+
+// Policy is the scheduler policy of the allocation.
+func (a Allocation) Policy() scheduler.Policy {
+	return scheduler.Policy{Queueing: a.Queueing, MinRuntimeBeforePreemption: a.MinRuntimeBeforePreemption.D()}
+}
+
+// Duration is a time.Duration written as "30s" or "5m" in the file.
+type Duration time.Duration
+
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("want a duration such as \"30s\" or \"5m\"")
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a duration; use a form such as \"30s\" or \"5m\"", s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Default returns the embedded configuration.
+func Default() *Config {
+	c, err := parse(defaultYAML, "embedded default config")
+	if err != nil {
+		panic(err) // the embedded file is tested
+	}
+	return c
+}
+
+// Load reads path, or the file named by $TRAINQ_CONFIG, or falls back to the
+// embedded default when both are empty.
+func Load(path string) (*Config, error) {
+	if path == "" {
+		path = os.Getenv(EnvFile)
+	}
+	if path == "" {
+		return Default(), nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return parse(b, path)
+}
+
+func parse(b []byte, source string) (*Config, error) {
+	c := &Config{}
+	if err := yaml.UnmarshalStrict(b, c); err != nil {
+		return nil, fmt.Errorf("config %s: %s", source, strings.TrimPrefix(err.Error(), "error unmarshaling JSON: while decoding JSON: "))
+	}
+	c.source = source
+	c.applyDefaults()
+	if err := c.validate(); err != nil {
+		return nil, fmt.Errorf("config %s: %w", source, err)
+	}
+	return c, nil
+}
+
+func (c *Config) applyDefaults() {
+	if c.DataDir == "" {
+		c.DataDir = ".data/trainq"
+	}
+	if c.ReclaimInterval == 0 {
+		c.ReclaimInterval = Duration(30 * time.Second)
+	}
+	for ri := range c.Regions {
+		for ai := range c.Regions[ri].Allocations {
+			a := &c.Regions[ri].Allocations[ai]
+			if a.Queueing == "" {
+				a.Queueing = scheduler.BestEffortFIFO
+			}
+			if a.StopGracePeriod == 0 {
+				a.StopGracePeriod = Duration(30 * time.Second)
+			}
+		}
+	}
+	if c.DefaultRegion == "" && len(c.Regions) > 0 {
+		c.DefaultRegion = c.Regions[0].Name
+	}
+	if c.DefaultAllocation == "" {
+		c.DefaultAllocation = "default"
+	}
+}
+
+func (c *Config) validate() error {
+	if len(c.Regions) == 0 {
+		return errors.New("regions: at least one region is required")
+	}
+	if c.ReclaimInterval.D() < time.Second {
+		return errors.New("reclaim_interval: must be at least 1s")
+	}
+	regions := map[string]bool{}
+	nodes := map[string]string{}
+	for ri, r := range c.Regions {
+		field := fmt.Sprintf("regions[%d]", ri)
+		if r.Name == "" {
+			return fmt.Errorf("%s.name: must not be empty", field)
+		}
+		if regions[r.Name] {
+			return fmt.Errorf("%s.name: region %q appears twice", field, r.Name)
+		}
+		regions[r.Name] = true
+		if len(r.Allocations) == 0 {
+			return fmt.Errorf("%s.allocations: region %q has no allocation", field, r.Name)
+		}
+		allocs := map[string]bool{}
+		for ai, a := range r.Allocations {
+			field := fmt.Sprintf("%s.allocations[%d]", field, ai)
+			if !validName(a.Name) {
+				return fmt.Errorf("%s.name: %q is not a valid name (letters, digits, '-', '_', '.')", field, a.Name)
+			}
+			if allocs[a.Name] {
+				return fmt.Errorf("%s.name: allocation %q appears twice in region %q", field, a.Name, r.Name)
+			}
+			allocs[a.Name] = true
+			if a.Queueing != scheduler.BestEffortFIFO && a.Queueing != scheduler.StrictFIFO {
+				return fmt.Errorf("%s.queueing: %q is not allowed; use %q or %q", field, a.Queueing, scheduler.BestEffortFIFO, scheduler.StrictFIFO)
+			}
+			if a.MinRuntimeBeforePreemption < 0 || a.StopGracePeriod < 0 {
+				return fmt.Errorf("%s: durations must not be negative", field)
+			}
+			if len(a.Nodes) == 0 {
+				return fmt.Errorf("%s.nodes: allocation %q has no node", field, a.Name)
+			}
+			for ni, n := range a.Nodes {
+				nf := fmt.Sprintf("%s.nodes[%d]", field, ni)
+				if !validName(n.Name) {
+					return fmt.Errorf("%s.name: %q is not a valid node name (letters, digits, '-', '_', '.')", nf, n.Name)
+				}
+				if owner, dup := nodes[n.Name]; dup {
+					return fmt.Errorf("%s.name: node %q is already in allocation %s; node names must be unique", nf, n.Name, owner)
+				}
+				nodes[n.Name] = r.Name + "/" + a.Name
+				if n.Family == "" {
+					return fmt.Errorf("%s.family: must not be empty (for example a100plus or cpu)", nf)
+				}
+				if n.GPUs < 0 || n.CPU < 0 || n.RAMGB < 0 {
+					return fmt.Errorf("%s: gpus, cpu and ram_gb must not be negative", nf)
+				}
+			}
+			if _, err := scheduler.NewPool(a.Nodes, a.Policy()); err != nil {
+				return fmt.Errorf("%s: %w", field, err)
+			}
+		}
+	}
+	if _, _, err := c.Allocation(c.DefaultRegion, c.DefaultAllocation); err != nil {
+		return fmt.Errorf("default_region/default_allocation: %w", err)
+	}
+	return nil
+}
+
+func validName(s string) bool {
+	if s == "" || len(s) > 63 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// Source says where the config came from, for messages.
+func (c *Config) Source() string { return c.source }
+
+// Allocation finds an allocation. Empty region or name mean the defaults.
+// The error names the allowed values.
+func (c *Config) Allocation(region, name string) (*Region, *Allocation, error) {
+	if region == "" {
+		region = c.DefaultRegion
+	}
+	if name == "" {
+		name = c.DefaultAllocation
+	}
+	var names []string
+	for ri := range c.Regions {
+		r := &c.Regions[ri]
+		names = append(names, r.Name)
+		if r.Name != region {
+			continue
+		}
+		var allocs []string
+		for ai := range r.Allocations {
+			if r.Allocations[ai].Name == name {
+				return r, &r.Allocations[ai], nil
+			}
+			allocs = append(allocs, r.Allocations[ai].Name)
+		}
+		return nil, nil, fmt.Errorf("allocation %q does not exist in region %s; allowed: %s", name, region, strings.Join(allocs, ", "))
+	}
+	sort.Strings(names)
+	return nil, nil, fmt.Errorf("region %q does not exist; allowed: %s", region, strings.Join(names, ", "))
+}
+
+// AllocationRef names one allocation.
+type AllocationRef struct {
+	Region     string
+	Allocation *Allocation
+}
+
+// Allocations lists every allocation in config order.
+func (c *Config) Allocations() []AllocationRef {
+	var out []AllocationRef
+	for ri := range c.Regions {
+		for ai := range c.Regions[ri].Allocations {
+			out = append(out, AllocationRef{Region: c.Regions[ri].Name, Allocation: &c.Regions[ri].Allocations[ai]})
+		}
+	}
+	return out
+}
+
+// Nodes lists every node name across allocations, in config order.
+func (c *Config) Nodes() []string {
+	var out []string
+	for _, ref := range c.Allocations() {
+		for _, n := range ref.Allocation.Nodes {
+			out = append(out, n.Name)
+		}
+	}
+	return out
+}

@@ -1,0 +1,248 @@
+// Package protocol holds what trainq's workflows, activities and clients
+// exchange: task queues, workflow, signal, update and query names, workflow
+// IDs, and the messages themselves. It has no behaviour, so every side can
+// import it without import cycles.
+package protocol
+
+import (
+	"time"
+
+	"github.com/trainq/trainq/scheduler"
+)
+
+// Task queues. The main queue runs workflows and control activities; each
+// node has its own queue for the activities that touch its workers, so that a
+// node agent per GPU server can serve it (as slurmd does).
+const (
+	TaskQueue           = "trainq"
+	NodeTaskQueuePrefix = "trainq-node-"
+)
+
+// NodeTaskQueue is the task queue of the agent that runs workers on node.
+func NodeTaskQueue(node string) string { return NodeTaskQueuePrefix + node }
+
+// Workflow type names.
+const (
+	JobWorkflowName       = "JobWorkflow"
+	AllocatorWorkflowName = "AllocatorWorkflow"
+)
+
+// Allocator messages.
+const (
+	UpdateRequestCapacity = "request-capacity"
+	SignalRelease         = "release"
+	SignalWithdraw        = "withdraw"
+	QueryQueue            = "queue"
+	QueryExplain          = "explain"
+)
+
+// Job messages.
+const (
+	SignalGrant   = "grant"
+	SignalPreempt = "preempt"
+	QueryStatus   = "status"
+)
+
+// AllocatorWorkflowID is the ID of the allocator of one allocation.
+func AllocatorWorkflowID(region, allocation string) string {
+	return "allocator/" + region + "/" + allocation
+}
+
+// Job kinds and name prefixes (ML Space names jobs lm-mpi-job-<uuid>).
+const (
+	JobNamePrefix      = "lm-mpi-job-"
+	NotebookNamePrefix = "jupyter-"
+)
+
+// JobSpec is ML Space's RunJobRequest plus what trainq records about the submitter.
+type JobSpec struct {
+	Script             string            `json:"script"`
+	BaseImage          string            `json:"base_image"`
+	InstanceType       string            `json:"instance_type"`
+	Region             string            `json:"region"`
+	AllocationName     string            `json:"allocation_name"`
+	NWorkers           int               `json:"n_workers"`
+	Type               string            `json:"type"`
+	ProcessesPerWorker int               `json:"processes_per_worker"` // 0 = "default": GPUs per worker
+	JobDesc            string            `json:"job_desc,omitempty"`
+	PriorityClass      string            `json:"priority_class"`
+	MaxRetry           int               `json:"max_retry"`
+	EnvVariables       map[string]string `json:"env_variables,omitempty"`
+	Flags              map[string]string `json:"flags,omitempty"`
+	CheckpointDir      string            `json:"checkpoint_dir,omitempty"`
+	Kind               scheduler.Kind    `json:"kind"`
+	Author             string            `json:"author,omitempty"`
+	Workspace          string            `json:"workspace,omitempty"`
+}
+
+// JobInput starts a JobWorkflow.
+type JobInput struct {
+	Name string  `json:"name"`
+	Spec JobSpec `json:"spec"`
+}
+
+// JobState uses ML Space's status words, plus Preempted.
+type JobState string
+
+const (
+	StatePending    JobState = "Pending"
+	StateStarting   JobState = "Starting"
+	StateRunning    JobState = "Running"
+	StateRestarting JobState = "Restarting"
+	StateCompleting JobState = "Completing"
+	StateStopping   JobState = "Stopping"
+	StateCompleted  JobState = "Completed"
+	StateFailed     JobState = "Failed"
+	StateStopped    JobState = "Stopped"
+	StatePreempted  JobState = "Preempted"
+)
+
+// Terminal says whether a job in this state is finished for good.
+func (s JobState) Terminal() bool {
+	switch s {
+	case StateCompleted, StateFailed, StateStopped, StatePreempted:
+		return true
+	}
+	return false
+}
+
+// AttemptRecord is one run of a job: from queueing to its end.
+type AttemptRecord struct {
+	Number    int                         `json:"number"`
+	QueuedAt  time.Time                   `json:"queued_at"`
+	StartedAt *time.Time                  `json:"started_at,omitempty"`
+	EndedAt   *time.Time                  `json:"ended_at,omitempty"`
+	EndReason string                      `json:"end_reason,omitempty"`
+	ExitCode  *int                        `json:"exit_code,omitempty"`
+	Preemptor *scheduler.Preemptor        `json:"preemptor,omitempty"`
+	Placement []scheduler.WorkerPlacement `json:"placement,omitempty"`
+}
+
+// JobStatus answers the status query. Position, Reason and WaitingFor come
+// from the allocator while the job waits.
+type JobStatus struct {
+	JobName      string                `json:"job_name"`
+	State        JobState              `json:"status"`
+	Kind         scheduler.Kind        `json:"type"`
+	Priority     string                `json:"priority_class"`
+	Region       string                `json:"region"`
+	Allocation   string                `json:"allocation_name"`
+	InstanceType string                `json:"instance_type"`
+	NWorkers     int                   `json:"n_workers"`
+	GPUs         int                   `json:"gpu_count"`
+	MaxRetry     int                   `json:"max_retry"`
+	Attempt      int                   `json:"attempt"`
+	Restarts     int                   `json:"restarts"`
+	Message      string                `json:"message,omitempty"`
+	CreatedAt    time.Time             `json:"created_at"`
+	PendingAt    *time.Time            `json:"pending_at,omitempty"`
+	RunningAt    *time.Time            `json:"running_at,omitempty"`
+	CompletedAt  *time.Time            `json:"completed_at,omitempty"`
+	Position     int                   `json:"position,omitempty"`
+	Reason       string                `json:"reason,omitempty"`
+	WaitingFor   []string              `json:"waiting_for,omitempty"`
+	Preemptors   []scheduler.Preemptor `json:"preemptors,omitempty"`
+	Attempts     []AttemptRecord       `json:"attempts"`
+	Spec         JobSpec               `json:"spec"`
+}
+
+// CapacityRequest asks an allocator for capacity for one attempt of a job.
+type CapacityRequest struct {
+	Job          string          `json:"job"`
+	Attempt      int             `json:"attempt"`
+	Kind         scheduler.Kind  `json:"kind"`
+	Class        scheduler.Class `json:"class"`
+	InstanceType string          `json:"instance_type"`
+	Workers      int             `json:"workers"`
+	// Seq is 0 on the first request; re-queued attempts pass the Seq they
+	// were given so that they keep their place in the queue.
+	Seq         int64     `json:"seq"`
+	SubmittedAt time.Time `json:"submitted_at"`
+}
+
+// CapacityReply tells a job its place in the queue.
+type CapacityReply struct {
+	Seq      int64  `json:"seq"`
+	Granted  bool   `json:"granted"`
+	Position int    `json:"position,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+// GrantSignal tells a job it may start Attempt on Placement.
+type GrantSignal struct {
+	Attempt   int                         `json:"attempt"`
+	Placement []scheduler.WorkerPlacement `json:"placement"`
+	// StopGracePeriod is the allocation's time between SIGTERM and SIGKILL.
+	StopGracePeriod time.Duration `json:"stop_grace_period"`
+}
+
+// PreemptSignal tells a job to stop Attempt because Preemptor needs its capacity.
+type PreemptSignal struct {
+	Attempt   int                 `json:"attempt"`
+	Preemptor scheduler.Preemptor `json:"preemptor"`
+	Reason    string              `json:"reason"`
+}
+
+// ReleaseSignal reports that workers of a job's attempt have stopped. With
+// Stopping set and no workers, it says the job has begun to stop.
+type ReleaseSignal struct {
+	Job      string `json:"job"`
+	Attempt  int    `json:"attempt"`
+	Workers  []int  `json:"workers,omitempty"`
+	Stopping bool   `json:"stopping,omitempty"`
+}
+
+// WithdrawSignal removes a waiting request (the job was cancelled while pending).
+type WithdrawSignal struct {
+	Job     string `json:"job"`
+	Attempt int    `json:"attempt"`
+}
+
+// AllocatorInput starts (or continues) an allocator.
+type AllocatorInput struct {
+	Region          string           `json:"region"`
+	Allocation      string           `json:"allocation"`
+	Nodes           []scheduler.Node `json:"nodes"`
+	Policy          scheduler.Policy `json:"policy"`
+	StopGracePeriod time.Duration    `json:"stop_grace_period"`
+	ReclaimInterval time.Duration    `json:"reclaim_interval"`
+	State           *AllocatorState  `json:"state,omitempty"`
+}
+
+// AllocatorState is what an allocator carries through continue-as-new.
+type AllocatorState struct {
+	Pool    scheduler.Snapshot `json:"pool"`
+	NextSeq int64              `json:"next_seq"`
+	// Orphans are jobs whose workflow vanished while holding capacity; their
+	// workers are being stopped before the capacity is freed.
+	Orphans  []string          `json:"orphans,omitempty"`
+	Counters AllocatorCounters `json:"counters"`
+}
+
+// AllocatorCounters are lifetime totals, kept across continue-as-new.
+type AllocatorCounters struct {
+	Grants      int64 `json:"grants"`
+	Preemptions int64 `json:"preemptions"`
+	Reclaimed   int64 `json:"reclaimed"`
+}
+
+// QueueView answers the queue query.
+type QueueView struct {
+	Region     string `json:"region"`
+	Allocation string `json:"allocation"`
+	scheduler.View
+	Counters AllocatorCounters `json:"counters"`
+}
+
+// Search attributes on job workflows.
+const (
+	SAState      = "TrainqState"
+	SAPriority   = "TrainqPriority"
+	SAAllocation = "TrainqAllocation"
+	SARegion     = "TrainqRegion"
+	SAAuthor     = "TrainqAuthor"
+	SAWorkspace  = "TrainqWorkspace"
+	SAKind       = "TrainqKind"
+	SAAttempt    = "TrainqAttempt"
+	SAGPUs       = "TrainqGPUs"
+)

@@ -1,0 +1,129 @@
+package protocol
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/trainq/trainq/scheduler"
+)
+
+// FieldError is a rejected request field: the API turns it into
+// {"error": {"code", "message", "field"}}, the CLI into a sentence.
+type FieldError struct {
+	Field   string
+	Message string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Message }
+
+func fieldErr(field, format string, args ...any) *FieldError {
+	return &FieldError{Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// JobTypes are the values ML Space accepts for `type`.
+var JobTypes = []string{"binary", "horovod", "pytorch", "pytorch2", "torchrun", "pytorch_elastic", "nogpu"}
+
+// MaxRetryLimit is the largest max_retry trainq accepts.
+const MaxRetryLimit = 100
+
+// Normalize fills in defaults and checks everything that can be checked
+// without the cluster's configuration. It returns notes about values it
+// changed (a notebook's class is always high) and the first bad field.
+func (s *JobSpec) Normalize() (notes []string, err error) {
+	if s.Kind == "" {
+		s.Kind = scheduler.KindJob
+	}
+	if s.Kind != scheduler.KindJob && s.Kind != scheduler.KindNotebook {
+		return nil, fieldErr("kind", "%q is not allowed; use job or notebook", s.Kind)
+	}
+	if strings.TrimSpace(s.Script) == "" {
+		return nil, fieldErr("script", "must not be empty: give the script path, or a command line for type=binary")
+	}
+	if s.InstanceType == "" {
+		return nil, fieldErr("instance_type", "is required, for example a100plus.8gpu.80vG.96C.768G")
+	}
+	demand, err := scheduler.ParseInstanceType(s.InstanceType)
+	if err != nil {
+		return nil, &FieldError{Field: "instance_type", Message: err.Error()}
+	}
+	if s.NWorkers == 0 {
+		s.NWorkers = 1
+	}
+	if s.NWorkers < 1 {
+		return nil, fieldErr("n_workers", "must be at least 1, got %d", s.NWorkers)
+	}
+	if s.Type == "" {
+		s.Type = "binary"
+	}
+	if !contains(JobTypes, s.Type) {
+		return nil, fieldErr("type", "%q is not allowed; use one of %s", s.Type, strings.Join(JobTypes, ", "))
+	}
+	if s.ProcessesPerWorker < 0 {
+		return nil, fieldErr("processes_per_worker", "must be a positive number or \"default\", got %d", s.ProcessesPerWorker)
+	}
+	if s.ProcessesPerWorker == 0 {
+		s.ProcessesPerWorker = max(demand.GPUs, 1)
+	}
+	if s.MaxRetry < 0 || s.MaxRetry > MaxRetryLimit {
+		return nil, fieldErr("max_retry", "must be between 0 and %d, got %d", MaxRetryLimit, s.MaxRetry)
+	}
+	if s.Kind == scheduler.KindNotebook {
+		if s.PriorityClass != "" && s.PriorityClass != "high" {
+			if _, err := scheduler.ParseClass(s.PriorityClass); err != nil {
+				return nil, &FieldError{Field: "priority_class", Message: err.Error()}
+			}
+			notes = append(notes, fmt.Sprintf("priority_class %q was changed to high: Jupyter servers always run with high priority", s.PriorityClass))
+		}
+		s.PriorityClass = "high"
+	}
+	class, err := scheduler.ParseClass(s.PriorityClass)
+	if err != nil {
+		return nil, &FieldError{Field: "priority_class", Message: err.Error()}
+	}
+	s.PriorityClass = class.String()
+	for _, k := range sortedKeys(s.EnvVariables) {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return nil, fieldErr("env_variables", "%q is not a valid variable name", k)
+		}
+	}
+	for _, k := range sortedKeys(s.Flags) {
+		if k == "" || strings.ContainsAny(k, "= \x00") {
+			return nil, fieldErr("flags", "%q is not a valid flag name", k)
+		}
+	}
+	return notes, nil
+}
+
+// Demand is the per-worker demand of a normalized spec.
+func (s *JobSpec) Demand() scheduler.Demand {
+	d, _ := scheduler.ParseInstanceType(s.InstanceType)
+	return d
+}
+
+// Class is the priority class of a normalized spec.
+func (s *JobSpec) Class() scheduler.Class {
+	c, _ := scheduler.ParseClass(s.PriorityClass)
+	return c
+}
+
+// GPUs is the job's total GPU count.
+func (s *JobSpec) GPUs() int { return s.Demand().GPUs * s.NWorkers }
+
+func contains(list []string, v string) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
