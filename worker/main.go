@@ -1,0 +1,145 @@
+// Command trainq-worker runs trainq's workflows and activities: the job and
+// allocator workflows on the main task queue, and one node agent per
+// configured node, each on that node's task queue. It also makes sure every
+// configured allocation has a running allocator.
+//
+//	trainq-worker [--config FILE]
+//	trainq-worker supervise DIR   (internal: the parent of one worker's processes)
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/trainq/trainq/activities"
+	"github.com/trainq/trainq/cluster/local"
+	"github.com/trainq/trainq/config"
+	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/workflows"
+)
+
+func main() {
+	if len(os.Args) >= 3 && os.Args[1] == "supervise" {
+		os.Exit(local.Supervise(os.Args[2]))
+	}
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "trainq-worker:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	configPath := flag.String("config", "", "config file (default: $TRAINQ_CONFIG, else the embedded default)")
+	flag.Parse()
+	cfg, err := config.Load(*configPath)
+	if err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	c, err := workflows.Dial(ctx, sdklog.NewStructuredLogger(logger))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+
+	if err := ensureSearchAttributes(ctx, c); err != nil {
+		return err
+	}
+	backend, err := local.New(local.Options{DataDir: cfg.DataDir})
+	if err != nil {
+		return err
+	}
+	acts := &activities.Activities{Client: c, Config: cfg, Backend: backend}
+
+	var workers []worker.Worker
+	main := worker.New(c, protocol.TaskQueue, worker.Options{})
+	main.RegisterWorkflowWithOptions(workflows.JobWorkflow, workflowOptions(protocol.JobWorkflowName))
+	main.RegisterWorkflowWithOptions(workflows.AllocatorWorkflow, workflowOptions(protocol.AllocatorWorkflowName))
+	main.RegisterActivity(acts)
+	workers = append(workers, main)
+	// One node agent per node. On a real cluster each GPU server runs its
+	// own agent; here one process serves every node of the config.
+	for _, node := range cfg.Nodes() {
+		w := worker.New(c, protocol.NodeTaskQueue(node), worker.Options{})
+		w.RegisterActivity(acts)
+		workers = append(workers, w)
+	}
+	for _, w := range workers {
+		if err := w.Start(); err != nil {
+			return err
+		}
+		defer w.Stop()
+	}
+	if err := ensureAllocators(ctx, c, cfg); err != nil {
+		return err
+	}
+	logger.Info("trainq-worker is running", "config", cfg.Source(), "nodes", len(cfg.Nodes()), "data_dir", cfg.DataDir)
+	<-ctx.Done()
+	logger.Info("trainq-worker is stopping; running jobs keep running and are re-attached at the next start")
+	return nil
+}
+
+func workflowOptions(name string) workflow.RegisterOptions {
+	return workflow.RegisterOptions{Name: name}
+}
+
+// ensureSearchAttributes registers trainq's search attributes if the server
+// lacks them, so that a fresh server needs no manual step.
+func ensureSearchAttributes(ctx context.Context, c client.Client) error {
+	ns := workflows.Namespace()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	have, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: ns})
+	if err != nil {
+		return fmt.Errorf("cannot list search attributes on namespace %s: %w", ns, err)
+	}
+	req := &operatorservice.AddSearchAttributesRequest{Namespace: ns, SearchAttributes: map[string]enumspb.IndexedValueType{}}
+	for _, sa := range protocol.SearchAttributeTypes {
+		if _, ok := have.GetCustomAttributes()[sa.Name]; !ok {
+			req.SearchAttributes[sa.Name] = sa.Type
+		}
+	}
+	if len(req.SearchAttributes) == 0 {
+		return nil
+	}
+	_, err = c.OperatorService().AddSearchAttributes(ctx, req)
+	var exists *serviceerror.AlreadyExists
+	if err != nil && !errors.As(err, &exists) {
+		return fmt.Errorf("cannot register search attributes: %w", err)
+	}
+	return nil
+}
+
+// ensureAllocators starts the allocator of every configured allocation, or
+// finds it running.
+func ensureAllocators(ctx context.Context, c client.Client, cfg *config.Config) error {
+	for _, ref := range cfg.Allocations() {
+		in, err := activities.AllocatorInput(cfg, ref.Region, ref.Allocation.Name)
+		if err != nil {
+			return err
+		}
+		if _, err := c.ExecuteWorkflow(ctx, activities.AllocatorStartOptions(ref.Region, ref.Allocation.Name), protocol.AllocatorWorkflowName, in); err != nil {
+			return fmt.Errorf("cannot start the allocator of %s/%s: %w", ref.Region, ref.Allocation.Name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,474 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/trainq/trainq/activities"
+	"github.com/trainq/trainq/cluster"
+	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/scheduler"
+)
+
+// Continue-as-new thresholds. Temporal suggests continue-as-new on history
+// size and length; updates have their own per-run limit, so count them too.
+const (
+	maxUpdatesPerRun = 1000
+	maxEventsPerRun  = 20000
+	// explainLimit is the queue length up to which every event refreshes
+	// the explanations shown in replies and in the Web UI.
+	explainLimit    = 1000
+	detailsInterval = 5 * time.Second
+)
+
+// allocator is the state of one allocation's allocator workflow. Everything it
+// needs after continue-as-new lives in protocol.AllocatorState.
+type allocator struct {
+	in      protocol.AllocatorInput
+	pool    *scheduler.Pool
+	nextSeq int64
+	// orphans are jobs holding capacity whose workflow has gone; their workers
+	// are stopped, then the capacity is freed.
+	orphans   []string
+	reclaims  map[string]bool
+	counters  protocol.AllocatorCounters
+	updates   int
+	inFlight  int // outgoing signals and reclaims not yet finished
+	detailsAt time.Time
+	lastEvent string
+}
+
+// AllocatorWorkflow owns the capacity of one allocation. Jobs ask it for
+// capacity with the request-capacity update; it grants and preempts with
+// signals, takes per-worker releases, and answers the queue query. All
+// scheduling decisions come from package scheduler.
+func AllocatorWorkflow(ctx workflow.Context, in protocol.AllocatorInput) error {
+	a, err := newAllocator(in)
+	if err != nil {
+		return temporal.NewNonRetryableApplicationError(err.Error(), "BadAllocator", nil)
+	}
+	logger := workflow.GetLogger(ctx)
+
+	if err := workflow.SetQueryHandler(ctx, protocol.QueryQueue, func() (protocol.QueueView, error) {
+		return a.view(), nil
+	}); err != nil {
+		return err
+	}
+	if err := workflow.SetQueryHandler(ctx, protocol.QueryExplain, func(job string) (ExplainReply, error) {
+		return a.explain(job), nil
+	}); err != nil {
+		return err
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, protocol.UpdateRequestCapacity,
+		func(ctx workflow.Context, req protocol.CapacityRequest) (protocol.CapacityReply, error) {
+			a.updates++
+			reply := a.request(req, workflow.Now(ctx))
+			a.schedule(ctx)
+			return a.replyFor(req.Job, reply), nil
+		},
+		workflow.UpdateHandlerOptions{Validator: a.validate},
+	); err != nil {
+		return err
+	}
+
+	releases := workflow.GetSignalChannel(ctx, protocol.SignalRelease)
+	withdrawals := workflow.GetSignalChannel(ctx, protocol.SignalWithdraw)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			var s protocol.ReleaseSignal
+			releases.Receive(ctx, &s)
+			a.onRelease(s)
+			a.schedule(ctx)
+		}
+	})
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			var s protocol.WithdrawSignal
+			withdrawals.Receive(ctx, &s)
+			a.onWithdraw(s)
+			a.schedule(ctx)
+		}
+	})
+	workflow.Go(ctx, func(ctx workflow.Context) { a.reclaimLoop(ctx) })
+
+	// Orphans carried over from the previous run still need their workers stopped.
+	for _, job := range a.orphans {
+		a.reclaim(ctx, job)
+	}
+	a.schedule(ctx)
+
+	// Wait until this run should hand over to a fresh one.
+	if err := workflow.Await(ctx, func() bool { return a.shouldContinueAsNew(ctx) }); err != nil {
+		return err
+	}
+	// Let handlers and outgoing signals finish, then take in any signal that
+	// arrived meanwhile, so that nothing is lost in the hand-over.
+	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) && a.inFlight == 0 }); err != nil {
+		return err
+	}
+	for {
+		var s protocol.ReleaseSignal
+		if !releases.ReceiveAsync(&s) {
+			break
+		}
+		a.onRelease(s)
+	}
+	for {
+		var s protocol.WithdrawSignal
+		if !withdrawals.ReceiveAsync(&s) {
+			break
+		}
+		a.onWithdraw(s)
+	}
+	logger.Info("allocator continues as new", "waiting", a.pool.WaitingCount(), "running", len(a.pool.RunningJobs()))
+	next := a.in
+	next.State = a.snapshot()
+	return workflow.NewContinueAsNewError(ctx, AllocatorWorkflow, next)
+}
+
+func newAllocator(in protocol.AllocatorInput) (*allocator, error) {
+	a := &allocator{in: in, nextSeq: 1, reclaims: map[string]bool{}}
+	a.in.State = nil
+	if in.State != nil {
+		pool, err := scheduler.Restore(in.State.Pool)
+		if err != nil {
+			return nil, fmt.Errorf("restore allocator state: %w", err)
+		}
+		a.pool = pool
+		a.nextSeq = in.State.NextSeq
+		a.orphans = in.State.Orphans
+		a.counters = in.State.Counters
+		return a, nil
+	}
+	pool, err := scheduler.NewPool(in.Nodes, in.Policy)
+	if err != nil {
+		return nil, err
+	}
+	a.pool = pool
+	return a, nil
+}
+
+func (a *allocator) snapshot() *protocol.AllocatorState {
+	return &protocol.AllocatorState{
+		Pool:     a.pool.Snapshot(),
+		NextSeq:  a.nextSeq,
+		Orphans:  a.orphans,
+		Counters: a.counters,
+	}
+}
+
+func (a *allocator) shouldContinueAsNew(ctx workflow.Context) bool {
+	info := workflow.GetInfo(ctx)
+	return info.GetContinueAsNewSuggested() || a.updates >= maxUpdatesPerRun || info.GetCurrentHistoryLength() >= maxEventsPerRun
+}
+
+func (a *allocator) toRequest(req protocol.CapacityRequest) (scheduler.Request, error) {
+	if req.Job == "" {
+		return scheduler.Request{}, errors.New("job: must not be empty")
+	}
+	if req.Attempt < 1 {
+		return scheduler.Request{}, fmt.Errorf("attempt: must be at least 1, got %d", req.Attempt)
+	}
+	demand, err := scheduler.ParseInstanceType(req.InstanceType)
+	if err != nil {
+		return scheduler.Request{}, err
+	}
+	r := scheduler.Request{
+		Job: req.Job, Attempt: req.Attempt, Kind: req.Kind, Class: req.Class,
+		Demand: demand, Workers: req.Workers, Seq: req.Seq, SubmittedAt: req.SubmittedAt,
+	}
+	return r, a.pool.Admit(r)
+}
+
+// validate refuses, before anything is recorded, a request that can never fit.
+func (a *allocator) validate(req protocol.CapacityRequest) error {
+	_, err := a.toRequest(req)
+	if err != nil {
+		return fmt.Errorf("allocation %s/%s cannot run %s: %w", a.in.Region, a.in.Allocation, req.Job, err)
+	}
+	return nil
+}
+
+func (a *allocator) request(req protocol.CapacityRequest, now time.Time) protocol.CapacityReply {
+	r, err := a.toRequest(req)
+	if err != nil {
+		// The validator already refused such requests; the state may have
+		// changed since only through continue-as-new, so report and move on.
+		return protocol.CapacityReply{Reason: err.Error()}
+	}
+	if r.Seq == 0 {
+		if w, ok := a.pool.Explain(r.Job); ok {
+			r.Seq = w.Seq
+		} else {
+			r.Seq = a.nextSeq
+			a.nextSeq++
+		}
+	}
+	if r.SubmittedAt.IsZero() {
+		r.SubmittedAt = now
+	}
+	if err := a.pool.Enqueue(r); err != nil {
+		return protocol.CapacityReply{Seq: r.Seq, Reason: err.Error()}
+	}
+	a.note(fmt.Sprintf("queued %s (attempt %d, %s)", r.Job, r.Attempt, r.Class))
+	return protocol.CapacityReply{Seq: r.Seq}
+}
+
+func (a *allocator) replyFor(job string, reply protocol.CapacityReply) protocol.CapacityReply {
+	if a.pool.WaitingCount() > explainLimit {
+		// Explaining costs a dry-run pass; with a long queue the caller
+		// asks for the position when it needs it.
+		reply.Reason = fmt.Sprintf("queued behind up to %d waiting jobs", a.pool.WaitingCount()-1)
+		return reply
+	}
+	if w, ok := a.pool.Explain(job); ok {
+		reply.Position, reply.Reason = w.Position, w.Reason
+		return reply
+	}
+	if _, ok := a.pool.Running(job); ok {
+		reply.Granted = true
+	}
+	return reply
+}
+
+func (a *allocator) onRelease(s protocol.ReleaseSignal) {
+	if r, ok := a.pool.Running(s.Job); !ok || r.Attempt != s.Attempt {
+		return
+	}
+	if s.Stopping {
+		a.pool.BeginRelease(s.Job)
+	}
+	for _, w := range s.Workers {
+		a.pool.Release(s.Job, s.Attempt, w)
+	}
+	a.note(fmt.Sprintf("%s released worker(s) %v", s.Job, s.Workers))
+}
+
+func (a *allocator) onWithdraw(s protocol.WithdrawSignal) {
+	if w, ok := a.pool.Explain(s.Job); ok && w.Attempt == s.Attempt {
+		a.pool.Cancel(s.Job)
+		a.note(fmt.Sprintf("%s withdrew its request", s.Job))
+		return
+	}
+	// Granted but the job was cancelled before it saw the grant: it started
+	// no worker, so the capacity is free at once.
+	if r, ok := a.pool.Running(s.Job); ok && r.Attempt == s.Attempt {
+		a.pool.Cancel(s.Job)
+		a.note(fmt.Sprintf("%s gave back its grant unused", s.Job))
+	}
+}
+
+// schedule runs one scheduling pass and sends its decisions.
+func (a *allocator) schedule(ctx workflow.Context) {
+	now := workflow.Now(ctx)
+	d := a.pool.Schedule(now)
+	for _, g := range d.Grants {
+		a.counters.Grants++
+		a.note(fmt.Sprintf("granted %s attempt %d on %s", g.Job, g.Attempt, placementText(g.Placement)))
+		grant := protocol.GrantSignal{Attempt: g.Attempt, Placement: g.Placement, StopGracePeriod: a.in.StopGracePeriod}
+		job, attempt := g.Job, g.Attempt
+		a.send(ctx, job, protocol.SignalGrant, grant, func(ctx workflow.Context) {
+			// The job's workflow is gone, so it never saw the grant and
+			// started nothing: the capacity is free again.
+			if r, ok := a.pool.Running(job); ok && r.Attempt == attempt {
+				a.pool.Cancel(job)
+				a.note(fmt.Sprintf("%s vanished before its grant; capacity returned", job))
+				a.schedule(ctx)
+			}
+		})
+	}
+	for _, p := range d.Preemptions {
+		a.counters.Preemptions++
+		a.note(fmt.Sprintf("preempting %s for %s", p.Victim, p.Preemptor.Job))
+		victim := p.Victim
+		sig := protocol.PreemptSignal{Attempt: p.VictimAttempt, Preemptor: p.Preemptor, Reason: p.Reason}
+		a.send(ctx, victim, protocol.SignalPreempt, sig, func(ctx workflow.Context) {
+			// The victim's workflow is gone but its workers may still run.
+			a.reclaim(ctx, victim)
+		})
+	}
+	// Rendering the queue for the Web UI costs a dry-run pass; with a long
+	// queue, refresh it at most every detailsInterval.
+	if a.pool.WaitingCount() <= explainLimit || now.Sub(a.detailsAt) >= detailsInterval {
+		a.detailsAt = now
+		workflow.SetCurrentDetails(ctx, a.details())
+	}
+}
+
+// send signals a job workflow; onGone runs if the workflow no longer exists.
+func (a *allocator) send(ctx workflow.Context, job, name string, arg any, onGone func(workflow.Context)) {
+	f := workflow.SignalExternalWorkflow(ctx, job, "", name, arg)
+	a.inFlight++
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		err := f.Get(ctx, nil)
+		a.inFlight--
+		if err != nil {
+			workflow.GetLogger(ctx).Warn("signal to job failed", "job", job, "signal", name, "error", err)
+			onGone(ctx)
+		}
+	})
+}
+
+// reclaimLoop finds, every ReclaimInterval, jobs that hold capacity although
+// their workflow is gone (terminated from the UI or CLI, timed out), and
+// reclaims their capacity.
+func (a *allocator) reclaimLoop(ctx workflow.Context) {
+	interval := a.in.ReclaimInterval
+	if interval <= 0 {
+		interval = 30 * time.Second
+	}
+	for {
+		if err := workflow.NewTimerWithOptions(ctx, interval, workflow.TimerOptions{Summary: "look for vanished jobs"}).Get(ctx, nil); err != nil {
+			return
+		}
+		jobs := a.pool.RunningJobs()
+		if len(jobs) == 0 {
+			continue
+		}
+		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+			StartToCloseTimeout: time.Minute,
+			HeartbeatTimeout:    20 * time.Second,
+			Summary:             fmt.Sprintf("check %d jobs holding capacity", len(jobs)),
+		})
+		var gone []string
+		a.inFlight++
+		err := workflow.ExecuteActivity(actx, (*activities.Activities).FindVanishedJobs, jobs).Get(ctx, &gone)
+		a.inFlight--
+		if err != nil {
+			workflow.GetLogger(ctx).Warn("could not check jobs", "error", err)
+			continue
+		}
+		for _, job := range gone {
+			a.reclaim(ctx, job)
+		}
+	}
+}
+
+// reclaim stops the workers of a vanished job through its nodes' agents,
+// then frees its capacity.
+func (a *allocator) reclaim(ctx workflow.Context, job string) {
+	if a.reclaims[job] {
+		return
+	}
+	r, ok := a.pool.Running(job)
+	if !ok {
+		a.dropOrphan(job)
+		return
+	}
+	a.reclaims[job] = true
+	a.addOrphan(job)
+	a.inFlight++
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		defer func() { a.inFlight-- }()
+		var futures []workflow.Future
+		for _, p := range r.Placement {
+			actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+				TaskQueue:           protocol.NodeTaskQueue(p.Node),
+				StartToCloseTimeout: a.in.StopGracePeriod + time.Minute,
+				HeartbeatTimeout:    20 * time.Second,
+				Summary:             fmt.Sprintf("reclaim worker %d of vanished %s on %s", p.Worker, job, p.Node),
+			})
+			in := activities.StopWorkerInput{ID: cluster.WorkerID{Job: job, Attempt: r.Attempt, Worker: p.Worker}, Grace: a.in.StopGracePeriod}
+			futures = append(futures, workflow.ExecuteActivity(actx, (*activities.Activities).StopWorker, in))
+		}
+		for _, f := range futures {
+			if err := f.Get(ctx, nil); err != nil {
+				workflow.GetLogger(ctx).Error("could not stop a vanished job's worker", "job", job, "error", err)
+			}
+		}
+		if cur, ok := a.pool.Running(job); ok && cur.Attempt == r.Attempt {
+			a.pool.Cancel(job)
+			a.counters.Reclaimed++
+			a.note(fmt.Sprintf("reclaimed the capacity of vanished job %s", job))
+		}
+		delete(a.reclaims, job)
+		a.dropOrphan(job)
+		a.schedule(ctx)
+	})
+}
+
+func (a *allocator) addOrphan(job string) {
+	for _, j := range a.orphans {
+		if j == job {
+			return
+		}
+	}
+	a.orphans = append(a.orphans, job)
+}
+
+func (a *allocator) dropOrphan(job string) {
+	out := a.orphans[:0]
+	for _, j := range a.orphans {
+		if j != job {
+			out = append(out, j)
+		}
+	}
+	a.orphans = out
+}
+
+func (a *allocator) note(event string) { a.lastEvent = event }
+
+// ExplainReply tells where a job stands in its allocation.
+type ExplainReply struct {
+	Waiting *scheduler.WaitingInfo `json:"waiting,omitempty"`
+	Running *scheduler.RunningInfo `json:"running,omitempty"`
+}
+
+func (a *allocator) explain(job string) ExplainReply {
+	var out ExplainReply
+	if w, ok := a.pool.Explain(job); ok {
+		out.Waiting = &w
+	}
+	if r, ok := a.pool.Running(job); ok {
+		out.Running = &r
+	}
+	return out
+}
+
+func (a *allocator) view() protocol.QueueView {
+	return protocol.QueueView{Region: a.in.Region, Allocation: a.in.Allocation, View: a.pool.View(), Counters: a.counters}
+}
+
+// details renders the allocation for the Web UI's current details.
+func (a *allocator) details() string {
+	v := a.pool.View()
+	var b strings.Builder
+	fmt.Fprintf(&b, "## Allocation %s/%s\n\n", a.in.Region, a.in.Allocation)
+	if a.lastEvent != "" {
+		fmt.Fprintf(&b, "Last event: %s\n\n", a.lastEvent)
+	}
+	b.WriteString("| node | family | GPUs | free | allocated | releasing |\n|---|---|---|---|---|---|\n")
+	for _, n := range v.Nodes {
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d |\n", n.Name, n.Family, n.GPUs, n.FreeGPUs, n.AllocatedGPUs, n.ReleasingGPUs)
+	}
+	fmt.Fprintf(&b, "\n### Running (%d)\n\n", len(v.Running))
+	for _, r := range v.Running {
+		state := "running"
+		if r.Releasing {
+			state = "releasing"
+		}
+		fmt.Fprintf(&b, "- %s · %s · %d GPUs · %s · %s\n", r.Job, r.Class, r.GPUs, state, placementText(r.Placement))
+	}
+	fmt.Fprintf(&b, "\n### Waiting (%d)\n\n", len(v.Waiting))
+	for i, w := range v.Waiting {
+		if i == 20 {
+			fmt.Fprintf(&b, "- … and %d more\n", len(v.Waiting)-i)
+			break
+		}
+		fmt.Fprintf(&b, "%d. %s · %s · %d GPUs — %s\n", w.Position, w.Job, w.Class, w.GPUs, w.Reason)
+	}
+	return b.String()
+}
+
+func placementText(p []scheduler.WorkerPlacement) string {
+	parts := make([]string, len(p))
+	for i, w := range p {
+		parts[i] = fmt.Sprintf("%s%v", w.Node, w.GPUs)
+	}
+	return strings.Join(parts, ", ")
+}
