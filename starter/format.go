@@ -1,0 +1,119 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/trainq/trainq/scheduler"
+)
+
+func newTable(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+}
+
+// stamp formats a time for humans: the clock time today, the date otherwise.
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	t = t.Local()
+	now := time.Now()
+	if y, m, d := now.Date(); t.Year() == y && t.Month() == m && t.Day() == d {
+		return t.Format("15:04:05")
+	}
+	return t.Format("2006-01-02 15:04:05")
+}
+
+func stampPtr(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return stamp(*t)
+}
+
+// human formats a duration roughly: 42s, 3m05s, 2h03m, 3d04h.
+func human(d time.Duration) string {
+	if d < 0 {
+		d = 0
+	}
+	d = d.Round(time.Second)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
+}
+
+func ago(t time.Time) string { return human(time.Since(t)) + " ago" }
+
+// gpuList formats GPU indices compactly: [0-3,6].
+func gpuList(gpus []int) string {
+	if len(gpus) == 0 {
+		return ""
+	}
+	g := append([]int(nil), gpus...)
+	sort.Ints(g)
+	var parts []string
+	for i := 0; i < len(g); {
+		j := i
+		for j+1 < len(g) && g[j+1] == g[j]+1 {
+			j++
+		}
+		if j > i+1 {
+			parts = append(parts, strconv.Itoa(g[i])+"-"+strconv.Itoa(g[j]))
+		} else if j == i+1 {
+			parts = append(parts, strconv.Itoa(g[i]), strconv.Itoa(g[j]))
+		} else {
+			parts = append(parts, strconv.Itoa(g[i]))
+		}
+		i = j + 1
+	}
+	return "[" + strings.Join(parts, ",") + "]"
+}
+
+// placement formats where a job's workers run: node-1[0-7] node-2[0-7].
+func placement(p []scheduler.WorkerPlacement) string {
+	if len(p) == 0 {
+		return "-"
+	}
+	ps := append([]scheduler.WorkerPlacement(nil), p...)
+	sort.Slice(ps, func(i, j int) bool { return ps[i].Worker < ps[j].Worker })
+	var parts []string
+	for _, w := range ps {
+		parts = append(parts, w.Node+gpuList(w.GPUs))
+	}
+	return strings.Join(parts, " ")
+}
+
+func preemptor(p *scheduler.Preemptor) string {
+	if p == nil {
+		return ""
+	}
+	if p.Kind == scheduler.KindNotebook {
+		return p.Job + " (Jupyter server, " + p.Class.String() + ")"
+	}
+	return p.Job + " (" + p.Class.String() + ")"
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,455 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/trainq/trainq/cluster"
+	"github.com/trainq/trainq/config"
+	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/scheduler"
+	"github.com/trainq/trainq/workflows"
+)
+
+// jobRequest is ML Space's RunJobRequest as `submit -f` reads it. Decoding is
+// strict: a field not listed here is rejected, naming it.
+type jobRequest struct {
+	Script             string            `json:"script"`
+	BaseImage          string            `json:"base_image"`
+	InstanceType       string            `json:"instance_type"`
+	Region             string            `json:"region"`
+	AllocationName     string            `json:"allocation_name"`
+	NWorkers           *int              `json:"n_workers"`
+	Type               string            `json:"type"`
+	ProcessesPerWorker *procsValue       `json:"processes_per_worker"`
+	JobDesc            string            `json:"job_desc"`
+	PriorityClass      string            `json:"priority_class"`
+	MaxRetry           *int              `json:"max_retry"`
+	EnvVariables       map[string]string `json:"env_variables"`
+	Flags              map[string]string `json:"flags"`
+	CheckpointDir      string            `json:"checkpoint_dir"`
+	// Accepted because ML Space documents them, but not used by trainq.
+	LogsDir      string          `json:"logs_dir"`
+	HealthParams json.RawMessage `json:"health_params"`
+}
+
+// jobRequestFields lists the accepted fields, for the unknown-field message.
+const jobRequestFields = "script, base_image, instance_type, region, allocation_name, n_workers, type, " +
+	"processes_per_worker, job_desc, priority_class, max_retry, env_variables, flags, checkpoint_dir, logs_dir, health_params"
+
+// procsValue is processes_per_worker in JSON: a number or "default".
+type procsValue int
+
+func (p *procsValue) UnmarshalJSON(b []byte) error {
+	var s string
+	if len(b) > 0 && b[0] == '"' {
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+	} else {
+		s = string(b)
+	}
+	n, err := parseProcs(s)
+	if err != nil {
+		return &protocol.FieldError{Field: "processes_per_worker", Message: err.Error()}
+	}
+	*p = procsValue(n)
+	return nil
+}
+
+// decodeJobRequest strictly decodes one RunJobRequest JSON object into a
+// JobSpec. Errors name the bad field. Notes say which fields are ignored.
+func decodeJobRequest(data []byte, source string) (spec protocol.JobSpec, notes []string, err error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var r jobRequest
+	if err := dec.Decode(&r); err != nil {
+		return spec, nil, jsonError(source, data, err)
+	}
+	var rest any
+	if err := dec.Decode(&rest); !errors.Is(err, io.EOF) {
+		return spec, nil, usageErr("%s: unexpected data after the JSON object; give one job per file", source)
+	}
+	spec = protocol.JobSpec{
+		Script: r.Script, BaseImage: r.BaseImage, InstanceType: r.InstanceType, Region: r.Region,
+		AllocationName: r.AllocationName, Type: r.Type, JobDesc: r.JobDesc, PriorityClass: r.PriorityClass,
+		EnvVariables: r.EnvVariables, Flags: r.Flags, CheckpointDir: r.CheckpointDir,
+	}
+	if r.NWorkers != nil {
+		if *r.NWorkers < 1 {
+			return spec, nil, &protocol.FieldError{Field: "n_workers", Message: fmt.Sprintf("must be at least 1, got %d", *r.NWorkers)}
+		}
+		spec.NWorkers = *r.NWorkers
+	}
+	if r.ProcessesPerWorker != nil {
+		spec.ProcessesPerWorker = int(*r.ProcessesPerWorker)
+	}
+	if r.MaxRetry != nil {
+		spec.MaxRetry = *r.MaxRetry
+	}
+	if r.LogsDir != "" {
+		notes = append(notes, "logs_dir is ignored: trainq keeps each worker's log under its data_dir (see `trainq logs`)")
+	}
+	if len(r.HealthParams) > 0 && string(r.HealthParams) != "null" {
+		notes = append(notes, "health_params is ignored: trainq does not watch jobs for stuck logs yet")
+	}
+	return spec, notes, nil
+}
+
+// jsonError turns encoding/json errors into sentences naming the field.
+func jsonError(source string, data []byte, err error) error {
+	var fe *protocol.FieldError
+	if errors.As(err, &fe) {
+		return fe
+	}
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	switch {
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		if field == "" {
+			return usageErr("%s: the job must be a JSON object, not %s", source, typeErr.Value)
+		}
+		return &protocol.FieldError{Field: field, Message: fmt.Sprintf("a JSON %s is not allowed here; want %s", typeErr.Value, jsonKind(typeErr.Type.String()))}
+	case errors.As(err, &syntaxErr):
+		line, col := position(data, syntaxErr.Offset)
+		return usageErr("%s:%d:%d: invalid JSON: %v", source, line, col, strings.TrimPrefix(err.Error(), "json: "))
+	case errors.Is(err, io.EOF):
+		return usageErr("%s is empty; it should hold one RunJobRequest JSON object", source)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return usageErr("%s: invalid JSON: the object is cut short", source)
+	}
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		name, _ = strconv.Unquote(name)
+		return usageErr("%s: unknown field %q; RunJobRequest fields are %s", source, name, jobRequestFields)
+	}
+	return usageErr("%s: %v", source, err)
+}
+
+func jsonKind(goType string) string {
+	switch {
+	case strings.HasPrefix(goType, "map["):
+		return "an object of strings"
+	case strings.Contains(goType, "int"):
+		return "a whole number"
+	case strings.Contains(goType, "string"):
+		return "a string"
+	}
+	return goType
+}
+
+func position(data []byte, offset int64) (line, col int) {
+	line, col = 1, 1
+	for i := int64(0); i < offset && i < int64(len(data)); i++ {
+		if data[i] == '\n' {
+			line, col = line+1, 1
+		} else {
+			col++
+		}
+	}
+	return line, col
+}
+
+// readJobFile reads -f FILE ("-" is stdin).
+func readJobFile(g *globals, path string) ([]byte, string, error) {
+	if path == "-" {
+		b, err := io.ReadAll(g.Stdin)
+		return b, "stdin", err
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, path, usageErr("job file %s does not exist", path)
+		}
+		return nil, path, usageErr("cannot read job file: %v", err)
+	}
+	return b, path, nil
+}
+
+// submitOptions are what submit and notebook start share after parsing.
+type submitOptions struct {
+	name   string
+	spec   protocol.JobSpec
+	notes  []string
+	dryRun bool
+	wait   bool
+}
+
+func runSubmit(ctx context.Context, g *globals, args []string) error {
+	fs := newFlagSet(g, "submit")
+	var (
+		file      = fs.String("f", "", "RunJobRequest JSON `file` (\"-\" reads stdin); flags override its fields")
+		script    = fs.String("script", "", "script path, or a command line for --type binary")
+		image     = fs.String("base-image", "", "container image (recorded; the local backend runs on this machine)")
+		instance  = fs.String("instance-type", "", "per-worker instance type, e.g. a100plus.8gpu.80vG.96C.768G")
+		region    = fs.String("region", "", "region (default: the config's default region)")
+		alloc     = fs.String("allocation", "", "allocation (GPU pool) name (default: the config's default allocation)")
+		nWorkers  = fs.Int("n-workers", 1, "number of workers, each on its own node")
+		jobType   = fs.String("type", "", "job type: "+strings.Join(protocol.JobTypes, ", ")+" (default binary)")
+		procs     procsFlag
+		desc      = fs.String("job-desc", "", "free-text description")
+		class     = fs.String("priority-class", "", "priority class: low, medium (default) or high")
+		maxRetry  = fs.Int("max-retry", 0, "how many times the job is rerun after a failure or preemption (0..100)")
+		env       = kvFlag{name: "env"}
+		flags     = kvFlag{name: "flag"}
+		ckpt      = fs.String("checkpoint-dir", "", "checkpoint directory (default: one under the data dir, shared by attempts)")
+		author    = fs.String("author", os.Getenv("USER"), "author recorded on the job")
+		workspace = fs.String("workspace", "", "workspace recorded on the job")
+		name      = fs.String("name", "", "job name (default lm-mpi-job-<uuid>); submitting a name twice starts one job")
+		dryRun    = fs.Bool("dry-run", false, "validate and print the normalized job, start nothing")
+		wait      = fs.Bool("wait", false, "after submitting, watch the job until it ends (exit code as for trainq watch)")
+	)
+	fs.Var(&procs, "processes-per-worker", "processes per worker: a number, or \"default\" (one per GPU)")
+	fs.Var(&env, "env", "environment variable `KEY=VALUE` (repeatable)")
+	fs.Var(&flags, "flag", "script flag `KEY=VALUE`, passed as --KEY=VALUE (repeatable)")
+	if _, err := parseArgs(g, fs, args, 0, 0); err != nil {
+		return err
+	}
+	set := setFlags(fs)
+
+	var spec protocol.JobSpec
+	var notes []string
+	if *file != "" {
+		data, source, err := readJobFile(g, *file)
+		if err != nil {
+			return err
+		}
+		if spec, notes, err = decodeJobRequest(data, source); err != nil {
+			return err
+		}
+	}
+	// Flags given on the command line override the file.
+	str := func(flag string, dst *string, v string) {
+		if set[flag] {
+			*dst = v
+		}
+	}
+	str("script", &spec.Script, *script)
+	str("base-image", &spec.BaseImage, *image)
+	str("instance-type", &spec.InstanceType, *instance)
+	str("region", &spec.Region, *region)
+	str("allocation", &spec.AllocationName, *alloc)
+	str("type", &spec.Type, *jobType)
+	str("job-desc", &spec.JobDesc, *desc)
+	str("priority-class", &spec.PriorityClass, *class)
+	str("checkpoint-dir", &spec.CheckpointDir, *ckpt)
+	if set["n-workers"] {
+		if *nWorkers < 1 {
+			return &protocol.FieldError{Field: "n_workers", Message: fmt.Sprintf("must be at least 1, got %d", *nWorkers)}
+		}
+		spec.NWorkers = *nWorkers
+	}
+	if set["processes-per-worker"] {
+		spec.ProcessesPerWorker = procs.n
+	}
+	if set["max-retry"] {
+		spec.MaxRetry = *maxRetry
+	}
+	spec.EnvVariables = mergeMaps(spec.EnvVariables, env.m)
+	spec.Flags = mergeMaps(spec.Flags, flags.m)
+	spec.Author = *author
+	spec.Workspace = *workspace
+	spec.Kind = scheduler.KindJob
+	jobFlags := 0
+	for f := range set {
+		switch f {
+		case "config", "output", "o", "author", "workspace", "name", "dry-run", "wait":
+		default:
+			jobFlags++
+		}
+	}
+	if *file == "" && jobFlags == 0 {
+		return usageErr("submit: give the job with -f job.json or with flags (at least --script and --instance-type); run `trainq help submit`")
+	}
+	return submit(ctx, g, submitOptions{name: *name, spec: spec, notes: notes, dryRun: *dryRun, wait: *wait})
+}
+
+func mergeMaps(base, over map[string]string) map[string]string {
+	if len(over) == 0 {
+		return base
+	}
+	out := make(map[string]string, len(base)+len(over))
+	for k, v := range base {
+		out[k] = v
+	}
+	for k, v := range over {
+		out[k] = v
+	}
+	return out
+}
+
+// submit validates the job against the configuration before dialing
+// Temporal, so bad input fails fast and starts nothing.
+func submit(ctx context.Context, g *globals, o submitOptions) error {
+	cfg, err := g.Config()
+	if err != nil {
+		return err
+	}
+	if o.name != "" {
+		if err := cluster.ValidJobName(o.name); err != nil {
+			return usageErr("--name: %v", err)
+		}
+	}
+	checked := o.spec
+	notes, err := workflows.Check(cfg, &checked)
+	if err != nil {
+		return err
+	}
+	if o.dryRun {
+		for _, n := range append(o.notes, notes...) {
+			g.note("%s", n)
+		}
+		if g.json() {
+			return g.printJSON(checked)
+		}
+		fmt.Fprintf(g.Stdout, "the job is valid (dry run, nothing started):\n")
+		printSpec(g.Stdout, checked)
+		return nil
+	}
+	c, err := g.Client(ctx)
+	if err != nil {
+		return err
+	}
+	sub, err := workflows.Submit(ctx, c, cfg, o.name, o.spec)
+	if err != nil {
+		return err
+	}
+	sub.Notes = append(o.notes, sub.Notes...)
+	if g.json() {
+		if err := g.printJSON(sub); err != nil {
+			return err
+		}
+	} else {
+		for _, n := range sub.Notes {
+			g.note("%s", n)
+		}
+		fmt.Fprintln(g.Stdout, sub.JobName)
+	}
+	if o.wait {
+		return watch(ctx, g, sub.JobName)
+	}
+	return nil
+}
+
+func printSpec(w io.Writer, s protocol.JobSpec) {
+	tw := newTable(w)
+	row := func(k string, v any) {
+		if str := fmt.Sprint(v); str != "" {
+			fmt.Fprintf(tw, "  %s\t%s\n", k, str)
+		}
+	}
+	row("kind", s.Kind)
+	row("script", s.Script)
+	row("type", s.Type)
+	row("base_image", s.BaseImage)
+	row("instance_type", s.InstanceType)
+	row("n_workers", s.NWorkers)
+	row("processes_per_worker", s.ProcessesPerWorker)
+	row("gpus", s.GPUs())
+	row("priority_class", s.PriorityClass)
+	row("max_retry", s.MaxRetry)
+	row("region", s.Region)
+	row("allocation_name", s.AllocationName)
+	row("job_desc", s.JobDesc)
+	row("checkpoint_dir", s.CheckpointDir)
+	row("author", s.Author)
+	row("workspace", s.Workspace)
+	for _, k := range sortedKeys(s.EnvVariables) {
+		row("env "+k, s.EnvVariables[k])
+	}
+	for _, k := range sortedKeys(s.Flags) {
+		row("flag --"+k, s.Flags[k])
+	}
+	tw.Flush()
+}
+
+// Notebooks.
+
+// notebookScript keeps a "Jupyter server" alive until it is stopped; Jupyter
+// itself is not installed on the local backend.
+const notebookScript = "exec sleep infinity"
+
+func runNotebook(ctx context.Context, g *globals, args []string) error {
+	sub := ""
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		sub, args = args[0], args[1:]
+	}
+	switch sub {
+	case "start":
+		return runNotebookStart(ctx, g, args)
+	case "stop":
+		return runNotebookStop(ctx, g, args)
+	case "":
+		fs := newFlagSet(g, "notebook")
+		if _, err := parseArgs(g, fs, args, 0, 0); err != nil {
+			return err
+		}
+		return usageErr("notebook: say start or stop; usage: trainq notebook start [flags] | trainq notebook stop NAME")
+	}
+	return usageErr("notebook: %q is not a notebook command; use start or stop", sub)
+}
+
+func runNotebookStart(ctx context.Context, g *globals, args []string) error {
+	fs := newFlagSet(g, "notebook start")
+	var (
+		instance = fs.String("instance-type", "", "instance type (default: one GPU of the allocation's first GPU node family, e.g. a100.1gpu)")
+		region   = fs.String("region", "", "region (default: the config's default region)")
+		alloc    = fs.String("allocation", "", "allocation (default: the config's default allocation)")
+		script   = fs.String("script", notebookScript, "command the server runs")
+		image    = fs.String("base-image", "", "container image (recorded)")
+		class    = fs.String("priority-class", "", "ignored unless high: Jupyter servers always run with high priority")
+		desc     = fs.String("job-desc", "", "free-text description")
+		author   = fs.String("author", os.Getenv("USER"), "author recorded on the server")
+		name     = fs.String("name", "", "server name (default jupyter-<uuid>)")
+		dryRun   = fs.Bool("dry-run", false, "validate and print the normalized request, start nothing")
+		env      = kvFlag{name: "env"}
+	)
+	fs.Var(&env, "env", "environment variable `KEY=VALUE` (repeatable)")
+	if _, err := parseArgs(g, fs, args, 0, 0); err != nil {
+		return err
+	}
+	cfg, err := g.Config()
+	if err != nil {
+		return err
+	}
+	spec := protocol.JobSpec{
+		Script: *script, BaseImage: *image, InstanceType: *instance, Region: *region, AllocationName: *alloc,
+		NWorkers: 1, Type: "binary", PriorityClass: *class, JobDesc: *desc, EnvVariables: env.m,
+		Kind: scheduler.KindNotebook, Author: *author,
+	}
+	if spec.InstanceType == "" {
+		spec.InstanceType = defaultNotebookInstance(cfg, spec.Region, spec.AllocationName)
+	}
+	return submit(ctx, g, submitOptions{name: *name, spec: spec, dryRun: *dryRun})
+}
+
+// defaultNotebookInstance is one GPU of the family of the allocation's
+// first GPU node (or a small CPU slice when it has none).
+func defaultNotebookInstance(cfg *config.Config, region, alloc string) string {
+	_, a, err := cfg.Allocation(region, alloc)
+	if err != nil {
+		return "a100.1gpu" // the bad region/allocation is reported by Check
+	}
+	for _, n := range a.Nodes {
+		if n.GPUs > 0 {
+			return n.Family + ".1gpu"
+		}
+	}
+	return "cpu.1C.1G"
+}
+
+func runNotebookStop(ctx context.Context, g *globals, args []string) error {
+	fs := newFlagSet(g, "notebook stop")
+	pos, err := parseArgs(g, fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	return cancel(ctx, g, pos[0])
+}
