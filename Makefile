@@ -1,0 +1,53 @@
+# trainq — the two commands a newcomer needs are `make demo` and `make test`.
+GO ?= go
+TEMPORAL_CLI_VERSION := v1.5.1
+TEMPORAL := $(CURDIR)/bin/temporal
+export TRAINQ_TEMPORAL_BIN := $(TEMPORAL)
+
+.PHONY: all build demo dev test test-unit bench fuzz histories vet clean
+
+all: build
+
+## build: compile bin/trainq (the CLI) and bin/trainq-worker
+build:
+	$(GO) build -o bin/trainq ./starter
+	$(GO) build -o bin/trainq-worker ./worker
+
+## bin/temporal: the pinned Temporal CLI (dev server and Web UI)
+$(TEMPORAL):
+	@echo "Installing the Temporal CLI $(TEMPORAL_CLI_VERSION) into bin/ (a few minutes, once)..."
+	GOBIN=$(CURDIR)/bin $(GO) install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI_VERSION)
+
+## demo: start a dev server and a worker, play the priorities page's worked example; Ctrl-C stops all
+demo: build $(TEMPORAL)
+	scripts/dev.sh demo
+
+## dev: like demo, without the demo
+dev: build $(TEMPORAL)
+	scripts/dev.sh
+
+## test: every test, including the ones against a real Temporal dev server
+test: build $(TEMPORAL)
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 18m ./...
+
+## test-unit: the tests that need no server
+test-unit:
+	TRAINQ_SKIP_E2E=1 $(GO) test ./...
+
+## bench: scheduler benchmarks and the end-to-end throughput benchmark on a dev server
+bench: build $(TEMPORAL)
+	$(GO) test -run '^$$' -bench . -benchmem ./scheduler/
+	TRAINQ_BENCH=1 $(GO) test -count=1 -timeout 30m -run 'TestBenchmarkThroughput' -v ./e2e/
+
+## fuzz: run the fuzz targets for a while (FUZZTIME=2m)
+FUZZTIME ?= 60s
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzEvents -fuzztime $(FUZZTIME) ./scheduler/
+
+## histories: re-record the workflow histories replayed by the tests
+histories: build $(TEMPORAL)
+	TRAINQ_RECORD_HISTORIES=1 $(GO) test -count=1 -timeout 10m -run 'TestRecord' -v ./e2e/
+
+clean:
+	rm -rf bin/trainq bin/trainq-worker

@@ -1,0 +1,118 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/sdk/converter"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/trainq/trainq/protocol"
+)
+
+// allocatorGrant is one grant the allocator recorded in its history.
+type allocatorGrant struct {
+	Job   string
+	Grant protocol.GrantSignal
+}
+
+// fetchHistory returns every event of a workflow's current run.
+func fetchHistory(t *testing.T, workflowID string) []*historypb.HistoryEvent {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	it := env.client.GetWorkflowHistory(ctx, workflowID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	var events []*historypb.HistoryEvent
+	for it.HasNext() {
+		e, err := it.Next()
+		require.NoError(t, err)
+		events = append(events, e)
+	}
+	return events
+}
+
+// checkAllocatorHistory replays the allocator's recorded decisions: every
+// grant it sent and every release and withdrawal it received, in history
+// order. It fails the test if a grant ever lands on a GPU that another job
+// still holds (running or releasing), and returns the grants in order.
+func checkAllocatorHistory(t *testing.T, allocation string) []allocatorGrant {
+	t.Helper()
+	events := fetchHistory(t, protocol.AllocatorWorkflowID("T", allocation))
+	dc := converter.GetDefaultDataConverter()
+	type gpu struct {
+		node  string
+		index int
+	}
+	type holding struct {
+		job     string
+		attempt int
+		worker  int
+	}
+	held := map[gpu]holding{}
+	var grants []allocatorGrant
+	for _, e := range events {
+		switch e.GetEventType() {
+		case enumspb.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED:
+			attrs := e.GetSignalExternalWorkflowExecutionInitiatedEventAttributes()
+			if attrs.GetSignalName() != protocol.SignalGrant {
+				continue
+			}
+			var g protocol.GrantSignal
+			require.NoError(t, dc.FromPayloads(attrs.GetInput(), &g))
+			job := attrs.GetWorkflowExecution().GetWorkflowId()
+			for _, p := range g.Placement {
+				for _, i := range p.GPUs {
+					k := gpu{p.Node, i}
+					if h, busy := held[k]; busy {
+						t.Fatalf("event %d: %s attempt %d was granted GPU %d of %s, still held by %s attempt %d worker %d",
+							e.GetEventId(), job, g.Attempt, i, p.Node, h.job, h.attempt, h.worker)
+					}
+					held[k] = holding{job, g.Attempt, p.Worker}
+				}
+			}
+			grants = append(grants, allocatorGrant{Job: job, Grant: g})
+		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+			attrs := e.GetWorkflowExecutionSignaledEventAttributes()
+			switch attrs.GetSignalName() {
+			case protocol.SignalRelease:
+				var r protocol.ReleaseSignal
+				require.NoError(t, dc.FromPayloads(attrs.GetInput(), &r))
+				released := map[int]bool{}
+				for _, w := range r.Workers {
+					released[w] = true
+				}
+				for k, h := range held {
+					if h.job == r.Job && h.attempt == r.Attempt && released[h.worker] {
+						delete(held, k)
+					}
+				}
+			case protocol.SignalWithdraw:
+				var w protocol.WithdrawSignal
+				require.NoError(t, dc.FromPayloads(attrs.GetInput(), &w))
+				for k, h := range held {
+					if h.job == w.Job && h.attempt == w.Attempt {
+						delete(held, k)
+					}
+				}
+			}
+		}
+	}
+	return grants
+}
+
+func grantOrder(grants []allocatorGrant, names map[string]string) []string {
+	var out []string
+	for _, g := range grants {
+		label, ok := names[g.Job]
+		if !ok {
+			label = g.Job
+		}
+		out = append(out, fmt.Sprintf("%s#%d", label, g.Grant.Attempt))
+	}
+	return out
+}

@@ -1,0 +1,186 @@
+package e2e
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/trainq/trainq/protocol"
+)
+
+const long = 90 * time.Second
+
+// victimScript runs until SIGTERM on its first attempt, recording that it
+// was asked to stop gracefully; later attempts finish at once.
+func victimScript(dir string) string {
+	return `if [ "$TRAINQ_ATTEMPT" = 1 ]; then trap 'echo term >> ` + dir + `/terms; exit 143' TERM; ` +
+		`while true; do sleep 0.05; done; fi; echo "attempt $TRAINQ_ATTEMPT done"`
+}
+
+func preemptSpec(class string, maxRetry int, script string) protocol.JobSpec {
+	return protocol.JobSpec{Script: script, InstanceType: "a100.2gpu", Region: "T", AllocationName: "preempt",
+		PriorityClass: class, NWorkers: 1, Type: "binary", MaxRetry: maxRetry}
+}
+
+func TestPreemptedJobRerunsAndCompletes(t *testing.T) {
+	startWorker(t)
+	dir := t.TempDir()
+	low := submit(t, preemptSpec("low", 1, victimScript(dir)))
+	waitState(t, low, protocol.StateRunning, long)
+
+	gateHigh := gate(filepath.Join(dir, "high"))
+	high := submit(t, preemptSpec("high", 0, gateHigh.waitFor()))
+	waitState(t, high, protocol.StateRunning, long)
+	st := waitState(t, low, protocol.StatePending, long)
+	require.Equal(t, 2, st.Attempt)
+	require.Equal(t, "term\n", readFile(t, filepath.Join(dir, "terms")), "the victim must get SIGTERM first")
+
+	gateHigh.open(t)
+	waitState(t, high, protocol.StateCompleted, long)
+	st = waitState(t, low, protocol.StateCompleted, long)
+	require.Len(t, st.Attempts, 2)
+	require.NotNil(t, st.Attempts[0].Preemptor)
+	assert.Equal(t, high, st.Attempts[0].Preemptor.Job)
+	assert.Equal(t, "high", st.Attempts[0].Preemptor.Class.String())
+	assert.Equal(t, 1, st.Restarts)
+	assert.Contains(t, st.Attempts[0].EndReason, "preempted by "+high)
+	checkAllocatorHistory(t, "preempt")
+}
+
+func TestPreemptedJobWithoutRetriesEndsPreempted(t *testing.T) {
+	startWorker(t)
+	dir := t.TempDir()
+	low := submit(t, preemptSpec("low", 0, victimScript(dir)))
+	waitState(t, low, protocol.StateRunning, long)
+	gateHigh := gate(filepath.Join(dir, "high"))
+	high := submit(t, preemptSpec("high", 0, gateHigh.waitFor()))
+
+	st := waitState(t, low, protocol.StatePreempted, long)
+	require.Len(t, st.Preemptors, 1)
+	assert.Equal(t, high, st.Preemptors[0].Job)
+	var appErr *temporal.ApplicationError
+	require.True(t, errors.As(waitResult(t, low), &appErr))
+	assert.Equal(t, "JobPreempted", appErr.Type())
+
+	// The CLI says who preempted the job.
+	out, _, code := trainq(t, "status", low)
+	require.Equal(t, 0, code)
+	assert.Contains(t, out, high)
+
+	gateHigh.open(t)
+	waitState(t, high, protocol.StateCompleted, long)
+	checkAllocatorHistory(t, "preempt")
+}
+
+func TestEqualClassNeverPreempts(t *testing.T) {
+	startWorker(t)
+	dir := t.TempDir()
+	g1, g2 := gate(filepath.Join(dir, "a")), gate(filepath.Join(dir, "b"))
+	first := submit(t, preemptSpec("medium", 0, g1.waitFor()))
+	waitState(t, first, protocol.StateRunning, long)
+	second := submit(t, preemptSpec("medium", 0, g2.waitFor()))
+	st := waitState(t, second, protocol.StatePending, long)
+	assert.NotEmpty(t, st.Reason)
+	assert.Equal(t, protocol.StateRunning, status(t, first).State)
+	g1.open(t)
+	g2.open(t)
+	waitState(t, first, protocol.StateCompleted, long)
+	waitState(t, second, protocol.StateCompleted, long)
+}
+
+// pidOf reads the pid a script wrote.
+func pidOf(t *testing.T, path string) int {
+	t.Helper()
+	var pid int
+	eventually(t, long, "the job to write its pid", func() bool {
+		p, err := strconv.Atoi(strings.TrimSpace(readFile(t, path)))
+		pid = p
+		return err == nil
+	})
+	return pid
+}
+
+func processGone(pid int) bool {
+	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+}
+
+func basicSpec(script string) protocol.JobSpec {
+	return protocol.JobSpec{Script: script, InstanceType: "a100.1gpu", Region: "T", AllocationName: "basic",
+		PriorityClass: "medium", NWorkers: 1, Type: "binary"}
+}
+
+func allFree(t *testing.T, allocation string) bool {
+	v := queue(t, allocation)
+	for _, n := range v.Nodes {
+		if n.FreeGPUs != n.GPUs {
+			return false
+		}
+	}
+	return len(v.Running) == 0
+}
+
+func TestCancelRunningJobStopsProcessesAndFreesGPUs(t *testing.T) {
+	startWorker(t)
+	dir := t.TempDir()
+	job := submit(t, basicSpec("echo $$ > "+dir+"/pid; while true; do sleep 0.05; done"))
+	waitState(t, job, protocol.StateRunning, long)
+	pid := pidOf(t, filepath.Join(dir, "pid"))
+
+	out, errOut, code := trainq(t, "cancel", job)
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, job)
+	waitState(t, job, protocol.StateStopped, long)
+	assert.True(t, processGone(pid), "the job's process must be gone")
+	eventually(t, long, "the basic allocation to be free", func() bool { return allFree(t, "basic") })
+
+	// Cancelling again is harmless.
+	_, errOut, code = trainq(t, "cancel", job)
+	assert.Equal(t, 0, code, errOut)
+}
+
+func TestWorkerRestartMidJob(t *testing.T) {
+	w := startWorker(t)
+	dir := t.TempDir()
+	g := gate(filepath.Join(dir, "go"))
+	job := submit(t, basicSpec("echo started >> "+dir+"/starts; echo $$ > "+dir+"/pid; "+g.waitFor()+"; echo finished"))
+	waitState(t, job, protocol.StateRunning, long)
+	pid := pidOf(t, filepath.Join(dir, "pid"))
+
+	w.kill()
+	require.False(t, processGone(pid), "the job must outlive a crashed trainq-worker")
+	g.open(t) // the job finishes while no worker watches it
+	eventually(t, long, "the job's process to end", func() bool { return processGone(pid) })
+
+	startWorker(t)
+	waitState(t, job, protocol.StateCompleted, 2*long)
+	assert.Equal(t, "started\n", readFile(t, filepath.Join(dir, "starts")), "the job must have run exactly once")
+	eventually(t, long, "the basic allocation to be free", func() bool { return allFree(t, "basic") })
+}
+
+func TestTerminatedJobIsReclaimed(t *testing.T) {
+	startWorker(t)
+	dir := t.TempDir()
+	job := submit(t, basicSpec("echo $$ > "+dir+"/pid; while true; do sleep 0.05; done"))
+	waitState(t, job, protocol.StateRunning, long)
+	pid := pidOf(t, filepath.Join(dir, "pid"))
+	before := queue(t, "basic").Counters.Reclaimed
+
+	cmd := exec.Command(os.Getenv("TRAINQ_TEMPORAL_BIN_RESOLVED"), "workflow", "terminate", "--address", env.hostPort,
+		"--workflow-id", job, "--reason", "test: terminated from the CLI")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, string(out))
+
+	eventually(t, long, "the terminated job's GPUs to be reclaimed", func() bool { return allFree(t, "basic") })
+	assert.True(t, processGone(pid), "the terminated job's process must be stopped")
+	assert.Equal(t, before+1, queue(t, "basic").Counters.Reclaimed)
+}
