@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -132,7 +133,24 @@ func run(m *testing.M) int {
 	os.Setenv("TEMPORAL_ADDRESS", env.hostPort)
 	os.Setenv("TRAINQ_TEMPORAL_BIN_RESOLVED", temporalBin)
 	os.Setenv("TRAINQ_CONFIG", env.configPath)
-	return m.Run()
+	code := m.Run()
+	killLeftoverWorkers(filepath.Join(env.dir, "data"))
+	return code
+}
+
+// killLeftoverWorkers ends the process groups of workers that a failed test
+// left running, so that a failure does not leave processes behind.
+func killLeftoverWorkers(dataDir string) {
+	pids, _ := filepath.Glob(filepath.Join(dataDir, "jobs", "*", "attempt-*", "worker-*", "pid"))
+	for _, p := range pids {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 1 {
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+		}
+	}
 }
 
 // workerProcess is a running trainq-worker.

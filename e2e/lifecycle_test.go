@@ -89,8 +89,10 @@ func TestEqualClassNeverPreempts(t *testing.T) {
 	first := submit(t, preemptSpec("medium", 0, g1.waitFor()))
 	waitState(t, first, protocol.StateRunning, long)
 	second := submit(t, preemptSpec("medium", 0, g2.waitFor()))
-	st := waitState(t, second, protocol.StatePending, long)
-	assert.NotEmpty(t, st.Reason)
+	eventually(t, long, "the second job to wait with a reason", func() bool {
+		st := status(t, second)
+		return st.State == protocol.StatePending && st.Reason != ""
+	})
 	assert.Equal(t, protocol.StateRunning, status(t, first).State)
 	g1.open(t)
 	g2.open(t)

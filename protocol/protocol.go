@@ -206,7 +206,10 @@ type AllocatorInput struct {
 	Policy          scheduler.Policy `json:"policy"`
 	StopGracePeriod time.Duration    `json:"stop_grace_period"`
 	ReclaimInterval time.Duration    `json:"reclaim_interval"`
-	State           *AllocatorState  `json:"state,omitempty"`
+	// MaxUpdatesPerRun lowers the number of requests after which the
+	// allocator continues as new (0 = the default, 1000); tests use it.
+	MaxUpdatesPerRun int             `json:"max_updates_per_run,omitempty"`
+	State            *AllocatorState `json:"state,omitempty"`
 }
 
 // AllocatorState is what an allocator carries through continue-as-new.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/trainq/trainq/config"
 	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/scheduler"
 	"github.com/trainq/trainq/workflows"
 )
 
@@ -168,7 +169,7 @@ func (d *demo) gateLoop(job string) string {
 
 func (d *demo) notebookAndPreemption() error {
 	d.say("Part 2 — a Jupyter server (always high) and a low job preempted by a high one, then rerun (max_retry 1).")
-	nb, err := d.submitSpec("Jupyter", protocol.JobSpec{Kind: "notebook", Script: "exec sleep 100000", InstanceType: "a100.2gpu", NWorkers: 1, Type: "binary"})
+	nb, err := d.submitSpec("Jupyter", protocol.JobSpec{Kind: scheduler.KindNotebook, Script: "exec sleep 100000", InstanceType: "a100.2gpu", NWorkers: 1, Type: "binary"})
 	if err != nil {
 		return err
 	}
@@ -220,7 +221,11 @@ func (d *demo) submitSpec(label string, spec protocol.JobSpec) (string, error) {
 	}
 	d.labels[sub.JobName] = label
 	d.order = append(d.order, sub.JobName)
-	d.emit(sub.JobName, "submitted", fmt.Sprintf("%s, %d×%s", spec.PriorityClass, spec.NWorkers, spec.InstanceType))
+	class := spec.PriorityClass
+	if spec.Kind == scheduler.KindNotebook {
+		class = "Jupyter server, always high"
+	}
+	d.emit(sub.JobName, "submitted", fmt.Sprintf("%s, %d×%s", class, spec.NWorkers, spec.InstanceType))
 	return sub.JobName, nil
 }
 

@@ -164,7 +164,11 @@ func (a *allocator) snapshot() *protocol.AllocatorState {
 
 func (a *allocator) shouldContinueAsNew(ctx workflow.Context) bool {
 	info := workflow.GetInfo(ctx)
-	return info.GetContinueAsNewSuggested() || a.updates >= maxUpdatesPerRun || info.GetCurrentHistoryLength() >= maxEventsPerRun
+	limit := a.in.MaxUpdatesPerRun
+	if limit <= 0 {
+		limit = maxUpdatesPerRun
+	}
+	return info.GetContinueAsNewSuggested() || a.updates >= limit || info.GetCurrentHistoryLength() >= maxEventsPerRun
 }
 
 func (a *allocator) toRequest(req protocol.CapacityRequest) (scheduler.Request, error) {
@@ -200,6 +204,11 @@ func (a *allocator) request(req protocol.CapacityRequest, now time.Time) protoco
 		// The validator already refused such requests; the state may have
 		// changed since only through continue-as-new, so report and move on.
 		return protocol.CapacityReply{Reason: err.Error()}
+	}
+	if running, ok := a.pool.Running(r.Job); ok && running.Attempt == r.Attempt {
+		// A repeated request for an attempt already granted (the update ID
+		// deduplicates only within one run): nothing to do.
+		return protocol.CapacityReply{Seq: r.Seq}
 	}
 	if r.Seq == 0 {
 		if w, ok := a.pool.Explain(r.Job); ok {

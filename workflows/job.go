@@ -39,6 +39,8 @@ type outcome struct {
 	message   string
 	exitCode  *int
 	preemptor *scheduler.Preemptor
+	// final means a rerun cannot help (the allocation refused the job).
+	final bool
 }
 
 // job is the state of one job workflow.
@@ -108,12 +110,14 @@ func JobWorkflow(ctx workflow.Context, in protocol.JobInput) (*protocol.JobStatu
 			_ = j.finish(ctx, protocol.StateStopped, nil)
 			return &j.status, temporal.NewCanceledError(j.status.Message)
 		}
-		if j.status.Restarts >= j.spec.MaxRetry {
+		if out.final || j.status.Restarts >= j.spec.MaxRetry {
 			state, errType := protocol.StateFailed, ErrTypeJobFailed
 			if out.kind == outcomePreempted {
 				state, errType = protocol.StatePreempted, ErrTypeJobPreempted
 			}
-			j.status.Message = fmt.Sprintf("%s; no retries left (max_retry %d)", out.message, j.spec.MaxRetry)
+			if !out.final {
+				j.status.Message = fmt.Sprintf("%s; no retries left (max_retry %d)", out.message, j.spec.MaxRetry)
+			}
 			return &j.status, j.finish(ctx, state, temporal.NewNonRetryableApplicationError(j.status.Message, errType, nil))
 		}
 		j.status.Restarts++
@@ -150,12 +154,15 @@ func (j *job) runAttempt(ctx workflow.Context, attempt int) outcome {
 	}
 	j.released, j.stopping, j.signals = map[int]bool{}, false, nil
 	rec := j.current()
-	started := workflow.Now(ctx)
-	rec.StartedAt, rec.Placement = &started, grant.Placement
+	now := workflow.Now(ctx)
+	rec.StartedAt, rec.Placement = &now, grant.Placement
 	j.setState(ctx, protocol.StateStarting)
 
-	out, started2 := j.startWorkers(ctx, attempt, grant)
-	if started2 {
+	out, started := j.startWorkers(ctx, attempt, grant)
+	if errors.Is(ctx.Err(), workflow.ErrCanceled) {
+		// Cancelled while starting: whatever did start is stopped below.
+		out = outcome{kind: outcomeCancelled, message: "stopped by the user"}
+	} else if started {
 		now := workflow.Now(ctx)
 		if j.status.RunningAt == nil {
 			j.status.RunningAt = &now
@@ -201,10 +208,9 @@ func (j *job) waitForCapacity(ctx workflow.Context, attempt int) (protocol.Grant
 		if errors.As(err, &appErr) {
 			msg = appErr.Message()
 		}
-		j.status.Restarts = j.spec.MaxRetry // a refusal is final: retrying cannot help
-		return protocol.GrantSignal{}, outcome{kind: outcomeFailed, message: msg}, false
+		return protocol.GrantSignal{}, outcome{kind: outcomeFailed, message: msg, final: true}, false
 	}
-	if reply.Seq != 0 {
+	if j.seq == 0 {
 		j.seq = reply.Seq
 	}
 	for {

@@ -1,0 +1,219 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/scheduler"
+	"github.com/trainq/trainq/workflows"
+)
+
+// TestRecordHistories records the workflow histories that the workflows
+// package replays (TestReplayRecordedHistories) from real runs on the dev
+// server. `make histories` runs it; it is skipped otherwise. Each history is
+// written as the JSON that `temporal workflow show --output json` gives, and
+// replayed once here, so that a file that cannot be replayed is never kept.
+// TRAINQ_HISTORIES_DIR overrides the output directory.
+func TestRecordHistories(t *testing.T) {
+	if os.Getenv("TRAINQ_RECORD_HISTORIES") != "1" {
+		t.Skip("set TRAINQ_RECORD_HISTORIES=1 (make histories) to re-record the replayed workflow histories")
+	}
+	dir := os.Getenv("TRAINQ_HISTORIES_DIR")
+	if dir == "" {
+		dir = filepath.Join("..", "workflows", "testdata", "histories")
+	}
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	startWorker(t)
+
+	t.Run("preempted-and-rerun", func(t *testing.T) { recordPreemptedAndRerun(t, dir) })
+	t.Run("cancelled", func(t *testing.T) { recordCancelled(t, dir) })
+	t.Run("allocator-continued-as-new", func(t *testing.T) { recordAllocatorContinuedAsNew(t, dir) })
+}
+
+// (a) A low job with max_retry 1 is preempted by a high one, reruns and
+// completes; the allocator's history of the whole scenario goes with it.
+func recordPreemptedAndRerun(t *testing.T, dir string) {
+	work := t.TempDir()
+	low := submit(t, preemptSpec("low", 1, victimScript(work)))
+	waitState(t, low, protocol.StateRunning, long)
+	gateHigh := gate(filepath.Join(work, "high"))
+	high := submit(t, preemptSpec("high", 0, gateHigh.waitFor()))
+	waitState(t, high, protocol.StateRunning, long)
+	st := waitState(t, low, protocol.StatePending, long)
+	require.Equal(t, 2, st.Attempt)
+	gateHigh.open(t)
+	waitState(t, high, protocol.StateCompleted, long)
+	st = waitState(t, low, protocol.StateCompleted, long)
+	require.Len(t, st.Attempts, 2)
+	require.NotNil(t, st.Attempts[0].Preemptor)
+	require.Equal(t, high, st.Attempts[0].Preemptor.Job)
+	require.NoError(t, waitResult(t, low))
+	require.NoError(t, waitResult(t, high))
+	eventually(t, long, "the preempt allocation to be free", func() bool { return allFree(t, "preempt") })
+
+	writeHistory(t, filepath.Join(dir, "job-preempted-and-rerun.json"), runHistory(t, low, ""))
+	writeHistory(t, filepath.Join(dir, "allocator-preempt.json"), idleHistory(t, protocol.AllocatorWorkflowID("T", "preempt")))
+}
+
+// (b) A running job is cancelled.
+func recordCancelled(t *testing.T, dir string) {
+	work := t.TempDir()
+	job := submit(t, basicSpec("echo $$ > "+work+"/pid; while true; do sleep 0.05; done"))
+	waitState(t, job, protocol.StateRunning, long)
+	pid := pidOf(t, filepath.Join(work, "pid"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, env.client.CancelWorkflow(ctx, job, ""))
+	waitState(t, job, protocol.StateStopped, long)
+	var canceled *temporal.CanceledError
+	require.True(t, errors.As(waitResult(t, job), &canceled))
+	require.True(t, processGone(pid))
+
+	writeHistory(t, filepath.Join(dir, "job-cancelled.json"), runHistory(t, job, ""))
+}
+
+// allocatorInputWithKnob is protocol.AllocatorInput plus the per-run update
+// limit the allocator should take from its input (max_updates_per_run). Sent
+// as JSON, the field is ignored by an allocator that does not know it; the
+// allocator then continues as new after its built-in 1000 updates, which this
+// test also reaches, only more slowly and with a much longer history.
+type allocatorInputWithKnob struct {
+	protocol.AllocatorInput
+	MaxUpdatesPerRun int `json:"max_updates_per_run,omitempty"`
+}
+
+// (c) An allocator run that ends in continue-as-new with waiting jobs. The
+// test runs its own allocator, for an allocation the worker does not manage,
+// and sends it capacity requests itself: the first from an idle holder
+// workflow (on a task queue nobody polls, so it takes grants without running)
+// that gets the only node, the others from names that just wait.
+func recordAllocatorContinuedAsNew(t *testing.T, dir string) {
+	const allocation = "record-can"
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	c := env.client
+	allocatorID := protocol.AllocatorWorkflowID("T", allocation)
+
+	holder := "record-can-holder"
+	hrun, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: holder, TaskQueue: "trainq-record-idle"}, "RecordIdleHolder")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.TerminateWorkflow(context.Background(), holder, hrun.GetRunID(), "recording done") })
+
+	in := allocatorInputWithKnob{
+		AllocatorInput: protocol.AllocatorInput{
+			Region: "T", Allocation: allocation,
+			Nodes:           []scheduler.Node{{Name: allocation + "-1", Family: "a100", GPUs: 2, CPU: 16, RAMGB: 128}},
+			StopGracePeriod: time.Second,
+			ReclaimInterval: time.Hour,
+		},
+		MaxUpdatesPerRun: 4,
+	}
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: allocatorID, TaskQueue: protocol.TaskQueue},
+		protocol.AllocatorWorkflowName, in)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.TerminateWorkflow(context.Background(), allocatorID, "", "recording done") })
+	firstRun := run.GetRunID()
+
+	request := func(job string) error {
+		req := protocol.CapacityRequest{Job: job, Attempt: 1, Kind: scheduler.KindJob, Class: scheduler.Medium,
+			InstanceType: "a100.2gpu", Workers: 1}
+		h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+			WorkflowID: allocatorID, UpdateID: fmt.Sprintf("request/%s/1", job), UpdateName: protocol.UpdateRequestCapacity,
+			Args: []any{req}, WaitForStage: client.WorkflowUpdateStageCompleted,
+		})
+		if err != nil {
+			return err
+		}
+		var reply protocol.CapacityReply
+		return h.Get(ctx, &reply)
+	}
+	continued := func() bool {
+		d, err := c.DescribeWorkflowExecution(ctx, allocatorID, firstRun)
+		require.NoError(t, err)
+		return d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW
+	}
+	require.NoError(t, request(holder))
+	sent := 1
+	for ; sent < 1100 && !continued(); sent++ {
+		// An update that races the hand-over may fail; the next one goes to the new run.
+		if err := request(fmt.Sprintf("record-can-waiting-%04d", sent)); err != nil {
+			t.Logf("request %d: %v", sent, err)
+		}
+	}
+	eventually(t, long, "the allocator's first run to continue as new", continued)
+	t.Logf("the allocator continued as new after %d capacity requests", sent)
+
+	// The new run holds the same queue: the holder runs, the others wait.
+	v := queue(t, allocation)
+	require.Len(t, v.Running, 1)
+	require.Equal(t, holder, v.Running[0].Job)
+	require.NotEmpty(t, v.Waiting)
+
+	events := runHistory(t, allocatorID, firstRun)
+	require.Equal(t, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW, events[len(events)-1].GetEventType())
+	writeHistory(t, filepath.Join(dir, "allocator-continued-as-new.json"), events)
+}
+
+// runHistory returns every event of one run (the current run if runID is "").
+func runHistory(t *testing.T, workflowID, runID string) []*historypb.HistoryEvent {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	it := env.client.GetWorkflowHistory(ctx, workflowID, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	var events []*historypb.HistoryEvent
+	for it.HasNext() {
+		e, err := it.Next()
+		require.NoError(t, err)
+		events = append(events, e)
+	}
+	require.NotEmpty(t, events)
+	return events
+}
+
+// idleHistory returns the history of a running workflow at a moment when no
+// workflow task is in flight, so that the recording ends on a whole task.
+func idleHistory(t *testing.T, workflowID string) []*historypb.HistoryEvent {
+	t.Helper()
+	var events []*historypb.HistoryEvent
+	eventually(t, long, workflowID+" to be idle", func() bool {
+		events = runHistory(t, workflowID, "")
+		switch events[len(events)-1].GetEventType() {
+		case enumspb.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED, enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED,
+			enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ADMITTED:
+			time.Sleep(100 * time.Millisecond)
+			return false
+		}
+		return true
+	})
+	return events
+}
+
+// writeHistory writes events as protojson of history.History, then replays
+// the file against the current workflow code.
+func writeHistory(t *testing.T, path string, events []*historypb.HistoryEvent) {
+	t.Helper()
+	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(&historypb.History{Events: events})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, append(b, '\n'), 0o644))
+	t.Logf("wrote %s: %d events, %d bytes", path, len(events), len(b))
+
+	r := worker.NewWorkflowReplayer()
+	r.RegisterWorkflowWithOptions(workflows.JobWorkflow, workflow.RegisterOptions{Name: protocol.JobWorkflowName})
+	r.RegisterWorkflowWithOptions(workflows.AllocatorWorkflow, workflow.RegisterOptions{Name: protocol.AllocatorWorkflowName})
+	require.NoError(t, r.ReplayWorkflowHistoryFromJSONFile(nil, path), "the recorded history %s does not replay", path)
+}

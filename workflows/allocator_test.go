@@ -1,0 +1,610 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/trainq/trainq/activities"
+	"github.com/trainq/trainq/cluster"
+	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/scheduler"
+)
+
+// The allocator tests drive AllocatorWorkflow alone: jobs are mocked external
+// workflows whose grant and preempt signals are recorded; requests arrive as
+// updates and releases as signals, each at a chosen time on the test clock.
+// The allocator never ends by itself, so each test cancels it at the end
+// (runAllocator) and then queries its final state.
+
+func allocNodes(n, gpus int) []scheduler.Node {
+	var out []scheduler.Node
+	for i := 1; i <= n; i++ {
+		out = append(out, scheduler.Node{Name: fmt.Sprintf("n%d", i), Family: "a100", GPUs: gpus, CPU: 16, RAMGB: 128})
+	}
+	return out
+}
+
+func allocInput(nodes []scheduler.Node) protocol.AllocatorInput {
+	return protocol.AllocatorInput{Region: "T", Allocation: "basic", Nodes: nodes,
+		StopGracePeriod: 5 * time.Second, ReclaimInterval: 30 * time.Second}
+}
+
+func capReq(job string, attempt int, class scheduler.Class, workers int) protocol.CapacityRequest {
+	return protocol.CapacityRequest{Job: job, Attempt: attempt, Kind: scheduler.KindJob, Class: class,
+		InstanceType: "a100.2gpu", Workers: workers, SubmittedAt: testStart}
+}
+
+type sentTo struct {
+	job string
+	arg any
+}
+
+type updateOutcome struct {
+	rejected error
+	reply    protocol.CapacityReply
+	err      error
+	done     bool
+}
+
+type allocHarness struct {
+	t    *testing.T
+	env  *testsuite.TestWorkflowEnvironment
+	acts *activities.Activities
+
+	mu       sync.Mutex
+	grants   []sentTo // GrantSignal
+	preempts []sentTo // PreemptSignal
+	updates  map[string]*updateOutcome
+	// gone are job workflows that no longer exist: signals to them fail.
+	gone map[string]bool
+	// vanished is what FindVanishedJobs reports.
+	vanished  []string
+	findCalls int
+	stops     []activities.StopWorkerInput
+	stopQueue []string
+}
+
+func newAllocHarness(t *testing.T) *allocHarness {
+	var s testsuite.WorkflowTestSuite
+	h := &allocHarness{t: t, env: s.NewTestWorkflowEnvironment(), acts: &activities.Activities{},
+		updates: map[string]*updateOutcome{}, gone: map[string]bool{}}
+	h.env.SetStartTime(testStart)
+	h.env.RegisterWorkflowWithOptions(AllocatorWorkflow, workflowOpts(protocol.AllocatorWorkflowName))
+	h.env.RegisterActivity(h.acts)
+	h.env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, "", mock.Anything, mock.Anything).Return(
+		func(_, job, _, name string, arg any) error {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if h.gone[job] {
+				return errors.New("unknown external workflow execution")
+			}
+			switch name {
+			case protocol.SignalGrant:
+				h.grants = append(h.grants, sentTo{job, arg})
+			case protocol.SignalPreempt:
+				h.preempts = append(h.preempts, sentTo{job, arg})
+			default:
+				h.t.Errorf("unexpected signal %s to %s", name, job)
+			}
+			return nil
+		}).Maybe()
+	h.env.OnActivity(h.acts.FindVanishedJobs, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, jobs []string) ([]string, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			h.findCalls++
+			var out []string
+			for _, v := range h.vanished {
+				for _, j := range jobs {
+					if j == v {
+						out = append(out, v)
+					}
+				}
+			}
+			return out, nil
+		}).Maybe()
+	h.env.OnActivity(h.acts.StopWorker, mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, in activities.StopWorkerInput) (cluster.WorkerStatus, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			h.stops = append(h.stops, in)
+			h.stopQueue = append(h.stopQueue, activity.GetInfo(ctx).TaskQueue)
+			return cluster.WorkerStatus{ID: in.ID, Phase: cluster.PhaseExited, Signaled: true}, nil
+		}).Maybe()
+	return h
+}
+
+// request sends a capacity request at d (on the test clock).
+func (h *allocHarness) request(d time.Duration, req protocol.CapacityRequest) {
+	h.env.RegisterDelayedCallback(func() { h.sendRequest(req) }, d)
+}
+
+func (h *allocHarness) sendRequest(req protocol.CapacityRequest) {
+	id := fmt.Sprintf("request/%s/%d", req.Job, req.Attempt)
+	out := &updateOutcome{}
+	h.mu.Lock()
+	h.updates[id] = out
+	h.mu.Unlock()
+	h.env.UpdateWorkflow(protocol.UpdateRequestCapacity, id, &testsuite.TestUpdateCallback{
+		OnAccept: func() {},
+		OnReject: func(err error) { out.rejected, out.done = err, true },
+		OnComplete: func(v any, err error) {
+			out.err, out.done = err, true
+			if err == nil {
+				out.reply = decodeReply(h.t, v)
+			}
+		},
+	}, req)
+}
+
+func decodeReply(t *testing.T, v any) protocol.CapacityReply {
+	switch r := v.(type) {
+	case protocol.CapacityReply:
+		return r
+	case *protocol.CapacityReply:
+		return *r
+	case *commonpb.Payloads:
+		var out protocol.CapacityReply
+		require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(r, &out))
+		return out
+	case converter.EncodedValue:
+		var out protocol.CapacityReply
+		require.NoError(t, r.Get(&out))
+		return out
+	}
+	t.Fatalf("unexpected update result %T", v)
+	return protocol.CapacityReply{}
+}
+
+func (h *allocHarness) outcome(job string, attempt int) *updateOutcome {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := h.updates[fmt.Sprintf("request/%s/%d", job, attempt)]
+	require.NotNil(h.t, out, "no request from %s attempt %d", job, attempt)
+	require.True(h.t, out.done, "the request of %s attempt %d never finished", job, attempt)
+	return out
+}
+
+func (h *allocHarness) release(d time.Duration, s protocol.ReleaseSignal) {
+	h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(protocol.SignalRelease, s) }, d)
+}
+
+// at runs f at d, e.g. to look at the queue mid-test.
+func (h *allocHarness) at(d time.Duration, f func()) { h.env.RegisterDelayedCallback(f, d) }
+
+// runAllocator runs the allocator until end on the test clock, then cancels it.
+func (h *allocHarness) runAllocator(in protocol.AllocatorInput, end time.Duration) {
+	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, end)
+	h.env.ExecuteWorkflow(protocol.AllocatorWorkflowName, in)
+	require.True(h.t, h.env.IsWorkflowCompleted())
+}
+
+func (h *allocHarness) queue() protocol.QueueView {
+	h.t.Helper()
+	v, err := h.env.QueryWorkflow(protocol.QueryQueue)
+	require.NoError(h.t, err)
+	var q protocol.QueueView
+	require.NoError(h.t, v.Get(&q))
+	return q
+}
+
+func (h *allocHarness) grantsTo(job string) []protocol.GrantSignal {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []protocol.GrantSignal
+	for _, g := range h.grants {
+		if g.job == job {
+			out = append(out, g.arg.(protocol.GrantSignal))
+		}
+	}
+	return out
+}
+
+func (h *allocHarness) preemptsTo(job string) []protocol.PreemptSignal {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []protocol.PreemptSignal
+	for _, p := range h.preempts {
+		if p.job == job {
+			out = append(out, p.arg.(protocol.PreemptSignal))
+		}
+	}
+	return out
+}
+
+func waitingJobs(v protocol.QueueView) []string {
+	var out []string
+	for _, w := range v.Waiting {
+		out = append(out, w.Job)
+	}
+	return out
+}
+
+func runningJobs(v protocol.QueueView) []string {
+	var out []string
+	for _, r := range v.Running {
+		out = append(out, r.Job)
+	}
+	return out
+}
+
+func freeGPUs(v protocol.QueueView) int {
+	n := 0
+	for _, node := range v.Nodes {
+		n += node.FreeGPUs
+	}
+	return n
+}
+
+func TestAllocatorGrantsQueuesAndReleases(t *testing.T) {
+	h := newAllocHarness(t)
+	h.request(time.Minute, capReq("job-a", 1, scheduler.Medium, 2))
+	h.request(2*time.Minute, capReq("job-b", 1, scheduler.Medium, 1))
+	h.request(3*time.Minute, capReq("job-a", 1, scheduler.Medium, 2)) // a retried request is a no-op
+	var mid protocol.QueueView
+	h.at(4*time.Minute, func() { mid = h.queue() })
+	// job-a stops: worker 0 first (job-b fits there), then worker 1.
+	h.release(10*time.Minute, protocol.ReleaseSignal{Job: "job-a", Attempt: 1, Workers: []int{0}, Stopping: true})
+	var afterFirst protocol.QueueView
+	h.at(11*time.Minute, func() { afterFirst = h.queue() })
+	h.release(12*time.Minute, protocol.ReleaseSignal{Job: "job-a", Attempt: 1, Workers: []int{1}})
+	h.runAllocator(allocInput(allocNodes(2, 2)), time.Hour)
+
+	a := h.outcome("job-a", 1)
+	require.NoError(t, a.rejected)
+	assert.True(t, a.reply.Granted)
+	assert.Equal(t, int64(1), a.reply.Seq)
+	b := h.outcome("job-b", 1)
+	require.NoError(t, b.rejected)
+	assert.False(t, b.reply.Granted)
+	assert.Equal(t, int64(2), b.reply.Seq)
+	assert.Equal(t, 1, b.reply.Position)
+	assert.NotEmpty(t, b.reply.Reason)
+
+	ga := h.grantsTo("job-a")
+	require.Len(t, ga, 1, "one grant, even for a retried request")
+	assert.Equal(t, 1, ga[0].Attempt)
+	assert.Equal(t, 5*time.Second, ga[0].StopGracePeriod)
+	require.Len(t, ga[0].Placement, 2)
+	assert.NotEqual(t, ga[0].Placement[0].Node, ga[0].Placement[1].Node)
+
+	// The queue query mid-way: job-a runs on everything, job-b waits.
+	assert.Equal(t, "T", mid.Region)
+	assert.Equal(t, "basic", mid.Allocation)
+	assert.Equal(t, []string{"job-a"}, runningJobs(mid))
+	assert.Equal(t, []string{"job-b"}, waitingJobs(mid))
+	assert.Equal(t, 0, freeGPUs(mid))
+	assert.NotEmpty(t, mid.Waiting[0].Reason)
+	assert.Equal(t, int64(1), mid.Counters.Grants)
+
+	// Worker 0's release frees its node: job-b gets it while job-a's
+	// worker 1 is still releasing.
+	gb := h.grantsTo("job-b")
+	require.Len(t, gb, 1)
+	assert.Equal(t, ga[0].Placement[0].Node, gb[0].Placement[0].Node)
+	assert.Equal(t, []string{"job-a", "job-b"}, runningJobs(afterFirst))
+	for _, r := range afterFirst.Running {
+		if r.Job == "job-a" {
+			assert.True(t, r.Releasing)
+			assert.Equal(t, []int{0}, r.Released)
+		}
+	}
+	rel := 0
+	for _, n := range afterFirst.Nodes {
+		rel += n.ReleasingGPUs
+	}
+	assert.Equal(t, 2, rel, "job-a's worker 1 still holds its GPUs as releasing")
+
+	end := h.queue()
+	assert.Equal(t, []string{"job-b"}, runningJobs(end))
+	assert.Empty(t, end.Waiting)
+	assert.Equal(t, 2, freeGPUs(end))
+	assert.Equal(t, int64(2), end.Counters.Grants)
+	assert.Empty(t, h.preempts)
+}
+
+func TestAllocatorRejectsImpossibleRequests(t *testing.T) {
+	h := newAllocHarness(t)
+	h.request(time.Minute, capReq("too-many", 1, scheduler.Medium, 3))
+	unknown := capReq("unknown-family", 1, scheduler.Medium, 1)
+	unknown.InstanceType = "h100.1gpu"
+	h.request(2*time.Minute, unknown)
+	bad := capReq("bad-type", 1, scheduler.Medium, 1)
+	bad.InstanceType = "a100"
+	h.request(3*time.Minute, bad)
+	h.request(4*time.Minute, capReq("", 1, scheduler.Medium, 1))
+	h.runAllocator(allocInput(allocNodes(2, 2)), time.Hour)
+
+	for _, job := range []string{"too-many", "unknown-family", "bad-type", ""} {
+		out := h.outcome(job, 1)
+		require.Error(t, out.rejected, "%q must be rejected by the validator", job)
+	}
+	assert.Contains(t, h.outcome("too-many", 1).rejected.Error(), "3 workers")
+	assert.Contains(t, h.outcome("unknown-family", 1).rejected.Error(), "h100")
+	v := h.queue()
+	assert.Empty(t, v.Waiting)
+	assert.Empty(t, v.Running)
+	assert.Empty(t, h.grants)
+}
+
+func TestAllocatorPreemptsLowerClassForHigh(t *testing.T) {
+	h := newAllocHarness(t)
+	h.request(time.Minute, capReq("low", 1, scheduler.Low, 1))
+	h.request(2*time.Minute, capReq("high", 1, scheduler.High, 1))
+	var mid protocol.QueueView
+	h.at(3*time.Minute, func() { mid = h.queue() })
+	// The victim stops, releases, and comes back with its Seq.
+	h.release(5*time.Minute, protocol.ReleaseSignal{Job: "low", Attempt: 1, Stopping: true})
+	h.release(6*time.Minute, protocol.ReleaseSignal{Job: "low", Attempt: 1, Workers: []int{0}})
+	h.request(7*time.Minute, protocol.CapacityRequest{Job: "low", Attempt: 2, Kind: scheduler.KindJob, Class: scheduler.Low,
+		InstanceType: "a100.2gpu", Workers: 1, Seq: 1, SubmittedAt: testStart})
+	h.request(8*time.Minute, capReq("low-later", 1, scheduler.Low, 1))
+	var end protocol.QueueView
+	h.at(9*time.Minute, func() { end = h.queue() })
+	h.runAllocator(allocInput(allocNodes(1, 2)), time.Hour)
+
+	p := h.preemptsTo("low")
+	require.Len(t, p, 1)
+	assert.Equal(t, 1, p[0].Attempt)
+	assert.Equal(t, scheduler.Preemptor{Job: "high", Class: scheduler.High, Kind: scheduler.KindJob}, p[0].Preemptor)
+	assert.NotEmpty(t, p[0].Reason)
+	assert.Len(t, h.preempts, 1, "only the low job is preempted")
+
+	// Until the victim has released, high waits on the releasing capacity.
+	assert.Equal(t, []string{"high"}, waitingJobs(mid))
+	require.Len(t, mid.Running, 1)
+	assert.True(t, mid.Running[0].Releasing)
+	require.NotNil(t, mid.Running[0].PreemptedBy)
+	assert.Equal(t, "high", mid.Running[0].PreemptedBy.Job)
+
+	require.Len(t, h.grantsTo("high"), 1)
+	assert.Equal(t, []string{"high"}, runningJobs(end))
+	// The re-queued attempt keeps Seq 1 and so waits ahead of a later low job.
+	assert.Equal(t, int64(1), h.outcome("low", 2).reply.Seq)
+	assert.Equal(t, []string{"low", "low-later"}, waitingJobs(end))
+	assert.Equal(t, 2, end.Waiting[0].Attempt)
+	assert.Equal(t, int64(1), end.Counters.Preemptions)
+}
+
+func TestAllocatorNeverPreemptsNotebooks(t *testing.T) {
+	h := newAllocHarness(t)
+	nb := capReq("jupyter-1", 1, scheduler.Low, 1) // a notebook is high whatever it asks
+	nb.Kind = scheduler.KindNotebook
+	h.request(time.Minute, nb)
+	h.request(2*time.Minute, capReq("high-1", 1, scheduler.High, 1))
+	h.runAllocator(allocInput(allocNodes(1, 2)), time.Hour)
+
+	require.Len(t, h.grantsTo("jupyter-1"), 1)
+	assert.Empty(t, h.preempts, "a notebook is never preempted, not even by a high job")
+	v := h.queue()
+	require.Len(t, v.Running, 1)
+	assert.Equal(t, scheduler.High, v.Running[0].Class)
+	assert.Equal(t, scheduler.KindNotebook, v.Running[0].Kind)
+	assert.Equal(t, []string{"high-1"}, waitingJobs(v))
+}
+
+func TestAllocatorEqualClassWaits(t *testing.T) {
+	h := newAllocHarness(t)
+	h.request(time.Minute, capReq("first", 1, scheduler.Medium, 1))
+	h.request(2*time.Minute, capReq("second", 1, scheduler.Medium, 1))
+	h.runAllocator(allocInput(allocNodes(1, 2)), time.Hour)
+	assert.Empty(t, h.preempts)
+	assert.Empty(t, h.grantsTo("second"))
+	v := h.queue()
+	assert.Equal(t, []string{"second"}, waitingJobs(v))
+	assert.Equal(t, []string{"first"}, runningJobs(v))
+}
+
+func TestAllocatorWithdraw(t *testing.T) {
+	h := newAllocHarness(t)
+	h.request(time.Minute, capReq("first", 1, scheduler.Medium, 1))
+	h.request(2*time.Minute, capReq("second", 1, scheduler.Medium, 1))
+	h.request(3*time.Minute, capReq("third", 1, scheduler.Medium, 1))
+	h.at(4*time.Minute, func() {
+		h.env.SignalWorkflow(protocol.SignalWithdraw, protocol.WithdrawSignal{Job: "second", Attempt: 1})
+	})
+	h.release(5*time.Minute, protocol.ReleaseSignal{Job: "first", Attempt: 1, Workers: []int{0}, Stopping: true})
+	h.runAllocator(allocInput(allocNodes(1, 2)), time.Hour)
+	assert.Empty(t, h.grantsTo("second"))
+	require.Len(t, h.grantsTo("third"), 1)
+	v := h.queue()
+	assert.Empty(t, v.Waiting)
+	assert.Equal(t, []string{"third"}, runningJobs(v))
+}
+
+func TestAllocatorGrantToVanishedJobReturnsCapacity(t *testing.T) {
+	h := newAllocHarness(t)
+	h.gone["ghost"] = true
+	h.request(time.Minute, capReq("ghost", 1, scheduler.Medium, 2))
+	h.request(2*time.Minute, capReq("next", 1, scheduler.Low, 2))
+	h.runAllocator(allocInput(allocNodes(2, 2)), time.Hour)
+
+	assert.True(t, h.outcome("ghost", 1).reply.Granted)
+	require.Len(t, h.grantsTo("next"), 1, "the capacity of the failed grant goes to the next job")
+	v := h.queue()
+	assert.Equal(t, []string{"next"}, runningJobs(v))
+	assert.Empty(t, v.Waiting)
+	assert.Equal(t, int64(2), v.Counters.Grants)
+}
+
+func TestAllocatorGrantSignalFailureFreesCapacity(t *testing.T) {
+	h := newAllocHarness(t)
+	h.gone["ghost"] = true
+	h.request(time.Minute, capReq("ghost", 1, scheduler.Medium, 2))
+	h.runAllocator(allocInput(allocNodes(2, 2)), time.Hour)
+	v := h.queue()
+	assert.Empty(t, v.Running)
+	assert.Empty(t, v.Waiting)
+	assert.Equal(t, 4, freeGPUs(v))
+}
+
+func TestAllocatorReclaimsVanishedJob(t *testing.T) {
+	h := newAllocHarness(t)
+	in := allocInput(allocNodes(2, 2))
+	h.request(time.Minute, capReq("victim", 1, scheduler.Medium, 2))
+	h.request(2*time.Minute, capReq("waiter", 1, scheduler.Medium, 2))
+	var before protocol.QueueView
+	h.at(10*time.Minute, func() {
+		before = h.queue()
+		h.mu.Lock()
+		h.vanished = []string{"victim"} // terminated from the CLI
+		h.mu.Unlock()
+	})
+	var after protocol.QueueView
+	h.at(10*time.Minute+2*in.ReclaimInterval, func() { after = h.queue() })
+	h.runAllocator(in, time.Hour)
+
+	assert.Equal(t, []string{"victim"}, runningJobs(before))
+	assert.Equal(t, 0, freeGPUs(before))
+	assert.Greater(t, h.findCalls, 1)
+
+	// Each worker of the vanished job is stopped on its node's queue.
+	g := h.grantsTo("victim")
+	require.Len(t, g, 1)
+	require.Len(t, h.stops, 2)
+	want := map[int]string{}
+	for _, p := range g[0].Placement {
+		want[p.Worker] = protocol.NodeTaskQueue(p.Node)
+	}
+	for i, s := range h.stops {
+		assert.Equal(t, "victim", s.ID.Job)
+		assert.Equal(t, 1, s.ID.Attempt)
+		assert.Equal(t, in.StopGracePeriod, s.Grace)
+		assert.Equal(t, want[s.ID.Worker], h.stopQueue[i])
+		delete(want, s.ID.Worker)
+	}
+	assert.Empty(t, want, "every worker is stopped once")
+
+	// Within two reclaim intervals its capacity went to the waiting job.
+	assert.Equal(t, []string{"waiter"}, runningJobs(after))
+	assert.Empty(t, after.Waiting)
+	assert.Equal(t, int64(1), after.Counters.Reclaimed)
+	require.Len(t, h.grantsTo("waiter"), 1)
+	end := h.queue()
+	assert.Equal(t, int64(1), end.Counters.Reclaimed)
+}
+
+// TestAllocatorContinuesAsNewWithWaitingJobs drives the allocator past
+// maxUpdatesPerRun with jobs that must all wait, checks the input it
+// continues with, and starts a fresh run from that input.
+func TestAllocatorContinuesAsNewWithWaitingJobs(t *testing.T) {
+	h := newAllocHarness(t)
+	in := allocInput(allocNodes(1, 2))
+	h.request(time.Second, capReq("holder", 1, scheduler.High, 1))
+	classes := []scheduler.Class{scheduler.Low, scheduler.Medium, scheduler.High}
+	// holder's request and n others make maxUpdatesPerRun updates: the run
+	// hands over right after the last one.
+	n := maxUpdatesPerRun - 1
+	h.at(2*time.Second, func() {
+		for i := 0; i < n; i++ {
+			h.sendRequest(capReq(fmt.Sprintf("lm-mpi-job-%05d", i), 1, classes[i%3], 1))
+		}
+	})
+	h.env.ExecuteWorkflow(protocol.AllocatorWorkflowName, in)
+	require.True(t, h.env.IsWorkflowCompleted())
+
+	err := h.env.GetWorkflowError()
+	var can *workflow.ContinueAsNewError
+	require.True(t, errors.As(err, &can), "want continue-as-new, got %v", err)
+	assert.Equal(t, protocol.AllocatorWorkflowName, can.WorkflowType.Name)
+	var next protocol.AllocatorInput
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &next))
+	require.NotNil(t, next.State)
+	assert.Equal(t, int64(n+2), next.State.NextSeq, "holder got Seq 1, the others 2..n+1")
+	assert.Equal(t, int64(1), next.State.Counters.Grants)
+	assert.Len(t, next.State.Pool.Waiting.Job, n)
+	assert.Equal(t, in.Nodes, next.Nodes)
+	assert.Equal(t, in.ReclaimInterval, next.ReclaimInterval)
+	for i := 0; i < n; i++ {
+		out := h.outcome(fmt.Sprintf("lm-mpi-job-%05d", i), 1)
+		require.NoError(t, out.rejected)
+		require.NoError(t, out.err)
+	}
+	last := h.queue() // the final state of the run that continued as new
+	require.Len(t, last.Waiting, n)
+	assert.Equal(t, []string{"holder"}, runningJobs(last))
+
+	// A fresh run from that input shows the same queue, in the same order.
+	h2 := newAllocHarness(t)
+	var resumed protocol.QueueView
+	h2.at(time.Second, func() { resumed = h2.queue() })
+	h2.runAllocator(next, time.Minute)
+	require.Len(t, resumed.Waiting, n)
+	assert.Equal(t, waitingJobs(last), waitingJobs(resumed))
+	for i := range last.Waiting {
+		assert.Equal(t, last.Waiting[i].Seq, resumed.Waiting[i].Seq)
+		assert.Equal(t, last.Waiting[i].Class, resumed.Waiting[i].Class)
+		assert.Equal(t, last.Waiting[i].Position, resumed.Waiting[i].Position)
+	}
+	assert.Equal(t, []string{"holder"}, runningJobs(resumed))
+	assert.Equal(t, int64(1), resumed.Counters.Grants)
+	assert.Empty(t, h2.grants, "nothing new may be granted: the holder still runs")
+	// The queue is in launch order: class first, then Seq.
+	assert.Equal(t, scheduler.High, resumed.Waiting[0].Class)
+	assert.Equal(t, scheduler.Low, resumed.Waiting[n-1].Class)
+
+	// The resumed run keeps counting Seqs where the old one stopped.
+	h3 := newAllocHarness(t)
+	h3.request(time.Second, capReq("newcomer", 1, scheduler.Low, 1))
+	h3.runAllocator(next, time.Minute)
+	assert.Equal(t, int64(n+2), h3.outcome("newcomer", 1).reply.Seq)
+	assert.Equal(t, n+1, h3.outcome("newcomer", 1).reply.Position)
+}
+
+// TestAllocatorRestoresTenThousandWaitingJobs starts an allocator from a
+// carried-over state with 10,000 waiting jobs (as after continue-as-new) and
+// checks that it keeps their order and grants the head of the queue first.
+func TestAllocatorRestoresTenThousandWaitingJobs(t *testing.T) {
+	const n = 10000
+	in := allocInput(allocNodes(1, 2))
+	pool, err := scheduler.NewPool(in.Nodes, in.Policy)
+	require.NoError(t, err)
+	demand, err := scheduler.ParseInstanceType("a100.2gpu")
+	require.NoError(t, err)
+	req := func(job string, class scheduler.Class, seq int64) scheduler.Request {
+		return scheduler.Request{Job: job, Attempt: 1, Kind: scheduler.KindJob, Class: class, Demand: demand, Workers: 1,
+			Seq: seq, SubmittedAt: testStart}
+	}
+	require.NoError(t, pool.Enqueue(req("holder", scheduler.High, 1)))
+	require.Len(t, pool.Schedule(testStart).Grants, 1)
+	classes := []scheduler.Class{scheduler.Low, scheduler.Medium, scheduler.High}
+	for i := 0; i < n; i++ {
+		require.NoError(t, pool.Enqueue(req(fmt.Sprintf("lm-mpi-job-%08d-0000-0000-0000-000000000000", i), classes[i%3], int64(i+2))))
+	}
+	require.Empty(t, pool.Schedule(testStart).Preemptions, "nothing preempts a high job")
+	in.State = &protocol.AllocatorState{Pool: pool.Snapshot(), NextSeq: n + 2}
+	want := pool.View()
+
+	h := newAllocHarness(t)
+	var before protocol.QueueView
+	h.at(time.Minute, func() { before = h.queue() })
+	h.release(2*time.Minute, protocol.ReleaseSignal{Job: "holder", Attempt: 1, Workers: []int{0}, Stopping: true})
+	h.request(3*time.Minute, capReq("newcomer", 1, scheduler.High, 1))
+	start := time.Now()
+	h.runAllocator(in, 10*time.Minute)
+	t.Logf("10,000 waiting jobs: %s", time.Since(start))
+
+	require.Len(t, before.Waiting, n)
+	assert.Equal(t, waitingJobs(protocol.QueueView{View: want}), waitingJobs(before))
+	head := want.Waiting[0].Job
+	assert.Equal(t, scheduler.High, want.Waiting[0].Class)
+	require.Len(t, h.grants, 1)
+	assert.Equal(t, head, h.grants[0].job, "the head of the queue starts first")
+	assert.Equal(t, int64(n+2), h.outcome("newcomer", 1).reply.Seq)
+	end := h.queue()
+	assert.Len(t, end.Waiting, n)
+	assert.Equal(t, "newcomer", end.Waiting[n/3-1].Job, "a new high job queues behind the older high ones")
+}

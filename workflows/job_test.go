@@ -1,0 +1,485 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/trainq/trainq/activities"
+	"github.com/trainq/trainq/cluster"
+	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/scheduler"
+)
+
+// The job tests run JobWorkflow alone: the allocator is a mocked external
+// workflow (its signals are recorded) and grants and preemptions are sent by
+// the test with env.SignalWorkflow. Node activities are mocked; WatchWorker
+// blocks with .After(forever) rather than on ctx.Done(): the test env does
+// not cancel a cancelled activity's context, and a mock blocked on
+// ctx.Done() counts as running, which stops the env from skipping time.
+
+const (
+	testJob       = "lm-mpi-job-00000000-0000-0000-0000-000000000001"
+	testAllocator = "allocator/T/basic"
+	forever       = 1000 * time.Hour
+)
+
+var testStart = time.Date(2025, 3, 1, 9, 0, 0, 0, time.UTC)
+
+func workflowOpts(name string) workflow.RegisterOptions { return workflow.RegisterOptions{Name: name} }
+
+func jobSpec(class string, workers, maxRetry int) protocol.JobSpec {
+	return protocol.JobSpec{Script: "python train.py", InstanceType: "a100.2gpu", Region: "T", AllocationName: "basic",
+		NWorkers: workers, Type: "binary", PriorityClass: class, MaxRetry: maxRetry}
+}
+
+// sentSignal is one signal the job sent to its allocator.
+type sentSignal struct {
+	name string
+	arg  any
+}
+
+type jobHarness struct {
+	t    *testing.T
+	env  *testsuite.TestWorkflowEnvironment
+	acts *activities.Activities
+
+	mu         sync.Mutex
+	requests   []protocol.CapacityRequest
+	signals    []sentSignal
+	starts     []cluster.WorkerSpec
+	startQueue []string
+	stops      []activities.StopWorkerInput
+	stopQueue  []string
+	watches    []cluster.WorkerID
+	// seq is the Seq the mocked allocator hands out on a first request.
+	seq int64
+	// refuse, when set, makes every capacity request fail with it.
+	refuse error
+}
+
+func newJobHarness(t *testing.T) *jobHarness {
+	var s testsuite.WorkflowTestSuite
+	h := &jobHarness{t: t, env: s.NewTestWorkflowEnvironment(), acts: &activities.Activities{}, seq: 7}
+	h.env.SetStartTime(testStart)
+	h.env.RegisterWorkflowWithOptions(JobWorkflow, workflowOpts(protocol.JobWorkflowName))
+	h.env.RegisterActivity(h.acts)
+	h.env.OnActivity(h.acts.RequestCapacity, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.RequestCapacityInput) (protocol.CapacityReply, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			h.requests = append(h.requests, in.Request)
+			if h.refuse != nil {
+				return protocol.CapacityReply{}, h.refuse
+			}
+			seq := in.Request.Seq
+			if seq == 0 {
+				seq = h.seq
+			}
+			return protocol.CapacityReply{Seq: seq, Position: 1, Reason: "waiting for capacity"}, nil
+		}).Maybe()
+	h.env.OnActivity(h.acts.Rendezvous, mock.Anything, mock.Anything).Return(activities.Rendezvous{Addr: "127.0.0.1", Port: 29500}, nil).Maybe()
+	h.env.OnActivity(h.acts.StartWorker, mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, spec cluster.WorkerSpec) (cluster.WorkerStatus, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			h.starts = append(h.starts, spec)
+			h.startQueue = append(h.startQueue, activity.GetInfo(ctx).TaskQueue)
+			return cluster.WorkerStatus{ID: spec.ID, Phase: cluster.PhaseRunning, PID: 100 + spec.ID.Worker}, nil
+		}).Maybe()
+	h.env.OnActivity(h.acts.StopWorker, mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, in activities.StopWorkerInput) (cluster.WorkerStatus, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			h.stops = append(h.stops, in)
+			h.stopQueue = append(h.stopQueue, activity.GetInfo(ctx).TaskQueue)
+			return cluster.WorkerStatus{ID: in.ID, Phase: cluster.PhaseExited, ExitCode: 143, Signaled: true}, nil
+		}).Maybe()
+	h.env.OnSignalExternalWorkflow(mock.Anything, testAllocator, "", mock.Anything, mock.Anything).Return(
+		func(_, _, _, name string, arg any) error {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			h.signals = append(h.signals, sentSignal{name: name, arg: arg})
+			return nil
+		}).Maybe()
+	return h
+}
+
+// watch mocks WatchWorker for the attempts matched by attempt: it returns
+// exit code code after d (forever = until the workflow cancels it).
+func (h *jobHarness) watch(attempt, worker int, d time.Duration, code int) {
+	h.env.OnActivity(h.acts.WatchWorker, mock.Anything, mock.MatchedBy(func(id cluster.WorkerID) bool {
+		return id.Attempt == attempt && (worker < 0 || id.Worker == worker)
+	})).After(d).Return(func(_ context.Context, id cluster.WorkerID) (cluster.WorkerStatus, error) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.watches = append(h.watches, id)
+		return cluster.WorkerStatus{ID: id, Phase: cluster.PhaseExited, ExitCode: code}, nil
+	})
+}
+
+// placement puts worker i on node basic-<i+1>, GPUs 0 and 1.
+func placement(workers int) []scheduler.WorkerPlacement {
+	var p []scheduler.WorkerPlacement
+	for i := 0; i < workers; i++ {
+		p = append(p, scheduler.WorkerPlacement{Worker: i, Node: "basic-" + string(rune('1'+i)), GPUs: []int{0, 1}})
+	}
+	return p
+}
+
+func (h *jobHarness) grantAt(d time.Duration, attempt, workers int) {
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(protocol.SignalGrant, protocol.GrantSignal{Attempt: attempt, Placement: placement(workers), StopGracePeriod: 5 * time.Second})
+	}, d)
+}
+
+func (h *jobHarness) preemptAt(d time.Duration, attempt int, by string) {
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(protocol.SignalPreempt, protocol.PreemptSignal{Attempt: attempt,
+			Preemptor: scheduler.Preemptor{Job: by, Class: scheduler.High, Kind: scheduler.KindJob},
+			Reason:    "a high job needs the capacity"})
+	}, d)
+}
+
+func (h *jobHarness) run(spec protocol.JobSpec) {
+	h.env.ExecuteWorkflow(protocol.JobWorkflowName, protocol.JobInput{Name: testJob, Spec: spec})
+	require.True(h.t, h.env.IsWorkflowCompleted())
+}
+
+func (h *jobHarness) status() protocol.JobStatus {
+	h.t.Helper()
+	v, err := h.env.QueryWorkflow(protocol.QueryStatus)
+	require.NoError(h.t, err)
+	var st protocol.JobStatus
+	require.NoError(h.t, v.Get(&st))
+	return st
+}
+
+// releases returns the release signals sent for attempt, in order.
+func (h *jobHarness) releases(attempt int) []protocol.ReleaseSignal {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []protocol.ReleaseSignal
+	for _, s := range h.signals {
+		if r, ok := s.arg.(protocol.ReleaseSignal); ok && s.name == protocol.SignalRelease && r.Attempt == attempt {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// releasedWorkers checks that every release names one worker (the first may
+// be a bare "stopping" notice) and returns the workers in release order.
+func releasedWorkers(t *testing.T, rs []protocol.ReleaseSignal) []int {
+	t.Helper()
+	var out []int
+	for i, r := range rs {
+		assert.Equal(t, testJob, r.Job)
+		if i == 0 {
+			assert.True(t, r.Stopping, "the first release of an attempt marks the job stopping")
+		} else {
+			assert.False(t, r.Stopping, "only the first release marks the job stopping")
+		}
+		if len(r.Workers) == 0 && i == 0 {
+			continue
+		}
+		require.Len(t, r.Workers, 1, "releases go worker by worker: %+v", r)
+		out = append(out, r.Workers[0])
+	}
+	return out
+}
+
+func sorted(v []int) []int {
+	out := append([]int(nil), v...)
+	sort.Ints(out)
+	return out
+}
+
+func appErrType(t *testing.T, err error) string {
+	t.Helper()
+	var appErr *temporal.ApplicationError
+	require.True(t, errors.As(err, &appErr), "want an application error, got %v", err)
+	return appErr.Type()
+}
+
+func TestJobGrantRunComplete(t *testing.T) {
+	h := newJobHarness(t)
+	h.grantAt(time.Minute, 1, 2)
+	h.watch(1, -1, 10*time.Minute, 0)
+	h.run(jobSpec("medium", 2, 0))
+	require.NoError(t, h.env.GetWorkflowError())
+
+	st := h.status()
+	assert.Equal(t, protocol.StateCompleted, st.State)
+	assert.Equal(t, 1, st.Attempt)
+	assert.Equal(t, 0, st.Restarts)
+	assert.Equal(t, 4, st.GPUs)
+	assert.Equal(t, testStart, st.CreatedAt.UTC())
+	require.NotNil(t, st.PendingAt)
+	require.NotNil(t, st.RunningAt)
+	require.NotNil(t, st.CompletedAt)
+	assert.Equal(t, testStart, st.PendingAt.UTC())
+	assert.Equal(t, testStart.Add(time.Minute), st.RunningAt.UTC())
+	assert.True(t, !st.CompletedAt.Before(testStart.Add(11*time.Minute)), "completed at %s", st.CompletedAt)
+	require.Len(t, st.Attempts, 1)
+	a := st.Attempts[0]
+	assert.Equal(t, 1, a.Number)
+	assert.Equal(t, testStart, a.QueuedAt.UTC())
+	require.NotNil(t, a.StartedAt)
+	require.NotNil(t, a.EndedAt)
+	require.NotNil(t, a.ExitCode)
+	assert.Equal(t, 0, *a.ExitCode)
+	assert.Nil(t, a.Preemptor)
+	assert.Len(t, a.Placement, 2)
+
+	// One request, attempt 1, Seq 0 (first request), class medium.
+	require.Len(t, h.requests, 1)
+	assert.Equal(t, protocol.CapacityRequest{Job: testJob, Attempt: 1, Kind: scheduler.KindJob, Class: scheduler.Medium,
+		InstanceType: "a100.2gpu", Workers: 2, Seq: 0, SubmittedAt: h.requests[0].SubmittedAt}, h.requests[0])
+	assert.Equal(t, testStart, h.requests[0].SubmittedAt.UTC())
+	// Workers start on their nodes' queues, with the rendezvous address.
+	require.Len(t, h.starts, 2)
+	assert.ElementsMatch(t, []string{"trainq-node-basic-1", "trainq-node-basic-2"}, h.startQueue)
+	for _, s := range h.starts {
+		assert.Equal(t, "127.0.0.1", s.MasterAddr)
+		assert.Equal(t, 29500, s.MasterPort)
+		assert.Equal(t, 2, s.Workers)
+	}
+	// Both workers exited by themselves: nothing to stop, each released once.
+	assert.Empty(t, h.stops)
+	assert.Equal(t, []int{0, 1}, sorted(releasedWorkers(t, h.releases(1))))
+	assert.Len(t, h.releases(1), 2)
+}
+
+func TestJobPreemptedAndRerun(t *testing.T) {
+	h := newJobHarness(t)
+	h.grantAt(time.Minute, 1, 2)
+	h.watch(1, -1, forever, 0)
+	h.preemptAt(30*time.Minute, 1, "lm-mpi-job-high")
+	h.grantAt(2*time.Hour, 2, 2)
+	h.watch(2, -1, 10*time.Minute, 0)
+	h.run(jobSpec("low", 2, 1))
+	require.NoError(t, h.env.GetWorkflowError())
+
+	st := h.status()
+	assert.Equal(t, protocol.StateCompleted, st.State)
+	assert.Equal(t, 2, st.Attempt)
+	assert.Equal(t, 1, st.Restarts)
+	require.Len(t, st.Attempts, 2)
+	first := st.Attempts[0]
+	require.NotNil(t, first.Preemptor)
+	assert.Equal(t, "lm-mpi-job-high", first.Preemptor.Job)
+	assert.Equal(t, scheduler.High, first.Preemptor.Class)
+	assert.Contains(t, first.EndReason, "preempted by lm-mpi-job-high")
+	require.Len(t, st.Preemptors, 1)
+	assert.Nil(t, st.Attempts[1].Preemptor)
+	assert.Equal(t, testStart.Add(time.Minute), st.RunningAt.UTC(), "running_at is the first start")
+
+	// Attempt 2 keeps the Seq the allocator gave attempt 1.
+	require.Len(t, h.requests, 2)
+	assert.Equal(t, int64(0), h.requests[0].Seq)
+	assert.Equal(t, 2, h.requests[1].Attempt)
+	assert.Equal(t, h.seq, h.requests[1].Seq)
+	assert.Equal(t, scheduler.Low, h.requests[1].Class)
+
+	// Attempt 1: a stopping notice, then both workers stopped gracefully
+	// on their nodes and released one by one.
+	rs := h.releases(1)
+	require.Len(t, rs, 3)
+	assert.Empty(t, rs[0].Workers)
+	assert.Equal(t, []int{0, 1}, sorted(releasedWorkers(t, rs)))
+	var stopped []int
+	for i, s := range h.stops {
+		if s.ID.Attempt == 1 {
+			stopped = append(stopped, s.ID.Worker)
+			assert.Equal(t, 5*time.Second, s.Grace)
+			assert.Equal(t, "trainq-node-basic-"+string(rune('1'+s.ID.Worker)), h.stopQueue[i])
+		}
+	}
+	assert.Equal(t, []int{0, 1}, sorted(stopped))
+	assert.Equal(t, []int{0, 1}, sorted(releasedWorkers(t, h.releases(2))))
+}
+
+func TestJobPreemptedRetriesExhausted(t *testing.T) {
+	h := newJobHarness(t)
+	h.grantAt(time.Minute, 1, 1)
+	h.watch(1, -1, forever, 0)
+	h.preemptAt(30*time.Minute, 1, "lm-mpi-job-high")
+	h.grantAt(2*time.Hour, 2, 1)
+	h.watch(2, -1, forever, 0)
+	h.preemptAt(3*time.Hour, 2, "lm-mpi-job-high2")
+	h.run(jobSpec("low", 1, 1))
+
+	assert.Equal(t, ErrTypeJobPreempted, appErrType(t, h.env.GetWorkflowError()))
+	st := h.status()
+	assert.Equal(t, protocol.StatePreempted, st.State)
+	assert.Equal(t, 2, st.Attempt)
+	assert.Equal(t, 1, st.Restarts)
+	require.Len(t, st.Preemptors, 2)
+	assert.Equal(t, "lm-mpi-job-high2", st.Preemptors[1].Job)
+	assert.Contains(t, st.Message, "no retries left")
+	require.NotNil(t, st.CompletedAt)
+	require.Len(t, h.requests, 2)
+	assert.Len(t, h.stops, 2)
+	assert.Equal(t, []int{0}, releasedWorkers(t, h.releases(2)))
+}
+
+func TestJobPreemptedWithoutRetries(t *testing.T) {
+	h := newJobHarness(t)
+	h.grantAt(time.Minute, 1, 1)
+	h.watch(1, -1, forever, 0)
+	h.preemptAt(30*time.Minute, 1, "lm-mpi-job-high")
+	h.run(jobSpec("low", 1, 0))
+	assert.Equal(t, ErrTypeJobPreempted, appErrType(t, h.env.GetWorkflowError()))
+	st := h.status()
+	assert.Equal(t, protocol.StatePreempted, st.State)
+	require.NotNil(t, st.Attempts[0].Preemptor)
+	assert.Len(t, h.requests, 1)
+}
+
+func TestJobWorkerFailureRerunsThenSucceeds(t *testing.T) {
+	h := newJobHarness(t)
+	h.grantAt(time.Minute, 1, 2)
+	h.watch(1, 0, 5*time.Minute, 3) // worker 0 fails
+	h.watch(1, 1, forever, 0)       // worker 1 still runs: it must be stopped
+	h.grantAt(time.Hour, 2, 2)
+	h.watch(2, -1, 10*time.Minute, 0)
+	h.run(jobSpec("medium", 2, 2))
+	require.NoError(t, h.env.GetWorkflowError())
+
+	st := h.status()
+	assert.Equal(t, protocol.StateCompleted, st.State)
+	assert.Equal(t, 2, st.Attempt)
+	assert.Equal(t, 1, st.Restarts)
+	require.Len(t, st.Attempts, 2)
+	require.NotNil(t, st.Attempts[0].ExitCode)
+	assert.Equal(t, 3, *st.Attempts[0].ExitCode)
+	assert.Contains(t, st.Attempts[0].EndReason, "exited with code 3")
+	assert.Nil(t, st.Attempts[0].Preemptor)
+
+	// Worker 0 is released as it exits; only worker 1 is stopped.
+	rs := h.releases(1)
+	assert.Equal(t, []int{0, 1}, releasedWorkers(t, rs))
+	require.Len(t, rs, 2)
+	var stopped []int
+	for _, s := range h.stops {
+		stopped = append(stopped, s.ID.Worker)
+		assert.Equal(t, 1, s.ID.Attempt)
+	}
+	assert.Equal(t, []int{1}, stopped)
+	require.Len(t, h.requests, 2)
+	assert.Equal(t, h.seq, h.requests[1].Seq)
+}
+
+func TestJobFailureWithoutRetriesFails(t *testing.T) {
+	h := newJobHarness(t)
+	h.grantAt(time.Minute, 1, 1)
+	h.watch(1, -1, 5*time.Minute, 3)
+	h.run(jobSpec("medium", 1, 0))
+	assert.Equal(t, ErrTypeJobFailed, appErrType(t, h.env.GetWorkflowError()))
+	st := h.status()
+	assert.Equal(t, protocol.StateFailed, st.State)
+	assert.Equal(t, 1, st.Attempt)
+	assert.Contains(t, st.Message, "exited with code 3")
+	require.NotNil(t, st.CompletedAt)
+	assert.Len(t, h.requests, 1)
+	assert.Empty(t, h.stops)
+	assert.Equal(t, []int{0}, releasedWorkers(t, h.releases(1)))
+}
+
+func TestJobCancelWhileRunning(t *testing.T) {
+	h := newJobHarness(t)
+	h.grantAt(time.Minute, 1, 2)
+	h.watch(1, -1, forever, 0)
+	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 20*time.Minute)
+	h.run(jobSpec("medium", 2, 3))
+
+	var canceled *temporal.CanceledError
+	require.True(t, errors.As(h.env.GetWorkflowError(), &canceled), "got %v", h.env.GetWorkflowError())
+	st := h.status()
+	assert.Equal(t, protocol.StateStopped, st.State)
+	assert.Equal(t, 1, st.Attempt, "a cancelled job is not rerun")
+	assert.Equal(t, 0, st.Restarts)
+	require.NotNil(t, st.CompletedAt)
+	assert.Equal(t, "stopped by the user", st.Attempts[0].EndReason)
+
+	var stopped []int
+	for _, s := range h.stops {
+		stopped = append(stopped, s.ID.Worker)
+	}
+	assert.Equal(t, []int{0, 1}, sorted(stopped))
+	rs := h.releases(1)
+	require.Len(t, rs, 3, "a stopping notice, then one release per worker: %+v", rs)
+	assert.Equal(t, []int{0, 1}, sorted(releasedWorkers(t, rs)))
+	assert.Len(t, h.requests, 1)
+}
+
+func TestJobCancelWhilePending(t *testing.T) {
+	h := newJobHarness(t)
+	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 20*time.Minute)
+	h.run(jobSpec("medium", 2, 3))
+
+	var canceled *temporal.CanceledError
+	require.True(t, errors.As(h.env.GetWorkflowError(), &canceled), "got %v", h.env.GetWorkflowError())
+	st := h.status()
+	assert.Equal(t, protocol.StateStopped, st.State)
+	assert.Nil(t, st.RunningAt)
+	assert.Contains(t, st.Attempts[0].EndReason, "pending")
+	assert.Empty(t, h.starts, "a job cancelled while pending starts nothing")
+	assert.Empty(t, h.stops)
+	require.Len(t, h.signals, 1)
+	assert.Equal(t, protocol.SignalWithdraw, h.signals[0].name)
+	assert.Equal(t, protocol.WithdrawSignal{Job: testJob, Attempt: 1}, h.signals[0].arg)
+}
+
+func TestJobCapacityRefusedFailsAtOnce(t *testing.T) {
+	h := newJobHarness(t)
+	h.refuse = temporal.NewNonRetryableApplicationError("allocation T/basic cannot run it: the job needs 9 workers",
+		activities.ErrTypeCapacityRefused, nil)
+	h.run(jobSpec("medium", 2, 5))
+
+	assert.Equal(t, ErrTypeJobFailed, appErrType(t, h.env.GetWorkflowError()))
+	st := h.status()
+	assert.Equal(t, protocol.StateFailed, st.State)
+	assert.Equal(t, 1, st.Attempt, "a refusal is not retried")
+	assert.Len(t, h.requests, 1, "a refused request is not retried")
+	assert.Contains(t, st.Message, "needs 9 workers")
+	assert.Empty(t, h.starts)
+	assert.Empty(t, h.signals)
+}
+
+func TestNotebookIsHighClass(t *testing.T) {
+	h := newJobHarness(t)
+	h.grantAt(time.Minute, 1, 1)
+	h.watch(1, -1, forever, 0)
+	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 48*time.Hour)
+	spec := jobSpec("low", 1, 0)
+	spec.Kind = scheduler.KindNotebook
+	h.run(spec)
+
+	st := h.status()
+	assert.Equal(t, protocol.StateStopped, st.State, "a notebook runs until stopped")
+	assert.Equal(t, "high", st.Priority)
+	require.Len(t, h.requests, 1)
+	assert.Equal(t, scheduler.High, h.requests[0].Class)
+	assert.Equal(t, scheduler.KindNotebook, h.requests[0].Kind)
+}
+
+func TestJobBadSpecFails(t *testing.T) {
+	h := newJobHarness(t)
+	spec := jobSpec("urgent", 1, 0)
+	h.run(spec)
+	assert.Equal(t, ErrTypeBadJob, appErrType(t, h.env.GetWorkflowError()))
+	assert.Empty(t, h.requests)
+}
