@@ -8,10 +8,11 @@ export TRAINQ_TEMPORAL_BIN := $(TEMPORAL)
 
 all: build
 
-## build: compile bin/trainq (the CLI) and bin/trainq-worker
+## build: compile bin/trainq (the CLI), bin/trainq-worker and bin/trainq-api
 build:
 	$(GO) build -o bin/trainq ./starter
 	$(GO) build -o bin/trainq-worker ./worker
+	@if [ -d api/cmd/trainq-api ]; then $(GO) build -o bin/trainq-api ./api/cmd/trainq-api; fi
 
 ## bin/temporal: the pinned Temporal CLI (dev server and Web UI)
 $(TEMPORAL):
