@@ -176,6 +176,7 @@ func init() {
 		{"cancel", "JOB", "stop a job (its workers get SIGTERM, then SIGKILL)", runCancel},
 		{"logs", "JOB [--tail N] [--follow] [--attempt N] [--worker N]", "print a job's logs (latest attempt, all workers)", runLogs},
 		{"queue", "[ALLOCATION] [--region R]", "show an allocation's nodes, running jobs and waiting jobs in launch order", runQueue},
+		{"top", "[ALLOCATION] [--region R] [--once]", "live view of an allocation: GPU bars per node, running and waiting jobs (plain snapshot on a non-TTY)", runTop},
 		{"watch", "JOB", "print each state change until the job ends; exit 0 only if it completed", runWatch},
 		{"demo", "", "run the worked example of the priorities page on the demo allocation", runDemo},
 		{"version", "", "print trainq's version", runVersion},

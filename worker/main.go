@@ -1,7 +1,8 @@
 // Command trainq-worker runs trainq's workflows and activities: the job and
 // allocator workflows on the main task queue, and one node agent per
 // configured node, each on that node's task queue. It also makes sure every
-// configured allocation has a running allocator.
+// configured allocation has a running allocator, and serves Prometheus
+// metrics on the config's metrics_addr (see package metrics).
 //
 //	trainq-worker [--config FILE]
 //	trainq-worker supervise DIR   (internal: the parent of one worker's processes)
@@ -13,6 +14,8 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -22,6 +25,7 @@ import (
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/contrib/envconfig"
 	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
@@ -29,6 +33,7 @@ import (
 	"github.com/trainq/trainq/activities"
 	"github.com/trainq/trainq/cluster/local"
 	"github.com/trainq/trainq/config"
+	"github.com/trainq/trainq/metrics"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/workflows"
 )
@@ -55,11 +60,30 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	c, err := workflows.Dial(ctx, sdklog.NewStructuredLogger(logger))
+	reg, err := metrics.NewRegistry()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = reg.Shutdown(context.Background()) }()
+	c, err := dial(ctx, sdklog.NewStructuredLogger(logger), reg.Handler)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
+	var allocations []metrics.Allocation
+	for _, ref := range cfg.Allocations() {
+		allocations = append(allocations, metrics.Allocation{Region: ref.Region, Allocation: ref.Allocation.Name})
+	}
+	reg.Prometheus.MustRegister(metrics.NewCollector(allocations, func(ctx context.Context, region, allocation string) (protocol.QueueView, error) {
+		return workflows.Queue(ctx, c, region, allocation)
+	}))
+	if cfg.MetricsAddr != "" {
+		stopMetrics, err := serveMetrics(cfg.MetricsAddr, reg, logger)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
+	}
 
 	if err := ensureSearchAttributes(ctx, c); err != nil {
 		return err
@@ -71,7 +95,9 @@ func run() error {
 	acts := &activities.Activities{Client: c, Config: cfg, Backend: backend}
 
 	var workers []worker.Worker
-	main := worker.New(c, protocol.TaskQueue, worker.Options{})
+	// More pollers than the default two: one allocator serves many jobs, and a
+	// burst of submissions otherwise waits seconds for its first workflow task.
+	main := worker.New(c, protocol.TaskQueue, worker.Options{MaxConcurrentWorkflowTaskPollers: 8, MaxConcurrentActivityTaskPollers: 8})
 	main.RegisterWorkflowWithOptions(workflows.JobWorkflow, workflowOptions(protocol.JobWorkflowName))
 	main.RegisterWorkflowWithOptions(workflows.AllocatorWorkflow, workflowOptions(protocol.AllocatorWorkflowName))
 	main.RegisterActivity(acts)
@@ -96,6 +122,47 @@ func run() error {
 	<-ctx.Done()
 	logger.Info("trainq-worker is stopping; running jobs keep running and are re-attached at the next start")
 	return nil
+}
+
+// dial connects like workflows.Dial, with the metrics handler that feeds
+// /metrics: the SDK's own metrics and those the workflows emit.
+func dial(ctx context.Context, logger sdklog.Logger, handler client.MetricsHandler) (client.Client, error) {
+	opts, err := envconfig.LoadDefaultClientOptions()
+	if err != nil {
+		return nil, fmt.Errorf("temporal connection settings: %w", err)
+	}
+	opts.Logger, opts.MetricsHandler = logger, handler
+	c, err := client.DialContext(ctx, opts)
+	if err != nil {
+		addr := opts.HostPort
+		if addr == "" {
+			addr = client.DefaultHostPort
+		}
+		return nil, fmt.Errorf("cannot reach Temporal at %s (set TEMPORAL_ADDRESS, or start a dev server with `make dev`): %w", addr, err)
+	}
+	return c, nil
+}
+
+// serveMetrics serves /metrics on addr until the returned stop is called.
+func serveMetrics(addr string, reg *metrics.Registry, logger *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics_addr %s: %w (set metrics_addr: \"\" in the config to serve no metrics)", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", reg.HTTPHandler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("metrics server stopped", "error", err)
+		}
+	}()
+	logger.Info("serving Prometheus metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
 }
 
 func workflowOptions(name string) workflow.RegisterOptions {

@@ -6,11 +6,13 @@ import (
 	"strings"
 	"time"
 
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/trainq/trainq/activities"
 	"github.com/trainq/trainq/cluster"
+	"github.com/trainq/trainq/metrics"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
 )
@@ -275,7 +277,14 @@ func (a *allocator) onWithdraw(s protocol.WithdrawSignal) {
 // schedule runs one scheduling pass and sends its decisions.
 func (a *allocator) schedule(ctx workflow.Context) {
 	now := workflow.Now(ctx)
+	// The pass's wall-clock duration feeds only the scheduling-pass
+	// histogram. Reading the clock here is safe although workflow code must
+	// not: the value never reaches workflow state, a branch or a command, so
+	// a replay takes exactly the same path whatever it reads; and the
+	// replay-aware handler drops the sample while replaying.
+	passStart := time.Now()
 	d := a.pool.Schedule(now)
+	a.metrics(ctx).Timer(metrics.SchedulingPassInstrument).Record(time.Since(passStart))
 	for _, g := range d.Grants {
 		a.counters.Grants++
 		a.note(fmt.Sprintf("granted %s attempt %d on %s", g.Job, g.Attempt, placementText(g.Placement)))
@@ -293,6 +302,13 @@ func (a *allocator) schedule(ctx workflow.Context) {
 	}
 	for _, p := range d.Preemptions {
 		a.counters.Preemptions++
+		victimClass := "unknown"
+		if r, ok := a.pool.Running(p.Victim); ok {
+			victimClass = r.Class.String()
+		}
+		a.metrics(ctx).WithTags(map[string]string{
+			metrics.LabelVictimPriority: victimClass, metrics.LabelPreemptorPriority: p.Preemptor.Class.String(),
+		}).Counter(metrics.PreemptionsInstrument).Inc(1)
 		a.note(fmt.Sprintf("preempting %s for %s", p.Victim, p.Preemptor.Job))
 		victim := p.Victim
 		sig := protocol.PreemptSignal{Attempt: p.VictimAttempt, Preemptor: p.Preemptor, Reason: p.Reason}
@@ -393,6 +409,7 @@ func (a *allocator) reclaim(ctx workflow.Context, job string) {
 		if cur, ok := a.pool.Running(job); ok && cur.Attempt == r.Attempt {
 			a.pool.Cancel(job)
 			a.counters.Reclaimed++
+			a.metrics(ctx).Counter(metrics.LeakedReclaimedInstrument).Inc(1)
 			a.note(fmt.Sprintf("reclaimed the capacity of vanished job %s", job))
 		}
 		delete(a.reclaims, job)
@@ -421,6 +438,13 @@ func (a *allocator) dropOrphan(job string) {
 }
 
 func (a *allocator) note(event string) { a.lastEvent = event }
+
+// metrics is the SDK's replay-aware metrics handler with the allocation's
+// labels: nothing it records during a replay is emitted, so a worker that
+// replays this history after a restart counts nothing twice.
+func (a *allocator) metrics(ctx workflow.Context) client.MetricsHandler {
+	return workflow.GetMetricsHandler(ctx).WithTags(metrics.Tags(a.in.Region, a.in.Allocation))
+}
 
 // ExplainReply tells where a job stands in its allocation.
 type ExplainReply struct {

@@ -8,11 +8,13 @@ import (
 	"strings"
 	"time"
 
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/trainq/trainq/activities"
 	"github.com/trainq/trainq/cluster"
+	"github.com/trainq/trainq/metrics"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
 )
@@ -81,6 +83,7 @@ func JobWorkflow(ctx workflow.Context, in protocol.JobInput) (*protocol.JobStatu
 	if _, err := j.spec.Normalize(); err != nil {
 		j.status.Message = err.Error()
 		j.setState(ctx, protocol.StateFailed)
+		j.countFinished(ctx, protocol.StateFailed)
 		return &j.status, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeBadJob, nil)
 	}
 	j.status.Priority, j.status.NWorkers, j.status.GPUs = j.spec.PriorityClass, j.spec.NWorkers, j.spec.GPUs()
@@ -121,8 +124,25 @@ func JobWorkflow(ctx workflow.Context, in protocol.JobInput) (*protocol.JobStatu
 			return &j.status, j.finish(ctx, state, temporal.NewNonRetryableApplicationError(j.status.Message, errType, nil))
 		}
 		j.status.Restarts++
+		reason := metrics.ReasonFailed
+		if out.kind == outcomePreempted {
+			reason = metrics.ReasonPreempted
+		}
+		j.metrics(ctx).WithTags(map[string]string{metrics.LabelReason: reason}).Counter(metrics.JobRestartsInstrument).Inc(1)
 		j.setState(ctx, protocol.StateRestarting)
 	}
+}
+
+// metrics is the SDK's replay-aware metrics handler with the job's labels:
+// nothing it records during a replay is emitted, so a worker that replays
+// this history after a restart counts nothing twice.
+func (j *job) metrics(ctx workflow.Context) client.MetricsHandler {
+	h := workflow.GetMetricsHandler(ctx).WithTags(metrics.Tags(j.spec.Region, j.spec.AllocationName))
+	return h.WithTags(map[string]string{metrics.LabelPriority: j.spec.PriorityClass})
+}
+
+func (j *job) countFinished(ctx workflow.Context, state protocol.JobState) {
+	j.metrics(ctx).WithTags(map[string]string{metrics.LabelState: string(state)}).Counter(metrics.JobsFinishedInstrument).Inc(1)
 }
 
 // noteOutcome records why the current attempt ends.
@@ -141,6 +161,7 @@ func (j *job) finish(ctx workflow.Context, state protocol.JobState, err error) e
 	now := workflow.Now(ctx)
 	j.status.CompletedAt = &now
 	j.setState(ctx, state)
+	j.countFinished(ctx, state)
 	return err
 }
 
@@ -168,6 +189,9 @@ func (j *job) runAttempt(ctx workflow.Context, attempt int) outcome {
 			j.status.RunningAt = &now
 		}
 		j.setState(ctx, protocol.StateRunning)
+		// Queue wait: from this attempt's queueing (the submission, or the
+		// re-queue after a restart) until it runs.
+		j.metrics(ctx).Timer(metrics.QueueWaitInstrument).Record(now.Sub(rec.QueuedAt))
 		out = j.watch(ctx, attempt, grant)
 	}
 	// Say why the attempt ends as soon as it is known: stopping may take a
@@ -212,6 +236,13 @@ func (j *job) waitForCapacity(ctx workflow.Context, attempt int) (protocol.Grant
 	}
 	if j.seq == 0 {
 		j.seq = reply.Seq
+	}
+	if !reply.Granted && reply.Reason != "" {
+		// Show where the attempt was queued and why it waits. The job is not
+		// told when its place changes; the allocator's current details and
+		// `trainq status` have the live position.
+		j.status.Position, j.status.Reason = reply.Position, reply.Reason
+		workflow.SetCurrentDetails(ctx, j.details())
 	}
 	for {
 		var grant protocol.GrantSignal
@@ -418,6 +449,9 @@ func (j *job) stopAndRelease(ctx workflow.Context, attempt int, grant protocol.G
 // the Web UI's current details.
 func (j *job) setState(ctx workflow.Context, s protocol.JobState) {
 	j.status.State = s
+	// The place in the queue is known only from the allocator's reply to
+	// this attempt's request (see waitForCapacity).
+	j.status.Position, j.status.Reason = 0, ""
 	err := workflow.UpsertTypedSearchAttributes(ctx,
 		protocol.KeyState.ValueSet(string(s)),
 		protocol.KeyAttempt.ValueSet(int64(j.status.Attempt)),
@@ -435,9 +469,29 @@ func (j *job) details() string {
 	if st.Message != "" {
 		fmt.Fprintf(&b, "%s\n\n", st.Message)
 	}
+	if st.State == protocol.StatePending && st.Reason != "" {
+		queued := ""
+		if len(st.Attempts) > 0 {
+			queued = " at " + stamp(&st.Attempts[len(st.Attempts)-1].QueuedAt)
+		}
+		if st.Position > 0 {
+			fmt.Fprintf(&b, "**Queue position %d** when queued%s: %s\n\n", st.Position, queued, st.Reason)
+		} else {
+			fmt.Fprintf(&b, "**Waiting** since%s: %s\n\n", queued, st.Reason)
+		}
+		fmt.Fprintf(&b, "Live position: the current details of %s, or `trainq status %s`.\n\n", j.allocator, j.name)
+	}
 	if len(st.Attempts) > 0 {
 		if p := st.Attempts[len(st.Attempts)-1].Placement; len(p) > 0 && !st.State.Terminal() {
-			fmt.Fprintf(&b, "Placement: %s\n\n", placementText(p))
+			gpus := 0
+			for _, w := range p {
+				gpus += len(w.GPUs)
+			}
+			nodes := "nodes"
+			if len(p) == 1 {
+				nodes = "node"
+			}
+			fmt.Fprintf(&b, "Placement: %s (%d GPUs on %d %s)\n\n", placementText(p), gpus, len(p), nodes)
 		}
 	}
 	b.WriteString("| attempt | queued | started | ended | why it ended | preemptor |\n|---|---|---|---|---|---|\n")

@@ -1,0 +1,118 @@
+package e2e
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	sdkpb "go.temporal.io/api/sdk/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/trainq/trainq/protocol"
+)
+
+// currentDetails reads a workflow's current details through the metadata
+// query, as the Web UI does.
+func currentDetails(t *testing.T, id string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := env.client.QueryWorkflow(ctx, id, "", "__temporal_workflow_metadata")
+	require.NoError(t, err)
+	var md sdkpb.WorkflowMetadata
+	require.NoError(t, resp.Get(&md))
+	return md.GetCurrentDetails()
+}
+
+func describe(t *testing.T, id string) *client.WorkflowExecutionDescription {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	d, err := env.client.DescribeWorkflow(ctx, id, "")
+	require.NoError(t, err)
+	return d
+}
+
+func TestVisibilitySearchAttributesAndCurrentDetails(t *testing.T) {
+	cfgPath, cfg, _ := obsSetup(t)
+	startWorkerWith(t, cfgPath)
+	dir := t.TempDir()
+	spec := func(script string) protocol.JobSpec {
+		return protocol.JobSpec{Script: script, InstanceType: "a100.2gpu", Region: "O", AllocationName: "visibility",
+			PriorityClass: "medium", NWorkers: 1, Type: "binary", MaxRetry: 2, Author: "alice", Workspace: "ws-42"}
+	}
+	gateRun, gateWait := gate(filepath.Join(dir, "run")), gate(filepath.Join(dir, "wait"))
+	running := submitWith(t, cfg, spec(gateRun.waitFor()))
+	waitState(t, running, protocol.StateRunning, long)
+	waiting := submitWith(t, cfg, spec(gateWait.waitFor()))
+	waitState(t, waiting, protocol.StatePending, long)
+	t.Cleanup(func() { gateRun.open(t); gateWait.open(t) })
+
+	// Search attributes, as DescribeWorkflowExecution returns them.
+	d := describe(t, running)
+	sa := d.TypedSearchAttributes
+	get := func(k interface{ GetName() string }) any {
+		for key, v := range sa.GetUntypedValues() {
+			if key.GetName() == k.GetName() {
+				return v
+			}
+		}
+		return nil
+	}
+	assert.Equal(t, "Running", get(protocol.KeyState))
+	assert.Equal(t, "medium", get(protocol.KeyPriority))
+	assert.Equal(t, "visibility", get(protocol.KeyAllocation))
+	assert.Equal(t, "O", get(protocol.KeyRegion))
+	assert.Equal(t, "alice", get(protocol.KeyAuthor))
+	assert.Equal(t, "ws-42", get(protocol.KeyWorkspace))
+	assert.Equal(t, "job", get(protocol.KeyKind))
+	assert.Equal(t, int64(1), get(protocol.KeyAttempt))
+	assert.Equal(t, int64(2), get(protocol.KeyGPUs))
+	// The raw response carries them as indexed fields too (what the UI lists).
+	fields := d.RawResponse.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()
+	for _, sa := range protocol.SearchAttributeTypes {
+		assert.Contains(t, fields, sa.Name)
+	}
+	summary, err := d.GetStaticSummary()
+	require.NoError(t, err)
+	assert.Equal(t, "medium · 1×a100.2gpu · O/visibility · max_retry 2", summary)
+	details, err := d.GetStaticDetails()
+	require.NoError(t, err)
+	assert.Contains(t, details, "| instance_type | `a100.2gpu` |")
+	assert.Contains(t, details, "| author | `alice` |")
+
+	// Current details of the running job: state, placement, attempt table.
+	cur := currentDetails(t, running)
+	assert.Contains(t, cur, "## Running · attempt 1 · restarts 0/2")
+	assert.Contains(t, cur, "Placement: obs-visibility-1[0 1] (2 GPUs on 1 node)")
+	assert.Contains(t, cur, "| attempt | queued | started | ended | why it ended | preemptor |")
+
+	// The waiting job: its state in the search attributes, its place in the
+	// queue and the reason in its current details.
+	assert.Equal(t, "Pending", describe(t, waiting).TypedSearchAttributes.GetUntypedValues()[protocol.KeyState])
+	st := status(t, waiting)
+	require.NotEmpty(t, st.Reason)
+	cur = currentDetails(t, waiting)
+	assert.Contains(t, cur, "## Pending · attempt 1")
+	assert.Contains(t, cur, "**Queue position 1** when queued")
+	assert.Contains(t, cur, st.Reason)
+	assert.Contains(t, cur, "allocator/O/visibility")
+
+	// The allocator shows per-node use, the running job and the queue.
+	alloc := currentDetails(t, protocol.AllocatorWorkflowID("O", "visibility"))
+	assert.Contains(t, alloc, "| obs-visibility-1 | a100 | 2 | 0 | 2 | 0 |")
+	assert.Contains(t, alloc, "- "+running+" · medium · 2 GPUs · running")
+	assert.Contains(t, alloc, "1. "+waiting+" · medium · 2 GPUs — ")
+
+	// A state change updates the search attributes and the details.
+	gateRun.open(t)
+	waitState(t, running, protocol.StateCompleted, long)
+	assert.Equal(t, "Completed", describe(t, running).TypedSearchAttributes.GetUntypedValues()[protocol.KeyState])
+	waitState(t, waiting, protocol.StateRunning, long)
+	assert.Contains(t, currentDetails(t, waiting), "## Running · attempt 1")
+	gateWait.open(t)
+	waitState(t, waiting, protocol.StateCompleted, long)
+}
