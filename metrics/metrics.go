@@ -137,8 +137,15 @@ func CountsOf(v protocol.QueueView) Counts {
 		c.GPUs[StateReleasing] += n.ReleasingGPUs
 		c.GPUs[StateFree] += n.FreeGPUs
 	}
-	for _, w := range v.Waiting {
-		c.Waiting[w.Class.String()]++
+	if v.WaitingByClass != nil {
+		// The view lists only the head of a long queue; the counts cover all.
+		for class, n := range v.WaitingByClass {
+			c.Waiting[class] = n
+		}
+	} else {
+		for _, w := range v.Waiting {
+			c.Waiting[w.Class.String()]++
+		}
 	}
 	for _, r := range v.Running {
 		c.Running[r.Class.String()]++

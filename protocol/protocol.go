@@ -233,9 +233,17 @@ type AllocatorCounters struct {
 type QueueView struct {
 	Region     string `json:"region"`
 	Allocation string `json:"allocation"`
+	// View lists at most QueueViewLimit waiting jobs, in launch order, so that
+	// the answer stays well under Temporal's payload limit.
 	scheduler.View
-	Counters AllocatorCounters `json:"counters"`
+	// WaitingTotal and WaitingByClass count every waiting job.
+	WaitingTotal   int               `json:"waiting_total"`
+	WaitingByClass map[string]int    `json:"waiting_by_class"`
+	Counters       AllocatorCounters `json:"counters"`
 }
+
+// QueueViewLimit is how many waiting jobs the queue query lists.
+const QueueViewLimit = 500
 
 // Search attributes on job workflows.
 const (

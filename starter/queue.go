@@ -60,7 +60,7 @@ func printQueue(g *globals, v protocol.QueueView) {
 	}
 	fmt.Fprintf(w, "Allocation %s/%s: %d GPUs, %d free, %d allocated, %d releasing; %s, %s\n\n",
 		v.Region, v.Allocation, total, free, allocated, releasing,
-		plural(len(v.Running), "job running", "jobs running"), plural(len(v.Waiting), "waiting", "waiting"))
+		plural(len(v.Running), "job running", "jobs running"), plural(waitingTotal(v), "waiting", "waiting"))
 
 	tw := newTable(w)
 	fmt.Fprintln(tw, "NODE\tFAMILY\tGPUS\tFREE\tALLOCATED\tRELEASING")
@@ -93,7 +93,11 @@ func printQueue(g *globals, v protocol.QueueView) {
 		tw.Flush()
 	}
 
-	fmt.Fprintln(w, "\nWaiting, in launch order:")
+	if n := waitingTotal(v); n > len(v.Waiting) {
+		fmt.Fprintf(w, "\nWaiting, in launch order (the first %d of %d):\n", len(v.Waiting), n)
+	} else {
+		fmt.Fprintln(w, "\nWaiting, in launch order:")
+	}
 	if len(v.Waiting) == 0 {
 		fmt.Fprintln(w, "  none")
 		return
@@ -127,4 +131,9 @@ func waited(t time.Time) string {
 		return "-"
 	}
 	return human(time.Since(t))
+}
+
+// waitingTotal counts every waiting job; the view lists only the head of a long queue.
+func waitingTotal(v protocol.QueueView) int {
+	return max(v.WaitingTotal, len(v.Waiting))
 }

@@ -134,7 +134,7 @@ func renderTop(w io.Writer, v protocol.QueueView, now time.Time, cols, rows int)
 	}
 	fmt.Fprintf(&b, "trainq top · %s/%s · %s\n", v.Region, v.Allocation, now.Format("15:04:05"))
 	fmt.Fprintf(&b, "GPUs %d: %d allocated %s, %d releasing %s, %d free %s · %s, %d waiting\n",
-		total, allocated, cellAllocated, releasing, cellReleasing, free, cellFree, plural(len(v.Running), "job running", "jobs running"), len(v.Waiting))
+		total, allocated, cellAllocated, releasing, cellReleasing, free, cellFree, plural(len(v.Running), "job running", "jobs running"), waitingTotal(v))
 	fmt.Fprintf(&b, "Since the allocator started: %d grants, %d preemptions, %d reclaimed\n\n", v.Counters.Grants, v.Counters.Preemptions, v.Counters.Reclaimed)
 
 	tw := newTable(&b)
@@ -175,7 +175,7 @@ func renderTop(w io.Writer, v protocol.QueueView, now time.Time, cols, rows int)
 	}
 
 	var wait bytes.Buffer
-	fmt.Fprintf(&wait, "\nWaiting, in launch order (%d)\n", len(v.Waiting))
+	fmt.Fprintf(&wait, "\nWaiting, in launch order (%d)\n", waitingTotal(v))
 	if len(v.Waiting) > 0 {
 		tw = newTable(&wait)
 		fmt.Fprintln(tw, "  #\tJOB\tCLASS\tGPUS\tWAITING\tREASON")

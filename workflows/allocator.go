@@ -22,9 +22,14 @@ import (
 const (
 	maxUpdatesPerRun = 1000
 	maxEventsPerRun  = 20000
-	// explainLimit is the queue length up to which every event refreshes
-	// the explanations shown in replies and in the Web UI.
+	// explainLimit is the queue length up to which a request's reply says
+	// its position and reason (one dry-run pass each). detailsLimit is the
+	// queue length up to which every event re-renders the Web UI details
+	// (a dry-run pass with a reason for every waiting job); beyond it they
+	// are refreshed at most every detailsInterval, so that a burst of
+	// requests in one workflow task stays cheap.
 	explainLimit    = 1000
+	detailsLimit    = 100
 	detailsInterval = 5 * time.Second
 )
 
@@ -319,7 +324,7 @@ func (a *allocator) schedule(ctx workflow.Context) {
 	}
 	// Rendering the queue for the Web UI costs a dry-run pass; with a long
 	// queue, refresh it at most every detailsInterval.
-	if a.pool.WaitingCount() <= explainLimit || now.Sub(a.detailsAt) >= detailsInterval {
+	if a.pool.WaitingCount() <= detailsLimit || now.Sub(a.detailsAt) >= detailsInterval {
 		a.detailsAt = now
 		workflow.SetCurrentDetails(ctx, a.details())
 	}
@@ -464,7 +469,16 @@ func (a *allocator) explain(job string) ExplainReply {
 }
 
 func (a *allocator) view() protocol.QueueView {
-	return protocol.QueueView{Region: a.in.Region, Allocation: a.in.Allocation, View: a.pool.View(), Counters: a.counters}
+	v := protocol.QueueView{Region: a.in.Region, Allocation: a.in.Allocation, View: a.pool.View(), Counters: a.counters,
+		WaitingByClass: map[string]int{}}
+	v.WaitingTotal = len(v.Waiting)
+	for _, w := range v.Waiting {
+		v.WaitingByClass[w.Class.String()]++
+	}
+	if len(v.Waiting) > protocol.QueueViewLimit {
+		v.Waiting = v.Waiting[:protocol.QueueViewLimit]
+	}
+	return v
 }
 
 // details renders the allocation for the Web UI's current details.

@@ -534,7 +534,8 @@ func TestAllocatorContinuesAsNewWithWaitingJobs(t *testing.T) {
 		require.NoError(t, out.err)
 	}
 	last := h.queue() // the final state of the run that continued as new
-	require.Len(t, last.Waiting, n)
+	require.Equal(t, n, last.WaitingTotal)
+	require.Len(t, last.Waiting, min(n, protocol.QueueViewLimit), "the query lists only the head of a long queue")
 	assert.Equal(t, []string{"holder"}, runningJobs(last))
 
 	// A fresh run from that input shows the same queue, in the same order.
@@ -542,7 +543,8 @@ func TestAllocatorContinuesAsNewWithWaitingJobs(t *testing.T) {
 	var resumed protocol.QueueView
 	h2.at(time.Second, func() { resumed = h2.queue() })
 	h2.runAllocator(next, time.Minute)
-	require.Len(t, resumed.Waiting, n)
+	require.Equal(t, n, resumed.WaitingTotal)
+	assert.Equal(t, last.WaitingByClass, resumed.WaitingByClass)
 	assert.Equal(t, waitingJobs(last), waitingJobs(resumed))
 	for i := range last.Waiting {
 		assert.Equal(t, last.Waiting[i].Seq, resumed.Waiting[i].Seq)
@@ -554,7 +556,10 @@ func TestAllocatorContinuesAsNewWithWaitingJobs(t *testing.T) {
 	assert.Empty(t, h2.grants, "nothing new may be granted: the holder still runs")
 	// The queue is in launch order: class first, then Seq.
 	assert.Equal(t, scheduler.High, resumed.Waiting[0].Class)
-	assert.Equal(t, scheduler.Low, resumed.Waiting[n-1].Class)
+	for i := 1; i < len(resumed.Waiting); i++ {
+		assert.GreaterOrEqual(t, resumed.Waiting[i-1].Class, resumed.Waiting[i].Class, "class order at %d", i)
+	}
+	assert.Equal(t, n/3, resumed.WaitingByClass[scheduler.Low.String()])
 
 	// The resumed run keeps counting Seqs where the old one stopped.
 	h3 := newAllocHarness(t)
@@ -597,14 +602,20 @@ func TestAllocatorRestoresTenThousandWaitingJobs(t *testing.T) {
 	h.runAllocator(in, 10*time.Minute)
 	t.Logf("10,000 waiting jobs: %s", time.Since(start))
 
-	require.Len(t, before.Waiting, n)
-	assert.Equal(t, waitingJobs(protocol.QueueView{View: want}), waitingJobs(before))
+	require.Equal(t, n, before.WaitingTotal)
+	require.Len(t, before.Waiting, protocol.QueueViewLimit)
+	assert.Equal(t, waitingJobs(protocol.QueueView{View: want})[:protocol.QueueViewLimit], waitingJobs(before))
 	head := want.Waiting[0].Job
 	assert.Equal(t, scheduler.High, want.Waiting[0].Class)
 	require.Len(t, h.grants, 1)
 	assert.Equal(t, head, h.grants[0].job, "the head of the queue starts first")
 	assert.Equal(t, int64(n+2), h.outcome("newcomer", 1).reply.Seq)
 	end := h.queue()
-	assert.Len(t, end.Waiting, n)
-	assert.Equal(t, "newcomer", end.Waiting[n/3-1].Job, "a new high job queues behind the older high ones")
+	assert.Equal(t, n, end.WaitingTotal)
+	ex, err := h.env.QueryWorkflow(protocol.QueryExplain, "newcomer")
+	require.NoError(t, err)
+	var explained ExplainReply
+	require.NoError(t, ex.Get(&explained))
+	require.NotNil(t, explained.Waiting)
+	assert.Equal(t, n/3, explained.Waiting.Position, "a new high job queues behind the older high ones")
 }
