@@ -45,6 +45,7 @@ bench: build $(TEMPORAL)
 FUZZTIME ?= 60s
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzEvents -fuzztime $(FUZZTIME) ./scheduler/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeRunJobRequest -fuzztime $(FUZZTIME) -fuzzminimizetime 10s ./api/
 
 ## histories: re-record the workflow histories replayed by the tests
 histories: build $(TEMPORAL)

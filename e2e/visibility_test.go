@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,8 +94,11 @@ func TestVisibilitySearchAttributesAndCurrentDetails(t *testing.T) {
 	// The waiting job: its state in the search attributes, its place in the
 	// queue and the reason in its current details.
 	assert.Equal(t, "Pending", describe(t, waiting).TypedSearchAttributes.GetUntypedValues()[protocol.KeyState])
-	st := status(t, waiting)
-	require.NotEmpty(t, st.Reason)
+	var st protocol.JobStatus
+	eventually(t, long, "the waiting job's allocator to explain its wait", func() bool {
+		st = status(t, waiting)
+		return st.Reason != "" && strings.Contains(currentDetails(t, waiting), "Queue position")
+	})
 	cur = currentDetails(t, waiting)
 	assert.Contains(t, cur, "## Pending · attempt 1")
 	assert.Contains(t, cur, "**Queue position 1** when queued")

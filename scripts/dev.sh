@@ -40,6 +40,21 @@ echo "Starting trainq-worker (log .data/worker.log)..."
 bin/trainq-worker >>.data/worker.log 2>&1 &
 pids+=($!)
 
+# The REST API, with a local admin token made on first start (only its hash
+# is in .data/api-tokens.yaml; the token itself is kept in .data/api-token).
+api_token=
+if [ -x bin/trainq-api ]; then
+  export TRAINQ_API_TOKENS=${TRAINQ_API_TOKENS:-.data/api-tokens.yaml}
+  if [ ! -s .data/api-token ]; then
+    api_user=$(printf '%s' "${USER:-dev}" | tr -cd 'A-Za-z0-9._@-'); api_user=${api_user:-dev}
+    (umask 077; bin/trainq-api token --tokens "$TRAINQ_API_TOKENS" --user "$api_user" --workspace default --role admin >.data/api-token)
+  fi
+  api_token=$(cat .data/api-token)
+  echo "Starting trainq-api on http://127.0.0.1:8080 (log .data/api.log); token: $api_token"
+  bin/trainq-api --listen 127.0.0.1:8080 >>.data/api.log 2>&1 &
+  pids+=($!)
+fi
+
 if [ "$mode" = demo ]; then
   bin/trainq demo
 fi
@@ -52,6 +67,9 @@ trainq is running.
   See the queue: bin/trainq queue demo
   List jobs:     bin/trainq list
   Watch a job:   bin/trainq watch <job-name>
+  REST API:      http://127.0.0.1:8080/public/v2/openapi.json
+  API token:     ${api_token:-(bin/trainq-api not built)}
+                 curl -H "Authorization: Bearer ${api_token:-TOKEN}" http://127.0.0.1:8080/public/v2/jobs
   Ctrl-C stops the worker and the dev server.
 MSG
 wait

@@ -1,14 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 
 	"github.com/trainq/trainq/cluster"
@@ -18,143 +15,40 @@ import (
 	"github.com/trainq/trainq/workflows"
 )
 
-// jobRequest is ML Space's RunJobRequest as `submit -f` reads it. Decoding is
-// strict: a field not listed here is rejected, naming it.
-type jobRequest struct {
-	Script             string            `json:"script"`
-	BaseImage          string            `json:"base_image"`
-	InstanceType       string            `json:"instance_type"`
-	Region             string            `json:"region"`
-	AllocationName     string            `json:"allocation_name"`
-	NWorkers           *int              `json:"n_workers"`
-	Type               string            `json:"type"`
-	ProcessesPerWorker *procsValue       `json:"processes_per_worker"`
-	JobDesc            string            `json:"job_desc"`
-	PriorityClass      string            `json:"priority_class"`
-	MaxRetry           *int              `json:"max_retry"`
-	EnvVariables       map[string]string `json:"env_variables"`
-	Flags              map[string]string `json:"flags"`
-	CheckpointDir      string            `json:"checkpoint_dir"`
-	// Accepted because ML Space documents them, but not used by trainq.
-	LogsDir      string          `json:"logs_dir"`
-	HealthParams json.RawMessage `json:"health_params"`
-}
-
-// jobRequestFields lists the accepted fields, for the unknown-field message.
-const jobRequestFields = "script, base_image, instance_type, region, allocation_name, n_workers, type, " +
-	"processes_per_worker, job_desc, priority_class, max_retry, env_variables, flags, checkpoint_dir, logs_dir, health_params"
-
-// procsValue is processes_per_worker in JSON: a number or "default".
-type procsValue int
-
-func (p *procsValue) UnmarshalJSON(b []byte) error {
-	var s string
-	if len(b) > 0 && b[0] == '"' {
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
-		}
-	} else {
-		s = string(b)
-	}
-	n, err := parseProcs(s)
-	if err != nil {
-		return &protocol.FieldError{Field: "processes_per_worker", Message: err.Error()}
-	}
-	*p = procsValue(n)
-	return nil
-}
-
 // decodeJobRequest strictly decodes one RunJobRequest JSON object into a
-// JobSpec. Errors name the bad field. Notes say which fields are ignored.
-func decodeJobRequest(data []byte, source string) (spec protocol.JobSpec, notes []string, err error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	var r jobRequest
-	if err := dec.Decode(&r); err != nil {
-		return spec, nil, jsonError(source, data, err)
-	}
-	var rest any
-	if err := dec.Decode(&rest); !errors.Is(err, io.EOF) {
-		return spec, nil, usageErr("%s: unexpected data after the JSON object; give one job per file", source)
-	}
-	spec = protocol.JobSpec{
-		Script: r.Script, BaseImage: r.BaseImage, InstanceType: r.InstanceType, Region: r.Region,
-		AllocationName: r.AllocationName, Type: r.Type, JobDesc: r.JobDesc, PriorityClass: r.PriorityClass,
-		EnvVariables: r.EnvVariables, Flags: r.Flags, CheckpointDir: r.CheckpointDir,
-	}
-	if r.NWorkers != nil {
-		if *r.NWorkers < 1 {
-			return spec, nil, &protocol.FieldError{Field: "n_workers", Message: fmt.Sprintf("must be at least 1, got %d", *r.NWorkers)}
-		}
-		spec.NWorkers = *r.NWorkers
-	}
-	if r.ProcessesPerWorker != nil {
-		spec.ProcessesPerWorker = int(*r.ProcessesPerWorker)
-	}
-	if r.MaxRetry != nil {
-		spec.MaxRetry = *r.MaxRetry
-	}
-	if r.LogsDir != "" {
-		notes = append(notes, "logs_dir is ignored: trainq keeps each worker's log under its data_dir (see `trainq logs`)")
-	}
-	if len(r.HealthParams) > 0 && string(r.HealthParams) != "null" {
-		notes = append(notes, "health_params is ignored: trainq does not watch jobs for stuck logs yet")
+// JobSpec with the decoder the REST API uses too. Errors name the bad field.
+// Notes say which fields are ignored.
+func decodeJobRequest(data []byte, source string) (protocol.JobSpec, []string, error) {
+	spec, notes, err := protocol.DecodeRunJobRequest(data)
+	if err != nil {
+		return spec, nil, jsonError(source, err)
 	}
 	return spec, notes, nil
 }
 
-// jsonError turns encoding/json errors into sentences naming the field.
-func jsonError(source string, data []byte, err error) error {
-	var fe *protocol.FieldError
-	if errors.As(err, &fe) {
-		return fe
+// jsonError turns the decoder's errors into the CLI's sentences.
+func jsonError(source string, err error) error {
+	var je *protocol.JSONError
+	if !errors.As(err, &je) {
+		return err // a *protocol.FieldError
 	}
-	var typeErr *json.UnmarshalTypeError
-	var syntaxErr *json.SyntaxError
-	switch {
-	case errors.As(err, &typeErr):
-		field := typeErr.Field
-		if field == "" {
-			return usageErr("%s: the job must be a JSON object, not %s", source, typeErr.Value)
+	switch je.Reason {
+	case protocol.JSONWrongType, protocol.JSONDuplicate:
+		return &protocol.FieldError{Field: je.Field, Message: je.Message}
+	case protocol.JSONSyntax:
+		if je.Line > 0 {
+			msg := je.Message
+			if _, after, ok := strings.Cut(msg, ": "); ok {
+				msg = after
+			}
+			return usageErr("%s:%d:%d: invalid JSON: %s", source, je.Line, je.Column, msg)
 		}
-		return &protocol.FieldError{Field: field, Message: fmt.Sprintf("a JSON %s is not allowed here; want %s", typeErr.Value, jsonKind(typeErr.Type.String()))}
-	case errors.As(err, &syntaxErr):
-		line, col := position(data, syntaxErr.Offset)
-		return usageErr("%s:%d:%d: invalid JSON: %v", source, line, col, strings.TrimPrefix(err.Error(), "json: "))
-	case errors.Is(err, io.EOF):
+	case protocol.JSONEmpty:
 		return usageErr("%s is empty; it should hold one RunJobRequest JSON object", source)
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return usageErr("%s: invalid JSON: the object is cut short", source)
+	case protocol.JSONTrailingData:
+		return usageErr("%s: unexpected data after the JSON object; give one job per file", source)
 	}
-	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		name, _ = strconv.Unquote(name)
-		return usageErr("%s: unknown field %q; RunJobRequest fields are %s", source, name, jobRequestFields)
-	}
-	return usageErr("%s: %v", source, err)
-}
-
-func jsonKind(goType string) string {
-	switch {
-	case strings.HasPrefix(goType, "map["):
-		return "an object of strings"
-	case strings.Contains(goType, "int"):
-		return "a whole number"
-	case strings.Contains(goType, "string"):
-		return "a string"
-	}
-	return goType
-}
-
-func position(data []byte, offset int64) (line, col int) {
-	line, col = 1, 1
-	for i := int64(0); i < offset && i < int64(len(data)); i++ {
-		if data[i] == '\n' {
-			line, col = line+1, 1
-		} else {
-			col++
-		}
-	}
-	return line, col
+	return usageErr("%s: %s", source, je.Message)
 }
 
 // readJobFile reads -f FILE ("-" is stdin).

@@ -25,7 +25,6 @@ import (
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/contrib/envconfig"
 	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
@@ -65,7 +64,13 @@ func run() error {
 		return err
 	}
 	defer func() { _ = reg.Shutdown(context.Background()) }()
-	c, err := dial(ctx, sdklog.NewStructuredLogger(logger), reg.Handler)
+	opts, err := workflows.ClientOptions(sdklog.NewStructuredLogger(logger))
+	if err != nil {
+		return err
+	}
+	// The SDK's own metrics and those the workflows emit feed /metrics.
+	opts.MetricsHandler = reg.Handler
+	c, err := workflows.DialOptions(ctx, opts)
 	if err != nil {
 		return err
 	}
@@ -122,25 +127,6 @@ func run() error {
 	<-ctx.Done()
 	logger.Info("trainq-worker is stopping; running jobs keep running and are re-attached at the next start")
 	return nil
-}
-
-// dial connects like workflows.Dial, with the metrics handler that feeds
-// /metrics: the SDK's own metrics and those the workflows emit.
-func dial(ctx context.Context, logger sdklog.Logger, handler client.MetricsHandler) (client.Client, error) {
-	opts, err := envconfig.LoadDefaultClientOptions()
-	if err != nil {
-		return nil, fmt.Errorf("temporal connection settings: %w", err)
-	}
-	opts.Logger, opts.MetricsHandler = logger, handler
-	c, err := client.DialContext(ctx, opts)
-	if err != nil {
-		addr := opts.HostPort
-		if addr == "" {
-			addr = client.DefaultHostPort
-		}
-		return nil, fmt.Errorf("cannot reach Temporal at %s (set TEMPORAL_ADDRESS, or start a dev server with `make dev`): %w", addr, err)
-	}
-	return c, nil
 }
 
 // serveMetrics serves /metrics on addr until the returned stop is called.

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
@@ -32,11 +34,26 @@ var ErrJobNotFound = errors.New("job not found")
 // Dial connects to Temporal with the standard TEMPORAL_* environment
 // variables and config profiles (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, ...).
 func Dial(ctx context.Context, logger sdklog.Logger) (client.Client, error) {
+	opts, err := ClientOptions(logger)
+	if err != nil {
+		return nil, err
+	}
+	return DialOptions(ctx, opts)
+}
+
+// ClientOptions reads the standard TEMPORAL_* settings and config profiles.
+func ClientOptions(logger sdklog.Logger) (client.Options, error) {
 	opts, err := envconfig.LoadDefaultClientOptions()
 	if err != nil {
-		return nil, fmt.Errorf("temporal connection settings: %w", err)
+		return opts, fmt.Errorf("temporal connection settings: %w", err)
 	}
 	opts.Logger = logger
+	return opts, nil
+}
+
+// DialOptions connects with opts and says plainly what to do when Temporal
+// cannot be reached.
+func DialOptions(ctx context.Context, opts client.Options) (client.Client, error) {
 	c, err := client.DialContext(ctx, opts)
 	if err != nil {
 		addr := opts.HostPort
@@ -46,6 +63,16 @@ func Dial(ctx context.Context, logger sdklog.Logger) (client.Client, error) {
 		return nil, fmt.Errorf("cannot reach Temporal at %s (set TEMPORAL_ADDRESS, or start a dev server with `make dev`): %w", addr, err)
 	}
 	return c, nil
+}
+
+// DialLazy is Dial without connecting: the connection is made on first use,
+// so a server (the REST API) can start and answer 503 while Temporal is down.
+func DialLazy(logger sdklog.Logger) (client.Client, error) {
+	opts, err := ClientOptions(logger)
+	if err != nil {
+		return nil, err
+	}
+	return client.NewLazyClient(opts)
 }
 
 // Namespace is the Temporal namespace the environment selects.
@@ -112,18 +139,60 @@ func NewJobName(kind scheduler.Kind) string {
 // Submit validates spec and starts its job workflow under name (a new name
 // if empty). Starting the same name twice starts one workflow.
 func Submit(ctx context.Context, c client.Client, cfg *config.Config, name string, spec protocol.JobSpec) (Submission, error) {
+	return SubmitWith(ctx, c, cfg, spec, SubmitOptions{Name: name})
+}
+
+// SubmitOptions tune SubmitWith.
+type SubmitOptions struct {
+	// Name is the job name; empty means a new lm-mpi-job-<uuid>.
+	Name string
+	// RequestHash is recorded in the memo (MemoRequestHash) so that a
+	// client retrying with an Idempotency-Key can be told apart from one
+	// reusing the key for another request.
+	RequestHash string
+}
+
+// ErrJobExists is returned by SubmitWith when the name belongs to a closed job.
+var ErrJobExists = errors.New("a job with this name exists")
+
+// Memo fields of a job workflow.
+const (
+	MemoRequestHash  = "trainq_request_hash"
+	MemoInstanceType = "instance_type"
+	MemoJobDesc      = "job_desc"
+)
+
+// memoJobDescMax bounds the job description copied into the memo, which
+// every list answer carries.
+const memoJobDescMax = 1024
+
+// SubmitWith validates spec and starts its job workflow. Starting a name whose
+// workflow runs starts nothing and answers with that job;
+// starting a name whose workflow has closed fails with
+// ErrJobExists (a closed job is never run again under the same name).
+func SubmitWith(ctx context.Context, c client.Client, cfg *config.Config, spec protocol.JobSpec, opts SubmitOptions) (Submission, error) {
 	notes, err := Check(cfg, &spec)
 	if err != nil {
 		return Submission{}, err
 	}
+	name := opts.Name
 	if name == "" {
 		name = NewJobName(spec.Kind)
 	}
-	opts := client.StartWorkflowOptions{
+	desc := spec.JobDesc
+	if len(desc) > memoJobDescMax {
+		desc = strings.ToValidUTF8(desc[:memoJobDescMax], "")
+	}
+	memo := map[string]any{MemoInstanceType: spec.InstanceType, MemoJobDesc: desc}
+	if opts.RequestHash != "" {
+		memo[MemoRequestHash] = opts.RequestHash
+	}
+	sopts := client.StartWorkflowOptions{
 		ID:                       name,
 		TaskQueue:                protocol.TaskQueue,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		Memo:                     memo,
 		TypedSearchAttributes: temporal.NewSearchAttributes(
 			protocol.KeyState.ValueSet(string(protocol.StatePending)),
 			protocol.KeyPriority.ValueSet(spec.PriorityClass),
@@ -138,10 +207,62 @@ func Submit(ctx context.Context, c client.Client, cfg *config.Config, name strin
 		StaticSummary: Summary(spec),
 		StaticDetails: Details(spec),
 	}
-	if _, err := c.ExecuteWorkflow(ctx, opts, protocol.JobWorkflowName, protocol.JobInput{Name: name, Spec: spec}); err != nil {
+	if _, err := c.ExecuteWorkflow(ctx, sopts, protocol.JobWorkflowName, protocol.JobInput{Name: name, Spec: spec}); err != nil {
+		var started *serviceerror.WorkflowExecutionAlreadyStarted
+		if errors.As(err, &started) {
+			return Submission{JobName: name}, fmt.Errorf("%w: %s", ErrJobExists, name)
+		}
 		return Submission{}, fmt.Errorf("could not start job %s: %w", name, err)
 	}
 	return Submission{JobName: name, Status: string(protocol.StatePending), Notes: notes}, nil
+}
+
+// JobInfo is what Temporal itself knows about a job workflow, without asking
+// the workflow (and so without a running trainq-worker).
+type JobInfo struct {
+	JobName      string
+	RunID        string
+	Status       string // TrainqState
+	Kind         string
+	Author       string
+	Workspace    string
+	Running      bool // the workflow has not closed
+	RequestHash  string
+	InstanceType string
+	JobDesc      string
+}
+
+// Describe returns a job's search attributes and memo. A name without a job
+// workflow (an allocator, say) is ErrJobNotFound.
+func Describe(ctx context.Context, c client.Client, name string) (JobInfo, error) {
+	resp, err := c.DescribeWorkflowExecution(ctx, name, "")
+	if err != nil {
+		var notFound *serviceerror.NotFound
+		if errors.As(err, &notFound) {
+			return JobInfo{}, fmt.Errorf("%w: %s", ErrJobNotFound, name)
+		}
+		return JobInfo{}, err
+	}
+	e := resp.GetWorkflowExecutionInfo()
+	if e.GetType().GetName() != protocol.JobWorkflowName {
+		return JobInfo{}, fmt.Errorf("%w: %s", ErrJobNotFound, name)
+	}
+	sa := e.GetSearchAttributes().GetIndexedFields()
+	memo := e.GetMemo().GetFields()
+	str := func(m map[string]*commonpb.Payload, k string) string {
+		var s string
+		if p, ok := m[k]; ok {
+			_ = decodePayload(p, &s)
+		}
+		return s
+	}
+	return JobInfo{
+		JobName: name, RunID: e.GetExecution().GetRunId(),
+		Status: str(sa, protocol.SAState), Kind: str(sa, protocol.SAKind),
+		Author: str(sa, protocol.SAAuthor), Workspace: str(sa, protocol.SAWorkspace),
+		Running:     e.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING,
+		RequestHash: str(memo, MemoRequestHash), InstanceType: str(memo, MemoInstanceType), JobDesc: str(memo, MemoJobDesc),
+	}, nil
 }
 
 // Summary is the one-line summary the Web UI shows for a job.
@@ -153,15 +274,37 @@ func Summary(s protocol.JobSpec) string {
 	return fmt.Sprintf("%s%s · %d×%s · %s/%s · max_retry %d", kind, s.PriorityClass, s.NWorkers, s.InstanceType, s.Region, s.AllocationName, s.MaxRetry)
 }
 
-// Details is the Markdown spec the Web UI shows for a job.
+// Details is the Markdown spec the Web UI shows for a job. Temporal limits
+// details to 20000 bytes (limit.userMetadataDetailsSize), so long values are
+// cut and rows that do not fit are left out: the spec itself is in the
+// workflow input, whole.
 func Details(s protocol.JobSpec) string {
+	const valueMax, total = 512, 16000
 	var b strings.Builder
+	truncated := false
+	size := 2 // the JSON-encoded size so far, quotes included
 	row := func(k, v string) {
-		if v != "" {
-			fmt.Fprintf(&b, "| %s | `%s` |\n", k, strings.ReplaceAll(v, "|", "\\|"))
+		if v == "" || truncated {
+			return
 		}
+		if len(k) > valueMax {
+			k = strings.ToValidUTF8(k[:valueMax], "") + "…"
+		}
+		if len(v) > valueMax {
+			v = strings.ToValidUTF8(v[:valueMax], "") + "…"
+		}
+		line := fmt.Sprintf("| %s | `%s` |\n", k, strings.ReplaceAll(v, "|", "\\|"))
+		enc, _ := json.Marshal(line)
+		if size+len(enc)-2 > total {
+			truncated = true
+			b.WriteString("| … | (more in the workflow input) |\n")
+			return
+		}
+		size += len(enc) - 2
+		b.WriteString(line)
 	}
 	b.WriteString("| field | value |\n|---|---|\n")
+	size += 30
 	row("script", s.Script)
 	row("type", s.Type)
 	row("base_image", s.BaseImage)
@@ -234,12 +377,20 @@ func Queue(ctx context.Context, c client.Client, region, allocation string) (pro
 	if err != nil {
 		var notFound *serviceerror.NotFound
 		if errors.As(err, &notFound) {
-			return v, fmt.Errorf("allocation %s/%s has no running allocator; is trainq-worker running?", region, allocation)
+			return v, &noAllocatorError{fmt.Sprintf("allocation %s/%s has no running allocator; is trainq-worker running?", region, allocation)}
 		}
 		return v, err
 	}
 	return v, resp.Get(&v)
 }
+
+// ErrNoAllocator is returned by Queue when the allocation's allocator does not run.
+var ErrNoAllocator = errors.New("no allocator")
+
+type noAllocatorError struct{ msg string }
+
+func (e *noAllocatorError) Error() string        { return e.msg }
+func (e *noAllocatorError) Is(target error) bool { return target == ErrNoAllocator }
 
 // Cancel stops a job: its workers are stopped and it ends Stopped. Stopping
 // a finished job is a no-op.
@@ -265,6 +416,10 @@ type ListFilter struct {
 	Since      time.Time
 	Until      time.Time
 	Limit      int
+	// Offset skips that many jobs of the newest-first list (the REST API's paging).
+	Offset int
+	// Names keeps only these job names (empty: all).
+	Names []string
 }
 
 // JobSummary is one row of a job list.
@@ -281,12 +436,25 @@ type JobSummary struct {
 	Attempt    int64      `json:"attempt"`
 	CreatedAt  time.Time  `json:"created_dt"`
 	ClosedAt   *time.Time `json:"completed_dt,omitempty"`
+	// From the memo (jobs submitted before it existed have none).
+	InstanceType string `json:"instance_type,omitempty"`
+	JobDesc      string `json:"job_desc,omitempty"`
+	RunID        string `json:"uid,omitempty"`
 }
 
 // VisibilityQuery turns a filter into a Temporal list-filter expression.
 func VisibilityQuery(f ListFilter) string {
 	q := []string{fmt.Sprintf("WorkflowType = '%s'", protocol.JobWorkflowName)}
-	quote := func(s string) string { return "'" + strings.ReplaceAll(s, "'", "") + "'" }
+	// Quotes and backslashes are dropped: a value cannot end its string
+	// literal early or escape the closing quote.
+	quote := func(s string) string { return "'" + strings.NewReplacer("'", "", "\\", "", "\"", "").Replace(s) + "'" }
+	if len(f.Names) > 0 {
+		var vals []string
+		for _, n := range f.Names {
+			vals = append(vals, quote(n))
+		}
+		q = append(q, fmt.Sprintf("WorkflowId IN (%s)", strings.Join(vals, ", ")))
+	}
 	if len(f.States) > 0 {
 		var vals []string
 		for _, s := range f.States {
@@ -313,11 +481,12 @@ func List(ctx context.Context, c client.Client, f ListFilter) ([]JobSummary, err
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
+	want := f.Limit + max(f.Offset, 0)
 	var out []JobSummary
 	var token []byte
-	for len(out) < f.Limit {
+	for len(out) < want {
 		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
-			Query: VisibilityQuery(f), PageSize: int32(min(f.Limit-len(out), 1000)), NextPageToken: token,
+			Query: VisibilityQuery(f), PageSize: int32(min(want-len(out), 1000)), NextPageToken: token,
 		})
 		if err != nil {
 			return nil, err
@@ -342,7 +511,14 @@ func List(ctx context.Context, c client.Client, f ListFilter) ([]JobSummary, err
 				JobName: e.GetExecution().GetWorkflowId(), Status: str(protocol.SAState), Kind: str(protocol.SAKind),
 				Priority: str(protocol.SAPriority), Region: str(protocol.SARegion), Allocation: str(protocol.SAAllocation),
 				Author: str(protocol.SAAuthor), Workspace: str(protocol.SAWorkspace), GPUs: num(protocol.SAGPUs),
-				Attempt: num(protocol.SAAttempt), CreatedAt: e.GetStartTime().AsTime(),
+				Attempt: num(protocol.SAAttempt), CreatedAt: e.GetStartTime().AsTime(), RunID: e.GetExecution().GetRunId(),
+			}
+			memo := e.GetMemo().GetFields()
+			if p, ok := memo[MemoInstanceType]; ok {
+				_ = decodePayload(p, &js.InstanceType)
+			}
+			if p, ok := memo[MemoJobDesc]; ok {
+				_ = decodePayload(p, &js.JobDesc)
 			}
 			if e.GetCloseTime() != nil {
 				t := e.GetCloseTime().AsTime()
@@ -355,5 +531,23 @@ func List(ctx context.Context, c client.Client, f ListFilter) ([]JobSummary, err
 			break
 		}
 	}
+	if f.Offset > 0 {
+		if f.Offset >= len(out) {
+			return nil, nil
+		}
+		out = out[f.Offset:]
+	}
+	if len(out) > f.Limit {
+		out = out[:f.Limit]
+	}
 	return out, nil
+}
+
+// Count counts the jobs a filter selects (Limit and Offset do not apply).
+func Count(ctx context.Context, c client.Client, f ListFilter) (int64, error) {
+	resp, err := c.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: VisibilityQuery(f)})
+	if err != nil {
+		return 0, err
+	}
+	return resp.GetCount(), nil
 }

@@ -1,0 +1,141 @@
+// trainq-api serves trainq's ML Space-compatible REST API.
+//
+//	trainq-api [--listen 127.0.0.1:8080] [--tokens FILE] [--config FILE]
+//	trainq-api token --tokens FILE --user U --workspace W [--role user|admin]
+//
+// It reads the same config as trainq-worker (--config or TRAINQ_CONFIG) and
+// the standard Temporal settings (TEMPORAL_ADDRESS, ...). Tokens come from a
+// file of SHA-256 hashes (--tokens or TRAINQ_API_TOKENS); `token` adds one
+// and prints it, once. SIGHUP rereads the tokens file.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	sdklog "go.temporal.io/sdk/log"
+
+	"github.com/trainq/trainq/api"
+	"github.com/trainq/trainq/config"
+	"github.com/trainq/trainq/workflows"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "token" {
+		if err := addToken(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "trainq-api token:", err)
+			os.Exit(2)
+		}
+		return
+	}
+	if err := serve(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "trainq-api:", err)
+		os.Exit(1)
+	}
+}
+
+func env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func addToken(args []string) error {
+	fs := flag.NewFlagSet("token", flag.ContinueOnError)
+	file := fs.String("tokens", env("TRAINQ_API_TOKENS", ""), "tokens file to add to (created if missing)")
+	user := fs.String("user", "", "user the token acts as (recorded as the job author)")
+	ws := fs.String("workspace", "", "workspace the token sees and submits to")
+	role := fs.String("role", api.RoleUser, "user or admin (admin sees every workspace)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *file == "" || *user == "" || *ws == "" {
+		return errors.New("--tokens, --user and --workspace are required")
+	}
+	token, err := api.AddToken(*file, *user, *ws, *role)
+	if err != nil {
+		return err
+	}
+	fmt.Println(token)
+	return nil
+}
+
+func serve(args []string) error {
+	fs := flag.NewFlagSet("trainq-api", flag.ContinueOnError)
+	listen := fs.String("listen", env("TRAINQ_API_LISTEN", "127.0.0.1:8080"), "address to listen on")
+	tokensPath := fs.String("tokens", env("TRAINQ_API_TOKENS", ""), "tokens file (YAML: tokens: [{sha256, user, workspace, role}])")
+	cfgPath := fs.String("config", "", "trainq config file (default $TRAINQ_CONFIG, else the embedded default)")
+	timeout := fs.Duration("temporal-timeout", 10*time.Second, "timeout of the Temporal calls of one request")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	cfg, err := config.Load(*cfgPath)
+	if err != nil {
+		return err
+	}
+	if *tokensPath == "" {
+		return errors.New("no tokens file: give --tokens or TRAINQ_API_TOKENS (create one with `trainq-api token --tokens FILE --user U --workspace W`)")
+	}
+	tokens, err := api.LoadTokens(*tokensPath)
+	if err != nil {
+		return err
+	}
+	c, err := workflows.DialLazy(sdklog.NewStructuredLogger(log.With("component", "temporal-client")))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	srv, err := api.New(api.Options{Config: cfg, Backend: api.TemporalBackend{Client: c, Config: cfg}, Tokens: tokens,
+		Logger: log, CallTimeout: *timeout})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	// No ReadTimeout or WriteTimeout: they would cut followed log streams;
+	// headers have ReadHeaderTimeout, bodies a deadline of their own.
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		MaxHeaderBytes: 64 << 10}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		for range hup {
+			if err := tokens.Reload(*tokensPath); err != nil {
+				log.Error("tokens not reloaded", "err", err)
+			} else {
+				log.Info("tokens reloaded", "file", *tokensPath)
+			}
+		}
+	}()
+	log.Info("trainq-api listening", "addr", ln.Addr().String(), "config", cfg.Source(), "data_dir", cfg.DataDir)
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = hs.Shutdown(sctx) // log streams end when their clients go or the timeout passes
+	return nil
+}

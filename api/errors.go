@@ -1,0 +1,142 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"go.temporal.io/api/serviceerror"
+
+	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/workflows"
+)
+
+// Error is the body of every error answer: {"error": {"code", "message", "field"}}.
+type Error struct {
+	Status  int    `json:"-"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+	// RetryAfter (seconds) is sent as Retry-After with 503.
+	RetryAfter int `json:"-"`
+}
+
+func (e *Error) Error() string { return e.Message }
+
+func errorf(status int, code, field, msg string) *Error {
+	return &Error{Status: status, Code: code, Field: field, Message: msg}
+}
+
+// Error codes.
+const (
+	codeUnauthorized  = "unauthorized"
+	codeNotFound      = "not_found"
+	codeTooLarge      = "request_too_large"
+	codeInvalidValue  = "invalid_value"
+	codeInvalidParam  = "invalid_parameter"
+	codeConflict      = "idempotency_key_reused"
+	codeUnavailable   = "temporal_unavailable"
+	codeNoWorker      = "worker_unavailable"
+	codeInternal      = "internal"
+	codeMethod        = "method_not_allowed"
+	codeExists        = "job_exists"
+	codeWrongKind     = "wrong_kind"
+	retryAfterSeconds = 5
+)
+
+// writeJSON answers v with status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+// writeError answers with the error body; 503 carries Retry-After.
+func writeError(w http.ResponseWriter, e *Error) {
+	if e.Status == http.StatusServiceUnavailable {
+		ra := e.RetryAfter
+		if ra <= 0 {
+			ra = retryAfterSeconds
+		}
+		w.Header().Set("Retry-After", strconv.Itoa(ra))
+	}
+	if e.Status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="trainq"`)
+	}
+	writeJSON(w, e.Status, map[string]*Error{"error": e})
+}
+
+// classify maps an error of the backend or of validation to an answer.
+// Temporal being unreachable, or a query nobody answers, is 503, never 500.
+func (s *Server) classify(r *http.Request, err error) *Error {
+	var ae *Error
+	var fe *protocol.FieldError
+	var je *protocol.JSONError
+	var invalid *serviceerror.InvalidArgument
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.As(err, &je):
+		return errorf(http.StatusBadRequest, je.Reason, je.Field, je.Message)
+	case errors.As(err, &fe):
+		return errorf(http.StatusUnprocessableEntity, codeInvalidValue, fe.Field, fe.Message)
+	case errors.Is(err, workflows.ErrJobNotFound):
+		return errorf(http.StatusNotFound, codeNotFound, "", "no such job")
+	case errors.Is(err, workflows.ErrNoAllocator):
+		return &Error{Status: http.StatusServiceUnavailable, Code: codeNoWorker, Message: err.Error()}
+	case unavailable(err):
+		msg := "Temporal did not answer in time; try again"
+		code := codeUnavailable
+		if r != nil && r.Context().Err() == nil && strings.Contains(strings.ToLower(err.Error()), "query") {
+			code = codeNoWorker
+		}
+		return &Error{Status: http.StatusServiceUnavailable, Code: code, Message: msg}
+	case errors.As(err, &invalid):
+		return errorf(http.StatusUnprocessableEntity, codeInvalidValue, "", "Temporal rejected the request: "+invalid.Message)
+	}
+	s.log.Error("internal error", "route", routeOf(r), "err", err)
+	return errorf(http.StatusInternalServerError, codeInternal, "", "internal error")
+}
+
+// unavailable says whether err means Temporal (or a trainq-worker answering
+// a query) could not be reached in time.
+func unavailable(err error) bool {
+	var (
+		unav     *serviceerror.Unavailable
+		deadline *serviceerror.DeadlineExceeded
+		canceled *serviceerror.Canceled
+		exhaust  *serviceerror.ResourceExhausted
+	)
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		errors.As(err, &unav) || errors.As(err, &deadline) || errors.As(err, &canceled) || errors.As(err, &exhaust) {
+		return true
+	}
+	msg := err.Error()
+	for _, s := range []string{"connection refused", "Unavailable", "DeadlineExceeded", "context deadline exceeded", "transport is closing", "no such host"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func routeOf(r *http.Request) string {
+	if r == nil {
+		return ""
+	}
+	if r.Pattern != "" {
+		return r.Pattern
+	}
+	return "unmatched"
+}
+
+// fail answers err, classified.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	writeError(w, s.classify(r, err))
+}

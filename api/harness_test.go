@@ -1,0 +1,369 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/trainq/trainq/config"
+	"github.com/trainq/trainq/protocol"
+)
+
+// env is shared by the tests that need Temporal: one dev server, one
+// trainq-worker, one API server (httptest) around the real handler.
+var env struct {
+	ready    bool
+	why      string // why not ready
+	dir      string
+	cfg      *config.Config
+	client   client.Client
+	server   *httptest.Server
+	workerLg *syncBuffer
+	tokens   map[string]string // user -> bearer token
+}
+
+// testConfig: region SR006 with the seed's instance type in its default
+// allocation (two a100plus 8-GPU nodes, so the seed body's n_workers=2 fits),
+// and small allocations of their own for tests that watch queues.
+const testConfig = `
+data_dir: %s
+default_region: SR006
+default_allocation: default
+reclaim_interval: 2s
+metrics_addr: ""
+regions:
+  - name: SR006
+    allocations:
+      - name: default
+        stop_grace_period: 3s
+        nodes:
+          - {name: api-a100plus-1, family: a100plus, gpus: 8, cpu: 96, ram_gb: 768}
+          - {name: api-a100plus-2, family: a100plus, gpus: 8, cpu: 96, ram_gb: 768}
+      - name: t
+        stop_grace_period: 3s
+        nodes:
+          - {name: api-t-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+          - {name: api-t-2, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+          - {name: api-t-3, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+          - {name: api-t-4, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+      - name: q
+        stop_grace_period: 3s
+        nodes:
+          - {name: api-q-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+`
+
+// The test principals.
+var testUsers = []struct{ user, workspace, role string }{
+	{"alice", "team-a", RoleUser},
+	{"bob", "team-b", RoleUser},
+	{"carol", "team-empty", RoleUser},
+	{"root", "ops", RoleAdmin},
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if os.Getenv("TRAINQ_SKIP_E2E") != "" {
+		env.why = "TRAINQ_SKIP_E2E is set"
+	} else if f := flag.Lookup("test.fuzz"); f != nil && f.Value.String() != "" {
+		env.why = "fuzzing"
+	} else if f := flag.Lookup("test.run"); f != nil && f.Value.String() == "^$" {
+		env.why = "no tests selected"
+	}
+	if env.why != "" {
+		os.Exit(m.Run())
+	}
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		panic(err)
+	}
+	temporalBin := os.Getenv("TRAINQ_TEMPORAL_BIN")
+	if temporalBin == "" {
+		temporalBin = filepath.Join(root, "bin", "temporal")
+	}
+	if _, err := os.Stat(temporalBin); err != nil {
+		fmt.Fprintf(os.Stderr, "api: the Temporal CLI is missing at %s; run `make test` (it installs it) or set TRAINQ_SKIP_E2E=1\n", temporalBin)
+		return 1
+	}
+	env.dir, err = os.MkdirTemp("", "trainq-api-")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(env.dir)
+	workerBin := filepath.Join(env.dir, "bin", "trainq-worker")
+	cmd := exec.Command("go", "build", "-o", workerBin, "./worker")
+	cmd.Dir, cmd.Stdout, cmd.Stderr = root, os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "api: build failed:", err)
+		return 1
+	}
+	configPath := filepath.Join(env.dir, "trainq.yaml")
+	dataDir := filepath.Join(env.dir, "data")
+	if err := os.WriteFile(configPath, []byte(fmt.Sprintf(testConfig, dataDir)), 0o644); err != nil {
+		panic(err)
+	}
+	if env.cfg, err = config.Load(configPath); err != nil {
+		panic(err)
+	}
+	var serverLog bytes.Buffer
+	srv, err := testsuite.StartDevServer(context.Background(), testsuite.DevServerOptions{
+		ExistingPath: temporalBin, LogLevel: "error", ExtraArgs: protocol.DevServerSearchAttributeArgs(),
+		Stdout: &serverLog, Stderr: &serverLog,
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "api: dev server:", err, serverLog.String())
+		return 1
+	}
+	defer srv.Stop()
+	env.client = srv.Client()
+
+	env.workerLg = &syncBuffer{}
+	worker := exec.Command(workerBin, "--config", configPath)
+	worker.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+srv.FrontendHostPort())
+	worker.Stdout, worker.Stderr = env.workerLg, env.workerLg
+	if err := worker.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, "api: trainq-worker:", err)
+		return 1
+	}
+	defer func() {
+		_ = worker.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = worker.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = worker.Process.Kill()
+		}
+		killLeftoverWorkers(dataDir)
+	}()
+
+	tokensPath := filepath.Join(env.dir, "tokens.yaml")
+	env.tokens = map[string]string{}
+	for _, u := range testUsers {
+		tok, err := AddToken(tokensPath, u.user, u.workspace, u.role)
+		if err != nil {
+			panic(err)
+		}
+		env.tokens[u.user] = tok
+	}
+	tokens, err := LoadTokens(tokensPath)
+	if err != nil {
+		panic(err)
+	}
+	s, err := New(Options{Config: env.cfg, Backend: TemporalBackend{Client: env.client, Config: env.cfg}, Tokens: tokens,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), CallTimeout: 15 * time.Second, PollInterval: 100 * time.Millisecond})
+	if err != nil {
+		panic(err)
+	}
+	env.server = httptest.NewServer(s)
+	defer env.server.Close()
+	env.ready = true
+	code := m.Run()
+	if code != 0 {
+		fmt.Fprintf(os.Stderr, "trainq-worker log (tail):\n%s\n", tail(env.workerLg.String(), 40))
+	}
+	return code
+}
+
+// needServer skips a test that needs the dev server when there is none.
+func needServer(t *testing.T) {
+	t.Helper()
+	if !env.ready {
+		t.Skip("no Temporal dev server: " + env.why)
+	}
+}
+
+func killLeftoverWorkers(dataDir string) {
+	pids, _ := filepath.Glob(filepath.Join(dataDir, "jobs", "*", "attempt-*", "worker-*", "pid"))
+	for _, p := range pids {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 1 {
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+		}
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func tail(s string, lines int) string {
+	parts := strings.Split(s, "\n")
+	if len(parts) > lines {
+		parts = parts[len(parts)-lines:]
+	}
+	return strings.Join(parts, "\n")
+}
+
+// response is an answer of the API server.
+type response struct {
+	Code   int
+	Header http.Header
+	Body   []byte
+}
+
+func (r response) json(t *testing.T, v any) {
+	t.Helper()
+	require.NoError(t, json.Unmarshal(r.Body, v), string(r.Body))
+}
+
+func (r response) err(t *testing.T) Error {
+	t.Helper()
+	var e struct{ Error Error }
+	r.json(t, &e)
+	return e.Error
+}
+
+// call sends a request as user ("" = no token) to the test server.
+func call(t *testing.T, user, method, path string, body any, hdr ...string) response {
+	t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		data, err := json.Marshal(b)
+		require.NoError(t, err)
+		rd = bytes.NewReader(data)
+	}
+	req, err := http.NewRequest(method, env.server.URL+path, rd)
+	require.NoError(t, err)
+	if user != "" {
+		tok, ok := env.tokens[user]
+		if !ok {
+			tok = user // a raw (unknown) token
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return response{Code: resp.StatusCode, Header: resp.Header, Body: data}
+}
+
+// submitJob posts a job as user and returns its name.
+func submitJob(t *testing.T, user string, req map[string]any, hdr ...string) string {
+	t.Helper()
+	r := call(t, user, "POST", "/public/v2/jobs", req, hdr...)
+	require.Equal(t, 200, r.Code, string(r.Body))
+	var sub submitted
+	r.json(t, &sub)
+	require.True(t, strings.HasPrefix(sub.JobName, protocol.JobNamePrefix), sub.JobName)
+	require.Equal(t, "Pending", sub.Status)
+	return sub.JobName
+}
+
+// job is a binary job on allocation t.
+func job(script string, more ...any) map[string]any {
+	m := map[string]any{"script": script, "base_image": "busybox", "instance_type": "a100.1gpu", "allocation_name": "t", "type": "binary"}
+	for i := 0; i+1 < len(more); i += 2 {
+		m[more[i].(string)] = more[i+1]
+	}
+	return m
+}
+
+func jobStatus(t *testing.T, user, name string) jobView {
+	t.Helper()
+	r := call(t, user, "GET", "/public/v2/jobs/"+name, nil)
+	require.Equal(t, 200, r.Code, string(r.Body))
+	var v jobView
+	r.json(t, &v)
+	return v
+}
+
+const long = 90 * time.Second
+
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func waitStatus(t *testing.T, user, name string, want ...string) jobView {
+	t.Helper()
+	var v jobView
+	eventually(t, long, fmt.Sprintf("%s to reach %v", name, want), func() bool {
+		v = jobStatus(t, user, name)
+		for _, w := range want {
+			if v.Status == w {
+				return true
+			}
+		}
+		if protocol.JobState(v.Status).Terminal() {
+			t.Fatalf("%s ended %s (%s), want %v", name, v.Status, v.Message, want)
+		}
+		return false
+	})
+	return v
+}
+
+// listNames lists job names as user with query q.
+func listNames(t *testing.T, user, q string) (int, []string) {
+	t.Helper()
+	r := call(t, user, "GET", "/public/v2/jobs"+q, nil)
+	require.Equal(t, 200, r.Code, string(r.Body))
+	var out struct {
+		Count int      `json:"count"`
+		Jobs  []jobRow `json:"jobs"`
+	}
+	r.json(t, &out)
+	var names []string
+	for _, j := range out.Jobs {
+		names = append(names, j.JobName)
+	}
+	return out.Count, names
+}

@@ -1,0 +1,655 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/trainq/trainq/cluster"
+	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/scheduler"
+	"github.com/trainq/trainq/workflows"
+)
+
+// submitted answers POST /jobs, /jobs/restart and /notebooks.
+type submitted struct {
+	JobName       string   `json:"job_name"`
+	Status        string   `json:"status"`
+	Name          string   `json:"name,omitempty"` // notebooks: the server's name (= job_name)
+	RestartedFrom string   `json:"restarted_from,omitempty"`
+	Notes         []string `json:"notes,omitempty"`
+}
+
+// postJob runs a job: POST /public/v2/jobs with a RunJobRequest.
+func (s *Server) postJob(w http.ResponseWriter, r *http.Request, p Principal) {
+	body, err := s.readBody(w, r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	spec, notes, err := protocol.DecodeRunJobRequest(body)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if strings.TrimSpace(spec.BaseImage) == "" {
+		s.fail(w, r, &protocol.FieldError{Field: "base_image", Message: "is required, for example cr.ai.cloud.ru/aicloud-base-images/py3.10-torch2.1.2:0.0.40"})
+		return
+	}
+	spec.Kind = scheduler.KindJob
+	s.create(w, r, p, spec, notes, submitted{})
+}
+
+// idempotencyKeyMax bounds the Idempotency-Key header.
+const idempotencyKeyMax = 255
+
+// idempotencyNamespace is the UUID v5 namespace of idempotent job names.
+var idempotencyNamespace = uuid.MustParse("3d0f6c8e-6a55-4d1c-9a43-2f1c7e5b9b10")
+
+// idempotentName derives the job name of (workspace, key): retries of one
+// request land on one workflow ID, and workspaces cannot collide.
+func idempotentName(kind scheduler.Kind, workspace, key string) string {
+	id := uuid.NewSHA1(idempotencyNamespace, []byte(workspace+"\x00"+key)).String()
+	if kind == scheduler.KindNotebook {
+		return protocol.NotebookNamePrefix + id
+	}
+	return protocol.JobNamePrefix + id
+}
+
+// requestHash identifies a normalised request, so that a retry with other
+// spelling of the same request (a default left out) still matches.
+func requestHash(endpoint string, spec protocol.JobSpec) string {
+	b, _ := json.Marshal(spec) // map keys are sorted
+	h := sha256.Sum256(append([]byte(endpoint+"\n"), b...))
+	return hex.EncodeToString(h[:])
+}
+
+// create validates spec, starts its workflow and answers. With an
+// Idempotency-Key, the job name comes from the key: a retry answers with the
+// same job, a different request under the same key gets 409.
+func (s *Server) create(w http.ResponseWriter, r *http.Request, p Principal, spec protocol.JobSpec, notes []string, answer submitted) {
+	if spec.Author == "" {
+		spec.Author = p.User
+	}
+	if spec.Workspace == "" {
+		spec.Workspace = p.Workspace
+	}
+	checked := spec
+	more, err := workflows.Check(s.cfg, &checked)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	notes = append(notes, more...)
+	var opts workflows.SubmitOptions
+	key := r.Header.Get("Idempotency-Key")
+	if key != "" {
+		if len(key) > idempotencyKeyMax || strings.IndexFunc(key, func(c rune) bool { return c < 0x21 || c > 0x7e }) >= 0 {
+			s.fail(w, r, errorf(http.StatusBadRequest, codeInvalidParam, "Idempotency-Key",
+				fmt.Sprintf("must be 1 to %d visible ASCII characters (a UUID is a good key)", idempotencyKeyMax)))
+			return
+		}
+		opts.Name = idempotentName(checked.Kind, checked.Workspace, key)
+		opts.RequestHash = requestHash(r.Pattern+" "+answer.RestartedFrom, checked)
+	}
+	ctx, cancel := s.call(r)
+	defer cancel()
+	sub, err := s.backend.Submit(ctx, checked, opts)
+	if errors.Is(err, workflows.ErrJobExists) && key != "" {
+		err = nil // a retry after the job ended: compared below
+		sub.JobName = opts.Name
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	answer.JobName, answer.Status, answer.Notes = sub.JobName, sub.Status, notes
+	if key != "" {
+		info, err := s.backend.Describe(ctx, opts.Name)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if info.RequestHash != opts.RequestHash || info.Workspace != checked.Workspace {
+			s.fail(w, r, errorf(http.StatusConflict, codeConflict, "Idempotency-Key",
+				"this Idempotency-Key was already used for a different request (job "+opts.Name+"); use a new key for a new job"))
+			return
+		}
+		answer.Status = info.Status
+	}
+	if answer.Status == "" {
+		answer.Status = string(protocol.StatePending)
+	}
+	if checked.Kind == scheduler.KindNotebook {
+		answer.Name = answer.JobName
+	}
+	writeJSON(w, http.StatusOK, answer)
+}
+
+// visibleJob finds a job the principal may see. Any other job, and any name
+// that is not a job, is 404 alike.
+func (s *Server) visibleJob(ctx context.Context, p Principal, name string) (workflows.JobInfo, error) {
+	if cluster.ValidJobName(name) != nil {
+		return workflows.JobInfo{}, workflows.ErrJobNotFound
+	}
+	info, err := s.backend.Describe(ctx, name)
+	if err != nil {
+		return info, err
+	}
+	if !p.CanSee(info.Workspace) {
+		return workflows.JobInfo{}, workflows.ErrJobNotFound
+	}
+	return info, nil
+}
+
+// visibleStatus is the status of a job the principal may see.
+func (s *Server) visibleStatus(ctx context.Context, p Principal, name string) (workflows.JobInfo, protocol.JobStatus, error) {
+	info, err := s.visibleJob(ctx, p, name)
+	if err != nil {
+		return info, protocol.JobStatus{}, err
+	}
+	st, err := s.backend.Status(ctx, name)
+	return info, st, err
+}
+
+// hiddenName replaces the name of a job of another workspace.
+const hiddenName = "(a job of another workspace)"
+
+// redactor hides the names of jobs the principal may not see.
+type redactor struct {
+	visible map[string]bool // nil: everything is visible (admin)
+}
+
+// newRedactor looks the named jobs up in visibility, within the principal's
+// workspace. A job visibility does not know yet stays hidden.
+func (s *Server) newRedactor(ctx context.Context, p Principal, names []string) (redactor, error) {
+	if p.Admin() {
+		return redactor{}, nil
+	}
+	rd := redactor{visible: map[string]bool{}}
+	var ask []string
+	seen := map[string]bool{}
+	for _, n := range names {
+		if n != "" && !seen[n] {
+			seen[n] = true
+			ask = append(ask, n)
+		}
+	}
+	for len(ask) > 0 {
+		batch := ask[:min(len(ask), 200)]
+		ask = ask[len(batch):]
+		jobs, err := s.backend.List(ctx, workflows.ListFilter{Names: batch, Workspace: p.Workspace, Limit: len(batch)})
+		if err != nil {
+			return rd, err
+		}
+		for _, j := range jobs {
+			rd.visible[j.JobName] = true
+		}
+	}
+	return rd, nil
+}
+
+func (rd redactor) shows(name string) bool { return rd.visible == nil || rd.visible[name] }
+
+func (rd redactor) name(n string) string {
+	if rd.shows(n) {
+		return n
+	}
+	return hiddenName
+}
+
+func (rd redactor) names(ns []string) []string {
+	var out []string
+	for _, n := range ns {
+		out = append(out, rd.name(n))
+	}
+	return out
+}
+
+// text replaces hidden names inside a sentence.
+func (rd redactor) text(s string, names []string) string {
+	for _, n := range names {
+		if n != "" && !rd.shows(n) {
+			s = strings.ReplaceAll(s, n, hiddenName)
+		}
+	}
+	return s
+}
+
+// preemptorView is one entry of /preemptors, in ML Space's words.
+type preemptorView struct {
+	ID       string     `json:"id"`
+	Name     string     `json:"name"`
+	Priority string     `json:"priority"`
+	Type     string     `json:"type"` // job or notebook
+	Attempt  int        `json:"attempt,omitempty"`
+	At       *time.Time `json:"preempted_at,omitempty"`
+}
+
+// jobView answers GET /jobs/{job_name}: ML Space's status fields plus
+// trainq's class, attempt, place in the queue, reason and preemptors.
+type jobView struct {
+	JobName        string                   `json:"job_name"`
+	Status         string                   `json:"status"`
+	CreatedAt      time.Time                `json:"created_at"`
+	PendingAt      *time.Time               `json:"pending_at,omitempty"`
+	RunningAt      *time.Time               `json:"running_at,omitempty"`
+	CompletedAt    *time.Time               `json:"completed_at,omitempty"`
+	Kind           string                   `json:"kind"`
+	Type           string                   `json:"type"`
+	PriorityClass  string                   `json:"priority_class"`
+	Region         string                   `json:"region"`
+	AllocationName string                   `json:"allocation_name"`
+	InstanceType   string                   `json:"instance_type"`
+	NWorkers       int                      `json:"n_workers"`
+	GPUCount       int                      `json:"gpu_count"`
+	MaxRetry       int                      `json:"max_retry"`
+	Attempt        int                      `json:"attempt"`
+	Restarts       int                      `json:"restarts"`
+	JobAuthor      string                   `json:"job_author,omitempty"`
+	Workspace      string                   `json:"workspace,omitempty"`
+	JobDesc        string                   `json:"job_desc,omitempty"`
+	Message        string                   `json:"message,omitempty"`
+	Position       int                      `json:"position,omitempty"`
+	Reason         string                   `json:"reason,omitempty"`
+	WaitingFor     []string                 `json:"waiting_for,omitempty"`
+	Preemptor      *preemptorView           `json:"preemptor,omitempty"`
+	Preemptors     []preemptorView          `json:"preemptors"`
+	Attempts       []protocol.AttemptRecord `json:"attempts"`
+}
+
+// referenced lists the job names a status mentions.
+func referenced(st protocol.JobStatus) []string {
+	names := append([]string(nil), st.WaitingFor...)
+	for _, pr := range st.Preemptors {
+		names = append(names, pr.Job)
+	}
+	for _, a := range st.Attempts {
+		if a.Preemptor != nil {
+			names = append(names, a.Preemptor.Job)
+		}
+	}
+	return names
+}
+
+// preemptorList lists who took the job's capacity, attempt by attempt.
+func preemptorList(st protocol.JobStatus, rd redactor) []preemptorView {
+	out := []preemptorView{}
+	seen := map[string]bool{}
+	view := func(pr scheduler.Preemptor) preemptorView {
+		name := rd.name(pr.Job)
+		id := name
+		if name == hiddenName {
+			id = ""
+		}
+		kind := string(pr.Kind)
+		if kind == "" {
+			kind = string(scheduler.KindJob)
+		}
+		return preemptorView{ID: id, Name: name, Priority: pr.Class.String(), Type: kind}
+	}
+	for _, a := range st.Attempts {
+		if a.Preemptor == nil {
+			continue
+		}
+		v := view(*a.Preemptor)
+		v.Attempt, v.At = a.Number, a.EndedAt
+		seen[a.Preemptor.Job] = true
+		out = append(out, v)
+	}
+	for _, pr := range st.Preemptors {
+		if !seen[pr.Job] {
+			seen[pr.Job] = true
+			out = append(out, view(pr))
+		}
+	}
+	return out
+}
+
+func (s *Server) getJob(w http.ResponseWriter, r *http.Request, p Principal) {
+	ctx, cancel := s.call(r)
+	defer cancel()
+	info, st, err := s.visibleStatus(ctx, p, r.PathValue("job_name"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	names := referenced(st)
+	rd, err := s.newRedactor(ctx, p, names)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	v := jobView{
+		JobName: st.JobName, Status: string(st.State), CreatedAt: st.CreatedAt, PendingAt: st.PendingAt,
+		RunningAt: st.RunningAt, CompletedAt: st.CompletedAt, Kind: string(st.Kind), Type: st.Spec.Type,
+		PriorityClass: st.Priority, Region: st.Region, AllocationName: st.Allocation, InstanceType: st.InstanceType,
+		NWorkers: st.NWorkers, GPUCount: st.GPUs, MaxRetry: st.MaxRetry, Attempt: st.Attempt, Restarts: st.Restarts,
+		JobAuthor: st.Spec.Author, Workspace: info.Workspace, JobDesc: st.Spec.JobDesc,
+		Message: rd.text(st.Message, names), Position: st.Position, Reason: rd.text(st.Reason, names),
+		WaitingFor: rd.names(st.WaitingFor), Preemptors: preemptorList(st, rd), Attempts: st.Attempts,
+	}
+	if v.Attempts == nil {
+		v.Attempts = []protocol.AttemptRecord{}
+	}
+	for i := range v.Attempts {
+		a := &v.Attempts[i]
+		a.EndReason = rd.text(a.EndReason, names)
+		if a.Preemptor != nil && !rd.shows(a.Preemptor.Job) {
+			pr := *a.Preemptor
+			pr.Job = hiddenName
+			a.Preemptor = &pr
+		}
+	}
+	if n := len(v.Preemptors); n > 0 {
+		last := v.Preemptors[n-1]
+		v.Preemptor = &last
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (s *Server) preemptors(w http.ResponseWriter, r *http.Request, p Principal) {
+	ctx, cancel := s.call(r)
+	defer cancel()
+	_, st, err := s.visibleStatus(ctx, p, r.PathValue("job_name"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	rd, err := s.newRedactor(ctx, p, referenced(st))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"job_name": st.JobName, "status": st.State, "preemptors": preemptorList(st, rd)})
+}
+
+// deleteJob stops a job. Stopping a stopped or finished job is a no-op.
+func (s *Server) deleteJob(w http.ResponseWriter, r *http.Request, p Principal) {
+	s.stop(w, r, p, r.PathValue("job_name"), "")
+}
+
+func (s *Server) deleteNotebook(w http.ResponseWriter, r *http.Request, p Principal) {
+	s.stop(w, r, p, r.PathValue("name"), scheduler.KindNotebook)
+}
+
+func (s *Server) stop(w http.ResponseWriter, r *http.Request, p Principal, name string, kind scheduler.Kind) {
+	ctx, cancel := s.call(r)
+	defer cancel()
+	info, err := s.visibleJob(ctx, p, name)
+	if err == nil && kind != "" && info.Kind != string(kind) {
+		err = workflows.ErrJobNotFound
+	}
+	if err == nil {
+		err = s.backend.Cancel(ctx, name)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	status := info.Status
+	if !protocol.JobState(status).Terminal() {
+		status = string(protocol.StateStopping)
+	}
+	out := map[string]string{"job_name": name, "status": status}
+	if kind == scheduler.KindNotebook {
+		out["name"] = name
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// restartJob starts a new job with the parameters of job_name.
+func (s *Server) restartJob(w http.ResponseWriter, r *http.Request, p Principal) {
+	body, err := s.readBody(w, r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var req struct {
+		JobName string `json:"job_name"`
+	}
+	if err := protocol.DecodeStrictJSON(body, &req, []string{"job_name"}, "restart request"); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if req.JobName == "" {
+		s.fail(w, r, &protocol.FieldError{Field: "job_name", Message: "is required: the job to run again"})
+		return
+	}
+	ctx, cancel := s.call(r)
+	info, st, err := s.visibleStatus(ctx, p, req.JobName)
+	cancel()
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	spec := st.Spec
+	spec.Author = p.User
+	spec.Workspace = info.Workspace
+	s.create(w, r, p, spec, nil, submitted{RestartedFrom: req.JobName})
+}
+
+// Notebooks.
+
+// notebookRequest starts a Jupyter server.
+type notebookRequest struct {
+	InstanceType   string            `json:"instance_type"`
+	Region         string            `json:"region"`
+	AllocationName string            `json:"allocation_name"`
+	BaseImage      string            `json:"base_image"`
+	JobDesc        string            `json:"job_desc"`
+	PriorityClass  string            `json:"priority_class"`
+	EnvVariables   map[string]string `json:"env_variables"`
+	Script         string            `json:"script"`
+}
+
+var notebookFields = []string{"instance_type", "region", "allocation_name", "base_image", "job_desc", "priority_class", "env_variables", "script"}
+
+// notebookScript keeps a "Jupyter server" alive until it is stopped; Jupyter
+// itself is not installed on the local backend.
+const notebookScript = "exec sleep infinity"
+
+func (s *Server) postNotebook(w http.ResponseWriter, r *http.Request, p Principal) {
+	body, err := s.readBody(w, r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var req notebookRequest
+	if err := protocol.DecodeStrictJSON(body, &req, notebookFields, "notebook request"); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	spec := protocol.JobSpec{
+		Script: req.Script, BaseImage: req.BaseImage, InstanceType: req.InstanceType, Region: req.Region,
+		AllocationName: req.AllocationName, NWorkers: 1, Type: "binary", PriorityClass: req.PriorityClass,
+		JobDesc: req.JobDesc, EnvVariables: req.EnvVariables, Kind: scheduler.KindNotebook,
+	}
+	if spec.Script == "" {
+		spec.Script = notebookScript
+	}
+	if spec.InstanceType == "" {
+		spec.InstanceType = s.defaultNotebookInstance(spec.Region, spec.AllocationName)
+	}
+	if err := protocol.CheckStrings(spec); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.create(w, r, p, spec, nil, submitted{})
+}
+
+// defaultNotebookInstance is one GPU of the family of the allocation's
+// first GPU node (or a small CPU slice when it has none).
+func (s *Server) defaultNotebookInstance(region, alloc string) string {
+	_, a, err := s.cfg.Allocation(region, alloc)
+	if err != nil {
+		return "a100.1gpu" // the bad region/allocation is reported by Check
+	}
+	for _, n := range a.Nodes {
+		if n.GPUs > 0 {
+			return n.Family + ".1gpu"
+		}
+	}
+	return "cpu.1C.1G"
+}
+
+// Listing.
+
+// jobRow is one job of GET /jobs, in ML Space's list words.
+type jobRow struct {
+	UID            string     `json:"uid"`
+	JobName        string     `json:"job_name"`
+	Status         string     `json:"status"`
+	Region         string     `json:"region"`
+	AllocationName string     `json:"allocation_name"`
+	InstanceType   string     `json:"instance_type,omitempty"`
+	JobDesc        string     `json:"job_desc,omitempty"`
+	JobAuthor      string     `json:"job_author,omitempty"`
+	Workspace      string     `json:"workspace,omitempty"`
+	Kind           string     `json:"kind"`
+	PriorityClass  string     `json:"priority_class"`
+	GPUCount       int64      `json:"gpu_count"`
+	Attempt        int64      `json:"attempt"`
+	CreatedDT      time.Time  `json:"created_dt"`
+	CompletedDT    *time.Time `json:"completed_dt,omitempty"`
+	Duration       int64      `json:"duration"` // seconds, until now for jobs still open
+}
+
+const (
+	listLimitDefault = 100
+	listLimitMax     = 1000
+	listWindowMax    = 10000 // offset+limit
+)
+
+var listParams = map[string]bool{"region": true, "allocation_name": true, "status": true, "job_author": true,
+	"start_date": true, "end_date": true, "offset": true, "limit": true, "workspace": true}
+
+var jobStates = []protocol.JobState{protocol.StatePending, protocol.StateStarting, protocol.StateRunning, protocol.StateRestarting,
+	protocol.StateCompleting, protocol.StateStopping, protocol.StateCompleted, protocol.StateFailed, protocol.StateStopped, protocol.StatePreempted}
+
+// listFilter reads GET /jobs's query.
+func (s *Server) listFilter(q url.Values, p Principal) (workflows.ListFilter, error) {
+	var f workflows.ListFilter
+	var keys []string
+	for k := range q {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if !listParams[k] {
+			return f, errorf(http.StatusBadRequest, codeInvalidParam, k, fmt.Sprintf("unknown query parameter %q; allowed: region, allocation_name, status, job_author, start_date, end_date, offset, limit, workspace", k))
+		}
+	}
+	name := func(param string, dst *string) error {
+		v := q.Get(param)
+		if v != "" && !validName(v) {
+			return errorf(http.StatusUnprocessableEntity, codeInvalidParam, param, fmt.Sprintf("%q is not a valid name (letters, digits, '-', '_', '.', '@')", v))
+		}
+		*dst = v
+		return nil
+	}
+	for param, dst := range map[string]*string{"region": &f.Region, "allocation_name": &f.Allocation, "job_author": &f.Author, "workspace": &f.Workspace} {
+		if err := name(param, dst); err != nil {
+			return f, err
+		}
+	}
+	if !p.Admin() {
+		if f.Workspace != "" && f.Workspace != p.Workspace {
+			return f, errorf(http.StatusUnprocessableEntity, codeInvalidParam, "workspace", "you can list only your workspace, "+p.Workspace)
+		}
+		f.Workspace = p.Workspace
+	}
+	for _, v := range q["status"] {
+		for _, st := range strings.Split(v, ",") {
+			st = strings.TrimSpace(st)
+			found := false
+			for _, js := range jobStates {
+				if strings.EqualFold(st, string(js)) {
+					f.States, found = append(f.States, string(js)), true
+				}
+			}
+			if !found {
+				var allowed []string
+				for _, js := range jobStates {
+					allowed = append(allowed, string(js))
+				}
+				return f, errorf(http.StatusUnprocessableEntity, codeInvalidParam, "status", fmt.Sprintf("%q is not a status; use %s", st, strings.Join(allowed, ", ")))
+			}
+		}
+	}
+	for param, dst := range map[string]*time.Time{"start_date": &f.Since, "end_date": &f.Until} {
+		if v := q.Get(param); v != "" {
+			t, err := time.Parse(time.RFC3339, v)
+			if err != nil {
+				return f, errorf(http.StatusUnprocessableEntity, codeInvalidParam, param, fmt.Sprintf("%q is not an RFC 3339 time such as 2026-01-02T15:04:05Z", v))
+			}
+			*dst = t
+		}
+	}
+	num := func(param string, def, lo, hi int) (int, error) {
+		v := q.Get(param)
+		if v == "" {
+			return def, nil
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < lo || n > hi {
+			return 0, errorf(http.StatusUnprocessableEntity, codeInvalidParam, param, fmt.Sprintf("%q is not allowed; use a whole number from %d to %d", v, lo, hi))
+		}
+		return n, nil
+	}
+	var err error
+	if f.Offset, err = num("offset", 0, 0, listWindowMax); err != nil {
+		return f, err
+	}
+	if f.Limit, err = num("limit", listLimitDefault, 1, listLimitMax); err != nil {
+		return f, err
+	}
+	if f.Offset+f.Limit > listWindowMax {
+		return f, errorf(http.StatusUnprocessableEntity, codeInvalidParam, "offset", fmt.Sprintf("offset+limit must not exceed %d; narrow the list with filters", listWindowMax))
+	}
+	return f, nil
+}
+
+func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, p Principal) {
+	f, err := s.listFilter(r.URL.Query(), p)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	ctx, cancel := s.call(r)
+	defer cancel()
+	count, err := s.backend.Count(ctx, f)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	jobs, err := s.backend.List(ctx, f)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	rows := []jobRow{}
+	now := time.Now()
+	for _, j := range jobs {
+		end := now
+		if j.ClosedAt != nil {
+			end = *j.ClosedAt
+		}
+		rows = append(rows, jobRow{UID: j.RunID, JobName: j.JobName, Status: j.Status, Region: j.Region, AllocationName: j.Allocation,
+			InstanceType: j.InstanceType, JobDesc: j.JobDesc, JobAuthor: j.Author, Workspace: j.Workspace, Kind: j.Kind,
+			PriorityClass: j.Priority, GPUCount: j.GPUs, Attempt: j.Attempt, CreatedDT: j.CreatedAt, CompletedDT: j.ClosedAt,
+			Duration: int64(end.Sub(j.CreatedAt).Seconds())})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"count": count, "offset": f.Offset, "limit": f.Limit, "jobs": rows})
+}

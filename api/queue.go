@@ -1,0 +1,222 @@
+package api
+
+import (
+	"fmt"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/trainq/trainq/config"
+	"github.com/trainq/trainq/scheduler"
+)
+
+// waitingView is a waiting job, in ML Space's awaiting-launch words.
+type waitingView struct {
+	LaunchOrder  int              `json:"launch_order"`
+	JobName      string           `json:"job_name"`
+	Type         string           `json:"type"` // job or notebook
+	Priority     string           `json:"priority"`
+	GPUCount     int              `json:"gpu_count"`
+	NWorkers     int              `json:"n_workers"`
+	Demand       scheduler.Demand `json:"per_worker"`
+	Attempt      int              `json:"attempt"`
+	Reason       string           `json:"reason"`
+	WaitingFor   []string         `json:"waiting_for,omitempty"`
+	Nominated    []string         `json:"nominated,omitempty"`
+	WaitingSince time.Time        `json:"waiting_since"`
+}
+
+type runningView struct {
+	JobName         string                      `json:"job_name"`
+	Type            string                      `json:"type"`
+	Priority        string                      `json:"priority"`
+	GPUCount        int                         `json:"gpu_count"`
+	Attempt         int                         `json:"attempt"`
+	StartedAt       time.Time                   `json:"started_at"`
+	Releasing       bool                        `json:"releasing"`
+	ReleasedWorkers []int                       `json:"released_workers,omitempty"`
+	PreemptedBy     string                      `json:"preempted_by,omitempty"`
+	Placement       []scheduler.WorkerPlacement `json:"placement,omitempty"`
+}
+
+type queueView struct {
+	Region        string               `json:"region"`
+	Allocation    string               `json:"allocation_name"`
+	TotalGPUs     int                  `json:"total_gpus"`
+	FreeGPUs      int                  `json:"free_gpus"`
+	AllocatedGPUs int                  `json:"allocated_gpus"`
+	ReleasingGPUs int                  `json:"releasing_gpus"`
+	Waiting       []waitingView        `json:"waiting"`
+	Running       []runningView        `json:"running"`
+	Nodes         []scheduler.NodeInfo `json:"nodes"`
+}
+
+// queue shows an allocation: waiting jobs in launch order with their
+// reasons, running and releasing jobs, and free/releasing GPUs per node.
+// Jobs of other workspaces are shown without their names.
+func (s *Server) queue(w http.ResponseWriter, r *http.Request, p Principal) {
+	for k := range r.URL.Query() {
+		if k != "region" {
+			s.fail(w, r, errorf(http.StatusBadRequest, codeInvalidParam, k, fmt.Sprintf("unknown query parameter %q; allowed: region", k)))
+			return
+		}
+	}
+	region := r.URL.Query().Get("region")
+	if region == "" {
+		region = s.cfg.DefaultRegion
+	}
+	if !validRegion(s.cfg, region) {
+		s.fail(w, r, errorf(http.StatusUnprocessableEntity, codeInvalidParam, "region", fmt.Sprintf("region %q does not exist; see /public/v2/configs", region)))
+		return
+	}
+	name := r.PathValue("name")
+	if _, _, err := s.cfg.Allocation(region, name); err != nil {
+		s.fail(w, r, errorf(http.StatusNotFound, codeNotFound, "", err.Error()))
+		return
+	}
+	ctx, cancel := s.call(r)
+	defer cancel()
+	v, err := s.backend.Queue(ctx, region, name)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var names []string
+	for _, q := range v.Waiting {
+		names = append(names, q.Job)
+		names = append(names, q.WaitingFor...)
+		names = append(names, q.Nominated...)
+	}
+	for _, run := range v.Running {
+		names = append(names, run.Job)
+		if run.PreemptedBy != nil {
+			names = append(names, run.PreemptedBy.Job)
+		}
+	}
+	rd, err := s.newRedactor(ctx, p, names)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := queueView{Region: v.Region, Allocation: v.Allocation, Waiting: []waitingView{}, Running: []runningView{}, Nodes: v.Nodes}
+	if out.Nodes == nil {
+		out.Nodes = []scheduler.NodeInfo{}
+	}
+	for _, n := range v.Nodes {
+		out.TotalGPUs += n.GPUs
+		out.FreeGPUs += n.FreeGPUs
+		out.AllocatedGPUs += n.AllocatedGPUs
+		out.ReleasingGPUs += n.ReleasingGPUs
+	}
+	for _, q := range v.Waiting {
+		out.Waiting = append(out.Waiting, waitingView{LaunchOrder: q.Position, JobName: rd.name(q.Job), Type: string(q.Kind),
+			Priority: q.Class.String(), GPUCount: q.GPUs, NWorkers: q.Workers, Demand: q.Demand, Attempt: q.Attempt,
+			Reason: rd.text(q.Reason, names), WaitingFor: rd.names(q.WaitingFor), Nominated: rd.names(q.Nominated), WaitingSince: q.SubmittedAt})
+	}
+	for _, run := range v.Running {
+		rv := runningView{JobName: rd.name(run.Job), Type: string(run.Kind), Priority: run.Class.String(), GPUCount: run.GPUs,
+			Attempt: run.Attempt, StartedAt: run.StartedAt, Releasing: run.Releasing, ReleasedWorkers: run.Released}
+		if rd.shows(run.Job) {
+			rv.Placement = run.Placement
+		}
+		if run.PreemptedBy != nil {
+			rv.PreemptedBy = rd.name(run.PreemptedBy.Job)
+		}
+		out.Running = append(out.Running, rv)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func validRegion(cfg *config.Config, region string) bool {
+	for _, r := range cfg.Regions {
+		if r.Name == region {
+			return true
+		}
+	}
+	return false
+}
+
+// Configs.
+
+type instanceTypeView struct {
+	Name       string `json:"name"`
+	Family     string `json:"family"`
+	GPUs       int    `json:"gpus"`
+	CPU        int    `json:"cpu,omitempty"`
+	RAMGB      int    `json:"ram_gb,omitempty"`
+	MaxWorkers int    `json:"max_workers"` // nodes that can hold one worker of this type
+}
+
+type allocationView struct {
+	Name                       string             `json:"name"`
+	Queueing                   string             `json:"queueing"`
+	MinRuntimeBeforePreemption string             `json:"min_runtime_before_preemption"`
+	StopGracePeriod            string             `json:"stop_grace_period"`
+	TotalGPUs                  int                `json:"total_gpus"`
+	Nodes                      []scheduler.Node   `json:"nodes"`
+	InstanceTypes              []instanceTypeView `json:"instance_types"`
+}
+
+type regionView struct {
+	Name        string           `json:"name"`
+	Allocations []allocationView `json:"allocations"`
+}
+
+// configs lists regions, allocations and the instance types they can run.
+func (s *Server) configs(w http.ResponseWriter, r *http.Request, _ Principal) {
+	out := struct {
+		DefaultRegion     string       `json:"default_region"`
+		DefaultAllocation string       `json:"default_allocation"`
+		Regions           []regionView `json:"regions"`
+	}{DefaultRegion: s.cfg.DefaultRegion, DefaultAllocation: s.cfg.DefaultAllocation}
+	for _, reg := range s.cfg.Regions {
+		rv := regionView{Name: reg.Name}
+		for _, a := range reg.Allocations {
+			av := allocationView{Name: a.Name, Queueing: string(a.Queueing), MinRuntimeBeforePreemption: a.MinRuntimeBeforePreemption.D().String(),
+				StopGracePeriod: a.StopGracePeriod.D().String(), Nodes: a.Nodes, InstanceTypes: instanceTypes(a.Nodes)}
+			for _, n := range a.Nodes {
+				av.TotalGPUs += n.GPUs
+			}
+			rv.Allocations = append(rv.Allocations, av)
+		}
+		out.Regions = append(out.Regions, rv)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// instanceTypes lists, per node family, the GPU slices 1, 2, 4, ... up to a
+// whole node (in the full ML Space form for a whole node), and for CPU-only
+// nodes the whole node.
+func instanceTypes(nodes []scheduler.Node) []instanceTypeView {
+	var out []instanceTypeView
+	seen := map[string]bool{}
+	add := func(it instanceTypeView) {
+		if seen[it.Name] {
+			return
+		}
+		seen[it.Name] = true
+		for _, n := range nodes {
+			if n.Family == it.Family && n.GPUs >= it.GPUs && n.CPU >= it.CPU && n.RAMGB >= it.RAMGB {
+				it.MaxWorkers++
+			}
+		}
+		out = append(out, it)
+	}
+	for _, n := range nodes {
+		if n.GPUs == 0 {
+			add(instanceTypeView{Name: fmt.Sprintf("%s.%dC.%dG", n.Family, n.CPU, n.RAMGB), Family: n.Family, CPU: n.CPU, RAMGB: n.RAMGB})
+			continue
+		}
+		for g := 1; g < n.GPUs; g *= 2 {
+			add(instanceTypeView{Name: fmt.Sprintf("%s.%dgpu", n.Family, g), Family: n.Family, GPUs: g})
+		}
+		add(instanceTypeView{Name: fmt.Sprintf("%s.%dgpu", n.Family, n.GPUs), Family: n.Family, GPUs: n.GPUs})
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Family != out[j].Family {
+			return out[i].Family < out[j].Family
+		}
+		return out[i].GPUs < out[j].GPUs
+	})
+	return out
+}

@@ -1,0 +1,209 @@
+// Package api is trainq's ML Space-compatible REST API: the paths, fields
+// and status words of ML Space's public API v2, plus what trainq explains
+// that ML Space does not (why a job waits, who preempted it). Every handler
+// talks to Temporal through a Backend with a timeout; nothing is kept in the
+// server, so any number of servers can run side by side.
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"time"
+
+	"github.com/trainq/trainq/cluster/local"
+	"github.com/trainq/trainq/config"
+)
+
+// MaxBodyBytes bounds request bodies; larger ones get 413.
+const MaxBodyBytes = 1 << 20
+
+// bodyReadTimeout bounds reading a request body.
+const bodyReadTimeout = 30 * time.Second
+
+// Options configure a Server.
+type Options struct {
+	Config  *config.Config
+	Backend Backend
+	Tokens  *Tokens
+	Logger  *slog.Logger
+	// CallTimeout bounds the Temporal calls of one request (default 10s).
+	CallTimeout time.Duration
+	// PollInterval is how often a followed log checks the job (default 500ms).
+	PollInterval time.Duration
+}
+
+// Server serves the API. It is an http.Handler.
+type Server struct {
+	cfg     *config.Config
+	backend Backend
+	tokens  *Tokens
+	log     *slog.Logger
+	opts    Options
+	mux     *http.ServeMux
+	metrics *metrics
+	logs    *local.Backend // reads job logs under cfg.DataDir; nil if unusable
+	logsErr error
+}
+
+// route is one endpoint. The OpenAPI document lists exactly these.
+type route struct {
+	method, path string
+	public       bool // no token needed
+	handle       func(s *Server, w http.ResponseWriter, r *http.Request, p Principal)
+}
+
+// Routes are registered in this order; openapi_test.go keeps openapi.json in step.
+var routes = []route{
+	{"GET", "/healthz", true, (*Server).healthz},
+	{"GET", "/readyz", true, (*Server).readyz},
+	{"GET", "/metrics", true, nil}, // set in New: the Prometheus handler
+	{"GET", "/public/v2/openapi.json", true, (*Server).openapi},
+	{"POST", "/public/v2/jobs", false, (*Server).postJob},
+	{"GET", "/public/v2/jobs", false, (*Server).listJobs},
+	{"POST", "/public/v2/jobs/restart", false, (*Server).restartJob},
+	{"GET", "/public/v2/jobs/{job_name}", false, (*Server).getJob},
+	{"DELETE", "/public/v2/jobs/{job_name}", false, (*Server).deleteJob},
+	{"GET", "/public/v2/jobs/{job_name}/logs", false, (*Server).jobLogs},
+	{"GET", "/public/v2/jobs/{job_name}/preemptors", false, (*Server).preemptors},
+	{"GET", "/public/v2/allocations/{name}/queue", false, (*Server).queue},
+	{"POST", "/public/v2/notebooks", false, (*Server).postNotebook},
+	{"DELETE", "/public/v2/notebooks/{name}", false, (*Server).deleteNotebook},
+	{"GET", "/public/v2/configs", false, (*Server).configs},
+}
+
+// New builds a server.
+func New(opts Options) (*Server, error) {
+	if opts.Config == nil || opts.Backend == nil || opts.Tokens == nil {
+		return nil, errors.New("api: Config, Backend and Tokens are required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.CallTimeout <= 0 {
+		opts.CallTimeout = 10 * time.Second
+	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = 500 * time.Millisecond
+	}
+	s := &Server{cfg: opts.Config, backend: opts.Backend, tokens: opts.Tokens, log: opts.Logger, opts: opts,
+		mux: http.NewServeMux(), metrics: newMetrics()}
+	s.logs, s.logsErr = local.New(local.Options{DataDir: opts.Config.DataDir})
+	for _, rt := range routes {
+		s.mux.Handle(rt.method+" "+rt.path, s.wrap(rt))
+	}
+	s.mux.HandleFunc("/", s.notFound)
+	return s, nil
+}
+
+// ServeHTTP records metrics and an access log line around the routes. The
+// log line never includes the Authorization header.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rec := &recorder{ResponseWriter: w, code: http.StatusOK}
+	s.mux.ServeHTTP(rec, r)
+	route := r.Pattern
+	if route == "" || route == "/" {
+		route = "unmatched"
+	}
+	d := time.Since(start)
+	s.metrics.observe(route, r.Method, rec.code, d)
+	s.log.Info("request", "method", r.Method, "route", route, "path", r.URL.Path, "code", rec.code,
+		"duration_ms", d.Milliseconds(), "remote", r.RemoteAddr)
+}
+
+// wrap adds authentication and turns a panic into a 500 answer.
+func (s *Server) wrap(rt route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.Error("panic", "route", r.Pattern, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+				writeError(w, errorf(http.StatusInternalServerError, codeInternal, "", "internal error"))
+			}
+		}()
+		if rt.path == "/metrics" {
+			s.metrics.handler().ServeHTTP(w, r)
+			return
+		}
+		var p Principal
+		if !rt.public {
+			token, err := bearer(r)
+			if err != nil {
+				writeError(w, errorf(http.StatusUnauthorized, codeUnauthorized, "", err.Error()))
+				return
+			}
+			var ok bool
+			if p, ok = s.tokens.Lookup(token); !ok {
+				writeError(w, errorf(http.StatusUnauthorized, codeUnauthorized, "", "unknown token"))
+				return
+			}
+		}
+		rt.handle(s, w, r, p)
+	})
+}
+
+// notFound answers paths no route has (404), or a route's path with another
+// method (405), in the API's error format.
+func (s *Server) notFound(w http.ResponseWriter, r *http.Request) {
+	var allowed []string
+	for _, rt := range routes {
+		probe, err := http.NewRequest(rt.method, r.URL.String(), nil)
+		if err != nil {
+			continue
+		}
+		if _, pattern := s.mux.Handler(probe); pattern == rt.method+" "+rt.path {
+			allowed = append(allowed, rt.method)
+		}
+	}
+	if len(allowed) > 0 {
+		for _, m := range allowed {
+			w.Header().Add("Allow", m)
+		}
+		writeError(w, errorf(http.StatusMethodNotAllowed, codeMethod, "", fmt.Sprintf("%s is not allowed here; use %v", r.Method, allowed)))
+		return
+	}
+	writeError(w, errorf(http.StatusNotFound, codeNotFound, "", "no such endpoint; see /public/v2/openapi.json"))
+}
+
+// call gives the Temporal calls of one request their deadline.
+func (s *Server) call(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), s.opts.CallTimeout)
+}
+
+// readBody reads a request body of at most MaxBodyBytes.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(bodyReadTimeout)) // not all writers support it (httptest)
+	defer rc.SetReadDeadline(time.Time{})
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, errorf(http.StatusRequestEntityTooLarge, codeTooLarge, "", fmt.Sprintf("the body is larger than %d bytes", MaxBodyBytes))
+		}
+		return nil, errorf(http.StatusBadRequest, "unreadable_body", "", "could not read the body: "+err.Error())
+	}
+	return body, nil
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request, _ Principal) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readyz is ready when Temporal answers.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ Principal) {
+	ctx, cancel := context.WithTimeout(r.Context(), min(s.opts.CallTimeout, 3*time.Second))
+	defer cancel()
+	if err := s.backend.Health(ctx); err != nil {
+		writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: codeUnavailable, Message: "Temporal is not reachable"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}

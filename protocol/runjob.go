@@ -1,0 +1,299 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+)
+
+// RunJobRequest is ML Space's RunJobRequest as JSON, as `trainq submit -f`
+// and `POST /public/v2/jobs` read it. Decoding is strict: a field not listed
+// here is rejected, naming it.
+type RunJobRequest struct {
+	Script             string              `json:"script"`
+	BaseImage          string              `json:"base_image"`
+	InstanceType       string              `json:"instance_type"`
+	Region             string              `json:"region"`
+	AllocationName     string              `json:"allocation_name"`
+	NWorkers           *int                `json:"n_workers"`
+	Type               string              `json:"type"`
+	ProcessesPerWorker *ProcessesPerWorker `json:"processes_per_worker"`
+	JobDesc            string              `json:"job_desc"`
+	PriorityClass      string              `json:"priority_class"`
+	MaxRetry           *int                `json:"max_retry"`
+	EnvVariables       map[string]string   `json:"env_variables"`
+	Flags              map[string]string   `json:"flags"`
+	CheckpointDir      string              `json:"checkpoint_dir"`
+	// Accepted because ML Space documents them, but not used by trainq.
+	LogsDir      string        `json:"logs_dir"`
+	HealthParams *HealthParams `json:"health_params"`
+}
+
+// HealthParams is ML Space's stuck-job detection; trainq accepts and checks
+// it but does not act on it yet.
+type HealthParams struct {
+	LogPeriod *int   `json:"log_period"` // minutes without new log lines
+	Action    string `json:"action"`     // restart or delete
+}
+
+// RunJobRequestFieldNames lists the accepted fields, in documentation order.
+var RunJobRequestFieldNames = []string{"script", "base_image", "instance_type", "region", "allocation_name", "n_workers", "type",
+	"processes_per_worker", "job_desc", "priority_class", "max_retry", "env_variables", "flags", "checkpoint_dir", "logs_dir", "health_params"}
+
+// RunJobRequestFields lists the accepted fields, for the unknown-field message.
+var RunJobRequestFields = strings.Join(RunJobRequestFieldNames, ", ")
+
+// ProcessesPerWorker is processes_per_worker in JSON: a number or "default"
+// (0 after decoding: one process per GPU).
+type ProcessesPerWorker int
+
+// UnmarshalJSON accepts a positive whole number, or "default"; a number in a
+// string ("4") is accepted too.
+func (p *ProcessesPerWorker) UnmarshalJSON(b []byte) error {
+	var s string
+	if len(b) > 0 && b[0] == '"' {
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+	} else {
+		s = string(b)
+	}
+	n, err := ParseProcessesPerWorker(s)
+	if err != nil {
+		return &FieldError{Field: "processes_per_worker", Message: err.Error()}
+	}
+	*p = ProcessesPerWorker(n)
+	return nil
+}
+
+// ParseProcessesPerWorker parses a number or "default" (0).
+func ParseProcessesPerWorker(s string) (int, error) {
+	if strings.EqualFold(strings.TrimSpace(s), "default") {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("%q is not allowed; use a positive number or \"default\"", s)
+	}
+	return n, nil
+}
+
+// JSONError says why a request is not a well-formed RunJobRequest object:
+// bad syntax, the wrong shape, a wrong JSON type or an unknown field. Field
+// names the field when there is one. Value errors are *FieldError instead.
+type JSONError struct {
+	Reason  string // one of the JSON* reasons below
+	Field   string
+	Line    int // 1-based position of a syntax error, 0 otherwise
+	Column  int
+	Message string // a sentence that does not name the source
+}
+
+// JSONError reasons.
+const (
+	JSONSyntax       = "invalid_json"
+	JSONEmpty        = "empty_body"
+	JSONTruncated    = "truncated_json"
+	JSONNotObject    = "not_an_object"
+	JSONTrailingData = "trailing_data"
+	JSONUnknownField = "unknown_field"
+	JSONDuplicate    = "duplicate_field"
+	JSONWrongType    = "wrong_type"
+)
+
+func (e *JSONError) Error() string { return e.Message }
+
+// DecodeRunJobRequest strictly decodes one RunJobRequest JSON object into a
+// JobSpec. Errors are *JSONError for malformed input and *FieldError for a
+// bad value; both name the field. Notes say which fields are ignored.
+func DecodeRunJobRequest(data []byte) (spec JobSpec, notes []string, err error) {
+	var r RunJobRequest
+	if err := DecodeStrictJSON(data, &r, RunJobRequestFieldNames, "RunJobRequest"); err != nil {
+		return spec, nil, err
+	}
+	spec = JobSpec{
+		Script: r.Script, BaseImage: r.BaseImage, InstanceType: r.InstanceType, Region: r.Region,
+		AllocationName: r.AllocationName, Type: r.Type, JobDesc: r.JobDesc, PriorityClass: r.PriorityClass,
+		EnvVariables: r.EnvVariables, Flags: r.Flags, CheckpointDir: r.CheckpointDir,
+	}
+	if r.NWorkers != nil {
+		if *r.NWorkers < 1 {
+			return spec, nil, &FieldError{Field: "n_workers", Message: fmt.Sprintf("must be at least 1, got %d", *r.NWorkers)}
+		}
+		spec.NWorkers = *r.NWorkers
+	}
+	if r.ProcessesPerWorker != nil {
+		spec.ProcessesPerWorker = int(*r.ProcessesPerWorker)
+	}
+	if r.MaxRetry != nil {
+		if *r.MaxRetry < 0 || *r.MaxRetry > MaxRetryLimit {
+			return spec, nil, &FieldError{Field: "max_retry", Message: fmt.Sprintf("must be between 0 and %d, got %d", MaxRetryLimit, *r.MaxRetry)}
+		}
+		spec.MaxRetry = *r.MaxRetry
+	}
+	if hp := r.HealthParams; hp != nil {
+		if hp.LogPeriod != nil && *hp.LogPeriod < 1 {
+			return spec, nil, &FieldError{Field: "health_params.log_period", Message: fmt.Sprintf("must be at least 1 (minutes), got %d", *hp.LogPeriod)}
+		}
+		if hp.Action != "" && hp.Action != "restart" && hp.Action != "delete" {
+			return spec, nil, &FieldError{Field: "health_params.action", Message: fmt.Sprintf("%q is not allowed; use restart or delete", hp.Action)}
+		}
+		notes = append(notes, "health_params is ignored: trainq does not watch jobs for stuck logs yet")
+	}
+	if err := CheckStrings(spec); err != nil {
+		return spec, nil, err
+	}
+	if r.LogsDir != "" {
+		notes = append([]string{"logs_dir is ignored: trainq keeps each worker's log under its data_dir (see `trainq logs`)"}, notes...)
+	}
+	return spec, notes, nil
+}
+
+// DecodeStrictJSON decodes one JSON object into v, rejecting unknown fields,
+// fields written in another case than the lower-case names in fields,
+// repeated fields and data after the object. Errors are *JSONError, or a
+// *FieldError from a field's own decoder; what names the object in messages.
+func DecodeStrictJSON(data []byte, v any, fields []string, what string) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return decodeError(data, err, fields, what)
+	}
+	var rest any
+	if err := dec.Decode(&rest); !errors.Is(err, io.EOF) {
+		return &JSONError{Reason: JSONTrailingData, Message: "unexpected data after the JSON object; send one " + what}
+	}
+	// encoding/json matches keys case-insensitively and lets the last of
+	// two equal keys win; an API must not be that lenient.
+	return checkKeys(data, fields, what)
+}
+
+// MaxArgBytes bounds the script and each environment variable and flag:
+// Linux refuses a single argument or environment string over 128 KiB
+// (MAX_ARG_STRLEN), so a longer one could never start.
+const MaxArgBytes = 64 << 10
+
+// CheckStrings rejects NUL bytes, which no command line, environment or
+// path can carry, and values longer than MaxArgBytes.
+func CheckStrings(s JobSpec) error {
+	if len(s.Script) > MaxArgBytes {
+		return &FieldError{Field: "script", Message: fmt.Sprintf("is %d bytes; at most %d are allowed (put a long script in a file)", len(s.Script), MaxArgBytes)}
+	}
+	for _, f := range []struct{ name, v string }{
+		{"script", s.Script}, {"base_image", s.BaseImage}, {"instance_type", s.InstanceType}, {"region", s.Region},
+		{"allocation_name", s.AllocationName}, {"type", s.Type}, {"job_desc", s.JobDesc},
+		{"priority_class", s.PriorityClass}, {"checkpoint_dir", s.CheckpointDir},
+	} {
+		if strings.ContainsRune(f.v, 0) {
+			return &FieldError{Field: f.name, Message: "must not contain NUL characters"}
+		}
+	}
+	for field, m := range map[string]map[string]string{"env_variables": s.EnvVariables, "flags": s.Flags} {
+		for k, v := range m {
+			if len(k)+len(v) > MaxArgBytes {
+				return &FieldError{Field: field, Message: fmt.Sprintf("%q is longer than %d bytes with its value", k[:min(len(k), 40)], MaxArgBytes)}
+			}
+			if strings.ContainsRune(v, 0) {
+				return &FieldError{Field: field, Message: fmt.Sprintf("the value of %q must not contain NUL characters", k)}
+			}
+		}
+	}
+	return nil
+}
+
+// checkKeys walks the top-level object of syntactically valid data and
+// rejects keys that differ in case from a field name, and repeated keys.
+func checkKeys(data []byte, fields []string, what string) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if _, err := dec.Token(); err != nil { // {
+		return nil
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		key, _ := tok.(string)
+		if seen[key] {
+			return &JSONError{Reason: JSONDuplicate, Field: key, Message: fmt.Sprintf("field %q appears twice", key)}
+		}
+		seen[key] = true
+		known := false
+		for _, f := range fields {
+			known = known || f == key
+		}
+		if !known {
+			return &JSONError{Reason: JSONUnknownField, Field: key,
+				Message: fmt.Sprintf("unknown field %q; %s fields are %s (lower case)", key, what, strings.Join(fields, ", "))}
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return nil
+		}
+	}
+	return nil
+}
+
+// decodeError turns encoding/json errors into errors naming the field.
+func decodeError(data []byte, err error, fields []string, what string) error {
+	var fe *FieldError
+	if errors.As(err, &fe) {
+		return fe
+	}
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	switch {
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		if field == "" {
+			return &JSONError{Reason: JSONNotObject, Message: fmt.Sprintf("the %s must be a JSON object, not %s", what, typeErr.Value)}
+		}
+		return &JSONError{Reason: JSONWrongType, Field: field,
+			Message: fmt.Sprintf("a JSON %s is not allowed here; want %s", typeErr.Value, jsonKind(typeErr.Type.String()))}
+	case errors.As(err, &syntaxErr):
+		line, col := position(data, syntaxErr.Offset)
+		return &JSONError{Reason: JSONSyntax, Line: line, Column: col,
+			Message: fmt.Sprintf("invalid JSON at line %d, column %d: %s", line, col, strings.TrimPrefix(err.Error(), "json: "))}
+	case errors.Is(err, io.EOF):
+		return &JSONError{Reason: JSONEmpty, Message: "the body is empty; it should hold one " + what + " JSON object"}
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return &JSONError{Reason: JSONTruncated, Message: "invalid JSON: the object is cut short"}
+	}
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		name, _ = strconv.Unquote(name)
+		return &JSONError{Reason: JSONUnknownField, Field: name,
+			Message: fmt.Sprintf("unknown field %q; %s fields are %s", name, what, strings.Join(fields, ", "))}
+	}
+	return &JSONError{Reason: JSONSyntax, Message: strings.TrimPrefix(err.Error(), "json: ")}
+}
+
+func jsonKind(goType string) string {
+	switch {
+	case strings.HasPrefix(goType, "map["):
+		return "an object of strings"
+	case strings.Contains(goType, "int"):
+		return "a whole number"
+	case strings.Contains(goType, "string"):
+		return "a string"
+	case strings.Contains(goType, "HealthParams"):
+		return `an object {"log_period": minutes, "action": "restart"|"delete"}`
+	}
+	return goType
+}
+
+func position(data []byte, offset int64) (line, col int) {
+	line, col = 1, 1
+	for i := int64(0); i < offset && i < int64(len(data)); i++ {
+		if data[i] == '\n' {
+			line, col = line+1, 1
+		} else {
+			col++
+		}
+	}
+	return line, col
+}
