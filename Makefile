@@ -44,7 +44,7 @@ bench: build $(TEMPORAL)
 ## fuzz: run the fuzz targets for a while (FUZZTIME=2m)
 FUZZTIME ?= 60s
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzEvents -fuzztime $(FUZZTIME) ./scheduler/
+	$(GO) test -run '^$$' -fuzz FuzzEvents -fuzztime $(FUZZTIME) -fuzzminimizetime 10s ./scheduler/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeRunJobRequest -fuzztime $(FUZZTIME) -fuzzminimizetime 10s ./api/
 
 ## histories: re-record the workflow histories replayed by the tests
