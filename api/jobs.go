@@ -456,10 +456,6 @@ type notebookRequest struct {
 
 var notebookFields = []string{"instance_type", "region", "allocation_name", "base_image", "job_desc", "priority_class", "env_variables", "script"}
 
-// notebookScript keeps a "Jupyter server" alive until it is stopped; Jupyter
-// itself is not installed on the local backend.
-const notebookScript = "exec sleep infinity"
-
 func (s *Server) postNotebook(w http.ResponseWriter, r *http.Request, p Principal) {
 	body, err := s.readBody(w, r)
 	if err != nil {
@@ -477,31 +473,16 @@ func (s *Server) postNotebook(w http.ResponseWriter, r *http.Request, p Principa
 		JobDesc: req.JobDesc, EnvVariables: req.EnvVariables, Kind: scheduler.KindNotebook,
 	}
 	if spec.Script == "" {
-		spec.Script = notebookScript
+		spec.Script = protocol.NotebookScript
 	}
 	if spec.InstanceType == "" {
-		spec.InstanceType = s.defaultNotebookInstance(spec.Region, spec.AllocationName)
+		spec.InstanceType = s.cfg.DefaultNotebookInstance(spec.Region, spec.AllocationName)
 	}
 	if err := protocol.CheckStrings(spec); err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	s.create(w, r, p, spec, nil, submitted{})
-}
-
-// defaultNotebookInstance is one GPU of the family of the allocation's
-// first GPU node (or a small CPU slice when it has none).
-func (s *Server) defaultNotebookInstance(region, alloc string) string {
-	_, a, err := s.cfg.Allocation(region, alloc)
-	if err != nil {
-		return "a100.1gpu" // the bad region/allocation is reported by Check
-	}
-	for _, n := range a.Nodes {
-		if n.GPUs > 0 {
-			return n.Family + ".1gpu"
-		}
-	}
-	return "cpu.1C.1G"
 }
 
 // Listing.

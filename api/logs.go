@@ -1,18 +1,15 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"os"
-	"sort"
 	"strconv"
 	"time"
 
 	"github.com/trainq/trainq/cluster"
+	"github.com/trainq/trainq/joblogs"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/workflows"
 )
@@ -58,9 +55,9 @@ func (s *Server) jobLogs(w http.ResponseWriter, r *http.Request, p Principal) {
 	}
 	l := &logStream{s: s, w: w}
 	var err error
-	if l.tail, err = num("tail", 0, 0); err == nil {
-		if l.pinned, err = num("attempt", 0, 1); err == nil {
-			if l.worker, err = num("worker", -1, 0); err == nil {
+	if l.r.Tail, err = num("tail", 0, 0); err == nil {
+		if l.r.Attempt, err = num("attempt", 0, 1); err == nil {
+			if l.r.Worker, err = num("worker", -1, 0); err == nil {
 				if l.verbose, err = flag("verbose"); err == nil {
 					l.followed, err = flag("follow")
 				}
@@ -75,16 +72,16 @@ func (s *Server) jobLogs(w http.ResponseWriter, r *http.Request, p Principal) {
 		s.fail(w, r, &Error{Status: http.StatusServiceUnavailable, Code: "logs_unavailable", Message: "this server cannot read the data dir: " + s.logsErr.Error()})
 		return
 	}
-	l.job = r.PathValue("job_name")
+	l.r.Source, l.r.Job, l.r.Out = s.logs, r.PathValue("job_name"), l.out
 	ctx, cancel := s.call(r)
-	_, st, err := s.visibleStatus(ctx, p, l.job)
+	_, st, err := s.visibleStatus(ctx, p, l.r.Job)
 	cancel()
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	if l.pinned > 0 && findAttempt(st, l.pinned) == nil {
-		s.fail(w, r, errorf(http.StatusUnprocessableEntity, codeInvalidParam, "attempt", fmt.Sprintf("job %s has no attempt %d; it is at attempt %d", l.job, l.pinned, st.Attempt)))
+	if l.r.Attempt > 0 && joblogs.FindAttempt(st, l.r.Attempt) == nil {
+		s.fail(w, r, errorf(http.StatusUnprocessableEntity, codeInvalidParam, "attempt", fmt.Sprintf("job %s has no attempt %d; it is at attempt %d", l.r.Job, l.r.Attempt, st.Attempt)))
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -100,54 +97,21 @@ func (s *Server) jobLogs(w http.ResponseWriter, r *http.Request, p Principal) {
 	w.WriteHeader(http.StatusOK)
 	l.flush()
 	if err := l.follow(r.Context(), st); err != nil && r.Context().Err() == nil {
-		s.log.Warn("log stream ended early", "job", l.job, "err", err)
+		s.log.Warn("log stream ended early", "job", l.r.Job, "err", err)
 	}
 }
 
 type logStream struct {
 	s        *Server
 	w        http.ResponseWriter
-	job      string
-	tail     int
-	worker   int // -1: all
-	pinned   int // 0: latest
+	r        joblogs.Reader
 	verbose  bool
 	followed bool
 }
 
 func (l *logStream) flush() { _ = http.NewResponseController(l.w).Flush() }
 
-func findAttempt(st protocol.JobStatus, n int) *protocol.AttemptRecord {
-	for i := range st.Attempts {
-		if st.Attempts[i].Number == n {
-			return &st.Attempts[i]
-		}
-	}
-	return nil
-}
-
-// current is the attempt to show: the pinned one, else the latest.
-func (l *logStream) current(st protocol.JobStatus) *protocol.AttemptRecord {
-	if l.pinned > 0 {
-		return findAttempt(st, l.pinned)
-	}
-	if len(st.Attempts) == 0 {
-		return nil
-	}
-	return &st.Attempts[len(st.Attempts)-1]
-}
-
-func (l *logStream) workers(a *protocol.AttemptRecord) []int {
-	var ws []int
-	for _, p := range a.Placement {
-		if l.worker < 0 || p.Worker == l.worker {
-			ws = append(ws, p.Worker)
-		}
-	}
-	sort.Ints(ws)
-	return ws
-}
-
+// header says, with verbose, which worker's log follows.
 func (l *logStream) header(a *protocol.AttemptRecord, worker int) {
 	if !l.verbose {
 		return
@@ -164,7 +128,7 @@ func (l *logStream) header(a *protocol.AttemptRecord, worker int) {
 		}
 		return t.UTC().Format(time.RFC3339)
 	}
-	fmt.Fprintf(l.w, "==> job %s attempt %d worker %d on %s; queued %s, started %s, ended %s", l.job, a.Number, worker, node,
+	fmt.Fprintf(l.w, "==> job %s attempt %d worker %d on %s; queued %s, started %s, ended %s", l.r.Job, a.Number, worker, node,
 		a.QueuedAt.UTC().Format(time.RFC3339), stamp(a.StartedAt), stamp(a.EndedAt))
 	if a.EndReason != "" {
 		fmt.Fprintf(l.w, " (%s)", a.EndReason)
@@ -172,223 +136,55 @@ func (l *logStream) header(a *protocol.AttemptRecord, worker int) {
 	fmt.Fprintln(l.w, " <==")
 }
 
-func (l *logStream) out(a *protocol.AttemptRecord, worker int) *lineWriter {
+// out writes the header of a worker's log and returns where its lines go.
+func (l *logStream) out(a *protocol.AttemptRecord, worker int) *joblogs.LineWriter {
+	l.header(a, worker)
 	prefix := ""
-	if len(a.Placement) > 1 && l.worker < 0 {
+	if l.r.Prefixed(a) {
 		prefix = fmt.Sprintf("[worker %d] ", worker)
 	}
-	return &lineWriter{emit: func(line []byte) error {
+	return joblogs.NewLineWriter(func(line string) error {
 		_, err := fmt.Fprintf(l.w, "%s%s\n", prefix, line)
 		return err
-	}}
+	})
 }
 
 // once writes the logs as they are now. A waiting attempt shows the last one
 // that ran.
 func (l *logStream) once(ctx context.Context, st protocol.JobStatus) error {
-	a := l.current(st)
-	if l.pinned == 0 && a != nil && len(a.Placement) == 0 {
-		for i := len(st.Attempts) - 1; i >= 0; i-- {
-			if len(st.Attempts[i].Placement) > 0 {
-				a = &st.Attempts[i]
-				break
-			}
-		}
-	}
+	a := l.r.Shown(st)
 	if a == nil || len(a.Placement) == 0 {
 		l.w.WriteHeader(http.StatusOK) // no log yet: an empty answer
 		return nil
 	}
-	ws := l.workers(a)
-	if l.worker >= 0 && len(ws) == 0 {
-		return errorf(http.StatusUnprocessableEntity, codeInvalidParam, "worker", fmt.Sprintf("attempt %d has no worker %d; its workers are 0..%d", a.Number, l.worker, len(a.Placement)-1))
+	ws := l.r.Workers(a)
+	if l.r.Worker >= 0 && len(ws) == 0 {
+		return errorf(http.StatusUnprocessableEntity, codeInvalidParam, "worker", fmt.Sprintf("attempt %d has no worker %d; its workers are 0..%d", a.Number, l.r.Worker, len(a.Placement)-1))
 	}
 	for _, wk := range ws {
-		l.header(a, wk)
-		lw := l.out(a, wk)
-		err := l.s.logs.Logs(ctx, cluster.WorkerID{Job: l.job, Attempt: a.Number, Worker: wk}, l.tail, lw)
-		if err != nil && !errors.Is(err, cluster.ErrNotFound) {
-			return err
-		}
-		if err := lw.close(); err != nil {
+		if err := l.r.Copy(ctx, a, wk); err != nil && !errors.Is(err, cluster.ErrNotFound) {
 			return err
 		}
 	}
 	return nil
 }
 
-// followedFile is one log file being followed.
-type followedFile struct {
-	path   string
-	offset int64
-	first  bool
-	out    *lineWriter
-}
-
+// follow streams the logs until the job ends, checking it every poll.
 func (l *logStream) follow(ctx context.Context, st protocol.JobStatus) error {
-	var files []*followedFile
-	shown := 0
-	for {
-		if a := l.current(st); a != nil && a.Number != shown && len(a.Placement) > 0 {
-			if err := l.drain(files); err != nil {
-				return err
-			}
-			files = nil
-			for _, wk := range l.workers(a) {
-				path, err := l.s.logs.LogPath(cluster.WorkerID{Job: l.job, Attempt: a.Number, Worker: wk})
-				if err != nil {
-					return err
-				}
-				l.header(a, wk)
-				files = append(files, &followedFile{path: path, first: true, out: l.out(a, wk)})
-			}
-			shown = a.Number
-		}
-		if err := l.readNew(files); err != nil {
-			return err
-		}
-		over := st.State.Terminal()
-		if a := l.current(st); l.pinned > 0 && a != nil && a.EndedAt != nil {
-			over = true
-		}
-		if over {
-			if err := l.drain(files); err != nil {
-				return err
-			}
+	return l.r.Follow(ctx, st, joblogs.Follow{
+		Poll: l.s.opts.PollInterval,
+		Status: func(ctx context.Context) (protocol.JobStatus, error) {
+			qctx, cancel := context.WithTimeout(ctx, l.s.opts.CallTimeout)
+			defer cancel()
+			return l.s.backend.Status(qctx, l.r.Job)
+		},
+		// Temporal or the worker is away for a moment: keep going.
+		Retry: func(err error) bool { return !errors.Is(err, workflows.ErrJobNotFound) },
+		Flush: l.flush,
+		End: func(st protocol.JobStatus) {
 			if l.verbose {
-				fmt.Fprintf(l.w, "==> job %s ended %s <==\n", l.job, st.State)
+				fmt.Fprintf(l.w, "==> job %s ended %s <==\n", l.r.Job, st.State)
 			}
-			l.flush()
-			return nil
-		}
-		l.flush()
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(l.s.opts.PollInterval):
-		}
-		qctx, cancel := context.WithTimeout(ctx, l.s.opts.CallTimeout)
-		next, err := l.s.backend.Status(qctx, l.job)
-		cancel()
-		switch {
-		case errors.Is(err, workflows.ErrJobNotFound):
-			return err
-		case err != nil:
-			continue // Temporal or the worker is away for a moment: keep going
-		}
-		st = next
-	}
-}
-
-func (l *logStream) readNew(files []*followedFile) error {
-	for _, f := range files {
-		if err := f.read(l.tail); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (l *logStream) drain(files []*followedFile) error {
-	if err := l.readNew(files); err != nil {
-		return err
-	}
-	for _, f := range files {
-		if err := f.out.close(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (f *followedFile) read(tail int) error {
-	fh, err := os.Open(f.path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil // the worker has not written yet
-	}
-	if err != nil {
-		return err
-	}
-	defer fh.Close()
-	fi, err := fh.Stat()
-	if err != nil {
-		return err
-	}
-	size := fi.Size()
-	if size < f.offset {
-		f.offset = 0
-	}
-	if f.first {
-		f.first = false
-		if tail > 0 {
-			f.offset = tailStart(fh, size, tail)
-		}
-	}
-	if size == f.offset {
-		return nil
-	}
-	if _, err := io.Copy(f.out, io.NewSectionReader(fh, f.offset, size-f.offset)); err != nil {
-		return err
-	}
-	f.offset = size
-	return nil
-}
-
-// tailStart is where the last n lines of r[0:size] begin.
-func tailStart(r io.ReaderAt, size int64, n int) int64 {
-	const chunk = 32 << 10
-	buf := make([]byte, chunk)
-	end := size
-	if size > 0 {
-		if _, err := r.ReadAt(buf[:1], size-1); err == nil && buf[0] == '\n' {
-			end = size - 1
-		}
-	}
-	lines := 0
-	for pos := end; pos > 0; {
-		m := min(int64(chunk), pos)
-		pos -= m
-		if _, err := r.ReadAt(buf[:m], pos); err != nil && err != io.EOF {
-			return 0
-		}
-		for i := m - 1; i >= 0; i-- {
-			if buf[i] == '\n' {
-				lines++
-				if lines == n {
-					return pos + i + 1
-				}
-			}
-		}
-	}
-	return 0
-}
-
-// lineWriter emits complete lines; close emits an unterminated last line.
-type lineWriter struct {
-	buf  []byte
-	emit func(line []byte) error
-}
-
-func (w *lineWriter) Write(p []byte) (int, error) {
-	w.buf = append(w.buf, p...)
-	for {
-		i := bytes.IndexByte(w.buf, '\n')
-		if i < 0 {
-			return len(p), nil
-		}
-		line := w.buf[:i]
-		if err := w.emit(line); err != nil {
-			return len(p), err
-		}
-		w.buf = w.buf[i+1:]
-	}
-}
-
-func (w *lineWriter) close() error {
-	if len(w.buf) == 0 {
-		return nil
-	}
-	line := w.buf
-	w.buf = nil
-	return w.emit(line)
+		},
+	})
 }

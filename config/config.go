@@ -256,6 +256,22 @@ func (c *Config) Allocation(region, name string) (*Region, *Allocation, error) {
 	return nil, nil, fmt.Errorf("region %q does not exist; allowed: %s", region, strings.Join(names, ", "))
 }
 
+// DefaultNotebookInstance is the instance type of a Jupyter server that
+// names none: one GPU of the family of the allocation's first GPU node (or a
+// small CPU slice when it has none).
+func (c *Config) DefaultNotebookInstance(region, alloc string) string {
+	_, a, err := c.Allocation(region, alloc)
+	if err != nil {
+		return "a100.1gpu" // the bad region/allocation is reported by Check
+	}
+	for _, n := range a.Nodes {
+		if n.GPUs > 0 {
+			return n.Family + ".1gpu"
+		}
+	}
+	return "cpu.1C.1G"
+}
+
 // AllocationRef names one allocation.
 type AllocationRef struct {
 	Region     string

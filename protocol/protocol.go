@@ -5,6 +5,9 @@
 package protocol
 
 import (
+	"maps"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/trainq/trainq/scheduler"
@@ -54,6 +57,11 @@ const (
 	NotebookNamePrefix = "jupyter-"
 )
 
+// NotebookScript is what a "Jupyter server" runs when its request names no
+// script: it stays alive until it is stopped (Jupyter itself is not
+// installed on the local backend).
+const NotebookScript = "exec sleep infinity"
+
 // JobSpec is ML Space's RunJobRequest plus what trainq records about the submitter.
 type JobSpec struct {
 	Script             string            `json:"script"`
@@ -73,6 +81,41 @@ type JobSpec struct {
 	Kind               scheduler.Kind    `json:"kind"`
 	Author             string            `json:"author,omitempty"`
 	Workspace          string            `json:"workspace,omitempty"`
+}
+
+// SpecField is one field of a job spec as text, for showing the spec.
+type SpecField struct {
+	Name, Value string
+}
+
+// Fields lists the spec's fields in the order trainq shows them (the CLI's
+// dry run, the Web UI's details): the request's, the submitter's, then one
+// per environment variable ("env K") and flag ("flag --K") in key order. A
+// field that is not set has an empty Value; Kind is not listed.
+func (s JobSpec) Fields() []SpecField {
+	f := []SpecField{
+		{"script", s.Script},
+		{"type", s.Type},
+		{"base_image", s.BaseImage},
+		{"instance_type", s.InstanceType},
+		{"n_workers", strconv.Itoa(s.NWorkers)},
+		{"processes_per_worker", strconv.Itoa(s.ProcessesPerWorker)},
+		{"priority_class", s.PriorityClass},
+		{"max_retry", strconv.Itoa(s.MaxRetry)},
+		{"region", s.Region},
+		{"allocation_name", s.AllocationName},
+		{"job_desc", s.JobDesc},
+		{"checkpoint_dir", s.CheckpointDir},
+		{"author", s.Author},
+		{"workspace", s.Workspace},
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.EnvVariables)) {
+		f = append(f, SpecField{"env " + k, s.EnvVariables[k]})
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.Flags)) {
+		f = append(f, SpecField{"flag --" + k, s.Flags[k]})
+	}
+	return f
 }
 
 // JobInput starts a JobWorkflow.

@@ -2,7 +2,8 @@ package protocol
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/trainq/trainq/scheduler"
@@ -82,12 +83,12 @@ func (s *JobSpec) Normalize() (notes []string, err error) {
 		return nil, &FieldError{Field: "priority_class", Message: err.Error()}
 	}
 	s.PriorityClass = class.String()
-	for _, k := range sortedKeys(s.EnvVariables) {
+	for _, k := range slices.Sorted(maps.Keys(s.EnvVariables)) {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
 			return nil, fieldErr("env_variables", "%q is not a valid variable name", k)
 		}
 	}
-	for _, k := range sortedKeys(s.Flags) {
+	for _, k := range slices.Sorted(maps.Keys(s.Flags)) {
 		if k == "" || strings.ContainsAny(k, "= \x00") {
 			return nil, fieldErr("flags", "%q is not a valid flag name", k)
 		}
@@ -117,13 +118,4 @@ func contains(list []string, v string) bool {
 		}
 	}
 	return false
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

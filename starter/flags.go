@@ -3,8 +3,12 @@ package main
 import (
 	"flag"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/trainq/trainq/protocol"
 )
 
 // parseInterspersed parses flags that may come before, between or after
@@ -40,7 +44,7 @@ func (f *kvFlag) String() string {
 		return ""
 	}
 	var parts []string
-	for _, k := range sortedKeys(f.m) {
+	for _, k := range slices.Sorted(maps.Keys(f.m)) {
 		parts = append(parts, k+"="+f.m[k])
 	}
 	return strings.Join(parts, ",")
@@ -70,23 +74,12 @@ func (f *procsFlag) String() string {
 }
 
 func (f *procsFlag) Set(s string) error {
-	n, err := parseProcs(s)
+	n, err := protocol.ParseProcessesPerWorker(s)
 	if err != nil {
 		return err
 	}
 	f.n = n
 	return nil
-}
-
-func parseProcs(s string) (int, error) {
-	if strings.EqualFold(strings.TrimSpace(s), "default") {
-		return 0, nil
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(s))
-	if err != nil || n < 1 {
-		return 0, fmt.Errorf("%q is not allowed; use a positive number or \"default\"", s)
-	}
-	return n, nil
 }
 
 // multiFlag is a repeatable string flag; commas also separate values.

@@ -1,19 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"sort"
-	"time"
 
 	"github.com/trainq/trainq/cluster"
 	"github.com/trainq/trainq/cluster/local"
+	"github.com/trainq/trainq/joblogs"
 	"github.com/trainq/trainq/protocol"
-	"github.com/trainq/trainq/scheduler"
 )
 
 // logLine is one line of `logs --output json` (one object per line).
@@ -24,39 +20,8 @@ type logLine struct {
 	Line    string `json:"line"`
 }
 
-// lineWriter splits what is written into lines and emits each complete one.
-type lineWriter struct {
-	buf  []byte
-	emit func(line string) error
-}
-
-func (w *lineWriter) Write(p []byte) (int, error) {
-	w.buf = append(w.buf, p...)
-	for {
-		i := bytes.IndexByte(w.buf, '\n')
-		if i < 0 {
-			return len(p), nil
-		}
-		line := string(w.buf[:i])
-		w.buf = w.buf[i+1:]
-		if err := w.emit(line); err != nil {
-			return len(p), err
-		}
-	}
-}
-
-// flush emits a final line that has no newline yet.
-func (w *lineWriter) flush() error {
-	if len(w.buf) == 0 {
-		return nil
-	}
-	line := string(w.buf)
-	w.buf = nil
-	return w.emit(line)
-}
-
-func (g *globals) logWriter(job string, attempt, worker int, prefix bool) *lineWriter {
-	return &lineWriter{emit: func(line string) error {
+func (g *globals) logWriter(job string, attempt, worker int, prefix bool) *joblogs.LineWriter {
+	return joblogs.NewLineWriter(func(line string) error {
 		if g.json() {
 			return g.printJSONLine(logLine{JobName: job, Attempt: attempt, Worker: worker, Line: line})
 		}
@@ -65,7 +30,7 @@ func (g *globals) logWriter(job string, attempt, worker int, prefix bool) *lineW
 		}
 		_, err := fmt.Fprintln(g.Stdout, line)
 		return err
-	}}
+	})
 }
 
 func runLogs(ctx context.Context, g *globals, args []string) error {
@@ -108,7 +73,7 @@ func runLogs(ctx context.Context, g *globals, args []string) error {
 		return err
 	}
 	l := &logsRun{g: g, backend: backend, job: name, tail: *tail, worker: *worker, pinned: *attempt}
-	if *attempt > 0 && findAttempt(st, *attempt) == nil {
+	if *attempt > 0 && joblogs.FindAttempt(st, *attempt) == nil {
 		return usageErr("job %s has no attempt %d; it is at attempt %d", name, *attempt, st.Attempt)
 	}
 	if !*follow {
@@ -126,53 +91,29 @@ type logsRun struct {
 	pinned  int // attempt asked for, 0 = latest
 }
 
-func findAttempt(st protocol.JobStatus, n int) *protocol.AttemptRecord {
-	for i := range st.Attempts {
-		if st.Attempts[i].Number == n {
-			return &st.Attempts[i]
-		}
+// reader reads the logs asked for and prints their lines.
+func (l *logsRun) reader() *joblogs.Reader {
+	r := &joblogs.Reader{Source: l.backend, Job: l.job, Tail: l.tail, Worker: l.worker, Attempt: l.pinned}
+	r.Out = func(a *protocol.AttemptRecord, w int) *joblogs.LineWriter {
+		return l.g.logWriter(l.job, a.Number, w, r.Prefixed(a))
+	}
+	return r
+}
+
+// noWorker is the error for a worker asked for that attempt a does not have.
+func (l *logsRun) noWorker(a *protocol.AttemptRecord, ws []int) error {
+	if l.worker >= 0 && len(ws) == 0 && len(a.Placement) > 0 {
+		return usageErr("attempt %d of job %s has no worker %d; its workers are 0..%d", a.Number, l.job, l.worker, len(a.Placement)-1)
 	}
 	return nil
 }
 
-// current returns the attempt to show: the pinned one, else the latest.
-func (l *logsRun) current(st protocol.JobStatus) *protocol.AttemptRecord {
-	if l.pinned > 0 {
-		return findAttempt(st, l.pinned)
-	}
-	if len(st.Attempts) == 0 {
-		return nil
-	}
-	return &st.Attempts[len(st.Attempts)-1]
-}
-
-// workers lists the workers of an attempt to show, by worker number.
-func (l *logsRun) workers(a *protocol.AttemptRecord) ([]int, error) {
-	ps := append([]scheduler.WorkerPlacement(nil), a.Placement...)
-	sort.Slice(ps, func(i, j int) bool { return ps[i].Worker < ps[j].Worker })
-	var ws []int
-	for _, p := range ps {
-		if l.worker < 0 || p.Worker == l.worker {
-			ws = append(ws, p.Worker)
-		}
-	}
-	if l.worker >= 0 && len(ws) == 0 && len(ps) > 0 {
-		return nil, usageErr("attempt %d of job %s has no worker %d; its workers are 0..%d", a.Number, l.job, l.worker, len(ps)-1)
-	}
-	return ws, nil
-}
-
 func (l *logsRun) printOnce(ctx context.Context, st protocol.JobStatus) error {
-	a := l.current(st)
-	if l.pinned == 0 && a != nil && len(a.Placement) == 0 {
+	r := l.reader()
+	a := r.Shown(st)
+	if cur := r.Current(st); a != cur {
 		// The latest attempt waits: show the last one that ran.
-		for i := len(st.Attempts) - 1; i >= 0; i-- {
-			if len(st.Attempts[i].Placement) > 0 {
-				fmt.Fprintf(l.g.Stderr, "note: attempt %d of job %s has not started yet (%s); showing attempt %d\n", a.Number, l.job, st.State, st.Attempts[i].Number)
-				a = &st.Attempts[i]
-				break
-			}
-		}
+		fmt.Fprintf(l.g.Stderr, "note: attempt %d of job %s has not started yet (%s); showing attempt %d\n", cur.Number, l.job, st.State, a.Number)
 	}
 	if a == nil || len(a.Placement) == 0 {
 		n := st.Attempt
@@ -182,189 +123,39 @@ func (l *logsRun) printOnce(ctx context.Context, st protocol.JobStatus) error {
 		fmt.Fprintf(l.g.Stderr, "note: attempt %d of job %s has not started yet (%s), so it has no logs; use --follow to wait for them\n", n, l.job, st.State)
 		return nil
 	}
-	ws, err := l.workers(a)
-	if err != nil {
+	ws := r.Workers(a)
+	if err := l.noWorker(a, ws); err != nil {
 		return err
 	}
 	for _, w := range ws {
-		lw := l.g.logWriter(l.job, a.Number, w, len(a.Placement) > 1 && l.worker < 0)
-		id := cluster.WorkerID{Job: l.job, Attempt: a.Number, Worker: w}
-		if err := l.backend.Logs(ctx, id, l.tail, lw); err != nil {
+		if err := r.Copy(ctx, a, w); err != nil {
 			if errors.Is(err, cluster.ErrNotFound) {
 				fmt.Fprintf(l.g.Stderr, "note: no log for worker %d of attempt %d on this machine (%s)\n", w, a.Number, l.g.cfg.DataDir)
 				continue
 			}
 			return fmt.Errorf("logs of worker %d: %w", w, err)
 		}
-		if err := lw.flush(); err != nil {
-			return err
-		}
 	}
 	return nil
-}
-
-// followed is one log file being followed.
-type followed struct {
-	worker int
-	path   string
-	offset int64
-	first  bool // the first read prints only the last tail lines
-	out    *lineWriter
 }
 
 // follow prints the logs, then new lines as they are written, until the job
 // reaches a terminal state. Without --attempt it moves on to each new attempt.
 func (l *logsRun) follow(ctx context.Context, st protocol.JobStatus, status func(context.Context) (protocol.JobStatus, error)) error {
-	var files []*followed
-	shown := 0 // attempt whose files are open
-	for {
-		if a := l.current(st); a != nil && a.Number != shown && len(a.Placement) > 0 {
-			// A new attempt started: finish the old files, open the new ones.
-			if err := l.drain(files); err != nil {
-				return err
-			}
-			if shown != 0 && !l.g.json() {
+	return l.reader().Follow(ctx, st, joblogs.Follow{
+		Poll:   l.g.PollInterval,
+		Status: status,
+		Retry:  func(err error) bool { return errors.Is(err, errNoAnswer) },
+		Attempt: func(a *protocol.AttemptRecord, ws []int, next bool) error {
+			if next && !l.g.json() {
 				fmt.Fprintf(l.g.Stdout, "--- attempt %d ---\n", a.Number)
 			}
-			ws, err := l.workers(a)
-			if err != nil {
-				return err
-			}
-			files = nil
-			for _, w := range ws {
-				path, err := l.backend.LogPath(cluster.WorkerID{Job: l.job, Attempt: a.Number, Worker: w})
-				if err != nil {
-					return err
-				}
-				files = append(files, &followed{worker: w, path: path, first: true,
-					out: l.g.logWriter(l.job, a.Number, w, len(a.Placement) > 1 && l.worker < 0)})
-			}
-			shown = a.Number
-		}
-		if err := l.readNew(files); err != nil {
-			return err
-		}
-		attemptOver := false
-		if l.pinned > 0 {
-			if a := l.current(st); a != nil && a.EndedAt != nil {
-				attemptOver = true
-			}
-		}
-		if st.State.Terminal() || attemptOver {
-			if err := l.drain(files); err != nil {
-				return err
-			}
+			return l.noWorker(a, ws)
+		},
+		End: func(st protocol.JobStatus) {
 			if st.State.Terminal() {
 				fmt.Fprintf(l.g.Stderr, "note: job %s ended %s\n", l.job, st.State)
 			}
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			_ = l.drain(files)
-			return ctx.Err()
-		case <-time.After(l.g.PollInterval):
-		}
-		next, err := status(ctx)
-		if err != nil {
-			if errors.Is(err, errNoAnswer) {
-				continue // keep the last status; the worker may be restarting
-			}
-			return err
-		}
-		st = next
-	}
-}
-
-// readNew prints what was appended to each file since the last read.
-func (l *logsRun) readNew(files []*followed) error {
-	for _, f := range files {
-		if err := f.read(l.tail); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// drain reads the files one last time and prints unterminated last lines.
-func (l *logsRun) drain(files []*followed) error {
-	if err := l.readNew(files); err != nil {
-		return err
-	}
-	for _, f := range files {
-		if err := f.out.flush(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (f *followed) read(tail int) error {
-	fh, err := os.Open(f.path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil // the worker has not started writing yet
-	}
-	if err != nil {
-		return err
-	}
-	defer fh.Close()
-	fi, err := fh.Stat()
-	if err != nil {
-		return err
-	}
-	size := fi.Size()
-	if size < f.offset { // truncated or replaced
-		f.offset = 0
-	}
-	if f.first {
-		f.first = false
-		if tail > 0 {
-			start, err := tailStart(fh, size, tail)
-			if err != nil {
-				return err
-			}
-			f.offset = start
-		}
-	}
-	if size == f.offset {
-		return nil
-	}
-	if _, err := io.Copy(f.out, io.NewSectionReader(fh, f.offset, size-f.offset)); err != nil {
-		return err
-	}
-	f.offset = size
-	return nil
-}
-
-// tailStart returns the offset where the last n lines of r[0:size] begin.
-// A final newline ends the last line; it does not start a new one.
-func tailStart(r io.ReaderAt, size int64, n int) (int64, error) {
-	const chunk = 32 << 10
-	buf := make([]byte, chunk)
-	end := size
-	if size > 0 {
-		if _, err := r.ReadAt(buf[:1], size-1); err != nil && err != io.EOF {
-			return 0, err
-		}
-		if buf[0] == '\n' {
-			end = size - 1
-		}
-	}
-	lines := 0
-	for pos := end; pos > 0; {
-		m := min(int64(chunk), pos)
-		pos -= m
-		if _, err := r.ReadAt(buf[:m], pos); err != nil && err != io.EOF {
-			return 0, err
-		}
-		for i := m - 1; i >= 0; i-- {
-			if buf[i] == '\n' {
-				lines++
-				if lines == n {
-					return pos + i + 1, nil
-				}
-			}
-		}
-	}
-	return 0, nil
+		},
+	})
 }

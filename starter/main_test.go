@@ -220,7 +220,7 @@ func TestNotebook(t *testing.T) {
 	spec := dryRunSpec(t, r)
 	assert.Equal(t, "high", spec.PriorityClass)
 	assert.Equal(t, scheduler.KindNotebook, spec.Kind)
-	assert.Equal(t, notebookScript, spec.Script)
+	assert.Equal(t, protocol.NotebookScript, spec.Script)
 	assert.Equal(t, "a100.1gpu", spec.InstanceType, "one GPU of the demo allocation's family")
 	assert.Contains(t, r.stderr, "changed to high")
 
@@ -341,19 +341,6 @@ func TestHelpAndVersion(t *testing.T) {
 	r = cli(t, "", "help", "-o", "json")
 	assert.Equal(t, 0, r.code)
 	assert.True(t, json.Valid([]byte(r.stdout)))
-}
-
-func TestTailStart(t *testing.T) {
-	data := []byte("a\nbb\nccc\n")
-	for n, want := range map[int]string{1: "ccc\n", 2: "bb\nccc\n", 3: "a\nbb\nccc\n", 10: "a\nbb\nccc\n"} {
-		start, err := tailStart(bytes.NewReader(data), int64(len(data)), n)
-		require.NoError(t, err)
-		assert.Equal(t, want, string(data[start:]), "n=%d", n)
-	}
-	data = []byte("a\nbb\npartial")
-	start, err := tailStart(bytes.NewReader(data), int64(len(data)), 1)
-	require.NoError(t, err)
-	assert.Equal(t, "partial", string(data[start:]))
 }
 
 func TestFormatting(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/scheduler"
 	"github.com/trainq/trainq/workflows"
 )
 
@@ -17,29 +18,12 @@ func runQueue(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := g.Config()
+	fetch, err := queueFetcher(ctx, g, *region, pos)
 	if err != nil {
 		return err
 	}
-	name := ""
-	if len(pos) == 1 {
-		name = pos[0]
-	}
-	r, a, err := cfg.Allocation(*region, name)
+	v, err := fetch(ctx)
 	if err != nil {
-		return usageErr("%v", err)
-	}
-	c, err := g.Client(ctx)
-	if err != nil {
-		return err
-	}
-	qctx, cancel := context.WithTimeout(ctx, queryTimeout)
-	defer cancel()
-	v, err := workflows.Queue(qctx, c, r.Name, a.Name)
-	if err != nil {
-		if ctx.Err() == nil && (qctx.Err() != nil || isDeadline(err)) {
-			return fmt.Errorf("the allocator of %s/%s did not answer within %s; is trainq-worker running?", r.Name, a.Name, queryTimeout)
-		}
 		return err
 	}
 	if g.json() {
@@ -49,15 +33,67 @@ func runQueue(ctx context.Context, g *globals, args []string) error {
 	return nil
 }
 
-func printQueue(g *globals, v protocol.QueueView) {
-	w := g.Stdout
-	total, free, allocated, releasing := 0, 0, 0, 0
+// queueFetcher finds the allocation named by the optional positional
+// argument (default: the config's) and returns what queries its queue; it
+// says so when the allocator does not answer in time.
+func queueFetcher(ctx context.Context, g *globals, region string, pos []string) (func(context.Context) (protocol.QueueView, error), error) {
+	cfg, err := g.Config()
+	if err != nil {
+		return nil, err
+	}
+	name := ""
+	if len(pos) == 1 {
+		name = pos[0]
+	}
+	r, a, err := cfg.Allocation(region, name)
+	if err != nil {
+		return nil, usageErr("%v", err)
+	}
+	c, err := g.Client(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) (protocol.QueueView, error) {
+		qctx, cancel := context.WithTimeout(ctx, queryTimeout)
+		defer cancel()
+		v, err := workflows.Queue(qctx, c, r.Name, a.Name)
+		if err != nil && ctx.Err() == nil && (qctx.Err() != nil || isDeadline(err)) {
+			return v, fmt.Errorf("the allocator of %s/%s did not answer within %s; is trainq-worker running?", r.Name, a.Name, queryTimeout)
+		}
+		return v, err
+	}, nil
+}
+
+// gpuTotals adds up the GPUs of the allocation's nodes.
+func gpuTotals(v protocol.QueueView) (total, free, allocated, releasing int) {
 	for _, n := range v.Nodes {
 		total += n.GPUs
 		free += n.FreeGPUs
 		allocated += n.AllocatedGPUs
 		releasing += n.ReleasingGPUs
 	}
+	return total, free, allocated, releasing
+}
+
+// classLabel is a job's priority class, saying when it is a Jupyter server.
+func classLabel(class scheduler.Class, kind scheduler.Kind) string {
+	if kind == scheduler.KindNotebook {
+		return class.String() + " (Jupyter)"
+	}
+	return class.String()
+}
+
+// waitReason is why a job waits, and whose capacity is reserved for it.
+func waitReason(q scheduler.WaitingInfo) string {
+	if len(q.Nominated) > 0 {
+		return q.Reason + " (capacity of " + strings.Join(q.Nominated, ", ") + " is reserved for it)"
+	}
+	return q.Reason
+}
+
+func printQueue(g *globals, v protocol.QueueView) {
+	w := g.Stdout
+	total, free, allocated, releasing := gpuTotals(v)
 	fmt.Fprintf(w, "Allocation %s/%s: %d GPUs, %d free, %d allocated, %d releasing; %s, %s\n\n",
 		v.Region, v.Allocation, total, free, allocated, releasing,
 		plural(len(v.Running), "job running", "jobs running"), plural(waitingTotal(v), "waiting", "waiting"))
@@ -83,11 +119,7 @@ func printQueue(g *globals, v protocol.QueueView) {
 					state += ", preempted by " + preemptor(r.PreemptedBy)
 				}
 			}
-			class := r.Class.String()
-			if r.Kind == "notebook" {
-				class += " (Jupyter)"
-			}
-			fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%s\t%s\t%s\n", r.Job, r.Attempt, class, r.GPUs,
+			fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%s\t%s\t%s\n", r.Job, r.Attempt, classLabel(r.Class, r.Kind), r.GPUs,
 				startedAt(r.StartedAt), state, placement(r.Placement))
 		}
 		tw.Flush()
@@ -105,16 +137,8 @@ func printQueue(g *globals, v protocol.QueueView) {
 	tw = newTable(w)
 	fmt.Fprintln(tw, "  #\tJOB\tATTEMPT\tCLASS\tGPUS\tWAITING\tREASON")
 	for _, q := range v.Waiting {
-		class := q.Class.String()
-		if q.Kind == "notebook" {
-			class += " (Jupyter)"
-		}
-		reason := q.Reason
-		if len(q.Nominated) > 0 {
-			reason += " (capacity of " + strings.Join(q.Nominated, ", ") + " is reserved for it)"
-		}
-		fmt.Fprintf(tw, "  %d\t%s\t%d\t%s\t%d\t%s\t%s\n", q.Position, q.Job, q.Attempt, class, q.GPUs,
-			waited(q.SubmittedAt), orDash(reason))
+		fmt.Fprintf(tw, "  %d\t%s\t%d\t%s\t%d\t%s\t%s\n", q.Position, q.Job, q.Attempt, classLabel(q.Class, q.Kind), q.GPUs,
+			waited(q.SubmittedAt), orDash(waitReason(q)))
 	}
 	tw.Flush()
 }

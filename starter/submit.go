@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/trainq/trainq/cluster"
-	"github.com/trainq/trainq/config"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
 	"github.com/trainq/trainq/workflows"
@@ -240,35 +239,16 @@ func printSpec(w io.Writer, s protocol.JobSpec) {
 		}
 	}
 	row("kind", s.Kind)
-	row("script", s.Script)
-	row("type", s.Type)
-	row("base_image", s.BaseImage)
-	row("instance_type", s.InstanceType)
-	row("n_workers", s.NWorkers)
-	row("processes_per_worker", s.ProcessesPerWorker)
-	row("gpus", s.GPUs())
-	row("priority_class", s.PriorityClass)
-	row("max_retry", s.MaxRetry)
-	row("region", s.Region)
-	row("allocation_name", s.AllocationName)
-	row("job_desc", s.JobDesc)
-	row("checkpoint_dir", s.CheckpointDir)
-	row("author", s.Author)
-	row("workspace", s.Workspace)
-	for _, k := range sortedKeys(s.EnvVariables) {
-		row("env "+k, s.EnvVariables[k])
-	}
-	for _, k := range sortedKeys(s.Flags) {
-		row("flag --"+k, s.Flags[k])
+	for _, f := range s.Fields() {
+		row(f.Name, f.Value)
+		if f.Name == "processes_per_worker" {
+			row("gpus", s.GPUs())
+		}
 	}
 	tw.Flush()
 }
 
 // Notebooks.
-
-// notebookScript keeps a "Jupyter server" alive until it is stopped; Jupyter
-// itself is not installed on the local backend.
-const notebookScript = "exec sleep infinity"
 
 func runNotebook(ctx context.Context, g *globals, args []string) error {
 	sub := ""
@@ -296,7 +276,7 @@ func runNotebookStart(ctx context.Context, g *globals, args []string) error {
 		instance = fs.String("instance-type", "", "instance type (default: one GPU of the allocation's first GPU node family, e.g. a100.1gpu)")
 		region   = fs.String("region", "", "region (default: the config's default region)")
 		alloc    = fs.String("allocation", "", "allocation (default: the config's default allocation)")
-		script   = fs.String("script", notebookScript, "command the server runs")
+		script   = fs.String("script", protocol.NotebookScript, "command the server runs")
 		image    = fs.String("base-image", "", "container image (recorded)")
 		class    = fs.String("priority-class", "", "ignored unless high: Jupyter servers always run with high priority")
 		desc     = fs.String("job-desc", "", "free-text description")
@@ -319,24 +299,9 @@ func runNotebookStart(ctx context.Context, g *globals, args []string) error {
 		Kind: scheduler.KindNotebook, Author: *author,
 	}
 	if spec.InstanceType == "" {
-		spec.InstanceType = defaultNotebookInstance(cfg, spec.Region, spec.AllocationName)
+		spec.InstanceType = cfg.DefaultNotebookInstance(spec.Region, spec.AllocationName)
 	}
 	return submit(ctx, g, submitOptions{name: *name, spec: spec, dryRun: *dryRun})
-}
-
-// defaultNotebookInstance is one GPU of the family of the allocation's
-// first GPU node (or a small CPU slice when it has none).
-func defaultNotebookInstance(cfg *config.Config, region, alloc string) string {
-	_, a, err := cfg.Allocation(region, alloc)
-	if err != nil {
-		return "a100.1gpu" // the bad region/allocation is reported by Check
-	}
-	for _, n := range a.Nodes {
-		if n.GPUs > 0 {
-			return n.Family + ".1gpu"
-		}
-	}
-	return "cpu.1C.1G"
 }
 
 func runNotebookStop(ctx context.Context, g *globals, args []string) error {

@@ -13,7 +13,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/trainq/trainq/protocol"
-	"github.com/trainq/trainq/workflows"
 )
 
 // GPU bar cells: one per GPU (scaled down on big nodes).
@@ -43,30 +42,9 @@ func runTop(ctx context.Context, g *globals, args []string) error {
 	if *interval <= 0 {
 		return usageErr("top: --interval must be positive")
 	}
-	cfg, err := g.Config()
+	fetch, err := queueFetcher(ctx, g, *region, pos)
 	if err != nil {
 		return err
-	}
-	name := ""
-	if len(pos) == 1 {
-		name = pos[0]
-	}
-	r, a, err := cfg.Allocation(*region, name)
-	if err != nil {
-		return usageErr("%v", err)
-	}
-	c, err := g.Client(ctx)
-	if err != nil {
-		return err
-	}
-	fetch := func(ctx context.Context) (protocol.QueueView, error) {
-		qctx, cancel := context.WithTimeout(ctx, queryTimeout)
-		defer cancel()
-		v, err := workflows.Queue(qctx, c, r.Name, a.Name)
-		if err != nil && ctx.Err() == nil && (qctx.Err() != nil || isDeadline(err)) {
-			return v, fmt.Errorf("the allocator of %s/%s did not answer within %s; is trainq-worker running?", r.Name, a.Name, queryTimeout)
-		}
-		return v, err
 	}
 	t := &top{g: g, fetch: fetch, interval: *interval, live: g.TTY && !*once && !g.json(), size: terminalSize(g.Stdout)}
 	return t.run(ctx)
@@ -125,13 +103,7 @@ func (t *top) run(ctx context.Context) error {
 // cut to fit and the lists are shortened to the screen; 0 means no limit.
 func renderTop(w io.Writer, v protocol.QueueView, now time.Time, cols, rows int) {
 	var b bytes.Buffer
-	total, free, allocated, releasing := 0, 0, 0, 0
-	for _, n := range v.Nodes {
-		total += n.GPUs
-		free += n.FreeGPUs
-		allocated += n.AllocatedGPUs
-		releasing += n.ReleasingGPUs
-	}
+	total, free, allocated, releasing := gpuTotals(v)
 	fmt.Fprintf(&b, "trainq top · %s/%s · %s\n", v.Region, v.Allocation, now.Format("15:04:05"))
 	fmt.Fprintf(&b, "GPUs %d: %d allocated %s, %d releasing %s, %d free %s · %s, %d waiting\n",
 		total, allocated, cellAllocated, releasing, cellReleasing, free, cellFree, plural(len(v.Running), "job running", "jobs running"), waitingTotal(v))
@@ -165,11 +137,7 @@ func renderTop(w io.Writer, v protocol.QueueView, now time.Time, cols, rows int)
 					state += ", preempted by " + r.PreemptedBy.Job
 				}
 			}
-			class := r.Class.String()
-			if r.Kind == "notebook" {
-				class += " (Jupyter)"
-			}
-			fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%s\t%s\n", r.Job, class, r.GPUs, sinceAt(r.StartedAt, now), state, placement(r.Placement))
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%s\t%s\n", r.Job, classLabel(r.Class, r.Kind), r.GPUs, sinceAt(r.StartedAt, now), state, placement(r.Placement))
 		}
 		tw.Flush()
 	}
@@ -180,15 +148,7 @@ func renderTop(w io.Writer, v protocol.QueueView, now time.Time, cols, rows int)
 		tw = newTable(&wait)
 		fmt.Fprintln(tw, "  #\tJOB\tCLASS\tGPUS\tWAITING\tREASON")
 		for _, q := range v.Waiting {
-			class := q.Class.String()
-			if q.Kind == "notebook" {
-				class += " (Jupyter)"
-			}
-			reason := q.Reason
-			if len(q.Nominated) > 0 {
-				reason += " (capacity of " + strings.Join(q.Nominated, ", ") + " is reserved for it)"
-			}
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%s\t%s\n", q.Position, q.Job, class, q.GPUs, sinceAt(q.SubmittedAt, now), orDash(reason))
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%s\t%s\n", q.Position, q.Job, classLabel(q.Class, q.Kind), q.GPUs, sinceAt(q.SubmittedAt, now), orDash(waitReason(q)))
 		}
 		tw.Flush()
 	}

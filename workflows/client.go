@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -305,36 +304,10 @@ func Details(s protocol.JobSpec) string {
 	}
 	b.WriteString("| field | value |\n|---|---|\n")
 	size += 30
-	row("script", s.Script)
-	row("type", s.Type)
-	row("base_image", s.BaseImage)
-	row("instance_type", s.InstanceType)
-	row("n_workers", fmt.Sprint(s.NWorkers))
-	row("processes_per_worker", fmt.Sprint(s.ProcessesPerWorker))
-	row("priority_class", s.PriorityClass)
-	row("max_retry", fmt.Sprint(s.MaxRetry))
-	row("region", s.Region)
-	row("allocation_name", s.AllocationName)
-	row("job_desc", s.JobDesc)
-	row("checkpoint_dir", s.CheckpointDir)
-	row("author", s.Author)
-	row("workspace", s.Workspace)
-	for _, k := range sortedMapKeys(s.EnvVariables) {
-		row("env "+k, s.EnvVariables[k])
-	}
-	for _, k := range sortedMapKeys(s.Flags) {
-		row("flag --"+k, s.Flags[k])
+	for _, f := range s.Fields() {
+		row(f.Name, f.Value)
 	}
 	return b.String()
-}
-
-func sortedMapKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // Status returns a job's status; while it waits, with its place in the queue

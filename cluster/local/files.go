@@ -200,50 +200,46 @@ func lockDir(dir string) (unlock func(), err error) {
 
 // tailLines copies the last n lines of r (size bytes) to w; n <= 0 copies all.
 func tailLines(r io.ReaderAt, size int64, n int, w io.Writer) error {
-	if n <= 0 {
-		_, err := io.Copy(w, io.NewSectionReader(r, 0, size))
-		return err
-	}
-	const chunk = 64 << 10
-	start := size
-	end := size
-	lines := 0
-	buf := make([]byte, chunk)
-	// A final newline terminates the last line; it does not start a new one.
-	if size > 0 {
-		b := make([]byte, 1)
-		if _, err := r.ReadAt(b, size-1); err != nil && err != io.EOF {
+	start := int64(0)
+	if n > 0 {
+		var err error
+		if start, err = TailStart(r, size, n); err != nil {
 			return err
 		}
-		if b[0] == '\n' {
+	}
+	_, err := io.Copy(w, io.NewSectionReader(r, start, size-start))
+	return err
+}
+
+// TailStart returns the offset where the last n lines of r[0:size] begin.
+// A final newline ends the last line; it does not start a new one.
+func TailStart(r io.ReaderAt, size int64, n int) (int64, error) {
+	const chunk = 64 << 10
+	buf := make([]byte, chunk)
+	end := size
+	if size > 0 {
+		if _, err := r.ReadAt(buf[:1], size-1); err != nil && err != io.EOF {
+			return 0, err
+		}
+		if buf[0] == '\n' {
 			end = size - 1
 		}
 	}
-	pos := end
-	found := false
-	for pos > 0 && !found {
-		m := int64(chunk)
-		if pos < m {
-			m = pos
-		}
+	lines := 0
+	for pos := end; pos > 0; {
+		m := min(int64(chunk), pos)
 		pos -= m
 		if _, err := r.ReadAt(buf[:m], pos); err != nil && err != io.EOF {
-			return err
+			return 0, err
 		}
 		for i := m - 1; i >= 0; i-- {
 			if buf[i] == '\n' {
 				lines++
 				if lines == n {
-					start = pos + i + 1
-					found = true
-					break
+					return pos + i + 1, nil
 				}
 			}
 		}
 	}
-	if !found {
-		start = 0
-	}
-	_, err := io.Copy(w, io.NewSectionReader(r, start, size-start))
-	return err
+	return 0, nil
 }

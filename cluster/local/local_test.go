@@ -229,6 +229,19 @@ func TestTailLines(t *testing.T) {
 	assert.Equal(t, 10001, strings.Count(buf.String(), "\n"))
 }
 
+func TestTailStart(t *testing.T) {
+	data := []byte("a\nbb\nccc\n")
+	for n, want := range map[int]string{1: "ccc\n", 2: "bb\nccc\n", 3: "a\nbb\nccc\n", 10: "a\nbb\nccc\n"} {
+		start, err := TailStart(bytes.NewReader(data), int64(len(data)), n)
+		require.NoError(t, err)
+		assert.Equal(t, want, string(data[start:]), "n=%d", n)
+	}
+	data = []byte("a\nbb\npartial")
+	start, err := TailStart(bytes.NewReader(data), int64(len(data)), 1)
+	require.NoError(t, err)
+	assert.Equal(t, "partial", string(data[start:]))
+}
+
 func TestStartIsIdempotent(t *testing.T) {
 	ctx := ctxT(t)
 	data := t.TempDir()
