@@ -2,7 +2,6 @@ package api
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -11,34 +10,29 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/testsuite"
 
 	"github.com/trainq/trainq/config"
+	"github.com/trainq/trainq/internal/testenv"
 	"github.com/trainq/trainq/protocol"
 )
 
 // env is shared by the tests that need Temporal: one dev server, one
 // trainq-worker, one API server (httptest) around the real handler.
 var env struct {
-	ready    bool
-	why      string // why not ready
-	dir      string
-	cfg      *config.Config
-	client   client.Client
-	server   *httptest.Server
-	workerLg *syncBuffer
-	tokens   map[string]string // user -> bearer token
+	ready  bool
+	why    string // why not ready
+	dir    string
+	cfg    *config.Config
+	client client.Client
+	server *httptest.Server
+	tokens map[string]string // user -> bearer token
 }
 
 // testConfig: region SR006 with the seed's instance type in its default
@@ -99,12 +93,9 @@ func run(m *testing.M) int {
 	if err != nil {
 		panic(err)
 	}
-	temporalBin := os.Getenv("TRAINQ_TEMPORAL_BIN")
-	if temporalBin == "" {
-		temporalBin = filepath.Join(root, "bin", "temporal")
-	}
-	if _, err := os.Stat(temporalBin); err != nil {
-		fmt.Fprintf(os.Stderr, "api: the Temporal CLI is missing at %s; run `make test` (it installs it) or set TRAINQ_SKIP_E2E=1\n", temporalBin)
+	temporalBin, err := testenv.TemporalCLI(root)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "api:", err)
 		return 1
 	}
 	env.dir, err = os.MkdirTemp("", "trainq-api-")
@@ -113,9 +104,7 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(env.dir)
 	workerBin := filepath.Join(env.dir, "bin", "trainq-worker")
-	cmd := exec.Command("go", "build", "-o", workerBin, "./worker")
-	cmd.Dir, cmd.Stdout, cmd.Stderr = root, os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
+	if err := testenv.Build(root, workerBin, "./worker"); err != nil {
 		fmt.Fprintln(os.Stderr, "api: build failed:", err)
 		return 1
 	}
@@ -127,36 +116,23 @@ func run(m *testing.M) int {
 	if env.cfg, err = config.Load(configPath); err != nil {
 		panic(err)
 	}
-	var serverLog bytes.Buffer
-	srv, err := testsuite.StartDevServer(context.Background(), testsuite.DevServerOptions{
-		ExistingPath: temporalBin, LogLevel: "error", ExtraArgs: protocol.DevServerSearchAttributeArgs(),
-		Stdout: &serverLog, Stderr: &serverLog,
-	})
+	srv, err := testenv.StartDevServer(temporalBin)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "api: dev server:", err, serverLog.String())
+		fmt.Fprintln(os.Stderr, "api: dev server:", err)
 		return 1
 	}
 	defer srv.Stop()
 	env.client = srv.Client()
 
-	env.workerLg = &syncBuffer{}
-	worker := exec.Command(workerBin, "--config", configPath)
-	worker.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+srv.FrontendHostPort())
-	worker.Stdout, worker.Stderr = env.workerLg, env.workerLg
-	if err := worker.Start(); err != nil {
+	worker, err := testenv.StartWorker(workerBin, []string{"--config", configPath},
+		[]string{"TEMPORAL_ADDRESS=" + srv.FrontendHostPort()})
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "api: trainq-worker:", err)
 		return 1
 	}
 	defer func() {
-		_ = worker.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = worker.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			_ = worker.Process.Kill()
-		}
-		killLeftoverWorkers(dataDir)
+		worker.Stop(30 * time.Second)
+		testenv.KillLeftoverWorkers(dataDir)
 	}()
 
 	tokensPath := filepath.Join(env.dir, "tokens.yaml")
@@ -182,7 +158,7 @@ func run(m *testing.M) int {
 	env.ready = true
 	code := m.Run()
 	if code != 0 {
-		fmt.Fprintf(os.Stderr, "trainq-worker log (tail):\n%s\n", tail(env.workerLg.String(), 40))
+		fmt.Fprintf(os.Stderr, "trainq-worker log (tail):\n%s\n", worker.LogTail(40))
 	}
 	return code
 }
@@ -193,44 +169,6 @@ func needServer(t *testing.T) {
 	if !env.ready {
 		t.Skip("no Temporal dev server: " + env.why)
 	}
-}
-
-func killLeftoverWorkers(dataDir string) {
-	pids, _ := filepath.Glob(filepath.Join(dataDir, "jobs", "*", "attempt-*", "worker-*", "pid"))
-	for _, p := range pids {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 1 {
-			_ = syscall.Kill(-pid, syscall.SIGKILL)
-		}
-	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func tail(s string, lines int) string {
-	parts := strings.Split(s, "\n")
-	if len(parts) > lines {
-		parts = parts[len(parts)-lines:]
-	}
-	return strings.Join(parts, "\n")
 }
 
 // response is an answer of the API server.

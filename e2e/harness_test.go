@@ -11,18 +11,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/testsuite"
 
 	"github.com/trainq/trainq/config"
+	"github.com/trainq/trainq/internal/testenv"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/workflows"
 )
@@ -86,12 +82,9 @@ func run(m *testing.M) int {
 	if err != nil {
 		panic(err)
 	}
-	temporalBin := os.Getenv("TRAINQ_TEMPORAL_BIN")
-	if temporalBin == "" {
-		temporalBin = filepath.Join(root, "bin", "temporal")
-	}
-	if _, err := os.Stat(temporalBin); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: the Temporal CLI is missing at %s; run `make test` (it installs it) or set TRAINQ_SKIP_E2E=1\n", temporalBin)
+	temporalBin, err := testenv.TemporalCLI(root)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
 	env.dir, err = os.MkdirTemp("", "trainq-e2e-")
@@ -101,9 +94,7 @@ func run(m *testing.M) int {
 	defer os.RemoveAll(env.dir)
 	env.binDir = filepath.Join(env.dir, "bin")
 	for pkg, name := range map[string]string{"./worker": "trainq-worker", "./starter": "trainq"} {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(env.binDir, name), pkg)
-		cmd.Dir, cmd.Stdout, cmd.Stderr = root, os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
+		if err := testenv.Build(root, filepath.Join(env.binDir, name), pkg); err != nil {
 			fmt.Fprintln(os.Stderr, "e2e: build failed:", err)
 			return 1
 		}
@@ -115,16 +106,9 @@ func run(m *testing.M) int {
 	if env.cfg, err = config.Load(env.configPath); err != nil {
 		panic(err)
 	}
-	var serverLog bytes.Buffer
-	srv, err := testsuite.StartDevServer(context.Background(), testsuite.DevServerOptions{
-		ExistingPath: temporalBin,
-		LogLevel:     "error",
-		ExtraArgs:    protocol.DevServerSearchAttributeArgs(),
-		Stdout:       &serverLog,
-		Stderr:       &serverLog,
-	})
+	srv, err := testenv.StartDevServer(temporalBin)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: dev server:", err, serverLog.String())
+		fmt.Fprintln(os.Stderr, "e2e: dev server:", err)
 		return 1
 	}
 	defer srv.Stop()
@@ -134,95 +118,29 @@ func run(m *testing.M) int {
 	os.Setenv("TRAINQ_TEMPORAL_BIN_RESOLVED", temporalBin)
 	os.Setenv("TRAINQ_CONFIG", env.configPath)
 	code := m.Run()
-	killLeftoverWorkers(filepath.Join(env.dir, "data"))
+	testenv.KillLeftoverWorkers(filepath.Join(env.dir, "data"))
 	return code
 }
 
-// killLeftoverWorkers ends the process groups of workers that a failed test
-// left running, so that a failure does not leave processes behind.
-func killLeftoverWorkers(dataDir string) {
-	pids, _ := filepath.Glob(filepath.Join(dataDir, "jobs", "*", "attempt-*", "worker-*", "pid"))
-	for _, p := range pids {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 1 {
-			_ = syscall.Kill(-pid, syscall.SIGKILL)
-		}
-	}
-}
-
-// workerProcess is a running trainq-worker.
-type workerProcess struct {
-	cmd  *exec.Cmd
-	log  *syncBuffer
-	done chan struct{}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// startWorker starts trainq-worker; the test stops it at its end.
-func startWorker(t *testing.T) *workerProcess {
+// startWorker starts trainq-worker on the shared config; the test stops it at its end.
+func startWorker(t *testing.T) *testenv.WorkerProcess {
 	t.Helper()
-	w := &workerProcess{log: &syncBuffer{}, done: make(chan struct{})}
-	w.cmd = exec.Command(filepath.Join(env.binDir, "trainq-worker"), "--config", env.configPath)
-	w.cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+env.hostPort)
-	w.cmd.Stdout, w.cmd.Stderr = w.log, w.log
-	require.NoError(t, w.cmd.Start())
-	go func() { _ = w.cmd.Wait(); close(w.done) }()
+	return startWorkerWith(t, env.configPath)
+}
+
+// startWorkerWith starts trainq-worker on configPath; the test stops it at its end.
+func startWorkerWith(t *testing.T, configPath string) *testenv.WorkerProcess {
+	t.Helper()
+	w, err := testenv.StartWorker(filepath.Join(env.binDir, "trainq-worker"),
+		[]string{"--config", configPath}, []string{"TEMPORAL_ADDRESS=" + env.hostPort})
+	require.NoError(t, err)
 	t.Cleanup(func() {
-		w.stop(t)
+		w.Stop(30 * time.Second)
 		if t.Failed() {
-			t.Logf("trainq-worker log:\n%s", tail(w.log.String(), 60))
+			t.Logf("trainq-worker log:\n%s", w.LogTail(60))
 		}
 	})
 	return w
-}
-
-// stop ends the worker gracefully.
-func (w *workerProcess) stop(t *testing.T) {
-	select {
-	case <-w.done:
-		return
-	default:
-	}
-	_ = w.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-w.done:
-	case <-time.After(30 * time.Second):
-		_ = w.cmd.Process.Kill()
-		<-w.done
-	}
-}
-
-// kill ends the worker abruptly, as a crash would.
-func (w *workerProcess) kill() {
-	_ = w.cmd.Process.Kill()
-	<-w.done
-}
-
-func tail(s string, lines int) string {
-	parts := strings.Split(s, "\n")
-	if len(parts) > lines {
-		parts = parts[len(parts)-lines:]
-	}
-	return strings.Join(parts, "\n")
 }
 
 // trainq runs the CLI and returns its stdout; it fails the test on a

@@ -158,7 +158,7 @@ func TestWorkerRestartMidJob(t *testing.T) {
 	waitState(t, job, protocol.StateRunning, long)
 	pid := pidOf(t, filepath.Join(dir, "pid"))
 
-	w.kill()
+	w.Kill()
 	require.False(t, processGone(pid), "the job must outlive a crashed trainq-worker")
 	g.open(t) // the job finishes while no worker watches it
 	eventually(t, long, "the job's process to end", func() bool { return processGone(pid) })

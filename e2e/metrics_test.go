@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -63,24 +62,6 @@ func obsSetup(t *testing.T) (string, *config.Config, string) {
 	cfg, err := config.Load(path)
 	require.NoError(t, err)
 	return path, cfg, "http://" + addr + "/metrics"
-}
-
-// startWorkerWith starts trainq-worker on configPath; the test stops it at its end.
-func startWorkerWith(t *testing.T, configPath string) *workerProcess {
-	t.Helper()
-	w := &workerProcess{log: &syncBuffer{}, done: make(chan struct{})}
-	w.cmd = exec.Command(filepath.Join(env.binDir, "trainq-worker"), "--config", configPath)
-	w.cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+env.hostPort)
-	w.cmd.Stdout, w.cmd.Stderr = w.log, w.log
-	require.NoError(t, w.cmd.Start())
-	go func() { _ = w.cmd.Wait(); close(w.done) }()
-	t.Cleanup(func() {
-		w.stop(t)
-		if t.Failed() {
-			t.Logf("trainq-worker log:\n%s", tail(w.log.String(), 60))
-		}
-	})
-	return w
 }
 
 func submitWith(t *testing.T, cfg *config.Config, spec protocol.JobSpec) string {
@@ -281,7 +262,7 @@ func TestMetricsAfterPreemptionAndWorkerRestart(t *testing.T) {
 	// A crash and a restart: the gauges are right at once, read from the
 	// allocator; the counters start again from zero, and replaying the
 	// histories on the new worker counts nothing again.
-	w.kill()
+	w.Kill()
 	startWorkerWith(t, cfgPath)
 	expect("after the restart", map[string]float64{
 		metrics.AllocatorUp + " up": 1, metrics.GPUs + " gpus allocated": 2, metrics.GPUs + " gpus free": 0,

@@ -1,0 +1,153 @@
+// Package testenv holds what trainq's end-to-end test harnesses (e2e, api)
+// share: the Temporal CLI, the real binaries, a dev server with trainq's
+// search attributes, and trainq-worker processes. It lives under internal/
+// so that only this module can import it; only its tests do.
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/trainq/trainq/protocol"
+)
+
+// TemporalCLI returns the Temporal CLI the dev server runs from:
+// $TRAINQ_TEMPORAL_BIN, else bin/temporal under the module root, where
+// `make test` installs it. A missing CLI is an error, not a skip, so that
+// a CI run without it cannot pass by testing nothing.
+func TemporalCLI(root string) (string, error) {
+	bin := os.Getenv("TRAINQ_TEMPORAL_BIN")
+	if bin == "" {
+		bin = filepath.Join(root, "bin", "temporal")
+	}
+	if _, err := os.Stat(bin); err != nil {
+		return "", fmt.Errorf("the Temporal CLI is missing at %s; run `make test` (it installs it) or set TRAINQ_SKIP_E2E=1", bin)
+	}
+	return bin, nil
+}
+
+// Build compiles the package pkg of the module at root into the binary out,
+// so that the tests run the same programs a user runs. The compiler's
+// output goes to stderr, where a failed build explains itself.
+func Build(root, out, pkg string) error {
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir, cmd.Stdout, cmd.Stderr = root, os.Stderr, os.Stderr
+	return cmd.Run()
+}
+
+// StartDevServer starts a Temporal dev server from the CLI temporalBin with
+// trainq's custom search attributes registered, without which the
+// workflows' upserts and the list filters fail. Its output is kept only to
+// explain a failed start.
+func StartDevServer(temporalBin string) (*testsuite.DevServer, error) {
+	var log syncBuffer
+	srv, err := testsuite.StartDevServer(context.Background(), testsuite.DevServerOptions{
+		ExistingPath: temporalBin,
+		LogLevel:     "error",
+		ExtraArgs:    protocol.DevServerSearchAttributeArgs(),
+		Stdout:       &log,
+		Stderr:       &log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w %s", err, log.String())
+	}
+	return srv, nil
+}
+
+// KillLeftoverWorkers ends the process groups of the job workers recorded
+// under dataDir, so that a failed test leaves no processes behind.
+func KillLeftoverWorkers(dataDir string) {
+	pids, _ := filepath.Glob(filepath.Join(dataDir, "jobs", "*", "attempt-*", "worker-*", "pid"))
+	for _, p := range pids {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 1 {
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// WorkerProcess is a running trainq-worker. Its output is kept so that a
+// failed test can show what the worker was doing.
+type WorkerProcess struct {
+	cmd  *exec.Cmd
+	log  syncBuffer
+	done chan struct{}
+}
+
+// StartWorker starts the binary bin with args, in this process's
+// environment plus env (which points the worker at the test's dev server).
+func StartWorker(bin string, args, env []string) (*WorkerProcess, error) {
+	w := &WorkerProcess{done: make(chan struct{})}
+	w.cmd = exec.Command(bin, args...)
+	w.cmd.Env = append(os.Environ(), env...)
+	w.cmd.Stdout, w.cmd.Stderr = &w.log, &w.log
+	if err := w.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { _ = w.cmd.Wait(); close(w.done) }()
+	return w, nil
+}
+
+// Done is closed when the worker has exited.
+func (w *WorkerProcess) Done() <-chan struct{} { return w.done }
+
+// Stop ends the worker as an operator would, with SIGTERM, and kills it if
+// it has not exited within grace, so that a stuck worker cannot hang the
+// test run. Stopping an exited worker does nothing.
+func (w *WorkerProcess) Stop(grace time.Duration) {
+	_ = w.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-w.done:
+	case <-time.After(grace):
+		w.Kill()
+	}
+}
+
+// Kill ends the worker abruptly, as a crash would, and waits for it.
+func (w *WorkerProcess) Kill() {
+	_ = w.cmd.Process.Kill()
+	<-w.done
+}
+
+// LogTail returns the last lines of the worker's output: the end is where
+// a failure shows, and the whole log would drown the test's report.
+func (w *WorkerProcess) LogTail(lines int) string {
+	parts := strings.Split(w.log.String(), "\n")
+	if len(parts) > lines {
+		parts = parts[len(parts)-lines:]
+	}
+	return strings.Join(parts, "\n")
+}
+
+// syncBuffer is a bytes.Buffer that a process's output goroutines can
+// write while a test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
