@@ -143,6 +143,10 @@ func TestCancelRunningJobStopsProcessesAndFreesGPUs(t *testing.T) {
 	assert.Contains(t, out, job)
 	waitState(t, job, protocol.StateStopped, long)
 	assert.True(t, processGone(pid), "the job's process must be gone")
+	// The Web UI and `trainq list` see the final state too.
+	eventually(t, long, "the Stopped state in the search attributes", func() bool {
+		return describe(t, job).TypedSearchAttributes.GetUntypedValues()[protocol.KeyState] == "Stopped"
+	})
 	eventually(t, long, "the basic allocation to be free", func() bool { return allFree(t, "basic") })
 
 	// Cancelling again is harmless.
