@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -97,22 +98,45 @@ func (a *Activities) RequestCapacity(ctx context.Context, in RequestCapacityInpu
 	return reply, err
 }
 
+// describeConcurrency bounds the DescribeWorkflowExecution calls that one
+// leak check makes at once: an allocator may hold thousands of jobs.
+const describeConcurrency = 16
+
 // FindVanishedJobs returns the jobs among jobs whose workflow is no longer
-// running (terminated, timed out, or gone). The allocator reclaims their capacity.
+// running (terminated, timed out, or gone), in the order given. The
+// allocator reclaims their capacity.
 func (a *Activities) FindVanishedJobs(ctx context.Context, jobs []string) ([]string, error) {
+	vanished := make([]bool, len(jobs))
+	errs := make([]error, len(jobs))
+	slots := make(chan struct{}, describeConcurrency)
+	var wg sync.WaitGroup
+	for i, job := range jobs {
+		wg.Add(1)
+		slots <- struct{}{}
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			desc, err := a.Client.DescribeWorkflowExecution(ctx, job, "")
+			var notFound *serviceerror.NotFound
+			switch {
+			case errors.As(err, &notFound):
+				vanished[i] = true
+			case err != nil:
+				errs[i] = err
+			default:
+				vanished[i] = desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+			}
+		}()
+		activity.RecordHeartbeat(ctx, i)
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
 	var gone []string
-	for _, job := range jobs {
-		desc, err := a.Client.DescribeWorkflowExecution(ctx, job, "")
-		var notFound *serviceerror.NotFound
-		switch {
-		case errors.As(err, &notFound):
-			gone = append(gone, job)
-		case err != nil:
-			return nil, err
-		case desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+	for i, job := range jobs {
+		if vanished[i] {
 			gone = append(gone, job)
 		}
-		activity.RecordHeartbeat(ctx, job)
 	}
 	return gone, nil
 }
