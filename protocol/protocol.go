@@ -37,6 +37,10 @@ const (
 	SignalWithdraw        = "withdraw"
 	QueryQueue            = "queue"
 	QueryExplain          = "explain"
+
+	// UpdateReconfigure applies a changed config (an AllocatorInput) to a
+	// running allocator; see ReconfigureReply.
+	UpdateReconfigure = "reconfigure"
 )
 
 // Job messages.
@@ -44,6 +48,10 @@ const (
 	SignalGrant   = "grant"
 	SignalPreempt = "preempt"
 	QueryStatus   = "status"
+
+	// SignalRefuse tells a waiting job that the allocation can no longer
+	// run it (it was reconfigured); the attempt fails for good.
+	SignalRefuse = "refuse"
 )
 
 // AllocatorWorkflowID is the ID of the allocator of one allocation.
@@ -224,6 +232,22 @@ type PreemptSignal struct {
 	Attempt   int                 `json:"attempt"`
 	Preemptor scheduler.Preemptor `json:"preemptor"`
 	Reason    string              `json:"reason"`
+}
+
+// RefuseSignal tells a job that its waiting Attempt can never be granted.
+type RefuseSignal struct {
+	Attempt int    `json:"attempt"`
+	Reason  string `json:"reason"`
+}
+
+// ReconfigureReply says what a reconfigure update changed.
+type ReconfigureReply struct {
+	// Changed is false when the config was already in effect.
+	Changed bool `json:"changed"`
+	// Summary lists the changes, e.g. "added node(s) demo-node-5; stop_grace_period 5s -> 30s".
+	Summary string `json:"summary,omitempty"`
+	// Refused are the waiting jobs that can no longer fit and were told so.
+	Refused []string `json:"refused,omitempty"`
 }
 
 // ReleaseSignal reports that workers of a job's attempt have stopped. With

@@ -28,6 +28,9 @@
 //     has reserved. strict-fifo: after the first request that cannot start in a pass, nothing
 //     later starts, reserves or preempts in that pass.
 //   - Admission (Pool.Admit) rejects requests that could not fit even the empty pool.
+//   - Pool.Reconfigure swaps nodes and policy all-or-nothing: nodes may be added or reordered; a
+//     node may be removed or changed only while no running or releasing job is placed on it.
+//     Waiting requests that no longer pass Admit are removed and returned to the caller.
 //
 // # Victim ordering
 //

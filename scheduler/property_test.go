@@ -43,7 +43,7 @@ func simulate(t testing.TB, data []byte, check bool) []string {
 	if cfg&2 != 0 {
 		pol.MinRuntimeBeforePreemption = 3 * time.Minute
 	}
-	nodes := layouts[(cfg>>2)%len(layouts)]
+	nodes := slices.Clone(layouts[(cfg>>2)%len(layouts)])
 	p := mustPool(t, nodes, pol)
 	var q *Pool
 	if check {
@@ -60,8 +60,9 @@ func simulate(t testing.TB, data []byte, check bool) []string {
 	seqs := map[string]int64{}
 	attempts := map[string]int{}
 	for step := 0; r.i < len(r.b) && step < 300; step++ {
-		op := r.next() % 10
+		op := r.next() % 11
 		var ev func(x *Pool) string
+		reconfigured := false
 		switch op {
 		case 0, 1, 2:
 			name := fmt.Sprintf("j%d", r.next()%12)
@@ -119,6 +120,35 @@ func simulate(t testing.TB, data []byte, check bool) []string {
 		case 9:
 			now = now.Add(time.Duration(r.next()%10) * time.Minute)
 			continue
+		case 10:
+			// Reconfigure: add a node, remove one (refused while it is in use), or flip the queueing.
+			next, npol := slices.Clone(nodes), pol
+			switch k := r.next() % 4; {
+			case k <= 1 && len(next) < 12:
+				fam := fams[r.next()%len(fams)]
+				n := Node{Name: fmt.Sprintf("r%d", step), Family: fam, GPUs: 2 << (r.next() % 3), CPU: 32, RAMGB: 256}
+				if fam == "cpu" {
+					n.GPUs = 0
+				}
+				next = slices.Insert(next, r.next()%(len(next)+1), n)
+			case k == 2 && len(next) > 1:
+				i := r.next() % len(next)
+				next = slices.Delete(next, i, i+1)
+			default:
+				if npol.Queueing == StrictFIFO {
+					npol.Queueing = BestEffortFIFO
+				} else {
+					npol.Queueing = StrictFIFO
+				}
+			}
+			reconfigured = true
+			ev = func(x *Pool) string {
+				unfit, err := x.Reconfigure(next, npol)
+				if err == nil && x == p {
+					nodes, pol = next, npol
+				}
+				return fmt.Sprintf("reconfigure %d nodes %s: %v %v", len(next), npol.Queueing, unfit, err)
+			}
 		}
 		out := ev(p)
 		log = append(log, out)
@@ -127,7 +157,14 @@ func simulate(t testing.TB, data []byte, check bool) []string {
 				t.Fatalf("step %d: restored copy diverged:\n%s\n%s", step, out, out2)
 			}
 			checkInvariants(t, p)
-			if step%5 == 0 {
+			if reconfigured {
+				for _, w := range p.waiting {
+					if err := p.Admit(w.r); err != nil {
+						t.Fatalf("step %d: %s waits but can never fit: %v", step, w.r.Job, err)
+					}
+				}
+			}
+			if step%5 == 0 || reconfigured {
 				q = roundTrip(t, p)
 				if a, b := mustJSON(t, p.View()), mustJSON(t, q.View()); a != b {
 					t.Fatalf("step %d: restored view differs", step)

@@ -26,6 +26,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
@@ -120,7 +121,7 @@ func run() error {
 		}
 		defer w.Stop()
 	}
-	if err := ensureAllocators(ctx, c, cfg); err != nil {
+	if err := ensureAllocators(ctx, c, cfg, logger); err != nil {
 		return err
 	}
 	logger.Info("trainq-worker is running", "config", cfg.Source(), "nodes", len(cfg.Nodes()), "data_dir", cfg.DataDir)
@@ -183,8 +184,8 @@ func ensureSearchAttributes(ctx context.Context, c client.Client) error {
 }
 
 // ensureAllocators starts the allocator of every configured allocation, or
-// finds it running.
-func ensureAllocators(ctx context.Context, c client.Client, cfg *config.Config) error {
+// finds it running and hands it the current config (see reconfigureAllocator).
+func ensureAllocators(ctx context.Context, c client.Client, cfg *config.Config, logger *slog.Logger) error {
 	for _, ref := range cfg.Allocations() {
 		in, err := activities.AllocatorInput(cfg, ref.Region, ref.Allocation.Name)
 		if err != nil {
@@ -193,6 +194,44 @@ func ensureAllocators(ctx context.Context, c client.Client, cfg *config.Config) 
 		if _, err := c.ExecuteWorkflow(ctx, activities.AllocatorStartOptions(ref.Region, ref.Allocation.Name), protocol.AllocatorWorkflowName, in); err != nil {
 			return fmt.Errorf("cannot start the allocator of %s/%s: %w", ref.Region, ref.Allocation.Name, err)
 		}
+		reconfigureAllocator(ctx, c, in, logger)
 	}
 	return nil
+}
+
+// reconfigureTimeout bounds the wait for a running allocator to take the config.
+const reconfigureTimeout = 30 * time.Second
+
+// reconfigureAllocator sends the config to a running allocator, which
+// applies what changed (nodes, queueing, min_runtime_before_preemption,
+// stop_grace_period, reclaim_interval). An allocator this worker just
+// started already has it: the update is then a no-op. A config the
+// allocator refuses (it removes or changes a node a job is placed on) is
+// logged with the reason and the worker starts anyway: the allocator keeps
+// its current config.
+func reconfigureAllocator(ctx context.Context, c client.Client, in protocol.AllocatorInput, logger *slog.Logger) {
+	name := in.Region + "/" + in.Allocation
+	ctx, cancel := context.WithTimeout(ctx, reconfigureTimeout)
+	defer cancel()
+	handle, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID:   protocol.AllocatorWorkflowID(in.Region, in.Allocation),
+		UpdateName:   protocol.UpdateReconfigure,
+		Args:         []any{in},
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	var reply protocol.ReconfigureReply
+	if err == nil {
+		err = handle.Get(ctx, &reply)
+	}
+	var appErr *temporal.ApplicationError
+	switch {
+	case errors.As(err, &appErr):
+		logger.Warn("the allocator refused the changed config and keeps its current one; stop the jobs named or fix the config, then restart trainq-worker",
+			"allocation", name, "reason", appErr.Message())
+	case err != nil:
+		logger.Warn("could not hand the config to the running allocator; it keeps its current one until the next start",
+			"allocation", name, "error", err)
+	case reply.Changed:
+		logger.Info("allocator reconfigured", "allocation", name, "changes", reply.Summary, "refused_jobs", reply.Refused)
+	}
 }

@@ -3,6 +3,7 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -79,6 +80,16 @@ func AllocatorWorkflow(ctx workflow.Context, in protocol.AllocatorInput) error {
 			return a.replyFor(req.Job, reply), nil
 		},
 		workflow.UpdateHandlerOptions{Validator: a.validate},
+	); err != nil {
+		return err
+	}
+
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, protocol.UpdateReconfigure,
+		func(ctx workflow.Context, in protocol.AllocatorInput) (protocol.ReconfigureReply, error) {
+			a.updates++
+			return a.reconfigure(ctx, in)
+		},
+		workflow.UpdateHandlerOptions{Validator: a.validateReconfigure},
 	); err != nil {
 		return err
 	}
@@ -252,6 +263,114 @@ func (a *allocator) replyFor(job string, reply protocol.CapacityReply) protocol.
 	return reply
 }
 
+// validateReconfigure refuses, before anything is recorded, a config the
+// allocation cannot take now (see scheduler.Pool.Reconfigure).
+func (a *allocator) validateReconfigure(in protocol.AllocatorInput) error {
+	name := a.in.Region + "/" + a.in.Allocation
+	if (in.Region != "" && in.Region != a.in.Region) || (in.Allocation != "" && in.Allocation != a.in.Allocation) {
+		return fmt.Errorf("allocation %s cannot take the config of allocation %s/%s", name, in.Region, in.Allocation)
+	}
+	if in.StopGracePeriod < 0 || in.ReclaimInterval < 0 {
+		return fmt.Errorf("allocation %s cannot take the new config: stop_grace_period and reclaim_interval must not be negative", name)
+	}
+	if _, err := a.pool.CheckReconfigure(in.Nodes, in.Policy); err != nil {
+		return fmt.Errorf("allocation %s cannot take the new config: %w", name, err)
+	}
+	return nil
+}
+
+// reconfigure applies a changed config: the pool's nodes and policy, and
+// the stop grace period and reclaim interval, all carried through
+// continue-as-new in a.in. Waiting jobs that can no longer fit are told so.
+func (a *allocator) reconfigure(ctx workflow.Context, in protocol.AllocatorInput) (protocol.ReconfigureReply, error) {
+	summary := a.configChanges(in)
+	if summary == "" {
+		return protocol.ReconfigureReply{}, nil
+	}
+	unfit, err := a.pool.Reconfigure(in.Nodes, in.Policy)
+	if err != nil {
+		// The validator ran the same check just before; nothing changed.
+		return protocol.ReconfigureReply{}, err
+	}
+	a.in.Nodes, a.in.Policy = a.pool.Nodes(), a.pool.Policy()
+	a.in.StopGracePeriod, a.in.ReclaimInterval = in.StopGracePeriod, in.ReclaimInterval
+	reply := protocol.ReconfigureReply{Changed: true, Summary: summary}
+	for _, u := range unfit {
+		reply.Refused = append(reply.Refused, u.Job)
+		reason := fmt.Sprintf("allocation %s/%s was reconfigured and can no longer run this job: %s", a.in.Region, a.in.Allocation, u.Reason)
+		a.send(ctx, u.Job, protocol.SignalRefuse, protocol.RefuseSignal{Attempt: u.Attempt, Reason: reason}, func(workflow.Context) {
+			// The job is gone; it held nothing.
+		})
+	}
+	note := "reconfigured: " + summary
+	if len(unfit) > 0 {
+		note += fmt.Sprintf("; refused %d waiting job(s) that no longer fit", len(unfit))
+	}
+	a.note(note)
+	workflow.GetLogger(ctx).Info("allocator reconfigured", "changes", summary, "refused", reply.Refused)
+	a.schedule(ctx)
+	return reply, nil
+}
+
+// configChanges describes how in differs from the config in effect; "" if
+// it does not.
+func (a *allocator) configChanges(in protocol.AllocatorInput) string {
+	var parts []string
+	old := map[string]scheduler.Node{}
+	for _, n := range a.pool.Nodes() {
+		old[n.Name] = n
+	}
+	var added, changed []string
+	for _, n := range in.Nodes {
+		o, ok := old[n.Name]
+		switch {
+		case !ok:
+			added = append(added, n.Name)
+		case o != n:
+			changed = append(changed, n.Name)
+		}
+		delete(old, n.Name)
+	}
+	var removed []string
+	for _, n := range a.pool.Nodes() {
+		if _, ok := old[n.Name]; ok {
+			removed = append(removed, n.Name)
+		}
+	}
+	for _, c := range []struct {
+		what  string
+		nodes []string
+	}{{"added", added}, {"removed", removed}, {"changed", changed}} {
+		if len(c.nodes) > 0 {
+			parts = append(parts, fmt.Sprintf("%s node(s) %s", c.what, strings.Join(c.nodes, ", ")))
+		}
+	}
+	if len(parts) == 0 && !slices.Equal(a.pool.Nodes(), in.Nodes) {
+		parts = append(parts, "reordered the nodes")
+	}
+	pol := a.pool.Policy()
+	if queueingText(pol.Queueing) != queueingText(in.Policy.Queueing) {
+		parts = append(parts, fmt.Sprintf("queueing %s -> %s", queueingText(pol.Queueing), queueingText(in.Policy.Queueing)))
+	}
+	if pol.MinRuntimeBeforePreemption != in.Policy.MinRuntimeBeforePreemption {
+		parts = append(parts, fmt.Sprintf("min_runtime_before_preemption %s -> %s", pol.MinRuntimeBeforePreemption, in.Policy.MinRuntimeBeforePreemption))
+	}
+	if a.in.StopGracePeriod != in.StopGracePeriod {
+		parts = append(parts, fmt.Sprintf("stop_grace_period %s -> %s", a.in.StopGracePeriod, in.StopGracePeriod))
+	}
+	if a.in.ReclaimInterval != in.ReclaimInterval {
+		parts = append(parts, fmt.Sprintf("reclaim_interval %s -> %s", a.in.ReclaimInterval, in.ReclaimInterval))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func queueingText(q scheduler.Queueing) string {
+	if q == "" {
+		return string(scheduler.BestEffortFIFO)
+	}
+	return string(q)
+}
+
 func (a *allocator) onRelease(s protocol.ReleaseSignal) {
 	if r, ok := a.pool.Running(s.Job); !ok || r.Attempt != s.Attempt {
 		return
@@ -348,11 +467,12 @@ func (a *allocator) send(ctx workflow.Context, job, name string, arg any, onGone
 // their workflow is gone (terminated from the UI or CLI, timed out), and
 // reclaims their capacity.
 func (a *allocator) reclaimLoop(ctx workflow.Context) {
-	interval := a.in.ReclaimInterval
-	if interval <= 0 {
-		interval = 30 * time.Second
-	}
 	for {
+		// Read each time: a reconfigure may have changed it.
+		interval := a.in.ReclaimInterval
+		if interval <= 0 {
+			interval = 30 * time.Second
+		}
 		if err := workflow.NewTimerWithOptions(ctx, interval, workflow.TimerOptions{Summary: "look for vanished jobs"}).Get(ctx, nil); err != nil {
 			return
 		}

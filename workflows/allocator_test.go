@@ -67,6 +67,7 @@ type allocHarness struct {
 	mu       sync.Mutex
 	grants   []sentTo // GrantSignal
 	preempts []sentTo // PreemptSignal
+	refusals []sentTo // RefuseSignal
 	updates  map[string]*updateOutcome
 	// gone are job workflows that no longer exist: signals to them fail.
 	gone map[string]bool
@@ -96,6 +97,8 @@ func newAllocHarness(t *testing.T) *allocHarness {
 				h.grants = append(h.grants, sentTo{job, arg})
 			case protocol.SignalPreempt:
 				h.preempts = append(h.preempts, sentTo{job, arg})
+			case protocol.SignalRefuse:
+				h.refusals = append(h.refusals, sentTo{job, arg})
 			default:
 				h.t.Errorf("unexpected signal %s to %s", name, job)
 			}
@@ -618,4 +621,171 @@ func TestAllocatorRestoresTenThousandWaitingJobs(t *testing.T) {
 	require.NoError(t, ex.Get(&explained))
 	require.NotNil(t, explained.Waiting)
 	assert.Equal(t, n/3, explained.Waiting.Position, "a new high job queues behind the older high ones")
+}
+
+type reconfigureOutcome struct {
+	rejected error
+	reply    protocol.ReconfigureReply
+	err      error
+	done     bool
+}
+
+// reconfigure sends the reconfigure update with in at d (on the test clock).
+func (h *allocHarness) reconfigure(d time.Duration, in protocol.AllocatorInput) *reconfigureOutcome {
+	out := &reconfigureOutcome{}
+	h.at(d, func() {
+		h.env.UpdateWorkflow(protocol.UpdateReconfigure, "reconfigure/"+d.String(), &testsuite.TestUpdateCallback{
+			OnAccept: func() {},
+			OnReject: func(err error) { out.rejected, out.done = err, true },
+			OnComplete: func(v any, err error) {
+				out.err, out.done = err, true
+				if err == nil {
+					out.reply = decodeReconfigureReply(h.t, v)
+				}
+			},
+		}, in)
+	})
+	return out
+}
+
+func decodeReconfigureReply(t *testing.T, v any) protocol.ReconfigureReply {
+	switch r := v.(type) {
+	case protocol.ReconfigureReply:
+		return r
+	case *protocol.ReconfigureReply:
+		return *r
+	case *commonpb.Payloads:
+		var out protocol.ReconfigureReply
+		require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(r, &out))
+		return out
+	case converter.EncodedValue:
+		var out protocol.ReconfigureReply
+		require.NoError(t, r.Get(&out))
+		return out
+	}
+	t.Fatalf("unexpected update result %T", v)
+	return protocol.ReconfigureReply{}
+}
+
+func (h *allocHarness) refusalsTo(job string) []protocol.RefuseSignal {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []protocol.RefuseSignal
+	for _, r := range h.refusals {
+		if r.job == job {
+			out = append(out, r.arg.(protocol.RefuseSignal))
+		}
+	}
+	return out
+}
+
+// A node added to the config serves the waiting job at once, and the new
+// settings are carried through continue-as-new.
+func TestAllocatorReconfigureAddsNode(t *testing.T) {
+	h := newAllocHarness(t)
+	in := allocInput(allocNodes(1, 2))
+	in.MaxUpdatesPerRun = 3 // two requests and the reconfigure: then continue as new
+	h.request(time.Minute, capReq("job-a", 1, scheduler.Medium, 1))
+	h.request(2*time.Minute, capReq("job-b", 1, scheduler.Medium, 1))
+	var before protocol.QueueView
+	h.at(3*time.Minute, func() { before = h.queue() })
+	next := in
+	next.Nodes = allocNodes(2, 2)
+	next.Policy = scheduler.Policy{Queueing: scheduler.StrictFIFO, MinRuntimeBeforePreemption: time.Minute}
+	next.StopGracePeriod, next.ReclaimInterval = 9*time.Second, time.Minute
+	next.MaxUpdatesPerRun = 0 // ignored: not part of the config
+	out := h.reconfigure(4*time.Minute, next)
+	h.env.ExecuteWorkflow(protocol.AllocatorWorkflowName, in)
+	require.True(t, h.env.IsWorkflowCompleted())
+
+	require.True(t, out.done)
+	require.NoError(t, out.rejected)
+	require.NoError(t, out.err)
+	assert.True(t, out.reply.Changed)
+	assert.Contains(t, out.reply.Summary, "added node(s) n2")
+	assert.Contains(t, out.reply.Summary, "stop_grace_period 5s -> 9s")
+	assert.Contains(t, out.reply.Summary, "queueing best-effort-fifo -> strict-fifo")
+	assert.Empty(t, out.reply.Refused)
+
+	assert.Equal(t, []string{"job-b"}, waitingJobs(before))
+	assert.Len(t, before.Nodes, 1)
+	after := h.queue() // the final state of the run that continued as new
+	assert.Equal(t, []string{"job-a", "job-b"}, runningJobs(after))
+	assert.Len(t, after.Nodes, 2)
+	gb := h.grantsTo("job-b")
+	require.Len(t, gb, 1)
+	assert.Equal(t, "n2", gb[0].Placement[0].Node)
+	assert.Equal(t, 9*time.Second, gb[0].StopGracePeriod, "grants use the new stop grace period")
+
+	var can *workflow.ContinueAsNewError
+	require.True(t, errors.As(h.env.GetWorkflowError(), &can), "want continue-as-new, got %v", h.env.GetWorkflowError())
+	var carried protocol.AllocatorInput
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &carried))
+	assert.Equal(t, next.Nodes, carried.Nodes)
+	assert.Equal(t, next.Policy, carried.Policy)
+	assert.Equal(t, 9*time.Second, carried.StopGracePeriod)
+	assert.Equal(t, time.Minute, carried.ReclaimInterval)
+	assert.Equal(t, 3, carried.MaxUpdatesPerRun)
+	require.NotNil(t, carried.State)
+	assert.Equal(t, next.Nodes, carried.State.Pool.Nodes)
+	assert.Equal(t, next.Policy, carried.State.Pool.Policy)
+}
+
+// A config that removes a busy node is refused by the validator, with the
+// reason, and changes nothing.
+func TestAllocatorReconfigureRefusedChangesNothing(t *testing.T) {
+	h := newAllocHarness(t)
+	in := allocInput(allocNodes(2, 2))
+	h.request(time.Minute, capReq("job-a", 1, scheduler.Medium, 1))
+	var before, after protocol.QueueView
+	h.at(2*time.Minute, func() { before = h.queue() })
+	bad := in
+	bad.Nodes = allocNodes(2, 2)[1:] // drops n1, where job-a runs
+	bad.StopGracePeriod = time.Hour
+	out := h.reconfigure(3*time.Minute, bad)
+	same := h.reconfigure(4*time.Minute, in)
+	h.at(5*time.Minute, func() { after = h.queue() })
+	h.request(6*time.Minute, capReq("job-b", 1, scheduler.Medium, 1))
+	h.runAllocator(in, time.Hour)
+
+	require.True(t, out.done)
+	require.Error(t, out.rejected)
+	assert.Contains(t, out.rejected.Error(), "node n1 cannot be removed: job-a holds GPUs 0,1 on it; stop it first")
+	assert.Equal(t, before.Nodes, after.Nodes)
+	assert.Equal(t, runningJobs(before), runningJobs(after))
+
+	require.True(t, same.done)
+	require.NoError(t, same.rejected)
+	assert.False(t, same.reply.Changed, "the config in effect is a no-op")
+
+	gb := h.grantsTo("job-b")
+	require.Len(t, gb, 1)
+	assert.Equal(t, in.StopGracePeriod, gb[0].StopGracePeriod, "the refused config's grace period was not taken")
+}
+
+// Waiting jobs that can no longer fit are dropped and told so.
+func TestAllocatorReconfigureRefusesJobsThatNoLongerFit(t *testing.T) {
+	h := newAllocHarness(t)
+	in := allocInput(allocNodes(2, 2))
+	h.request(time.Minute, capReq("job-a", 1, scheduler.Medium, 1))
+	h.request(2*time.Minute, capReq("wide", 1, scheduler.Medium, 2))
+	smaller := in
+	smaller.Nodes = allocNodes(1, 2) // n2 is idle
+	out := h.reconfigure(3*time.Minute, smaller)
+	h.runAllocator(in, time.Hour)
+
+	require.True(t, out.done)
+	require.NoError(t, out.rejected)
+	require.NoError(t, out.err)
+	assert.Equal(t, []string{"wide"}, out.reply.Refused)
+	r := h.refusalsTo("wide")
+	require.Len(t, r, 1)
+	assert.Equal(t, 1, r[0].Attempt)
+	assert.Contains(t, r[0].Reason, "allocation T/basic was reconfigured and can no longer run this job")
+	assert.Contains(t, r[0].Reason, "2 workers")
+	assert.Empty(t, h.refusalsTo("job-a"))
+	v := h.queue()
+	assert.Empty(t, v.Waiting)
+	assert.Equal(t, []string{"job-a"}, runningJobs(v))
+	assert.Len(t, v.Nodes, 1)
 }

@@ -53,6 +53,7 @@ type job struct {
 	seq       int64
 	grants    workflow.ReceiveChannel
 	preempts  workflow.ReceiveChannel
+	refusals  workflow.ReceiveChannel
 	allocator string
 	// released marks the workers of the current attempt whose capacity was
 	// given back; releases are reported as each worker stops.
@@ -91,6 +92,7 @@ func JobWorkflow(ctx workflow.Context, in protocol.JobInput) (*protocol.JobStatu
 	j.allocator = protocol.AllocatorWorkflowID(j.spec.Region, j.spec.AllocationName)
 	j.grants = workflow.GetSignalChannel(ctx, protocol.SignalGrant)
 	j.preempts = workflow.GetSignalChannel(ctx, protocol.SignalPreempt)
+	j.refusals = workflow.GetSignalChannel(ctx, protocol.SignalRefuse)
 
 	for attempt := 1; ; attempt++ {
 		j.status.Attempt = attempt
@@ -246,14 +248,28 @@ func (j *job) waitForCapacity(ctx workflow.Context, attempt int) (protocol.Grant
 	}
 	for {
 		var grant protocol.GrantSignal
+		var refusal *protocol.RefuseSignal
 		cancelled := false
 		sel := workflow.NewSelector(ctx)
 		sel.AddReceive(j.grants, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, &grant) })
 		sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) { cancelled = true })
+		// The allocation was reconfigured and can no longer run this job;
+		// the allocator has already dropped the request.
+		sel.AddReceive(j.refusals, func(c workflow.ReceiveChannel, _ bool) {
+			var r protocol.RefuseSignal
+			c.Receive(ctx, &r)
+			refusal = &r
+		})
 		sel.Select(ctx)
 		if cancelled {
 			j.withdraw(ctx, attempt)
 			return protocol.GrantSignal{}, outcome{kind: outcomeCancelled, message: "stopped by the user while pending"}, false
+		}
+		if refusal != nil {
+			if refusal.Attempt == attempt {
+				return protocol.GrantSignal{}, outcome{kind: outcomeFailed, message: refusal.Reason, final: true}, false
+			}
+			continue // meant for an attempt that has already ended
 		}
 		if grant.Attempt == attempt {
 			return grant, outcome{}, true

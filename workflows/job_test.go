@@ -483,3 +483,31 @@ func TestJobBadSpecFails(t *testing.T) {
 	assert.Equal(t, ErrTypeBadJob, appErrType(t, h.env.GetWorkflowError()))
 	assert.Empty(t, h.requests)
 }
+
+// A refuse signal ends a waiting attempt as a final failure.
+func TestJobRefusedWhileWaitingFails(t *testing.T) {
+	h := newJobHarness(t)
+	h.env.RegisterDelayedCallback(func() {
+		// A stale refusal for another attempt is ignored.
+		h.env.SignalWorkflow(protocol.SignalRefuse, protocol.RefuseSignal{Attempt: 7, Reason: "stale"})
+	}, time.Minute)
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(protocol.SignalRefuse, protocol.RefuseSignal{Attempt: 1,
+			Reason: "allocation T/basic was reconfigured and can no longer run this job: the job needs 2 workers"})
+	}, 10*time.Minute)
+	h.run(jobSpec("medium", 2, 5))
+
+	assert.Equal(t, ErrTypeJobFailed, appErrType(t, h.env.GetWorkflowError()))
+	st := h.status()
+	assert.Equal(t, protocol.StateFailed, st.State)
+	assert.Equal(t, 1, st.Attempt, "a refusal is not retried")
+	assert.Equal(t, 0, st.Restarts)
+	assert.Contains(t, st.Message, "was reconfigured and can no longer run this job")
+	assert.NotContains(t, st.Message, "stale")
+	require.Len(t, st.Attempts, 1)
+	assert.Contains(t, st.Attempts[0].EndReason, "reconfigured")
+	assert.Equal(t, testStart.Add(10*time.Minute), *st.CompletedAt)
+	assert.Len(t, h.requests, 1)
+	assert.Empty(t, h.starts)
+	assert.Empty(t, h.signals, "the allocator already dropped the request: nothing to withdraw")
+}

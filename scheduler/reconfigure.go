@@ -1,0 +1,170 @@
+package scheduler
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Unfit is a waiting request that a reconfiguration made impossible: it could not fit even the
+// empty pool of the new node set (see Admit). Reconfigure removes it from the queue; the caller
+// must tell its job.
+type Unfit struct {
+	Job     string `json:"job"`
+	Attempt int    `json:"attempt"`
+	Reason  string `json:"reason"` // Admit's sentence against the new node set
+}
+
+// CheckReconfigure is the read-only form of Reconfigure: it returns what Reconfigure would
+// return, and changes nothing.
+func (p *Pool) CheckReconfigure(nodes []Node, policy Policy) ([]Unfit, error) {
+	_, unfit, err := p.planReconfigure(nodes, policy)
+	return unfit, err
+}
+
+// Reconfigure replaces the pool's nodes and policy, keeping its running and waiting jobs. It is
+// all-or-nothing: on error the pool is unchanged.
+//
+// Nodes may be added and reordered. A node may be removed, or its family, GPUs, CPU or RAM
+// changed, only if no running or releasing job has a worker placed on it; otherwise the error
+// names the node and the jobs. The nodes and policy are validated as by NewPool.
+//
+// Waiting requests that no longer pass Admit against the new node set are removed from the queue
+// and returned, in launch order, so that the caller can tell their jobs. Running jobs keep their
+// placement (nodes are matched by name), start time and preemptor.
+func (p *Pool) Reconfigure(nodes []Node, policy Policy) ([]Unfit, error) {
+	q, unfit, err := p.planReconfigure(nodes, policy)
+	if err != nil {
+		return nil, err
+	}
+	*p = *q
+	return unfit, nil
+}
+
+func (p *Pool) planReconfigure(nodes []Node, policy Policy) (*Pool, []Unfit, error) {
+	empty, err := NewPool(nodes, policy)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Every node that disappears or changes must be unused.
+	type holder struct {
+		job  string
+		text string
+	}
+	held := make([][]holder, len(p.nodes))
+	for _, rj := range p.sortedRunning() {
+		for w, n := range rj.nodes {
+			var text string
+			switch {
+			case rj.released[w]:
+				text = fmt.Sprintf("%s is still releasing (its worker %d ran on it)", rj.r.Job, w)
+			case rj.r.Demand.GPUs > 0:
+				text = fmt.Sprintf("%s holds GPUs %s on it", rj.r.Job, intList(maskIndices(rj.gpus[w])))
+			default:
+				text = fmt.Sprintf("%s holds %d CPU cores and %d GB RAM on it", rj.r.Job, rj.r.Demand.CPU, rj.r.Demand.RAMGB)
+			}
+			held[n] = append(held[n], holder{rj.r.Job, text})
+		}
+	}
+	var problems []string
+	for i := range p.nodes {
+		old := p.nodes[i].Node
+		ni, kept := empty.nodeIdx[old.Name]
+		what := "removed"
+		if kept {
+			nw := nodes[ni]
+			if nw == old {
+				continue
+			}
+			what = "changed (" + nodeChange(old, nw) + ")"
+		}
+		if len(held[i]) == 0 {
+			continue
+		}
+		slices.SortFunc(held[i], func(a, b holder) int { return strings.Compare(a.job, b.job) })
+		texts := make([]string, len(held[i]))
+		for k, h := range held[i] {
+			texts[k] = h.text
+		}
+		it := "it"
+		if len(texts) > 1 {
+			it = "them"
+		}
+		problems = append(problems, fmt.Sprintf("node %s cannot be %s: %s; stop %s first", old.Name, what, strings.Join(texts, " and "), it))
+	}
+	if len(problems) > 0 {
+		return nil, nil, errors.New(strings.Join(problems, ". "))
+	}
+
+	// Carry the state over through a snapshot with the new nodes: Restore re-checks it all.
+	s := p.Snapshot()
+	s.Nodes, s.Policy = empty.Nodes(), policy
+	for i := range s.Running {
+		sr := &s.Running[i]
+		sr.Nodes = slices.Clone(sr.Nodes)
+		for w, n := range sr.Nodes {
+			sr.Nodes[w] = empty.nodeIdx[p.nodes[n].Name]
+		}
+	}
+	var unfit []Unfit
+	sw := s.Waiting
+	var keep SnapshotWaiting
+	type admitKey struct {
+		d, w int32
+		kc   int8
+	}
+	verdict := map[admitKey]error{}
+	for i, w := range p.waiting {
+		key := admitKey{sw.Demand[i], sw.Workers[i], sw.KindClass[i]}
+		err, seen := verdict[key]
+		if !seen {
+			err = empty.Admit(w.r)
+			verdict[key] = err
+		}
+		if err != nil {
+			unfit = append(unfit, Unfit{Job: w.r.Job, Attempt: w.r.Attempt, Reason: err.Error()})
+			continue
+		}
+		keep.Job = append(keep.Job, sw.Job[i])
+		keep.Attempt = append(keep.Attempt, sw.Attempt[i])
+		keep.KindClass = append(keep.KindClass, sw.KindClass[i])
+		keep.Demand = append(keep.Demand, sw.Demand[i])
+		keep.Workers = append(keep.Workers, sw.Workers[i])
+		keep.Seq = append(keep.Seq, sw.Seq[i])
+		keep.SubmittedAt = append(keep.SubmittedAt, sw.SubmittedAt[i])
+	}
+	s.Waiting = keep
+	q, err := Restore(s)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reconfigure: %w", err)
+	}
+	return q, unfit, nil
+}
+
+// nodeChange describes how a node's description changed, e.g. "GPUs 2 -> 1".
+func nodeChange(a, b Node) string {
+	var parts []string
+	if a.Family != b.Family {
+		parts = append(parts, fmt.Sprintf("family %s -> %s", a.Family, b.Family))
+	}
+	if a.GPUs != b.GPUs {
+		parts = append(parts, fmt.Sprintf("GPUs %d -> %d", a.GPUs, b.GPUs))
+	}
+	if a.CPU != b.CPU {
+		parts = append(parts, fmt.Sprintf("CPU %d -> %d", a.CPU, b.CPU))
+	}
+	if a.RAMGB != b.RAMGB {
+		parts = append(parts, fmt.Sprintf("RAM %d -> %d GB", a.RAMGB, b.RAMGB))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func intList(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}
