@@ -230,7 +230,7 @@ func TestIdempotencyKey(t *testing.T) {
 }
 
 // TestRejectedRequestStartsNothing: bad requests of a workspace that has no
-// jobs leave it without jobs.
+// jobs leave it without jobs; only the good request that follows them runs.
 func TestRejectedRequestStartsNothing(t *testing.T) {
 	needServer(t)
 	bad := []struct {
@@ -264,14 +264,21 @@ func TestRejectedRequestStartsNothing(t *testing.T) {
 	}
 	r := call(t, "carol", "POST", "/public/v2/jobs", job("true", "priority_class", "urgent"))
 	assert.Equal(t, "priority_class", r.err(t).Field)
-	time.Sleep(2 * time.Second) // visibility would have caught up with a started workflow
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	n, err := workflows.Count(ctx, env.client, workflows.ListFilter{Workspace: "team-empty"})
-	require.NoError(t, err)
-	assert.Zero(t, n)
-	count, _ := listNames(t, "carol", "")
-	assert.Zero(t, count)
+	// A good request afterwards is the marker: once visibility shows it,
+	// it would show a job a rejected request had started too.
+	marker := submitJob(t, "carol", job("true"))
+	count := func() int64 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		n, err := workflows.Count(ctx, env.client, workflows.ListFilter{Workspace: "team-empty"})
+		require.NoError(t, err)
+		return n
+	}
+	eventually(t, long, "the marker job to be visible", func() bool { return count() >= 1 })
+	assert.Equal(t, int64(1), count(), "only the marker job may exist")
+	n, names := listNames(t, "carol", "")
+	assert.Equal(t, 1, n)
+	assert.Equal(t, []string{marker}, names)
 }
 
 // TestSeedRequestBody posts the seed's sample request body as is: it is

@@ -225,9 +225,6 @@ func waitResult(t *testing.T, job string) error {
 	return env.client.GetWorkflow(ctx, job, "").Get(ctx, &out)
 }
 
-// script builds a shell command line for type=binary jobs.
-func script(format string, args ...any) string { return fmt.Sprintf(format, args...) }
-
 // gate is a file a test creates to let a waiting worker script go on.
 type gate string
 

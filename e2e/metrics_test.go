@@ -92,13 +92,6 @@ func scrapeMetrics(t *testing.T, url string) (scrape, error) {
 	return scrape(families), err
 }
 
-func mustScrape(t *testing.T, url string) scrape {
-	t.Helper()
-	s, err := scrapeMetrics(t, url)
-	require.NoError(t, err)
-	return s
-}
-
 // value sums the series of name whose labels include want. A histogram's
 // name_count and name_sum are read from the histogram.
 func (s scrape) value(name string, want map[string]string) float64 {

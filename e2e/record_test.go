@@ -195,7 +195,6 @@ func idleHistory(t *testing.T, workflowID string) []*historypb.HistoryEvent {
 		switch events[len(events)-1].GetEventType() {
 		case enumspb.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED, enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED,
 			enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ADMITTED:
-			time.Sleep(100 * time.Millisecond)
 			return false
 		}
 		return true

@@ -147,29 +147,40 @@ func (h *allocHarness) sendRequest(req protocol.CapacityRequest) {
 		OnComplete: func(v any, err error) {
 			out.err, out.done = err, true
 			if err == nil {
-				out.reply = decodeReply(h.t, v)
+				out.reply = decodeUpdateResult[protocol.CapacityReply](h.t, v)
 			}
 		},
 	}, req)
 }
 
-func decodeReply(t *testing.T, v any) protocol.CapacityReply {
+// decodeUpdateResult reads an update's result, whichever form the test
+// environment hands it over in.
+func decodeUpdateResult[T any](t *testing.T, v any) T {
+	var out T
 	switch r := v.(type) {
-	case protocol.CapacityReply:
+	case T:
 		return r
-	case *protocol.CapacityReply:
+	case *T:
 		return *r
 	case *commonpb.Payloads:
-		var out protocol.CapacityReply
 		require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(r, &out))
 		return out
 	case converter.EncodedValue:
-		var out protocol.CapacityReply
 		require.NoError(t, r.Get(&out))
 		return out
 	}
 	t.Fatalf("unexpected update result %T", v)
-	return protocol.CapacityReply{}
+	return out
+}
+
+// query runs a query on the test environment's workflow and decodes its answer.
+func query[T any](t *testing.T, env *testsuite.TestWorkflowEnvironment, name string, args ...any) T {
+	t.Helper()
+	v, err := env.QueryWorkflow(name, args...)
+	require.NoError(t, err)
+	var out T
+	require.NoError(t, v.Get(&out))
+	return out
 }
 
 func (h *allocHarness) outcome(job string, attempt int) *updateOutcome {
@@ -197,11 +208,7 @@ func (h *allocHarness) runAllocator(in protocol.AllocatorInput, end time.Duratio
 
 func (h *allocHarness) queue() protocol.QueueView {
 	h.t.Helper()
-	v, err := h.env.QueryWorkflow(protocol.QueryQueue)
-	require.NoError(h.t, err)
-	var q protocol.QueueView
-	require.NoError(h.t, v.Get(&q))
-	return q
+	return query[protocol.QueueView](h.t, h.env, protocol.QueryQueue)
 }
 
 func (h *allocHarness) grantsTo(job string) []protocol.GrantSignal {
@@ -615,10 +622,7 @@ func TestAllocatorRestoresTenThousandWaitingJobs(t *testing.T) {
 	assert.Equal(t, int64(n+2), h.outcome("newcomer", 1).reply.Seq)
 	end := h.queue()
 	assert.Equal(t, n, end.WaitingTotal)
-	ex, err := h.env.QueryWorkflow(protocol.QueryExplain, "newcomer")
-	require.NoError(t, err)
-	var explained ExplainReply
-	require.NoError(t, ex.Get(&explained))
+	explained := query[ExplainReply](t, h.env, protocol.QueryExplain, "newcomer")
 	require.NotNil(t, explained.Waiting)
 	assert.Equal(t, n/3, explained.Waiting.Position, "a new high job queues behind the older high ones")
 }
@@ -640,31 +644,12 @@ func (h *allocHarness) reconfigure(d time.Duration, in protocol.AllocatorInput) 
 			OnComplete: func(v any, err error) {
 				out.err, out.done = err, true
 				if err == nil {
-					out.reply = decodeReconfigureReply(h.t, v)
+					out.reply = decodeUpdateResult[protocol.ReconfigureReply](h.t, v)
 				}
 			},
 		}, in)
 	})
 	return out
-}
-
-func decodeReconfigureReply(t *testing.T, v any) protocol.ReconfigureReply {
-	switch r := v.(type) {
-	case protocol.ReconfigureReply:
-		return r
-	case *protocol.ReconfigureReply:
-		return *r
-	case *commonpb.Payloads:
-		var out protocol.ReconfigureReply
-		require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(r, &out))
-		return out
-	case converter.EncodedValue:
-		var out protocol.ReconfigureReply
-		require.NoError(t, r.Get(&out))
-		return out
-	}
-	t.Fatalf("unexpected update result %T", v)
-	return protocol.ReconfigureReply{}
 }
 
 func (h *allocHarness) refusalsTo(job string) []protocol.RefuseSignal {

@@ -159,11 +159,7 @@ func (h *jobHarness) run(spec protocol.JobSpec) {
 
 func (h *jobHarness) status() protocol.JobStatus {
 	h.t.Helper()
-	v, err := h.env.QueryWorkflow(protocol.QueryStatus)
-	require.NoError(h.t, err)
-	var st protocol.JobStatus
-	require.NoError(h.t, v.Get(&st))
-	return st
+	return query[protocol.JobStatus](h.t, h.env, protocol.QueryStatus)
 }
 
 // releases returns the release signals sent for attempt, in order.
