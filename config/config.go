@@ -35,6 +35,9 @@ type Config struct {
 	// ReclaimInterval is how often an allocator checks that the jobs holding
 	// capacity still exist; a terminated job's capacity is reclaimed within it.
 	ReclaimInterval Duration `json:"reclaim_interval"`
+	// NodeTimeout is how long a node's agent may leave an activity unanswered
+	// before the node counts as lost (its attempts end and rerun elsewhere).
+	NodeTimeout Duration `json:"node_timeout"`
 	// MetricsAddr is where trainq-worker serves Prometheus metrics ("" = off).
 	MetricsAddr string `json:"metrics_addr"`
 
@@ -123,6 +126,9 @@ func (c *Config) applyDefaults() {
 	if c.DataDir == "" {
 		c.DataDir = ".data/trainq"
 	}
+	if c.NodeTimeout == 0 {
+		c.NodeTimeout = Duration(60 * time.Second)
+	}
 	if c.ReclaimInterval == 0 {
 		c.ReclaimInterval = Duration(30 * time.Second)
 	}
@@ -151,6 +157,9 @@ func (c *Config) validate() error {
 	}
 	if c.ReclaimInterval.D() < time.Second {
 		return errors.New("reclaim_interval: must be at least 1s")
+	}
+	if c.NodeTimeout.D() < time.Second {
+		return errors.New("node_timeout: must be at least 1s")
 	}
 	regions := map[string]bool{}
 	nodes := map[string]string{}

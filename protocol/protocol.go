@@ -86,9 +86,25 @@ type JobSpec struct {
 	EnvVariables       map[string]string `json:"env_variables,omitempty"`
 	Flags              map[string]string `json:"flags,omitempty"`
 	CheckpointDir      string            `json:"checkpoint_dir,omitempty"`
-	Kind               scheduler.Kind    `json:"kind"`
-	Author             string            `json:"author,omitempty"`
-	Workspace          string            `json:"workspace,omitempty"`
+	// Health is ML Space's health_params: stuck-job detection (nil = off).
+	Health    *JobHealth     `json:"health,omitempty"`
+	Kind      scheduler.Kind `json:"kind"`
+	Author    string         `json:"author,omitempty"`
+	Workspace string         `json:"workspace,omitempty"`
+}
+
+// Stuck-job actions (health_params.action).
+const (
+	HealthActionRestart = "restart"
+	HealthActionDelete  = "delete"
+)
+
+// JobHealth is health_params in the form the workflows use: a job none of
+// whose workers wrote a log line for LogPeriod is stuck; Action says what
+// happens then (HealthActionRestart, the default, or HealthActionDelete).
+type JobHealth struct {
+	LogPeriod time.Duration `json:"log_period"`
+	Action    string        `json:"action"`
 }
 
 // SpecField is one field of a job spec as text, for showing the spec.
