@@ -282,3 +282,92 @@ type Backend interface {
 type Lister interface {
 	List(ctx context.Context, job string) ([]WorkerStatus, error)
 }
+
+// PlacedWorker is a worker together with where it was started: the node and
+// the GPU indices on that node it was given (WorkerSpec.Node and .GPUs). Its
+// JSON is the WorkerStatus's fields plus "node" and "gpus".
+type PlacedWorker struct {
+	WorkerStatus
+	Node string `json:"node"`
+	GPUs []int  `json:"gpus"`
+}
+
+// Inventory is implemented by backends that can tell which workers still
+// have processes on a node, whatever started them and whatever trainq
+// believes about them: after a node was lost and its agent comes back, this
+// is what really holds the node's GPUs.
+type Inventory interface {
+	// LiveWorkers returns every worker placed on node (by its WorkerSpec.Node)
+	// with at least one process still alive, ordered by job, attempt and
+	// worker. A worker whose processes are all gone is not listed, even if
+	// nobody has noticed its exit yet.
+	LiveWorkers(ctx context.Context, node string) ([]PlacedWorker, error)
+}
+
+// OutputClock is implemented by backends that know when a worker last wrote
+// to its log, for stuck-job detection (health_params.log_period).
+type OutputClock interface {
+	// LastOutput returns when the worker's log last changed, or the zero
+	// time if it has no log yet. The answer comes from durable state (such
+	// as the log file's modification time), so it survives a restart of the
+	// process that asks. A worker that was never started is ErrNotFound.
+	LastOutput(ctx context.Context, id WorkerID) (time.Time, error)
+}
+
+// ErrNoInventory is returned by Fence for a backend that is not an Inventory.
+var ErrNoInventory = errors.New("the cluster backend cannot list the workers of a node")
+
+// Fence stops, on node, every live worker (see Inventory) that is not in
+// keep, all at once and each gracefully (Backend.Stop with grace: SIGTERM,
+// then SIGKILL after grace), and then lists the node again. It returns the
+// workers it stopped, with their status after stopping, and the workers
+// still live on the node afterwards: normally exactly the live ones of keep.
+// Fence is idempotent; once the node is fenced, another call stops nothing.
+// If stopping a worker fails, the error (joined over all workers) is
+// returned together with what was done.
+func Fence(ctx context.Context, b Backend, node string, keep []WorkerID, grace time.Duration) (stopped, live []PlacedWorker, err error) {
+	inv, ok := b.(Inventory)
+	if !ok {
+		return nil, nil, fmt.Errorf("fence node %s: %w", node, ErrNoInventory)
+	}
+	before, err := inv.LiveWorkers(ctx, node)
+	if err != nil {
+		return nil, nil, fmt.Errorf("fence node %s: list live workers: %w", node, err)
+	}
+	kept := make(map[WorkerID]bool, len(keep))
+	for _, id := range keep {
+		kept[id] = true
+	}
+	var victims []PlacedWorker
+	for _, w := range before {
+		if !kept[w.ID] {
+			victims = append(victims, w)
+		}
+	}
+	errs := make([]error, len(victims))
+	done := make(chan int, len(victims))
+	for i := range victims {
+		go func() {
+			st, err := b.Stop(ctx, victims[i].ID, grace)
+			if err == nil {
+				victims[i].WorkerStatus = st
+			} else {
+				errs[i] = fmt.Errorf("stop %s: %w", victims[i].ID, err)
+			}
+			done <- i
+		}()
+	}
+	for range victims {
+		<-done
+	}
+	for i, w := range victims {
+		if errs[i] == nil {
+			stopped = append(stopped, w)
+		}
+	}
+	live, lerr := inv.LiveWorkers(ctx, node)
+	if lerr != nil {
+		lerr = fmt.Errorf("fence node %s: list live workers: %w", node, lerr)
+	}
+	return stopped, live, errors.Join(append(errs, lerr)...)
+}

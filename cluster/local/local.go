@@ -8,6 +8,9 @@
 // a previous process started: Start finds the pid file and starts nothing,
 // Wait and Status check the recorded process group with kill(-pgid, 0) and
 // read exit.json, which the worker's supervisor writes when it ends.
+// spec.json records the node and GPUs a worker was started with, which is
+// how LiveWorkers finds a node's live workers; the log's modification time
+// is LastOutput.
 //
 // Each worker is a supervisor process (`trainq-worker supervise <dir>`, see
 // Supervise) started with setsid, so it leads its own session and process
@@ -61,8 +64,10 @@ type Backend struct {
 }
 
 var (
-	_ cluster.Backend = (*Backend)(nil)
-	_ cluster.Lister  = (*Backend)(nil)
+	_ cluster.Backend     = (*Backend)(nil)
+	_ cluster.Lister      = (*Backend)(nil)
+	_ cluster.Inventory   = (*Backend)(nil)
+	_ cluster.OutputClock = (*Backend)(nil)
 )
 
 // New returns a local backend storing its state under opts.DataDir.
@@ -469,38 +474,10 @@ func (b *Backend) List(ctx context.Context, job string) ([]cluster.WorkerStatus,
 	if err := cluster.ValidJobName(job); err != nil {
 		return nil, err
 	}
-	attempts, err := os.ReadDir(filepath.Join(b.opts.DataDir, "jobs", job))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
+	ids, err := b.jobWorkers(job)
 	if err != nil {
 		return nil, err
 	}
-	var ids []cluster.WorkerID
-	for _, a := range attempts {
-		n, ok := strings.CutPrefix(a.Name(), "attempt-")
-		attempt, err := strconv.Atoi(n)
-		if !ok || err != nil || !a.IsDir() {
-			continue
-		}
-		workers, err := os.ReadDir(filepath.Join(b.opts.DataDir, "jobs", job, a.Name()))
-		if err != nil {
-			return nil, err
-		}
-		for _, wd := range workers {
-			n, ok := strings.CutPrefix(wd.Name(), "worker-")
-			worker, err := strconv.Atoi(n)
-			if ok && err == nil && wd.IsDir() {
-				ids = append(ids, cluster.WorkerID{Job: job, Attempt: attempt, Worker: worker})
-			}
-		}
-	}
-	sort.Slice(ids, func(i, j int) bool {
-		if ids[i].Attempt != ids[j].Attempt {
-			return ids[i].Attempt < ids[j].Attempt
-		}
-		return ids[i].Worker < ids[j].Worker
-	})
 	var out []cluster.WorkerStatus
 	for _, id := range ids {
 		st, err := b.Status(ctx, id)
@@ -512,4 +489,134 @@ func (b *Backend) List(ctx context.Context, job string) ([]cluster.WorkerStatus,
 		}
 	}
 	return out, nil
+}
+
+// jobWorkers lists the worker directories of every attempt of job, ordered
+// by attempt then worker. Names that are not attempt-<n>/worker-<w>
+// directories are skipped.
+func (b *Backend) jobWorkers(job string) ([]cluster.WorkerID, error) {
+	attempts, err := os.ReadDir(filepath.Join(b.opts.DataDir, "jobs", job))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var ids []cluster.WorkerID
+	for _, a := range attempts {
+		n, ok := strings.CutPrefix(a.Name(), "attempt-")
+		attempt, err := strconv.Atoi(n)
+		if !ok || err != nil || attempt < 0 || !a.IsDir() {
+			continue
+		}
+		workers, err := os.ReadDir(filepath.Join(b.opts.DataDir, "jobs", job, a.Name()))
+		if errors.Is(err, os.ErrNotExist) {
+			continue // removed meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, wd := range workers {
+			n, ok := strings.CutPrefix(wd.Name(), "worker-")
+			worker, err := strconv.Atoi(n)
+			if ok && err == nil && worker >= 0 && wd.IsDir() {
+				ids = append(ids, cluster.WorkerID{Job: job, Attempt: attempt, Worker: worker})
+			}
+		}
+	}
+	sort.Slice(ids, func(i, j int) bool {
+		if ids[i].Attempt != ids[j].Attempt {
+			return ids[i].Attempt < ids[j].Attempt
+		}
+		return ids[i].Worker < ids[j].Worker
+	})
+	return ids, nil
+}
+
+// placement is the part of spec.json that says where a worker runs. State
+// written before a field existed decodes with it empty.
+type placement struct {
+	Node string `json:"node"`
+	GPUs []int  `json:"gpus"`
+}
+
+// LiveWorkers returns every worker on disk whose spec.json names node and
+// whose process group still has a live process, ordered by job, attempt and
+// worker, with the node and GPUs from spec.json. A group that is alive after
+// its worker recorded its exit (a leftover process) counts as live: it may
+// still hold the GPUs. A worker whose spec.json names no node (hand-made
+// state) belongs to no node and is never listed.
+func (b *Backend) LiveWorkers(ctx context.Context, node string) ([]cluster.PlacedWorker, error) {
+	if node == "" {
+		return nil, errors.New("live workers: node must not be empty")
+	}
+	jobs, err := os.ReadDir(filepath.Join(b.opts.DataDir, "jobs"))
+	if err != nil {
+		return nil, err
+	}
+	var out []cluster.PlacedWorker // os.ReadDir sorts by name: jobs come in order
+	for _, j := range jobs {
+		if !j.IsDir() || cluster.ValidJobName(j.Name()) != nil {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return out, err
+		}
+		ids, err := b.jobWorkers(j.Name())
+		if err != nil {
+			return out, err
+		}
+		for _, id := range ids {
+			dir, err := b.WorkerDir(id)
+			if err != nil {
+				continue
+			}
+			info, err := readProcInfo(dir)
+			if err != nil {
+				return out, fmt.Errorf("%s: %w", id, err)
+			}
+			if !groupAlive(info) { // also nil info: never launched
+				continue
+			}
+			var p placement
+			if _, err := readJSON(filepath.Join(dir, fileSpec), &p); err != nil {
+				return out, fmt.Errorf("%s: %w", id, err)
+			}
+			if p.Node != node {
+				continue
+			}
+			st, err := b.Status(ctx, id)
+			if err != nil {
+				return out, err
+			}
+			out = append(out, cluster.PlacedWorker{WorkerStatus: st, Node: p.Node, GPUs: p.GPUs})
+		}
+	}
+	return out, nil
+}
+
+// LastOutput returns the modification time of the worker's log: every
+// process of the worker appends to it, so it moves with each line written.
+// A launched worker without a log yet gives the zero time; a worker never
+// started is cluster.ErrNotFound.
+func (b *Backend) LastOutput(ctx context.Context, id cluster.WorkerID) (time.Time, error) {
+	path, err := b.LogPath(id)
+	if err != nil {
+		return time.Time{}, err
+	}
+	fi, err := os.Stat(path)
+	if err == nil {
+		return fi.ModTime(), nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return time.Time{}, err
+	}
+	st, serr := b.Status(ctx, id)
+	if serr != nil {
+		return time.Time{}, serr
+	}
+	if st.Phase == cluster.PhaseNotFound {
+		return time.Time{}, fmt.Errorf("%w: %s", cluster.ErrNotFound, id)
+	}
+	return time.Time{}, nil
 }
