@@ -8,6 +8,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // RunJobRequest is ML Space's RunJobRequest as JSON, as `trainq submit -f`
@@ -28,17 +29,21 @@ type RunJobRequest struct {
 	EnvVariables       map[string]string   `json:"env_variables"`
 	Flags              map[string]string   `json:"flags"`
 	CheckpointDir      string              `json:"checkpoint_dir"`
-	// Accepted because ML Space documents them, but not used by trainq.
-	LogsDir      string        `json:"logs_dir"`
-	HealthParams *HealthParams `json:"health_params"`
+	HealthParams       *HealthParams       `json:"health_params"`
+	// Accepted because ML Space documents it, but not used by trainq.
+	LogsDir string `json:"logs_dir"`
 }
 
-// HealthParams is ML Space's stuck-job detection; trainq accepts and checks
-// it but does not act on it yet.
+// HealthParams is ML Space's stuck-job detection: a job whose workers write
+// no log line for log_period minutes is stuck, and is restarted (a new
+// attempt) or deleted. It becomes JobSpec.Health.
 type HealthParams struct {
 	LogPeriod *int   `json:"log_period"` // minutes without new log lines
-	Action    string `json:"action"`     // restart or delete
+	Action    string `json:"action"`     // restart (the default) or delete
 }
+
+// MaxLogPeriodMinutes bounds health_params.log_period (one year).
+const MaxLogPeriodMinutes = 365 * 24 * 60
 
 // RunJobRequestFieldNames lists the accepted fields, in documentation order.
 var RunJobRequestFieldNames = []string{"script", "base_image", "instance_type", "region", "allocation_name", "n_workers", "type",
@@ -139,10 +144,21 @@ func DecodeRunJobRequest(data []byte) (spec JobSpec, notes []string, err error) 
 		if hp.LogPeriod != nil && *hp.LogPeriod < 1 {
 			return spec, nil, &FieldError{Field: "health_params.log_period", Message: fmt.Sprintf("must be at least 1 (minutes), got %d", *hp.LogPeriod)}
 		}
-		if hp.Action != "" && hp.Action != "restart" && hp.Action != "delete" {
+		if hp.LogPeriod != nil && *hp.LogPeriod > MaxLogPeriodMinutes {
+			return spec, nil, &FieldError{Field: "health_params.log_period", Message: fmt.Sprintf("must be at most %d (minutes, one year), got %d", MaxLogPeriodMinutes, *hp.LogPeriod)}
+		}
+		if hp.Action != "" && hp.Action != HealthActionRestart && hp.Action != HealthActionDelete {
 			return spec, nil, &FieldError{Field: "health_params.action", Message: fmt.Sprintf("%q is not allowed; use restart or delete", hp.Action)}
 		}
-		notes = append(notes, "health_params is ignored: trainq does not watch jobs for stuck logs yet")
+		if hp.LogPeriod == nil {
+			notes = append(notes, "health_params has no log_period: trainq does not watch this job for stuck logs")
+		} else {
+			action := hp.Action
+			if action == "" {
+				action = HealthActionRestart
+			}
+			spec.Health = &JobHealth{LogPeriod: time.Duration(*hp.LogPeriod) * time.Minute, Action: action}
+		}
 	}
 	if err := CheckStrings(spec); err != nil {
 		return spec, nil, err
