@@ -4,7 +4,13 @@
 // configured allocation has a running allocator, and serves Prometheus
 // metrics on the config's metrics_addr (see package metrics).
 //
-//	trainq-worker [--config FILE]
+// The two halves may run apart, as on a real cluster where each GPU server
+// runs the agent of its own node:
+//
+//	trainq-worker [--config FILE]                 workflows and every node agent
+//	trainq-worker --agents=false [--config FILE]  workflows and control activities only
+//	trainq-worker agent --node NAME [--node NAME ...] [--config FILE]
+//	trainq-worker agent --nodes-from-host [--config FILE]
 //	trainq-worker supervise DIR   (internal: the parent of one worker's processes)
 package main
 
@@ -42,20 +48,52 @@ func main() {
 	if len(os.Args) >= 3 && os.Args[1] == "supervise" {
 		os.Exit(local.Supervise(os.Args[2]))
 	}
-	if err := run(); err != nil {
+	opts, err := parseArgs(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Print(usage)
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "trainq-worker: "+sentence(err.Error()))
+		os.Exit(2)
+	}
+	if err := run(opts); err != nil {
 		fmt.Fprintln(os.Stderr, "trainq-worker:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
-	configPath := flag.String("config", "", "config file (default: $TRAINQ_CONFIG, else the embedded default)")
-	flag.Parse()
-	cfg, err := config.Load(*configPath)
+// sentence ends a message with a full stop.
+func sentence(s string) string {
+	if s == "" || s[len(s)-1] == '.' {
+		return s
+	}
+	return s + "."
+}
+
+func run(opts options) error {
+	cfg, err := config.Load(opts.configPath)
 	if err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	// The nodes whose agents this process runs.
+	var nodes []string
+	switch opts.role {
+	case roleAll:
+		nodes = cfg.Nodes()
+	case roleAgent:
+		host := ""
+		if opts.nodesFromHost {
+			if host, err = os.Hostname(); err != nil {
+				return fmt.Errorf("agent: --nodes-from-host: cannot read the hostname: %w", err)
+			}
+		}
+		if nodes, err = agentNodes(cfg, opts.nodes, opts.nodesFromHost, host); err != nil {
+			return fmt.Errorf("agent: %w", err)
+		}
+	}
+	runsWorkflows := opts.role != roleAgent
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("role", opts.role.String())
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -65,34 +103,43 @@ func run() error {
 		return err
 	}
 	defer func() { _ = reg.Shutdown(context.Background()) }()
-	opts, err := workflows.ClientOptions(sdklog.NewStructuredLogger(logger))
+	copts, err := workflows.ClientOptions(sdklog.NewStructuredLogger(logger))
 	if err != nil {
 		return err
 	}
 	// The SDK's own metrics and those the workflows emit feed /metrics.
-	opts.MetricsHandler = reg.Handler
-	c, err := workflows.DialOptions(ctx, opts)
+	copts.MetricsHandler = reg.Handler
+	c, err := workflows.DialOptions(ctx, copts)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	var allocations []metrics.Allocation
-	for _, ref := range cfg.Allocations() {
-		allocations = append(allocations, metrics.Allocation{Region: ref.Region, Allocation: ref.Allocation.Name})
+	metricsAddr := opts.metricsAddr // an agent serves metrics only when asked to
+	if runsWorkflows {
+		metricsAddr = cfg.MetricsAddr
+		var allocations []metrics.Allocation
+		for _, ref := range cfg.Allocations() {
+			allocations = append(allocations, metrics.Allocation{Region: ref.Region, Allocation: ref.Allocation.Name})
+		}
+		reg.Prometheus.MustRegister(metrics.NewCollector(allocations, func(ctx context.Context, region, allocation string) (protocol.QueueView, error) {
+			return workflows.Queue(ctx, c, region, allocation)
+		}))
 	}
-	reg.Prometheus.MustRegister(metrics.NewCollector(allocations, func(ctx context.Context, region, allocation string) (protocol.QueueView, error) {
-		return workflows.Queue(ctx, c, region, allocation)
-	}))
-	if cfg.MetricsAddr != "" {
-		stopMetrics, err := serveMetrics(cfg.MetricsAddr, reg, logger)
+	if metricsAddr != "" {
+		stopMetrics, err := serveMetrics(metricsAddr, reg, logger)
 		if err != nil {
+			if !runsWorkflows {
+				return fmt.Errorf("agent: --metrics-addr %s: %w", metricsAddr, errors.Unwrap(err))
+			}
 			return err
 		}
 		defer stopMetrics()
 	}
 
-	if err := ensureSearchAttributes(ctx, c); err != nil {
-		return err
+	if runsWorkflows {
+		if err := ensureSearchAttributes(ctx, c); err != nil {
+			return err
+		}
 	}
 	backend, err := local.New(local.Options{DataDir: cfg.DataDir})
 	if err != nil {
@@ -101,16 +148,19 @@ func run() error {
 	acts := &activities.Activities{Client: c, Config: cfg, Backend: backend}
 
 	var workers []worker.Worker
-	// More pollers than the default two: one allocator serves many jobs, and a
-	// burst of submissions otherwise waits seconds for its first workflow task.
-	main := worker.New(c, protocol.TaskQueue, worker.Options{MaxConcurrentWorkflowTaskPollers: 8, MaxConcurrentActivityTaskPollers: 8})
-	main.RegisterWorkflowWithOptions(workflows.JobWorkflow, workflowOptions(protocol.JobWorkflowName))
-	main.RegisterWorkflowWithOptions(workflows.AllocatorWorkflow, workflowOptions(protocol.AllocatorWorkflowName))
-	main.RegisterActivity(acts)
-	workers = append(workers, main)
+	if runsWorkflows {
+		// More pollers than the default two: one allocator serves many jobs, and a
+		// burst of submissions otherwise waits seconds for its first workflow task.
+		main := worker.New(c, protocol.TaskQueue, worker.Options{MaxConcurrentWorkflowTaskPollers: 8, MaxConcurrentActivityTaskPollers: 8})
+		main.RegisterWorkflowWithOptions(workflows.JobWorkflow, workflowOptions(protocol.JobWorkflowName))
+		main.RegisterWorkflowWithOptions(workflows.AllocatorWorkflow, workflowOptions(protocol.AllocatorWorkflowName))
+		main.RegisterActivity(acts)
+		workers = append(workers, main)
+	}
 	// One node agent per node. On a real cluster each GPU server runs its
-	// own agent; here one process serves every node of the config.
-	for _, node := range cfg.Nodes() {
+	// own agent (trainq-worker agent); by default one process serves every
+	// node of the config.
+	for _, node := range nodes {
 		w := worker.New(c, protocol.NodeTaskQueue(node), worker.Options{})
 		w.RegisterActivity(acts)
 		workers = append(workers, w)
@@ -121,10 +171,22 @@ func run() error {
 		}
 		defer w.Stop()
 	}
-	if err := ensureAllocators(ctx, c, cfg, logger); err != nil {
-		return err
+	if runsWorkflows {
+		if err := ensureAllocators(ctx, c, cfg, logger); err != nil {
+			return err
+		}
 	}
-	logger.Info("trainq-worker is running", "config", cfg.Source(), "nodes", len(cfg.Nodes()), "data_dir", cfg.DataDir)
+	switch opts.role {
+	case roleAll:
+		logger.Info("trainq-worker is running: workflows and the node agents of every configured node",
+			"config", cfg.Source(), "nodes", len(nodes), "data_dir", cfg.DataDir)
+	case roleWorkflows:
+		logger.Info("trainq-worker is running: workflows and control activities only; the node agents run apart (trainq-worker agent)",
+			"config", cfg.Source(), "task_queue", protocol.TaskQueue, "data_dir", cfg.DataDir)
+	case roleAgent:
+		logger.Info("trainq-worker is running: node agents only",
+			"config", cfg.Source(), "nodes", nodes, "data_dir", cfg.DataDir)
+	}
 	<-ctx.Done()
 	logger.Info("trainq-worker is stopping; running jobs keep running and are re-attached at the next start")
 	return nil
