@@ -64,6 +64,8 @@ const (
 const (
 	ReasonPreempted = "preempted"
 	ReasonFailed    = "failed"
+	ReasonNodeLost  = "node_lost"
+	ReasonStuck     = "stuck"
 )
 
 // Trainq lists every metric trainq itself exports. A counter or histogram

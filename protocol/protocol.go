@@ -41,6 +41,10 @@ const (
 	// UpdateReconfigure applies a changed config (an AllocatorInput) to a
 	// running allocator; see ReconfigureReply.
 	UpdateReconfigure = "reconfigure"
+
+	// UpdateRecover makes a running allocator rebuild its state from the
+	// jobs themselves and the node agents, as a fresh allocator does.
+	UpdateRecover = "recover"
 )
 
 // Job messages.
@@ -52,6 +56,10 @@ const (
 	// SignalRefuse tells a waiting job that the allocation can no longer
 	// run it (it was reconfigured); the attempt fails for good.
 	SignalRefuse = "refuse"
+
+	// UpdateRegister is how a recovering allocator learns what a job holds
+	// or waits for (a JobHold) and tells it the allocator's new epoch.
+	UpdateRegister = "register"
 )
 
 // AllocatorWorkflowID is the ID of the allocator of one allocation.
@@ -188,29 +196,32 @@ type AttemptRecord struct {
 // JobStatus answers the status query. Position, Reason and WaitingFor come
 // from the allocator while the job waits.
 type JobStatus struct {
-	JobName      string                `json:"job_name"`
-	State        JobState              `json:"status"`
-	Kind         scheduler.Kind        `json:"type"`
-	Priority     string                `json:"priority_class"`
-	Region       string                `json:"region"`
-	Allocation   string                `json:"allocation_name"`
-	InstanceType string                `json:"instance_type"`
-	NWorkers     int                   `json:"n_workers"`
-	GPUs         int                   `json:"gpu_count"`
-	MaxRetry     int                   `json:"max_retry"`
-	Attempt      int                   `json:"attempt"`
-	Restarts     int                   `json:"restarts"`
-	Message      string                `json:"message,omitempty"`
-	CreatedAt    time.Time             `json:"created_at"`
-	PendingAt    *time.Time            `json:"pending_at,omitempty"`
-	RunningAt    *time.Time            `json:"running_at,omitempty"`
-	CompletedAt  *time.Time            `json:"completed_at,omitempty"`
-	Position     int                   `json:"position,omitempty"`
-	Reason       string                `json:"reason,omitempty"`
-	WaitingFor   []string              `json:"waiting_for,omitempty"`
-	Preemptors   []scheduler.Preemptor `json:"preemptors,omitempty"`
-	Attempts     []AttemptRecord       `json:"attempts"`
-	Spec         JobSpec               `json:"spec"`
+	JobName      string         `json:"job_name"`
+	State        JobState       `json:"status"`
+	Kind         scheduler.Kind `json:"type"`
+	Priority     string         `json:"priority_class"`
+	Region       string         `json:"region"`
+	Allocation   string         `json:"allocation_name"`
+	InstanceType string         `json:"instance_type"`
+	NWorkers     int            `json:"n_workers"`
+	GPUs         int            `json:"gpu_count"`
+	MaxRetry     int            `json:"max_retry"`
+	Attempt      int            `json:"attempt"`
+	Restarts     int            `json:"restarts"`
+	// NodeLosses counts attempts that ended because a node was lost; they
+	// do not count against max_retry.
+	NodeLosses  int                   `json:"node_losses,omitempty"`
+	Message     string                `json:"message,omitempty"`
+	CreatedAt   time.Time             `json:"created_at"`
+	PendingAt   *time.Time            `json:"pending_at,omitempty"`
+	RunningAt   *time.Time            `json:"running_at,omitempty"`
+	CompletedAt *time.Time            `json:"completed_at,omitempty"`
+	Position    int                   `json:"position,omitempty"`
+	Reason      string                `json:"reason,omitempty"`
+	WaitingFor  []string              `json:"waiting_for,omitempty"`
+	Preemptors  []scheduler.Preemptor `json:"preemptors,omitempty"`
+	Attempts    []AttemptRecord       `json:"attempts"`
+	Spec        JobSpec               `json:"spec"`
 }
 
 // CapacityRequest asks an allocator for capacity for one attempt of a job.
@@ -229,6 +240,9 @@ type CapacityRequest struct {
 
 // CapacityReply tells a job its place in the queue.
 type CapacityReply struct {
+	// Epoch names the allocator state that accepted the request (see
+	// AllocatorState.Epoch).
+	Epoch    string `json:"epoch,omitempty"`
 	Seq      int64  `json:"seq"`
 	Granted  bool   `json:"granted"`
 	Position int    `json:"position,omitempty"`
@@ -237,14 +251,25 @@ type CapacityReply struct {
 
 // GrantSignal tells a job it may start Attempt on Placement.
 type GrantSignal struct {
+	// Epoch names the allocator state that made the grant. A job that has
+	// registered with a newer allocator ignores grants of an older one.
+	Epoch     string                      `json:"epoch,omitempty"`
 	Attempt   int                         `json:"attempt"`
 	Placement []scheduler.WorkerPlacement `json:"placement"`
 	// StopGracePeriod is the allocation's time between SIGTERM and SIGKILL.
 	StopGracePeriod time.Duration `json:"stop_grace_period"`
+	// NodeTimeout is how long a node's agent may leave an activity waiting
+	// before the node counts as lost (0 = DefaultNodeTimeout).
+	NodeTimeout time.Duration `json:"node_timeout,omitempty"`
 }
+
+// DefaultNodeTimeout applies where no node_timeout was handed down (grants of
+// allocators started before the setting existed).
+const DefaultNodeTimeout = time.Minute
 
 // PreemptSignal tells a job to stop Attempt because Preemptor needs its capacity.
 type PreemptSignal struct {
+	Epoch     string              `json:"epoch,omitempty"`
 	Attempt   int                 `json:"attempt"`
 	Preemptor scheduler.Preemptor `json:"preemptor"`
 	Reason    string              `json:"reason"`
@@ -273,6 +298,41 @@ type ReleaseSignal struct {
 	Attempt  int    `json:"attempt"`
 	Workers  []int  `json:"workers,omitempty"`
 	Stopping bool   `json:"stopping,omitempty"`
+	// LostNodes are nodes whose agent did not answer: the workers listed
+	// in Workers that were placed there could not be confirmed stopped, so
+	// the allocator fences those nodes (grants nothing on them) until their
+	// agent answers again and has stopped every stale worker.
+	LostNodes []string `json:"lost_nodes,omitempty"`
+}
+
+// HoldPhase says what a job holds or waits for in its allocation.
+type HoldPhase string
+
+const (
+	HoldNone    HoldPhase = "none"
+	HoldWaiting HoldPhase = "waiting"
+	HoldHolding HoldPhase = "holding"
+)
+
+// RegisterRequest is a recovering allocator's word to a job: from now on
+// only grants and preemptions of Epoch count.
+type RegisterRequest struct {
+	Epoch string `json:"epoch"`
+}
+
+// JobHold answers UpdateRegister: what one job holds or waits for, so that
+// a recovering allocator can rebuild its state from the jobs.
+type JobHold struct {
+	Job   string    `json:"job"`
+	Phase HoldPhase `json:"phase"`
+	// Request is the current attempt's capacity request (Seq 0 if the
+	// allocator never answered it).
+	Request CapacityRequest `json:"request"`
+	// Placement, StartedAt, Releasing and Released describe a held grant.
+	Placement []scheduler.WorkerPlacement `json:"placement,omitempty"`
+	StartedAt time.Time                   `json:"started_at,omitempty"`
+	Releasing bool                        `json:"releasing,omitempty"`
+	Released  []int                       `json:"released,omitempty"`
 }
 
 // WithdrawSignal removes a waiting request (the job was cancelled while pending).
@@ -289,6 +349,7 @@ type AllocatorInput struct {
 	Policy          scheduler.Policy `json:"policy"`
 	StopGracePeriod time.Duration    `json:"stop_grace_period"`
 	ReclaimInterval time.Duration    `json:"reclaim_interval"`
+	NodeTimeout     time.Duration    `json:"node_timeout,omitempty"`
 	// MaxUpdatesPerRun lowers the number of requests after which the
 	// allocator continues as new (0 = the default, 1000); tests use it.
 	MaxUpdatesPerRun int             `json:"max_updates_per_run,omitempty"`
@@ -303,6 +364,16 @@ type AllocatorState struct {
 	// workers are being stopped before the capacity is freed.
 	Orphans  []string          `json:"orphans,omitempty"`
 	Counters AllocatorCounters `json:"counters"`
+	// Epoch names this allocator's state: it is new whenever the state is
+	// rebuilt by recovery, and kept through continue-as-new. Grants carry
+	// it, so that a job can tell a dead allocator's late grant from a live one.
+	Epoch string `json:"epoch,omitempty"`
+	// Fenced are the nodes the allocator grants nothing on until their agent
+	// has confirmed that no stale worker runs there.
+	Fenced []FencedNode `json:"fenced,omitempty"`
+	// Withdrawn remembers withdrawals that arrived before the request they
+	// withdraw, so that the late request is refused instead of queued.
+	Withdrawn []WithdrawSignal `json:"withdrawn,omitempty"`
 }
 
 // AllocatorCounters are lifetime totals, kept across continue-as-new.
@@ -310,6 +381,8 @@ type AllocatorCounters struct {
 	Grants      int64 `json:"grants"`
 	Preemptions int64 `json:"preemptions"`
 	Reclaimed   int64 `json:"reclaimed"`
+	Recoveries  int64 `json:"recoveries,omitempty"`
+	NodesLost   int64 `json:"nodes_lost,omitempty"`
 }
 
 // QueueView answers the queue query.
@@ -323,6 +396,34 @@ type QueueView struct {
 	WaitingTotal   int               `json:"waiting_total"`
 	WaitingByClass map[string]int    `json:"waiting_by_class"`
 	Counters       AllocatorCounters `json:"counters"`
+	// Recovering is true while the allocator rebuilds its state; it grants
+	// nothing meanwhile.
+	Recovering bool `json:"recovering,omitempty"`
+	// Fenced lists the nodes that grant nothing now, and why.
+	Fenced []FencedNode `json:"fenced,omitempty"`
+}
+
+// FencedNode is a node the allocator grants nothing on: its agent did not
+// answer (lost), or has yet to confirm which workers run there (after a
+// recovery).
+type FencedNode struct {
+	Node   string `json:"node"`
+	Reason string `json:"reason"`
+}
+
+// RecoverReply says what a recovery found.
+type RecoverReply struct {
+	Epoch string `json:"epoch"`
+	// Listed is how many running jobs of the allocation visibility listed.
+	Listed  int `json:"listed"`
+	Running int `json:"running"`
+	Waiting int `json:"waiting"`
+	// Conflicts are holds that could not be adopted because another job
+	// already held that capacity; each is named with the reason.
+	Conflicts []string `json:"conflicts,omitempty"`
+	// Fenced are the nodes that grant nothing until their agent confirms
+	// which workers run there.
+	Fenced []string `json:"fenced,omitempty"`
 }
 
 // QueueViewLimit is how many waiting jobs the queue query lists.

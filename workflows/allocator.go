@@ -40,27 +40,56 @@ type allocator struct {
 	in      protocol.AllocatorInput
 	pool    *scheduler.Pool
 	nextSeq int64
-	// orphans are jobs holding capacity whose workflow has gone; their workers
-	// are stopped, then the capacity is freed.
-	orphans   []string
-	reclaims  map[string]bool
-	counters  protocol.AllocatorCounters
-	updates   int
-	inFlight  int // outgoing signals and reclaims not yet finished
-	detailsAt time.Time
-	lastEvent string
+	// orphans are jobs holding capacity whose workflow has gone; their
+	// workers are stopped, then the capacity is freed.
+	orphans  []string
+	reclaims map[string]bool
+	counters protocol.AllocatorCounters
+	// epoch names this allocator's state (see protocol.AllocatorState.Epoch).
+	epoch string
+	// recovering is true while the state is rebuilt from the jobs: nothing
+	// is granted or preempted, and requests and releases wait for it.
+	recovering bool
+	// withdrawn are withdrawals that came before their request (oldest first).
+	withdrawn []protocol.WithdrawSignal
+	// fencing are the nodes whose fence is in progress, and why each is fenced.
+	fencing    map[string]int64
+	fenceWhy   map[string]string
+	ghostAfter string // where the next ghost-request check resumes
+	updates    int
+	inFlight   int // outgoing signals not yet delivered
+	detailsAt  time.Time
+	lastEvent  string
 }
+
+// Versions of the allocator's workflow code (workflow.GetVersion).
+const (
+	// versionRecovery: a fresh allocator rebuilds its state from the jobs
+	// and node agents before it grants anything.
+	versionRecovery = "allocator-recovery"
+)
 
 // AllocatorWorkflow owns the capacity of one allocation. Jobs ask it for
 // capacity with the request-capacity update; it grants and preempts with
 // signals, takes per-worker releases, and answers the queue query. All
 // scheduling decisions come from package scheduler.
+//
+// A run without carried-over state (the first start, or a start after the
+// previous run was terminated or failed) first recovers: see recoverState.
 func AllocatorWorkflow(ctx workflow.Context, in protocol.AllocatorInput) error {
 	a, err := newAllocator(in)
 	if err != nil {
-		return temporal.NewNonRetryableApplicationError(err.Error(), "BadAllocator", nil)
+		// A state this code cannot read must not destroy the allocation:
+		// failing the workflow task keeps the run (and its input) until a
+		// worker that can read it is deployed.
+		panic(fmt.Sprintf("allocator %s/%s: %v", in.Region, in.Allocation, err))
 	}
 	logger := workflow.GetLogger(ctx)
+	fresh := in.State == nil
+	recovery := workflow.GetVersion(ctx, versionRecovery, workflow.DefaultVersion, 1) >= 1
+	if fresh && recovery {
+		a.recovering = true
+	}
 
 	if err := workflow.SetQueryHandler(ctx, protocol.QueryQueue, func() (protocol.QueueView, error) {
 		return a.view(), nil
@@ -75,6 +104,14 @@ func AllocatorWorkflow(ctx workflow.Context, in protocol.AllocatorInput) error {
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, protocol.UpdateRequestCapacity,
 		func(ctx workflow.Context, req protocol.CapacityRequest) (protocol.CapacityReply, error) {
 			a.updates++
+			// A request waits until the state is rebuilt: its queue
+			// sequence must come after every recovered one.
+			if err := workflow.Await(ctx, func() bool { return !a.recovering }); err != nil {
+				return protocol.CapacityReply{}, err
+			}
+			if err := a.withdrawnFirst(req); err != nil {
+				return protocol.CapacityReply{}, err
+			}
 			reply := a.request(req, workflow.Now(ctx))
 			a.schedule(ctx)
 			return a.replyFor(req.Job, reply), nil
@@ -87,20 +124,47 @@ func AllocatorWorkflow(ctx workflow.Context, in protocol.AllocatorInput) error {
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, protocol.UpdateReconfigure,
 		func(ctx workflow.Context, in protocol.AllocatorInput) (protocol.ReconfigureReply, error) {
 			a.updates++
+			if err := workflow.Await(ctx, func() bool { return !a.recovering }); err != nil {
+				return protocol.ReconfigureReply{}, err
+			}
 			return a.reconfigure(ctx, in)
 		},
 		workflow.UpdateHandlerOptions{Validator: a.validateReconfigure},
 	); err != nil {
 		return err
 	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, protocol.UpdateRecover,
+		func(ctx workflow.Context) (protocol.RecoverReply, error) {
+			a.updates++
+			if err := workflow.Await(ctx, func() bool { return !a.recovering }); err != nil {
+				return protocol.RecoverReply{}, err
+			}
+			a.recovering = true
+			return a.recoverState(ctx), nil
+		},
+		workflow.UpdateHandlerOptions{Validator: func() error {
+			if !recovery {
+				return errors.New("this allocator run predates recovery; terminate it and a fresh one recovers on start")
+			}
+			return nil
+		}},
+	); err != nil {
+		return err
+	}
 
 	releases := workflow.GetSignalChannel(ctx, protocol.SignalRelease)
 	withdrawals := workflow.GetSignalChannel(ctx, protocol.SignalWithdraw)
+	// Releases and withdrawals wait while the state is rebuilt, then apply
+	// in the order they came: a release sent after a job answered the
+	// register update must not be lost.
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		for {
 			var s protocol.ReleaseSignal
 			releases.Receive(ctx, &s)
-			a.onRelease(s)
+			if workflow.Await(ctx, func() bool { return !a.recovering }) != nil {
+				return
+			}
+			a.onRelease(ctx, s)
 			a.schedule(ctx)
 		}
 	})
@@ -108,15 +172,25 @@ func AllocatorWorkflow(ctx workflow.Context, in protocol.AllocatorInput) error {
 		for {
 			var s protocol.WithdrawSignal
 			withdrawals.Receive(ctx, &s)
+			if workflow.Await(ctx, func() bool { return !a.recovering }) != nil {
+				return
+			}
 			a.onWithdraw(s)
 			a.schedule(ctx)
 		}
 	})
 	workflow.Go(ctx, func(ctx workflow.Context) { a.reclaimLoop(ctx) })
 
-	// Orphans carried over from the previous run still need their workers stopped.
+	if a.recovering {
+		a.recoverState(ctx)
+	}
+	// Orphans and fenced nodes carried over from the previous run still
+	// need their workers stopped.
 	for _, job := range a.orphans {
 		a.reclaim(ctx, job)
+	}
+	for _, node := range a.pool.LostNodes() {
+		a.fence(ctx, node, a.fenceReason(node))
 	}
 	a.schedule(ctx)
 
@@ -125,8 +199,10 @@ func AllocatorWorkflow(ctx workflow.Context, in protocol.AllocatorInput) error {
 		return err
 	}
 	// Let handlers and outgoing signals finish, then take in any signal that
-	// arrived meanwhile, so that nothing is lost in the hand-over.
-	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) && a.inFlight == 0 }); err != nil {
+	// arrived meanwhile, so that nothing is lost in the hand-over. Reclaims
+	// and fences are not waited for: orphans and lost nodes are carried in
+	// the state, and the next run takes them up again.
+	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) && a.inFlight == 0 && !a.recovering }); err != nil {
 		return err
 	}
 	for {
@@ -134,7 +210,7 @@ func AllocatorWorkflow(ctx workflow.Context, in protocol.AllocatorInput) error {
 		if !releases.ReceiveAsync(&s) {
 			break
 		}
-		a.onRelease(s)
+		a.onRelease(ctx, s)
 	}
 	for {
 		var s protocol.WithdrawSignal
@@ -150,7 +226,7 @@ func AllocatorWorkflow(ctx workflow.Context, in protocol.AllocatorInput) error {
 }
 
 func newAllocator(in protocol.AllocatorInput) (*allocator, error) {
-	a := &allocator{in: in, nextSeq: 1, reclaims: map[string]bool{}}
+	a := &allocator{in: in, nextSeq: 1, reclaims: map[string]bool{}, fencing: map[string]int64{}, fenceWhy: map[string]string{}}
 	a.in.State = nil
 	if in.State != nil {
 		pool, err := scheduler.Restore(in.State.Pool)
@@ -161,6 +237,11 @@ func newAllocator(in protocol.AllocatorInput) (*allocator, error) {
 		a.nextSeq = in.State.NextSeq
 		a.orphans = in.State.Orphans
 		a.counters = in.State.Counters
+		a.epoch = in.State.Epoch
+		a.withdrawn = in.State.Withdrawn
+		for _, f := range in.State.Fenced {
+			a.fenceWhy[f.Node] = f.Reason
+		}
 		return a, nil
 	}
 	pool, err := scheduler.NewPool(in.Nodes, in.Policy)
@@ -173,10 +254,13 @@ func newAllocator(in protocol.AllocatorInput) (*allocator, error) {
 
 func (a *allocator) snapshot() *protocol.AllocatorState {
 	return &protocol.AllocatorState{
-		Pool:     a.pool.Snapshot(),
-		NextSeq:  a.nextSeq,
-		Orphans:  a.orphans,
-		Counters: a.counters,
+		Pool:      a.pool.Snapshot(),
+		NextSeq:   a.nextSeq,
+		Orphans:   a.orphans,
+		Counters:  a.counters,
+		Epoch:     a.epoch,
+		Withdrawn: a.withdrawn,
+		Fenced:    a.fenced(),
 	}
 }
 
@@ -207,13 +291,38 @@ func (a *allocator) toRequest(req protocol.CapacityRequest) (scheduler.Request, 
 	return r, a.pool.Admit(r)
 }
 
-// validate refuses, before anything is recorded, a request that can never fit.
+// validate refuses, before anything is recorded, a request that can never fit
+// and one its job has already withdrawn.
 func (a *allocator) validate(req protocol.CapacityRequest) error {
 	_, err := a.toRequest(req)
 	if err != nil {
 		return fmt.Errorf("allocation %s/%s cannot run %s: %w", a.in.Region, a.in.Allocation, req.Job, err)
 	}
+	return a.withdrawnFirst(req)
+}
+
+// withdrawnFirst refuses a request whose withdrawal came first: the job was
+// cancelled while its request was on its way, and queueing it now would
+// leave a ghost that holds a place, or even preempts, for nobody.
+func (a *allocator) withdrawnFirst(req protocol.CapacityRequest) error {
+	for _, w := range a.withdrawn {
+		if w.Job == req.Job && w.Attempt >= req.Attempt {
+			return fmt.Errorf("%s withdrew attempt %d before its request arrived", req.Job, w.Attempt)
+		}
+	}
 	return nil
+}
+
+// maxWithdrawn bounds the remembered early withdrawals; they are rare (a
+// cancel racing its own request), and the ghost check catches any that
+// fall out of the list.
+const maxWithdrawn = 1000
+
+func (a *allocator) rememberWithdrawal(s protocol.WithdrawSignal) {
+	a.withdrawn = append(a.withdrawn, s)
+	if len(a.withdrawn) > maxWithdrawn {
+		a.withdrawn = slices.Delete(a.withdrawn, 0, len(a.withdrawn)-maxWithdrawn)
+	}
 }
 
 func (a *allocator) request(req protocol.CapacityRequest, now time.Time) protocol.CapacityReply {
@@ -221,12 +330,12 @@ func (a *allocator) request(req protocol.CapacityRequest, now time.Time) protoco
 	if err != nil {
 		// The validator already refused such requests; the state may have
 		// changed since only through continue-as-new, so report and move on.
-		return protocol.CapacityReply{Reason: err.Error()}
+		return protocol.CapacityReply{Epoch: a.epoch, Reason: err.Error()}
 	}
 	if running, ok := a.pool.Running(r.Job); ok && running.Attempt == r.Attempt {
 		// A repeated request for an attempt already granted (the update ID
 		// deduplicates only within one run): nothing to do.
-		return protocol.CapacityReply{Seq: r.Seq}
+		return protocol.CapacityReply{Epoch: a.epoch, Seq: r.Seq}
 	}
 	if r.Seq == 0 {
 		if w, ok := a.pool.Explain(r.Job); ok {
@@ -239,11 +348,14 @@ func (a *allocator) request(req protocol.CapacityRequest, now time.Time) protoco
 	if r.SubmittedAt.IsZero() {
 		r.SubmittedAt = now
 	}
+	if r.Seq >= a.nextSeq {
+		a.nextSeq = r.Seq + 1
+	}
 	if err := a.pool.Enqueue(r); err != nil {
-		return protocol.CapacityReply{Seq: r.Seq, Reason: err.Error()}
+		return protocol.CapacityReply{Epoch: a.epoch, Seq: r.Seq, Reason: err.Error()}
 	}
 	a.note(fmt.Sprintf("queued %s (attempt %d, %s)", r.Job, r.Attempt, r.Class))
-	return protocol.CapacityReply{Seq: r.Seq}
+	return protocol.CapacityReply{Epoch: a.epoch, Seq: r.Seq}
 }
 
 func (a *allocator) replyFor(job string, reply protocol.CapacityReply) protocol.CapacityReply {
@@ -371,9 +483,13 @@ func queueingText(q scheduler.Queueing) string {
 	return string(q)
 }
 
-func (a *allocator) onRelease(s protocol.ReleaseSignal) {
+func (a *allocator) onRelease(ctx workflow.Context, s protocol.ReleaseSignal) {
 	if r, ok := a.pool.Running(s.Job); !ok || r.Attempt != s.Attempt {
 		return
+	}
+	// Fence first: the lost workers' capacity must not look free for a moment.
+	for _, node := range s.LostNodes {
+		a.nodeLost(ctx, node, fmt.Sprintf("%s could not confirm its workers there stopped: the node's agent did not answer", s.Job))
 	}
 	if s.Stopping {
 		a.pool.BeginRelease(s.Job)
@@ -386,20 +502,27 @@ func (a *allocator) onRelease(s protocol.ReleaseSignal) {
 
 func (a *allocator) onWithdraw(s protocol.WithdrawSignal) {
 	if w, ok := a.pool.Explain(s.Job); ok && w.Attempt == s.Attempt {
-		a.pool.Cancel(s.Job)
+		a.pool.CancelAttempt(s.Job, s.Attempt)
 		a.note(fmt.Sprintf("%s withdrew its request", s.Job))
 		return
 	}
 	// Granted but the job was cancelled before it saw the grant: it started
 	// no worker, so the capacity is free at once.
 	if r, ok := a.pool.Running(s.Job); ok && r.Attempt == s.Attempt {
-		a.pool.Cancel(s.Job)
+		a.pool.CancelAttempt(s.Job, s.Attempt)
 		a.note(fmt.Sprintf("%s gave back its grant unused", s.Job))
+		return
 	}
+	// The request has not arrived yet (or never will): remember the
+	// withdrawal so that the request is refused when it comes.
+	a.rememberWithdrawal(s)
 }
 
 // schedule runs one scheduling pass and sends its decisions.
 func (a *allocator) schedule(ctx workflow.Context) {
+	if a.recovering {
+		return
+	}
 	now := workflow.Now(ctx)
 	// The pass's wall-clock duration feeds only the scheduling-pass
 	// histogram. Reading the clock here is safe although workflow code must
@@ -412,13 +535,14 @@ func (a *allocator) schedule(ctx workflow.Context) {
 	for _, g := range d.Grants {
 		a.counters.Grants++
 		a.note(fmt.Sprintf("granted %s attempt %d on %s", g.Job, g.Attempt, placementText(g.Placement)))
-		grant := protocol.GrantSignal{Attempt: g.Attempt, Placement: g.Placement, StopGracePeriod: a.in.StopGracePeriod}
+		grant := protocol.GrantSignal{Epoch: a.epoch, Attempt: g.Attempt, Placement: g.Placement,
+			StopGracePeriod: a.in.StopGracePeriod, NodeTimeout: a.nodeTimeout()}
 		job, attempt := g.Job, g.Attempt
 		a.send(ctx, job, protocol.SignalGrant, grant, func(ctx workflow.Context) {
 			// The job's workflow is gone, so it never saw the grant and
 			// started nothing: the capacity is free again.
 			if r, ok := a.pool.Running(job); ok && r.Attempt == attempt {
-				a.pool.Cancel(job)
+				a.pool.CancelAttempt(job, attempt)
 				a.note(fmt.Sprintf("%s vanished before its grant; capacity returned", job))
 				a.schedule(ctx)
 			}
@@ -435,7 +559,7 @@ func (a *allocator) schedule(ctx workflow.Context) {
 		}).Counter(metrics.PreemptionsInstrument).Inc(1)
 		a.note(fmt.Sprintf("preempting %s for %s", p.Victim, p.Preemptor.Job))
 		victim := p.Victim
-		sig := protocol.PreemptSignal{Attempt: p.VictimAttempt, Preemptor: p.Preemptor, Reason: p.Reason}
+		sig := protocol.PreemptSignal{Epoch: a.epoch, Attempt: p.VictimAttempt, Preemptor: p.Preemptor, Reason: p.Reason}
 		a.send(ctx, victim, protocol.SignalPreempt, sig, func(ctx workflow.Context) {
 			// The victim's workflow is gone but its workers may still run.
 			a.reclaim(ctx, victim)
@@ -463,44 +587,103 @@ func (a *allocator) send(ctx workflow.Context, job, name string, arg any, onGone
 	})
 }
 
-// reclaimLoop finds, every ReclaimInterval, jobs that hold capacity although
-// their workflow is gone (terminated from the UI or CLI, timed out), and
-// reclaims their capacity.
+// reclaimLoop looks, every ReclaimInterval, for jobs that hold capacity
+// although their workflow is gone (terminated from the UI or CLI, timed out)
+// and reclaims their capacity, and for waiting requests nobody waits for.
 func (a *allocator) reclaimLoop(ctx workflow.Context) {
 	for {
 		// Read each time: a reconfigure may have changed it.
-		interval := a.in.ReclaimInterval
-		if interval <= 0 {
-			interval = 30 * time.Second
-		}
-		if err := workflow.NewTimerWithOptions(ctx, interval, workflow.TimerOptions{Summary: "look for vanished jobs"}).Get(ctx, nil); err != nil {
+		if err := workflow.NewTimerWithOptions(ctx, a.reclaimInterval(), workflow.TimerOptions{Summary: "look for vanished jobs"}).Get(ctx, nil); err != nil {
 			return
 		}
-		jobs := a.pool.RunningJobs()
-		if len(jobs) == 0 {
+		if a.recovering {
 			continue
 		}
-		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-			StartToCloseTimeout: time.Minute,
-			HeartbeatTimeout:    20 * time.Second,
-			Summary:             fmt.Sprintf("check %d jobs holding capacity", len(jobs)),
-		})
-		var gone []string
-		a.inFlight++
-		err := workflow.ExecuteActivity(actx, (*activities.Activities).FindVanishedJobs, jobs).Get(ctx, &gone)
-		a.inFlight--
-		if err != nil {
-			workflow.GetLogger(ctx).Warn("could not check jobs", "error", err)
-			continue
+		a.findVanishedJobs(ctx)
+		a.dropGhostRequests(ctx)
+	}
+}
+
+func (a *allocator) reclaimInterval() time.Duration {
+	if a.in.ReclaimInterval <= 0 {
+		return 30 * time.Second
+	}
+	return a.in.ReclaimInterval
+}
+
+func (a *allocator) nodeTimeout() time.Duration {
+	if a.in.NodeTimeout <= 0 {
+		return protocol.DefaultNodeTimeout
+	}
+	return a.in.NodeTimeout
+}
+
+func (a *allocator) findVanishedJobs(ctx workflow.Context) {
+	jobs := a.pool.RunningJobs()
+	if len(jobs) == 0 {
+		return
+	}
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: time.Minute,
+		HeartbeatTimeout:    20 * time.Second,
+		Summary:             fmt.Sprintf("check %d jobs holding capacity", len(jobs)),
+	})
+	var gone []string
+	if err := workflow.ExecuteActivity(actx, (*activities.Activities).FindVanishedJobs, jobs).Get(ctx, &gone); err != nil {
+		workflow.GetLogger(ctx).Warn("could not check jobs", "error", err)
+		return
+	}
+	for _, job := range gone {
+		a.reclaim(ctx, job)
+	}
+}
+
+// ghostBatch is how many waiting requests one leak check looks at: the check
+// walks the queue a slice at a time, so a long queue costs no more per
+// interval than a short one.
+const ghostBatch = 256
+
+// dropGhostRequests drops waiting requests whose job has ended or moved on to
+// a later attempt (a cancel that raced its own request, a withdrawal lost).
+func (a *allocator) dropGhostRequests(ctx workflow.Context) {
+	batch := a.pool.WaitingAfter(a.ghostAfter, ghostBatch)
+	if len(batch) < ghostBatch {
+		a.ghostAfter = ""
+	} else {
+		a.ghostAfter = batch[len(batch)-1].Job
+	}
+	if len(batch) == 0 {
+		return
+	}
+	requests := make([]protocol.WithdrawSignal, len(batch))
+	for i, w := range batch {
+		requests[i] = protocol.WithdrawSignal{Job: w.Job, Attempt: w.Attempt}
+	}
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: time.Minute,
+		HeartbeatTimeout:    20 * time.Second,
+		Summary:             fmt.Sprintf("check %d waiting requests", len(requests)),
+	})
+	var ghosts []protocol.WithdrawSignal
+	if err := workflow.ExecuteActivity(actx, (*activities.Activities).FindGhostRequests, requests).Get(ctx, &ghosts); err != nil {
+		workflow.GetLogger(ctx).Warn("could not check waiting requests", "error", err)
+		return
+	}
+	dropped := 0
+	for _, g := range ghosts {
+		if w, ok := a.pool.Explain(g.Job); ok && w.Attempt == g.Attempt && a.pool.CancelAttempt(g.Job, g.Attempt) {
+			dropped++
+			a.note(fmt.Sprintf("dropped the request of %s attempt %d: nobody waits for it", g.Job, g.Attempt))
 		}
-		for _, job := range gone {
-			a.reclaim(ctx, job)
-		}
+	}
+	if dropped > 0 {
+		a.schedule(ctx)
 	}
 }
 
 // reclaim stops the workers of a vanished job through its nodes' agents,
-// then frees its capacity.
+// then frees its capacity. A node whose agent does not answer is fenced
+// instead: its capacity stays unused until the agent confirms.
 func (a *allocator) reclaim(ctx workflow.Context, job string) {
 	if a.reclaims[job] {
 		return
@@ -512,27 +695,37 @@ func (a *allocator) reclaim(ctx workflow.Context, job string) {
 	}
 	a.reclaims[job] = true
 	a.addOrphan(job)
-	a.inFlight++
 	workflow.Go(ctx, func(ctx workflow.Context) {
-		defer func() { a.inFlight-- }()
+		released := map[int]bool{}
+		for _, w := range r.Released {
+			released[w] = true
+		}
 		var futures []workflow.Future
+		var nodes []string
 		for _, p := range r.Placement {
+			if released[p.Worker] {
+				continue
+			}
 			actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-				TaskQueue:           protocol.NodeTaskQueue(p.Node),
-				StartToCloseTimeout: a.in.StopGracePeriod + time.Minute,
-				HeartbeatTimeout:    20 * time.Second,
-				Summary:             fmt.Sprintf("reclaim worker %d of vanished %s on %s", p.Worker, job, p.Node),
+				TaskQueue:              protocol.NodeTaskQueue(p.Node),
+				ScheduleToStartTimeout: a.nodeTimeout(),
+				StartToCloseTimeout:    a.in.StopGracePeriod + time.Minute,
+				HeartbeatTimeout:       20 * time.Second,
+				RetryPolicy:            &temporal.RetryPolicy{MaximumInterval: 10 * time.Second},
+				Summary:                fmt.Sprintf("reclaim worker %d of vanished %s on %s", p.Worker, job, p.Node),
 			})
 			in := activities.StopWorkerInput{ID: cluster.WorkerID{Job: job, Attempt: r.Attempt, Worker: p.Worker}, Grace: a.in.StopGracePeriod}
 			futures = append(futures, workflow.ExecuteActivity(actx, (*activities.Activities).StopWorker, in))
+			nodes = append(nodes, p.Node)
 		}
-		for _, f := range futures {
+		for i, f := range futures {
 			if err := f.Get(ctx, nil); err != nil {
-				workflow.GetLogger(ctx).Error("could not stop a vanished job's worker", "job", job, "error", err)
+				workflow.GetLogger(ctx).Error("could not stop a vanished job's worker; fencing its node", "job", job, "node", nodes[i], "error", err)
+				a.nodeLost(ctx, nodes[i], fmt.Sprintf("could not stop a worker of vanished job %s there", job))
 			}
 		}
 		if cur, ok := a.pool.Running(job); ok && cur.Attempt == r.Attempt {
-			a.pool.Cancel(job)
+			a.pool.CancelAttempt(job, r.Attempt)
 			a.counters.Reclaimed++
 			a.metrics(ctx).Counter(metrics.LeakedReclaimedInstrument).Inc(1)
 			a.note(fmt.Sprintf("reclaimed the capacity of vanished job %s", job))
@@ -544,22 +737,13 @@ func (a *allocator) reclaim(ctx workflow.Context, job string) {
 }
 
 func (a *allocator) addOrphan(job string) {
-	for _, j := range a.orphans {
-		if j == job {
-			return
-		}
+	if !slices.Contains(a.orphans, job) {
+		a.orphans = append(a.orphans, job)
 	}
-	a.orphans = append(a.orphans, job)
 }
 
 func (a *allocator) dropOrphan(job string) {
-	out := a.orphans[:0]
-	for _, j := range a.orphans {
-		if j != job {
-			out = append(out, j)
-		}
-	}
-	a.orphans = out
+	a.orphans = slices.DeleteFunc(a.orphans, func(j string) bool { return j == job })
 }
 
 func (a *allocator) note(event string) { a.lastEvent = event }
@@ -590,7 +774,7 @@ func (a *allocator) explain(job string) ExplainReply {
 
 func (a *allocator) view() protocol.QueueView {
 	v := protocol.QueueView{Region: a.in.Region, Allocation: a.in.Allocation, View: a.pool.View(), Counters: a.counters,
-		WaitingByClass: map[string]int{}}
+		WaitingByClass: map[string]int{}, Recovering: a.recovering, Fenced: a.fenced()}
 	v.WaitingTotal = len(v.Waiting)
 	for _, w := range v.Waiting {
 		v.WaitingByClass[w.Class.String()]++
@@ -606,8 +790,14 @@ func (a *allocator) details() string {
 	v := a.pool.View()
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Allocation %s/%s\n\n", a.in.Region, a.in.Allocation)
+	if a.recovering {
+		b.WriteString("**Recovering**: rebuilding the state from the jobs and the node agents; nothing is granted until it is done.\n\n")
+	}
 	if a.lastEvent != "" {
 		fmt.Fprintf(&b, "Last event: %s\n\n", a.lastEvent)
+	}
+	for _, f := range a.fenced() {
+		fmt.Fprintf(&b, "- **%s fenced**: %s\n", f.Node, f.Reason)
 	}
 	b.WriteString("| node | family | GPUs | free | allocated | releasing |\n|---|---|---|---|---|---|\n")
 	for _, n := range v.Nodes {

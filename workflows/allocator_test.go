@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,8 +14,10 @@ import (
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
@@ -76,12 +80,25 @@ type allocHarness struct {
 	findCalls int
 	stops     []activities.StopWorkerInput
 	stopQueue []string
+	// holds is what the jobs answer a recovery's register update.
+	holds         []protocol.JobHold
+	registerCalls []activities.RegisterJobsInput
+	// deadNodes are nodes whose agent never picks up an activity.
+	deadNodes map[string]bool
+	fences    []fenceCall
+	// ghosts are waiting requests FindGhostRequests reports.
+	ghosts []protocol.WithdrawSignal
+}
+
+type fenceCall struct {
+	node string
+	keep []cluster.WorkerID
 }
 
 func newAllocHarness(t *testing.T) *allocHarness {
 	var s testsuite.WorkflowTestSuite
 	h := &allocHarness{t: t, env: s.NewTestWorkflowEnvironment(), acts: &activities.Activities{},
-		updates: map[string]*updateOutcome{}, gone: map[string]bool{}}
+		updates: map[string]*updateOutcome{}, gone: map[string]bool{}, deadNodes: map[string]bool{}}
 	h.env.SetStartTime(testStart)
 	h.env.RegisterWorkflowWithOptions(AllocatorWorkflow, workflowOpts(protocol.AllocatorWorkflowName))
 	h.env.RegisterActivity(h.acts)
@@ -119,10 +136,43 @@ func newAllocHarness(t *testing.T) *allocHarness {
 			}
 			return out, nil
 		}).Maybe()
+	h.env.OnActivity(h.acts.RegisterJobs, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.RegisterJobsInput) (activities.RegisterJobsReply, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			h.registerCalls = append(h.registerCalls, in)
+			return activities.RegisterJobsReply{Holds: h.holds, Listed: len(h.holds)}, nil
+		}).Maybe()
+	h.env.OnActivity(h.acts.FenceNode, mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, in activities.FenceNodeInput) (activities.FenceNodeReply, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			node := strings.TrimPrefix(activity.GetInfo(ctx).TaskQueue, protocol.NodeTaskQueuePrefix)
+			if h.deadNodes[node] {
+				return activities.FenceNodeReply{}, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, nil)
+			}
+			h.fences = append(h.fences, fenceCall{node: node, keep: in.Keep})
+			return activities.FenceNodeReply{Node: node}, nil
+		}).Maybe()
+	h.env.OnActivity(h.acts.FindGhostRequests, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, reqs []protocol.WithdrawSignal) ([]protocol.WithdrawSignal, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			var out []protocol.WithdrawSignal
+			for _, r := range reqs {
+				if slices.Contains(h.ghosts, r) {
+					out = append(out, r)
+				}
+			}
+			return out, nil
+		}).Maybe()
 	h.env.OnActivity(h.acts.StopWorker, mock.Anything, mock.Anything).Return(
 		func(ctx context.Context, in activities.StopWorkerInput) (cluster.WorkerStatus, error) {
 			h.mu.Lock()
 			defer h.mu.Unlock()
+			if node := strings.TrimPrefix(activity.GetInfo(ctx).TaskQueue, protocol.NodeTaskQueuePrefix); h.deadNodes[node] {
+				return cluster.WorkerStatus{}, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, nil)
+			}
 			h.stops = append(h.stops, in)
 			h.stopQueue = append(h.stopQueue, activity.GetInfo(ctx).TaskQueue)
 			return cluster.WorkerStatus{ID: in.ID, Phase: cluster.PhaseExited, Signaled: true}, nil

@@ -5,9 +5,11 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
@@ -34,7 +36,16 @@ const (
 	outcomeFailed
 	outcomePreempted
 	outcomeCancelled
+	// outcomeNodeLost: a node's agent did not answer; the job reruns on
+	// other nodes without spending max_retry (see maxNodeLossReruns).
+	outcomeNodeLost
 )
+
+// maxNodeLossReruns is how many times a job reruns after losing a node
+// before it ends Failed: a lost node is not the job's fault (Slurm requeues
+// on node failure, Kubernetes' pod failure policy ignores disruptions), but
+// a job that keeps losing nodes may be what breaks them.
+const maxNodeLossReruns = 3
 
 type outcome struct {
 	kind      outcomeKind
@@ -43,6 +54,8 @@ type outcome struct {
 	preemptor *scheduler.Preemptor
 	// final means a rerun cannot help (the allocation refused the job).
 	final bool
+	// stuck marks a failed attempt that was stopped for writing no logs.
+	stuck bool
 }
 
 // job is the state of one job workflow.
@@ -60,6 +73,22 @@ type job struct {
 	released map[int]bool
 	stopping bool
 	signals  []workflow.Future
+
+	// What the job holds or waits for, as a recovering allocator asks it
+	// (see hold). phase moves none -> waiting -> holding -> none per attempt.
+	phase   protocol.HoldPhase
+	request protocol.CapacityRequest
+	grant   *protocol.GrantSignal
+	// epoch is the allocator state this job answers to: grants and
+	// preemptions of any other epoch come from an allocator that is gone.
+	epoch string
+	// registrations counts register updates, so that a capacity reply sent
+	// before the latest registration cannot move epoch back.
+	registrations int
+	// lostNodes are the nodes of the current attempt whose agent did not answer.
+	lostNodes map[string]bool
+	// nodeTimeout bounds how long a node's agent may leave work waiting.
+	nodeTimeout time.Duration
 }
 
 // JobWorkflow runs one training job or Jupyter server: it asks the
@@ -93,6 +122,41 @@ func JobWorkflow(ctx workflow.Context, in protocol.JobInput) (*protocol.JobStatu
 	j.grants = workflow.GetSignalChannel(ctx, protocol.SignalGrant)
 	j.preempts = workflow.GetSignalChannel(ctx, protocol.SignalPreempt)
 	j.refusals = workflow.GetSignalChannel(ctx, protocol.SignalRefuse)
+	j.phase = protocol.HoldNone
+	// Grants are taken in as they arrive, not only while the attempt waits,
+	// so that a register update always sees every grant delivered before it.
+	gctx, _ := workflow.NewDisconnectedContext(ctx)
+	workflow.Go(gctx, func(ctx workflow.Context) {
+		for {
+			var g protocol.GrantSignal
+			j.grants.Receive(ctx, &g)
+			j.takeGrant(ctx, g)
+		}
+	})
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, protocol.UpdateRegister,
+		func(ctx workflow.Context, r protocol.RegisterRequest) (protocol.JobHold, error) {
+			// A grant delivered in the same workflow task as this update
+			// must count in the answer.
+			for {
+				var g protocol.GrantSignal
+				if !j.grants.ReceiveAsync(&g) {
+					break
+				}
+				j.takeGrant(ctx, g)
+			}
+			j.epoch = r.Epoch
+			j.registrations++
+			return j.hold(), nil
+		},
+		workflow.UpdateHandlerOptions{Validator: func(r protocol.RegisterRequest) error {
+			if r.Epoch == "" {
+				return errors.New("epoch: must not be empty")
+			}
+			return nil
+		}},
+	); err != nil {
+		return nil, err
+	}
 
 	for attempt := 1; ; attempt++ {
 		j.status.Attempt = attempt
@@ -115,6 +179,16 @@ func JobWorkflow(ctx workflow.Context, in protocol.JobInput) (*protocol.JobStatu
 			_ = j.finish(ctx, protocol.StateStopped, nil)
 			return &j.status, temporal.NewCanceledError(j.status.Message)
 		}
+		if out.kind == outcomeNodeLost {
+			j.status.NodeLosses++
+			if j.status.NodeLosses <= maxNodeLossReruns {
+				j.metrics(ctx).WithTags(map[string]string{metrics.LabelReason: metrics.ReasonNodeLost}).Counter(metrics.JobRestartsInstrument).Inc(1)
+				j.setState(ctx, protocol.StateRestarting)
+				continue
+			}
+			j.status.Message = fmt.Sprintf("%s; the job lost a node %d times, more than the %d reruns allowed for node losses", out.message, j.status.NodeLosses, maxNodeLossReruns)
+			return &j.status, j.finish(ctx, protocol.StateFailed, temporal.NewNonRetryableApplicationError(j.status.Message, ErrTypeJobFailed, nil))
+		}
 		if out.final || j.status.Restarts >= j.spec.MaxRetry {
 			state, errType := protocol.StateFailed, ErrTypeJobFailed
 			if out.kind == outcomePreempted {
@@ -127,8 +201,11 @@ func JobWorkflow(ctx workflow.Context, in protocol.JobInput) (*protocol.JobStatu
 		}
 		j.status.Restarts++
 		reason := metrics.ReasonFailed
-		if out.kind == outcomePreempted {
+		switch {
+		case out.kind == outcomePreempted:
 			reason = metrics.ReasonPreempted
+		case out.stuck:
+			reason = metrics.ReasonStuck
 		}
 		j.metrics(ctx).WithTags(map[string]string{metrics.LabelReason: reason}).Counter(metrics.JobRestartsInstrument).Inc(1)
 		j.setState(ctx, protocol.StateRestarting)
@@ -175,7 +252,11 @@ func (j *job) runAttempt(ctx workflow.Context, attempt int) outcome {
 		j.noteOutcome(out)
 		return out
 	}
-	j.released, j.stopping, j.signals = map[int]bool{}, false, nil
+	j.released, j.stopping, j.signals, j.lostNodes = map[int]bool{}, false, nil, map[string]bool{}
+	j.nodeTimeout = grant.NodeTimeout
+	if j.nodeTimeout <= 0 {
+		j.nodeTimeout = protocol.DefaultNodeTimeout
+	}
 	rec := j.current()
 	now := workflow.Now(ctx)
 	rec.StartedAt, rec.Placement = &now, grant.Placement
@@ -202,12 +283,15 @@ func (j *job) runAttempt(ctx workflow.Context, attempt int) outcome {
 	switch {
 	case out.kind == outcomeCompleted:
 		j.setState(ctx, protocol.StateCompleting)
-	case out.kind != outcomeCancelled && j.status.Restarts < j.spec.MaxRetry:
+	case out.kind == outcomeNodeLost && j.status.NodeLosses < maxNodeLossReruns:
+		j.setState(ctx, protocol.StateRestarting)
+	case out.kind != outcomeCancelled && out.kind != outcomeNodeLost && !out.final && j.status.Restarts < j.spec.MaxRetry:
 		j.setState(ctx, protocol.StateRestarting)
 	default:
 		j.setState(ctx, protocol.StateStopping)
 	}
 	j.stopAndRelease(ctx, attempt, grant)
+	j.phase, j.grant = protocol.HoldNone, nil
 	return out
 }
 
@@ -219,16 +303,19 @@ func (j *job) waitForCapacity(ctx workflow.Context, attempt int) (protocol.Grant
 		RetryPolicy:         &temporal.RetryPolicy{MaximumInterval: 30 * time.Second, NonRetryableErrorTypes: []string{activities.ErrTypeCapacityRefused}},
 		Summary:             fmt.Sprintf("queue attempt %d in %s/%s", attempt, j.spec.Region, j.spec.AllocationName),
 	})
-	req := activities.RequestCapacityInput{Region: j.spec.Region, Allocation: j.spec.AllocationName, Request: protocol.CapacityRequest{
+	j.request = protocol.CapacityRequest{
 		Job: j.name, Attempt: attempt, Kind: j.spec.Kind, Class: j.spec.Class(), InstanceType: j.spec.InstanceType,
 		Workers: j.spec.NWorkers, Seq: j.seq, SubmittedAt: j.status.CreatedAt,
-	}}
+	}
+	j.phase, j.grant = protocol.HoldWaiting, nil
+	req := activities.RequestCapacityInput{Region: j.spec.Region, Allocation: j.spec.AllocationName, Request: j.request}
+	registrations := j.registrations
 	var reply protocol.CapacityReply
 	if err := workflow.ExecuteActivity(actx, (*activities.Activities).RequestCapacity, req).Get(ctx, &reply); err != nil {
 		if errors.Is(ctx.Err(), workflow.ErrCanceled) {
-			j.withdraw(ctx, attempt)
-			return protocol.GrantSignal{}, outcome{kind: outcomeCancelled, message: "stopped by the user while pending"}, false
+			return j.withdraw(ctx, attempt)
 		}
+		j.phase = protocol.HoldNone
 		var appErr *temporal.ApplicationError
 		msg := err.Error()
 		if errors.As(err, &appErr) {
@@ -238,8 +325,14 @@ func (j *job) waitForCapacity(ctx workflow.Context, attempt int) (protocol.Grant
 	}
 	if j.seq == 0 {
 		j.seq = reply.Seq
+		j.request.Seq = reply.Seq
 	}
-	if !reply.Granted && reply.Reason != "" {
+	// A recovering allocator that registered this job meanwhile is newer
+	// than the one that answered.
+	if reply.Epoch != "" && j.registrations == registrations && j.grant == nil {
+		j.epoch = reply.Epoch
+	}
+	if !reply.Granted && reply.Reason != "" && j.grant == nil {
 		// Show where the attempt was queued and why it waits. The job is not
 		// told when its place changes; the allocator's current details and
 		// `trainq status` have the live position.
@@ -247,49 +340,95 @@ func (j *job) waitForCapacity(ctx workflow.Context, attempt int) (protocol.Grant
 		workflow.SetCurrentDetails(ctx, j.details())
 	}
 	for {
-		var grant protocol.GrantSignal
-		var refusal *protocol.RefuseSignal
-		cancelled := false
-		sel := workflow.NewSelector(ctx)
-		sel.AddReceive(j.grants, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, &grant) })
-		sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) { cancelled = true })
-		// The allocation was reconfigured and can no longer run this job;
-		// the allocator has already dropped the request.
-		sel.AddReceive(j.refusals, func(c workflow.ReceiveChannel, _ bool) {
-			var r protocol.RefuseSignal
-			c.Receive(ctx, &r)
-			refusal = &r
-		})
-		sel.Select(ctx)
-		if cancelled {
-			j.withdraw(ctx, attempt)
-			return protocol.GrantSignal{}, outcome{kind: outcomeCancelled, message: "stopped by the user while pending"}, false
+		// Grants arrive through takeGrant. A refusal says the allocation was
+		// reconfigured and can no longer run this job; the allocator has
+		// already dropped the request.
+		err := workflow.Await(ctx, func() bool { return j.grant != nil || j.refusals.Len() > 0 })
+		if j.grant != nil {
+			return *j.grant, outcome{}, true
 		}
-		if refusal != nil {
-			if refusal.Attempt == attempt {
-				return protocol.GrantSignal{}, outcome{kind: outcomeFailed, message: refusal.Reason, final: true}, false
-			}
-			continue // meant for an attempt that has already ended
+		if err != nil {
+			return j.withdraw(ctx, attempt)
 		}
-		if grant.Attempt == attempt {
-			return grant, outcome{}, true
+		var refusal protocol.RefuseSignal
+		j.refusals.ReceiveAsync(&refusal)
+		if refusal.Attempt == attempt {
+			j.phase = protocol.HoldNone
+			return protocol.GrantSignal{}, outcome{kind: outcomeFailed, message: refusal.Reason, final: true}, false
 		}
-		// A grant for an older attempt arrived late; that capacity was
-		// already released, so it is ignored.
+		// Otherwise meant for an attempt that has already ended.
 	}
 }
 
-// withdraw tells the allocator that this attempt holds nothing any more.
-func (j *job) withdraw(ctx workflow.Context, attempt int) {
+// takeGrant takes in a grant signal. A grant counts only for the attempt
+// that waits for it, and only from the allocator epoch the job answers to:
+// a grant of an allocator that has since been replaced by a recovered one
+// was never known to its successor, so using it would double-book GPUs.
+func (j *job) takeGrant(ctx workflow.Context, g protocol.GrantSignal) {
+	switch {
+	case j.phase != protocol.HoldWaiting || g.Attempt != j.status.Attempt:
+		// A grant for an older attempt arrived late; that capacity was
+		// already released, so it is ignored.
+		return
+	case g.Epoch != "" && j.epoch != "" && g.Epoch != j.epoch:
+		workflow.GetLogger(ctx).Warn("ignoring a grant of a replaced allocator", "attempt", g.Attempt, "grant_epoch", g.Epoch, "epoch", j.epoch)
+		return
+	}
+	if g.Epoch != "" {
+		j.epoch = g.Epoch
+	}
+	j.grant, j.phase = &g, protocol.HoldHolding
+}
+
+// hold says what the job holds or waits for (the register update's answer).
+func (j *job) hold() protocol.JobHold {
+	h := protocol.JobHold{Job: j.name, Phase: j.phase, Request: j.request}
+	if j.phase != protocol.HoldHolding || j.grant == nil {
+		return h
+	}
+	h.Placement = j.grant.Placement
+	if rec := j.current(); rec.StartedAt != nil {
+		h.StartedAt = *rec.StartedAt
+	}
+	h.Releasing = j.stopping
+	for _, p := range j.grant.Placement {
+		if j.released[p.Worker] {
+			h.Released = append(h.Released, p.Worker)
+		}
+	}
+	return h
+}
+
+// withdraw tells the allocator that this attempt holds nothing any more: it
+// was cancelled while pending.
+func (j *job) withdraw(ctx workflow.Context, attempt int) (protocol.GrantSignal, outcome, bool) {
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	_ = workflow.SignalExternalWorkflow(dctx, j.allocator, "", protocol.SignalWithdraw,
 		protocol.WithdrawSignal{Job: j.name, Attempt: attempt}).Get(dctx, nil)
+	j.phase, j.grant = protocol.HoldNone, nil
+	return protocol.GrantSignal{}, outcome{kind: outcomeCancelled, message: "stopped by the user while pending"}, false
 }
 
 func (j *job) nodeOptions(ctx workflow.Context, node, summary string, o workflow.ActivityOptions) workflow.Context {
 	o.TaskQueue = protocol.NodeTaskQueue(node)
 	o.Summary = summary
+	// A node's agent that does not pick up its work within the node
+	// timeout is lost: the activity fails instead of waiting for ever.
+	o.ScheduleToStartTimeout = j.nodeTimeout
 	return workflow.WithActivityOptions(ctx, o)
+}
+
+// nodeLost is the outcome of an attempt whose node's agent did not answer.
+func (j *job) nodeLost(node string) outcome {
+	j.lostNodes[node] = true
+	return outcome{kind: outcomeNodeLost, message: fmt.Sprintf("node %s lost: its agent did not answer for %s", node, j.nodeTimeout)}
+}
+
+// isNodeTimeout tells whether an activity failed because no agent of its
+// node picked it up within the node timeout.
+func isNodeTimeout(err error) bool {
+	var timeoutErr *temporal.TimeoutError
+	return errors.As(err, &timeoutErr) && timeoutErr.TimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START
 }
 
 // startWorkers starts every worker of the gang. Starts are short and are
@@ -303,6 +442,9 @@ func (j *job) startWorkers(ctx workflow.Context, attempt int, grant protocol.Gra
 	var rv activities.Rendezvous
 	err := workflow.ExecuteActivity(j.nodeOptions(dctx, master, "pick MASTER_ADDR and MASTER_PORT on "+master, short),
 		(*activities.Activities).Rendezvous, activities.RendezvousInput{Job: j.name, Attempt: attempt}).Get(dctx, &rv)
+	if isNodeTimeout(err) {
+		return j.nodeLost(master), false
+	}
 	if err != nil {
 		return outcome{kind: outcomeFailed, message: "could not pick a rendezvous address: " + errorText(err)}, false
 	}
@@ -319,7 +461,15 @@ func (j *job) startWorkers(ctx workflow.Context, attempt int, grant protocol.Gra
 	}
 	var failure *outcome
 	for i, f := range starts {
-		if err := f.Get(dctx, nil); err != nil && failure == nil {
+		err := f.Get(dctx, nil)
+		switch {
+		case err == nil:
+		case isNodeTimeout(err):
+			lost := j.nodeLost(grant.Placement[i].Node)
+			if failure == nil || failure.kind != outcomeNodeLost {
+				failure = &lost
+			}
+		case failure == nil:
 			failure = &outcome{kind: outcomeFailed, message: fmt.Sprintf("worker %d could not start on %s: %s", grant.Placement[i].Worker, grant.Placement[i].Node, errorText(err))}
 		}
 	}
@@ -336,6 +486,9 @@ func (j *job) addInterrupts(ctx workflow.Context, sel workflow.Selector, attempt
 		c.Receive(ctx, &p)
 		if p.Attempt != attempt {
 			return // meant for an attempt that has already ended
+		}
+		if p.Epoch != "" && j.epoch != "" && p.Epoch != j.epoch {
+			return // from an allocator that has since been replaced
 		}
 		pre := p.Preemptor
 		*out, *done = outcome{kind: outcomePreempted, message: fmt.Sprintf("preempted by %s (%s %s): %s", pre.Job, pre.Class, pre.Kind, p.Reason), preemptor: &pre}, true
@@ -363,9 +516,14 @@ func (j *job) watch(ctx workflow.Context, attempt int, grant protocol.GrantSigna
 	var exits []exit
 	sel := workflow.NewSelector(ctx)
 	for _, p := range grant.Placement {
-		id := cluster.WorkerID{Job: j.name, Attempt: attempt, Worker: p.Worker}
+		in := activities.WatchWorkerInput{WorkerID: cluster.WorkerID{Job: j.name, Attempt: attempt, Worker: p.Worker}}
+		if j.spec.Health != nil && p.Worker == 0 {
+			// Worker 0's watch judges the whole attempt: the job is stuck
+			// only when none of its workers writes (often only rank 0 logs).
+			in.LogPeriod, in.Workers = j.spec.Health.LogPeriod, j.spec.NWorkers
+		}
 		worker := p.Worker
-		f := workflow.ExecuteActivity(j.nodeOptions(wctx, p.Node, fmt.Sprintf("watch worker %d on %s", p.Worker, p.Node), opts), (*activities.Activities).WatchWorker, id)
+		f := workflow.ExecuteActivity(j.nodeOptions(wctx, p.Node, fmt.Sprintf("watch worker %d on %s", p.Worker, p.Node), opts), (*activities.Activities).WatchWorker, in)
 		sel.AddFuture(f, func(f workflow.Future) {
 			var st cluster.WorkerStatus
 			err := f.Get(ctx, &st)
@@ -392,6 +550,10 @@ func (j *job) watch(ctx workflow.Context, attempt int, grant protocol.GrantSigna
 		switch {
 		case last.err != nil && errors.Is(ctx.Err(), workflow.ErrCanceled):
 			out, done = outcome{kind: outcomeCancelled, message: "stopped by the user"}, true
+		case isNodeTimeout(last.err):
+			out, done = j.nodeLost(nodeOf(grant, last.worker)), true
+		case isStuck(last.err):
+			out, done = j.stuck(last.err), true
 		case last.err != nil:
 			out, done = outcome{kind: outcomeFailed, message: fmt.Sprintf("lost track of worker %d: %s", last.worker, errorText(last.err))}, true
 		case last.status.ExitCode != 0:
@@ -405,23 +567,54 @@ func (j *job) watch(ctx workflow.Context, attempt int, grant protocol.GrantSigna
 	return out
 }
 
+func isStuck(err error) bool {
+	var appErr *temporal.ApplicationError
+	return errors.As(err, &appErr) && appErr.Type() == activities.ErrTypeWorkerStuck
+}
+
+// stuck is the outcome of an attempt whose workers all stopped writing logs
+// (health_params): with action restart it reruns, counting against
+// max_retry; with action delete the job ends Failed.
+func (j *job) stuck(err error) outcome {
+	msg := fmt.Sprintf("stuck: no worker wrote a log line for %s (health_params.log_period)", j.spec.Health.LogPeriod)
+	if j.spec.Health.Action == protocol.HealthActionDelete {
+		return outcome{kind: outcomeFailed, message: msg + "; health_params.action is delete, so the job is stopped", final: true}
+	}
+	return outcome{kind: outcomeFailed, message: msg + "; health_params.action is restart", stuck: true}
+}
+
 // release reports one stopped worker to the allocator. The first report of
 // an attempt also marks the job as stopping, so that the capacity its other
 // workers still hold counts as releasing, not free.
 func (j *job) release(ctx workflow.Context, attempt, worker int) {
-	if j.released[worker] {
+	j.releaseWorkers(ctx, attempt, []int{worker}, nil)
+}
+
+// releaseLost reports workers whose node's agent did not answer: nobody can
+// confirm they stopped, so the allocator fences their node until its agent
+// is back and has stopped them.
+func (j *job) releaseLost(ctx workflow.Context, attempt int, workers []int, node string) {
+	j.releaseWorkers(ctx, attempt, workers, []string{node})
+}
+
+func (j *job) releaseWorkers(ctx workflow.Context, attempt int, workers []int, lostNodes []string) {
+	workers = slices.DeleteFunc(slices.Clone(workers), func(w int) bool { return j.released[w] })
+	if len(workers) == 0 {
 		return
 	}
-	j.released[worker] = true
+	for _, w := range workers {
+		j.released[w] = true
+	}
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
-	s := protocol.ReleaseSignal{Job: j.name, Attempt: attempt, Workers: []int{worker}, Stopping: !j.stopping}
+	s := protocol.ReleaseSignal{Job: j.name, Attempt: attempt, Workers: workers, Stopping: !j.stopping, LostNodes: lostNodes}
 	j.stopping = true
 	j.signals = append(j.signals, workflow.SignalExternalWorkflow(dctx, j.allocator, "", protocol.SignalRelease, s))
 }
 
 // stopAndRelease stops the attempt's remaining workers and releases their
-// capacity worker by worker, as each one is gone. It runs even after
-// cancellation, and returns once the allocator has every release.
+// capacity worker by worker, as each one is gone. Workers on a lost node
+// are released as lost at once. It runs even after cancellation, and
+// returns once the allocator has every release.
 func (j *job) stopAndRelease(ctx workflow.Context, attempt int, grant protocol.GrantSignal) {
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	if !j.stopping {
@@ -436,9 +629,13 @@ func (j *job) stopAndRelease(ctx workflow.Context, attempt int, grant protocol.G
 		if j.released[p.Worker] {
 			continue
 		}
-		worker := p.Worker
+		worker, node := p.Worker, p.Node
+		if j.lostNodes[node] {
+			j.releaseLost(dctx, attempt, []int{worker}, node)
+			continue
+		}
 		in := activities.StopWorkerInput{ID: cluster.WorkerID{Job: j.name, Attempt: attempt, Worker: worker}, Grace: grace}
-		actx := j.nodeOptions(dctx, p.Node, fmt.Sprintf("stop worker %d on %s (SIGTERM, SIGKILL after %s)", worker, p.Node, grace), workflow.ActivityOptions{
+		actx := j.nodeOptions(dctx, node, fmt.Sprintf("stop worker %d on %s (SIGTERM, SIGKILL after %s)", worker, node, grace), workflow.ActivityOptions{
 			StartToCloseTimeout: grace + time.Minute,
 			HeartbeatTimeout:    15 * time.Second,
 			RetryPolicy:         &temporal.RetryPolicy{MaximumInterval: 10 * time.Second},
@@ -446,7 +643,13 @@ func (j *job) stopAndRelease(ctx workflow.Context, attempt int, grant protocol.G
 		pending++
 		sel.AddFuture(workflow.ExecuteActivity(actx, (*activities.Activities).StopWorker, in), func(f workflow.Future) {
 			if err := f.Get(dctx, nil); err != nil {
-				workflow.GetLogger(dctx).Error("could not stop worker", "worker", worker, "error", err)
+				// Retries end only when the node's agent stopped answering
+				// (or the stop cannot be expressed): the worker may still
+				// run, so its node is fenced rather than its GPUs freed.
+				workflow.GetLogger(dctx).Error("could not stop worker; fencing its node", "worker", worker, "node", node, "error", err)
+				j.lostNodes[node] = true
+				j.releaseLost(dctx, attempt, []int{worker}, node)
+				return
 			}
 			j.release(dctx, attempt, worker)
 		})
@@ -459,6 +662,15 @@ func (j *job) stopAndRelease(ctx workflow.Context, attempt int, grant protocol.G
 			workflow.GetLogger(dctx).Warn("could not report a release to the allocator", "error", err)
 		}
 	}
+}
+
+func nodeOf(grant protocol.GrantSignal, worker int) string {
+	for _, p := range grant.Placement {
+		if p.Worker == worker {
+			return p.Node
+		}
+	}
+	return ""
 }
 
 // setState records a state change in the status, the search attributes and

@@ -119,11 +119,12 @@ func newJobHarness(t *testing.T) *jobHarness {
 // watch mocks WatchWorker for the attempts matched by attempt: it returns
 // exit code code after d (forever = until the workflow cancels it).
 func (h *jobHarness) watch(attempt, worker int, d time.Duration, code int) {
-	h.env.OnActivity(h.acts.WatchWorker, mock.Anything, mock.MatchedBy(func(id cluster.WorkerID) bool {
-		return id.Attempt == attempt && (worker < 0 || id.Worker == worker)
-	})).After(d).Return(func(_ context.Context, id cluster.WorkerID) (cluster.WorkerStatus, error) {
+	h.env.OnActivity(h.acts.WatchWorker, mock.Anything, mock.MatchedBy(func(in activities.WatchWorkerInput) bool {
+		return in.Attempt == attempt && (worker < 0 || in.Worker == worker)
+	})).After(d).Return(func(_ context.Context, in activities.WatchWorkerInput) (cluster.WorkerStatus, error) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
+		id := in.WorkerID
 		h.watches = append(h.watches, id)
 		return cluster.WorkerStatus{ID: id, Phase: cluster.PhaseExited, ExitCode: code}, nil
 	})

@@ -1,0 +1,228 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+
+	"github.com/trainq/trainq/protocol"
+)
+
+// RegisterJobsInput asks every job of an allocation to register with a
+// recovering allocator of the given epoch.
+type RegisterJobsInput struct {
+	Region     string `json:"region"`
+	Allocation string `json:"allocation"`
+	Epoch      string `json:"epoch"`
+	// Settle is how long to wait before listing the jobs a second time, so
+	// that a job whose start visibility had not yet recorded is found too.
+	Settle time.Duration `json:"settle"`
+}
+
+// RegisterJobsReply is what the allocation's jobs hold or wait for, sorted by
+// job name so that the allocator rebuilds its state in a stable order.
+type RegisterJobsReply struct {
+	Holds []protocol.JobHold `json:"holds"`
+	// Listed is how many running job workflows visibility listed.
+	Listed int `json:"listed"`
+}
+
+// registerConcurrency bounds the register updates one recovery sends at once.
+const registerConcurrency = 16
+
+// RegisterJobs is the allocator's recovery: it lists the allocation's running
+// job workflows through visibility and sends each the register update, whose
+// answer is what that job holds or waits for; from then on the job ignores
+// grants of any other allocator epoch. Because visibility lags, it lists a
+// second time after in.Settle and registers the jobs the first pass missed.
+// Registering is idempotent, so a retried recovery asks again.
+func (a *Activities) RegisterJobs(ctx context.Context, in RegisterJobsInput) (RegisterJobsReply, error) {
+	seen := map[string]bool{}
+	var holds []protocol.JobHold
+	listed := 0
+	for pass := 0; pass < 2; pass++ {
+		if pass == 1 && in.Settle > 0 {
+			select {
+			case <-ctx.Done():
+				return RegisterJobsReply{}, ctx.Err()
+			case <-time.After(in.Settle):
+			}
+		}
+		jobs, err := a.listRunningJobs(ctx, in.Region, in.Allocation)
+		if err != nil {
+			return RegisterJobsReply{}, err
+		}
+		var fresh []string
+		for _, j := range jobs {
+			if !seen[j] {
+				seen[j] = true
+				fresh = append(fresh, j)
+			}
+		}
+		listed = len(seen)
+		got, err := a.registerAll(ctx, fresh, in.Epoch)
+		if err != nil {
+			return RegisterJobsReply{}, err
+		}
+		holds = append(holds, got...)
+	}
+	slices.SortFunc(holds, func(x, y protocol.JobHold) int { return strings.Compare(x.Job, y.Job) })
+	return RegisterJobsReply{Holds: holds, Listed: listed}, nil
+}
+
+// JobsQuery is the visibility query for the running job workflows of one allocation.
+func JobsQuery(region, allocation string) string {
+	quote := func(s string) string { return "'" + strings.NewReplacer("'", "", "\\", "", "\"", "").Replace(s) + "'" }
+	return fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running' AND %s = %s AND %s = %s",
+		protocol.JobWorkflowName, protocol.SARegion, quote(region), protocol.SAAllocation, quote(allocation))
+}
+
+func (a *Activities) listRunningJobs(ctx context.Context, region, allocation string) ([]string, error) {
+	var jobs []string
+	var token []byte
+	for {
+		resp, err := a.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Query: JobsQuery(region, allocation), PageSize: 1000, NextPageToken: token,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("list the jobs of %s/%s: %w", region, allocation, err)
+		}
+		for _, e := range resp.GetExecutions() {
+			jobs = append(jobs, e.GetExecution().GetWorkflowId())
+		}
+		activity.RecordHeartbeat(ctx, len(jobs))
+		token = resp.GetNextPageToken()
+		if len(token) == 0 {
+			return jobs, nil
+		}
+	}
+}
+
+// registerAll registers jobs, registerConcurrency at a time. A job that has
+// ended meanwhile holds nothing and is left out.
+func (a *Activities) registerAll(ctx context.Context, jobs []string, epoch string) ([]protocol.JobHold, error) {
+	holds := make([]*protocol.JobHold, len(jobs))
+	errs := make([]error, len(jobs))
+	slots := make(chan struct{}, registerConcurrency)
+	var wg sync.WaitGroup
+	for i, job := range jobs {
+		wg.Add(1)
+		slots <- struct{}{}
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			holds[i], errs[i] = a.register(ctx, job, epoch)
+		}()
+		activity.RecordHeartbeat(ctx, i)
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	var out []protocol.JobHold
+	for _, h := range holds {
+		if h != nil {
+			out = append(out, *h)
+		}
+	}
+	return out, nil
+}
+
+// registerTimeout bounds one register update: a job workflow answers it in
+// one workflow task.
+const registerTimeout = 30 * time.Second
+
+func (a *Activities) register(ctx context.Context, job, epoch string) (*protocol.JobHold, error) {
+	ctx, cancel := context.WithTimeout(ctx, registerTimeout)
+	defer cancel()
+	handle, err := a.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID:   job,
+		UpdateID:     "register/" + epoch,
+		UpdateName:   protocol.UpdateRegister,
+		Args:         []any{protocol.RegisterRequest{Epoch: epoch}},
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	var hold protocol.JobHold
+	if err == nil {
+		err = handle.Get(ctx, &hold)
+	}
+	var notFound *serviceerror.NotFound
+	switch {
+	case errors.As(err, &notFound):
+		return nil, nil // the job ended: it holds nothing
+	case err != nil:
+		return nil, fmt.Errorf("register job %s: %w", job, err)
+	}
+	if hold.Job == "" {
+		hold.Job = job
+	}
+	return &hold, nil
+}
+
+// FindGhostRequests returns the waiting requests, among those given, whose job
+// no longer waits for them: its workflow has ended, or it has moved on to a
+// later attempt. Such a request can be left behind when a job is cancelled
+// while its request is on its way; the allocator drops it.
+func (a *Activities) FindGhostRequests(ctx context.Context, requests []protocol.WithdrawSignal) ([]protocol.WithdrawSignal, error) {
+	ghost := make([]bool, len(requests))
+	errs := make([]error, len(requests))
+	slots := make(chan struct{}, describeConcurrency)
+	var wg sync.WaitGroup
+	for i, r := range requests {
+		wg.Add(1)
+		slots <- struct{}{}
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			desc, err := a.Client.DescribeWorkflowExecution(ctx, r.Job, "")
+			var notFound *serviceerror.NotFound
+			switch {
+			case errors.As(err, &notFound):
+				ghost[i] = true
+			case err != nil:
+				errs[i] = err
+			case desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+				ghost[i] = true
+			default:
+				// Describe reads the workflow's own record, not visibility,
+				// so the attempt is current.
+				attempt, ok := describedAttempt(desc.GetWorkflowExecutionInfo().GetSearchAttributes())
+				ghost[i] = ok && attempt > int64(r.Attempt)
+			}
+		}()
+		activity.RecordHeartbeat(ctx, i)
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	var out []protocol.WithdrawSignal
+	for i, r := range requests {
+		if ghost[i] {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+func describedAttempt(sa *commonpb.SearchAttributes) (int64, bool) {
+	p, ok := sa.GetIndexedFields()[protocol.SAAttempt]
+	if !ok {
+		return 0, false
+	}
+	var attempt int64
+	if err := converter.GetDefaultDataConverter().FromPayload(p, &attempt); err != nil {
+		return 0, false
+	}
+	return attempt, true
+}

@@ -1,0 +1,241 @@
+package workflows
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/trainq/trainq/activities"
+	"github.com/trainq/trainq/cluster"
+	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/scheduler"
+)
+
+// recoverySettle is how long recovery waits before it lists the jobs a second
+// time: a job started just before the allocator was lost may not be in
+// visibility yet at the first listing.
+const recoverySettle = 3 * time.Second
+
+// Why a node is fenced.
+const fenceRecovering = "waiting for its agent to report which workers run there (recovery)"
+
+// recoverState rebuilds the allocator's state from the jobs themselves and
+// the node agents, so that an allocator that lost its state (terminated,
+// failed, reset, or asked by an operator) never grants capacity a job still
+// holds:
+//
+//  1. A new epoch is drawn. Every running job of the allocation (listed
+//     through visibility, twice, because visibility lags) is sent the
+//     register update: it answers what it holds or waits for, and from then
+//     on ignores grants of any other epoch, so a late grant of the lost
+//     allocator cannot start workers its successor does not know of.
+//  2. The pool is rebuilt from the answers: held placements (running or
+//     releasing, worker by worker) are adopted, waiting requests re-queued
+//     with their original sequence.
+//  3. Every node is fenced until its agent has stopped the workers nobody
+//     holds (orphans of vanished jobs, the lost allocator's reclaims) and
+//     confirmed the rest. A node whose agent does not answer stays fenced
+//     and counts as lost.
+//
+// Requests, releases and withdrawals that arrive meanwhile wait (see
+// AllocatorWorkflow), so none is lost or applied to the old state.
+func (a *allocator) recoverState(ctx workflow.Context) protocol.RecoverReply {
+	a.recovering = true
+	workflow.SetCurrentDetails(ctx, a.details())
+	var epoch string
+	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return uuid.NewString() }).Get(&epoch); err != nil {
+		panic(fmt.Sprintf("draw a recovery epoch: %v", err))
+	}
+	a.epoch = epoch
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 10 * time.Minute,
+		HeartbeatTimeout:    time.Minute,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumInterval: 10 * time.Second},
+		Summary:             fmt.Sprintf("recover: register the jobs of %s/%s", a.in.Region, a.in.Allocation),
+	})
+	var reg activities.RegisterJobsReply
+	in := activities.RegisterJobsInput{Region: a.in.Region, Allocation: a.in.Allocation, Epoch: epoch, Settle: recoverySettle}
+	if err := workflow.ExecuteActivity(actx, (*activities.Activities).RegisterJobs, in).Get(ctx, &reg); err != nil {
+		// Retries are unlimited: this fails only when the workflow itself
+		// is going away. Granting from a partial picture is never safe.
+		panic(fmt.Sprintf("recover allocator %s/%s: %v", a.in.Region, a.in.Allocation, err))
+	}
+	pool, err := scheduler.NewPool(a.pool.Nodes(), a.pool.Policy())
+	if err != nil {
+		panic(fmt.Sprintf("recover allocator %s/%s: %v", a.in.Region, a.in.Allocation, err))
+	}
+	reply := protocol.RecoverReply{Epoch: epoch, Listed: reg.Listed}
+	reply.Conflicts = a.rebuild(pool, reg.Holds)
+	a.pool = pool
+	// The old state's orphans and fences are superseded: every node is
+	// fenced below, and its agent stops whatever nobody holds.
+	a.orphans, a.reclaims = nil, map[string]bool{}
+	a.counters.Recoveries++
+	for _, n := range pool.Nodes() {
+		a.fence(ctx, n.Name, fenceRecovering)
+		reply.Fenced = append(reply.Fenced, n.Name)
+	}
+	reply.Running, reply.Waiting = len(pool.RunningJobs()), pool.WaitingCount()
+	a.recovering = false
+	note := fmt.Sprintf("recovered epoch %s: %d jobs listed, %d holding, %d waiting", epoch, reply.Listed, reply.Running, reply.Waiting)
+	if len(reply.Conflicts) > 0 {
+		note += fmt.Sprintf("; %d conflicting holds: %v", len(reply.Conflicts), reply.Conflicts)
+	}
+	a.note(note)
+	workflow.GetLogger(ctx).Info("allocator recovered", "epoch", epoch, "listed", reply.Listed,
+		"running", reply.Running, "waiting", reply.Waiting, "conflicts", reply.Conflicts)
+	a.schedule(ctx)
+	return reply
+}
+
+// rebuild adopts the holds into pool: held placements first (so that no
+// waiting request can be placed on them), then the waiting requests, each
+// with its original sequence; requests the lost allocator never answered get
+// sequences after every known one. It returns the holds it could not adopt.
+func (a *allocator) rebuild(pool *scheduler.Pool, holds []protocol.JobHold) []string {
+	var conflicts []string
+	maxSeq := a.nextSeq - 1
+	for _, h := range holds {
+		maxSeq = max(maxSeq, h.Request.Seq)
+	}
+	a.nextSeq = maxSeq + 1
+	for _, h := range holds {
+		if h.Phase != protocol.HoldHolding {
+			continue
+		}
+		r, err := requestFor(pool, h.Request)
+		if err == nil {
+			err = pool.Adopt(scheduler.Adoption{Request: r, Placement: h.Placement, StartedAt: h.StartedAt,
+				Releasing: h.Releasing, Released: h.Released})
+		}
+		if err != nil {
+			conflicts = append(conflicts, fmt.Sprintf("%s attempt %d: %v", h.Job, h.Request.Attempt, err))
+		}
+	}
+	for _, h := range holds {
+		if h.Phase != protocol.HoldWaiting {
+			continue
+		}
+		r, err := requestFor(pool, h.Request)
+		if err == nil {
+			if r.Seq == 0 {
+				r.Seq = a.nextSeq
+				a.nextSeq++
+			}
+			err = pool.Enqueue(r)
+		}
+		if err != nil {
+			conflicts = append(conflicts, fmt.Sprintf("%s attempt %d: %v", h.Job, h.Request.Attempt, err))
+		}
+	}
+	return conflicts
+}
+
+// requestFor turns a job's capacity request into the scheduler's form,
+// checked against pool.
+func requestFor(pool *scheduler.Pool, req protocol.CapacityRequest) (scheduler.Request, error) {
+	demand, err := scheduler.ParseInstanceType(req.InstanceType)
+	if err != nil {
+		return scheduler.Request{}, err
+	}
+	r := scheduler.Request{
+		Job: req.Job, Attempt: req.Attempt, Kind: req.Kind, Class: req.Class,
+		Demand: demand, Workers: req.Workers, Seq: req.Seq, SubmittedAt: req.SubmittedAt,
+	}
+	return r, pool.Admit(r)
+}
+
+// nodeLost fences a node whose agent did not answer.
+func (a *allocator) nodeLost(ctx workflow.Context, node, why string) {
+	if slices.Contains(a.pool.LostNodes(), node) && a.fenceWhy[node] != fenceRecovering {
+		return
+	}
+	a.counters.NodesLost++
+	a.note(fmt.Sprintf("node %s lost: %s", node, why))
+	workflow.GetLogger(ctx).Warn("node lost; fencing it until its agent answers", "node", node, "reason", why)
+	a.fence(ctx, node, "lost: "+why)
+}
+
+// fence takes node out of scheduling until its agent has stopped every worker
+// the pool does not know of and so confirmed the rest (activity FenceNode).
+// It tries once per reclaim interval; a later recovery supersedes it.
+func (a *allocator) fence(ctx workflow.Context, node, why string) {
+	a.pool.MarkNodeLost(node)
+	a.fenceWhy[node] = why
+	generation := a.counters.Recoveries
+	if g, ok := a.fencing[node]; ok && g == generation {
+		return // already being fenced
+	}
+	a.fencing[node] = generation
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			keep := a.workersOn(node)
+			actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+				TaskQueue:              protocol.NodeTaskQueue(node),
+				ScheduleToStartTimeout: a.nodeTimeout(),
+				StartToCloseTimeout:    a.in.StopGracePeriod + time.Minute,
+				HeartbeatTimeout:       20 * time.Second,
+				RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
+				Summary:                fmt.Sprintf("fence %s: stop every worker but the %d it holds", node, len(keep)),
+			})
+			var reply activities.FenceNodeReply
+			err := workflow.ExecuteActivity(actx, (*activities.Activities).FenceNode,
+				activities.FenceNodeInput{Keep: keep, Grace: a.in.StopGracePeriod}).Get(ctx, &reply)
+			if a.fencing[node] != generation || a.counters.Recoveries != generation {
+				return // a recovery rebuilt the state meanwhile and fences anew
+			}
+			if err == nil {
+				delete(a.fencing, node)
+				delete(a.fenceWhy, node)
+				a.pool.MarkNodeUp(node)
+				a.note(fmt.Sprintf("node %s is back: its agent stopped %d stray worker(s)", node, len(reply.Stopped)))
+				a.schedule(ctx)
+				return
+			}
+			if isNodeTimeout(err) && a.fenceWhy[node] == fenceRecovering {
+				a.counters.NodesLost++
+				a.fenceWhy[node] = fmt.Sprintf("lost: its agent did not answer for %s", a.nodeTimeout())
+				a.note(fmt.Sprintf("node %s lost: its agent did not answer for %s", node, a.nodeTimeout()))
+				workflow.SetCurrentDetails(ctx, a.details())
+			}
+			workflow.GetLogger(ctx).Warn("could not fence node; trying again", "node", node, "error", err)
+			if workflow.NewTimerWithOptions(ctx, a.reclaimInterval(), workflow.TimerOptions{Summary: "fence " + node + " again"}).Get(ctx, nil) != nil {
+				return
+			}
+		}
+	})
+}
+
+// workersOn lists the workers the pool holds on node (not yet released).
+func (a *allocator) workersOn(node string) []cluster.WorkerID {
+	var keep []cluster.WorkerID
+	for _, job := range a.pool.RunningJobs() {
+		r, _ := a.pool.Running(job)
+		for _, p := range r.Placement {
+			if p.Node == node && !slices.Contains(r.Released, p.Worker) {
+				keep = append(keep, cluster.WorkerID{Job: job, Attempt: r.Attempt, Worker: p.Worker})
+			}
+		}
+	}
+	return keep
+}
+
+// fenced lists the fenced nodes in config order, with why.
+func (a *allocator) fenced() []protocol.FencedNode {
+	var out []protocol.FencedNode
+	for _, node := range a.pool.LostNodes() {
+		out = append(out, protocol.FencedNode{Node: node, Reason: a.fenceReason(node)})
+	}
+	return out
+}
+
+func (a *allocator) fenceReason(node string) string {
+	if why := a.fenceWhy[node]; why != "" {
+		return why
+	}
+	return "lost: its agent did not answer"
+}
