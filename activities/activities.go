@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,6 +54,7 @@ func AllocatorInput(cfg *config.Config, region, allocation string) (protocol.All
 		Policy:          a.Policy(),
 		StopGracePeriod: a.StopGracePeriod.D(),
 		ReclaimInterval: cfg.ReclaimInterval.D(),
+		NodeTimeout:     cfg.NodeTimeout.D(),
 	}, nil
 }
 
@@ -164,12 +166,129 @@ func (a *Activities) StartWorker(ctx context.Context, spec cluster.WorkerSpec) (
 	return a.Backend.Start(ctx, spec)
 }
 
+// Error types of the node activities.
+const (
+	// ErrTypeWorkerNotFound: the worker was never started on the node (or
+	// the node lost its state). Not retryable.
+	ErrTypeWorkerNotFound = "WorkerNotFound"
+	// ErrTypeWorkerStuck: WatchWorker saw the worker's log stay silent for
+	// its LogPeriod (health_params.log_period). Not retryable. The worker is
+	// left running: the workflow decides what to do (health_params.action).
+	ErrTypeWorkerStuck = "WorkerStuck"
+	// ErrTypeNotNodeQueue: a node activity ran on a task queue that is not a
+	// node's (protocol.NodeTaskQueue). Not retryable.
+	ErrTypeNotNodeQueue = "NotNodeQueue"
+	// ErrTypeUnsupported: the cluster backend cannot do what was asked.
+	// Not retryable.
+	ErrTypeUnsupported = "Unsupported"
+)
+
+// WatchWorkerInput names the worker to watch. WorkerID is embedded so that
+// the input of an older workflow, a bare cluster.WorkerID
+// ({"job", "attempt", "worker"}), decodes as this type with LogPeriod 0.
+type WatchWorkerInput struct {
+	cluster.WorkerID
+	// LogPeriod > 0 turns on stuck detection: the watch fails with
+	// ErrTypeWorkerStuck once the worker's log has not changed for LogPeriod.
+	LogPeriod time.Duration `json:"log_period,omitempty"`
+	// Workers, when > 1, widens stuck detection to the whole attempt: the
+	// job is silent only while none of workers 0..Workers-1 writes (often
+	// only rank 0 logs). Set on worker 0's watch alone.
+	Workers int `json:"workers,omitempty"`
+}
+
+// stuckCheckInterval is how often WatchWorker looks at a worker's log:
+// a tenth of the period, between 200ms and 2s.
+func stuckCheckInterval(period time.Duration) time.Duration {
+	return min(max(period/10, 200*time.Millisecond), 2*time.Second)
+}
+
 // WatchWorker waits for a worker to exit, heartbeating while it runs. After a
 // worker-process restart, the retried activity re-attaches to the process.
-func (a *Activities) WatchWorker(ctx context.Context, id cluster.WorkerID) (cluster.WorkerStatus, error) {
-	st, err := a.Backend.Wait(ctx, id, func(s cluster.WorkerStatus) { activity.RecordHeartbeat(ctx, s.Phase) })
-	if err == nil && st.Phase == cluster.PhaseNotFound {
-		return st, temporal.NewNonRetryableApplicationError(fmt.Sprintf("worker %d of %s attempt %d was never started on this node", id.Worker, id.Job, id.Attempt), "WorkerNotFound", nil)
+//
+// With in.LogPeriod > 0 it also ends, with a non-retryable ErrTypeWorkerStuck
+// error, when the worker has been silent for LogPeriod: no change to its log
+// since max(last log write, worker start). Both come from the backend's
+// durable state, so a retried watch measures the same silence as the first
+// one, not the time since it started. A worker that is being stopped is not
+// checked. A backend without cluster.OutputClock watches without detection
+// (and logs a warning).
+func (a *Activities) WatchWorker(ctx context.Context, in WatchWorkerInput) (cluster.WorkerStatus, error) {
+	id := in.WorkerID
+	heartbeat := func(s cluster.WorkerStatus) { activity.RecordHeartbeat(ctx, s.Phase) }
+	clock, canDetect := a.Backend.(cluster.OutputClock)
+	if in.LogPeriod > 0 && !canDetect {
+		activity.GetLogger(ctx).Warn("stuck-job detection is off: the cluster backend cannot tell when a worker last wrote its log",
+			"worker", id.String(), "log_period", in.LogPeriod)
+	}
+	if in.LogPeriod <= 0 || !canDetect {
+		st, err := a.Backend.Wait(ctx, id, heartbeat)
+		return a.watchResult(id, st, err)
+	}
+
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		st  cluster.WorkerStatus
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		st, err := a.Backend.Wait(wctx, id, heartbeat)
+		done <- result{st, err}
+	}()
+	ticker := time.NewTicker(stuckCheckInterval(in.LogPeriod))
+	defer ticker.Stop()
+	var firstSeen time.Time // fallback reference if the backend records neither time
+	for {
+		select {
+		case r := <-done:
+			return a.watchResult(id, r.st, r.err)
+		case <-ticker.C:
+		}
+		st, err := a.Backend.Status(ctx, id)
+		if err != nil || st.Phase != cluster.PhaseRunning || st.StopRequested {
+			continue // Wait reports exits and persistent errors
+		}
+		last, err := clock.LastOutput(ctx, id)
+		if err != nil {
+			activity.GetLogger(ctx).Warn("cannot tell when the worker last wrote its log", "worker", id.String(), "error", err)
+			continue
+		}
+		ref := last
+		if st.StartedAt.After(ref) {
+			ref = st.StartedAt
+		}
+		if ref.IsZero() {
+			if firstSeen.IsZero() {
+				firstSeen = time.Now()
+			}
+			ref = firstSeen
+		}
+		if time.Since(ref) < in.LogPeriod {
+			continue
+		}
+		// Stuck, unless it exited meanwhile: then report the exit.
+		cancel()
+		r := <-done
+		if !errors.Is(r.err, context.Canceled) {
+			return a.watchResult(id, r.st, r.err) // it ended meanwhile
+		}
+		if err := ctx.Err(); err != nil {
+			return st, err
+		}
+		if now, err := a.Backend.Status(ctx, id); err == nil && now.Phase == cluster.PhaseExited {
+			return now, nil
+		}
+		msg := fmt.Sprintf("worker %d wrote no log line for %v (health_params.log_period)", id.Worker, in.LogPeriod)
+		return st, temporal.NewNonRetryableApplicationError(msg, ErrTypeWorkerStuck, nil, st)
+	}
+}
+
+// watchResult turns a missing worker into a non-retryable WorkerNotFound.
+func (a *Activities) watchResult(id cluster.WorkerID, st cluster.WorkerStatus, err error) (cluster.WorkerStatus, error) {
+	if errors.Is(err, cluster.ErrNotFound) || (err == nil && st.Phase == cluster.PhaseNotFound) {
+		return st, temporal.NewNonRetryableApplicationError(fmt.Sprintf("worker %d of %s attempt %d was never started on this node", id.Worker, id.Job, id.Attempt), ErrTypeWorkerNotFound, nil)
 	}
 	return st, err
 }
@@ -180,22 +299,114 @@ type StopWorkerInput struct {
 	Grace time.Duration    `json:"grace"`
 }
 
-// StopWorker stops a worker gracefully (SIGTERM, then SIGKILL after the grace
-// period) and returns once none of its processes is left.
-func (a *Activities) StopWorker(ctx context.Context, in StopWorkerInput) (cluster.WorkerStatus, error) {
+// heartbeatInterval is how often activities that wait on processes
+// (StopWorker, FenceNode) heartbeat.
+const heartbeatInterval = 2 * time.Second
+
+// heartbeatEvery records a heartbeat with details every heartbeatInterval
+// until the returned function is called.
+func heartbeatEvery(ctx context.Context, details any) (stop func()) {
 	done := make(chan struct{})
-	defer close(done)
 	go func() {
-		t := time.NewTicker(2 * time.Second)
+		t := time.NewTicker(heartbeatInterval)
 		defer t.Stop()
 		for {
 			select {
 			case <-done:
 				return
 			case <-t.C:
-				activity.RecordHeartbeat(ctx, "stopping")
+				activity.RecordHeartbeat(ctx, details)
 			}
 		}
 	}()
+	return func() { close(done) }
+}
+
+// StopWorker stops a worker gracefully (SIGTERM, then SIGKILL after the grace
+// period) and returns once none of its processes is left.
+func (a *Activities) StopWorker(ctx context.Context, in StopWorkerInput) (cluster.WorkerStatus, error) {
+	defer heartbeatEvery(ctx, "stopping")()
 	return a.Backend.Stop(ctx, in.ID, in.Grace)
+}
+
+// NodeOfTaskQueue returns the node whose agent serves taskQueue
+// (protocol.NodeTaskQueue), or a non-retryable ErrTypeNotNodeQueue error if
+// taskQueue is not a node's task queue.
+func NodeOfTaskQueue(taskQueue string) (string, error) {
+	node, ok := strings.CutPrefix(taskQueue, protocol.NodeTaskQueuePrefix)
+	if !ok || node == "" {
+		return "", temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("task queue %q is not a node's task queue (%s<node>): node activities must run on the queue of the node they touch",
+				taskQueue, protocol.NodeTaskQueuePrefix), ErrTypeNotNodeQueue, nil)
+	}
+	return node, nil
+}
+
+// thisNode is the node of the task queue the activity runs on.
+func thisNode(ctx context.Context) (string, error) {
+	return NodeOfTaskQueue(activity.GetInfo(ctx).TaskQueue)
+}
+
+func (a *Activities) inventory() (cluster.Inventory, error) {
+	inv, ok := a.Backend.(cluster.Inventory)
+	if !ok {
+		return nil, temporal.NewNonRetryableApplicationError(cluster.ErrNoInventory.Error(), ErrTypeUnsupported, nil)
+	}
+	return inv, nil
+}
+
+// NodeInventoryReply lists the live workers of a node.
+type NodeInventoryReply struct {
+	Node    string                 `json:"node"`
+	Workers []cluster.PlacedWorker `json:"workers"` // see cluster.Inventory
+}
+
+// NodeInventory reports the workers whose processes are alive on the node
+// of the task queue it runs on (protocol.NodeTaskQueue), with the GPUs each
+// was started with. It runs on the node's agent, so it answers only if that
+// agent is up.
+func (a *Activities) NodeInventory(ctx context.Context) (NodeInventoryReply, error) {
+	node, err := thisNode(ctx)
+	if err != nil {
+		return NodeInventoryReply{}, err
+	}
+	inv, err := a.inventory()
+	if err != nil {
+		return NodeInventoryReply{Node: node}, err
+	}
+	workers, err := inv.LiveWorkers(ctx, node)
+	return NodeInventoryReply{Node: node, Workers: workers}, err
+}
+
+// FenceNodeInput lists the workers that may stay on the node; every other
+// live worker is stopped, each with Grace between SIGTERM and SIGKILL.
+type FenceNodeInput struct {
+	Keep  []cluster.WorkerID `json:"keep,omitempty"`
+	Grace time.Duration      `json:"grace"`
+}
+
+// FenceNodeReply says what FenceNode stopped and what is live on the node
+// afterwards (normally exactly the live workers of Keep).
+type FenceNodeReply struct {
+	Node    string                 `json:"node"`
+	Stopped []cluster.PlacedWorker `json:"stopped"` // status after stopping
+	Live    []cluster.PlacedWorker `json:"live"`
+}
+
+// FenceNode stops, on the node of the task queue it runs on, every live
+// worker not in in.Keep (see cluster.Fence): all at once, each gracefully,
+// heartbeating every 2s while it waits. It returns only when none of those
+// workers has a process left, and is idempotent. An allocator calls it when
+// a lost node's agent is back, before it uses the node's capacity again.
+func (a *Activities) FenceNode(ctx context.Context, in FenceNodeInput) (FenceNodeReply, error) {
+	node, err := thisNode(ctx)
+	if err != nil {
+		return FenceNodeReply{}, err
+	}
+	if _, err := a.inventory(); err != nil {
+		return FenceNodeReply{Node: node}, err
+	}
+	defer heartbeatEvery(ctx, "fencing "+node)()
+	stopped, live, err := cluster.Fence(ctx, a.Backend, node, in.Keep, in.Grace)
+	return FenceNodeReply{Node: node, Stopped: stopped, Live: live}, err
 }
