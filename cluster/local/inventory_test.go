@@ -63,8 +63,9 @@ func TestLiveWorkers(t *testing.T) {
 	cleanupWorker(t, b, exited.ID)
 	_, err := b.Start(ctx, exited)
 	require.NoError(t, err)
-	_, err = b.Wait(ctx, exited.ID, nil)
+	st, err := b.Wait(ctx, exited.ID, nil)
 	require.NoError(t, err)
+	eventuallyGroupGone(t, st.PID) // the supervisor ends just after recording the exit
 
 	// A worker killed from outside, with no exit record yet, is not live.
 	killed := startHeld(t, b, placedSpec("job-c", 1, 0, "node-a", []int{3}, holdScript(work, "k")), work, "k")
