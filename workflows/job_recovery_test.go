@@ -1,0 +1,171 @@
+package workflows
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/trainq/trainq/activities"
+	"github.com/trainq/trainq/cluster"
+	"github.com/trainq/trainq/protocol"
+)
+
+// register sends the register update at d and keeps its answer in *hold.
+func (h *jobHarness) register(d time.Duration, epoch string, hold *protocol.JobHold) {
+	h.env.RegisterDelayedCallback(func() {
+		h.env.UpdateWorkflow(protocol.UpdateRegister, "register/"+epoch, &testsuite.TestUpdateCallback{
+			OnAccept: func() {},
+			OnReject: func(err error) { h.t.Errorf("register rejected: %v", err) },
+			OnComplete: func(v any, err error) {
+				require.NoError(h.t, err)
+				*hold = decodeUpdateResult[protocol.JobHold](h.t, v)
+			},
+		}, protocol.RegisterRequest{Epoch: epoch})
+	}, d)
+}
+
+func (h *jobHarness) grantFrom(d time.Duration, epoch string, attempt, workers int) {
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(protocol.SignalGrant, protocol.GrantSignal{Epoch: epoch, Attempt: attempt, Placement: placement(workers),
+			StopGracePeriod: 5 * time.Second, NodeTimeout: time.Minute})
+	}, d)
+}
+
+// lostWatch makes the watch of worker of attempt fail as if its node's agent
+// never picked it up.
+func (h *jobHarness) lostWatch(attempt, worker int, d time.Duration) {
+	h.env.OnActivity(h.acts.WatchWorker, mock.Anything, mock.MatchedBy(func(in activities.WatchWorkerInput) bool {
+		return in.Attempt == attempt && in.Worker == worker
+	})).After(d).Return(cluster.WorkerStatus{}, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, nil))
+}
+
+func TestJobRegisterAnswersWhatItWaitsForAndHolds(t *testing.T) {
+	h := newJobHarness(t)
+	var waiting, held protocol.JobHold
+	h.register(time.Minute, "e1", &waiting)
+	h.grantFrom(2*time.Minute, "e1", 1, 2)
+	h.watch(1, 0, 5*time.Minute, 0)
+	h.watch(1, 1, forever, 0)
+	h.register(10*time.Minute, "e2", &held)
+	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 20*time.Minute)
+	h.run(jobSpec("medium", 2, 3))
+
+	assert.Equal(t, protocol.HoldWaiting, waiting.Phase)
+	assert.Equal(t, 1, waiting.Request.Attempt)
+	assert.Equal(t, int64(7), waiting.Request.Seq, "the request carries the allocator's sequence")
+	assert.Equal(t, 2, waiting.Request.Workers)
+	assert.Equal(t, protocol.HoldHolding, held.Phase)
+	assert.Equal(t, placement(2), held.Placement)
+	assert.Equal(t, []int{0}, held.Released, "worker 0 exited and was released")
+	assert.True(t, held.Releasing)
+	assert.Equal(t, testStart.Add(2*time.Minute), held.StartedAt.UTC())
+}
+
+func TestJobIgnoresGrantOfReplacedAllocator(t *testing.T) {
+	h := newJobHarness(t)
+	var hold protocol.JobHold
+	// The old allocator's grant is delivered after the new one registered
+	// the job: the new one does not know of it, so using it would double-book.
+	h.register(time.Minute, "new", &hold)
+	h.grantFrom(2*time.Minute, "old", 1, 1)
+	h.grantFrom(5*time.Minute, "new", 1, 1)
+	h.watch(1, -1, time.Minute, 0)
+	h.run(jobSpec("medium", 1, 0))
+	require.NoError(t, h.env.GetWorkflowError())
+	st := h.status()
+	require.NotNil(t, st.RunningAt)
+	assert.Equal(t, testStart.Add(5*time.Minute), st.RunningAt.UTC(), "the job started on the new allocator's grant")
+	assert.Equal(t, protocol.HoldWaiting, hold.Phase)
+}
+
+func TestJobNodeLossRerunsWithoutSpendingRetries(t *testing.T) {
+	h := newJobHarness(t)
+	h.grantFrom(time.Minute, "e", 1, 2)
+	h.watch(1, 0, forever, 0)
+	h.lostWatch(1, 1, 2*time.Minute)
+	h.grantFrom(10*time.Minute, "e", 2, 2)
+	h.watch(2, -1, time.Minute, 0)
+	h.run(jobSpec("medium", 2, 0))
+	require.NoError(t, h.env.GetWorkflowError())
+
+	st := h.status()
+	assert.Equal(t, protocol.StateCompleted, st.State)
+	assert.Equal(t, 0, st.Restarts, "a node loss does not count against max_retry")
+	assert.Equal(t, 1, st.NodeLosses)
+	assert.Equal(t, "node basic-2 lost: its agent did not answer for 1m0s", st.Attempts[0].EndReason)
+	// Worker 1's node is gone: it is released as lost, without a stop that
+	// could never be picked up; worker 0 is stopped as usual.
+	var lost []protocol.ReleaseSignal
+	for _, r := range h.releases(1) {
+		if len(r.LostNodes) > 0 {
+			lost = append(lost, r)
+		}
+	}
+	require.Len(t, lost, 1)
+	assert.Equal(t, []string{"basic-2"}, lost[0].LostNodes)
+	assert.Equal(t, []int{1}, lost[0].Workers)
+	require.Len(t, h.stops, 1)
+	assert.Equal(t, 0, h.stops[0].ID.Worker)
+}
+
+func TestJobLosingNodesTooOftenFails(t *testing.T) {
+	h := newJobHarness(t)
+	for attempt := 1; attempt <= maxNodeLossReruns+1; attempt++ {
+		h.grantFrom(time.Duration(attempt)*10*time.Minute, "e", attempt, 1)
+		h.lostWatch(attempt, 0, time.Minute)
+	}
+	h.run(jobSpec("medium", 1, 5))
+	assert.Equal(t, ErrTypeJobFailed, appErrType(t, h.env.GetWorkflowError()))
+	st := h.status()
+	assert.Equal(t, protocol.StateFailed, st.State)
+	assert.Equal(t, maxNodeLossReruns+1, st.NodeLosses)
+	assert.Equal(t, 0, st.Restarts)
+	assert.Contains(t, st.Message, "lost a node 4 times")
+}
+
+func TestJobStuckRestartsThenDeletes(t *testing.T) {
+	for _, tc := range []struct {
+		action   string
+		state    protocol.JobState
+		attempts int
+	}{
+		{protocol.HealthActionRestart, protocol.StateCompleted, 2},
+		{protocol.HealthActionDelete, protocol.StateFailed, 1},
+	} {
+		t.Run(tc.action, func(t *testing.T) {
+			h := newJobHarness(t)
+			var judged []activities.WatchWorkerInput
+			h.grantFrom(time.Minute, "e", 1, 2)
+			h.env.OnActivity(h.acts.WatchWorker, mock.Anything, mock.MatchedBy(func(in activities.WatchWorkerInput) bool {
+				return in.Attempt == 1 && in.Worker == 0
+			})).After(2*time.Minute).Return(func(_ context.Context, in activities.WatchWorkerInput) (cluster.WorkerStatus, error) {
+				h.mu.Lock()
+				judged = append(judged, in)
+				h.mu.Unlock()
+				return cluster.WorkerStatus{}, temporal.NewNonRetryableApplicationError("silent", activities.ErrTypeWorkerStuck, nil)
+			})
+			h.watch(1, 1, forever, 0)
+			h.grantFrom(10*time.Minute, "e", 2, 2)
+			h.watch(2, -1, time.Minute, 0)
+			spec := jobSpec("medium", 2, 1)
+			spec.Health = &protocol.JobHealth{LogPeriod: 10 * time.Minute, Action: tc.action}
+			h.run(spec)
+
+			st := h.status()
+			assert.Equal(t, tc.state, st.State)
+			assert.Len(t, st.Attempts, tc.attempts)
+			assert.Contains(t, st.Attempts[0].EndReason, "no worker wrote a log line for 10m0s")
+			assert.Contains(t, st.Attempts[0].EndReason, "health_params.action is "+tc.action)
+			require.Len(t, judged, 1)
+			assert.Equal(t, 10*time.Minute, judged[0].LogPeriod)
+			assert.Equal(t, 2, judged[0].Workers, "worker 0's watch judges the whole attempt")
+		})
+	}
+}

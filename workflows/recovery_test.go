@@ -1,0 +1,206 @@
+package workflows
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/trainq/trainq/activities"
+	"github.com/trainq/trainq/cluster"
+	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/scheduler"
+)
+
+// The recovery tests start an allocator without state, as after
+// `temporal workflow terminate`, with jobs that still hold or wait for
+// capacity (their answers to the register update are h.holds).
+
+func holding(job string, attempt int, seq int64, p ...scheduler.WorkerPlacement) protocol.JobHold {
+	req := capReq(job, attempt, scheduler.Medium, len(p))
+	req.Seq = seq
+	return protocol.JobHold{Job: job, Phase: protocol.HoldHolding, Request: req, Placement: p, StartedAt: testStart}
+}
+
+func waitingHold(job string, class scheduler.Class, seq int64) protocol.JobHold {
+	req := capReq(job, 1, class, 1)
+	req.Seq = seq
+	return protocol.JobHold{Job: job, Phase: protocol.HoldWaiting, Request: req}
+}
+
+func on(node string, worker int, gpus ...int) scheduler.WorkerPlacement {
+	return scheduler.WorkerPlacement{Worker: worker, Node: node, GPUs: gpus}
+}
+
+func TestRecoveryNeverGrantsWhatAJobStillHolds(t *testing.T) {
+	h := newAllocHarness(t)
+	// held holds all of n1; old-waiter waited (seq 5) before the allocator
+	// was lost; newcomer asks the fresh allocator at once.
+	h.holds = []protocol.JobHold{
+		holding("held", 1, 3, on("n1", 0, 0, 1)),
+		waitingHold("old-waiter", scheduler.Medium, 5),
+	}
+	h.request(0, capReq("newcomer", 1, scheduler.Medium, 1))
+	h.runAllocator(allocInput(allocNodes(2, 2)), time.Hour)
+
+	require.Len(t, h.registerCalls, 1)
+	epoch := h.registerCalls[0].Epoch
+	require.NotEmpty(t, epoch)
+	g := h.grantsTo("old-waiter")
+	require.Len(t, g, 1, "the recovered waiting job keeps its place ahead of the newcomer")
+	assert.Equal(t, "n2", g[0].Placement[0].Node, "n1 is still held by the recovered job")
+	assert.Equal(t, epoch, g[0].Epoch, "grants name the recovered epoch")
+	assert.Empty(t, h.grantsTo("newcomer"), "nothing is free for the newcomer")
+	assert.Empty(t, h.preempts)
+	v := h.queue()
+	assert.ElementsMatch(t, []string{"held", "old-waiter"}, runningJobs(v))
+	assert.Equal(t, []string{"newcomer"}, waitingJobs(v))
+	assert.False(t, v.Recovering)
+	assert.Empty(t, v.Fenced, "every agent answered the fence")
+	assert.Equal(t, int64(1), v.Counters.Recoveries)
+	reply := h.outcome("newcomer", 1).reply
+	assert.Equal(t, epoch, reply.Epoch)
+	assert.Greater(t, reply.Seq, int64(5), "a new request queues after every recovered one")
+	// Each node's agent was told which workers to keep: n1 keeps held's.
+	keep := map[string][]cluster.WorkerID{}
+	for _, f := range h.fences {
+		keep[f.node] = append(keep[f.node], f.keep...)
+	}
+	assert.Equal(t, []cluster.WorkerID{{Job: "held", Attempt: 1, Worker: 0}}, keep["n1"])
+}
+
+func TestRecoveryAppliesReleasesThatArriveMeanwhile(t *testing.T) {
+	h := newAllocHarness(t)
+	h.holds = []protocol.JobHold{holding("held", 1, 1, on("n1", 0, 0, 1), on("n2", 1, 0, 1))}
+	// The register answers take a while; meanwhile held's worker 1 stops.
+	h.env.OnActivity(h.acts.RegisterJobs, mock.Anything, mock.Anything).After(10*time.Second).Return(
+		activities.RegisterJobsReply{Holds: h.holds, Listed: 1}, nil).Once()
+	h.release(5*time.Second, protocol.ReleaseSignal{Job: "held", Attempt: 1, Workers: []int{1}, Stopping: true})
+	h.request(6*time.Second, capReq("next", 1, scheduler.Low, 1))
+	h.runAllocator(allocInput(allocNodes(2, 2)), time.Hour)
+
+	g := h.grantsTo("next")
+	require.Len(t, g, 1, "the release sent during recovery frees n2")
+	assert.Equal(t, "n2", g[0].Placement[0].Node)
+	v := h.queue()
+	require.Len(t, v.Running, 2)
+	for _, r := range v.Running {
+		if r.Job == "held" {
+			assert.True(t, r.Releasing)
+			assert.Equal(t, []int{1}, r.Released)
+		}
+	}
+}
+
+func TestRecoveryReportsConflictingHolds(t *testing.T) {
+	h := newAllocHarness(t)
+	h.holds = []protocol.JobHold{
+		holding("a", 1, 1, on("n1", 0, 0, 1)),
+		holding("b", 1, 2, on("n1", 0, 1, 0)), // claims the same GPUs
+	}
+	var reply protocol.RecoverReply
+	h.at(time.Minute, func() {
+		h.env.UpdateWorkflow(protocol.UpdateRecover, "recover-1", &testsuite.TestUpdateCallback{
+			OnAccept: func() {},
+			OnReject: func(err error) { t.Errorf("recover rejected: %v", err) },
+			OnComplete: func(v any, err error) {
+				require.NoError(t, err)
+				reply = decodeUpdateResult[protocol.RecoverReply](t, v)
+			},
+		})
+	})
+	h.runAllocator(allocInput(allocNodes(2, 2)), time.Hour)
+	require.Len(t, h.registerCalls, 2, "the start and the operator's recover")
+	assert.NotEqual(t, h.registerCalls[0].Epoch, h.registerCalls[1].Epoch, "each recovery draws a new epoch")
+	assert.Equal(t, h.registerCalls[1].Epoch, reply.Epoch)
+	assert.Equal(t, 1, reply.Running)
+	require.Len(t, reply.Conflicts, 1)
+	assert.Contains(t, reply.Conflicts[0], "b attempt 1")
+}
+
+func TestLostNodeIsFencedUntilItsAgentAnswers(t *testing.T) {
+	h := newAllocHarness(t)
+	h.request(time.Minute, capReq("victim", 1, scheduler.Medium, 1))
+	// victim's node stops answering: the job releases its worker as lost.
+	h.at(2*time.Minute, func() {
+		h.mu.Lock()
+		h.deadNodes["n1"] = true
+		h.mu.Unlock()
+	})
+	h.release(3*time.Minute, protocol.ReleaseSignal{Job: "victim", Attempt: 1, Workers: []int{0}, Stopping: true, LostNodes: []string{"n1"}})
+	h.request(4*time.Minute, capReq("next", 1, scheduler.Medium, 1))
+	var during protocol.QueueView
+	h.at(5*time.Minute, func() { during = h.queue() })
+	h.at(6*time.Minute, func() {
+		h.mu.Lock()
+		delete(h.deadNodes, "n1")
+		h.mu.Unlock()
+	})
+	h.request(7*time.Minute, capReq("later", 1, scheduler.Medium, 1))
+	h.runAllocator(allocInput(allocNodes(1, 2)), time.Hour)
+
+	require.Len(t, during.Fenced, 1)
+	assert.Equal(t, "n1", during.Fenced[0].Node)
+	assert.Contains(t, during.Fenced[0].Reason, "lost")
+	assert.Equal(t, []string{"next"}, waitingJobs(during), "nothing is granted on a fenced node")
+	require.Len(t, h.grantsTo("next"), 1, "once its agent answers the fence, the node serves the queue again")
+	v := h.queue()
+	assert.Empty(t, v.Fenced)
+	assert.Equal(t, int64(1), v.Counters.NodesLost)
+	assert.Equal(t, []string{"later"}, waitingJobs(v))
+}
+
+func TestWithdrawBeforeRequestLeavesNoGhost(t *testing.T) {
+	h := newAllocHarness(t)
+	h.request(time.Minute, capReq("low", 1, scheduler.Low, 1))
+	// The job was cancelled while its request was on its way: the withdraw
+	// signal overtakes the update.
+	h.at(2*time.Minute, func() {
+		h.env.SignalWorkflow(protocol.SignalWithdraw, protocol.WithdrawSignal{Job: "ghost", Attempt: 1})
+	})
+	h.request(3*time.Minute, capReq("ghost", 1, scheduler.High, 1))
+	h.runAllocator(allocInput(allocNodes(1, 2)), time.Hour)
+
+	out := h.outcome("ghost", 1)
+	require.Error(t, out.rejected, "the late request is refused")
+	assert.Contains(t, out.rejected.Error(), "withdrew")
+	assert.Empty(t, h.preempts, "a ghost never preempts")
+	v := h.queue()
+	assert.Empty(t, v.Waiting)
+	assert.Equal(t, []string{"low"}, runningJobs(v))
+}
+
+func TestWithdrawCancelsOnlyItsAttempt(t *testing.T) {
+	h := newAllocHarness(t)
+	h.request(time.Minute, capReq("job", 1, scheduler.Medium, 2))
+	// Attempt 1 stops; worker 0 is gone, worker 1 still stops.
+	h.release(2*time.Minute, protocol.ReleaseSignal{Job: "job", Attempt: 1, Workers: []int{0}, Stopping: true})
+	h.request(3*time.Minute, capReq("job", 2, scheduler.Medium, 2))
+	h.at(4*time.Minute, func() {
+		h.env.SignalWorkflow(protocol.SignalWithdraw, protocol.WithdrawSignal{Job: "job", Attempt: 2})
+	})
+	h.request(5*time.Minute, capReq("other", 1, scheduler.Medium, 2))
+	h.runAllocator(allocInput(allocNodes(2, 2)), time.Hour)
+
+	assert.Empty(t, h.grantsTo("other"), "attempt 1's worker 1 still holds its GPUs")
+	v := h.queue()
+	require.Len(t, v.Running, 1)
+	assert.Equal(t, 1, v.Running[0].Attempt)
+	assert.True(t, v.Running[0].Releasing)
+	assert.Equal(t, []string{"other"}, waitingJobs(v))
+}
+
+func TestGhostRequestsAreDropped(t *testing.T) {
+	h := newAllocHarness(t)
+	h.request(time.Minute, capReq("runner", 1, scheduler.Low, 1))
+	h.request(2*time.Minute, capReq("ghost", 1, scheduler.Medium, 1))
+	h.request(3*time.Minute, capReq("alive", 1, scheduler.Low, 1))
+	// ghost's job ended without a withdrawal reaching the allocator.
+	h.ghosts = []protocol.WithdrawSignal{{Job: "ghost", Attempt: 1}}
+	h.runAllocator(allocInput(allocNodes(1, 2)), time.Hour)
+	v := h.queue()
+	assert.Equal(t, []string{"alive"}, waitingJobs(v), "the leak check dropped the ghost, not the living")
+}
