@@ -145,7 +145,7 @@ func TestJobStuckRestartsThenDeletes(t *testing.T) {
 			h.grantFrom(time.Minute, "e", 1, 2)
 			h.env.OnActivity(h.acts.WatchWorker, mock.Anything, mock.MatchedBy(func(in activities.WatchWorkerInput) bool {
 				return in.Attempt == 1 && in.Worker == 0
-			})).After(2*time.Minute).Return(func(_ context.Context, in activities.WatchWorkerInput) (cluster.WorkerStatus, error) {
+			})).After(2 * time.Minute).Return(func(_ context.Context, in activities.WatchWorkerInput) (cluster.WorkerStatus, error) {
 				h.mu.Lock()
 				judged = append(judged, in)
 				h.mu.Unlock()
