@@ -83,6 +83,9 @@ func printStatus(w io.Writer, st protocol.JobStatus) {
 	row("allocation", "%s/%s", st.Region, st.Allocation)
 	row("resources", "%d × %s = %s", st.NWorkers, st.InstanceType, plural(st.GPUs, "GPU", "GPUs"))
 	retries := fmt.Sprintf("max_retry %d", st.MaxRetry)
+	if st.NodeLosses > 0 {
+		retries += fmt.Sprintf("; %s after lost nodes, which do not count", plural(st.NodeLosses, "rerun", "reruns"))
+	}
 	row("attempt", "%d (%s, %s)", st.Attempt, plural(st.Restarts, "restart", "restarts"), retries)
 	if st.Spec.Author != "" {
 		row("author", "%s", st.Spec.Author)

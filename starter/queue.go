@@ -98,10 +98,22 @@ func printQueue(g *globals, v protocol.QueueView) {
 		v.Region, v.Allocation, total, free, allocated, releasing,
 		plural(len(v.Running), "job running", "jobs running"), plural(waitingTotal(v), "waiting", "waiting"))
 
+	if v.Recovering {
+		fmt.Fprintln(w, "The allocator is recovering its state from the jobs and node agents; it grants nothing until it is done.")
+		fmt.Fprintln(w)
+	}
+	fenced := map[string]string{}
+	for _, f := range v.Fenced {
+		fenced[f.Node] = f.Reason
+	}
 	tw := newTable(w)
-	fmt.Fprintln(tw, "NODE\tFAMILY\tGPUS\tFREE\tALLOCATED\tRELEASING")
+	fmt.Fprintln(tw, "NODE\tFAMILY\tGPUS\tFREE\tALLOCATED\tRELEASING\tSTATE")
 	for _, n := range v.Nodes {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\n", n.Name, n.Family, n.GPUs, n.FreeGPUs, n.AllocatedGPUs, n.ReleasingGPUs)
+		state := "ok"
+		if why, ok := fenced[n.Name]; ok {
+			state = "fenced: " + why
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\n", n.Name, n.Family, n.GPUs, n.FreeGPUs, n.AllocatedGPUs, n.ReleasingGPUs, state)
 	}
 	tw.Flush()
 

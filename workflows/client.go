@@ -524,3 +524,31 @@ func Count(ctx context.Context, c client.Client, f ListFilter) (int64, error) {
 	}
 	return resp.GetCount(), nil
 }
+
+// recoverTimeout bounds an operator's recovery: listing and registering
+// every job of the allocation takes seconds, not minutes.
+const recoverTimeout = 2 * time.Minute
+
+// RecoverAllocator makes the allocation's allocator rebuild its state from
+// the jobs and the node agents (see AllocatorWorkflow), starting a fresh
+// allocator if none runs, and answers what the recovery found.
+func RecoverAllocator(ctx context.Context, c client.Client, in protocol.AllocatorInput, start client.StartWorkflowOptions) (protocol.RecoverReply, error) {
+	var reply protocol.RecoverReply
+	ctx, cancel := context.WithTimeout(ctx, recoverTimeout)
+	defer cancel()
+	op := c.NewWithStartWorkflowOperation(start, protocol.AllocatorWorkflowName, in)
+	handle, err := c.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+		StartWorkflowOperation: op,
+		UpdateOptions: client.UpdateWorkflowOptions{
+			UpdateName:   protocol.UpdateRecover,
+			WaitForStage: client.WorkflowUpdateStageCompleted,
+		},
+	})
+	if err == nil {
+		err = handle.Get(ctx, &reply)
+	}
+	if err != nil {
+		return reply, fmt.Errorf("recover allocation %s/%s: %w", in.Region, in.Allocation, err)
+	}
+	return reply, nil
+}
