@@ -193,7 +193,9 @@ type WatchWorkerInput struct {
 	LogPeriod time.Duration `json:"log_period,omitempty"`
 	// Workers, when > 1, widens stuck detection to the whole attempt: the
 	// job is silent only while none of workers 0..Workers-1 writes (often
-	// only rank 0 logs). Set on worker 0's watch alone.
+	// only rank 0 logs). Set on worker 0's watch alone. Only the workers the
+	// node's backend can see count (the local backend sees every worker that
+	// shares its data dir); the others are skipped, with a warning.
 	Workers int `json:"workers,omitempty"`
 }
 
@@ -208,11 +210,13 @@ func stuckCheckInterval(period time.Duration) time.Duration {
 //
 // With in.LogPeriod > 0 it also ends, with a non-retryable ErrTypeWorkerStuck
 // error, when the worker has been silent for LogPeriod: no change to its log
-// since max(last log write, worker start). Both come from the backend's
-// durable state, so a retried watch measures the same silence as the first
-// one, not the time since it started. A worker that is being stopped is not
-// checked. A backend without cluster.OutputClock watches without detection
-// (and logs a warning).
+// since max(last log write, worker start); with in.Workers > 1, no change to
+// the log of any of the attempt's workers 0..Workers-1 since the latest of
+// their writes and starts. All of it comes from the backend's durable state,
+// so a retried watch measures the same silence as the first one, not the
+// time since it started. A worker that is being stopped is not checked. A
+// backend without cluster.OutputClock watches without detection (and logs a
+// warning). The worker is left running either way.
 func (a *Activities) WatchWorker(ctx context.Context, in WatchWorkerInput) (cluster.WorkerStatus, error) {
 	id := in.WorkerID
 	heartbeat := func(s cluster.WorkerStatus) { activity.RecordHeartbeat(ctx, s.Phase) }
@@ -239,7 +243,7 @@ func (a *Activities) WatchWorker(ctx context.Context, in WatchWorkerInput) (clus
 	}()
 	ticker := time.NewTicker(stuckCheckInterval(in.LogPeriod))
 	defer ticker.Stop()
-	var firstSeen time.Time // fallback reference if the backend records neither time
+	s := silence{a: a, clock: clock, in: in}
 	for {
 		select {
 		case r := <-done:
@@ -250,20 +254,10 @@ func (a *Activities) WatchWorker(ctx context.Context, in WatchWorkerInput) (clus
 		if err != nil || st.Phase != cluster.PhaseRunning || st.StopRequested {
 			continue // Wait reports exits and persistent errors
 		}
-		last, err := clock.LastOutput(ctx, id)
+		ref, err := s.lastSign(ctx, st)
 		if err != nil {
 			activity.GetLogger(ctx).Warn("cannot tell when the worker last wrote its log", "worker", id.String(), "error", err)
 			continue
-		}
-		ref := last
-		if st.StartedAt.After(ref) {
-			ref = st.StartedAt
-		}
-		if ref.IsZero() {
-			if firstSeen.IsZero() {
-				firstSeen = time.Now()
-			}
-			ref = firstSeen
 		}
 		if time.Since(ref) < in.LogPeriod {
 			continue
@@ -280,9 +274,79 @@ func (a *Activities) WatchWorker(ctx context.Context, in WatchWorkerInput) (clus
 		if now, err := a.Backend.Status(ctx, id); err == nil && now.Phase == cluster.PhaseExited {
 			return now, nil
 		}
-		msg := fmt.Sprintf("worker %d wrote no log line for %v (health_params.log_period)", id.Worker, in.LogPeriod)
+		who := fmt.Sprintf("worker %d", id.Worker)
+		if in.Workers > 1 {
+			who = fmt.Sprintf("workers 0-%d", in.Workers-1)
+		}
+		msg := fmt.Sprintf("%s wrote no log line for %v (health_params.log_period)", who, in.LogPeriod)
 		return st, temporal.NewNonRetryableApplicationError(msg, ErrTypeWorkerStuck, nil, st)
 	}
+}
+
+// silence tracks when the watched worker, or with Workers > 1 its attempt,
+// last showed life.
+type silence struct {
+	a         *Activities
+	clock     cluster.OutputClock
+	in        WatchWorkerInput
+	firstSeen time.Time    // fallback if the backend records no time at all
+	unseen    map[int]bool // other workers the backend does not know, warned about
+}
+
+// lastSign returns the latest log write or start among the watched workers;
+// st is the watched worker's current status.
+func (s *silence) lastSign(ctx context.Context, st cluster.WorkerStatus) (time.Time, error) {
+	id := s.in.WorkerID
+	ref, err := s.clock.LastOutput(ctx, id)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if st.StartedAt.After(ref) {
+		ref = st.StartedAt
+	}
+	for w := range s.in.Workers {
+		if w == id.Worker {
+			continue
+		}
+		other := cluster.WorkerID{Job: id.Job, Attempt: id.Attempt, Worker: w}
+		ost, err := s.a.Backend.Status(ctx, other)
+		if err != nil {
+			return time.Time{}, err
+		}
+		last, err := s.clock.LastOutput(ctx, other)
+		if ost.Phase == cluster.PhaseNotFound || errors.Is(err, cluster.ErrNotFound) {
+			if s.unseen == nil {
+				s.unseen = map[int]bool{}
+			}
+			if !s.unseen[w] {
+				s.unseen[w] = true
+				activity.GetLogger(ctx).Warn("stuck-job detection cannot see this worker from here; judging the attempt without it",
+					"worker", other.String())
+			}
+			continue
+		}
+		if err != nil {
+			return time.Time{}, err
+		}
+		ref = latest(ref, last, ost.StartedAt)
+	}
+	if ref.IsZero() {
+		if s.firstSeen.IsZero() {
+			s.firstSeen = time.Now()
+		}
+		ref = s.firstSeen
+	}
+	return ref, nil
+}
+
+func latest(ts ...time.Time) time.Time {
+	var out time.Time
+	for _, t := range ts {
+		if t.After(out) {
+			out = t
+		}
+	}
+	return out
 }
 
 // watchResult turns a missing worker into a non-retryable WorkerNotFound.

@@ -194,6 +194,37 @@ func TestWatchWorkerStuck(t *testing.T) {
 	assert.GreaterOrEqual(t, time.Since(wrote), period-50*time.Millisecond)
 }
 
+// With Workers set (worker 0's watch), the attempt is stuck only when none
+// of its workers writes; workers this node cannot see are skipped.
+func TestWatchWorkerStuckJudgesTheAttempt(t *testing.T) {
+	b := newLocal(t)
+	work := t.TempDir()
+	quiet := workerSpec("gang-job", 1, 0, "node-a", nil, fmt.Sprintf(`echo hello; touch %s/ready; exec sleep 1000`, work))
+	quiet.Workers = 3
+	chatty := workerSpec("gang-job", 1, 1, "node-b", nil, `i=0; while [ $i -lt 15 ]; do echo step $i; i=$((i+1)); sleep 0.1; done; exec sleep 1000`)
+	chatty.Workers = 3
+	began := time.Now()
+	start(t, b, quiet)
+	start(t, b, chatty)
+	waitForFile(t, filepath.Join(work, "ready"))
+	// Worker 2 runs on a node whose state this backend does not hold.
+
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	env.RegisterActivity(&Activities{Backend: b})
+	const period = 2 * time.Second
+	_, err := env.ExecuteActivity((&Activities{}).WatchWorker, WatchWorkerInput{WorkerID: quiet.ID, LogPeriod: period, Workers: 3})
+	ended := time.Now()
+	appErr := appError(t, err)
+	assert.Equal(t, ErrTypeWorkerStuck, appErr.Type())
+	assert.Contains(t, err.Error(), "workers 0-2 wrote no log line for 2s (health_params.log_period)")
+	// Not at worker 0's silence alone: only a period after worker 1's last line.
+	lastChat, err := b.LastOutput(testCtx(t), chatty.ID)
+	require.NoError(t, err)
+	assert.True(t, lastChat.After(began.Add(time.Second)), "worker 1 wrote for about 1.5s")
+	assert.GreaterOrEqual(t, ended.Sub(lastChat), period-50*time.Millisecond)
+}
+
 // A worker that keeps writing is never stuck, and its exit is reported as
 // usual.
 func TestWatchWorkerNotStuckWhileWriting(t *testing.T) {
