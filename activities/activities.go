@@ -460,8 +460,11 @@ type FenceNodeReply struct {
 // FenceNode stops, on the node of the task queue it runs on, every live
 // worker not in in.Keep (see cluster.Fence): all at once, each gracefully,
 // heartbeating every 2s while it waits. It returns only when none of those
-// workers has a process left, and is idempotent. An allocator calls it when
-// a lost node's agent is back, before it uses the node's capacity again.
+// workers has a process left, and is idempotent. Success confirms that no
+// worker outside Keep is live on the node; a worker that appeared meanwhile
+// makes it fail (retryable), and the next call stops that one too. An
+// allocator calls it when a lost node's agent is back, before it uses the
+// node's capacity again.
 func (a *Activities) FenceNode(ctx context.Context, in FenceNodeInput) (FenceNodeReply, error) {
 	node, err := thisNode(ctx)
 	if err != nil {

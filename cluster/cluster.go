@@ -323,8 +323,10 @@ var ErrNoInventory = errors.New("the cluster backend cannot list the workers of 
 // workers it stopped, with their status after stopping, and the workers
 // still live on the node afterwards: normally exactly the live ones of keep.
 // Fence is idempotent; once the node is fenced, another call stops nothing.
-// If stopping a worker fails, the error (joined over all workers) is
-// returned together with what was done.
+// A nil error confirms that no worker outside keep is live on the node: if
+// stopping a worker fails, or a worker outside keep is live afterwards
+// (started meanwhile), the error says so (joined over all workers) and is
+// returned together with what was done; calling Fence again continues.
 func Fence(ctx context.Context, b Backend, node string, keep []WorkerID, grace time.Duration) (stopped, live []PlacedWorker, err error) {
 	inv, ok := b.(Inventory)
 	if !ok {
@@ -367,7 +369,12 @@ func Fence(ctx context.Context, b Backend, node string, keep []WorkerID, grace t
 	}
 	live, lerr := inv.LiveWorkers(ctx, node)
 	if lerr != nil {
-		lerr = fmt.Errorf("fence node %s: list live workers: %w", node, lerr)
+		errs = append(errs, fmt.Errorf("fence node %s: list live workers: %w", node, lerr))
 	}
-	return stopped, live, errors.Join(append(errs, lerr)...)
+	for _, w := range live {
+		if !kept[w.ID] {
+			errs = append(errs, fmt.Errorf("fence node %s: %s is still live", node, w.ID))
+		}
+	}
+	return stopped, live, errors.Join(errs...)
 }
