@@ -1,6 +1,8 @@
 // Package testenv holds what trainq's end-to-end test harnesses (e2e, api)
 // share: the Temporal CLI, the real binaries, a dev server with trainq's
-// search attributes, and trainq-worker processes. It lives under internal/
+// search attributes (also one that can be killed and restarted on its
+// state), trainq-worker processes, and the checker of what job workers
+// record about the GPUs they held. It lives under internal/
 // so that only this module can import it; only its tests do.
 package testenv
 
@@ -126,7 +128,45 @@ func (w *WorkerProcess) Kill() {
 // LogTail returns the last lines of the worker's output: the end is where
 // a failure shows, and the whole log would drown the test's report.
 func (w *WorkerProcess) LogTail(lines int) string {
-	parts := strings.Split(w.log.String(), "\n")
+	return tail(w.log.String(), lines)
+}
+
+// Pid is the worker's process id.
+func (w *WorkerProcess) Pid() int { return w.cmd.Process.Pid }
+
+// Exited reports whether the worker has exited.
+func (w *WorkerProcess) Exited() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// WaitLog waits until the worker's output contains s. It fails if the
+// worker exits first or ctx ends, with the end of the output.
+func (w *WorkerProcess) WaitLog(ctx context.Context, s string) error {
+	for {
+		text, changed := w.log.snapshot()
+		if strings.Contains(text, s) {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-w.done:
+			if strings.Contains(w.log.String(), s) {
+				return nil
+			}
+			return fmt.Errorf("the process exited before it logged %q:\n%s", s, w.LogTail(30))
+		case <-ctx.Done():
+			return fmt.Errorf("the process has not logged %q: %w:\n%s", s, ctx.Err(), w.LogTail(30))
+		}
+	}
+}
+
+func tail(text string, lines int) string {
+	parts := strings.Split(text, "\n")
 	if len(parts) > lines {
 		parts = parts[len(parts)-lines:]
 	}
@@ -134,15 +174,20 @@ func (w *WorkerProcess) LogTail(lines int) string {
 }
 
 // syncBuffer is a bytes.Buffer that a process's output goroutines can
-// write while a test reads it.
+// write while a test reads it, and wait for.
 type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu      sync.Mutex
+	b       bytes.Buffer
+	changed chan struct{} // closed at the next write
 }
 
 func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.changed != nil {
+		close(s.changed)
+		s.changed = nil
+	}
 	return s.b.Write(p)
 }
 
@@ -150,4 +195,14 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// snapshot returns the text so far and a channel closed at the next write.
+func (s *syncBuffer) snapshot() (string, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.changed == nil {
+		s.changed = make(chan struct{})
+	}
+	return s.b.String(), s.changed
 }
