@@ -175,6 +175,7 @@ func run(opts options) error {
 		if err := ensureAllocators(ctx, c, cfg, logger); err != nil {
 			return err
 		}
+		go keepAllocatorsRunning(ctx, c, cfg, cfg.ReclaimInterval.D(), logger)
 	}
 	switch opts.role {
 	case roleAll:

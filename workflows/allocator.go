@@ -405,7 +405,7 @@ func (a *allocator) reconfigure(ctx workflow.Context, in protocol.AllocatorInput
 		return protocol.ReconfigureReply{}, err
 	}
 	a.in.Nodes, a.in.Policy = a.pool.Nodes(), a.pool.Policy()
-	a.in.StopGracePeriod, a.in.ReclaimInterval = in.StopGracePeriod, in.ReclaimInterval
+	a.in.StopGracePeriod, a.in.ReclaimInterval, a.in.NodeTimeout = in.StopGracePeriod, in.ReclaimInterval, in.NodeTimeout
 	reply := protocol.ReconfigureReply{Changed: true, Summary: summary}
 	for _, u := range unfit {
 		reply.Refused = append(reply.Refused, u.Job)
@@ -469,6 +469,9 @@ func (a *allocator) configChanges(in protocol.AllocatorInput) string {
 	}
 	if a.in.StopGracePeriod != in.StopGracePeriod {
 		parts = append(parts, fmt.Sprintf("stop_grace_period %s -> %s", a.in.StopGracePeriod, in.StopGracePeriod))
+	}
+	if a.in.NodeTimeout != in.NodeTimeout {
+		parts = append(parts, fmt.Sprintf("node_timeout %s -> %s", a.in.NodeTimeout, in.NodeTimeout))
 	}
 	if a.in.ReclaimInterval != in.ReclaimInterval {
 		parts = append(parts, fmt.Sprintf("reclaim_interval %s -> %s", a.in.ReclaimInterval, in.ReclaimInterval))

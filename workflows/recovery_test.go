@@ -1,12 +1,14 @@
 package workflows
 
 import (
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/trainq/trainq/activities"
@@ -203,4 +205,18 @@ func TestGhostRequestsAreDropped(t *testing.T) {
 	h.runAllocator(allocInput(allocNodes(1, 2)), time.Hour)
 	v := h.queue()
 	assert.Equal(t, []string{"alive"}, waitingJobs(v), "the leak check dropped the ghost, not the living")
+}
+
+func TestUnreadableStateFailsTheTaskNotTheAllocator(t *testing.T) {
+	h := newAllocHarness(t)
+	in := allocInput(allocNodes(1, 2))
+	in.State = &protocol.AllocatorState{Pool: scheduler.Snapshot{Version: 99}}
+	h.env.ExecuteWorkflow(protocol.AllocatorWorkflowName, in)
+	// A panic fails the workflow task, which the server retries until a
+	// worker that can read the state runs it; the test environment reports
+	// it as a PanicError. An application error would close the workflow
+	// and lose the state.
+	var panicErr *temporal.PanicError
+	require.True(t, errors.As(h.env.GetWorkflowError(), &panicErr), "got %v", h.env.GetWorkflowError())
+	assert.Contains(t, panicErr.Error(), "restore allocator state")
 }

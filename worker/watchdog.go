@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/trainq/trainq/activities"
+	"github.com/trainq/trainq/config"
+	"github.com/trainq/trainq/protocol"
+)
+
+// keepAllocatorsRunning starts, every interval, the allocator of any
+// allocation that has none running: one terminated from the Web UI or the
+// CLI, or failed. The fresh allocator recovers its state from the jobs and
+// node agents, so jobs that were waiting do not wait for ever. Starting an
+// allocator that runs is a no-op (conflict policy USE_EXISTING).
+func keepAllocatorsRunning(ctx context.Context, c client.Client, cfg *config.Config, interval time.Duration, logger *slog.Logger) {
+	runs := map[string]string{}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, ref := range cfg.Allocations() {
+			in, err := activities.AllocatorInput(cfg, ref.Region, ref.Allocation.Name)
+			if err != nil {
+				continue
+			}
+			id := protocol.AllocatorWorkflowID(ref.Region, ref.Allocation.Name)
+			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			run, err := c.ExecuteWorkflow(sctx, activities.AllocatorStartOptions(ref.Region, ref.Allocation.Name), protocol.AllocatorWorkflowName, in)
+			cancel()
+			if err != nil {
+				if ctx.Err() == nil {
+					logger.Warn("could not make sure the allocator runs", "allocator", id, "error", err)
+				}
+				continue
+			}
+			// The run ID changes on continue-as-new too; only a run this
+			// call started has a first run ID of its own.
+			if prev, ok := runs[id]; ok && prev != run.GetRunID() && isFirstRun(ctx, c, id, run.GetRunID()) {
+				logger.Warn("the allocator was not running; started a fresh one, which recovers its state from the jobs", "allocator", id)
+			}
+			runs[id] = run.GetRunID()
+		}
+	}
+}
+
+// isFirstRun tells whether run starts a new chain of runs (not a
+// continue-as-new of an earlier one).
+func isFirstRun(ctx context.Context, c client.Client, id, run string) bool {
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	d, err := c.DescribeWorkflowExecution(dctx, id, run)
+	if err != nil {
+		return false
+	}
+	return d.GetWorkflowExecutionInfo().GetFirstRunId() == run
+}
