@@ -49,6 +49,11 @@ const registerConcurrency = 16
 // second time after in.Settle and registers the jobs the first pass missed.
 // Registering is idempotent, so a retried recovery asks again.
 func (a *Activities) RegisterJobs(ctx context.Context, in RegisterJobsInput) (RegisterJobsReply, error) {
+	// Heartbeat all along: a register answer can take a while under load,
+	// and the heartbeat timeout must catch only a lost worker.
+	hctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() { _ = sleepHeartbeating(hctx, 10*time.Minute) }()
 	seen := map[string]bool{}
 	var holds []protocol.JobHold
 	listed := 0
@@ -225,4 +230,23 @@ func describedAttempt(sa *commonpb.SearchAttributes) (int64, bool) {
 		return 0, false
 	}
 	return attempt, true
+}
+
+// sleepHeartbeating waits d, heartbeating every second so that a lost
+// worker is noticed by the heartbeat timeout, not the start-to-close one.
+func sleepHeartbeating(ctx context.Context, d time.Duration) error {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		activity.RecordHeartbeat(ctx, "settling")
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline.C:
+			return nil
+		case <-tick.C:
+		}
+	}
 }

@@ -21,10 +21,21 @@ import (
 const long = 90 * time.Second
 
 // victimScript runs until SIGTERM on its first attempt, recording that it
-// was asked to stop gracefully; later attempts finish at once.
+// was asked to stop gracefully; later attempts finish at once. Once its trap
+// is set it creates dir/ready (see waitVictimReady): a SIGTERM that comes
+// before would end it without a record.
 func victimScript(dir string) string {
-	return `if [ "$TRAINQ_ATTEMPT" = 1 ]; then trap 'echo term >> ` + dir + `/terms; exit 143' TERM; ` +
+	return `if [ "$TRAINQ_ATTEMPT" = 1 ]; then trap 'echo term >> ` + dir + `/terms; exit 143' TERM; touch ` + dir + `/ready; ` +
 		`while true; do sleep 0.05; done; fi; echo "attempt $TRAINQ_ATTEMPT done"`
+}
+
+// waitVictimReady waits until a victimScript has set its SIGTERM trap.
+func waitVictimReady(t *testing.T, dir string) {
+	t.Helper()
+	eventually(t, long, "the victim to set its SIGTERM trap", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "ready"))
+		return err == nil
+	})
 }
 
 func preemptSpec(class string, maxRetry int, script string) protocol.JobSpec {
@@ -37,6 +48,7 @@ func TestPreemptedJobRerunsAndCompletes(t *testing.T) {
 	dir := t.TempDir()
 	low := submit(t, preemptSpec("low", 1, victimScript(dir)))
 	waitState(t, low, protocol.StateRunning, long)
+	waitVictimReady(t, dir)
 
 	gateHigh := gate(filepath.Join(dir, "high"))
 	high := submit(t, preemptSpec("high", 0, gateHigh.waitFor()))
@@ -62,6 +74,7 @@ func TestPreemptedJobWithoutRetriesEndsPreempted(t *testing.T) {
 	dir := t.TempDir()
 	low := submit(t, preemptSpec("low", 0, victimScript(dir)))
 	waitState(t, low, protocol.StateRunning, long)
+	waitVictimReady(t, dir)
 	gateHigh := gate(filepath.Join(dir, "high"))
 	high := submit(t, preemptSpec("high", 0, gateHigh.waitFor()))
 

@@ -257,7 +257,9 @@ func ensureAllocators(ctx context.Context, c client.Client, cfg *config.Config, 
 		if _, err := c.ExecuteWorkflow(ctx, activities.AllocatorStartOptions(ref.Region, ref.Allocation.Name), protocol.AllocatorWorkflowName, in); err != nil {
 			return fmt.Errorf("cannot start the allocator of %s/%s: %w", ref.Region, ref.Allocation.Name, err)
 		}
-		reconfigureAllocator(ctx, c, in, logger)
+		// A fresh allocator takes the config only once it has recovered
+		// its state (seconds); one allocation must not hold up the next.
+		go reconfigureAllocator(ctx, c, in, logger)
 	}
 	return nil
 }

@@ -18,7 +18,7 @@ import (
 // recoverySettle is how long recovery waits before it lists the jobs a second
 // time: a job started just before the allocator was lost may not be in
 // visibility yet at the first listing.
-const recoverySettle = 3 * time.Second
+const recoverySettle = 2 * time.Second
 
 // Why a node is fenced.
 const fenceRecovering = "waiting for its agent to report which workers run there (recovery)"
@@ -53,7 +53,9 @@ func (a *allocator) recoverState(ctx workflow.Context) protocol.RecoverReply {
 	a.epoch = epoch
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 10 * time.Minute,
-		HeartbeatTimeout:    time.Minute,
+		// The activity heartbeats at least every second while it works, so
+		// a trainq-worker that dies mid-recovery delays it by seconds only.
+		HeartbeatTimeout: 10 * time.Second,
 		RetryPolicy:         &temporal.RetryPolicy{MaximumInterval: 10 * time.Second},
 		Summary:             fmt.Sprintf("recover: register the jobs of %s/%s", a.in.Region, a.in.Allocation),
 	})
