@@ -71,8 +71,13 @@ func (a *allocator) recoverState(ctx workflow.Context) protocol.RecoverReply {
 		panic(fmt.Sprintf("recover allocator %s/%s: %v", a.in.Region, a.in.Allocation, err))
 	}
 	reply := protocol.RecoverReply{Epoch: epoch, Listed: reg.Listed}
-	reply.Conflicts = a.rebuild(pool, reg.Holds)
+	var refused []protocol.JobHold
+	reply.Conflicts, refused = a.rebuild(pool, reg.Holds)
 	a.pool = pool
+	for _, h := range refused {
+		reason := fmt.Sprintf("allocation %s/%s can no longer run this job", a.in.Region, a.in.Allocation)
+		a.send(ctx, h.Job, protocol.SignalRefuse, protocol.RefuseSignal{Attempt: h.Request.Attempt, Reason: reason}, func(workflow.Context) {})
+	}
 	// The old state's orphans and fences are superseded: every node is
 	// fenced below, and its agent stops whatever nobody holds.
 	a.orphans, a.reclaims = nil, map[string]bool{}
@@ -97,9 +102,10 @@ func (a *allocator) recoverState(ctx workflow.Context) protocol.RecoverReply {
 // rebuild adopts the holds into pool: held placements first (so that no
 // waiting request can be placed on them), then the waiting requests, each
 // with its original sequence; requests the lost allocator never answered get
-// sequences after every known one. It returns the holds it could not adopt.
-func (a *allocator) rebuild(pool *scheduler.Pool, holds []protocol.JobHold) []string {
-	var conflicts []string
+// sequences after every known one. It returns the holds it could not adopt,
+// and among them the waiting ones, whose jobs are told so (a config change
+// may have left them unable to fit).
+func (a *allocator) rebuild(pool *scheduler.Pool, holds []protocol.JobHold) (conflicts []string, refused []protocol.JobHold) {
 	maxSeq := a.nextSeq - 1
 	for _, h := range holds {
 		maxSeq = max(maxSeq, h.Request.Seq)
@@ -132,9 +138,10 @@ func (a *allocator) rebuild(pool *scheduler.Pool, holds []protocol.JobHold) []st
 		}
 		if err != nil {
 			conflicts = append(conflicts, fmt.Sprintf("%s attempt %d: %v", h.Job, h.Request.Attempt, err))
+			refused = append(refused, h)
 		}
 	}
-	return conflicts
+	return conflicts, refused
 }
 
 // requestFor turns a job's capacity request into the scheduler's form,
