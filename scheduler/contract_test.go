@@ -14,6 +14,9 @@ var (
 	_ func(*Pool, string, int, int) bool      = (*Pool).Release
 	_ func(*Pool, string) bool                = (*Pool).BeginRelease
 	_ func(*Pool, string) bool                = (*Pool).Cancel
+	_ func(*Pool, string) bool                = (*Pool).MarkNodeLost
+	_ func(*Pool, string) bool                = (*Pool).MarkNodeUp
+	_ func(*Pool) []string                    = (*Pool).LostNodes
 	_ func(*Pool) View                        = (*Pool).View
 	_ func(*Pool, string) (WaitingInfo, bool) = (*Pool).Explain
 	_ func(*Pool, string) (RunningInfo, bool) = (*Pool).Running
@@ -28,6 +31,7 @@ var (
 	_                                         = WorkerPlacement{Worker: 0, Node: "", GPUs: []int{}}
 	_                                         = Grant{Job: "", Attempt: 0, Placement: nil}
 	_                                         = Preemption{Victim: "", VictimAttempt: 0, Preemptor: Preemptor{Job: "", Class: 0, Kind: ""}, Reason: ""}
-	_                                         = NodeInfo{Name: "", Family: "", GPUs: 0, FreeGPUs: 0, AllocatedGPUs: 0, ReleasingGPUs: 0}
+	_                                         = NodeInfo{Name: "", Family: "", GPUs: 0, FreeGPUs: 0, AllocatedGPUs: 0, ReleasingGPUs: 0, Lost: false}
+	_                                         = Snapshot{Version: SnapshotVersion, Lost: []int32{}}
 	_                                         = View{Waiting: []WaitingInfo{}, Running: []RunningInfo{}, Nodes: []NodeInfo{}}
 )

@@ -27,6 +27,10 @@
 //   - Queueing best-effort-fifo (default): a later request may use capacity no better request
 //     has reserved. strict-fifo: after the first request that cannot start in a pass, nothing
 //     later starts, reserves or preempts in that pass.
+//   - A lost node (Pool.MarkNodeLost: its agent stopped answering) is fenced: nothing is granted on
+//     it and no pass counts its free or releasing capacity for anyone, so nothing is nominated on
+//     it and nobody is preempted for capacity there. Jobs placed on it keep holding until they are
+//     Released or Cancelled, as anywhere else. Pool.MarkNodeUp returns it to scheduling.
 //   - Admission (Pool.Admit) rejects requests that could not fit even the empty pool.
 //   - Pool.Reconfigure swaps nodes and policy all-or-nothing: nodes may be added or reordered; a
 //     node may be removed or changed only while no running or releasing job is placed on it.

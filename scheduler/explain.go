@@ -42,10 +42,17 @@ type explainer struct {
 	holders    map[int32][]*runJob // node -> releasing (or to-be-preempted) jobs holding capacity there
 	planVictim map[*runJob]*waitReq
 	needs      map[int32]string // needText per shape
+	lost       map[int32]lostFit
+}
+
+// lostFit is Pool.lostFit for one shape.
+type lostFit struct {
+	live int
+	lost []string
 }
 
 func (p *Pool) newExplainer(pl *plan) *explainer {
-	ex := &explainer{p: p, pl: pl, holders: map[int32][]*runJob{}, planVictim: map[*runJob]*waitReq{}, needs: map[int32]string{}}
+	ex := &explainer{p: p, pl: pl, holders: map[int32][]*runJob{}, planVictim: map[*runJob]*waitReq{}, needs: map[int32]string{}, lost: map[int32]lostFit{}}
 	for c := Low; c <= High; c++ {
 		ex.classStart[c] = sort.Search(len(p.waiting), func(i int) bool { return p.waiting[i].r.Class <= c })
 	}
@@ -63,6 +70,15 @@ func (p *Pool) newExplainer(pl *plan) *explainer {
 		}
 	}
 	return ex
+}
+
+func (ex *explainer) lostFit(shape int32, d Demand) (int, []string) {
+	lf, ok := ex.lost[shape]
+	if !ok {
+		lf.live, lf.lost = ex.p.lostFit(d)
+		ex.lost[shape] = lf
+	}
+	return lf.live, lf.lost
 }
 
 func (ex *explainer) preemptedFor(rj *runJob, job string) bool {
@@ -197,6 +213,22 @@ func (ex *explainer) info(i int) WaitingInfo {
 				why += fmt.Sprintf(", or running for less than %s", m)
 			}
 			why += ")"
+		}
+		if fm := &p.fams[f]; len(fm.live) < len(fm.nodes) { // some node of its family is lost
+			live, lost := ex.lostFit(w.shape, r.Demand)
+			switch {
+			case len(lost) > 0 && live < r.Workers:
+				// Nothing it could wait for or preempt helps: too few nodes are answering.
+				if live == 0 {
+					why = fmt.Sprintf("no %s node large enough for one of its workers is answering (%s)", r.Demand.Family, lostText(lost))
+				} else {
+					why = fmt.Sprintf("only %d of the %d %s nodes large enough for one of its workers %s answering (%s)",
+						live, live+len(lost), r.Demand.Family, plural(live, "is", "are"), lostText(lost))
+				}
+				wi.WaitingFor = nil
+			case len(lost) > 0:
+				why += "; " + lostText(lost) + ", so " + plural(len(lost), "its", "their") + " capacity is not counted"
+			}
 		}
 		wi.Reason = "waiting for " + need + "; " + why
 		if behind != "" {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/bits"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -78,6 +79,9 @@ func sched(t testing.TB, p *Pool, now time.Time) Decisions {
 			}
 			seen[pl.Node] = true
 			n := p.nodeIdx[pl.Node]
+			if p.nodes[n].lost {
+				t.Fatalf("grant %s on lost node %s", g.Job, pl.Node)
+			}
 			if p.nodes[n].Family != r.Demand.Family || len(pl.GPUs) != r.Demand.GPUs {
 				t.Fatalf("grant %s: wrong node or GPU count %+v", g.Job, pl)
 			}
@@ -107,6 +111,15 @@ func sched(t testing.TB, p *Pool, now time.Time) Decisions {
 		}
 		if pe.Reason == "" {
 			t.Fatalf("preemption without reason")
+		}
+		onLive := false
+		for _, w := range v.Placement {
+			if !slices.Contains(v.Released, w.Worker) && !p.nodes[p.nodeIdx[w.Node]].lost {
+				onLive = true
+			}
+		}
+		if !onLive {
+			t.Fatalf("preemption of %s, which holds nothing on a node that answers", pe.Victim)
 		}
 	}
 	checkInvariants(t, p)
@@ -172,7 +185,41 @@ func checkInvariants(t testing.TB, p *Pool) {
 			t.Fatalf("notebook %s is not high", w.r.Job)
 		}
 	}
+	// Lost nodes: the families place only on the others, and no plan reserves anything on them.
+	var lost []string
+	for f := range p.fams {
+		var live []int32
+		for _, n := range p.fams[f].nodes {
+			if !p.nodes[n].lost {
+				live = append(live, n)
+			}
+		}
+		if !slices.Equal(live, p.fams[f].live) {
+			t.Fatalf("family %s: live nodes %v, want %v", p.fams[f].name, p.fams[f].live, live)
+		}
+	}
+	for i := range p.nodes {
+		if p.nodes[i].lost {
+			lost = append(lost, p.nodes[i].Name)
+		}
+	}
+	if !slices.Equal(p.LostNodes(), lost) {
+		t.Fatalf("LostNodes %v, want %v", p.LostNodes(), lost)
+	}
+	pl := p.plan(p.lastNow, newScratch(), true)
+	for i, o := range pl.outs {
+		for _, n := range o.nodes {
+			if p.nodes[n].lost {
+				t.Fatalf("%s: the pass reserves capacity on lost node %s", p.waiting[i].r.Job, p.nodes[n].Name)
+			}
+		}
+	}
 	v := p.View()
+	for i, ni := range v.Nodes {
+		if ni.Lost != p.nodes[i].lost {
+			t.Fatalf("view of node %s: lost %v", ni.Name, ni.Lost)
+		}
+	}
 	if len(v.Waiting) != len(p.waiting) {
 		t.Fatalf("view has %d waiting, want %d", len(v.Waiting), len(p.waiting))
 	}

@@ -20,11 +20,16 @@ type node struct {
 
 	freeGPU, freeCPU, freeRAM int // not held by anyone
 	relGPU, relCPU, relRAM    int // held by workers of releasing jobs
+
+	// lost: its agent stopped answering. Its accounting goes on as usual, but the pass sees no
+	// capacity on it (see MarkNodeLost).
+	lost bool
 }
 
 type family struct {
 	name                   string
 	nodes                  []int32 // config order
+	live                   []int32 // nodes that are not lost, config order: the only ones a pass places on
 	maxGPU, maxCPU, maxRAM int
 }
 
@@ -122,6 +127,7 @@ func NewPool(nodes []Node, policy Policy) (*Pool, error) {
 		}
 		fm := &p.fams[f]
 		fm.nodes = append(fm.nodes, int32(i))
+		fm.live = append(fm.live, int32(i))
 		fm.maxGPU = max(fm.maxGPU, n.GPUs)
 		fm.maxCPU = max(fm.maxCPU, n.CPU)
 		fm.maxRAM = max(fm.maxRAM, n.RAMGB)
@@ -491,7 +497,7 @@ func (p *Pool) nodeInfos() []NodeInfo {
 	for i := range p.nodes {
 		nd := &p.nodes[i]
 		out[i] = NodeInfo{Name: nd.Name, Family: nd.Family, GPUs: nd.GPUs, FreeGPUs: nd.freeGPU,
-			AllocatedGPUs: nd.GPUs - nd.freeGPU - nd.relGPU, ReleasingGPUs: nd.relGPU}
+			AllocatedGPUs: nd.GPUs - nd.freeGPU - nd.relGPU, ReleasingGPUs: nd.relGPU, Lost: nd.lost}
 	}
 	return out
 }

@@ -60,7 +60,7 @@ func simulate(t testing.TB, data []byte, check bool) []string {
 	seqs := map[string]int64{}
 	attempts := map[string]int{}
 	for step := 0; r.i < len(r.b) && step < 300; step++ {
-		op := r.next() % 11
+		op := r.next() % 12
 		var ev func(x *Pool) string
 		reconfigured := false
 		switch op {
@@ -120,6 +120,15 @@ func simulate(t testing.TB, data []byte, check bool) []string {
 		case 9:
 			now = now.Add(time.Duration(r.next()%10) * time.Minute)
 			continue
+		case 11:
+			// A node's agent stops answering, or answers again.
+			name := nodes[r.next()%len(nodes)].Name
+			ev = func(x *Pool) string {
+				if x.MarkNodeLost(name) {
+					return "lost " + name
+				}
+				return fmt.Sprintf("up %s: %v", name, x.MarkNodeUp(name))
+			}
 		case 10:
 			// Reconfigure: add a node, remove one (refused while it is in use), or flip the queueing.
 			next, npol := slices.Clone(nodes), pol

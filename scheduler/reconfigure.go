@@ -33,7 +33,8 @@ func (p *Pool) CheckReconfigure(nodes []Node, policy Policy) ([]Unfit, error) {
 //
 // Waiting requests that no longer pass Admit against the new node set are removed from the queue
 // and returned, in launch order, so that the caller can tell their jobs. Running jobs keep their
-// placement (nodes are matched by name), start time and preemptor.
+// placement (nodes are matched by name), start time and preemptor. A lost node that stays (by
+// name) stays lost; a lost node may be removed under the same rule as any other.
 func (p *Pool) Reconfigure(nodes []Node, policy Policy) ([]Unfit, error) {
 	q, unfit, err := p.planReconfigure(nodes, policy)
 	if err != nil {
@@ -101,6 +102,12 @@ func (p *Pool) planReconfigure(nodes []Node, policy Policy) (*Pool, []Unfit, err
 	// Carry the state over through a snapshot with the new nodes: Restore re-checks it all.
 	s := p.Snapshot()
 	s.Nodes, s.Policy = empty.Nodes(), policy
+	s.Lost = nil // a lost node stays lost if it stays, whatever its new index
+	for i := range empty.nodes {
+		if n, ok := p.nodeIdx[empty.nodes[i].Name]; ok && p.nodes[n].lost {
+			s.Lost = append(s.Lost, int32(i))
+		}
+	}
 	for i := range s.Running {
 		sr := &s.Running[i]
 		sr.Nodes = slices.Clone(sr.Nodes)

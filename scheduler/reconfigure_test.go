@@ -210,3 +210,80 @@ func errText(_ []Unfit, err error) string {
 	}
 	return err.Error()
 }
+
+func TestReconfigureLostNodes(t *testing.T) {
+	a100 := func(name string, gpus int) Node {
+		return Node{Name: name, Family: "a100", GPUs: gpus, CPU: 16, RAMGB: 128}
+	}
+	// big runs on n-1; n-1 and n-3 are lost; w (2 GPUs) waits as n-2 is its only node.
+	setup := func(t *testing.T) *Pool {
+		p := mustPool(t, []Node{a100("n-1", 2), a100("n-2", 2), a100("n-3", 2)}, Policy{})
+		mustEnqueue(t, p, job("big", Medium, "a100", 2, 1, 1))
+		if d := sched(t, p, at(0)); grantNodes(d.Grants[0])[0] != "n-1" {
+			t.Fatalf("setup: big on %v", grantNodes(d.Grants[0]))
+		}
+		p.MarkNodeLost("n-1")
+		p.MarkNodeLost("n-3")
+		mustEnqueue(t, p, job("w", Medium, "a100", 2, 2, 2))
+		return p
+	}
+	for _, tc := range []struct {
+		name  string
+		nodes []Node
+		err   string
+		lost  []string // after a successful reconfigure
+		unfit []string
+	}{
+		{name: "reorder", nodes: []Node{a100("n-3", 2), a100("n-2", 2), a100("n-1", 2)}, lost: []string{"n-3", "n-1"}},
+		{name: "add a node", nodes: []Node{a100("n-1", 2), a100("n-4", 2), a100("n-2", 2), a100("n-3", 2)}, lost: []string{"n-1", "n-3"}},
+		{name: "change an idle lost node", nodes: []Node{a100("n-1", 2), a100("n-2", 2), a100("n-3", 4)}, lost: []string{"n-1", "n-3"}},
+		{name: "remove an idle lost node", nodes: []Node{a100("n-1", 2), a100("n-2", 2)}, lost: []string{"n-1"}},
+		{name: "remove a busy lost node", nodes: []Node{a100("n-2", 2), a100("n-3", 2)},
+			err: "node n-1 cannot be removed: big holds GPUs 0,1 on it; stop it first"},
+		{name: "remove both lost nodes while one is busy", nodes: []Node{a100("n-2", 2)}, err: "node n-1 cannot be removed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := setup(t)
+			before := mustJSON(t, p.Snapshot())
+			unfit, err := p.Reconfigure(tc.nodes, Policy{})
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want %q", err, tc.err)
+				}
+				if mustJSON(t, p.Snapshot()) != before {
+					t.Fatal("a refused reconfigure changed the pool")
+				}
+				return
+			}
+			if err != nil || len(unfit) != 0 {
+				t.Fatalf("reconfigure: %v, unfit %v", err, unfit)
+			}
+			if got := p.LostNodes(); !slices.Equal(got, tc.lost) {
+				t.Fatalf("lost %v, want %v", got, tc.lost)
+			}
+			checkInvariants(t, p)
+			roundTrip(t, p)
+			// Nothing starts on a lost node: w starts only where two nodes answer.
+			d := sched(t, p, at(1))
+			for _, g := range d.Grants {
+				for _, n := range grantNodes(g) {
+					if slices.Contains(tc.lost, n) {
+						t.Fatalf("granted %s on lost node %s", g.Job, n)
+					}
+				}
+			}
+			if wantW := len(tc.nodes)-len(tc.lost) >= 2; (len(d.Grants) == 1) != wantW {
+				t.Fatalf("granted %+v; want w granted: %v", d.Grants, wantW)
+			}
+		})
+	}
+	// Once big is gone, its lost node may go too.
+	p := setup(t)
+	p.Cancel("big")
+	if _, err := p.Reconfigure([]Node{a100("n-2", 2), a100("n-3", 2)}, Policy{}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(p.LostNodes(), []string{"n-3"}) {
+		t.Fatalf("lost %v", p.LostNodes())
+	}
+}

@@ -79,6 +79,11 @@ func (sc *scratch) reset(p *Pool) {
 	}
 	for i := range p.nodes {
 		nd := &p.nodes[i]
+		if nd.lost { // a lost node's capacity serves no one: the pass sees none, free or releasing
+			sc.aG[i], sc.aC[i], sc.aR[i] = 0, 0, 0
+			sc.rG[i], sc.rC[i], sc.rR[i] = 0, 0, 0
+			continue
+		}
 		sc.aG[i], sc.aC[i], sc.aR[i] = nd.freeGPU, nd.freeCPU, nd.freeRAM
 		sc.rG[i], sc.rC[i], sc.rR[i] = nd.relGPU, nd.relCPU, nd.relRAM
 		sc.cntA[nd.fam][nd.freeGPU]++
@@ -130,11 +135,12 @@ func cmpCand(a, b cand) int {
 }
 
 // pickNodes is the best-fit gang placement: each worker needs the whole demand on one node, all
-// on distinct nodes. Among feasible nodes it prefers the least capacity left over (GPUs, then
-// capacity taken from releasing, then CPU, then config order). Result in sc.pick, sorted.
+// on distinct nodes that are not lost. Among feasible nodes it prefers the least capacity left
+// over (GPUs, then capacity taken from releasing, then CPU, then config order). Result in
+// sc.pick, sorted.
 func (sc *scratch) pickNodes(p *Pool, sh *shape, withRel bool) bool {
 	sc.cands = sc.cands[:0]
-	for _, n := range p.fams[sh.fam].nodes {
+	for _, n := range p.fams[sh.fam].live {
 		g, c, r := sc.aG[n], sc.aC[n], sc.aR[n]
 		k2 := 0
 		if withRel {
@@ -188,11 +194,12 @@ func (sc *scratch) fitsEx(n int32, sh *shape) bool {
 }
 
 // addEx adds (sign=+1) or removes (-1) a tentative victim's capacity and returns the change in the
-// number of nodes that can hold one worker of sh.
-func (sc *scratch) addEx(rj *runJob, sh *shape, sign int) int {
+// number of nodes that can hold one worker of sh. Workers on lost nodes add nothing: that capacity
+// serves no one even once they stop.
+func (sc *scratch) addEx(p *Pool, rj *runJob, sh *shape, sign int) int {
 	d, delta := &rj.r.Demand, 0
 	for w, n := range rj.nodes {
-		if rj.released[w] {
+		if rj.released[w] || p.nodes[n].lost {
 			continue
 		}
 		before := sc.fitsEx(n, sh)
@@ -239,7 +246,7 @@ func (p *Pool) chooseVictims(now time.Time, sc *scratch, sh *shape, class Class)
 	}
 	minRun := p.policy.MinRuntimeBeforePreemption
 	cnt := 0
-	for _, n := range p.fams[sh.fam].nodes {
+	for _, n := range p.fams[sh.fam].live {
 		if sc.fitsEx(n, sh) {
 			cnt++
 		}
@@ -252,7 +259,7 @@ func (p *Pool) chooseVictims(now time.Time, sc *scratch, sh *shape, class Class)
 		if rj.fam != sh.fam || sc.victims[rj] || (minRun > 0 && now.Sub(rj.startedAt) < minRun) {
 			continue
 		}
-		cnt += sc.addEx(rj, sh, +1)
+		cnt += sc.addEx(p, rj, sh, +1)
 		vs = append(vs, rj)
 		if cnt >= sh.workers {
 			break
@@ -261,11 +268,11 @@ func (p *Pool) chooseVictims(now time.Time, sc *scratch, sh *shape, class Class)
 	var out []*runJob
 	if cnt >= sh.workers {
 		for i := len(vs) - 1; i >= 0; i-- { // minimisation pass
-			if d := sc.addEx(vs[i], sh, -1); cnt+d >= sh.workers {
+			if d := sc.addEx(p, vs[i], sh, -1); cnt+d >= sh.workers {
 				cnt += d
 				vs[i] = nil
 			} else {
-				sc.addEx(vs[i], sh, +1)
+				sc.addEx(p, vs[i], sh, +1)
 			}
 		}
 		for _, v := range vs {
@@ -276,7 +283,7 @@ func (p *Pool) chooseVictims(now time.Time, sc *scratch, sh *shape, class Class)
 	}
 	for _, v := range vs {
 		if v != nil {
-			sc.addEx(v, sh, -1)
+			sc.addEx(p, v, sh, -1)
 		}
 	}
 	sc.vbuf = vs[:0]
@@ -380,7 +387,7 @@ func (p *Pool) decide(now time.Time, sc *scratch, pl *plan, i int, h hotEntry) (
 		sc.victims[v] = true
 		d := &v.r.Demand
 		for wk, n := range v.nodes {
-			if !v.released[wk] {
+			if !v.released[wk] && !p.nodes[n].lost {
 				sc.rC[n] += d.CPU
 				sc.rR[n] += d.RAMGB
 				sc.setGPU(p, n, sc.aG[n], sc.rG[n]+d.GPUs)

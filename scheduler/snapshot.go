@@ -7,8 +7,11 @@ import (
 	"time"
 )
 
-// SnapshotVersion is the current Snapshot format.
-const SnapshotVersion = 1
+// SnapshotVersion is the current Snapshot format. Restore also reads the older versions:
+//
+//   - 1: no lost nodes (Snapshot.Lost did not exist).
+//   - 2: adds Snapshot.Lost.
+const SnapshotVersion = 2
 
 // Snapshot is the whole pool state for continue-as-new. It is compact JSON: waiting requests are
 // stored column-wise with per-worker demands interned, so 10,000 waiting requests with 47-character
@@ -21,6 +24,7 @@ type Snapshot struct {
 	Demands []Demand          `json:"demands,omitempty"`
 	Waiting SnapshotWaiting   `json:"waiting"`
 	Running []SnapshotRunning `json:"running,omitempty"`
+	Lost    []int32           `json:"lost,omitempty"` // indices into Nodes of the lost nodes, ascending (version 2)
 }
 
 // SnapshotWaiting holds the waiting requests in launch order, one column per field.
@@ -85,6 +89,11 @@ func fromKindClass(kc int8) (Kind, Class, error) {
 // Snapshot captures the state (see Restore).
 func (p *Pool) Snapshot() Snapshot {
 	s := Snapshot{Version: SnapshotVersion, Nodes: p.Nodes(), Policy: p.policy, Now: tn(p.lastNow)}
+	for i := range p.nodes {
+		if p.nodes[i].lost {
+			s.Lost = append(s.Lost, int32(i))
+		}
+	}
 	dIdx := map[Demand]int32{}
 	intern := func(d Demand) int32 {
 		if i, ok := dIdx[d]; ok {
@@ -122,16 +131,33 @@ func (p *Pool) Snapshot() Snapshot {
 	return s
 }
 
-// Restore rebuilds a pool from a Snapshot, validating it.
+// Restore rebuilds a pool from a Snapshot of any version up to SnapshotVersion, validating it.
 func Restore(s Snapshot) (*Pool, error) {
-	if s.Version != SnapshotVersion {
-		return nil, fmt.Errorf("snapshot: unsupported version %d (want %d)", s.Version, SnapshotVersion)
+	switch s.Version {
+	case 1:
+		if len(s.Lost) > 0 {
+			return nil, fmt.Errorf("snapshot: version 1 has no lost nodes, but this one lists %d", len(s.Lost))
+		}
+	case 2:
+	default:
+		return nil, fmt.Errorf("snapshot: unsupported version %d (this code reads versions 1 to %d)", s.Version, SnapshotVersion)
 	}
 	p, err := NewPool(s.Nodes, s.Policy)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
 	p.lastNow = nt(s.Now)
+	for i, n := range s.Lost {
+		if n < 0 || int(n) >= len(p.nodes) || (i > 0 && n <= s.Lost[i-1]) {
+			return nil, fmt.Errorf("snapshot: lost node index %d is out of range or out of order", n)
+		}
+		p.nodes[n].lost = true
+	}
+	if len(s.Lost) > 0 {
+		for f := range p.fams {
+			p.refreshLive(int32(f))
+		}
+	}
 	demand := func(i int32) (Demand, error) {
 		if i < 0 || int(i) >= len(s.Demands) {
 			return Demand{}, fmt.Errorf("snapshot: demand index %d out of range", i)

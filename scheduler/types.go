@@ -300,6 +300,7 @@ type NodeInfo struct {
 	FreeGPUs      int    `json:"free_gpus"`
 	AllocatedGPUs int    `json:"allocated_gpus"` // held by running jobs, not releasing
 	ReleasingGPUs int    `json:"releasing_gpus"`
+	Lost          bool   `json:"lost,omitempty"` // its agent is not answering: nothing is granted on it
 }
 
 // View is the whole state of the allocation, for the UI/API.
