@@ -17,6 +17,7 @@ var (
 	_ func(*Pool, string) bool                = (*Pool).MarkNodeLost
 	_ func(*Pool, string) bool                = (*Pool).MarkNodeUp
 	_ func(*Pool) []string                    = (*Pool).LostNodes
+	_ func(*Pool, Adoption) error             = (*Pool).Adopt
 	_ func(*Pool) View                        = (*Pool).View
 	_ func(*Pool, string) (WaitingInfo, bool) = (*Pool).Explain
 	_ func(*Pool, string) (RunningInfo, bool) = (*Pool).Running
@@ -32,6 +33,7 @@ var (
 	_                                         = Grant{Job: "", Attempt: 0, Placement: nil}
 	_                                         = Preemption{Victim: "", VictimAttempt: 0, Preemptor: Preemptor{Job: "", Class: 0, Kind: ""}, Reason: ""}
 	_                                         = NodeInfo{Name: "", Family: "", GPUs: 0, FreeGPUs: 0, AllocatedGPUs: 0, ReleasingGPUs: 0, Lost: false}
+	_                                         = Adoption{Request: Request{}, Placement: []WorkerPlacement{}, StartedAt: time.Time{}, Releasing: false, Released: []int{}}
 	_                                         = Snapshot{Version: SnapshotVersion, Lost: []int32{}}
 	_                                         = View{Waiting: []WaitingInfo{}, Running: []RunningInfo{}, Nodes: []NodeInfo{}}
 )

@@ -32,6 +32,8 @@
 //     it and nobody is preempted for capacity there. Jobs placed on it keep holding until they are
 //     Released or Cancelled, as anywhere else. Pool.MarkNodeUp returns it to scheduling.
 //   - Admission (Pool.Admit) rejects requests that could not fit even the empty pool.
+//   - Pool.Adopt rebuilds a lost allocator state from the jobs: it records a job that already holds
+//     capacity as if it had been granted its placement, and refuses anything held twice.
 //   - Pool.Reconfigure swaps nodes and policy all-or-nothing: nodes may be added or reordered; a
 //     node may be removed or changed only while no running or releasing job is placed on it.
 //     Waiting requests that no longer pass Admit are removed and returned to the caller.

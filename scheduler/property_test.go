@@ -60,7 +60,7 @@ func simulate(t testing.TB, data []byte, check bool) []string {
 	seqs := map[string]int64{}
 	attempts := map[string]int{}
 	for step := 0; r.i < len(r.b) && step < 300; step++ {
-		op := r.next() % 12
+		op := r.next() % 13
 		var ev func(x *Pool) string
 		reconfigured := false
 		switch op {
@@ -128,6 +128,19 @@ func simulate(t testing.TB, data []byte, check bool) []string {
 					return "lost " + name
 				}
 				return fmt.Sprintf("up %s: %v", name, x.MarkNodeUp(name))
+			}
+		case 12:
+			// The allocator loses its state and rebuilds it from the jobs: every job holding
+			// capacity is adopted, every waiting request enqueued again.
+			adoptFirst := r.next()%2 == 0
+			ev = func(x *Pool) string {
+				y := rebuilt(t, x, adoptFirst)
+				if check && x == p {
+					sameHoldings(t, x, y)
+				}
+				y.lastNow = x.lastNow
+				*x = *y
+				return fmt.Sprintf("rebuilt from %d jobs holding capacity", len(x.running))
 			}
 		case 10:
 			// Reconfigure: add a node, remove one (refused while it is in use), or flip the queueing.
