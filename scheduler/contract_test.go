@@ -14,6 +14,7 @@ var (
 	_ func(*Pool, string, int, int) bool      = (*Pool).Release
 	_ func(*Pool, string) bool                = (*Pool).BeginRelease
 	_ func(*Pool, string) bool                = (*Pool).Cancel
+	_ func(*Pool, string, int) bool           = (*Pool).CancelAttempt
 	_ func(*Pool, string) bool                = (*Pool).MarkNodeLost
 	_ func(*Pool, string) bool                = (*Pool).MarkNodeUp
 	_ func(*Pool) []string                    = (*Pool).LostNodes

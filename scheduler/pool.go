@@ -381,10 +381,12 @@ func (p *Pool) dropRunning(rj *runJob) {
 	}
 }
 
-// Cancel removes a waiting request, or frees ALL capacity of a running/releasing job at once
-// (used after the caller has made sure its workers are stopped, e.g. leak reclaim). If the job
-// has both a waiting attempt and an older running attempt, both are removed (use CancelAttempt
-// to remove only one). Returns false if unknown.
+// Cancel forgets every attempt of the job: it removes its waiting request, if any, AND frees at
+// once all capacity its running or releasing attempt still holds, if any, as if each remaining
+// worker had been Released. Freeing is only right once the caller knows those workers are stopped
+// (e.g. leak reclaim, or a grant that was never delivered). To withdraw one attempt, use
+// CancelAttempt: Cancel would also free an older attempt that is still stopping, and its capacity
+// would be granted while its workers still run. It returns false if the job is unknown.
 func (p *Pool) Cancel(job string) bool {
 	ok := false
 	if w := p.waitIdx[job]; w != nil {
@@ -398,8 +400,11 @@ func (p *Pool) Cancel(job string) bool {
 	return ok
 }
 
-// CancelAttempt is Cancel restricted to one attempt of the job: it removes the waiting request
-// or frees the running/releasing job only if its Attempt matches.
+// CancelAttempt is Cancel restricted to one attempt: it removes the job's waiting request only if
+// that request is this attempt, and frees the capacity of the job's running or releasing attempt
+// only if that is this attempt. Any other attempt of the job is left exactly as it was, so
+// withdrawing a re-queued attempt never frees capacity its previous attempt is still releasing.
+// It returns false if the job has no such attempt.
 func (p *Pool) CancelAttempt(job string, attempt int) bool {
 	ok := false
 	if w := p.waitIdx[job]; w != nil && w.r.Attempt == attempt {

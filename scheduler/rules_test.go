@@ -500,3 +500,76 @@ func TestCPUOnlyExplanation(t *testing.T) {
 		t.Fatalf("b: %s", wb.Reason)
 	}
 }
+
+// TestCancelAttempt: x's attempt 0 is releasing (worker 0 released, worker 1 still stopping) and
+// its attempt 1 waits. Withdrawing one attempt must leave the other exactly as it was: above all,
+// withdrawing attempt 1 must not free what attempt 0 is still releasing.
+func TestCancelAttempt(t *testing.T) {
+	setup := func(t *testing.T) *Pool {
+		p := mustPool(t, nodesOf("n", "a", 2, 4, 0, 0), Policy{})
+		mustEnqueue(t, p, job("x", Medium, "a", 4, 2, 1))
+		sched(t, p, at(0))
+		p.Release("x", 0, 0)
+		x1 := job("x", Medium, "a", 4, 2, 1)
+		x1.Attempt = 1
+		mustEnqueue(t, p, x1, job("y", Low, "a", 4, 1, 2))
+		return p
+	}
+	const none = -1
+	for _, tc := range []struct {
+		name     string
+		cancel   func(p *Pool) bool
+		want     bool
+		waiting  int // x's waiting attempt afterwards
+		holding  int // x's attempt holding capacity afterwards
+		releases int // GPUs still releasing afterwards
+	}{
+		{"withdraw the waiting newer attempt", func(p *Pool) bool { return p.CancelAttempt("x", 1) }, true, none, 0, 4},
+		{"free the older releasing attempt", func(p *Pool) bool { return p.CancelAttempt("x", 0) }, true, 1, none, 0},
+		{"an attempt the pool does not know", func(p *Pool) bool { return p.CancelAttempt("x", 2) }, false, 1, 0, 4},
+		{"an unknown job", func(p *Pool) bool { return p.CancelAttempt("nope", 0) }, false, 1, 0, 4},
+		{"Cancel forgets every attempt", func(p *Pool) bool { return p.Cancel("x") }, true, none, none, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := setup(t)
+			x0, _ := p.Running("x")
+			if got := tc.cancel(p); got != tc.want {
+				t.Fatalf("returned %v, want %v", got, tc.want)
+			}
+			waiting, holding := none, none
+			if wi, ok := p.Explain("x"); ok {
+				waiting = wi.Attempt
+				if prev := strings.Contains(wi.Reason, "previous attempt (0)"); prev != (tc.holding == 0) {
+					t.Fatalf("x attempt %d: %s", wi.Attempt, wi.Reason)
+				}
+			}
+			if ri, ok := p.Running("x"); ok {
+				holding = ri.Attempt
+				if mustJSON(t, ri) != mustJSON(t, x0) {
+					t.Fatalf("the releasing attempt changed: %+v, was %+v", ri, x0)
+				}
+			}
+			if waiting != tc.waiting || holding != tc.holding {
+				t.Fatalf("x waits with attempt %d and holds with attempt %d; want %d and %d", waiting, holding, tc.waiting, tc.holding)
+			}
+			rel := 0
+			for _, n := range p.View().Nodes {
+				rel += n.ReleasingGPUs
+			}
+			if rel != tc.releases {
+				t.Fatalf("%d GPUs releasing, want %d", rel, tc.releases)
+			}
+			if _, ok := p.Explain("y"); !ok {
+				t.Fatal("another job's request was removed")
+			}
+			checkInvariants(t, p)
+			// Nothing starts on capacity that is still releasing.
+			d := sched(t, p, at(1))
+			for _, g := range d.Grants {
+				if tc.holding == 0 && slices.Contains(grantNodes(g), x0.Placement[1].Node) {
+					t.Fatalf("%s granted on %s while x attempt 0 still releases there", g.Job, x0.Placement[1].Node)
+				}
+			}
+		})
+	}
+}
