@@ -14,6 +14,9 @@ type WaitingAttempt struct {
 // last job of the previous slice and wrap around when they get fewer than
 // limit.
 func (p *Pool) WaitingAfter(after string, limit int) []WaitingAttempt {
+	if limit <= 0 {
+		return nil
+	}
 	names := make([]string, 0, len(p.waitIdx))
 	for job := range p.waitIdx {
 		if job > after {
