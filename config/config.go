@@ -78,10 +78,52 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil {
-		return fmt.Errorf("%q is not a duration; use a form such as \"30s\" or \"5m\"", s)
+		return &badDurationError{value: s}
 	}
 	*d = Duration(v)
 	return nil
+}
+
+// badDurationError is a duration that does not parse. The JSON decoder does
+// not say which field it was in; parse finds the field by the value.
+type badDurationError struct{ value string }
+
+func (e *badDurationError) Error() string {
+	return fmt.Sprintf("%q is not a duration; use a form such as \"30s\" or \"5m\"", e.value)
+}
+
+// fieldWithValue returns the path (e.g. regions[0].allocations[1].stop_grace_period)
+// of the first field, in document order of keys, whose value is the string v.
+func fieldWithValue(doc any, v string) string {
+	switch d := doc.(type) {
+	case map[string]any:
+		keys := make([]string, 0, len(d))
+		for k := range d {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if s, ok := d[k].(string); ok && s == v {
+				return k
+			}
+			if p := fieldWithValue(d[k], v); p != "" {
+				if strings.HasPrefix(p, "[") {
+					return k + p
+				}
+				return k + "." + p
+			}
+		}
+	case []any:
+		for i, e := range d {
+			if p := fieldWithValue(e, v); p != "" {
+				if !strings.HasPrefix(p, "[") {
+					p = "." + p
+				}
+				return fmt.Sprintf("[%d]%s", i, p)
+			}
+		}
+	}
+	return ""
 }
 
 // Default returns the embedded configuration.
@@ -112,7 +154,15 @@ func Load(path string) (*Config, error) {
 func parse(b []byte, source string) (*Config, error) {
 	c := &Config{}
 	if err := yaml.UnmarshalStrict(b, c); err != nil {
-		return nil, fmt.Errorf("config %s: %s", source, strings.TrimPrefix(err.Error(), "error unmarshaling JSON: while decoding JSON: "))
+		msg := strings.TrimPrefix(err.Error(), "error unmarshaling JSON: while decoding JSON: ")
+		var bad *badDurationError
+		var doc any
+		if errors.As(err, &bad) && yaml.Unmarshal(b, &doc) == nil {
+			if field := fieldWithValue(doc, bad.value); field != "" {
+				msg = field + ": " + bad.Error()
+			}
+		}
+		return nil, fmt.Errorf("config %s: %s", source, msg)
 	}
 	c.source = source
 	c.applyDefaults()
