@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,9 +42,40 @@ func TestRecordHistories(t *testing.T) {
 	require.NoError(t, os.MkdirAll(dir, 0o755))
 	startWorker(t)
 
-	t.Run("preempted-and-rerun", func(t *testing.T) { recordPreemptedAndRerun(t, dir) })
-	t.Run("cancelled", func(t *testing.T) { recordCancelled(t, dir) })
-	t.Run("allocator-continued-as-new", func(t *testing.T) { recordAllocatorContinuedAsNew(t, dir) })
+	// TRAINQ_RECORD_ONLY (comma-separated names) records only some, so that
+	// adding a history keeps the others as the older code recorded them.
+	only := os.Getenv("TRAINQ_RECORD_ONLY")
+	record := func(name string, f func(t *testing.T, dir string)) {
+		if only != "" && !slices.Contains(strings.Split(only, ","), name) {
+			return
+		}
+		t.Run(name, func(t *testing.T) { f(t, dir) })
+	}
+	record("preempted-and-rerun", recordPreemptedAndRerun)
+	record("cancelled", recordCancelled)
+	record("allocator-continued-as-new", recordAllocatorContinuedAsNew)
+	record("recovered", recordRecovered)
+}
+
+// (d) An allocator terminated while one job holds capacity and another
+// waits; the fresh run recovers both from the jobs, then grants the waiting
+// job when the holder ends. Recorded: the fresh allocator run and the
+// holder's job history with its register update.
+func recordRecovered(t *testing.T, dir string) {
+	work := t.TempDir()
+	hold := gate(filepath.Join(work, "hold"))
+	holder := submit(t, recoverSpec("high", 3, hold.waitFor()))
+	waitState(t, holder, protocol.StateRunning, long)
+	waiter := submit(t, recoverSpec("medium", 1, "true"))
+	eventually(t, long, "the second job to wait", func() bool { return len(queue(t, "recover").Waiting) == 1 })
+	terminateAllocator(t, "recover")
+	_, errOut, code := trainq(t, "allocator", "recover", "recover", "--region", "T")
+	require.Equal(t, 0, code, errOut)
+	hold.open(t)
+	waitState(t, holder, protocol.StateCompleted, long)
+	waitState(t, waiter, protocol.StateCompleted, long)
+	writeHistory(t, filepath.Join(dir, "allocator-recovered.json"), idleHistory(t, protocol.AllocatorWorkflowID("T", "recover")))
+	writeHistory(t, filepath.Join(dir, "job-registered.json"), runHistory(t, holder, ""))
 }
 
 // (a) A low job with max_retry 1 is preempted by a high one, reruns and
