@@ -181,7 +181,7 @@ func (a *allocator) fence(ctx workflow.Context, node, why string) {
 	}
 	a.fencing[node] = generation
 	workflow.Go(ctx, func(ctx workflow.Context) {
-		for {
+		for a.fencing[node] == generation && a.counters.Recoveries == generation {
 			keep := a.workersOn(node)
 			actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 				TaskQueue:              protocol.NodeTaskQueue(node),
