@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -81,8 +83,8 @@ func ParseProcessesPerWorker(s string) (int, error) {
 		return 0, nil
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(s))
-	if err != nil || n < 1 {
-		return 0, fmt.Errorf("%q is not allowed; use a positive number or \"default\"", s)
+	if err != nil || n < 1 || n > MaxProcessesPerWorker {
+		return 0, fmt.Errorf("%q is not allowed; use a number from 1 to %d, or \"default\" (one per GPU)", s, MaxProcessesPerWorker)
 	}
 	return n, nil
 }
@@ -116,6 +118,34 @@ func (e *JSONError) Error() string { return e.Message }
 // JobSpec. Errors are *JSONError for malformed input and *FieldError for a
 // bad value; both name the field. Notes say which fields are ignored.
 func DecodeRunJobRequest(data []byte) (spec JobSpec, notes []string, err error) {
+	d, err := DecodeRunJob(data)
+	return d.Spec, d.Notes, err
+}
+
+// DecodedRunJob is a decoded RunJobRequest: the spec, notes about ignored
+// fields, and logs_dir, which the spec does not keep (the REST API checks it
+// against the workspace's directory).
+type DecodedRunJob struct {
+	Spec    JobSpec
+	Notes   []string
+	LogsDir string
+}
+
+// DecodeRunJob is DecodeRunJobRequest that also returns logs_dir.
+func DecodeRunJob(data []byte) (DecodedRunJob, error) {
+	spec, notes, err := decodeRunJob(data)
+	d := DecodedRunJob{Spec: spec, Notes: notes}
+	if err == nil {
+		var r struct {
+			LogsDir string `json:"logs_dir"`
+		}
+		_ = json.Unmarshal(data, &r) // already decoded once: cannot fail
+		d.LogsDir = r.LogsDir
+	}
+	return d, err
+}
+
+func decodeRunJob(data []byte) (spec JobSpec, notes []string, err error) {
 	var r RunJobRequest
 	if err := DecodeStrictJSON(data, &r, RunJobRequestFieldNames, "RunJobRequest"); err != nil {
 		return spec, nil, err
@@ -126,8 +156,8 @@ func DecodeRunJobRequest(data []byte) (spec JobSpec, notes []string, err error) 
 		EnvVariables: r.EnvVariables, Flags: r.Flags, CheckpointDir: r.CheckpointDir,
 	}
 	if r.NWorkers != nil {
-		if *r.NWorkers < 1 {
-			return spec, nil, &FieldError{Field: "n_workers", Message: fmt.Sprintf("must be at least 1, got %d", *r.NWorkers)}
+		if *r.NWorkers < 1 || *r.NWorkers > MaxNWorkers {
+			return spec, nil, &FieldError{Field: "n_workers", Message: fmt.Sprintf("must be between 1 and %d, got %d", MaxNWorkers, *r.NWorkers)}
 		}
 		spec.NWorkers = *r.NWorkers
 	}
@@ -139,6 +169,12 @@ func DecodeRunJobRequest(data []byte) (spec JobSpec, notes []string, err error) 
 			return spec, nil, &FieldError{Field: "max_retry", Message: fmt.Sprintf("must be between 0 and %d, got %d", MaxRetryLimit, *r.MaxRetry)}
 		}
 		spec.MaxRetry = *r.MaxRetry
+	}
+	if len(r.CheckpointDir) > MaxPathBytes {
+		return spec, nil, &FieldError{Field: "checkpoint_dir", Message: fmt.Sprintf("is %d bytes; a path may have at most %d", len(r.CheckpointDir), MaxPathBytes)}
+	}
+	if len(r.LogsDir) > MaxPathBytes || strings.ContainsRune(r.LogsDir, 0) {
+		return spec, nil, &FieldError{Field: "logs_dir", Message: fmt.Sprintf("must be a path of at most %d bytes without NUL characters", MaxPathBytes)}
 	}
 	if hp := r.HealthParams; hp != nil {
 		if hp.LogPeriod != nil && *hp.LogPeriod < 1 {
@@ -163,6 +199,9 @@ func DecodeRunJobRequest(data []byte) (spec JobSpec, notes []string, err error) 
 	if err := CheckStrings(spec); err != nil {
 		return spec, nil, err
 	}
+	if err := CheckLimits(spec); err != nil {
+		return spec, nil, err
+	}
 	if r.LogsDir != "" {
 		notes = append([]string{"logs_dir is ignored: trainq keeps each worker's log under its data_dir (see `trainq logs`)"}, notes...)
 	}
@@ -177,6 +216,12 @@ func DecodeStrictJSON(data []byte, v any, fields []string, what string) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		if strings.HasPrefix(err.Error(), "json: unknown field ") {
+			// encoding/json does not say where: find the key's path.
+			if kerr := checkKeys(data, fields, what); kerr != nil {
+				return kerr
+			}
+		}
 		return decodeError(data, err, fields, what)
 	}
 	var rest any
@@ -194,7 +239,8 @@ func DecodeStrictJSON(data []byte, v any, fields []string, what string) error {
 const MaxArgBytes = 64 << 10
 
 // CheckStrings rejects NUL bytes, which no command line, environment or
-// path can carry, and values longer than MaxArgBytes.
+// path can carry, and values longer than MaxArgBytes. An entry of
+// env_variables or flags is named by its path, e.g. env_variables.A.
 func CheckStrings(s JobSpec) error {
 	if len(s.Script) > MaxArgBytes {
 		return &FieldError{Field: "script", Message: fmt.Sprintf("is %d bytes; at most %d are allowed (put a long script in a file)", len(s.Script), MaxArgBytes)}
@@ -208,26 +254,65 @@ func CheckStrings(s JobSpec) error {
 			return &FieldError{Field: f.name, Message: "must not contain NUL characters"}
 		}
 	}
-	for field, m := range map[string]map[string]string{"env_variables": s.EnvVariables, "flags": s.Flags} {
-		for k, v := range m {
+	for _, m := range []struct {
+		field string
+		m     map[string]string
+	}{{"env_variables", s.EnvVariables}, {"flags", s.Flags}} {
+		for _, k := range slices.Sorted(maps.Keys(m.m)) {
+			v := m.m[k]
 			if len(k)+len(v) > MaxArgBytes {
-				return &FieldError{Field: field, Message: fmt.Sprintf("%q is longer than %d bytes with its value", k[:min(len(k), 40)], MaxArgBytes)}
+				return &FieldError{Field: EntryPath(m.field, k), Message: fmt.Sprintf("is %d bytes with its name; at most %d are allowed", len(k)+len(v), MaxArgBytes)}
 			}
-			if strings.ContainsRune(v, 0) {
-				return &FieldError{Field: field, Message: fmt.Sprintf("the value of %q must not contain NUL characters", k)}
+			if strings.ContainsRune(k, 0) || strings.ContainsRune(v, 0) {
+				return &FieldError{Field: EntryPath(m.field, k), Message: "must not contain NUL characters"}
 			}
 		}
 	}
 	return nil
 }
 
-// checkKeys walks the top-level object of syntactically valid data and
-// rejects keys that differ in case from a field name, and repeated keys.
+// EntryPath names an entry of a map field, e.g. env_variables.A; a very long
+// key is shortened.
+func EntryPath(field, key string) string {
+	const keyMax = 64
+	if len(key) > keyMax {
+		key = strings.ToValidUTF8(key[:keyMax], "") + "…"
+	}
+	return field + "." + key
+}
+
+// keyRule says how the keys of a nested JSON object are checked: an object
+// with fixed fields (exact, lower-case names) or a map (any key, once).
+type keyRule struct {
+	fields []string // nil: a map
+	what   string   // names the object in messages
+}
+
+// nestedKeys are the rules for the objects inside a request, by the name of
+// the field that holds them. Every request type that has one of these
+// fields gives it this shape.
+var nestedKeys = map[string]keyRule{
+	"health_params": {fields: []string{"log_period", "action"}, what: "health_params"},
+	"env_variables": {what: "env_variables"},
+	"flags":         {what: "flags"},
+}
+
+// checkKeys walks syntactically valid data and rejects, at every depth,
+// repeated keys and keys that differ in case from a field name (encoding/json
+// matches those case-insensitively and lets the last repeated key win). The
+// error's field is the key's path, e.g. env_variables.A.
 func checkKeys(data []byte, fields []string, what string) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
-	if _, err := dec.Token(); err != nil { // {
-		return nil
+	tok, err := dec.Token()
+	if err != nil || tok != json.Delim('{') {
+		return nil // the decoder has reported it already
 	}
+	return checkObject(dec, keyRule{fields: fields, what: what}, "", true)
+}
+
+// checkObject checks the keys of the object whose '{' was just read, and
+// reads up to and including its '}'.
+func checkObject(dec *json.Decoder, rule keyRule, path string, top bool) error {
 	seen := map[string]bool{}
 	for dec.More() {
 		tok, err := dec.Token()
@@ -235,23 +320,61 @@ func checkKeys(data []byte, fields []string, what string) error {
 			return nil
 		}
 		key, _ := tok.(string)
+		field := key
+		if path != "" {
+			field = path + "." + key
+		}
 		if seen[key] {
-			return &JSONError{Reason: JSONDuplicate, Field: key, Message: fmt.Sprintf("field %q appears twice", key)}
+			return &JSONError{Reason: JSONDuplicate, Field: field, Message: fmt.Sprintf("field %q appears twice", field)}
 		}
 		seen[key] = true
-		known := false
-		for _, f := range fields {
-			known = known || f == key
+		if rule.fields != nil && !slices.Contains(rule.fields, key) {
+			msg := fmt.Sprintf("unknown field %q; %s fields are %s (lower case)", field, rule.what, strings.Join(rule.fields, ", "))
+			return &JSONError{Reason: JSONUnknownField, Field: field, Message: msg}
 		}
-		if !known {
-			return &JSONError{Reason: JSONUnknownField, Field: key,
-				Message: fmt.Sprintf("unknown field %q; %s fields are %s (lower case)", key, what, strings.Join(fields, ", "))}
-		}
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
+		tok, err = dec.Token()
+		if err != nil {
 			return nil
 		}
+		switch tok {
+		case json.Delim('{'):
+			nested, ok := nestedKeys[key]
+			if !top || rule.fields == nil || !ok {
+				nested = keyRule{what: field} // a map: only repeated keys are wrong
+			}
+			if err := checkObject(dec, nested, field, false); err != nil {
+				return err
+			}
+		case json.Delim('['):
+			if err := checkArray(dec, field); err != nil {
+				return err
+			}
+		}
 	}
+	_, _ = dec.Token() // }
+	return nil
+}
+
+// checkArray checks the objects inside the array whose '[' was just read.
+func checkArray(dec *json.Decoder, path string) error {
+	for i := 0; dec.More(); i++ {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		elem := fmt.Sprintf("%s[%d]", path, i)
+		switch tok {
+		case json.Delim('{'):
+			if err := checkObject(dec, keyRule{what: elem}, elem, false); err != nil {
+				return err
+			}
+		case json.Delim('['):
+			if err := checkArray(dec, elem); err != nil {
+				return err
+			}
+		}
+	}
+	_, _ = dec.Token() // ]
 	return nil
 }
 

@@ -14,6 +14,9 @@ import (
 type FieldError struct {
 	Field   string
 	Message string
+	// TooLarge says the request as a whole is too large to keep, and Field
+	// is its largest field (the API answers 413 rather than 422).
+	TooLarge bool
 }
 
 func (e *FieldError) Error() string { return e.Field + ": " + e.Message }
