@@ -40,6 +40,10 @@ type Config struct {
 	NodeTimeout Duration `json:"node_timeout"`
 	// MetricsAddr is where trainq-worker serves Prometheus metrics ("" = off).
 	MetricsAddr string `json:"metrics_addr"`
+	// WorkspacesDir holds one directory per workspace (<workspaces_dir>/<workspace>)
+	// inside which the REST API keeps a job's checkpoint_dir and logs_dir;
+	// empty means <data_dir>/workspaces.
+	WorkspacesDir string `json:"workspaces_dir"`
 
 	source string
 }
@@ -210,6 +214,9 @@ func (c *Config) validate() error {
 	}
 	if c.NodeTimeout.D() < time.Second {
 		return errors.New("node_timeout: must be at least 1s")
+	}
+	if strings.ContainsRune(c.WorkspacesDir, 0) || len(c.WorkspacesDir) > 1024 {
+		return errors.New("workspaces_dir: must be a directory path of at most 1024 bytes")
 	}
 	regions := map[string]bool{}
 	nodes := map[string]string{}
