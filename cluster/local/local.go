@@ -238,7 +238,11 @@ func (b *Backend) Start(ctx context.Context, spec cluster.WorkerSpec) (cluster.W
 	defer unlock()
 
 	if b.launched(dir) {
-		return b.Status(ctx, spec.ID)
+		st, err := b.Status(ctx, spec.ID)
+		if err == nil {
+			err = startFailure(dir) // a retried Start gives the same answer
+		}
+		return st, err
 	}
 	if spec.MasterAddr == "" || spec.MasterPort == 0 {
 		addr, port, err := b.Rendezvous(ctx, spec.ID.Job, spec.ID.Attempt)
@@ -254,10 +258,16 @@ func (b *Backend) Start(ctx context.Context, spec cluster.WorkerSpec) (cluster.W
 		return cluster.WorkerStatus{ID: spec.ID}, fmt.Errorf("checkpoint dir: %w", err)
 	}
 	logPath := filepath.Join(dir, fileLog)
+	plan := b.plan(spec, logPath)
+	// A command the OS cannot exec would only show as exit code 127 with
+	// the reason in the log: say it here, before anything starts.
+	if err := checkExec(plan, os.Environ()); err != nil {
+		return cluster.WorkerStatus{ID: spec.ID}, err
+	}
 	if err := writeJSONAtomic(filepath.Join(dir, fileSpec), spec); err != nil {
 		return cluster.WorkerStatus{ID: spec.ID}, err
 	}
-	if err := writeJSONAtomic(filepath.Join(dir, fileLaunch), b.plan(spec, logPath)); err != nil {
+	if err := writeJSONAtomic(filepath.Join(dir, fileLaunch), plan); err != nil {
 		return cluster.WorkerStatus{ID: spec.ID}, err
 	}
 	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
@@ -294,7 +304,14 @@ func (b *Backend) Start(ctx context.Context, spec cluster.WorkerSpec) (cluster.W
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		return cluster.WorkerStatus{ID: spec.ID}, fmt.Errorf("record worker pid: %w", err)
 	}
-	return b.Status(ctx, spec.ID)
+	// A process that could not be started at all (exec failed) is an error
+	// of Start with the real reason, not a mere exit code 127 later.
+	failed := awaitLaunch(dir, done)
+	st, err := b.Status(ctx, spec.ID)
+	if err == nil {
+		err = failed
+	}
+	return st, err
 }
 
 // launched reports whether the worker was started before. A spec.json

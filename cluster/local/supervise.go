@@ -90,7 +90,7 @@ func Supervise(workerDir string) int {
 	for i, p := range plan.Procs {
 		exits[i] = procExit{LocalRank: p.LocalRank}
 		if failed >= 0 {
-			exits[i].ExitCode, exits[i].Error = 143, "not started: another process failed"
+			exits[i].ExitCode, exits[i].Error = 143, errTextOtherFailed
 			continue
 		}
 		if len(p.Argv) == 0 {
