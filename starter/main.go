@@ -178,6 +178,7 @@ func init() {
 		{"top", "[ALLOCATION] [--region R] [--once]", "live view of an allocation: GPU bars per node, running and waiting jobs (plain snapshot on a non-TTY)", runTop},
 		{"watch", "JOB", "print each state change until the job ends; exit 0 only if it completed", runWatch},
 		{"allocator", "recover [ALLOCATION] [--region R]", "rebuild an allocator's state from its jobs and node agents (starts one if none runs)", runAllocator},
+		{"simulate", "[--trace DIR --pods default|multigpu50 | --workload FILE] [--nodes N] [--policy SPEC]...", "replay a workload through the scheduler under each policy and print the tables side by side", runSimulate},
 		{"demo", "", "run the worked example of the priorities page on the demo allocation", runDemo},
 		{"version", "", "print trainq's version", runVersion},
 		{"help", "[COMMAND]", "show help", runHelp},

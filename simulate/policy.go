@@ -1,0 +1,112 @@
+package simulate
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/trainq/trainq/scheduler"
+)
+
+// Knobs lists the policy knobs a spec may set, with what each means.
+var Knobs = []struct{ Name, Help string }{
+	{"queueing", "best-effort-fifo or strict-fifo"},
+	{"min_runtime", "min_runtime_before_preemption: a job that has run less is never preempted (e.g. 1h)"},
+	{"priorities", "on, or off: every job is submitted as medium (plain FIFO, no preemption)"},
+}
+
+// DefaultPolicies are compared when no policy is named: plain FIFO as the baseline, then the
+// two queueing strategies with priorities.
+var DefaultPolicies = []string{"fifo", "best-effort", "strict-fifo"}
+
+// ParsePolicy reads a policy spec: a name, optionally followed by ":" and comma-separated
+// knob=value settings, applied on top of base. The names fifo (no priorities), best-effort and
+// strict-fifo preset the queueing; any other name starts from base as it is. Examples:
+//
+//	fifo
+//	best-effort
+//	strict-fifo
+//	min1h:min_runtime=1h
+//	strict-nopri:queueing=strict-fifo,priorities=off
+func ParsePolicy(spec string, base scheduler.Policy) (Policy, error) {
+	name, knobs, _ := strings.Cut(strings.TrimSpace(spec), ":")
+	name = strings.TrimSpace(name)
+	if name == "" {
+		return Policy{}, fmt.Errorf("policy %q has no name", spec)
+	}
+	p := Policy{Name: name, Scheduler: base}
+	switch name {
+	case "fifo":
+		p.Scheduler.Queueing, p.NoPriorities = scheduler.BestEffortFIFO, true
+	case "best-effort", "best-effort-fifo":
+		p.Scheduler.Queueing = scheduler.BestEffortFIFO
+	case "strict-fifo", "strict":
+		p.Scheduler.Queueing = scheduler.StrictFIFO
+	}
+	for _, kv := range strings.Split(knobs, ",") {
+		kv = strings.TrimSpace(kv)
+		if kv == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		if !ok {
+			return Policy{}, fmt.Errorf("policy %s: %q is not knob=value", name, kv)
+		}
+		if err := setKnob(&p, k, v); err != nil {
+			return Policy{}, fmt.Errorf("policy %s: %s: %w", name, k, err)
+		}
+	}
+	if _, err := scheduler.NewPool(nil, p.Scheduler); err != nil {
+		return Policy{}, fmt.Errorf("policy %s: %w", name, err)
+	}
+	return p, nil
+}
+
+func knobDuration(v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%q is not a duration such as 30s, 10m or 1h", v)
+	}
+	return d, nil
+}
+
+func setKnob(p *Policy, k, v string) error {
+	var err error
+	switch k {
+	case "queueing":
+		switch scheduler.Queueing(v) {
+		case scheduler.BestEffortFIFO, scheduler.StrictFIFO:
+			p.Scheduler.Queueing = scheduler.Queueing(v)
+		default:
+			return fmt.Errorf("%q is not best-effort-fifo or strict-fifo", v)
+		}
+	case "min_runtime", "min_runtime_before_preemption":
+		p.Scheduler.MinRuntimeBeforePreemption, err = knobDuration(v)
+	case "priorities":
+		switch v {
+		case "on":
+			p.NoPriorities = false
+		case "off":
+			p.NoPriorities = true
+		default:
+			return fmt.Errorf("%q is not on or off", v)
+		}
+	default:
+		names := make([]string, len(Knobs))
+		for i, kn := range Knobs {
+			names[i] = kn.Name
+		}
+		return fmt.Errorf("unknown knob; the knobs are %s", strings.Join(names, ", "))
+	}
+	return err
+}
+
+// policyKnobs describes a scheduler policy's settings that differ from the zero Policy.
+func policyKnobs(p scheduler.Policy) []string {
+	var out []string
+	if p.MinRuntimeBeforePreemption > 0 {
+		out = append(out, "min_runtime_before_preemption "+Dur(p.MinRuntimeBeforePreemption))
+	}
+	return out
+}

@@ -1,0 +1,352 @@
+package simulate
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/trainq/trainq/scheduler"
+)
+
+// Seconds is a duration that encodes in JSON as a number of seconds.
+type Seconds time.Duration
+
+func (s Seconds) MarshalJSON() ([]byte, error) {
+	return json.Marshal(math.Round(time.Duration(s).Seconds()*1e6) / 1e6)
+}
+
+// D is the duration.
+func (s Seconds) D() time.Duration { return time.Duration(s) }
+
+// Row is the figures of one group of jobs (a class, a size, or all).
+type Row struct {
+	Name string `json:"name"`
+	Jobs int    `json:"jobs"`
+	// Waits are per job: the time it spent queued over all its attempts (submission to start,
+	// plus every re-queue to restart). Jobs that could never fit the pool are not counted.
+	WaitP50 Seconds `json:"wait_p50"`
+	WaitP95 Seconds `json:"wait_p95"`
+	WaitP99 Seconds `json:"wait_p99"`
+	WaitMax Seconds `json:"wait_max"`
+	// UsefulGPUHours is the work of the completed jobs; LostGPUHours the work preemption threw
+	// away (progress since the attempt started, or since its last checkpoint).
+	UsefulGPUHours float64 `json:"useful_gpu_hours"`
+	LostGPUHours   float64 `json:"lost_gpu_hours"`
+	LostPct        float64 `json:"lost_pct"` // of useful
+	// Preemptions of jobs of this group; ForNothing those whose preemptor then started on nodes
+	// where the victim did not run (elsewhere).
+	Preemptions int `json:"preemptions"`
+	ForNothing  int `json:"preemptions_for_nothing"`
+	MaxPerJob   int `json:"max_preemptions_of_one_job"`
+	GivenUp     int `json:"given_up,omitempty"` // preempted more than max_retry times
+	Rejected    int `json:"rejected,omitempty"` // could never fit the pool
+	Unfinished  int `json:"unfinished,omitempty"`
+}
+
+// Timing is what the Schedule calls cost in wall-clock time.
+type Timing struct {
+	Calls int     `json:"calls"`
+	Total Seconds `json:"total"`
+	Mean  Seconds `json:"mean"`
+	P99   Seconds `json:"p99"`
+	Max   Seconds `json:"max"`
+}
+
+// Result is one policy's run.
+type Result struct {
+	Policy   Policy  `json:"policy"`
+	Options  Options `json:"options"`
+	Workload string  `json:"workload"`
+	Nodes    int     `json:"nodes"`
+	GPUs     int     `json:"gpus"`
+	Rows     []Row   `json:"rows"` // high, medium, low, then by size, then all
+	// Makespan is from the first arrival to the last job's end.
+	Makespan Seconds `json:"makespan"`
+	// Utilisation is the GPU-time held by jobs (running or stopping) over GPUs × makespan;
+	// UsefulUtilisation counts only the work of completed jobs.
+	Utilisation       float64 `json:"utilisation"`
+	UsefulUtilisation float64 `json:"useful_utilisation"`
+	Schedule          Timing  `json:"schedule"`
+}
+
+// Row returns the row named name (or the zero Row).
+func (r *Result) Row(name string) Row {
+	for _, x := range r.Rows {
+		if x.Name == name {
+			return x
+		}
+	}
+	return Row{Name: name}
+}
+
+// Row names besides the classes.
+const (
+	RowAll    = "all"
+	RowNoGPU  = "no GPU"
+	Row1GPU   = "1 GPU"
+	Row2GPU   = "2-3 GPUs"
+	Row4GPU   = "4+ GPUs"
+	rowsFirst = 3 // class rows come first
+)
+
+func sizeRow(gpus int) string {
+	switch {
+	case gpus == 0:
+		return RowNoGPU
+	case gpus == 1:
+		return Row1GPU
+	case gpus < 4:
+		return Row2GPU
+	}
+	return Row4GPU
+}
+
+type acc struct {
+	row   Row
+	waits []time.Duration
+}
+
+func (s *sim) result(first time.Duration) (*Result, error) {
+	names := []string{scheduler.High.String(), scheduler.Medium.String(), scheduler.Low.String(), RowNoGPU, Row1GPU, Row2GPU, Row4GPU, RowAll}
+	accs := make([]acc, len(names))
+	for i := range accs {
+		accs[i].row.Name = names[i]
+	}
+	pos := func(name string) int { return slices.Index(names, name) }
+	end := first
+	for i := range s.jobs {
+		j, st := &s.w.Jobs[i], &s.jobs[i]
+		end = max(end, st.endedAt)
+		for _, k := range []int{2 - int(j.Class), pos(sizeRow(j.GPUs())), len(names) - 1} {
+			a := &accs[k]
+			a.row.Jobs++
+			switch st.phase {
+			case phRejected:
+				a.row.Rejected++
+				continue
+			case phDone:
+				a.row.UsefulGPUHours += j.Runtime.Hours() * float64(j.GPUs())
+			case phGivenUp:
+				a.row.GivenUp++
+			default:
+				a.row.Unfinished++
+			}
+			a.waits = append(a.waits, st.waited)
+			a.row.LostGPUHours += st.lost / 3600
+			a.row.Preemptions += st.preempted
+			a.row.MaxPerJob = max(a.row.MaxPerJob, st.preempted)
+		}
+	}
+	for pi, p := range s.preempts {
+		if !s.forNothing[pi] {
+			continue
+		}
+		j := &s.w.Jobs[p.victim]
+		for _, k := range []int{2 - int(j.Class), pos(sizeRow(j.GPUs())), len(names) - 1} {
+			accs[k].row.ForNothing++
+		}
+	}
+	res := &Result{Policy: s.pol, Options: s.opt, Workload: s.w.Name, Nodes: len(s.w.Nodes), GPUs: s.w.GPUs()}
+	for i := range accs {
+		a := &accs[i]
+		if a.row.Jobs == 0 {
+			continue
+		}
+		slices.Sort(a.waits)
+		a.row.WaitP50, a.row.WaitP95, a.row.WaitP99 = Seconds(quantile(a.waits, 0.50)), Seconds(quantile(a.waits, 0.95)), Seconds(quantile(a.waits, 0.99))
+		if len(a.waits) > 0 {
+			a.row.WaitMax = Seconds(a.waits[len(a.waits)-1])
+		}
+		if a.row.UsefulGPUHours > 0 {
+			a.row.LostPct = 100 * a.row.LostGPUHours / a.row.UsefulGPUHours
+		}
+		res.Rows = append(res.Rows, a.row)
+	}
+	res.Makespan = Seconds(end - first)
+	if cap := float64(res.GPUs) * (end - first).Seconds(); cap > 0 {
+		res.Utilisation = s.heldArea / cap
+		res.UsefulUtilisation = res.Row(RowAll).UsefulGPUHours * 3600 / cap
+	}
+	res.Schedule = timing(s.schedTimes)
+	return res, nil
+}
+
+// quantile is the nearest-rank quantile of sorted values.
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	k := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[max(0, min(k, len(sorted)-1))]
+}
+
+func timing(ts []time.Duration) Timing {
+	t := Timing{Calls: len(ts)}
+	if len(ts) == 0 {
+		return t
+	}
+	var total time.Duration
+	for _, d := range ts {
+		total += d
+	}
+	s := slices.Sorted(slices.Values(ts))
+	t.Total, t.Mean, t.P99, t.Max = Seconds(total), Seconds(total/time.Duration(len(ts))), Seconds(quantile(s, 0.99)), Seconds(s[len(s)-1])
+	return t
+}
+
+// Dur formats a simulated duration compactly: 0s, 42s, 7m42s, 3h12m, 8.6d.
+func Dur(d time.Duration) string {
+	d = d.Round(time.Second)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%.1fd", d.Hours()/24)
+}
+
+// wall formats a wall-clock cost: 850ns, 12µs, 3.4ms, 1.20s.
+func wall(d time.Duration) string {
+	switch {
+	case d < time.Microsecond:
+		return fmt.Sprintf("%dns", d.Nanoseconds())
+	case d < time.Millisecond:
+		return fmt.Sprintf("%.0fµs", float64(d)/float64(time.Microsecond))
+	case d < time.Second:
+		return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
+	}
+	return fmt.Sprintf("%.2fs", d.Seconds())
+}
+
+// Describe says what a policy is, e.g. "best-effort-fifo, min_runtime_before_preemption 1h".
+func (p Policy) Describe() string {
+	q := p.Scheduler.Queueing
+	if q == "" {
+		q = scheduler.BestEffortFIFO
+	}
+	parts := []string{string(q)}
+	if p.NoPriorities {
+		parts = append(parts, "no priorities (every job medium, no preemption)")
+	}
+	parts = append(parts, policyKnobs(p.Scheduler)...)
+	return strings.Join(parts, ", ")
+}
+
+// WriteMarkdown prints one table per policy, then a side-by-side summary of the figures the
+// policy targets are judged by (against the first policy, the baseline).
+func WriteMarkdown(w io.Writer, rs []*Result) {
+	if len(rs) == 0 {
+		return
+	}
+	r0 := rs[0]
+	o := r0.Options
+	retry := "unlimited"
+	if o.MaxRetry >= 0 {
+		retry = fmt.Sprint(o.MaxRetry)
+	}
+	rerun := "from zero"
+	if o.Checkpoint > 0 {
+		rerun = "from the last checkpoint (every " + Dur(o.Checkpoint) + ")"
+	}
+	arrivals := "as in the trace"
+	if o.Burst {
+		arrivals = "all at once"
+	}
+	fmt.Fprintf(w, "Workload %s: %d jobs on %d nodes (%d GPUs); arrivals %s; a preempted job stops in %s and reruns %s, max_retry %s.\n\n",
+		r0.Workload, r0.Row(RowAll).Jobs, r0.Nodes, r0.GPUs, arrivals, Dur(o.StopDelay), rerun, retry)
+	for _, r := range rs {
+		fmt.Fprintf(w, "### %s (%s)\n\n", r.Policy.Name, r.Policy.Describe())
+		fmt.Fprintln(w, "| jobs | n | wait p50 | p95 | p99 | longest | GPU-h lost (% of useful) | preemptions | for nothing | most of one job |")
+		fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+		for _, row := range r.Rows {
+			name := row.Name
+			if row.Name == RowAll {
+				name = "**all**"
+			}
+			n := fmt.Sprint(row.Jobs)
+			if row.Rejected > 0 {
+				n += fmt.Sprintf(" (%d never fit)", row.Rejected)
+			}
+			if row.GivenUp > 0 {
+				n += fmt.Sprintf(" (%d gave up)", row.GivenUp)
+			}
+			if row.Unfinished > 0 {
+				n += fmt.Sprintf(" (%d unfinished)", row.Unfinished)
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %.1f (%.2f%%) | %d | %d (%s) | %d |\n", name, n,
+				Dur(row.WaitP50.D()), Dur(row.WaitP95.D()), Dur(row.WaitP99.D()), Dur(row.WaitMax.D()),
+				row.LostGPUHours, row.LostPct, row.Preemptions, row.ForNothing, pct(row.ForNothing, row.Preemptions), row.MaxPerJob)
+		}
+		s := r.Schedule
+		fmt.Fprintf(w, "\nUtilisation %.1f%% (useful %.1f%%), makespan %s; Schedule: %d calls, %s in all, mean %s, p99 %s, max %s.\n\n",
+			100*r.Utilisation, 100*r.UsefulUtilisation, Dur(r.Makespan.D()), s.Calls, wall(s.Total.D()), wall(s.Mean.D()), wall(s.P99.D()), wall(s.Max.D()))
+	}
+	writeSummary(w, rs)
+}
+
+func pct(a, b int) string {
+	if b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*float64(a)/float64(b))
+}
+
+// writeSummary prints the figures the issue's targets name, one column per policy.
+func writeSummary(w io.Writer, rs []*Result) {
+	fmt.Fprintf(w, "### Side by side (against %s)\n\n| |", rs[0].Policy.Name)
+	for _, r := range rs {
+		fmt.Fprintf(w, " %s |", r.Policy.Name)
+	}
+	fmt.Fprint(w, "\n|---|")
+	for range rs {
+		fmt.Fprint(w, "--:|")
+	}
+	fmt.Fprintln(w)
+	line := func(label string, f func(r *Result) string) {
+		fmt.Fprintf(w, "| %s |", label)
+		for _, r := range rs {
+			fmt.Fprintf(w, " %s |", f(r))
+		}
+		fmt.Fprintln(w)
+	}
+	base := rs[0]
+	line("high wait p95", func(r *Result) string { return Dur(r.Row("high").WaitP95.D()) })
+	line("medium wait p95", func(r *Result) string { return Dur(r.Row("medium").WaitP95.D()) })
+	line("low wait p95", func(r *Result) string { return Dur(r.Row("low").WaitP95.D()) })
+	line("1-GPU wait p95", func(r *Result) string { return Dur(r.Row(Row1GPU).WaitP95.D()) })
+	line("4+-GPU wait p95", func(r *Result) string { return Dur(r.Row(Row4GPU).WaitP95.D()) })
+	line("4+-GPU / 1-GPU p95", func(r *Result) string {
+		a, b := r.Row(Row4GPU).WaitP95.D(), r.Row(Row1GPU).WaitP95.D()
+		if b == 0 {
+			if a == 0 {
+				return "1.0×"
+			}
+			return "∞"
+		}
+		return fmt.Sprintf("%.1f×", float64(a)/float64(b))
+	})
+	line("GPU-h lost, % of useful", func(r *Result) string { return fmt.Sprintf("%.2f%%", r.Row(RowAll).LostPct) })
+	line("preemptions", func(r *Result) string { return fmt.Sprint(r.Row(RowAll).Preemptions) })
+	line("for nothing", func(r *Result) string {
+		a := r.Row(RowAll)
+		return fmt.Sprintf("%d (%s)", a.ForNothing, pct(a.ForNothing, a.Preemptions))
+	})
+	line("most preemptions of one job", func(r *Result) string { return fmt.Sprint(r.Row(RowAll).MaxPerJob) })
+	line("utilisation", func(r *Result) string { return fmt.Sprintf("%.1f%%", 100*r.Utilisation) })
+	line("makespan", func(r *Result) string { return Dur(r.Makespan.D()) })
+	line("makespan vs "+base.Policy.Name, func(r *Result) string {
+		if base.Makespan == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%+.1f%%", 100*(float64(r.Makespan)/float64(base.Makespan)-1))
+	})
+	line("Schedule mean / max", func(r *Result) string { return wall(r.Schedule.Mean.D()) + " / " + wall(r.Schedule.Max.D()) })
+	fmt.Fprintln(w)
+}

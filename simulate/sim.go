@@ -1,0 +1,362 @@
+// Package simulate replays a workload through the real scheduler package as a discrete-event
+// simulation, to judge scheduling policies on real traces before they reach an allocator.
+//
+// The simulated allocator does what the allocator workflow does: it calls Pool.Schedule after
+// every event (a job arriving, a job's workers exiting, a stopped worker of a preempted job), and
+// applies the decisions. A granted job runs for its remaining work and then its workers exit and
+// are released at once. A preempted job's workers stop Options.StopDelay later (SIGTERM, the
+// grace period, SIGKILL); once all have stopped the job is queued again, keeping its queue
+// sequence, while Options.MaxRetry allows, and reruns from zero or from its last checkpoint.
+//
+// Nothing here reads the clock except Options.Clock, which only times the Schedule calls, so
+// every other figure of a run is deterministic.
+package simulate
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/trainq/trainq/scheduler"
+)
+
+// Policy is one scheduling policy to compare.
+type Policy struct {
+	Name      string           `json:"name"`
+	Scheduler scheduler.Policy `json:"scheduler"`
+	// NoPriorities submits every job as a medium training job: the queue is plain FIFO (by
+	// arrival) and nothing is ever preempted. Rows still group jobs by their own class.
+	NoPriorities bool `json:"no_priorities,omitempty"`
+}
+
+// Options describe the simulated cluster; they are the same for every policy compared.
+type Options struct {
+	// StopDelay is how long a preempted job's workers take to stop.
+	StopDelay time.Duration `json:"stop_delay"`
+	// Checkpoint: 0 means a preempted job reruns from zero; otherwise a running job saves its
+	// progress every Checkpoint of running time, reports it to the pool, and a rerun resumes
+	// from the last one.
+	Checkpoint time.Duration `json:"checkpoint,omitempty"`
+	// MaxRetry is how many times a job reruns after being preempted; negative means without
+	// limit. A job preempted once more ends (it counts as "given up").
+	MaxRetry int `json:"max_retry"`
+	// Burst makes every job arrive at time 0, in arrival order.
+	Burst bool `json:"burst,omitempty"`
+	// Clock times the Schedule calls (nil: time.Now). It never influences a decision.
+	Clock func() time.Time `json:"-"`
+}
+
+// Epoch is the simulated time of the workload's start.
+var Epoch = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+
+type evKind uint8
+
+const (
+	evArrive     evKind = iota
+	evFinish            // the attempt's work is done: its workers exit and are released
+	evStopped           // one worker of a preempted attempt has stopped
+	evCheckpoint        // a running attempt saves its progress
+)
+
+type event struct {
+	t       time.Duration
+	seq     uint64
+	kind    evKind
+	job     int32
+	attempt int32
+	worker  int32
+}
+
+// eventQueue is a binary min-heap on (t, seq): events at the same time run in the order they
+// were scheduled.
+type eventQueue []event
+
+func (q eventQueue) less(i, j int) bool {
+	if q[i].t != q[j].t {
+		return q[i].t < q[j].t
+	}
+	return q[i].seq < q[j].seq
+}
+
+func (q *eventQueue) push(e event) {
+	*q = append(*q, e)
+	h := *q
+	for i := len(h) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !h.less(i, p) {
+			break
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
+	}
+}
+
+func (q *eventQueue) pop() event {
+	h := *q
+	top := h[0]
+	n := len(h) - 1
+	h[0] = h[n]
+	h = h[:n]
+	for i := 0; ; {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < n && h.less(l, m) {
+			m = l
+		}
+		if r < n && h.less(r, m) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+	*q = h
+	return top
+}
+
+type phase uint8
+
+const (
+	phNew phase = iota
+	phWaiting
+	phRunning
+	phStopping // preempted, workers stopping
+	phDone     // completed
+	phGivenUp  // preempted with no retries left
+	phRejected // can never fit the pool
+)
+
+type jobState struct {
+	attempt   int
+	queuedAt  time.Duration
+	startedAt time.Duration
+	ckptAt    time.Duration // last checkpoint of the running attempt (absolute)
+	phase     phase
+	remaining time.Duration
+	waited    time.Duration
+	preempted int
+	stopped   int // workers of the preempted attempt that have stopped
+	nodes     []string
+	lost      float64 // GPU-seconds of work thrown away
+	pending   []int32 // preemptions made for this job, judged at its next grant
+	endedAt   time.Duration
+}
+
+type preemptRec struct {
+	victim int32
+	nodes  []string
+}
+
+type sim struct {
+	w    *Workload
+	pol  Policy
+	opt  Options
+	pool *scheduler.Pool
+	idx  map[string]int32
+	jobs []jobState
+	q    eventQueue
+	seq  uint64
+	now  time.Duration
+
+	preempts   []preemptRec
+	forNothing []bool // per preemption: its preemptor started elsewhere
+	held       int    // GPUs held by running or stopping workers
+	heldArea   float64
+	lastT      time.Duration
+	schedTimes []time.Duration
+	ckpt       checkpointer
+}
+
+// checkpointer is the pool's optional checkpoint report (see Pool.Checkpointed).
+type checkpointer interface {
+	Checkpointed(job string, attempt int, at time.Time) bool
+}
+
+func (s *sim) push(t time.Duration, k evKind, job int32, attempt, worker int) {
+	s.seq++
+	s.q.push(event{t: t, seq: s.seq, kind: k, job: job, attempt: int32(attempt), worker: int32(worker)})
+}
+
+// Run replays w under one policy.
+func Run(w *Workload, pol Policy, opt Options) (*Result, error) {
+	if opt.StopDelay < 0 || opt.Checkpoint < 0 {
+		return nil, errors.New("the stop delay and checkpoint interval must not be negative")
+	}
+	if opt.Clock == nil {
+		opt.Clock = time.Now
+	}
+	pool, err := scheduler.NewPool(w.Nodes, pol.Scheduler)
+	if err != nil {
+		return nil, err
+	}
+	s := &sim{w: w, pol: pol, opt: opt, pool: pool, idx: make(map[string]int32, len(w.Jobs)), jobs: make([]jobState, len(w.Jobs))}
+	s.ckpt, _ = any(pool).(checkpointer)
+	for i := range w.Jobs {
+		j := &w.Jobs[i]
+		if _, dup := s.idx[j.ID]; dup {
+			return nil, fmt.Errorf("job id %q is used twice", j.ID)
+		}
+		if j.Workers < 1 || j.Runtime < 0 {
+			return nil, fmt.Errorf("job %s: needs at least one worker and a non-negative runtime", j.ID)
+		}
+		s.idx[j.ID] = int32(i)
+		s.jobs[i].remaining = j.Runtime
+		at := j.Arrival
+		if opt.Burst {
+			at = 0
+		}
+		s.push(at, evArrive, int32(i), 1, 0)
+	}
+	first := time.Duration(-1)
+	for len(s.q) > 0 {
+		e := s.q.pop()
+		if first < 0 {
+			first = e.t
+		}
+		s.heldArea += float64(s.held) * (e.t - s.lastT).Seconds()
+		s.lastT, s.now = e.t, e.t
+		if !s.apply(e) {
+			continue
+		}
+		if err := s.schedule(); err != nil {
+			return nil, err
+		}
+	}
+	return s.result(max(first, 0))
+}
+
+// apply handles one event; it reports whether the allocator would schedule after it.
+func (s *sim) apply(e event) bool {
+	j, st := &s.w.Jobs[e.job], &s.jobs[e.job]
+	switch e.kind {
+	case evArrive:
+		st.attempt, st.queuedAt = 1, s.now
+		if err := s.pool.Enqueue(s.request(e.job)); err != nil {
+			st.phase, st.endedAt = phRejected, s.now
+			return false
+		}
+		st.phase = phWaiting
+	case evFinish:
+		if st.phase != phRunning || int(e.attempt) != st.attempt {
+			return false // preempted meanwhile
+		}
+		s.pool.BeginRelease(j.ID)
+		for w := 0; w < j.Workers; w++ {
+			s.pool.Release(j.ID, st.attempt, w)
+		}
+		s.held -= j.GPUs()
+		st.phase, st.endedAt, st.remaining = phDone, s.now, 0
+	case evStopped:
+		if st.phase != phStopping || int(e.attempt) != st.attempt {
+			return false
+		}
+		s.pool.Release(j.ID, st.attempt, int(e.worker))
+		s.held -= j.Demand.GPUs
+		st.stopped++
+		if st.stopped < j.Workers {
+			return true
+		}
+		if s.opt.MaxRetry >= 0 && st.preempted > s.opt.MaxRetry {
+			st.phase, st.endedAt = phGivenUp, s.now
+			return true
+		}
+		st.attempt++
+		st.phase, st.queuedAt = phWaiting, s.now
+		if err := s.pool.Enqueue(s.request(e.job)); err != nil {
+			panic(fmt.Sprintf("simulate: re-queue of %s refused: %v", j.ID, err)) // it was admitted before
+		}
+	case evCheckpoint:
+		if st.phase != phRunning || int(e.attempt) != st.attempt {
+			return false
+		}
+		st.ckptAt = s.now
+		s.ckpt.Checkpointed(j.ID, st.attempt, Epoch.Add(s.now))
+		if next := s.now + s.opt.Checkpoint; next < st.startedAt+st.remaining {
+			s.push(next, evCheckpoint, e.job, st.attempt, 0)
+		}
+		return false // a checkpoint changes no decision the allocator would make at once
+	}
+	return true
+}
+
+func (s *sim) request(i int32) scheduler.Request {
+	j, st := &s.w.Jobs[i], &s.jobs[i]
+	r := scheduler.Request{Job: j.ID, Attempt: st.attempt, Kind: j.Kind, Class: j.Class, Demand: j.Demand,
+		Workers: j.Workers, Seq: int64(i) + 1, SubmittedAt: Epoch.Add(j.Arrival)}
+	if s.opt.Burst {
+		r.SubmittedAt = Epoch
+	}
+	if s.pol.NoPriorities {
+		r.Kind, r.Class = scheduler.KindJob, scheduler.Medium
+	}
+	return r
+}
+
+func (s *sim) schedule() error {
+	start := s.opt.Clock()
+	d := s.pool.Schedule(Epoch.Add(s.now))
+	s.schedTimes = append(s.schedTimes, s.opt.Clock().Sub(start))
+	for _, g := range d.Grants {
+		i, ok := s.idx[g.Job]
+		if !ok {
+			return fmt.Errorf("grant for unknown job %s", g.Job)
+		}
+		j, st := &s.w.Jobs[i], &s.jobs[i]
+		if st.phase != phWaiting || g.Attempt != st.attempt {
+			return fmt.Errorf("grant for %s attempt %d, which is not waiting", g.Job, g.Attempt)
+		}
+		st.phase, st.startedAt, st.ckptAt = phRunning, s.now, s.now
+		st.waited += s.now - st.queuedAt
+		st.nodes = st.nodes[:0]
+		for _, p := range g.Placement {
+			st.nodes = append(st.nodes, p.Node)
+		}
+		s.held += j.GPUs()
+		s.push(s.now+st.remaining, evFinish, i, st.attempt, 0)
+		if s.opt.Checkpoint > 0 && s.ckpt != nil && s.opt.Checkpoint < st.remaining {
+			s.push(s.now+s.opt.Checkpoint, evCheckpoint, i, st.attempt, 0)
+		}
+		for _, pi := range st.pending {
+			s.forNothing[pi] = !overlaps(st.nodes, s.preempts[pi].nodes)
+		}
+		st.pending = st.pending[:0]
+	}
+	for _, p := range d.Preemptions {
+		vi, ok1 := s.idx[p.Victim]
+		pi, ok2 := s.idx[p.Preemptor.Job]
+		if !ok1 || !ok2 {
+			return fmt.Errorf("preemption of unknown job %s for %s", p.Victim, p.Preemptor.Job)
+		}
+		j, st := &s.w.Jobs[vi], &s.jobs[vi]
+		if st.phase != phRunning || p.VictimAttempt != st.attempt {
+			return fmt.Errorf("preemption of %s attempt %d, which is not running", p.Victim, p.VictimAttempt)
+		}
+		progress := min(s.now-st.startedAt, st.remaining)
+		saved := time.Duration(0)
+		if s.opt.Checkpoint > 0 {
+			saved = progress / s.opt.Checkpoint * s.opt.Checkpoint
+		}
+		st.remaining -= saved
+		st.lost += (progress - saved).Seconds() * float64(j.GPUs())
+		st.preempted++
+		st.phase, st.stopped = phStopping, 0
+		s.preempts = append(s.preempts, preemptRec{victim: vi, nodes: slices.Clone(st.nodes)})
+		s.forNothing = append(s.forNothing, false)
+		s.jobs[pi].pending = append(s.jobs[pi].pending, int32(len(s.preempts)-1))
+		for w := 0; w < j.Workers; w++ {
+			s.push(s.now+s.opt.StopDelay, evStopped, vi, st.attempt, w)
+		}
+	}
+	return nil
+}
+
+func overlaps(a, b []string) bool {
+	for _, x := range a {
+		if slices.Contains(b, x) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,236 @@
+package simulate
+
+import (
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/trainq/trainq/scheduler"
+)
+
+func nodes(n, gpus int) []scheduler.Node {
+	out := make([]scheduler.Node, n)
+	for i := range out {
+		out[i] = scheduler.Node{Name: "n" + string(rune('1'+i)), Family: "a", GPUs: gpus, CPU: 64, RAMGB: 512}
+	}
+	return out
+}
+
+func jb(id string, arrival time.Duration, c scheduler.Class, gpus int, runtime time.Duration) Job {
+	return Job{ID: id, Arrival: arrival, Class: c, Demand: scheduler.Demand{Family: "a", GPUs: gpus}, Workers: 1, Runtime: runtime}
+}
+
+// fixedClock makes Schedule timings deterministic: every call takes 1µs.
+func fixedClock() func() time.Time {
+	t := time.Unix(0, 0)
+	return func() time.Time { t = t.Add(500 * time.Nanosecond); return t }
+}
+
+func run(t *testing.T, w *Workload, pol Policy, opt Options) *Result {
+	t.Helper()
+	opt.Clock = fixedClock()
+	r, err := Run(w, pol, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+var (
+	prio = Policy{Name: "best-effort"}
+	fifo = Policy{Name: "fifo", NoPriorities: true}
+)
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+// One node of 4 GPUs: a low job runs 10m from 0; a high job arrives at 1m and runs 5m.
+func TestPreemptAndRerun(t *testing.T) {
+	w := &Workload{Name: "t", Nodes: nodes(1, 4), Jobs: []Job{
+		jb("a", 0, scheduler.Low, 4, 10*time.Minute),
+		jb("b", time.Minute, scheduler.High, 4, 5*time.Minute),
+	}}
+	for _, tc := range []struct {
+		name      string
+		pol       Policy
+		opt       Options
+		makespan  time.Duration
+		waitA     time.Duration // low
+		waitB     time.Duration // high
+		lostHours float64
+		preempted int
+		givenUp   int
+		useful    float64 // useful utilisation
+	}{
+		// b preempts a at 1m; a stops at 1m30s; b runs 1m30s-6m30s; a reruns from zero 6m30s-16m30s.
+		{"priorities", prio, Options{StopDelay: 30 * time.Second, MaxRetry: -1}, 16*time.Minute + 30*time.Second,
+			5 * time.Minute, 30 * time.Second, 4.0 / 60, 1, 0, 60.0 / 66},
+		// Checkpoints every 20s: a keeps its first minute and reruns for 9m, until 15m30s.
+		{"checkpoint", prio, Options{StopDelay: 30 * time.Second, Checkpoint: 20 * time.Second, MaxRetry: -1}, 15*time.Minute + 30*time.Second,
+			5 * time.Minute, 30 * time.Second, 0, 1, 0, 60.0 / 62},
+		// No retries: a ends when it has stopped; b ends at 6m30s.
+		{"max_retry 0", prio, Options{StopDelay: 30 * time.Second, MaxRetry: 0}, 6*time.Minute + 30*time.Second,
+			0, 30 * time.Second, 4.0 / 60, 1, 1, 20.0 / 26},
+		// Plain FIFO: b waits for a to finish at 10m.
+		{"fifo", fifo, Options{StopDelay: 30 * time.Second, MaxRetry: -1}, 15 * time.Minute,
+			0, 9 * time.Minute, 0, 0, 0, 1},
+		// Burst: both arrive at 0, one event after the other as the allocator sees them: a starts,
+		// b preempts it at once (nothing lost), a stops at 30s, b runs 30s-5m30s, a 5m30s-15m30s.
+		{"burst", prio, Options{StopDelay: 30 * time.Second, MaxRetry: -1, Burst: true}, 15*time.Minute + 30*time.Second,
+			5 * time.Minute, 30 * time.Second, 0, 1, 0, 60.0 / 62},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := run(t, w, tc.pol, tc.opt)
+			low, high, all := r.Row("low"), r.Row("high"), r.Row(RowAll)
+			if r.Makespan.D() != tc.makespan {
+				t.Errorf("makespan %s, want %s", r.Makespan.D(), tc.makespan)
+			}
+			if low.WaitMax.D() != tc.waitA || high.WaitMax.D() != tc.waitB {
+				t.Errorf("waits low %s high %s, want %s and %s", low.WaitMax.D(), high.WaitMax.D(), tc.waitA, tc.waitB)
+			}
+			if !near(all.LostGPUHours, tc.lostHours) || low.Preemptions != tc.preempted || all.MaxPerJob != tc.preempted || low.GivenUp != tc.givenUp {
+				t.Errorf("lost %.4f GPU-h, %d preemptions, most %d, given up %d; want %.4f, %d, %d", all.LostGPUHours, low.Preemptions, all.MaxPerJob, low.GivenUp,
+					tc.lostHours, tc.preempted, tc.givenUp)
+			}
+			if all.ForNothing != 0 {
+				t.Errorf("%d preemptions for nothing", all.ForNothing)
+			}
+			if !near(r.Utilisation, 1) || !near(r.UsefulUtilisation, tc.useful) {
+				t.Errorf("utilisation %.4f (useful %.4f), want 1 (%.4f)", r.Utilisation, r.UsefulUtilisation, tc.useful)
+			}
+			if tc.lostHours > 0 && !near(all.LostPct, 100*tc.lostHours/all.UsefulGPUHours) {
+				t.Errorf("lost %.2f%% of %.2f useful GPU-h", all.LostPct, all.UsefulGPUHours)
+			}
+			if r.Schedule.Calls == 0 || r.Schedule.Mean.D() != 500*time.Nanosecond {
+				t.Errorf("schedule timing %+v", r.Schedule)
+			}
+		})
+	}
+}
+
+// Two one-GPU nodes: l (low) runs long on n1, h2 (high) runs for 1m on n2. h arrives at 30s and
+// can only preempt l; l needs 60s to stop, but h2 ends at 1m and h starts on n2 first: the
+// preemption was for nothing.
+func TestPreemptionForNothing(t *testing.T) {
+	w := &Workload{Name: "t", Nodes: nodes(2, 1), Jobs: []Job{
+		jb("l", 0, scheduler.Low, 1, 100*time.Minute),
+		jb("h2", 0, scheduler.High, 1, time.Minute),
+		jb("h", 30*time.Second, scheduler.High, 1, 10*time.Minute),
+	}}
+	r := run(t, w, prio, Options{StopDelay: time.Minute, MaxRetry: -1})
+	all := r.Row(RowAll)
+	if all.Preemptions != 1 || all.ForNothing != 1 || r.Row("low").ForNothing != 1 {
+		t.Fatalf("preemptions %d, for nothing %d (low %d); want 1, 1", all.Preemptions, all.ForNothing, r.Row("low").ForNothing)
+	}
+	if got := r.Row("high").WaitMax.D(); got != 30*time.Second {
+		t.Fatalf("h waited %s, want 30s", got)
+	}
+}
+
+func TestRejectedAndRows(t *testing.T) {
+	w := &Workload{Name: "t", Nodes: nodes(2, 4), Jobs: []Job{
+		jb("big", 0, scheduler.Medium, 8, time.Minute), // no node has 8 GPUs
+		{ID: "pair", Class: scheduler.Medium, Demand: scheduler.Demand{Family: "a", GPUs: 4}, Workers: 2, Runtime: time.Hour},
+		{ID: "cpu", Class: scheduler.Low, Demand: scheduler.Demand{Family: "a", CPU: 4}, Workers: 1, Runtime: time.Hour},
+		jb("two", 0, scheduler.Low, 2, time.Hour),
+	}}
+	r := run(t, w, prio, Options{MaxRetry: -1})
+	if m := r.Row("medium"); m.Jobs != 2 || m.Rejected != 1 || !near(m.UsefulGPUHours, 8) {
+		t.Errorf("medium row %+v", m)
+	}
+	if x := r.Row(Row4GPU); x.Jobs != 2 || x.Rejected != 1 {
+		t.Errorf("4+ row %+v", x)
+	}
+	if x := r.Row(RowNoGPU); x.Jobs != 1 || x.WaitMax != 0 {
+		t.Errorf("no-GPU row %+v", x)
+	}
+	// two (low) waits for the pair, which started first, and runs 1h-2h.
+	if x := r.Row(Row2GPU); x.Jobs != 1 || x.WaitMax.D() != time.Hour {
+		t.Errorf("2-3 GPU row %+v", x)
+	}
+	if r.Makespan.D() != 2*time.Hour {
+		t.Errorf("makespan %s", r.Makespan.D())
+	}
+	names := []string{}
+	for _, row := range r.Rows {
+		names = append(names, row.Name)
+	}
+	if got := strings.Join(names, ","); got != "medium,low,no GPU,2-3 GPUs,4+ GPUs,all" {
+		t.Errorf("rows %s", got)
+	}
+}
+
+// Waits are nearest-rank quantiles over jobs: ten one-GPU jobs on one one-GPU node, all at 0,
+// each running 1m, wait 0, 1m, ..., 9m.
+func TestQuantiles(t *testing.T) {
+	w := &Workload{Name: "t", Nodes: nodes(1, 1)}
+	for i := 0; i < 10; i++ {
+		w.Jobs = append(w.Jobs, jb(string(rune('a'+i)), 0, scheduler.Medium, 1, time.Minute))
+	}
+	r := run(t, w, fifo, Options{MaxRetry: -1})
+	all := r.Row(RowAll)
+	if all.WaitP50.D() != 4*time.Minute || all.WaitP95.D() != 9*time.Minute || all.WaitMax.D() != 9*time.Minute {
+		t.Fatalf("waits p50 %s p95 %s max %s", all.WaitP50.D(), all.WaitP95.D(), all.WaitMax.D())
+	}
+}
+
+// A multi-worker victim frees its nodes worker by worker, and only reruns once all stopped.
+func TestMultiWorkerVictim(t *testing.T) {
+	w := &Workload{Name: "t", Nodes: nodes(2, 1), Jobs: []Job{
+		{ID: "gang", Class: scheduler.Low, Demand: scheduler.Demand{Family: "a", GPUs: 1}, Workers: 2, Runtime: time.Hour},
+		jb("h", time.Minute, scheduler.High, 1, time.Minute),
+	}}
+	r := run(t, w, prio, Options{StopDelay: 10 * time.Second, MaxRetry: -1})
+	// h preempts gang at 1m, starts at 1m10s, ends 2m10s; gang reruns 2m10s-1h2m10s.
+	if r.Makespan.D() != time.Hour+2*time.Minute+10*time.Second || !near(r.Row(RowAll).LostGPUHours, 2.0/60) {
+		t.Fatalf("makespan %s, lost %.4f", r.Makespan.D(), r.Row(RowAll).LostGPUHours)
+	}
+}
+
+func TestDeterministic(t *testing.T) {
+	w := &Workload{Name: "t", Nodes: nodes(3, 4)}
+	for i := 0; i < 200; i++ {
+		w.Jobs = append(w.Jobs, jb("j"+string(rune('A'+i%26))+string(rune('a'+i/26)), time.Duration(i*37%300)*time.Second,
+			scheduler.Class(i%3), 1+i%4, time.Duration(60+i*53%900)*time.Second))
+	}
+	sortByArrival(w.Jobs)
+	a, _ := json.Marshal(run(t, w, prio, Options{StopDelay: 30 * time.Second, MaxRetry: 3}))
+	b, _ := json.Marshal(run(t, w, prio, Options{StopDelay: 30 * time.Second, MaxRetry: 3}))
+	if string(a) != string(b) {
+		t.Fatal("two runs differ")
+	}
+}
+
+func TestRunRefuses(t *testing.T) {
+	w := &Workload{Name: "t", Nodes: nodes(1, 1), Jobs: []Job{jb("a", 0, scheduler.Low, 1, time.Minute), jb("a", 0, scheduler.Low, 1, time.Minute)}}
+	if _, err := Run(w, prio, Options{}); err == nil || !strings.Contains(err.Error(), `"a" is used twice`) {
+		t.Fatalf("duplicate ids: %v", err)
+	}
+	if _, err := Run(&Workload{}, prio, Options{StopDelay: -1}); err == nil {
+		t.Fatal("negative stop delay accepted")
+	}
+}
+
+func TestWriteMarkdown(t *testing.T) {
+	w := &Workload{Name: "t", Nodes: nodes(1, 4), Jobs: []Job{
+		jb("a", 0, scheduler.Low, 4, 10*time.Minute),
+		jb("b", time.Minute, scheduler.High, 4, 5*time.Minute),
+	}}
+	opt := Options{StopDelay: 30 * time.Second, MaxRetry: -1}
+	var b strings.Builder
+	WriteMarkdown(&b, []*Result{run(t, w, fifo, opt), run(t, w, prio, opt)})
+	out := b.String()
+	for _, want := range []string{
+		"Workload t: 2 jobs on 1 nodes (4 GPUs)",
+		"### fifo (best-effort-fifo, no priorities",
+		"| high | 1 | 9m00s | 9m00s | 9m00s | 9m00s | 0.0 (0.00%) | 0 | 0 (-) | 0 |",
+		"| low | 1 | 5m00s | 5m00s | 5m00s | 5m00s | 0.1 (10.00%) | 1 | 0 (0.0%) | 1 |",
+		"### Side by side (against fifo)",
+		"| makespan vs fifo | +0.0% | +10.0% |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in\n%s", want, out)
+		}
+	}
+}

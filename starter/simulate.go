@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/trainq/trainq/scheduler"
+	"github.com/trainq/trainq/simulate"
+)
+
+// runSimulate replays a workload through the scheduler under each policy and prints the tables.
+func runSimulate(ctx context.Context, g *globals, args []string) error {
+	fs := newFlagSet(g, "simulate")
+	trace := fs.String("trace", os.Getenv("TRAINQ_TRACE_DIR"), "`dir`ectory of the Alibaba GPU v2023 openb CSVs (default $TRAINQ_TRACE_DIR)")
+	pods := fs.String("pods", "default", "openb pod `list`: default, multigpu50, or a CSV path")
+	nodeList := fs.String("node-list", "", "openb node list CSV (default: openb_node_list_gpu_node.csv in --trace)")
+	times := fs.String("times", "", "pod list with qos and times, for a pod list without them (default: openb_pod_list_default.csv in --trace)")
+	workload := fs.String("workload", "", "our own workload `file` (.json or .csv: id, arrival, class, instance_type, n_workers, runtime) instead of the trace")
+	alloc := fs.String("allocation", "", "take nodes (for --workload without nodes) and the base policy from this config allocation")
+	region := fs.String("region", "", "region of --allocation (default: the config's)")
+	nodes := fs.Int("nodes", 0, "keep N nodes, chosen evenly over the node list")
+	frac := fs.Float64("nodes-frac", 0, "keep this fraction of the nodes, chosen evenly (e.g. 0.01)")
+	classes := fs.String("classes", "LS=high,Guaranteed=medium,Burstable=medium,BE=low", "openb qos to priority class")
+	stop := fs.Duration("stop-delay", 30*time.Second, "how long a preempted job's workers take to stop")
+	ckpt := fs.Duration("checkpoint", 0, "a preempted job resumes from its last checkpoint, taken this often (0: it reruns from zero)")
+	retry := fs.Int("max-retry", -1, "reruns a job gets after preemptions (negative: unlimited)")
+	burst := fs.Bool("burst", false, "every job arrives at time 0, in arrival order")
+	var policies multiFlag
+	fs.Var(&policies, "policy", "a policy to compare, `NAME[:knob=value,...]` (repeatable; default fifo, best-effort, strict-fifo); knobs: "+knobList())
+	if _, err := parseArgs(g, fs, args, 0, 0); err != nil {
+		return err
+	}
+	set := setFlags(fs)
+	if set["nodes"] && set["nodes-frac"] {
+		return usageErr("simulate: give --nodes or --nodes-frac, not both")
+	}
+
+	base := scheduler.Policy{Queueing: scheduler.BestEffortFIFO}
+	var allocNodes []scheduler.Node
+	if *alloc != "" {
+		cfg, err := g.Config()
+		if err != nil {
+			return err
+		}
+		_, a, err := cfg.Allocation(*region, *alloc)
+		if err != nil {
+			return usageErr("simulate: %v", err)
+		}
+		base, allocNodes = a.Policy(), a.Nodes
+	}
+
+	var w *simulate.Workload
+	var err error
+	switch {
+	case *workload != "":
+		w, err = loadOwnWorkload(*workload)
+		if err == nil && len(w.Nodes) == 0 {
+			if allocNodes == nil {
+				cfg, cerr := g.Config()
+				if cerr != nil {
+					return cerr
+				}
+				_, a, aerr := cfg.Allocation(*region, "")
+				if aerr != nil {
+					return usageErr("simulate: %v", aerr)
+				}
+				allocNodes = a.Nodes
+			}
+			w.Nodes = allocNodes
+		}
+	default:
+		w, err = loadTrace(*trace, *pods, *nodeList, *times, *classes)
+	}
+	if err != nil {
+		return usageErr("simulate: %v", err)
+	}
+	switch {
+	case set["nodes"]:
+		err = w.Shrink(*nodes)
+	case set["nodes-frac"]:
+		err = w.ShrinkFrac(*frac)
+	}
+	if err != nil {
+		return usageErr("simulate: %v", err)
+	}
+	if len(policies) == 0 {
+		policies = simulate.DefaultPolicies
+	}
+	var pols []simulate.Policy
+	for _, spec := range policies {
+		p, err := simulate.ParsePolicy(spec, base)
+		if err != nil {
+			return usageErr("simulate: %v", err)
+		}
+		pols = append(pols, p)
+	}
+	opt := simulate.Options{StopDelay: *stop, Checkpoint: *ckpt, MaxRetry: *retry, Burst: *burst}
+	if !g.json() {
+		for _, n := range w.Notes {
+			g.note("%s", n)
+		}
+	}
+	var results []*simulate.Result
+	for _, p := range pols {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		start := time.Now()
+		r, err := simulate.Run(w, p, opt)
+		if err != nil {
+			return fmt.Errorf("simulate %s: %w", p.Name, err)
+		}
+		if !g.json() {
+			g.note("%s: simulated in %s", p.Name, time.Since(start).Round(time.Millisecond))
+		}
+		results = append(results, r)
+	}
+	if g.json() {
+		return g.printJSON(struct {
+			Notes   []string           `json:"notes,omitempty"`
+			Results []*simulate.Result `json:"results"`
+		}{w.Notes, results})
+	}
+	simulate.WriteMarkdown(g.Stdout, results)
+	return nil
+}
+
+func knobList() string {
+	var names []string
+	for _, k := range simulate.Knobs {
+		names = append(names, k.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+func loadOwnWorkload(path string) (*simulate.Workload, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if strings.EqualFold(filepath.Ext(path), ".csv") {
+		return simulate.LoadCSV(path, f)
+	}
+	return simulate.LoadJSON(path, f)
+}
+
+// loadTrace reads an openb pod list (a name such as "default" or a path) and the node list.
+func loadTrace(dir, pods, nodeList, times, classSpec string) (*simulate.Workload, error) {
+	in := func(name string) (string, error) {
+		if dir == "" {
+			return "", fmt.Errorf("give --trace DIR (the Alibaba GPU v2023 openb CSVs), or --workload FILE")
+		}
+		return filepath.Join(dir, name), nil
+	}
+	var err error
+	if !strings.ContainsAny(pods, "/.") {
+		if pods, err = in("openb_pod_list_" + pods + ".csv"); err != nil {
+			return nil, err
+		}
+	}
+	if nodeList == "" {
+		if nodeList, err = in("openb_node_list_gpu_node.csv"); err != nil {
+			return nil, err
+		}
+	}
+	classes, err := simulate.ParseClasses(classSpec)
+	if err != nil {
+		return nil, fmt.Errorf("--classes: %v", err)
+	}
+	pf, err := os.Open(pods)
+	if err != nil {
+		return nil, err
+	}
+	defer pf.Close()
+	nf, err := os.Open(nodeList)
+	if err != nil {
+		return nil, err
+	}
+	defer nf.Close()
+	o := simulate.OpenB{Pods: pf, PodsName: filepath.Base(pods), Nodes: nf, NodeName: filepath.Base(nodeList), Classes: classes}
+	if times == "" && dir != "" {
+		if t := filepath.Join(dir, "openb_pod_list_default.csv"); t != pods {
+			times = t
+		}
+	}
+	if times != "" && times != pods {
+		tf, err := os.Open(times)
+		if err != nil {
+			return nil, err
+		}
+		defer tf.Close()
+		o.Times, o.TimesName = tf, filepath.Base(times)
+	}
+	return simulate.LoadOpenB(o)
+}
