@@ -4,7 +4,7 @@ TEMPORAL_CLI_VERSION := v1.5.1
 TEMPORAL := $(CURDIR)/bin/temporal
 export TRAINQ_TEMPORAL_BIN := $(TEMPORAL)
 
-.PHONY: all build demo dev test test-unit bench fuzz histories vet clean
+.PHONY: all build demo dev test test-unit bench chaos fuzz histories vet clean
 
 all: build
 
@@ -40,6 +40,11 @@ test-unit:
 bench: build $(TEMPORAL)
 	$(GO) test -run '^$$' -bench . -benchmem ./scheduler/
 	TRAINQ_BENCH=1 $(GO) test -count=1 -timeout 30m -run 'TestBenchmarkThroughput' -v ./e2e/
+
+## chaos: 200 jobs under kill -9 of trainq-worker, a node agent and the dev server, and an allocator
+## terminate; fails unless every GPU had one holder and every job ended (TRAINQ_CHAOS_SEED, TRAINQ_CHAOS_REPORT)
+chaos: build $(TEMPORAL)
+	TRAINQ_CHAOS=full $(GO) test -count=1 -timeout 25m -run TestChaos -v ./e2e/
 
 ## fuzz: run the fuzz targets for a while (FUZZTIME=2m)
 FUZZTIME ?= 60s

@@ -1,0 +1,409 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/sdk/converter"
+
+	"github.com/trainq/trainq/internal/testenv"
+	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/workflows"
+)
+
+// This file is the end of a chaos run: what is checked and how it is reported.
+
+func chaosDecode(p *commonpb.Payload, v any) error {
+	return converter.GetDefaultDataConverter().FromPayload(p, v)
+}
+
+// chaosReport holds every figure of a run.
+type chaosReport struct {
+	plan      chaosPlan
+	wall      time.Duration
+	submitted int
+
+	lost  []string // never submitted, no workflow, or closed without a terminal state
+	stuck []string // not ended at the deadline
+	// states counts the jobs by final state (TrainqState, or the workflow's
+	// own status when it closed without one).
+	states      map[string]int
+	preemptions int
+	restarts    int
+	unqueried   int // jobs whose status query failed: their preemptions are not counted
+
+	orphans    []string // live worker processes of ended jobs or ended attempts
+	unfinished int      // live worker processes of the current attempt of an open job
+
+	holds testenv.HoldReport
+
+	gpusNotFree int
+	gpuProblem  string // why the figure failed ("" = all free)
+	gpuText     string
+	counters    *protocol.AllocatorCounters
+
+	faults   []string
+	problems []string
+	deaths   []string // processes that exited by themselves
+}
+
+// chaosFigure is one row of the report's table.
+type chaosFigure struct {
+	name     string
+	value    string
+	required bool // must be 0
+	ok       bool
+}
+
+func (rep *chaosReport) figures() []chaosFigure {
+	zero := func(name string, n int, value string) chaosFigure {
+		if value == "" {
+			value = fmt.Sprint(n)
+		}
+		return chaosFigure{name: name, value: value, required: true, ok: n == 0}
+	}
+	gpuValue := fmt.Sprint(rep.gpusNotFree)
+	if rep.gpuProblem != "" {
+		gpuValue = rep.gpuProblem
+	}
+	gpu := chaosFigure{name: "GPUs not free at the end (allocator's queue query)", value: gpuValue, required: true,
+		ok: rep.gpuProblem == "" && rep.gpusNotFree == 0}
+	unended := map[string]int{}
+	for _, h := range rep.holds.Unended {
+		unended[h.EndSource]++
+	}
+	return []chaosFigure{
+		zero("jobs lost or stuck (not terminal at the deadline)", len(rep.lost)+len(rep.stuck), ""),
+		zero("orphan worker processes left", len(rep.orphans), ""),
+		zero("overlapping holds of one GPU index on one node", len(rep.holds.Overlaps), ""),
+		zero("duplicate executions of one attempt (job+attempt+worker started twice)", len(rep.holds.Duplicates), ""),
+		gpu,
+		zero("record anomalies (malformed or unpaired lines)", len(rep.holds.Anomalies), ""),
+		{name: "jobs submitted", value: fmt.Sprintf("%d of %d", rep.submitted, len(rep.plan.jobs))},
+		{name: "jobs by final state", value: chaosCounts(rep.states)},
+		{name: "preemptions (attempts ended by a preemptor)", value: chaosWithUnknown(rep.preemptions, rep.unqueried)},
+		{name: "restarts (attempts rerun)", value: chaosWithUnknown(rep.restarts, rep.unqueried)},
+		{name: "worker holds recorded", value: fmt.Sprint(len(rep.holds.Holds))},
+		{name: "holds without an end line (SIGKILLed), ended by", value: chaosCounts(unended)},
+		{name: "worker processes of open jobs still running", value: fmt.Sprint(rep.unfinished)},
+		{name: "allocator's lifetime counters (reset by the terminate)", value: chaosCountersText(rep.counters)},
+		{name: "trainq-worker processes that exited by themselves", value: fmt.Sprint(len(rep.deaths))},
+		{name: "harness problems", value: fmt.Sprint(len(rep.problems))},
+		{name: "wall time", value: rep.wall.Round(time.Second).String()},
+	}
+}
+
+func chaosWithUnknown(n, unknown int) string {
+	if unknown == 0 {
+		return fmt.Sprint(n)
+	}
+	return fmt.Sprintf("%d (+ %d jobs not queried)", n, unknown)
+}
+
+func chaosCountersText(c *protocol.AllocatorCounters) string {
+	if c == nil {
+		return "unknown"
+	}
+	return fmt.Sprintf("grants %d, preemptions %d, reclaimed %d", c.Grants, c.Preemptions, c.Reclaimed)
+}
+
+// failedFigures names the required figures that do not hold.
+func (rep *chaosReport) failedFigures() []string {
+	var out []string
+	for _, f := range rep.figures() {
+		if f.required && !f.ok {
+			out = append(out, fmt.Sprintf("%s: %s", f.name, f.value))
+		}
+	}
+	return out
+}
+
+// markdown is the report, to paste into a note.
+func (rep *chaosReport) markdown() string {
+	var b strings.Builder
+	verdict := "PASS"
+	if len(rep.failedFigures()) > 0 {
+		verdict = "FAIL"
+	}
+	s := rep.plan.size
+	fmt.Fprintf(&b, "### trainq chaos test: %s size, seed %d: %s\n\n", s.name, rep.plan.seed, verdict)
+	fmt.Fprintf(&b, "%d jobs (classes low/medium/high, 1–4 workers of a100.1gpu–a100.4gpu, max_retry 3, 1–8 s per worker) "+
+		"submitted over %s to %d nodes × %d GPUs (node_timeout %s, stop_grace_period 2s). "+
+		"Workflows in `trainq-worker --agents=false`; node %s's agent in its own `trainq-worker agent` process; "+
+		"faults: %d× kill -9 trainq-worker, %d× kill -9 that agent, %d× kill -9 the dev server, %d× terminate the allocator.\n\n",
+		len(rep.plan.jobs), s.submitWindow, chaosNodes, chaosGPUsPerNode, chaosNodeTimeout, rep.plan.agentNode,
+		s.workerKills, len(s.agentDowns), s.serverKills, s.allocatorTerminates)
+	b.WriteString("| figure | value | required | |\n|---|---|---|---|\n")
+	for _, f := range rep.figures() {
+		req, mark := "", ""
+		if f.required {
+			req, mark = "0", "ok"
+			if !f.ok {
+				mark = "**FAIL**"
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", f.name, strings.ReplaceAll(f.value, "|", "\\|"), req, mark)
+	}
+	b.WriteString("\nFaults, in order:\n\n")
+	for _, f := range rep.faults {
+		fmt.Fprintf(&b, "%s\n", f)
+	}
+	section := func(title string, items []string) {
+		if len(items) == 0 {
+			return
+		}
+		const limit = 25
+		fmt.Fprintf(&b, "\n%s (%d):\n\n", title, len(items))
+		for i, it := range items {
+			if i == limit {
+				fmt.Fprintf(&b, "- … and %d more\n", len(items)-limit)
+				break
+			}
+			fmt.Fprintf(&b, "- %s\n", strings.ReplaceAll(it, "\n", "\n  "))
+		}
+	}
+	section("Lost jobs", rep.lost)
+	section("Stuck jobs (not terminal at the deadline)", rep.stuck)
+	section("Orphan worker processes", rep.orphans)
+	section("Overlapping holds", chaosStrings(rep.holds.Overlaps))
+	section("Duplicate executions", chaosStrings(rep.holds.Duplicates))
+	if rep.gpuText != "" {
+		fmt.Fprintf(&b, "\nAllocator at the end: %s\n", rep.gpuText)
+	}
+	section("Record anomalies", rep.holds.Anomalies)
+	var unended []string
+	for _, h := range rep.holds.Unended {
+		unended = append(unended, h.String())
+	}
+	section("Holds without an end line", unended)
+	section("Processes that exited by themselves", rep.deaths)
+	section("Harness problems", rep.problems)
+	return b.String()
+}
+
+func chaosStrings[T fmt.Stringer](xs []T) []string {
+	out := make([]string, len(xs))
+	for i, x := range xs {
+		out[i] = x.String()
+	}
+	return out
+}
+
+// check gathers every figure once the jobs have ended (or the drain's
+// deadline has passed).
+func (r *chaosRun) check(final map[string]chaosJobInfo) *chaosReport {
+	rep := &chaosReport{plan: r.plan, states: map[string]int{}}
+	r.mu.Lock()
+	rep.faults = append(rep.faults, r.faultLog...)
+	rep.problems = append(rep.problems, r.problems...)
+	for _, j := range r.plan.jobs {
+		if r.submitted[j.name] {
+			rep.submitted++
+		} else {
+			rep.lost = append(rep.lost, fmt.Sprintf("%s: %s", j.name, r.notes[j.name]))
+		}
+	}
+	r.mu.Unlock()
+	for _, p := range r.procs() {
+		for range p.deaths {
+			rep.deaths = append(rep.deaths, p.name)
+		}
+	}
+
+	// The jobs: final states, preemptions, and why the open ones are open.
+	var names []string
+	for _, j := range r.plan.jobs {
+		if _, ok := final[j.name]; ok {
+			names = append(names, j.name)
+		}
+	}
+	var mu sync.Mutex
+	parallel(len(names), 8, func(i int) {
+		name := names[i]
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		ji := final[name]
+		if fresh, err := r.describeJob(ctx, name); err == nil {
+			ji = fresh
+		}
+		if ji.found {
+			st, err := workflows.Status(ctx, r.c, name)
+			if err == nil {
+				ji.st = &st
+			} else {
+				ji.queryErr = err
+			}
+		}
+		mu.Lock()
+		final[name] = ji
+		mu.Unlock()
+	})
+	for _, name := range names {
+		ji := final[name]
+		state := ji.state
+		terminal := ji.closed && protocol.JobState(state).Terminal()
+		switch {
+		case !ji.found:
+			state = "(no workflow)"
+			rep.lost = append(rep.lost, name+": its workflow does not exist")
+		case ji.closed && !terminal:
+			state = fmt.Sprintf("%s (workflow %s)", chaosOrNone(state), ji.status)
+			rep.lost = append(rep.lost, fmt.Sprintf("%s: the workflow closed as %s in state %s", name, ji.status, chaosOrNone(ji.state)))
+		case !ji.closed:
+			state = chaosOrNone(state) + " (open)"
+			rep.stuck = append(rep.stuck, name+": "+chaosStuckText(ji))
+		}
+		rep.states[state]++
+		if ji.st == nil {
+			if ji.found {
+				rep.unqueried++
+			}
+			continue
+		}
+		rep.restarts += ji.st.Restarts
+		for _, a := range ji.st.Attempts {
+			if a.Preemptor != nil {
+				rep.preemptions++
+			}
+		}
+	}
+
+	// The allocator must show every GPU free: awaited for a while, since the
+	// last releases may still be on their way.
+	r.checkGPUs(rep)
+
+	// Worker processes still alive.
+	if live, err := testenv.LiveWorkers(r.dataDir); err != nil {
+		rep.problems = append(rep.problems, "could not look for live worker processes: "+err.Error())
+	} else {
+		for _, w := range live {
+			ji, ok := final[w.Key.Job]
+			switch {
+			case ok && ji.found && !ji.closed && int64(w.Key.Attempt) >= ji.attempt:
+				rep.unfinished++
+			default:
+				why := "its job has ended"
+				if ok && !ji.closed {
+					why = fmt.Sprintf("its job is on attempt %d", ji.attempt)
+				}
+				rep.orphans = append(rep.orphans, fmt.Sprintf("%s: process group %d (pids %v) is alive; %s", w.Key, w.PGID, w.PIDs, why))
+			}
+		}
+	}
+
+	// The records: overlapping holds, duplicate executions.
+	f, err := os.Open(r.records)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		rep.holds.Anomalies = append(rep.holds.Anomalies, "no worker wrote a record: "+r.records+" does not exist")
+	case err != nil:
+		rep.holds.Anomalies = append(rep.holds.Anomalies, err.Error())
+	default:
+		evs, anomalies, err := testenv.ParseHoldRecords(f)
+		f.Close()
+		if err != nil {
+			anomalies = append(anomalies, "reading the records: "+err.Error())
+		}
+		rep.holds = testenv.CheckHolds(evs, testenv.ExitTimes(r.dataDir), time.Now())
+		rep.holds.Anomalies = append(anomalies, rep.holds.Anomalies...)
+	}
+	rep.wall = time.Since(r.begin)
+	return rep
+}
+
+func chaosOrNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
+
+// chaosStuckText says where an open job stands.
+func chaosStuckText(ji chaosJobInfo) string {
+	if ji.st == nil {
+		return fmt.Sprintf("%s, attempt %d (status query failed: %v)", chaosOrNone(ji.state), ji.attempt, ji.queryErr)
+	}
+	st := ji.st
+	parts := []string{fmt.Sprintf("%s, attempt %d, restarts %d/%d", st.State, st.Attempt, st.Restarts, st.MaxRetry)}
+	if st.Reason != "" {
+		parts = append(parts, "waiting: "+st.Reason)
+	}
+	if st.Message != "" {
+		parts = append(parts, "message: "+st.Message)
+	}
+	if n := len(st.Attempts); n > 0 {
+		a := st.Attempts[n-1]
+		if len(a.Placement) > 0 {
+			var p []string
+			for _, w := range a.Placement {
+				p = append(p, fmt.Sprintf("w%d@%s%v", w.Worker, w.Node, w.GPUs))
+			}
+			parts = append(parts, "placement "+strings.Join(p, " "))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// checkGPUs asks the allocator's queue query until every GPU is free and
+// no job runs or waits, for up to 30 seconds, and reports the last answer.
+func (r *chaosRun) checkGPUs(rep *chaosReport) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		v, err := workflows.Queue(ctx, r.c, chaosRegion, chaosAllocation)
+		cancel()
+		if err == nil {
+			rep.gpusNotFree, rep.gpuProblem = 0, ""
+			var nodes []string
+			free, total := 0, 0
+			for _, n := range v.Nodes {
+				free += n.FreeGPUs
+				total += n.GPUs
+				rep.gpusNotFree += n.GPUs - n.FreeGPUs
+				if n.FreeGPUs != n.GPUs {
+					nodes = append(nodes, fmt.Sprintf("%s %d/%d free (allocated %d, releasing %d)", n.Name, n.FreeGPUs, n.GPUs, n.AllocatedGPUs, n.ReleasingGPUs))
+				}
+			}
+			var running []string
+			for _, j := range v.Running {
+				running = append(running, fmt.Sprintf("%s#%d", j.Job, j.Attempt))
+			}
+			if len(v.Running) > 0 || v.WaitingTotal > 0 {
+				rep.gpuProblem = fmt.Sprintf("%d (%d jobs hold capacity, %d wait)", rep.gpusNotFree, len(v.Running), v.WaitingTotal)
+			}
+			rep.gpuText = fmt.Sprintf("%d/%d GPUs free", free, total)
+			if len(nodes) > 0 {
+				rep.gpuText += "; " + strings.Join(nodes, "; ")
+			}
+			if len(running) > 0 {
+				sort.Strings(running)
+				rep.gpuText += "; holding capacity: " + strings.Join(running, " ")
+			}
+			if v.WaitingTotal > 0 {
+				rep.gpuText += fmt.Sprintf("; waiting: %d jobs (%s)", v.WaitingTotal, chaosCounts(v.WaitingByClass))
+			}
+			c := v.Counters
+			rep.counters = &c
+			if rep.gpuProblem == "" && rep.gpusNotFree == 0 {
+				return
+			}
+		} else {
+			rep.gpuProblem = "unknown: " + err.Error()
+			if errors.Is(err, workflows.ErrNoAllocator) {
+				rep.gpuProblem = "unknown: the allocator is not running"
+			}
+		}
+		if time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}

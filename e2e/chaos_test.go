@@ -1,0 +1,594 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
+
+	"github.com/trainq/trainq/config"
+	"github.com/trainq/trainq/internal/testenv"
+	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/workflows"
+)
+
+// TestChaos checks trainq's core promise under faults: every GPU has exactly
+// one holder at a time, and every job ends. Jobs of every class and size
+// are submitted over time while the harness kill -9s trainq-worker, a node
+// agent and the Temporal dev server (restarting each), and terminates the
+// allocator; the fault schedule and the jobs are drawn from one seed
+// ($TRAINQ_CHAOS_SEED, default 1). Then it waits (bounded) for every job to
+// end, checks what the job workers recorded and what is left, prints a
+// Markdown report ($TRAINQ_CHAOS_REPORT also gets it) and fails unless
+// every chaosFigure holds.
+//
+// TRAINQ_CHAOS=full (make chaos) runs 200 jobs and 9 faults; without it a
+// reduced run (30 jobs, 5 faults) runs as part of `go test ./...`.
+// TRAINQ_CHAOS_KEEP=1 keeps the test directory (records, logs, database).
+func TestChaos(t *testing.T) {
+	size := chaosReduced
+	switch v := os.Getenv("TRAINQ_CHAOS"); v {
+	case "", "reduced":
+	case "full":
+		size = chaosFull
+	default:
+		t.Fatalf("TRAINQ_CHAOS=%q: use full, or leave it unset for the reduced run", v)
+	}
+	seed, err := chaosSeed()
+	require.NoError(t, err)
+	r := newChaosRun(t, makeChaosPlan(size, seed))
+	r.run()
+}
+
+// chaosConfig is the chaos allocation: chaosNodes nodes of chaosGPUsPerNode
+// GPUs, a short node_timeout and stop_grace_period.
+const chaosConfig = `
+data_dir: %s
+default_region: C
+default_allocation: chaos
+reclaim_interval: 2s
+node_timeout: %s
+metrics_addr: ""
+regions:
+  - name: C
+    allocations:
+      - name: chaos
+        stop_grace_period: 2s
+        nodes:
+%s`
+
+const (
+	chaosRegion     = "C"
+	chaosAllocation = "chaos"
+	// chaosReadyLine is what every trainq-worker role logs once it serves.
+	chaosReadyLine = "trainq-worker is running"
+)
+
+// chaosProc is one trainq-worker process the harness runs, kills and restarts.
+type chaosProc struct {
+	name string
+	args []string
+	p    *testenv.WorkerProcess
+	// starts counts the starts, deaths the exits the harness did not cause.
+	starts, deaths int
+	// logs keeps the output of every earlier run, for a failure report.
+	logs []string
+}
+
+// chaosRun is one run of the chaos test.
+type chaosRun struct {
+	t    *testing.T
+	plan chaosPlan
+
+	dir, dataDir, configPath, records string
+	cfg                               *config.Config
+	temporalBin                       string
+	srv                               *testenv.PersistentDevServer
+	c                                 client.Client
+
+	main, agent, agents *chaosProc
+
+	begin time.Time
+
+	mu        sync.Mutex
+	events    []string          // what happened, with offsets
+	problems  []string          // what went wrong in the harness's own actions
+	submitted map[string]bool   // jobs whose workflow was started
+	notes     map[string]string // job -> why its submission failed
+	faultLog  []string          // one line per injected fault
+	// over is set when the test ends early: goroutines still running must
+	// not log to a finished test.
+	over bool
+}
+
+func newChaosRun(t *testing.T, plan chaosPlan) *chaosRun {
+	r := &chaosRun{t: t, plan: plan, submitted: map[string]bool{}, notes: map[string]string{}}
+	r.temporalBin = os.Getenv("TRAINQ_TEMPORAL_BIN_RESOLVED") // set by TestMain
+	require.NotEmpty(t, r.temporalBin)
+	var err error
+	r.dir, err = os.MkdirTemp("", "trainq-chaos-")
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() || os.Getenv("TRAINQ_CHAOS_KEEP") != "" {
+			t.Logf("the chaos test directory is kept: %s (records.log, logs/, data/, temporal.db)", r.dir)
+			return
+		}
+		_ = os.RemoveAll(r.dir)
+	})
+	r.dataDir = filepath.Join(r.dir, "data")
+	r.records = filepath.Join(r.dir, "records.log")
+	require.NoError(t, os.MkdirAll(filepath.Join(r.dir, "logs"), 0o755))
+	var nodes strings.Builder
+	for i := range chaosNodes {
+		fmt.Fprintf(&nodes, "          - {name: %s, family: a100, gpus: %d, cpu: 64, ram_gb: 512}\n", chaosNodeName(i), chaosGPUsPerNode)
+	}
+	r.configPath = filepath.Join(r.dir, "trainq.yaml")
+	require.NoError(t, os.WriteFile(r.configPath, []byte(fmt.Sprintf(chaosConfig, r.dataDir, chaosNodeTimeout, nodes.String())), 0o644))
+	r.cfg, err = config.Load(r.configPath)
+	require.NoError(t, err)
+	return r
+}
+
+// elapsed is the time since the run began, for log lines.
+func (r *chaosRun) elapsed() string {
+	return fmt.Sprintf("+%5.1fs", time.Since(r.begin).Seconds())
+}
+
+// logf logs an event of the run.
+func (r *chaosRun) logf(format string, args ...any) {
+	line := r.elapsed() + " " + fmt.Sprintf(format, args...)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, line)
+	if !r.over {
+		r.t.Log("chaos " + line)
+	}
+}
+
+func (r *chaosRun) isOver() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.over
+}
+
+// problem records something that went wrong in the harness's own actions.
+func (r *chaosRun) problem(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.problems = append(r.problems, r.elapsed()+" "+msg)
+	if !r.over {
+		r.t.Log("chaos " + r.elapsed() + " PROBLEM: " + msg)
+	}
+}
+
+func (r *chaosRun) run() {
+	t := r.t
+	r.begin = time.Now()
+	var err error
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	r.srv, err = testenv.StartPersistentDevServer(ctx, r.temporalBin, filepath.Join(r.dir, "temporal.db"))
+	cancel()
+	require.NoError(t, err)
+	t.Cleanup(func() { r.srv.Stop(10 * time.Second) })
+	r.logf("dev server on %s with its state in %s", r.srv.HostPort(), r.srv.DBFile())
+	r.c, err = client.Dial(client.Options{HostPort: r.srv.HostPort(), Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
+	require.NoError(t, err)
+	t.Cleanup(r.c.Close)
+
+	// trainq-worker runs the workflows; one agent process serves the node
+	// whose agent is killed, another the other nodes.
+	var others []string
+	for i := range chaosNodes {
+		if n := chaosNodeName(i); n != r.plan.agentNode {
+			others = append(others, "--node", n)
+		}
+	}
+	r.main = &chaosProc{name: "trainq-worker", args: []string{"--agents=false", "--config", r.configPath}}
+	r.agent = &chaosProc{name: "agent " + r.plan.agentNode, args: []string{"agent", "--node", r.plan.agentNode, "--config", r.configPath}}
+	r.agents = &chaosProc{name: "agents of the other nodes", args: append([]string{"agent", "--config", r.configPath}, others...)}
+	t.Cleanup(r.stopAll)
+	for _, p := range r.procs() {
+		require.NoError(t, r.start(p))
+	}
+	// Runs first of the cleanups: a submitter left behind by a failed
+	// test stops and logs no more.
+	t.Cleanup(func() {
+		r.mu.Lock()
+		r.over = true
+		r.mu.Unlock()
+	})
+	r.logf("plan: %s size, seed %d: %d jobs over %s, %d faults; node %s's agent runs apart",
+		r.plan.size.name, r.plan.seed, len(r.plan.jobs), r.plan.size.submitWindow, len(r.plan.faults), r.plan.agentNode)
+
+	submitted := make(chan struct{})
+	go func() { defer close(submitted); r.submitAll() }()
+	r.injectAll()
+	<-submitted
+	r.logf("every job submitted and every fault injected; waiting up to %s for the jobs to end", r.plan.size.drain)
+
+	final := r.drain(time.Now().Add(r.plan.size.drain))
+	rep := r.check(final)
+	text := rep.markdown()
+	fmt.Print("\n" + text + "\n")
+	if path := os.Getenv("TRAINQ_CHAOS_REPORT"); path != "" {
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Errorf("write the report to %s: %v", path, err)
+		}
+	}
+	if failed := rep.failedFigures(); len(failed) > 0 {
+		r.dumpLogs()
+		t.Errorf("trainq broke its promise under chaos (seed %d): %s", r.plan.seed, strings.Join(failed, "; "))
+	}
+}
+
+func (r *chaosRun) procs() []*chaosProc { return []*chaosProc{r.main, r.agent, r.agents} }
+
+// start starts p and waits until it serves. A process that exits before
+// that is retried a few times: a start right after the dev server came back
+// may meet it not quite ready.
+func (r *chaosRun) start(p *chaosProc) error {
+	var last error
+	for try := 1; try <= 3; try++ {
+		w, err := testenv.StartWorker(filepath.Join(env.binDir, "trainq-worker"), p.args, []string{"TEMPORAL_ADDRESS=" + r.srv.HostPort()})
+		if err != nil {
+			return err
+		}
+		p.p = w
+		p.starts++
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		err = w.WaitLog(ctx, chaosReadyLine)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		last = err
+		w.Kill()
+		p.logs = append(p.logs, w.LogTail(200))
+		r.problem("%s did not start (try %d): %v", p.name, try, err)
+	}
+	return fmt.Errorf("%s did not start: %w", p.name, last)
+}
+
+// kill ends p with SIGKILL and keeps its output.
+func (r *chaosRun) kill(p *chaosProc) {
+	p.p.Kill()
+	p.logs = append(p.logs, p.p.LogTail(200))
+}
+
+// reviveExited restarts the processes that exited without being killed by
+// the harness: they are counted, and the jobs must not pay for a harness
+// that stopped serving a node.
+func (r *chaosRun) reviveExited() {
+	for _, p := range r.procs() {
+		if p.p != nil && p.p.Exited() {
+			p.deaths++
+			p.logs = append(p.logs, p.p.LogTail(200))
+			r.problem("%s exited by itself; its output ends with:\n%s", p.name, p.p.LogTail(15))
+			if err := r.start(p); err != nil {
+				r.problem("%v", err)
+			}
+		}
+	}
+}
+
+func (r *chaosRun) stopAll() {
+	for _, p := range r.procs() {
+		if p != nil && p.p != nil {
+			p.p.Stop(10 * time.Second)
+		}
+	}
+	// Whatever a failed run leaves behind must not outlive the test.
+	if live, err := testenv.LiveWorkers(r.dataDir); err == nil {
+		testenv.KillWorkerGroups(live)
+	}
+}
+
+// dumpLogs writes every process's output to the test directory, which a
+// failed run keeps.
+func (r *chaosRun) dumpLogs() {
+	for _, p := range r.procs() {
+		logs := append(append([]string(nil), p.logs...), p.p.LogTail(1<<30))
+		name := strings.NewReplacer(" ", "-").Replace(p.name)
+		_ = os.WriteFile(filepath.Join(r.dir, "logs", name+".log"), []byte(strings.Join(logs, "\n---- restarted ----\n")), 0o644)
+	}
+	_ = os.WriteFile(filepath.Join(r.dir, "logs", "events.log"), []byte(strings.Join(r.events, "\n")+"\n"), 0o644)
+	_ = os.WriteFile(filepath.Join(r.dir, "logs", "temporal.log"), []byte(r.srv.LogTail(1<<30)), 0o644)
+}
+
+// sleepUntil sleeps until offset d from the start: the fault schedule's and
+// the submissions' spacing.
+func (r *chaosRun) sleepUntil(d time.Duration) {
+	if wait := time.Until(r.begin.Add(d)); wait > 0 {
+		time.Sleep(wait)
+	}
+}
+
+func (r *chaosRun) spec(j chaosJob) protocol.JobSpec {
+	return protocol.JobSpec{
+		Script: chaosScript(r.records, j.sleeps), Type: "binary", InstanceType: fmt.Sprintf("a100.%dgpu", j.gpus),
+		Region: chaosRegion, AllocationName: chaosAllocation, PriorityClass: j.class, NWorkers: j.workers, MaxRetry: 3,
+		JobDesc: fmt.Sprintf("chaos seed %d", r.plan.seed),
+	}
+}
+
+// submitAll submits the plan's jobs at their times, the way the CLI does
+// (workflows.Submit). Each job has a fixed name, so a submission retried
+// while the dev server is down starts one workflow.
+func (r *chaosRun) submitAll() {
+	// A submission is retried for up to 2 minutes, and none after 2
+	// minutes past the submission window: the run stays bounded.
+	last := r.begin.Add(r.plan.size.submitWindow + 2*time.Minute)
+	for _, j := range r.plan.jobs {
+		r.sleepUntil(j.at)
+		if r.isOver() {
+			return
+		}
+		deadline := time.Now().Add(2 * time.Minute)
+		if deadline.After(last) {
+			deadline = last
+		}
+		var err error
+		for tries := 1; ; tries++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, err = workflows.Submit(ctx, r.c, r.cfg, j.name, r.spec(j))
+			cancel()
+			if errors.Is(err, workflows.ErrJobExists) {
+				err = nil // an earlier try started it, and it has ended already
+			}
+			if err == nil || time.Now().After(deadline) {
+				break
+			}
+			if tries == 1 {
+				r.logf("submitting %s failed, retrying: %v", j.name, err)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		r.mu.Lock()
+		if err == nil {
+			r.submitted[j.name] = true
+		} else {
+			r.notes[j.name] = "never submitted: " + err.Error()
+		}
+		r.mu.Unlock()
+		if err != nil {
+			r.problem("could not submit %s: %v", j.name, err)
+		}
+	}
+	r.logf("submitted %d jobs", len(r.plan.jobs))
+}
+
+// injectAll injects the plan's faults in order, each at its time or as
+// soon as the previous one is done (a restart is awaited, not slept on).
+func (r *chaosRun) injectAll() {
+	kills := map[chaosFaultKind]int{}
+	for i, f := range r.plan.faults {
+		r.sleepUntil(f.at)
+		r.reviveExited()
+		kills[f.kind]++
+		start := time.Now()
+		desc := ""
+		switch f.kind {
+		case faultWorkerKill:
+			desc = r.bounce(r.main, f.down)
+		case faultAgentKill:
+			desc = r.bounce(r.agent, f.down)
+			if f.down > chaosNodeTimeout {
+				desc += fmt.Sprintf(" (longer than node_timeout %s)", chaosNodeTimeout)
+			} else {
+				desc += fmt.Sprintf(" (shorter than node_timeout %s)", chaosNodeTimeout)
+			}
+		case faultServerKill:
+			desc = r.bounceServer(f.down)
+		case faultAllocatorTerminate:
+			desc = r.terminateAllocator()
+		}
+		line := fmt.Sprintf("%d. at %s (planned %s): %s #%d: %s", i+1, start.Sub(r.begin).Round(100*time.Millisecond),
+			f.at, f.kind, kills[f.kind], desc)
+		r.mu.Lock()
+		r.faultLog = append(r.faultLog, line)
+		r.mu.Unlock()
+		r.logf("fault %s", line)
+	}
+}
+
+// bounce kill -9s p, leaves it down for down, and starts it again.
+func (r *chaosRun) bounce(p *chaosProc, down time.Duration) string {
+	pid := p.p.Pid()
+	r.kill(p)
+	r.logf("killed %s (pid %d) with SIGKILL; down for %s", p.name, pid, down)
+	time.Sleep(down)
+	restarted := time.Now()
+	if err := r.start(p); err != nil {
+		r.problem("%v", err)
+		return fmt.Sprintf("%s (pid %d) killed; RESTART FAILED: %v", p.name, pid, err)
+	}
+	return fmt.Sprintf("%s (pid %d) killed, down %s, serving again %s after its restart (pid %d)",
+		p.name, pid, down, time.Since(restarted).Round(10*time.Millisecond), p.p.Pid())
+}
+
+// bounceServer kill -9s the dev server and starts it again on its file.
+func (r *chaosRun) bounceServer(down time.Duration) string {
+	r.srv.Kill()
+	r.logf("killed the dev server with SIGKILL; down for %s", down)
+	time.Sleep(down)
+	restarted := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := r.srv.Start(ctx); err != nil {
+		r.problem("the dev server did not come back: %v", err)
+		r.t.Fatalf("the dev server did not come back on %s: %v", r.srv.DBFile(), err)
+	}
+	return fmt.Sprintf("dev server killed, down %s, serving again %s after its restart on the same file",
+		down, time.Since(restarted).Round(10*time.Millisecond))
+}
+
+// terminateAllocator terminates the allocator as an operator could, with
+// the Temporal CLI.
+func (r *chaosRun) terminateAllocator() string {
+	id := protocol.AllocatorWorkflowID(chaosRegion, chaosAllocation)
+	cmd := exec.Command(r.temporalBin, "workflow", "terminate", "--address", r.srv.HostPort(),
+		"--workflow-id", id, "--reason", "chaos test: allocator terminated")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		r.problem("temporal workflow terminate --workflow-id %s: %v: %s", id, err, strings.TrimSpace(string(out)))
+		return fmt.Sprintf("%s NOT terminated: %v", id, err)
+	}
+	return fmt.Sprintf("`temporal workflow terminate --workflow-id %s`", id)
+}
+
+// chaosJobInfo is what the end of the run knows about one job.
+type chaosJobInfo struct {
+	name    string
+	found   bool
+	closed  bool
+	status  enumspb.WorkflowExecutionStatus
+	state   string // TrainqState
+	attempt int64
+	// From the status query (closed jobs; not for jobs that never started).
+	st       *protocol.JobStatus
+	queryErr error
+}
+
+// describeJob reads a job's workflow status and search attributes.
+func (r *chaosRun) describeJob(ctx context.Context, name string) (chaosJobInfo, error) {
+	ji := chaosJobInfo{name: name}
+	resp, err := r.c.DescribeWorkflowExecution(ctx, name, "")
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		return ji, nil
+	}
+	if err != nil {
+		return ji, err
+	}
+	ji.found = true
+	e := resp.GetWorkflowExecutionInfo()
+	ji.status = e.GetStatus()
+	ji.closed = ji.status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+	sa := e.GetSearchAttributes().GetIndexedFields()
+	if p, ok := sa[protocol.SAState]; ok {
+		_ = chaosDecode(p, &ji.state)
+	}
+	if p, ok := sa[protocol.SAAttempt]; ok {
+		_ = chaosDecode(p, &ji.attempt)
+	}
+	return ji, nil
+}
+
+// drain waits until every submitted job's workflow has closed, or the
+// deadline. Each job's close is awaited (a long poll on its history);
+// progress is printed every 15 seconds.
+func (r *chaosRun) drain(deadline time.Time) map[string]chaosJobInfo {
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	r.mu.Lock()
+	var names []string
+	for _, j := range r.plan.jobs {
+		if r.submitted[j.name] {
+			names = append(names, j.name)
+		}
+	}
+	r.mu.Unlock()
+
+	type result struct {
+		name string
+		info chaosJobInfo
+	}
+	done := make(chan result, len(names))
+	for _, name := range names {
+		go func() {
+			for {
+				// Get returns when the workflow closes, whatever its result;
+				// an error of the call itself (the server restarting) is retried.
+				_ = r.c.GetWorkflow(ctx, name, "").Get(ctx, nil)
+				dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
+				ji, err := r.describeJob(dctx, name)
+				dcancel()
+				if err == nil && (ji.closed || !ji.found) {
+					done <- result{name, ji}
+					return
+				}
+				if ctx.Err() != nil {
+					done <- result{name, chaosJobInfo{name: name, found: true}}
+					return
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+			}
+		}()
+	}
+	final := map[string]chaosJobInfo{}
+	ended := 0
+	tick := time.NewTicker(15 * time.Second)
+	defer tick.Stop()
+	for received := 0; received < len(names); {
+		select {
+		case res := <-done:
+			received++
+			final[res.name] = res.info
+			if res.info.closed {
+				ended++
+			}
+		case <-tick.C:
+			r.reviveExited()
+			r.progress(names, final, deadline)
+		}
+	}
+	r.logf("drain over: %d of %d submitted jobs ended", ended, len(names))
+	return final
+}
+
+// progress prints how many jobs have ended and the states of the others.
+func (r *chaosRun) progress(names []string, ended map[string]chaosJobInfo, deadline time.Time) {
+	states := map[string]int{}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, n := range names {
+		if _, ok := ended[n]; ok {
+			continue
+		}
+		ji, err := r.describeJob(ctx, n)
+		switch {
+		case err != nil:
+			states["unknown (server unreachable)"]++
+		case ji.state == "":
+			states["(no state)"]++
+		default:
+			states[ji.state]++
+		}
+	}
+	r.logf("drain: %d/%d jobs ended; still open: %s; %s left", len(ended), len(names), chaosCounts(states),
+		time.Until(deadline).Round(time.Second))
+}
+
+func chaosCounts(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	var keys []string
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
