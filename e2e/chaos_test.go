@@ -302,7 +302,10 @@ func (r *chaosRun) stopAll() {
 // failed run keeps.
 func (r *chaosRun) dumpLogs() {
 	for _, p := range r.procs() {
-		logs := append(append([]string(nil), p.logs...), p.p.LogTail(1<<30))
+		logs := append([]string(nil), p.logs...)
+		if p.p != nil {
+			logs = append(logs, p.p.LogTail(1<<30))
+		}
 		name := strings.NewReplacer(" ", "-").Replace(p.name)
 		_ = os.WriteFile(filepath.Join(r.dir, "logs", name+".log"), []byte(strings.Join(logs, "\n---- restarted ----\n")), 0o644)
 	}
