@@ -154,6 +154,18 @@ func (s JobSpec) Fields() []SpecField {
 type JobInput struct {
 	Name string  `json:"name"`
 	Spec JobSpec `json:"spec"`
+	// Carry is the job so far, when a long job continues as new.
+	Carry *JobCarry `json:"carry,omitempty"`
+	// MaxEventsPerRun lowers the history length past which the job
+	// continues as new between attempts (0 = the default); tests use it.
+	MaxEventsPerRun int `json:"max_events_per_run,omitempty"`
+}
+
+// JobCarry is what a job workflow carries through continue-as-new.
+type JobCarry struct {
+	Status JobStatus `json:"status"`
+	Seq    int64     `json:"seq"`
+	Epoch  string    `json:"epoch,omitempty"`
 }
 
 // JobState uses ML Space's status words, plus Preempted.

@@ -89,6 +89,8 @@ type job struct {
 	lostNodes map[string]bool
 	// nodeTimeout bounds how long a node's agent may leave work waiting.
 	nodeTimeout time.Duration
+	// runAttempts counts the attempts of this run (not of the whole job).
+	runAttempts int
 }
 
 // JobWorkflow runs one training job or Jupyter server: it asks the
@@ -102,6 +104,10 @@ func JobWorkflow(ctx workflow.Context, in protocol.JobInput) (*protocol.JobStatu
 		Priority: in.Spec.PriorityClass, Region: in.Spec.Region, Allocation: in.Spec.AllocationName,
 		InstanceType: in.Spec.InstanceType, NWorkers: in.Spec.NWorkers, MaxRetry: in.Spec.MaxRetry,
 		CreatedAt: workflow.GetInfo(ctx).WorkflowStartTime, Spec: in.Spec, Attempts: []protocol.AttemptRecord{},
+	}
+	if c := in.Carry; c != nil {
+		// A run continued from an earlier one: the job goes on where it was.
+		j.status, j.seq, j.epoch = c.Status, c.Seq, c.Epoch
 	}
 	if err := workflow.SetQueryHandler(ctx, protocol.QueryStatus, func() (protocol.JobStatus, error) {
 		return j.status, nil
@@ -158,7 +164,7 @@ func JobWorkflow(ctx workflow.Context, in protocol.JobInput) (*protocol.JobStatu
 		return nil, err
 	}
 
-	for attempt := 1; ; attempt++ {
+	for attempt := j.status.Attempt + 1; ; attempt++ {
 		j.status.Attempt = attempt
 		now := workflow.Now(ctx)
 		j.status.Attempts = append(j.status.Attempts, protocol.AttemptRecord{Number: attempt, QueuedAt: now})
@@ -168,6 +174,7 @@ func JobWorkflow(ctx workflow.Context, in protocol.JobInput) (*protocol.JobStatu
 		j.setState(ctx, protocol.StatePending)
 
 		out := j.runAttempt(ctx, attempt)
+		j.runAttempts++
 
 		ended := workflow.Now(ctx)
 		j.current().EndedAt = &ended
@@ -184,6 +191,9 @@ func JobWorkflow(ctx workflow.Context, in protocol.JobInput) (*protocol.JobStatu
 			if j.status.NodeLosses <= maxNodeLossReruns {
 				j.metrics(ctx).WithTags(map[string]string{metrics.LabelReason: metrics.ReasonNodeLost}).Counter(metrics.JobRestartsInstrument).Inc(1)
 				j.setState(ctx, protocol.StateRestarting)
+				if err := j.continueAsNewIfLong(ctx, in); err != nil {
+					return nil, err
+				}
 				continue
 			}
 			j.status.Message = fmt.Sprintf("%s; the job lost a node %d times, more than the %d reruns allowed for node losses", out.message, j.status.NodeLosses, maxNodeLossReruns)
@@ -209,7 +219,54 @@ func JobWorkflow(ctx workflow.Context, in protocol.JobInput) (*protocol.JobStatu
 		}
 		j.metrics(ctx).WithTags(map[string]string{metrics.LabelReason: reason}).Counter(metrics.JobRestartsInstrument).Inc(1)
 		j.setState(ctx, protocol.StateRestarting)
+		if err := j.continueAsNewIfLong(ctx, in); err != nil {
+			return nil, err
+		}
 	}
+}
+
+// Versions of the job workflow's code (workflow.GetVersion).
+const (
+	// versionJobContinueAsNew: a job whose history has grown long continues
+	// as new between attempts.
+	versionJobContinueAsNew = "job-continue-as-new"
+)
+
+// defaultJobEventsPerRun is the history length past which a job continues
+// as new between attempts: an attempt costs about 30 + 13 per worker
+// events, so a 32-worker job with max_retry 100 would otherwise approach
+// Temporal's 51,200-event limit.
+const defaultJobEventsPerRun = 4000
+
+// continueAsNewIfLong hands the job over to a fresh run between attempts
+// once its history is long, carrying its status (attempts table,
+// preemptors, restarts), its queue sequence and its allocator epoch. It
+// returns the continue-as-new error to end this run with, or nil to go on.
+func (j *job) continueAsNewIfLong(ctx workflow.Context, in protocol.JobInput) error {
+	if workflow.GetVersion(ctx, versionJobContinueAsNew, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return nil // a run that began before this code keeps its history as it was
+	}
+	limit := in.MaxEventsPerRun
+	if limit <= 0 {
+		limit = defaultJobEventsPerRun
+	}
+	info := workflow.GetInfo(ctx)
+	// The server's count, or an estimate from this run's attempts where
+	// the count is not known (the test environment).
+	length := max(info.GetCurrentHistoryLength(), j.runAttempts*(30+13*j.spec.NWorkers))
+	if !info.GetContinueAsNewSuggested() && length < limit {
+		return nil
+	}
+	// A register answer must finish in this run. A cancellation belongs to
+	// this run too, so a cancelled job does not hand over: its next attempt
+	// sees the cancellation at once and stops the job.
+	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil || ctx.Err() != nil {
+		return nil // cancelled: the next attempt's wait sees it and stops the job
+	}
+	next := protocol.JobInput{Name: in.Name, Spec: in.Spec, MaxEventsPerRun: in.MaxEventsPerRun,
+		Carry: &protocol.JobCarry{Status: j.status, Seq: j.seq, Epoch: j.epoch}}
+	workflow.GetLogger(ctx).Info("job continues as new", "attempt", j.status.Attempt, "history_length", length)
+	return workflow.NewContinueAsNewError(ctx, JobWorkflow, next)
 }
 
 // metrics is the SDK's replay-aware metrics handler with the job's labels:

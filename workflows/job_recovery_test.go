@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -9,8 +10,10 @@ import (
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/trainq/trainq/activities"
 	"github.com/trainq/trainq/cluster"
@@ -168,4 +171,60 @@ func TestJobStuckRestartsThenDeletes(t *testing.T) {
 			assert.Equal(t, 2, judged[0].Workers, "worker 0's watch judges the whole attempt")
 		})
 	}
+}
+
+// TestJobContinuesAsNewThroughFiftyAttempts runs a job whose worker fails 49
+// times: with a low threshold its history is handed over between attempts
+// again and again, and the last run still knows the whole job.
+func TestJobContinuesAsNewThroughFiftyAttempts(t *testing.T) {
+	const attempts = 50
+	spec := jobSpec("medium", 1, attempts)
+	in := protocol.JobInput{Name: testJob, Spec: spec, MaxEventsPerRun: 150}
+	runs, longest := 0, 0
+	var final protocol.JobStatus
+	for {
+		runs++
+		require.Less(t, runs, attempts, "the job never finished")
+		h := newJobHarness(t)
+		first := 1
+		if in.Carry != nil {
+			first = in.Carry.Status.Attempt + 1
+		}
+		for a := first; a <= attempts; a++ {
+			h.grantFrom(time.Duration(a)*time.Minute, "e", a, 1)
+			code := 1
+			if a == attempts {
+				code = 0
+			}
+			h.watch(a, -1, 10*time.Second, code)
+		}
+		h.env.ExecuteWorkflow(protocol.JobWorkflowName, in)
+		require.True(t, h.env.IsWorkflowCompleted())
+		var can *workflow.ContinueAsNewError
+		if err := h.env.GetWorkflowError(); errors.As(err, &can) {
+			var next protocol.JobInput
+			require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &next))
+			require.NotNil(t, next.Carry)
+			assert.Equal(t, int64(7), next.Carry.Seq, "the job keeps its queue sequence")
+			assert.Len(t, next.Carry.Status.Attempts, next.Carry.Status.Attempt)
+			longest = max(longest, len(h.requests))
+			in = next
+			continue
+		} else {
+			require.NoError(t, err)
+		}
+		final = h.status()
+		break
+	}
+	assert.Greater(t, runs, 5, "a low threshold hands the job over many times")
+	assert.Equal(t, protocol.StateCompleted, final.State)
+	assert.Equal(t, attempts, final.Attempt)
+	assert.Equal(t, attempts-1, final.Restarts)
+	require.Len(t, final.Attempts, attempts, "the attempts table spans every run")
+	for i, a := range final.Attempts {
+		assert.Equal(t, i+1, a.Number)
+		assert.NotNil(t, a.EndedAt)
+	}
+	assert.Equal(t, testStart, final.CreatedAt.UTC(), "created_at is the first run's")
+	t.Logf("%d attempts in %d runs; at most %d attempts in one run", attempts, runs, longest)
 }
