@@ -56,8 +56,8 @@ func (a *allocator) recoverState(ctx workflow.Context) protocol.RecoverReply {
 		// The activity heartbeats at least every second while it works, so
 		// a trainq-worker that dies mid-recovery delays it by seconds only.
 		HeartbeatTimeout: 10 * time.Second,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumInterval: 10 * time.Second},
-		Summary:             fmt.Sprintf("recover: register the jobs of %s/%s", a.in.Region, a.in.Allocation),
+		RetryPolicy:      &temporal.RetryPolicy{MaximumInterval: 10 * time.Second},
+		Summary:          fmt.Sprintf("recover: register the jobs of %s/%s", a.in.Region, a.in.Allocation),
 	})
 	var reg activities.RegisterJobsReply
 	in := activities.RegisterJobsInput{Region: a.in.Region, Allocation: a.in.Allocation, Epoch: epoch, Settle: recoverySettle}
