@@ -52,9 +52,10 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzEvents -fuzztime $(FUZZTIME) -fuzzminimizetime 10s ./scheduler/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeRunJobRequest -fuzztime $(FUZZTIME) -fuzzminimizetime 10s ./api/
 
-## histories: re-record the workflow histories replayed by the tests
+## histories: record the workflow histories of a release (RELEASE=v1.2.3; ONLY=name,... to pick some), replayed by every later release's tests
 histories: build $(TEMPORAL)
-	TRAINQ_RECORD_HISTORIES=1 $(GO) test -count=1 -timeout 10m -run 'TestRecord' -v ./e2e/
+	@if [ -z "$(RELEASE)" ]; then echo "make histories needs RELEASE=<version>: histories are kept per release under workflows/testdata/histories/"; exit 2; fi
+	TRAINQ_RECORD_HISTORIES=1 TRAINQ_RELEASE=$(RELEASE) TRAINQ_RECORD_ONLY=$(ONLY) $(GO) test -count=1 -timeout 10m -run 'TestRecord' -v ./e2e/
 
 clean:
 	rm -rf bin/trainq bin/trainq-worker

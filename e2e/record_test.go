@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -37,7 +38,9 @@ func TestRecordHistories(t *testing.T) {
 	}
 	dir := os.Getenv("TRAINQ_HISTORIES_DIR")
 	if dir == "" {
-		dir = filepath.Join("..", "workflows", "testdata", "histories")
+		release := os.Getenv("TRAINQ_RELEASE")
+		require.NotEmpty(t, release, "name the release the histories stand for: make histories RELEASE=v1.2.3")
+		dir = filepath.Join("..", "workflows", "testdata", "histories", release)
 	}
 	require.NoError(t, os.MkdirAll(dir, 0o755))
 	startWorker(t)
@@ -55,6 +58,48 @@ func TestRecordHistories(t *testing.T) {
 	record("cancelled", recordCancelled)
 	record("allocator-continued-as-new", recordAllocatorContinuedAsNew)
 	record("recovered", recordRecovered)
+	record("mid-flight", recordMidFlight)
+}
+
+// (e) Workflows caught mid-flight, as an upgrade finds them: a job with 4
+// workers running, a notebook waiting, and an allocator with running,
+// releasing and waiting jobs.
+func recordMidFlight(t *testing.T, dir string) {
+	work := t.TempDir()
+	hold := gate(filepath.Join(work, "hold"))
+	spec := func(instance string, workers int, script string) protocol.JobSpec {
+		return protocol.JobSpec{Script: script, InstanceType: instance, Region: "T", AllocationName: "seed",
+			PriorityClass: "high", NWorkers: workers, Type: "binary"}
+	}
+	running := submit(t, spec("a100.1gpu", 4, hold.waitFor()))
+	waitState(t, running, protocol.StateRunning, long)
+	terming := filepath.Join(work, "terming")
+	releasing := submit(t, spec("a100.1gpu", 1, "trap 'touch "+terming+"; sleep 30' TERM; "+hold.waitFor()))
+	waitState(t, releasing, protocol.StateRunning, long)
+	_, _, code := trainq(t, "cancel", releasing)
+	require.Equal(t, 0, code)
+	eventually(t, long, "the cancelled job to get SIGTERM", func() bool { _, err := os.Stat(terming); return err == nil })
+	out, errOut, code := trainq(t, "notebook", "start", "--region", "T", "--allocation", "seed", "--instance-type", "a100.2gpu", "--output", "json")
+	require.Equal(t, 0, code, errOut)
+	var nb struct {
+		JobName string `json:"job_name"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &nb))
+	eventually(t, long, "the notebook to wait", func() bool { return slices.Contains(waitingJobs(queue(t, "seed")), nb.JobName) })
+	v := queue(t, "seed")
+	require.Len(t, v.Running, 2)
+
+	writeHistory(t, filepath.Join(dir, "job-running-4-workers.json"), idleHistory(t, running))
+	writeHistory(t, filepath.Join(dir, "notebook-pending.json"), idleHistory(t, nb.JobName))
+	writeHistory(t, filepath.Join(dir, "allocator-running-releasing-waiting.json"), idleHistory(t, protocol.AllocatorWorkflowID("T", "seed")))
+	for _, job := range []string{running, nb.JobName} {
+		_, _, code := trainq(t, "cancel", job)
+		require.Equal(t, 0, code)
+	}
+	hold.open(t)
+	for _, job := range []string{running, releasing, nb.JobName} {
+		waitState(t, job, protocol.StateStopped, 2*long)
+	}
 }
 
 // (d) An allocator terminated while one job holds capacity and another
@@ -241,6 +286,10 @@ func writeHistory(t *testing.T, path string, events []*historypb.HistoryEvent) {
 	t.Helper()
 	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(&historypb.History{Events: events})
 	require.NoError(t, err)
+	// A release's histories stand for what it left running; recording
+	// them again would hide a break with that release.
+	_, err = os.Stat(path)
+	require.True(t, errors.Is(err, os.ErrNotExist), "%s exists: histories are recorded once per release; pick a new RELEASE", path)
 	require.NoError(t, os.WriteFile(path, append(b, '\n'), 0o644))
 	t.Logf("wrote %s: %d events, %d bytes", path, len(events), len(b))
 
