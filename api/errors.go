@@ -44,6 +44,9 @@ const (
 	codeMethod        = "method_not_allowed"
 	codeExists        = "job_exists"
 	codeWrongKind     = "wrong_kind"
+	codeTimeout       = "request_timeout"
+	codeMediaType     = "unsupported_media_type"
+	codeTooManyConns  = "too_many_connections"
 	retryAfterSeconds = 5
 )
 
@@ -84,8 +87,14 @@ func (s *Server) classify(r *http.Request, err error) *Error {
 		return ae
 	case errors.As(err, &je):
 		return errorf(http.StatusBadRequest, je.Reason, je.Field, je.Message)
+	case errors.As(err, &fe) && fe.TooLarge:
+		return errorf(http.StatusRequestEntityTooLarge, codeTooLarge, fe.Field, fe.Message)
 	case errors.As(err, &fe):
 		return errorf(http.StatusUnprocessableEntity, codeInvalidValue, fe.Field, fe.Message)
+	case tooLarge(err):
+		// The size checks keep requests well within Temporal's limits; this
+		// is the last line, should those limits be set lower.
+		return errorf(http.StatusRequestEntityTooLarge, codeTooLarge, "", "the request is larger than Temporal accepts; make job_desc, script, env_variables or flags smaller")
 	case errors.Is(err, workflows.ErrJobNotFound):
 		return errorf(http.StatusNotFound, codeNotFound, "", "no such job")
 	case errors.Is(err, workflows.ErrNoAllocator):
@@ -98,10 +107,32 @@ func (s *Server) classify(r *http.Request, err error) *Error {
 		}
 		return &Error{Status: http.StatusServiceUnavailable, Code: code, Message: msg}
 	case errors.As(err, &invalid):
-		return errorf(http.StatusUnprocessableEntity, codeInvalidValue, "", "Temporal rejected the request: "+invalid.Message)
+		return errorf(http.StatusUnprocessableEntity, codeInvalidValue, "", "Temporal rejected the request: "+anonymous(invalid.Message))
 	}
 	s.log.Error("internal error", "route", routeOf(r), "err", err)
 	return errorf(http.StatusInternalServerError, codeInternal, "", "internal error")
+}
+
+// tooLarge says whether Temporal (or gRPC) refused a message for its size.
+func tooLarge(err error) bool {
+	msg := strings.ToLower(err.Error())
+	return strings.Contains(msg, "size exceeds limit") || strings.Contains(msg, "message larger than max")
+}
+
+// anonymous replaces every word of msg that has the shape of a job name:
+// a message from Temporal is not known to name only the caller's jobs.
+func anonymous(msg string) string {
+	var b strings.Builder
+	last := 0
+	words(msg, func(i, j int) {
+		if madeName(msg[i:j]) {
+			b.WriteString(msg[last:i])
+			b.WriteString("(a job)")
+			last = j
+		}
+	})
+	b.WriteString(msg[last:])
+	return b.String()
 }
 
 // unavailable says whether err means Temporal (or a trainq-worker answering

@@ -7,8 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
+	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -33,22 +36,23 @@ type submitted struct {
 
 // postJob runs a job: POST /public/v2/jobs with a RunJobRequest.
 func (s *Server) postJob(w http.ResponseWriter, r *http.Request, p Principal) {
-	body, err := s.readBody(w, r)
+	body, err := s.readJSONBody(w, r)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	spec, notes, err := protocol.DecodeRunJobRequest(body)
+	d, err := protocol.DecodeRunJob(body)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
+	spec, notes := d.Spec, d.Notes
 	if strings.TrimSpace(spec.BaseImage) == "" {
 		s.fail(w, r, &protocol.FieldError{Field: "base_image", Message: "is required, for example cr.ai.cloud.ru/aicloud-base-images/py3.10-torch2.1.2:0.0.40"})
 		return
 	}
 	spec.Kind = scheduler.KindJob
-	s.create(w, r, p, spec, notes, submitted{})
+	s.create(w, r, p, spec, notes, submitted{}, d.LogsDir)
 }
 
 // idempotencyKeyMax bounds the Idempotency-Key header.
@@ -77,8 +81,12 @@ func requestHash(endpoint string, spec protocol.JobSpec) string {
 
 // create validates spec, starts its workflow and answers. With an
 // Idempotency-Key, the job name comes from the key: a retry answers with the
-// same job, a different request under the same key gets 409.
-func (s *Server) create(w http.ResponseWriter, r *http.Request, p Principal, spec protocol.JobSpec, notes []string, answer submitted) {
+// same job, a different request under the same key gets 409. Everything is
+// checked before the first Temporal call, so a rejected request starts
+// nothing: the values, the directories (inside the workspace's directory),
+// the command line (within the OS's limits) and the size (within
+// Temporal's).
+func (s *Server) create(w http.ResponseWriter, r *http.Request, p Principal, spec protocol.JobSpec, notes []string, answer submitted, logsDir string) {
 	if spec.Author == "" {
 		spec.Author = p.User
 	}
@@ -92,6 +100,19 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, p Principal, spe
 		return
 	}
 	notes = append(notes, more...)
+	root := s.workspaceDir(checked.Workspace)
+	if checked.CheckpointDir, err = protocol.ConfineDir("checkpoint_dir", root, checked.CheckpointDir); err == nil {
+		if _, err = protocol.ConfineDir("logs_dir", root, logsDir); err == nil {
+			err = s.noSymlinkOut(root, map[string]string{"checkpoint_dir": checked.CheckpointDir})
+		}
+	}
+	if err == nil {
+		err = protocol.CheckLimits(checked)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	var opts workflows.SubmitOptions
 	key := r.Header.Get("Idempotency-Key")
 	if key != "" {
@@ -137,20 +158,74 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, p Principal, spe
 	writeJSON(w, http.StatusOK, answer)
 }
 
+// workspaceDir is the directory inside which a workspace's jobs keep their
+// checkpoint_dir and logs_dir: <workspaces_dir>/<workspace>.
+func (s *Server) workspaceDir(ws string) string {
+	if ws == "" {
+		ws = "_" // jobs of no workspace (the CLI's)
+	}
+	return filepath.Join(s.workspacesDir, ws)
+}
+
+// noSymlinkOut checks that the part of each directory that exists already
+// does not lead out of root through a symbolic link. The worker creates the
+// rest; a link made after this check is not seen.
+func (s *Server) noSymlinkOut(root string, dirs map[string]string) error {
+	realRoot, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return nil // the workspace's directory does not exist yet: nothing inside can be a link
+	}
+	for _, field := range slices.Sorted(maps.Keys(dirs)) {
+		dir := dirs[field]
+		for p := dir; strings.HasPrefix(p, root); p = filepath.Dir(p) {
+			real, err := filepath.EvalSymlinks(p)
+			if err != nil {
+				continue // does not exist (yet): look at its parent
+			}
+			if real != realRoot && !strings.HasPrefix(real, realRoot+string(filepath.Separator)) {
+				return &protocol.FieldError{Field: field, Message: fmt.Sprintf("%q leads outside your workspace's directory %s through a symbolic link", dir, root)}
+			}
+			break
+		}
+	}
+	return nil
+}
+
 // visibleJob finds a job the principal may see. Any other job, and any name
-// that is not a job, is 404 alike.
+// that is not a job, is 404 alike, and takes alike: every not-found answer
+// waits until NotFoundFloor after the lookup began, so the time of a 404
+// does not tell a job of another workspace from a name nobody has.
 func (s *Server) visibleJob(ctx context.Context, p Principal, name string) (workflows.JobInfo, error) {
+	start := time.Now()
+	info, err := s.lookupJob(ctx, p, name)
+	if errors.Is(err, workflows.ErrJobNotFound) {
+		s.padNotFound(ctx, start)
+	}
+	return info, err
+}
+
+func (s *Server) lookupJob(ctx context.Context, p Principal, name string) (workflows.JobInfo, error) {
 	if cluster.ValidJobName(name) != nil {
 		return workflows.JobInfo{}, workflows.ErrJobNotFound
 	}
 	info, err := s.backend.Describe(ctx, name)
 	if err != nil {
-		return info, err
+		return workflows.JobInfo{}, err
 	}
 	if !p.CanSee(info.Workspace) {
 		return workflows.JobInfo{}, workflows.ErrJobNotFound
 	}
 	return info, nil
+}
+
+// padNotFound waits until NotFoundFloor has passed since start.
+func (s *Server) padNotFound(ctx context.Context, start time.Time) {
+	t := time.NewTimer(time.Until(start.Add(s.opts.NotFoundFloor)))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // visibleStatus is the status of a job the principal may see.
@@ -161,70 +236,6 @@ func (s *Server) visibleStatus(ctx context.Context, p Principal, name string) (w
 	}
 	st, err := s.backend.Status(ctx, name)
 	return info, st, err
-}
-
-// hiddenName replaces the name of a job of another workspace.
-const hiddenName = "(a job of another workspace)"
-
-// redactor hides the names of jobs the principal may not see.
-type redactor struct {
-	visible map[string]bool // nil: everything is visible (admin)
-}
-
-// newRedactor looks the named jobs up in visibility, within the principal's
-// workspace. A job visibility does not know yet stays hidden.
-func (s *Server) newRedactor(ctx context.Context, p Principal, names []string) (redactor, error) {
-	if p.Admin() {
-		return redactor{}, nil
-	}
-	rd := redactor{visible: map[string]bool{}}
-	var ask []string
-	seen := map[string]bool{}
-	for _, n := range names {
-		if n != "" && !seen[n] {
-			seen[n] = true
-			ask = append(ask, n)
-		}
-	}
-	for len(ask) > 0 {
-		batch := ask[:min(len(ask), 200)]
-		ask = ask[len(batch):]
-		jobs, err := s.backend.List(ctx, workflows.ListFilter{Names: batch, Workspace: p.Workspace, Limit: len(batch)})
-		if err != nil {
-			return rd, err
-		}
-		for _, j := range jobs {
-			rd.visible[j.JobName] = true
-		}
-	}
-	return rd, nil
-}
-
-func (rd redactor) shows(name string) bool { return rd.visible == nil || rd.visible[name] }
-
-func (rd redactor) name(n string) string {
-	if rd.shows(n) {
-		return n
-	}
-	return hiddenName
-}
-
-func (rd redactor) names(ns []string) []string {
-	var out []string
-	for _, n := range ns {
-		out = append(out, rd.name(n))
-	}
-	return out
-}
-
-// text replaces hidden names inside a sentence.
-func (rd redactor) text(s string, names []string) string {
-	for _, n := range names {
-		if n != "" && !rd.shows(n) {
-			s = strings.ReplaceAll(s, n, hiddenName)
-		}
-	}
-	return s
 }
 
 // preemptorView is one entry of /preemptors, in ML Space's words.
@@ -269,7 +280,7 @@ type jobView struct {
 	Attempts       []protocol.AttemptRecord `json:"attempts"`
 }
 
-// referenced lists the job names a status mentions.
+// referenced lists the job names a status mentions in fields of their own.
 func referenced(st protocol.JobStatus) []string {
 	names := append([]string(nil), st.WaitingFor...)
 	for _, pr := range st.Preemptors {
@@ -284,7 +295,7 @@ func referenced(st protocol.JobStatus) []string {
 }
 
 // preemptorList lists who took the job's capacity, attempt by attempt.
-func preemptorList(st protocol.JobStatus, rd redactor) []preemptorView {
+func preemptorList(st protocol.JobStatus, rd *redactor) []preemptorView {
 	out := []preemptorView{}
 	seen := map[string]bool{}
 	view := func(pr scheduler.Preemptor) preemptorView {
@@ -317,6 +328,22 @@ func preemptorList(st protocol.JobStatus, rd redactor) []preemptorView {
 	return out
 }
 
+// hidePreemptors hides, in a copy of attempts, the preemptors rd hides.
+func hidePreemptors(attempts []protocol.AttemptRecord, rd *redactor) []protocol.AttemptRecord {
+	out := slices.Clone(attempts)
+	if out == nil {
+		out = []protocol.AttemptRecord{}
+	}
+	for i := range out {
+		if pr := out[i].Preemptor; pr != nil && !rd.shows(pr.Job) {
+			hidden := *pr
+			hidden.Job = hiddenName
+			out[i].Preemptor = &hidden
+		}
+	}
+	return out
+}
+
 func (s *Server) getJob(w http.ResponseWriter, r *http.Request, p Principal) {
 	ctx, cancel := s.call(r)
 	defer cancel()
@@ -325,9 +352,9 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request, p Principal) {
 		s.fail(w, r, err)
 		return
 	}
-	names := referenced(st)
-	rd, err := s.newRedactor(ctx, p, names)
-	if err != nil {
+	rd := s.redactor(p)
+	rd.know(st.JobName)
+	if err := rd.learn(ctx, referenced(st)); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -337,26 +364,31 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request, p Principal) {
 		PriorityClass: st.Priority, Region: st.Region, AllocationName: st.Allocation, InstanceType: st.InstanceType,
 		NWorkers: st.NWorkers, GPUCount: st.GPUs, MaxRetry: st.MaxRetry, Attempt: st.Attempt, Restarts: st.Restarts,
 		JobAuthor: st.Spec.Author, Workspace: info.Workspace, JobDesc: st.Spec.JobDesc,
-		Message: rd.text(st.Message, names), Position: st.Position, Reason: rd.text(st.Reason, names),
-		WaitingFor: rd.names(st.WaitingFor), Preemptors: preemptorList(st, rd), Attempts: st.Attempts,
-	}
-	if v.Attempts == nil {
-		v.Attempts = []protocol.AttemptRecord{}
-	}
-	for i := range v.Attempts {
-		a := &v.Attempts[i]
-		a.EndReason = rd.text(a.EndReason, names)
-		if a.Preemptor != nil && !rd.shows(a.Preemptor.Job) {
-			pr := *a.Preemptor
-			pr.Job = hiddenName
-			a.Preemptor = &pr
-		}
+		Message: st.Message, Position: st.Position, Reason: st.Reason,
+		WaitingFor: rd.names(st.WaitingFor), Preemptors: preemptorList(st, rd), Attempts: hidePreemptors(st.Attempts, rd),
 	}
 	if n := len(v.Preemptors); n > 0 {
 		last := v.Preemptors[n-1]
 		v.Preemptor = &last
 	}
+	s.writeRedacted(ctx, w, r, rd, &v)
+}
+
+// writeRedacted answers v (a pointer) after hiding, in every string of it,
+// the job names rd hides (see redactor).
+func (s *Server) writeRedacted(ctx context.Context, w http.ResponseWriter, r *http.Request, rd *redactor, v any) {
+	if err := rd.apply(ctx, v); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	writeJSON(w, http.StatusOK, v)
+}
+
+// preemptorsView answers GET /jobs/{job_name}/preemptors.
+type preemptorsView struct {
+	JobName    string          `json:"job_name"`
+	Status     string          `json:"status"`
+	Preemptors []preemptorView `json:"preemptors"`
 }
 
 func (s *Server) preemptors(w http.ResponseWriter, r *http.Request, p Principal) {
@@ -367,12 +399,13 @@ func (s *Server) preemptors(w http.ResponseWriter, r *http.Request, p Principal)
 		s.fail(w, r, err)
 		return
 	}
-	rd, err := s.newRedactor(ctx, p, referenced(st))
-	if err != nil {
+	rd := s.redactor(p)
+	rd.know(st.JobName)
+	if err := rd.learn(ctx, referenced(st)); err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"job_name": st.JobName, "status": st.State, "preemptors": preemptorList(st, rd)})
+	s.writeRedacted(ctx, w, r, rd, &preemptorsView{JobName: st.JobName, Status: string(st.State), Preemptors: preemptorList(st, rd)})
 }
 
 // deleteJob stops a job. Stopping a stopped or finished job is a no-op.
@@ -387,9 +420,11 @@ func (s *Server) deleteNotebook(w http.ResponseWriter, r *http.Request, p Princi
 func (s *Server) stop(w http.ResponseWriter, r *http.Request, p Principal, name string, kind scheduler.Kind) {
 	ctx, cancel := s.call(r)
 	defer cancel()
+	start := time.Now()
 	info, err := s.visibleJob(ctx, p, name)
 	if err == nil && kind != "" && info.Kind != string(kind) {
 		err = workflows.ErrJobNotFound
+		s.padNotFound(ctx, start)
 	}
 	if err == nil {
 		err = s.backend.Cancel(ctx, name)
@@ -411,7 +446,7 @@ func (s *Server) stop(w http.ResponseWriter, r *http.Request, p Principal, name 
 
 // restartJob starts a new job with the parameters of job_name.
 func (s *Server) restartJob(w http.ResponseWriter, r *http.Request, p Principal) {
-	body, err := s.readBody(w, r)
+	body, err := s.readJSONBody(w, r)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -437,7 +472,7 @@ func (s *Server) restartJob(w http.ResponseWriter, r *http.Request, p Principal)
 	spec := st.Spec
 	spec.Author = p.User
 	spec.Workspace = info.Workspace
-	s.create(w, r, p, spec, nil, submitted{RestartedFrom: req.JobName})
+	s.create(w, r, p, spec, nil, submitted{RestartedFrom: req.JobName}, "")
 }
 
 // Notebooks.
@@ -457,7 +492,7 @@ type notebookRequest struct {
 var notebookFields = []string{"instance_type", "region", "allocation_name", "base_image", "job_desc", "priority_class", "env_variables", "script"}
 
 func (s *Server) postNotebook(w http.ResponseWriter, r *http.Request, p Principal) {
-	body, err := s.readBody(w, r)
+	body, err := s.readJSONBody(w, r)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -482,7 +517,7 @@ func (s *Server) postNotebook(w http.ResponseWriter, r *http.Request, p Principa
 		s.fail(w, r, err)
 		return
 	}
-	s.create(w, r, p, spec, nil, submitted{})
+	s.create(w, r, p, spec, nil, submitted{}, "")
 }
 
 // Listing.
@@ -621,6 +656,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, p Principal) {
 		return
 	}
 	rows := []jobRow{}
+	rd := s.redactor(p)
 	now := time.Now()
 	for _, j := range jobs {
 		end := now
@@ -631,6 +667,15 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, p Principal) {
 			InstanceType: j.InstanceType, JobDesc: j.JobDesc, JobAuthor: j.Author, Workspace: j.Workspace, Kind: j.Kind,
 			PriorityClass: j.Priority, GPUCount: j.GPUs, Attempt: j.Attempt, CreatedDT: j.CreatedAt, CompletedDT: j.ClosedAt,
 			Duration: int64(end.Sub(j.CreatedAt).Seconds())})
+		rd.know(j.JobName) // listed within the workspace
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"count": count, "offset": f.Offset, "limit": f.Limit, "jobs": rows})
+	s.writeRedacted(ctx, w, r, rd, &listView{Count: count, Offset: f.Offset, Limit: f.Limit, Jobs: rows})
+}
+
+// listView answers GET /jobs.
+type listView struct {
+	Count  int64    `json:"count"`
+	Offset int      `json:"offset"`
+	Limit  int      `json:"limit"`
+	Jobs   []jobRow `json:"jobs"`
 }

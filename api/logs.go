@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -53,7 +54,7 @@ func (s *Server) jobLogs(w http.ResponseWriter, r *http.Request, p Principal) {
 		}
 		return b, nil
 	}
-	l := &logStream{s: s, w: w}
+	l := &logStream{s: s, w: &deadlineWriter{w: w, rc: http.NewResponseController(w)}, rw: w, rd: s.redactor(p), ctx: r.Context()}
 	var err error
 	if l.r.Tail, err = num("tail", 0, 0); err == nil {
 		if l.r.Attempt, err = num("attempt", 0, 1); err == nil {
@@ -80,6 +81,7 @@ func (s *Server) jobLogs(w http.ResponseWriter, r *http.Request, p Principal) {
 		s.fail(w, r, err)
 		return
 	}
+	l.rd.know(l.r.Job)
 	if l.r.Attempt > 0 && joblogs.FindAttempt(st, l.r.Attempt) == nil {
 		s.fail(w, r, errorf(http.StatusUnprocessableEntity, codeInvalidParam, "attempt", fmt.Sprintf("job %s has no attempt %d; it is at attempt %d", l.r.Job, l.r.Attempt, st.Attempt)))
 		return
@@ -89,7 +91,7 @@ func (s *Server) jobLogs(w http.ResponseWriter, r *http.Request, p Principal) {
 	w.Header().Set("X-Trainq-Job-Status", string(st.State))
 	if !l.followed {
 		if err := l.once(r.Context(), st); err != nil {
-			s.fail(w, r, err)
+			l.failed(r, err)
 		}
 		return
 	}
@@ -103,13 +105,56 @@ func (s *Server) jobLogs(w http.ResponseWriter, r *http.Request, p Principal) {
 
 type logStream struct {
 	s        *Server
-	w        http.ResponseWriter
+	w        *deadlineWriter
+	rw       http.ResponseWriter
 	r        joblogs.Reader
+	rd       *redactor
+	ctx      context.Context
 	verbose  bool
 	followed bool
 }
 
-func (l *logStream) flush() { _ = http.NewResponseController(l.w).Flush() }
+func (l *logStream) flush() { _ = http.NewResponseController(l.rw).Flush() }
+
+// failed answers an error of reading the logs: as an error if nothing was
+// written yet (a log the data dir cannot give is 503, not 500), else by
+// ending the answer early.
+func (l *logStream) failed(r *http.Request, err error) {
+	var ae *Error
+	if l.w.n > 0 {
+		l.s.log.Warn("log answer ended early", "job", l.r.Job, "err", err)
+		return
+	}
+	if !errors.As(err, &ae) && !unavailable(err) {
+		l.s.log.Warn("cannot read logs", "job", l.r.Job, "err", err)
+		err = &Error{Status: http.StatusServiceUnavailable, Code: "logs_unavailable",
+			Message: "the job's logs cannot be read from the data dir now; try again"}
+	}
+	l.s.fail(l.rw, r, err)
+}
+
+// logWriteTimeout is how long one write of a log answer may take: a client
+// that reads nothing for this long loses the answer.
+const logWriteTimeout = time.Minute
+
+// deadlineWriter writes a long answer (a log) with a fresh write deadline
+// for each write, instead of the server's WriteTimeout for the whole answer.
+type deadlineWriter struct {
+	w     io.Writer
+	rc    *http.ResponseController
+	n     int64
+	stamp time.Time
+}
+
+func (d *deadlineWriter) Write(p []byte) (int, error) {
+	if now := time.Now(); now.Sub(d.stamp) > time.Second {
+		d.stamp = now
+		_ = d.rc.SetWriteDeadline(now.Add(logWriteTimeout)) // not all writers support it (httptest)
+	}
+	n, err := d.w.Write(p)
+	d.n += int64(n)
+	return n, err
+}
 
 // header says, with verbose, which worker's log follows.
 func (l *logStream) header(a *protocol.AttemptRecord, worker int) {
@@ -128,12 +173,20 @@ func (l *logStream) header(a *protocol.AttemptRecord, worker int) {
 		}
 		return t.UTC().Format(time.RFC3339)
 	}
-	fmt.Fprintf(l.w, "==> job %s attempt %d worker %d on %s; queued %s, started %s, ended %s", l.r.Job, a.Number, worker, node,
+	line := fmt.Sprintf("==> job %s attempt %d worker %d on %s; queued %s, started %s, ended %s", l.r.Job, a.Number, worker, node,
 		a.QueuedAt.UTC().Format(time.RFC3339), stamp(a.StartedAt), stamp(a.EndedAt))
 	if a.EndReason != "" {
-		fmt.Fprintf(l.w, " (%s)", a.EndReason)
+		line += " (" + a.EndReason + ")"
 	}
-	fmt.Fprintln(l.w, " <==")
+	// The end reason may name another workspace's job (its preemptor).
+	names := namesIn(a.EndReason)
+	if a.Preemptor != nil {
+		names = append(names, a.Preemptor.Job)
+	}
+	if err := l.rd.learn(l.ctx, names); err != nil {
+		l.rd.hide(names...) // cannot look them up now: hide them
+	}
+	fmt.Fprintln(l.w, l.rd.text(line)+" <==")
 }
 
 // out writes the header of a worker's log and returns where its lines go.
@@ -154,7 +207,7 @@ func (l *logStream) out(a *protocol.AttemptRecord, worker int) *joblogs.LineWrit
 func (l *logStream) once(ctx context.Context, st protocol.JobStatus) error {
 	a := l.r.Shown(st)
 	if a == nil || len(a.Placement) == 0 {
-		l.w.WriteHeader(http.StatusOK) // no log yet: an empty answer
+		l.rw.WriteHeader(http.StatusOK) // no log yet: an empty answer
 		return nil
 	}
 	ws := l.r.Workers(a)

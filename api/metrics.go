@@ -15,6 +15,7 @@ type metrics struct {
 	registry *prometheus.Registry
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	refused  prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -30,7 +31,11 @@ func newMetrics() *metrics {
 			Buckets: prometheus.DefBuckets,
 		}, []string{"route", "method"}),
 	}
-	m.registry.MustRegister(m.requests, m.duration,
+	m.refused = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "trainq_api_connections_refused_total",
+		Help: "Connections answered 429 because their client address had too many open (see --max-conns-per-client).",
+	})
+	m.registry.MustRegister(m.requests, m.duration, m.refused,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -45,15 +50,19 @@ func (m *metrics) observe(route, method string, code int, d time.Duration) {
 }
 
 // recorder remembers the status code; it passes Flush on for log streams.
+// An answer to a request whose body was not read to its end says
+// Connection: close, so that the server does not wait for the rest.
 type recorder struct {
 	http.ResponseWriter
 	code    int
 	written bool
+	body    *trackedBody // nil: the request declared no body
 }
 
 func (r *recorder) WriteHeader(code int) {
 	if !r.written {
 		r.code, r.written = code, true
+		r.closeIfUnread()
 	}
 	r.ResponseWriter.WriteHeader(code)
 }
@@ -61,8 +70,15 @@ func (r *recorder) WriteHeader(code int) {
 func (r *recorder) Write(b []byte) (int, error) {
 	if !r.written {
 		r.code, r.written = http.StatusOK, true
+		r.closeIfUnread()
 	}
 	return r.ResponseWriter.Write(b)
+}
+
+func (r *recorder) closeIfUnread() {
+	if r.body != nil && !r.body.eof.Load() {
+		r.Header().Set("Connection", "close")
+	}
 }
 
 func (r *recorder) Flush() {
@@ -72,3 +88,6 @@ func (r *recorder) Flush() {
 }
 
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// ConnectionRefused counts a connection refused by Listener's per-client limit.
+func (s *Server) ConnectionRefused() { s.metrics.refused.Inc() }

@@ -93,8 +93,8 @@ func (s *Server) queue(w http.ResponseWriter, r *http.Request, p Principal) {
 			names = append(names, run.PreemptedBy.Job)
 		}
 	}
-	rd, err := s.newRedactor(ctx, p, names)
-	if err != nil {
+	rd := s.redactor(p)
+	if err := rd.learn(ctx, names); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -111,7 +111,7 @@ func (s *Server) queue(w http.ResponseWriter, r *http.Request, p Principal) {
 	for _, q := range v.Waiting {
 		out.Waiting = append(out.Waiting, waitingView{LaunchOrder: q.Position, JobName: rd.name(q.Job), Type: string(q.Kind),
 			Priority: q.Class.String(), GPUCount: q.GPUs, NWorkers: q.Workers, Demand: q.Demand, Attempt: q.Attempt,
-			Reason: rd.text(q.Reason, names), WaitingFor: rd.names(q.WaitingFor), Nominated: rd.names(q.Nominated), WaitingSince: q.SubmittedAt})
+			Reason: q.Reason, WaitingFor: rd.names(q.WaitingFor), Nominated: rd.names(q.Nominated), WaitingSince: q.SubmittedAt})
 	}
 	for _, run := range v.Running {
 		rv := runningView{JobName: rd.name(run.Job), Type: string(run.Kind), Priority: run.Class.String(), GPUCount: run.GPUs,
@@ -124,7 +124,7 @@ func (s *Server) queue(w http.ResponseWriter, r *http.Request, p Principal) {
 		}
 		out.Running = append(out.Running, rv)
 	}
-	writeJSON(w, http.StatusOK, out)
+	s.writeRedacted(ctx, w, r, rd, &out)
 }
 
 func validRegion(cfg *config.Config, region string) bool {

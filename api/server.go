@@ -11,8 +11,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
 	"runtime/debug"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/trainq/trainq/cluster/local"
@@ -22,8 +28,11 @@ import (
 // MaxBodyBytes bounds request bodies; larger ones get 413.
 const MaxBodyBytes = 1 << 20
 
-// bodyReadTimeout bounds reading a request body.
-const bodyReadTimeout = 30 * time.Second
+// Defaults of Options.
+const (
+	DefaultBodyTimeout   = 30 * time.Second
+	DefaultNotFoundFloor = 50 * time.Millisecond
+)
 
 // Options configure a Server.
 type Options struct {
@@ -35,6 +44,14 @@ type Options struct {
 	CallTimeout time.Duration
 	// PollInterval is how often a followed log checks the job (default 500ms).
 	PollInterval time.Duration
+	// BodyTimeout bounds reading a request body (default 30s); a body that
+	// has not arrived by then is answered 408.
+	BodyTimeout time.Duration
+	// NotFoundFloor is the least time a 404 for a job name takes (default
+	// 50ms), whether the job belongs to another workspace or does not
+	// exist, so that timing does not tell the two apart. It should be above
+	// the usual time of one Temporal call.
+	NotFoundFloor time.Duration
 }
 
 // Server serves the API. It is an http.Handler.
@@ -48,6 +65,9 @@ type Server struct {
 	metrics *metrics
 	logs    *local.Backend // reads job logs under cfg.DataDir; nil if unusable
 	logsErr error
+	// workspacesDir (absolute) holds a directory per workspace, inside
+	// which checkpoint_dir and logs_dir must lie.
+	workspacesDir string
 }
 
 // route is one endpoint. The OpenAPI document lists exactly these.
@@ -90,30 +110,100 @@ func New(opts Options) (*Server, error) {
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = 500 * time.Millisecond
 	}
+	if opts.BodyTimeout <= 0 {
+		opts.BodyTimeout = DefaultBodyTimeout
+	}
+	if opts.NotFoundFloor <= 0 {
+		opts.NotFoundFloor = DefaultNotFoundFloor
+	}
 	s := &Server{cfg: opts.Config, backend: opts.Backend, tokens: opts.Tokens, log: opts.Logger, opts: opts,
 		mux: http.NewServeMux(), metrics: newMetrics()}
 	s.logs, s.logsErr = local.New(local.Options{DataDir: opts.Config.DataDir})
+	ws := opts.Config.WorkspacesDir
+	if ws == "" {
+		ws = filepath.Join(opts.Config.DataDir, "workspaces")
+	}
+	var err error
+	if s.workspacesDir, err = filepath.Abs(ws); err != nil {
+		return nil, fmt.Errorf("api: workspaces_dir: %w", err)
+	}
 	for _, rt := range routes {
 		s.mux.Handle(rt.method+" "+rt.path, s.wrap(rt))
+	}
+	// A literal path that a wildcard route of another method would take
+	// (GET /public/v2/jobs/restart looks like GET /public/v2/jobs/{job_name})
+	// gets that method too, answered 405 like any other wrong method.
+	for _, rt := range routes {
+		sample := wildcard.ReplaceAllString(rt.path, "x")
+		for _, m := range []string{"GET", "POST", "DELETE", "PUT", "PATCH"} {
+			probe, _ := http.NewRequest(m, sample, nil)
+			if _, pattern := s.mux.Handler(probe); m != rt.method && pattern != "/" && !strings.HasSuffix(pattern, " "+rt.path) &&
+				!wildcard.MatchString(rt.path) {
+				s.mux.HandleFunc(m+" "+rt.path, s.notFound)
+			}
+		}
 	}
 	s.mux.HandleFunc("/", s.notFound)
 	return s, nil
 }
 
+// wildcard matches the wildcards of a route's path.
+var wildcard = regexp.MustCompile(`\{[a-z_]+\}`)
+
 // ServeHTTP records metrics and an access log line around the routes. The
 // log line never includes the Authorization header.
+//
+// It also keeps every connection answerable: a declared body must arrive
+// within BodyTimeout (readBody answers 408 otherwise), and an answer given
+// without reading the whole body (401, 404, 405, 415, 413, 408, or a GET
+// with a body) closes the connection instead of waiting for the rest of a
+// body that may never come.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rec := &recorder{ResponseWriter: w, code: http.StatusOK}
+	rc := http.NewResponseController(rec)
+	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+		rec.body = &trackedBody{ReadCloser: r.Body}
+		r.Body = rec.body
+		_ = rc.SetReadDeadline(start.Add(s.opts.BodyTimeout)) // not all writers support it (httptest)
+	} else {
+		// The request has been read: the handler may take its time (a
+		// followed log), and the server's ReadTimeout must not cut it.
+		_ = rc.SetReadDeadline(time.Time{})
+	}
 	s.mux.ServeHTTP(rec, r)
 	route := r.Pattern
 	if route == "" || route == "/" {
 		route = "unmatched"
 	}
 	d := time.Since(start)
-	s.metrics.observe(route, r.Method, rec.code, d)
-	s.log.Info("request", "method", r.Method, "route", route, "path", r.URL.Path, "code", rec.code,
+	s.metrics.observe(route, methodLabel(r.Method), rec.code, d)
+	s.log.Info("request", "method", methodLabel(r.Method), "route", route, "path", r.URL.Path, "code", rec.code,
 		"duration_ms", d.Milliseconds(), "remote", r.RemoteAddr)
+}
+
+// methodLabel keeps the metrics' method label to a few values whatever
+// methods clients invent.
+func methodLabel(m string) string {
+	switch m {
+	case "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS":
+		return m
+	}
+	return "OTHER"
+}
+
+// trackedBody remembers whether the body was read to its end.
+type trackedBody struct {
+	io.ReadCloser
+	eof atomic.Bool
+}
+
+func (b *trackedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.eof.Store(true)
+	}
+	return n, err
 }
 
 // wrap adds authentication and turns a panic into a 500 answer.
@@ -177,16 +267,50 @@ func (s *Server) call(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(r.Context(), s.opts.CallTimeout)
 }
 
-// readBody reads a request body of at most MaxBodyBytes.
+// readJSONBody reads the JSON body of a POST: its Content-Type must say
+// JSON (415 otherwise), and it must arrive whole within BodyTimeout (408)
+// and be at most MaxBodyBytes (413).
+func (s *Server) readJSONBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if err := requireJSON(r); err != nil {
+		return nil, err
+	}
+	return s.readBody(w, r)
+}
+
+// requireJSON accepts Content-Type application/json (or application/*+json),
+// in UTF-8 if a charset is given.
+func requireJSON(r *http.Request) error {
+	ct := r.Header.Get("Content-Type")
+	const want = "send the body as JSON with Content-Type: application/json"
+	if ct == "" {
+		return errorf(http.StatusUnsupportedMediaType, codeMediaType, "Content-Type", "the request has no Content-Type; "+want)
+	}
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil || mt != "application/json" && !(strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")) {
+		shown := ct
+		if len(shown) > 80 {
+			shown = strings.ToValidUTF8(shown[:80], "") + "…"
+		}
+		return errorf(http.StatusUnsupportedMediaType, codeMediaType, "Content-Type", fmt.Sprintf("%q is not JSON; %s", shown, want))
+	}
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+		return errorf(http.StatusUnsupportedMediaType, codeMediaType, "Content-Type", fmt.Sprintf("charset %q is not allowed; JSON bodies are UTF-8", cs))
+	}
+	return nil
+}
+
+// readBody reads a request body of at most MaxBodyBytes, which must arrive
+// within BodyTimeout of the request (ServeHTTP set the read deadline).
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(bodyReadTimeout)) // not all writers support it (httptest)
-	defer rc.SetReadDeadline(time.Time{})
+	defer http.NewResponseController(w).SetReadDeadline(time.Time{})
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
+		switch {
+		case errors.As(err, &tooBig):
 			return nil, errorf(http.StatusRequestEntityTooLarge, codeTooLarge, "", fmt.Sprintf("the body is larger than %d bytes", MaxBodyBytes))
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return nil, errorf(http.StatusRequestTimeout, codeTimeout, "", fmt.Sprintf("the body did not arrive within %s; send it whole, at once", s.opts.BodyTimeout))
 		}
 		return nil, errorf(http.StatusBadRequest, "unreadable_body", "", "could not read the body: "+err.Error())
 	}

@@ -1,12 +1,15 @@
 // trainq-api serves trainq's ML Space-compatible REST API.
 //
 //	trainq-api [--listen 127.0.0.1:8080] [--tokens FILE] [--config FILE]
+//	           [--temporal-timeout 10s] [--body-timeout 30s] [--max-conns-per-client 64]
 //	trainq-api token --tokens FILE --user U --workspace W [--role user|admin]
 //
 // It reads the same config as trainq-worker (--config or TRAINQ_CONFIG) and
 // the standard Temporal settings (TEMPORAL_ADDRESS, ...). Tokens come from a
 // file of SHA-256 hashes (--tokens or TRAINQ_API_TOKENS); `token` adds one
-// and prints it, once. SIGHUP rereads the tokens file.
+// and prints it, once. SIGHUP rereads the tokens file. Requests must arrive
+// whole in time (headers 10s, body --body-timeout, else 408), and one client
+// address may hold --max-conns-per-client connections (more get 429).
 package main
 
 import (
@@ -16,7 +19,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -76,6 +78,8 @@ func serve(args []string) error {
 	tokensPath := fs.String("tokens", env("TRAINQ_API_TOKENS", ""), "tokens file (YAML: tokens: [{sha256, user, workspace, role}])")
 	cfgPath := fs.String("config", "", "trainq config file (default $TRAINQ_CONFIG, else the embedded default)")
 	timeout := fs.Duration("temporal-timeout", 10*time.Second, "timeout of the Temporal calls of one request")
+	bodyTimeout := fs.Duration("body-timeout", api.DefaultBodyTimeout, "time a request body may take to arrive (then 408)")
+	maxConns := fs.Int("max-conns-per-client", 64, "open connections allowed per client address (more are answered 429)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -100,7 +104,7 @@ func serve(args []string) error {
 	}
 	defer c.Close()
 	srv, err := api.New(api.Options{Config: cfg, Backend: api.TemporalBackend{Client: c, Config: cfg}, Tokens: tokens,
-		Logger: log, CallTimeout: *timeout})
+		Logger: log, CallTimeout: *timeout, BodyTimeout: *bodyTimeout})
 	if err != nil {
 		return err
 	}
@@ -108,10 +112,11 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
-	// No ReadTimeout or WriteTimeout: they would cut followed log streams;
-	// headers have ReadHeaderTimeout, bodies a deadline of their own.
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-		MaxHeaderBytes: 64 << 10}
+	// Headers and body must arrive in time; log streams renew their own
+	// deadlines; each client address gets a bounded number of connections.
+	sopts := api.ServerOptions{BodyTimeout: *bodyTimeout, MaxConnsPerClient: *maxConns}
+	hs := api.NewHTTPServer(srv, sopts)
+	ln = api.Listener(ln, sopts, srv.ConnectionRefused)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
