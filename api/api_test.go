@@ -42,7 +42,7 @@ func TestHealthConfigsAndOpenAPI(t *testing.T) {
 	r.json(t, &cfg)
 	assert.Equal(t, "SR006", cfg.DefaultRegion)
 	require.Len(t, cfg.Regions, 1)
-	require.Len(t, cfg.Regions[0].Allocations, 3)
+	require.Len(t, cfg.Regions[0].Allocations, 4)
 	var names []string
 	for _, it := range cfg.Regions[0].Allocations[0].InstanceTypes {
 		names = append(names, it.Name)
@@ -472,6 +472,7 @@ func TestTemporalDown(t *testing.T) {
 		req, _ := http.NewRequest(ep.method, srv.URL+ep.path, strings.NewReader(ep.body))
 		req.Header.Set("Authorization", "Bearer tq_t")
 		req.Header.Set("Idempotency-Key", "k")
+		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
 		var e struct{ Error Error }
@@ -485,6 +486,7 @@ func TestTemporalDown(t *testing.T) {
 	// Validation needs no Temporal: bad input is still 4xx.
 	req, _ := http.NewRequest("POST", srv.URL+"/public/v2/jobs", strings.NewReader(`{"script":1}`))
 	req.Header.Set("Authorization", "Bearer tq_t")
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	resp.Body.Close()

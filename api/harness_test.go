@@ -63,6 +63,10 @@ regions:
         stop_grace_period: 3s
         nodes:
           - {name: api-q-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+      - name: w
+        stop_grace_period: 1s
+        nodes:
+          - {name: api-w-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
 `
 
 // The test principals.
@@ -70,6 +74,7 @@ var testUsers = []struct{ user, workspace, role string }{
 	{"alice", "team-a", RoleUser},
 	{"bob", "team-b", RoleUser},
 	{"carol", "team-empty", RoleUser},
+	{"dave", "team-dave", RoleUser},
 	{"root", "ops", RoleAdmin},
 }
 

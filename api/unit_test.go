@@ -98,6 +98,9 @@ func TestBadRequestsWithoutTemporal(t *testing.T) {
 		if auth != "" {
 			req.Header.Set("Authorization", auth)
 		}
+		if method == "POST" {
+			req.Header.Set("Content-Type", "application/json")
+		}
 		for i := 0; i+1 < len(hdr); i += 2 {
 			req.Header.Set(hdr[i], hdr[i+1])
 		}
