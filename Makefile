@@ -46,11 +46,14 @@ bench: build $(TEMPORAL)
 chaos: build $(TEMPORAL)
 	TRAINQ_CHAOS=full $(GO) test -count=1 -timeout 25m -run TestChaos -v ./e2e/
 
-## fuzz: run the fuzz targets for a while (FUZZTIME=2m)
+## fuzz: run the fuzz targets for a while (FUZZTIME=2m), and the API's whole request path
+## (method, path, query, headers, body through every handler) for API_FUZZTIME (10m)
 FUZZTIME ?= 60s
+API_FUZZTIME ?= 10m
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzEvents -fuzztime $(FUZZTIME) -fuzzminimizetime 10s ./scheduler/
-	$(GO) test -run '^$$' -fuzz FuzzDecodeRunJobRequest -fuzztime $(FUZZTIME) -fuzzminimizetime 10s ./api/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRunJobRequest$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 10s ./api/
+	$(GO) test -run '^$$' -fuzz '^FuzzRequest$$' -fuzztime $(API_FUZZTIME) -fuzzminimizetime 10s ./api/
 
 ## histories: record the workflow histories of a release (RELEASE=v1.2.3; ONLY=name,... to pick some), replayed by every later release's tests
 histories: build $(TEMPORAL)
