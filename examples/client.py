@@ -24,7 +24,7 @@ class APIError(Exception):
 
 
 def request(base, token, method, path, body=None, headers=None, retries=5):
-    """One API call; retries 503 as Retry-After says. Returns (status, body bytes)."""
+    """One API call; retries 503 and 429 as Retry-After says. Returns (status, body bytes)."""
     data = json.dumps(body).encode() if body is not None else None
     hdrs = {"Authorization": "Bearer " + token}
     if data is not None:
@@ -37,7 +37,7 @@ def request(base, token, method, path, body=None, headers=None, retries=5):
                 return resp.status, resp.read()
         except urllib.error.HTTPError as e:
             payload = e.read()
-            if e.code == 503 and attempt < retries:
+            if e.code in (429, 503) and attempt < retries:
                 time.sleep(int(e.headers.get("Retry-After", "1")))
                 continue
             try:
