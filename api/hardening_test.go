@@ -74,7 +74,7 @@ func TestRequestsThatCouldNeverStart(t *testing.T) {
 		{`{"script":"echo ok","base_image":"b","instance_type":"a100plus.1gpu","job_desc":"` + strings.Repeat("<", 1040000) + `"}`, 413, "job_desc", "largest field is job_desc"},
 		{`{"script":"echo ok","base_image":"b","instance_type":"a100plus.1gpu","job_desc":"` + strings.Repeat("<", 400000) + `"}`, 413, "job_desc", "6 bytes each"},
 		{jobBody(map[string]any{"flags": flags}), 422, "flags", "Linux accepts at most 131071 bytes in one argument"},
-		{jobBody(map[string]any{"env_variables": env, "n_workers": 2, "max_retry": 100, "allocation_name": "default"}), 422, "env_variables", "workflow history"},
+		{jobBody(map[string]any{"env_variables": env, "n_workers": 100, "max_retry": 100}), 422, "env_variables", "workflow history"},
 		{jobBody(map[string]any{"processes_per_worker": 1000000}), 422, "processes_per_worker", "from 1 to 256"},
 		{jobBody(map[string]any{"processes_per_worker": 97, "instance_type": "a100plus.8gpu.80vG.96C.768G"}), 422, "processes_per_worker", "at most 96"},
 		{jobBody(map[string]any{"n_workers": 5000}), 422, "n_workers", "between 1 and 1024"},

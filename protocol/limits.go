@@ -38,15 +38,14 @@ const (
 	// refuses a payload over 2 MiB by default; the rest of the start request
 	// (memo, search attributes, details) needs room too.
 	MaxEncodedSpecBytes = 1536 << 10
-	// MaxHistoryBytes bounds what a job's workflow history may grow to from
-	// its parameters: every start of a worker records the worker's script,
-	// env_variables and flags once, and a job starts n_workers workers per
-	// attempt, for up to max_retry+1 attempts plus MaxNodeLossReruns.
-	// Temporal terminates a workflow whose history passes 50 MiB by default.
+	// MaxHistoryBytes bounds the workflow history one run of a job may
+	// write from its parameters: every start of a worker records the
+	// worker's script, env_variables and flags once, and an attempt starts
+	// n_workers workers. Between attempts a job continues as new once
+	// Temporal suggests it (past continueAsNewBytes), so one run holds what
+	// came before that point and one more attempt. Temporal terminates a
+	// workflow whose history passes 50 MiB by default.
 	MaxHistoryBytes = 32 << 20
-	// MaxNodeLossReruns is how many attempts a job may rerun after losing
-	// a node without spending max_retry (the workflow's limit).
-	MaxNodeLossReruns = 3
 
 	// MaxPathBytes and MaxPathElemBytes are Linux's PATH_MAX (less the NUL)
 	// and NAME_MAX: checkpoint_dir and logs_dir must fit them.
@@ -229,6 +228,11 @@ func largestEntry(field string, m map[string]string) string {
 	return EntryPath(field, largestOf(sizes))
 }
 
+// continueAsNewBytes is the history size past which Temporal suggests that
+// a workflow continue as new (limit.historySize.suggestContinueAsNew,
+// 4 MiB by default).
+const continueAsNewBytes = 4 << 20
+
 // placeholderName stands for the job name in the encoded input: job names
 // are at most cluster.MaxJobNameLen (200) bytes.
 var placeholderName = strings.Repeat("x", 200)
@@ -251,14 +255,16 @@ func checkEncoded(s JobSpec) error {
 			"the job's parameters take %d bytes as stored (JSON-escaped: < > & and control characters take 6 bytes each); at most %d are allowed. The largest field is %s (%d bytes; largest entry %s)",
 			total, MaxEncodedSpecBytes, largest, sizes[largest], name)}
 	}
-	// What each worker start records: the worker's part of the spec.
+	// What each worker start records: the worker's part of the spec. One
+	// run of the job's workflow holds its input, what came before Temporal
+	// suggested continuing as new, and the attempt that was under way.
 	perStart := sizes["script"] + sizes["env_variables"] + sizes["flags"] + sizes["base_image"] + sizes["checkpoint_dir"] + 1024
-	starts := (s.MaxRetry + 1 + MaxNodeLossReruns) * max(s.NWorkers, 1)
-	if history := total + starts*perStart; history > MaxHistoryBytes {
+	nWorkers := max(s.NWorkers, 1)
+	if history := 2*total + continueAsNewBytes + nWorkers*perStart; history > MaxHistoryBytes {
 		worker := largestOf(map[string]int{"script": sizes["script"], "env_variables": sizes["env_variables"], "flags": sizes["flags"]})
 		return &FieldError{Field: worker, Message: fmt.Sprintf(
-			"each start of a worker records %d bytes of script, env_variables and flags, and this job may start workers %d times (n_workers %d × (max_retry %d + 1 + %d reruns after a lost node)): about %d MiB of workflow history, over the %d MiB allowed. Make %s smaller, or lower max_retry or n_workers",
-			perStart, starts, max(s.NWorkers, 1), s.MaxRetry, MaxNodeLossReruns, history>>20, MaxHistoryBytes>>20, worker)}
+			"each start of a worker records %d bytes of script, env_variables and flags, and an attempt of this job starts %d workers: about %d MiB of workflow history in one run, over the %d MiB allowed. Make %s smaller, or lower n_workers",
+			perStart, nWorkers, history>>20, MaxHistoryBytes>>20, worker)}
 	}
 	return nil
 }
