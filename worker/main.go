@@ -34,7 +34,6 @@ import (
 	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
-	"go.temporal.io/sdk/workflow"
 
 	"github.com/trainq/trainq/activities"
 	"github.com/trainq/trainq/cluster/local"
@@ -149,11 +148,8 @@ func run(opts options) error {
 
 	var workers []worker.Worker
 	if runsWorkflows {
-		// More pollers than the default two: one allocator serves many jobs, and a
-		// burst of submissions otherwise waits seconds for its first workflow task.
-		main := worker.New(c, protocol.TaskQueue, worker.Options{MaxConcurrentWorkflowTaskPollers: 8, MaxConcurrentActivityTaskPollers: 8})
-		main.RegisterWorkflowWithOptions(workflows.JobWorkflow, workflowOptions(protocol.JobWorkflowName))
-		main.RegisterWorkflowWithOptions(workflows.AllocatorWorkflow, workflowOptions(protocol.AllocatorWorkflowName))
+		main := worker.New(c, protocol.TaskQueue, mainWorkerOptions(opts.buildID))
+		registerWorkflows(main, workflows.JobWorkflow, workflows.AllocatorWorkflow, opts.buildID != "")
 		main.RegisterActivity(acts)
 		workers = append(workers, main)
 	}
@@ -170,6 +166,9 @@ func run(opts options) error {
 			return err
 		}
 		defer w.Stop()
+	}
+	if runsWorkflows && opts.buildID != "" {
+		adoptFirstVersion(ctx, c, opts.buildID, logger)
 	}
 	if runsWorkflows {
 		if err := ensureAllocators(ctx, c, cfg, logger); err != nil {
@@ -213,10 +212,6 @@ func serveMetrics(addr string, reg *metrics.Registry, logger *slog.Logger) (stop
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 	}, nil
-}
-
-func workflowOptions(name string) workflow.RegisterOptions {
-	return workflow.RegisterOptions{Name: name}
 }
 
 // ensureSearchAttributes registers trainq's search attributes if the server

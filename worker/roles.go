@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"errors"
 	"flag"
 	"fmt"
@@ -48,13 +49,19 @@ type options struct {
 	// metricsAddr is where an agent serves /metrics ("" = nowhere). The
 	// other roles take metrics_addr from the config.
 	metricsAddr string
+	// buildID turns on Worker Deployment versioning for the workflows (see
+	// versioning.go); "" runs them unversioned.
+	buildID string
 }
 
 const usage = `Usage:
-  trainq-worker [--config FILE] [--agents=false]
+  trainq-worker [--config FILE] [--agents=false] [--build-id ID]
       The workflows and control activities on the task queue "trainq", and one
       node agent per configured node (task queue trainq-node-<node>).
       --agents=false runs no node agent: the agents then run apart.
+      --build-id (or $TRAINQ_BUILD_ID) runs the workflows as version ID of the
+      Worker Deployment "trainq": jobs stay on the build they started on,
+      allocators follow the current version (see README, Upgrading trainq).
   trainq-worker agent --node NAME [--node NAME ...] [--config FILE] [--metrics-addr ADDR]
   trainq-worker agent --nodes-from-host [--config FILE] [--metrics-addr ADDR]
       Only the node agents of the named nodes: no workflows, no allocator.
@@ -76,8 +83,12 @@ func parseArgs(args []string) (options, error) {
 	fs.StringVar(&o.configPath, "config", "", "config file")
 	agents := boolValue{v: true}
 	fs.Var(&agents, "agents", "run one node agent per configured node (default true)")
+	fs.StringVar(&o.buildID, "build-id", os.Getenv(EnvBuildID), "the build ID of this worker's workflow code")
 	if err := fs.Parse(args); err != nil {
 		return o, flagError(err, "")
+	}
+	if err := validBuildID(o.buildID); err != nil {
+		return o, err
 	}
 	rest := fs.Args()
 	if len(rest) == 0 {

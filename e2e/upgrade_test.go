@@ -1,0 +1,142 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/trainq/trainq/config"
+	"github.com/trainq/trainq/internal/testenv"
+	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/workflows"
+)
+
+// TestUpgradeKeepsJobsOnTheirBuild upgrades trainq as the README's
+// "Upgrading trainq" says: a second build joins the Worker Deployment and
+// becomes current while a job of the first build runs. The running job stays
+// on its build and completes there, new jobs and the allocator move to the
+// new build, and the old workers can then stop. It runs its own dev server:
+// the deployment's routing would otherwise outlive the test.
+func TestUpgradeKeepsJobsOnTheirBuild(t *testing.T) {
+	temporalBin := os.Getenv("TRAINQ_TEMPORAL_BIN_RESOLVED")
+	srv, err := testenv.StartDevServer(temporalBin)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Stop() })
+	c := srv.Client()
+	hostPort := srv.FrontendHostPort()
+
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "trainq.yaml")
+	data := filepath.Join(dir, "data")
+	require.NoError(t, os.WriteFile(cfgPath, []byte(fmt.Sprintf(agentConfig, data)), 0o644))
+	cfg, err := config.Load(cfgPath)
+	require.NoError(t, err)
+	t.Cleanup(func() { testenv.KillLeftoverWorkers(data) })
+	start := func(args ...string) *testenv.WorkerProcess {
+		w, err := testenv.StartWorker(filepath.Join(env.binDir, "trainq-worker"), append(args, "--config", cfgPath),
+			[]string{"TEMPORAL_ADDRESS=" + hostPort})
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			w.Stop(30 * time.Second)
+			if t.Failed() {
+				t.Logf("trainq-worker %v log:\n%s", args, w.LogTail(30))
+			}
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		require.NoError(t, w.WaitLog(ctx, "running"))
+		return w
+	}
+	submitHere := func(script string) string {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		sub, err := workflows.Submit(ctx, c, cfg, "", agentSpec(script))
+		require.NoError(t, err)
+		return sub.JobName
+	}
+	stateOf := func(job string) protocol.JobState {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		st, err := workflows.Status(ctx, c, job)
+		require.NoError(t, err)
+		return st.State
+	}
+	waitFor := func(job string, want protocol.JobState) {
+		t.Helper()
+		eventually(t, long, job+" to reach "+string(want), func() bool { return stateOf(job) == want })
+	}
+	// buildOf is the build a workflow's tasks run on, and its versioning behaviour.
+	buildOf := func(id string) (string, enumspb.VersioningBehavior) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		d, err := c.DescribeWorkflowExecution(ctx, id, "")
+		require.NoError(t, err)
+		v := d.GetWorkflowExecutionInfo().GetVersioningInfo()
+		return v.GetDeploymentVersion().GetBuildId(), v.GetBehavior()
+	}
+
+	start("agent", "--node", "agent-1", "--node", "agent-2") // agents run unversioned
+	oldBuild := start("--agents=false", "--build-id", "build-a")
+	gateOld := gate(filepath.Join(dir, "old"))
+	old := submitHere(gateOld.waitFor())
+	waitFor(old, protocol.StateRunning)
+	b, behavior := buildOf(old)
+	assert.Equal(t, "build-a", b)
+	assert.Equal(t, enumspb.VERSIONING_BEHAVIOR_PINNED, behavior)
+
+	start("--agents=false", "--build-id", "build-b")
+	_, errOut, code := runTemporal(t, hostPort, "worker", "deployment", "set-current-version",
+		"--deployment-name", "trainq", "--build-id", "build-b", "--yes")
+	require.Equal(t, 0, code, errOut)
+
+	fresh := submitHere("true")
+	waitFor(fresh, protocol.StateCompleted)
+	b, _ = buildOf(fresh)
+	assert.Equal(t, "build-b", b, "new jobs start on the current build")
+	allocator := protocol.AllocatorWorkflowID("T", "agents")
+	eventually(t, long, "the allocator to move to the current build", func() bool {
+		b, behavior := buildOf(allocator)
+		return b == "build-b" && behavior == enumspb.VERSIONING_BEHAVIOR_AUTO_UPGRADE
+	})
+	b, _ = buildOf(old)
+	assert.Equal(t, "build-a", b, "the running job stays on its build")
+
+	gateOld.open(t)
+	waitFor(old, protocol.StateCompleted)
+	oldBuild.Stop(30 * time.Second)
+	last := submitHere("true")
+	waitFor(last, protocol.StateCompleted)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	d, err := c.WorkerDeploymentClient().GetHandle("trainq").Describe(ctx, client.WorkerDeploymentDescribeOptions{})
+	require.NoError(t, err)
+	require.NotNil(t, d.Info.RoutingConfig.CurrentVersion)
+	assert.Equal(t, "build-b", d.Info.RoutingConfig.CurrentVersion.BuildID)
+}
+
+// runTemporal runs the Temporal CLI against hostPort, as an operator would.
+func runTemporal(t *testing.T, hostPort string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(os.Getenv("TRAINQ_TEMPORAL_BIN_RESOLVED"), append(args, "--address", hostPort)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if exit, ok := err.(*exec.ExitError); ok {
+		code = exit.ExitCode()
+	} else if err != nil {
+		t.Fatalf("temporal %v: %v", args, err)
+	}
+	return stdout.String(), stderr.String(), code
+}

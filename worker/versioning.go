@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/trainq/trainq/protocol"
+)
+
+// Upgrades follow Temporal's Worker Deployment versioning:
+//
+//   - Every trainq-worker started with a build ID polls the task queue
+//     "trainq" as version <build ID> of the Worker Deployment "trainq".
+//   - A job workflow is pinned: it runs its whole life on the build it
+//     started on, so a change to the job workflow never meets a running job.
+//     Old workers keep serving until their pinned jobs have ended (the
+//     version is drained).
+//   - The allocator auto-upgrades: it runs for ever, so it moves to the
+//     current version at its next workflow task. Every change to its code
+//     therefore keeps old histories replaying (workflow.GetVersion), which
+//     the recorded histories of every release prove in `go test`.
+//   - Node agents run activities only, unversioned: they are upgraded node by
+//     node, and every activity input decodes the payloads of older builds.
+//
+// Without a build ID everything runs unversioned, as for development.
+
+// EnvBuildID names the environment variable that gives the build ID.
+const EnvBuildID = "TRAINQ_BUILD_ID"
+
+// DeploymentName is the Worker Deployment trainq's workflow workers join.
+const DeploymentName = "trainq"
+
+// validBuildID checks a build ID before anything starts.
+func validBuildID(id string) error {
+	switch {
+	case id == "":
+		return nil
+	case len(id) > 255:
+		return errors.New("--build-id: at most 255 characters")
+	case strings.ContainsAny(id, " \t\n/"):
+		return fmt.Errorf("--build-id %q: no spaces or slashes", id)
+	}
+	return nil
+}
+
+// mainWorkerOptions are the options of the worker on the task queue "trainq".
+func mainWorkerOptions(buildID string) worker.Options {
+	// More pollers than the default two: one allocator serves many jobs, and a
+	// burst of submissions otherwise waits seconds for its first workflow task.
+	o := worker.Options{MaxConcurrentWorkflowTaskPollers: 8, MaxConcurrentActivityTaskPollers: 8}
+	if buildID != "" {
+		o.DeploymentOptions = worker.DeploymentOptions{
+			UseVersioning: true,
+			Version:       worker.WorkerDeploymentVersion{DeploymentName: DeploymentName, BuildID: buildID},
+		}
+	}
+	return o
+}
+
+// registerWorkflows registers trainq's workflows with their versioning
+// behaviours (which apply only to a versioned worker).
+func registerWorkflows(w worker.Worker, jobWorkflow, allocatorWorkflow any, versioned bool) {
+	jobOpts := workflow.RegisterOptions{Name: protocol.JobWorkflowName}
+	allocOpts := workflow.RegisterOptions{Name: protocol.AllocatorWorkflowName}
+	if versioned {
+		jobOpts.VersioningBehavior = workflow.VersioningBehaviorPinned
+		allocOpts.VersioningBehavior = workflow.VersioningBehaviorAutoUpgrade
+	}
+	w.RegisterWorkflowWithOptions(jobWorkflow, jobOpts)
+	w.RegisterWorkflowWithOptions(allocatorWorkflow, allocOpts)
+}
+
+// adoptFirstVersion makes buildID the deployment's current version when the
+// deployment has none yet (its first versioned start), so that a fresh
+// install needs no manual step. An existing current version is left alone:
+// moving to a new build is the operator's decision (README: Upgrading trainq).
+func adoptFirstVersion(ctx context.Context, c client.Client, buildID string, logger *slog.Logger) {
+	h := c.WorkerDeploymentClient().GetHandle(DeploymentName)
+	// The version exists once this worker's pollers have reached the server.
+	for i := 0; i < 30; i++ {
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		d, err := h.Describe(dctx, client.WorkerDeploymentDescribeOptions{})
+		cancel()
+		if err == nil {
+			cur := d.Info.RoutingConfig.CurrentVersion
+			if cur != nil && cur.BuildID != "" {
+				if cur.BuildID != buildID {
+					logger.Info("the deployment's current version is another build; this one serves only what is pinned or routed to it",
+						"deployment", DeploymentName, "current", cur.BuildID, "build_id", buildID)
+				}
+				return
+			}
+			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err = h.SetCurrentVersion(sctx, client.WorkerDeploymentSetCurrentVersionOptions{BuildID: buildID})
+			cancel()
+			if err == nil {
+				logger.Info("made this build the deployment's first current version", "deployment", DeploymentName, "build_id", buildID)
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+	logger.Warn("could not make this build the deployment's current version; run `temporal worker deployment set-current-version`",
+		"deployment", DeploymentName, "build_id", buildID)
+}
