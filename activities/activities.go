@@ -21,6 +21,7 @@ import (
 	"github.com/trainq/trainq/cluster"
 	"github.com/trainq/trainq/config"
 	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/scheduler"
 )
 
 // ErrTypeCapacityRefused marks a capacity request the allocator can never satisfy.
@@ -71,33 +72,39 @@ func AllocatorStartOptions(region, allocation string) client.StartWorkflowOption
 }
 
 // RequestCapacity asks the allocation's allocator for capacity, starting the
-// allocator if it is not running. The update ID makes a retried request a
-// no-op; a request the allocation can never satisfy fails for good.
+// allocator if it is not running. The request travels as a signal (with
+// signal-with-start): under a burst of submissions, updates would hit the
+// server's limit on in-flight updates per workflow, signals do not. A retried
+// signal is harmless: the allocator queues each attempt once. A request that
+// can never fit the allocation as configured fails for good here; one that
+// no longer fits when it arrives is refused by the allocator with a signal.
 func (a *Activities) RequestCapacity(ctx context.Context, in RequestCapacityInput) (protocol.CapacityReply, error) {
-	var reply protocol.CapacityReply
 	start, err := AllocatorInput(a.Config, in.Region, in.Allocation)
 	if err != nil {
-		return reply, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeCapacityRefused, nil)
+		return protocol.CapacityReply{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeCapacityRefused, nil)
 	}
-	op := a.Client.NewWithStartWorkflowOperation(AllocatorStartOptions(in.Region, in.Allocation), protocol.AllocatorWorkflowName, start)
-	handle, err := a.Client.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
-		StartWorkflowOperation: op,
-		UpdateOptions: client.UpdateWorkflowOptions{
-			UpdateID:     fmt.Sprintf("request/%s/%d", in.Request.Job, in.Request.Attempt),
-			UpdateName:   protocol.UpdateRequestCapacity,
-			Args:         []any{in.Request},
-			WaitForStage: client.WorkflowUpdateStageCompleted,
-		},
-	})
-	if err == nil {
-		err = handle.Get(ctx, &reply)
+	if err := admit(start, in.Request); err != nil {
+		return protocol.CapacityReply{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("allocation %s/%s cannot run %s: %v", in.Region, in.Allocation, in.Request.Job, err), ErrTypeCapacityRefused, nil)
 	}
-	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) {
-		// The allocator's validator refused the request: retrying cannot help.
-		return reply, temporal.NewNonRetryableApplicationError(appErr.Error(), ErrTypeCapacityRefused, nil)
+	_, err = a.Client.SignalWithStartWorkflow(ctx, protocol.AllocatorWorkflowID(in.Region, in.Allocation), protocol.SignalRequest,
+		in.Request, AllocatorStartOptions(in.Region, in.Allocation), protocol.AllocatorWorkflowName, start)
+	return protocol.CapacityReply{}, err
+}
+
+// admit checks a request against the allocation's configured nodes, as the
+// allocator's own admission does.
+func admit(in protocol.AllocatorInput, req protocol.CapacityRequest) error {
+	pool, err := scheduler.NewPool(in.Nodes, in.Policy)
+	if err != nil {
+		return err
 	}
-	return reply, err
+	demand, err := scheduler.ParseInstanceType(req.InstanceType)
+	if err != nil {
+		return err
+	}
+	return pool.Admit(scheduler.Request{Job: req.Job, Attempt: req.Attempt, Kind: req.Kind, Class: req.Class,
+		Demand: demand, Workers: req.Workers})
 }
 
 // describeConcurrency bounds the DescribeWorkflowExecution calls that one

@@ -33,10 +33,14 @@ const (
 // Allocator messages.
 const (
 	UpdateRequestCapacity = "request-capacity"
-	SignalRelease         = "release"
-	SignalWithdraw        = "withdraw"
-	QueryQueue            = "queue"
-	QueryExplain          = "explain"
+	// SignalRequest carries a CapacityRequest (sent with signal-with-start,
+	// which no per-workflow update limit throttles); the allocator answers
+	// with a grant, or a refusal if the request can never fit.
+	SignalRequest  = "request"
+	SignalRelease  = "release"
+	SignalWithdraw = "withdraw"
+	QueryQueue     = "queue"
+	QueryExplain   = "explain"
 
 	// UpdateReconfigure applies a changed config (an AllocatorInput) to a
 	// running allocator; see ReconfigureReply.
@@ -265,7 +269,10 @@ type CapacityReply struct {
 type GrantSignal struct {
 	// Epoch names the allocator state that made the grant. A job that has
 	// registered with a newer allocator ignores grants of an older one.
-	Epoch     string                      `json:"epoch,omitempty"`
+	Epoch string `json:"epoch,omitempty"`
+	// Seq is the request's place in its class's queue; a rerun asks with
+	// it so that it keeps its place.
+	Seq       int64                       `json:"seq,omitempty"`
 	Attempt   int                         `json:"attempt"`
 	Placement []scheduler.WorkerPlacement `json:"placement"`
 	// StopGracePeriod is the allocation's time between SIGTERM and SIGKILL.

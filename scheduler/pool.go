@@ -24,6 +24,15 @@ type node struct {
 	// lost: its agent stopped answering. Its accounting goes on as usual, but the pass sees no
 	// capacity on it (see MarkNodeLost).
 	lost bool
+
+	// jobs holding capacity on the node (running or releasing, worker not yet released), in the
+	// order they were placed: the victim search looks only at the jobs of the nodes it considers.
+	jobs []nodeJob
+}
+
+type nodeJob struct {
+	rj *runJob
+	w  int32 // its worker on this node
 }
 
 type family struct {
@@ -65,6 +74,14 @@ type runJob struct {
 	nReleased   int
 	releasing   bool
 	preemptedBy *Preemptor
+	// nominee is who the capacity of this preempted attempt is nominated to: its preemptor, or a
+	// strictly better request that took it over.
+	nominee *Preemptor
+	// preemptions counts the job's preemptions, this attempt's included; preemptSeq orders the
+	// preemptions (1, 2, ... per pool) and is 0 unless this attempt was preempted.
+	preemptions int
+	preemptSeq  int64
+	ckpt        time.Time // last checkpoint of this attempt (zero: none reported)
 }
 
 // Pool is the state of one allocation. It is not safe for concurrent use.
@@ -83,8 +100,55 @@ type Pool struct {
 	shapes   []shape
 	shapeIdx map[shape]int32
 
+	// victims are the releasing jobs that were preempted, in preemption order: their capacity is
+	// nominated to their preemptor until they have stopped.
+	victims    []*runJob
+	preemptSeq int64 // last preemption's sequence
+	// holds is free capacity a stopped victim left, still nominated to its waiting preemptor, in
+	// (sequence, node) order: it stays the preemptor's until it is granted or withdrawn.
+	holds []hold
+	// memo remembers, for a while, how often a preempted job whose capacity is gone had been
+	// preempted, so that its next attempt starts with that count (see Request.Preemptions).
+	memo      map[string]memoEntry
+	memoOrder []string // memo keys, oldest first
+	// heads is, per class, the first waiting request and since when it has been first, with the
+	// nodes reserved for it by the last pass (see Policy.ReserveAfter).
+	heads [3]head
+
+	// dirty is false after a pass that decided nothing while no event changed the pool since: a
+	// pass at a time before wake then decides nothing either, and Schedule returns at once.
+	dirty bool
+	wake  time.Time // zero: no time-driven change pending
+
 	lastNow time.Time
 	sc      *scratch
+}
+
+type hold struct {
+	by      string // the preemptor
+	class   Class  // its class
+	n       int32
+	g, c, r int
+	seq     int64 // the victim's preemption sequence
+	taken   bool  // its nominee took it over from the preemptor
+	// stale: its nominee was granted. What it did not use stays out of sight until the next
+	// event, so that a second pass at the same instant sees what the first saw.
+	stale bool
+}
+
+type memoEntry struct {
+	count int
+	at    time.Time
+}
+
+// preemptionMemory is how long the pool remembers a preempted job after its capacity is gone, for
+// its next attempt (which a job queues right after its workers stopped).
+const preemptionMemory = time.Hour
+
+type head struct {
+	job   string
+	since time.Time
+	nodes []int32 // reserved for it by the last pass
 }
 
 // NewPool validates nodes (unique non-empty names, family, GPUs>=0) and policy.
@@ -97,6 +161,9 @@ func NewPool(nodes []Node, policy Policy) (*Pool, error) {
 	if policy.MinRuntimeBeforePreemption < 0 {
 		return nil, fmt.Errorf("min_runtime_before_preemption must not be negative, got %s", policy.MinRuntimeBeforePreemption)
 	}
+	if policy.ReserveAfter < 0 {
+		return nil, fmt.Errorf("reserve_after must not be negative, got %s", policy.ReserveAfter)
+	}
 	p := &Pool{
 		policy:   policy,
 		famIdx:   map[string]int32{},
@@ -104,6 +171,8 @@ func NewPool(nodes []Node, policy Policy) (*Pool, error) {
 		waitIdx:  map[string]*waitReq{},
 		running:  map[string]*runJob{},
 		shapeIdx: map[shape]int32{},
+		memo:     map[string]memoEntry{},
+		dirty:    true,
 	}
 	for i, n := range nodes {
 		switch {
@@ -203,6 +272,9 @@ func (p *Pool) Admit(r Request) error {
 	if r.Workers < 1 {
 		return fmt.Errorf("a job needs at least 1 worker, got %d", r.Workers)
 	}
+	if r.Preemptions < 0 {
+		return fmt.Errorf("the request's preemption count must not be negative, got %d", r.Preemptions)
+	}
 	d := r.Demand
 	if d.GPUs < 0 || d.CPU < 0 || d.RAMGB < 0 || d.VRAMGB < 0 {
 		return fmt.Errorf("the per-worker demand must not be negative (GPUs %d, CPU %d, RAM %d GB)", d.GPUs, d.CPU, d.RAMGB)
@@ -284,6 +356,7 @@ func (p *Pool) Enqueue(r Request) error {
 		if r.Attempt < rj.r.Attempt {
 			return fmt.Errorf("job %q: attempt %d is older than its running attempt %d", r.Job, r.Attempt, rj.r.Attempt)
 		}
+		r.Preemptions = max(r.Preemptions, rj.preemptions)
 	}
 	if w := p.waitIdx[r.Job]; w != nil {
 		if w.r.Attempt == r.Attempt {
@@ -293,8 +366,14 @@ func (p *Pool) Enqueue(r Request) error {
 			return fmt.Errorf("job %q: attempt %d is older than its waiting attempt %d", r.Job, r.Attempt, w.r.Attempt)
 		}
 		p.removeWaiting(w)
+		r.Preemptions = max(r.Preemptions, w.r.Preemptions)
+	}
+	if m, ok := p.memo[r.Job]; ok {
+		r.Preemptions = max(r.Preemptions, m.count)
+		delete(p.memo, r.Job)
 	}
 	p.insertWaiting(&waitReq{r: r, shape: p.shapeOf(&r)})
+	p.touch()
 	return nil
 }
 
@@ -327,6 +406,7 @@ func (p *Pool) Release(job string, attempt int, worker int) bool {
 	if rj.nReleased == len(rj.nodes) {
 		p.dropRunning(rj)
 	}
+	p.touch()
 	return true
 }
 
@@ -339,6 +419,7 @@ func (p *Pool) BeginRelease(job string) bool {
 		return false
 	}
 	p.beginRelease(rj)
+	p.touch()
 	return true
 }
 
@@ -361,6 +442,10 @@ func (p *Pool) beginRelease(rj *runJob) {
 func (p *Pool) freeWorker(rj *runJob, w int) {
 	d := &rj.r.Demand
 	nd := &p.nodes[rj.nodes[w]]
+	if pb := rj.nominee; pb != nil && rj.preemptSeq > 0 && p.waitIdx[pb.Job] != nil {
+		p.addHold(hold{by: pb.Job, class: pb.Class, n: rj.nodes[w], g: d.GPUs, c: d.CPU, r: d.RAMGB, seq: rj.preemptSeq,
+			taken: rj.preemptedBy == nil || pb.Job != rj.preemptedBy.Job})
+	}
 	nd.used &^= rj.gpus[w]
 	nd.freeGPU += d.GPUs
 	nd.freeCPU += d.CPU
@@ -372,12 +457,82 @@ func (p *Pool) freeWorker(rj *runJob, w int) {
 	}
 	rj.released[w] = true
 	rj.nReleased++
+	nd.jobs = slices.DeleteFunc(nd.jobs, func(nj nodeJob) bool { return nj.rj == rj })
+}
+
+// addHold keeps the capacity a stopped victim left nominated to its waiting preemptor.
+func (p *Pool) addHold(h hold) {
+	i, _ := slices.BinarySearchFunc(p.holds, h, cmpHold)
+	p.holds = slices.Insert(p.holds, i, h)
+}
+
+func cmpHold(a, b hold) int {
+	if a.seq != b.seq {
+		if a.seq < b.seq {
+			return -1
+		}
+		return 1
+	}
+	return int(a.n - b.n)
+}
+
+// dropHolds forgets the capacity held for job (it was withdrawn).
+func (p *Pool) dropHolds(job string) {
+	p.holds = slices.DeleteFunc(p.holds, func(h hold) bool { return h.by == job })
+}
+
+// touch records an event: the next pass runs in full, and the holds of granted jobs go.
+func (p *Pool) touch() {
+	p.dirty = true
+	if slices.ContainsFunc(p.holds, func(h hold) bool { return h.stale }) {
+		p.holds = slices.DeleteFunc(p.holds, func(h hold) bool { return h.stale })
+	}
+}
+
+// place records that rj's unreleased workers hold capacity on their nodes (for the victim search).
+func (p *Pool) place(rj *runJob) {
+	for w, n := range rj.nodes {
+		if !rj.released[w] {
+			p.nodes[n].jobs = append(p.nodes[n].jobs, nodeJob{rj: rj, w: int32(w)})
+		}
+	}
 }
 
 func (p *Pool) dropRunning(rj *runJob) {
 	delete(p.running, rj.r.Job)
+	if rj.preemptSeq > 0 {
+		p.victims = slices.DeleteFunc(p.victims, func(v *runJob) bool { return v == rj })
+	}
 	if w := p.waitIdx[rj.r.Job]; w != nil {
 		p.hot[p.waitPos(&w.r)].prev = false
+	} else if rj.preemptedBy != nil {
+		p.remember(rj.r.Job, rj.preemptions)
+	}
+}
+
+// remember keeps a preempted job's preemption count for its next attempt (see preemptionMemory).
+func (p *Pool) remember(job string, count int) {
+	if _, ok := p.memo[job]; !ok {
+		p.memoOrder = append(p.memoOrder, job)
+	}
+	p.memo[job] = memoEntry{count: count, at: p.lastNow}
+}
+
+// forget drops the memo entries older than preemptionMemory (and those already used).
+func (p *Pool) forget(now time.Time) {
+	k := 0
+	for k < len(p.memoOrder) {
+		m, ok := p.memo[p.memoOrder[k]]
+		if ok && now.Sub(m.at) < preemptionMemory {
+			break
+		}
+		if ok {
+			delete(p.memo, p.memoOrder[k])
+		}
+		k++
+	}
+	if k > 0 {
+		p.memoOrder = slices.Delete(p.memoOrder, 0, k)
 	}
 }
 
@@ -391,12 +546,15 @@ func (p *Pool) Cancel(job string) bool {
 	ok := false
 	if w := p.waitIdx[job]; w != nil {
 		p.removeWaiting(w)
+		p.dropHolds(job)
 		ok = true
 	}
 	if rj := p.running[job]; rj != nil {
 		p.reclaim(rj)
 		ok = true
 	}
+	delete(p.memo, job)
+	p.touch()
 	return ok
 }
 
@@ -409,13 +567,41 @@ func (p *Pool) CancelAttempt(job string, attempt int) bool {
 	ok := false
 	if w := p.waitIdx[job]; w != nil && w.r.Attempt == attempt {
 		p.removeWaiting(w)
+		p.dropHolds(job)
 		ok = true
 	}
 	if rj := p.running[job]; rj != nil && rj.r.Attempt == attempt {
 		p.reclaim(rj)
 		ok = true
 	}
+	if ok {
+		p.touch()
+	}
 	return ok
+}
+
+// Checkpointed records that a running attempt saved its progress at the given time: preempting
+// it from now on loses only the work done since (see the victim ordering in the package doc). A
+// report for another attempt, an unknown job, a time before the attempt started or before its
+// last checkpoint is ignored and returns false. It never changes whether a pass preempts, only
+// whom, so it does not make the next pass run in full.
+func (p *Pool) Checkpointed(job string, attempt int, at time.Time) bool {
+	rj := p.running[job]
+	at = normTime(at)
+	if rj == nil || rj.r.Attempt != attempt || at.Before(rj.startedAt) || !at.After(rj.ckpt) {
+		return false
+	}
+	rj.ckpt = at
+	return true
+}
+
+// NextWake is the earliest time after the last Schedule call at which a pass may decide
+// something although no event happened: a running job becomes preemptible
+// (Policy.MinRuntimeBeforePreemption) or the first request of a class may reserve nodes
+// (Policy.ReserveAfter). The allocator should call Schedule then. ok is false if no such time
+// is pending.
+func (p *Pool) NextWake() (time.Time, bool) {
+	return p.wake, !p.wake.IsZero()
 }
 
 func (p *Pool) reclaim(rj *runJob) {
@@ -451,9 +637,9 @@ func (p *Pool) Running(job string) (RunningInfo, bool) {
 
 func (p *Pool) runningInfo(rj *runJob) RunningInfo {
 	ri := RunningInfo{
-		Job: rj.r.Job, Attempt: rj.r.Attempt, Kind: rj.r.Kind, Class: rj.r.Class,
+		Job: rj.r.Job, Attempt: rj.r.Attempt, Kind: rj.r.Kind, Class: rj.r.Class, Seq: rj.r.Seq,
 		GPUs: rj.r.Demand.GPUs * len(rj.nodes), StartedAt: rj.startedAt, Releasing: rj.releasing,
-		Placement: p.placement(rj.nodes, rj.gpus),
+		Placement: p.placement(rj.nodes, rj.gpus), Preemptions: rj.preemptions, CheckpointAt: rj.ckpt,
 	}
 	for w, rel := range rj.released {
 		if rel {

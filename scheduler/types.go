@@ -212,6 +212,45 @@ const (
 type Policy struct {
 	Queueing                   Queueing      `json:"queueing,omitempty"`
 	MinRuntimeBeforePreemption time.Duration `json:"min_runtime_before_preemption,omitempty"`
+	// ReserveAfter: a request that has been the first waiting request of its class for this long,
+	// and can neither start, wait for releasing capacity nor preempt, reserves the nodes where it
+	// will fit soonest, so that they drain for it. 0 turns reservations off.
+	ReserveAfter time.Duration `json:"reserve_after,omitempty"`
+	// MaxPreemptions: a job already preempted this many times is not preempted again, so that no
+	// job is restarted over and over. 0 means DefaultMaxPreemptions; negative means no limit.
+	MaxPreemptions int `json:"max_preemptions,omitempty"`
+	// MaxLossGPUHours: a job whose preemption would throw away more than this much work (its
+	// GPUs × the time since its attempt started or last checkpointed) is not preempted. 0 means
+	// DefaultMaxLossGPUHours; negative means no limit.
+	MaxLossGPUHours int `json:"max_loss_gpu_hours,omitempty"`
+}
+
+// DefaultMaxLossGPUHours is Policy.MaxLossGPUHours when it is 0.
+const DefaultMaxLossGPUHours = 24
+
+// maxLossGPUSec is the loss limit in effect in GPU-seconds, or -1 for none.
+func (p Policy) maxLossGPUSec() int64 {
+	switch {
+	case p.MaxLossGPUHours == 0:
+		return DefaultMaxLossGPUHours * 3600
+	case p.MaxLossGPUHours < 0:
+		return -1
+	}
+	return int64(p.MaxLossGPUHours) * 3600
+}
+
+// DefaultMaxPreemptions is Policy.MaxPreemptions when it is 0.
+const DefaultMaxPreemptions = 3
+
+// maxPreemptions is the limit in effect, or -1 for none.
+func (p Policy) maxPreemptions() int {
+	switch {
+	case p.MaxPreemptions == 0:
+		return DefaultMaxPreemptions
+	case p.MaxPreemptions < 0:
+		return -1
+	}
+	return p.MaxPreemptions
 }
 
 // Request asks for capacity for one attempt of one job.
@@ -224,6 +263,11 @@ type Request struct {
 	Workers     int       `json:"workers"`
 	Seq         int64     `json:"seq"` // queue sequence; caller assigns, keeps it on re-queue
 	SubmittedAt time.Time `json:"submitted_at"`
+	// Preemptions is how many times earlier attempts of the job were preempted. The pool counts
+	// the preemptions it decides itself and keeps the larger of the two; a caller that knows
+	// more (e.g. after the allocator's state was rebuilt) may say so. Victims with fewer
+	// preemptions are chosen first (see the package doc).
+	Preemptions int `json:"preemptions,omitempty"`
 }
 
 // WorkerPlacement is where one worker runs.
@@ -274,6 +318,7 @@ type WaitingInfo struct {
 	Reason      string    `json:"reason"`                // plain language, never empty
 	WaitingFor  []string  `json:"waiting_for,omitempty"` // jobs it waits on (better requests ahead, or jobs releasing nominated capacity)
 	Nominated   []string  `json:"nominated,omitempty"`   // victims whose capacity is nominated to it
+	Reserved    []string  `json:"reserved,omitempty"`    // nodes reserved for it (see Policy.ReserveAfter)
 	SubmittedAt time.Time `json:"submitted_at"`
 	Seq         int64     `json:"seq"`
 }
@@ -284,12 +329,17 @@ type RunningInfo struct {
 	Attempt     int               `json:"attempt"`
 	Kind        Kind              `json:"kind"`
 	Class       Class             `json:"class"`
+	Seq         int64             `json:"seq,omitempty"` // the request's place in its class's queue
 	GPUs        int               `json:"gpus"`
 	StartedAt   time.Time         `json:"started_at"`
 	Releasing   bool              `json:"releasing"`
 	Placement   []WorkerPlacement `json:"placement"`
 	Released    []int             `json:"released,omitempty"` // workers already released
 	PreemptedBy *Preemptor        `json:"preempted_by,omitempty"`
+	// Preemptions counts the preemptions of this job, this attempt's included.
+	Preemptions int `json:"preemptions,omitempty"`
+	// CheckpointAt is the last checkpoint this attempt reported (see Pool.Checkpointed).
+	CheckpointAt time.Time `json:"checkpoint_at,omitzero"`
 }
 
 // NodeInfo describes one node's GPU usage.
@@ -301,6 +351,8 @@ type NodeInfo struct {
 	AllocatedGPUs int    `json:"allocated_gpus"` // held by running jobs, not releasing
 	ReleasingGPUs int    `json:"releasing_gpus"`
 	Lost          bool   `json:"lost,omitempty"` // its agent is not answering: nothing is granted on it
+	// ReservedFor names the waiting job this node drains for (see Policy.ReserveAfter).
+	ReservedFor string `json:"reserved_for,omitempty"`
 }
 
 // View is the whole state of the allocation, for the UI/API.

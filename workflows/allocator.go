@@ -50,16 +50,20 @@ type allocator struct {
 	// recovering is true while the state is rebuilt from the jobs: nothing
 	// is granted or preempted, and requests and releases wait for it.
 	recovering bool
+	// batched runs one scheduling pass per workflow task (see schedule);
+	// dirty says the state changed since the last pass.
+	batched, dirty bool
 	// withdrawn are withdrawals that came before their request (oldest first).
 	withdrawn []protocol.WithdrawSignal
 	// fencing are the nodes whose fence is in progress, and why each is fenced.
-	fencing    map[string]int64
-	fenceWhy   map[string]string
-	ghostAfter string // where the next ghost-request check resumes
-	updates    int
-	inFlight   int // outgoing signals not yet delivered
-	detailsAt  time.Time
-	lastEvent  string
+	fencing      map[string]int64
+	fenceWhy     map[string]string
+	ghostAfter   string // where the next ghost-request check resumes
+	reclaimTicks int
+	updates      int
+	inFlight     int // outgoing signals not yet delivered
+	detailsAt    time.Time
+	lastEvent    string
 }
 
 // Versions of the allocator's workflow code (workflow.GetVersion).
@@ -67,6 +71,9 @@ const (
 	// versionRecovery: a fresh allocator rebuilds its state from the jobs
 	// and node agents before it grants anything.
 	versionRecovery = "allocator-recovery"
+	// versionBatchedSchedule: one scheduling pass per workflow task instead
+	// of one per message.
+	versionBatchedSchedule = "allocator-batched-schedule"
 )
 
 // AllocatorWorkflow owns the capacity of one allocation. Jobs ask it for
@@ -90,6 +97,7 @@ func AllocatorWorkflow(ctx workflow.Context, in protocol.AllocatorInput) error {
 	if fresh && recovery {
 		a.recovering = true
 	}
+	a.batched = workflow.GetVersion(ctx, versionBatchedSchedule, workflow.DefaultVersion, 1) >= 1
 
 	if err := workflow.SetQueryHandler(ctx, protocol.QueryQueue, func() (protocol.QueueView, error) {
 		return a.view(), nil
@@ -113,7 +121,8 @@ func AllocatorWorkflow(ctx workflow.Context, in protocol.AllocatorInput) error {
 				return protocol.CapacityReply{}, err
 			}
 			reply := a.request(req, workflow.Now(ctx))
-			a.schedule(ctx)
+			// The reply says whether the request was granted: pass now.
+			a.schedulePass(ctx)
 			return a.replyFor(req.Job, reply), nil
 		},
 		workflow.UpdateHandlerOptions{Validator: a.validate},
@@ -154,6 +163,31 @@ func AllocatorWorkflow(ctx workflow.Context, in protocol.AllocatorInput) error {
 
 	releases := workflow.GetSignalChannel(ctx, protocol.SignalRelease)
 	withdrawals := workflow.GetSignalChannel(ctx, protocol.SignalWithdraw)
+	requests := workflow.GetSignalChannel(ctx, protocol.SignalRequest)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			var req protocol.CapacityRequest
+			requests.Receive(ctx, &req)
+			if workflow.Await(ctx, func() bool { return !a.recovering }) != nil {
+				return
+			}
+			a.onRequest(ctx, req)
+		}
+	})
+	if a.batched {
+		// One scheduling pass per workflow task, however many requests,
+		// releases and withdrawals the task brought: the condition is
+		// checked once every other coroutine of the task is blocked.
+		workflow.Go(ctx, func(ctx workflow.Context) {
+			for {
+				if workflow.Await(ctx, func() bool { return a.dirty && !a.recovering }) != nil {
+					return
+				}
+				a.dirty = false
+				a.schedulePass(ctx)
+			}
+		})
+	}
 	// Releases and withdrawals wait while the state is rebuilt, then apply
 	// in the order they came: a release sent after a job answered the
 	// register update must not be lost.
@@ -218,6 +252,13 @@ func AllocatorWorkflow(ctx workflow.Context, in protocol.AllocatorInput) error {
 			break
 		}
 		a.onWithdraw(s)
+	}
+	for {
+		var req protocol.CapacityRequest
+		if !requests.ReceiveAsync(&req) {
+			break
+		}
+		a.onRequest(ctx, req)
 	}
 	logger.Info("allocator continues as new", "waiting", a.pool.WaitingCount(), "running", len(a.pool.RunningJobs()))
 	next := a.in
@@ -521,8 +562,33 @@ func (a *allocator) onWithdraw(s protocol.WithdrawSignal) {
 	a.rememberWithdrawal(s)
 }
 
-// schedule runs one scheduling pass and sends its decisions.
+// onRequest takes in a capacity request that came as a signal. A request
+// that can no longer fit, or that its job has withdrawn, is refused with a
+// signal (the activity already refused what could never fit).
+func (a *allocator) onRequest(ctx workflow.Context, req protocol.CapacityRequest) {
+	a.updates++
+	if err := a.validate(req); err != nil {
+		if req.Job != "" {
+			a.send(ctx, req.Job, protocol.SignalRefuse, protocol.RefuseSignal{Attempt: req.Attempt, Reason: err.Error()}, func(workflow.Context) {})
+		}
+		return
+	}
+	a.request(req, workflow.Now(ctx))
+	a.schedule(ctx)
+}
+
+// schedule runs a scheduling pass, or, in batched mode, asks for one at the
+// end of the workflow task.
 func (a *allocator) schedule(ctx workflow.Context) {
+	if a.batched {
+		a.dirty = true
+		return
+	}
+	a.schedulePass(ctx)
+}
+
+// schedulePass runs one scheduling pass and sends its decisions.
+func (a *allocator) schedulePass(ctx workflow.Context) {
 	if a.recovering {
 		return
 	}
@@ -538,7 +604,11 @@ func (a *allocator) schedule(ctx workflow.Context) {
 	for _, g := range d.Grants {
 		a.counters.Grants++
 		a.note(fmt.Sprintf("granted %s attempt %d on %s", g.Job, g.Attempt, placementText(g.Placement)))
-		grant := protocol.GrantSignal{Epoch: a.epoch, Attempt: g.Attempt, Placement: g.Placement,
+		var seq int64
+		if r, ok := a.pool.Running(g.Job); ok {
+			seq = r.Seq
+		}
+		grant := protocol.GrantSignal{Epoch: a.epoch, Seq: seq, Attempt: g.Attempt, Placement: g.Placement,
 			StopGracePeriod: a.in.StopGracePeriod, NodeTimeout: a.nodeTimeout()}
 		job, attempt := g.Job, g.Attempt
 		a.send(ctx, job, protocol.SignalGrant, grant, func(ctx workflow.Context) {
@@ -603,9 +673,17 @@ func (a *allocator) reclaimLoop(ctx workflow.Context) {
 			continue
 		}
 		a.findVanishedJobs(ctx)
-		a.dropGhostRequests(ctx)
+		// Ghost requests are rare (the withdrawal list catches the race
+		// that makes them), so the queue is walked at a tenth of the pace.
+		if a.reclaimTicks++; a.reclaimTicks%ghostCheckEvery == 0 {
+			a.dropGhostRequests(ctx)
+		}
 	}
 }
+
+// ghostCheckEvery is how many reclaim intervals pass between two slices of
+// the ghost-request check.
+const ghostCheckEvery = 10
 
 func (a *allocator) reclaimInterval() time.Duration {
 	if a.in.ReclaimInterval <= 0 {
@@ -644,7 +722,7 @@ func (a *allocator) findVanishedJobs(ctx workflow.Context) {
 // ghostBatch is how many waiting requests one leak check looks at: the check
 // walks the queue a slice at a time, so a long queue costs no more per
 // interval than a short one.
-const ghostBatch = 256
+const ghostBatch = 64
 
 // dropGhostRequests drops waiting requests whose job has ended or moved on to
 // a later attempt (a cancel that raced its own request, a withdrawal lost).

@@ -434,6 +434,10 @@ func (j *job) takeGrant(ctx workflow.Context, g protocol.GrantSignal) {
 	if g.Epoch != "" {
 		j.epoch = g.Epoch
 	}
+	if j.seq == 0 && g.Seq != 0 {
+		// A rerun asks with it, to keep its place in the queue.
+		j.seq, j.request.Seq = g.Seq, g.Seq
+	}
 	j.grant, j.phase = &g, protocol.HoldHolding
 }
 

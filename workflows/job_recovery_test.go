@@ -228,3 +228,19 @@ func TestJobContinuesAsNewThroughFiftyAttempts(t *testing.T) {
 	assert.Equal(t, testStart, final.CreatedAt.UTC(), "created_at is the first run's")
 	t.Logf("%d attempts in %d runs; at most %d attempts in one run", attempts, runs, longest)
 }
+
+func TestJobRerunKeepsTheSeqItsGrantNamed(t *testing.T) {
+	h := newJobHarness(t)
+	h.seq = 0 // requests travel as signals: the activity's reply carries no Seq
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(protocol.SignalGrant, protocol.GrantSignal{Epoch: "e", Seq: 9, Attempt: 1, Placement: placement(1), StopGracePeriod: time.Second})
+	}, time.Minute)
+	h.watch(1, -1, time.Minute, 1)
+	h.grantFrom(10*time.Minute, "e", 2, 1)
+	h.watch(2, -1, time.Minute, 0)
+	h.run(jobSpec("medium", 1, 1))
+	require.NoError(t, h.env.GetWorkflowError())
+	require.Len(t, h.requests, 2)
+	assert.Equal(t, int64(0), h.requests[0].Seq)
+	assert.Equal(t, int64(9), h.requests[1].Seq, "the rerun asks with the Seq of its first grant")
+}

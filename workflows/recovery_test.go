@@ -220,3 +220,27 @@ func TestUnreadableStateFailsTheTaskNotTheAllocator(t *testing.T) {
 	require.True(t, errors.As(h.env.GetWorkflowError(), &panicErr), "got %v", h.env.GetWorkflowError())
 	assert.Contains(t, panicErr.Error(), "restore allocator state")
 }
+
+func TestAllocatorTakesRequestsAsSignals(t *testing.T) {
+	h := newAllocHarness(t)
+	signal := func(d time.Duration, req protocol.CapacityRequest) {
+		h.at(d, func() { h.env.SignalWorkflow(protocol.SignalRequest, req) })
+	}
+	signal(time.Minute, capReq("first", 1, scheduler.Medium, 2))
+	signal(time.Minute, capReq("second", 1, scheduler.Medium, 1))
+	signal(time.Minute, capReq("first", 1, scheduler.Medium, 2)) // a retried activity signals twice
+	tooBig := capReq("too-big", 1, scheduler.High, 3)
+	signal(2*time.Minute, tooBig)
+	h.runAllocator(allocInput(allocNodes(2, 2)), time.Hour)
+
+	g := h.grantsTo("first")
+	require.Len(t, g, 1, "a repeated request is queued once")
+	assert.Equal(t, int64(1), g[0].Seq, "the grant tells the job its place for reruns")
+	assert.Empty(t, h.grantsTo("second"))
+	require.Len(t, h.refusals, 1)
+	assert.Equal(t, "too-big", h.refusals[0].job)
+	assert.Contains(t, h.refusals[0].arg.(protocol.RefuseSignal).Reason, "3 workers")
+	v := h.queue()
+	assert.Equal(t, []string{"second"}, waitingJobs(v))
+	assert.Equal(t, int64(2), v.Waiting[0].Seq)
+}
