@@ -56,6 +56,7 @@ func AllocatorInput(cfg *config.Config, region, allocation string) (protocol.All
 		StopGracePeriod: a.StopGracePeriod.D(),
 		ReclaimInterval: cfg.ReclaimInterval.D(),
 		NodeTimeout:     cfg.NodeTimeout.D(),
+		MaxWaiting:      a.MaxWaiting,
 	}, nil
 }
 

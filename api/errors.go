@@ -47,7 +47,11 @@ const (
 	codeTimeout       = "request_timeout"
 	codeMediaType     = "unsupported_media_type"
 	codeTooManyConns  = "too_many_connections"
+	codeQueueFull     = "queue_full"
 	retryAfterSeconds = 5
+	// queueFullRetryAfter is how long a client is asked to wait when an
+	// allocation's queue is full: jobs leave a full queue slowly.
+	queueFullRetryAfter = 60
 )
 
 // writeJSON answers v with status.
@@ -60,9 +64,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
-// writeError answers with the error body; 503 carries Retry-After.
+// writeError answers with the error body; 503 and 429 carry Retry-After.
 func writeError(w http.ResponseWriter, e *Error) {
-	if e.Status == http.StatusServiceUnavailable {
+	if e.Status == http.StatusServiceUnavailable || e.Status == http.StatusTooManyRequests {
 		ra := e.RetryAfter
 		if ra <= 0 {
 			ra = retryAfterSeconds
@@ -97,6 +101,8 @@ func (s *Server) classify(r *http.Request, err error) *Error {
 		return errorf(http.StatusRequestEntityTooLarge, codeTooLarge, "", "the request is larger than Temporal accepts; make job_desc, script, env_variables or flags smaller")
 	case errors.Is(err, workflows.ErrJobNotFound):
 		return errorf(http.StatusNotFound, codeNotFound, "", "no such job")
+	case errors.As(err, new(*workflows.QueueFullError)):
+		return &Error{Status: http.StatusTooManyRequests, Code: codeQueueFull, Field: "allocation_name", Message: err.Error(), RetryAfter: queueFullRetryAfter}
 	case errors.Is(err, workflows.ErrNoAllocator):
 		return &Error{Status: http.StatusServiceUnavailable, Code: codeNoWorker, Message: err.Error()}
 	case unavailable(err):

@@ -59,9 +59,19 @@ type Allocation struct {
 	Queueing                   scheduler.Queueing `json:"queueing"`
 	MinRuntimeBeforePreemption Duration           `json:"min_runtime_before_preemption"`
 	// StopGracePeriod is how long a stopping worker gets between SIGTERM and SIGKILL.
-	StopGracePeriod Duration         `json:"stop_grace_period"`
-	Nodes           []scheduler.Node `json:"nodes"`
+	StopGracePeriod Duration `json:"stop_grace_period"`
+	// MaxWaiting caps the allocation's queue: a submission past it is
+	// refused (default DefaultMaxWaiting, at most MaxMaxWaiting).
+	MaxWaiting int              `json:"max_waiting"`
+	Nodes      []scheduler.Node `json:"nodes"`
 }
+
+// Bounds of max_waiting: the allocator carries its whole queue through
+// continue-as-new, which Temporal's payload limit bounds.
+const (
+	DefaultMaxWaiting = 10000
+	MaxMaxWaiting     = 50000
+)
 
 // Policy is the scheduler policy of the allocation.
 func (a Allocation) Policy() scheduler.Policy {
@@ -195,6 +205,9 @@ func (c *Config) applyDefaults() {
 			if a.StopGracePeriod == 0 {
 				a.StopGracePeriod = Duration(30 * time.Second)
 			}
+			if a.MaxWaiting == 0 {
+				a.MaxWaiting = DefaultMaxWaiting
+			}
 		}
 	}
 	if c.DefaultRegion == "" && len(c.Regions) > 0 {
@@ -247,6 +260,9 @@ func (c *Config) validate() error {
 			}
 			if a.MinRuntimeBeforePreemption < 0 || a.StopGracePeriod < 0 {
 				return fmt.Errorf("%s: durations must not be negative", field)
+			}
+			if a.MaxWaiting < 1 || a.MaxWaiting > MaxMaxWaiting {
+				return fmt.Errorf("%s.max_waiting: must be between 1 and %d, got %d", field, MaxMaxWaiting, a.MaxWaiting)
 			}
 			if len(a.Nodes) == 0 {
 				return fmt.Errorf("%s.nodes: allocation %q has no node", field, a.Name)

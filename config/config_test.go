@@ -61,3 +61,21 @@ func TestBadDurationNamesItsField(t *testing.T) {
 		t.Fatalf("want an error containing %q, got %v", want, err)
 	}
 }
+
+func TestMaxWaiting(t *testing.T) {
+	cfg, err := Load(writeConfig(t, oneAllocation))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Regions[0].Allocations[0].MaxWaiting; got != DefaultMaxWaiting {
+		t.Errorf("default max_waiting %d, want %d", got, DefaultMaxWaiting)
+	}
+	for _, bad := range []string{"-1", "50001"} {
+		body := strings.Replace(oneAllocation, "      - name: a\n", "      - name: a\n        max_waiting: "+bad+"\n", 1)
+		_, err := Load(writeConfig(t, body))
+		want := "regions[0].allocations[0].max_waiting: must be between 1 and 50000"
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("max_waiting %s: want an error containing %q, got %v", bad, want, err)
+		}
+	}
+}

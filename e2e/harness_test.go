@@ -60,6 +60,11 @@ regions:
         stop_grace_period: 3s
         nodes:
           - {name: preempt-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+      - name: capped
+        stop_grace_period: 3s
+        max_waiting: 2
+        nodes:
+          - {name: capped-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
       - name: recover
         stop_grace_period: 3s
         nodes:

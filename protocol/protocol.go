@@ -40,7 +40,9 @@ const (
 	SignalRelease  = "release"
 	SignalWithdraw = "withdraw"
 	QueryQueue     = "queue"
-	QueryExplain   = "explain"
+	// QueryCounts answers a QueueCounts: cheap at any queue length.
+	QueryCounts  = "counts"
+	QueryExplain = "explain"
 
 	// UpdateReconfigure applies a changed config (an AllocatorInput) to a
 	// running allocator; see ReconfigureReply.
@@ -369,6 +371,8 @@ type AllocatorInput struct {
 	StopGracePeriod time.Duration    `json:"stop_grace_period"`
 	ReclaimInterval time.Duration    `json:"reclaim_interval"`
 	NodeTimeout     time.Duration    `json:"node_timeout,omitempty"`
+	// MaxWaiting caps the queue for first attempts (0 = no cap).
+	MaxWaiting int `json:"max_waiting,omitempty"`
 	// MaxUpdatesPerRun lowers the number of requests after which the
 	// allocator continues as new (0 = the default, 1000); tests use it.
 	MaxUpdatesPerRun int             `json:"max_updates_per_run,omitempty"`
@@ -443,6 +447,14 @@ type RecoverReply struct {
 	// Fenced are the nodes that grant nothing until their agent confirms
 	// which workers run there.
 	Fenced []string `json:"fenced,omitempty"`
+}
+
+// QueueCounts answers the counts query.
+type QueueCounts struct {
+	Waiting    int  `json:"waiting"`
+	MaxWaiting int  `json:"max_waiting,omitempty"`
+	Running    int  `json:"running"`
+	Recovering bool `json:"recovering,omitempty"`
 }
 
 // QueueViewLimit is how many waiting jobs the queue query lists.

@@ -104,6 +104,12 @@ func AllocatorWorkflow(ctx workflow.Context, in protocol.AllocatorInput) error {
 	}); err != nil {
 		return err
 	}
+	if err := workflow.SetQueryHandler(ctx, protocol.QueryCounts, func() (protocol.QueueCounts, error) {
+		return protocol.QueueCounts{Waiting: a.pool.WaitingCount(), MaxWaiting: a.in.MaxWaiting,
+			Running: len(a.pool.RunningJobs()), Recovering: a.recovering}, nil
+	}); err != nil {
+		return err
+	}
 	if err := workflow.SetQueryHandler(ctx, protocol.QueryExplain, func(job string) (ExplainReply, error) {
 		return a.explain(job), nil
 	}); err != nil {
@@ -339,7 +345,22 @@ func (a *allocator) validate(req protocol.CapacityRequest) error {
 	if err != nil {
 		return fmt.Errorf("allocation %s/%s cannot run %s: %w", a.in.Region, a.in.Allocation, req.Job, err)
 	}
-	return a.withdrawnFirst(req)
+	if err := a.withdrawnFirst(req); err != nil {
+		return err
+	}
+	return a.queueFull(req)
+}
+
+// queueFull refuses a new job when the queue holds max_waiting requests. A
+// rerun of an admitted job is never refused: it already had its place.
+func (a *allocator) queueFull(req protocol.CapacityRequest) error {
+	if a.in.MaxWaiting <= 0 || req.Attempt > 1 || req.Seq != 0 || a.pool.WaitingCount() < a.in.MaxWaiting {
+		return nil
+	}
+	if _, ok := a.pool.Explain(req.Job); ok {
+		return nil // a repeated request
+	}
+	return &QueueFullError{Region: a.in.Region, Allocation: a.in.Allocation, Waiting: a.pool.WaitingCount()}
 }
 
 // withdrawnFirst refuses a request whose withdrawal came first: the job was
@@ -447,6 +468,7 @@ func (a *allocator) reconfigure(ctx workflow.Context, in protocol.AllocatorInput
 	}
 	a.in.Nodes, a.in.Policy = a.pool.Nodes(), a.pool.Policy()
 	a.in.StopGracePeriod, a.in.ReclaimInterval, a.in.NodeTimeout = in.StopGracePeriod, in.ReclaimInterval, in.NodeTimeout
+	a.in.MaxWaiting = in.MaxWaiting
 	reply := protocol.ReconfigureReply{Changed: true, Summary: summary}
 	for _, u := range unfit {
 		reply.Refused = append(reply.Refused, u.Job)
@@ -510,6 +532,9 @@ func (a *allocator) configChanges(in protocol.AllocatorInput) string {
 	}
 	if a.in.StopGracePeriod != in.StopGracePeriod {
 		parts = append(parts, fmt.Sprintf("stop_grace_period %s -> %s", a.in.StopGracePeriod, in.StopGracePeriod))
+	}
+	if a.in.MaxWaiting != in.MaxWaiting {
+		parts = append(parts, fmt.Sprintf("max_waiting %d -> %d", a.in.MaxWaiting, in.MaxWaiting))
 	}
 	if a.in.NodeTimeout != in.NodeTimeout {
 		parts = append(parts, fmt.Sprintf("node_timeout %s -> %s", a.in.NodeTimeout, in.NodeTimeout))

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -172,6 +173,9 @@ const memoJobDescMax = 1024
 func SubmitWith(ctx context.Context, c client.Client, cfg *config.Config, spec protocol.JobSpec, opts SubmitOptions) (Submission, error) {
 	notes, err := Check(cfg, &spec)
 	if err != nil {
+		return Submission{}, err
+	}
+	if err := checkQueueRoom(ctx, c, cfg, spec); err != nil {
 		return Submission{}, err
 	}
 	name := opts.Name
@@ -551,4 +555,77 @@ func RecoverAllocator(ctx context.Context, c client.Client, in protocol.Allocato
 		return reply, fmt.Errorf("recover allocation %s/%s: %w", in.Region, in.Allocation, err)
 	}
 	return reply, nil
+}
+
+// QueueFullError says an allocation's queue holds max_waiting jobs.
+type QueueFullError struct {
+	Region, Allocation string
+	Waiting            int
+}
+
+func (e *QueueFullError) Error() string {
+	return fmt.Sprintf("allocation %s/%s has %d waiting jobs (max_waiting); try later", e.Region, e.Allocation, e.Waiting)
+}
+
+// countsTimeout bounds the queue-length check of a submission: a slow or
+// absent allocator must not hold up submissions (the allocator checks again).
+const countsTimeout = 2 * time.Second
+
+// Counts returns the allocator's queue counts, without rendering the queue.
+func Counts(ctx context.Context, c client.Client, region, allocation string) (protocol.QueueCounts, error) {
+	var out protocol.QueueCounts
+	resp, err := c.QueryWorkflow(ctx, protocol.AllocatorWorkflowID(region, allocation), "", protocol.QueryCounts)
+	if err != nil {
+		return out, err
+	}
+	return out, resp.Get(&out)
+}
+
+// checkQueueRoom refuses a submission to an allocation whose queue is full,
+// before anything starts.
+func checkQueueRoom(ctx context.Context, c client.Client, cfg *config.Config, spec protocol.JobSpec) error {
+	_, alloc, err := cfg.Allocation(spec.Region, spec.AllocationName)
+	if err != nil {
+		return err
+	}
+	counts, err := recentCounts(ctx, c, spec.Region, alloc.Name)
+	if err != nil {
+		return nil // no answer in time: the allocator checks again
+	}
+	if counts.Waiting >= alloc.MaxWaiting {
+		return &QueueFullError{Region: spec.Region, Allocation: alloc.Name, Waiting: counts.Waiting}
+	}
+	return nil
+}
+
+// countsMaxAge is how long a process reuses an allocation's queue counts for
+// the queue-length check: a burst of submissions through one API server
+// asks the allocator once a second, not once per submission.
+const countsMaxAge = time.Second
+
+var countsCache = struct {
+	sync.Mutex
+	at     map[string]time.Time
+	counts map[string]protocol.QueueCounts
+}{at: map[string]time.Time{}, counts: map[string]protocol.QueueCounts{}}
+
+func recentCounts(ctx context.Context, c client.Client, region, allocation string) (protocol.QueueCounts, error) {
+	id := protocol.AllocatorWorkflowID(region, allocation)
+	countsCache.Lock()
+	at, ok := countsCache.at[id]
+	counts := countsCache.counts[id]
+	countsCache.Unlock()
+	if ok && time.Since(at) < countsMaxAge {
+		return counts, nil
+	}
+	qctx, cancel := context.WithTimeout(ctx, countsTimeout)
+	defer cancel()
+	counts, err := Counts(qctx, c, region, allocation)
+	if err != nil {
+		return counts, err
+	}
+	countsCache.Lock()
+	countsCache.at[id], countsCache.counts[id] = time.Now(), counts
+	countsCache.Unlock()
+	return counts, nil
 }

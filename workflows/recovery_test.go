@@ -244,3 +244,27 @@ func TestAllocatorTakesRequestsAsSignals(t *testing.T) {
 	assert.Equal(t, []string{"second"}, waitingJobs(v))
 	assert.Equal(t, int64(2), v.Waiting[0].Seq)
 }
+
+func TestFullQueueRefusesNewJobsButNotReruns(t *testing.T) {
+	h := newAllocHarness(t)
+	in := allocInput(allocNodes(1, 2))
+	in.MaxWaiting = 2
+	signal := func(d time.Duration, req protocol.CapacityRequest) {
+		h.at(d, func() { h.env.SignalWorkflow(protocol.SignalRequest, req) })
+	}
+	signal(time.Minute, capReq("running", 1, scheduler.Medium, 1))
+	signal(2*time.Minute, capReq("w1", 1, scheduler.Medium, 1))
+	signal(3*time.Minute, capReq("w2", 1, scheduler.Medium, 1))
+	signal(4*time.Minute, capReq("w3", 1, scheduler.Medium, 1)) // one too many
+	rerun := capReq("back", 2, scheduler.Medium, 1)
+	rerun.Seq = 1
+	signal(5*time.Minute, rerun) // a rerun had its place already
+	var counts protocol.QueueCounts
+	h.at(6*time.Minute, func() { counts = query[protocol.QueueCounts](t, h.env, protocol.QueryCounts) })
+	h.runAllocator(in, time.Hour)
+
+	require.Len(t, h.refusals, 1)
+	assert.Equal(t, "w3", h.refusals[0].job)
+	assert.Equal(t, "allocation T/basic has 2 waiting jobs (max_waiting); try later", h.refusals[0].arg.(protocol.RefuseSignal).Reason)
+	assert.Equal(t, protocol.QueueCounts{Waiting: 3, MaxWaiting: 2, Running: 1}, counts)
+}
