@@ -99,12 +99,12 @@ func TestSnapshotV1Restores(t *testing.T) {
 
 	d4 := Demand{Family: "a100", GPUs: 4, VRAMGB: 40, CPU: 16, RAMGB: 128}
 	wantRunning := []RunningInfo{
-		{Job: "cpu-run", Kind: KindJob, Class: Medium, StartedAt: at(1),
+		{Job: "cpu-run", Kind: KindJob, Class: Medium, Seq: 3, StartedAt: at(1),
 			Placement: []WorkerPlacement{{Worker: 0, Node: "c-1", GPUs: []int{}}}},
-		{Job: "low-2w", Kind: KindJob, Class: Low, GPUs: 8, StartedAt: at(1), Releasing: true,
+		{Job: "low-2w", Kind: KindJob, Class: Low, Seq: 1, GPUs: 8, StartedAt: at(1), Releasing: true,
 			Placement: []WorkerPlacement{{Worker: 0, Node: "n-2", GPUs: []int{0, 1, 2, 3}}, {Worker: 1, Node: "n-3", GPUs: []int{0, 1, 2, 3}}},
 			Released:  []int{0}, PreemptedBy: &Preemptor{Job: "high-wide", Class: High, Kind: KindJob}},
-		{Job: "nb-run", Kind: KindNotebook, Class: High, GPUs: 2, StartedAt: at(1),
+		{Job: "nb-run", Kind: KindNotebook, Class: High, Seq: 2, GPUs: 2, StartedAt: at(1),
 			Placement: []WorkerPlacement{{Worker: 0, Node: "n-1", GPUs: []int{0, 1}}}},
 	}
 	if a, b := mustJSON(t, v.Running), mustJSON(t, wantRunning); a != b {
