@@ -55,6 +55,11 @@ func TestBenchmarkThroughput(t *testing.T) {
 		}
 	}
 	admitted := float64(n) / lastRunning.Sub(begin).Seconds()
+	traces := make([]jobTrace, n)
+	for i, name := range names {
+		traces[i] = traceJob(t, name)
+	}
+	path := pathOf(traces)
 
 	// 2. Preemption latency: from a high job's submission to its low
 	// victim receiving SIGTERM.
@@ -92,10 +97,11 @@ bare-Temporal baseline (%d workflows, one update+signal round trip each with a s
   granted                 %.1f workflows/s
   submit -> granted       p50 %s  p95 %s
 ratio trainq/baseline     throughput %.2f, p50 latency %.1fx
-`, n, submitDone.Round(time.Millisecond), float64(n)/submitDone.Seconds(), admitted,
+trainq job path, from the job histories
+%s`, n, submitDone.Round(time.Millisecond), float64(n)/submitDone.Seconds(), admitted,
 		p(toRunning, 0.5), p(toRunning, 0.95), p(toSigterm, 0.5),
 		n, baseRate, p(base, 0.5), p(base, 0.95),
-		admitted/baseRate, float64(percentile(toRunning, 0.5))/float64(percentile(base, 0.5)))
+		admitted/baseRate, float64(percentile(toRunning, 0.5))/float64(percentile(base, 0.5)), path)
 	fmt.Print(report)
 	if out := os.Getenv("TRAINQ_BENCH_OUT"); out != "" {
 		require.NoError(t, os.WriteFile(out, []byte(report), 0o644))
