@@ -69,8 +69,15 @@ func AllocatorStartOptions(region, allocation string) client.StartWorkflowOption
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		StaticSummary:            fmt.Sprintf("allocator of %s/%s", region, allocation),
+		// After a kill -9 of trainq-worker the task it was running is
+		// retried once this passes: every job of the allocation waits for
+		// it, so it is short. An allocator task takes milliseconds.
+		WorkflowTaskTimeout: AllocatorTaskTimeout,
 	}
 }
+
+// AllocatorTaskTimeout is the allocator's workflow task timeout.
+const AllocatorTaskTimeout = 3 * time.Second
 
 // RequestCapacity asks the allocation's allocator for capacity, starting the
 // allocator if it is not running. The request travels as a signal (with

@@ -55,7 +55,12 @@ func validBuildID(id string) error {
 func mainWorkerOptions(buildID string) worker.Options {
 	// More pollers than the default two: one allocator serves many jobs, and a
 	// burst of submissions otherwise waits seconds for its first workflow task.
-	o := worker.Options{MaxConcurrentWorkflowTaskPollers: 8, MaxConcurrentActivityTaskPollers: 8}
+	o := worker.Options{MaxConcurrentWorkflowTaskPollers: 8, MaxConcurrentActivityTaskPollers: 8,
+		// A task meant for a worker that died (kill -9) goes back to the
+		// shared queue after this, instead of the default 5s: scheduling
+		// resumes soon after a restart, at the price of a replay when a
+		// live worker is this slow to take its own task.
+		StickyScheduleToStartTimeout: 2 * time.Second}
 	if buildID != "" {
 		o.DeploymentOptions = worker.DeploymentOptions{
 			UseVersioning: true,

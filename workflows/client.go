@@ -152,6 +152,9 @@ type SubmitOptions struct {
 	RequestHash string
 }
 
+// jobTaskTimeout is a job workflow's task timeout.
+const jobTaskTimeout = 5 * time.Second
+
 // ErrJobExists is returned by SubmitWith when the name belongs to a closed job.
 var ErrJobExists = errors.New("a job with this name exists")
 
@@ -209,6 +212,9 @@ func SubmitWith(ctx context.Context, c client.Client, cfg *config.Config, spec p
 		),
 		StaticSummary: Summary(spec),
 		StaticDetails: Details(spec),
+		// A task lost with a killed trainq-worker is retried after this
+		// (the default is 10s); a job's tasks take milliseconds.
+		WorkflowTaskTimeout: jobTaskTimeout,
 	}
 	if _, err := c.ExecuteWorkflow(ctx, sopts, protocol.JobWorkflowName, protocol.JobInput{Name: name, Spec: spec}); err != nil {
 		var started *serviceerror.WorkflowExecutionAlreadyStarted
