@@ -1,11 +1,11 @@
 package main
 
 import (
-	"os"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
