@@ -553,6 +553,7 @@ func queueingText(q scheduler.Queueing) string {
 }
 
 func (a *allocator) onRelease(ctx workflow.Context, s protocol.ReleaseSignal) {
+	a.updates++ // every signal counts towards the server's per-run limits
 	if r, ok := a.pool.Running(s.Job); !ok || r.Attempt != s.Attempt {
 		return
 	}
@@ -570,6 +571,7 @@ func (a *allocator) onRelease(ctx workflow.Context, s protocol.ReleaseSignal) {
 }
 
 func (a *allocator) onWithdraw(s protocol.WithdrawSignal) {
+	a.updates++
 	if w, ok := a.pool.Explain(s.Job); ok && w.Attempt == s.Attempt {
 		a.pool.CancelAttempt(s.Job, s.Attempt)
 		a.note(fmt.Sprintf("%s withdrew its request", s.Job))

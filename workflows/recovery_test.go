@@ -2,14 +2,17 @@ package workflows
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/trainq/trainq/activities"
 	"github.com/trainq/trainq/cluster"
@@ -267,4 +270,62 @@ func TestFullQueueRefusesNewJobsButNotReruns(t *testing.T) {
 	assert.Equal(t, "w3", h.refusals[0].job)
 	assert.Equal(t, "allocation T/basic has 2 waiting jobs (max_waiting); try later", h.refusals[0].arg.(protocol.RefuseSignal).Reason)
 	assert.Equal(t, protocol.QueueCounts{Waiting: 3, MaxWaiting: 2, Running: 1}, counts)
+}
+
+// TestAllocatorLosesNothingAcrossContinueAsNew drives one allocation through
+// many runs: each run takes a burst of request signals and the releases of
+// the jobs granted before, then hands over. Every job must be granted
+// exactly once and the last state must hold nothing.
+func TestAllocatorLosesNothingAcrossContinueAsNew(t *testing.T) {
+	const jobs, perRun = 1500, 300
+	in := allocInput(allocNodes(50, 2)) // 50 jobs of a100.2gpu at a time
+	in.MaxUpdatesPerRun = perRun
+	classes := []scheduler.Class{scheduler.Low, scheduler.Medium, scheduler.High}
+	granted := map[string]int{}
+	var unreleased []string
+	next, runs := 0, 0
+	for {
+		runs++
+		require.Less(t, runs, 200, "the allocation never drained")
+		h := newAllocHarness(t)
+		releases := unreleased
+		unreleased = nil
+		batch := min(perRun-len(releases), jobs-next)
+		first := next
+		h.at(time.Second, func() {
+			for _, job := range releases {
+				h.env.SignalWorkflow(protocol.SignalRelease, protocol.ReleaseSignal{Job: job, Attempt: 1, Workers: []int{0}, Stopping: true})
+			}
+			for i := 0; i < batch; i++ {
+				h.env.SignalWorkflow(protocol.SignalRequest, capReq(fmt.Sprintf("job-%05d", first+i), 1, classes[(first+i)%3], 1))
+			}
+			// Releases of nobody's capacity are no-ops that make up the
+			// run's messages, so that every run hands over.
+			for i := len(releases) + batch; i < perRun; i++ {
+				h.env.SignalWorkflow(protocol.SignalRelease, protocol.ReleaseSignal{Job: "nobody", Attempt: 1, Workers: []int{0}})
+			}
+		})
+		next += batch
+		h.env.ExecuteWorkflow(protocol.AllocatorWorkflowName, in)
+		require.True(t, h.env.IsWorkflowCompleted())
+		var can *workflow.ContinueAsNewError
+		require.True(t, errors.As(h.env.GetWorkflowError(), &can), "run %d: %v", runs, h.env.GetWorkflowError())
+		for _, g := range h.grants {
+			granted[g.job]++
+			unreleased = append(unreleased, g.job)
+		}
+		var nextIn protocol.AllocatorInput
+		require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &nextIn))
+		in = nextIn
+		if next == jobs && len(unreleased) == 0 {
+			break
+		}
+	}
+	require.Len(t, granted, jobs, "every job was granted")
+	for job, n := range granted {
+		require.Equal(t, 1, n, "%s was granted %d times", job, n)
+	}
+	assert.Empty(t, in.State.Pool.Waiting.Job, "nothing waits at the end")
+	assert.Empty(t, in.State.Pool.Running, "nothing holds capacity at the end")
+	t.Logf("%d jobs through %d allocator runs", jobs, runs)
 }
