@@ -44,6 +44,12 @@ type Config struct {
 	// inside which the REST API keeps a job's checkpoint_dir and logs_dir;
 	// empty means <data_dir>/workspaces.
 	WorkspacesDir string `json:"workspaces_dir"`
+	// Backend is where the workers of jobs run: "local" (the default:
+	// process groups on the machine of their node's agent) or "kubernetes"
+	// (pods; see Kubernetes).
+	Backend string `json:"backend"`
+	// Kubernetes configures backend: kubernetes (see kubernetes.go).
+	Kubernetes Kubernetes `json:"kubernetes"`
 
 	source string
 }
@@ -227,6 +233,9 @@ func (c *Config) validate() error {
 	}
 	if c.NodeTimeout.D() < time.Second {
 		return errors.New("node_timeout: must be at least 1s")
+	}
+	if err := c.validateBackend(); err != nil {
+		return err
 	}
 	if strings.ContainsRune(c.WorkspacesDir, 0) || len(c.WorkspacesDir) > 1024 {
 		return errors.New("workspaces_dir: must be a directory path of at most 1024 bytes")

@@ -1,0 +1,116 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Backends.
+const (
+	BackendLocal      = "local"
+	BackendKubernetes = "kubernetes"
+)
+
+// Kubernetes configures the Kubernetes backend (backend: kubernetes): every
+// worker is a pod in Namespace, bound by trainq to its granted node.
+type Kubernetes struct {
+	// Namespace holds the jobs' pods and Services. Default "trainq-jobs".
+	Namespace string `json:"namespace"`
+	// Kubeconfig is a kubeconfig file; empty means the pod's service
+	// account when trainq-worker runs in the cluster, else $KUBECONFIG or
+	// ~/.kube/config.
+	Kubeconfig string `json:"kubeconfig"`
+	// ImagePullSecrets are the names of Secrets in Namespace that every
+	// pod pulls its image with.
+	ImagePullSecrets []string `json:"image_pull_secrets"`
+	// TerminationGracePeriod is the pods' terminationGracePeriodSeconds,
+	// the grace of a deletion that is not trainq's (a drain, kubectl
+	// delete); trainq's own stops use the allocation's stop_grace_period.
+	// Default 30s.
+	TerminationGracePeriod Duration `json:"termination_grace_period"`
+	// DefaultImage runs jobs that name no base_image.
+	DefaultImage string `json:"default_image"`
+	// ServiceAccount runs the pods (default: the namespace's default).
+	ServiceAccount string `json:"service_account"`
+	// ImagePullTimeout is how long a pod may fail to pull its image before
+	// its attempt fails. Default 2m.
+	ImagePullTimeout Duration `json:"image_pull_timeout"`
+}
+
+// validateBackend checks backend and kubernetes, filling their defaults.
+func (c *Config) validateBackend() error {
+	switch c.Backend {
+	case "":
+		c.Backend = BackendLocal
+	case BackendLocal, BackendKubernetes:
+	default:
+		return fmt.Errorf("backend: %q is not allowed; use %q or %q", c.Backend, BackendLocal, BackendKubernetes)
+	}
+	k := &c.Kubernetes
+	if k.Namespace == "" {
+		k.Namespace = "trainq-jobs"
+	}
+	if !dnsLabel(k.Namespace) {
+		return fmt.Errorf("kubernetes.namespace: %q is not a Kubernetes namespace name (at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit)", k.Namespace)
+	}
+	for i, s := range k.ImagePullSecrets {
+		if !dnsSubdomain(s) {
+			return fmt.Errorf("kubernetes.image_pull_secrets[%d]: %q is not a Secret name (lowercase letters, digits, '-' and '.')", i, s)
+		}
+	}
+	if k.ServiceAccount != "" && !dnsSubdomain(k.ServiceAccount) {
+		return fmt.Errorf("kubernetes.service_account: %q is not a ServiceAccount name (lowercase letters, digits, '-' and '.')", k.ServiceAccount)
+	}
+	if k.TerminationGracePeriod == 0 {
+		k.TerminationGracePeriod = Duration(30 * time.Second)
+	}
+	if k.TerminationGracePeriod.D() < time.Second {
+		return errors.New("kubernetes.termination_grace_period: must be at least 1s")
+	}
+	if k.ImagePullTimeout == 0 {
+		k.ImagePullTimeout = Duration(2 * time.Minute)
+	}
+	if k.ImagePullTimeout.D() < time.Second {
+		return errors.New("kubernetes.image_pull_timeout: must be at least 1s")
+	}
+	if c.Backend != BackendKubernetes {
+		return nil
+	}
+	// Pods are bound to nodes by name: every node must be a Kubernetes node name.
+	for ri, r := range c.Regions {
+		for ai, a := range r.Allocations {
+			for ni, n := range a.Nodes {
+				if !dnsSubdomain(n.Name) {
+					return fmt.Errorf("regions[%d].allocations[%d].nodes[%d].name: %q is not a Kubernetes node name (lowercase letters, digits, '-' and '.'), and backend is kubernetes", ri, ai, ni, n.Name)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func dnsLabel(s string) bool {
+	if s == "" || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func dnsSubdomain(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for _, part := range strings.Split(s, ".") {
+		if !dnsLabel(part) {
+			return false
+		}
+	}
+	return true
+}

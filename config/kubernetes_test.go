@@ -1,0 +1,54 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+const kubeBase = `
+regions:
+  - name: r
+    allocations:
+      - name: default
+        nodes:
+          - {name: gpu-1, family: a100, gpus: 8}
+`
+
+func TestKubernetesBackendDefaults(t *testing.T) {
+	c, err := parse([]byte("backend: kubernetes\n"+kubeBase), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Backend != BackendKubernetes || c.Kubernetes.Namespace != "trainq-jobs" ||
+		c.Kubernetes.TerminationGracePeriod.D() != 30*time.Second || c.Kubernetes.ImagePullTimeout.D() != 2*time.Minute {
+		t.Fatalf("defaults not applied: %+v %+v", c.Backend, c.Kubernetes)
+	}
+	c, err = parse([]byte(kubeBase), "t.yaml")
+	if err != nil || c.Backend != BackendLocal {
+		t.Fatalf("backend defaults to local, got %q (%v)", c.Backend, err)
+	}
+	c, err = parse([]byte("backend: kubernetes\nkubernetes: {namespace: ml, kubeconfig: /k, image_pull_secrets: [regcred], termination_grace_period: 45s, default_image: busybox}\n"+kubeBase), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := c.Kubernetes; k.Namespace != "ml" || k.Kubeconfig != "/k" || len(k.ImagePullSecrets) != 1 || k.TerminationGracePeriod.D() != 45*time.Second || k.DefaultImage != "busybox" {
+		t.Fatalf("fields not read: %+v", k)
+	}
+}
+
+func TestKubernetesBackendErrorsNameTheField(t *testing.T) {
+	for _, tc := range []struct{ doc, want string }{
+		{"backend: k8s\n" + kubeBase, `backend: "k8s" is not allowed; use "local" or "kubernetes"`},
+		{"backend: kubernetes\nkubernetes: {namespace: ML_Jobs}\n" + kubeBase, `kubernetes.namespace: "ML_Jobs" is not a Kubernetes namespace name`},
+		{"backend: kubernetes\nkubernetes: {image_pull_secrets: [ok, Bad_Secret]}\n" + kubeBase, `kubernetes.image_pull_secrets[1]: "Bad_Secret" is not a Secret name`},
+		{"backend: kubernetes\nkubernetes: {termination_grace_period: 10ms}\n" + kubeBase, `kubernetes.termination_grace_period: must be at least 1s`},
+		{"backend: kubernetes\nkubernetes: {termination_grace_period: soon}\n" + kubeBase, `kubernetes.termination_grace_period: "soon" is not a duration`},
+		{"backend: kubernetes\n" + strings.Replace(kubeBase, "gpu-1", "GPU_1", 1), `regions[0].allocations[0].nodes[0].name: "GPU_1" is not a Kubernetes node name`},
+	} {
+		_, err := parse([]byte(tc.doc), "t.yaml")
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("got %v, want an error containing %q", err, tc.want)
+		}
+	}
+}
