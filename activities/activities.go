@@ -97,7 +97,46 @@ func (a *Activities) RequestCapacity(ctx context.Context, in RequestCapacityInpu
 	}
 	_, err = a.Client.SignalWithStartWorkflow(ctx, protocol.AllocatorWorkflowID(in.Region, in.Allocation), protocol.SignalRequest,
 		in.Request, AllocatorStartOptions(in.Region, in.Allocation), protocol.AllocatorWorkflowName, start)
-	return protocol.CapacityReply{}, err
+	if err != nil {
+		return protocol.CapacityReply{}, err
+	}
+	return a.whereQueued(ctx, in), nil
+}
+
+// whereQueued asks the allocator, briefly, where the request stands, for the
+// job's Web UI details. The answer is a courtesy: an allocator that has not
+// taken the signal in yet, or is busy, gets no more than a few short tries,
+// and the job waits for its grant all the same.
+func (a *Activities) whereQueued(ctx context.Context, in RequestCapacityInput) protocol.CapacityReply {
+	var reply protocol.CapacityReply
+	for try := 0; try < 3; try++ {
+		if try > 0 {
+			select {
+			case <-ctx.Done():
+				return reply
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		qctx, cancel := context.WithTimeout(ctx, time.Second)
+		resp, err := a.Client.QueryWorkflow(qctx, protocol.AllocatorWorkflowID(in.Region, in.Allocation), "", protocol.QueryExplain, in.Request.Job)
+		var where struct {
+			Waiting *scheduler.WaitingInfo `json:"waiting"`
+			Running *scheduler.RunningInfo `json:"running"`
+		}
+		if err == nil {
+			err = resp.Get(&where)
+		}
+		cancel()
+		switch {
+		case err != nil:
+			return reply
+		case where.Running != nil && where.Running.Attempt == in.Request.Attempt:
+			return protocol.CapacityReply{Seq: where.Running.Seq, Granted: true}
+		case where.Waiting != nil && where.Waiting.Attempt == in.Request.Attempt:
+			return protocol.CapacityReply{Seq: where.Waiting.Seq, Position: where.Waiting.Position, Reason: where.Waiting.Reason}
+		}
+	}
+	return reply
 }
 
 // admit checks a request against the allocation's configured nodes, as the
