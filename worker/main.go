@@ -36,6 +36,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/trainq/trainq/activities"
+	"github.com/trainq/trainq/cluster/kube"
 	"github.com/trainq/trainq/cluster/local"
 	"github.com/trainq/trainq/config"
 	"github.com/trainq/trainq/metrics"
@@ -140,10 +141,11 @@ func run(opts options) error {
 			return err
 		}
 	}
-	backend, err := local.New(local.Options{DataDir: cfg.DataDir})
+	backend, closeBackend, err := newBackend(ctx, cfg, c, logger)
 	if err != nil {
 		return err
 	}
+	defer closeBackend()
 	acts := &activities.Activities{Client: c, Config: cfg, Backend: backend}
 
 	var workers []worker.Worker
@@ -157,6 +159,11 @@ func run(opts options) error {
 	// own agent (trainq-worker agent); by default one process serves every
 	// node of the config.
 	for _, node := range nodes {
+		if kb, ok := backend.(*kube.Backend); ok {
+			// The agent answers only while the Kubernetes node is Ready.
+			go runKubeAgent(ctx, c, node, acts, kb, logger)
+			continue
+		}
 		w := worker.New(c, protocol.NodeTaskQueue(node), worker.Options{})
 		w.RegisterActivity(acts)
 		workers = append(workers, w)

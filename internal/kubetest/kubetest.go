@@ -165,6 +165,9 @@ func Run(ctx context.Context, dir string) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
 	c := &Cluster{Dir: dir}
 	ok := false
 	defer func() {
@@ -355,7 +358,9 @@ func (c *Cluster) AddNode(ctx context.Context, n Node) error {
 	if mem == 0 {
 		mem = 768
 	}
-	labels := map[string]string{ManagedLabel: "true", "kubernetes.io/hostname": n.Name}
+	// kwok gets the node only once its capacity is set (the label last),
+	// so that it never renders a status without the GPUs.
+	labels := map[string]string{"kubernetes.io/hostname": n.Name}
 	for k, v := range n.Labels {
 		labels[k] = v
 	}
@@ -377,6 +382,10 @@ func (c *Cluster) AddNode(ctx context.Context, n Node) error {
 	created.Status = node.Status
 	if _, err := c.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("set the capacity of node %s: %w", n.Name, err)
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{ManagedLabel: "true"}}})
+	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("hand node %s to kwok: %w", n.Name, err)
 	}
 	return c.WaitNodeReady(ctx, n.Name, true)
 }

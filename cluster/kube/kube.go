@@ -1,0 +1,849 @@
+// Package kube is the Kubernetes cluster backend: every worker of a job is
+// a pod, bound by trainq (the scheduler) to its granted node with nodeName
+// and requesting its GPUs as nvidia.com/gpu, and each job has one headless
+// Service that gives its pods stable DNS names for the rendezvous.
+//
+// Pods are named <job>-a<attempt>-w<worker> and labelled
+// app.kubernetes.io/managed-by=trainq, trainq.io/job, trainq.io/attempt,
+// trainq.io/worker and trainq.io/priority-class; they are owned by the
+// job's Service, so deleting the Service cleans up. Everything the backend
+// knows about a worker is its pod: a restarted trainq-worker finds the pods
+// by name and label and re-attaches, and never creates a second one.
+//
+// The backend watches the pods of its namespace and the nodes through one
+// shared informer each (list once, then the API's watch), so waiting for a
+// worker, listing a node's live workers and answering Status cost no API
+// call per pod.
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/trainq/trainq/cluster"
+)
+
+// Options configures the Kubernetes backend.
+type Options struct {
+	// Client talks to the API server. Required.
+	Client kubernetes.Interface
+	// Namespace holds the pods and Services of every job. Required.
+	Namespace string
+	// ImagePullSecrets are given to every pod.
+	ImagePullSecrets []string
+	// TerminationGracePeriod is the pods' terminationGracePeriodSeconds:
+	// the grace of a deletion that names none (kubectl delete, a drain).
+	// trainq's own stops use the allocation's stop_grace_period. Default 30s.
+	TerminationGracePeriod time.Duration
+	// DefaultImage runs jobs that name no base_image.
+	DefaultImage string
+	// ServiceAccount runs the pods ("" = the namespace's default).
+	ServiceAccount string
+	// Python runs the scripts of Python job types. Default "python3".
+	Python string
+	// ImagePullTimeout is how long a pod may fail to pull its image (or to
+	// create its container) before its attempt fails. Default 2m.
+	ImagePullTimeout time.Duration
+	// HeartbeatInterval is how often Wait calls its heartbeat. Default 2s.
+	HeartbeatInterval time.Duration
+	// Jobs tells the priority class, instance type and stop reason of a
+	// job (optional).
+	Jobs Jobs
+	// Logger gets the backend's warnings (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Backend is the Kubernetes backend. It is safe for concurrent use.
+type Backend struct {
+	opts  Options
+	pods  cache.SharedIndexInformer
+	nodes cache.SharedIndexInformer
+	stop  chan struct{}
+
+	mu       sync.Mutex
+	podSubs  map[string]map[chan struct{}]bool // pod name -> waiters
+	nodeSubs map[chan struct{}]bool
+	gone     map[string]goneRecord // pods deleted while this process watched, by name
+}
+
+type goneRecord struct {
+	pod *corev1.Pod // the last state seen
+	at  time.Time
+}
+
+var (
+	_ cluster.Backend     = (*Backend)(nil)
+	_ cluster.Lister      = (*Backend)(nil)
+	_ cluster.Inventory   = (*Backend)(nil)
+	_ cluster.OutputClock = (*Backend)(nil)
+)
+
+const nodeIndex = "node"
+
+// goneTTL is how long the last state of a deleted pod is remembered.
+const goneTTL = 10 * time.Minute
+
+// New starts watching the namespace's trainq pods and the cluster's nodes
+// and returns once both are listed, or ctx is done. Close stops watching.
+func New(ctx context.Context, opts Options) (*Backend, error) {
+	if opts.Client == nil {
+		return nil, errors.New("kubernetes backend: a client is required")
+	}
+	if opts.Namespace == "" {
+		return nil, errors.New("kubernetes backend: kubernetes.namespace must not be empty")
+	}
+	if opts.TerminationGracePeriod <= 0 {
+		opts.TerminationGracePeriod = 30 * time.Second
+	}
+	if opts.Python == "" {
+		opts.Python = "python3"
+	}
+	if opts.ImagePullTimeout <= 0 {
+		opts.ImagePullTimeout = 2 * time.Minute
+	}
+	if opts.HeartbeatInterval <= 0 {
+		opts.HeartbeatInterval = 2 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	b := &Backend{
+		opts: opts, stop: make(chan struct{}),
+		podSubs: map[string]map[chan struct{}]bool{}, nodeSubs: map[chan struct{}]bool{}, gone: map[string]goneRecord{},
+	}
+	selector := labels.Set{LabelManagedBy: ManagedBy}.String()
+	pf := informers.NewSharedInformerFactoryWithOptions(opts.Client, 0, informers.WithNamespace(opts.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
+	b.pods = pf.Core().V1().Pods().Informer()
+	if err := b.pods.AddIndexers(cache.Indexers{nodeIndex: func(obj any) ([]string, error) {
+		if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+			return []string{p.Spec.NodeName}, nil
+		}
+		return nil, nil
+	}}); err != nil {
+		return nil, err
+	}
+	if _, err := b.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { b.podChanged(obj, false) },
+		UpdateFunc: func(_, obj any) { b.podChanged(obj, false) },
+		DeleteFunc: func(obj any) { b.podChanged(obj, true) },
+	}); err != nil {
+		return nil, err
+	}
+	nf := informers.NewSharedInformerFactory(opts.Client, 0)
+	b.nodes = nf.Core().V1().Nodes().Informer()
+	if _, err := b.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { b.nodeChanged() },
+		UpdateFunc: func(any, any) { b.nodeChanged() },
+		DeleteFunc: func(any) { b.nodeChanged() },
+	}); err != nil {
+		return nil, err
+	}
+	go b.pods.Run(b.stop)
+	go b.nodes.Run(b.stop)
+	if !cache.WaitForCacheSync(ctx.Done(), b.pods.HasSynced, b.nodes.HasSynced) {
+		close(b.stop)
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("kubernetes backend: list pods in namespace %s and nodes: %w", opts.Namespace, err)
+		}
+		return nil, fmt.Errorf("kubernetes backend: could not list pods in namespace %s and nodes", opts.Namespace)
+	}
+	return b, nil
+}
+
+// Close stops the watches.
+func (b *Backend) Close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	select {
+	case <-b.stop:
+	default:
+		close(b.stop)
+	}
+}
+
+// Namespace is where the backend runs pods.
+func (b *Backend) Namespace() string { return b.opts.Namespace }
+
+func (b *Backend) podChanged(obj any, deleted bool) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if deleted {
+		b.gone[pod.Name] = goneRecord{pod: pod, at: time.Now()}
+		for name, g := range b.gone {
+			if time.Since(g.at) > goneTTL {
+				delete(b.gone, name)
+			}
+		}
+	} else if g, ok := b.gone[pod.Name]; ok && g.pod.UID != pod.UID {
+		delete(b.gone, pod.Name)
+	}
+	for ch := range b.podSubs[pod.Name] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (b *Backend) nodeChanged() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for ch := range b.nodeSubs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// subscribe returns a channel that gets a value whenever the named pod changes.
+func (b *Backend) subscribe(name string) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	b.mu.Lock()
+	if b.podSubs[name] == nil {
+		b.podSubs[name] = map[chan struct{}]bool{}
+	}
+	b.podSubs[name][ch] = true
+	b.mu.Unlock()
+	return ch, func() {
+		b.mu.Lock()
+		delete(b.podSubs[name], ch)
+		if len(b.podSubs[name]) == 0 {
+			delete(b.podSubs, name)
+		}
+		b.mu.Unlock()
+	}
+}
+
+// NodeChanges returns a channel that gets a value whenever a node changes.
+func (b *Backend) NodeChanges() (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	b.mu.Lock()
+	b.nodeSubs[ch] = true
+	b.mu.Unlock()
+	return ch, func() {
+		b.mu.Lock()
+		delete(b.nodeSubs, ch)
+		b.mu.Unlock()
+	}
+}
+
+// NodeReady says whether the node exists and its Ready condition is True,
+// and if not, why, as a sentence part ("is NotReady: kubelet stopped
+// posting node status").
+func (b *Backend) NodeReady(name string) (bool, string) {
+	obj, ok, err := b.nodes.GetStore().GetByKey(name)
+	if err != nil || !ok {
+		return false, "does not exist in the cluster"
+	}
+	node := obj.(*corev1.Node)
+	for _, c := range node.Status.Conditions {
+		if c.Type != corev1.NodeReady {
+			continue
+		}
+		if c.Status == corev1.ConditionTrue {
+			return true, ""
+		}
+		why := "is NotReady"
+		if c.Status == corev1.ConditionUnknown {
+			why = "has an Unknown Ready condition"
+		}
+		if c.Message != "" {
+			why += ": " + c.Message
+		}
+		return false, why
+	}
+	return false, "has no Ready condition yet"
+}
+
+// Node returns a node as last seen, or nil.
+func (b *Backend) Node(name string) *corev1.Node {
+	obj, ok, err := b.nodes.GetStore().GetByKey(name)
+	if err != nil || !ok {
+		return nil
+	}
+	return obj.(*corev1.Node)
+}
+
+// lookup finds a worker's pod: in the informer's cache, else among the
+// pods seen deleted (gone), else by asking the API (a pod just created may
+// not be in the cache yet). Neither pod nor gone: there is no such pod.
+func (b *Backend) lookup(ctx context.Context, name string) (pod *corev1.Pod, gone bool, err error) {
+	obj, ok, err := b.pods.GetStore().GetByKey(b.opts.Namespace + "/" + name)
+	if err != nil {
+		return nil, false, err
+	}
+	if ok {
+		return obj.(*corev1.Pod), false, nil
+	}
+	b.mu.Lock()
+	g, wasGone := b.gone[name]
+	b.mu.Unlock()
+	if wasGone {
+		return g.pod, true, nil
+	}
+	p, err := b.opts.Client.CoreV1().Pods(b.opts.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return p, false, nil
+}
+
+// idOf reads the worker a pod belongs to from its labels and annotations.
+func idOf(p *corev1.Pod) (cluster.WorkerID, bool) {
+	job := p.Annotations[AnnotationJobName]
+	attempt, err1 := strconv.Atoi(p.Labels[LabelAttempt])
+	worker, err2 := strconv.Atoi(p.Labels[LabelWorker])
+	if job == "" || err1 != nil || err2 != nil {
+		return cluster.WorkerID{}, false
+	}
+	return cluster.WorkerID{Job: job, Attempt: attempt, Worker: worker}, true
+}
+
+// containerState is the worker container's status, if the kubelet has
+// reported one.
+func containerState(p *corev1.Pod) *corev1.ContainerStatus {
+	for i := range p.Status.ContainerStatuses {
+		if p.Status.ContainerStatuses[i].Name == ContainerName {
+			return &p.Status.ContainerStatuses[i]
+		}
+	}
+	return nil
+}
+
+// StatusOf is a worker's status as its pod tells it. A pod that ended
+// (Succeeded or Failed) is exited with its container's exit code (1 if the
+// pod failed before its container ran); any other pod, also one being
+// deleted, still holds its node's resources and is running.
+func StatusOf(id cluster.WorkerID, p *corev1.Pod) cluster.WorkerStatus {
+	st := cluster.WorkerStatus{ID: id, Phase: cluster.PhaseRunning, LogPath: "pod/" + p.Namespace + "/" + p.Name}
+	_, st.StopRequested = p.Annotations[AnnotationStopReason]
+	st.StartedAt = p.CreationTimestamp.Time
+	if p.Status.StartTime != nil {
+		st.StartedAt = p.Status.StartTime.Time
+	}
+	cs := containerState(p)
+	if cs != nil && cs.State.Running != nil {
+		st.StartedAt = cs.State.Running.StartedAt.Time
+	}
+	switch p.Status.Phase {
+	case corev1.PodSucceeded, corev1.PodFailed:
+		st.Phase = cluster.PhaseExited
+		if p.Status.Phase == corev1.PodFailed {
+			st.ExitCode = 1
+		}
+		if cs != nil && cs.State.Terminated != nil {
+			t := cs.State.Terminated
+			st.ExitCode = int(t.ExitCode)
+			st.EndedAt = t.FinishedAt.Time
+			if !t.StartedAt.IsZero() {
+				st.StartedAt = t.StartedAt.Time
+			}
+		}
+		if st.EndedAt.IsZero() {
+			st.EndedAt = time.Now().UTC()
+		}
+		st.Signaled = st.StopRequested || st.ExitCode > 128
+	}
+	return st
+}
+
+// goneStatus is the status of a pod that was deleted: it exited, with its
+// container's exit code if the kubelet reported one, else as killed (137).
+func goneStatus(id cluster.WorkerID, p *corev1.Pod) cluster.WorkerStatus {
+	st := StatusOf(id, p)
+	if st.Phase != cluster.PhaseExited {
+		st.Phase, st.ExitCode, st.EndedAt = cluster.PhaseExited, 137, time.Now().UTC()
+		if cs := containerState(p); cs != nil && cs.State.Terminated != nil {
+			st.ExitCode, st.EndedAt = int(cs.State.Terminated.ExitCode), cs.State.Terminated.FinishedAt.Time
+		}
+	}
+	st.Signaled = true
+	return st
+}
+
+// Error types of the failures Wait reports for a pod that cannot run.
+const (
+	// ErrTypePodNotStarted: the pod's container could not be created (its
+	// image cannot be pulled, its config is wrong) or the node refused the
+	// pod. Not retryable: the attempt fails with the reason.
+	ErrTypePodNotStarted = "PodNotStarted"
+)
+
+// startFailure says why a pod's container cannot start, if it cannot:
+// the waiting reason and message of an image that cannot be pulled or a
+// container that cannot be created, and whether to fail at once (the image
+// name is invalid) rather than after ImagePullTimeout.
+func startFailure(p *corev1.Pod) (reason string, immediate bool) {
+	if p.Status.Phase == corev1.PodFailed {
+		if cs := containerState(p); cs == nil || cs.State.Terminated == nil {
+			why := p.Status.Reason
+			if p.Status.Message != "" {
+				why += ": " + p.Status.Message
+			}
+			if why == "" {
+				why = "the pod failed before its container ran"
+			}
+			return why, true
+		}
+		return "", false
+	}
+	cs := containerState(p)
+	if cs == nil || cs.State.Waiting == nil {
+		return "", false
+	}
+	w := cs.State.Waiting
+	why := w.Reason
+	if w.Message != "" {
+		why += ": " + w.Message
+	}
+	switch w.Reason {
+	case "InvalidImageName", "ErrImageNeverPull":
+		return why, true
+	case "ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError", "CreateContainerError", "RunContainerError":
+		return why, false
+	}
+	return "", false
+}
+
+// Rendezvous is worker 0's pod, through the job's headless Service, on
+// port 29500. It depends only on the job and attempt.
+func (b *Backend) Rendezvous(ctx context.Context, job string, attempt int) (string, int, error) {
+	if err := cluster.ValidJobName(job); err != nil {
+		return "", 0, err
+	}
+	if attempt < 0 {
+		return "", 0, fmt.Errorf("attempt: must be >= 0, got %d", attempt)
+	}
+	return MasterAddr(job, attempt), MasterPort, nil
+}
+
+func (b *Backend) meta(ctx context.Context, job string) JobMeta {
+	if b.opts.Jobs == nil {
+		return JobMeta{}
+	}
+	m, err := b.opts.Jobs.Meta(ctx, job)
+	if err != nil {
+		b.opts.Logger.Warn("cannot tell the job's priority class and instance type; its pods get neither label nor CPU and memory requests",
+			"job", job, "error", err)
+	}
+	return m
+}
+
+// ensureService creates the job's headless Service, or returns it.
+func (b *Backend) ensureService(ctx context.Context, job string, notebook bool) (*corev1.Service, error) {
+	svcs := b.opts.Client.CoreV1().Services(b.opts.Namespace)
+	want := b.Service(job, notebook)
+	svc, err := svcs.Create(ctx, want, metav1.CreateOptions{FieldManager: "trainq"})
+	if apierrors.IsAlreadyExists(err) {
+		svc, err = svcs.Get(ctx, want.Name, metav1.GetOptions{})
+		if err == nil && svc.Annotations[AnnotationJobName] != job {
+			return nil, fmt.Errorf("service %s/%s belongs to job %q, not %q", b.opts.Namespace, want.Name, svc.Annotations[AnnotationJobName], job)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create the job's service %s/%s: %w", b.opts.Namespace, want.Name, err)
+	}
+	return svc, nil
+}
+
+// Start creates the worker's pod, bound to spec.Node, unless it exists: a
+// retried or repeated Start (after a trainq-worker restart) finds the pod
+// and returns its status. The job's headless Service is created first and
+// owns the pod.
+func (b *Backend) Start(ctx context.Context, spec cluster.WorkerSpec) (cluster.WorkerStatus, error) {
+	if err := spec.Validate(); err != nil {
+		return cluster.WorkerStatus{ID: spec.ID}, err
+	}
+	if spec.Node == "" {
+		return cluster.WorkerStatus{ID: spec.ID}, errors.New("node: must not be empty")
+	}
+	name := PodName(spec.ID)
+	if p, gone, err := b.lookup(ctx, name); err != nil {
+		return cluster.WorkerStatus{ID: spec.ID}, err
+	} else if p != nil && !gone {
+		return StatusOf(spec.ID, p), nil
+	}
+	if spec.MasterAddr == "" || spec.MasterPort == 0 {
+		spec.MasterAddr, spec.MasterPort, _ = b.Rendezvous(ctx, spec.ID.Job, spec.ID.Attempt)
+	}
+	meta := b.meta(ctx, spec.ID.Job)
+	svc, err := b.ensureService(ctx, spec.ID.Job, meta.Notebook)
+	if err != nil {
+		return cluster.WorkerStatus{ID: spec.ID}, err
+	}
+	pod := b.Pod(spec, meta, svc)
+	if pod.Spec.Containers[0].Image == "" {
+		return cluster.WorkerStatus{ID: spec.ID}, errors.New("base_image: the job names no image and the config has no kubernetes.default_image")
+	}
+	created, err := b.opts.Client.CoreV1().Pods(b.opts.Namespace).Create(ctx, pod, metav1.CreateOptions{FieldManager: "trainq"})
+	if apierrors.IsAlreadyExists(err) {
+		created, err = b.opts.Client.CoreV1().Pods(b.opts.Namespace).Get(ctx, name, metav1.GetOptions{})
+	}
+	if err != nil {
+		return cluster.WorkerStatus{ID: spec.ID}, fmt.Errorf("create pod %s/%s on node %s: %w", b.opts.Namespace, name, spec.Node, err)
+	}
+	return StatusOf(spec.ID, created), nil
+}
+
+// Status returns the worker's status from its pod.
+func (b *Backend) Status(ctx context.Context, id cluster.WorkerID) (cluster.WorkerStatus, error) {
+	if err := id.Validate(); err != nil {
+		return cluster.WorkerStatus{ID: id}, err
+	}
+	p, gone, err := b.lookup(ctx, PodName(id))
+	switch {
+	case err != nil:
+		return cluster.WorkerStatus{ID: id}, err
+	case p == nil:
+		return cluster.WorkerStatus{ID: id, Phase: cluster.PhaseNotFound}, nil
+	case gone:
+		return goneStatus(id, p), nil
+	}
+	return StatusOf(id, p), nil
+}
+
+// Wait follows the worker's pod through the pod watch until it ends,
+// calling heartbeat every HeartbeatInterval while it runs. A pod deleted
+// meanwhile ends as killed (137). A pod whose container cannot start (an
+// image that cannot be pulled for ImagePullTimeout, an invalid image name,
+// a pod the node refused) fails with a non-retryable ErrTypePodNotStarted
+// error naming the reason, so that the attempt fails instead of hanging.
+func (b *Backend) Wait(ctx context.Context, id cluster.WorkerID, heartbeat func(cluster.WorkerStatus)) (cluster.WorkerStatus, error) {
+	if err := id.Validate(); err != nil {
+		return cluster.WorkerStatus{ID: id}, err
+	}
+	name := PodName(id)
+	changed, unsubscribe := b.subscribe(name)
+	defer unsubscribe()
+	tick := time.NewTicker(b.opts.HeartbeatInterval)
+	defer tick.Stop()
+	var failingSince time.Time
+	for {
+		p, gone, err := b.lookup(ctx, name)
+		switch {
+		case err != nil:
+			return cluster.WorkerStatus{ID: id}, err
+		case p == nil:
+			return cluster.WorkerStatus{ID: id, Phase: cluster.PhaseNotFound}, fmt.Errorf("%w: %s (no pod %s/%s)", cluster.ErrNotFound, id, b.opts.Namespace, name)
+		case gone:
+			return goneStatus(id, p), nil
+		}
+		st := StatusOf(id, p)
+		why, immediate := startFailure(p)
+		if why != "" && p.DeletionTimestamp == nil {
+			if failingSince.IsZero() {
+				failingSince = time.Now()
+			}
+			if immediate || time.Since(failingSince) >= b.opts.ImagePullTimeout {
+				msg := fmt.Sprintf("worker %d could not start: pod %s on node %s: %s", id.Worker, name, p.Spec.NodeName, why)
+				return st, temporal.NewNonRetryableApplicationError(msg, ErrTypePodNotStarted, nil)
+			}
+		} else {
+			failingSince = time.Time{}
+		}
+		if st.Phase == cluster.PhaseExited {
+			return st, nil
+		}
+		if heartbeat != nil {
+			heartbeat(st)
+		}
+		select {
+		case <-ctx.Done():
+			return st, ctx.Err()
+		case <-changed:
+		case <-tick.C:
+		}
+	}
+}
+
+// stopReason asks Jobs why the worker's attempt ends.
+func (b *Backend) stopReason(ctx context.Context, id cluster.WorkerID) (reason, preemptor string) {
+	reason = "stopped by trainq"
+	if b.opts.Jobs == nil {
+		return reason, ""
+	}
+	r, p, err := b.opts.Jobs.StopReason(ctx, id)
+	if err != nil {
+		b.opts.Logger.Warn("cannot tell why the worker is stopped", "worker", id.String(), "error", err)
+		return reason, ""
+	}
+	if r != "" {
+		reason = r
+	}
+	return reason, p
+}
+
+// markStopping records on the pod why it is stopped before it is deleted,
+// as Kueue marks the pods it evicts: the trainq.io/stop-reason and
+// trainq.io/preemptor annotations, a DisruptionTarget condition and an
+// Event (reason Preempted or Stopped) naming the preemptor.
+func (b *Backend) markStopping(ctx context.Context, p *corev1.Pod, id cluster.WorkerID) {
+	reason, preemptor := b.stopReason(ctx, id)
+	now := metav1.Now()
+	ann := map[string]any{AnnotationStopReason: reason, AnnotationStoppedAt: now.UTC().Format(time.RFC3339)}
+	if preemptor != "" {
+		ann[AnnotationPreemptor] = preemptor
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
+	pods := b.opts.Client.CoreV1().Pods(b.opts.Namespace)
+	if _, err := pods.Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "trainq"}); err != nil && !apierrors.IsNotFound(err) {
+		b.opts.Logger.Warn("cannot annotate the pod with why it stops", "pod", p.Name, "error", err)
+	}
+	evReason, condReason := "Stopped", "DeletionByTrainq"
+	if preemptor != "" {
+		evReason, condReason = "Preempted", "PreemptionByTrainq"
+	}
+	cond, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": []map[string]any{{
+		"type": "DisruptionTarget", "status": "True", "reason": condReason, "message": reason, "lastTransitionTime": now.UTC().Format(time.RFC3339),
+	}}}})
+	if _, err := pods.Patch(ctx, p.Name, types.StrategicMergePatchType, cond, metav1.PatchOptions{FieldManager: "trainq"}, "status"); err != nil && !apierrors.IsNotFound(err) {
+		b.opts.Logger.Warn("cannot set the pod's DisruptionTarget condition", "pod", p.Name, "error", err)
+	}
+	ev := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: p.Name + ".", Namespace: b.opts.Namespace},
+		InvolvedObject: corev1.ObjectReference{
+			Kind: "Pod", APIVersion: "v1", Namespace: p.Namespace, Name: p.Name, UID: p.UID,
+		},
+		Reason: evReason, Message: reason, Type: corev1.EventTypeNormal,
+		Source:         corev1.EventSource{Component: "trainq"},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+	}
+	if _, err := b.opts.Client.CoreV1().Events(b.opts.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		b.opts.Logger.Warn("cannot record an event for the stopped pod", "pod", p.Name, "error", err)
+	}
+}
+
+// Stop marks the worker's pod with why it stops (see markStopping) and
+// deletes it with grace as its grace period (SIGTERM, then SIGKILL after
+// grace), then waits, through the pod watch, until the pod is really gone:
+// the kubelet removes it only once its containers have ended, so the node's
+// GPUs are free when Stop returns. A pod is never force-deleted: on a node
+// whose kubelet is gone, Stop waits until ctx is done. A worker that exited
+// (its pod is kept for its logs) or was never started returns at once.
+func (b *Backend) Stop(ctx context.Context, id cluster.WorkerID, grace time.Duration) (cluster.WorkerStatus, error) {
+	if err := id.Validate(); err != nil {
+		return cluster.WorkerStatus{ID: id}, err
+	}
+	name := PodName(id)
+	changed, unsubscribe := b.subscribe(name)
+	defer unsubscribe()
+	p, gone, err := b.lookup(ctx, name)
+	switch {
+	case err != nil:
+		return cluster.WorkerStatus{ID: id}, err
+	case p == nil:
+		return cluster.WorkerStatus{ID: id, Phase: cluster.PhaseNotFound}, nil
+	case gone:
+		return goneStatus(id, p), nil
+	}
+	st := StatusOf(id, p)
+	if st.Phase == cluster.PhaseExited && p.DeletionTimestamp == nil {
+		return st, nil
+	}
+	if p.DeletionTimestamp == nil {
+		b.markStopping(ctx, p, id)
+		secs := max(int64(grace.Round(time.Second)/time.Second), 1) // 0 would force the deletion
+		uid := p.UID
+		err := b.opts.Client.CoreV1().Pods(b.opts.Namespace).Delete(ctx, name, metav1.DeleteOptions{
+			GracePeriodSeconds: &secs, Preconditions: &metav1.Preconditions{UID: &uid},
+		})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return st, fmt.Errorf("delete pod %s/%s: %w", b.opts.Namespace, name, err)
+		}
+	}
+	last := p
+	for {
+		select {
+		case <-ctx.Done():
+			return StatusOf(id, last), ctx.Err()
+		case <-changed:
+		case <-time.After(5 * time.Second): // also ask the API, in case the watch lags
+			if _, err := b.opts.Client.CoreV1().Pods(b.opts.Namespace).Get(ctx, name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+				st := goneStatus(id, last)
+				st.StopRequested = true
+				return st, nil
+			}
+		}
+		p, gone, err := b.lookup(ctx, name)
+		if err != nil {
+			return StatusOf(id, last), err
+		}
+		if p == nil || gone || p.UID != last.UID {
+			if p != nil && gone {
+				last = p
+			}
+			st := goneStatus(id, last)
+			st.StopRequested = true
+			return st, nil
+		}
+		last = p
+	}
+}
+
+// Logs copies the worker's container log, or its last tail lines, from the
+// pod log API to w.
+func (b *Backend) Logs(ctx context.Context, id cluster.WorkerID, tail int, w io.Writer) error {
+	return b.StreamLogs(ctx, id, tail, false, w)
+}
+
+// StreamLogs is Logs, and with follow it goes on until the container ends
+// or ctx is done.
+func (b *Backend) StreamLogs(ctx context.Context, id cluster.WorkerID, tail int, follow bool, w io.Writer) error {
+	if err := id.Validate(); err != nil {
+		return err
+	}
+	opts := &corev1.PodLogOptions{Container: ContainerName, Follow: follow}
+	if tail > 0 {
+		n := int64(tail)
+		opts.TailLines = &n
+	}
+	rc, err := b.opts.Client.CoreV1().Pods(b.opts.Namespace).GetLogs(PodName(id), opts).Stream(ctx)
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("%w: %s (no pod %s/%s)", cluster.ErrNotFound, id, b.opts.Namespace, PodName(id))
+	}
+	if err != nil {
+		return fmt.Errorf("logs of pod %s/%s: %w", b.opts.Namespace, PodName(id), err)
+	}
+	defer rc.Close()
+	_, err = io.Copy(w, rc)
+	return err
+}
+
+// LastOutput is the time stamp the kubelet gave the container's last log
+// line (the pod log API with timestamps and one line), or the zero time if
+// it wrote none yet.
+func (b *Backend) LastOutput(ctx context.Context, id cluster.WorkerID) (time.Time, error) {
+	if err := id.Validate(); err != nil {
+		return time.Time{}, err
+	}
+	one := int64(1)
+	raw, err := b.opts.Client.CoreV1().Pods(b.opts.Namespace).GetLogs(PodName(id), &corev1.PodLogOptions{
+		Container: ContainerName, TailLines: &one, Timestamps: true,
+	}).DoRaw(ctx)
+	if apierrors.IsNotFound(err) {
+		return time.Time{}, fmt.Errorf("%w: %s", cluster.ErrNotFound, id)
+	}
+	if err != nil {
+		return time.Time{}, err
+	}
+	return ParseLogTime(raw)
+}
+
+// ParseLogTime reads the RFC 3339 time stamp that starts a log line of the
+// pod log API with timestamps=true; an empty log is the zero time.
+func ParseLogTime(line []byte) (time.Time, error) {
+	s := strings.TrimSpace(string(line))
+	if s == "" {
+		return time.Time{}, nil
+	}
+	stamp, _, _ := strings.Cut(s, " ")
+	t, err := time.Parse(time.RFC3339Nano, stamp)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("log line without a time stamp: %q", s)
+	}
+	return t, nil
+}
+
+// List returns the workers of every attempt of job that have a pod,
+// ordered by attempt then worker.
+func (b *Backend) List(ctx context.Context, job string) ([]cluster.WorkerStatus, error) {
+	if err := cluster.ValidJobName(job); err != nil {
+		return nil, err
+	}
+	objs, err := b.pods.GetIndexer().ByIndex(cache.NamespaceIndex, b.opts.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	var out []cluster.WorkerStatus
+	base := JobBase(job)
+	for _, o := range objs {
+		p := o.(*corev1.Pod)
+		if p.Labels[LabelJob] != base {
+			continue
+		}
+		if id, ok := idOf(p); ok && id.Job == job {
+			out = append(out, StatusOf(id, p))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].ID.Attempt != out[j].ID.Attempt {
+			return out[i].ID.Attempt < out[j].ID.Attempt
+		}
+		return out[i].ID.Worker < out[j].ID.Worker
+	})
+	return out, nil
+}
+
+// LiveWorkers returns the workers whose pods are bound to node and have not
+// ended (also pods being deleted: their containers may still hold the
+// GPUs), with the GPU indices trainq granted them, ordered by job, attempt
+// and worker.
+func (b *Backend) LiveWorkers(ctx context.Context, node string) ([]cluster.PlacedWorker, error) {
+	if node == "" {
+		return nil, errors.New("live workers: node must not be empty")
+	}
+	objs, err := b.pods.GetIndexer().ByIndex(nodeIndex, node)
+	if err != nil {
+		return nil, err
+	}
+	var out []cluster.PlacedWorker
+	for _, o := range objs {
+		p := o.(*corev1.Pod)
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		id, ok := idOf(p)
+		if !ok {
+			continue
+		}
+		var gpus []int
+		for _, g := range strings.Split(p.Annotations[AnnotationGPUs], ",") {
+			if n, err := strconv.Atoi(g); err == nil {
+				gpus = append(gpus, n)
+			}
+		}
+		out = append(out, cluster.PlacedWorker{WorkerStatus: StatusOf(id, p), Node: node, GPUs: gpus})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, c := out[i].ID, out[j].ID
+		if a.Job != c.Job {
+			return a.Job < c.Job
+		}
+		if a.Attempt != c.Attempt {
+			return a.Attempt < c.Attempt
+		}
+		return a.Worker < c.Worker
+	})
+	return out, nil
+}
