@@ -455,4 +455,3 @@ func (c *Cluster) CreateNamespace(ctx context.Context, name string) error {
 	_, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
 	return err
 }
-
