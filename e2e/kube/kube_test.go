@@ -116,3 +116,194 @@ func TestKubeCancel(t *testing.T) {
 	}
 	assert.Contains(t, strings.Join(reasons, "\n"), "Stopped: stopped by the user")
 }
+
+// TestKubeSeedWorkedExample plays the priorities page's worked example with
+// pods on four 2-GPU nodes: Job 4 starts on the node that Job 1's first pod
+// vacated, and Job 3 waits for Job 0's two nodes, whose preempted pods take
+// their time to stop.
+func TestKubeSeedWorkedExample(t *testing.T) {
+	pw := watchPods(t)
+	startWorker(t)
+	spec := func(class string, workers int, env map[string]string) protocol.JobSpec {
+		return jobSpec("seed", class, workers, env)
+	}
+	job0 := submit(t, spec("low", 2, nil))
+	pw.waitRunning(t, podName(job0, 1, 0), podName(job0, 1, 1))
+	waitState(t, job0, protocol.StateRunning, long)
+	// Job 0's containers take their time to stop once told to.
+	holdPod(t, podName(job0, 1, 0))
+	holdPod(t, podName(job0, 1, 1))
+
+	job1 := submit(t, spec("high", 2, nil))
+	pw.waitRunning(t, podName(job1, 1, 0), podName(job1, 1, 1))
+	st1 := waitState(t, job1, protocol.StateRunning, long)
+	var lastRunning time.Time
+	pw.mu.Lock()
+	for _, n := range []string{podName(job1, 1, 0), podName(job1, 1, 1)} {
+		if pw.running[n].After(lastRunning) {
+			lastRunning = pw.running[n]
+		}
+	}
+	pw.mu.Unlock()
+	t.Logf("FIGURE grant → all pods Running (2 pods): %v", lastRunning.Sub(*st1.Attempts[0].StartedAt).Round(time.Millisecond))
+
+	job2 := submit(t, spec("low", 1, map[string]string{"KWOK_EXIT_AFTER": "1s"}))
+	eventually(t, long, "Job 2 to wait with a reason", func() bool { return status(t, job2).Reason != "" })
+
+	// Job 3 (medium) preempts Job 0 (low), whose pods are marked and deleted
+	// but stay until their containers stop.
+	job3 := submit(t, spec("medium", 2, nil))
+	pw.wait(t, "Job 0's pods to be marked as preempted by Job 3", func(pw *podWatch) bool {
+		for w := range 2 {
+			p := pw.pods[podName(job0, 1, w)]
+			if p == nil || p.Annotations[kubeb.AnnotationPreemptor] != job3 || p.DeletionTimestamp == nil {
+				return false
+			}
+		}
+		return true
+	})
+	var preempted bool
+	for _, e := range events(t, podName(job0, 1, 0)) {
+		preempted = preempted || (e.Reason == "Preempted" && strings.Contains(e.Message, job3))
+	}
+	assert.True(t, preempted, "an event says Job 3 preempted Job 0's pod")
+	eventually(t, long, "Job 3 to wait on Job 0's releasing capacity", func() bool {
+		st := status(t, job3)
+		return st.State == protocol.StatePending && contains(st.WaitingFor, job0)
+	})
+
+	// Job 4 (high) arrives; nothing is free.
+	job4 := submit(t, spec("high", 1, nil))
+	eventually(t, long, "Job 4 to wait with a reason", func() bool { return status(t, job4).Reason != "" })
+
+	// Job 1's first container ends: Job 4 starts on that node, before Job 3.
+	node1w0 := pw.pod(podName(job1, 1, 0)).Spec.NodeName
+	exitPod(t, podName(job1, 1, 0), 0)
+	pw.waitRunning(t, podName(job4, 1, 0))
+	assert.Equal(t, node1w0, pw.pod(podName(job4, 1, 0)).Spec.NodeName, "Job 4 runs where Job 1's first pod ran")
+	assert.Equal(t, protocol.StatePending, status(t, job3).State, "Job 3 needs two whole nodes")
+	assert.Equal(t, protocol.StatePending, status(t, job2).State, "Job 2 waits behind Job 3")
+
+	// Job 0's containers stop: Job 3 gets their two nodes.
+	nodes0 := []string{pw.pod(podName(job0, 1, 0)).Spec.NodeName, pw.pod(podName(job0, 1, 1)).Spec.NodeName}
+	releasePod(t, podName(job0, 1, 0))
+	releasePod(t, podName(job0, 1, 1))
+	pw.waitGone(t, podName(job0, 1, 0), podName(job0, 1, 1))
+	pw.waitRunning(t, podName(job3, 1, 0), podName(job3, 1, 1))
+	assert.ElementsMatch(t, nodes0, []string{pw.pod(podName(job3, 1, 0)).Spec.NodeName, pw.pod(podName(job3, 1, 1)).Spec.NodeName},
+		"Job 3 runs on Job 0's two nodes")
+	assert.Equal(t, protocol.StatePending, status(t, job2).State, "Job 2 waits behind Job 3 and Job 4")
+
+	exitPod(t, podName(job1, 1, 1), 0)
+	waitState(t, job2, protocol.StateCompleted, long)
+	for _, p := range []string{podName(job3, 1, 0), podName(job3, 1, 1), podName(job4, 1, 0)} {
+		exitPod(t, p, 0)
+	}
+	waitState(t, job0, protocol.StatePreempted, long)
+	for _, j := range []string{job1, job3, job4} {
+		waitState(t, j, protocol.StateCompleted, long)
+	}
+}
+
+func contains(list []string, v string) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// TestKubePreemptionReruns: a preempted job's pod is marked with its
+// preemptor, deleted with the allocation's grace and gone before the
+// preemptor starts; the job reruns in a new pod once capacity is back.
+func TestKubePreemptionReruns(t *testing.T) {
+	pw := watchPods(t)
+	startWorker(t)
+	low := jobSpec("preempt", "low", 1, nil)
+	low.MaxRetry = 1
+	victim := submit(t, low)
+	pw.waitRunning(t, podName(victim, 1, 0))
+	waitState(t, victim, protocol.StateRunning, long)
+
+	preemptor := submit(t, jobSpec("preempt", "high", 1, map[string]string{"KWOK_EXIT_AFTER": "2s"}))
+	pw.waitGone(t, podName(victim, 1, 0))
+	pw.mu.Lock()
+	marked, gone := pw.marked[podName(victim, 1, 0)], pw.gone[podName(victim, 1, 0)]
+	p := pw.pods[podName(preemptor, 1, 0)]
+	pw.mu.Unlock()
+	t.Logf("FIGURE preemption (pod marked) → last pod gone: %v", gone.Sub(marked).Round(time.Millisecond))
+	assert.False(t, marked.IsZero(), "the pod was marked before it was deleted")
+	assert.Nil(t, p, "the preemptor's pod is created only once the victim's is gone")
+
+	pw.waitRunning(t, podName(preemptor, 1, 0))
+	waitState(t, preemptor, protocol.StateCompleted, long)
+	// The victim reruns in attempt 2's pod.
+	pw.waitRunning(t, podName(victim, 2, 0))
+	st := status(t, victim)
+	assert.Equal(t, 2, st.Attempt)
+	require.NotNil(t, st.Attempts[0].Preemptor)
+	assert.Equal(t, preemptor, st.Attempts[0].Preemptor.Job)
+	exitPod(t, podName(victim, 2, 0), 0)
+	waitState(t, victim, protocol.StateCompleted, long)
+}
+
+// TestKubeWorkerRestartReattaches: trainq-worker is killed while a job
+// runs; the next one re-attaches to the same pods, creates none, and sees
+// the job through.
+func TestKubeWorkerRestartReattaches(t *testing.T) {
+	pw := watchPods(t)
+	w := startWorker(t)
+	job := submit(t, jobSpec("basic", "medium", 2, nil))
+	w0, w1 := podName(job, 1, 0), podName(job, 1, 1)
+	pw.waitRunning(t, w0, w1)
+	waitState(t, job, protocol.StateRunning, long)
+	uids := []string{string(pw.pod(w0).UID), string(pw.pod(w1).UID)}
+	w.Kill()
+	<-w.Done()
+	exitPod(t, w0, 0) // a container ends while nobody watches
+	startWorker(t)
+	exitPod(t, w1, 0)
+	waitState(t, job, protocol.StateCompleted, long)
+	list, err := env.cluster.Client.CoreV1().Pods(namespace).List(context.Background(), metav1.ListOptions{LabelSelector: kubeb.LabelJob + "=" + job})
+	require.NoError(t, err)
+	var got []string
+	for _, p := range list.Items {
+		got = append(got, string(p.UID))
+	}
+	assert.ElementsMatch(t, uids, got, "the same two pods, and no other")
+}
+
+// TestKubeNodeNotReadyIsNodeLoss: a node whose kubelet stops answering
+// ends the attempt as a node loss (not counted against max_retry); the job
+// reruns on the other node; when the node is back, the allocator fences it:
+// the stale pod is deleted before its GPUs are granted again.
+func TestKubeNodeNotReadyIsNodeLoss(t *testing.T) {
+	pw := watchPods(t)
+	startWorker(t)
+	job := submit(t, jobSpec("lost", "medium", 1, nil))
+	first := podName(job, 1, 0)
+	pw.waitRunning(t, first)
+	waitState(t, job, protocol.StateRunning, long)
+	node := pw.pod(first).Spec.NodeName
+	other := map[string]string{"lost-1": "lost-2", "lost-2": "lost-1"}[node]
+	ctx := context.Background()
+	require.NoError(t, env.cluster.SetNodeDown(ctx, node, true))
+	t.Cleanup(func() { _ = env.cluster.SetNodeDown(context.Background(), node, false) })
+
+	second := podName(job, 2, 0)
+	pw.waitRunning(t, second)
+	assert.Equal(t, other, pw.pod(second).Spec.NodeName, "the rerun goes to the node that is up")
+	st := status(t, job)
+	assert.Equal(t, 1, st.NodeLosses)
+	assert.Equal(t, 0, st.Restarts, "a node loss does not count against max_retry")
+	assert.Contains(t, st.Attempts[0].EndReason, "node "+node+" lost")
+	assert.NotNil(t, pw.pod(first), "nobody could stop the pod on the lost node")
+
+	// The node comes back: the allocator fences it, which deletes the pod
+	// nobody holds.
+	require.NoError(t, env.cluster.SetNodeDown(ctx, node, false))
+	pw.waitGone(t, first)
+	exitPod(t, second, 0)
+	waitState(t, job, protocol.StateCompleted, long)
+}
