@@ -1,0 +1,358 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/trainq/trainq/cluster"
+)
+
+type fakeJobs struct {
+	meta      JobMeta
+	reason    string
+	preemptor string
+}
+
+func (f fakeJobs) Meta(context.Context, string) (JobMeta, error) { return f.meta, nil }
+func (f fakeJobs) StopReason(context.Context, cluster.WorkerID) (string, string, error) {
+	return f.reason, f.preemptor, nil
+}
+
+func newFake(t *testing.T, jobs Jobs, objs ...runtime.Object) (*Backend, *fake.Clientset) {
+	t.Helper()
+	cs := fake.NewClientset(objs...)
+	// The fake gives objects no UID; the API server does.
+	cs.PrependReactor("create", "services", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		svc := a.(k8stesting.CreateAction).GetObject().(*corev1.Service)
+		svc.UID = "uid-" + types.UID(svc.Name)
+		return false, nil, nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := New(ctx, Options{Client: cs, Namespace: "jobs", ImagePullSecrets: []string{"regcred"},
+		TerminationGracePeriod: 45 * time.Second, DefaultImage: "busybox", Jobs: jobs, HeartbeatInterval: 50 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(b.Close)
+	return b, cs
+}
+
+func spec(job string, attempt, worker, workers int) cluster.WorkerSpec {
+	return cluster.WorkerSpec{
+		ID: cluster.WorkerID{Job: job, Attempt: attempt, Worker: worker}, Workers: workers,
+		Node: "gpu-3", GPUs: []int{4, 5}, Type: cluster.TypePyTorch2, Script: "train.py --epochs 3",
+		ProcessesPerWorker: 2, Env: map[string]string{"NCCL_DEBUG": "INFO", "RANK": "99"},
+		Flags: map[string]string{"lr": "0.1"}, BaseImage: "pytorch:2",
+	}
+}
+
+func envMap(p *corev1.Pod) map[string]string {
+	m := map[string]string{}
+	for _, e := range p.Spec.Containers[0].Env {
+		m[e.Name] = e.Value
+	}
+	return m
+}
+
+func TestStartCreatesABoundPodAndAHeadlessService(t *testing.T) {
+	b, cs := newFake(t, fakeJobs{meta: JobMeta{PriorityClass: "high", InstanceType: "a100.2gpu.40vG.24C.192G"}})
+	ctx := context.Background()
+	job := "lm-mpi-job-0b1c"
+	addr, port, err := b.Rendezvous(ctx, job, 2)
+	require.NoError(t, err)
+	assert.Equal(t, "lm-mpi-job-0b1c-a2-w0.lm-mpi-job-0b1c", addr)
+	assert.Equal(t, 29500, port)
+	s := spec(job, 2, 1, 3)
+	s.MasterAddr, s.MasterPort = addr, port
+	st, err := b.Start(ctx, s)
+	require.NoError(t, err)
+	assert.Equal(t, cluster.PhaseRunning, st.Phase)
+
+	pod, err := cs.CoreV1().Pods("jobs").Get(ctx, "lm-mpi-job-0b1c-a2-w1", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "gpu-3", pod.Spec.NodeName, "bound by trainq, not kube-scheduler")
+	assert.Empty(t, pod.Spec.SchedulerName)
+	assert.Equal(t, pod.Name, pod.Spec.Hostname)
+	assert.Equal(t, job, pod.Spec.Subdomain)
+	assert.Equal(t, corev1.RestartPolicyNever, pod.Spec.RestartPolicy)
+	assert.Equal(t, int64(45), *pod.Spec.TerminationGracePeriodSeconds)
+	assert.Equal(t, []corev1.LocalObjectReference{{Name: "regcred"}}, pod.Spec.ImagePullSecrets)
+	assert.Equal(t, map[string]string{
+		LabelManagedBy: "trainq", LabelName: "trainq", LabelComponent: "worker", LabelJob: job,
+		LabelAttempt: "2", LabelWorker: "1", LabelPriorityClass: "high",
+	}, pod.Labels)
+	assert.Equal(t, job, pod.Annotations[AnnotationJobName])
+	assert.Equal(t, "4,5", pod.Annotations[AnnotationGPUs])
+
+	c := pod.Spec.Containers[0]
+	assert.Equal(t, "pytorch:2", c.Image)
+	gpu := c.Resources.Limits[GPUResource]
+	assert.Equal(t, int64(2), gpu.Value())
+	cpu, mem := c.Resources.Requests[corev1.ResourceCPU], c.Resources.Requests[corev1.ResourceMemory]
+	assert.Equal(t, int64(24), cpu.Value())
+	assert.Equal(t, int64(192)<<30, mem.Value())
+	e := envMap(pod)
+	assert.Equal(t, addr, e["MASTER_ADDR"])
+	assert.Equal(t, addr, e["PET_MASTER_ADDR"])
+	assert.Equal(t, "29500", e["MASTER_PORT"])
+	assert.Equal(t, "29500", e["PET_MASTER_PORT"])
+	assert.Equal(t, "3", e["PET_NNODES"])
+	assert.Equal(t, "1", e["PET_NODE_RANK"])
+	assert.Equal(t, "2", e["PET_NPROC_PER_NODE"])
+	assert.Equal(t, "6", e["WORLD_SIZE"])
+	assert.Equal(t, "2", e["RANK"], "trainq's RANK wins over env_variables")
+	assert.Equal(t, "INFO", e["NCCL_DEBUG"])
+	assert.Equal(t, "4,5", e["TRAINQ_GPUS"])
+	assert.Equal(t, "1", e["PYTHONUNBUFFERED"])
+	assert.NotContains(t, e, "CUDA_VISIBLE_DEVICES")
+	// Two processes, each with its own rank.
+	script := c.Command[2]
+	assert.Contains(t, script, "(RANK=2 LOCAL_RANK=0 exec python3 train.py --epochs 3 --lr=0.1) &")
+	assert.Contains(t, script, "(RANK=3 LOCAL_RANK=1 exec python3 train.py --epochs 3 --lr=0.1) &")
+
+	svc, err := cs.CoreV1().Services("jobs").Get(ctx, job, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, corev1.ClusterIPNone, svc.Spec.ClusterIP)
+	assert.True(t, svc.Spec.PublishNotReadyAddresses)
+	assert.Equal(t, map[string]string{LabelManagedBy: "trainq", LabelJob: job}, svc.Spec.Selector)
+	require.Len(t, pod.OwnerReferences, 1)
+	assert.Equal(t, "Service", pod.OwnerReferences[0].Kind)
+	assert.Equal(t, job, pod.OwnerReferences[0].Name)
+	assert.Equal(t, svc.UID, pod.OwnerReferences[0].UID)
+}
+
+func TestStartIsIdempotent(t *testing.T) {
+	b, cs := newFake(t, nil)
+	ctx := context.Background()
+	s := spec("j1", 1, 0, 1)
+	_, err := b.Start(ctx, s)
+	require.NoError(t, err)
+	_, err = b.Start(ctx, s)
+	require.NoError(t, err)
+	creates := 0
+	for _, a := range cs.Actions() {
+		if a.GetVerb() == "create" && a.GetResource().Resource == "pods" {
+			creates++
+		}
+	}
+	assert.Equal(t, 1, creates, "a repeated Start finds the pod and creates none")
+}
+
+func TestStartWithoutImageFails(t *testing.T) {
+	cs := fake.NewClientset()
+	b, err := New(context.Background(), Options{Client: cs, Namespace: "jobs"})
+	require.NoError(t, err)
+	defer b.Close()
+	s := spec("j1", 1, 0, 1)
+	s.BaseImage = ""
+	_, err = b.Start(context.Background(), s)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "base_image")
+}
+
+func TestNotebookGetsAJupyterPortAndURL(t *testing.T) {
+	b, cs := newFake(t, fakeJobs{meta: JobMeta{PriorityClass: "high", Notebook: true}})
+	ctx := context.Background()
+	s := spec("jupyter-abc", 1, 0, 1)
+	s.Type = cluster.TypeBinary
+	_, err := b.Start(ctx, s)
+	require.NoError(t, err)
+	pod, err := cs.CoreV1().Pods("jobs").Get(ctx, "jupyter-abc-a1-w0", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "notebook", pod.Labels[LabelComponent])
+	assert.Equal(t, "http://jupyter-abc-a1-w0.jupyter-abc.jobs.svc:8888/", pod.Annotations[AnnotationURL])
+	svc, err := cs.CoreV1().Services("jobs").Get(ctx, "jupyter-abc", metav1.GetOptions{})
+	require.NoError(t, err)
+	var ports []int32
+	for _, p := range svc.Spec.Ports {
+		ports = append(ports, p.Port)
+	}
+	assert.Contains(t, ports, int32(8888))
+}
+
+func TestStopMarksThePodAndDeletesItWithTheGrace(t *testing.T) {
+	b, cs := newFake(t, fakeJobs{reason: "preempted by lm-mpi-job-9 (high job): needs GPUs", preemptor: "lm-mpi-job-9"})
+	ctx := context.Background()
+	_, err := b.Start(ctx, spec("j1", 1, 0, 1))
+	require.NoError(t, err)
+	var graceSeen int64
+	cs.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if d, ok := a.(k8stesting.DeleteActionImpl); ok && d.DeleteOptions.GracePeriodSeconds != nil {
+			graceSeen = *d.DeleteOptions.GracePeriodSeconds
+		}
+		return false, nil, nil
+	})
+	st, err := b.Stop(ctx, cluster.WorkerID{Job: "j1", Attempt: 1}, 7*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, cluster.PhaseExited, st.Phase)
+	assert.True(t, st.StopRequested)
+	assert.Equal(t, int64(7), graceSeen)
+	evs, err := cs.CoreV1().Events("jobs").List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	require.Len(t, evs.Items, 1)
+	assert.Equal(t, "Preempted", evs.Items[0].Reason)
+	assert.Contains(t, evs.Items[0].Message, "lm-mpi-job-9")
+	// The pod was annotated before it was deleted.
+	var patched, deleted int
+	for i, a := range cs.Actions() {
+		if a.GetVerb() == "patch" && a.GetSubresource() == "" && patched == 0 {
+			patched = i
+			assert.Contains(t, string(a.(k8stesting.PatchAction).GetPatch()), "lm-mpi-job-9")
+		}
+		if a.GetVerb() == "delete" {
+			deleted = i
+		}
+	}
+	assert.Positive(t, patched)
+	assert.Less(t, patched, deleted)
+	// A stopped (gone) worker is stopped again at once.
+	st, err = b.Stop(ctx, cluster.WorkerID{Job: "j1", Attempt: 1}, time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, cluster.PhaseExited, st.Phase)
+}
+
+func pod(name, node string, phase corev1.PodPhase, labels map[string]string, ann map[string]string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "jobs", Labels: labels, Annotations: ann},
+		Spec: corev1.PodSpec{NodeName: node}, Status: corev1.PodStatus{Phase: phase}}
+}
+
+func TestLiveWorkersListsThePodsOfANodeThatHaveNotEnded(t *testing.T) {
+	mk := func(job string, worker int, node string, phase corev1.PodPhase) *corev1.Pod {
+		id := cluster.WorkerID{Job: job, Attempt: 1, Worker: worker}
+		return pod(PodName(id), node, phase, workerLabels(id, "worker"), map[string]string{AnnotationJobName: job, AnnotationGPUs: "0,1"})
+	}
+	b, _ := newFake(t, nil,
+		mk("b", 0, "n1", corev1.PodRunning), mk("a", 1, "n1", corev1.PodPending), mk("a", 0, "n1", corev1.PodSucceeded),
+		mk("c", 0, "n2", corev1.PodRunning))
+	live, err := b.LiveWorkers(context.Background(), "n1")
+	require.NoError(t, err)
+	require.Len(t, live, 2)
+	assert.Equal(t, cluster.WorkerID{Job: "a", Attempt: 1, Worker: 1}, live[0].ID)
+	assert.Equal(t, cluster.WorkerID{Job: "b", Attempt: 1, Worker: 0}, live[1].ID)
+	assert.Equal(t, []int{0, 1}, live[0].GPUs)
+	list, err := b.List(context.Background(), "a")
+	require.NoError(t, err)
+	assert.Len(t, list, 2)
+}
+
+func TestStatusOfEndedPods(t *testing.T) {
+	id := cluster.WorkerID{Job: "j", Attempt: 1}
+	p := pod("j-a1-w0", "n", corev1.PodFailed, nil, nil)
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: ContainerName, State: corev1.ContainerState{
+		Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled", FinishedAt: metav1.Now()}}}}
+	st := StatusOf(id, p)
+	assert.Equal(t, cluster.PhaseExited, st.Phase)
+	assert.Equal(t, 137, st.ExitCode)
+	assert.True(t, st.Signaled)
+
+	rejected := pod("j-a1-w0", "n", corev1.PodFailed, nil, nil)
+	rejected.Status.Reason, rejected.Status.Message = "OutOfnvidia.com/gpu", "Node didn't have enough resource: nvidia.com/gpu"
+	why, now := startFailure(rejected)
+	assert.True(t, now)
+	assert.Contains(t, why, "OutOfnvidia.com/gpu")
+
+	pulling := pod("j-a1-w0", "n", corev1.PodPending, nil, nil)
+	pulling.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: ContainerName, State: corev1.ContainerState{
+		Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "Back-off pulling image"}}}}
+	why, now = startFailure(pulling)
+	assert.False(t, now, "a pull may still succeed: fail only after image_pull_timeout")
+	assert.Equal(t, "ImagePullBackOff: Back-off pulling image", why)
+	assert.Equal(t, cluster.PhaseRunning, StatusOf(id, pulling).Phase)
+}
+
+func TestWaitFailsAPodThatCannotPullItsImage(t *testing.T) {
+	b, cs := newFake(t, nil)
+	b.opts.ImagePullTimeout = 100 * time.Millisecond
+	ctx := context.Background()
+	_, err := b.Start(ctx, spec("j1", 1, 0, 1))
+	require.NoError(t, err)
+	p, err := cs.CoreV1().Pods("jobs").Get(ctx, "j1-a1-w0", metav1.GetOptions{})
+	require.NoError(t, err)
+	p.Status.Phase = corev1.PodPending
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: ContainerName, State: corev1.ContainerState{
+		Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: "not found"}}}}
+	_, err = cs.CoreV1().Pods("jobs").UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	beats := 0
+	_, err = b.Wait(wctx, cluster.WorkerID{Job: "j1", Attempt: 1}, func(cluster.WorkerStatus) { beats++ })
+	require.Error(t, err)
+	assert.False(t, errors.Is(err, context.DeadlineExceeded))
+	assert.Contains(t, err.Error(), "worker 0 could not start: pod j1-a1-w0 on node gpu-3: ErrImagePull: not found")
+	assert.Positive(t, beats)
+}
+
+func TestWaitReportsTheExitOfAWatchedPod(t *testing.T) {
+	b, cs := newFake(t, nil)
+	ctx := context.Background()
+	_, err := b.Start(ctx, spec("j1", 1, 0, 1))
+	require.NoError(t, err)
+	done := make(chan cluster.WorkerStatus, 1)
+	go func() {
+		st, _ := b.Wait(ctx, cluster.WorkerID{Job: "j1", Attempt: 1}, nil)
+		done <- st
+	}()
+	p, err := cs.CoreV1().Pods("jobs").Get(ctx, "j1-a1-w0", metav1.GetOptions{})
+	require.NoError(t, err)
+	p.Status.Phase = corev1.PodFailed
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: ContainerName, State: corev1.ContainerState{
+		Terminated: &corev1.ContainerStateTerminated{ExitCode: 3, FinishedAt: metav1.Now()}}}}
+	_, err = cs.CoreV1().Pods("jobs").UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	select {
+	case st := <-done:
+		assert.Equal(t, cluster.PhaseExited, st.Phase)
+		assert.Equal(t, 3, st.ExitCode)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait did not see the pod end")
+	}
+	_, err = b.Wait(ctx, cluster.WorkerID{Job: "never", Attempt: 1}, nil)
+	assert.ErrorIs(t, err, cluster.ErrNotFound)
+}
+
+func TestNames(t *testing.T) {
+	assert.Equal(t, "lm-mpi-job-0b1c", JobBase("lm-mpi-job-0b1c"))
+	for _, job := range []string{"My_Job.v2", "7-eleven", strings.Repeat("x", 200)} {
+		base := JobBase(job)
+		assert.True(t, isDNS1035(base), "%q -> %q is a DNS-1035 label", job, base)
+		assert.LessOrEqual(t, len(PodName(cluster.WorkerID{Job: job, Attempt: 104, Worker: 1023})), 63)
+	}
+	assert.NotEqual(t, JobBase("a_b"), JobBase("a.b"), "different jobs never share a base")
+}
+
+func TestParseLogTime(t *testing.T) {
+	ts, err := ParseLogTime([]byte("2026-11-30T18:00:01.123456789Z epoch 3 loss 0.1\n"))
+	require.NoError(t, err)
+	assert.Equal(t, 123456789, ts.Nanosecond())
+	ts, err = ParseLogTime(nil)
+	require.NoError(t, err)
+	assert.True(t, ts.IsZero())
+	_, err = ParseLogTime([]byte("no stamp"))
+	assert.Error(t, err)
+}
+
+func TestNodeReady(t *testing.T) {
+	ready := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "up"}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+	down := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "down"}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, Message: "Kubelet stopped posting node status."}}}}
+	b, _ := newFake(t, nil, ready, down)
+	ok, _ := b.NodeReady("up")
+	assert.True(t, ok)
+	ok, why := b.NodeReady("down")
+	assert.False(t, ok)
+	assert.Equal(t, "has an Unknown Ready condition: Kubelet stopped posting node status.", why)
+	ok, why = b.NodeReady("nowhere")
+	assert.False(t, ok)
+	assert.Equal(t, "does not exist in the cluster", why)
+}
