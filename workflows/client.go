@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/sdk/contrib/envconfig"
 	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/trainq/trainq/config"
 	"github.com/trainq/trainq/protocol"
@@ -604,15 +605,20 @@ func checkQueueRoom(ctx context.Context, c client.Client, cfg *config.Config, sp
 	return nil
 }
 
-// countsMaxAge is how long a process reuses an allocation's queue counts for
-// the queue-length check: a burst of submissions through one API server
-// asks the allocator once a second, not once per submission.
-const countsMaxAge = time.Second
+// How long a process reuses an allocation's queue counts for the
+// queue-length check: a burst of submissions through one API server asks the
+// allocator at most once a second, and once every ten seconds while the
+// queue is far from full.
+const (
+	countsMaxAgeNearFull = time.Second
+	countsMaxAge         = 10 * time.Second
+)
 
 var countsCache = struct {
 	sync.Mutex
 	at     map[string]time.Time
 	counts map[string]protocol.QueueCounts
+	flight singleflight.Group
 }{at: map[string]time.Time{}, counts: map[string]protocol.QueueCounts{}}
 
 func recentCounts(ctx context.Context, c client.Client, region, allocation string) (protocol.QueueCounts, error) {
@@ -621,17 +627,25 @@ func recentCounts(ctx context.Context, c client.Client, region, allocation strin
 	at, ok := countsCache.at[id]
 	counts := countsCache.counts[id]
 	countsCache.Unlock()
-	if ok && time.Since(at) < countsMaxAge {
+	maxAge := countsMaxAge
+	if counts.MaxWaiting > 0 && counts.Waiting*2 >= counts.MaxWaiting {
+		maxAge = countsMaxAgeNearFull
+	}
+	if ok && time.Since(at) < maxAge {
 		return counts, nil
 	}
-	qctx, cancel := context.WithTimeout(ctx, countsTimeout)
-	defer cancel()
-	counts, err := Counts(qctx, c, region, allocation)
-	if err != nil {
-		return counts, err
-	}
-	countsCache.Lock()
-	countsCache.at[id], countsCache.counts[id] = time.Now(), counts
-	countsCache.Unlock()
-	return counts, nil
+	// Concurrent submissions share one query.
+	v, err, _ := countsCache.flight.Do(id, func() (any, error) {
+		qctx, cancel := context.WithTimeout(ctx, countsTimeout)
+		defer cancel()
+		counts, err := Counts(qctx, c, region, allocation)
+		if err != nil {
+			return counts, err
+		}
+		countsCache.Lock()
+		countsCache.at[id], countsCache.counts[id] = time.Now(), counts
+		countsCache.Unlock()
+		return counts, nil
+	})
+	return v.(protocol.QueueCounts), err
 }
