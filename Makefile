@@ -4,7 +4,7 @@ TEMPORAL_CLI_VERSION := v1.5.1
 TEMPORAL := $(CURDIR)/bin/temporal
 export TRAINQ_TEMPORAL_BIN := $(TEMPORAL)
 
-.PHONY: all build demo dev test test-unit bench chaos fuzz histories vet clean
+.PHONY: all build demo dev dev-k8s kube-bins test test-unit bench simulate chaos fuzz histories vet clean
 
 all: build
 
@@ -19,6 +19,11 @@ $(TEMPORAL):
 	@echo "Installing the Temporal CLI $(TEMPORAL_CLI_VERSION) into bin/ (a few minutes, once)..."
 	GOBIN=$(CURDIR)/bin $(GO) install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI_VERSION)
 
+## kube-bins: the test cluster's kube-apiserver, etcd and kwok, built from the Go module proxy into
+## bin/kube/ once per version (tools/kube/install.sh; about 12 minutes cold, nothing when cached)
+kube-bins:
+	tools/kube/install.sh
+
 ## demo: start a dev server and a worker, play the priorities page's worked example; Ctrl-C stops all
 demo: build $(TEMPORAL)
 	scripts/dev.sh demo
@@ -27,10 +32,14 @@ demo: build $(TEMPORAL)
 dev: build $(TEMPORAL)
 	scripts/dev.sh
 
-## test: every test, including the ones against a real Temporal dev server
-test: build $(TEMPORAL)
+## dev-k8s: like dev, with jobs running as pods on a local kube-apiserver whose nodes kwok plays
+dev-k8s: build $(TEMPORAL) kube-bins
+	$(GO) run ./internal/kubetest/cmd/dev-k8s
+
+## test: every test, including the ones against a real Temporal dev server and a real kube-apiserver
+test: build $(TEMPORAL) kube-bins
 	$(GO) vet ./...
-	$(GO) test -count=1 -timeout 18m ./...
+	TRAINQ_REQUIRE_KUBE=1 $(GO) test -count=1 -timeout 18m ./...
 
 ## test-unit: the tests that need no server
 test-unit:
@@ -45,6 +54,12 @@ bench: build $(TEMPORAL)
 ## terminate; fails unless every GPU had one holder and every job ended (TRAINQ_CHAOS_SEED, TRAINQ_CHAOS_REPORT)
 chaos: build $(TEMPORAL)
 	TRAINQ_CHAOS=full $(GO) test -count=1 -timeout 25m -run TestChaos -v ./e2e/
+
+## simulate: replay the Alibaba GPU v2023 trace through the scheduler under each policy (TRACE=dir, NODES=10)
+TRACE ?= ../shared/traces/alibaba-gpu-v2023
+NODES ?= 10
+simulate: build
+	bin/trainq simulate --trace $(TRACE) --nodes $(NODES)
 
 ## fuzz: run the fuzz targets for a while (FUZZTIME=2m), and the API's whole request path
 ## (method, path, query, headers, body through every handler) for API_FUZZTIME (10m)
