@@ -62,7 +62,7 @@ func (p *Pool) Adopt(a Adoption) error {
 	}
 
 	rj := &runJob{r: r, fam: p.famIdx[r.Demand.Family], startedAt: normTime(a.StartedAt), nodes: nodes, gpus: gpus,
-		released: released, nReleased: nReleased}
+		released: released, nReleased: nReleased, preemptions: r.Preemptions}
 	for w, n := range nodes {
 		if released[w] {
 			continue
@@ -74,6 +74,8 @@ func (p *Pool) Adopt(a Adoption) error {
 		nd.freeRAM -= r.Demand.RAMGB
 	}
 	p.running[r.Job] = rj
+	p.place(rj)
+	p.touch()
 	if a.Releasing || nReleased > 0 {
 		p.beginRelease(rj)
 	}

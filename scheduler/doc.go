@@ -13,40 +13,96 @@
 //     re-queued (preempted) job keeps its Seq and so returns to the front of its class.
 //   - A request needs Workers workers, each with the whole per-worker Demand on one node of the
 //     requested family, all on distinct nodes, all at once (gang). GPUs are handed out as the
-//     lowest free indices on the node. Placement is best-fit: the feasible nodes that leave the
-//     fewest free GPUs, then the fewest free CPU cores, then config order.
+//     lowest free indices on the node.
 //   - Capacity is free only when no worker holds it. A stopping job's capacity is "releasing": it
 //     is never granted to anyone and becomes free worker by worker, as each Release is reported.
+//   - Capacity of a preempted job is nominated to its preemptor: while the job stops, and once
+//     a worker has stopped, the free capacity it left (a hold), until the preemptor is granted or
+//     withdrawn. No other request sees nominated capacity, but a request of a strictly higher
+//     class may take it over (rule c). Capacity nominated to a request that was granted stays out
+//     of sight until the victim has stopped, and for free capacity until the next event.
 //   - Schedule walks the waiting requests in order. For each request:
-//     (a) if it fits on free capacity not reserved for a better request, it is granted;
-//     (b) else, if it fits on free plus releasing capacity not reserved for a better request,
-//     that capacity is reserved (nominated) for it and it waits;
-//     (c) else it may preempt (see below); the victims' capacity becomes releasing and is
-//     nominated to it. Nominations are derived afresh on every pass, so a better request that
-//     arrives later takes them over and nothing leaks.
+//     (a) a request for which jobs were preempted (not one that took their capacity over) waits
+//     for that capacity rather than start elsewhere: if it fits on nodes that include capacity of
+//     its victims (those first), it starts there if they are free, else it holds them and waits,
+//     and capacity freed elsewhere meanwhile serves the requests behind it;
+//     (b) if it fits on free capacity, it is granted: best fit, the feasible nodes that leave the
+//     fewest free GPUs, then the fewest free CPU cores, then config order (nodes with capacity
+//     nominated to it first);
+//     (c) else, if it fits on free plus releasing capacity, it holds that capacity and waits: the
+//     nodes with capacity nominated to it first, then those that need the least releasing
+//     capacity, then config order (no best fit here, so that a second pass holds what the first
+//     held); on each node free capacity is taken first;
+//     (d) else it may preempt (see below) or take over capacity nominated to a strictly
+//     lower-class request; the victims' capacity becomes releasing and nominated to it;
+//     (e) else, a medium or low request that has been the first waiting request of its class for
+//     Policy.ReserveAfter reserves the nodes where it will fit soonest (see Reservations).
 //   - Queueing best-effort-fifo (default): a later request may use capacity no better request
-//     has reserved. strict-fifo: after the first request that cannot start in a pass, nothing
-//     later starts, reserves or preempts in that pass.
+//     holds. strict-fifo: after the first request that cannot start in a pass, nothing later
+//     starts, holds, preempts or reserves in that pass.
+//   - A second pass at the same instant, with no event in between, decides nothing. A pass with no
+//     event since a pass that decided nothing returns at once, unless Pool.NextWake has come (a
+//     running job reached MinRuntimeBeforePreemption, or a class's first request reached
+//     ReserveAfter); the allocator should call Schedule then.
 //   - A lost node (Pool.MarkNodeLost: its agent stopped answering) is fenced: nothing is granted on
 //     it and no pass counts its free or releasing capacity for anyone, so nothing is nominated on
 //     it and nobody is preempted for capacity there. Jobs placed on it keep holding until they are
 //     Released or Cancelled, as anywhere else. Pool.MarkNodeUp returns it to scheduling.
 //   - Admission (Pool.Admit) rejects requests that could not fit even the empty pool.
 //   - Pool.Adopt rebuilds a lost allocator state from the jobs: it records a job that already holds
-//     capacity as if it had been granted its placement, and refuses anything held twice.
+//     capacity as if it had been granted its placement, and refuses anything held twice. It cannot
+//     know nominations, holds, reservations or checkpoints; they start afresh.
 //   - Pool.Reconfigure swaps nodes and policy all-or-nothing: nodes may be added or reordered; a
 //     node may be removed or changed only while no running or releasing job is placed on it.
 //     Waiting requests that no longer pass Admit are removed and returned to the caller.
 //
 // # Victim ordering
 //
-// A request that fits neither on free nor on free+releasing capacity may preempt running (not
-// already releasing) jobs of a strictly lower class, never of an equal or higher class and never
-// notebooks, and only jobs that have run for at least Policy.MinRuntimeBeforePreemption.
-// Candidates are ordered lowest class first, then most recently started first (then by job id),
-// as Kueue and Slurm do. They are added greedily in that order until the request would fit on
-// free + releasing + victims' capacity; then a minimisation pass walks the chosen victims in
-// reverse order of addition and drops every victim the request still fits without. The result is
-// the fewest, least valuable, least progressed jobs. Victims become releasing and remember their
+// A request that can neither start nor hold enough free and releasing capacity may preempt
+// running (not already releasing) jobs that are all of:
+//
+//   - of a strictly lower class, and not notebooks;
+//   - running for at least Policy.MinRuntimeBeforePreemption;
+//   - preempted fewer than Policy.MaxPreemptions times so far (default 3), counting every attempt
+//     of the job (see Request.Preemptions);
+//   - such that preempting them loses at most Policy.MaxLossGPUHours of work (default 24): their
+//     GPUs × the time since their attempt started or since their last checkpoint
+//     (Pool.Checkpointed), whichever is later.
+//
+// It may also take over capacity nominated to a request of a strictly lower class (that loses no
+// work). On each node of its family (not lost, not reserved in this pass), the candidates are
+// ordered by:
+//
+//  1. class, lowest first (for a takeover, the class of the request it takes from);
+//  2. a takeover before a preemption;
+//  3. for preemptions: unprotected before protected, where a job is protected while its current
+//     attempt, after k earlier preemptions, has run less than 15m × 2^(k-1) (at most 24h);
+//  4. the least work lost (GPU-seconds, then seconds, as above);
+//  5. job id (for takeovers, the nomination's age).
+//
+// In that order, every candidate that frees nothing the worker still lacks on that node (no job
+// is preempted for a resource it does not hold) is skipped and the others are added until one
+// worker fits there; then, walking the chosen ones backwards, every one the worker fits without
+// is dropped. Nodes are then ranked by the highest class among their victims, the number of
+// protected victims, the work lost, the number of victims, and config order, and the cheapest
+// nodes are taken until every worker has a node (nodes that fit without victims count first).
+// Finally the union of their victims, walked from the most valuable down, drops every victim the
+// request still fits without (a job with workers on several nodes may make another unneeded).
+// The result is the set that loses the least work, not the fewest jobs: eight 1-GPU jobs that ran
+// an hour go before one 8-GPU job that ran two. Victims become releasing and remember their
 // preemptor (RunningInfo.PreemptedBy).
+//
+// # Reservations
+//
+// With Policy.ReserveAfter > 0 (the config default is 30m), a medium or low request that has been
+// the first waiting request of its class for that long, and can neither start, hold capacity nor
+// preempt, reserves nodes so that they drain for it: per node it counts what it would still lack
+// once the free and releasing capacity in its sight and every job it may preempt are gone, and
+// takes the nodes that lack the fewest GPUs, then CPU, then RAM, then those it reserved in the
+// last pass, then config order. On each it holds the free and releasing capacity up to its demand,
+// and no later request of the pass may preempt there, so nothing later in the queue starts on it
+// (requests ahead of it, of higher classes, still may). High requests do not reserve: they are
+// blocked only by high-priority work and notebooks, and reserving nodes for them held back other
+// high-priority jobs in the simulator (trainq simulate) without starting them any sooner.
+// View shows the reserved nodes (NodeInfo.ReservedFor, WaitingInfo.Reserved).
 package scheduler

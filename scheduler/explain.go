@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 )
 
 // maxWaitingFor bounds WaitingInfo.WaitingFor for requests blocked by better requests.
@@ -18,6 +19,11 @@ func (p *Pool) View() View {
 	v := View{Waiting: make([]WaitingInfo, len(p.waiting)), Nodes: p.nodeInfos()}
 	for i := range p.waiting {
 		v.Waiting[i] = ex.info(i)
+	}
+	for _, r := range pl.reserves {
+		for _, n := range r.nodes {
+			v.Nodes[n].ReservedFor = r.w.r.Job
+		}
 	}
 	for _, rj := range p.sortedRunning() {
 		v.Running = append(v.Running, p.runningInfo(rj))
@@ -41,7 +47,8 @@ type explainer struct {
 	classStart [3]int              // index of the first waiting request of each class
 	holders    map[int32][]*runJob // node -> releasing (or to-be-preempted) jobs holding capacity there
 	planVictim map[*runJob]*waitReq
-	needs      map[int32]string // needText per shape
+	planTaken  map[*runJob]*waitReq // stopping victims whose capacity a better request takes over
+	needs      map[int32]string     // needText per shape
 	lost       map[int32]lostFit
 }
 
@@ -52,7 +59,13 @@ type lostFit struct {
 }
 
 func (p *Pool) newExplainer(pl *plan) *explainer {
-	ex := &explainer{p: p, pl: pl, holders: map[int32][]*runJob{}, planVictim: map[*runJob]*waitReq{}, needs: map[int32]string{}, lost: map[int32]lostFit{}}
+	ex := &explainer{p: p, pl: pl, holders: map[int32][]*runJob{}, planVictim: map[*runJob]*waitReq{}, planTaken: map[*runJob]*waitReq{},
+		needs: map[int32]string{}, lost: map[int32]lostFit{}}
+	for _, t := range pl.takeovers {
+		if t.v != nil {
+			ex.planTaken[t.v] = t.by
+		}
+	}
 	for c := Low; c <= High; c++ {
 		ex.classStart[c] = sort.Search(len(p.waiting), func(i int) bool { return p.waiting[i].r.Class <= c })
 	}
@@ -85,7 +98,10 @@ func (ex *explainer) preemptedFor(rj *runJob, job string) bool {
 	if by := ex.planVictim[rj]; by != nil {
 		return by.r.Job == job
 	}
-	return rj.preemptedBy != nil && rj.preemptedBy.Job == job
+	if by := ex.planTaken[rj]; by != nil {
+		return by.r.Job == job
+	}
+	return slices.ContainsFunc(rj.nominee, func(nb *Preemptor) bool { return nb.Job == job })
 }
 
 func (ex *explainer) info(i int) WaitingInfo {
@@ -179,7 +195,7 @@ func (ex *explainer) info(i int) WaitingInfo {
 				wi.Reason += fmt.Sprintf("; capacity on %s is %s by %s", where, verb, g.holders)
 			}
 			if g.mine {
-				wi.Reason += " (preempted for you)"
+				wi.Reason += " (nominated to you)"
 			}
 		}
 		wi.WaitingFor = sortedUnique(waitFor)
@@ -189,6 +205,18 @@ func (ex *explainer) info(i int) WaitingInfo {
 		wi.Reason = fmt.Sprintf("%s; the allocation uses strict-fifo queueing, so nothing starts before %s (position %d), which cannot start yet",
 			behind, b.r.Job, o.blocker+1)
 		wi.WaitingFor = []string{b.r.Job}
+	case outReserving:
+		names := make([]string, len(o.nodes))
+		for k, n := range o.nodes {
+			names[k] = p.nodes[n].Name
+		}
+		wi.Reserved = names
+		since := p.lastNow.Sub(p.heads[r.Class].since)
+		wi.Reason = fmt.Sprintf("waiting for %s; it has been the first %s-priority request for %s (reserve_after %s), so %s %s reserved for it: no later job starts there until it fits",
+			need, r.Class, since.Round(time.Second), p.policy.ReserveAfter, plural(len(names), "node", "nodes")+" "+listText(names), plural(len(names), "is", "are"))
+		if behind != "" {
+			wi.Reason = behind + "; " + wi.Reason
+		}
 	case outPrevAttempt:
 		prev := p.running[r.Job]
 		wi.Reason = fmt.Sprintf("waiting for its previous attempt (%d) to release its capacity", prev.r.Attempt)
@@ -240,6 +268,14 @@ func (ex *explainer) info(i int) WaitingInfo {
 		wi.Reason = "waiting"
 	}
 	return wi
+}
+
+// listText joins names, shortening long lists: "a, b, c and 4 more".
+func listText(names []string) string {
+	if len(names) > 4 {
+		return fmt.Sprintf("%s and %d more", strings.Join(names[:3], ", "), len(names)-3)
+	}
+	return strings.Join(names, ", ")
 }
 
 func sortedUnique(s []string) []string {

@@ -63,7 +63,22 @@ func sched(t testing.TB, p *Pool, now time.Time) Decisions {
 	for _, w := range p.waiting {
 		waiting[w.r.Job] = w.r
 	}
+	if !p.dirty && (p.wake.IsZero() || now.Before(p.wake)) {
+		// The pass is skipped: a full pass (a restored copy runs one) must decide nothing.
+		q, err := Restore(p.Snapshot())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := q.Schedule(now); len(d.Grants)+len(d.Preemptions) > 0 {
+			t.Fatalf("Schedule skipped a pass that decides %s", mustJSON(t, d))
+		}
+	}
 	d := p.Schedule(now)
+	// Idempotence: a second pass at the same instant, with no event in between, decides nothing.
+	p.dirty = true
+	if d2 := p.Schedule(now); len(d2.Grants)+len(d2.Preemptions) > 0 {
+		t.Fatalf("a second pass at the same time decided %s after %s", mustJSON(t, d2), mustJSON(t, d))
+	}
 	for _, g := range d.Grants {
 		r, ok := waiting[g.Job]
 		if !ok || r.Attempt != g.Attempt {
@@ -185,6 +200,7 @@ func checkInvariants(t testing.TB, p *Pool) {
 			t.Fatalf("notebook %s is not high", w.r.Job)
 		}
 	}
+	checkPreemptibleCounts(t, p)
 	// Lost nodes: the families place only on the others, and no plan reserves anything on them.
 	var lost []string
 	for f := range p.fams {
@@ -281,4 +297,18 @@ func victims(d Decisions) []string {
 		out = append(out, pe.Victim)
 	}
 	return out
+}
+
+// checkPreemptibleCounts recomputes Pool.nPreemptible.
+func checkPreemptibleCounts(t testing.TB, p *Pool) {
+	t.Helper()
+	want := make([][3]int, len(p.fams))
+	for _, rj := range p.running {
+		if !rj.releasing && rj.r.Kind != KindNotebook {
+			want[rj.fam][rj.r.Class]++
+		}
+	}
+	if !slices.Equal(want, p.nPreemptible) {
+		t.Fatalf("preemptible counts %v, want %v", p.nPreemptible, want)
+	}
 }

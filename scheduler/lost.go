@@ -39,6 +39,7 @@ func (p *Pool) setLost(node string, lost bool) bool {
 	}
 	p.nodes[n].lost = lost
 	p.refreshLive(p.nodes[n].fam)
+	p.touch()
 	return true
 }
 

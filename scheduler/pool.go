@@ -74,9 +74,9 @@ type runJob struct {
 	nReleased   int
 	releasing   bool
 	preemptedBy *Preemptor
-	// nominee is who the capacity of this preempted attempt is nominated to: its preemptor, or a
-	// strictly better request that took it over.
-	nominee *Preemptor
+	// nominee is, per worker, who the capacity of this preempted attempt is nominated to: its
+	// preemptor, or a strictly better request that took it over. Nil unless preempted.
+	nominee []*Preemptor
 	// preemptions counts the job's preemptions, this attempt's included; preemptSeq orders the
 	// preemptions (1, 2, ... per pool) and is 0 unless this attempt was preempted.
 	preemptions int
@@ -114,6 +114,10 @@ type Pool struct {
 	// heads is, per class, the first waiting request and since when it has been first, with the
 	// nodes reserved for it by the last pass (see Policy.ReserveAfter).
 	heads [3]head
+
+	// nPreemptible counts, per family and class, the running jobs that are not stopping and not
+	// notebooks: a request with none below its class needs no victim search.
+	nPreemptible [][3]int
 
 	// dirty is false after a pass that decided nothing while no event changed the pool since: a
 	// pass at a time before wake then decides nothing either, and Schedule returns at once.
@@ -203,6 +207,7 @@ func NewPool(nodes []Node, policy Policy) (*Pool, error) {
 		p.nodeIdx[n.Name] = int32(i)
 		p.nodes = append(p.nodes, node{Node: n, fam: f, freeGPU: n.GPUs, freeCPU: n.CPU, freeRAM: n.RAMGB})
 	}
+	p.nPreemptible = make([][3]int, len(p.fams))
 	p.sc = newScratch()
 	return p, nil
 }
@@ -427,6 +432,7 @@ func (p *Pool) beginRelease(rj *runJob) {
 	if rj.releasing {
 		return
 	}
+	p.countPreemptible(rj, -1)
 	rj.releasing = true
 	d := &rj.r.Demand
 	for w, n := range rj.nodes {
@@ -442,7 +448,8 @@ func (p *Pool) beginRelease(rj *runJob) {
 func (p *Pool) freeWorker(rj *runJob, w int) {
 	d := &rj.r.Demand
 	nd := &p.nodes[rj.nodes[w]]
-	if pb := rj.nominee; pb != nil && rj.preemptSeq > 0 && p.waitIdx[pb.Job] != nil {
+	if rj.nominee != nil && rj.preemptSeq > 0 && p.waitIdx[rj.nominee[w].Job] != nil {
+		pb := rj.nominee[w]
 		p.addHold(hold{by: pb.Job, class: pb.Class, n: rj.nodes[w], g: d.GPUs, c: d.CPU, r: d.RAMGB, seq: rj.preemptSeq,
 			taken: rj.preemptedBy == nil || pb.Job != rj.preemptedBy.Job})
 	}
@@ -491,6 +498,7 @@ func (p *Pool) touch() {
 
 // place records that rj's unreleased workers hold capacity on their nodes (for the victim search).
 func (p *Pool) place(rj *runJob) {
+	p.countPreemptible(rj, +1)
 	for w, n := range rj.nodes {
 		if !rj.released[w] {
 			p.nodes[n].jobs = append(p.nodes[n].jobs, nodeJob{rj: rj, w: int32(w)})
@@ -604,7 +612,15 @@ func (p *Pool) NextWake() (time.Time, bool) {
 	return p.wake, !p.wake.IsZero()
 }
 
+// countPreemptible counts rj (running, not stopping) among the jobs a victim search looks at.
+func (p *Pool) countPreemptible(rj *runJob, delta int) {
+	if !rj.releasing && rj.r.Kind != KindNotebook {
+		p.nPreemptible[rj.fam][rj.r.Class] += delta
+	}
+}
+
 func (p *Pool) reclaim(rj *runJob) {
+	p.countPreemptible(rj, -1) // it leaves the pool
 	for w := range rj.nodes {
 		if !rj.released[w] {
 			p.freeWorker(rj, w)

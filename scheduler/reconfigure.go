@@ -115,6 +115,25 @@ func (p *Pool) planReconfigure(nodes []Node, policy Policy) (*Pool, []Unfit, err
 			sr.Nodes[w] = empty.nodeIdx[p.nodes[n].Name]
 		}
 	}
+	var holds []SnapshotHold
+	for _, h := range s.Holds {
+		if ni, ok := empty.nodeIdx[p.nodes[h.Node].Name]; ok {
+			h.Node = ni
+			holds = append(holds, h)
+		}
+	}
+	s.Holds = holds
+	for i := range s.Heads {
+		h := &s.Heads[i]
+		var kept []int32
+		for _, n := range h.Nodes {
+			if ni, ok := empty.nodeIdx[p.nodes[n].Name]; ok {
+				kept = append(kept, ni)
+			}
+		}
+		slices.Sort(kept)
+		h.Nodes = kept
+	}
 	var unfit []Unfit
 	sw := s.Waiting
 	var keep SnapshotWaiting
@@ -141,6 +160,12 @@ func (p *Pool) planReconfigure(nodes []Node, policy Policy) (*Pool, []Unfit, err
 		keep.Workers = append(keep.Workers, sw.Workers[i])
 		keep.Seq = append(keep.Seq, sw.Seq[i])
 		keep.SubmittedAt = append(keep.SubmittedAt, sw.SubmittedAt[i])
+		if sw.Preemptions != nil {
+			keep.Preemptions = append(keep.Preemptions, sw.Preemptions[i])
+		}
+	}
+	if len(keep.Preemptions) > 0 && !slices.ContainsFunc(keep.Preemptions, func(n int32) bool { return n > 0 }) {
+		keep.Preemptions = nil
 	}
 	s.Waiting = keep
 	q, err := Restore(s)

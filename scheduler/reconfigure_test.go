@@ -197,11 +197,17 @@ func TestReconfigureKeepsPreemptionState(t *testing.T) {
 	if !ri.Releasing || ri.PreemptedBy == nil || ri.PreemptedBy.Job != "high" {
 		t.Fatalf("low lost its preemption state: %+v", ri)
 	}
-	// The new node serves high at once.
-	if d := sched(t, p, at(6)); !slices.Equal(grantedJobs(d), []string{"high"}) || grantNodes(d.Grants[0])[0] != "n-2" {
-		t.Fatalf("want high on n-2, got %+v", d.Grants)
+	// The new node serves the queue at once. high waits for the capacity of the job preempted
+	// for it, so the new node goes to the next waiting job.
+	mustEnqueue(t, p, job("next", Low, "a100", 2, 1, 3))
+	if d := sched(t, p, at(6)); !slices.Equal(grantedJobs(d), []string{"next"}) || grantNodes(d.Grants[0])[0] != "n-2" {
+		t.Fatalf("want next on n-2, got %+v", d.Grants)
 	}
 	roundTrip(t, p)
+	p.Release("low", 0, 0)
+	if d := sched(t, p, at(7)); !slices.Equal(grantedJobs(d), []string{"high"}) || grantNodes(d.Grants[0])[0] != "n-1" {
+		t.Fatalf("want high on n-1, got %+v", d.Grants)
+	}
 }
 
 func errText(_ []Unfit, err error) string {

@@ -303,7 +303,7 @@ func TestNominations(t *testing.T) {
 		t.Fatalf("granted %v on capacity nominated to m", grantedJobs(d))
 	}
 	wm, _ := p.Explain("m")
-	if !strings.Contains(wm.Reason, "preempted for you") || !slices.Equal(wm.Nominated, []string{"l2"}) || !strings.Contains(wm.Reason, "1 node is already free") {
+	if !strings.Contains(wm.Reason, "nominated to you") || !slices.Equal(wm.Nominated, []string{"l2"}) || !strings.Contains(wm.Reason, "1 node is already free") {
 		t.Fatalf("m: %+v", wm)
 	}
 	// A better request arriving later takes the nomination over: h (high) gets the free node
@@ -317,11 +317,15 @@ func TestNominations(t *testing.T) {
 	if !strings.Contains(wm.Reason, "may not be preempted") {
 		t.Fatalf("m: %+v", wm)
 	}
-	// Best-effort: m cannot start, reserve or preempt (h holds n-1 and is high), so small may use
-	// n-2 once it is free.
+	// l2 stops: n-2 stays held for m (small may not take it) until m starts or is withdrawn.
 	p.Release("l2", 0, 0)
-	d = sched(t, p, at(8))
-	if !slices.Equal(grantedJobs(d), []string{"small"}) {
+	if d = sched(t, p, at(8)); len(d.Grants) != 0 {
+		t.Fatalf("granted %v on capacity held for m", grantedJobs(d))
+	}
+	if !p.Cancel("m") {
+		t.Fatal("cancel m")
+	}
+	if d = sched(t, p, at(9)); !slices.Equal(grantedJobs(d), []string{"small"}) {
 		t.Fatalf("granted %v, want small", grantedJobs(d))
 	}
 }
@@ -338,9 +342,10 @@ func TestNominationTakenOverByBetterRequest(t *testing.T) {
 	if d := sched(t, p, at(2)); len(d.Grants)+len(d.Preemptions) != 0 {
 		t.Fatalf("unexpected %+v", d)
 	}
+	// h took the nomination over: l's capacity is h's now.
 	wh, _ := p.Explain("h")
 	wm, _ := p.Explain("m")
-	if !slices.Equal(wh.WaitingFor, []string{"l"}) || len(wh.Nominated) != 0 || len(wm.Nominated) != 0 || !slices.Equal(wm.WaitingFor, []string{"h"}) {
+	if !slices.Equal(wh.WaitingFor, []string{"l"}) || !slices.Equal(wh.Nominated, []string{"l"}) || len(wm.Nominated) != 0 || !slices.Equal(wm.WaitingFor, []string{"h"}) {
 		t.Fatalf("h: %+v\nm: %+v", wh, wm)
 	}
 	p.Release("l", 0, 0)
@@ -496,7 +501,7 @@ func TestCPUOnlyExplanation(t *testing.T) {
 	}
 	wb, _ := p.Explain("b")
 	if !strings.Contains(wb.Reason, "2 cpu nodes with 16 free CPU cores and 32 GB free RAM each") ||
-		!strings.Contains(wb.Reason, "1 node is already free") || !strings.Contains(wb.Reason, "capacity on c-1 is being released by a (preempted for you)") {
+		!strings.Contains(wb.Reason, "1 node is already free") || !strings.Contains(wb.Reason, "capacity on c-1 is being released by a (nominated to you)") {
 		t.Fatalf("b: %s", wb.Reason)
 	}
 }

@@ -10,7 +10,11 @@ import (
 // SnapshotVersion is the current Snapshot format. Restore also reads the older versions:
 //
 //   - 1: no lost nodes (Snapshot.Lost did not exist).
-//   - 2: adds Snapshot.Lost.
+//   - 2: adds Snapshot.Lost. Later additions to version 2 are optional fields whose absence
+//     means what the older writer meant: Heads (none: each class's first request starts its
+//     ReserveAfter wait at the next pass), Memo, PreemptSeq, per-job preemption counts and
+//     checkpoints (none), and per-victim preemption sequences (none: the releasing jobs that name
+//     a preemptor are numbered in snapshot order, so their capacity stays nominated to it).
 const SnapshotVersion = 2
 
 // Snapshot is the whole pool state for continue-as-new. It is compact JSON: waiting requests are
@@ -25,6 +29,41 @@ type Snapshot struct {
 	Waiting SnapshotWaiting   `json:"waiting"`
 	Running []SnapshotRunning `json:"running,omitempty"`
 	Lost    []int32           `json:"lost,omitempty"` // indices into Nodes of the lost nodes, ascending (version 2)
+	// Heads is the first waiting request of each class that has one, highest class first.
+	Heads []SnapshotHead `json:"heads,omitempty"`
+	// Memo is the preemption counts remembered for jobs between attempts, oldest first.
+	Memo       []SnapshotMemo `json:"memo,omitempty"`
+	PreemptSeq int64          `json:"pseq,omitempty"` // the last preemption's sequence
+	// Holds is the free capacity stopped victims left to their waiting preemptors.
+	Holds []SnapshotHold `json:"holds,omitempty"`
+}
+
+// SnapshotHold is free capacity held for a waiting preemptor (see Pool.Schedule).
+type SnapshotHold struct {
+	Job   string `json:"job"` // the preemptor
+	Class Class  `json:"class"`
+	Node  int32  `json:"n"`
+	GPUs  int    `json:"g,omitempty"`
+	CPU   int    `json:"c,omitempty"`
+	RAMGB int    `json:"r,omitempty"`
+	Seq   int64  `json:"s"`
+	Stale bool   `json:"x,omitempty"`  // its nominee was granted; it goes at the next event
+	Taken bool   `json:"tk,omitempty"` // its nominee took it over from the preemptor
+}
+
+// SnapshotHead is the first waiting request of a class: since when, and what it reserved.
+type SnapshotHead struct {
+	Class Class   `json:"class"`
+	Job   string  `json:"job"`
+	Since int64   `json:"since"`
+	Nodes []int32 `json:"nodes,omitempty"` // indices into Snapshot.Nodes, ascending
+}
+
+// SnapshotMemo is a preempted job's preemption count, kept for its next attempt.
+type SnapshotMemo struct {
+	Job   string `json:"job"`
+	Count int    `json:"n"`
+	At    int64  `json:"at"`
 }
 
 // SnapshotWaiting holds the waiting requests in launch order, one column per field.
@@ -36,6 +75,7 @@ type SnapshotWaiting struct {
 	Workers     []int32  `json:"w,omitempty"`
 	Seq         []int64  `json:"seq,omitempty"`
 	SubmittedAt []int64  `json:"t,omitempty"`
+	Preemptions []int32  `json:"pn,omitempty"` // absent when every count is 0
 }
 
 // SnapshotRunning is one running or releasing job.
@@ -52,6 +92,12 @@ type SnapshotRunning struct {
 	Released    []int32    `json:"r,omitempty"`
 	Releasing   bool       `json:"rel,omitempty"`
 	PreemptedBy *Preemptor `json:"pb,omitempty"`
+	Preemptions int        `json:"pn,omitempty"`
+	PreemptSeq  int64      `json:"ps,omitempty"` // > 0: this attempt was preempted, as the PreemptSeq-th preemption
+	// Nominees is, per worker, who its capacity is nominated to, when a better request took some
+	// of it over from the preemptor (absent: the preemptor).
+	Nominees   []Preemptor `json:"nb,omitempty"`
+	Checkpoint int64       `json:"ck,omitempty"`
 }
 
 func tn(t time.Time) int64 {
@@ -88,7 +134,20 @@ func fromKindClass(kc int8) (Kind, Class, error) {
 
 // Snapshot captures the state (see Restore).
 func (p *Pool) Snapshot() Snapshot {
-	s := Snapshot{Version: SnapshotVersion, Nodes: p.Nodes(), Policy: p.policy, Now: tn(p.lastNow)}
+	s := Snapshot{Version: SnapshotVersion, Nodes: p.Nodes(), Policy: p.policy, Now: tn(p.lastNow), PreemptSeq: p.preemptSeq}
+	for c := High; c >= Low; c-- {
+		if h := &p.heads[c]; h.job != "" {
+			s.Heads = append(s.Heads, SnapshotHead{Class: c, Job: h.job, Since: tn(h.since), Nodes: slices.Clone(h.nodes)})
+		}
+	}
+	for _, h := range p.holds {
+		s.Holds = append(s.Holds, SnapshotHold{Job: h.by, Class: h.class, Node: h.n, GPUs: h.g, CPU: h.c, RAMGB: h.r, Seq: h.seq, Stale: h.stale, Taken: h.taken})
+	}
+	for _, job := range p.memoOrder {
+		if m, ok := p.memo[job]; ok {
+			s.Memo = append(s.Memo, SnapshotMemo{Job: job, Count: m.count, At: tn(m.at)})
+		}
+	}
 	for i := range p.nodes {
 		if p.nodes[i].lost {
 			s.Lost = append(s.Lost, int32(i))
@@ -111,12 +170,24 @@ func (p *Pool) Snapshot() Snapshot {
 		r := &w.r
 		sw.Job[i], sw.Attempt[i], sw.KindClass[i] = r.Job, r.Attempt, kindClass(r)
 		sw.Demand[i], sw.Workers[i], sw.Seq[i], sw.SubmittedAt[i] = intern(r.Demand), int32(r.Workers), r.Seq, tn(r.SubmittedAt)
+		if r.Preemptions > 0 {
+			if sw.Preemptions == nil {
+				sw.Preemptions = make([]int32, n)
+			}
+			sw.Preemptions[i] = int32(r.Preemptions)
+		}
 	}
 	s.Waiting = sw
 	for _, rj := range p.sortedRunning() {
 		sr := SnapshotRunning{Job: rj.r.Job, Attempt: rj.r.Attempt, KindClass: kindClass(&rj.r), Demand: intern(rj.r.Demand),
 			Seq: rj.r.Seq, SubmittedAt: tn(rj.r.SubmittedAt), StartedAt: tn(rj.startedAt),
-			Nodes: append([]int32(nil), rj.nodes...), GPUs: append([]uint64(nil), rj.gpus...), Releasing: rj.releasing}
+			Nodes: append([]int32(nil), rj.nodes...), GPUs: append([]uint64(nil), rj.gpus...), Releasing: rj.releasing,
+			Preemptions: rj.preemptions, PreemptSeq: rj.preemptSeq, Checkpoint: tn(rj.ckpt)}
+		if rj.preemptedBy != nil && slices.ContainsFunc(rj.nominee, func(nb *Preemptor) bool { return *nb != *rj.preemptedBy }) {
+			for _, nb := range rj.nominee {
+				sr.Nominees = append(sr.Nominees, *nb)
+			}
+		}
 		for w, rel := range rj.released {
 			if rel {
 				sr.Released = append(sr.Released, int32(w))
@@ -179,7 +250,10 @@ func Restore(s Snapshot) (*Pool, error) {
 			return nil, err
 		}
 		r := Request{Job: sr.Job, Attempt: sr.Attempt, Kind: kind, Class: class, Demand: d, Workers: len(sr.Nodes),
-			Seq: sr.Seq, SubmittedAt: nt(sr.SubmittedAt)}
+			Seq: sr.Seq, SubmittedAt: nt(sr.SubmittedAt), Preemptions: sr.Preemptions}
+		if sr.PreemptedBy != nil && r.Preemptions > 0 { // as requested: before this attempt's own preemption
+			r.Preemptions--
+		}
 		if key := (admitKey{sr.Demand, int32(len(sr.Nodes)), sr.KindClass}); !admitted[key] || r.Job == "" {
 			if err := p.Admit(r); err != nil {
 				return nil, fmt.Errorf("snapshot: running job %q: %w", sr.Job, err)
@@ -189,11 +263,25 @@ func Restore(s Snapshot) (*Pool, error) {
 		if p.running[r.Job] != nil || len(sr.GPUs) != len(sr.Nodes) {
 			return nil, fmt.Errorf("snapshot: running job %q is duplicated or malformed", sr.Job)
 		}
+		if sr.Preemptions < 0 || sr.PreemptSeq < 0 || (sr.PreemptSeq > 0 && (!sr.Releasing || sr.PreemptedBy == nil)) {
+			return nil, fmt.Errorf("snapshot: running job %q: inconsistent preemption record", sr.Job)
+		}
 		rj := &runJob{r: r, fam: p.famIdx[d.Family], startedAt: nt(sr.StartedAt), nodes: slices.Clone(sr.Nodes), gpus: slices.Clone(sr.GPUs),
-			released: make([]bool, len(sr.Nodes))}
+			released: make([]bool, len(sr.Nodes)), preemptions: sr.Preemptions, preemptSeq: sr.PreemptSeq, ckpt: nt(sr.Checkpoint)}
 		if sr.PreemptedBy != nil {
 			pb := *sr.PreemptedBy
 			rj.preemptedBy = &pb
+			if sr.Nominees != nil && len(sr.Nominees) != len(sr.Nodes) {
+				return nil, fmt.Errorf("snapshot: running job %q: %d nominees for %d workers", sr.Job, len(sr.Nominees), len(sr.Nodes))
+			}
+			rj.nominee = make([]*Preemptor, len(sr.Nodes))
+			for i := range rj.nominee {
+				rj.nominee[i] = rj.preemptedBy
+				if sr.Nominees != nil {
+					nb := sr.Nominees[i]
+					rj.nominee[i] = &nb
+				}
+			}
 		}
 		for _, w := range sr.Released {
 			if w < 0 || int(w) >= len(sr.Nodes) || rj.released[w] {
@@ -226,14 +314,46 @@ func Restore(s Snapshot) (*Pool, error) {
 			nd.freeRAM -= d.RAMGB
 		}
 		p.running[r.Job] = rj
+		p.place(rj)
 		if sr.Releasing {
 			p.beginRelease(rj)
+		}
+		if rj.preemptedBy != nil && rj.releasing {
+			p.victims = append(p.victims, rj)
+		}
+	}
+	// Victims in preemption order; those of snapshots that did not number them come after, in
+	// snapshot order.
+	p.preemptSeq = s.PreemptSeq
+	slices.SortStableFunc(p.victims, func(a, b *runJob) int {
+		switch {
+		case a.preemptSeq == b.preemptSeq:
+			return 0
+		case a.preemptSeq == 0:
+			return 1
+		case b.preemptSeq == 0:
+			return -1
+		case a.preemptSeq < b.preemptSeq:
+			return -1
+		}
+		return 1
+	})
+	for i, v := range p.victims {
+		if i > 0 && v.preemptSeq != 0 && v.preemptSeq == p.victims[i-1].preemptSeq {
+			return nil, fmt.Errorf("snapshot: running jobs %q and %q have the same preemption sequence", p.victims[i-1].r.Job, v.r.Job)
+		}
+		p.preemptSeq = max(p.preemptSeq, v.preemptSeq)
+	}
+	for _, v := range p.victims {
+		if v.preemptSeq == 0 {
+			p.preemptSeq++
+			v.preemptSeq = p.preemptSeq
 		}
 	}
 	sw := &s.Waiting
 	n := len(sw.Job)
 	if len(sw.Attempt) != n || len(sw.KindClass) != n || len(sw.Demand) != n || len(sw.Workers) != n ||
-		len(sw.Seq) != n || len(sw.SubmittedAt) != n {
+		len(sw.Seq) != n || len(sw.SubmittedAt) != n || (sw.Preemptions != nil && len(sw.Preemptions) != n) {
 		return nil, fmt.Errorf("snapshot: waiting columns have different lengths")
 	}
 	for i := 0; i < n; i++ {
@@ -247,6 +367,11 @@ func Restore(s Snapshot) (*Pool, error) {
 		}
 		r := Request{Job: sw.Job[i], Attempt: sw.Attempt[i], Kind: kind, Class: class, Demand: d,
 			Workers: int(sw.Workers[i]), Seq: sw.Seq[i], SubmittedAt: nt(sw.SubmittedAt[i])}
+		if sw.Preemptions != nil {
+			if r.Preemptions = int(sw.Preemptions[i]); r.Preemptions < 0 {
+				return nil, fmt.Errorf("snapshot: waiting job %q has a negative preemption count", r.Job)
+			}
+		}
 		key := admitKey{sw.Demand[i], sw.Workers[i], sw.KindClass[i]}
 		if r.Job == "" {
 			return nil, fmt.Errorf("snapshot: waiting request %d has no job id", i)
@@ -267,6 +392,33 @@ func Restore(s Snapshot) (*Pool, error) {
 		p.waiting = append(p.waiting, w)
 		p.hot = append(p.hot, hotEntry{shape: w.shape, class: r.Class, prev: p.running[r.Job] != nil})
 		p.waitIdx[r.Job] = w
+	}
+	for _, h := range s.Heads {
+		if !h.Class.valid() || h.Job == "" || p.heads[h.Class].job != "" {
+			return nil, fmt.Errorf("snapshot: bad or repeated head of class %d", int(h.Class))
+		}
+		for i, n := range h.Nodes {
+			if n < 0 || int(n) >= len(p.nodes) || (i > 0 && n <= h.Nodes[i-1]) {
+				return nil, fmt.Errorf("snapshot: head %q: reserved node index %d is out of range or out of order", h.Job, n)
+			}
+		}
+		p.heads[h.Class] = head{job: h.Job, since: nt(h.Since), nodes: slices.Clone(h.Nodes)}
+	}
+	for _, h := range s.Holds {
+		if h.Node < 0 || int(h.Node) >= len(p.nodes) || h.GPUs < 0 || h.CPU < 0 || h.RAMGB < 0 || !h.Class.valid() {
+			return nil, fmt.Errorf("snapshot: bad hold for %q", h.Job)
+		}
+		if !h.Stale && p.waitIdx[h.Job] == nil { // its request is gone (a reconfiguration found it unfit)
+			continue
+		}
+		p.addHold(hold{by: h.Job, class: h.Class, n: h.Node, g: h.GPUs, c: h.CPU, r: h.RAMGB, seq: h.Seq, stale: h.Stale, taken: h.Taken})
+	}
+	for _, m := range s.Memo {
+		if m.Job == "" || m.Count < 0 {
+			return nil, fmt.Errorf("snapshot: bad preemption memo %+v", m)
+		}
+		p.remember(m.Job, m.Count)
+		p.memo[m.Job] = memoEntry{count: m.Count, at: nt(m.At)}
 	}
 	return p, nil
 }

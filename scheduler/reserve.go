@@ -1,0 +1,148 @@
+package scheduler
+
+import (
+	"cmp"
+	"slices"
+	"sort"
+	"time"
+)
+
+// resvCand is a node a long-waiting request could reserve, with what it would still lack there
+// once the free and releasing capacity it may use and every job it may preempt are counted.
+type resvCand struct {
+	n    int32
+	lack [3]int // GPUs, CPU, RAM; never negative
+	prev bool   // reserved for it by the last pass
+}
+
+func cmpResv(a, b resvCand) int {
+	for k := range a.lack {
+		if c := cmp.Compare(a.lack[k], b.lack[k]); c != 0 {
+			return c
+		}
+	}
+	if a.prev != b.prev {
+		if a.prev {
+			return -1
+		}
+		return 1
+	}
+	return cmp.Compare(a.n, b.n)
+}
+
+// maybeReserve is rule (d): a medium or low request that can neither start, wait for releasing
+// capacity nor preempt, and has been the first waiting request of its class for
+// Policy.ReserveAfter, reserves
+// the nodes where it will fit soonest: those where it lacks the fewest GPUs, then CPU, then RAM
+// once it counts the free and releasing capacity in its sight and the jobs it may preempt; then
+// the nodes it reserved in the last pass; then config order. On each it holds the free and
+// releasing capacity up to its demand, and no later request of the pass may preempt there. It
+// returns outReserving, or outNoFit when it does not reserve.
+func (p *Pool) maybeReserve(now time.Time, sc *scratch, pl *plan, w *waitReq, sh *shape, first bool) uint8 {
+	ra := p.policy.ReserveAfter
+	if ra <= 0 || !first || p.strict() {
+		return outNoFit // (cheap checks first: most requests of a long queue come here)
+	}
+	hd := &p.heads[w.r.Class]
+	if w.r.Class == High || hd.job != w.r.Job || now.Sub(hd.since) < ra {
+		return outNoFit
+	}
+	var cands []resvCand
+	for _, n := range p.fams[sh.fam].live {
+		nd := &p.nodes[n]
+		if sc.resv[n] || nd.GPUs < sh.gpu || nd.CPU < sh.cpu || nd.RAMGB < sh.ram {
+			continue
+		}
+		l := sc.lack(n, sh)
+		if w.r.Class > Low {
+			for _, nj := range nd.jobs {
+				if p.preemptible(nj.rj, w.r.Class, now, sc) {
+					d := &nj.rj.r.Demand
+					l[0], l[1], l[2] = l[0]-d.GPUs, l[1]-d.CPU, l[2]-d.RAMGB
+				}
+			}
+		}
+		for k := range l {
+			l[k] = max(0, l[k])
+		}
+		cands = append(cands, resvCand{n: n, lack: l, prev: slices.Contains(hd.nodes, n)})
+	}
+	if len(cands) < sh.workers {
+		return outNoFit
+	}
+	slices.SortFunc(cands, cmpResv)
+	nodes := make([]int32, sh.workers)
+	for k := range nodes {
+		nodes[k] = cands[k].n
+	}
+	slices.Sort(nodes)
+	for _, n := range nodes {
+		sc.resv[n] = true
+		fg, fc, fr := min(sc.aG[n], sh.gpu), min(sc.aC[n], sh.cpu), min(sc.aR[n], sh.ram)
+		rg, rc, rr := min(sc.rG[n], sh.gpu-fg), min(sc.rC[n], sh.cpu-fc), min(sc.rR[n], sh.ram-fr)
+		sc.aC[n], sc.rC[n] = sc.aC[n]-fc, sc.rC[n]-rc
+		sc.aR[n], sc.rR[n] = sc.aR[n]-fr, sc.rR[n]-rr
+		sc.setGPU(p, n, sc.aG[n]-fg, sc.rG[n]-rg)
+	}
+	pl.reserves = append(pl.reserves, planReserve{w: w, nodes: nodes})
+	return outReserving
+}
+
+// firstOf is the index of the first waiting request of class c, or -1.
+func (p *Pool) firstOf(c Class) int {
+	i := sort.Search(len(p.waiting), func(i int) bool { return p.waiting[i].r.Class <= c })
+	if i == len(p.waiting) || p.waiting[i].r.Class != c {
+		return -1
+	}
+	return i
+}
+
+// updateHeads records, after a pass, the first waiting request of each class, since when it has
+// been first, and the nodes it reserved in the pass.
+func (p *Pool) updateHeads(now time.Time, pl *plan) {
+	for c := Low; c <= High; c++ {
+		i := p.firstOf(c)
+		if i < 0 {
+			p.heads[c] = head{}
+			continue
+		}
+		job := p.waiting[i].r.Job
+		if p.heads[c].job != job {
+			p.heads[c] = head{job: job, since: now}
+		}
+		p.heads[c].nodes = nil
+		for _, r := range pl.reserves {
+			if r.w.r.Job == job {
+				p.heads[c].nodes = r.nodes
+			}
+		}
+	}
+}
+
+// nextWake is the earliest time after now at which a pass may decide something new without any
+// event: the first request of a class reaches ReserveAfter, or a running job that a waiting
+// request could preempt reaches MinRuntimeBeforePreemption. Zero if none.
+func (p *Pool) nextWake(now time.Time) time.Time {
+	var wake time.Time
+	upd := func(t time.Time) {
+		if t.After(now) && (wake.IsZero() || t.Before(wake)) {
+			wake = t
+		}
+	}
+	if ra := p.policy.ReserveAfter; ra > 0 && !p.strict() {
+		for c := range p.heads {
+			if h := &p.heads[c]; h.job != "" && h.nodes == nil {
+				upd(h.since.Add(ra))
+			}
+		}
+	}
+	if m := p.policy.MinRuntimeBeforePreemption; m > 0 && len(p.waiting) > 0 && p.waiting[0].r.Class > Low {
+		top := p.waiting[0].r.Class
+		for _, rj := range p.running {
+			if !rj.releasing && rj.r.Kind != KindNotebook && rj.r.Class < top {
+				upd(rj.startedAt.Add(m))
+			}
+		}
+	}
+	return wake
+}

@@ -1,0 +1,380 @@
+package scheduler
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// victimKey is what the victim ordering compares (see the package doc): the candidate with the
+// smaller key is preempted first.
+type victimKey struct {
+	class      Class
+	protected  bool  // it restarted after a preemption less than protectFor(preemptions) ago
+	lostGPUSec int64 // work preempting it throws away: GPUs × seconds since its attempt started or last checkpointed
+	lostSec    int64 // the same seconds, for jobs without GPUs
+	job        string
+}
+
+// lostWork is the work preempting rj at now throws away: its GPUs × the seconds since its attempt
+// started or since its last checkpoint, whichever is later, and those seconds.
+func lostWork(rj *runJob, now time.Time) (gpuSec, sec int64) {
+	since := rj.startedAt
+	if rj.ckpt.After(since) {
+		since = rj.ckpt
+	}
+	sec = max(0, int64(now.Sub(since)/time.Second))
+	return int64(rj.r.Demand.GPUs*(len(rj.nodes)-rj.nReleased)) * sec, sec
+}
+
+// protectBase is how long a job that restarted after its first preemption is protected; each
+// further preemption doubles it, up to protectMax.
+var (
+	protectBase = 15 * time.Minute
+	protectMax  = 24 * time.Hour
+)
+
+// protectFor is how long after restarting a job preempted k times is protected.
+func protectFor(k int) time.Duration {
+	if k <= 0 {
+		return 0
+	}
+	d := protectBase
+	for i := 1; i < k && d < protectMax; i++ {
+		d *= 2
+	}
+	return min(d, protectMax)
+}
+
+func keyOf(rj *runJob, now time.Time) victimKey {
+	g, s := lostWork(rj, now)
+	return victimKey{class: rj.r.Class, protected: now.Sub(rj.startedAt) < protectFor(rj.preemptions), lostGPUSec: g, lostSec: s, job: rj.r.Job}
+}
+
+// cmpVictim is the victim order: lowest class first, then unprotected before protected, then
+// the least work lost (GPU-seconds, then seconds), then job id.
+func cmpVictim(a, b victimKey) int {
+	if c := cmp.Compare(a.class, b.class); c != 0 {
+		return c
+	}
+	if a.protected != b.protected {
+		if b.protected {
+			return -1
+		}
+		return 1
+	}
+	if c := cmp.Compare(a.lostGPUSec, b.lostGPUSec); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.lostSec, b.lostSec); c != 0 {
+		return c
+	}
+	return strings.Compare(a.job, b.job)
+}
+
+// preemptible reports whether rj may be preempted now for a request of class cl: it is running
+// (not stopping), not a notebook, of a strictly lower class, has run for at least
+// MinRuntimeBeforePreemption, and was not already chosen in this pass.
+func (p *Pool) preemptible(rj *runJob, cl Class, now time.Time, sc *scratch) bool {
+	if rj.releasing || rj.r.Kind == KindNotebook || rj.r.Class >= cl || sc.victims[rj] {
+		return false
+	}
+	if m := p.policy.maxPreemptions(); m >= 0 && rj.preemptions >= m {
+		return false
+	}
+	if l := p.policy.maxLossGPUSec(); l >= 0 {
+		if g, _ := lostWork(rj, now); g > l {
+			return false
+		}
+	}
+	m := p.policy.MinRuntimeBeforePreemption
+	return m <= 0 || now.Sub(rj.startedAt) >= m
+}
+
+// vref is a candidate of the victim search: a running job to preempt (nom < 0), or capacity
+// nominated to a strictly lower-class request, to take over (rj == nil).
+type vref struct {
+	rj  *runJob
+	nom int32
+}
+
+// vcand is a candidate on one node: its key and what it frees there.
+type vcand struct {
+	ref  vref
+	key  victimKey
+	take bool   // a takeover: it loses no work
+	seq  int64  // a takeover: the nomination's sequence
+	amt  [3]int // GPUs, CPU, RAM it frees on the node
+}
+
+func cmpVCand(a, b vcand) int {
+	if c := cmp.Compare(a.key.class, b.key.class); c != 0 {
+		return c
+	}
+	if a.take != b.take {
+		if a.take {
+			return -1
+		}
+		return 1
+	}
+	if a.take {
+		return cmp.Compare(a.seq, b.seq)
+	}
+	return cmpVictim(a.key, b.key)
+}
+
+// lack is what one worker of sh still misses on node n beyond the pass's free and visible
+// releasing capacity (negative: to spare).
+func (sc *scratch) lack(n int32, sh *shape) [3]int {
+	return [3]int{sh.gpu - sc.aG[n] - sc.rG[n], sh.cpu - sc.aC[n] - sc.rC[n], sh.ram - sc.aR[n] - sc.rR[n]}
+}
+
+func fitsLack(l [3]int) bool { return l[0] <= 0 && l[1] <= 0 && l[2] <= 0 }
+
+// holdsLacking reports whether freeing amt gives the worker something it still lacks.
+func holdsLacking(l, amt [3]int) bool {
+	return l[0] > 0 && amt[0] > 0 || l[1] > 0 && amt[1] > 0 || l[2] > 0 && amt[2] > 0
+}
+
+// candidates lists node n's candidates for a request of class cl, in victim order (cmpVCand):
+// capacity nominated to strictly lower-class requests (a takeover loses no work, so it comes
+// before preempting a job of the same class), and preemptible jobs.
+func (p *Pool) candidates(now time.Time, sc *scratch, n int32, cl Class) []vcand {
+	sc.vcands = sc.vcands[:0]
+	for _, k := range sc.byNode[n] {
+		x := &sc.noms[k]
+		if x.class < cl && (x.hg > 0 || x.hc > 0 || x.hr > 0) { // the walker's own are of its class
+			sc.vcands = append(sc.vcands, vcand{ref: vref{nom: k}, key: victimKey{class: x.class}, take: true, seq: x.seq, amt: [3]int{x.hg, x.hc, x.hr}})
+		}
+	}
+	for _, nj := range p.nodes[n].jobs {
+		if p.preemptible(nj.rj, cl, now, sc) {
+			d := &nj.rj.r.Demand
+			sc.vcands = append(sc.vcands, vcand{ref: vref{rj: nj.rj, nom: -1}, key: keyOf(nj.rj, now), amt: [3]int{d.GPUs, d.CPU, d.RAMGB}})
+		}
+	}
+	slices.SortFunc(sc.vcands, cmpVCand)
+	return sc.vcands
+}
+
+// nodeVictims finds the candidates on node n that let one worker of sh fit there: in victim
+// order, skipping every one that frees nothing the worker still lacks, until nothing is lacking;
+// then, walking the chosen ones backwards, it drops each that the worker fits without. They are
+// appended to sc.vflat; ok is false if n cannot be made to fit.
+func (p *Pool) nodeVictims(now time.Time, sc *scratch, n int32, sh *shape, cl Class) (ok bool) {
+	l := sc.lack(n, sh)
+	if fitsLack(l) {
+		return true
+	}
+	start := len(sc.vflat)
+	for _, c := range p.candidates(now, sc, n, cl) {
+		if !holdsLacking(l, c.amt) {
+			continue
+		}
+		sc.vflat = append(sc.vflat, c)
+		l[0], l[1], l[2] = l[0]-c.amt[0], l[1]-c.amt[1], l[2]-c.amt[2]
+		if fitsLack(l) {
+			break
+		}
+	}
+	if !fitsLack(l) {
+		sc.vflat = sc.vflat[:start]
+		return false
+	}
+	for k := len(sc.vflat) - 1; k >= start; k-- {
+		a := sc.vflat[k].amt
+		if fitsLack([3]int{l[0] + a[0], l[1] + a[1], l[2] + a[2]}) {
+			l[0], l[1], l[2] = l[0]+a[0], l[1]+a[1], l[2]+a[2]
+			sc.vflat = slices.Delete(sc.vflat, k, k+1)
+		}
+	}
+	return true
+}
+
+// nodeCost is what making one node fit costs: the highest class among its victims (or among the
+// requests whose nominated capacity it takes over), how many of its victims are protected after
+// a preemption, the work they lose, and how many they are.
+type nodeCost struct {
+	n          int32
+	maxClass   Class
+	protected  int
+	lost       int64 // GPU-seconds
+	lostSec    int64
+	count      int
+	start, end int // its candidates: sc.vflat[start:end]
+}
+
+func cmpNodeCost(a, b nodeCost) int {
+	if c := cmp.Compare(a.maxClass, b.maxClass); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.protected, b.protected); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.lost, b.lost); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.lostSec, b.lostSec); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.count, b.count); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.n, b.n)
+}
+
+// chooseVictims finds the running jobs to preempt, and the nominated capacity to take over, so
+// that sh fits on free + visible releasing + their capacity (see the package doc for the exact
+// rules); ok is false if nothing does. Nodes reserved in this pass are left alone.
+func (p *Pool) chooseVictims(now time.Time, sc *scratch, sh *shape, cl Class) (victims []*runJob, takeovers []int32, ok bool) {
+	if !sc.takeable(cl) {
+		none := true
+		for c := Low; c < cl; c++ {
+			none = none && p.nPreemptible[sh.fam][c] == 0
+		}
+		if none {
+			return nil, nil, false // nothing below its class runs, and nothing is nominated below it
+		}
+	}
+	sc.vflat, sc.costs = sc.vflat[:0], sc.costs[:0]
+	fit := 0
+	for _, n := range p.fams[sh.fam].live {
+		if sc.resv[n] {
+			continue
+		}
+		start := len(sc.vflat)
+		if !p.nodeVictims(now, sc, n, sh, cl) {
+			continue
+		}
+		if len(sc.vflat) == start {
+			fit++
+			continue
+		}
+		c := nodeCost{n: n, count: len(sc.vflat) - start, start: start, end: len(sc.vflat)}
+		for _, v := range sc.vflat[start:] {
+			c.maxClass = max(c.maxClass, v.key.class)
+			if v.key.protected {
+				c.protected++
+			}
+			c.lost += v.key.lostGPUSec
+			c.lostSec += v.key.lostSec
+		}
+		sc.costs = append(sc.costs, c)
+	}
+	need := sh.workers - fit
+	if need <= 0 || len(sc.costs) < need {
+		return nil, nil, false
+	}
+	slices.SortFunc(sc.costs, cmpNodeCost)
+	// The union of the cheapest nodes' candidates, in victim order.
+	clear(sc.vseen)
+	vs := sc.vbuf[:0]
+	for _, c := range sc.costs[:need] {
+		for _, v := range sc.vflat[c.start:c.end] {
+			if !sc.vseen[v.ref] {
+				sc.vseen[v.ref] = true
+				vs = append(vs, v)
+			}
+		}
+	}
+	slices.SortFunc(vs, cmpVCand)
+	// A victim with workers on several nodes may make others unneeded: walking from the most
+	// valuable, drop every candidate the request still fits without.
+	cnt := 0
+	for _, n := range p.fams[sh.fam].live {
+		if !sc.resv[n] && sc.fitsEx(n, sh) {
+			cnt++
+		}
+	}
+	for _, v := range vs {
+		cnt += sc.addRef(p, v.ref, sh, +1)
+	}
+	if cnt < sh.workers {
+		panic("scheduler: the chosen victims do not make room") // unreachable: each chosen node fits
+	}
+	for i := len(vs) - 1; i >= 0; i-- {
+		if d := sc.addRef(p, vs[i].ref, sh, -1); cnt+d >= sh.workers {
+			cnt += d
+			vs[i].ref = vref{nom: -2} // dropped
+		} else {
+			sc.addRef(p, vs[i].ref, sh, +1)
+		}
+	}
+	for _, v := range vs {
+		switch {
+		case v.ref.nom == -2:
+		case v.ref.rj != nil:
+			victims = append(victims, v.ref.rj)
+			sc.addRef(p, v.ref, sh, -1)
+		default:
+			takeovers = append(takeovers, v.ref.nom)
+			sc.addRef(p, v.ref, sh, -1)
+		}
+	}
+	sc.vbuf = vs[:0]
+	return victims, takeovers, true
+}
+
+// takeable reports whether any nomination of a class below cl exists in this pass.
+func (sc *scratch) takeable(cl Class) bool {
+	for i := range sc.noms {
+		if sc.noms[i].class < cl {
+			return true
+		}
+	}
+	return false
+}
+
+// addRef adds (sign=+1) or removes (-1) a candidate's capacity (see addEx).
+func (sc *scratch) addRef(p *Pool, r vref, sh *shape, sign int) int {
+	if r.rj != nil {
+		return sc.addEx(p, r.rj, sh, sign)
+	}
+	x := &sc.noms[r.nom]
+	n := x.n
+	if p.nodes[n].fam != sh.fam || sc.resv[n] {
+		return 0
+	}
+	before := sc.fitsEx(n, sh)
+	sc.exG[n] += sign * x.hg
+	sc.exC[n] += sign * x.hc
+	sc.exR[n] += sign * x.hr
+	after := sc.fitsEx(n, sh)
+	switch {
+	case after && !before:
+		return 1
+	case before && !after:
+		return -1
+	}
+	return 0
+}
+
+func (sc *scratch) fitsEx(n int32, sh *shape) bool {
+	return sc.aG[n]+sc.rG[n]+sc.exG[n] >= sh.gpu &&
+		sc.aC[n]+sc.rC[n]+sc.exC[n] >= sh.cpu &&
+		sc.aR[n]+sc.rR[n]+sc.exR[n] >= sh.ram
+}
+
+// addEx adds (sign=+1) or removes (-1) a tentative victim's capacity and returns the change in the
+// number of nodes that can hold one worker of sh. Workers on lost or reserved nodes add nothing:
+// that capacity serves no one even once they stop.
+func (sc *scratch) addEx(p *Pool, rj *runJob, sh *shape, sign int) int {
+	d, delta := &rj.r.Demand, 0
+	for w, n := range rj.nodes {
+		if rj.released[w] || p.nodes[n].lost || sc.resv[n] || p.nodes[n].fam != sh.fam {
+			continue
+		}
+		before := sc.fitsEx(n, sh)
+		sc.exG[n] += sign * d.GPUs
+		sc.exC[n] += sign * d.CPU
+		sc.exR[n] += sign * d.RAMGB
+		after := sc.fitsEx(n, sh)
+		if after && !before {
+			delta++
+		} else if before && !after {
+			delta--
+		}
+	}
+	return delta
+}
