@@ -1,9 +1,13 @@
 package scheduler
 
 import (
+	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -174,5 +178,116 @@ func BenchmarkScheduleBulkGrant(b *testing.B) {
 		if d := q.Schedule(t0); len(d.Grants) != 8000 {
 			b.Fatalf("%d grants", len(d.Grants))
 		}
+	}
+}
+
+// traceDir is the Alibaba GPU v2023 openb trace ($TRAINQ_TRACE_DIR, else ../shared/traces beside
+// the repository).
+func traceDir() string {
+	if d := os.Getenv("TRAINQ_TRACE_DIR"); d != "" {
+		return d
+	}
+	return filepath.Join("..", "..", "shared", "traces", "alibaba-gpu-v2023")
+}
+
+func readTraceCSV(tb testing.TB, name string) []map[string]string {
+	f, err := os.Open(filepath.Join(traceDir(), name))
+	if err != nil {
+		tb.Skip("no openb trace:", err)
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := make([]map[string]string, 0, len(rows)-1)
+	for _, r := range rows[1:] {
+		m := map[string]string{}
+		for i, h := range rows[0] {
+			m[h] = r[i]
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// tracePool is the whole openb trace at once: its 1,213 nodes, empty, and its 8,152 pods waiting
+// as one-worker jobs (family gpu, CPU in milli-cores, RAM in MiB; a GPU share is one GPU), in
+// the classes simulate gives them (LS high, Guaranteed and Burstable medium, BE low).
+func tracePool(tb testing.TB) *Pool {
+	var nodes []Node
+	for _, r := range readTraceCSV(tb, "openb_node_list_gpu_node.csv") {
+		g, _ := strconv.Atoi(r["gpu"])
+		c, _ := strconv.Atoi(r["cpu_milli"])
+		m, _ := strconv.Atoi(r["memory_mib"])
+		nodes = append(nodes, Node{Name: r["sn"], Family: "gpu", GPUs: g, CPU: c, RAMGB: m})
+	}
+	p := mustPool(tb, nodes, Policy{ReserveAfter: 30 * time.Minute})
+	classes := map[string]Class{"LS": High, "Guaranteed": Medium, "Burstable": Medium, "BE": Low}
+	for i, r := range readTraceCSV(tb, "openb_pod_list_default.csv") {
+		g, _ := strconv.Atoi(r["num_gpu"])
+		c, _ := strconv.Atoi(r["cpu_milli"])
+		m, _ := strconv.Atoi(r["memory_mib"])
+		mustEnqueue(tb, p, Request{Job: r["name"], Kind: KindJob, Class: classes[r["qos"]], Demand: Demand{Family: "gpu", GPUs: g, CPU: c, RAMGB: m},
+			Workers: 1, Seq: int64(i), SubmittedAt: t0})
+	}
+	return p
+}
+
+// BenchmarkScheduleTrace: one Schedule call with the whole trace waiting on its 1,213 empty
+// nodes (the "one burst"); it grants what fits.
+func BenchmarkScheduleTrace(b *testing.B) {
+	snap := tracePool(b).Snapshot()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		p, _ := Restore(snap)
+		b.StartTimer()
+		if d := p.Schedule(t0); len(d.Grants) == 0 {
+			b.Fatal("no grants")
+		}
+	}
+}
+
+// BenchmarkScheduleTraceFull: the pass after the trace's burst, on the full pool, with the
+// waiting pods that did not fit; it has an event to look at (a release), but nothing fits.
+func BenchmarkScheduleTraceFull(b *testing.B) {
+	p := tracePool(b)
+	p.Schedule(t0)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		p.dirty = true
+		p.Schedule(t0.Add(time.Minute))
+	}
+}
+
+// BenchmarkScheduleIdle: the trace's full pool with nothing new since the last pass.
+func BenchmarkScheduleIdle(b *testing.B) {
+	p := tracePool(b)
+	p.Schedule(t0)
+	p.Schedule(t0)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		p.Schedule(t0.Add(time.Minute))
+	}
+}
+
+// BenchmarkScheduleWaitingFull is BenchmarkScheduleWaiting with an event before every pass, so
+// that each pass runs in full (BenchmarkScheduleWaiting's passes have nothing new to look at).
+func BenchmarkScheduleWaitingFull(b *testing.B) {
+	for _, n := range []int{1000, 10000, 100000} {
+		b.Run(fmt.Sprintf("%dk", n/1000), func(b *testing.B) {
+			p := benchPool(b, n, false, mixedClass)
+			now := t0.Add(time.Hour)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				p.touch()
+				p.Schedule(now)
+			}
+		})
 	}
 }

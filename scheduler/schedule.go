@@ -53,8 +53,8 @@ type scratch struct {
 	cntA, cntAR   [][]int32
 	// Nodes that answer, by family and free GPUs in this pass (doubly linked lists through
 	// bNext/bPrev): a grant looks only at the nodes with the fewest free GPUs that fit it.
-	bHead        [][]int32
-	bNext, bPrev []int32
+	bHead         [][]int32
+	bNext, bPrev  []int32
 	abFail, cFail []uint32 // failure caches per shape (and shape*3+class), valid when == epoch
 	epoch         uint32
 	cands         []cand
