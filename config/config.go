@@ -66,11 +66,17 @@ type Allocation struct {
 	MinRuntimeBeforePreemption Duration           `json:"min_runtime_before_preemption"`
 	// StopGracePeriod is how long a stopping worker gets between SIGTERM and SIGKILL.
 	StopGracePeriod Duration `json:"stop_grace_period"`
+	// ReserveAfter is how long a medium or low request must have been the first of its class,
+	// unable to start or preempt, before nodes are reserved (drained) for it (default 30m).
+	ReserveAfter Duration `json:"reserve_after"`
 	// MaxWaiting caps the allocation's queue: a submission past it is
 	// refused (default DefaultMaxWaiting, at most MaxMaxWaiting).
 	MaxWaiting int              `json:"max_waiting"`
 	Nodes      []scheduler.Node `json:"nodes"`
 }
+
+// DefaultReserveAfter is an allocation's reserve_after when the file gives none.
+const DefaultReserveAfter = 30 * time.Minute
 
 // Bounds of max_waiting: the allocator carries its whole queue through
 // continue-as-new, which Temporal's payload limit bounds.
@@ -81,7 +87,7 @@ const (
 
 // Policy is the scheduler policy of the allocation.
 func (a Allocation) Policy() scheduler.Policy {
-	return scheduler.Policy{Queueing: a.Queueing, MinRuntimeBeforePreemption: a.MinRuntimeBeforePreemption.D()}
+	return scheduler.Policy{Queueing: a.Queueing, MinRuntimeBeforePreemption: a.MinRuntimeBeforePreemption.D(), ReserveAfter: a.ReserveAfter.D()}
 }
 
 // Duration is a time.Duration written as "30s" or "5m" in the file.
@@ -211,6 +217,9 @@ func (c *Config) applyDefaults() {
 			if a.StopGracePeriod == 0 {
 				a.StopGracePeriod = Duration(30 * time.Second)
 			}
+			if a.ReserveAfter == 0 {
+				a.ReserveAfter = Duration(DefaultReserveAfter)
+			}
 			if a.MaxWaiting == 0 {
 				a.MaxWaiting = DefaultMaxWaiting
 			}
@@ -269,6 +278,9 @@ func (c *Config) validate() error {
 			}
 			if a.MinRuntimeBeforePreemption < 0 || a.StopGracePeriod < 0 {
 				return fmt.Errorf("%s: durations must not be negative", field)
+			}
+			if a.ReserveAfter < Duration(time.Minute) {
+				return fmt.Errorf("%s.reserve_after: must be at least 1m (the first request of a class waits that long before nodes are drained for it), got %s", field, a.ReserveAfter.D())
 			}
 			if a.MaxWaiting < 1 || a.MaxWaiting > MaxMaxWaiting {
 				return fmt.Errorf("%s.max_waiting: must be between 1 and %d, got %d", field, MaxMaxWaiting, a.MaxWaiting)

@@ -79,3 +79,36 @@ func TestMaxWaiting(t *testing.T) {
 		}
 	}
 }
+
+func TestReserveAfter(t *testing.T) {
+	for _, tc := range []struct {
+		line    string
+		want    time.Duration
+		wantErr string
+	}{
+		{"", 30 * time.Minute, ""},
+		{"        reserve_after: 2h\n", 2 * time.Hour, ""},
+		{"        reserve_after: 30s\n", 0, "regions[0].allocations[0].reserve_after: must be at least 1m"},
+		{"        reserve_after: -5m\n", 0, "regions[0].allocations[0].reserve_after: must be at least 1m"},
+		{"        reserve_after: soon\n", 0, `regions[0].allocations[0].reserve_after: "soon" is not a duration`},
+	} {
+		body := strings.Replace(oneAllocation, "      - name: a\n", "      - name: a\n"+tc.line, 1)
+		cfg, err := Load(writeConfig(t, body))
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%q: want an error containing %q, got %v", tc.line, tc.wantErr, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%q: %v", tc.line, err)
+		}
+		_, a, _ := cfg.Allocation("", "")
+		if a.ReserveAfter.D() != tc.want || a.Policy().ReserveAfter != tc.want {
+			t.Errorf("%q: reserve_after %s (policy %s), want %s", tc.line, a.ReserveAfter.D(), a.Policy().ReserveAfter, tc.want)
+		}
+	}
+	if _, a, _ := Default().Allocation("", "demo"); a.Policy().ReserveAfter != DefaultReserveAfter {
+		t.Errorf("embedded default: reserve_after %s", a.Policy().ReserveAfter)
+	}
+}
