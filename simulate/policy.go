@@ -2,6 +2,7 @@ package simulate
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -12,6 +13,9 @@ import (
 var Knobs = []struct{ Name, Help string }{
 	{"queueing", "best-effort-fifo or strict-fifo"},
 	{"min_runtime", "min_runtime_before_preemption: a job that has run less is never preempted (e.g. 1h)"},
+	{"reserve_after", "the first request of a class that waited this long reserves nodes to drain for it (0: never)"},
+	{"max_preemptions", "a job preempted this many times is not preempted again (0: the default, 3; -1: no limit)"},
+	{"max_loss", "max_loss_gpu_hours: a job whose preemption would lose more GPU-hours of work is not preempted (0: the default, 24; -1: no limit)"},
 	{"priorities", "on, or off: every job is submitted as medium (plain FIFO, no preemption)"},
 }
 
@@ -31,8 +35,8 @@ var DefaultPolicies = []string{"fifo", "best-effort", "strict-fifo"}
 func ParsePolicy(spec string, base scheduler.Policy) (Policy, error) {
 	name, knobs, _ := strings.Cut(strings.TrimSpace(spec), ":")
 	name = strings.TrimSpace(name)
-	if name == "" {
-		return Policy{}, fmt.Errorf("policy %q has no name", spec)
+	if name == "" || strings.ContainsAny(name, "=,") {
+		return Policy{}, fmt.Errorf("policy %q has no name; write NAME[:knob=value,...]", spec)
 	}
 	p := Policy{Name: name, Scheduler: base}
 	switch name {
@@ -83,6 +87,20 @@ func setKnob(p *Policy, k, v string) error {
 		}
 	case "min_runtime", "min_runtime_before_preemption":
 		p.Scheduler.MinRuntimeBeforePreemption, err = knobDuration(v)
+	case "max_preemptions":
+		n, perr := strconv.Atoi(v)
+		if perr != nil {
+			return fmt.Errorf("%q is not a whole number", v)
+		}
+		p.Scheduler.MaxPreemptions = n
+	case "max_loss", "max_loss_gpu_hours":
+		n, perr := strconv.Atoi(v)
+		if perr != nil {
+			return fmt.Errorf("%q is not a whole number", v)
+		}
+		p.Scheduler.MaxLossGPUHours = n
+	case "reserve_after":
+		p.Scheduler.ReserveAfter, err = knobDuration(v)
 	case "priorities":
 		switch v {
 		case "on":
@@ -107,6 +125,15 @@ func policyKnobs(p scheduler.Policy) []string {
 	var out []string
 	if p.MinRuntimeBeforePreemption > 0 {
 		out = append(out, "min_runtime_before_preemption "+Dur(p.MinRuntimeBeforePreemption))
+	}
+	if p.MaxPreemptions != 0 {
+		out = append(out, fmt.Sprintf("max_preemptions %d", p.MaxPreemptions))
+	}
+	if p.MaxLossGPUHours != 0 {
+		out = append(out, fmt.Sprintf("max_loss_gpu_hours %d", p.MaxLossGPUHours))
+	}
+	if p.ReserveAfter > 0 {
+		out = append(out, "reserve_after "+Dur(p.ReserveAfter))
 	}
 	return out
 }

@@ -259,8 +259,12 @@ func WriteMarkdown(w io.Writer, rs []*Result) {
 	if o.Burst {
 		arrivals = "all at once"
 	}
-	fmt.Fprintf(w, "Workload %s: %d jobs on %d nodes (%d GPUs); arrivals %s; a preempted job stops in %s and reruns %s, max_retry %s.\n\n",
-		r0.Workload, r0.Row(RowAll).Jobs, r0.Nodes, r0.GPUs, arrivals, Dur(o.StopDelay), rerun, retry)
+	passes := "after every event"
+	if o.WakeTimer {
+		passes += " and at the pool's NextWake"
+	}
+	fmt.Fprintf(w, "Workload %s: %d jobs on %d nodes (%d GPUs); arrivals %s; a preempted job stops in %s and reruns %s, max_retry %s; Schedule runs %s.\n\n",
+		r0.Workload, r0.Row(RowAll).Jobs, r0.Nodes, r0.GPUs, arrivals, Dur(o.StopDelay), rerun, retry, passes)
 	for _, r := range rs {
 		fmt.Fprintf(w, "### %s (%s)\n\n", r.Policy.Name, r.Policy.Describe())
 		fmt.Fprintln(w, "| jobs | n | wait p50 | p95 | p99 | longest | GPU-h lost (% of useful) | preemptions | for nothing | most of one job |")

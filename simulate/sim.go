@@ -43,6 +43,10 @@ type Options struct {
 	MaxRetry int `json:"max_retry"`
 	// Burst makes every job arrive at time 0, in arrival order.
 	Burst bool `json:"burst,omitempty"`
+	// WakeTimer also schedules at Pool.NextWake (when a running job passes
+	// min_runtime_before_preemption, or a class's first request reaches reserve_after), as an
+	// allocator with a timer would; without it, as today's allocator, only events schedule.
+	WakeTimer bool `json:"wake_timer,omitempty"`
 	// Clock times the Schedule calls (nil: time.Now). It never influences a decision.
 	Clock func() time.Time `json:"-"`
 }
@@ -57,6 +61,7 @@ const (
 	evFinish            // the attempt's work is done: its workers exit and are released
 	evStopped           // one worker of a preempted attempt has stopped
 	evCheckpoint        // a running attempt saves its progress
+	evWake              // the pool's NextWake
 )
 
 type event struct {
@@ -167,6 +172,7 @@ type sim struct {
 	lastT      time.Duration
 	schedTimes []time.Duration
 	ckpt       checkpointer
+	wakeAt     time.Duration // the pending evWake, -1 if none
 }
 
 // checkpointer is the pool's optional checkpoint report (see Pool.Checkpointed).
@@ -191,7 +197,7 @@ func Run(w *Workload, pol Policy, opt Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &sim{w: w, pol: pol, opt: opt, pool: pool, idx: make(map[string]int32, len(w.Jobs)), jobs: make([]jobState, len(w.Jobs))}
+	s := &sim{w: w, pol: pol, opt: opt, pool: pool, idx: make(map[string]int32, len(w.Jobs)), jobs: make([]jobState, len(w.Jobs)), wakeAt: -1}
 	s.ckpt, _ = any(pool).(checkpointer)
 	for i := range w.Jobs {
 		j := &w.Jobs[i]
@@ -277,6 +283,11 @@ func (s *sim) apply(e event) bool {
 			s.push(next, evCheckpoint, e.job, st.attempt, 0)
 		}
 		return false // a checkpoint changes no decision the allocator would make at once
+	case evWake:
+		if e.t != s.wakeAt {
+			return false
+		}
+		s.wakeAt = -1
 	}
 	return true
 }
@@ -298,6 +309,14 @@ func (s *sim) schedule() error {
 	start := s.opt.Clock()
 	d := s.pool.Schedule(Epoch.Add(s.now))
 	s.schedTimes = append(s.schedTimes, s.opt.Clock().Sub(start))
+	if s.opt.WakeTimer {
+		if at, ok := s.pool.NextWake(); ok {
+			if t := at.Sub(Epoch); t > s.now && t != s.wakeAt {
+				s.wakeAt = t
+				s.push(t, evWake, 0, 0, 0)
+			}
+		}
+	}
 	for _, g := range d.Grants {
 		i, ok := s.idx[g.Job]
 		if !ok {

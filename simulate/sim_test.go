@@ -109,22 +109,26 @@ func TestPreemptAndRerun(t *testing.T) {
 	}
 }
 
-// Two one-GPU nodes: l (low) runs long on n1, h2 (high) runs for 1m on n2. h arrives at 30s and
-// can only preempt l; l needs 60s to stop, but h2 ends at 1m and h starts on n2 first: the
-// preemption was for nothing.
+// Two one-GPU nodes: l (low) runs long on n1, x (high) on n2 until 100s. p (medium) preempts l
+// at 30s; l needs 60s to stop. h (high) arrives at 45s and takes l's capacity over; when l has
+// stopped h starts there, and p starts on n2 when x ends: l was preempted for nothing (for p).
 func TestPreemptionForNothing(t *testing.T) {
 	w := &Workload{Name: "t", Nodes: nodes(2, 1), Jobs: []Job{
 		jb("l", 0, scheduler.Low, 1, 100*time.Minute),
-		jb("h2", 0, scheduler.High, 1, time.Minute),
-		jb("h", 30*time.Second, scheduler.High, 1, 10*time.Minute),
+		jb("x", 0, scheduler.High, 1, 100*time.Second),
+		jb("p", 30*time.Second, scheduler.Medium, 1, 10*time.Minute),
+		jb("h", 45*time.Second, scheduler.High, 1, 10*time.Minute),
 	}}
 	r := run(t, w, prio, Options{StopDelay: time.Minute, MaxRetry: -1})
 	all := r.Row(RowAll)
 	if all.Preemptions != 1 || all.ForNothing != 1 || r.Row("low").ForNothing != 1 {
 		t.Fatalf("preemptions %d, for nothing %d (low %d); want 1, 1", all.Preemptions, all.ForNothing, r.Row("low").ForNothing)
 	}
-	if got := r.Row("high").WaitMax.D(); got != 30*time.Second {
-		t.Fatalf("h waited %s, want 30s", got)
+	if got := r.Row("high").WaitMax.D(); got != 45*time.Second {
+		t.Fatalf("h waited %s, want 45s", got)
+	}
+	if got := r.Row("medium").WaitMax.D(); got != 70*time.Second {
+		t.Fatalf("p waited %s, want 70s", got)
 	}
 }
 
@@ -231,6 +235,28 @@ func TestWriteMarkdown(t *testing.T) {
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in\n%s", want, out)
+		}
+	}
+}
+
+// With min_runtime_before_preemption, nothing happens when the low job becomes preemptible
+// unless the allocator schedules at the pool's NextWake.
+func TestWakeTimer(t *testing.T) {
+	w := &Workload{Name: "t", Nodes: nodes(1, 4), Jobs: []Job{
+		jb("a", 0, scheduler.Low, 4, 10*time.Minute),
+		jb("b", time.Minute, scheduler.High, 4, 5*time.Minute),
+	}}
+	pol := Policy{Name: "min2m", Scheduler: scheduler.Policy{MinRuntimeBeforePreemption: 2 * time.Minute}}
+	for _, tc := range []struct {
+		wake bool
+		want time.Duration
+	}{
+		{false, 9 * time.Minute},             // b waits for a to finish
+		{true, time.Minute + 30*time.Second}, // a is preempted at 2m and stops at 2m30s
+	} {
+		r := run(t, w, pol, Options{StopDelay: 30 * time.Second, MaxRetry: -1, WakeTimer: tc.wake})
+		if got := r.Row("high").WaitMax.D(); got != tc.want {
+			t.Errorf("wake timer %v: b waited %s, want %s", tc.wake, got, tc.want)
 		}
 	}
 }

@@ -29,7 +29,8 @@ func runSimulate(ctx context.Context, g *globals, args []string) error {
 	ckpt := fs.Duration("checkpoint", 0, "a preempted job resumes from its last checkpoint, taken this often (0: it reruns from zero)")
 	retry := fs.Int("max-retry", -1, "reruns a job gets after preemptions (negative: unlimited)")
 	burst := fs.Bool("burst", false, "every job arrives at time 0, in arrival order")
-	var policies multiFlag
+	wake := fs.Bool("wake-timer", false, "also schedule at the pool's NextWake, as an allocator with a timer would (today's allocator schedules on events only)")
+	var policies specsFlag
 	fs.Var(&policies, "policy", "a policy to compare, `NAME[:knob=value,...]` (repeatable; default fifo, best-effort, strict-fifo); knobs: "+knobList())
 	if _, err := parseArgs(g, fs, args, 0, 0); err != nil {
 		return err
@@ -39,7 +40,7 @@ func runSimulate(ctx context.Context, g *globals, args []string) error {
 		return usageErr("simulate: give --nodes or --nodes-frac, not both")
 	}
 
-	base := scheduler.Policy{Queueing: scheduler.BestEffortFIFO}
+	base := scheduler.Policy{Queueing: scheduler.BestEffortFIFO, ReserveAfter: 30 * time.Minute}
 	var allocNodes []scheduler.Node
 	if *alloc != "" {
 		cfg, err := g.Config()
@@ -98,7 +99,7 @@ func runSimulate(ctx context.Context, g *globals, args []string) error {
 		}
 		pols = append(pols, p)
 	}
-	opt := simulate.Options{StopDelay: *stop, Checkpoint: *ckpt, MaxRetry: *retry, Burst: *burst}
+	opt := simulate.Options{StopDelay: *stop, Checkpoint: *ckpt, MaxRetry: *retry, Burst: *burst, WakeTimer: *wake}
 	if !g.json() {
 		for _, n := range w.Notes {
 			g.note("%s", n)
@@ -126,6 +127,16 @@ func runSimulate(ctx context.Context, g *globals, args []string) error {
 		}{w.Notes, results})
 	}
 	simulate.WriteMarkdown(g.Stdout, results)
+	return nil
+}
+
+// specsFlag is a repeatable flag whose values may contain commas.
+type specsFlag []string
+
+func (f *specsFlag) String() string { return strings.Join(*f, " ") }
+
+func (f *specsFlag) Set(s string) error {
+	*f = append(*f, s)
 	return nil
 }
 

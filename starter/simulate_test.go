@@ -28,7 +28,7 @@ func TestSimulateOwnWorkload(t *testing.T) {
 	for _, want := range []string{
 		"2 jobs on 4 nodes (8 GPUs); arrivals as in the trace; a preempted job stops in 10s",
 		"### fifo (best-effort-fifo, no priorities",
-		"### prio (best-effort-fifo, min_runtime_before_preemption 30s)",
+		"### prio (best-effort-fifo, min_runtime_before_preemption 30s, reserve_after 30m00s)",
 		// high preempts low at 1m and waits 10s for it to stop; low reruns after high, 6m10s-16m10s.
 		"| high | 1 | 10s | 10s |",
 		"| makespan vs fifo | +0.0% | +7.8% |",
