@@ -110,6 +110,9 @@ func printQueue(g *globals, v protocol.QueueView) {
 	fmt.Fprintln(tw, "NODE\tFAMILY\tGPUS\tFREE\tALLOCATED\tRELEASING\tSTATE")
 	for _, n := range v.Nodes {
 		state := "ok"
+		if n.ReservedFor != "" {
+			state = "reserved for " + n.ReservedFor + " (draining: no later job starts here)"
+		}
 		if why, ok := fenced[n.Name]; ok {
 			state = "fenced: " + why
 		}
