@@ -1,0 +1,111 @@
+package kubernetes_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/trainq/trainq/config"
+	"github.com/trainq/trainq/internal/kubetest"
+)
+
+// build runs kustomize on a directory of this one.
+func build(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	res, err := k.Run(filesys.MakeFsOnDisk(), dir)
+	require.NoError(t, err, "kustomize build %s", dir)
+	var out []*unstructured.Unstructured
+	for _, r := range res.Resources() {
+		m, err := r.Map()
+		require.NoError(t, err)
+		out = append(out, &unstructured.Unstructured{Object: m})
+	}
+	return out
+}
+
+// TestManifestsApplyOnAnAPIServer builds the base and the dev overlay and
+// applies every object with a server-side dry run on a real kube-apiserver,
+// which validates each against its schema; the namespaces are created for
+// real first (a dry run in a namespace needs it). The trainq config they
+// carry must load, with backend kubernetes.
+func TestManifestsApplyOnAnAPIServer(t *testing.T) {
+	c := kubetest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dyn, err := dynamic.NewForConfig(c.Config)
+	require.NoError(t, err)
+	disc, err := discovery.NewDiscoveryClientForConfig(c.Config)
+	require.NoError(t, err)
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))
+
+	for _, dir := range []string{"base", "overlays/dev"} {
+		objs := build(t, dir)
+		kinds := map[string]int{}
+		for _, o := range objs {
+			kinds[o.GetKind()]++
+			if o.GetKind() == "Namespace" {
+				_, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: o.GetName()}}, metav1.CreateOptions{})
+				if err != nil && !strings.Contains(err.Error(), "already exists") {
+					require.NoError(t, err)
+				}
+			}
+		}
+		assert.Equal(t, map[string]int{"Namespace": 2, "ServiceAccount": 1, "Role": 1, "RoleBinding": 1, "ClusterRole": 1,
+			"ClusterRoleBinding": 1, "ConfigMap": 1, "Secret": 1, "Deployment": 2, "Service": 1, "PodDisruptionBudget": 2}, kinds, dir)
+		for _, o := range objs {
+			gvk := o.GroupVersionKind()
+			m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+			require.NoError(t, err, "%s %s", gvk, o.GetName())
+			var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
+			if m.Scope.Name() == "namespace" {
+				require.NotEmpty(t, o.GetNamespace(), "%s %s names its namespace", o.GetKind(), o.GetName())
+				ri = dyn.Resource(m.Resource).Namespace(o.GetNamespace())
+			}
+			_, err = ri.Apply(ctx, o.GetName(), o, metav1.ApplyOptions{FieldManager: "trainq-deploy-test", DryRun: []string{metav1.DryRunAll}, Force: true})
+			require.NoError(t, err, "%s: server-side dry run of %s %s/%s", dir, o.GetKind(), o.GetNamespace(), o.GetName())
+
+			switch o.GetKind() {
+			case "ConfigMap":
+				text, _, _ := unstructured.NestedString(o.Object, "data", "trainq.yaml")
+				path := filepath.Join(t.TempDir(), "trainq.yaml")
+				require.NoError(t, os.WriteFile(path, []byte(text), 0o644))
+				cfg, err := config.Load(path)
+				require.NoError(t, err, "%s: the trainq config of the ConfigMap", dir)
+				assert.Equal(t, config.BackendKubernetes, cfg.Backend)
+				assert.Equal(t, "trainq-jobs", cfg.Kubernetes.Namespace)
+			case "Deployment":
+				v, _, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "template", "spec", "terminationGracePeriodSeconds")
+				var grace int64
+				switch n := v.(type) {
+				case int:
+					grace = int64(n)
+				case int64:
+					grace = n
+				case float64:
+					grace = int64(n)
+				}
+				assert.Greater(t, grace, int64(10), "%s: the grace exceeds the agents' WorkerStopTimeout (10s)", o.GetName())
+			}
+		}
+	}
+	// Nothing but the namespaces was stored.
+	deps, err := c.Client.AppsV1().Deployments("trainq").List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, deps.Items)
+}
