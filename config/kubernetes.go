@@ -37,6 +37,10 @@ type Kubernetes struct {
 	// ImagePullTimeout is how long a pod may fail to pull its image before
 	// its attempt fails. Default 2m.
 	ImagePullTimeout Duration `json:"image_pull_timeout"`
+	// KeepFinished is how long the Service and pods of an ended job stay
+	// (for kubectl logs and events) before trainq deletes them. Default
+	// 24h; "0s" keeps them for ever.
+	KeepFinished *Duration `json:"keep_finished"`
 }
 
 // validateBackend checks backend and kubernetes, filling their defaults.
@@ -74,6 +78,13 @@ func (c *Config) validateBackend() error {
 	}
 	if k.ImagePullTimeout.D() < time.Second {
 		return errors.New("kubernetes.image_pull_timeout: must be at least 1s")
+	}
+	if k.KeepFinished == nil {
+		d := Duration(24 * time.Hour)
+		k.KeepFinished = &d
+	}
+	if *k.KeepFinished < 0 {
+		return errors.New("kubernetes.keep_finished: must not be negative")
 	}
 	if c.Backend != BackendKubernetes {
 		return nil

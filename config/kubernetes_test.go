@@ -21,18 +21,19 @@ func TestKubernetesBackendDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Backend != BackendKubernetes || c.Kubernetes.Namespace != "trainq-jobs" ||
-		c.Kubernetes.TerminationGracePeriod.D() != 30*time.Second || c.Kubernetes.ImagePullTimeout.D() != 2*time.Minute {
+		c.Kubernetes.TerminationGracePeriod.D() != 30*time.Second || c.Kubernetes.ImagePullTimeout.D() != 2*time.Minute ||
+		c.Kubernetes.KeepFinished.D() != 24*time.Hour {
 		t.Fatalf("defaults not applied: %+v %+v", c.Backend, c.Kubernetes)
 	}
 	c, err = parse([]byte(kubeBase), "t.yaml")
 	if err != nil || c.Backend != BackendLocal {
 		t.Fatalf("backend defaults to local, got %q (%v)", c.Backend, err)
 	}
-	c, err = parse([]byte("backend: kubernetes\nkubernetes: {namespace: ml, kubeconfig: /k, image_pull_secrets: [regcred], termination_grace_period: 45s, default_image: busybox}\n"+kubeBase), "t.yaml")
+	c, err = parse([]byte("backend: kubernetes\nkubernetes: {namespace: ml, kubeconfig: /k, image_pull_secrets: [regcred], termination_grace_period: 45s, default_image: busybox, keep_finished: 0s}\n"+kubeBase), "t.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if k := c.Kubernetes; k.Namespace != "ml" || k.Kubeconfig != "/k" || len(k.ImagePullSecrets) != 1 || k.TerminationGracePeriod.D() != 45*time.Second || k.DefaultImage != "busybox" {
+	if k := c.Kubernetes; k.Namespace != "ml" || k.Kubeconfig != "/k" || len(k.ImagePullSecrets) != 1 || k.TerminationGracePeriod.D() != 45*time.Second || k.DefaultImage != "busybox" || k.KeepFinished.D() != 0 {
 		t.Fatalf("fields not read: %+v", k)
 	}
 }
@@ -44,6 +45,7 @@ func TestKubernetesBackendErrorsNameTheField(t *testing.T) {
 		{"backend: kubernetes\nkubernetes: {image_pull_secrets: [ok, Bad_Secret]}\n" + kubeBase, `kubernetes.image_pull_secrets[1]: "Bad_Secret" is not a Secret name`},
 		{"backend: kubernetes\nkubernetes: {termination_grace_period: 10ms}\n" + kubeBase, `kubernetes.termination_grace_period: must be at least 1s`},
 		{"backend: kubernetes\nkubernetes: {termination_grace_period: soon}\n" + kubeBase, `kubernetes.termination_grace_period: "soon" is not a duration`},
+		{"backend: kubernetes\nkubernetes: {keep_finished: -1h}\n" + kubeBase, `kubernetes.keep_finished: must not be negative`},
 		{"backend: kubernetes\n" + strings.Replace(kubeBase, "gpu-1", "GPU_1", 1), `regions[0].allocations[0].nodes[0].name: "GPU_1" is not a Kubernetes node name`},
 	} {
 		_, err := parse([]byte(tc.doc), "t.yaml")

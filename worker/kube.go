@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/worker"
@@ -37,7 +40,7 @@ func newBackend(ctx context.Context, cfg *config.Config, c client.Client, logger
 		Client: cs, Namespace: k.Namespace, ImagePullSecrets: k.ImagePullSecrets,
 		TerminationGracePeriod: k.TerminationGracePeriod.D(), DefaultImage: k.DefaultImage,
 		ServiceAccount: k.ServiceAccount, ImagePullTimeout: k.ImagePullTimeout.D(),
-		Jobs: temporalJobs{c: c}, Logger: logger.With("backend", "kubernetes"),
+		Jobs: temporalJobs{c: c}, Logger: logger.With("backend", "kubernetes"), KeepFinished: k.KeepFinished.D(),
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("backend kubernetes (namespace %s): %w", k.Namespace, err)
@@ -68,6 +71,18 @@ func (j temporalJobs) Meta(ctx context.Context, job string) (kube.JobMeta, error
 	}
 	m.Notebook = kind == string(scheduler.KindNotebook)
 	return m, nil
+}
+
+func (j temporalJobs) Ended(ctx context.Context, job string) (bool, error) {
+	resp, err := j.c.DescribeWorkflowExecution(ctx, job, "")
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return resp.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil
 }
 
 func (j temporalJobs) StopReason(ctx context.Context, id cluster.WorkerID) (string, string, error) {

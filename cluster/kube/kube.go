@@ -70,6 +70,10 @@ type Options struct {
 	Jobs Jobs
 	// Logger gets the backend's warnings (default slog.Default()).
 	Logger *slog.Logger
+	// KeepFinished is how long the Service and pods of a job that ended are
+	// kept (for their logs and events) before they are deleted; 0 keeps
+	// them. Needs Jobs.
+	KeepFinished time.Duration
 }
 
 // Backend is the Kubernetes backend. It is safe for concurrent use.
@@ -167,7 +171,102 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 		}
 		return nil, fmt.Errorf("kubernetes backend: could not list pods in namespace %s and nodes", opts.Namespace)
 	}
+	if opts.KeepFinished > 0 && opts.Jobs != nil {
+		go b.collectLoop(min(opts.KeepFinished/4, 10*time.Minute))
+	}
 	return b, nil
+}
+
+func (b *Backend) collectLoop(every time.Duration) {
+	t := time.NewTicker(max(every, time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if n, err := b.CollectFinished(ctx, time.Now()); err != nil {
+			b.opts.Logger.Warn("cannot clean up the Services of ended jobs", "error", err)
+		} else if n > 0 {
+			b.opts.Logger.Info("deleted the Services (and pods) of ended jobs", "jobs", n, "keep_finished", b.opts.KeepFinished)
+		}
+		cancel()
+	}
+}
+
+// CollectFinished deletes the Service of every job that has ended (Jobs
+// says so), has no pod left running, and whose last pod ended (or whose
+// Service was made) more than KeepFinished before now; the pods it owns
+// go with it (the garbage collector deletes them). It returns how many
+// Services it deleted.
+func (b *Backend) CollectFinished(ctx context.Context, now time.Time) (int, error) {
+	if b.opts.Jobs == nil || b.opts.KeepFinished <= 0 {
+		return 0, nil
+	}
+	svcs, err := b.opts.Client.CoreV1().Services(b.opts.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.Set{LabelManagedBy: ManagedBy}.String()})
+	if err != nil {
+		return 0, err
+	}
+	objs, err := b.pods.GetIndexer().ByIndex(cache.NamespaceIndex, b.opts.Namespace)
+	if err != nil {
+		return 0, err
+	}
+	type use struct {
+		live bool
+		last time.Time
+	}
+	uses := map[string]*use{}
+	for _, o := range objs {
+		p := o.(*corev1.Pod)
+		u := uses[p.Labels[LabelJob]]
+		if u == nil {
+			u = &use{}
+			uses[p.Labels[LabelJob]] = u
+		}
+		st := StatusOf(cluster.WorkerID{}, p)
+		if st.Phase != cluster.PhaseExited || p.DeletionTimestamp != nil {
+			u.live = true
+		} else if st.EndedAt.After(u.last) {
+			u.last = st.EndedAt
+		}
+	}
+	deleted := 0
+	var errs []error
+	for _, svc := range svcs.Items {
+		job := svc.Annotations[AnnotationJobName]
+		u := uses[svc.Labels[LabelJob]]
+		last := svc.CreationTimestamp.Time
+		if u != nil {
+			if u.live {
+				continue
+			}
+			last = u.last
+		}
+		if job == "" || now.Sub(last) < b.opts.KeepFinished {
+			continue
+		}
+		ended, err := b.opts.Jobs.Ended(ctx, job)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("job %s: %w", job, err))
+			continue
+		}
+		if !ended {
+			continue
+		}
+		bg := metav1.DeletePropagationBackground
+		uid := svc.UID
+		err = b.opts.Client.CoreV1().Services(b.opts.Namespace).Delete(ctx, svc.Name, metav1.DeleteOptions{
+			PropagationPolicy: &bg, Preconditions: &metav1.Preconditions{UID: &uid}})
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete service %s: %w", svc.Name, err))
+			continue
+		}
+		deleted++
+	}
+	return deleted, errors.Join(errs...)
 }
 
 // Close stops the watches.

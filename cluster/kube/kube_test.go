@@ -23,7 +23,10 @@ type fakeJobs struct {
 	meta      JobMeta
 	reason    string
 	preemptor string
+	ended     map[string]bool
 }
+
+func (f fakeJobs) Ended(_ context.Context, job string) (bool, error) { return f.ended[job], nil }
 
 func (f fakeJobs) Meta(context.Context, string) (JobMeta, error) { return f.meta, nil }
 func (f fakeJobs) StopReason(context.Context, cluster.WorkerID) (string, string, error) {
@@ -355,4 +358,42 @@ func TestNodeReady(t *testing.T) {
 	ok, why = b.NodeReady("nowhere")
 	assert.False(t, ok)
 	assert.Equal(t, "does not exist in the cluster", why)
+}
+
+func TestCollectFinishedDeletesOnlyEndedJobsPastTheirKeep(t *testing.T) {
+	jobs := fakeJobs{ended: map[string]bool{"done": true, "recent": true}}
+	b, cs := newFake(t, jobs)
+	b.opts.KeepFinished = time.Hour
+	ctx := context.Background()
+	for _, job := range []string{"done", "recent", "running", "waiting"} {
+		_, err := b.Start(ctx, spec(job, 1, 0, 1))
+		require.NoError(t, err)
+	}
+	end := func(job string, at time.Time) {
+		p, err := cs.CoreV1().Pods("jobs").Get(ctx, job+"-a1-w0", metav1.GetOptions{})
+		require.NoError(t, err)
+		p.Status.Phase = corev1.PodSucceeded
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: ContainerName, State: corev1.ContainerState{
+			Terminated: &corev1.ContainerStateTerminated{FinishedAt: metav1.NewTime(at)}}}}
+		_, err = cs.CoreV1().Pods("jobs").UpdateStatus(ctx, p, metav1.UpdateOptions{})
+		require.NoError(t, err)
+	}
+	now := time.Now()
+	end("done", now.Add(-2*time.Hour))
+	end("recent", now.Add(-10*time.Minute))
+	end("waiting", now.Add(-2*time.Hour)) // its workflow still runs: a rerun may come
+	require.Eventually(t, func() bool {
+		p, _, _ := b.pods.GetStore().GetByKey("jobs/waiting-a1-w0")
+		return p != nil && p.(*corev1.Pod).Status.Phase == corev1.PodSucceeded
+	}, 5*time.Second, 10*time.Millisecond)
+	n, err := b.CollectFinished(ctx, now)
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
+	svcs, err := cs.CoreV1().Services("jobs").List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	var left []string
+	for _, s := range svcs.Items {
+		left = append(left, s.Name)
+	}
+	assert.ElementsMatch(t, []string{"recent", "running", "waiting"}, left)
 }

@@ -33,6 +33,9 @@ type Jobs interface {
 	// StopReason says why the worker's attempt ends (the attempt's end
 	// reason), and names the preemptor if it was preempted.
 	StopReason(ctx context.Context, id cluster.WorkerID) (reason, preemptor string, err error)
+	// Ended says whether the job has ended for good (its workflow closed or
+	// is gone), so that its Service and pods may be removed.
+	Ended(ctx context.Context, job string) (bool, error)
 }
 
 // shellQuote quotes s for /bin/sh.
