@@ -21,6 +21,8 @@ import (
 	"go.temporal.io/sdk/workflow"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/trainq/trainq/activities"
+	"github.com/trainq/trainq/cluster/local"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
 	"github.com/trainq/trainq/workflows"
@@ -186,6 +188,16 @@ func recordAllocatorContinuedAsNew(t *testing.T, dir string) {
 	defer cancel()
 	c := env.client
 	allocatorID := protocol.AllocatorWorkflowID("T", allocation)
+
+	// The allocation's one node has an agent of its own here (no worker
+	// process serves it): a fresh allocator fences its nodes until their
+	// agents answer.
+	backend, err := local.New(local.Options{DataDir: t.TempDir()})
+	require.NoError(t, err)
+	agent := worker.New(c, protocol.NodeTaskQueue(allocation+"-1"), worker.Options{})
+	agent.RegisterActivity(&activities.Activities{Client: c, Backend: backend})
+	require.NoError(t, agent.Start())
+	t.Cleanup(agent.Stop)
 
 	holder := "record-can-holder"
 	hrun, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: holder, TaskQueue: "trainq-record-idle"}, "RecordIdleHolder")
