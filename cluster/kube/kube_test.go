@@ -91,6 +91,8 @@ func TestStartCreatesABoundPodAndAHeadlessService(t *testing.T) {
 	assert.Equal(t, corev1.RestartPolicyNever, pod.Spec.RestartPolicy)
 	assert.Equal(t, int64(45), *pod.Spec.TerminationGracePeriodSeconds)
 	assert.Equal(t, []corev1.LocalObjectReference{{Name: "regcred"}}, pod.Spec.ImagePullSecrets)
+	assert.False(t, *pod.Spec.AutomountServiceAccountToken)
+	assert.False(t, *pod.Spec.EnableServiceLinks)
 	assert.Equal(t, map[string]string{
 		LabelManagedBy: "trainq", LabelName: "trainq", LabelComponent: "worker", LabelJob: job,
 		LabelAttempt: "2", LabelWorker: "1", LabelPriorityClass: "high",

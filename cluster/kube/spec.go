@@ -187,7 +187,7 @@ func (b *Backend) Pod(spec cluster.WorkerSpec, meta JobMeta, owner *corev1.Servi
 		image = b.opts.DefaultImage
 	}
 	grace := int64(b.opts.TerminationGracePeriod.Seconds())
-	noLinks := false
+	noLinks, noToken := false, false
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: b.opts.Namespace, Labels: labels, Annotations: ann,
@@ -200,6 +200,8 @@ func (b *Backend) Pod(spec cluster.WorkerSpec, meta JobMeta, owner *corev1.Servi
 			TerminationGracePeriodSeconds: &grace,
 			EnableServiceLinks:            &noLinks,
 			ServiceAccountName:            b.opts.ServiceAccount,
+			// Training code has no business with the API server.
+			AutomountServiceAccountToken: &noToken,
 			// Bound with nodeName, a pod skips the scheduler's taint checks
 			// but not the kubelet's: tolerate the GPU taint.
 			Tolerations: []corev1.Toleration{{Key: GPUResource, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
