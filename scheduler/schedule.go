@@ -71,8 +71,12 @@ type scratch struct {
 	ownStamp uint32
 	ownNoms  []int32 // the walker's nominations
 	hasOwn   []bool  // per waiting request: capacity is nominated to it
-	nextSeq  int64   // preemption sequence of the next victim chosen in this pass
-	resv     []bool  // per node: reserved in this pass by the first request of a class
+	// relVisible: the family had releasing capacity nominated to nobody when the pass began (a
+	// request without nominations sees no more than that; without any, holding free + releasing
+	// capacity is the grant it already failed).
+	relVisible []bool
+	nextSeq    int64  // preemption sequence of the next victim chosen in this pass
+	resv       []bool // per node: reserved in this pass by the first request of a class
 
 	// victim search
 	vcands []vcand
@@ -180,6 +184,13 @@ func (sc *scratch) reset(p *Pool) {
 	for i, h := range p.holds {
 		if !p.nodes[h.n].lost {
 			sc.hide(p, sc.addNom(nom{n: h.n, g: h.g, c: h.c, r: h.r, free: true, hold: i, class: h.class, by: h.by, seq: h.seq, taken: h.taken}))
+		}
+	}
+	sc.relVisible = grow(sc.relVisible, len(p.fams))
+	clear(sc.relVisible)
+	for i := range p.nodes {
+		if sc.rG[i] > 0 || sc.rC[i] > 0 || sc.rR[i] > 0 {
+			sc.relVisible[p.nodes[i].fam] = true
 		}
 	}
 	sc.hasOwn = grow(sc.hasOwn, len(p.waiting))
@@ -372,6 +383,11 @@ func (sc *scratch) candOf(n int32, sh *shape, withRel bool) (cand, bool) {
 // pickOne is pickNodes for one worker: the best candidate in cmpCand order, without sorting
 // (this loop is the hot path of a pass that grants many requests).
 func (sc *scratch) pickOne(p *Pool, sh *shape, withRel bool) bool {
+	// A node with capacity nominated to the request beats every other: look at those first.
+	if own := sc.pickOwn(p, sh, withRel); own >= 0 {
+		sc.pick = append(sc.pick[:0], own)
+		return true
+	}
 	best := int32(-1)
 	var bk0 int8
 	var bk1, bk2, bk3 int
@@ -422,6 +438,23 @@ func (sc *scratch) pickOne(p *Pool, sh *shape, withRel bool) bool {
 	}
 	sc.pick = append(sc.pick[:0], best)
 	return true
+}
+
+// pickOwn is the best node for one worker among those with capacity nominated to the request,
+// or -1.
+func (sc *scratch) pickOwn(p *Pool, sh *shape, withRel bool) int32 {
+	best := int32(-1)
+	var bc cand
+	for _, k := range sc.ownNoms {
+		n := sc.noms[k].n
+		if p.nodes[n].fam != sh.fam || p.nodes[n].lost {
+			continue
+		}
+		if c, ok := sc.candOf(n, sh, withRel); ok && (best < 0 || cmpCand(c, bc) < 0) {
+			best, bc = n, c
+		}
+	}
+	return best
 }
 
 // pickUsesOwnVictims reports whether the pick includes capacity of a job preempted for the
@@ -647,7 +680,7 @@ func (p *Pool) decideFor(now time.Time, sc *scratch, pl *plan, i int, h hotEntry
 			sc.grant(pl, w)
 			return outGranted, nil
 		}
-		if int(sc.cntAR[sh.fam][g]) >= sh.workers && sc.pickNodes(p, sh, true) {
+		if (!cache || sc.relVisible[sh.fam]) && int(sc.cntAR[sh.fam][g]) >= sh.workers && sc.pickNodes(p, sh, true) {
 			sc.take(p, sh, false)
 			return outNominated, nil
 		}
