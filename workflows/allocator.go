@@ -53,6 +53,10 @@ type allocator struct {
 	// batched runs one scheduling pass per workflow task (see schedule);
 	// dirty says the state changed since the last pass.
 	batched, dirty bool
+	// wakeTimers arms a timer for the pool's next wake-up; wakeAt is the
+	// earliest one armed (zero: none).
+	wakeTimers bool
+	wakeAt     time.Time
 	// withdrawn are withdrawals that came before their request (oldest first).
 	withdrawn []protocol.WithdrawSignal
 	// fencing are the nodes whose fence is in progress, and why each is fenced.
@@ -74,6 +78,10 @@ const (
 	// versionBatchedSchedule: one scheduling pass per workflow task instead
 	// of one per message.
 	versionBatchedSchedule = "allocator-batched-schedule"
+	// versionWakeTimer: a timer wakes the allocator when the policy may
+	// decide something without an event (min_runtime_before_preemption
+	// passes, reserve_after is reached).
+	versionWakeTimer = "allocator-wake-timer"
 )
 
 // AllocatorWorkflow owns the capacity of one allocation. Jobs ask it for
@@ -98,6 +106,7 @@ func AllocatorWorkflow(ctx workflow.Context, in protocol.AllocatorInput) error {
 		a.recovering = true
 	}
 	a.batched = workflow.GetVersion(ctx, versionBatchedSchedule, workflow.DefaultVersion, 1) >= 1
+	a.wakeTimers = workflow.GetVersion(ctx, versionWakeTimer, workflow.DefaultVersion, 1) >= 1
 
 	if err := workflow.SetQueryHandler(ctx, protocol.QueryQueue, func() (protocol.QueueView, error) {
 		return a.view(), nil
@@ -665,6 +674,7 @@ func (a *allocator) schedulePass(ctx workflow.Context) {
 			a.reclaim(ctx, victim)
 		})
 	}
+	a.armWake(ctx, now)
 	// Rendering the queue for the Web UI costs a dry-run pass; with a long
 	// queue, refresh it at most every detailsInterval.
 	if a.pool.WaitingCount() <= detailsLimit || now.Sub(a.detailsAt) >= detailsInterval {
@@ -936,4 +946,29 @@ func placementText(p []scheduler.WorkerPlacement) string {
 		parts[i] = fmt.Sprintf("%s%v", w.Node, w.GPUs)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// armWake starts a timer for the pool's next wake-up, unless an earlier one
+// is armed: a waiting job may become able to preempt, or to reserve nodes,
+// with no event to trigger a pass.
+func (a *allocator) armWake(ctx workflow.Context, now time.Time) {
+	if !a.wakeTimers {
+		return
+	}
+	wake, ok := a.pool.NextWake()
+	if !ok || (!a.wakeAt.IsZero() && !wake.Before(a.wakeAt)) {
+		return
+	}
+	a.wakeAt = wake
+	d := max(wake.Sub(now), time.Second)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		err := workflow.NewTimerWithOptions(ctx, d, workflow.TimerOptions{Summary: "the policy may decide something now"}).Get(ctx, nil)
+		if err != nil {
+			return
+		}
+		if a.wakeAt.Equal(wake) {
+			a.wakeAt = time.Time{}
+		}
+		a.schedule(ctx)
+	})
 }

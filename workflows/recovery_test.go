@@ -329,3 +329,20 @@ func TestAllocatorLosesNothingAcrossContinueAsNew(t *testing.T) {
 	assert.Empty(t, in.State.Pool.Running, "nothing holds capacity at the end")
 	t.Logf("%d jobs through %d allocator runs", jobs, runs)
 }
+
+func TestAllocatorWakesWhenMinRuntimePasses(t *testing.T) {
+	h := newAllocHarness(t)
+	in := allocInput(allocNodes(1, 2))
+	in.Policy.MinRuntimeBeforePreemption = 10 * time.Minute
+	h.request(time.Minute, capReq("low", 1, scheduler.Low, 1))
+	h.request(2*time.Minute, capReq("high", 1, scheduler.High, 1))
+	var early int
+	h.at(10*time.Minute, func() {
+		h.mu.Lock()
+		early = len(h.preempts)
+		h.mu.Unlock()
+	})
+	h.runAllocator(in, time.Hour)
+	assert.Zero(t, early, "the low job is protected for its first 10 minutes")
+	require.Len(t, h.preemptsTo("low"), 1, "no event comes, yet the high job preempts once the protection ends")
+}
