@@ -39,7 +39,9 @@ dev-k8s: build $(TEMPORAL) kube-bins
 ## test: every test, including the ones against a real Temporal dev server and a real kube-apiserver
 test: build $(TEMPORAL) kube-bins
 	$(GO) vet ./...
-	TRAINQ_REQUIRE_KUBE=1 $(GO) test -count=1 -timeout 18m ./...
+	TRAINQ_REQUIRE_KUBE=1 $(GO) test -count=1 -timeout 18m $$($(GO) list ./... | grep -v '/e2e/kube$$')
+	@# The Kubernetes end-to-end tests run alone: beside the other end-to-end tests they would slow them down.
+	TRAINQ_REQUIRE_KUBE=1 $(GO) test -count=1 -timeout 10m ./e2e/kube/
 
 ## test-unit: the tests that need no server
 test-unit:
