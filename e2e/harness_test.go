@@ -66,7 +66,7 @@ regions:
         nodes:
           - {name: capped-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
       - name: recover
-        stop_grace_period: 3s
+        stop_grace_period: 30s
         nodes:
           - {name: recover-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
           - {name: recover-2, family: a100, gpus: 2, cpu: 16, ram_gb: 128}

@@ -67,9 +67,10 @@ func TestTerminatedAllocatorRecovers(t *testing.T) {
 	runGate, stopGate := gate(filepath.Join(dir, "run")), gate(filepath.Join(dir, "stop"))
 	// running holds two of the three nodes until runGate opens.
 	running := submit(t, recoverSpec("high", 2, recordingScript(records, runGate.waitFor())))
-	// releasing takes the third node and, once cancelled, stops slowly.
+	// releasing takes the third node and, once cancelled, stops only when
+	// stopGate opens (the allocation's stop_grace_period is 30s).
 	releasing := submit(t, recoverSpec("medium", 1, recordingScript(records,
-		"trap 'sleep 0.5; exit 0' TERM; while [ ! -e "+string(stopGate)+" ]; do sleep 0.05; done")))
+		"trap '"+stopGate.waitFor()+"; exit 0' TERM; while true; do sleep 0.05; done")))
 	waitState(t, running, protocol.StateRunning, long)
 	waitState(t, releasing, protocol.StateRunning, long)
 	waiting2 := submit(t, recoverSpec("medium", 2, recordingScript(records, "sleep 0.2")))
