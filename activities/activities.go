@@ -14,6 +14,7 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -162,7 +163,25 @@ const describeConcurrency = 16
 // running (terminated, timed out, or gone), in the order given. The
 // allocator reclaims their capacity.
 func (a *Activities) FindVanishedJobs(ctx context.Context, jobs []string) ([]string, error) {
-	vanished := make([]bool, len(jobs))
+	gone, err := a.describeEach(ctx, jobs, func(desc *workflowservice.DescribeWorkflowExecutionResponse, i int) bool { return false })
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for i, job := range jobs {
+		if gone[i] {
+			out = append(out, job)
+		}
+	}
+	return out, nil
+}
+
+// describeEach describes the workflow of each job, describeConcurrency at a
+// time, heartbeating as it goes. A job is marked when its workflow is gone
+// or no longer running, or when marked says so of a running one.
+func (a *Activities) describeEach(ctx context.Context, jobs []string,
+	marked func(desc *workflowservice.DescribeWorkflowExecutionResponse, i int) bool) ([]bool, error) {
+	out := make([]bool, len(jobs))
 	errs := make([]error, len(jobs))
 	slots := make(chan struct{}, describeConcurrency)
 	var wg sync.WaitGroup
@@ -175,26 +194,19 @@ func (a *Activities) FindVanishedJobs(ctx context.Context, jobs []string) ([]str
 			var notFound *serviceerror.NotFound
 			switch {
 			case errors.As(err, &notFound):
-				vanished[i] = true
+				out[i] = true
 			case err != nil:
 				errs[i] = err
+			case desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+				out[i] = true
 			default:
-				vanished[i] = desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+				out[i] = marked(desc, i)
 			}
 		}()
 		activity.RecordHeartbeat(ctx, i)
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	var gone []string
-	for i, job := range jobs {
-		if vanished[i] {
-			gone = append(gone, job)
-		}
-	}
-	return gone, nil
+	return out, errors.Join(errs...)
 }
 
 // RendezvousInput names an attempt.

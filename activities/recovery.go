@@ -10,7 +10,6 @@ import (
 	"time"
 
 	commonpb "go.temporal.io/api/common/v1"
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/activity"
@@ -180,35 +179,17 @@ func (a *Activities) register(ctx context.Context, job, epoch string) (*protocol
 // later attempt. Such a request can be left behind when a job is cancelled
 // while its request is on its way; the allocator drops it.
 func (a *Activities) FindGhostRequests(ctx context.Context, requests []protocol.WithdrawSignal) ([]protocol.WithdrawSignal, error) {
-	ghost := make([]bool, len(requests))
-	errs := make([]error, len(requests))
-	slots := make(chan struct{}, describeConcurrency)
-	var wg sync.WaitGroup
+	jobs := make([]string, len(requests))
 	for i, r := range requests {
-		wg.Add(1)
-		slots <- struct{}{}
-		go func() {
-			defer func() { <-slots; wg.Done() }()
-			desc, err := a.Client.DescribeWorkflowExecution(ctx, r.Job, "")
-			var notFound *serviceerror.NotFound
-			switch {
-			case errors.As(err, &notFound):
-				ghost[i] = true
-			case err != nil:
-				errs[i] = err
-			case desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
-				ghost[i] = true
-			default:
-				// Describe reads the workflow's own record, not visibility,
-				// so the attempt is current.
-				attempt, ok := describedAttempt(desc.GetWorkflowExecutionInfo().GetSearchAttributes())
-				ghost[i] = ok && attempt > int64(r.Attempt)
-			}
-		}()
-		activity.RecordHeartbeat(ctx, i)
+		jobs[i] = r.Job
 	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	// Describe reads the workflow's own record, not visibility, so the
+	// attempt is current.
+	ghost, err := a.describeEach(ctx, jobs, func(desc *workflowservice.DescribeWorkflowExecutionResponse, i int) bool {
+		attempt, ok := describedAttempt(desc.GetWorkflowExecutionInfo().GetSearchAttributes())
+		return ok && attempt > int64(requests[i].Attempt)
+	})
+	if err != nil {
 		return nil, err
 	}
 	var out []protocol.WithdrawSignal
