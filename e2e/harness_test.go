@@ -217,7 +217,15 @@ func waitState(t *testing.T, job string, want protocol.JobState, timeout time.Du
 	t.Helper()
 	var st protocol.JobStatus
 	eventually(t, timeout, fmt.Sprintf("%s to reach %s", job, want), func() bool {
-		st = status(t, job)
+		// Right after a trainq-worker restart a query may time out while
+		// the job's workflow task moves to the new worker: ask again.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var err error
+		if st, err = workflows.Status(ctx, env.client, job); err != nil {
+			t.Logf("status of %s: %v (asking again)", job, err)
+			return false
+		}
 		if st.State.Terminal() && st.State != want {
 			b, _ := json.MarshalIndent(st, "", "  ")
 			t.Fatalf("%s ended %s, want %s:\n%s", job, st.State, want, b)

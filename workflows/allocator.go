@@ -251,7 +251,10 @@ func AllocatorWorkflow(ctx workflow.Context, in protocol.AllocatorInput) error {
 	// arrived meanwhile, so that nothing is lost in the hand-over. Reclaims
 	// and fences are not waited for: orphans and lost nodes are carried in
 	// the state, and the next run takes them up again.
-	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) && a.inFlight == 0 && !a.recovering }); err != nil {
+	// A pass asked for in this task runs before the hand-over.
+	if err := workflow.Await(ctx, func() bool {
+		return workflow.AllHandlersFinished(ctx) && a.inFlight == 0 && !a.recovering && !a.dirty
+	}); err != nil {
 		return err
 	}
 	for {
