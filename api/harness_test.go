@@ -267,13 +267,7 @@ const long = 90 * time.Second
 
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testenv.Eventually(t, timeout, what, cond)
 }
 
 func waitStatus(t *testing.T, user, name string, want ...string) jobView {

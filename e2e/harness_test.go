@@ -5,7 +5,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -199,40 +198,15 @@ func queue(t *testing.T, allocation string) protocol.QueueView {
 	return v
 }
 
-// eventually polls cond until it holds or the deadline passes. It is the
-// way to wait for a state another process reaches; it never stands in for
-// an event the test could await directly.
+// eventually polls cond until it holds (see testenv.Eventually).
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.Eventually(t, timeout, what, cond)
 }
 
 func waitState(t *testing.T, job string, want protocol.JobState, timeout time.Duration) protocol.JobStatus {
 	t.Helper()
-	var st protocol.JobStatus
-	eventually(t, timeout, fmt.Sprintf("%s to reach %s", job, want), func() bool {
-		// Right after a trainq-worker restart a query may time out while
-		// the job's workflow task moves to the new worker: ask again.
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		var err error
-		if st, err = workflows.Status(ctx, env.client, job); err != nil {
-			t.Logf("status of %s: %v (asking again)", job, err)
-			return false
-		}
-		if st.State.Terminal() && st.State != want {
-			b, _ := json.MarshalIndent(st, "", "  ")
-			t.Fatalf("%s ended %s, want %s:\n%s", job, st.State, want, b)
-		}
-		return st.State == want
-	})
-	return st
+	return testenv.WaitState(t, env.client, job, want, timeout)
 }
 
 // waitResult waits for the job workflow to close.

@@ -8,7 +8,6 @@ package kube
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -200,27 +199,12 @@ func status(t *testing.T, job string) protocol.JobStatus {
 // the API's watch instead (see pods).
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.Eventually(t, timeout, what, cond)
 }
 
 func waitState(t *testing.T, job string, want protocol.JobState, timeout time.Duration) protocol.JobStatus {
 	t.Helper()
-	var st protocol.JobStatus
-	eventually(t, timeout, fmt.Sprintf("%s to reach %s", job, want), func() bool {
-		st = status(t, job)
-		if st.State.Terminal() && st.State != want {
-			b, _ := json.MarshalIndent(st, "", "  ")
-			t.Fatalf("%s ended %s, want %s:\n%s", job, st.State, want, b)
-		}
-		return st.State == want
-	})
-	return st
+	return testenv.WaitState(t, env.client, job, want, timeout)
 }
 
 // podWatch follows every trainq pod of the namespace through the API's
