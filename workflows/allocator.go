@@ -50,6 +50,8 @@ type allocator struct {
 	// recovering is true while the state is rebuilt from the jobs: nothing
 	// is granted or preempted, and requests and releases wait for it.
 	recovering bool
+	// lastRecovery is what this run's latest recovery found.
+	lastRecovery *protocol.RecoverReply
 	// batched runs one scheduling pass per workflow task (see schedule);
 	// dirty says the state changed since the last pass.
 	batched, dirty bool
@@ -82,6 +84,9 @@ const (
 	// decide something without an event (min_runtime_before_preemption
 	// passes, reserve_after is reached).
 	versionWakeTimer = "allocator-wake-timer"
+	// versionRecoverOnce: a recover update that waited for a recovery
+	// already under way takes its answer instead of rebuilding again.
+	versionRecoverOnce = "allocator-recover-once"
 )
 
 // AllocatorWorkflow owns the capacity of one allocation. Jobs ask it for
@@ -160,8 +165,15 @@ func AllocatorWorkflow(ctx workflow.Context, in protocol.AllocatorInput) error {
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, protocol.UpdateRecover,
 		func(ctx workflow.Context) (protocol.RecoverReply, error) {
 			a.updates++
+			// A recovery already under way (a fresh allocator started by
+			// this very request) answers it: rebuilding twice finds the same.
+			underWay := a.recovering
 			if err := workflow.Await(ctx, func() bool { return !a.recovering }); err != nil {
 				return protocol.RecoverReply{}, err
+			}
+			if underWay && a.lastRecovery != nil &&
+				workflow.GetVersion(ctx, versionRecoverOnce, workflow.DefaultVersion, 1) >= 1 {
+				return *a.lastRecovery, nil
 			}
 			a.recovering = true
 			return a.recoverState(ctx), nil

@@ -95,7 +95,11 @@ type fenceCall struct {
 	keep []cluster.WorkerID
 }
 
-func newAllocHarness(t *testing.T) *allocHarness {
+func newAllocHarness(t *testing.T) *allocHarness { return newAllocHarnessWith(t, 0) }
+
+// newAllocHarnessWith lets the jobs take registerDelay (on the test clock) to
+// answer a recovery's register update, so that a test can act meanwhile.
+func newAllocHarnessWith(t *testing.T, registerDelay time.Duration) *allocHarness {
 	var s testsuite.WorkflowTestSuite
 	h := &allocHarness{t: t, env: s.NewTestWorkflowEnvironment(), acts: &activities.Activities{},
 		updates: map[string]*updateOutcome{}, gone: map[string]bool{}, deadNodes: map[string]bool{}}
@@ -142,7 +146,7 @@ func newAllocHarness(t *testing.T) *allocHarness {
 			defer h.mu.Unlock()
 			h.registerCalls = append(h.registerCalls, in)
 			return activities.RegisterJobsReply{Holds: h.holds, Listed: len(h.holds)}, nil
-		}).Maybe()
+		}).After(registerDelay).Maybe()
 	h.env.OnActivity(h.acts.FenceNode, mock.Anything, mock.Anything).Return(
 		func(ctx context.Context, in activities.FenceNodeInput) (activities.FenceNodeReply, error) {
 			h.mu.Lock()

@@ -96,6 +96,7 @@ func (a *allocator) recoverState(ctx workflow.Context) protocol.RecoverReply {
 	workflow.GetLogger(ctx).Info("allocator recovered", "epoch", epoch, "listed", reply.Listed,
 		"running", reply.Running, "waiting", reply.Waiting, "conflicts", reply.Conflicts)
 	a.schedule(ctx)
+	a.lastRecovery = &reply
 	return reply
 }
 

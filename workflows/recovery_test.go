@@ -7,14 +7,12 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/trainq/trainq/activities"
 	"github.com/trainq/trainq/cluster"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
@@ -78,15 +76,16 @@ func TestRecoveryNeverGrantsWhatAJobStillHolds(t *testing.T) {
 }
 
 func TestRecoveryAppliesReleasesThatArriveMeanwhile(t *testing.T) {
-	h := newAllocHarness(t)
-	h.holds = []protocol.JobHold{holding("held", 1, 1, on("n1", 0, 0, 1), on("n2", 1, 0, 1))}
 	// The register answers take a while; meanwhile held's worker 1 stops.
-	h.env.OnActivity(h.acts.RegisterJobs, mock.Anything, mock.Anything).After(10*time.Second).Return(
-		activities.RegisterJobsReply{Holds: h.holds, Listed: 1}, nil).Once()
+	h := newAllocHarnessWith(t, 10*time.Second)
+	h.holds = []protocol.JobHold{holding("held", 1, 1, on("n1", 0, 0, 1), on("n2", 1, 0, 1))}
+	var during protocol.QueueView
+	h.at(6*time.Second, func() { during = h.queue() })
 	h.release(5*time.Second, protocol.ReleaseSignal{Job: "held", Attempt: 1, Workers: []int{1}, Stopping: true})
 	h.request(6*time.Second, capReq("next", 1, scheduler.Low, 1))
 	h.runAllocator(allocInput(allocNodes(2, 2)), time.Hour)
 
+	assert.True(t, during.Recovering, "the release and the request came while the allocator recovered")
 	g := h.grantsTo("next")
 	require.Len(t, g, 1, "the release sent during recovery frees n2")
 	assert.Equal(t, "n2", g[0].Placement[0].Node)
@@ -345,4 +344,24 @@ func TestAllocatorWakesWhenMinRuntimePasses(t *testing.T) {
 	h.runAllocator(in, time.Hour)
 	assert.Zero(t, early, "the low job is protected for its first 10 minutes")
 	require.Len(t, h.preemptsTo("low"), 1, "no event comes, yet the high job preempts once the protection ends")
+}
+
+func TestRecoverUpdateDuringStartUpRecoveryTakesItsAnswer(t *testing.T) {
+	h := newAllocHarnessWith(t, 10*time.Second)
+	h.holds = []protocol.JobHold{holding("held", 1, 1, on("n1", 0, 0, 1))}
+	var reply protocol.RecoverReply
+	h.at(time.Second, func() {
+		h.env.UpdateWorkflow(protocol.UpdateRecover, "recover-1", &testsuite.TestUpdateCallback{
+			OnAccept: func() {},
+			OnReject: func(err error) { t.Errorf("recover rejected: %v", err) },
+			OnComplete: func(v any, err error) {
+				require.NoError(t, err)
+				reply = decodeUpdateResult[protocol.RecoverReply](t, v)
+			},
+		})
+	})
+	h.runAllocator(allocInput(allocNodes(2, 2)), time.Hour)
+	require.Len(t, h.registerCalls, 1, "the operator's recover waited for the start-up one and took its answer")
+	assert.Equal(t, h.registerCalls[0].Epoch, reply.Epoch)
+	assert.Equal(t, 1, reply.Running)
 }
