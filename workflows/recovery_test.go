@@ -225,14 +225,11 @@ func TestUnreadableStateFailsTheTaskNotTheAllocator(t *testing.T) {
 
 func TestAllocatorTakesRequestsAsSignals(t *testing.T) {
 	h := newAllocHarness(t)
-	signal := func(d time.Duration, req protocol.CapacityRequest) {
-		h.at(d, func() { h.env.SignalWorkflow(protocol.SignalRequest, req) })
-	}
-	signal(time.Minute, capReq("first", 1, scheduler.Medium, 2))
-	signal(time.Minute, capReq("second", 1, scheduler.Medium, 1))
-	signal(time.Minute, capReq("first", 1, scheduler.Medium, 2)) // a retried activity signals twice
+	h.signalRequest(time.Minute, capReq("first", 1, scheduler.Medium, 2))
+	h.signalRequest(time.Minute, capReq("second", 1, scheduler.Medium, 1))
+	h.signalRequest(time.Minute, capReq("first", 1, scheduler.Medium, 2)) // a retried activity signals twice
 	tooBig := capReq("too-big", 1, scheduler.High, 3)
-	signal(2*time.Minute, tooBig)
+	h.signalRequest(2*time.Minute, tooBig)
 	h.runAllocator(allocInput(allocNodes(2, 2)), time.Hour)
 
 	g := h.grantsTo("first")
@@ -251,16 +248,13 @@ func TestFullQueueRefusesNewJobsButNotReruns(t *testing.T) {
 	h := newAllocHarness(t)
 	in := allocInput(allocNodes(1, 2))
 	in.MaxWaiting = 2
-	signal := func(d time.Duration, req protocol.CapacityRequest) {
-		h.at(d, func() { h.env.SignalWorkflow(protocol.SignalRequest, req) })
-	}
-	signal(time.Minute, capReq("running", 1, scheduler.Medium, 1))
-	signal(2*time.Minute, capReq("w1", 1, scheduler.Medium, 1))
-	signal(3*time.Minute, capReq("w2", 1, scheduler.Medium, 1))
-	signal(4*time.Minute, capReq("w3", 1, scheduler.Medium, 1)) // one too many
+	h.signalRequest(time.Minute, capReq("running", 1, scheduler.Medium, 1))
+	h.signalRequest(2*time.Minute, capReq("w1", 1, scheduler.Medium, 1))
+	h.signalRequest(3*time.Minute, capReq("w2", 1, scheduler.Medium, 1))
+	h.signalRequest(4*time.Minute, capReq("w3", 1, scheduler.Medium, 1)) // one too many
 	rerun := capReq("back", 2, scheduler.Medium, 1)
 	rerun.Seq = 1
-	signal(5*time.Minute, rerun) // a rerun had its place already
+	h.signalRequest(5*time.Minute, rerun) // a rerun had its place already
 	var counts protocol.QueueCounts
 	h.at(6*time.Minute, func() { counts = query[protocol.QueueCounts](t, h.env, protocol.QueryCounts) })
 	h.runAllocator(in, time.Hour)
@@ -364,4 +358,10 @@ func TestRecoverUpdateDuringStartUpRecoveryTakesItsAnswer(t *testing.T) {
 	require.Len(t, h.registerCalls, 1, "the operator's recover waited for the start-up one and took its answer")
 	assert.Equal(t, h.registerCalls[0].Epoch, reply.Epoch)
 	assert.Equal(t, 1, reply.Running)
+}
+
+// signalRequest sends a capacity request as a signal at d, as the
+// RequestCapacity activity does.
+func (h *allocHarness) signalRequest(d time.Duration, req protocol.CapacityRequest) {
+	h.at(d, func() { h.env.SignalWorkflow(protocol.SignalRequest, req) })
 }
