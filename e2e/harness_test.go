@@ -159,6 +159,13 @@ func trainq(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(env.binDir, "trainq"), args...)
 	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+env.hostPort, "TRAINQ_CONFIG="+env.configPath)
+	return runCommand(t, cmd)
+}
+
+// runCommand runs cmd and returns its stdout, stderr and exit code; it fails
+// the test only if the command could not run at all.
+func runCommand(t *testing.T, cmd *exec.Cmd) (string, string, int) {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -166,7 +173,7 @@ func trainq(t *testing.T, args ...string) (string, string, int) {
 	if exit, ok := err.(*exec.ExitError); ok {
 		code = exit.ExitCode()
 	} else if err != nil {
-		t.Fatalf("trainq %v: %v", args, err)
+		t.Fatalf("%v: %v", cmd.Args, err)
 	}
 	return stdout.String(), stderr.String(), code
 }
