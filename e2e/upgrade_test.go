@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -95,9 +94,14 @@ func TestUpgradeKeepsJobsOnTheirBuild(t *testing.T) {
 	assert.Equal(t, enumspb.VERSIONING_BEHAVIOR_PINNED, behavior)
 
 	start("--agents=false", "--build-id", "build-b")
-	_, errOut, code := runTemporal(t, hostPort, "worker", "deployment", "set-current-version",
-		"--deployment-name", "trainq", "--build-id", "build-b", "--yes")
-	require.Equal(t, 0, code, errOut)
+	// The server refuses to make a version current until its pollers have
+	// registered every task queue of the current one: as an operator would,
+	// ask again until it takes.
+	eventually(t, long, "build-b to become the current version", func() bool {
+		_, _, code := runTemporal(t, hostPort, "worker", "deployment", "set-current-version",
+			"--deployment-name", "trainq", "--build-id", "build-b", "--yes")
+		return code == 0
+	})
 
 	fresh := submitHere("true")
 	waitFor(fresh, protocol.StateCompleted)
@@ -128,15 +132,5 @@ func TestUpgradeKeepsJobsOnTheirBuild(t *testing.T) {
 // runTemporal runs the Temporal CLI against hostPort, as an operator would.
 func runTemporal(t *testing.T, hostPort string, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.Command(os.Getenv("TRAINQ_TEMPORAL_BIN_RESOLVED"), append(args, "--address", hostPort)...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	if exit, ok := err.(*exec.ExitError); ok {
-		code = exit.ExitCode()
-	} else if err != nil {
-		t.Fatalf("temporal %v: %v", args, err)
-	}
-	return stdout.String(), stderr.String(), code
+	return runCommand(t, exec.Command(os.Getenv("TRAINQ_TEMPORAL_BIN_RESOLVED"), append(args, "--address", hostPort)...))
 }
