@@ -50,6 +50,12 @@ type allocator struct {
 	// recovering is true while the state is rebuilt from the jobs: nothing
 	// is granted or preempted, and requests and releases wait for it.
 	recovering bool
+	// fresh says this run carries no state over (first start, or a start
+	// after a terminated run); canRecover says its code version recovers.
+	fresh, canRecover bool
+	// The signal channels, read by run's loops and drained before
+	// continue-as-new.
+	requests, releases, withdrawals workflow.ReceiveChannel
 	// lastRecovery is what this run's latest recovery found.
 	lastRecovery *protocol.RecoverReply
 	// batched runs one scheduling pass per workflow task (see schedule);
@@ -90,9 +96,14 @@ const (
 )
 
 // AllocatorWorkflow owns the capacity of one allocation. Jobs ask it for
-// capacity with the request-capacity update; it grants and preempts with
-// signals, takes per-worker releases, and answers the queue query. All
-// scheduling decisions come from package scheduler.
+// capacity with the request-capacity signal (or update); it grants and
+// preempts with signals, takes per-worker releases, and answers the queue
+// query. All scheduling decisions come from package scheduler.
+//
+// Its shape follows samples-go's safe_message_handler: newAllocator builds
+// the state (carried through continue-as-new in protocol.AllocatorState),
+// registerHandlers installs the queries and updates, and run takes the
+// signals until the run hands over to a fresh one.
 //
 // A run without carried-over state (the first start, or a start after the
 // previous run was terminated or failed) first recovers: see recoverState.
@@ -104,15 +115,31 @@ func AllocatorWorkflow(ctx workflow.Context, in protocol.AllocatorInput) error {
 		// worker that can read it is deployed.
 		panic(fmt.Sprintf("allocator %s/%s: %v", in.Region, in.Allocation, err))
 	}
-	logger := workflow.GetLogger(ctx)
-	fresh := in.State == nil
-	recovery := workflow.GetVersion(ctx, versionRecovery, workflow.DefaultVersion, 1) >= 1
-	if fresh && recovery {
-		a.recovering = true
+	a.readVersions(ctx)
+	if err := a.registerHandlers(ctx); err != nil {
+		return err
 	}
+	return a.run(ctx)
+}
+
+// readVersions reads which versions of the workflow code this run follows.
+func (a *allocator) readVersions(ctx workflow.Context) {
+	a.canRecover = workflow.GetVersion(ctx, versionRecovery, workflow.DefaultVersion, 1) >= 1
+	a.recovering = a.fresh && a.canRecover
 	a.batched = workflow.GetVersion(ctx, versionBatchedSchedule, workflow.DefaultVersion, 1) >= 1
 	a.wakeTimers = workflow.GetVersion(ctx, versionWakeTimer, workflow.DefaultVersion, 1) >= 1
+}
 
+func (a *allocator) registerHandlers(ctx workflow.Context) error {
+	if err := a.registerQueries(ctx); err != nil {
+		return err
+	}
+	return a.registerUpdates(ctx)
+}
+
+// registerQueries installs the read-only views: the queue (trainq queue,
+// the metrics collector), the counts (admission) and one job's place.
+func (a *allocator) registerQueries(ctx workflow.Context) error {
 	if err := workflow.SetQueryHandler(ctx, protocol.QueryQueue, func() (protocol.QueueView, error) {
 		return a.view(), nil
 	}); err != nil {
@@ -124,124 +151,82 @@ func AllocatorWorkflow(ctx workflow.Context, in protocol.AllocatorInput) error {
 	}); err != nil {
 		return err
 	}
-	if err := workflow.SetQueryHandler(ctx, protocol.QueryExplain, func(job string) (ExplainReply, error) {
+	return workflow.SetQueryHandler(ctx, protocol.QueryExplain, func(job string) (ExplainReply, error) {
 		return a.explain(job), nil
-	}); err != nil {
-		return err
-	}
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, protocol.UpdateRequestCapacity,
-		func(ctx workflow.Context, req protocol.CapacityRequest) (protocol.CapacityReply, error) {
-			a.updates++
-			// A request waits until the state is rebuilt: its queue
-			// sequence must come after every recovered one.
-			if err := workflow.Await(ctx, func() bool { return !a.recovering }); err != nil {
-				return protocol.CapacityReply{}, err
-			}
-			if err := a.withdrawnFirst(req); err != nil {
-				return protocol.CapacityReply{}, err
-			}
-			reply := a.request(req, workflow.Now(ctx))
-			// The reply says whether the request was granted: pass now.
-			a.schedulePass(ctx)
-			return a.replyFor(req.Job, reply), nil
-		},
-		workflow.UpdateHandlerOptions{Validator: a.validate},
-	); err != nil {
-		return err
-	}
-
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, protocol.UpdateReconfigure,
-		func(ctx workflow.Context, in protocol.AllocatorInput) (protocol.ReconfigureReply, error) {
-			a.updates++
-			if err := workflow.Await(ctx, func() bool { return !a.recovering }); err != nil {
-				return protocol.ReconfigureReply{}, err
-			}
-			return a.reconfigure(ctx, in)
-		},
-		workflow.UpdateHandlerOptions{Validator: a.validateReconfigure},
-	); err != nil {
-		return err
-	}
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, protocol.UpdateRecover,
-		func(ctx workflow.Context) (protocol.RecoverReply, error) {
-			a.updates++
-			// A recovery already under way (a fresh allocator started by
-			// this very request) answers it: rebuilding twice finds the same.
-			underWay := a.recovering
-			if err := workflow.Await(ctx, func() bool { return !a.recovering }); err != nil {
-				return protocol.RecoverReply{}, err
-			}
-			if underWay && a.lastRecovery != nil &&
-				workflow.GetVersion(ctx, versionRecoverOnce, workflow.DefaultVersion, 1) >= 1 {
-				return *a.lastRecovery, nil
-			}
-			a.recovering = true
-			return a.recoverState(ctx), nil
-		},
-		workflow.UpdateHandlerOptions{Validator: func() error {
-			if !recovery {
-				return errors.New("this allocator run predates recovery; terminate it and a fresh one recovers on start")
-			}
-			return nil
-		}},
-	); err != nil {
-		return err
-	}
-
-	releases := workflow.GetSignalChannel(ctx, protocol.SignalRelease)
-	withdrawals := workflow.GetSignalChannel(ctx, protocol.SignalWithdraw)
-	requests := workflow.GetSignalChannel(ctx, protocol.SignalRequest)
-	workflow.Go(ctx, func(ctx workflow.Context) {
-		for {
-			var req protocol.CapacityRequest
-			requests.Receive(ctx, &req)
-			if workflow.Await(ctx, func() bool { return !a.recovering }) != nil {
-				return
-			}
-			a.onRequest(ctx, req)
-		}
 	})
-	if a.batched {
-		// One scheduling pass per workflow task, however many requests,
-		// releases and withdrawals the task brought: the condition is
-		// checked once every other coroutine of the task is blocked.
-		workflow.Go(ctx, func(ctx workflow.Context) {
-			for {
-				if workflow.Await(ctx, func() bool { return a.dirty && !a.recovering }) != nil {
-					return
-				}
-				a.dirty = false
-				a.schedulePass(ctx)
-			}
-		})
-	}
-	// Releases and withdrawals wait while the state is rebuilt, then apply
-	// in the order they came: a release sent after a job answered the
-	// register update must not be lost.
-	workflow.Go(ctx, func(ctx workflow.Context) {
-		for {
-			var s protocol.ReleaseSignal
-			releases.Receive(ctx, &s)
-			if workflow.Await(ctx, func() bool { return !a.recovering }) != nil {
-				return
-			}
-			a.onRelease(ctx, s)
-			a.schedule(ctx)
-		}
-	})
-	workflow.Go(ctx, func(ctx workflow.Context) {
-		for {
-			var s protocol.WithdrawSignal
-			withdrawals.Receive(ctx, &s)
-			if workflow.Await(ctx, func() bool { return !a.recovering }) != nil {
-				return
-			}
-			a.onWithdraw(s)
-			a.schedule(ctx)
-		}
-	})
-	workflow.Go(ctx, func(ctx workflow.Context) { a.reclaimLoop(ctx) })
+}
 
+func (a *allocator) registerUpdates(ctx workflow.Context) error {
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, protocol.UpdateRequestCapacity, a.onRequestCapacity,
+		workflow.UpdateHandlerOptions{Validator: a.validate}); err != nil {
+		return err
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, protocol.UpdateReconfigure, a.onReconfigure,
+		workflow.UpdateHandlerOptions{Validator: a.validateReconfigure}); err != nil {
+		return err
+	}
+	return workflow.SetUpdateHandlerWithOptions(ctx, protocol.UpdateRecover, a.onRecover,
+		workflow.UpdateHandlerOptions{Validator: a.validateRecover})
+}
+
+// onRequestCapacity answers the request-capacity update (older clients;
+// requests now come as signals, see onRequest).
+func (a *allocator) onRequestCapacity(ctx workflow.Context, req protocol.CapacityRequest) (protocol.CapacityReply, error) {
+	a.updates++
+	// A request waits until the state is rebuilt: its queue sequence must
+	// come after every recovered one.
+	if err := a.awaitRecovered(ctx); err != nil {
+		return protocol.CapacityReply{}, err
+	}
+	if err := a.withdrawnFirst(req); err != nil {
+		return protocol.CapacityReply{}, err
+	}
+	reply := a.request(req, workflow.Now(ctx))
+	// The reply says whether the request was granted: pass now.
+	a.schedulePass(ctx)
+	return a.replyFor(req.Job, reply), nil
+}
+
+func (a *allocator) onReconfigure(ctx workflow.Context, in protocol.AllocatorInput) (protocol.ReconfigureReply, error) {
+	a.updates++
+	if err := a.awaitRecovered(ctx); err != nil {
+		return protocol.ReconfigureReply{}, err
+	}
+	return a.reconfigure(ctx, in)
+}
+
+func (a *allocator) onRecover(ctx workflow.Context) (protocol.RecoverReply, error) {
+	a.updates++
+	// A recovery already under way (a fresh allocator started by this very
+	// request) answers it: rebuilding twice finds the same.
+	underWay := a.recovering
+	if err := a.awaitRecovered(ctx); err != nil {
+		return protocol.RecoverReply{}, err
+	}
+	if underWay && a.lastRecovery != nil &&
+		workflow.GetVersion(ctx, versionRecoverOnce, workflow.DefaultVersion, 1) >= 1 {
+		return *a.lastRecovery, nil
+	}
+	a.recovering = true
+	return a.recoverState(ctx), nil
+}
+
+func (a *allocator) validateRecover() error {
+	if !a.canRecover {
+		return errors.New("this allocator run predates recovery; terminate it and a fresh one recovers on start")
+	}
+	return nil
+}
+
+// awaitRecovered blocks while the state is rebuilt from the jobs.
+func (a *allocator) awaitRecovered(ctx workflow.Context) error {
+	return workflow.Await(ctx, func() bool { return !a.recovering })
+}
+
+// run takes signals until this run should hand over to a fresh one, then
+// drains and continues as new.
+func (a *allocator) run(ctx workflow.Context) error {
+	a.startSignalLoops(ctx)
 	if a.recovering {
 		a.recoverState(ctx)
 	}
@@ -255,7 +240,6 @@ func AllocatorWorkflow(ctx workflow.Context, in protocol.AllocatorInput) error {
 	}
 	a.schedule(ctx)
 
-	// Wait until this run should hand over to a fresh one.
 	if err := workflow.Await(ctx, func() bool { return a.shouldContinueAsNew(ctx) }); err != nil {
 		return err
 	}
@@ -269,35 +253,101 @@ func AllocatorWorkflow(ctx workflow.Context, in protocol.AllocatorInput) error {
 	}); err != nil {
 		return err
 	}
+	a.drainSignals(ctx)
+	workflow.GetLogger(ctx).Info("allocator continues as new", "waiting", a.pool.WaitingCount(), "running", len(a.pool.RunningJobs()))
+	next := a.in
+	next.State = a.snapshot()
+	return workflow.NewContinueAsNewError(ctx, AllocatorWorkflow, next)
+}
+
+// startSignalLoops starts one coroutine per signal channel, the batched
+// scheduling pass and the reclaim loop. Each signal waits while the state
+// is rebuilt, then applies in the order it came: a release sent after a job
+// answered the register update must not be lost.
+func (a *allocator) startSignalLoops(ctx workflow.Context) {
+	a.releases = workflow.GetSignalChannel(ctx, protocol.SignalRelease)
+	a.withdrawals = workflow.GetSignalChannel(ctx, protocol.SignalWithdraw)
+	a.requests = workflow.GetSignalChannel(ctx, protocol.SignalRequest)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			var req protocol.CapacityRequest
+			a.requests.Receive(ctx, &req)
+			if a.awaitRecovered(ctx) != nil {
+				return
+			}
+			a.onRequest(ctx, req)
+		}
+	})
+	if a.batched {
+		workflow.Go(ctx, a.passLoop)
+	}
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			var s protocol.ReleaseSignal
+			a.releases.Receive(ctx, &s)
+			if a.awaitRecovered(ctx) != nil {
+				return
+			}
+			a.onRelease(ctx, s)
+			a.schedule(ctx)
+		}
+	})
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			var s protocol.WithdrawSignal
+			a.withdrawals.Receive(ctx, &s)
+			if a.awaitRecovered(ctx) != nil {
+				return
+			}
+			a.onWithdraw(s)
+			a.schedule(ctx)
+		}
+	})
+	workflow.Go(ctx, a.reclaimLoop)
+}
+
+// passLoop runs one scheduling pass per workflow task, however many
+// requests, releases and withdrawals the task brought: the condition is
+// checked once every other coroutine of the task is blocked.
+func (a *allocator) passLoop(ctx workflow.Context) {
+	for {
+		if workflow.Await(ctx, func() bool { return a.dirty && !a.recovering }) != nil {
+			return
+		}
+		a.dirty = false
+		a.schedulePass(ctx)
+	}
+}
+
+// drainSignals takes in the signals that arrived after the last handler
+// finished, just before continue-as-new.
+func (a *allocator) drainSignals(ctx workflow.Context) {
 	for {
 		var s protocol.ReleaseSignal
-		if !releases.ReceiveAsync(&s) {
+		if !a.releases.ReceiveAsync(&s) {
 			break
 		}
 		a.onRelease(ctx, s)
 	}
 	for {
 		var s protocol.WithdrawSignal
-		if !withdrawals.ReceiveAsync(&s) {
+		if !a.withdrawals.ReceiveAsync(&s) {
 			break
 		}
 		a.onWithdraw(s)
 	}
 	for {
 		var req protocol.CapacityRequest
-		if !requests.ReceiveAsync(&req) {
+		if !a.requests.ReceiveAsync(&req) {
 			break
 		}
 		a.onRequest(ctx, req)
 	}
-	logger.Info("allocator continues as new", "waiting", a.pool.WaitingCount(), "running", len(a.pool.RunningJobs()))
-	next := a.in
-	next.State = a.snapshot()
-	return workflow.NewContinueAsNewError(ctx, AllocatorWorkflow, next)
 }
 
 func newAllocator(in protocol.AllocatorInput) (*allocator, error) {
-	a := &allocator{in: in, nextSeq: 1, reclaims: map[string]bool{}, fencing: map[string]int64{}, fenceWhy: map[string]string{}}
+	a := &allocator{in: in, nextSeq: 1, reclaims: map[string]bool{}, fencing: map[string]int64{}, fenceWhy: map[string]string{},
+		fresh: in.State == nil}
 	a.in.State = nil
 	if in.State != nil {
 		pool, err := scheduler.Restore(in.State.Pool)

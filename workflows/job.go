@@ -98,17 +98,7 @@ type job struct {
 // them, and reruns the job after a failure or a preemption while max_retry
 // allows. Cancelling the workflow stops the job (state Stopped).
 func JobWorkflow(ctx workflow.Context, in protocol.JobInput) (*protocol.JobStatus, error) {
-	j := &job{name: in.Name, spec: in.Spec}
-	j.status = protocol.JobStatus{
-		JobName: in.Name, State: protocol.StatePending, Kind: in.Spec.Kind,
-		Priority: in.Spec.PriorityClass, Region: in.Spec.Region, Allocation: in.Spec.AllocationName,
-		InstanceType: in.Spec.InstanceType, NWorkers: in.Spec.NWorkers, MaxRetry: in.Spec.MaxRetry,
-		CreatedAt: workflow.GetInfo(ctx).WorkflowStartTime, Spec: in.Spec, Attempts: []protocol.AttemptRecord{},
-	}
-	if c := in.Carry; c != nil {
-		// A run continued from an earlier one: the job goes on where it was.
-		j.status, j.seq, j.epoch = c.Status, c.Seq, c.Epoch
-	}
+	j := newJob(ctx, in)
 	if err := workflow.SetQueryHandler(ctx, protocol.QueryStatus, func() (protocol.JobStatus, error) {
 		return j.status, nil
 	}); err != nil {
@@ -139,31 +129,54 @@ func JobWorkflow(ctx workflow.Context, in protocol.JobInput) (*protocol.JobStatu
 			j.takeGrant(ctx, g)
 		}
 	})
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, protocol.UpdateRegister,
-		func(ctx workflow.Context, r protocol.RegisterRequest) (protocol.JobHold, error) {
-			// A grant delivered in the same workflow task as this update
-			// must count in the answer.
-			for {
-				var g protocol.GrantSignal
-				if !j.grants.ReceiveAsync(&g) {
-					break
-				}
-				j.takeGrant(ctx, g)
-			}
-			j.epoch = r.Epoch
-			j.registrations++
-			return j.hold(), nil
-		},
-		workflow.UpdateHandlerOptions{Validator: func(r protocol.RegisterRequest) error {
-			if r.Epoch == "" {
-				return errors.New("epoch: must not be empty")
-			}
-			return nil
-		}},
-	); err != nil {
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, protocol.UpdateRegister, j.onRegister,
+		workflow.UpdateHandlerOptions{Validator: validateRegister}); err != nil {
 		return nil, err
 	}
+	return j.run(ctx, in)
+}
 
+func newJob(ctx workflow.Context, in protocol.JobInput) *job {
+	j := &job{name: in.Name, spec: in.Spec}
+	j.status = protocol.JobStatus{
+		JobName: in.Name, State: protocol.StatePending, Kind: in.Spec.Kind,
+		Priority: in.Spec.PriorityClass, Region: in.Spec.Region, Allocation: in.Spec.AllocationName,
+		InstanceType: in.Spec.InstanceType, NWorkers: in.Spec.NWorkers, MaxRetry: in.Spec.MaxRetry,
+		CreatedAt: workflow.GetInfo(ctx).WorkflowStartTime, Spec: in.Spec, Attempts: []protocol.AttemptRecord{},
+	}
+	if c := in.Carry; c != nil {
+		// A run continued from an earlier one: the job goes on where it was.
+		j.status, j.seq, j.epoch = c.Status, c.Seq, c.Epoch
+	}
+	return j
+}
+
+// onRegister answers a recovering allocator's register update with what
+// the job holds or waits for.
+func (j *job) onRegister(ctx workflow.Context, r protocol.RegisterRequest) (protocol.JobHold, error) {
+	// A grant delivered in the same workflow task as this update must
+	// count in the answer.
+	for {
+		var g protocol.GrantSignal
+		if !j.grants.ReceiveAsync(&g) {
+			break
+		}
+		j.takeGrant(ctx, g)
+	}
+	j.epoch = r.Epoch
+	j.registrations++
+	return j.hold(), nil
+}
+
+func validateRegister(r protocol.RegisterRequest) error {
+	if r.Epoch == "" {
+		return errors.New("epoch: must not be empty")
+	}
+	return nil
+}
+
+// run runs attempts until one ends the job (or the run continues as new).
+func (j *job) run(ctx workflow.Context, in protocol.JobInput) (*protocol.JobStatus, error) {
 	for attempt := j.status.Attempt + 1; ; attempt++ {
 		j.status.Attempt = attempt
 		now := workflow.Now(ctx)
@@ -178,51 +191,65 @@ func JobWorkflow(ctx workflow.Context, in protocol.JobInput) (*protocol.JobStatu
 
 		ended := workflow.Now(ctx)
 		j.current().EndedAt = &ended
-
-		switch out.kind {
-		case outcomeCompleted:
-			return &j.status, j.finish(ctx, protocol.StateCompleted, nil)
-		case outcomeCancelled:
-			_ = j.finish(ctx, protocol.StateStopped, nil)
-			return &j.status, temporal.NewCanceledError(j.status.Message)
-		}
-		if out.kind == outcomeNodeLost {
-			j.status.NodeLosses++
-			if j.status.NodeLosses <= maxNodeLossReruns {
-				j.metrics(ctx).WithTags(map[string]string{metrics.LabelReason: metrics.ReasonNodeLost}).Counter(metrics.JobRestartsInstrument).Inc(1)
-				j.setState(ctx, protocol.StateRestarting)
-				if err := j.continueAsNewIfLong(ctx, in); err != nil {
-					return nil, err
-				}
-				continue
-			}
-			j.status.Message = fmt.Sprintf("%s; the job lost a node %d times, more than the %d reruns allowed for node losses", out.message, j.status.NodeLosses, maxNodeLossReruns)
-			return &j.status, j.finish(ctx, protocol.StateFailed, temporal.NewNonRetryableApplicationError(j.status.Message, ErrTypeJobFailed, nil))
-		}
-		if out.final || j.status.Restarts >= j.spec.MaxRetry {
-			state, errType := protocol.StateFailed, ErrTypeJobFailed
-			if out.kind == outcomePreempted {
-				state, errType = protocol.StatePreempted, ErrTypeJobPreempted
-			}
-			if !out.final {
-				j.status.Message = fmt.Sprintf("%s; no retries left (max_retry %d)", out.message, j.spec.MaxRetry)
-			}
-			return &j.status, j.finish(ctx, state, temporal.NewNonRetryableApplicationError(j.status.Message, errType, nil))
-		}
-		j.status.Restarts++
-		reason := metrics.ReasonFailed
-		switch {
-		case out.kind == outcomePreempted:
-			reason = metrics.ReasonPreempted
-		case out.stuck:
-			reason = metrics.ReasonStuck
-		}
-		j.metrics(ctx).WithTags(map[string]string{metrics.LabelReason: reason}).Counter(metrics.JobRestartsInstrument).Inc(1)
-		j.setState(ctx, protocol.StateRestarting)
-		if err := j.continueAsNewIfLong(ctx, in); err != nil {
-			return nil, err
+		if end, err := j.afterAttempt(ctx, in, out); end {
+			// With a continue-as-new error the result is not recorded.
+			return &j.status, err
 		}
 	}
+}
+
+// afterAttempt ends the job or prepares the next attempt. end says the
+// workflow returns err (a continue-as-new error included).
+func (j *job) afterAttempt(ctx workflow.Context, in protocol.JobInput, out outcome) (end bool, err error) {
+	switch out.kind {
+	case outcomeCompleted:
+		return true, j.finish(ctx, protocol.StateCompleted, nil)
+	case outcomeCancelled:
+		_ = j.finish(ctx, protocol.StateStopped, nil)
+		return true, temporal.NewCanceledError(j.status.Message)
+	case outcomeNodeLost:
+		return j.afterNodeLost(ctx, in, out)
+	}
+	if out.final || j.status.Restarts >= j.spec.MaxRetry {
+		state, errType := protocol.StateFailed, ErrTypeJobFailed
+		if out.kind == outcomePreempted {
+			state, errType = protocol.StatePreempted, ErrTypeJobPreempted
+		}
+		if !out.final {
+			j.status.Message = fmt.Sprintf("%s; no retries left (max_retry %d)", out.message, j.spec.MaxRetry)
+		}
+		return true, j.finish(ctx, state, temporal.NewNonRetryableApplicationError(j.status.Message, errType, nil))
+	}
+	j.status.Restarts++
+	reason := metrics.ReasonFailed
+	switch {
+	case out.kind == outcomePreempted:
+		reason = metrics.ReasonPreempted
+	case out.stuck:
+		reason = metrics.ReasonStuck
+	}
+	j.metrics(ctx).WithTags(map[string]string{metrics.LabelReason: reason}).Counter(metrics.JobRestartsInstrument).Inc(1)
+	j.setState(ctx, protocol.StateRestarting)
+	if err := j.continueAsNewIfLong(ctx, in); err != nil {
+		return true, err
+	}
+	return false, nil
+}
+
+// afterNodeLost reruns a job that lost a node, without spending max_retry,
+// up to maxNodeLossReruns times.
+func (j *job) afterNodeLost(ctx workflow.Context, in protocol.JobInput, out outcome) (end bool, err error) {
+	j.status.NodeLosses++
+	if j.status.NodeLosses <= maxNodeLossReruns {
+		j.metrics(ctx).WithTags(map[string]string{metrics.LabelReason: metrics.ReasonNodeLost}).Counter(metrics.JobRestartsInstrument).Inc(1)
+		j.setState(ctx, protocol.StateRestarting)
+		if err := j.continueAsNewIfLong(ctx, in); err != nil {
+			return true, err
+		}
+		return false, nil
+	}
+	j.status.Message = fmt.Sprintf("%s; the job lost a node %d times, more than the %d reruns allowed for node losses", out.message, j.status.NodeLosses, maxNodeLossReruns)
+	return true, j.finish(ctx, protocol.StateFailed, temporal.NewNonRetryableApplicationError(j.status.Message, ErrTypeJobFailed, nil))
 }
 
 // Versions of the job workflow's code (workflow.GetVersion).
@@ -396,6 +423,11 @@ func (j *job) waitForCapacity(ctx workflow.Context, attempt int) (protocol.Grant
 		j.status.Position, j.status.Reason = reply.Position, reply.Reason
 		workflow.SetCurrentDetails(ctx, j.details())
 	}
+	return j.awaitGrant(ctx, attempt)
+}
+
+// awaitGrant waits for the attempt's grant, a refusal, or a cancellation.
+func (j *job) awaitGrant(ctx workflow.Context, attempt int) (protocol.GrantSignal, outcome, bool) {
 	for {
 		// Grants arrive through takeGrant. A refusal says the allocation was
 		// reconfigured and can no longer run this job; the allocator has
@@ -569,12 +601,7 @@ func (j *job) watch(ctx workflow.Context, attempt int, grant protocol.GrantSigna
 		HeartbeatTimeout:    15 * time.Second,
 		RetryPolicy:         &temporal.RetryPolicy{MaximumInterval: 10 * time.Second, NonRetryableErrorTypes: []string{"WorkerNotFound"}},
 	}
-	type exit struct {
-		worker int
-		status cluster.WorkerStatus
-		err    error
-	}
-	var exits []exit
+	var exits []workerExit
 	sel := workflow.NewSelector(ctx)
 	for _, p := range grant.Placement {
 		in := activities.WatchWorkerInput{WorkerID: cluster.WorkerID{Job: j.name, Attempt: attempt, Worker: p.Worker}}
@@ -588,7 +615,7 @@ func (j *job) watch(ctx workflow.Context, attempt int, grant protocol.GrantSigna
 		sel.AddFuture(f, func(f workflow.Future) {
 			var st cluster.WorkerStatus
 			err := f.Get(ctx, &st)
-			exits = append(exits, exit{worker: worker, status: st, err: err})
+			exits = append(exits, workerExit{worker: worker, status: st, err: err})
 		})
 	}
 	var out outcome
@@ -608,24 +635,38 @@ func (j *job) watch(ctx workflow.Context, attempt int, grant protocol.GrantSigna
 			// whatever the other workers do.
 			j.release(ctx, attempt, last.worker)
 		}
-		switch {
-		case last.err != nil && errors.Is(ctx.Err(), workflow.ErrCanceled):
-			out, done = outcome{kind: outcomeCancelled, message: "stopped by the user"}, true
-		case isNodeTimeout(last.err):
-			out, done = j.nodeLost(nodeOf(grant, last.worker)), true
-		case isStuck(last.err):
-			out, done = j.stuck(last.err), true
-		case last.err != nil:
-			out, done = outcome{kind: outcomeFailed, message: fmt.Sprintf("lost track of worker %d: %s", last.worker, errorText(last.err))}, true
-		case last.status.ExitCode != 0:
-			code := last.status.ExitCode
-			out, done = outcome{kind: outcomeFailed, message: fmt.Sprintf("worker %d exited with code %d", last.worker, code), exitCode: &code}, true
-		case len(exits) == len(grant.Placement):
-			zero := 0
-			out, done = outcome{kind: outcomeCompleted, message: "all workers exited with code 0", exitCode: &zero}, true
-		}
+		out, done = j.judgeExit(ctx, last, grant, len(exits) == len(grant.Placement))
 	}
 	return out
+}
+
+// workerExit is how one worker's watch ended.
+type workerExit struct {
+	worker int
+	status cluster.WorkerStatus
+	err    error
+}
+
+// judgeExit says whether a worker's exit ends the attempt, and how; all
+// says every worker of the attempt has exited.
+func (j *job) judgeExit(ctx workflow.Context, last workerExit, grant protocol.GrantSignal, all bool) (outcome, bool) {
+	switch {
+	case last.err != nil && errors.Is(ctx.Err(), workflow.ErrCanceled):
+		return outcome{kind: outcomeCancelled, message: "stopped by the user"}, true
+	case isNodeTimeout(last.err):
+		return j.nodeLost(nodeOf(grant, last.worker)), true
+	case isStuck(last.err):
+		return j.stuck(last.err), true
+	case last.err != nil:
+		return outcome{kind: outcomeFailed, message: fmt.Sprintf("lost track of worker %d: %s", last.worker, errorText(last.err))}, true
+	case last.status.ExitCode != 0:
+		code := last.status.ExitCode
+		return outcome{kind: outcomeFailed, message: fmt.Sprintf("worker %d exited with code %d", last.worker, code), exitCode: &code}, true
+	case all:
+		zero := 0
+		return outcome{kind: outcomeCompleted, message: "all workers exited with code 0", exitCode: &zero}, true
+	}
+	return outcome{}, false
 }
 
 func isStuck(err error) bool {
