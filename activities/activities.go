@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -222,8 +223,16 @@ type Rendezvous struct {
 }
 
 // Rendezvous picks the attempt's master address on the node of worker 0.
+// A backend that answers with this machine's loopback address (the local
+// backend) is overridden by the node's address from the config, so that
+// workers on other hosts reach worker 0.
 func (a *Activities) Rendezvous(ctx context.Context, in RendezvousInput) (Rendezvous, error) {
 	addr, port, err := a.Backend.Rendezvous(ctx, in.Job, in.Attempt)
+	if ip := net.ParseIP(addr); err == nil && ip != nil && ip.IsLoopback() {
+		if node, nerr := thisNode(ctx); nerr == nil && a.Config.NodeAddress(node) != "" {
+			addr = a.Config.NodeAddress(node)
+		}
+	}
 	return Rendezvous{Addr: addr, Port: port}, err
 }
 

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"sort"
 	"strings"
@@ -303,6 +304,9 @@ func (c *Config) validate() error {
 				if n.GPUs < 0 || n.CPU < 0 || n.RAMGB < 0 {
 					return fmt.Errorf("%s: gpus, cpu and ram_gb must not be negative", nf)
 				}
+				if err := checkAddress(n.Address); err != nil {
+					return fmt.Errorf("%s.address: %w", nf, err)
+				}
 			}
 			if _, err := scheduler.NewPool(a.Nodes, a.Policy()); err != nil {
 				return fmt.Errorf("%s: %w", field, err)
@@ -390,6 +394,33 @@ func (c *Config) Allocations() []AllocationRef {
 		}
 	}
 	return out
+}
+
+// NodeAddress is the address of the named node from the config ("" if
+// it has none or is not configured).
+func (c *Config) NodeAddress(node string) string {
+	for _, ref := range c.Allocations() {
+		for _, n := range ref.Allocation.Nodes {
+			if n.Name == node {
+				return n.Address
+			}
+		}
+	}
+	return ""
+}
+
+// checkAddress accepts "" (this machine), an IP address or a host name.
+func checkAddress(addr string) error {
+	if addr == "" || net.ParseIP(addr) != nil {
+		return nil
+	}
+	if strings.Contains(addr, ":") {
+		return fmt.Errorf("%q is not allowed; give a host name or an IP address without a port (MASTER_PORT is picked per job)", addr)
+	}
+	if !dnsSubdomain(strings.ToLower(addr)) {
+		return fmt.Errorf("%q is not a host name or IP address (letters, digits, '-' and '.', such as gpu-7.example.com or 10.0.0.7)", addr)
+	}
+	return nil
 }
 
 // Nodes lists every node name across allocations, in config order.

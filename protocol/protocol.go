@@ -28,6 +28,9 @@ func NodeTaskQueue(node string) string { return NodeTaskQueuePrefix + node }
 const (
 	JobWorkflowName       = "JobWorkflow"
 	AllocatorWorkflowName = "AllocatorWorkflow"
+	// ReadLogWorkflowName reads one chunk of a worker's log through its
+	// node's agent (a short workflow: a client cannot run an activity).
+	ReadLogWorkflowName = "ReadLogWorkflow"
 )
 
 // Allocator messages.

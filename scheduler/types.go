@@ -198,6 +198,10 @@ type Node struct {
 	GPUs   int    `json:"gpus"`
 	CPU    int    `json:"cpu"`
 	RAMGB  int    `json:"ram_gb"`
+	// Address is where other hosts reach the node (host name or IP): worker
+	// 0's node address is the MASTER_ADDR of a multi-node job. The scheduler
+	// does not use it; "" means the node is this machine (127.0.0.1).
+	Address string `json:"address,omitempty"`
 }
 
 // Queueing is the pool's queueing strategy.

@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/workflows"
 )
 
 // Upgrades follow Temporal's Worker Deployment versioning:
@@ -81,6 +82,12 @@ func registerWorkflows(w worker.Worker, jobWorkflow, allocatorWorkflow any, vers
 	}
 	w.RegisterWorkflowWithOptions(jobWorkflow, jobOpts)
 	w.RegisterWorkflowWithOptions(allocatorWorkflow, allocOpts)
+	// A log read is short and keeps no state: it may run on any build.
+	logOpts := workflow.RegisterOptions{Name: protocol.ReadLogWorkflowName}
+	if versioned {
+		logOpts.VersioningBehavior = workflow.VersioningBehaviorAutoUpgrade
+	}
+	w.RegisterWorkflowWithOptions(workflows.ReadLogWorkflow, logOpts)
 }
 
 // adoptFirstVersion makes buildID the deployment's current version when the

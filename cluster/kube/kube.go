@@ -17,6 +17,7 @@
 package kube
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -99,6 +100,7 @@ var (
 	_ cluster.Lister      = (*Backend)(nil)
 	_ cluster.Inventory   = (*Backend)(nil)
 	_ cluster.OutputClock = (*Backend)(nil)
+	_ cluster.LogReader   = (*Backend)(nil)
 )
 
 const nodeIndex = "node"
@@ -837,6 +839,33 @@ func (b *Backend) StreamLogs(ctx context.Context, id cluster.WorkerID, tail int,
 	defer rc.Close()
 	_, err = io.Copy(w, rc)
 	return err
+}
+
+// ReadLog reads a chunk of the worker's container log from the pod log API
+// (see cluster.LogReader). The API has no byte offsets: a read asks for the
+// log's first Offset+MaxBytes(+1, to tell whether there is more) bytes and
+// keeps the end, and a first read with Tail fetches the whole log to find
+// where its last lines start. A pod whose container has not started yet
+// has an empty log.
+func (b *Backend) ReadLog(ctx context.Context, req cluster.LogRequest) (cluster.LogChunk, error) {
+	if err := req.Validate(); err != nil {
+		return cluster.LogChunk{}, err
+	}
+	opts := &corev1.PodLogOptions{Container: ContainerName}
+	if req.Tail == 0 {
+		limit := req.Offset + int64(req.Limit()) + 1
+		opts.LimitBytes = &limit
+	}
+	raw, err := b.opts.Client.CoreV1().Pods(b.opts.Namespace).GetLogs(PodName(req.ID), opts).DoRaw(ctx)
+	switch {
+	case apierrors.IsNotFound(err):
+		return cluster.LogChunk{}, fmt.Errorf("%w: %s (no pod %s/%s)", cluster.ErrNotFound, req.ID, b.opts.Namespace, PodName(req.ID))
+	case apierrors.IsBadRequest(err): // "container ... is waiting to start"
+		return cluster.LogChunk{Offset: req.Offset, Size: req.Offset}, nil
+	case err != nil:
+		return cluster.LogChunk{}, fmt.Errorf("logs of pod %s/%s: %w", b.opts.Namespace, PodName(req.ID), err)
+	}
+	return cluster.ReadChunk(bytes.NewReader(raw), int64(len(raw)), req)
 }
 
 // LastOutput is the time stamp the kubelet gave the container's last log

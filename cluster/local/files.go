@@ -211,35 +211,8 @@ func tailLines(r io.ReaderAt, size int64, n int, w io.Writer) error {
 	return err
 }
 
-// TailStart returns the offset where the last n lines of r[0:size] begin.
-// A final newline ends the last line; it does not start a new one.
+// TailStart returns the offset where the last n lines of r[0:size] begin
+// (see cluster.TailStart).
 func TailStart(r io.ReaderAt, size int64, n int) (int64, error) {
-	const chunk = 64 << 10
-	buf := make([]byte, chunk)
-	end := size
-	if size > 0 {
-		if _, err := r.ReadAt(buf[:1], size-1); err != nil && err != io.EOF {
-			return 0, err
-		}
-		if buf[0] == '\n' {
-			end = size - 1
-		}
-	}
-	lines := 0
-	for pos := end; pos > 0; {
-		m := min(int64(chunk), pos)
-		pos -= m
-		if _, err := r.ReadAt(buf[:m], pos); err != nil && err != io.EOF {
-			return 0, err
-		}
-		for i := m - 1; i >= 0; i-- {
-			if buf[i] == '\n' {
-				lines++
-				if lines == n {
-					return pos + i + 1, nil
-				}
-			}
-		}
-	}
-	return 0, nil
+	return cluster.TailStart(r, size, n)
 }

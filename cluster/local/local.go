@@ -68,6 +68,7 @@ var (
 	_ cluster.Lister      = (*Backend)(nil)
 	_ cluster.Inventory   = (*Backend)(nil)
 	_ cluster.OutputClock = (*Backend)(nil)
+	_ cluster.LogReader   = (*Backend)(nil)
 )
 
 // New returns a local backend storing its state under opts.DataDir.
@@ -483,6 +484,34 @@ func (b *Backend) Logs(ctx context.Context, id cluster.WorkerID, tail int, w io.
 		return err
 	}
 	return tailLines(f, fi.Size(), tail, w)
+}
+
+// ReadLog reads a chunk of the worker's log file (see cluster.LogReader).
+// A launched worker without a log yet gives an empty chunk.
+func (b *Backend) ReadLog(ctx context.Context, req cluster.LogRequest) (cluster.LogChunk, error) {
+	if err := req.Validate(); err != nil {
+		return cluster.LogChunk{}, err
+	}
+	path, err := b.LogPath(req.ID)
+	if err != nil {
+		return cluster.LogChunk{}, err
+	}
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		if st, serr := b.Status(ctx, req.ID); serr == nil && st.Phase == cluster.PhaseNotFound {
+			return cluster.LogChunk{}, fmt.Errorf("%w: %s", cluster.ErrNotFound, req.ID)
+		}
+		return cluster.LogChunk{Reset: req.Offset > 0}, nil
+	}
+	if err != nil {
+		return cluster.LogChunk{}, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return cluster.LogChunk{}, err
+	}
+	return cluster.ReadChunk(f, fi.Size(), req)
 }
 
 // List returns the status of every worker of every attempt of job found on
