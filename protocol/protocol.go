@@ -384,7 +384,10 @@ type AllocatorInput struct {
 
 // AllocatorState is what an allocator carries through continue-as-new.
 type AllocatorState struct {
-	Pool    scheduler.Snapshot `json:"pool"`
+	// Pool is the pool's state as written before version 3 of the snapshot;
+	// since then it travels packed as the allocator's second argument, and
+	// this is empty.
+	Pool    scheduler.Snapshot `json:"pool,omitzero"`
 	NextSeq int64              `json:"next_seq"`
 	// Orphans are jobs whose workflow vanished while holding capacity; their
 	// workers are being stopped before the capacity is freed.

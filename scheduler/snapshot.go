@@ -15,7 +15,9 @@ import (
 //     ReserveAfter wait at the next pass), Memo, PreemptSeq, per-job preemption counts and
 //     checkpoints (none), and per-victim preemption sequences (none: the releasing jobs that name
 //     a preemptor are numbered in snapshot order, so their capacity stays nominated to it).
-const SnapshotVersion = 2
+//   - 3: the same fields as version 2, written packed (PackSnapshot) for continue-as-new, with
+//     times to the millisecond.
+const SnapshotVersion = 3
 
 // Snapshot is the whole pool state for continue-as-new. It is compact JSON: waiting requests are
 // stored column-wise with per-worker demands interned, so 10,000 waiting requests with 47-character
@@ -204,127 +206,217 @@ func (p *Pool) Snapshot() Snapshot {
 
 // Restore rebuilds a pool from a Snapshot of any version up to SnapshotVersion, validating it.
 func Restore(s Snapshot) (*Pool, error) {
-	switch s.Version {
-	case 1:
-		if len(s.Lost) > 0 {
-			return nil, fmt.Errorf("snapshot: version 1 has no lost nodes, but this one lists %d", len(s.Lost))
-		}
-	case 2:
-	default:
-		return nil, fmt.Errorf("snapshot: unsupported version %d (this code reads versions 1 to %d)", s.Version, SnapshotVersion)
+	if err := checkVersion(s); err != nil {
+		return nil, err
 	}
 	p, err := NewPool(s.Nodes, s.Policy)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
 	p.lastNow = nt(s.Now)
-	for i, n := range s.Lost {
-		if n < 0 || int(n) >= len(p.nodes) || (i > 0 && n <= s.Lost[i-1]) {
-			return nil, fmt.Errorf("snapshot: lost node index %d is out of range or out of order", n)
+	rs := &restorer{p: p, s: &s, admitted: map[admitKey]bool{}}
+	for _, step := range []func() error{rs.lostNodes, rs.runningJobs, rs.victimOrder, rs.waitingRequests, rs.classHeads, rs.holds, rs.memo} {
+		if err := step(); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+func checkVersion(s Snapshot) error {
+	switch s.Version {
+	case 1:
+		if len(s.Lost) > 0 {
+			return fmt.Errorf("snapshot: version 1 has no lost nodes, but this one lists %d", len(s.Lost))
+		}
+	case 2, 3:
+	default:
+		return fmt.Errorf("snapshot: unsupported version %d (this code reads versions 1 to %d)", s.Version, SnapshotVersion)
+	}
+	return nil
+}
+
+// restorer rebuilds a pool from a snapshot, one part at a time (see Restore).
+type restorer struct {
+	p *Pool
+	s *Snapshot
+	// admitted are the request shapes Admit already accepted: checking each shape once keeps
+	// restoring a long queue cheap.
+	admitted map[admitKey]bool
+}
+
+type admitKey struct {
+	d, w int32
+	kc   int8
+}
+
+// admitOnce checks r against the pool, unless a request of the same shape was admitted already.
+func (rs *restorer) admitOnce(r Request, key admitKey) error {
+	if rs.admitted[key] && r.Job != "" {
+		return nil
+	}
+	if err := rs.p.Admit(r); err != nil {
+		return err
+	}
+	rs.admitted[key] = true
+	return nil
+}
+
+func (rs *restorer) demand(i int32) (Demand, error) {
+	if i < 0 || int(i) >= len(rs.s.Demands) {
+		return Demand{}, fmt.Errorf("snapshot: demand index %d out of range", i)
+	}
+	return rs.s.Demands[i], nil
+}
+
+// request rebuilds the request of a running or waiting job from its coded fields.
+func (rs *restorer) request(job string, kc int8, demand int32) (Request, error) {
+	kind, class, err := fromKindClass(kc)
+	if err != nil {
+		return Request{}, err
+	}
+	d, err := rs.demand(demand)
+	if err != nil {
+		return Request{}, err
+	}
+	return Request{Job: job, Kind: kind, Class: class, Demand: d}, nil
+}
+
+func (rs *restorer) lostNodes() error {
+	p, lost := rs.p, rs.s.Lost
+	for i, n := range lost {
+		if n < 0 || int(n) >= len(p.nodes) || (i > 0 && n <= lost[i-1]) {
+			return fmt.Errorf("snapshot: lost node index %d is out of range or out of order", n)
 		}
 		p.nodes[n].lost = true
 	}
-	if len(s.Lost) > 0 {
+	if len(lost) > 0 {
 		for f := range p.fams {
 			p.refreshLive(int32(f))
 		}
 	}
-	demand := func(i int32) (Demand, error) {
-		if i < 0 || int(i) >= len(s.Demands) {
-			return Demand{}, fmt.Errorf("snapshot: demand index %d out of range", i)
-		}
-		return s.Demands[i], nil
-	}
-	type admitKey struct {
-		d, w int32
-		kc   int8
-	}
-	admitted := map[admitKey]bool{}
-	for _, sr := range s.Running {
-		kind, class, err := fromKindClass(sr.KindClass)
-		if err != nil {
-			return nil, err
-		}
-		d, err := demand(sr.Demand)
-		if err != nil {
-			return nil, err
-		}
-		r := Request{Job: sr.Job, Attempt: sr.Attempt, Kind: kind, Class: class, Demand: d, Workers: len(sr.Nodes),
-			Seq: sr.Seq, SubmittedAt: nt(sr.SubmittedAt), Preemptions: sr.Preemptions}
-		if sr.PreemptedBy != nil && r.Preemptions > 0 { // as requested: before this attempt's own preemption
-			r.Preemptions--
-		}
-		if key := (admitKey{sr.Demand, int32(len(sr.Nodes)), sr.KindClass}); !admitted[key] || r.Job == "" {
-			if err := p.Admit(r); err != nil {
-				return nil, fmt.Errorf("snapshot: running job %q: %w", sr.Job, err)
-			}
-			admitted[key] = true
-		}
-		if p.running[r.Job] != nil || len(sr.GPUs) != len(sr.Nodes) {
-			return nil, fmt.Errorf("snapshot: running job %q is duplicated or malformed", sr.Job)
-		}
-		if sr.Preemptions < 0 || sr.PreemptSeq < 0 || (sr.PreemptSeq > 0 && (!sr.Releasing || sr.PreemptedBy == nil)) {
-			return nil, fmt.Errorf("snapshot: running job %q: inconsistent preemption record", sr.Job)
-		}
-		rj := &runJob{r: r, fam: p.famIdx[d.Family], startedAt: nt(sr.StartedAt), nodes: slices.Clone(sr.Nodes), gpus: slices.Clone(sr.GPUs),
-			released: make([]bool, len(sr.Nodes)), preemptions: sr.Preemptions, preemptSeq: sr.PreemptSeq, ckpt: nt(sr.Checkpoint)}
-		if sr.PreemptedBy != nil {
-			pb := *sr.PreemptedBy
-			rj.preemptedBy = &pb
-			if sr.Nominees != nil && len(sr.Nominees) != len(sr.Nodes) {
-				return nil, fmt.Errorf("snapshot: running job %q: %d nominees for %d workers", sr.Job, len(sr.Nominees), len(sr.Nodes))
-			}
-			rj.nominee = make([]*Preemptor, len(sr.Nodes))
-			for i := range rj.nominee {
-				rj.nominee[i] = rj.preemptedBy
-				if sr.Nominees != nil {
-					nb := sr.Nominees[i]
-					rj.nominee[i] = &nb
-				}
-			}
-		}
-		for _, w := range sr.Released {
-			if w < 0 || int(w) >= len(sr.Nodes) || rj.released[w] {
-				return nil, fmt.Errorf("snapshot: running job %q: bad released worker %d", sr.Job, w)
-			}
-			rj.released[w] = true
-			rj.nReleased++
-		}
-		if rj.nReleased == len(rj.nodes) || (rj.nReleased > 0 && !sr.Releasing) {
-			return nil, fmt.Errorf("snapshot: running job %q: inconsistent release state", sr.Job)
-		}
-		seen := map[int32]bool{}
-		for w, n := range sr.Nodes {
-			if n < 0 || int(n) >= len(p.nodes) || seen[n] || p.nodes[n].fam != rj.fam {
-				return nil, fmt.Errorf("snapshot: running job %q: bad node for worker %d", sr.Job, w)
-			}
-			seen[n] = true
-			if rj.released[w] {
-				continue
-			}
-			nd := &p.nodes[n]
-			m := sr.GPUs[w]
-			if bits.OnesCount64(m) != d.GPUs || m&nd.used != 0 || (nd.GPUs < 64 && m>>uint(nd.GPUs) != 0) ||
-				nd.freeCPU < d.CPU || nd.freeRAM < d.RAMGB {
-				return nil, fmt.Errorf("snapshot: running job %q: worker %d does not fit on node %s", sr.Job, w, nd.Name)
-			}
-			nd.used |= m
-			nd.freeGPU -= d.GPUs
-			nd.freeCPU -= d.CPU
-			nd.freeRAM -= d.RAMGB
-		}
-		p.running[r.Job] = rj
-		p.place(rj)
-		if sr.Releasing {
-			p.beginRelease(rj)
-		}
-		if rj.preemptedBy != nil && rj.releasing {
-			p.victims = append(p.victims, rj)
+	return nil
+}
+
+func (rs *restorer) runningJobs() error {
+	for i := range rs.s.Running {
+		if err := rs.runningJob(&rs.s.Running[i]); err != nil {
+			return err
 		}
 	}
-	// Victims in preemption order; those of snapshots that did not number them come after, in
-	// snapshot order.
-	p.preemptSeq = s.PreemptSeq
+	return nil
+}
+
+// runningJob restores one running or releasing job: its request, its record, and the capacity
+// it holds on its nodes.
+func (rs *restorer) runningJob(sr *SnapshotRunning) error {
+	p := rs.p
+	r, err := rs.request(sr.Job, sr.KindClass, sr.Demand)
+	if err != nil {
+		return err
+	}
+	r.Attempt, r.Workers, r.Seq, r.SubmittedAt, r.Preemptions = sr.Attempt, len(sr.Nodes), sr.Seq, nt(sr.SubmittedAt), sr.Preemptions
+	if sr.PreemptedBy != nil && r.Preemptions > 0 { // as requested: before this attempt's own preemption
+		r.Preemptions--
+	}
+	if err := rs.admitOnce(r, admitKey{sr.Demand, int32(len(sr.Nodes)), sr.KindClass}); err != nil {
+		return fmt.Errorf("snapshot: running job %q: %w", sr.Job, err)
+	}
+	if p.running[r.Job] != nil || len(sr.GPUs) != len(sr.Nodes) {
+		return fmt.Errorf("snapshot: running job %q is duplicated or malformed", sr.Job)
+	}
+	if sr.Preemptions < 0 || sr.PreemptSeq < 0 || (sr.PreemptSeq > 0 && (!sr.Releasing || sr.PreemptedBy == nil)) {
+		return fmt.Errorf("snapshot: running job %q: inconsistent preemption record", sr.Job)
+	}
+	rj := &runJob{r: r, fam: p.famIdx[r.Demand.Family], startedAt: nt(sr.StartedAt), nodes: slices.Clone(sr.Nodes), gpus: slices.Clone(sr.GPUs),
+		released: make([]bool, len(sr.Nodes)), preemptions: sr.Preemptions, preemptSeq: sr.PreemptSeq, ckpt: nt(sr.Checkpoint)}
+	if err := restorePreemptor(rj, sr); err != nil {
+		return err
+	}
+	if err := restoreReleased(rj, sr); err != nil {
+		return err
+	}
+	if err := rs.occupy(rj, sr); err != nil {
+		return err
+	}
+	p.running[r.Job] = rj
+	p.place(rj)
+	if sr.Releasing {
+		p.beginRelease(rj)
+	}
+	if rj.preemptedBy != nil && rj.releasing {
+		p.victims = append(p.victims, rj)
+	}
+	return nil
+}
+
+// restorePreemptor restores who a preempted job's capacity is nominated to, worker by worker.
+func restorePreemptor(rj *runJob, sr *SnapshotRunning) error {
+	if sr.PreemptedBy == nil {
+		return nil
+	}
+	pb := *sr.PreemptedBy
+	rj.preemptedBy = &pb
+	if sr.Nominees != nil && len(sr.Nominees) != len(sr.Nodes) {
+		return fmt.Errorf("snapshot: running job %q: %d nominees for %d workers", sr.Job, len(sr.Nominees), len(sr.Nodes))
+	}
+	rj.nominee = make([]*Preemptor, len(sr.Nodes))
+	for i := range rj.nominee {
+		rj.nominee[i] = rj.preemptedBy
+		if sr.Nominees != nil {
+			nb := sr.Nominees[i]
+			rj.nominee[i] = &nb
+		}
+	}
+	return nil
+}
+
+// restoreReleased marks the workers that released their capacity already.
+func restoreReleased(rj *runJob, sr *SnapshotRunning) error {
+	for _, w := range sr.Released {
+		if w < 0 || int(w) >= len(sr.Nodes) || rj.released[w] {
+			return fmt.Errorf("snapshot: running job %q: bad released worker %d", sr.Job, w)
+		}
+		rj.released[w] = true
+		rj.nReleased++
+	}
+	if rj.nReleased == len(rj.nodes) || (rj.nReleased > 0 && !sr.Releasing) {
+		return fmt.Errorf("snapshot: running job %q: inconsistent release state", sr.Job)
+	}
+	return nil
+}
+
+// occupy takes the capacity the job's unreleased workers hold, checking it is free and fits.
+func (rs *restorer) occupy(rj *runJob, sr *SnapshotRunning) error {
+	p, d := rs.p, rj.r.Demand
+	seen := map[int32]bool{}
+	for w, n := range sr.Nodes {
+		if n < 0 || int(n) >= len(p.nodes) || seen[n] || p.nodes[n].fam != rj.fam {
+			return fmt.Errorf("snapshot: running job %q: bad node for worker %d", sr.Job, w)
+		}
+		seen[n] = true
+		if rj.released[w] {
+			continue
+		}
+		nd := &p.nodes[n]
+		m := sr.GPUs[w]
+		if bits.OnesCount64(m) != d.GPUs || m&nd.used != 0 || (nd.GPUs < 64 && m>>uint(nd.GPUs) != 0) ||
+			nd.freeCPU < d.CPU || nd.freeRAM < d.RAMGB {
+			return fmt.Errorf("snapshot: running job %q: worker %d does not fit on node %s", sr.Job, w, nd.Name)
+		}
+		nd.used |= m
+		nd.freeGPU -= d.GPUs
+		nd.freeCPU -= d.CPU
+		nd.freeRAM -= d.RAMGB
+	}
+	return nil
+}
+
+// victimOrder puts the stopping victims in preemption order; those of snapshots that did not
+// number them come after, in snapshot order, and are numbered now.
+func (rs *restorer) victimOrder() error {
+	p := rs.p
+	p.preemptSeq = rs.s.PreemptSeq
 	slices.SortStableFunc(p.victims, func(a, b *runJob) int {
 		switch {
 		case a.preemptSeq == b.preemptSeq:
@@ -340,7 +432,7 @@ func Restore(s Snapshot) (*Pool, error) {
 	})
 	for i, v := range p.victims {
 		if i > 0 && v.preemptSeq != 0 && v.preemptSeq == p.victims[i-1].preemptSeq {
-			return nil, fmt.Errorf("snapshot: running jobs %q and %q have the same preemption sequence", p.victims[i-1].r.Job, v.r.Job)
+			return fmt.Errorf("snapshot: running jobs %q and %q have the same preemption sequence", p.victims[i-1].r.Job, v.r.Job)
 		}
 		p.preemptSeq = max(p.preemptSeq, v.preemptSeq)
 	}
@@ -350,75 +442,97 @@ func Restore(s Snapshot) (*Pool, error) {
 			v.preemptSeq = p.preemptSeq
 		}
 	}
-	sw := &s.Waiting
+	return nil
+}
+
+func (rs *restorer) waitingRequests() error {
+	sw := &rs.s.Waiting
 	n := len(sw.Job)
 	if len(sw.Attempt) != n || len(sw.KindClass) != n || len(sw.Demand) != n || len(sw.Workers) != n ||
 		len(sw.Seq) != n || len(sw.SubmittedAt) != n || (sw.Preemptions != nil && len(sw.Preemptions) != n) {
-		return nil, fmt.Errorf("snapshot: waiting columns have different lengths")
+		return fmt.Errorf("snapshot: waiting columns have different lengths")
 	}
 	for i := 0; i < n; i++ {
-		kind, class, err := fromKindClass(sw.KindClass[i])
-		if err != nil {
-			return nil, err
+		if err := rs.waitingRequest(i); err != nil {
+			return err
 		}
-		d, err := demand(sw.Demand[i])
-		if err != nil {
-			return nil, err
-		}
-		r := Request{Job: sw.Job[i], Attempt: sw.Attempt[i], Kind: kind, Class: class, Demand: d,
-			Workers: int(sw.Workers[i]), Seq: sw.Seq[i], SubmittedAt: nt(sw.SubmittedAt[i])}
-		if sw.Preemptions != nil {
-			if r.Preemptions = int(sw.Preemptions[i]); r.Preemptions < 0 {
-				return nil, fmt.Errorf("snapshot: waiting job %q has a negative preemption count", r.Job)
-			}
-		}
-		key := admitKey{sw.Demand[i], sw.Workers[i], sw.KindClass[i]}
-		if r.Job == "" {
-			return nil, fmt.Errorf("snapshot: waiting request %d has no job id", i)
-		}
-		if !admitted[key] {
-			if err := p.Admit(r); err != nil {
-				return nil, fmt.Errorf("snapshot: waiting job %q: %w", r.Job, err)
-			}
-			admitted[key] = true
-		}
-		if p.waitIdx[r.Job] != nil {
-			return nil, fmt.Errorf("snapshot: waiting job %q is duplicated", r.Job)
-		}
-		w := &waitReq{r: r, shape: p.shapeOf(&r)}
-		if i > 0 && !less(&p.waiting[i-1].r, &r) {
-			return nil, fmt.Errorf("snapshot: waiting requests are not in launch order at %q", r.Job)
-		}
-		p.waiting = append(p.waiting, w)
-		p.hot = append(p.hot, hotEntry{shape: w.shape, class: r.Class, prev: p.running[r.Job] != nil})
-		p.waitIdx[r.Job] = w
 	}
-	for _, h := range s.Heads {
+	return nil
+}
+
+// waitingRequest restores the i-th waiting request, which must come after the one before it.
+func (rs *restorer) waitingRequest(i int) error {
+	p, sw := rs.p, &rs.s.Waiting
+	r, err := rs.request(sw.Job[i], sw.KindClass[i], sw.Demand[i])
+	if err != nil {
+		return err
+	}
+	r.Attempt, r.Workers, r.Seq, r.SubmittedAt = sw.Attempt[i], int(sw.Workers[i]), sw.Seq[i], nt(sw.SubmittedAt[i])
+	if sw.Preemptions != nil {
+		if r.Preemptions = int(sw.Preemptions[i]); r.Preemptions < 0 {
+			return fmt.Errorf("snapshot: waiting job %q has a negative preemption count", r.Job)
+		}
+	}
+	if r.Job == "" {
+		return fmt.Errorf("snapshot: waiting request %d has no job id", i)
+	}
+	if err := rs.admitOnce(r, admitKey{sw.Demand[i], sw.Workers[i], sw.KindClass[i]}); err != nil {
+		return fmt.Errorf("snapshot: waiting job %q: %w", r.Job, err)
+	}
+	if p.waitIdx[r.Job] != nil {
+		return fmt.Errorf("snapshot: waiting job %q is duplicated", r.Job)
+	}
+	w := &waitReq{r: r, shape: p.shapeOf(&r)}
+	if i > 0 && !less(&p.waiting[i-1].r, &r) {
+		return fmt.Errorf("snapshot: waiting requests are not in launch order at %q", r.Job)
+	}
+	p.waiting = append(p.waiting, w)
+	p.hot = append(p.hot, hotEntry{shape: w.shape, class: r.Class, prev: p.running[r.Job] != nil})
+	p.waitIdx[r.Job] = w
+	return nil
+}
+
+// classHeads restores the first waiting request of each class, and the nodes reserved for it.
+func (rs *restorer) classHeads() error {
+	p := rs.p
+	for _, h := range rs.s.Heads {
 		if !h.Class.valid() || h.Job == "" || p.heads[h.Class].job != "" {
-			return nil, fmt.Errorf("snapshot: bad or repeated head of class %d", int(h.Class))
+			return fmt.Errorf("snapshot: bad or repeated head of class %d", int(h.Class))
 		}
 		for i, n := range h.Nodes {
 			if n < 0 || int(n) >= len(p.nodes) || (i > 0 && n <= h.Nodes[i-1]) {
-				return nil, fmt.Errorf("snapshot: head %q: reserved node index %d is out of range or out of order", h.Job, n)
+				return fmt.Errorf("snapshot: head %q: reserved node index %d is out of range or out of order", h.Job, n)
 			}
 		}
 		p.heads[h.Class] = head{job: h.Job, since: nt(h.Since), nodes: slices.Clone(h.Nodes)}
 	}
-	for _, h := range s.Holds {
+	return nil
+}
+
+// holds restores the free capacity held for waiting preemptors.
+func (rs *restorer) holds() error {
+	p := rs.p
+	for _, h := range rs.s.Holds {
 		if h.Node < 0 || int(h.Node) >= len(p.nodes) || h.GPUs < 0 || h.CPU < 0 || h.RAMGB < 0 || !h.Class.valid() {
-			return nil, fmt.Errorf("snapshot: bad hold for %q", h.Job)
+			return fmt.Errorf("snapshot: bad hold for %q", h.Job)
 		}
 		if !h.Stale && p.waitIdx[h.Job] == nil { // its request is gone (a reconfiguration found it unfit)
 			continue
 		}
 		p.addHold(hold{by: h.Job, class: h.Class, n: h.Node, g: h.GPUs, c: h.CPU, r: h.RAMGB, seq: h.Seq, stale: h.Stale, taken: h.Taken})
 	}
-	for _, m := range s.Memo {
+	return nil
+}
+
+// memo restores the preemption counts remembered for jobs between attempts.
+func (rs *restorer) memo() error {
+	p := rs.p
+	for _, m := range rs.s.Memo {
 		if m.Job == "" || m.Count < 0 {
-			return nil, fmt.Errorf("snapshot: bad preemption memo %+v", m)
+			return fmt.Errorf("snapshot: bad preemption memo %+v", m)
 		}
 		p.remember(m.Job, m.Count)
 		p.memo[m.Job] = memoEntry{count: m.Count, at: nt(m.At)}
 	}
-	return p, nil
+	return nil
 }

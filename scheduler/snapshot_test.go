@@ -55,9 +55,27 @@ func v1Scenario(t testing.TB) *Pool {
 	return p
 }
 
+// snapshotV2File is a version-2 snapshot written by the version-2 code from v2Scenario (the
+// commit that introduced version 3 wrote it). It is never regenerated.
+var snapshotV2File = filepath.Join("testdata", "snapshot-v2.json")
+
+// v2Scenario is v1Scenario with the cpu node lost: it has a lost node, a class head and free
+// capacity held for a preemptor, which version 1 did not store.
+func v2Scenario(t testing.TB) *Pool {
+	t.Helper()
+	p := v1Scenario(t)
+	p.MarkNodeLost("c-1")
+	return p
+}
+
 func readSnapshotV1(t testing.TB) Snapshot {
 	t.Helper()
-	b, err := os.ReadFile(snapshotV1File)
+	return readSnapshotFile(t, snapshotV1File)
+}
+
+func readSnapshotFile(t testing.TB, file string) Snapshot {
+	t.Helper()
+	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,6 +221,30 @@ func TestSnapshotV1Restores(t *testing.T) {
 	}
 }
 
+// TestSnapshotV2Restores restores the committed version-2 snapshot with this code: it is the
+// state the same scenario builds now, and writes back as the current version.
+func TestSnapshotV2Restores(t *testing.T) {
+	s := readSnapshotFile(t, snapshotV2File)
+	if s.Version != 2 || len(s.Lost) == 0 || len(s.Heads) == 0 || len(s.Holds) == 0 {
+		t.Fatalf("testdata is not the version-2 scenario: version %d, lost %v, heads %v, holds %v", s.Version, s.Lost, s.Heads, s.Holds)
+	}
+	p, err := Restore(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := v2Scenario(t)
+	if a, b := mustJSON(t, p.Snapshot()), mustJSON(t, want.Snapshot()); a != b {
+		t.Fatalf("restored version-2 snapshot differs from the scenario:\n%s\n%s", a, b)
+	}
+	if a, b := mustJSON(t, p.View()), mustJSON(t, want.View()); a != b {
+		t.Fatalf("views differ:\n%s\n%s", a, b)
+	}
+	checkInvariants(t, p)
+	if p.Snapshot().Version != SnapshotVersion {
+		t.Fatalf("restored pool writes version %d", p.Snapshot().Version)
+	}
+}
+
 func TestSnapshotV2LostNodes(t *testing.T) {
 	p := mustPool(t, nodesOf("n", "a", 4, 4, 16, 64), Policy{})
 	mustEnqueue(t, p, job("on-lost", Medium, "a", 4, 1, 1), job("gang", High, "a", 2, 2, 2))
@@ -218,7 +260,7 @@ func TestSnapshotV2LostNodes(t *testing.T) {
 	}
 
 	s := p.Snapshot()
-	if s.Version != 2 || !slices.Equal(s.Lost, []int32{2, 3}) {
+	if s.Version != SnapshotVersion || !slices.Equal(s.Lost, []int32{2, 3}) {
 		t.Fatalf("snapshot version %d, lost %v", s.Version, s.Lost)
 	}
 	if !strings.Contains(mustJSON(t, s), `"lost":[2,3]`) {
@@ -272,7 +314,7 @@ func TestRestoreRefusesBadVersionsAndLostNodes(t *testing.T) {
 		change func(s *Snapshot)
 		want   string
 	}{
-		{"a future version", func(s *Snapshot) { s.Version = 3 }, "unsupported version 3 (this code reads versions 1 to 2)"},
+		{"a future version", func(s *Snapshot) { s.Version = 4 }, "unsupported version 4 (this code reads versions 1 to 3)"},
 		{"no version", func(s *Snapshot) { s.Version = 0 }, "unsupported version 0"},
 		{"version 1 with lost nodes", func(s *Snapshot) { s.Version = 1 }, "version 1 has no lost nodes"},
 		{"lost node out of range", func(s *Snapshot) { s.Lost = []int32{3} }, "lost node index 3 is out of range or out of order"},

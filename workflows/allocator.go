@@ -107,8 +107,13 @@ const (
 //
 // A run without carried-over state (the first start, or a start after the
 // previous run was terminated or failed) first recovers: see recoverState.
-func AllocatorWorkflow(ctx workflow.Context, in protocol.AllocatorInput) error {
-	a, err := newAllocator(in)
+//
+// packedPool is the pool's state that a run hands to the next one when it
+// continues as new (scheduler.PackSnapshot): a second argument, so that
+// Temporal stores it as raw bytes rather than in the JSON of in. Starts pass
+// none; runs continued by older code carry the pool in in.State.Pool.
+func AllocatorWorkflow(ctx workflow.Context, in protocol.AllocatorInput, packedPool []byte) error {
+	a, err := newAllocator(in, packedPool)
 	if err != nil {
 		// A state this code cannot read must not destroy the allocation:
 		// failing the workflow task keeps the run (and its input) until a
@@ -257,7 +262,11 @@ func (a *allocator) run(ctx workflow.Context) error {
 	workflow.GetLogger(ctx).Info("allocator continues as new", "waiting", a.pool.WaitingCount(), "running", len(a.pool.RunningJobs()))
 	next := a.in
 	next.State = a.snapshot()
-	return workflow.NewContinueAsNewError(ctx, AllocatorWorkflow, next)
+	packed, err := scheduler.PackSnapshot(a.pool.Snapshot())
+	if err != nil {
+		return err
+	}
+	return workflow.NewContinueAsNewError(ctx, AllocatorWorkflow, next, packed)
 }
 
 // startSignalLoops starts one coroutine per signal channel, the batched
@@ -345,12 +354,19 @@ func (a *allocator) drainSignals(ctx workflow.Context) {
 	}
 }
 
-func newAllocator(in protocol.AllocatorInput) (*allocator, error) {
+func newAllocator(in protocol.AllocatorInput, packedPool []byte) (*allocator, error) {
 	a := &allocator{in: in, nextSeq: 1, reclaims: map[string]bool{}, fencing: map[string]int64{}, fenceWhy: map[string]string{},
 		fresh: in.State == nil}
 	a.in.State = nil
 	if in.State != nil {
-		pool, err := scheduler.Restore(in.State.Pool)
+		snap := in.State.Pool
+		if len(packedPool) > 0 {
+			var err error
+			if snap, err = scheduler.UnpackSnapshot(packedPool); err != nil {
+				return nil, fmt.Errorf("restore allocator state: %w", err)
+			}
+		}
+		pool, err := scheduler.Restore(snap)
 		if err != nil {
 			return nil, fmt.Errorf("restore allocator state: %w", err)
 		}
@@ -373,9 +389,10 @@ func newAllocator(in protocol.AllocatorInput) (*allocator, error) {
 	return a, nil
 }
 
+// snapshot is the state the next run starts from, but for the pool, which
+// travels packed beside it (see AllocatorWorkflow).
 func (a *allocator) snapshot() *protocol.AllocatorState {
 	return &protocol.AllocatorState{
-		Pool:      a.pool.Snapshot(),
 		NextSeq:   a.nextSeq,
 		Orphans:   a.orphans,
 		Counters:  a.counters,

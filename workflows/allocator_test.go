@@ -255,9 +255,38 @@ func (h *allocHarness) at(d time.Duration, f func()) { h.env.RegisterDelayedCall
 
 // runAllocator runs the allocator until end on the test clock, then cancels it.
 func (h *allocHarness) runAllocator(in protocol.AllocatorInput, end time.Duration) {
+	h.runAllocatorFrom(carriedState{in: in}, end)
+}
+
+// runAllocatorFrom runs the allocator from what a run continued as new with.
+func (h *allocHarness) runAllocatorFrom(c carriedState, end time.Duration) {
 	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, end)
-	h.env.ExecuteWorkflow(protocol.AllocatorWorkflowName, in)
+	h.env.ExecuteWorkflow(protocol.AllocatorWorkflowName, c.in, c.packed)
 	require.True(h.t, h.env.IsWorkflowCompleted())
+}
+
+// carriedState is what an allocator run continued as new with: its input,
+// and its pool packed beside it.
+type carriedState struct {
+	in     protocol.AllocatorInput
+	packed []byte
+	pool   scheduler.Snapshot // packed, unpacked
+}
+
+// continuedWith decodes the continue-as-new an allocator run ended with.
+func continuedWith(t *testing.T, err error) carriedState {
+	t.Helper()
+	var can *workflow.ContinueAsNewError
+	require.True(t, errors.As(err, &can), "want continue-as-new, got %v", err)
+	require.Equal(t, protocol.AllocatorWorkflowName, can.WorkflowType.Name)
+	var c carriedState
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &c.in, &c.packed))
+	require.NotNil(t, c.in.State)
+	require.Zero(t, c.in.State.Pool.Version, "the pool travels packed, not in the input's JSON")
+	pool, unpackErr := scheduler.UnpackSnapshot(c.packed)
+	require.NoError(t, unpackErr)
+	c.pool = pool
+	return c
 }
 
 func (h *allocHarness) queue() protocol.QueueView {
@@ -580,16 +609,11 @@ func TestAllocatorContinuesAsNewWithWaitingJobs(t *testing.T) {
 	h.env.ExecuteWorkflow(protocol.AllocatorWorkflowName, in)
 	require.True(t, h.env.IsWorkflowCompleted())
 
-	err := h.env.GetWorkflowError()
-	var can *workflow.ContinueAsNewError
-	require.True(t, errors.As(err, &can), "want continue-as-new, got %v", err)
-	assert.Equal(t, protocol.AllocatorWorkflowName, can.WorkflowType.Name)
-	var next protocol.AllocatorInput
-	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &next))
-	require.NotNil(t, next.State)
+	carried := continuedWith(t, h.env.GetWorkflowError())
+	next := carried.in
 	assert.Equal(t, int64(n+2), next.State.NextSeq, "holder got Seq 1, the others 2..n+1")
 	assert.Equal(t, int64(1), next.State.Counters.Grants)
-	assert.Len(t, next.State.Pool.Waiting.Job, n)
+	assert.Len(t, carried.pool.Waiting.Job, n)
 	assert.Equal(t, in.Nodes, next.Nodes)
 	assert.Equal(t, in.ReclaimInterval, next.ReclaimInterval)
 	for i := 0; i < n; i++ {
@@ -606,7 +630,7 @@ func TestAllocatorContinuesAsNewWithWaitingJobs(t *testing.T) {
 	h2 := newAllocHarness(t)
 	var resumed protocol.QueueView
 	h2.at(time.Second, func() { resumed = h2.queue() })
-	h2.runAllocator(next, time.Minute)
+	h2.runAllocatorFrom(carried, time.Minute)
 	require.Equal(t, n, resumed.WaitingTotal)
 	assert.Equal(t, last.WaitingByClass, resumed.WaitingByClass)
 	assert.Equal(t, waitingJobs(last), waitingJobs(resumed))
@@ -628,7 +652,7 @@ func TestAllocatorContinuesAsNewWithWaitingJobs(t *testing.T) {
 	// The resumed run keeps counting Seqs where the old one stopped.
 	h3 := newAllocHarness(t)
 	h3.request(time.Second, capReq("newcomer", 1, scheduler.Low, 1))
-	h3.runAllocator(next, time.Minute)
+	h3.runAllocatorFrom(carried, time.Minute)
 	assert.Equal(t, int64(n+2), h3.outcome("newcomer", 1).reply.Seq)
 	assert.Equal(t, n+1, h3.outcome("newcomer", 1).reply.Position)
 }
@@ -756,18 +780,14 @@ func TestAllocatorReconfigureAddsNode(t *testing.T) {
 	assert.Equal(t, "n2", gb[0].Placement[0].Node)
 	assert.Equal(t, 9*time.Second, gb[0].StopGracePeriod, "grants use the new stop grace period")
 
-	var can *workflow.ContinueAsNewError
-	require.True(t, errors.As(h.env.GetWorkflowError(), &can), "want continue-as-new, got %v", h.env.GetWorkflowError())
-	var carried protocol.AllocatorInput
-	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &carried))
-	assert.Equal(t, next.Nodes, carried.Nodes)
-	assert.Equal(t, next.Policy, carried.Policy)
-	assert.Equal(t, 9*time.Second, carried.StopGracePeriod)
-	assert.Equal(t, time.Minute, carried.ReclaimInterval)
-	assert.Equal(t, 3, carried.MaxUpdatesPerRun)
-	require.NotNil(t, carried.State)
-	assert.Equal(t, next.Nodes, carried.State.Pool.Nodes)
-	assert.Equal(t, next.Policy, carried.State.Pool.Policy)
+	carried := continuedWith(t, h.env.GetWorkflowError())
+	assert.Equal(t, next.Nodes, carried.in.Nodes)
+	assert.Equal(t, next.Policy, carried.in.Policy)
+	assert.Equal(t, 9*time.Second, carried.in.StopGracePeriod)
+	assert.Equal(t, time.Minute, carried.in.ReclaimInterval)
+	assert.Equal(t, 3, carried.in.MaxUpdatesPerRun)
+	assert.Equal(t, next.Nodes, carried.pool.Nodes)
+	assert.Equal(t, next.Policy, carried.pool.Policy)
 }
 
 // A config that removes a busy node is refused by the validator, with the

@@ -8,10 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
-	"go.temporal.io/sdk/workflow"
 
 	"github.com/trainq/trainq/cluster"
 	"github.com/trainq/trainq/protocol"
@@ -277,6 +275,8 @@ func TestAllocatorLosesNothingAcrossContinueAsNew(t *testing.T) {
 	granted := map[string]int{}
 	var unreleased []string
 	next, runs := 0, 0
+	var packed []byte
+	var pool scheduler.Snapshot
 	for {
 		runs++
 		require.Less(t, runs, 200, "the allocation never drained")
@@ -299,17 +299,14 @@ func TestAllocatorLosesNothingAcrossContinueAsNew(t *testing.T) {
 			}
 		})
 		next += batch
-		h.env.ExecuteWorkflow(protocol.AllocatorWorkflowName, in)
+		h.env.ExecuteWorkflow(protocol.AllocatorWorkflowName, in, packed)
 		require.True(t, h.env.IsWorkflowCompleted())
-		var can *workflow.ContinueAsNewError
-		require.True(t, errors.As(h.env.GetWorkflowError(), &can), "run %d: %v", runs, h.env.GetWorkflowError())
+		carried := continuedWith(t, h.env.GetWorkflowError())
 		for _, g := range h.grants {
 			granted[g.job]++
 			unreleased = append(unreleased, g.job)
 		}
-		var nextIn protocol.AllocatorInput
-		require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &nextIn))
-		in = nextIn
+		in, packed, pool = carried.in, carried.packed, carried.pool
 		if next == jobs && len(unreleased) == 0 {
 			break
 		}
@@ -318,8 +315,8 @@ func TestAllocatorLosesNothingAcrossContinueAsNew(t *testing.T) {
 	for job, n := range granted {
 		require.Equal(t, 1, n, "%s was granted %d times", job, n)
 	}
-	assert.Empty(t, in.State.Pool.Waiting.Job, "nothing waits at the end")
-	assert.Empty(t, in.State.Pool.Running, "nothing holds capacity at the end")
+	assert.Empty(t, pool.Waiting.Job, "nothing waits at the end")
+	assert.Empty(t, pool.Running, "nothing holds capacity at the end")
 	t.Logf("%d jobs through %d allocator runs", jobs, runs)
 }
 
