@@ -272,6 +272,7 @@ type jobView struct {
 	Workspace      string                   `json:"workspace,omitempty"`
 	JobDesc        string                   `json:"job_desc,omitempty"`
 	Message        string                   `json:"message,omitempty"`
+	URL            string                   `json:"url,omitempty"`
 	Position       int                      `json:"position,omitempty"`
 	Reason         string                   `json:"reason,omitempty"`
 	WaitingFor     []string                 `json:"waiting_for,omitempty"`
@@ -364,7 +365,7 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request, p Principal) {
 		PriorityClass: st.Priority, Region: st.Region, AllocationName: st.Allocation, InstanceType: st.InstanceType,
 		NWorkers: st.NWorkers, GPUCount: st.GPUs, MaxRetry: st.MaxRetry, Attempt: st.Attempt, Restarts: st.Restarts,
 		JobAuthor: st.Spec.Author, Workspace: info.Workspace, JobDesc: st.Spec.JobDesc,
-		Message: st.Message, Position: st.Position, Reason: st.Reason,
+		Message: st.Message, URL: st.URL(), Position: st.Position, Reason: st.Reason,
 		WaitingFor: rd.names(st.WaitingFor), Preemptors: preemptorList(st, rd), Attempts: hidePreemptors(st.Attempts, rd),
 	}
 	if n := len(v.Preemptors); n > 0 {

@@ -57,6 +57,9 @@ type WorkerSpec struct {
 	MasterAddr         string            `json:"master_addr"`
 	MasterPort         int               `json:"master_port"`
 	CheckpointDir      string            `json:"checkpoint_dir,omitempty"`
+	// Notebook: the worker is a Jupyter server; it listens on
+	// TRAINQ_NOTEBOOK_PORT and its status carries its URL.
+	Notebook bool `json:"notebook,omitempty"`
 }
 
 // Job types.
@@ -253,6 +256,9 @@ type WorkerStatus struct {
 	// running. Unlike Signaled it is never set by an external kill, so it tells
 	// "we stopped it" apart from "it was killed" (e.g. by the OOM killer).
 	StopRequested bool `json:"stop_requested,omitempty"`
+	// URL is where a Jupyter server serves (WorkerSpec.Notebook), as the
+	// backend makes it reachable.
+	URL string `json:"url,omitempty"`
 }
 
 // Backend starts, watches and stops workers on the cluster.

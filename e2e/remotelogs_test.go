@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"github.com/trainq/trainq/config"
 	"github.com/trainq/trainq/internal/testenv"
 	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/scheduler"
 )
 
 // remoteConfig is a two-node allocation whose nodes live on other hosts
@@ -119,4 +122,36 @@ func TestRemoteNodesMasterAddrAndLogs(t *testing.T) {
 	require.ErrorIs(t, err, agentlogs.ErrAgentUnreachable)
 	assert.Contains(t, err.Error(), "trainq-worker agent --node "+nodeOf[0])
 	t.Logf("an unreachable agent is reported after %v", time.Since(began).Round(time.Millisecond))
+}
+
+// A Jupyter server on a node of another host: its status, `trainq status`
+// and the API's view carry the URL where it serves (the node's address and
+// the port it was given as TRAINQ_NOTEBOOK_PORT), and something answers there.
+func TestRemoteNotebookURL(t *testing.T) {
+	h := startRemoteHosts(t)
+	spec := protocol.JobSpec{Kind: scheduler.KindNotebook, Script: `exec python3 -m http.server "$TRAINQ_NOTEBOOK_PORT" --bind 0.0.0.0`,
+		InstanceType: "a100.1gpu", Region: "T", AllocationName: "remote", NWorkers: 1, Type: "binary"}
+	job := submitWith(t, h.cfg, spec)
+	st := waitState(t, job, protocol.StateRunning, 2*time.Minute)
+	url := st.URL()
+	node := st.Attempts[len(st.Attempts)-1].Placement[0].Node
+	require.Regexp(t, `^http://`+regexp.QuoteMeta(h.cfg.NodeAddress(node))+`:[0-9]+/$`, url)
+
+	eventually(t, 30*time.Second, "the notebook answers at its URL", func() bool {
+		resp, err := http.Get(url)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	out, _, code := trainq(t, "status", job)
+	require.Equal(t, 0, code)
+	assert.Regexp(t, `(?m)^\s+url\s+`+regexp.QuoteMeta(url)+`$`, out)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, env.client.CancelWorkflow(ctx, job, ""))
+	st = waitState(t, job, protocol.StateStopped, time.Minute)
+	assert.Empty(t, st.URL(), "a stopped server has no URL")
 }

@@ -212,6 +212,8 @@ type AttemptRecord struct {
 	ExitCode  *int                        `json:"exit_code,omitempty"`
 	Preemptor *scheduler.Preemptor        `json:"preemptor,omitempty"`
 	Placement []scheduler.WorkerPlacement `json:"placement,omitempty"`
+	// URL is where a Jupyter server of this attempt serves.
+	URL string `json:"url,omitempty"`
 }
 
 // JobStatus answers the status query. Position, Reason and WaitingFor come
@@ -243,6 +245,19 @@ type JobStatus struct {
 	Preemptors  []scheduler.Preemptor `json:"preemptors,omitempty"`
 	Attempts    []AttemptRecord       `json:"attempts"`
 	Spec        JobSpec               `json:"spec"`
+}
+
+// URL is where the job's Jupyter server serves while it runs (its latest
+// attempt's URL), or "".
+func (s JobStatus) URL() string {
+	if s.State.Terminal() || len(s.Attempts) == 0 {
+		return ""
+	}
+	a := s.Attempts[len(s.Attempts)-1]
+	if a.EndedAt != nil {
+		return ""
+	}
+	return a.URL
 }
 
 // CapacityRequest asks an allocator for capacity for one attempt of a job.

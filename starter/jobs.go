@@ -107,6 +107,9 @@ func printStatus(w io.Writer, st protocol.JobStatus) {
 	if st.Message != "" {
 		row("message", "%s", st.Message)
 	}
+	if u := st.URL(); u != "" {
+		row("url", "%s", u)
+	}
 	row("created", "%s (%s)", stamp(st.CreatedAt), ago(st.CreatedAt))
 	timeRow := func(k string, t *time.Time) {
 		if t != nil {

@@ -257,6 +257,9 @@ const (
 	// versionJobContinueAsNew: a job whose history has grown long continues
 	// as new between attempts.
 	versionJobContinueAsNew = "job-continue-as-new"
+	// versionNotebookURL: a Jupyter server's worker is started with
+	// WorkerSpec.Notebook, so that the backend gives it a port and a URL.
+	versionNotebookURL = "job-notebook-url"
 )
 
 // defaultJobEventsPerRun is the history length past which a job continues
@@ -541,22 +544,28 @@ func (j *job) startWorkers(ctx workflow.Context, attempt int, grant protocol.Gra
 	if err != nil {
 		return outcome{kind: outcomeFailed, message: "could not pick a rendezvous address: " + errorText(err)}, false
 	}
+	notebook := j.spec.Kind == scheduler.KindNotebook &&
+		workflow.GetVersion(ctx, versionNotebookURL, workflow.DefaultVersion, 1) == 1
 	var starts []workflow.Future
 	for _, p := range grant.Placement {
 		spec := cluster.WorkerSpec{
 			ID: cluster.WorkerID{Job: j.name, Attempt: attempt, Worker: p.Worker}, Workers: j.spec.NWorkers,
 			Node: p.Node, GPUs: p.GPUs, Type: j.spec.Type, Script: j.spec.Script, BaseImage: j.spec.BaseImage,
 			ProcessesPerWorker: j.spec.ProcessesPerWorker, Env: j.spec.EnvVariables, Flags: j.spec.Flags,
-			MasterAddr: rv.Addr, MasterPort: rv.Port, CheckpointDir: j.spec.CheckpointDir,
+			MasterAddr: rv.Addr, MasterPort: rv.Port, CheckpointDir: j.spec.CheckpointDir, Notebook: notebook,
 		}
 		summary := fmt.Sprintf("start worker %d on %s (GPUs %v)", p.Worker, p.Node, p.GPUs)
 		starts = append(starts, workflow.ExecuteActivity(j.nodeOptions(dctx, p.Node, summary, short), (*activities.Activities).StartWorker, spec))
 	}
 	var failure *outcome
 	for i, f := range starts {
-		err := f.Get(dctx, nil)
+		var st cluster.WorkerStatus
+		err := f.Get(dctx, &st)
 		switch {
 		case err == nil:
+			if st.URL != "" {
+				j.current().URL = st.URL // a Jupyter server says where it serves
+			}
 		case isNodeTimeout(err):
 			lost := j.nodeLost(grant.Placement[i].Node)
 			if failure == nil || failure.kind != outcomeNodeLost {

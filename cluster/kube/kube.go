@@ -447,7 +447,7 @@ func containerState(p *corev1.Pod) *corev1.ContainerStatus {
 // pod failed before its container ran); any other pod, also one being
 // deleted, still holds its node's resources and is running.
 func StatusOf(id cluster.WorkerID, p *corev1.Pod) cluster.WorkerStatus {
-	st := cluster.WorkerStatus{ID: id, Phase: cluster.PhaseRunning, LogPath: "pod/" + p.Namespace + "/" + p.Name}
+	st := cluster.WorkerStatus{ID: id, Phase: cluster.PhaseRunning, LogPath: "pod/" + p.Namespace + "/" + p.Name, URL: p.Annotations[AnnotationURL]}
 	_, st.StopRequested = p.Annotations[AnnotationStopReason]
 	st.StartedAt = p.CreationTimestamp.Time
 	if p.Status.StartTime != nil {
@@ -599,6 +599,8 @@ func (b *Backend) Start(ctx context.Context, spec cluster.WorkerSpec) (cluster.W
 		spec.MasterAddr, spec.MasterPort, _ = b.Rendezvous(ctx, spec.ID.Job, spec.ID.Attempt)
 	}
 	meta := b.meta(ctx, spec.ID.Job)
+	meta.Notebook = meta.Notebook || spec.Notebook
+	spec.Notebook = meta.Notebook
 	svc, err := b.ensureService(ctx, spec.ID.Job, meta.Notebook)
 	if err != nil {
 		return cluster.WorkerStatus{ID: spec.ID}, err

@@ -97,6 +97,9 @@ func Env(spec cluster.WorkerSpec) []corev1.EnvVar {
 		"PET_MASTER_PORT":    strconv.Itoa(spec.MasterPort),
 		"TRAINQ_GPUS":        strings.Join(gpus, ","),
 	}
+	if spec.Notebook {
+		extra["TRAINQ_NOTEBOOK_PORT"] = strconv.Itoa(JupyterPort)
+	}
 	if _, set := spec.Env["PYTHONUNBUFFERED"]; cluster.IsPythonType(spec.Type) && !set {
 		extra["PYTHONUNBUFFERED"] = "1"
 	}

@@ -211,6 +211,9 @@ func (b *Backend) plan(spec cluster.WorkerSpec, logPath string) launchPlan {
 				env = append(env, "PYTHONUNBUFFERED=1")
 			}
 		}
+		if spec.Notebook {
+			env = append(env, "TRAINQ_NOTEBOOK_PORT="+strconv.Itoa(spec.MasterPort))
+		}
 		p.Procs = append(p.Procs, procPlan{LocalRank: r, Argv: []string{"/bin/sh", "-c", line}, Env: env})
 	}
 	return p
@@ -243,6 +246,7 @@ func (b *Backend) Start(ctx context.Context, spec cluster.WorkerSpec) (cluster.W
 		if err == nil {
 			err = startFailure(dir) // a retried Start gives the same answer
 		}
+		st.URL = notebookURL(spec)
 		return st, err
 	}
 	if spec.MasterAddr == "" || spec.MasterPort == 0 {
@@ -312,7 +316,18 @@ func (b *Backend) Start(ctx context.Context, spec cluster.WorkerSpec) (cluster.W
 	if err == nil {
 		err = failed
 	}
+	st.URL = notebookURL(spec)
 	return st, err
+}
+
+// notebookURL is where a Jupyter server started from spec serves: the
+// rendezvous address (the node's address) and port, which the server gets
+// as TRAINQ_NOTEBOOK_PORT. Other workers have none.
+func notebookURL(spec cluster.WorkerSpec) string {
+	if !spec.Notebook || spec.MasterAddr == "" || spec.MasterPort == 0 {
+		return ""
+	}
+	return "http://" + net.JoinHostPort(spec.MasterAddr, strconv.Itoa(spec.MasterPort)) + "/"
 }
 
 // launched reports whether the worker was started before. A spec.json
