@@ -80,7 +80,7 @@ func (p *Pool) Adopt(a Adoption) error {
 		p.beginRelease(rj)
 	}
 	if w := p.waitIdx[r.Job]; w != nil {
-		p.hot[p.waitPos(&w.r)].prev = true
+		p.waitKeys[p.waitPos(&w.r)].prev = true
 	}
 	return nil
 }

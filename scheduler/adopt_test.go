@@ -79,7 +79,7 @@ func TestAdoptRebuildsTheGrantedState(t *testing.T) {
 		setup func(t *testing.T, p *Pool)
 	}{
 		{"running jobs", func(t *testing.T, p *Pool) {
-			mustEnqueue(t, p, job("gang", Medium, "a", 2, 2, 1), job("one", Low, "a", 3, 1, 2))
+			mustEnqueue(t, p, makeJob("gang", "a").GPUs(2).Workers(2).Seq(1).Obj(), makeJob("one", "a").Class(Low).GPUs(3).Seq(2).Obj())
 			sched(t, p, at(0))
 		}},
 		{"a notebook and a cpu job", func(t *testing.T, p *Pool) {
@@ -88,29 +88,29 @@ func TestAdoptRebuildsTheGrantedState(t *testing.T) {
 			sched(t, p, at(1))
 		}},
 		{"a releasing job with one worker released", func(t *testing.T, p *Pool) {
-			mustEnqueue(t, p, job("gang", Medium, "a", 4, 3, 1))
+			mustEnqueue(t, p, makeJob("gang", "a").GPUs(4).Workers(3).Seq(1).Obj())
 			sched(t, p, at(0))
 			p.Release("gang", 0, 1)
 		}},
 		{"a releasing job with no worker released yet", func(t *testing.T, p *Pool) {
-			mustEnqueue(t, p, job("gang", Medium, "a", 4, 2, 1))
+			mustEnqueue(t, p, makeJob("gang", "a").GPUs(4).Workers(2).Seq(1).Obj())
 			sched(t, p, at(0))
 			p.BeginRelease("gang")
 		}},
 		{"a preempted job and its re-queued attempt", func(t *testing.T, p *Pool) {
-			mustEnqueue(t, p, job("low", Low, "a", 4, 3, 1))
+			mustEnqueue(t, p, makeJob("low", "a").Class(Low).GPUs(4).Workers(3).Seq(1).Obj())
 			sched(t, p, at(0))
-			mustEnqueue(t, p, job("high", High, "a", 4, 1, 2))
+			mustEnqueue(t, p, makeJob("high", "a").Class(High).GPUs(4).Seq(2).Obj())
 			if d := sched(t, p, at(5)); !slices.Equal(victims(d), []string{"low"}) {
 				t.Fatalf("setup: victims %v", victims(d))
 			}
 			p.Release("low", 0, 2)
-			again := job("low", Low, "a", 4, 3, 1)
+			again := makeJob("low", "a").Class(Low).GPUs(4).Workers(3).Seq(1).Obj()
 			again.Attempt = 1
 			mustEnqueue(t, p, again)
 		}},
 		{"a job on a lost node", func(t *testing.T, p *Pool) {
-			mustEnqueue(t, p, job("gang", Medium, "a", 2, 2, 1), job("w", Medium, "a", 4, 3, 2))
+			mustEnqueue(t, p, makeJob("gang", "a").GPUs(2).Workers(2).Seq(1).Obj(), makeJob("w", "a").GPUs(4).Workers(3).Seq(2).Obj())
 			sched(t, p, at(0))
 			p.MarkNodeLost("n-1")
 		}},
@@ -152,12 +152,14 @@ func TestAdopt(t *testing.T) {
 		if d := sched(t, p, at(0)); len(d.Grants) != 1 || grantNodes(d.Grants[0])[0] != "n-1" {
 			t.Fatalf("setup: %+v", d.Grants)
 		}
-		w := job("waiting", Medium, "a", 4, 2, 2)
+		w := makeJob("waiting", "a").GPUs(4).Workers(2).Seq(2).Obj()
 		w.Attempt = 1
 		mustEnqueue(t, p, w)
 		return p
 	}
-	req := func(name string, gpus, workers int) Request { return job(name, Medium, "a", gpus, workers, 9) }
+	req := func(name string, gpus, workers int) Request {
+		return makeJob(name, "a").GPUs(gpus).Workers(workers).Seq(9).Obj()
+	}
 	on := func(node string, gpus ...int) WorkerPlacement { return WorkerPlacement{Node: node, GPUs: gpus} }
 	placed := func(ws ...WorkerPlacement) []WorkerPlacement {
 		for i := range ws {

@@ -31,9 +31,40 @@ func mustPool(t testing.TB, nodes []Node, pol Policy) *Pool {
 	return p
 }
 
-func job(name string, c Class, fam string, gpus, workers int, seq int64) Request {
-	return Request{Job: name, Kind: KindJob, Class: c, Demand: Demand{Family: fam, GPUs: gpus}, Workers: workers, Seq: seq, SubmittedAt: t0}
+// jobBuilder builds a test Request step by step, in the style of Kueue's
+// MakeWorkload(...).Priority(...).Obj(): makeJob("r", "a").Class(High).GPUs(4).Obj().
+type jobBuilder struct{ r Request }
+
+// makeJob is a medium job of one worker with one GPU of family fam, submitted at t0.
+func makeJob(name, fam string) jobBuilder {
+	return jobBuilder{Request{Job: name, Kind: KindJob, Class: Medium, Demand: Demand{Family: fam, GPUs: 1}, Workers: 1, SubmittedAt: t0}}
 }
+
+func (b jobBuilder) Class(c Class) jobBuilder     { b.r.Class = c; return b }
+func (b jobBuilder) GPUs(n int) jobBuilder        { b.r.Demand.GPUs = n; return b }
+func (b jobBuilder) Workers(n int) jobBuilder     { b.r.Workers = n; return b }
+func (b jobBuilder) Seq(n int64) jobBuilder       { b.r.Seq = n; return b }
+func (b jobBuilder) Notebook() jobBuilder         { b.r.Kind = KindNotebook; return b }
+func (b jobBuilder) Preemptions(n int) jobBuilder { b.r.Preemptions = n; return b }
+func (b jobBuilder) Attempt(n int) jobBuilder     { b.r.Attempt = n; return b }
+func (b jobBuilder) Obj() Request                 { return b.r }
+
+// runSpec is a job running before a test's request arrives; build it with running(...).
+type runSpec struct {
+	name    string
+	class   Class
+	kind    Kind
+	gpus    int
+	started int // minute
+}
+
+// running is a medium job with all the GPUs it asks for, started at minute 0.
+func running(name string) runSpec { return runSpec{name: name, class: Medium, gpus: 1} }
+
+func (s runSpec) Class(c Class) runSpec        { s.class = c; return s }
+func (s runSpec) GPUs(n int) runSpec           { s.gpus = n; return s }
+func (s runSpec) Notebook() runSpec            { s.kind = KindNotebook; return s }
+func (s runSpec) StartedAt(minute int) runSpec { s.started = minute; return s }
 
 func mustEnqueue(t testing.TB, p *Pool, rs ...Request) {
 	t.Helper()
@@ -186,14 +217,14 @@ func checkInvariants(t testing.TB, p *Pool) {
 			t.Fatalf("node %s: releasing %d, want %v", nd.Name, nd.relGPU, rel[i])
 		}
 	}
-	if len(p.waitIdx) != len(p.waiting) || len(p.hot) != len(p.waiting) {
+	if len(p.waitIdx) != len(p.waiting) || len(p.waitKeys) != len(p.waiting) {
 		t.Fatalf("waiting index has %d entries, queue %d", len(p.waitIdx), len(p.waiting))
 	}
 	for i, w := range p.waiting {
 		if p.waitIdx[w.r.Job] != w || (i > 0 && !less(&p.waiting[i-1].r, &w.r)) {
 			t.Fatalf("waiting queue out of order at %d", i)
 		}
-		if h := p.hot[i]; h.prev != (p.running[w.r.Job] != nil) || h.shape != w.shape || h.class != w.r.Class {
+		if h := p.waitKeys[i]; h.prev != (p.running[w.r.Job] != nil) || h.shape != w.shape || h.class != w.r.Class {
 			t.Fatalf("waiting %s: stale previous-attempt flag", w.r.Job)
 		}
 		if w.r.Kind == KindNotebook && w.r.Class != High {

@@ -55,34 +55,34 @@ func TestLostNodeRules(t *testing.T) {
 		waitFor   []string
 	}{
 		{name: "a worker is never placed on a lost node", nodes: two, lost: []string{"n-1"},
-			req: job("r", Medium, "a", 2, 1, 1), grant: []string{"n-2"}},
+			req: makeJob("r", "a").GPUs(2).Seq(1).Obj(), grant: []string{"n-2"}},
 		{name: "a gang that needs the lost node cannot fit at all", nodes: two, lost: []string{"n-2"},
-			req:    job("r", High, "a", 4, 2, 1),
+			req:    makeJob("r", "a").Class(High).GPUs(4).Workers(2).Seq(1).Obj(),
 			reason: []string{"only 1 of the 2 a nodes large enough for one of its workers is answering (node n-2 is lost: its agent is not answering)"}},
 		{name: "no node answers", nodes: nodesOf("n", "a", 1, 4, 0, 0), lost: []string{"n-1"},
-			req:    job("r", Low, "a", 1, 1, 1),
+			req:    makeJob("r", "a").Class(Low).Seq(1).Obj(),
 			reason: []string{"waiting for 1 node with 1 free a GPU; no a node large enough for one of its workers is answering (node n-1 is lost: its agent is not answering)"}},
 		{name: "two of three nodes lost", nodes: three, lost: []string{"n-1", "n-3"},
-			req:    job("r", Medium, "a", 4, 3, 1),
+			req:    makeJob("r", "a").GPUs(4).Workers(3).Seq(1).Obj(),
 			reason: []string{"only 1 of the 3 a nodes large enough for one of its workers is answering (nodes n-1, n-3 are lost: their agents are not answering)"}},
-		{name: "free capacity on a lost node is not counted", nodes: two, running: []runSpec{{"h", High, "", 4, 0}}, lost: []string{"n-2"},
-			req:    job("r", Medium, "a", 4, 1, 1),
+		{name: "free capacity on a lost node is not counted", nodes: two, running: []runSpec{running("h").Class(High).GPUs(4)}, lost: []string{"n-2"},
+			req:    makeJob("r", "a").GPUs(4).Seq(1).Obj(),
 			reason: []string{"not enough capacity is free or being released", "node n-2 is lost: its agent is not answering, so its capacity is not counted"}},
 		{name: "releasing capacity on a lost node is not nominated", nodes: two,
-			running: []runSpec{{"h1", High, "", 4, 0}, {"h2", High, "", 4, 1}}, releasing: []string{"h2"}, lost: []string{"n-2"},
-			req:    job("r", Medium, "a", 4, 1, 1),
+			running: []runSpec{running("h1").Class(High).GPUs(4), running("h2").Class(High).GPUs(4).StartedAt(1)}, releasing: []string{"h2"}, lost: []string{"n-2"},
+			req:    makeJob("r", "a").GPUs(4).Seq(1).Obj(),
 			reason: []string{"not enough capacity is free or being released", "node n-2 is lost"}},
 		{name: "nobody is preempted for capacity on a lost node", nodes: two,
-			running: []runSpec{{"h", High, "", 4, 0}, {"l", Low, "", 4, 1}}, lost: []string{"n-2"},
-			req:    job("r", High, "a", 4, 1, 1),
+			running: []runSpec{running("h").Class(High).GPUs(4), running("l").Class(Low).GPUs(4).StartedAt(1)}, lost: []string{"n-2"},
+			req:    makeJob("r", "a").Class(High).GPUs(4).Seq(1).Obj(),
 			reason: []string{"may not be preempted", "node n-2 is lost"}},
 		{name: "the victim is taken on a node that answers", nodes: two,
-			running: []runSpec{{"old", Low, "", 4, 0}, {"new", Low, "", 4, 1}}, lost: []string{"n-2"},
-			req: job("r", High, "a", 4, 1, 1), victims: []string{"old"}},
+			running: []runSpec{running("old").Class(Low).GPUs(4), running("new").Class(Low).GPUs(4).StartedAt(1)}, lost: []string{"n-2"},
+			req: makeJob("r", "a").Class(High).GPUs(4).Seq(1).Obj(), victims: []string{"old"}},
 		{name: "a gang still fits on the nodes that answer", nodes: three, lost: []string{"n-2"},
-			req: job("r", Medium, "a", 4, 2, 1), grant: []string{"n-1", "n-3"}},
+			req: makeJob("r", "a").GPUs(4).Workers(2).Seq(1).Obj(), grant: []string{"n-1", "n-3"}},
 		{name: "a node of another family being lost changes nothing", nodes: append(nodesOf("n", "a", 1, 4, 0, 0), nodesOf("b", "b", 1, 4, 0, 0)...),
-			lost: []string{"b-1"}, req: job("r", Medium, "a", 4, 1, 1), grant: []string{"n-1"}},
+			lost: []string{"b-1"}, req: makeJob("r", "a").GPUs(4).Seq(1).Obj(), grant: []string{"n-1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := poolWith(t, tc.nodes, Policy{}, tc.running...)
@@ -127,11 +127,11 @@ func TestLostNodeRules(t *testing.T) {
 // TestLostNodeLifecycle follows one node through loss and return: the job on it keeps holding,
 // releasing it frees the accounting but grants nothing, and MarkNodeUp serves the queue again.
 func TestLostNodeLifecycle(t *testing.T) {
-	p := poolWith(t, nodesOf("n", "a", 2, 4, 0, 0), Policy{}, runSpec{"h", High, "", 4, 0}, runSpec{"x", Medium, "", 4, 1})
+	p := poolWith(t, nodesOf("n", "a", 2, 4, 0, 0), Policy{}, running("h").Class(High).GPUs(4), running("x").GPUs(4).StartedAt(1))
 	if !p.MarkNodeLost("n-2") {
 		t.Fatal("lose n-2")
 	}
-	mustEnqueue(t, p, job("w", Medium, "a", 4, 1, 1))
+	mustEnqueue(t, p, makeJob("w", "a").GPUs(4).Seq(1).Obj())
 	nodeN2 := func() NodeInfo { return p.View().Nodes[1] }
 	for _, step := range []struct {
 		name  string
@@ -170,7 +170,7 @@ func TestLostNodeLifecycle(t *testing.T) {
 // answers frees only the latter for the preemptor.
 func TestLostNodeMultiWorkerVictim(t *testing.T) {
 	p := mustPool(t, nodesOf("n", "a", 3, 4, 0, 0), Policy{})
-	mustEnqueue(t, p, job("wide", Low, "a", 4, 2, 1), job("one", Low, "a", 4, 1, 2))
+	mustEnqueue(t, p, makeJob("wide", "a").Class(Low).GPUs(4).Workers(2).Seq(1).Obj(), makeJob("one", "a").Class(Low).GPUs(4).Seq(2).Obj())
 	if d := sched(t, p, at(0)); len(d.Grants) != 2 {
 		t.Fatalf("setup: granted %v", grantedJobs(d))
 	}
@@ -179,7 +179,7 @@ func TestLostNodeMultiWorkerVictim(t *testing.T) {
 	}
 	p.MarkNodeLost("n-1")
 	// r needs two nodes: n-2 (wide) and n-3 (one). wide counts only for n-2.
-	mustEnqueue(t, p, job("r", High, "a", 4, 2, 3))
+	mustEnqueue(t, p, makeJob("r", "a").Class(High).GPUs(4).Workers(2).Seq(3).Obj())
 	d := sched(t, p, at(10))
 	got := victims(d)
 	slices.Sort(got)

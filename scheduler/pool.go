@@ -55,9 +55,9 @@ type waitReq struct {
 	shape int32
 }
 
-// hotEntry mirrors p.waiting[i] with what the pass reads for every request, stored contiguously
+// waitKey mirrors p.waiting[i] with what the pass reads for every request, stored contiguously
 // so that a pass over 100k requests stays cache friendly.
-type hotEntry struct {
+type waitKey struct {
 	shape int32
 	class Class
 	// prev is true while an older attempt of the same job still holds capacity.
@@ -92,10 +92,10 @@ type Pool struct {
 	famIdx  map[string]int32
 	nodeIdx map[string]int32
 
-	waiting []*waitReq // launch order: class desc, Seq asc, Job asc
-	hot     []hotEntry // parallel to waiting
-	waitIdx map[string]*waitReq
-	running map[string]*runJob
+	waiting  []*waitReq // launch order: class desc, Seq asc, Job asc
+	waitKeys []waitKey  // parallel to waiting
+	waitIdx  map[string]*waitReq
+	running  map[string]*runJob
 
 	shapes   []shape
 	shapeIdx map[shape]int32
@@ -129,12 +129,12 @@ type Pool struct {
 }
 
 type hold struct {
-	by      string // the preemptor
-	class   Class  // its class
-	n       int32
-	g, c, r int
-	seq     int64 // the victim's preemption sequence
-	taken   bool  // its nominee took it over from the preemptor
+	by            string // the preemptor
+	class         Class  // its class
+	node          int32
+	gpu, cpu, ram int
+	seq           int64 // the victim's preemption sequence
+	taken         bool  // its nominee took it over from the preemptor
 	// stale: its nominee was granted. What it did not use stays out of sight until the next
 	// event, so that a second pass at the same instant sees what the first saw.
 	stale bool
@@ -385,7 +385,7 @@ func (p *Pool) Enqueue(r Request) error {
 func (p *Pool) insertWaiting(w *waitReq) {
 	i := p.waitPos(&w.r)
 	p.waiting = slices.Insert(p.waiting, i, w)
-	p.hot = slices.Insert(p.hot, i, hotEntry{shape: w.shape, class: w.r.Class, prev: p.running[w.r.Job] != nil})
+	p.waitKeys = slices.Insert(p.waitKeys, i, waitKey{shape: w.shape, class: w.r.Class, prev: p.running[w.r.Job] != nil})
 	p.waitIdx[w.r.Job] = w
 }
 
@@ -393,7 +393,7 @@ func (p *Pool) removeWaiting(w *waitReq) {
 	i := p.waitPos(&w.r)
 	if i < len(p.waiting) && p.waiting[i] == w {
 		p.waiting = slices.Delete(p.waiting, i, i+1)
-		p.hot = slices.Delete(p.hot, i, i+1)
+		p.waitKeys = slices.Delete(p.waitKeys, i, i+1)
 	}
 	delete(p.waitIdx, w.r.Job)
 }
@@ -450,7 +450,7 @@ func (p *Pool) freeWorker(rj *runJob, w int) {
 	nd := &p.nodes[rj.nodes[w]]
 	if rj.nominee != nil && rj.preemptSeq > 0 && p.waitIdx[rj.nominee[w].Job] != nil {
 		pb := rj.nominee[w]
-		p.addHold(hold{by: pb.Job, class: pb.Class, n: rj.nodes[w], g: d.GPUs, c: d.CPU, r: d.RAMGB, seq: rj.preemptSeq,
+		p.addHold(hold{by: pb.Job, class: pb.Class, node: rj.nodes[w], gpu: d.GPUs, cpu: d.CPU, ram: d.RAMGB, seq: rj.preemptSeq,
 			taken: rj.preemptedBy == nil || pb.Job != rj.preemptedBy.Job})
 	}
 	nd.used &^= rj.gpus[w]
@@ -480,7 +480,7 @@ func cmpHold(a, b hold) int {
 		}
 		return 1
 	}
-	return int(a.n - b.n)
+	return int(a.node - b.node)
 }
 
 // dropHolds forgets the capacity held for job (it was withdrawn).
@@ -512,7 +512,7 @@ func (p *Pool) dropRunning(rj *runJob) {
 		p.victims = slices.DeleteFunc(p.victims, func(v *runJob) bool { return v == rj })
 	}
 	if w := p.waitIdx[rj.r.Job]; w != nil {
-		p.hot[p.waitPos(&w.r)].prev = false
+		p.waitKeys[p.waitPos(&w.r)].prev = false
 	} else if rj.preemptedBy != nil {
 		p.remember(rj.r.Job, rj.preemptions)
 	}

@@ -18,18 +18,18 @@ func TestSecondPassDecidesNothing(t *testing.T) {
 	}
 	p := mustPool(t, nodes, Policy{})
 	for i, v := range []string{"VC", "VB", "VA"} { // VA started last: it loses the least work
-		if err := p.Adopt(Adoption{Request: job(v, Low, "a", 1, 1, int64(i)), StartedAt: at(i),
+		if err := p.Adopt(Adoption{Request: makeJob(v, "a").Class(Low).Seq(int64(i)).Obj(), StartedAt: at(i),
 			Placement: []WorkerPlacement{{Worker: 0, Node: v[1:], GPUs: []int{0}}}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	pr := job("P", High, "a", 1, 1, 10)
+	pr := makeJob("P", "a").Class(High).Seq(10).Obj()
 	pr.Demand.CPU = 2
 	mustEnqueue(t, p, pr)
 	if d := p.Schedule(at(10)); !slices.Equal(victims(d), []string{"VA"}) {
 		t.Fatalf("P preempted %v, want [VA]", victims(d))
 	}
-	q := job("Q", High, "a", 1, 1, 11)
+	q := makeJob("Q", "a").Class(High).Seq(11).Obj()
 	q.Demand.CPU, q.Demand.RAMGB = 8, 64
 	mustEnqueue(t, p, q)
 	if d := p.Schedule(at(11)); !slices.Equal(victims(d), []string{"VB"}) {
@@ -59,14 +59,14 @@ func TestSecondPassDecidesNothing(t *testing.T) {
 // better request may take it over.
 func TestNominationStaysAgainstEqualClass(t *testing.T) {
 	p := mustPool(t, nodesOf("n", "a", 1, 4, 0, 0), Policy{})
-	mustEnqueue(t, p, job("L", Low, "a", 4, 1, 1))
+	mustEnqueue(t, p, makeJob("L", "a").Class(Low).GPUs(4).Seq(1).Obj())
 	sched(t, p, at(0))
-	mustEnqueue(t, p, job("P", Medium, "a", 4, 1, 5))
+	mustEnqueue(t, p, makeJob("P", "a").GPUs(4).Seq(5).Obj())
 	if d := sched(t, p, at(1)); !slices.Equal(victims(d), []string{"L"}) {
 		t.Fatalf("victims %v", victims(d))
 	}
 	// E is ahead of P in the queue (it keeps an older place) and would fit on L's capacity.
-	mustEnqueue(t, p, job("E", Medium, "a", 4, 1, 2))
+	mustEnqueue(t, p, makeJob("E", "a").GPUs(4).Seq(2).Obj())
 	sched(t, p, at(2))
 	we, _ := p.Explain("E")
 	if len(we.Nominated) != 0 || !strings.Contains(we.Reason, "may not be preempted") {
@@ -83,13 +83,13 @@ func TestNominationStaysAgainstEqualClass(t *testing.T) {
 // for nothing.
 func TestPreemptorWaitsForItsVictims(t *testing.T) {
 	p := mustPool(t, nodesOf("n", "a", 2, 4, 0, 0), Policy{})
-	mustEnqueue(t, p, job("L", Low, "a", 4, 1, 1), job("M", Medium, "a", 4, 1, 2))
+	mustEnqueue(t, p, makeJob("L", "a").Class(Low).GPUs(4).Seq(1).Obj(), makeJob("M", "a").GPUs(4).Seq(2).Obj())
 	sched(t, p, at(0))
-	mustEnqueue(t, p, job("H", High, "a", 4, 1, 3))
+	mustEnqueue(t, p, makeJob("H", "a").Class(High).GPUs(4).Seq(3).Obj())
 	if d := sched(t, p, at(1)); !slices.Equal(victims(d), []string{"L"}) {
 		t.Fatalf("victims %v", victims(d))
 	}
-	mustEnqueue(t, p, job("W", Low, "a", 4, 1, 4))
+	mustEnqueue(t, p, makeJob("W", "a").Class(Low).GPUs(4).Seq(4).Obj())
 	rl, _ := p.Running("L")
 	rm, _ := p.Running("M")
 	p.BeginRelease("M") // M finishes while L is still stopping
@@ -129,43 +129,43 @@ func TestVictimOrder(t *testing.T) {
 		{"least GPU-hours lost, not the most recently started",
 			[]Node{{Name: "n-1", Family: "a", GPUs: 8}, {Name: "n-2", Family: "a", GPUs: 2}}, Policy{},
 			[]running{{"big", Low, 8, 0, 0, 50, 0, 0}, {"small", Low, 1, 0, 1, 30, 0, 0}, {"h", High, 1, 0, 1, 0, 0, 0}},
-			job("r", High, "a", 1, 1, 9), 60, []string{"small"}},
+			makeJob("r", "a").Class(High).Seq(9).Obj(), 60, []string{"small"}},
 		{"a lower class first, whatever it loses",
 			nodesOf("n", "a", 2, 4, 0, 0), Policy{},
 			[]running{{"low", Low, 4, 0, 0, 0, 0, 0}, {"med", Medium, 4, 0, 1, 55, 0, 0}},
-			job("r", High, "a", 4, 1, 9), 60, []string{"low"}},
+			makeJob("r", "a").Class(High).GPUs(4).Seq(9).Obj(), 60, []string{"low"}},
 		{"since the last checkpoint",
 			nodesOf("n", "a", 2, 4, 0, 0), Policy{},
 			[]running{{"old-ckpt", Low, 4, 0, 0, 0, 55, 0}, {"young", Low, 4, 0, 1, 50, 0, 0}},
-			job("r", High, "a", 4, 1, 9), 60, []string{"old-ckpt"}},
+			makeJob("r", "a").Class(High).GPUs(4).Seq(9).Obj(), 60, []string{"old-ckpt"}},
 		{"a job that restarted after a preemption is protected for a while",
 			nodesOf("n", "a", 2, 4, 0, 0), Policy{},
 			[]running{{"restarted", Low, 4, 0, 0, 55, 0, 1}, {"fresh", Low, 4, 0, 1, 30, 0, 0}},
-			job("r", High, "a", 4, 1, 9), 60, []string{"fresh"}},
+			makeJob("r", "a").Class(High).GPUs(4).Seq(9).Obj(), 60, []string{"fresh"}},
 		{"protection ends",
 			nodesOf("n", "a", 2, 4, 0, 0), Policy{},
 			[]running{{"restarted", Low, 4, 0, 0, 40, 0, 1}, {"fresh", Low, 4, 0, 1, 30, 0, 0}},
-			job("r", High, "a", 4, 1, 9), 60, []string{"restarted"}},
+			makeJob("r", "a").Class(High).GPUs(4).Seq(9).Obj(), 60, []string{"restarted"}},
 		{"never more than MaxPreemptions",
 			nodesOf("n", "a", 1, 4, 0, 0), Policy{},
 			[]running{{"thrice", Low, 4, 0, 0, 0, 0, 3}},
-			job("r", High, "a", 4, 1, 9), 120, nil},
+			makeJob("r", "a").Class(High).GPUs(4).Seq(9).Obj(), 120, nil},
 		{"MaxPreemptions set higher",
 			nodesOf("n", "a", 1, 4, 0, 0), Policy{MaxPreemptions: 5},
 			[]running{{"thrice", Low, 4, 0, 0, 0, 0, 3}},
-			job("r", High, "a", 4, 1, 9), 120, []string{"thrice"}},
+			makeJob("r", "a").Class(High).GPUs(4).Seq(9).Obj(), 120, []string{"thrice"}},
 		{"never a job that would lose more than MaxLossGPUHours",
 			nodesOf("n", "a", 1, 4, 0, 0), Policy{},
 			[]running{{"long", Low, 4, 0, 0, 0, 0, 0}},
-			job("r", High, "a", 4, 1, 9), 6*60 + 1, nil},
+			makeJob("r", "a").Class(High).GPUs(4).Seq(9).Obj(), 6*60 + 1, nil},
 		{"unless it checkpointed",
 			nodesOf("n", "a", 1, 4, 0, 0), Policy{},
 			[]running{{"long", Low, 4, 0, 0, 0, 6 * 60, 0}},
-			job("r", High, "a", 4, 1, 9), 6*60 + 1, []string{"long"}},
+			makeJob("r", "a").Class(High).GPUs(4).Seq(9).Obj(), 6*60 + 1, []string{"long"}},
 		{"no loss limit",
 			nodesOf("n", "a", 1, 4, 0, 0), Policy{MaxLossGPUHours: -1},
 			[]running{{"long", Low, 4, 0, 0, 0, 0, 0}},
-			job("r", High, "a", 4, 1, 9), 6*60 + 1, []string{"long"}},
+			makeJob("r", "a").Class(High).GPUs(4).Seq(9).Obj(), 6*60 + 1, []string{"long"}},
 		{"a CPU-only request preempts the job holding the CPU it lacks, not a GPU job",
 			[]Node{{Name: "n-1", Family: "a", GPUs: 4, CPU: 16}}, Policy{},
 			[]running{{"gpu", Low, 4, 2, 0, 50, 0, 0}, {"cpu", Low, 0, 10, 0, 0, 0, 0}},
@@ -211,7 +211,7 @@ func freeIndices(p *Pool, i, n int) []int {
 
 func TestCheckpointed(t *testing.T) {
 	p := mustPool(t, nodesOf("n", "a", 1, 4, 0, 0), Policy{})
-	mustEnqueue(t, p, job("x", Low, "a", 4, 1, 1))
+	mustEnqueue(t, p, makeJob("x", "a").Class(Low).GPUs(4).Seq(1).Obj())
 	sched(t, p, at(10))
 	for _, tc := range []struct {
 		job     string
@@ -243,12 +243,12 @@ func TestCheckpointed(t *testing.T) {
 // capacity is gone, and given back to the caller in RunningInfo.
 func TestPreemptionsCountAcrossAttempts(t *testing.T) {
 	p := mustPool(t, nodesOf("n", "a", 1, 4, 0, 0), Policy{MaxPreemptions: -1, MaxLossGPUHours: -1})
-	x := job("x", Low, "a", 4, 1, 1)
+	x := makeJob("x", "a").Class(Low).GPUs(4).Seq(1).Obj()
 	mustEnqueue(t, p, x)
 	sched(t, p, at(0))
 	for i := 1; i <= 4; i++ {
 		h := "h" + string(rune('0'+i))
-		mustEnqueue(t, p, job(h, High, "a", 4, 1, int64(10+i)))
+		mustEnqueue(t, p, makeJob(h, "a").Class(High).GPUs(4).Seq(int64(10+i)).Obj())
 		if d := sched(t, p, at(10*i)); !slices.Equal(victims(d), []string{"x"}) {
 			t.Fatalf("round %d: victims %v", i, victims(d))
 		}
@@ -273,7 +273,7 @@ func TestPreemptionsCountAcrossAttempts(t *testing.T) {
 	// The memory is bounded: a preempted job that never returns is forgotten after an hour.
 	p.running["x"].preemptedBy = &Preemptor{Job: "h", Class: High}
 	p.Cancel("x")
-	mustEnqueue(t, p, job("y", Low, "a", 4, 1, 20))
+	mustEnqueue(t, p, makeJob("y", "a").Class(Low).GPUs(4).Seq(20).Obj())
 	sched(t, p, at(100))
 	p.BeginRelease("y")
 	p.running["y"].preemptedBy = &Preemptor{Job: "h", Class: High}
@@ -294,11 +294,11 @@ func TestReserveAfter(t *testing.T) {
 	setup := func(t *testing.T, pol Policy) *Pool {
 		p := mustPool(t, nodesOf("n", "a", 2, 4, 0, 0), pol)
 		// n-1: two high jobs, 1 and 2 GPUs; n-2: one high job of 3 GPUs.
-		for i, r := range []Request{job("h1", High, "a", 1, 1, 1), job("h2", High, "a", 2, 1, 2), job("h3", High, "a", 3, 1, 3)} {
+		for i, r := range []Request{makeJob("h1", "a").Class(High).Seq(1).Obj(), makeJob("h2", "a").Class(High).GPUs(2).Seq(2).Obj(), makeJob("h3", "a").Class(High).GPUs(3).Seq(3).Obj()} {
 			mustEnqueue(t, p, r)
 			sched(t, p, at(i))
 		}
-		mustEnqueue(t, p, job("big", Medium, "a", 4, 1, 10))
+		mustEnqueue(t, p, makeJob("big", "a").GPUs(4).Seq(10).Obj())
 		sched(t, p, at(5))
 		return p
 	}
@@ -311,7 +311,7 @@ func TestReserveAfter(t *testing.T) {
 		if w, ok := p.NextWake(); !ok || !w.Equal(at(35)) {
 			t.Fatalf("NextWake %v %v, want %v", w, ok, at(35))
 		}
-		mustEnqueue(t, p, job("small", Low, "a", 1, 1, 11))
+		mustEnqueue(t, p, makeJob("small", "a").Class(Low).Seq(11).Obj())
 		if d := sched(t, p, at(20)); !slices.Equal(grantedJobs(d), []string{"small"}) {
 			t.Fatalf("before reserve_after: granted %v", grantedJobs(d))
 		}
@@ -323,7 +323,7 @@ func TestReserveAfter(t *testing.T) {
 		}
 		p.BeginRelease("h1")
 		p.Release("h1", 0, 0) // now n-1 lacks 2 GPUs for big, n-2 lacks 3
-		mustEnqueue(t, p, job("small", Low, "a", 2, 1, 11), job("m2", Medium, "a", 1, 1, 12))
+		mustEnqueue(t, p, makeJob("small", "a").Class(Low).GPUs(2).Seq(11).Obj(), makeJob("m2", "a").Seq(12).Obj())
 		d := sched(t, p, at(40))
 		// small and m2 may start, but not on the reserved node.
 		for _, g := range d.Grants {
@@ -354,7 +354,7 @@ func TestReserveAfter(t *testing.T) {
 		p := setup(t, Policy{})
 		p.BeginRelease("h1")
 		p.Release("h1", 0, 0)
-		mustEnqueue(t, p, job("small", Low, "a", 2, 1, 11))
+		mustEnqueue(t, p, makeJob("small", "a").Class(Low).GPUs(2).Seq(11).Obj())
 		if d := sched(t, p, at(40)); !slices.Equal(grantedJobs(d), []string{"small"}) || d.Grants[0].Placement[0].Node != placed(p, "h2") {
 			t.Fatalf("granted %+v", d.Grants)
 		}
@@ -364,11 +364,11 @@ func TestReserveAfter(t *testing.T) {
 	})
 	t.Run("a high request never reserves", func(t *testing.T) {
 		p := mustPool(t, nodesOf("n", "a", 1, 4, 0, 0), Policy{ReserveAfter: time.Minute})
-		mustEnqueue(t, p, job("h1", High, "a", 2, 1, 1))
+		mustEnqueue(t, p, makeJob("h1", "a").Class(High).GPUs(2).Seq(1).Obj())
 		sched(t, p, at(0))
-		mustEnqueue(t, p, job("bigh", High, "a", 4, 1, 2))
+		mustEnqueue(t, p, makeJob("bigh", "a").Class(High).GPUs(4).Seq(2).Obj())
 		sched(t, p, at(1))
-		mustEnqueue(t, p, job("h2", High, "a", 1, 1, 3))
+		mustEnqueue(t, p, makeJob("h2", "a").Class(High).Seq(3).Obj())
 		if d := sched(t, p, at(30)); !slices.Equal(grantedJobs(d), []string{"h2"}) {
 			t.Fatalf("granted %v, want h2", grantedJobs(d))
 		}
@@ -387,14 +387,14 @@ func TestReserveAfter(t *testing.T) {
 func TestIdlePassIsFree(t *testing.T) {
 	p := mustPool(t, nodesOf("n", "a", 50, 4, 0, 0), Policy{MinRuntimeBeforePreemption: 10 * time.Minute})
 	for i := 0; i < 50; i++ {
-		mustEnqueue(t, p, job("l"+string(rune('A'+i%26))+string(rune('a'+i/26)), Low, "a", 4, 1, int64(i)))
+		mustEnqueue(t, p, makeJob("l"+string(rune('A'+i%26))+string(rune('a'+i/26)), "a").Class(Low).GPUs(4).Seq(int64(i)).Obj())
 	}
 	sched(t, p, at(0))
-	mustEnqueue(t, p, job("h", High, "a", 4, 1, 100))
+	mustEnqueue(t, p, makeJob("h", "a").Class(High).GPUs(4).Seq(100).Obj())
 	sched(t, p, at(1)) // nothing to decide: every job is too young to be preempted
-	epoch := p.sc.epoch
+	epoch := p.sc.failed.epoch
 	for m := 2; m < 10; m++ {
-		if d := p.Schedule(at(m)); len(d.Grants)+len(d.Preemptions) != 0 || p.sc.epoch != epoch {
+		if d := p.Schedule(at(m)); len(d.Grants)+len(d.Preemptions) != 0 || p.sc.failed.epoch != epoch {
 			t.Fatalf("minute %d: an idle pass ran in full", m)
 		}
 	}
@@ -405,14 +405,14 @@ func TestIdlePassIsFree(t *testing.T) {
 	if d := sched(t, p, at(10)); len(d.Preemptions) != 1 {
 		t.Fatalf("at NextWake: %+v", d)
 	}
-	epoch = p.sc.epoch
+	epoch = p.sc.failed.epoch
 	p.Schedule(at(11))
-	if p.sc.epoch != epoch {
+	if p.sc.failed.epoch != epoch {
 		t.Fatal("an idle pass after the preemption ran in full")
 	}
-	mustEnqueue(t, p, job("l2", Low, "a", 1, 1, 200))
+	mustEnqueue(t, p, makeJob("l2", "a").Class(Low).Seq(200).Obj())
 	p.Schedule(at(11))
-	if p.sc.epoch == epoch {
+	if p.sc.failed.epoch == epoch {
 		t.Fatal("the pass after an Enqueue was skipped")
 	}
 }

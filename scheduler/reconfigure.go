@@ -44,17 +44,38 @@ func (p *Pool) Reconfigure(nodes []Node, policy Policy) ([]Unfit, error) {
 	return unfit, nil
 }
 
+// planReconfigure builds the reconfigured pool without touching p: it checks that every node
+// that goes or changes is unused, carries the state over through a snapshot on the new node set
+// (Restore re-checks it all), and drops the waiting requests the new node set cannot admit.
 func (p *Pool) planReconfigure(nodes []Node, policy Policy) (*Pool, []Unfit, error) {
 	empty, err := NewPool(nodes, policy)
 	if err != nil {
 		return nil, nil, err
 	}
-	// Every node that disappears or changes must be unused.
-	type holder struct {
-		job  string
-		text string
+	if err := p.checkChangedNodesUnused(empty, nodes); err != nil {
+		return nil, nil, err
 	}
-	held := make([][]holder, len(p.nodes))
+	s := p.Snapshot()
+	s.Nodes, s.Policy = empty.Nodes(), policy
+	p.remapSnapshotNodes(&s, empty)
+	var unfit []Unfit
+	s.Waiting, unfit = p.admitWaiting(s.Waiting, empty)
+	q, err := Restore(s)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reconfigure: %w", err)
+	}
+	return q, unfit, nil
+}
+
+// nodeHolder is a job placed on a node, with a sentence saying what it holds there.
+type nodeHolder struct {
+	job  string
+	text string
+}
+
+// holdersByNode lists, per node, the running and releasing jobs placed on it.
+func (p *Pool) holdersByNode() [][]nodeHolder {
+	held := make([][]nodeHolder, len(p.nodes))
 	for _, rj := range p.sortedRunning() {
 		for w, n := range rj.nodes {
 			var text string
@@ -66,9 +87,16 @@ func (p *Pool) planReconfigure(nodes []Node, policy Policy) (*Pool, []Unfit, err
 			default:
 				text = fmt.Sprintf("%s holds %d CPU cores and %d GB RAM on it", rj.r.Job, rj.r.Demand.CPU, rj.r.Demand.RAMGB)
 			}
-			held[n] = append(held[n], holder{rj.r.Job, text})
+			held[n] = append(held[n], nodeHolder{rj.r.Job, text})
 		}
 	}
+	return held
+}
+
+// checkChangedNodesUnused returns an error naming every node that disappears or changes in the
+// new node set (empty is a pool of it) while a job is placed on it, and those jobs.
+func (p *Pool) checkChangedNodesUnused(empty *Pool, nodes []Node) error {
+	held := p.holdersByNode()
 	var problems []string
 	for i := range p.nodes {
 		old := p.nodes[i].Node
@@ -84,7 +112,7 @@ func (p *Pool) planReconfigure(nodes []Node, policy Policy) (*Pool, []Unfit, err
 		if len(held[i]) == 0 {
 			continue
 		}
-		slices.SortFunc(held[i], func(a, b holder) int { return strings.Compare(a.job, b.job) })
+		slices.SortFunc(held[i], func(a, b nodeHolder) int { return strings.Compare(a.job, b.job) })
 		texts := make([]string, len(held[i]))
 		for k, h := range held[i] {
 			texts[k] = h.text
@@ -96,13 +124,16 @@ func (p *Pool) planReconfigure(nodes []Node, policy Policy) (*Pool, []Unfit, err
 		problems = append(problems, fmt.Sprintf("node %s cannot be %s: %s; stop %s first", old.Name, what, strings.Join(texts, " and "), it))
 	}
 	if len(problems) > 0 {
-		return nil, nil, errors.New(strings.Join(problems, ". "))
+		return errors.New(strings.Join(problems, ". "))
 	}
+	return nil
+}
 
-	// Carry the state over through a snapshot with the new nodes: Restore re-checks it all.
-	s := p.Snapshot()
-	s.Nodes, s.Policy = empty.Nodes(), policy
-	s.Lost = nil // a lost node stays lost if it stays, whatever its new index
+// remapSnapshotNodes rewrites the node indices in s (of p) to those of the new node set (empty is
+// a pool of it), matching nodes by name. A lost node stays lost if it stays; holds and reserved
+// nodes on nodes that go are dropped.
+func (p *Pool) remapSnapshotNodes(s *Snapshot, empty *Pool) {
+	s.Lost = nil
 	for i := range empty.nodes {
 		if n, ok := p.nodeIdx[empty.nodes[i].Name]; ok && p.nodes[n].lost {
 			s.Lost = append(s.Lost, int32(i))
@@ -134,8 +165,13 @@ func (p *Pool) planReconfigure(nodes []Node, policy Policy) (*Pool, []Unfit, err
 		slices.Sort(kept)
 		h.Nodes = kept
 	}
+}
+
+// admitWaiting keeps the waiting requests of sw (p's queue, in launch order) that the new node
+// set admits, and returns the others as Unfit. Requests of the same demand, workers, kind and
+// class share one verdict.
+func (p *Pool) admitWaiting(sw SnapshotWaiting, empty *Pool) (SnapshotWaiting, []Unfit) {
 	var unfit []Unfit
-	sw := s.Waiting
 	var keep SnapshotWaiting
 	type admitKey struct {
 		d, w int32
@@ -167,12 +203,7 @@ func (p *Pool) planReconfigure(nodes []Node, policy Policy) (*Pool, []Unfit, err
 	if len(keep.Preemptions) > 0 && !slices.ContainsFunc(keep.Preemptions, func(n int32) bool { return n > 0 }) {
 		keep.Preemptions = nil
 	}
-	s.Waiting = keep
-	q, err := Restore(s)
-	if err != nil {
-		return nil, nil, fmt.Errorf("reconfigure: %w", err)
-	}
-	return q, unfit, nil
+	return keep, unfit
 }
 
 // nodeChange describes how a node's description changed, e.g. "GPUs 2 -> 1".

@@ -14,7 +14,7 @@ func reconfPool(t *testing.T) *Pool {
 	nodes := append(nodesOf("n", "a100", 2, 2, 16, 128), Node{Name: "c-1", Family: "cpu", CPU: 8, RAMGB: 32})
 	p := mustPool(t, nodes, Policy{})
 	cpu := Request{Job: "cpu", Kind: KindJob, Class: Medium, Demand: Demand{Family: "cpu", CPU: 4, RAMGB: 8}, Workers: 1, Seq: 2, SubmittedAt: t0}
-	mustEnqueue(t, p, job("big", Medium, "a100", 2, 1, 1), cpu)
+	mustEnqueue(t, p, makeJob("big", "a100").GPUs(2).Seq(1).Obj(), cpu)
 	d := sched(t, p, at(0))
 	if got := grantedJobs(d); !slices.Equal(got, []string{"big", "cpu"}) {
 		t.Fatalf("granted %v", got)
@@ -22,7 +22,7 @@ func reconfPool(t *testing.T) *Pool {
 	if g := d.Grants[0]; grantNodes(g)[0] != "n-1" {
 		t.Fatalf("big on %v", grantNodes(g))
 	}
-	mustEnqueue(t, p, job("wide", Medium, "a100", 2, 2, 3))
+	mustEnqueue(t, p, makeJob("wide", "a100").GPUs(2).Workers(2).Seq(3).Obj())
 	if d := sched(t, p, at(1)); len(d.Grants) != 0 {
 		t.Fatalf("unexpected grants %v", grantedJobs(d))
 	}
@@ -67,7 +67,7 @@ func TestReconfigureRules(t *testing.T) {
 				if p.WaitingCount() != 0 || len(p.Nodes()) != 2 {
 					t.Fatalf("waiting %d, nodes %v", p.WaitingCount(), p.Nodes())
 				}
-				if err := p.Enqueue(job("wide", Medium, "a100", 2, 2, 3)); err == nil {
+				if err := p.Enqueue(makeJob("wide", "a100").GPUs(2).Workers(2).Seq(3).Obj()); err == nil {
 					t.Fatalf("an impossible request was admitted")
 				}
 			}},
@@ -90,7 +90,7 @@ func TestReconfigureRules(t *testing.T) {
 					t.Fatalf("policy %+v", p.Policy())
 				}
 				// strict-fifo: a small job behind wide no longer starts on n-2.
-				mustEnqueue(t, p, job("small", Medium, "a100", 1, 1, 4))
+				mustEnqueue(t, p, makeJob("small", "a100").Seq(4).Obj())
 				if d := sched(t, p, at(2)); len(d.Grants) != 0 {
 					t.Fatalf("strict-fifo ignored: %v", grantedJobs(d))
 				}
@@ -161,7 +161,7 @@ func TestReconfigureRules(t *testing.T) {
 
 func TestReconfigureReleasingJob(t *testing.T) {
 	p := mustPool(t, nodesOf("n", "a100", 2, 2, 16, 128), Policy{})
-	mustEnqueue(t, p, job("gang", Medium, "a100", 2, 2, 1))
+	mustEnqueue(t, p, makeJob("gang", "a100").GPUs(2).Workers(2).Seq(1).Obj())
 	sched(t, p, at(0))
 	// Releasing, with worker 0 (on n-1) already gone: n-2 is still held, n-1 still named.
 	p.Release("gang", 0, 0)
@@ -184,9 +184,9 @@ func TestReconfigureReleasingJob(t *testing.T) {
 
 func TestReconfigureKeepsPreemptionState(t *testing.T) {
 	p := mustPool(t, nodesOf("n", "a100", 1, 2, 16, 128), Policy{})
-	mustEnqueue(t, p, job("low", Low, "a100", 2, 1, 1))
+	mustEnqueue(t, p, makeJob("low", "a100").Class(Low).GPUs(2).Seq(1).Obj())
 	sched(t, p, at(0))
-	mustEnqueue(t, p, job("high", High, "a100", 2, 1, 2))
+	mustEnqueue(t, p, makeJob("high", "a100").Class(High).GPUs(2).Seq(2).Obj())
 	if d := sched(t, p, at(5)); !slices.Equal(victims(d), []string{"low"}) {
 		t.Fatalf("want low preempted, got %v", victims(d))
 	}
@@ -199,7 +199,7 @@ func TestReconfigureKeepsPreemptionState(t *testing.T) {
 	}
 	// The new node serves the queue at once. high waits for the capacity of the job preempted
 	// for it, so the new node goes to the next waiting job.
-	mustEnqueue(t, p, job("next", Low, "a100", 2, 1, 3))
+	mustEnqueue(t, p, makeJob("next", "a100").Class(Low).GPUs(2).Seq(3).Obj())
 	if d := sched(t, p, at(6)); !slices.Equal(grantedJobs(d), []string{"next"}) || grantNodes(d.Grants[0])[0] != "n-2" {
 		t.Fatalf("want next on n-2, got %+v", d.Grants)
 	}
@@ -224,13 +224,13 @@ func TestReconfigureLostNodes(t *testing.T) {
 	// big runs on n-1; n-1 and n-3 are lost; w (2 GPUs) waits as n-2 is its only node.
 	setup := func(t *testing.T) *Pool {
 		p := mustPool(t, []Node{a100("n-1", 2), a100("n-2", 2), a100("n-3", 2)}, Policy{})
-		mustEnqueue(t, p, job("big", Medium, "a100", 2, 1, 1))
+		mustEnqueue(t, p, makeJob("big", "a100").GPUs(2).Seq(1).Obj())
 		if d := sched(t, p, at(0)); grantNodes(d.Grants[0])[0] != "n-1" {
 			t.Fatalf("setup: big on %v", grantNodes(d.Grants[0]))
 		}
 		p.MarkNodeLost("n-1")
 		p.MarkNodeLost("n-3")
-		mustEnqueue(t, p, job("w", Medium, "a100", 2, 2, 2))
+		mustEnqueue(t, p, makeJob("w", "a100").GPUs(2).Workers(2).Seq(2).Obj())
 		return p
 	}
 	for _, tc := range []struct {

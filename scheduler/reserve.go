@@ -50,7 +50,7 @@ func (p *Pool) maybeReserve(now time.Time, sc *scratch, pl *plan, w *waitReq, sh
 	var cands []resvCand
 	for _, n := range p.fams[sh.fam].live {
 		nd := &p.nodes[n]
-		if sc.resv[n] || nd.GPUs < sh.gpu || nd.CPU < sh.cpu || nd.RAMGB < sh.ram {
+		if sc.reserved[n] || nd.GPUs < sh.gpu || nd.CPU < sh.cpu || nd.RAMGB < sh.ram {
 			continue
 		}
 		l := sc.lack(n, sh)
@@ -77,12 +77,12 @@ func (p *Pool) maybeReserve(now time.Time, sc *scratch, pl *plan, w *waitReq, sh
 	}
 	slices.Sort(nodes)
 	for _, n := range nodes {
-		sc.resv[n] = true
-		fg, fc, fr := min(sc.aG[n], sh.gpu), min(sc.aC[n], sh.cpu), min(sc.aR[n], sh.ram)
-		rg, rc, rr := min(sc.rG[n], sh.gpu-fg), min(sc.rC[n], sh.cpu-fc), min(sc.rR[n], sh.ram-fr)
-		sc.aC[n], sc.rC[n] = sc.aC[n]-fc, sc.rC[n]-rc
-		sc.aR[n], sc.rR[n] = sc.aR[n]-fr, sc.rR[n]-rr
-		sc.setGPU(p, n, sc.aG[n]-fg, sc.rG[n]-rg)
+		sc.reserved[n] = true
+		fg, fc, fr := min(sc.freeGPU[n], sh.gpu), min(sc.freeCPU[n], sh.cpu), min(sc.freeRAM[n], sh.ram)
+		rg, rc, rr := min(sc.relGPU[n], sh.gpu-fg), min(sc.relCPU[n], sh.cpu-fc), min(sc.relRAM[n], sh.ram-fr)
+		sc.freeCPU[n], sc.relCPU[n] = sc.freeCPU[n]-fc, sc.relCPU[n]-rc
+		sc.freeRAM[n], sc.relRAM[n] = sc.freeRAM[n]-fr, sc.relRAM[n]-rr
+		sc.setGPU(p, n, sc.freeGPU[n]-fg, sc.relGPU[n]-rg)
 	}
 	pl.reserves = append(pl.reserves, planReserve{w: w, nodes: nodes})
 	return outReserving

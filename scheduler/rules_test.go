@@ -67,21 +67,24 @@ func TestClass(t *testing.T) {
 }
 
 func TestNewPoolValidation(t *testing.T) {
+	node := func(name, fam string, gpus int) Node { return Node{Name: name, Family: fam, GPUs: gpus} }
 	for _, tc := range []struct {
+		name  string
 		nodes []Node
 		pol   Policy
 		want  string
 	}{
-		{[]Node{{Name: "", Family: "a"}}, Policy{}, "no name"},
-		{[]Node{{Name: "n", Family: ""}}, Policy{}, "no instance family"},
-		{[]Node{{Name: "n", Family: "a", GPUs: -1}}, Policy{}, "negative"},
-		{[]Node{{Name: "n", Family: "a"}, {Name: "n", Family: "a"}}, Policy{}, "used twice"},
-		{[]Node{{Name: "n", Family: "a", GPUs: 65}}, Policy{}, "at most 64"},
-		{nil, Policy{Queueing: "lifo"}, "unknown queueing"},
-		{nil, Policy{MinRuntimeBeforePreemption: -time.Second}, "negative"},
+		{name: "node without name", nodes: []Node{node("", "a", 0)}, want: "no name"},
+		{name: "node without family", nodes: []Node{node("n", "", 0)}, want: "no instance family"},
+		{name: "negative GPUs", nodes: []Node{node("n", "a", -1)}, want: "negative"},
+		{name: "duplicate name", nodes: []Node{node("n", "a", 0), node("n", "a", 0)}, want: "used twice"},
+		{name: "too many GPUs", nodes: []Node{node("n", "a", 65)}, want: "at most 64"},
+		{name: "unknown queueing", pol: Policy{Queueing: "lifo"}, want: "unknown queueing"},
+		{name: "negative min runtime", pol: Policy{MinRuntimeBeforePreemption: -time.Second}, want: "negative"},
+		{name: "negative reserve_after", pol: Policy{ReserveAfter: -time.Second}, want: "reserve_after must not be negative"},
 	} {
 		if _, err := NewPool(tc.nodes, tc.pol); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("NewPool(%+v, %+v) = %v, want %q", tc.nodes, tc.pol, err, tc.want)
+			t.Errorf("%s: NewPool(%+v, %+v) = %v, want %q", tc.name, tc.nodes, tc.pol, err, tc.want)
 		}
 	}
 }
@@ -131,7 +134,7 @@ func TestAdmit(t *testing.T) {
 
 func TestEnqueueIdempotentAndRequeue(t *testing.T) {
 	p := mustPool(t, nodesOf("n", "a", 2, 4, 0, 0), Policy{})
-	mustEnqueue(t, p, job("x", Medium, "a", 4, 1, 5), job("x", Medium, "a", 4, 1, 5))
+	mustEnqueue(t, p, makeJob("x", "a").GPUs(4).Seq(5).Obj(), makeJob("x", "a").GPUs(4).Seq(5).Obj())
 	if p.WaitingCount() != 1 {
 		t.Fatalf("duplicate enqueue: %d waiting", p.WaitingCount())
 	}
@@ -144,14 +147,14 @@ func TestEnqueueIdempotentAndRequeue(t *testing.T) {
 		t.Fatalf("grants %v", grantedJobs(d))
 	}
 	// Same attempt while running: no-op.
-	mustEnqueue(t, p, job("x", Medium, "a", 4, 1, 5))
+	mustEnqueue(t, p, makeJob("x", "a").GPUs(4).Seq(5).Obj())
 	if p.WaitingCount() != 0 {
 		t.Fatal("re-enqueue of a running attempt was queued")
 	}
 	// Later seq of the same class, then the preempted job re-queued with its original seq 5 and a
 	// newer attempt: it is ahead of the later one, but waits for its previous attempt to release.
-	mustEnqueue(t, p, job("y", Medium, "a", 4, 1, 7))
-	x2 := job("x", Medium, "a", 4, 1, 5)
+	mustEnqueue(t, p, makeJob("y", "a").GPUs(4).Seq(7).Obj())
+	x2 := makeJob("x", "a").GPUs(4).Seq(5).Obj()
 	x2.Attempt = 1
 	mustEnqueue(t, p, x2)
 	wx, _ := p.Explain("x")
@@ -182,21 +185,12 @@ func TestEnqueueIdempotentAndRequeue(t *testing.T) {
 	}
 }
 
-// preemption scenario: one node of 4 GPUs, running jobs given as (name, class, kind, gpus, started).
-type runSpec struct {
-	name    string
-	class   Class
-	kind    Kind
-	gpus    int
-	started int // minute
-}
-
-func poolWith(t *testing.T, nodes []Node, pol Policy, running ...runSpec) *Pool {
+func poolWith(t *testing.T, nodes []Node, pol Policy, jobs ...runSpec) *Pool {
 	t.Helper()
 	p := mustPool(t, nodes, pol)
-	slices.SortFunc(running, func(a, b runSpec) int { return a.started - b.started })
-	for i, rs := range running {
-		r := job(rs.name, rs.class, nodes[0].Family, rs.gpus, 1, int64(-100+i))
+	slices.SortFunc(jobs, func(a, b runSpec) int { return a.started - b.started })
+	for i, rs := range jobs {
+		r := makeJob(rs.name, nodes[0].Family).Class(rs.class).GPUs(rs.gpus).Seq(int64(-100 + i)).Obj()
 		if rs.kind != "" {
 			r.Kind = rs.kind
 		}
@@ -211,28 +205,98 @@ func poolWith(t *testing.T, nodes []Node, pol Policy, running ...runSpec) *Pool 
 func TestPreemptionRules(t *testing.T) {
 	one := nodesOf("n", "a", 1, 4, 0, 0)
 	two := nodesOf("n", "a", 2, 4, 0, 0)
+	minRuntime15m := Policy{MinRuntimeBeforePreemption: 15 * time.Minute}
+	request := func(c Class) jobBuilder { return makeJob("r", "a").Class(c).GPUs(4).Seq(1) }
 	for _, tc := range []struct {
 		name    string
 		nodes   []Node
 		pol     Policy
 		running []runSpec
 		req     Request
-		now     int
+		now     int      // minute
 		want    []string // victims
-	}{
-		{"equal class never preempts", one, Policy{}, []runSpec{{"m", Medium, "", 4, 0}}, job("r", Medium, "a", 4, 1, 1), 10, nil},
-		{"higher class never preempted", one, Policy{}, []runSpec{{"h", High, "", 4, 0}}, job("r", Medium, "a", 4, 1, 1), 10, nil},
-		{"low never preempts", one, Policy{}, []runSpec{{"l", Low, "", 4, 0}}, job("r", Low, "a", 4, 1, 1), 10, nil},
-		{"notebooks never preempted", one, Policy{}, []runSpec{{"nb", High, KindNotebook, 4, 0}}, job("r", High, "a", 4, 1, 1), 10, nil},
-		{"high preempts low", one, Policy{}, []runSpec{{"l", Low, "", 4, 0}}, job("r", High, "a", 4, 1, 1), 10, []string{"l"}},
-		{"min runtime protects", one, Policy{MinRuntimeBeforePreemption: 15 * time.Minute}, []runSpec{{"l", Low, "", 4, 0}}, job("r", High, "a", 4, 1, 1), 10, nil},
-		{"min runtime elapsed", one, Policy{MinRuntimeBeforePreemption: 15 * time.Minute}, []runSpec{{"l", Low, "", 4, 0}}, job("r", High, "a", 4, 1, 1), 15, []string{"l"}},
-		{"lowest class first", two, Policy{}, []runSpec{{"l", Low, "", 4, 0}, {"m", Medium, "", 4, 5}}, job("r", High, "a", 4, 1, 1), 10, []string{"l"}},
-		{"most recently started first", two, Policy{}, []runSpec{{"old", Low, "", 4, 0}, {"new", Low, "", 4, 5}}, job("r", High, "a", 4, 1, 1), 10, []string{"new"}},
-		{"only what is needed", one, Policy{}, []runSpec{{"a", Low, "", 1, 0}, {"b", Low, "", 1, 1}, {"c", Low, "", 1, 2}}, job("r", High, "a", 3, 1, 1), 10, []string{"b", "c"}},
-		{"gang needs both nodes", two, Policy{}, []runSpec{{"l1", Low, "", 4, 0}, {"l2", Low, "", 4, 1}}, job("r", Medium, "a", 4, 2, 1), 10, []string{"l1", "l2"}},
-		{"no partial preemption when it cannot fit", two, Policy{}, []runSpec{{"l", Low, "", 4, 0}, {"h", High, "", 4, 1}}, job("r", Medium, "a", 4, 2, 1), 10, nil},
-	} {
+	}{{
+		name:    "equal class never preempts",
+		nodes:   one,
+		running: []runSpec{running("m").GPUs(4)},
+		req:     request(Medium).Obj(),
+		now:     10,
+	}, {
+		name:    "higher class never preempted",
+		nodes:   one,
+		running: []runSpec{running("h").Class(High).GPUs(4)},
+		req:     request(Medium).Obj(),
+		now:     10,
+	}, {
+		name:    "low never preempts",
+		nodes:   one,
+		running: []runSpec{running("l").Class(Low).GPUs(4)},
+		req:     request(Low).Obj(),
+		now:     10,
+	}, {
+		name:    "notebooks never preempted",
+		nodes:   one,
+		running: []runSpec{running("nb").Class(High).Notebook().GPUs(4)},
+		req:     request(High).Obj(),
+		now:     10,
+	}, {
+		name:    "high preempts low",
+		nodes:   one,
+		running: []runSpec{running("l").Class(Low).GPUs(4)},
+		req:     request(High).Obj(),
+		now:     10,
+		want:    []string{"l"},
+	}, {
+		name:    "min runtime protects",
+		nodes:   one,
+		pol:     minRuntime15m,
+		running: []runSpec{running("l").Class(Low).GPUs(4)},
+		req:     request(High).Obj(),
+		now:     10,
+	}, {
+		name:    "min runtime elapsed",
+		nodes:   one,
+		pol:     minRuntime15m,
+		running: []runSpec{running("l").Class(Low).GPUs(4)},
+		req:     request(High).Obj(),
+		now:     15,
+		want:    []string{"l"},
+	}, {
+		name:    "lowest class first",
+		nodes:   two,
+		running: []runSpec{running("l").Class(Low).GPUs(4), running("m").GPUs(4).StartedAt(5)},
+		req:     request(High).Obj(),
+		now:     10,
+		want:    []string{"l"},
+	}, {
+		name:    "least work lost first: the most recently started",
+		nodes:   two,
+		running: []runSpec{running("old").Class(Low).GPUs(4), running("new").Class(Low).GPUs(4).StartedAt(5)},
+		req:     request(High).Obj(),
+		now:     10,
+		want:    []string{"new"},
+	}, {
+		name:  "only what is needed",
+		nodes: one,
+		running: []runSpec{running("a").Class(Low), running("b").Class(Low).StartedAt(1),
+			running("c").Class(Low).StartedAt(2)},
+		req:  request(High).GPUs(3).Obj(),
+		now:  10,
+		want: []string{"b", "c"},
+	}, {
+		name:    "gang needs both nodes",
+		nodes:   two,
+		running: []runSpec{running("l1").Class(Low).GPUs(4), running("l2").Class(Low).GPUs(4).StartedAt(1)},
+		req:     request(Medium).Workers(2).Obj(),
+		now:     10,
+		want:    []string{"l1", "l2"},
+	}, {
+		name:    "no partial preemption when it cannot fit",
+		nodes:   two,
+		running: []runSpec{running("l").Class(Low).GPUs(4), running("h").Class(High).GPUs(4).StartedAt(1)},
+		req:     request(Medium).Workers(2).Obj(),
+		now:     10,
+	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := poolWith(t, tc.nodes, tc.pol, tc.running...)
 			mustEnqueue(t, p, tc.req)
@@ -264,11 +328,11 @@ func TestPreemptionRules(t *testing.T) {
 func TestMinimisation(t *testing.T) {
 	p := mustPool(t, nodesOf("n", "a", 2, 4, 0, 0), Policy{})
 	// One node: b (medium, 2 GPUs) and a (low, 2 GPUs, started last); other node: c (low, 4 GPUs, started first).
-	mustEnqueue(t, p, job("c", Low, "a", 4, 1, 1))
+	mustEnqueue(t, p, makeJob("c", "a").Class(Low).GPUs(4).Seq(1).Obj())
 	sched(t, p, at(0))
-	mustEnqueue(t, p, job("b", Medium, "a", 2, 1, 2))
+	mustEnqueue(t, p, makeJob("b", "a").GPUs(2).Seq(2).Obj())
 	sched(t, p, at(1))
-	mustEnqueue(t, p, job("a", Low, "a", 2, 1, 3))
+	mustEnqueue(t, p, makeJob("a", "a").Class(Low).GPUs(2).Seq(3).Obj())
 	sched(t, p, at(2))
 	ra, _ := p.Running("a")
 	rb, _ := p.Running("b")
@@ -278,7 +342,7 @@ func TestMinimisation(t *testing.T) {
 	}
 	// Order: a (low, newest), c (low), b (medium). Greedy adds a (n-1 still short), then c (fits on
 	// n-2). Minimisation: c is needed, a is not.
-	mustEnqueue(t, p, job("r", High, "a", 4, 1, 4))
+	mustEnqueue(t, p, makeJob("r", "a").Class(High).GPUs(4).Seq(4).Obj())
 	d := sched(t, p, at(10))
 	if got := victims(d); !slices.Equal(got, []string{"c"}) {
 		t.Fatalf("victims %v, want [c]", got)
@@ -287,16 +351,16 @@ func TestMinimisation(t *testing.T) {
 
 func TestNominations(t *testing.T) {
 	p := mustPool(t, nodesOf("n", "a", 2, 4, 0, 0), Policy{})
-	mustEnqueue(t, p, job("l1", Low, "a", 4, 1, 1), job("l2", Low, "a", 4, 1, 2))
+	mustEnqueue(t, p, makeJob("l1", "a").Class(Low).GPUs(4).Seq(1).Obj(), makeJob("l2", "a").Class(Low).GPUs(4).Seq(2).Obj())
 	sched(t, p, at(0))
-	mustEnqueue(t, p, job("m", Medium, "a", 4, 2, 3))
+	mustEnqueue(t, p, makeJob("m", "a").GPUs(4).Workers(2).Seq(3).Obj())
 	d := sched(t, p, at(5))
 	if got := victims(d); len(got) != 2 {
 		t.Fatalf("victims %v", got)
 	}
 	// A low request that would fit on l1's node once released must not take the capacity
 	// nominated to m.
-	mustEnqueue(t, p, job("small", Low, "a", 2, 1, 4))
+	mustEnqueue(t, p, makeJob("small", "a").Class(Low).GPUs(2).Seq(4).Obj())
 	p.Release("l1", 0, 0)
 	d = sched(t, p, at(6))
 	if len(d.Grants) != 0 {
@@ -308,7 +372,7 @@ func TestNominations(t *testing.T) {
 	}
 	// A better request arriving later takes the nomination over: h (high) gets the free node
 	// first; m waits (and may not preempt further: nothing lower is left running).
-	mustEnqueue(t, p, job("h", High, "a", 4, 1, 5))
+	mustEnqueue(t, p, makeJob("h", "a").Class(High).GPUs(4).Seq(5).Obj())
 	d = sched(t, p, at(7))
 	if got := grantedJobs(d); !slices.Equal(got, []string{"h"}) || d.Grants[0].Placement[0].Node != "n-1" {
 		t.Fatalf("want h granted on n-1, got %+v", d.Grants)
@@ -332,13 +396,13 @@ func TestNominations(t *testing.T) {
 
 func TestNominationTakenOverByBetterRequest(t *testing.T) {
 	p := mustPool(t, nodesOf("n", "a", 1, 4, 0, 0), Policy{})
-	mustEnqueue(t, p, job("l", Low, "a", 4, 1, 1))
+	mustEnqueue(t, p, makeJob("l", "a").Class(Low).GPUs(4).Seq(1).Obj())
 	sched(t, p, at(0))
-	mustEnqueue(t, p, job("m", Medium, "a", 4, 1, 2))
+	mustEnqueue(t, p, makeJob("m", "a").GPUs(4).Seq(2).Obj())
 	if d := sched(t, p, at(1)); !slices.Equal(victims(d), []string{"l"}) {
 		t.Fatalf("victims %v", victims(d))
 	}
-	mustEnqueue(t, p, job("h", High, "a", 4, 1, 3))
+	mustEnqueue(t, p, makeJob("h", "a").Class(High).GPUs(4).Seq(3).Obj())
 	if d := sched(t, p, at(2)); len(d.Grants)+len(d.Preemptions) != 0 {
 		t.Fatalf("unexpected %+v", d)
 	}
@@ -356,9 +420,9 @@ func TestNominationTakenOverByBetterRequest(t *testing.T) {
 
 func TestPartialRelease(t *testing.T) {
 	p := mustPool(t, nodesOf("n", "a", 3, 8, 0, 0), Policy{})
-	mustEnqueue(t, p, job("big", Medium, "a", 8, 3, 1))
+	mustEnqueue(t, p, makeJob("big", "a").GPUs(8).Workers(3).Seq(1).Obj())
 	sched(t, p, at(0))
-	mustEnqueue(t, p, job("w2", Medium, "a", 8, 2, 2), job("w1", Low, "a", 8, 1, 3))
+	mustEnqueue(t, p, makeJob("w2", "a").GPUs(8).Workers(2).Seq(2).Obj(), makeJob("w1", "a").Class(Low).GPUs(8).Seq(3).Obj())
 	p.BeginRelease("big")
 	if d := sched(t, p, at(1)); len(d.Grants) != 0 {
 		t.Fatalf("granted on releasing capacity: %v", grantedJobs(d))
@@ -390,10 +454,10 @@ func TestStrictVsBestEffort(t *testing.T) {
 	for _, q := range []Queueing{BestEffortFIFO, StrictFIFO} {
 		t.Run(string(q), func(t *testing.T) {
 			p := mustPool(t, nodesOf("n", "a", 2, 4, 0, 0), Policy{Queueing: q})
-			mustEnqueue(t, p, job("h", High, "a", 4, 1, 1))
+			mustEnqueue(t, p, makeJob("h", "a").Class(High).GPUs(4).Seq(1).Obj())
 			sched(t, p, at(0))
 			// big (medium) needs both nodes: one is held by a high job, so it cannot start or preempt.
-			mustEnqueue(t, p, job("big", Medium, "a", 4, 2, 2), job("small", Low, "a", 4, 1, 3))
+			mustEnqueue(t, p, makeJob("big", "a").GPUs(4).Workers(2).Seq(2).Obj(), makeJob("small", "a").Class(Low).GPUs(4).Seq(3).Obj())
 			d := sched(t, p, at(1))
 			ws, _ := p.Explain("small")
 			if q == StrictFIFO {
@@ -409,12 +473,12 @@ func TestStrictVsBestEffort(t *testing.T) {
 
 func TestCancel(t *testing.T) {
 	p := mustPool(t, nodesOf("n", "a", 1, 4, 0, 0), Policy{})
-	mustEnqueue(t, p, job("r", Medium, "a", 4, 1, 1), job("w", Medium, "a", 4, 1, 2))
+	mustEnqueue(t, p, makeJob("r", "a").GPUs(4).Seq(1).Obj(), makeJob("w", "a").GPUs(4).Seq(2).Obj())
 	sched(t, p, at(0))
 	if !p.Cancel("w") || p.WaitingCount() != 0 || p.Cancel("w") {
 		t.Fatal("cancel waiting")
 	}
-	mustEnqueue(t, p, job("w2", Medium, "a", 4, 1, 3))
+	mustEnqueue(t, p, makeJob("w2", "a").GPUs(4).Seq(3).Obj())
 	p.BeginRelease("r")
 	sched(t, p, at(1))
 	if !p.Cancel("r") {
@@ -431,18 +495,18 @@ func TestCancel(t *testing.T) {
 
 func TestBestFitAndGPUIndices(t *testing.T) {
 	p := mustPool(t, []Node{{Name: "n8", Family: "a", GPUs: 8}, {Name: "n4", Family: "a", GPUs: 4}}, Policy{})
-	mustEnqueue(t, p, job("x", High, "a", 3, 1, 1))
+	mustEnqueue(t, p, makeJob("x", "a").Class(High).GPUs(3).Seq(1).Obj())
 	d := sched(t, p, at(0))
 	if pl := d.Grants[0].Placement[0]; pl.Node != "n4" || !slices.Equal(pl.GPUs, []int{0, 1, 2}) {
 		t.Fatalf("best fit: %+v", pl)
 	}
-	mustEnqueue(t, p, job("y", High, "a", 2, 2, 2))
+	mustEnqueue(t, p, makeJob("y", "a").Class(High).GPUs(2).Workers(2).Seq(2).Obj())
 	d = sched(t, p, at(1))
 	if len(d.Grants) != 0 {
 		t.Fatalf("y needs 2 GPUs on 2 nodes; n4 has 1 free: %v", grantedJobs(d))
 	}
 	p.Cancel("y")
-	mustEnqueue(t, p, job("z", High, "a", 1, 2, 3))
+	mustEnqueue(t, p, makeJob("z", "a").Class(High).Workers(2).Seq(3).Obj())
 	d = sched(t, p, at(2))
 	if got := d.Grants[0].Placement; got[0].Node != "n8" || got[1].Node != "n4" || !slices.Equal(got[1].GPUs, []int{3}) {
 		t.Fatalf("z placement %+v", got)
@@ -451,9 +515,9 @@ func TestBestFitAndGPUIndices(t *testing.T) {
 
 func TestSnapshotRoundTrip(t *testing.T) {
 	p := mustPool(t, nodesOf("n", "a", 3, 4, 16, 64), Policy{MinRuntimeBeforePreemption: time.Minute})
-	mustEnqueue(t, p, job("l1", Low, "a", 4, 2, 1), job("l2", Low, "a", 2, 1, 2))
+	mustEnqueue(t, p, makeJob("l1", "a").Class(Low).GPUs(4).Workers(2).Seq(1).Obj(), makeJob("l2", "a").Class(Low).GPUs(2).Seq(2).Obj())
 	sched(t, p, at(0))
-	mustEnqueue(t, p, job("h", High, "a", 4, 2, 3), job("m", Medium, "a", 2, 1, 4), job("l3", Low, "a", 1, 1, 5))
+	mustEnqueue(t, p, makeJob("h", "a").Class(High).GPUs(4).Workers(2).Seq(3).Obj(), makeJob("m", "a").GPUs(2).Seq(4).Obj(), makeJob("l3", "a").Class(Low).Seq(5).Obj())
 	nb := Request{Job: "nb", Kind: KindNotebook, Demand: Demand{Family: "a", GPUs: 1, CPU: 2, RAMGB: 8}, Workers: 1, Seq: 6, SubmittedAt: at(3)}
 	mustEnqueue(t, p, nb)
 	d1 := sched(t, p, at(5))
@@ -512,12 +576,12 @@ func TestCPUOnlyExplanation(t *testing.T) {
 func TestCancelAttempt(t *testing.T) {
 	setup := func(t *testing.T) *Pool {
 		p := mustPool(t, nodesOf("n", "a", 2, 4, 0, 0), Policy{})
-		mustEnqueue(t, p, job("x", Medium, "a", 4, 2, 1))
+		mustEnqueue(t, p, makeJob("x", "a").GPUs(4).Workers(2).Seq(1).Obj())
 		sched(t, p, at(0))
 		p.Release("x", 0, 0)
-		x1 := job("x", Medium, "a", 4, 2, 1)
+		x1 := makeJob("x", "a").GPUs(4).Workers(2).Seq(1).Obj()
 		x1.Attempt = 1
-		mustEnqueue(t, p, x1, job("y", Low, "a", 4, 1, 2))
+		mustEnqueue(t, p, x1, makeJob("y", "a").Class(Low).GPUs(4).Seq(2).Obj())
 		return p
 	}
 	const none = -1

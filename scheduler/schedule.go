@@ -17,76 +17,113 @@ const (
 	outReserving                  // cannot fit, but as the long-waiting first of its class it reserves nodes
 )
 
-// cand is a node a worker could be placed on, with its sort keys (see cmpCand).
-type cand struct {
-	n  int32
-	k0 int8 // 0: capacity nominated to this request is there, 1: not
-	k1 int  // GPUs left over
-	k2 int  // GPUs taken from releasing capacity
-	k3 int  // CPU cores left over
+// nodeCandidate is a node a worker could be placed on, with its sort keys (see
+// cmpNodeCandidate).
+type nodeCandidate struct {
+	n         int32
+	elsewhere int8 // 0: capacity nominated to this request is on the node, 1: not
+	spareGPU  int  // GPUs left over
+	fromRel   int  // GPUs taken from releasing capacity
+	spareCPU  int  // CPU cores left over
 }
 
-// nom is capacity nominated to a preemptor: one unreleased worker of a job preempted for it, or
+// nomination is capacity nominated to a preemptor: one unreleased worker of a job preempted for it, or
 // the free capacity such a worker left when it stopped (a hold), on a node that is not lost. It
 // stays nominated until the preemptor is granted or withdrawn (see the package doc).
-type nom struct {
-	v          *runJob
-	w          int // the victim's worker
-	n          int32
-	g, c, r    int  // the worker's demand
-	hg, hc, hr int  // how much of it is hidden now (taken out of the pass's releasing capacity)
-	ug, uc, ur int  // how much of it the nominee itself holds in this pass
-	free       bool // a hold: the victim has stopped, the capacity is free
-	hold       int  // a hold: its index in Pool.holds
-	taken      bool // its nominee took it over from the preemptor
-	class      Class
-	by         string // the nominee: the preemptor, or a strictly better request that took it over
-	seq        int64
+type nomination struct {
+	victim                          *runJob
+	worker                          int // the victim's worker
+	node                            int32
+	gpu, cpu, ram                   int  // the worker's demand
+	hiddenGPU, hiddenCPU, hiddenRAM int  // how much of it is hidden now (taken out of the pass's releasing capacity)
+	heldGPU, heldCPU, heldRAM       int  // how much of it the nominee itself holds in this pass
+	free                            bool // a hold: the victim has stopped, the capacity is free
+	holdIdx                         int  // a hold: its index in Pool.holds
+	taken                           bool // its nominee took it over from the preemptor
+	class                           Class
+	by                              string // the nominee: the preemptor, or a strictly better request that took it over
+	seq                             int64
+}
+
+// failureCache remembers what failed in this pass: the shapes that can neither start nor hold
+// capacity, and the (shape, class) pairs that cannot preempt. Identical requests further down a
+// long queue fail the same way, so the pass skips them. An entry is valid when it equals epoch,
+// so starting a pass clears the cache in O(1).
+type failureCache struct {
+	epoch         uint32
+	cannotFit     []uint32 // per shape
+	cannotPreempt []uint32 // per shape and class, at shapeClass
+}
+
+func shapeClass(shape int32, c Class) int { return 3*int(shape) + int(c) }
+
+func (fc *failureCache) fitFailed(shape int32) bool { return fc.cannotFit[shape] == fc.epoch }
+func (fc *failureCache) markFitFailed(shape int32)  { fc.cannotFit[shape] = fc.epoch }
+func (fc *failureCache) preemptFailed(shape int32, c Class) bool {
+	return fc.cannotPreempt[shapeClass(shape, c)] == fc.epoch
+}
+func (fc *failureCache) markPreemptFailed(shape int32, c Class) {
+	fc.cannotPreempt[shapeClass(shape, c)] = fc.epoch
+}
+
+// newPass sizes the cache for nShapes shapes and forgets every failure.
+func (fc *failureCache) newPass(nShapes int) {
+	if len(fc.cannotFit) < nShapes {
+		fc.cannotFit = append(fc.cannotFit, make([]uint32, nShapes-len(fc.cannotFit))...)
+		fc.cannotPreempt = append(fc.cannotPreempt, make([]uint32, 3*nShapes-len(fc.cannotPreempt))...)
+	}
+	fc.epoch++
+	if fc.epoch == 0 {
+		clear(fc.cannotFit)
+		clear(fc.cannotPreempt)
+		fc.epoch = 1
+	}
 }
 
 // scratch is per-pass working state. The pass never mutates the Pool: it works on these copies,
 // so the same code serves Schedule (which applies the plan) and View/Explain (which only read it).
 type scratch struct {
-	aG, aC, aR    []int // free capacity not yet granted or reserved in this pass
-	rG, rC, rR    []int // visible releasing capacity not yet reserved in this pass
-	exG, exC, exR []int // capacity of tentative victims (preemption search)
-	cntA, cntAR   [][]int32
+	freeGPU, freeCPU, freeRAM       []int // per node: free capacity not yet granted or reserved in this pass
+	relGPU, relCPU, relRAM          []int // per node: visible releasing capacity not yet reserved in this pass
+	victimGPU, victimCPU, victimRAM []int // per node: capacity of tentative victims (preemption search)
+	// Per family and GPU count g: how many nodes have at least g free GPUs, and at least g free
+	// plus releasing GPUs. A request that fails these counts needs no node walk.
+	freeAtLeast, freeOrRelAtLeast [][]int32
 	// Nodes that answer, by family and free GPUs in this pass (doubly linked lists through
-	// bNext/bPrev): a grant looks only at the nodes with the fewest free GPUs that fit it.
-	bHead         [][]int32
-	bNext, bPrev  []int32
-	abFail, cFail []uint32 // failure caches per shape (and shape*3+class), valid when == epoch
-	epoch         uint32
-	cands         []cand
-	pick          []int32
-	relTake       []int32 // per picked node: GPUs taken from releasing capacity
-	relUsed       []bool  // per picked node: anything taken from releasing capacity
-	victims       map[*runJob]bool
-	vbuf          []vcand
+	// freeListNext/freeListPrev): a grant looks only at the nodes with the fewest free GPUs that fit it.
+	freeListHead               [][]int32
+	freeListNext, freeListPrev []int32
+	failed                     failureCache
+	nodeCands                  []nodeCandidate
+	pick                       []int32
+	relTake                    []int32 // per picked node: GPUs taken from releasing capacity
+	relUsed                    []bool  // per picked node: anything taken from releasing capacity
+	victims                    map[*runJob]bool
+	victimBuf                  []victimCand
 
-	noms     []nom              // in preemption order; hidden but from their nominee
-	byJob    map[string][]int32 // nominee -> its nominations
-	byNode   map[int32][]int32  // node -> its nominations
-	own      []uint32           // per node: == ownStamp if the walker has a nomination there
-	ownStamp uint32
-	ownNoms  []int32 // the walker's nominations
-	hasOwn   []bool  // per waiting request: capacity is nominated to it
+	nominations    []nomination       // in preemption order; hidden but from their nominee
+	byJob          map[string][]int32 // nominee -> its nominations
+	byNode         map[int32][]int32  // node -> its nominations
+	walkerOwns     []uint32           // per node: == ownStamp if the walker has a nomination there
+	walkerStamp    uint32
+	walkerNoms     []int32 // the walker's nominations
+	hasNominations []bool  // per waiting request: capacity is nominated to it
 	// relVisible: the family had releasing capacity nominated to nobody when the pass began (a
 	// request without nominations sees no more than that; without any, holding free + releasing
 	// capacity is the grant it already failed).
 	relVisible []bool
 	nextSeq    int64  // preemption sequence of the next victim chosen in this pass
-	resv       []bool // per node: reserved in this pass by the first request of a class
+	reserved   []bool // per node: reserved in this pass by the first request of a class
 
 	// victim search
-	vcands []vcand
-	costs  []nodeCost
-	vflat  []vcand
-	vseen  map[vref]bool
+	nodeVictimCands []victimCand
+	costs           []nodeCost
+	perNodeVictims  []victimCand
+	seenVictims     map[victimRef]bool
 }
 
 func newScratch() *scratch {
-	return &scratch{victims: map[*runJob]bool{}, byJob: map[string][]int32{}, byNode: map[int32][]int32{}, vseen: map[vref]bool{}}
+	return &scratch{victims: map[*runJob]bool{}, byJob: map[string][]int32{}, byNode: map[int32][]int32{}, seenVictims: map[victimRef]bool{}}
 }
 
 func grow[T any](s []T, n int) []T {
@@ -96,78 +133,82 @@ func grow[T any](s []T, n int) []T {
 	return s[:n]
 }
 
-func (sc *scratch) bumpEpoch() {
-	sc.epoch++
-	if sc.epoch == 0 {
-		clear(sc.abFail)
-		clear(sc.cFail)
-		sc.epoch = 1
-	}
+// reset starts a pass: the pool's capacity, the per-family summaries, and the nominations.
+func (sc *scratch) reset(p *Pool) {
+	sc.resetCapacity(p)
+	sc.resetFreeLists(p)
+	sc.failed.newPass(len(p.shapes))
+	clear(sc.victims)
+	sc.walkerOwns = grow(sc.walkerOwns, len(p.nodes))
+	sc.reserved = grow(sc.reserved, len(p.nodes))
+	clear(sc.reserved)
+	sc.resetNominations(p)
+	sc.nextSeq = p.preemptSeq + 1
 }
 
-func (sc *scratch) reset(p *Pool) {
+// resetCapacity copies the nodes' free and releasing capacity (none on a lost node) and counts,
+// per family, the nodes with at least g free (and free plus releasing) GPUs.
+func (sc *scratch) resetCapacity(p *Pool) {
 	n := len(p.nodes)
-	for _, s := range []*[]int{&sc.aG, &sc.aC, &sc.aR, &sc.rG, &sc.rC, &sc.rR, &sc.exG, &sc.exC, &sc.exR} {
+	for _, s := range []*[]int{&sc.freeGPU, &sc.freeCPU, &sc.freeRAM, &sc.relGPU, &sc.relCPU, &sc.relRAM, &sc.victimGPU, &sc.victimCPU, &sc.victimRAM} {
 		*s = grow(*s, n)
 	}
-	clear(sc.exG)
-	clear(sc.exC)
-	clear(sc.exR)
-	if len(sc.cntA) != len(p.fams) {
-		sc.cntA = make([][]int32, len(p.fams))
-		sc.cntAR = make([][]int32, len(p.fams))
+	clear(sc.victimGPU)
+	clear(sc.victimCPU)
+	clear(sc.victimRAM)
+	if len(sc.freeAtLeast) != len(p.fams) {
+		sc.freeAtLeast = make([][]int32, len(p.fams))
+		sc.freeOrRelAtLeast = make([][]int32, len(p.fams))
 	}
 	for f := range p.fams {
-		sc.cntA[f] = grow(sc.cntA[f], p.fams[f].maxGPU+1)
-		sc.cntAR[f] = grow(sc.cntAR[f], p.fams[f].maxGPU+1)
-		clear(sc.cntA[f])
-		clear(sc.cntAR[f])
+		sc.freeAtLeast[f] = grow(sc.freeAtLeast[f], p.fams[f].maxGPU+1)
+		sc.freeOrRelAtLeast[f] = grow(sc.freeOrRelAtLeast[f], p.fams[f].maxGPU+1)
+		clear(sc.freeAtLeast[f])
+		clear(sc.freeOrRelAtLeast[f])
 	}
 	for i := range p.nodes {
 		nd := &p.nodes[i]
 		if nd.lost { // a lost node's capacity serves no one: the pass sees none, free or releasing
-			sc.aG[i], sc.aC[i], sc.aR[i] = 0, 0, 0
-			sc.rG[i], sc.rC[i], sc.rR[i] = 0, 0, 0
+			sc.freeGPU[i], sc.freeCPU[i], sc.freeRAM[i] = 0, 0, 0
+			sc.relGPU[i], sc.relCPU[i], sc.relRAM[i] = 0, 0, 0
 			continue
 		}
-		sc.aG[i], sc.aC[i], sc.aR[i] = nd.freeGPU, nd.freeCPU, nd.freeRAM
-		sc.rG[i], sc.rC[i], sc.rR[i] = nd.relGPU, nd.relCPU, nd.relRAM
-		sc.cntA[nd.fam][nd.freeGPU]++
-		sc.cntAR[nd.fam][nd.freeGPU+nd.relGPU]++
-	}
-	sc.bNext, sc.bPrev = grow(sc.bNext, n), grow(sc.bPrev, n)
-	if len(sc.bHead) != len(p.fams) {
-		sc.bHead = make([][]int32, len(p.fams))
-	}
-	for f := range p.fams {
-		sc.bHead[f] = grow(sc.bHead[f], p.fams[f].maxGPU+1)
-		for g := range sc.bHead[f] {
-			sc.bHead[f][g] = -1
-		}
-		for _, i := range p.fams[f].live {
-			sc.link(int32(f), i, sc.aG[i])
-		}
+		sc.freeGPU[i], sc.freeCPU[i], sc.freeRAM[i] = nd.freeGPU, nd.freeCPU, nd.freeRAM
+		sc.relGPU[i], sc.relCPU[i], sc.relRAM[i] = nd.relGPU, nd.relCPU, nd.relRAM
+		sc.freeAtLeast[nd.fam][nd.freeGPU]++
+		sc.freeOrRelAtLeast[nd.fam][nd.freeGPU+nd.relGPU]++
 	}
 	for f := range p.fams { // histogram -> "at least g"
-		a, ar := sc.cntA[f], sc.cntAR[f]
+		a, ar := sc.freeAtLeast[f], sc.freeOrRelAtLeast[f]
 		for g := len(a) - 2; g >= 0; g-- {
 			a[g] += a[g+1]
 			ar[g] += ar[g+1]
 		}
 	}
-	if len(sc.abFail) < len(p.shapes) {
-		sc.abFail = append(sc.abFail, make([]uint32, len(p.shapes)-len(sc.abFail))...)
-		sc.cFail = append(sc.cFail, make([]uint32, 3*len(p.shapes)-len(sc.cFail))...)
-	}
-	sc.bumpEpoch()
-	clear(sc.victims)
-	sc.own = grow(sc.own, n)
-	sc.resv = grow(sc.resv, n)
-	clear(sc.resv)
+}
 
-	// Nominations: every unreleased worker of a preempted job, and the free capacity held for the
-	// nominee of a stopped one, on a node that answers. Only their nominee sees them.
-	sc.noms = sc.noms[:0]
+// resetFreeLists links every live node into its family's list for its free GPUs.
+func (sc *scratch) resetFreeLists(p *Pool) {
+	n := len(p.nodes)
+	sc.freeListNext, sc.freeListPrev = grow(sc.freeListNext, n), grow(sc.freeListPrev, n)
+	if len(sc.freeListHead) != len(p.fams) {
+		sc.freeListHead = make([][]int32, len(p.fams))
+	}
+	for f := range p.fams {
+		sc.freeListHead[f] = grow(sc.freeListHead[f], p.fams[f].maxGPU+1)
+		for g := range sc.freeListHead[f] {
+			sc.freeListHead[f][g] = -1
+		}
+		for _, i := range p.fams[f].live {
+			sc.link(int32(f), i, sc.freeGPU[i])
+		}
+	}
+}
+
+// resetNominations hides every unreleased worker of a preempted job, and the free capacity held
+// for the nominee of a stopped one, on a node that answers: only their nominee sees them.
+func (sc *scratch) resetNominations(p *Pool) {
+	sc.nominations = sc.nominations[:0]
 	clear(sc.byJob)
 	clear(sc.byNode)
 	for _, v := range p.victims {
@@ -177,37 +218,36 @@ func (sc *scratch) reset(p *Pool) {
 				continue
 			}
 			nb := v.nominee[w]
-			sc.hide(p, sc.addNom(nom{v: v, w: w, n: n, g: d.GPUs, c: d.CPU, r: d.RAMGB, class: nb.Class, by: nb.Job, seq: v.preemptSeq,
+			sc.hide(p, sc.addNom(nomination{victim: v, worker: w, node: n, gpu: d.GPUs, cpu: d.CPU, ram: d.RAMGB, class: nb.Class, by: nb.Job, seq: v.preemptSeq,
 				taken: nb.Job != v.preemptedBy.Job}))
 		}
 	}
 	for i, h := range p.holds {
-		if !p.nodes[h.n].lost {
-			sc.hide(p, sc.addNom(nom{n: h.n, g: h.g, c: h.c, r: h.r, free: true, hold: i, class: h.class, by: h.by, seq: h.seq, taken: h.taken}))
+		if !p.nodes[h.node].lost {
+			sc.hide(p, sc.addNom(nomination{node: h.node, gpu: h.gpu, cpu: h.cpu, ram: h.ram, free: true, holdIdx: i, class: h.class, by: h.by, seq: h.seq, taken: h.taken}))
 		}
 	}
 	sc.relVisible = grow(sc.relVisible, len(p.fams))
 	clear(sc.relVisible)
 	for i := range p.nodes {
-		if sc.rG[i] > 0 || sc.rC[i] > 0 || sc.rR[i] > 0 {
+		if sc.relGPU[i] > 0 || sc.relCPU[i] > 0 || sc.relRAM[i] > 0 {
 			sc.relVisible[p.nodes[i].fam] = true
 		}
 	}
-	sc.hasOwn = grow(sc.hasOwn, len(p.waiting))
-	clear(sc.hasOwn)
-	for _, x := range sc.noms {
+	sc.hasNominations = grow(sc.hasNominations, len(p.waiting))
+	clear(sc.hasNominations)
+	for _, x := range sc.nominations {
 		if w := p.waitIdx[x.by]; w != nil {
-			sc.hasOwn[p.waitPos(&w.r)] = true
+			sc.hasNominations[p.waitPos(&w.r)] = true
 		}
 	}
-	sc.nextSeq = p.preemptSeq + 1
 }
 
-func (sc *scratch) addNom(x nom) int32 {
-	i := int32(len(sc.noms))
-	sc.noms = append(sc.noms, x)
+func (sc *scratch) addNom(x nomination) int32 {
+	i := int32(len(sc.nominations))
+	sc.nominations = append(sc.nominations, x)
 	sc.byJob[x.by] = append(sc.byJob[x.by], i)
-	sc.byNode[x.n] = append(sc.byNode[x.n], i)
+	sc.byNode[x.node] = append(sc.byNode[x.node], i)
 	return i
 }
 
@@ -215,36 +255,36 @@ func (sc *scratch) addNom(x nom) int32 {
 // does not hold itself in this pass, as much of it as is left (a strictly better request may
 // have taken some of it over).
 func (sc *scratch) hide(p *Pool, i int32) {
-	x := &sc.noms[i]
-	n := x.n
+	x := &sc.nominations[i]
+	n := x.node
 	if x.free {
-		x.hg, x.hc, x.hr = min(x.g-x.ug, sc.aG[n]), min(x.c-x.uc, sc.aC[n]), min(x.r-x.ur, sc.aR[n])
-		sc.aC[n] -= x.hc
-		sc.aR[n] -= x.hr
-		sc.setGPU(p, n, sc.aG[n]-x.hg, sc.rG[n])
+		x.hiddenGPU, x.hiddenCPU, x.hiddenRAM = min(x.gpu-x.heldGPU, sc.freeGPU[n]), min(x.cpu-x.heldCPU, sc.freeCPU[n]), min(x.ram-x.heldRAM, sc.freeRAM[n])
+		sc.freeCPU[n] -= x.hiddenCPU
+		sc.freeRAM[n] -= x.hiddenRAM
+		sc.setGPU(p, n, sc.freeGPU[n]-x.hiddenGPU, sc.relGPU[n])
 		return
 	}
-	x.hg, x.hc, x.hr = min(x.g-x.ug, sc.rG[n]), min(x.c-x.uc, sc.rC[n]), min(x.r-x.ur, sc.rR[n])
-	sc.rC[n] -= x.hc
-	sc.rR[n] -= x.hr
-	sc.setGPU(p, n, sc.aG[n], sc.rG[n]-x.hg)
+	x.hiddenGPU, x.hiddenCPU, x.hiddenRAM = min(x.gpu-x.heldGPU, sc.relGPU[n]), min(x.cpu-x.heldCPU, sc.relCPU[n]), min(x.ram-x.heldRAM, sc.relRAM[n])
+	sc.relCPU[n] -= x.hiddenCPU
+	sc.relRAM[n] -= x.hiddenRAM
+	sc.setGPU(p, n, sc.freeGPU[n], sc.relGPU[n]-x.hiddenGPU)
 }
 
 // unhide gives nomination i's hidden capacity back to the visible releasing capacity.
 func (sc *scratch) unhide(p *Pool, i int32) {
-	x := &sc.noms[i]
-	n := x.n
+	x := &sc.nominations[i]
+	n := x.node
 	if x.free {
-		sc.aC[n] += x.hc
-		sc.aR[n] += x.hr
-		sc.setGPU(p, n, sc.aG[n]+x.hg, sc.rG[n])
+		sc.freeCPU[n] += x.hiddenCPU
+		sc.freeRAM[n] += x.hiddenRAM
+		sc.setGPU(p, n, sc.freeGPU[n]+x.hiddenGPU, sc.relGPU[n])
 	} else {
-		sc.rC[n] += x.hc
-		sc.rR[n] += x.hr
-		sc.setGPU(p, n, sc.aG[n], sc.rG[n]+x.hg)
+		sc.relCPU[n] += x.hiddenCPU
+		sc.relRAM[n] += x.hiddenRAM
+		sc.setGPU(p, n, sc.freeGPU[n], sc.relGPU[n]+x.hiddenGPU)
 	}
-	x.hg, x.hc, x.hr = 0, 0, 0
-	x.ug, x.uc, x.ur = 0, 0, 0
+	x.hiddenGPU, x.hiddenCPU, x.hiddenRAM = 0, 0, 0
+	x.heldGPU, x.heldCPU, x.heldRAM = 0, 0, 0
 }
 
 func adjustCnt(c []int32, old, new int) {
@@ -259,33 +299,33 @@ func adjustCnt(c []int32, old, new int) {
 // setGPU sets node n's in-pass free and releasing GPUs, keeping the per-family summaries.
 func (sc *scratch) setGPU(p *Pool, n int32, a, r int) {
 	f := p.nodes[n].fam
-	adjustCnt(sc.cntA[f], sc.aG[n], a)
-	adjustCnt(sc.cntAR[f], sc.aG[n]+sc.rG[n], a+r)
-	if a != sc.aG[n] && !p.nodes[n].lost {
-		sc.unlink(f, n, sc.aG[n])
+	adjustCnt(sc.freeAtLeast[f], sc.freeGPU[n], a)
+	adjustCnt(sc.freeOrRelAtLeast[f], sc.freeGPU[n]+sc.relGPU[n], a+r)
+	if a != sc.freeGPU[n] && !p.nodes[n].lost {
+		sc.unlink(f, n, sc.freeGPU[n])
 		sc.link(f, n, a)
 	}
-	sc.aG[n], sc.rG[n] = a, r
+	sc.freeGPU[n], sc.relGPU[n] = a, r
 }
 
 // link puts node n into family f's list of nodes with g free GPUs.
 func (sc *scratch) link(f, n int32, g int) {
-	h := &sc.bHead[f][g]
-	sc.bPrev[n], sc.bNext[n] = -1, *h
+	h := &sc.freeListHead[f][g]
+	sc.freeListPrev[n], sc.freeListNext[n] = -1, *h
 	if *h >= 0 {
-		sc.bPrev[*h] = n
+		sc.freeListPrev[*h] = n
 	}
 	*h = n
 }
 
 func (sc *scratch) unlink(f, n int32, g int) {
-	if sc.bPrev[n] >= 0 {
-		sc.bNext[sc.bPrev[n]] = sc.bNext[n]
+	if sc.freeListPrev[n] >= 0 {
+		sc.freeListNext[sc.freeListPrev[n]] = sc.freeListNext[n]
 	} else {
-		sc.bHead[f][g] = sc.bNext[n]
+		sc.freeListHead[f][g] = sc.freeListNext[n]
 	}
-	if sc.bNext[n] >= 0 {
-		sc.bPrev[sc.bNext[n]] = sc.bPrev[n]
+	if sc.freeListNext[n] >= 0 {
+		sc.freeListPrev[sc.freeListNext[n]] = sc.freeListPrev[n]
 	}
 }
 
@@ -293,16 +333,16 @@ func (sc *scratch) unlink(f, n int32, g int) {
 // with the fewest free GPUs that fits it, then the fewest free CPU cores, then config order.
 // Only the nodes with exactly that many free GPUs are looked at.
 func (sc *scratch) grantOne(p *Pool, sh *shape) bool {
-	heads := sc.bHead[sh.fam]
+	heads := sc.freeListHead[sh.fam]
 	best := int32(-1)
-	bk3 := 0
+	bestSpareCPU := 0
 	for g := sh.gpu; g < len(heads) && best < 0; g++ {
-		for n := heads[g]; n >= 0; n = sc.bNext[n] {
-			if sc.aC[n] < sh.cpu || sc.aR[n] < sh.ram {
+		for n := heads[g]; n >= 0; n = sc.freeListNext[n] {
+			if sc.freeCPU[n] < sh.cpu || sc.freeRAM[n] < sh.ram {
 				continue
 			}
-			if k3 := sc.aC[n] - sh.cpu; best < 0 || k3 < bk3 || k3 == bk3 && n < best {
-				best, bk3 = n, k3
+			if spareCPU := sc.freeCPU[n] - sh.cpu; best < 0 || spareCPU < bestSpareCPU || spareCPU == bestSpareCPU && n < best {
+				best, bestSpareCPU = n, spareCPU
 			}
 		}
 	}
@@ -313,46 +353,46 @@ func (sc *scratch) grantOne(p *Pool, sh *shape) bool {
 	return true
 }
 
-// cmpCand orders candidate nodes: first the nodes where capacity is nominated to the request
+// cmpNodeCandidate orders candidate nodes: first the nodes where capacity is nominated to the request
 // itself, then best fit: fewest GPUs left over, fewest taken from releasing capacity, fewest CPU
 // cores left over, config order. For a request that will wait (releasing capacity counted) the
 // left-over keys are 0: its choice must not change when others take capacity elsewhere, or a
 // second pass would hold other nodes than the first.
-func cmpCand(a, b cand) int {
+func cmpNodeCandidate(a, b nodeCandidate) int {
 	switch {
-	case a.k0 != b.k0:
-		return int(a.k0) - int(b.k0)
-	case a.k1 != b.k1:
-		return a.k1 - b.k1
-	case a.k2 != b.k2:
-		return a.k2 - b.k2
-	case a.k3 != b.k3:
-		return a.k3 - b.k3
+	case a.elsewhere != b.elsewhere:
+		return int(a.elsewhere) - int(b.elsewhere)
+	case a.spareGPU != b.spareGPU:
+		return a.spareGPU - b.spareGPU
+	case a.fromRel != b.fromRel:
+		return a.fromRel - b.fromRel
+	case a.spareCPU != b.spareCPU:
+		return a.spareCPU - b.spareCPU
 	}
 	return int(a.n - b.n)
 }
 
 // pickNodes is the gang placement: each worker needs the whole demand on one node, all on
-// distinct nodes that are not lost, in cmpCand order. Result in sc.pick, sorted.
+// distinct nodes that are not lost, in cmpNodeCandidate order. Result in sc.pick, sorted.
 func (sc *scratch) pickNodes(p *Pool, sh *shape, withRel bool) bool {
 	if sh.workers == 1 {
-		if !withRel && len(sc.ownNoms) == 0 {
+		if !withRel && len(sc.walkerNoms) == 0 {
 			return sc.grantOne(p, sh)
 		}
 		return sc.pickOne(p, sh, withRel)
 	}
-	sc.cands = sc.cands[:0]
+	sc.nodeCands = sc.nodeCands[:0]
 	for _, n := range p.fams[sh.fam].live {
 		if c, ok := sc.candOf(n, sh, withRel); ok {
-			sc.cands = append(sc.cands, c)
+			sc.nodeCands = append(sc.nodeCands, c)
 		}
 	}
-	if len(sc.cands) < sh.workers {
+	if len(sc.nodeCands) < sh.workers {
 		return false
 	}
-	slices.SortFunc(sc.cands, cmpCand)
+	slices.SortFunc(sc.nodeCands, cmpNodeCandidate)
 	sc.pick = sc.pick[:0]
-	for _, c := range sc.cands[:sh.workers] {
+	for _, c := range sc.nodeCands[:sh.workers] {
 		sc.pick = append(sc.pick, c.n)
 	}
 	slices.Sort(sc.pick)
@@ -360,27 +400,27 @@ func (sc *scratch) pickNodes(p *Pool, sh *shape, withRel bool) bool {
 }
 
 // candOf is node n as a candidate for one worker of sh, if the worker fits there.
-func (sc *scratch) candOf(n int32, sh *shape, withRel bool) (cand, bool) {
-	g, c, r := sc.aG[n], sc.aC[n], sc.aR[n]
-	k2 := 0
+func (sc *scratch) candOf(n int32, sh *shape, withRel bool) (nodeCandidate, bool) {
+	g, c, r := sc.freeGPU[n], sc.freeCPU[n], sc.freeRAM[n]
+	fromRel := 0
 	if withRel {
-		g, c, r = g+sc.rG[n], c+sc.rC[n], r+sc.rR[n]
-		k2 = max(0, sh.gpu-sc.aG[n])
+		g, c, r = g+sc.relGPU[n], c+sc.relCPU[n], r+sc.relRAM[n]
+		fromRel = max(0, sh.gpu-sc.freeGPU[n])
 	}
 	if g < sh.gpu || c < sh.cpu || r < sh.ram {
-		return cand{}, false
+		return nodeCandidate{}, false
 	}
-	k0 := int8(1)
-	if sc.own[n] == sc.ownStamp {
-		k0 = 0
+	elsewhere := int8(1)
+	if sc.walkerOwns[n] == sc.walkerStamp {
+		elsewhere = 0
 	}
 	if withRel {
-		return cand{n: n, k0: k0, k2: k2}, true
+		return nodeCandidate{n: n, elsewhere: elsewhere, fromRel: fromRel}, true
 	}
-	return cand{n: n, k0: k0, k1: g - sh.gpu, k3: c - sh.cpu}, true
+	return nodeCandidate{n: n, elsewhere: elsewhere, spareGPU: g - sh.gpu, spareCPU: c - sh.cpu}, true
 }
 
-// pickOne is pickNodes for one worker: the best candidate in cmpCand order, without sorting
+// pickOne is pickNodes for one worker: the best candidate in cmpNodeCandidate order, without sorting
 // (this loop is the hot path of a pass that grants many requests).
 func (sc *scratch) pickOne(p *Pool, sh *shape, withRel bool) bool {
 	// A node with capacity nominated to the request beats every other: look at those first.
@@ -389,47 +429,47 @@ func (sc *scratch) pickOne(p *Pool, sh *shape, withRel bool) bool {
 		return true
 	}
 	best := int32(-1)
-	var bk0 int8
-	var bk1, bk2, bk3 int
-	aG, aC, aR, rG, rC, rR, own, stamp := sc.aG, sc.aC, sc.aR, sc.rG, sc.rC, sc.rR, sc.own, sc.ownStamp
+	var bestElsewhere int8
+	var bestSpareGPU, bestFromRel, bestSpareCPU int
+	freeGPU, freeCPU, freeRAM, relGPU, relCPU, relRAM, own, stamp := sc.freeGPU, sc.freeCPU, sc.freeRAM, sc.relGPU, sc.relCPU, sc.relRAM, sc.walkerOwns, sc.walkerStamp
 	for _, n := range p.fams[sh.fam].live {
-		g, c, r := aG[n], aC[n], aR[n]
-		k2 := 0
+		g, c, r := freeGPU[n], freeCPU[n], freeRAM[n]
+		fromRel := 0
 		if withRel {
-			g, c, r = g+rG[n], c+rC[n], r+rR[n]
-			k2 = max(0, sh.gpu-aG[n])
+			g, c, r = g+relGPU[n], c+relCPU[n], r+relRAM[n]
+			fromRel = max(0, sh.gpu-freeGPU[n])
 		}
 		if g < sh.gpu || c < sh.cpu || r < sh.ram {
 			continue
 		}
-		k0 := int8(1)
+		elsewhere := int8(1)
 		if own[n] == stamp {
-			k0 = 0
+			elsewhere = 0
 		}
-		k1, k3 := g-sh.gpu, c-sh.cpu
+		spareGPU, spareCPU := g-sh.gpu, c-sh.cpu
 		if withRel {
-			k1, k3 = 0, 0
+			spareGPU, spareCPU = 0, 0
 		}
 		if best >= 0 {
 			switch {
-			case k0 != bk0:
-				if k0 > bk0 {
+			case elsewhere != bestElsewhere:
+				if elsewhere > bestElsewhere {
 					continue
 				}
-			case k1 != bk1:
-				if k1 > bk1 {
+			case spareGPU != bestSpareGPU:
+				if spareGPU > bestSpareGPU {
 					continue
 				}
-			case k2 != bk2:
-				if k2 > bk2 {
+			case fromRel != bestFromRel:
+				if fromRel > bestFromRel {
 					continue
 				}
-			case k3 >= bk3:
+			case spareCPU >= bestSpareCPU:
 				continue // a later node never wins a tie
 			}
 		}
-		best, bk0, bk1, bk2, bk3 = n, k0, k1, k2, k3
-		if k0 == 0 && k1 == 0 && k2 == 0 && k3 == 0 {
+		best, bestElsewhere, bestSpareGPU, bestFromRel, bestSpareCPU = n, elsewhere, spareGPU, fromRel, spareCPU
+		if elsewhere == 0 && spareGPU == 0 && fromRel == 0 && spareCPU == 0 {
 			break // nothing later can be better
 		}
 	}
@@ -444,13 +484,13 @@ func (sc *scratch) pickOne(p *Pool, sh *shape, withRel bool) bool {
 // or -1.
 func (sc *scratch) pickOwn(p *Pool, sh *shape, withRel bool) int32 {
 	best := int32(-1)
-	var bc cand
-	for _, k := range sc.ownNoms {
-		n := sc.noms[k].n
+	var bc nodeCandidate
+	for _, k := range sc.walkerNoms {
+		n := sc.nominations[k].node
 		if p.nodes[n].fam != sh.fam || p.nodes[n].lost {
 			continue
 		}
-		if c, ok := sc.candOf(n, sh, withRel); ok && (best < 0 || cmpCand(c, bc) < 0) {
+		if c, ok := sc.candOf(n, sh, withRel); ok && (best < 0 || cmpNodeCandidate(c, bc) < 0) {
 			best, bc = n, c
 		}
 	}
@@ -461,11 +501,11 @@ func (sc *scratch) pickOwn(p *Pool, sh *shape, withRel bool) int32 {
 // request (not one it took over from another request).
 func (sc *scratch) pickUsesOwnVictims() bool {
 	for _, n := range sc.pick {
-		if sc.own[n] != sc.ownStamp {
+		if sc.walkerOwns[n] != sc.walkerStamp {
 			continue
 		}
-		for _, k := range sc.ownNoms {
-			if x := &sc.noms[k]; x.n == n && !x.taken {
+		for _, k := range sc.walkerNoms {
+			if x := &sc.nominations[k]; x.node == n && !x.taken {
 				return true
 			}
 		}
@@ -476,7 +516,7 @@ func (sc *scratch) pickUsesOwnVictims() bool {
 // pickFree reports whether every picked node holds a worker of sh on free capacity alone.
 func (sc *scratch) pickFree(sh *shape) bool {
 	for _, n := range sc.pick {
-		if sc.aG[n] < sh.gpu || sc.aC[n] < sh.cpu || sc.aR[n] < sh.ram {
+		if sc.freeGPU[n] < sh.gpu || sc.freeCPU[n] < sh.cpu || sc.freeRAM[n] < sh.ram {
 			return false
 		}
 	}
@@ -490,28 +530,28 @@ func (sc *scratch) take(p *Pool, sh *shape, grant bool) {
 	for _, n := range sc.pick {
 		var rg, rc, rr int
 		if !grant {
-			rg, rc, rr = max(0, sh.gpu-sc.aG[n]), max(0, sh.cpu-sc.aC[n]), max(0, sh.ram-sc.aR[n])
+			rg, rc, rr = max(0, sh.gpu-sc.freeGPU[n]), max(0, sh.cpu-sc.freeCPU[n]), max(0, sh.ram-sc.freeRAM[n])
 		}
 		sc.relTake = append(sc.relTake, int32(rg))
 		sc.relUsed = append(sc.relUsed, rg > 0 || rc > 0 || rr > 0)
-		if sc.own[n] == sc.ownStamp { // what it holds of its own nominations stays out of the re-hiding
+		if sc.walkerOwns[n] == sc.walkerStamp { // what it holds of its own nominations stays out of the re-hiding
 			rel := [3]int{rg, rc, rr}
 			free := [3]int{sh.gpu - rg, sh.cpu - rc, sh.ram - rr}
-			for _, k := range sc.ownNoms {
-				if x := &sc.noms[k]; x.n == n {
+			for _, k := range sc.walkerNoms {
+				if x := &sc.nominations[k]; x.node == n {
 					u := &rel
 					if x.free {
 						u = &free
 					}
-					a, b, c := min(u[0], x.g-x.ug), min(u[1], x.c-x.uc), min(u[2], x.r-x.ur)
-					x.ug, x.uc, x.ur = x.ug+a, x.uc+b, x.ur+c
+					a, b, c := min(u[0], x.gpu-x.heldGPU), min(u[1], x.cpu-x.heldCPU), min(u[2], x.ram-x.heldRAM)
+					x.heldGPU, x.heldCPU, x.heldRAM = x.heldGPU+a, x.heldCPU+b, x.heldRAM+c
 					u[0], u[1], u[2] = u[0]-a, u[1]-b, u[2]-c
 				}
 			}
 		}
-		sc.aC[n], sc.rC[n] = sc.aC[n]-(sh.cpu-rc), sc.rC[n]-rc
-		sc.aR[n], sc.rR[n] = sc.aR[n]-(sh.ram-rr), sc.rR[n]-rr
-		sc.setGPU(p, n, sc.aG[n]-(sh.gpu-rg), sc.rG[n]-rg)
+		sc.freeCPU[n], sc.relCPU[n] = sc.freeCPU[n]-(sh.cpu-rc), sc.relCPU[n]-rc
+		sc.freeRAM[n], sc.relRAM[n] = sc.freeRAM[n]-(sh.ram-rr), sc.relRAM[n]-rr
+		sc.setGPU(p, n, sc.freeGPU[n]-(sh.gpu-rg), sc.relGPU[n]-rg)
 	}
 }
 
@@ -522,16 +562,16 @@ type planGrant struct {
 }
 
 type holdUse struct {
-	i       int // index in Pool.holds
-	g, c, r int
+	holdIdx       int // index in Pool.holds
+	gpu, cpu, ram int
 }
 
 // grant records that w starts on the picked nodes (already taken).
 func (sc *scratch) grant(pl *plan, w *waitReq) {
 	g := planGrant{w: w, nodes: slices.Clone(sc.pick)}
-	for _, k := range sc.ownNoms {
-		if x := &sc.noms[k]; x.free && (x.ug > 0 || x.uc > 0 || x.ur > 0) {
-			g.holds = append(g.holds, holdUse{i: x.hold, g: x.ug, c: x.uc, r: x.ur})
+	for _, k := range sc.walkerNoms {
+		if x := &sc.nominations[k]; x.free && (x.heldGPU > 0 || x.heldCPU > 0 || x.heldRAM > 0) {
+			g.holds = append(g.holds, holdUse{holdIdx: x.holdIdx, gpu: x.heldGPU, cpu: x.heldCPU, ram: x.heldRAM})
 		}
 	}
 	pl.grants = append(pl.grants, g)
@@ -585,9 +625,9 @@ func (p *Pool) plan(now time.Time, sc *scratch, explain bool) *plan {
 	blocker := -1
 	prevClass := Class(-1)
 	reserving := p.policy.ReserveAfter > 0 && !p.strict()
-	for i, h := range p.hot {
-		first := h.class != prevClass
-		prevClass = h.class
+	for i, key := range p.waitKeys {
+		first := key.class != prevClass
+		prevClass = key.class
 		if blocker >= 0 {
 			if !explain {
 				break
@@ -597,28 +637,13 @@ func (p *Pool) plan(now time.Time, sc *scratch, explain bool) *plan {
 		}
 		var kind uint8
 		var victims []*runJob
-		if !sc.hasOwn[i] && !h.prev && sc.abFail[h.shape] == sc.epoch && (h.class == Low || sc.cFail[3*int(h.shape)+int(h.class)] == sc.epoch) &&
-			(!first || !reserving) {
+		if sc.knownToFail(i, key) && (!first || !reserving) {
 			kind = outNoFit // the fast path of a long queue: a shape that already failed in this pass
 		} else {
-			kind, victims = p.decide(now, sc, pl, i, h, first)
+			kind, victims = p.decide(now, sc, pl, i, key, first)
 		}
 		if explain {
-			w := p.waiting[i]
-			o := planOut{kind: kind, victims: victims}
-			switch kind {
-			case outGranted, outNominated, outPreempting:
-				o.nodes = slices.Clone(sc.pick)
-				o.relTake = slices.Clone(sc.relTake)
-				o.relUsed = slices.Clone(sc.relUsed)
-			case outReserving:
-				o.nodes = slices.Clone(pl.reserves[len(pl.reserves)-1].nodes)
-			}
-			if o.nodes != nil {
-				f := p.shapes[w.shape].fam
-				pl.consumers[f] = append(pl.consumers[f], int32(i))
-			}
-			pl.outs[i] = o
+			pl.outs[i] = p.explainOutcome(sc, pl, i, kind, victims)
 		}
 		if kind != outGranted && p.strict() {
 			blocker = i
@@ -627,107 +652,92 @@ func (p *Pool) plan(now time.Time, sc *scratch, explain bool) *plan {
 	return pl
 }
 
+// knownToFail reports whether waiting request i, which sees no capacity of its own, has a shape
+// that already could neither start nor hold capacity in this pass, nor preempt at its class.
+func (sc *scratch) knownToFail(i int, key waitKey) bool {
+	return !sc.hasNominations[i] && !key.prev && sc.failed.fitFailed(key.shape) &&
+		(key.class == Low || sc.failed.preemptFailed(key.shape, key.class))
+}
+
+// explainOutcome records what request i got in this pass, for View and Explain.
+func (p *Pool) explainOutcome(sc *scratch, pl *plan, i int, kind uint8, victims []*runJob) planOut {
+	o := planOut{kind: kind, victims: victims}
+	switch kind {
+	case outGranted, outNominated, outPreempting:
+		o.nodes = slices.Clone(sc.pick)
+		o.relTake = slices.Clone(sc.relTake)
+		o.relUsed = slices.Clone(sc.relUsed)
+	case outReserving:
+		o.nodes = slices.Clone(pl.reserves[len(pl.reserves)-1].nodes)
+	}
+	if o.nodes != nil {
+		f := p.shapes[p.waiting[i].shape].fam
+		pl.consumers[f] = append(pl.consumers[f], int32(i))
+	}
+	return o
+}
+
 // decide applies the rules to one request: (a) grant on free capacity; (b) else hold free +
 // releasing capacity and wait; (c) else preempt (or take over capacity nominated to a lower
 // class); (d) else, if it has been the first of its class for Policy.ReserveAfter, reserve the
 // nodes where it will fit soonest. Capacity nominated to other requests is out of its sight but
 // for (c).
-func (p *Pool) decide(now time.Time, sc *scratch, pl *plan, i int, h hotEntry, first bool) (uint8, []*runJob) {
-	if h.prev {
+func (p *Pool) decide(now time.Time, sc *scratch, pl *plan, i int, key waitKey, first bool) (uint8, []*runJob) {
+	if key.prev {
 		return outPrevAttempt, nil
 	}
 	// Its own nominations come back into sight; whatever it does not take is hidden again.
-	sc.ownStamp++
-	if sc.ownStamp == 0 {
-		clear(sc.own)
-		sc.ownStamp = 1
+	sc.walkerStamp++
+	if sc.walkerStamp == 0 {
+		clear(sc.walkerOwns)
+		sc.walkerStamp = 1
 	}
-	sc.ownNoms = sc.ownNoms[:0]
-	if sc.hasOwn[i] {
-		sc.ownNoms = append(sc.ownNoms, sc.byJob[p.waiting[i].r.Job]...)
+	sc.walkerNoms = sc.walkerNoms[:0]
+	if sc.hasNominations[i] {
+		sc.walkerNoms = append(sc.walkerNoms, sc.byJob[p.waiting[i].r.Job]...)
 	}
-	for _, k := range sc.ownNoms {
-		sc.own[sc.noms[k].n] = sc.ownStamp
+	for _, k := range sc.walkerNoms {
+		sc.walkerOwns[sc.nominations[k].node] = sc.walkerStamp
 		sc.unhide(p, k)
 	}
-	kind, victims := p.decideFor(now, sc, pl, i, h, first)
-	if len(sc.ownNoms) > 0 { // (no defer: this runs for every waiting request)
+	kind, victims := p.decideFor(now, sc, pl, p.waiting[i], key, first)
+	if len(sc.walkerNoms) > 0 { // (no defer: this runs for every waiting request)
 		sc.rehide(p)
 	}
 	return kind, victims
 }
 
-func (p *Pool) decideFor(now time.Time, sc *scratch, pl *plan, i int, h hotEntry, first bool) (uint8, []*runJob) {
-	w := p.waiting[i]
-	sh := &p.shapes[h.shape]
-	cache := len(sc.ownNoms) == 0 // the failure caches hold for requests that see no capacity of their own
-	if !cache && sc.pickNodes(p, sh, true) && sc.pickUsesOwnVictims() {
-		// A request with capacity nominated to it waits for that capacity rather than start
-		// elsewhere: the free capacity elsewhere serves the requests behind it, so that its
-		// victims were not preempted for nothing.
-		if sc.pickFree(sh) {
-			sc.take(p, sh, true)
-			sc.grant(pl, w)
-			return outGranted, nil
-		}
-		sc.take(p, sh, false)
-		return outNominated, nil
-	}
-	if !cache || sc.abFail[h.shape] != sc.epoch {
-		g := min(sh.gpu, len(sc.cntA[sh.fam])-1)
-		if int(sc.cntA[sh.fam][g]) >= sh.workers && sc.pickNodes(p, sh, false) {
-			sc.take(p, sh, true)
-			sc.grant(pl, w)
-			return outGranted, nil
-		}
-		if (!cache || sc.relVisible[sh.fam]) && int(sc.cntAR[sh.fam][g]) >= sh.workers && sc.pickNodes(p, sh, true) {
-			sc.take(p, sh, false)
-			return outNominated, nil
-		}
-		if cache {
-			sc.abFail[h.shape] = sc.epoch
+// decideFor applies rules (a) to (e) of the package doc to w, whose own nominations are in
+// sight.
+func (p *Pool) decideFor(now time.Time, sc *scratch, pl *plan, w *waitReq, key waitKey, first bool) (uint8, []*runJob) {
+	sh := &p.shapes[key.shape]
+	// The failure caches hold only for requests that see no capacity of their own.
+	cacheable := len(sc.walkerNoms) == 0
+	if !cacheable {
+		if kind, ok := sc.waitForOwnVictims(p, pl, w, sh); ok {
+			return kind, nil
 		}
 	}
-	ck := 3*int(h.shape) + int(h.class)
-	if h.class == Low || (cache && sc.cFail[ck] == sc.epoch) {
+	if !cacheable || !sc.failed.fitFailed(key.shape) {
+		if kind, ok := sc.grantOrHold(p, pl, w, sh, cacheable); ok {
+			return kind, nil
+		}
+		if cacheable {
+			sc.failed.markFitFailed(key.shape)
+		}
+	}
+	if key.class == Low || (cacheable && sc.failed.preemptFailed(key.shape, key.class)) {
 		return p.maybeReserve(now, sc, pl, w, sh, first), nil
 	}
-	victims, takeovers, ok := p.chooseVictims(now, sc, sh, h.class)
+	victims, takeovers, ok := p.chooseVictims(now, sc, sh, key.class)
 	if !ok {
-		if cache {
-			sc.cFail[ck] = sc.epoch
+		if cacheable {
+			sc.failed.markPreemptFailed(key.shape, key.class)
 		}
 		return p.maybeReserve(now, sc, pl, w, sh, first), nil
 	}
-	// Nominated capacity it takes over becomes its own.
-	for _, k := range takeovers {
-		x := &sc.noms[k]
-		sc.unhide(p, k)
-		sc.byJob[x.by] = slices.DeleteFunc(sc.byJob[x.by], func(i int32) bool { return i == k })
-		x.by, x.class, x.taken = w.r.Job, w.r.Class, true
-		sc.byJob[x.by] = append(sc.byJob[x.by], k)
-		sc.ownNoms = append(sc.ownNoms, k)
-		sc.own[x.n] = sc.ownStamp
-		pl.takeovers = append(pl.takeovers, planTakeover{v: x.v, w: x.w, hold: x.hold, by: w})
-	}
-	// The victims' capacity becomes releasing and nominated to the request.
-	for _, v := range victims {
-		sc.victims[v] = true
-		d := &v.r.Demand
-		for wk, n := range v.nodes {
-			if v.released[wk] || p.nodes[n].lost {
-				continue
-			}
-			k := sc.addNom(nom{v: v, w: wk, n: n, g: d.GPUs, c: d.CPU, r: d.RAMGB, class: w.r.Class, by: w.r.Job, seq: sc.nextSeq})
-			sc.ownNoms = append(sc.ownNoms, k)
-			sc.own[n] = sc.ownStamp
-			sc.rC[n] += d.CPU
-			sc.rR[n] += d.RAMGB
-			sc.setGPU(p, n, sc.aG[n], sc.rG[n]+d.GPUs)
-		}
-		sc.nextSeq++
-		pl.preempts = append(pl.preempts, planPreempt{victim: v, by: w})
-	}
+	sc.takeOver(p, pl, w, takeovers)
+	sc.nominateVictims(p, pl, w, victims)
 	if !sc.pickNodes(p, sh, true) {
 		panic("scheduler: preemption chose victims that do not make room") // unreachable
 	}
@@ -743,13 +753,81 @@ func (p *Pool) decideFor(now time.Time, sc *scratch, pl *plan, i int, h hotEntry
 	return outPreempting, victims
 }
 
+// waitForOwnVictims is rule (a): a request with capacity nominated to it waits for that capacity
+// rather than start elsewhere (the free capacity elsewhere serves the requests behind it), so
+// that its victims were not preempted for nothing. ok is false if no placement uses its victims.
+func (sc *scratch) waitForOwnVictims(p *Pool, pl *plan, w *waitReq, sh *shape) (kind uint8, ok bool) {
+	if !sc.pickNodes(p, sh, true) || !sc.pickUsesOwnVictims() {
+		return 0, false
+	}
+	if sc.pickFree(sh) {
+		sc.take(p, sh, true)
+		sc.grant(pl, w)
+		return outGranted, true
+	}
+	sc.take(p, sh, false)
+	return outNominated, true
+}
+
+// grantOrHold is rules (b) and (c): start on free capacity, else hold free + releasing capacity
+// and wait. A request without nominations of its own (cacheable) sees releasing capacity only
+// if some was nominated to nobody when the pass began.
+func (sc *scratch) grantOrHold(p *Pool, pl *plan, w *waitReq, sh *shape, cacheable bool) (kind uint8, ok bool) {
+	g := min(sh.gpu, len(sc.freeAtLeast[sh.fam])-1)
+	if int(sc.freeAtLeast[sh.fam][g]) >= sh.workers && sc.pickNodes(p, sh, false) {
+		sc.take(p, sh, true)
+		sc.grant(pl, w)
+		return outGranted, true
+	}
+	if (!cacheable || sc.relVisible[sh.fam]) && int(sc.freeOrRelAtLeast[sh.fam][g]) >= sh.workers && sc.pickNodes(p, sh, true) {
+		sc.take(p, sh, false)
+		return outNominated, true
+	}
+	return 0, false
+}
+
+// takeOver makes the nominated capacity w takes over (rule d) its own.
+func (sc *scratch) takeOver(p *Pool, pl *plan, w *waitReq, takeovers []int32) {
+	for _, k := range takeovers {
+		x := &sc.nominations[k]
+		sc.unhide(p, k)
+		sc.byJob[x.by] = slices.DeleteFunc(sc.byJob[x.by], func(i int32) bool { return i == k })
+		x.by, x.class, x.taken = w.r.Job, w.r.Class, true
+		sc.byJob[x.by] = append(sc.byJob[x.by], k)
+		sc.walkerNoms = append(sc.walkerNoms, k)
+		sc.walkerOwns[x.node] = sc.walkerStamp
+		pl.takeovers = append(pl.takeovers, planTakeover{v: x.victim, w: x.worker, hold: x.holdIdx, by: w})
+	}
+}
+
+// nominateVictims makes the victims' capacity releasing and nominated to w.
+func (sc *scratch) nominateVictims(p *Pool, pl *plan, w *waitReq, victims []*runJob) {
+	for _, v := range victims {
+		sc.victims[v] = true
+		d := &v.r.Demand
+		for wk, n := range v.nodes {
+			if v.released[wk] || p.nodes[n].lost {
+				continue
+			}
+			k := sc.addNom(nomination{victim: v, worker: wk, node: n, gpu: d.GPUs, cpu: d.CPU, ram: d.RAMGB, class: w.r.Class, by: w.r.Job, seq: sc.nextSeq})
+			sc.walkerNoms = append(sc.walkerNoms, k)
+			sc.walkerOwns[n] = sc.walkerStamp
+			sc.relCPU[n] += d.CPU
+			sc.relRAM[n] += d.RAMGB
+			sc.setGPU(p, n, sc.freeGPU[n], sc.relGPU[n]+d.GPUs)
+		}
+		sc.nextSeq++
+		pl.preempts = append(pl.preempts, planPreempt{victim: v, by: w})
+	}
+}
+
 // rehide hides again what the walker does not hold of its own nominations: they stay its own
 // until their workers stop, whatever it decided.
 func (sc *scratch) rehide(p *Pool) {
-	for _, k := range sc.ownNoms {
+	for _, k := range sc.walkerNoms {
 		sc.hide(p, k)
 	}
-	sc.ownNoms = sc.ownNoms[:0]
+	sc.walkerNoms = sc.walkerNoms[:0]
 }
 
 // Schedule makes all decisions possible now. Grants are applied to the state (the job is running
@@ -771,7 +849,18 @@ func (p *Pool) Schedule(now time.Time) Decisions {
 	}
 	pl := p.plan(now, p.sc, false)
 	var d Decisions
-	// Takeovers first: the holds' indices are those of the pass.
+	p.applyTakeovers(pl)
+	d.Grants = p.applyGrants(now, pl)
+	d.Preemptions = p.applyPreemptions(pl)
+	p.updateHeads(now, pl)
+	p.dirty = len(d.Grants)+len(d.Preemptions) > 0
+	p.wake = p.nextWake(now)
+	return d
+}
+
+// applyTakeovers hands the nominated capacity taken over in the pass to its new nominee. It runs
+// first: the holds' indices are those of the pass.
+func (p *Pool) applyTakeovers(pl *plan) {
 	for _, t := range pl.takeovers {
 		nb := &Preemptor{Job: t.by.r.Job, Class: t.by.r.Class, Kind: t.by.r.Kind}
 		if t.v != nil {
@@ -780,46 +869,65 @@ func (p *Pool) Schedule(now time.Time) Decisions {
 			p.holds[t.hold].by, p.holds[t.hold].class, p.holds[t.hold].taken = nb.Job, nb.Class, true
 		}
 	}
+}
+
+// applyGrants starts the granted requests: they run from now on, on the lowest free GPU indices
+// of their nodes, and leave the queue.
+func (p *Pool) applyGrants(now time.Time, pl *plan) []Grant {
+	var grants []Grant
 	for _, g := range pl.grants {
-		w := g.w
-		dm := &w.r.Demand
-		rj := &runJob{r: w.r, fam: p.shapes[w.shape].fam, startedAt: now, nodes: g.nodes,
-			gpus: make([]uint64, len(g.nodes)), released: make([]bool, len(g.nodes)), preemptions: w.r.Preemptions}
-		for i, n := range g.nodes {
-			nd := &p.nodes[n]
-			m := lowestFree(nd.used, nd.GPUs, dm.GPUs)
-			nd.used |= m
-			nd.freeGPU -= dm.GPUs
-			nd.freeCPU -= dm.CPU
-			nd.freeRAM -= dm.RAMGB
-			rj.gpus[i] = m
-		}
-		p.running[w.r.Job] = rj
-		p.place(rj)
-		delete(p.waitIdx, w.r.Job)
-		// What it did not use of the capacity held for it stays out of sight until the next event.
-		for _, u := range g.holds {
-			h := &p.holds[u.i]
-			h.g, h.c, h.r = h.g-u.g, h.c-u.c, h.r-u.r
-		}
-		for i := range p.holds {
-			if p.holds[i].by == w.r.Job {
-				p.holds[i].stale = true
-			}
-		}
-		d.Grants = append(d.Grants, Grant{Job: w.r.Job, Attempt: w.r.Attempt, Placement: p.placement(rj.nodes, rj.gpus)})
+		rj := p.start(now, g)
+		grants = append(grants, Grant{Job: rj.r.Job, Attempt: rj.r.Attempt, Placement: p.placement(rj.nodes, rj.gpus)})
 	}
 	if len(pl.grants) > 0 {
 		k := 0
 		for i, w := range p.waiting {
 			if p.waitIdx[w.r.Job] == w {
-				p.waiting[k], p.hot[k] = w, p.hot[i]
+				p.waiting[k], p.waitKeys[k] = w, p.waitKeys[i]
 				k++
 			}
 		}
 		clear(p.waiting[k:])
-		p.waiting, p.hot = p.waiting[:k], p.hot[:k]
+		p.waiting, p.waitKeys = p.waiting[:k], p.waitKeys[:k]
 	}
+	return grants
+}
+
+// start places one granted request on its nodes (it stays in p.waiting until applyGrants
+// compacts the queue).
+func (p *Pool) start(now time.Time, g planGrant) *runJob {
+	w := g.w
+	dm := &w.r.Demand
+	rj := &runJob{r: w.r, fam: p.shapes[w.shape].fam, startedAt: now, nodes: g.nodes,
+		gpus: make([]uint64, len(g.nodes)), released: make([]bool, len(g.nodes)), preemptions: w.r.Preemptions}
+	for i, n := range g.nodes {
+		nd := &p.nodes[n]
+		m := lowestFree(nd.used, nd.GPUs, dm.GPUs)
+		nd.used |= m
+		nd.freeGPU -= dm.GPUs
+		nd.freeCPU -= dm.CPU
+		nd.freeRAM -= dm.RAMGB
+		rj.gpus[i] = m
+	}
+	p.running[w.r.Job] = rj
+	p.place(rj)
+	delete(p.waitIdx, w.r.Job)
+	// What it did not use of the capacity held for it stays out of sight until the next event.
+	for _, u := range g.holds {
+		h := &p.holds[u.holdIdx]
+		h.gpu, h.cpu, h.ram = h.gpu-u.gpu, h.cpu-u.cpu, h.ram-u.ram
+	}
+	for i := range p.holds {
+		if p.holds[i].by == w.r.Job {
+			p.holds[i].stale = true
+		}
+	}
+	return rj
+}
+
+// applyPreemptions makes the victims releasing, nominated to their preemptor.
+func (p *Pool) applyPreemptions(pl *plan) []Preemption {
+	var out []Preemption
 	for _, pp := range pl.preempts {
 		v, by := pp.victim, pp.by
 		p.beginRelease(v)
@@ -832,14 +940,11 @@ func (p *Pool) Schedule(now time.Time) Decisions {
 		p.preemptSeq++
 		v.preemptSeq = p.preemptSeq
 		p.victims = append(p.victims, v)
-		d.Preemptions = append(d.Preemptions, Preemption{
+		out = append(out, Preemption{
 			Victim: v.r.Job, VictimAttempt: v.r.Attempt, Preemptor: *v.preemptedBy,
 			Reason: fmt.Sprintf("preempted to make room for %s-priority %s %s, which needs %s; %s-priority jobs give way to higher classes, those that would lose the least work first",
 				by.r.Class, by.r.Kind, by.r.Job, needText(by.r.Demand, by.r.Workers), v.r.Class),
 		})
 	}
-	p.updateHeads(now, pl)
-	p.dirty = len(d.Grants)+len(d.Preemptions) > 0
-	p.wake = p.nextWake(now)
-	return d
+	return out
 }

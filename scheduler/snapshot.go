@@ -143,7 +143,7 @@ func (p *Pool) Snapshot() Snapshot {
 		}
 	}
 	for _, h := range p.holds {
-		s.Holds = append(s.Holds, SnapshotHold{Job: h.by, Class: h.class, Node: h.n, GPUs: h.g, CPU: h.c, RAMGB: h.r, Seq: h.seq, Stale: h.stale, Taken: h.taken})
+		s.Holds = append(s.Holds, SnapshotHold{Job: h.by, Class: h.class, Node: h.node, GPUs: h.gpu, CPU: h.cpu, RAMGB: h.ram, Seq: h.seq, Stale: h.stale, Taken: h.taken})
 	}
 	for _, job := range p.memoOrder {
 		if m, ok := p.memo[job]; ok {
@@ -487,7 +487,7 @@ func (rs *restorer) waitingRequest(i int) error {
 		return fmt.Errorf("snapshot: waiting requests are not in launch order at %q", r.Job)
 	}
 	p.waiting = append(p.waiting, w)
-	p.hot = append(p.hot, hotEntry{shape: w.shape, class: r.Class, prev: p.running[r.Job] != nil})
+	p.waitKeys = append(p.waitKeys, waitKey{shape: w.shape, class: r.Class, prev: p.running[r.Job] != nil})
 	p.waitIdx[r.Job] = w
 	return nil
 }
@@ -519,7 +519,7 @@ func (rs *restorer) holds() error {
 		if !h.Stale && p.waitIdx[h.Job] == nil { // its request is gone (a reconfiguration found it unfit)
 			continue
 		}
-		p.addHold(hold{by: h.Job, class: h.Class, n: h.Node, g: h.GPUs, c: h.CPU, r: h.RAMGB, seq: h.Seq, stale: h.Stale, taken: h.Taken})
+		p.addHold(hold{by: h.Job, class: h.Class, node: h.Node, gpu: h.GPUs, cpu: h.CPU, ram: h.RAMGB, seq: h.Seq, stale: h.Stale, taken: h.Taken})
 	}
 	return nil
 }

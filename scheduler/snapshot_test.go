@@ -247,14 +247,14 @@ func TestSnapshotV2Restores(t *testing.T) {
 
 func TestSnapshotV2LostNodes(t *testing.T) {
 	p := mustPool(t, nodesOf("n", "a", 4, 4, 16, 64), Policy{})
-	mustEnqueue(t, p, job("on-lost", Medium, "a", 4, 1, 1), job("gang", High, "a", 2, 2, 2))
+	mustEnqueue(t, p, makeJob("on-lost", "a").GPUs(4).Seq(1).Obj(), makeJob("gang", "a").Class(High).GPUs(2).Workers(2).Seq(2).Obj())
 	sched(t, p, at(0))
 	if ri, _ := p.Running("on-lost"); ri.Placement[0].Node != "n-3" { // gang, high, took n-1 and n-2
 		t.Fatalf("setup: on-lost on %+v", ri.Placement)
 	}
 	p.MarkNodeLost("n-4")
 	p.MarkNodeLost("n-3")
-	mustEnqueue(t, p, job("w", High, "a", 4, 1, 3))
+	mustEnqueue(t, p, makeJob("w", "a").Class(High).GPUs(4).Seq(3).Obj())
 	if d := sched(t, p, at(1)); len(d.Grants)+len(d.Preemptions) != 0 {
 		t.Fatalf("setup: %+v", d)
 	}

@@ -92,23 +92,23 @@ func (p *Pool) preemptible(rj *runJob, cl Class, now time.Time, sc *scratch) boo
 	return m <= 0 || now.Sub(rj.startedAt) >= m
 }
 
-// vref is a candidate of the victim search: a running job to preempt (nom < 0), or capacity
+// victimRef is a candidate of the victim search: a running job to preempt (nom < 0), or capacity
 // nominated to a strictly lower-class request, to take over (rj == nil).
-type vref struct {
+type victimRef struct {
 	rj  *runJob
 	nom int32
 }
 
-// vcand is a candidate on one node: its key and what it frees there.
-type vcand struct {
-	ref  vref
+// victimCand is a candidate on one node: its key and what it frees there.
+type victimCand struct {
+	ref  victimRef
 	key  victimKey
 	take bool   // a takeover: it loses no work
 	seq  int64  // a takeover: the nomination's sequence
 	amt  [3]int // GPUs, CPU, RAM it frees on the node
 }
 
-func cmpVCand(a, b vcand) int {
+func cmpVictimCand(a, b victimCand) int {
 	if c := cmp.Compare(a.key.class, b.key.class); c != 0 {
 		return c
 	}
@@ -127,7 +127,7 @@ func cmpVCand(a, b vcand) int {
 // lack is what one worker of sh still misses on node n beyond the pass's free and visible
 // releasing capacity (negative: to spare).
 func (sc *scratch) lack(n int32, sh *shape) [3]int {
-	return [3]int{sh.gpu - sc.aG[n] - sc.rG[n], sh.cpu - sc.aC[n] - sc.rC[n], sh.ram - sc.aR[n] - sc.rR[n]}
+	return [3]int{sh.gpu - sc.freeGPU[n] - sc.relGPU[n], sh.cpu - sc.freeCPU[n] - sc.relCPU[n], sh.ram - sc.freeRAM[n] - sc.relRAM[n]}
 }
 
 func fitsLack(l [3]int) bool { return l[0] <= 0 && l[1] <= 0 && l[2] <= 0 }
@@ -137,25 +137,25 @@ func holdsLacking(l, amt [3]int) bool {
 	return l[0] > 0 && amt[0] > 0 || l[1] > 0 && amt[1] > 0 || l[2] > 0 && amt[2] > 0
 }
 
-// candidates lists node n's candidates for a request of class cl, in victim order (cmpVCand):
+// candidates lists node n's candidates for a request of class cl, in victim order (cmpVictimCand):
 // capacity nominated to strictly lower-class requests (a takeover loses no work, so it comes
 // before preempting a job of the same class), and preemptible jobs.
-func (p *Pool) candidates(now time.Time, sc *scratch, n int32, cl Class) []vcand {
-	sc.vcands = sc.vcands[:0]
+func (p *Pool) candidates(now time.Time, sc *scratch, n int32, cl Class) []victimCand {
+	sc.nodeVictimCands = sc.nodeVictimCands[:0]
 	for _, k := range sc.byNode[n] {
-		x := &sc.noms[k]
-		if x.class < cl && (x.hg > 0 || x.hc > 0 || x.hr > 0) { // the walker's own are of its class
-			sc.vcands = append(sc.vcands, vcand{ref: vref{nom: k}, key: victimKey{class: x.class}, take: true, seq: x.seq, amt: [3]int{x.hg, x.hc, x.hr}})
+		x := &sc.nominations[k]
+		if x.class < cl && (x.hiddenGPU > 0 || x.hiddenCPU > 0 || x.hiddenRAM > 0) { // the walker's own are of its class
+			sc.nodeVictimCands = append(sc.nodeVictimCands, victimCand{ref: victimRef{nom: k}, key: victimKey{class: x.class}, take: true, seq: x.seq, amt: [3]int{x.hiddenGPU, x.hiddenCPU, x.hiddenRAM}})
 		}
 	}
 	for _, nj := range p.nodes[n].jobs {
 		if p.preemptible(nj.rj, cl, now, sc) {
 			d := &nj.rj.r.Demand
-			sc.vcands = append(sc.vcands, vcand{ref: vref{rj: nj.rj, nom: -1}, key: keyOf(nj.rj, now), amt: [3]int{d.GPUs, d.CPU, d.RAMGB}})
+			sc.nodeVictimCands = append(sc.nodeVictimCands, victimCand{ref: victimRef{rj: nj.rj, nom: -1}, key: keyOf(nj.rj, now), amt: [3]int{d.GPUs, d.CPU, d.RAMGB}})
 		}
 	}
-	slices.SortFunc(sc.vcands, cmpVCand)
-	return sc.vcands
+	slices.SortFunc(sc.nodeVictimCands, cmpVictimCand)
+	return sc.nodeVictimCands
 }
 
 // nodeVictims finds the candidates on node n that let one worker of sh fit there: in victim
@@ -167,26 +167,26 @@ func (p *Pool) nodeVictims(now time.Time, sc *scratch, n int32, sh *shape, cl Cl
 	if fitsLack(l) {
 		return true
 	}
-	start := len(sc.vflat)
+	start := len(sc.perNodeVictims)
 	for _, c := range p.candidates(now, sc, n, cl) {
 		if !holdsLacking(l, c.amt) {
 			continue
 		}
-		sc.vflat = append(sc.vflat, c)
+		sc.perNodeVictims = append(sc.perNodeVictims, c)
 		l[0], l[1], l[2] = l[0]-c.amt[0], l[1]-c.amt[1], l[2]-c.amt[2]
 		if fitsLack(l) {
 			break
 		}
 	}
 	if !fitsLack(l) {
-		sc.vflat = sc.vflat[:start]
+		sc.perNodeVictims = sc.perNodeVictims[:start]
 		return false
 	}
-	for k := len(sc.vflat) - 1; k >= start; k-- {
-		a := sc.vflat[k].amt
+	for k := len(sc.perNodeVictims) - 1; k >= start; k-- {
+		a := sc.perNodeVictims[k].amt
 		if fitsLack([3]int{l[0] + a[0], l[1] + a[1], l[2] + a[2]}) {
 			l[0], l[1], l[2] = l[0]+a[0], l[1]+a[1], l[2]+a[2]
-			sc.vflat = slices.Delete(sc.vflat, k, k+1)
+			sc.perNodeVictims = slices.Delete(sc.perNodeVictims, k, k+1)
 		}
 	}
 	return true
@@ -228,31 +228,65 @@ func cmpNodeCost(a, b nodeCost) int {
 // that sh fits on free + visible releasing + their capacity (see the package doc for the exact
 // rules); ok is false if nothing does. Nodes reserved in this pass are left alone.
 func (p *Pool) chooseVictims(now time.Time, sc *scratch, sh *shape, cl Class) (victims []*runJob, takeovers []int32, ok bool) {
-	if !sc.takeable(cl) {
-		none := true
-		for c := Low; c < cl; c++ {
-			none = none && p.nPreemptible[sh.fam][c] == 0
-		}
-		if none {
-			return nil, nil, false // nothing below its class runs, and nothing is nominated below it
+	if !sc.takeable(cl) && !p.anyPreemptibleBelow(sh.fam, cl) {
+		return nil, nil, false // nothing below its class runs, and nothing is nominated below it
+	}
+	fit := p.costNodes(now, sc, sh, cl)
+	need := sh.workers - fit
+	if need <= 0 || len(sc.costs) < need {
+		return nil, nil, false
+	}
+	slices.SortFunc(sc.costs, cmpNodeCost)
+	vs := sc.cheapestNodesVictims(need)
+	sc.dropUnneeded(p, vs, sh)
+	for _, v := range vs {
+		switch {
+		case v.ref.nom == droppedVictim:
+		case v.ref.rj != nil:
+			victims = append(victims, v.ref.rj)
+			sc.addRef(p, v.ref, sh, -1)
+		default:
+			takeovers = append(takeovers, v.ref.nom)
+			sc.addRef(p, v.ref, sh, -1)
 		}
 	}
-	sc.vflat, sc.costs = sc.vflat[:0], sc.costs[:0]
-	fit := 0
+	sc.victimBuf = vs[:0]
+	return victims, takeovers, true
+}
+
+// droppedVictim marks a candidate that dropUnneeded found unneeded.
+const droppedVictim = -2
+
+// anyPreemptibleBelow reports whether a running job of family fam and a class below cl may be
+// counted on as a victim (not stopping, not a notebook).
+func (p *Pool) anyPreemptibleBelow(fam int32, cl Class) bool {
+	for c := Low; c < cl; c++ {
+		if p.nPreemptible[fam][c] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// costNodes finds, on every node of sh's family that is not reserved in this pass, the
+// candidates that make one worker fit (sc.perNodeVictims) and what they cost (sc.costs). It
+// returns how many nodes fit a worker without any.
+func (p *Pool) costNodes(now time.Time, sc *scratch, sh *shape, cl Class) (fit int) {
+	sc.perNodeVictims, sc.costs = sc.perNodeVictims[:0], sc.costs[:0]
 	for _, n := range p.fams[sh.fam].live {
-		if sc.resv[n] {
+		if sc.reserved[n] {
 			continue
 		}
-		start := len(sc.vflat)
+		start := len(sc.perNodeVictims)
 		if !p.nodeVictims(now, sc, n, sh, cl) {
 			continue
 		}
-		if len(sc.vflat) == start {
+		if len(sc.perNodeVictims) == start {
 			fit++
 			continue
 		}
-		c := nodeCost{n: n, count: len(sc.vflat) - start, start: start, end: len(sc.vflat)}
-		for _, v := range sc.vflat[start:] {
+		c := nodeCost{n: n, count: len(sc.perNodeVictims) - start, start: start, end: len(sc.perNodeVictims)}
+		for _, v := range sc.perNodeVictims[start:] {
 			c.maxClass = max(c.maxClass, v.key.class)
 			if v.key.protected {
 				c.protected++
@@ -262,28 +296,33 @@ func (p *Pool) chooseVictims(now time.Time, sc *scratch, sh *shape, cl Class) (v
 		}
 		sc.costs = append(sc.costs, c)
 	}
-	need := sh.workers - fit
-	if need <= 0 || len(sc.costs) < need {
-		return nil, nil, false
-	}
-	slices.SortFunc(sc.costs, cmpNodeCost)
-	// The union of the cheapest nodes' candidates, in victim order.
-	clear(sc.vseen)
-	vs := sc.vbuf[:0]
+	return fit
+}
+
+// cheapestNodesVictims is the union of the candidates of the need cheapest nodes (sc.costs is
+// sorted), in victim order.
+func (sc *scratch) cheapestNodesVictims(need int) []victimCand {
+	clear(sc.seenVictims)
+	vs := sc.victimBuf[:0]
 	for _, c := range sc.costs[:need] {
-		for _, v := range sc.vflat[c.start:c.end] {
-			if !sc.vseen[v.ref] {
-				sc.vseen[v.ref] = true
+		for _, v := range sc.perNodeVictims[c.start:c.end] {
+			if !sc.seenVictims[v.ref] {
+				sc.seenVictims[v.ref] = true
 				vs = append(vs, v)
 			}
 		}
 	}
-	slices.SortFunc(vs, cmpVCand)
-	// A victim with workers on several nodes may make others unneeded: walking from the most
-	// valuable, drop every candidate the request still fits without.
+	slices.SortFunc(vs, cmpVictimCand)
+	return vs
+}
+
+// dropUnneeded marks (droppedVictim) every candidate of vs the request still fits without,
+// walking from the most valuable: a victim with workers on several nodes may make others
+// unneeded. The kept candidates stay counted in sc.victimGPU etc. until chooseVictims takes them out.
+func (sc *scratch) dropUnneeded(p *Pool, vs []victimCand, sh *shape) {
 	cnt := 0
 	for _, n := range p.fams[sh.fam].live {
-		if !sc.resv[n] && sc.fitsEx(n, sh) {
+		if !sc.reserved[n] && sc.fitsEx(n, sh) {
 			cnt++
 		}
 	}
@@ -296,30 +335,17 @@ func (p *Pool) chooseVictims(now time.Time, sc *scratch, sh *shape, cl Class) (v
 	for i := len(vs) - 1; i >= 0; i-- {
 		if d := sc.addRef(p, vs[i].ref, sh, -1); cnt+d >= sh.workers {
 			cnt += d
-			vs[i].ref = vref{nom: -2} // dropped
+			vs[i].ref = victimRef{nom: droppedVictim}
 		} else {
 			sc.addRef(p, vs[i].ref, sh, +1)
 		}
 	}
-	for _, v := range vs {
-		switch {
-		case v.ref.nom == -2:
-		case v.ref.rj != nil:
-			victims = append(victims, v.ref.rj)
-			sc.addRef(p, v.ref, sh, -1)
-		default:
-			takeovers = append(takeovers, v.ref.nom)
-			sc.addRef(p, v.ref, sh, -1)
-		}
-	}
-	sc.vbuf = vs[:0]
-	return victims, takeovers, true
 }
 
 // takeable reports whether any nomination of a class below cl exists in this pass.
 func (sc *scratch) takeable(cl Class) bool {
-	for i := range sc.noms {
-		if sc.noms[i].class < cl {
+	for i := range sc.nominations {
+		if sc.nominations[i].class < cl {
 			return true
 		}
 	}
@@ -327,19 +353,19 @@ func (sc *scratch) takeable(cl Class) bool {
 }
 
 // addRef adds (sign=+1) or removes (-1) a candidate's capacity (see addEx).
-func (sc *scratch) addRef(p *Pool, r vref, sh *shape, sign int) int {
+func (sc *scratch) addRef(p *Pool, r victimRef, sh *shape, sign int) int {
 	if r.rj != nil {
 		return sc.addEx(p, r.rj, sh, sign)
 	}
-	x := &sc.noms[r.nom]
-	n := x.n
-	if p.nodes[n].fam != sh.fam || sc.resv[n] {
+	x := &sc.nominations[r.nom]
+	n := x.node
+	if p.nodes[n].fam != sh.fam || sc.reserved[n] {
 		return 0
 	}
 	before := sc.fitsEx(n, sh)
-	sc.exG[n] += sign * x.hg
-	sc.exC[n] += sign * x.hc
-	sc.exR[n] += sign * x.hr
+	sc.victimGPU[n] += sign * x.hiddenGPU
+	sc.victimCPU[n] += sign * x.hiddenCPU
+	sc.victimRAM[n] += sign * x.hiddenRAM
 	after := sc.fitsEx(n, sh)
 	switch {
 	case after && !before:
@@ -351,9 +377,9 @@ func (sc *scratch) addRef(p *Pool, r vref, sh *shape, sign int) int {
 }
 
 func (sc *scratch) fitsEx(n int32, sh *shape) bool {
-	return sc.aG[n]+sc.rG[n]+sc.exG[n] >= sh.gpu &&
-		sc.aC[n]+sc.rC[n]+sc.exC[n] >= sh.cpu &&
-		sc.aR[n]+sc.rR[n]+sc.exR[n] >= sh.ram
+	return sc.freeGPU[n]+sc.relGPU[n]+sc.victimGPU[n] >= sh.gpu &&
+		sc.freeCPU[n]+sc.relCPU[n]+sc.victimCPU[n] >= sh.cpu &&
+		sc.freeRAM[n]+sc.relRAM[n]+sc.victimRAM[n] >= sh.ram
 }
 
 // addEx adds (sign=+1) or removes (-1) a tentative victim's capacity and returns the change in the
@@ -362,13 +388,13 @@ func (sc *scratch) fitsEx(n int32, sh *shape) bool {
 func (sc *scratch) addEx(p *Pool, rj *runJob, sh *shape, sign int) int {
 	d, delta := &rj.r.Demand, 0
 	for w, n := range rj.nodes {
-		if rj.released[w] || p.nodes[n].lost || sc.resv[n] || p.nodes[n].fam != sh.fam {
+		if rj.released[w] || p.nodes[n].lost || sc.reserved[n] || p.nodes[n].fam != sh.fam {
 			continue
 		}
 		before := sc.fitsEx(n, sh)
-		sc.exG[n] += sign * d.GPUs
-		sc.exC[n] += sign * d.CPU
-		sc.exR[n] += sign * d.RAMGB
+		sc.victimGPU[n] += sign * d.GPUs
+		sc.victimCPU[n] += sign * d.CPU
+		sc.victimRAM[n] += sign * d.RAMGB
 		after := sc.fitsEx(n, sh)
 		if after && !before {
 			delta++

@@ -8,7 +8,7 @@ import (
 func TestWaitingAfterWalksTheQueueInSlices(t *testing.T) {
 	p := mustPool(t, nodesOf("n", "a100", 1, 2, 0, 0), Policy{})
 	// Launch order (class, then seq) differs from name order on purpose.
-	mustEnqueue(t, p, job("c", High, "a100", 1, 1, 3), job("a", Low, "a100", 1, 1, 1), job("d", Medium, "a100", 1, 1, 4), job("b", Medium, "a100", 1, 1, 2))
+	mustEnqueue(t, p, makeJob("c", "a100").Class(High).Seq(3).Obj(), makeJob("a", "a100").Class(Low).Seq(1).Obj(), makeJob("d", "a100").Seq(4).Obj(), makeJob("b", "a100").Seq(2).Obj())
 	mustEnqueue(t, p, Request{Job: "b", Attempt: 2, Kind: KindJob, Class: Medium, Demand: Demand{Family: "a100", GPUs: 1}, Workers: 1, Seq: 2, SubmittedAt: t0})
 	names := func(ws []WaitingAttempt) []string {
 		var out []string
