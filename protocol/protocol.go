@@ -433,9 +433,13 @@ type AllocatorCounters struct {
 type QueueView struct {
 	Region     string `json:"region"`
 	Allocation string `json:"allocation"`
-	// View lists at most QueueViewLimit waiting jobs, in launch order, so that
-	// the answer stays well under Temporal's payload limit.
+	// View lists one page of the waiting jobs, in launch order (see
+	// QueuePage), every running job and every node.
 	scheduler.View
+	// Offset and Limit are the page listed: Waiting[k] is waiting job
+	// Offset+k+1 in launch order.
+	Offset int `json:"offset"`
+	Limit  int `json:"limit"`
 	// WaitingTotal and WaitingByClass count every waiting job.
 	WaitingTotal   int               `json:"waiting_total"`
 	WaitingByClass map[string]int    `json:"waiting_by_class"`
@@ -478,8 +482,39 @@ type QueueCounts struct {
 	Recovering bool `json:"recovering,omitempty"`
 }
 
-// QueueViewLimit is how many waiting jobs the queue query lists.
-const QueueViewLimit = 500
+// QueuePage is the queue query's argument: which waiting jobs to list, in
+// launch order. Only the listed jobs are explained, so that a query of a
+// long queue stays cheap. The zero value, which is also what a query sent
+// without an argument decodes to, lists the first DefaultQueuePageLimit.
+type QueuePage struct {
+	Limit  int `json:"limit,omitempty"`  // 0 = DefaultQueuePageLimit
+	Offset int `json:"offset,omitempty"` // waiting jobs to skip
+}
+
+// Bounds of QueuePage.Limit.
+const (
+	DefaultQueuePageLimit = 100
+	MaxQueuePageLimit     = 1000
+)
+
+// Validate refuses a page out of bounds, naming the field.
+func (p QueuePage) Validate() error {
+	if p.Limit < 0 || p.Limit > MaxQueuePageLimit {
+		return fieldErr("limit", "must be between 1 and %d, got %d", MaxQueuePageLimit, p.Limit)
+	}
+	if p.Offset < 0 {
+		return fieldErr("offset", "must be 0 or more, got %d", p.Offset)
+	}
+	return nil
+}
+
+// WithDefaults fills in the default limit.
+func (p QueuePage) WithDefaults() QueuePage {
+	if p.Limit == 0 {
+		p.Limit = DefaultQueuePageLimit
+	}
+	return p
+}
 
 // Search attributes on job workflows.
 const (

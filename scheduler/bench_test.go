@@ -102,12 +102,40 @@ func BenchmarkScheduleWaiting(b *testing.B) {
 	}
 }
 
+// BenchmarkView renders the whole state, every waiting request explained, at 10,000 and 50,000
+// waiting (1,000 nodes, 2,000 running).
 func BenchmarkView(b *testing.B) {
-	p := benchPool(b, 10000, false, mixedClass)
-	p.Schedule(t0.Add(time.Hour))
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		p.View()
+	for _, n := range []int{10000, 50000} {
+		b.Run(fmt.Sprintf("%dk", n/1000), func(b *testing.B) {
+			p := benchPool(b, n, false, mixedClass)
+			p.Schedule(t0.Add(time.Hour))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				p.View()
+			}
+		})
+	}
+}
+
+// BenchmarkViewPage renders what the queue query answers by default: the first page of 100
+// waiting requests (and one deep in the queue), with every node and running job, at 10,000 and
+// 50,000 waiting.
+func BenchmarkViewPage(b *testing.B) {
+	for _, n := range []int{10000, 50000} {
+		for _, offset := range []int{0, n - 100} {
+			b.Run(fmt.Sprintf("%dk/offset=%d", n/1000, offset), func(b *testing.B) {
+				p := benchPool(b, n, false, mixedClass)
+				p.Schedule(t0.Add(time.Hour))
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if v := p.ViewPage(offset, 100); len(v.Waiting) != 100 {
+						b.Fatalf("%d waiting listed", len(v.Waiting))
+					}
+				}
+			})
+		}
 	}
 }
 

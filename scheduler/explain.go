@@ -14,21 +14,45 @@ const maxWaitingFor = 5
 // View returns the whole state. Waiting requests are explained by a dry run of the same pass
 // Schedule runs, at the time of the last Schedule call.
 func (p *Pool) View() View {
-	pl := p.plan(p.lastNow, newScratch(), true)
+	return p.ViewPage(0, len(p.waiting))
+}
+
+// ViewPage is View with only the waiting requests from offset (0 = the first) to offset+limit
+// explained and listed. The pass runs over the whole queue, but only that page pays for its
+// explanations, so a page of a long queue costs little more than a scheduling pass.
+func (p *Pool) ViewPage(offset, limit int) View {
+	page := span{from: min(max(offset, 0), len(p.waiting))}
+	page.to = page.from + min(max(limit, 0), len(p.waiting)-page.from)
+	pl := p.plan(p.lastNow, newScratch(), page)
 	ex := p.newExplainer(pl)
-	v := View{Waiting: make([]WaitingInfo, len(p.waiting)), Nodes: p.nodeInfos()}
-	for i := range p.waiting {
-		v.Waiting[i] = ex.info(i)
+	v := View{Waiting: make([]WaitingInfo, 0, page.to-page.from), Nodes: p.nodeInfos()}
+	for i := page.from; i < page.to; i++ {
+		v.Waiting = append(v.Waiting, ex.info(i))
 	}
 	for _, r := range pl.reserves {
 		for _, n := range r.nodes {
 			v.Nodes[n].ReservedFor = r.w.r.Job
 		}
 	}
-	for _, rj := range p.sortedRunning() {
-		v.Running = append(v.Running, p.runningInfo(rj))
+	running := p.sortedRunning()
+	if len(running) > 0 {
+		v.Running = make([]RunningInfo, len(running))
+	}
+	for i, rj := range running {
+		v.Running[i] = p.runningInfo(rj)
 	}
 	return v
+}
+
+// WaitingByClass counts the waiting requests of each class (indexed by Class).
+func (p *Pool) WaitingByClass() [3]int {
+	var out [3]int
+	end := len(p.waiting)
+	for c := Low; c <= High; c++ { // the queue holds the classes highest first
+		start := sort.Search(len(p.waiting), func(i int) bool { return p.waiting[i].r.Class <= c })
+		out[c], end = end-start, start
+	}
+	return out
 }
 
 // Explain explains one waiting job (see View).
@@ -37,8 +61,9 @@ func (p *Pool) Explain(job string) (WaitingInfo, bool) {
 	if w == nil {
 		return WaitingInfo{}, false
 	}
-	pl := p.plan(p.lastNow, newScratch(), true)
-	return p.newExplainer(pl).info(p.waitPos(&w.r)), true
+	i := p.waitPos(&w.r)
+	pl := p.plan(p.lastNow, newScratch(), span{i, i + 1})
+	return p.newExplainer(pl).info(i), true
 }
 
 type explainer struct {
@@ -106,7 +131,7 @@ func (ex *explainer) preemptedFor(rj *runJob, job string) bool {
 
 func (ex *explainer) info(i int) WaitingInfo {
 	p, w := ex.p, ex.p.waiting[i]
-	o := &ex.pl.outs[i]
+	o := &ex.pl.outs[i-ex.pl.outFrom]
 	r := &w.r
 	wi := WaitingInfo{Job: r.Job, Attempt: r.Attempt, Kind: r.Kind, Class: r.Class, Workers: r.Workers,
 		Demand: r.Demand, GPUs: r.Workers * r.Demand.GPUs, Position: i + 1, SubmittedAt: r.SubmittedAt, Seq: r.Seq}

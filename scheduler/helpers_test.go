@@ -253,7 +253,7 @@ func checkInvariants(t testing.TB, p *Pool) {
 	if !slices.Equal(p.LostNodes(), lost) {
 		t.Fatalf("LostNodes %v, want %v", p.LostNodes(), lost)
 	}
-	pl := p.plan(p.lastNow, newScratch(), true)
+	pl := p.plan(p.lastNow, newScratch(), span{0, len(p.waiting)})
 	for i, o := range pl.outs {
 		for _, n := range o.nodes {
 			if p.nodes[n].lost {
@@ -273,6 +273,30 @@ func checkInvariants(t testing.TB, p *Pool) {
 	for i, wi := range v.Waiting {
 		if wi.Position != i+1 || wi.Job != p.waiting[i].r.Job || strings.TrimSpace(wi.Reason) == "" {
 			t.Fatalf("bad waiting info %+v", wi)
+		}
+	}
+	checkPages(t, p, v)
+}
+
+// checkPages checks that every page of the queue, and every job's explanation, says what the
+// whole view says.
+func checkPages(t testing.TB, p *Pool, v View) {
+	t.Helper()
+	n := len(v.Waiting)
+	for _, pg := range [][2]int{{0, 1}, {0, 2}, {1, 2}, {n / 2, 3}, {n - 1, 5}, {n, 1}, {n + 3, 2}, {0, 0}} {
+		got := p.ViewPage(pg[0], pg[1])
+		from := min(max(pg[0], 0), n)
+		want := v.Waiting[from:min(from+pg[1], n)]
+		if a, b := mustJSON(t, got.Waiting), mustJSON(t, want); a != b {
+			t.Fatalf("page offset %d limit %d:\n%s\nwant\n%s", pg[0], pg[1], a, b)
+		}
+		if a, b := mustJSON(t, got.Nodes), mustJSON(t, v.Nodes); a != b {
+			t.Fatalf("page offset %d limit %d: nodes\n%s\nwant\n%s", pg[0], pg[1], a, b)
+		}
+	}
+	for _, wi := range v.Waiting {
+		if ex, ok := p.Explain(wi.Job); !ok || mustJSON(t, ex) != mustJSON(t, wi) {
+			t.Fatalf("Explain(%s) = %+v, differs from the view's %+v", wi.Job, ex, wi)
 		}
 	}
 }

@@ -609,17 +609,24 @@ type plan struct {
 	preempts  []planPreempt
 	takeovers []planTakeover
 	reserves  []planReserve
-	outs      []planOut // explain mode only: one per waiting request
-	consumers [][]int32 // explain mode only: per family, waiting indices that took capacity
+	outs      []planOut // explain mode only: one per waiting request in the explained span
+	outFrom   int       // explain mode only: outs[k] is the outcome of waiting request outFrom+k
+	consumers [][]int32 // explain mode only: per family, waiting indices before the span's end that took capacity
 }
 
+// span is a range [from, to) of waiting requests in launch order.
+type span struct{ from, to int }
+
+func (s span) has(i int) bool { return i >= s.from && i < s.to }
+
 // plan runs the scheduling rules over the waiting requests in launch order without changing the
-// pool. With explain it records the outcome of every request.
-func (p *Pool) plan(now time.Time, sc *scratch, explain bool) *plan {
+// pool. It records the outcome of the requests in explain (none: an empty span); the requests
+// after it are planned too, for what they reserve, but not explained.
+func (p *Pool) plan(now time.Time, sc *scratch, explain span) *plan {
 	sc.reset(p)
-	pl := &plan{}
-	if explain {
-		pl.outs = make([]planOut, len(p.waiting))
+	pl := &plan{outFrom: explain.from}
+	if explain.to > explain.from {
+		pl.outs = make([]planOut, explain.to-explain.from)
 		pl.consumers = make([][]int32, len(p.fams))
 	}
 	blocker := -1
@@ -629,10 +636,12 @@ func (p *Pool) plan(now time.Time, sc *scratch, explain bool) *plan {
 		first := key.class != prevClass
 		prevClass = key.class
 		if blocker >= 0 {
-			if !explain {
+			if i >= explain.to {
 				break
 			}
-			pl.outs[i] = planOut{kind: outStrictBlocked, blocker: int32(blocker)}
+			if explain.has(i) {
+				pl.outs[i-explain.from] = planOut{kind: outStrictBlocked, blocker: int32(blocker)}
+			}
 			continue
 		}
 		var kind uint8
@@ -642,8 +651,12 @@ func (p *Pool) plan(now time.Time, sc *scratch, explain bool) *plan {
 		} else {
 			kind, victims = p.decide(now, sc, pl, i, key, first)
 		}
-		if explain {
-			pl.outs[i] = p.explainOutcome(sc, pl, i, kind, victims)
+		if pl.consumers != nil && i < explain.from && kind != outNoFit && kind != outPrevAttempt {
+			f := p.shapes[p.waiting[i].shape].fam
+			pl.consumers[f] = append(pl.consumers[f], int32(i))
+		}
+		if explain.has(i) {
+			pl.outs[i-explain.from] = p.explainOutcome(sc, pl, i, kind, victims)
 		}
 		if kind != outGranted && p.strict() {
 			blocker = i
@@ -847,7 +860,7 @@ func (p *Pool) Schedule(now time.Time) Decisions {
 		p.dirty, p.wake = false, time.Time{}
 		return Decisions{}
 	}
-	pl := p.plan(now, p.sc, false)
+	pl := p.plan(now, p.sc, span{})
 	var d Decisions
 	p.applyTakeovers(pl)
 	d.Grants = p.applyGrants(now, pl)

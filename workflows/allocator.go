@@ -145,8 +145,12 @@ func (a *allocator) registerHandlers(ctx workflow.Context) error {
 // registerQueries installs the read-only views: the queue (trainq queue,
 // the metrics collector), the counts (admission) and one job's place.
 func (a *allocator) registerQueries(ctx workflow.Context) error {
-	if err := workflow.SetQueryHandler(ctx, protocol.QueryQueue, func() (protocol.QueueView, error) {
-		return a.view(), nil
+	// Callers that send no page (older ones) get the first page.
+	if err := workflow.SetQueryHandler(ctx, protocol.QueryQueue, func(page protocol.QueuePage) (protocol.QueueView, error) {
+		if err := page.Validate(); err != nil {
+			return protocol.QueueView{}, err
+		}
+		return a.view(page.WithDefaults()), nil
 	}); err != nil {
 		return err
 	}
@@ -972,22 +976,20 @@ func (a *allocator) explain(job string) ExplainReply {
 	return out
 }
 
-func (a *allocator) view() protocol.QueueView {
-	v := protocol.QueueView{Region: a.in.Region, Allocation: a.in.Allocation, View: a.pool.View(), Counters: a.counters,
+func (a *allocator) view(page protocol.QueuePage) protocol.QueueView {
+	v := protocol.QueueView{Region: a.in.Region, Allocation: a.in.Allocation, View: a.pool.ViewPage(page.Offset, page.Limit),
+		Offset: page.Offset, Limit: page.Limit, Counters: a.counters, WaitingTotal: a.pool.WaitingCount(),
 		WaitingByClass: map[string]int{}, Recovering: a.recovering, Fenced: a.fenced()}
-	v.WaitingTotal = len(v.Waiting)
-	for _, w := range v.Waiting {
-		v.WaitingByClass[w.Class.String()]++
-	}
-	if len(v.Waiting) > protocol.QueueViewLimit {
-		v.Waiting = v.Waiting[:protocol.QueueViewLimit]
+	for class, n := range a.pool.WaitingByClass() {
+		v.WaitingByClass[scheduler.Class(class).String()] = n
 	}
 	return v
 }
 
 // details renders the allocation for the Web UI's current details.
 func (a *allocator) details() string {
-	v := a.pool.View()
+	const listed = 20 // waiting jobs
+	v := a.pool.ViewPage(0, listed)
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Allocation %s/%s\n\n", a.in.Region, a.in.Allocation)
 	if a.recovering {
@@ -1011,13 +1013,13 @@ func (a *allocator) details() string {
 		}
 		fmt.Fprintf(&b, "- %s · %s · %d GPUs · %s · %s\n", r.Job, r.Class, r.GPUs, state, placementText(r.Placement))
 	}
-	fmt.Fprintf(&b, "\n### Waiting (%d)\n\n", len(v.Waiting))
-	for i, w := range v.Waiting {
-		if i == 20 {
-			fmt.Fprintf(&b, "- … and %d more\n", len(v.Waiting)-i)
-			break
-		}
+	waiting := a.pool.WaitingCount()
+	fmt.Fprintf(&b, "\n### Waiting (%d)\n\n", waiting)
+	for _, w := range v.Waiting {
 		fmt.Fprintf(&b, "%d. %s · %s · %d GPUs — %s\n", w.Position, w.Job, w.Class, w.GPUs, w.Reason)
+	}
+	if waiting > len(v.Waiting) {
+		fmt.Fprintf(&b, "- … and %d more\n", waiting-len(v.Waiting))
 	}
 	return b.String()
 }

@@ -623,7 +623,7 @@ func TestAllocatorContinuesAsNewWithWaitingJobs(t *testing.T) {
 	}
 	last := h.queue() // the final state of the run that continued as new
 	require.Equal(t, n, last.WaitingTotal)
-	require.Len(t, last.Waiting, min(n, protocol.QueueViewLimit), "the query lists only the head of a long queue")
+	require.Len(t, last.Waiting, min(n, protocol.DefaultQueuePageLimit), "the query lists only the head of a long queue")
 	assert.Equal(t, []string{"holder"}, runningJobs(last))
 
 	// A fresh run from that input shows the same queue, in the same order.
@@ -682,8 +682,14 @@ func TestAllocatorRestoresTenThousandWaitingJobs(t *testing.T) {
 	want := pool.View()
 
 	h := newAllocHarness(t)
-	var before protocol.QueueView
-	h.at(time.Minute, func() { before = h.queue() })
+	var before, deep protocol.QueueView
+	var badLimit, badOffset error
+	h.at(time.Minute, func() {
+		before = h.queue()
+		deep = query[protocol.QueueView](t, h.env, protocol.QueryQueue, protocol.QueuePage{Limit: 5, Offset: n - 2})
+		_, badLimit = h.env.QueryWorkflow(protocol.QueryQueue, protocol.QueuePage{Limit: protocol.MaxQueuePageLimit + 1})
+		_, badOffset = h.env.QueryWorkflow(protocol.QueryQueue, protocol.QueuePage{Offset: -1})
+	})
 	h.release(2*time.Minute, protocol.ReleaseSignal{Job: "holder", Attempt: 1, Workers: []int{0}, Stopping: true})
 	h.request(3*time.Minute, capReq("newcomer", 1, scheduler.High, 1))
 	start := time.Now()
@@ -691,8 +697,23 @@ func TestAllocatorRestoresTenThousandWaitingJobs(t *testing.T) {
 	t.Logf("10,000 waiting jobs: %s", time.Since(start))
 
 	require.Equal(t, n, before.WaitingTotal)
-	require.Len(t, before.Waiting, protocol.QueueViewLimit)
-	assert.Equal(t, waitingJobs(protocol.QueueView{View: want})[:protocol.QueueViewLimit], waitingJobs(before))
+	require.Len(t, before.Waiting, protocol.DefaultQueuePageLimit, "a query without a page lists the first page")
+	assert.Equal(t, waitingJobs(protocol.QueueView{View: want})[:protocol.DefaultQueuePageLimit], waitingJobs(before))
+	assert.Equal(t, map[string]int{"high": n / 3, "medium": n / 3, "low": n - 2*(n/3)}, before.WaitingByClass)
+	// A page deep in the queue: its last 2 jobs, with their positions and reasons, and the totals.
+	assert.Equal(t, n, deep.WaitingTotal)
+	assert.Equal(t, before.WaitingByClass, deep.WaitingByClass)
+	assert.Equal(t, n-2, deep.Offset)
+	assert.Equal(t, 5, deep.Limit)
+	require.Len(t, deep.Waiting, 2)
+	for i, w := range deep.Waiting {
+		assert.Equal(t, want.Waiting[n-2+i], w)
+	}
+	assert.Len(t, deep.Nodes, len(want.Nodes))
+	require.Error(t, badLimit)
+	assert.Contains(t, badLimit.Error(), "limit: must be between 1 and 1000, got 1001")
+	require.Error(t, badOffset)
+	assert.Contains(t, badOffset.Error(), "offset: must be 0 or more, got -1")
 	head := want.Waiting[0].Job
 	assert.Equal(t, scheduler.High, want.Waiting[0].Class)
 	require.Len(t, h.grants, 1)
