@@ -253,6 +253,9 @@ const (
 	// ErrTypeNotNodeQueue: a node activity ran on a task queue that is not a
 	// node's (protocol.NodeTaskQueue). Not retryable.
 	ErrTypeNotNodeQueue = "NotNodeQueue"
+	// ErrTypeNodeLost: the worker's node lost track of it (see
+	// cluster.ErrNodeLost); the attempt ends as a node loss.
+	ErrTypeNodeLost = "NodeLost"
 	// ErrTypeUnsupported: the cluster backend cannot do what was asked.
 	// Not retryable.
 	ErrTypeUnsupported = "Unsupported"
@@ -428,6 +431,9 @@ func latest(ts ...time.Time) time.Time {
 func (a *Activities) watchResult(id cluster.WorkerID, st cluster.WorkerStatus, err error) (cluster.WorkerStatus, error) {
 	if errors.Is(err, cluster.ErrNotFound) || (err == nil && st.Phase == cluster.PhaseNotFound) {
 		return st, temporal.NewNonRetryableApplicationError(fmt.Sprintf("worker %d of %s attempt %d was never started on this node", id.Worker, id.Job, id.Attempt), ErrTypeWorkerNotFound, nil)
+	}
+	if errors.Is(err, cluster.ErrNodeLost) {
+		return st, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeNodeLost, nil)
 	}
 	return st, err
 }

@@ -235,6 +235,12 @@ func ValidJobName(name string) error {
 // never started.
 var ErrNotFound = errors.New("worker not found")
 
+// ErrNodeLost is returned (wrapped) by Wait when the worker's node no
+// longer reports on it (a pod stuck in phase Unknown on a node that still
+// says Ready): the attempt ends as a node loss, as when the node's agent
+// stops answering.
+var ErrNodeLost = errors.New("the node lost track of the worker")
+
 type Phase string
 
 const (
@@ -256,6 +262,9 @@ type WorkerStatus struct {
 	// running. Unlike Signaled it is never set by an external kill, so it tells
 	// "we stopped it" apart from "it was killed" (e.g. by the OOM killer).
 	StopRequested bool `json:"stop_requested,omitempty"`
+	// Reason is why the worker ended, as the backend reports it when it
+	// says more than the exit code (OOMKilled, ContainerCannotRun, ...).
+	Reason string `json:"reason,omitempty"`
 	// URL is where a Jupyter server serves (WorkerSpec.Notebook), as the
 	// backend makes it reachable.
 	URL string `json:"url,omitempty"`

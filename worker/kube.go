@@ -39,7 +39,7 @@ func newBackend(ctx context.Context, cfg *config.Config, c client.Client, logger
 	b, err := kube.New(sctx, kube.Options{
 		Client: cs, Namespace: k.Namespace, ImagePullSecrets: k.ImagePullSecrets,
 		TerminationGracePeriod: k.TerminationGracePeriod.D(), DefaultImage: k.DefaultImage,
-		ServiceAccount: k.ServiceAccount, ImagePullTimeout: k.ImagePullTimeout.D(),
+		ServiceAccount: k.ServiceAccount, ImagePullTimeout: k.ImagePullTimeout.D(), UnknownTimeout: cfg.NodeTimeout.D(),
 		Jobs: temporalJobs{c: c}, Logger: logger.With("backend", "kubernetes"), KeepFinished: k.KeepFinished.D(),
 	})
 	if err != nil {

@@ -666,16 +666,31 @@ func (j *job) judgeExit(ctx workflow.Context, last workerExit, grant protocol.Gr
 		return j.nodeLost(nodeOf(grant, last.worker)), true
 	case isStuck(last.err):
 		return j.stuck(last.err), true
+	case isNodeLost(last.err):
+		lost := j.nodeLost(nodeOf(grant, last.worker))
+		lost.message = fmt.Sprintf("node %s lost: %s", nodeOf(grant, last.worker), errorText(last.err))
+		return lost, true
 	case last.err != nil:
 		return outcome{kind: outcomeFailed, message: fmt.Sprintf("lost track of worker %d: %s", last.worker, errorText(last.err))}, true
 	case last.status.ExitCode != 0:
 		code := last.status.ExitCode
-		return outcome{kind: outcomeFailed, message: fmt.Sprintf("worker %d exited with code %d", last.worker, code), exitCode: &code}, true
+		msg := fmt.Sprintf("worker %d exited with code %d", last.worker, code)
+		if last.status.Reason != "" {
+			msg += " (" + last.status.Reason + ")"
+		}
+		return outcome{kind: outcomeFailed, message: msg, exitCode: &code}, true
 	case all:
 		zero := 0
 		return outcome{kind: outcomeCompleted, message: "all workers exited with code 0", exitCode: &zero}, true
 	}
 	return outcome{}, false
+}
+
+// isNodeLost tells whether a watch ended because the worker's node lost
+// track of it (a pod stuck in phase Unknown).
+func isNodeLost(err error) bool {
+	var appErr *temporal.ApplicationError
+	return errors.As(err, &appErr) && appErr.Type() == activities.ErrTypeNodeLost
 }
 
 func isStuck(err error) bool {

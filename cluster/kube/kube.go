@@ -64,6 +64,10 @@ type Options struct {
 	// ImagePullTimeout is how long a pod may fail to pull its image (or to
 	// create its container) before its attempt fails. Default 2m.
 	ImagePullTimeout time.Duration
+	// UnknownTimeout is how long a pod may stay in phase Unknown (its node's
+	// kubelet no longer reports on it) before Wait gives its attempt up as
+	// a node loss (cluster.ErrNodeLost). Default 1m.
+	UnknownTimeout time.Duration
 	// HeartbeatInterval is how often Wait calls its heartbeat. Default 2s.
 	HeartbeatInterval time.Duration
 	// Jobs tells the priority class, instance type and stop reason of a
@@ -125,6 +129,9 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	}
 	if opts.ImagePullTimeout <= 0 {
 		opts.ImagePullTimeout = 2 * time.Minute
+	}
+	if opts.UnknownTimeout <= 0 {
+		opts.UnknownTimeout = time.Minute
 	}
 	if opts.HeartbeatInterval <= 0 {
 		opts.HeartbeatInterval = 2 * time.Second
@@ -461,10 +468,11 @@ func StatusOf(id cluster.WorkerID, p *corev1.Pod) cluster.WorkerStatus {
 	case corev1.PodSucceeded, corev1.PodFailed:
 		st.Phase = cluster.PhaseExited
 		if p.Status.Phase == corev1.PodFailed {
-			st.ExitCode = 1
+			st.ExitCode, st.Reason = 1, p.Status.Reason // Evicted, OutOfmemory, ...
 		}
 		if cs != nil && cs.State.Terminated != nil {
 			t := cs.State.Terminated
+			st.Reason = terminationReason(t)
 			st.ExitCode = int(t.ExitCode)
 			st.EndedAt = t.FinishedAt.Time
 			if !t.StartedAt.IsZero() {
@@ -479,6 +487,20 @@ func StatusOf(id cluster.WorkerID, p *corev1.Pod) cluster.WorkerStatus {
 	return st
 }
 
+// terminationReason is why the kubelet says a container ended, when that
+// says more than its exit code: OOMKilled, ContainerCannotRun,
+// DeadlineExceeded... but not the plain Completed or Error.
+func terminationReason(t *corev1.ContainerStateTerminated) string {
+	switch t.Reason {
+	case "", "Completed", "Error":
+		return ""
+	}
+	if t.Message != "" {
+		return t.Reason + ": " + t.Message
+	}
+	return t.Reason
+}
+
 // goneStatus is the status of a pod that was deleted: it exited, with its
 // container's exit code if the kubelet reported one, else as killed (137).
 func goneStatus(id cluster.WorkerID, p *corev1.Pod) cluster.WorkerStatus {
@@ -487,6 +509,7 @@ func goneStatus(id cluster.WorkerID, p *corev1.Pod) cluster.WorkerStatus {
 		st.Phase, st.ExitCode, st.EndedAt = cluster.PhaseExited, 137, time.Now().UTC()
 		if cs := containerState(p); cs != nil && cs.State.Terminated != nil {
 			st.ExitCode, st.EndedAt = int(cs.State.Terminated.ExitCode), cs.State.Terminated.FinishedAt.Time
+			st.Reason = terminationReason(cs.State.Terminated)
 		}
 	}
 	st.Signaled = true
@@ -651,7 +674,7 @@ func (b *Backend) Wait(ctx context.Context, id cluster.WorkerID, heartbeat func(
 	defer unsubscribe()
 	tick := time.NewTicker(b.opts.HeartbeatInterval)
 	defer tick.Stop()
-	var failingSince time.Time
+	trouble := podTrouble{b: b, id: id}
 	for {
 		p, gone, err := b.lookup(ctx, name)
 		switch {
@@ -663,17 +686,8 @@ func (b *Backend) Wait(ctx context.Context, id cluster.WorkerID, heartbeat func(
 			return goneStatus(id, p), nil
 		}
 		st := StatusOf(id, p)
-		why, immediate := startFailure(p)
-		if why != "" && p.DeletionTimestamp == nil {
-			if failingSince.IsZero() {
-				failingSince = time.Now()
-			}
-			if immediate || time.Since(failingSince) >= b.opts.ImagePullTimeout {
-				msg := fmt.Sprintf("worker %d could not start: pod %s on node %s: %s", id.Worker, name, p.Spec.NodeName, why)
-				return st, temporal.NewNonRetryableApplicationError(msg, ErrTypePodNotStarted, nil)
-			}
-		} else {
-			failingSince = time.Time{}
+		if err := trouble.check(p); err != nil {
+			return st, err
 		}
 		if st.Phase == cluster.PhaseExited {
 			return st, nil
@@ -688,6 +702,46 @@ func (b *Backend) Wait(ctx context.Context, id cluster.WorkerID, heartbeat func(
 		case <-tick.C:
 		}
 	}
+}
+
+// podTrouble tells, over the successive states of a watched pod, when it
+// can no longer be waited for: its container cannot start, or its node has
+// lost track of it.
+type podTrouble struct {
+	b                          *Backend
+	id                         cluster.WorkerID
+	failingSince, unknownSince time.Time
+}
+
+// check returns the error that ends the watch of p, or nil to go on.
+func (t *podTrouble) check(p *corev1.Pod) error {
+	if p.DeletionTimestamp != nil {
+		t.failingSince, t.unknownSince = time.Time{}, time.Time{}
+		return nil
+	}
+	if why, immediate := startFailure(p); why == "" {
+		t.failingSince = time.Time{}
+	} else {
+		if t.failingSince.IsZero() {
+			t.failingSince = time.Now()
+		}
+		if immediate || time.Since(t.failingSince) >= t.b.opts.ImagePullTimeout {
+			msg := fmt.Sprintf("worker %d could not start: pod %s on node %s: %s", t.id.Worker, p.Name, p.Spec.NodeName, why)
+			return temporal.NewNonRetryableApplicationError(msg, ErrTypePodNotStarted, nil)
+		}
+	}
+	if p.Status.Phase != corev1.PodUnknown {
+		t.unknownSince = time.Time{}
+		return nil
+	}
+	if t.unknownSince.IsZero() {
+		t.unknownSince = time.Now()
+	}
+	if time.Since(t.unknownSince) < t.b.opts.UnknownTimeout {
+		return nil
+	}
+	return fmt.Errorf("%w: pod %s has been in phase Unknown on node %s for %s (%s)",
+		cluster.ErrNodeLost, p.Name, p.Spec.NodeName, t.b.opts.UnknownTimeout, p.Status.Reason)
 }
 
 // stopReason asks Jobs why the worker's attempt ends.

@@ -73,6 +73,11 @@ regions:
         nodes:
           - {name: lost-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
           - {name: lost-2, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+      - name: unknown
+        stop_grace_period: 5s
+        nodes:
+          - {name: unknown-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+          - {name: unknown-2, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
 `
 
 var env struct {
@@ -319,14 +324,24 @@ func (pw *podWatch) waitGone(t *testing.T, names ...string) {
 // as a kubelet would write it.
 func exitPod(t *testing.T, name string, code int32) {
 	t.Helper()
+	reason := "Completed"
+	if code != 0 {
+		reason = "Error"
+	}
+	exitPodWith(t, name, code, reason)
+}
+
+// exitPodWith is exitPod with the kubelet's reason for the end (OOMKilled...).
+func exitPodWith(t *testing.T, name string, code int32, reason string) {
+	t.Helper()
 	ctx := context.Background()
 	pods := env.cluster.Client.CoreV1().Pods(namespace)
 	p, err := pods.Get(ctx, name, metav1.GetOptions{})
 	require.NoError(t, err)
 	now := metav1.Now()
-	phase, reason := corev1.PodSucceeded, "Completed"
+	phase := corev1.PodSucceeded
 	if code != 0 {
-		phase, reason = corev1.PodFailed, "Error"
+		phase = corev1.PodFailed
 	}
 	started := now
 	if cs := p.Status.ContainerStatuses; len(cs) > 0 && cs[0].State.Running != nil {
