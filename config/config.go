@@ -70,6 +70,13 @@ type Allocation struct {
 	// ReserveAfter is how long a medium or low request must have been the first of its class,
 	// unable to start or preempt, before nodes are reserved (drained) for it (default 30m).
 	ReserveAfter Duration `json:"reserve_after"`
+	// MaxPreemptions: a job already preempted this many times is not preempted again (default
+	// scheduler.DefaultMaxPreemptions; -1: no limit).
+	MaxPreemptions int `json:"max_preemptions"`
+	// MaxLossGPUHours: no job is preempted if that throws away more than this many GPU-hours of
+	// work, its GPUs × the time since its attempt started or last checkpointed (default
+	// scheduler.DefaultMaxLossGPUHours; -1: no limit).
+	MaxLossGPUHours int `json:"max_loss_gpu_hours"`
 	// MaxWaiting caps the allocation's queue: a submission past it is
 	// refused (default DefaultMaxWaiting, at most MaxMaxWaiting).
 	MaxWaiting int              `json:"max_waiting"`
@@ -88,7 +95,8 @@ const (
 
 // Policy is the scheduler policy of the allocation.
 func (a Allocation) Policy() scheduler.Policy {
-	return scheduler.Policy{Queueing: a.Queueing, MinRuntimeBeforePreemption: a.MinRuntimeBeforePreemption.D(), ReserveAfter: a.ReserveAfter.D()}
+	return scheduler.Policy{Queueing: a.Queueing, MinRuntimeBeforePreemption: a.MinRuntimeBeforePreemption.D(), ReserveAfter: a.ReserveAfter.D(),
+		MaxPreemptions: a.MaxPreemptions, MaxLossGPUHours: a.MaxLossGPUHours}
 }
 
 // Duration is a time.Duration written as "30s" or "5m" in the file.
@@ -221,6 +229,12 @@ func (c *Config) applyDefaults() {
 			if a.ReserveAfter == 0 {
 				a.ReserveAfter = Duration(DefaultReserveAfter)
 			}
+			if a.MaxPreemptions == 0 {
+				a.MaxPreemptions = scheduler.DefaultMaxPreemptions
+			}
+			if a.MaxLossGPUHours == 0 {
+				a.MaxLossGPUHours = scheduler.DefaultMaxLossGPUHours
+			}
 			if a.MaxWaiting == 0 {
 				a.MaxWaiting = DefaultMaxWaiting
 			}
@@ -274,14 +288,8 @@ func (c *Config) validate() error {
 				return fmt.Errorf("%s.name: allocation %q appears twice in region %q", field, a.Name, r.Name)
 			}
 			allocs[a.Name] = true
-			if a.Queueing != scheduler.BestEffortFIFO && a.Queueing != scheduler.StrictFIFO {
-				return fmt.Errorf("%s.queueing: %q is not allowed; use %q or %q", field, a.Queueing, scheduler.BestEffortFIFO, scheduler.StrictFIFO)
-			}
-			if a.MinRuntimeBeforePreemption < 0 || a.StopGracePeriod < 0 {
-				return fmt.Errorf("%s: durations must not be negative", field)
-			}
-			if a.ReserveAfter < Duration(time.Minute) {
-				return fmt.Errorf("%s.reserve_after: must be at least 1m (the first request of a class waits that long before nodes are drained for it), got %s", field, a.ReserveAfter.D())
+			if err := a.validatePolicy(field); err != nil {
+				return err
 			}
 			if a.MaxWaiting < 1 || a.MaxWaiting > MaxMaxWaiting {
 				return fmt.Errorf("%s.max_waiting: must be between 1 and %d, got %d", field, MaxMaxWaiting, a.MaxWaiting)
@@ -315,6 +323,30 @@ func (c *Config) validate() error {
 	}
 	if _, _, err := c.Allocation(c.DefaultRegion, c.DefaultAllocation); err != nil {
 		return fmt.Errorf("default_region/default_allocation: %w", err)
+	}
+	return nil
+}
+
+// validatePolicy checks the allocation's scheduling settings; field is the allocation's path
+// in the file (regions[i].allocations[j]).
+func (a Allocation) validatePolicy(field string) error {
+	if a.Queueing != scheduler.BestEffortFIFO && a.Queueing != scheduler.StrictFIFO {
+		return fmt.Errorf("%s.queueing: %q is not allowed; use %q or %q", field, a.Queueing, scheduler.BestEffortFIFO, scheduler.StrictFIFO)
+	}
+	if a.MinRuntimeBeforePreemption < 0 {
+		return fmt.Errorf("%s.min_runtime_before_preemption: must not be negative, got %s", field, a.MinRuntimeBeforePreemption.D())
+	}
+	if a.StopGracePeriod < 0 {
+		return fmt.Errorf("%s.stop_grace_period: must not be negative, got %s", field, a.StopGracePeriod.D())
+	}
+	if a.ReserveAfter < Duration(time.Minute) {
+		return fmt.Errorf("%s.reserve_after: must be at least 1m (the first request of a class waits that long before nodes are drained for it), got %s", field, a.ReserveAfter.D())
+	}
+	if a.MaxPreemptions < -1 {
+		return fmt.Errorf("%s.max_preemptions: must be at least 1 (a job preempted that many times is not preempted again), or -1 for no limit; got %d", field, a.MaxPreemptions)
+	}
+	if a.MaxLossGPUHours < -1 {
+		return fmt.Errorf("%s.max_loss_gpu_hours: must be at least 1 (no preemption may throw away more GPU-hours of work), or -1 for no limit; got %d", field, a.MaxLossGPUHours)
 	}
 	return nil
 }

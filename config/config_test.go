@@ -112,3 +112,41 @@ func TestReserveAfter(t *testing.T) {
 		t.Errorf("embedded default: reserve_after %s", a.Policy().ReserveAfter)
 	}
 }
+
+func TestPreemptionLimits(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		lines     string
+		wantCount int // Policy().MaxPreemptionsInEffect()
+		wantLoss  int // Policy().MaxLossGPUHoursInEffect()
+		wantErr   string
+	}{
+		{name: "defaults", wantCount: 3, wantLoss: 24},
+		{name: "set", lines: "        max_preemptions: 5\n        max_loss_gpu_hours: 100\n", wantCount: 5, wantLoss: 100},
+		{name: "no limits", lines: "        max_preemptions: -1\n        max_loss_gpu_hours: -1\n", wantCount: -1, wantLoss: -1},
+		{name: "bad count", lines: "        max_preemptions: -3\n",
+			wantErr: "regions[0].allocations[0].max_preemptions: must be at least 1 (a job preempted that many times is not preempted again), or -1 for no limit; got -3"},
+		{name: "bad loss", lines: "        max_loss_gpu_hours: -2\n",
+			wantErr: "regions[0].allocations[0].max_loss_gpu_hours: must be at least 1"},
+		{name: "not a number", lines: "        max_preemptions: many\n", wantErr: "max_preemptions"},
+	} {
+		body := strings.Replace(oneAllocation, "      - name: a\n", "      - name: a\n"+tc.lines, 1)
+		cfg, err := Load(writeConfig(t, body))
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%s: want an error containing %q, got %v", tc.name, tc.wantErr, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		_, a, _ := cfg.Allocation("", "")
+		if got := a.Policy().MaxPreemptionsInEffect(); got != tc.wantCount {
+			t.Errorf("%s: max_preemptions in effect %d, want %d", tc.name, got, tc.wantCount)
+		}
+		if got := a.Policy().MaxLossGPUHoursInEffect(); got != tc.wantLoss {
+			t.Errorf("%s: max_loss_gpu_hours in effect %d, want %d", tc.name, got, tc.wantLoss)
+		}
+	}
+}

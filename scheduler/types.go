@@ -232,22 +232,32 @@ type Policy struct {
 // DefaultMaxLossGPUHours is Policy.MaxLossGPUHours when it is 0.
 const DefaultMaxLossGPUHours = 24
 
-// maxLossGPUSec is the loss limit in effect in GPU-seconds, or -1 for none.
-func (p Policy) maxLossGPUSec() int64 {
+// MaxLossGPUHoursInEffect is the loss limit the pool applies: MaxLossGPUHours, or
+// DefaultMaxLossGPUHours when it is 0; -1 means no limit.
+func (p Policy) MaxLossGPUHoursInEffect() int {
 	switch {
 	case p.MaxLossGPUHours == 0:
-		return DefaultMaxLossGPUHours * 3600
+		return DefaultMaxLossGPUHours
 	case p.MaxLossGPUHours < 0:
 		return -1
 	}
-	return int64(p.MaxLossGPUHours) * 3600
+	return p.MaxLossGPUHours
+}
+
+// maxLossGPUSec is the loss limit in effect in GPU-seconds, or -1 for none.
+func (p Policy) maxLossGPUSec() int64 {
+	if h := p.MaxLossGPUHoursInEffect(); h >= 0 {
+		return int64(h) * 3600
+	}
+	return -1
 }
 
 // DefaultMaxPreemptions is Policy.MaxPreemptions when it is 0.
 const DefaultMaxPreemptions = 3
 
-// maxPreemptions is the limit in effect, or -1 for none.
-func (p Policy) maxPreemptions() int {
+// MaxPreemptionsInEffect is the limit the pool applies: MaxPreemptions, or
+// DefaultMaxPreemptions when it is 0; -1 means no limit.
+func (p Policy) MaxPreemptionsInEffect() int {
 	switch {
 	case p.MaxPreemptions == 0:
 		return DefaultMaxPreemptions
@@ -255,6 +265,45 @@ func (p Policy) maxPreemptions() int {
 		return -1
 	}
 	return p.MaxPreemptions
+}
+
+func (p Policy) maxPreemptions() int { return p.MaxPreemptionsInEffect() }
+
+// Changes describes, setting by setting, how the policy next differs from p, with the config
+// file's names (e.g. "reserve_after 30m0s -> 1h0m0s"); defaults are compared as the values they
+// stand for, so an unset limit and its default are no change.
+func (p Policy) Changes(next Policy) []string {
+	var out []string
+	if q, nq := p.queueingInEffect(), next.queueingInEffect(); q != nq {
+		out = append(out, fmt.Sprintf("queueing %s -> %s", q, nq))
+	}
+	if p.MinRuntimeBeforePreemption != next.MinRuntimeBeforePreemption {
+		out = append(out, fmt.Sprintf("min_runtime_before_preemption %s -> %s", p.MinRuntimeBeforePreemption, next.MinRuntimeBeforePreemption))
+	}
+	if p.ReserveAfter != next.ReserveAfter {
+		out = append(out, fmt.Sprintf("reserve_after %s -> %s", p.ReserveAfter, next.ReserveAfter))
+	}
+	if a, b := p.MaxPreemptionsInEffect(), next.MaxPreemptionsInEffect(); a != b {
+		out = append(out, fmt.Sprintf("max_preemptions %s -> %s", limitText(a), limitText(b)))
+	}
+	if a, b := p.MaxLossGPUHoursInEffect(), next.MaxLossGPUHoursInEffect(); a != b {
+		out = append(out, fmt.Sprintf("max_loss_gpu_hours %s -> %s", limitText(a), limitText(b)))
+	}
+	return out
+}
+
+func (p Policy) queueingInEffect() Queueing {
+	if p.Queueing == "" {
+		return BestEffortFIFO
+	}
+	return p.Queueing
+}
+
+func limitText(n int) string {
+	if n < 0 {
+		return "no limit"
+	}
+	return strconv.Itoa(n)
 }
 
 // Request asks for capacity for one attempt of one job.

@@ -120,17 +120,25 @@ func setKnob(p *Policy, k, v string) error {
 	return err
 }
 
-// policyKnobs describes a scheduler policy's settings that differ from the zero Policy.
+func limitText(n int) string {
+	if n < 0 {
+		return "unlimited"
+	}
+	return strconv.Itoa(n)
+}
+
+// policyKnobs describes a scheduler policy's settings that differ from the zero Policy (limits:
+// from their defaults).
 func policyKnobs(p scheduler.Policy) []string {
 	var out []string
 	if p.MinRuntimeBeforePreemption > 0 {
 		out = append(out, "min_runtime_before_preemption "+Dur(p.MinRuntimeBeforePreemption))
 	}
-	if p.MaxPreemptions != 0 {
-		out = append(out, fmt.Sprintf("max_preemptions %d", p.MaxPreemptions))
+	if n := p.MaxPreemptionsInEffect(); n != scheduler.DefaultMaxPreemptions {
+		out = append(out, fmt.Sprintf("max_preemptions %s", limitText(n)))
 	}
-	if p.MaxLossGPUHours != 0 {
-		out = append(out, fmt.Sprintf("max_loss_gpu_hours %d", p.MaxLossGPUHours))
+	if n := p.MaxLossGPUHoursInEffect(); n != scheduler.DefaultMaxLossGPUHours {
+		out = append(out, fmt.Sprintf("max_loss_gpu_hours %s", limitText(n)))
 	}
 	if p.ReserveAfter > 0 {
 		out = append(out, "reserve_after "+Dur(p.ReserveAfter))

@@ -93,6 +93,10 @@ const (
 	// versionRecoverOnce: a recover update that waited for a recovery
 	// already under way takes its answer instead of rebuilding again.
 	versionRecoverOnce = "allocator-recover-once"
+	// versionAllPolicyKnobs: a reconfiguration that changes only
+	// reserve_after, max_preemptions or max_loss_gpu_hours takes effect
+	// (before, only queueing and min_runtime_before_preemption counted).
+	versionAllPolicyKnobs = "allocator-reconfigure-all-policy-knobs"
 )
 
 // AllocatorWorkflow owns the capacity of one allocation. Jobs ask it for
@@ -552,7 +556,7 @@ func (a *allocator) validateReconfigure(in protocol.AllocatorInput) error {
 // the stop grace period and reclaim interval, all carried through
 // continue-as-new in a.in. Waiting jobs that can no longer fit are told so.
 func (a *allocator) reconfigure(ctx workflow.Context, in protocol.AllocatorInput) (protocol.ReconfigureReply, error) {
-	summary := a.configChanges(in)
+	summary := a.configChanges(ctx, in)
 	if summary == "" {
 		return protocol.ReconfigureReply{}, nil
 	}
@@ -584,7 +588,7 @@ func (a *allocator) reconfigure(ctx workflow.Context, in protocol.AllocatorInput
 
 // configChanges describes how in differs from the config in effect; "" if
 // it does not.
-func (a *allocator) configChanges(in protocol.AllocatorInput) string {
+func (a *allocator) configChanges(ctx workflow.Context, in protocol.AllocatorInput) string {
 	var parts []string
 	old := map[string]scheduler.Node{}
 	for _, n := range a.pool.Nodes() {
@@ -618,13 +622,7 @@ func (a *allocator) configChanges(in protocol.AllocatorInput) string {
 	if len(parts) == 0 && !slices.Equal(a.pool.Nodes(), in.Nodes) {
 		parts = append(parts, "reordered the nodes")
 	}
-	pol := a.pool.Policy()
-	if queueingText(pol.Queueing) != queueingText(in.Policy.Queueing) {
-		parts = append(parts, fmt.Sprintf("queueing %s -> %s", queueingText(pol.Queueing), queueingText(in.Policy.Queueing)))
-	}
-	if pol.MinRuntimeBeforePreemption != in.Policy.MinRuntimeBeforePreemption {
-		parts = append(parts, fmt.Sprintf("min_runtime_before_preemption %s -> %s", pol.MinRuntimeBeforePreemption, in.Policy.MinRuntimeBeforePreemption))
-	}
+	parts = append(parts, a.policyChanges(ctx, in.Policy)...)
 	if a.in.StopGracePeriod != in.StopGracePeriod {
 		parts = append(parts, fmt.Sprintf("stop_grace_period %s -> %s", a.in.StopGracePeriod, in.StopGracePeriod))
 	}
@@ -640,11 +638,19 @@ func (a *allocator) configChanges(in protocol.AllocatorInput) string {
 	return strings.Join(parts, "; ")
 }
 
-func queueingText(q scheduler.Queueing) string {
-	if q == "" {
-		return string(scheduler.BestEffortFIFO)
+// policyChanges lists the policy settings that next changes. Older builds
+// compared only queueing and min_runtime_before_preemption; the version gate
+// is asked only when another setting changes, so that a history without such
+// a change records no marker.
+func (a *allocator) policyChanges(ctx workflow.Context, next scheduler.Policy) []string {
+	pol := a.pool.Policy()
+	all := pol.Changes(next)
+	legacy := scheduler.Policy{Queueing: pol.Queueing, MinRuntimeBeforePreemption: pol.MinRuntimeBeforePreemption}
+	old := legacy.Changes(scheduler.Policy{Queueing: next.Queueing, MinRuntimeBeforePreemption: next.MinRuntimeBeforePreemption})
+	if len(all) == len(old) || workflow.GetVersion(ctx, versionAllPolicyKnobs, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return old
 	}
-	return string(q)
+	return all
 }
 
 func (a *allocator) onRelease(ctx workflow.Context, s protocol.ReleaseSignal) {

@@ -811,6 +811,32 @@ func TestAllocatorReconfigureAddsNode(t *testing.T) {
 	assert.Equal(t, next.Policy, carried.pool.Policy)
 }
 
+// A config that changes only reserve_after and the preemption limits takes
+// effect and says so; spelling out the default limits is no change.
+func TestAllocatorReconfigurePolicyKnobs(t *testing.T) {
+	h := newAllocHarness(t)
+	in := allocInput(allocNodes(1, 2))
+	defaults := in
+	defaults.Policy.MaxPreemptions = scheduler.DefaultMaxPreemptions
+	defaults.Policy.MaxLossGPUHours = scheduler.DefaultMaxLossGPUHours
+	same := h.reconfigure(time.Minute, defaults)
+	next := in
+	next.Policy.ReserveAfter = time.Hour
+	next.Policy.MaxPreemptions = 5
+	next.Policy.MaxLossGPUHours = -1
+	out := h.reconfigure(2*time.Minute, next)
+	h.runAllocator(in, time.Hour)
+
+	require.True(t, same.done)
+	require.NoError(t, same.err)
+	assert.False(t, same.reply.Changed, "the default limits spelled out are no change")
+	require.True(t, out.done)
+	require.NoError(t, out.rejected)
+	require.NoError(t, out.err)
+	assert.True(t, out.reply.Changed)
+	assert.Equal(t, "reserve_after 0s -> 1h0m0s; max_preemptions 3 -> 5; max_loss_gpu_hours 24 -> no limit", out.reply.Summary)
+}
+
 // A config that removes a busy node is refused by the validator, with the
 // reason, and changes nothing.
 func TestAllocatorReconfigureRefusedChangesNothing(t *testing.T) {
