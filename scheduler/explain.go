@@ -129,170 +129,228 @@ func (ex *explainer) preemptedFor(rj *runJob, job string) bool {
 	return slices.ContainsFunc(rj.nominee, func(nb *Preemptor) bool { return nb.Job == job })
 }
 
+// info explains the i-th waiting request from its outcome in the dry-run pass.
 func (ex *explainer) info(i int) WaitingInfo {
-	p, w := ex.p, ex.p.waiting[i]
-	o := &ex.pl.outs[i-ex.pl.outFrom]
+	w := ex.p.waiting[i]
 	r := &w.r
 	wi := WaitingInfo{Job: r.Job, Attempt: r.Attempt, Kind: r.Kind, Class: r.Class, Workers: r.Workers,
 		Demand: r.Demand, GPUs: r.Workers * r.Demand.GPUs, Position: i + 1, SubmittedAt: r.SubmittedAt, Seq: r.Seq}
+	o := &ex.pl.outs[i-ex.pl.outFrom]
 	higher := ex.classStart[r.Class]
 	behind := behindText(higher, i-higher)
-	need, ok := ex.needs[w.shape]
-	if !ok {
-		need = needText(r.Demand, r.Workers)
-		ex.needs[w.shape] = need
-	}
+	need := ex.needText(w)
 	switch o.kind {
 	case outGranted:
 		wi.Reason = "can start now: " + need + " " + plural(r.Workers, "is", "are") + " free; it starts at the next scheduling pass"
 	case outNominated, outPreempting:
-		type group struct {
-			holders string
-			mine    bool
-			gpus    int
-			nodes   []string
-		}
-		var groups []*group
-		var waitFor, nominated []string
-		freeHeld := 0
-		for k, n := range o.nodes {
-			if !o.relUsed[k] {
-				freeHeld++
-				continue
-			}
-			var names []string
-			mine := true
-			for _, h := range ex.holders[n] {
-				names = append(names, h.r.Job)
-				if ex.preemptedFor(h, r.Job) {
-					nominated = append(nominated, h.r.Job)
-				} else {
-					mine = false
-				}
-			}
-			waitFor = append(waitFor, names...)
-			key := strings.Join(names, ", ")
-			var g *group
-			for _, x := range groups {
-				if x.holders == key && x.mine == mine {
-					g = x
-				}
-			}
-			if g == nil {
-				g = &group{holders: key, mine: mine}
-				groups = append(groups, g)
-			}
-			g.gpus += int(o.relTake[k])
-			g.nodes = append(g.nodes, p.nodes[n].Name)
-		}
-		wi.Reason = "waiting for " + need
-		if freeHeld > 0 {
-			wi.Reason += fmt.Sprintf("; %d %s already free and held for it", freeHeld, plural(freeHeld, "node is", "nodes are"))
-		}
-		if o.kind == outPreempting {
-			names := make([]string, len(o.victims))
-			for k, v := range o.victims {
-				names[k] = v.r.Job
-			}
-			wi.Reason += fmt.Sprintf("; lower-priority %s %s will be preempted to make room", plural(len(names), "job", "jobs"), strings.Join(names, ", "))
-			nominated = append(nominated, names...)
-			waitFor = append(waitFor, names...)
-		}
-		for gi, g := range groups {
-			if gi == 4 {
-				wi.Reason += fmt.Sprintf("; and capacity on %d more nodes", len(groups)-gi)
-				break
-			}
-			where := strings.Join(g.nodes, ", ")
-			if len(g.nodes) > 3 {
-				where = fmt.Sprintf("%s and %d more nodes", strings.Join(g.nodes[:3], ", "), len(g.nodes)-3)
-			}
-			verb := "being released"
-			if o.kind == outPreempting && g.mine {
-				verb = "to be released"
-			}
-			if g.holders == "" { // cannot happen: releasing capacity always has a holder
-				g.holders = "stopping jobs"
-			}
-			if r.Demand.GPUs > 0 {
-				wi.Reason += fmt.Sprintf("; %d %s on %s %s %s by %s", g.gpus, plural(g.gpus, "GPU", "GPUs"), where, plural(g.gpus, "is", "are"), verb, g.holders)
-			} else {
-				wi.Reason += fmt.Sprintf("; capacity on %s is %s by %s", where, verb, g.holders)
-			}
-			if g.mine {
-				wi.Reason += " (nominated to you)"
-			}
-		}
-		wi.WaitingFor = sortedUnique(waitFor)
-		wi.Nominated = sortedUnique(nominated)
+		ex.explainWaitForCapacity(&wi, o, need)
 	case outStrictBlocked:
-		b := p.waiting[o.blocker]
-		wi.Reason = fmt.Sprintf("%s; the allocation uses strict-fifo queueing, so nothing starts before %s (position %d), which cannot start yet",
-			behind, b.r.Job, o.blocker+1)
-		wi.WaitingFor = []string{b.r.Job}
+		ex.explainStrictBlocked(&wi, o, behind)
 	case outReserving:
-		names := make([]string, len(o.nodes))
-		for k, n := range o.nodes {
-			names[k] = p.nodes[n].Name
-		}
-		wi.Reserved = names
-		since := p.lastNow.Sub(p.heads[r.Class].since)
-		wi.Reason = fmt.Sprintf("waiting for %s; it has been the first %s-priority request for %s (reserve_after %s), so %s %s reserved for it: no later job starts there until it fits",
-			need, r.Class, since.Round(time.Second), p.policy.ReserveAfter, plural(len(names), "node", "nodes")+" "+listText(names), plural(len(names), "is", "are"))
-		if behind != "" {
-			wi.Reason = behind + "; " + wi.Reason
-		}
+		ex.explainReserving(&wi, o, need, behind)
 	case outPrevAttempt:
-		prev := p.running[r.Job]
+		prev := ex.p.running[r.Job]
 		wi.Reason = fmt.Sprintf("waiting for its previous attempt (%d) to release its capacity", prev.r.Attempt)
 		wi.WaitingFor = []string{r.Job}
 	default: // outNoFit
-		f := p.shapes[w.shape].fam
-		for _, k := range ex.pl.consumers[f] {
-			if int(k) >= i || len(wi.WaitingFor) == maxWaitingFor {
-				break
-			}
-			wi.WaitingFor = append(wi.WaitingFor, p.waiting[k].r.Job)
-		}
-		why := "not enough capacity is free or being released"
-		if len(wi.WaitingFor) > 0 {
-			why = "the free and releasing capacity is held for earlier requests (" + strings.Join(wi.WaitingFor, ", ") + ")"
-		}
-		if r.Class == Low {
-			why += ", and low-priority jobs do not preempt others"
-		} else {
-			why += ", and the jobs holding the rest may not be preempted for it (equal or higher priority, or notebooks"
-			if m := p.policy.MinRuntimeBeforePreemption; m > 0 {
-				why += fmt.Sprintf(", or running for less than %s", m)
-			}
-			why += ")"
-		}
-		if fm := &p.fams[f]; len(fm.live) < len(fm.nodes) { // some node of its family is lost
-			live, lost := ex.lostFit(w.shape, r.Demand)
-			switch {
-			case len(lost) > 0 && live < r.Workers:
-				// Nothing it could wait for or preempt helps: too few nodes are answering.
-				if live == 0 {
-					why = fmt.Sprintf("no %s node large enough for one of its workers is answering (%s)", r.Demand.Family, lostText(lost))
-				} else {
-					why = fmt.Sprintf("only %d of the %d %s nodes large enough for one of its workers %s answering (%s)",
-						live, live+len(lost), r.Demand.Family, plural(live, "is", "are"), lostText(lost))
-				}
-				wi.WaitingFor = nil
-			case len(lost) > 0:
-				why += "; " + lostText(lost) + ", so " + plural(len(lost), "its", "their") + " capacity is not counted"
-			}
-		}
-		wi.Reason = "waiting for " + need + "; " + why
-		if behind != "" {
-			wi.Reason = behind + "; " + wi.Reason
-		}
-		slices.Sort(wi.WaitingFor)
+		ex.explainNoFit(&wi, i, need, behind)
 	}
 	if wi.Reason == "" { // defensive: the contract says never empty
 		wi.Reason = "waiting"
 	}
 	return wi
+}
+
+// needText describes what the request needs, once per shape.
+func (ex *explainer) needText(w *waitReq) string {
+	need, ok := ex.needs[w.shape]
+	if !ok {
+		need = needText(w.r.Demand, w.r.Workers)
+		ex.needs[w.shape] = need
+	}
+	return need
+}
+
+// holderGroup is capacity the request waits for, grouped by the jobs releasing it and by whether
+// it is nominated to the request.
+type holderGroup struct {
+	holders string // the releasing jobs' names, joined
+	mine    bool   // every holder is stopping for this request
+	gpus    int
+	nodes   []string
+}
+
+// explainWaitForCapacity explains a request that holds free and releasing capacity (and may
+// preempt for it): which nodes, released by whom, and whether that capacity is nominated to it.
+func (ex *explainer) explainWaitForCapacity(wi *WaitingInfo, o *planOut, need string) {
+	groups, waitFor, nominated, freeHeld := ex.holderGroups(wi.Job, o)
+	wi.Reason = "waiting for " + need
+	if freeHeld > 0 {
+		wi.Reason += fmt.Sprintf("; %d %s already free and held for it", freeHeld, plural(freeHeld, "node is", "nodes are"))
+	}
+	if o.kind == outPreempting {
+		names := make([]string, len(o.victims))
+		for k, v := range o.victims {
+			names[k] = v.r.Job
+		}
+		wi.Reason += fmt.Sprintf("; lower-priority %s %s will be preempted to make room", plural(len(names), "job", "jobs"), strings.Join(names, ", "))
+		nominated = append(nominated, names...)
+		waitFor = append(waitFor, names...)
+	}
+	for gi, g := range groups {
+		if gi == 4 {
+			wi.Reason += fmt.Sprintf("; and capacity on %d more nodes", len(groups)-gi)
+			break
+		}
+		wi.Reason += "; " + g.text(o.kind == outPreempting, wi.Demand.GPUs > 0)
+	}
+	wi.WaitingFor = sortedUnique(waitFor)
+	wi.Nominated = sortedUnique(nominated)
+}
+
+// holderGroups groups the releasing capacity the request takes by its holders; it also returns
+// every holder, those stopping for this request, and how many of its nodes are free already.
+func (ex *explainer) holderGroups(job string, o *planOut) (groups []*holderGroup, waitFor, nominated []string, freeHeld int) {
+	for k, n := range o.nodes {
+		if !o.relUsed[k] {
+			freeHeld++
+			continue
+		}
+		var names []string
+		mine := true
+		for _, h := range ex.holders[n] {
+			names = append(names, h.r.Job)
+			if ex.preemptedFor(h, job) {
+				nominated = append(nominated, h.r.Job)
+			} else {
+				mine = false
+			}
+		}
+		waitFor = append(waitFor, names...)
+		key := strings.Join(names, ", ")
+		var g *holderGroup
+		for _, x := range groups {
+			if x.holders == key && x.mine == mine {
+				g = x
+			}
+		}
+		if g == nil {
+			g = &holderGroup{holders: key, mine: mine}
+			groups = append(groups, g)
+		}
+		g.gpus += int(o.relTake[k])
+		g.nodes = append(g.nodes, ex.p.nodes[n].Name)
+	}
+	return groups, waitFor, nominated, freeHeld
+}
+
+// text says what capacity the group holds and who releases it, e.g. "4 GPUs on n-3 are being
+// released by low-2w (nominated to you)".
+func (g *holderGroup) text(preempting, gpus bool) string {
+	where := strings.Join(g.nodes, ", ")
+	if len(g.nodes) > 3 {
+		where = fmt.Sprintf("%s and %d more nodes", strings.Join(g.nodes[:3], ", "), len(g.nodes)-3)
+	}
+	verb := "being released"
+	if preempting && g.mine {
+		verb = "to be released"
+	}
+	holders := g.holders
+	if holders == "" { // cannot happen: releasing capacity always has a holder
+		holders = "stopping jobs"
+	}
+	var out string
+	if gpus {
+		out = fmt.Sprintf("%d %s on %s %s %s by %s", g.gpus, plural(g.gpus, "GPU", "GPUs"), where, plural(g.gpus, "is", "are"), verb, holders)
+	} else {
+		out = fmt.Sprintf("capacity on %s is %s by %s", where, verb, holders)
+	}
+	if g.mine {
+		out += " (nominated to you)"
+	}
+	return out
+}
+
+// explainStrictBlocked explains a request behind a strict-fifo blocker.
+func (ex *explainer) explainStrictBlocked(wi *WaitingInfo, o *planOut, behind string) {
+	b := ex.p.waiting[o.blocker]
+	wi.Reason = fmt.Sprintf("%s; the allocation uses strict-fifo queueing, so nothing starts before %s (position %d), which cannot start yet",
+		behind, b.r.Job, o.blocker+1)
+	wi.WaitingFor = []string{b.r.Job}
+}
+
+// explainReserving explains a long-waiting first request of its class that reserves nodes.
+func (ex *explainer) explainReserving(wi *WaitingInfo, o *planOut, need, behind string) {
+	p := ex.p
+	names := make([]string, len(o.nodes))
+	for k, n := range o.nodes {
+		names[k] = p.nodes[n].Name
+	}
+	wi.Reserved = names
+	since := p.lastNow.Sub(p.heads[wi.Class].since)
+	wi.Reason = fmt.Sprintf("waiting for %s; it has been the first %s-priority request for %s (reserve_after %s), so %s %s reserved for it: no later job starts there until it fits",
+		need, wi.Class, since.Round(time.Second), p.policy.ReserveAfter, plural(len(names), "node", "nodes")+" "+listText(names), plural(len(names), "is", "are"))
+	if behind != "" {
+		wi.Reason = behind + "; " + wi.Reason
+	}
+}
+
+// explainNoFit explains a request that can neither start, nor wait for releasing capacity, nor
+// preempt: which earlier requests took the capacity, why it may not preempt, and which nodes of
+// its family are not answering.
+func (ex *explainer) explainNoFit(wi *WaitingInfo, i int, need, behind string) {
+	p, w := ex.p, ex.p.waiting[i]
+	f := p.shapes[w.shape].fam
+	for _, k := range ex.pl.consumers[f] {
+		if int(k) >= i || len(wi.WaitingFor) == maxWaitingFor {
+			break
+		}
+		wi.WaitingFor = append(wi.WaitingFor, p.waiting[k].r.Job)
+	}
+	why := "not enough capacity is free or being released"
+	if len(wi.WaitingFor) > 0 {
+		why = "the free and releasing capacity is held for earlier requests (" + strings.Join(wi.WaitingFor, ", ") + ")"
+	}
+	why += ex.noPreemptionText(wi.Class)
+	if fm := &p.fams[f]; len(fm.live) < len(fm.nodes) { // some node of its family is lost
+		why = ex.withLostNodes(wi, w, why)
+	}
+	wi.Reason = "waiting for " + need + "; " + why
+	if behind != "" {
+		wi.Reason = behind + "; " + wi.Reason
+	}
+	slices.Sort(wi.WaitingFor)
+}
+
+// noPreemptionText says why a request of class c does not preempt the jobs holding the rest.
+func (ex *explainer) noPreemptionText(c Class) string {
+	if c == Low {
+		return ", and low-priority jobs do not preempt others"
+	}
+	why := ", and the jobs holding the rest may not be preempted for it (equal or higher priority, or notebooks"
+	if m := ex.p.policy.MinRuntimeBeforePreemption; m > 0 {
+		why += fmt.Sprintf(", or running for less than %s", m)
+	}
+	return why + ")"
+}
+
+// withLostNodes adds the lost nodes of the request's family to why; when too few nodes answer
+// for it to fit at all, that alone is the reason.
+func (ex *explainer) withLostNodes(wi *WaitingInfo, w *waitReq, why string) string {
+	live, lost := ex.lostFit(w.shape, w.r.Demand)
+	switch {
+	case len(lost) > 0 && live < w.r.Workers:
+		// Nothing it could wait for or preempt helps: too few nodes are answering.
+		wi.WaitingFor = nil
+		if live == 0 {
+			return fmt.Sprintf("no %s node large enough for one of its workers is answering (%s)", w.r.Demand.Family, lostText(lost))
+		}
+		return fmt.Sprintf("only %d of the %d %s nodes large enough for one of its workers %s answering (%s)",
+			live, live+len(lost), w.r.Demand.Family, plural(live, "is", "are"), lostText(lost))
+	case len(lost) > 0:
+		return why + "; " + lostText(lost) + ", so " + plural(len(lost), "its", "their") + " capacity is not counted"
+	}
+	return why
 }
 
 // listText joins names, shortening long lists: "a, b, c and 4 more".
