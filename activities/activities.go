@@ -20,6 +20,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	trainq "github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/cluster"
 	"github.com/trainq/trainq/config"
 	"github.com/trainq/trainq/protocol"
@@ -44,43 +45,6 @@ type RequestCapacityInput struct {
 	Request    protocol.CapacityRequest `json:"request"`
 }
 
-// AllocatorInput builds the start input of an allocator from the config.
-func AllocatorInput(cfg *config.Config, region, allocation string) (protocol.AllocatorInput, error) {
-	_, a, err := cfg.Allocation(region, allocation)
-	if err != nil {
-		return protocol.AllocatorInput{}, err
-	}
-	return protocol.AllocatorInput{
-		Region:          region,
-		Allocation:      a.Name,
-		Nodes:           a.Nodes,
-		Policy:          a.Policy(),
-		StopGracePeriod: a.StopGracePeriod.D(),
-		ReclaimInterval: cfg.ReclaimInterval.D(),
-		NodeTimeout:     cfg.NodeTimeout.D(),
-		MaxWaiting:      a.MaxWaiting,
-	}, nil
-}
-
-// AllocatorStartOptions are the options that start an allocator, or find the
-// running one.
-func AllocatorStartOptions(region, allocation string) client.StartWorkflowOptions {
-	return client.StartWorkflowOptions{
-		ID:                       protocol.AllocatorWorkflowID(region, allocation),
-		TaskQueue:                protocol.TaskQueue,
-		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		StaticSummary:            fmt.Sprintf("allocator of %s/%s", region, allocation),
-		// After a kill -9 of trainq-worker the task it was running is
-		// retried once this passes: every job of the allocation waits for
-		// it, so it is short. An allocator task takes milliseconds.
-		WorkflowTaskTimeout: AllocatorTaskTimeout,
-	}
-}
-
-// AllocatorTaskTimeout is the allocator's workflow task timeout.
-const AllocatorTaskTimeout = 3 * time.Second
-
 // RequestCapacity asks the allocation's allocator for capacity, starting the
 // allocator if it is not running. The request travels as a signal (with
 // signal-with-start): under a burst of submissions, updates would hit the
@@ -89,7 +53,7 @@ const AllocatorTaskTimeout = 3 * time.Second
 // can never fit the allocation as configured fails for good here; one that
 // no longer fits when it arrives is refused by the allocator with a signal.
 func (a *Activities) RequestCapacity(ctx context.Context, in RequestCapacityInput) (protocol.CapacityReply, error) {
-	start, err := AllocatorInput(a.Config, in.Region, in.Allocation)
+	start, err := trainq.AllocatorInput(a.Config, in.Region, in.Allocation)
 	if err != nil {
 		return protocol.CapacityReply{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeCapacityRefused, nil)
 	}
@@ -98,7 +62,7 @@ func (a *Activities) RequestCapacity(ctx context.Context, in RequestCapacityInpu
 			fmt.Sprintf("allocation %s/%s cannot run %s: %v", in.Region, in.Allocation, in.Request.Job, err), ErrTypeCapacityRefused, nil)
 	}
 	_, err = a.Client.SignalWithStartWorkflow(ctx, protocol.AllocatorWorkflowID(in.Region, in.Allocation), protocol.SignalRequest,
-		in.Request, AllocatorStartOptions(in.Region, in.Allocation), protocol.AllocatorWorkflowName, start)
+		in.Request, trainq.AllocatorStartOptions(in.Region, in.Allocation), protocol.AllocatorWorkflowName, start)
 	if err != nil {
 		return protocol.CapacityReply{}, err
 	}

@@ -17,11 +17,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/client"
+	sdkclient "go.temporal.io/sdk/client"
 
+	"github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/config"
 	"github.com/trainq/trainq/protocol"
-	"github.com/trainq/trainq/workflows"
 )
 
 func TestHealthConfigsAndOpenAPI(t *testing.T) {
@@ -213,7 +213,7 @@ func TestIdempotencyKey(t *testing.T) {
 	// One workflow only.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	n, err := workflows.Count(ctx, env.client, workflows.ListFilter{Names: []string{first}})
+	n, err := client.New(env.client, nil).Count(ctx, client.ListFilter{Names: []string{first}})
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), n)
 
@@ -270,7 +270,7 @@ func TestRejectedRequestStartsNothing(t *testing.T) {
 	count := func() int64 {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		n, err := workflows.Count(ctx, env.client, workflows.ListFilter{Workspace: "team-empty"})
+		n, err := client.New(env.client, nil).Count(ctx, client.ListFilter{Workspace: "team-empty"})
 		require.NoError(t, err)
 		return n
 	}
@@ -450,7 +450,7 @@ func TestTemporalDown(t *testing.T) {
 	require.NoError(t, err)
 	addr := ln.Addr().String()
 	ln.Close() // a closed port
-	c, err := client.NewLazyClient(client.Options{HostPort: addr})
+	c, err := sdkclient.NewLazyClient(sdkclient.Options{HostPort: addr})
 	require.NoError(t, err)
 	defer c.Close()
 	cfg := config.Default()
@@ -458,7 +458,7 @@ func TestTemporalDown(t *testing.T) {
 	tokens := &Tokens{}
 	tokens.entries, err = parseEntries(TokenFile{Tokens: []TokenEntry{{SHA256: HashToken("tq_t"), User: "u", Workspace: "w", Role: RoleUser}}})
 	require.NoError(t, err)
-	s, err := New(Options{Config: cfg, Backend: TemporalBackend{Client: c, Config: cfg}, Tokens: tokens, CallTimeout: 2 * time.Second})
+	s, err := New(Options{Config: cfg, Backend: client.New(c, cfg), Tokens: tokens, CallTimeout: 2 * time.Second})
 	require.NoError(t, err)
 	srv := httptest.NewServer(s)
 	defer srv.Close()

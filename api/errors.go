@@ -10,8 +10,8 @@ import (
 
 	"go.temporal.io/api/serviceerror"
 
+	"github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/protocol"
-	"github.com/trainq/trainq/workflows"
 )
 
 // Error is the body of every error answer: {"error": {"code", "message", "field"}}.
@@ -99,11 +99,11 @@ func (s *Server) classify(r *http.Request, err error) *Error {
 		// The size checks keep requests well within Temporal's limits; this
 		// is the last line, should those limits be set lower.
 		return errorf(http.StatusRequestEntityTooLarge, codeTooLarge, "", "the request is larger than Temporal accepts; make job_desc, script, env_variables or flags smaller")
-	case errors.Is(err, workflows.ErrJobNotFound):
+	case errors.Is(err, client.ErrJobNotFound):
 		return errorf(http.StatusNotFound, codeNotFound, "", "no such job")
-	case errors.As(err, new(*workflows.QueueFullError)):
+	case errors.As(err, new(*protocol.QueueFullError)):
 		return &Error{Status: http.StatusTooManyRequests, Code: codeQueueFull, Field: "allocation_name", Message: err.Error(), RetryAfter: queueFullRetryAfter}
-	case errors.Is(err, workflows.ErrNoAllocator):
+	case errors.Is(err, client.ErrNoAllocator):
 		return &Error{Status: http.StatusServiceUnavailable, Code: codeNoWorker, Message: err.Error()}
 	case unavailable(err):
 		msg := "Temporal did not answer in time; try again"

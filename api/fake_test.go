@@ -12,10 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trainq/trainq/client"
+	"github.com/trainq/trainq/cluster/local/logfile"
 	"github.com/trainq/trainq/config"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
-	"github.com/trainq/trainq/workflows"
 )
 
 // fakeBackend stands in for Temporal where no server is needed: it keeps
@@ -35,7 +36,7 @@ type fakeBackend struct {
 }
 
 type fakeJob struct {
-	info    workflows.JobInfo
+	info    client.JobInfo
 	status  protocol.JobStatus
 	created time.Time
 }
@@ -45,7 +46,7 @@ func newFakeBackend(cfg *config.Config) *fakeBackend {
 }
 
 // add records a job as it is now; seal makes the jobs the ones reset restores.
-func (f *fakeBackend) add(info workflows.JobInfo, st protocol.JobStatus) {
+func (f *fakeBackend) add(info client.JobInfo, st protocol.JobStatus) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.seq++
@@ -77,21 +78,21 @@ func (f *fakeBackend) started() int {
 	return f.subs
 }
 
-func (f *fakeBackend) Submit(ctx context.Context, spec protocol.JobSpec, opts workflows.SubmitOptions) (workflows.Submission, error) {
-	if _, err := workflows.Check(f.cfg, &spec); err != nil {
-		return workflows.Submission{}, err
+func (f *fakeBackend) Submit(ctx context.Context, spec protocol.JobSpec, opts client.SubmitOptions) (client.Submission, error) {
+	if _, err := client.Check(f.cfg, &spec); err != nil {
+		return client.Submission{}, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	name := opts.Name
 	if name == "" {
-		name = workflows.NewJobName(spec.Kind)
+		name = client.NewJobName(spec.Kind)
 	}
 	if _, ok := f.jobs[name]; !ok {
 		f.subs++
 		f.seq++
 		f.jobs[name] = &fakeJob{
-			info: workflows.JobInfo{JobName: name, Status: string(protocol.StatePending), Kind: string(spec.Kind),
+			info: client.JobInfo{JobName: name, Status: string(protocol.StatePending), Kind: string(spec.Kind),
 				Author: spec.Author, Workspace: spec.Workspace, Running: true, RequestHash: opts.RequestHash},
 			status: protocol.JobStatus{JobName: name, State: protocol.StatePending, Kind: spec.Kind, Spec: spec,
 				Priority: spec.PriorityClass, Region: spec.Region, Allocation: spec.AllocationName, InstanceType: spec.InstanceType,
@@ -99,16 +100,16 @@ func (f *fakeBackend) Submit(ctx context.Context, spec protocol.JobSpec, opts wo
 			created: time.Unix(1_700_000_000+int64(f.seq), 0),
 		}
 	}
-	return workflows.Submission{JobName: name, Status: string(protocol.StatePending)}, nil
+	return client.Submission{JobName: name, Status: string(protocol.StatePending)}, nil
 }
 
-func (f *fakeBackend) Describe(ctx context.Context, name string) (workflows.JobInfo, error) {
+func (f *fakeBackend) Describe(ctx context.Context, name string) (client.JobInfo, error) {
 	f.mu.Lock()
 	j, ok := f.jobs[name]
 	delay := f.describeDelay
 	f.mu.Unlock()
 	if !ok {
-		return workflows.JobInfo{}, workflows.ErrJobNotFound
+		return client.JobInfo{}, client.ErrJobNotFound
 	}
 	time.Sleep(delay)
 	return j.info, nil
@@ -119,7 +120,7 @@ func (f *fakeBackend) Status(ctx context.Context, name string) (protocol.JobStat
 	defer f.mu.Unlock()
 	j, ok := f.jobs[name]
 	if !ok {
-		return protocol.JobStatus{}, workflows.ErrJobNotFound
+		return protocol.JobStatus{}, client.ErrJobNotFound
 	}
 	st := j.status
 	st.Attempts = slices.Clone(st.Attempts)
@@ -132,13 +133,13 @@ func (f *fakeBackend) Cancel(ctx context.Context, name string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, ok := f.jobs[name]; !ok {
-		return workflows.ErrJobNotFound
+		return client.ErrJobNotFound
 	}
 	return nil
 }
 
 // list filters as visibility does, newest first.
-func (f *fakeBackend) list(lf workflows.ListFilter) []workflows.JobSummary {
+func (f *fakeBackend) list(lf client.ListFilter) []client.JobSummary {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []*fakeJob
@@ -155,9 +156,9 @@ func (f *fakeBackend) list(lf workflows.ListFilter) []workflows.JobSummary {
 		out = append(out, j)
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].created.After(out[b].created) })
-	var rows []workflows.JobSummary
+	var rows []client.JobSummary
 	for _, j := range out {
-		rows = append(rows, workflows.JobSummary{JobName: j.info.JobName, Status: j.info.Status, Kind: j.info.Kind,
+		rows = append(rows, client.JobSummary{JobName: j.info.JobName, Status: j.info.Status, Kind: j.info.Kind,
 			Priority: j.status.Priority, Region: j.status.Region, Allocation: j.status.Allocation, Author: j.info.Author,
 			Workspace: j.info.Workspace, GPUs: int64(j.status.GPUs), Attempt: int64(j.status.Attempt), CreatedAt: j.created,
 			JobDesc: j.status.Spec.JobDesc, InstanceType: j.status.InstanceType, RunID: "run-" + j.info.JobName})
@@ -165,7 +166,7 @@ func (f *fakeBackend) list(lf workflows.ListFilter) []workflows.JobSummary {
 	return rows
 }
 
-func (f *fakeBackend) List(ctx context.Context, lf workflows.ListFilter) ([]workflows.JobSummary, error) {
+func (f *fakeBackend) List(ctx context.Context, lf client.ListFilter) ([]client.JobSummary, error) {
 	rows := f.list(lf)
 	rows = rows[min(lf.Offset, len(rows)):]
 	if lf.Limit > 0 && len(rows) > lf.Limit {
@@ -174,7 +175,7 @@ func (f *fakeBackend) List(ctx context.Context, lf workflows.ListFilter) ([]work
 	return rows, nil
 }
 
-func (f *fakeBackend) Count(ctx context.Context, lf workflows.ListFilter) (int64, error) {
+func (f *fakeBackend) Count(ctx context.Context, lf client.ListFilter) (int64, error) {
 	return int64(len(f.list(lf))), nil
 }
 
@@ -187,6 +188,13 @@ func (f *fakeBackend) Queue(ctx context.Context, region, allocation string) (pro
 }
 
 func (f *fakeBackend) Health(ctx context.Context) error { return nil }
+
+// LogSource reads the log files the tests write under the data dir.
+func (f *fakeBackend) LogSource() (client.LogSource, error) {
+	return logfile.Source{DataDir: f.cfg.DataDir}, nil
+}
+
+var _ client.Jobs = (*fakeBackend)(nil)
 
 // The two workspaces of the fake: bob (team-b) asks, alice (team-a) owns
 // the jobs whose names must never reach bob.
@@ -220,7 +228,7 @@ func seedTwoWorkspaces(t testing.TB, fb *fakeBackend, dataDir string) {
 	spec := protocol.JobSpec{Script: "train.py", BaseImage: "img", InstanceType: "a100plus.2gpu", Region: "SR006", AllocationName: fakeAlloc,
 		NWorkers: 1, Type: "binary", PriorityClass: "low", MaxRetry: 3, Author: "bob", Workspace: teamB, Kind: scheduler.KindJob,
 		JobDesc: "bob's run"}
-	fb.add(workflows.JobInfo{JobName: jobB, Kind: "job", Author: "bob", Workspace: teamB, Running: true},
+	fb.add(client.JobInfo{JobName: jobB, Kind: "job", Author: "bob", Workspace: teamB, Running: true},
 		protocol.JobStatus{State: protocol.StatePending, Kind: scheduler.KindJob, Priority: "low", Region: "SR006", Allocation: fakeAlloc,
 			InstanceType: spec.InstanceType, NWorkers: 1, GPUs: 2, MaxRetry: 3, Attempt: 2, Restarts: 1, Spec: spec,
 			Message:    "attempt 1 preempted by " + jobA + " (high job): preempted to make room for high-priority job " + jobA + ", which needs 2 GPUs",
@@ -232,14 +240,14 @@ func seedTwoWorkspaces(t testing.TB, fb *fakeBackend, dataDir string) {
 					EndReason: "preempted by " + jobA + " (high job): preempted to make room for high-priority job " + jobA + "."},
 				{Number: 2, QueuedAt: ended},
 			}})
-	fb.add(workflows.JobInfo{JobName: nbB, Kind: "notebook", Author: "bob", Workspace: teamB, Running: true},
+	fb.add(client.JobInfo{JobName: nbB, Kind: "notebook", Author: "bob", Workspace: teamB, Running: true},
 		protocol.JobStatus{State: protocol.StateRunning, Kind: scheduler.KindNotebook, Priority: "high", Region: "SR006", Allocation: fakeAlloc,
 			Attempt: 1, CreatedAt: now, Attempts: []protocol.AttemptRecord{{Number: 1, QueuedAt: now, StartedAt: &now, Placement: place}}})
 	for _, a := range []struct {
 		name, kind string
 		state      protocol.JobState
 	}{{jobA, "job", protocol.StateRunning}, {jobA2, "job", protocol.StatePending}, {nbA, "notebook", protocol.StateRunning}, {cliA, "job", protocol.StateRunning}} {
-		fb.add(workflows.JobInfo{JobName: a.name, Kind: a.kind, Author: "alice", Workspace: teamA, Running: true},
+		fb.add(client.JobInfo{JobName: a.name, Kind: a.kind, Author: "alice", Workspace: teamA, Running: true},
 			protocol.JobStatus{State: a.state, Kind: scheduler.Kind(a.kind), Priority: "high", Region: "SR006", Allocation: fakeAlloc, Attempt: 1,
 				CreatedAt: now, Message: "running; it preempted " + jobB,
 				Attempts: []protocol.AttemptRecord{{Number: 1, QueuedAt: now, StartedAt: &now, Placement: place,

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/config"
 	"github.com/trainq/trainq/protocol"
-	"github.com/trainq/trainq/workflows"
 )
 
 // fuzzServer is a server over the fake backend with one user token.
@@ -112,7 +112,7 @@ func FuzzDecodeRunJobRequest(f *testing.F) {
 		}
 		if decodeErr == nil && spec.BaseImage != "" {
 			checked := spec
-			if _, err := workflows.Check(s.cfg, &checked); err == nil && protocol.CheckLimits(checked) == nil {
+			if _, err := client.Check(s.cfg, &checked); err == nil && protocol.CheckLimits(checked) == nil {
 				_, err1 := protocol.ConfineDir("checkpoint_dir", s.workspaceDir("ws"), checked.CheckpointDir)
 				_, err2 := protocol.ConfineDir("logs_dir", s.workspaceDir("ws"), decoded.LogsDir)
 				if err1 == nil && err2 == nil {

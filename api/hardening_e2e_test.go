@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/protocol"
-	"github.com/trainq/trainq/workflows"
 )
 
 // httpDo sends requests as user to the test server; a followed log is read
@@ -125,7 +125,7 @@ func TestIssueRequestsAgainstTemporal(t *testing.T) {
 	count := func() int64 {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		n, err := workflows.Count(ctx, env.client, workflows.ListFilter{Workspace: "team-dave"})
+		n, err := client.New(env.client, nil).Count(ctx, client.ListFilter{Workspace: "team-dave"})
 		require.NoError(t, err)
 		return n
 	}
@@ -167,7 +167,7 @@ func TestStartFailureReason(t *testing.T) {
 	defer cancel()
 	spec := protocol.JobSpec{Script: "echo " + strings.Repeat("x", 140<<10), BaseImage: "b", InstanceType: "a100.1gpu",
 		AllocationName: "t", Workspace: "team-a", Author: "alice"}
-	sub, err := workflows.Submit(ctx, env.client, env.cfg, "", spec)
+	sub, err := client.New(env.client, env.cfg).Submit(ctx, spec, client.SubmitOptions{})
 	require.NoError(t, err)
 	v := waitStatus(t, "alice", sub.JobName, "Failed")
 	require.NotEmpty(t, v.Attempts)

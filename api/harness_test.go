@@ -16,8 +16,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/client"
+	sdkclient "go.temporal.io/sdk/client"
 
+	"github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/config"
 	"github.com/trainq/trainq/internal/testenv"
 	"github.com/trainq/trainq/protocol"
@@ -30,7 +31,7 @@ var env struct {
 	why    string // why not ready
 	dir    string
 	cfg    *config.Config
-	client client.Client
+	client sdkclient.Client
 	server *httptest.Server
 	tokens map[string]string // user -> bearer token
 }
@@ -113,7 +114,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "api: build failed:", err)
 		return 1
 	}
-	configPath := filepath.Join(env.dir, "trainq.yaml")
+	configPath := filepath.Join(env.dir, "client.yaml")
 	dataDir := filepath.Join(env.dir, "data")
 	if err := os.WriteFile(configPath, []byte(fmt.Sprintf(testConfig, dataDir)), 0o644); err != nil {
 		panic(err)
@@ -153,7 +154,7 @@ func run(m *testing.M) int {
 	if err != nil {
 		panic(err)
 	}
-	s, err := New(Options{Config: env.cfg, Backend: TemporalBackend{Client: env.client, Config: env.cfg}, Tokens: tokens,
+	s, err := New(Options{Config: env.cfg, Backend: client.New(env.client, env.cfg), Tokens: tokens,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), CallTimeout: 15 * time.Second, PollInterval: 100 * time.Millisecond})
 	if err != nil {
 		panic(err)

@@ -19,10 +19,10 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/cluster"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
-	"github.com/trainq/trainq/workflows"
 )
 
 // submitted answers POST /jobs, /jobs/restart and /notebooks.
@@ -94,7 +94,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, p Principal, spe
 		spec.Workspace = p.Workspace
 	}
 	checked := spec
-	more, err := workflows.Check(s.cfg, &checked)
+	more, err := client.Check(s.cfg, &checked)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -113,7 +113,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, p Principal, spe
 		s.fail(w, r, err)
 		return
 	}
-	var opts workflows.SubmitOptions
+	var opts client.SubmitOptions
 	key := r.Header.Get("Idempotency-Key")
 	if key != "" {
 		if len(key) > idempotencyKeyMax || strings.IndexFunc(key, func(c rune) bool { return c < 0x21 || c > 0x7e }) >= 0 {
@@ -127,7 +127,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, p Principal, spe
 	ctx, cancel := s.call(r)
 	defer cancel()
 	sub, err := s.backend.Submit(ctx, checked, opts)
-	if errors.Is(err, workflows.ErrJobExists) && key != "" {
+	if errors.Is(err, client.ErrJobExists) && key != "" {
 		err = nil // a retry after the job ended: compared below
 		sub.JobName = opts.Name
 	}
@@ -195,25 +195,25 @@ func (s *Server) noSymlinkOut(root string, dirs map[string]string) error {
 // that is not a job, is 404 alike, and takes alike: every not-found answer
 // waits until NotFoundFloor after the lookup began, so the time of a 404
 // does not tell a job of another workspace from a name nobody has.
-func (s *Server) visibleJob(ctx context.Context, p Principal, name string) (workflows.JobInfo, error) {
+func (s *Server) visibleJob(ctx context.Context, p Principal, name string) (client.JobInfo, error) {
 	start := time.Now()
 	info, err := s.lookupJob(ctx, p, name)
-	if errors.Is(err, workflows.ErrJobNotFound) {
+	if errors.Is(err, client.ErrJobNotFound) {
 		s.padNotFound(ctx, start)
 	}
 	return info, err
 }
 
-func (s *Server) lookupJob(ctx context.Context, p Principal, name string) (workflows.JobInfo, error) {
+func (s *Server) lookupJob(ctx context.Context, p Principal, name string) (client.JobInfo, error) {
 	if cluster.ValidJobName(name) != nil {
-		return workflows.JobInfo{}, workflows.ErrJobNotFound
+		return client.JobInfo{}, client.ErrJobNotFound
 	}
 	info, err := s.backend.Describe(ctx, name)
 	if err != nil {
-		return workflows.JobInfo{}, err
+		return client.JobInfo{}, err
 	}
 	if !p.CanSee(info.Workspace) {
-		return workflows.JobInfo{}, workflows.ErrJobNotFound
+		return client.JobInfo{}, client.ErrJobNotFound
 	}
 	return info, nil
 }
@@ -229,7 +229,7 @@ func (s *Server) padNotFound(ctx context.Context, start time.Time) {
 }
 
 // visibleStatus is the status of a job the principal may see.
-func (s *Server) visibleStatus(ctx context.Context, p Principal, name string) (workflows.JobInfo, protocol.JobStatus, error) {
+func (s *Server) visibleStatus(ctx context.Context, p Principal, name string) (client.JobInfo, protocol.JobStatus, error) {
 	info, err := s.visibleJob(ctx, p, name)
 	if err != nil {
 		return info, protocol.JobStatus{}, err
@@ -424,7 +424,7 @@ func (s *Server) stop(w http.ResponseWriter, r *http.Request, p Principal, name 
 	start := time.Now()
 	info, err := s.visibleJob(ctx, p, name)
 	if err == nil && kind != "" && info.Kind != string(kind) {
-		err = workflows.ErrJobNotFound
+		err = client.ErrJobNotFound
 		s.padNotFound(ctx, start)
 	}
 	if err == nil {
@@ -556,8 +556,8 @@ var jobStates = []protocol.JobState{protocol.StatePending, protocol.StateStartin
 	protocol.StateCompleting, protocol.StateStopping, protocol.StateCompleted, protocol.StateFailed, protocol.StateStopped, protocol.StatePreempted}
 
 // listFilter reads GET /jobs's query.
-func (s *Server) listFilter(q url.Values, p Principal) (workflows.ListFilter, error) {
-	var f workflows.ListFilter
+func (s *Server) listFilter(q url.Values, p Principal) (client.ListFilter, error) {
+	var f client.ListFilter
 	var keys []string
 	for k := range q {
 		keys = append(keys, k)

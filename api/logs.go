@@ -9,10 +9,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/cluster"
 	"github.com/trainq/trainq/joblogs"
 	"github.com/trainq/trainq/protocol"
-	"github.com/trainq/trainq/workflows"
 )
 
 // jobLogs answers GET /jobs/{job_name}/logs as plain text: the log of the
@@ -69,11 +69,12 @@ func (s *Server) jobLogs(w http.ResponseWriter, r *http.Request, p Principal) {
 		s.fail(w, r, err)
 		return
 	}
-	if s.logs == nil {
-		s.fail(w, r, &Error{Status: http.StatusServiceUnavailable, Code: "logs_unavailable", Message: "this server cannot read the data dir: " + s.logsErr.Error()})
+	source, err := s.backend.LogSource()
+	if err != nil {
+		s.fail(w, r, &Error{Status: http.StatusServiceUnavailable, Code: "logs_unavailable", Message: "this server cannot read the logs: " + err.Error()})
 		return
 	}
-	l.r.Source, l.r.Job, l.r.Out = s.logs, r.PathValue("job_name"), l.out
+	l.r.Source, l.r.Job, l.r.Out = source, r.PathValue("job_name"), l.out
 	ctx, cancel := s.call(r)
 	_, st, err := s.visibleStatus(ctx, p, l.r.Job)
 	cancel()
@@ -232,7 +233,7 @@ func (l *logStream) follow(ctx context.Context, st protocol.JobStatus) error {
 			return l.s.backend.Status(qctx, l.r.Job)
 		},
 		// Temporal or the worker is away for a moment: keep going.
-		Retry: func(err error) bool { return !errors.Is(err, workflows.ErrJobNotFound) },
+		Retry: func(err error) bool { return !errors.Is(err, client.ErrJobNotFound) },
 		Flush: l.flush,
 		End: func(st protocol.JobStatus) {
 			if l.verbose {

@@ -6,9 +6,9 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/cluster"
 	"github.com/trainq/trainq/protocol"
-	"github.com/trainq/trainq/workflows"
 )
 
 // hiddenName replaces the name of a job of another workspace.
@@ -65,7 +65,7 @@ func (rd *redactor) learn(ctx context.Context, names []string) error {
 	for rest := ask; len(rest) > 0; {
 		batch := rest[:min(len(rest), 200)]
 		rest = rest[len(batch):]
-		jobs, err := rd.s.backend.List(ctx, workflows.ListFilter{Names: batch, Workspace: rd.p.Workspace, Limit: len(batch)})
+		jobs, err := rd.s.backend.List(ctx, client.ListFilter{Names: batch, Workspace: rd.p.Workspace, Limit: len(batch)})
 		if err != nil {
 			return err
 		}

@@ -1,7 +1,7 @@
 // Package api is trainq's ML Space-compatible REST API: the paths, fields
 // and status words of ML Space's public API v2, plus what trainq explains
 // that ML Space does not (why a job waits, who preempted it). Every handler
-// talks to Temporal through a Backend with a timeout; nothing is kept in the
+// talks to Temporal through the trainq client (a client.Jobs) with a timeout; nothing is kept in the
 // server, so any number of servers can run side by side.
 package api
 
@@ -21,7 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/trainq/trainq/cluster/local"
+	"github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/config"
 )
 
@@ -36,8 +36,9 @@ const (
 
 // Options configure a Server.
 type Options struct {
-	Config  *config.Config
-	Backend Backend
+	Config *config.Config
+	// Backend is trainq's client: a *client.Client, or a fake in tests.
+	Backend client.Jobs
 	Tokens  *Tokens
 	Logger  *slog.Logger
 	// CallTimeout bounds the Temporal calls of one request (default 10s).
@@ -57,14 +58,12 @@ type Options struct {
 // Server serves the API. It is an http.Handler.
 type Server struct {
 	cfg     *config.Config
-	backend Backend
+	backend client.Jobs
 	tokens  *Tokens
 	log     *slog.Logger
 	opts    Options
 	mux     *http.ServeMux
 	metrics *metrics
-	logs    *local.Backend // reads job logs under cfg.DataDir; nil if unusable
-	logsErr error
 	// workspacesDir (absolute) holds a directory per workspace, inside
 	// which checkpoint_dir and logs_dir must lie.
 	workspacesDir string
@@ -118,7 +117,6 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{cfg: opts.Config, backend: opts.Backend, tokens: opts.Tokens, log: opts.Logger, opts: opts,
 		mux: http.NewServeMux(), metrics: newMetrics()}
-	s.logs, s.logsErr = local.New(local.Options{DataDir: opts.Config.DataDir})
 	ws := opts.Config.WorkspacesDir
 	if ws == "" {
 		ws = filepath.Join(opts.Config.DataDir, "workspaces")

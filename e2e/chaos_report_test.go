@@ -14,9 +14,9 @@ import (
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/sdk/converter"
 
+	tqclient "github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/internal/testenv"
 	"github.com/trainq/trainq/protocol"
-	"github.com/trainq/trainq/workflows"
 )
 
 // This file is the end of a chaos run: what is checked and how it is reported.
@@ -235,7 +235,7 @@ func (r *chaosRun) check(final map[string]chaosJobInfo) *chaosReport {
 			ji = fresh
 		}
 		if ji.found {
-			st, err := workflows.Status(ctx, r.c, name)
+			st, err := tqclient.New(r.c, nil).Status(ctx, name)
 			if err == nil {
 				ji.st = &st
 			} else {
@@ -358,7 +358,7 @@ func (r *chaosRun) checkGPUs(rep *chaosReport) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		v, err := workflows.Queue(ctx, r.c, chaosRegion, chaosAllocation)
+		v, err := tqclient.New(r.c, nil).Queue(ctx, chaosRegion, chaosAllocation)
 		cancel()
 		if err == nil {
 			rep.gpusNotFree, rep.gpuProblem = 0, ""
@@ -397,7 +397,7 @@ func (r *chaosRun) checkGPUs(rep *chaosReport) {
 			}
 		} else {
 			rep.gpuProblem = "unknown: " + err.Error()
-			if errors.Is(err, workflows.ErrNoAllocator) {
+			if errors.Is(err, tqclient.ErrNoAllocator) {
 				rep.gpuProblem = "unknown: the allocator is not running"
 			}
 		}

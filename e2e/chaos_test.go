@@ -20,10 +20,10 @@ import (
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
 
+	tqclient "github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/config"
 	"github.com/trainq/trainq/internal/testenv"
 	"github.com/trainq/trainq/protocol"
-	"github.com/trainq/trainq/workflows"
 )
 
 // TestChaos checks trainq's core promise under faults: every GPU has exactly
@@ -330,7 +330,7 @@ func (r *chaosRun) spec(j chaosJob) protocol.JobSpec {
 }
 
 // submitAll submits the plan's jobs at their times, the way the CLI does
-// (workflows.Submit). Each job has a fixed name, so a submission retried
+// (client.Submit). Each job has a fixed name, so a submission retried
 // while the dev server is down starts one workflow.
 func (r *chaosRun) submitAll() {
 	// A submission is retried for up to 2 minutes, and none after 2
@@ -348,9 +348,9 @@ func (r *chaosRun) submitAll() {
 		var err error
 		for tries := 1; ; tries++ {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			_, err = workflows.Submit(ctx, r.c, r.cfg, j.name, r.spec(j))
+			_, err = tqclient.New(r.c, r.cfg).Submit(ctx, r.spec(j), tqclient.SubmitOptions{Name: j.name})
 			cancel()
-			if errors.Is(err, workflows.ErrJobExists) {
+			if errors.Is(err, tqclient.ErrJobExists) {
 				err = nil // an earlier try started it, and it has ended already
 			}
 			if err == nil || time.Now().After(deadline) {

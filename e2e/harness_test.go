@@ -16,10 +16,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
+	tqclient "github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/config"
 	"github.com/trainq/trainq/internal/testenv"
 	"github.com/trainq/trainq/protocol"
-	"github.com/trainq/trainq/workflows"
 )
 
 // env is shared by every test of the package: one dev server, one config.
@@ -182,7 +182,7 @@ func submit(t *testing.T, spec protocol.JobSpec) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sub, err := workflows.Submit(ctx, env.client, env.cfg, "", spec)
+	sub, err := tqclient.New(env.client, env.cfg).Submit(ctx, spec, tqclient.SubmitOptions{})
 	require.NoError(t, err)
 	return sub.JobName
 }
@@ -191,7 +191,7 @@ func status(t *testing.T, job string) protocol.JobStatus {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st, err := workflows.Status(ctx, env.client, job)
+	st, err := tqclient.New(env.client, nil).Status(ctx, job)
 	require.NoError(t, err)
 	return st
 }
@@ -200,7 +200,7 @@ func queue(t *testing.T, allocation string) protocol.QueueView {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	v, err := workflows.Queue(ctx, env.client, "T", allocation)
+	v, err := tqclient.New(env.client, nil).Queue(ctx, "T", allocation)
 	require.NoError(t, err)
 	return v
 }

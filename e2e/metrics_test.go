@@ -18,10 +18,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	tqclient "github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/config"
 	"github.com/trainq/trainq/metrics"
 	"github.com/trainq/trainq/protocol"
-	"github.com/trainq/trainq/workflows"
 )
 
 // obsConfig is the observability tests' own config: region O, with
@@ -68,7 +68,7 @@ func submitWith(t *testing.T, cfg *config.Config, spec protocol.JobSpec) string 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sub, err := workflows.Submit(ctx, env.client, cfg, "", spec)
+	sub, err := tqclient.New(env.client, cfg).Submit(ctx, spec, tqclient.SubmitOptions{})
 	require.NoError(t, err)
 	return sub.JobName
 }

@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	tqclient "github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/protocol"
-	"github.com/trainq/trainq/workflows"
 )
 
 // TestFullQueueRefusesSubmissions fills an allocation whose max_waiting is 2:
@@ -32,7 +32,7 @@ func TestFullQueueRefusesSubmissions(t *testing.T) {
 	assert.Contains(t, errOut, "has 2 waiting jobs (max_waiting); try later")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	n, err := workflows.Count(ctx, env.client, workflows.ListFilter{Allocation: "capped"})
+	n, err := tqclient.New(env.client, nil).Count(ctx, tqclient.ListFilter{Allocation: "capped"})
 	require.NoError(t, err)
 	assert.Equal(t, int64(3), n, "a refused submission starts nothing")
 

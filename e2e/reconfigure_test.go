@@ -13,9 +13,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	tqclient "github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/config"
 	"github.com/trainq/trainq/protocol"
-	"github.com/trainq/trainq/workflows"
 )
 
 // reconfConfig is the reconfigure test's own config: region R, allocation
@@ -58,7 +58,7 @@ func reconfQueue(t *testing.T) protocol.QueueView {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	v, err := workflows.Queue(ctx, env.client, "R", "reconf")
+	v, err := tqclient.New(env.client, nil).Queue(ctx, "R", "reconf")
 	require.NoError(t, err)
 	return v
 }

@@ -14,10 +14,10 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
+	tqclient "github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/config"
 	"github.com/trainq/trainq/internal/testenv"
 	"github.com/trainq/trainq/protocol"
-	"github.com/trainq/trainq/workflows"
 )
 
 // TestUpgradeKeepsJobsOnTheirBuild upgrades trainq as the README's
@@ -59,14 +59,14 @@ func TestUpgradeKeepsJobsOnTheirBuild(t *testing.T) {
 	submitHere := func(script string) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		sub, err := workflows.Submit(ctx, c, cfg, "", agentSpec(script))
+		sub, err := tqclient.New(c, cfg).Submit(ctx, agentSpec(script), tqclient.SubmitOptions{})
 		require.NoError(t, err)
 		return sub.JobName
 	}
 	stateOf := func(job string) protocol.JobState {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		st, err := workflows.Status(ctx, c, job)
+		st, err := tqclient.New(c, nil).Status(ctx, job)
 		require.NoError(t, err)
 		return st.State
 	}

@@ -8,27 +8,16 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
-	"os"
 	"sort"
 	"time"
 
 	"github.com/trainq/trainq/cluster"
-	"github.com/trainq/trainq/cluster/local"
 	"github.com/trainq/trainq/protocol"
 )
 
-// Source reads workers' logs; *local.Backend is one.
-type Source interface {
-	// Logs copies the worker's log (tail lines, 0 = all) to w.
-	Logs(ctx context.Context, id cluster.WorkerID, tail int, w io.Writer) error
-	// LogPath is the worker's log file (it may not exist yet).
-	LogPath(id cluster.WorkerID) (string, error)
-}
-
 // Reader says which logs of a job to read and where their lines go.
 type Reader struct {
-	Source  Source
+	Source  cluster.LogReader // client.LogSource
 	Job     string
 	Tail    int // the last Tail lines of each worker's log, 0 = all
 	Worker  int // only this worker, -1 = every worker
@@ -98,10 +87,23 @@ func (r *Reader) Prefixed(a *protocol.AttemptRecord) bool {
 // cluster.ErrNotFound when the worker has no log on this machine.
 func (r *Reader) Copy(ctx context.Context, a *protocol.AttemptRecord, worker int) error {
 	out := r.Out(a, worker)
-	if err := r.Source.Logs(ctx, cluster.WorkerID{Job: r.Job, Attempt: a.Number, Worker: worker}, r.Tail, out); err != nil {
+	req := r.request(a, worker)
+	req.Tail = r.Tail
+	if _, err := cluster.CopyLog(ctx, r.Source, req, out); err != nil {
 		return err
 	}
 	return out.Flush()
+}
+
+// request asks for the log of one worker of a, from the node it ran on.
+func (r *Reader) request(a *protocol.AttemptRecord, worker int) cluster.LogRequest {
+	req := cluster.LogRequest{ID: cluster.WorkerID{Job: r.Job, Attempt: a.Number, Worker: worker}}
+	for _, p := range a.Placement {
+		if p.Worker == worker {
+			req.Node = p.Node
+		}
+	}
+	return req
 }
 
 // Follow says how Reader.Follow learns about the job and tells about it.
@@ -133,7 +135,7 @@ func (r *Reader) Follow(ctx context.Context, st protocol.JobStatus, f Follow) er
 	for {
 		if a := r.Current(st); a != nil && a.Number != shown && len(a.Placement) > 0 {
 			// A new attempt started: finish the old files, open the new ones.
-			if err := r.drain(files); err != nil {
+			if err := r.drain(ctx, files); err != nil {
 				return err
 			}
 			ws := r.Workers(a)
@@ -144,15 +146,11 @@ func (r *Reader) Follow(ctx context.Context, st protocol.JobStatus, f Follow) er
 			}
 			files = nil
 			for _, w := range ws {
-				path, err := r.Source.LogPath(cluster.WorkerID{Job: r.Job, Attempt: a.Number, Worker: w})
-				if err != nil {
-					return err
-				}
-				files = append(files, &followed{path: path, first: true, out: r.Out(a, w)})
+				files = append(files, &followed{req: r.request(a, w), out: r.Out(a, w)})
 			}
 			shown = a.Number
 		}
-		if err := r.readNew(files); err != nil {
+		if err := r.readNew(ctx, files); err != nil {
 			return err
 		}
 		over := st.State.Terminal()
@@ -160,7 +158,7 @@ func (r *Reader) Follow(ctx context.Context, st protocol.JobStatus, f Follow) er
 			over = true
 		}
 		if over {
-			if err := r.drain(files); err != nil {
+			if err := r.drain(ctx, files); err != nil {
 				return err
 			}
 			if f.End != nil {
@@ -176,7 +174,7 @@ func (r *Reader) Follow(ctx context.Context, st protocol.JobStatus, f Follow) er
 		}
 		select {
 		case <-ctx.Done():
-			_ = r.drain(files)
+			_ = r.drain(context.WithoutCancel(ctx), files)
 			return ctx.Err()
 		case <-time.After(f.Poll):
 		}
@@ -191,27 +189,36 @@ func (r *Reader) Follow(ctx context.Context, st protocol.JobStatus, f Follow) er
 	}
 }
 
-// followed is one log file being followed.
+// followed is one worker's log being followed.
 type followed struct {
-	path   string
-	offset int64
-	first  bool // the first read shows only the last Tail lines
-	out    *LineWriter
+	req     cluster.LogRequest // Offset: where the next read starts
+	started bool               // something was read: later reads take every new line, not the last Tail
+	out     *LineWriter
 }
 
-// readNew shows what was appended to each file since the last read.
-func (r *Reader) readNew(files []*followed) error {
+// readNew shows what was appended to each log since the last read.
+func (r *Reader) readNew(ctx context.Context, files []*followed) error {
 	for _, f := range files {
-		if err := f.read(r.Tail); err != nil {
+		req := f.req
+		if !f.started {
+			req.Tail = r.Tail
+		}
+		next, err := cluster.CopyLog(ctx, r.Source, req, f.out)
+		if errors.Is(err, cluster.ErrNotFound) {
+			continue // the worker has not been started yet
+		}
+		if err != nil {
 			return err
 		}
+		f.started = f.started || next > 0
+		f.req.Offset = next
 	}
 	return nil
 }
 
-// drain reads the files one last time and shows unterminated last lines.
-func (r *Reader) drain(files []*followed) error {
-	if err := r.readNew(files); err != nil {
+// drain reads the logs one last time and shows unterminated last lines.
+func (r *Reader) drain(ctx context.Context, files []*followed) error {
+	if err := r.readNew(ctx, files); err != nil {
 		return err
 	}
 	for _, f := range files {
@@ -219,43 +226,6 @@ func (r *Reader) drain(files []*followed) error {
 			return err
 		}
 	}
-	return nil
-}
-
-func (f *followed) read(tail int) error {
-	fh, err := os.Open(f.path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil // the worker has not started writing yet
-	}
-	if err != nil {
-		return err
-	}
-	defer fh.Close()
-	fi, err := fh.Stat()
-	if err != nil {
-		return err
-	}
-	size := fi.Size()
-	if size < f.offset { // truncated or replaced
-		f.offset = 0
-	}
-	if f.first {
-		f.first = false
-		if tail > 0 {
-			start, err := local.TailStart(fh, size, tail)
-			if err != nil {
-				return err
-			}
-			f.offset = start
-		}
-	}
-	if size == f.offset {
-		return nil
-	}
-	if _, err := io.Copy(f.out, io.NewSectionReader(fh, f.offset, size-f.offset)); err != nil {
-		return err
-	}
-	f.offset = size
 	return nil
 }
 

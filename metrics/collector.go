@@ -13,7 +13,7 @@ import (
 // Allocation names one allocator the collector asks.
 type Allocation struct{ Region, Allocation string }
 
-// QueueFunc asks one allocator for its queue view (workflows.Queue).
+// QueueFunc asks one allocator for its queue view (client.Client.Queue).
 type QueueFunc func(ctx context.Context, region, allocation string) (protocol.QueueView, error)
 
 // Collector derives the gauges from the allocators' own state: on a scrape

@@ -5,6 +5,7 @@
 package protocol
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -472,6 +473,22 @@ type RecoverReply struct {
 	// Fenced are the nodes that grant nothing until their agent confirms
 	// which workers run there.
 	Fenced []string `json:"fenced,omitempty"`
+}
+
+// ExplainReply answers QueryExplain: where a job stands in its allocation.
+type ExplainReply struct {
+	Waiting *scheduler.WaitingInfo `json:"waiting,omitempty"`
+	Running *scheduler.RunningInfo `json:"running,omitempty"`
+}
+
+// QueueFullError says an allocation's queue holds max_waiting jobs.
+type QueueFullError struct {
+	Region, Allocation string
+	Waiting            int
+}
+
+func (e *QueueFullError) Error() string {
+	return fmt.Sprintf("allocation %s/%s has %d waiting jobs (max_waiting); try later", e.Region, e.Allocation, e.Waiting)
 }
 
 // QueueCounts answers the counts query.

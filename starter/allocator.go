@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-
-	"github.com/trainq/trainq/activities"
-	"github.com/trainq/trainq/workflows"
 )
 
 // runAllocator runs `trainq allocator recover [ALLOCATION]`.
@@ -33,10 +30,6 @@ func runAllocator(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return usageErr("%v", err)
 	}
-	in, err := activities.AllocatorInput(cfg, r.Name, a.Name)
-	if err != nil {
-		return usageErr("%v", err)
-	}
 	c, err := g.Client(ctx)
 	if err != nil {
 		return err
@@ -44,7 +37,7 @@ func runAllocator(ctx context.Context, g *globals, args []string) error {
 	if !g.json() {
 		g.note("recovering %s/%s: asking every job what it holds and every node agent which workers run there...", r.Name, a.Name)
 	}
-	reply, err := workflows.RecoverAllocator(ctx, c, in, activities.AllocatorStartOptions(r.Name, a.Name))
+	reply, err := c.RecoverAllocator(ctx, r.Name, a.Name)
 	if err != nil {
 		return err
 	}

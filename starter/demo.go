@@ -11,12 +11,10 @@ import (
 	"strings"
 	"time"
 
-	"go.temporal.io/sdk/client"
-
+	"github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/config"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
-	"github.com/trainq/trainq/workflows"
 )
 
 // The demo plays the worked example of ML Space's priorities page on the
@@ -29,7 +27,7 @@ const demoAllocation = "demo"
 
 type demo struct {
 	ctx     context.Context
-	c       client.Client
+	c       *client.Client
 	cfg     *config.Config
 	out     io.Writer
 	json    bool
@@ -58,7 +56,7 @@ type demoEvent struct {
 	Detail string  `json:"detail,omitempty"`
 }
 
-func playDemo(ctx context.Context, c client.Client, cfg *config.Config, out io.Writer, jsonOut bool) error {
+func playDemo(ctx context.Context, c *client.Client, cfg *config.Config, out io.Writer, jsonOut bool) error {
 	region, _, err := cfg.Allocation("", demoAllocation)
 	if err != nil {
 		return fmt.Errorf("the demo needs an allocation named %q in the config: %w", demoAllocation, err)
@@ -72,7 +70,7 @@ func playDemo(ctx context.Context, c client.Client, cfg *config.Config, out io.W
 	}
 	d := &demo{ctx: ctx, c: c, cfg: cfg, out: out, json: jsonOut, region: region.Name, gates: gates, start: time.Now(),
 		labels: map[string]string{}, seen: map[string]demoSeen{}, preempt: map[string]bool{}}
-	if v, err := workflows.Queue(ctx, c, d.region, demoAllocation); err == nil && (len(v.Running) > 0 || len(v.Waiting) > 0) {
+	if v, err := c.Queue(ctx, d.region, demoAllocation); err == nil && (len(v.Running) > 0 || len(v.Waiting) > 0) {
 		return fmt.Errorf("the demo allocation is busy (%d running, %d waiting); wait for those jobs or cancel them first", len(v.Running), len(v.Waiting))
 	}
 	if err := d.workedExample(); err != nil {
@@ -196,7 +194,7 @@ func (d *demo) notebookAndPreemption() error {
 		return err
 	}
 	d.say("The low job completed on its second attempt. Stopping the Jupyter server.")
-	if err := workflows.Cancel(d.ctx, d.c, nb); err != nil {
+	if err := d.c.Cancel(d.ctx, nb); err != nil {
 		return err
 	}
 	return d.until(nb, isState(protocol.StateStopped))
@@ -215,7 +213,7 @@ func (d *demo) submit(label, class string, workers int, script string, maxRetry 
 
 func (d *demo) submitSpec(label string, spec protocol.JobSpec) (string, error) {
 	spec.Region, spec.AllocationName, spec.Author = d.region, demoAllocation, "demo"
-	sub, err := workflows.Submit(d.ctx, d.c, d.cfg, "", spec)
+	sub, err := d.c.Submit(d.ctx, spec, client.SubmitOptions{})
 	if err != nil {
 		return "", fmt.Errorf("submit %s: %w", label, err)
 	}
@@ -261,13 +259,13 @@ func (d *demo) until(job string, cond func(protocol.JobStatus) bool) error {
 func (d *demo) poll() map[string]protocol.JobStatus {
 	out := map[string]protocol.JobStatus{}
 	released := map[string]int{}
-	if v, err := workflows.Queue(d.ctx, d.c, d.region, demoAllocation); err == nil {
+	if v, err := d.c.Queue(d.ctx, d.region, demoAllocation); err == nil {
 		for _, r := range v.Running {
 			released[r.Job] = len(r.Released)
 		}
 	}
 	for _, job := range d.order {
-		st, err := workflows.Status(d.ctx, d.c, job)
+		st, err := d.c.Status(d.ctx, job)
 		if err != nil {
 			continue
 		}

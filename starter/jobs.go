@@ -8,14 +8,11 @@ import (
 	"strings"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/converter"
 
+	"github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
-	"github.com/trainq/trainq/workflows"
 )
 
 // queryTimeout bounds a status or queue query; a query waits for a worker,
@@ -27,12 +24,12 @@ var errNoAnswer = errors.New("no answer")
 
 // jobStatus queries a job's status with a timeout and turns errors into the
 // CLI's sentences.
-func jobStatus(ctx context.Context, c client.Client, name string) (protocol.JobStatus, error) {
+func jobStatus(ctx context.Context, c *client.Client, name string) (protocol.JobStatus, error) {
 	qctx, cancel := context.WithTimeout(ctx, queryTimeout)
 	defer cancel()
-	st, err := workflows.Status(qctx, c, name)
+	st, err := c.Status(qctx, name)
 	if err != nil {
-		if errors.Is(err, workflows.ErrJobNotFound) {
+		if errors.Is(err, client.ErrJobNotFound) {
 			return st, notFound(name, err)
 		}
 		if ctx.Err() == nil && (qctx.Err() != nil || isDeadline(err)) {
@@ -208,7 +205,7 @@ func runList(ctx context.Context, g *globals, args []string) error {
 	if _, err := parseArgs(g, fs, args, 0, 0); err != nil {
 		return err
 	}
-	f := workflows.ListFilter{Allocation: *alloc, Region: *region, Author: *author, Limit: *limit}
+	f := client.ListFilter{Allocation: *alloc, Region: *region, Author: *author, Limit: *limit}
 	for _, s := range statuses {
 		st, err := parseState(s)
 		if err != nil {
@@ -223,13 +220,13 @@ func runList(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
-	jobs, err := workflows.List(ctx, c, f)
+	jobs, err := c.List(ctx, f)
 	if err != nil {
 		return fmt.Errorf("listing jobs: %w", err)
 	}
 	if g.json() {
 		if jobs == nil {
-			jobs = []workflows.JobSummary{}
+			jobs = []client.JobSummary{}
 		}
 		return g.printJSON(jobs)
 	}
@@ -276,24 +273,16 @@ func cancel(ctx context.Context, g *globals, name string) error {
 	if err != nil {
 		return err
 	}
-	res := cancelResult{JobName: name}
-	desc, err := c.DescribeWorkflowExecution(ctx, name, "")
-	var nf *serviceerror.NotFound
+	info, err := c.Describe(ctx, name)
 	switch {
-	case errors.As(err, &nf):
-		return fmt.Errorf("job %s does not exist", name)
+	case errors.Is(err, client.ErrJobNotFound):
+		return notFound(name, err)
 	case err != nil:
 		return fmt.Errorf("cannot stop job %s: %w", name, err)
 	}
-	info := desc.GetWorkflowExecutionInfo()
-	if t := info.GetType().GetName(); t != protocol.JobWorkflowName {
-		return usageErr("%s is not a trainq job (its workflow type is %s)", name, t)
-	}
-	if p, ok := info.GetSearchAttributes().GetIndexedFields()[protocol.SAState]; ok {
-		_ = converter.GetDefaultDataConverter().FromPayload(p, &res.Status)
-	}
-	if info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		if err := workflows.Cancel(ctx, c, name); err != nil {
+	res := cancelResult{JobName: name, Status: info.Status}
+	if info.Running {
+		if err := c.Cancel(ctx, name); err != nil {
 			return notFound(name, err)
 		}
 		res.Result = "stopping"

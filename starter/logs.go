@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 
+	"github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/cluster"
-	"github.com/trainq/trainq/cluster/local"
 	"github.com/trainq/trainq/joblogs"
 	"github.com/trainq/trainq/protocol"
 )
@@ -53,18 +52,11 @@ func runLogs(ctx context.Context, g *globals, args []string) error {
 	case *worker < -1:
 		return usageErr("logs: --worker must be 0 or more, got %d", *worker)
 	}
-	cfg, err := g.Config()
-	if err != nil {
-		return err
-	}
-	if _, err := os.Stat(cfg.DataDir); err != nil {
-		return fmt.Errorf("no logs on this machine: the data dir %s does not exist; logs live where trainq-worker runs, under its data_dir (run trainq from the same directory, or set data_dir to an absolute path)", cfg.DataDir)
-	}
-	backend, err := local.New(local.Options{DataDir: cfg.DataDir})
-	if err != nil {
-		return err
-	}
 	c, err := g.Client(ctx)
+	if err != nil {
+		return err
+	}
+	source, err := c.LogSource()
 	if err != nil {
 		return err
 	}
@@ -72,7 +64,7 @@ func runLogs(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
-	l := &logsRun{g: g, backend: backend, job: name, tail: *tail, worker: *worker, pinned: *attempt}
+	l := &logsRun{g: g, source: source, job: name, tail: *tail, worker: *worker, pinned: *attempt}
 	if *attempt > 0 && joblogs.FindAttempt(st, *attempt) == nil {
 		return usageErr("job %s has no attempt %d; it is at attempt %d", name, *attempt, st.Attempt)
 	}
@@ -83,17 +75,17 @@ func runLogs(ctx context.Context, g *globals, args []string) error {
 }
 
 type logsRun struct {
-	g       *globals
-	backend *local.Backend
-	job     string
-	tail    int
-	worker  int // -1 = all
-	pinned  int // attempt asked for, 0 = latest
+	g      *globals
+	source client.LogSource
+	job    string
+	tail   int
+	worker int // -1 = all
+	pinned int // attempt asked for, 0 = latest
 }
 
 // reader reads the logs asked for and prints their lines.
 func (l *logsRun) reader() *joblogs.Reader {
-	r := &joblogs.Reader{Source: l.backend, Job: l.job, Tail: l.tail, Worker: l.worker, Attempt: l.pinned}
+	r := &joblogs.Reader{Source: l.source, Job: l.job, Tail: l.tail, Worker: l.worker, Attempt: l.pinned}
 	r.Out = func(a *protocol.AttemptRecord, w int) *joblogs.LineWriter {
 		return l.g.logWriter(l.job, a.Number, w, r.Prefixed(a))
 	}

@@ -1,7 +1,7 @@
 // Command trainq is trainq's starter CLI: it submits training jobs and
 // Jupyter servers, shows their status, logs and the queue of an allocation,
 // and cancels them. It talks to Temporal with the standard TEMPORAL_*
-// environment variables (see workflows.Dial).
+// environment variables (see client.Dial).
 //
 //	trainq [--config FILE] [--output text|json] COMMAND [ARGS]
 package main
@@ -22,12 +22,12 @@ import (
 	"syscall"
 	"time"
 
-	"go.temporal.io/sdk/client"
+	sdkclient "go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
 
+	"github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/config"
 	"github.com/trainq/trainq/protocol"
-	"github.com/trainq/trainq/workflows"
 )
 
 // version is set at build time with -ldflags "-X main.version=v1.2.3".
@@ -60,14 +60,14 @@ type globals struct {
 	// TTY says whether Stdout is a terminal (watch draws a progress line).
 	TTY bool
 
-	// Dial connects to Temporal; tests replace it. Default: workflows.Dial
+	// Dial connects to Temporal; tests replace it. Default: client.Dial
 	// with a quiet logger ($TRAINQ_DEBUG=1 shows the SDK's logs).
-	Dial func(ctx context.Context) (client.Client, error)
+	Dial func(ctx context.Context) (sdkclient.Client, error)
 	// PollInterval is how often watch and logs --follow poll (default 1s).
 	PollInterval time.Duration
 
 	cfg    *config.Config
-	client client.Client
+	client *client.Client
 }
 
 func newGlobals(stdin io.Reader, stdout, stderr io.Writer) *globals {
@@ -77,12 +77,12 @@ func newGlobals(stdin io.Reader, stdout, stderr io.Writer) *globals {
 			g.TTY = true
 		}
 	}
-	g.Dial = func(ctx context.Context) (client.Client, error) {
+	g.Dial = func(ctx context.Context) (sdkclient.Client, error) {
 		h := slog.Handler(slog.DiscardHandler)
 		if os.Getenv("TRAINQ_DEBUG") != "" {
 			h = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelDebug})
 		}
-		return workflows.Dial(ctx, sdklog.NewStructuredLogger(slog.New(h)))
+		return client.Dial(ctx, sdklog.NewStructuredLogger(slog.New(h)))
 	}
 	return g
 }
@@ -117,10 +117,14 @@ func (g *globals) Config() (*config.Config, error) {
 	return cfg, nil
 }
 
-// Client dials Temporal once.
-func (g *globals) Client(ctx context.Context) (client.Client, error) {
+// Client loads the configuration and dials Temporal, once.
+func (g *globals) Client(ctx context.Context) (*client.Client, error) {
 	if g.client != nil {
 		return g.client, nil
+	}
+	cfg, err := g.Config()
+	if err != nil {
+		return nil, err
 	}
 	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
@@ -128,8 +132,8 @@ func (g *globals) Client(ctx context.Context) (client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	g.client = c
-	return c, nil
+	g.client = client.New(c, cfg)
+	return g.client, nil
 }
 
 func (g *globals) close() {
@@ -284,9 +288,9 @@ func sentence(s string) string {
 	return s + "."
 }
 
-// notFound turns workflows.ErrJobNotFound into the CLI's sentence.
+// notFound turns client.ErrJobNotFound into the CLI's sentence.
 func notFound(job string, err error) error {
-	if errors.Is(err, workflows.ErrJobNotFound) {
+	if errors.Is(err, client.ErrJobNotFound) {
 		return fmt.Errorf("job %s does not exist", job)
 	}
 	return err

@@ -13,10 +13,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/client"
+	sdkclient "go.temporal.io/sdk/client"
 
 	"github.com/trainq/trainq/cluster"
-	"github.com/trainq/trainq/cluster/local"
+	"github.com/trainq/trainq/cluster/local/logfile"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
 )
@@ -37,7 +37,7 @@ func cli(t *testing.T, stdin string, args ...string) result {
 	var out, errb bytes.Buffer
 	g := newGlobals(strings.NewReader(stdin), &out, &errb)
 	dialed := false
-	g.Dial = func(context.Context) (client.Client, error) {
+	g.Dial = func(context.Context) (sdkclient.Client, error) {
 		dialed = true
 		return nil, errDialed
 	}
@@ -378,15 +378,14 @@ func TestFormatting(t *testing.T) {
 // to a new attempt, and stops when the job ends.
 func TestLogsFollow(t *testing.T) {
 	dir := t.TempDir()
-	b, err := local.New(local.Options{DataDir: dir})
-	require.NoError(t, err)
+	b := logfile.Source{DataDir: dir}
 	var out, errb bytes.Buffer
 	g := newGlobals(strings.NewReader(""), &out, &errb)
 	g.PollInterval = 10 * time.Millisecond
 
 	job := "lm-mpi-job-follow"
 	write := func(attempt, worker int, s string) {
-		path, err := b.LogPath(cluster.WorkerID{Job: job, Attempt: attempt, Worker: worker})
+		path, err := logfile.Path(dir, cluster.WorkerID{Job: job, Attempt: attempt, Worker: worker})
 		require.NoError(t, err)
 		require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
 		f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
@@ -427,7 +426,7 @@ func TestLogsFollow(t *testing.T) {
 		t.Fatal("polled after the job ended")
 		return done, nil
 	}
-	l := &logsRun{g: g, backend: b, job: job, tail: 1, worker: -1}
+	l := &logsRun{g: g, source: b, job: job, tail: 1, worker: -1}
 	require.NoError(t, l.follow(context.Background(), running1, status))
 	want := strings.Join([]string{
 		"[worker 0] last-0",
@@ -443,14 +442,14 @@ func TestLogsFollow(t *testing.T) {
 
 	// Without --follow, one worker: no prefix.
 	out.Reset()
-	l = &logsRun{g: g, backend: b, job: job, worker: 1}
+	l = &logsRun{g: g, source: b, job: job, worker: 1}
 	require.NoError(t, l.printOnce(context.Background(), done))
 	assert.Equal(t, "second-1\n", out.String())
 
 	// JSON lines.
 	out.Reset()
 	g.Output = outputJSON
-	l = &logsRun{g: g, backend: b, job: job, worker: -1, pinned: 1}
+	l = &logsRun{g: g, source: b, job: job, worker: -1, pinned: 1}
 	require.NoError(t, l.printOnce(context.Background(), done))
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	require.Len(t, lines, 5)

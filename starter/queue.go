@@ -8,7 +8,6 @@ import (
 
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
-	"github.com/trainq/trainq/workflows"
 )
 
 func runQueue(ctx context.Context, g *globals, args []string) error {
@@ -56,7 +55,7 @@ func queueFetcher(ctx context.Context, g *globals, region string, pos []string) 
 	return func(ctx context.Context) (protocol.QueueView, error) {
 		qctx, cancel := context.WithTimeout(ctx, queryTimeout)
 		defer cancel()
-		v, err := workflows.Queue(qctx, c, r.Name, a.Name)
+		v, err := c.Queue(qctx, r.Name, a.Name)
 		if err != nil && ctx.Err() == nil && (qctx.Err() != nil || isDeadline(err)) {
 			return v, fmt.Errorf("the allocator of %s/%s did not answer within %s; is trainq-worker running?", r.Name, a.Name, queryTimeout)
 		}

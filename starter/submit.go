@@ -8,10 +8,10 @@ import (
 	"os"
 	"strings"
 
+	"github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/cluster"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
-	"github.com/trainq/trainq/workflows"
 )
 
 // decodeJobRequest strictly decodes one RunJobRequest JSON object into a
@@ -191,7 +191,7 @@ func submit(ctx context.Context, g *globals, o submitOptions) error {
 		}
 	}
 	checked := o.spec
-	notes, err := workflows.Check(cfg, &checked)
+	notes, err := client.Check(cfg, &checked)
 	if err != nil {
 		return err
 	}
@@ -210,7 +210,7 @@ func submit(ctx context.Context, g *globals, o submitOptions) error {
 	if err != nil {
 		return err
 	}
-	sub, err := workflows.Submit(ctx, c, cfg, o.name, o.spec)
+	sub, err := c.Submit(ctx, o.spec, client.SubmitOptions{Name: o.name})
 	if err != nil {
 		return err
 	}

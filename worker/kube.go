@@ -14,13 +14,13 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/trainq/trainq/activities"
+	trainq "github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/cluster"
 	"github.com/trainq/trainq/cluster/kube"
 	"github.com/trainq/trainq/cluster/local"
 	"github.com/trainq/trainq/config"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
-	"github.com/trainq/trainq/workflows"
 )
 
 // newBackend returns the cluster backend the config names, and what closes it.
@@ -66,7 +66,7 @@ func (j temporalJobs) Meta(ctx context.Context, job string) (kube.JobMeta, error
 	if p, ok := e.GetSearchAttributes().GetIndexedFields()[protocol.SAKind]; ok {
 		_ = dc.FromPayload(p, &kind)
 	}
-	if p, ok := e.GetMemo().GetFields()[workflows.MemoInstanceType]; ok {
+	if p, ok := e.GetMemo().GetFields()[trainq.MemoInstanceType]; ok {
 		_ = dc.FromPayload(p, &m.InstanceType)
 	}
 	m.Notebook = kind == string(scheduler.KindNotebook)
@@ -86,7 +86,7 @@ func (j temporalJobs) Ended(ctx context.Context, job string) (bool, error) {
 }
 
 func (j temporalJobs) StopReason(ctx context.Context, id cluster.WorkerID) (string, string, error) {
-	st, err := workflows.Status(ctx, j.c, id.Job)
+	st, err := trainq.New(j.c, nil).Status(ctx, id.Job)
 	if err != nil {
 		return "", "", err
 	}

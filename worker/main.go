@@ -36,6 +36,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/trainq/trainq/activities"
+	trainq "github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/cluster/kube"
 	"github.com/trainq/trainq/cluster/local"
 	"github.com/trainq/trainq/config"
@@ -103,13 +104,13 @@ func run(opts options) error {
 		return err
 	}
 	defer func() { _ = reg.Shutdown(context.Background()) }()
-	copts, err := workflows.ClientOptions(sdklog.NewStructuredLogger(logger))
+	copts, err := trainq.ClientOptions(sdklog.NewStructuredLogger(logger))
 	if err != nil {
 		return err
 	}
 	// The SDK's own metrics and those the workflows emit feed /metrics.
 	copts.MetricsHandler = reg.Handler
-	c, err := workflows.DialOptions(ctx, copts)
+	c, err := trainq.DialOptions(ctx, copts)
 	if err != nil {
 		return err
 	}
@@ -122,7 +123,7 @@ func run(opts options) error {
 			allocations = append(allocations, metrics.Allocation{Region: ref.Region, Allocation: ref.Allocation.Name})
 		}
 		reg.Prometheus.MustRegister(metrics.NewCollector(allocations, func(ctx context.Context, region, allocation string) (protocol.QueueView, error) {
-			return workflows.Queue(ctx, c, region, allocation)
+			return trainq.New(c, cfg).Queue(ctx, region, allocation)
 		}))
 	}
 	if metricsAddr != "" {
@@ -224,7 +225,7 @@ func serveMetrics(addr string, reg *metrics.Registry, logger *slog.Logger) (stop
 // ensureSearchAttributes registers trainq's search attributes if the server
 // lacks them, so that a fresh server needs no manual step.
 func ensureSearchAttributes(ctx context.Context, c client.Client) error {
-	ns := workflows.Namespace()
+	ns := trainq.Namespace()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	have, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: ns})
@@ -252,11 +253,11 @@ func ensureSearchAttributes(ctx context.Context, c client.Client) error {
 // finds it running and hands it the current config (see reconfigureAllocator).
 func ensureAllocators(ctx context.Context, c client.Client, cfg *config.Config, logger *slog.Logger) error {
 	for _, ref := range cfg.Allocations() {
-		in, err := activities.AllocatorInput(cfg, ref.Region, ref.Allocation.Name)
+		in, err := trainq.AllocatorInput(cfg, ref.Region, ref.Allocation.Name)
 		if err != nil {
 			return err
 		}
-		if _, err := c.ExecuteWorkflow(ctx, activities.AllocatorStartOptions(ref.Region, ref.Allocation.Name), protocol.AllocatorWorkflowName, in); err != nil {
+		if _, err := c.ExecuteWorkflow(ctx, trainq.AllocatorStartOptions(ref.Region, ref.Allocation.Name), protocol.AllocatorWorkflowName, in); err != nil {
 			return fmt.Errorf("cannot start the allocator of %s/%s: %w", ref.Region, ref.Allocation.Name, err)
 		}
 		// A fresh allocator takes the config only once it has recovered

@@ -164,7 +164,7 @@ func (a *allocator) registerQueries(ctx workflow.Context) error {
 	}); err != nil {
 		return err
 	}
-	return workflow.SetQueryHandler(ctx, protocol.QueryExplain, func(job string) (ExplainReply, error) {
+	return workflow.SetQueryHandler(ctx, protocol.QueryExplain, func(job string) (protocol.ExplainReply, error) {
 		return a.explain(job), nil
 	})
 }
@@ -459,7 +459,7 @@ func (a *allocator) queueFull(req protocol.CapacityRequest) error {
 	if _, ok := a.pool.Explain(req.Job); ok {
 		return nil // a repeated request
 	}
-	return &QueueFullError{Region: a.in.Region, Allocation: a.in.Allocation, Waiting: a.pool.WaitingCount()}
+	return &protocol.QueueFullError{Region: a.in.Region, Allocation: a.in.Allocation, Waiting: a.pool.WaitingCount()}
 }
 
 // withdrawnFirst refuses a request whose withdrawal came first: the job was
@@ -965,14 +965,8 @@ func (a *allocator) metrics(ctx workflow.Context) client.MetricsHandler {
 	return workflow.GetMetricsHandler(ctx).WithTags(metrics.Tags(a.in.Region, a.in.Allocation))
 }
 
-// ExplainReply tells where a job stands in its allocation.
-type ExplainReply struct {
-	Waiting *scheduler.WaitingInfo `json:"waiting,omitempty"`
-	Running *scheduler.RunningInfo `json:"running,omitempty"`
-}
-
-func (a *allocator) explain(job string) ExplainReply {
-	var out ExplainReply
+func (a *allocator) explain(job string) protocol.ExplainReply {
+	var out protocol.ExplainReply
 	if w, ok := a.pool.Explain(job); ok {
 		out.Waiting = &w
 	}

@@ -721,7 +721,7 @@ func TestAllocatorRestoresTenThousandWaitingJobs(t *testing.T) {
 	assert.Equal(t, int64(n+2), h.outcome("newcomer", 1).reply.Seq)
 	end := h.queue()
 	assert.Equal(t, n, end.WaitingTotal)
-	explained := query[ExplainReply](t, h.env, protocol.QueryExplain, "newcomer")
+	explained := query[protocol.ExplainReply](t, h.env, protocol.QueryExplain, "newcomer")
 	require.NotNil(t, explained.Waiting)
 	assert.Equal(t, n/3, explained.Waiting.Position, "a new high job queues behind the older high ones")
 }

@@ -13,19 +13,20 @@ import (
 	"time"
 
 	"github.com/trainq/trainq/cluster"
+	"github.com/trainq/trainq/cluster/local/logfile"
 )
 
 // Files in a worker directory <DataDir>/jobs/<job>/attempt-<n>/worker-<w>/.
 const (
-	fileLock    = ".lock"        // flock: serialises Start across goroutines and processes
-	fileSpec    = "spec.json"    // the resolved cluster.WorkerSpec
-	fileLaunch  = "launch.json"  // what the supervisor runs (launchPlan)
-	filePID     = "pid"          // supervisor pid = process group id, decimal; its presence means "launched"
-	fileStarted = "started.json" // procInfo: pid identity (boot id, start time) to detect pid reuse
-	filePIDs    = "pids.json"    // the user processes started by the supervisor
-	fileExit    = "exit.json"    // exitRecord, written atomically when the worker ends
-	fileStop    = "stop.json"    // stopRecord, written by Stop before it signals
-	fileLog     = "worker.log"   // stdout+stderr of the supervisor and all processes, appended
+	fileLock    = ".lock"          // flock: serialises Start across goroutines and processes
+	fileSpec    = "spec.json"      // the resolved cluster.WorkerSpec
+	fileLaunch  = "launch.json"    // what the supervisor runs (launchPlan)
+	filePID     = "pid"            // supervisor pid = process group id, decimal; its presence means "launched"
+	fileStarted = "started.json"   // procInfo: pid identity (boot id, start time) to detect pid reuse
+	filePIDs    = "pids.json"      // the user processes started by the supervisor
+	fileExit    = "exit.json"      // exitRecord, written atomically when the worker ends
+	fileStop    = "stop.json"      // stopRecord, written by Stop before it signals
+	fileLog     = logfile.FileName // stdout+stderr of the supervisor and all processes, appended
 
 	fileRendezvous = "rendezvous.json" // in the attempt directory
 )

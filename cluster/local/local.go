@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/trainq/trainq/cluster"
+	"github.com/trainq/trainq/cluster/local/logfile"
 )
 
 // Options configures the local backend.
@@ -107,34 +108,17 @@ func New(opts Options) (*Backend, error) {
 func (b *Backend) DataDir() string { return b.opts.DataDir }
 
 func (b *Backend) attemptDir(job string, attempt int) (string, error) {
-	if err := cluster.ValidJobName(job); err != nil {
-		return "", err
-	}
-	if attempt < 0 {
-		return "", fmt.Errorf("attempt: must be >= 0, got %d", attempt)
-	}
-	return filepath.Join(b.opts.DataDir, "jobs", job, "attempt-"+strconv.Itoa(attempt)), nil
+	return logfile.AttemptDir(b.opts.DataDir, job, attempt)
 }
 
 // WorkerDir returns the directory holding the worker's state and log.
 func (b *Backend) WorkerDir(id cluster.WorkerID) (string, error) {
-	if err := id.Validate(); err != nil {
-		return "", err
-	}
-	ad, err := b.attemptDir(id.Job, id.Attempt)
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(ad, "worker-"+strconv.Itoa(id.Worker)), nil
+	return logfile.WorkerDir(b.opts.DataDir, id)
 }
 
 // LogPath returns the path of the worker's log file (it may not exist yet).
 func (b *Backend) LogPath(id cluster.WorkerID) (string, error) {
-	dir, err := b.WorkerDir(id)
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(dir, fileLog), nil
+	return logfile.Path(b.opts.DataDir, id)
 }
 
 // CheckpointDir returns the default checkpoint directory of a job, shared by
@@ -501,32 +485,11 @@ func (b *Backend) Logs(ctx context.Context, id cluster.WorkerID, tail int, w io.
 	return tailLines(f, fi.Size(), tail, w)
 }
 
-// ReadLog reads a chunk of the worker's log file (see cluster.LogReader).
+// ReadLog reads a chunk of the worker's log file (see cluster.LogReader
+// and logfile.Source, which the CLI and the API use without a backend).
 // A launched worker without a log yet gives an empty chunk.
 func (b *Backend) ReadLog(ctx context.Context, req cluster.LogRequest) (cluster.LogChunk, error) {
-	if err := req.Validate(); err != nil {
-		return cluster.LogChunk{}, err
-	}
-	path, err := b.LogPath(req.ID)
-	if err != nil {
-		return cluster.LogChunk{}, err
-	}
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		if st, serr := b.Status(ctx, req.ID); serr == nil && st.Phase == cluster.PhaseNotFound {
-			return cluster.LogChunk{}, fmt.Errorf("%w: %s", cluster.ErrNotFound, req.ID)
-		}
-		return cluster.LogChunk{Reset: req.Offset > 0}, nil
-	}
-	if err != nil {
-		return cluster.LogChunk{}, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return cluster.LogChunk{}, err
-	}
-	return cluster.ReadChunk(f, fi.Size(), req)
+	return logfile.Source{DataDir: b.opts.DataDir}.ReadLog(ctx, req)
 }
 
 // List returns the status of every worker of every attempt of job found on

@@ -24,12 +24,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 
+	trainq "github.com/trainq/trainq/client"
 	kubeb "github.com/trainq/trainq/cluster/kube"
 	"github.com/trainq/trainq/config"
 	"github.com/trainq/trainq/internal/kubetest"
 	"github.com/trainq/trainq/internal/testenv"
 	"github.com/trainq/trainq/protocol"
-	"github.com/trainq/trainq/workflows"
 )
 
 const namespace = "trainq-e2e"
@@ -185,7 +185,7 @@ func submit(t *testing.T, spec protocol.JobSpec) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sub, err := workflows.Submit(ctx, env.client, env.cfg, "", spec)
+	sub, err := trainq.New(env.client, env.cfg).Submit(ctx, spec, trainq.SubmitOptions{})
 	require.NoError(t, err)
 	return sub.JobName
 }
@@ -194,7 +194,7 @@ func status(t *testing.T, job string) protocol.JobStatus {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st, err := workflows.Status(ctx, env.client, job)
+	st, err := trainq.New(env.client, nil).Status(ctx, job)
 	require.NoError(t, err)
 	return st
 }

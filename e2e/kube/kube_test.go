@@ -11,9 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	trainq "github.com/trainq/trainq/client"
 	kubeb "github.com/trainq/trainq/cluster/kube"
 	"github.com/trainq/trainq/protocol"
-	"github.com/trainq/trainq/workflows"
 )
 
 func envOf(p *corev1.Pod) map[string]string {
@@ -106,7 +106,7 @@ func TestKubeCancel(t *testing.T) {
 	waitState(t, job, protocol.StateRunning, long)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	require.NoError(t, workflows.Cancel(ctx, env.client, job))
+	require.NoError(t, trainq.New(env.client, nil).Cancel(ctx, job))
 	pw.waitGone(t, w0, w1)
 	waitState(t, job, protocol.StateStopped, long)
 	evs := events(t, w0)

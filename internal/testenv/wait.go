@@ -9,8 +9,8 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	trainq "github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/protocol"
-	"github.com/trainq/trainq/workflows"
 )
 
 // Eventually polls cond until it holds or the deadline passes. It is the
@@ -38,7 +38,7 @@ func WaitState(t testing.TB, c client.Client, job string, want protocol.JobState
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		var err error
-		if st, err = workflows.Status(ctx, c, job); err != nil {
+		if st, err = trainq.New(c, nil).Status(ctx, job); err != nil {
 			t.Logf("status of %s: %v (asking again)", job, err)
 			return false
 		}

@@ -27,8 +27,8 @@ import (
 	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/trainq/trainq/api"
+	"github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/config"
-	"github.com/trainq/trainq/workflows"
 )
 
 func main() {
@@ -98,12 +98,12 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
-	c, err := workflows.DialLazy(sdklog.NewStructuredLogger(log.With("component", "temporal-client")))
+	c, err := client.DialLazy(sdklog.NewStructuredLogger(log.With("component", "temporal-client")))
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	srv, err := api.New(api.Options{Config: cfg, Backend: api.TemporalBackend{Client: c, Config: cfg}, Tokens: tokens,
+	srv, err := api.New(api.Options{Config: cfg, Backend: client.New(c, cfg), Tokens: tokens,
 		Logger: log, CallTimeout: *timeout, BodyTimeout: *bodyTimeout})
 	if err != nil {
 		return err

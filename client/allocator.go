@@ -1,0 +1,82 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	sdkclient "go.temporal.io/sdk/client"
+
+	"github.com/trainq/trainq/config"
+	"github.com/trainq/trainq/protocol"
+)
+
+// AllocatorInput builds the start input of an allocator from the config.
+func AllocatorInput(cfg *config.Config, region, allocation string) (protocol.AllocatorInput, error) {
+	_, a, err := cfg.Allocation(region, allocation)
+	if err != nil {
+		return protocol.AllocatorInput{}, err
+	}
+	return protocol.AllocatorInput{
+		Region:          region,
+		Allocation:      a.Name,
+		Nodes:           a.Nodes,
+		Policy:          a.Policy(),
+		StopGracePeriod: a.StopGracePeriod.D(),
+		ReclaimInterval: cfg.ReclaimInterval.D(),
+		NodeTimeout:     cfg.NodeTimeout.D(),
+		MaxWaiting:      a.MaxWaiting,
+	}, nil
+}
+
+// AllocatorTaskTimeout is the allocator's workflow task timeout.
+const AllocatorTaskTimeout = 3 * time.Second
+
+// AllocatorStartOptions are the options that start an allocator, or find the
+// running one.
+func AllocatorStartOptions(region, allocation string) sdkclient.StartWorkflowOptions {
+	return sdkclient.StartWorkflowOptions{
+		ID:                       protocol.AllocatorWorkflowID(region, allocation),
+		TaskQueue:                protocol.TaskQueue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		StaticSummary:            fmt.Sprintf("allocator of %s/%s", region, allocation),
+		// After a kill -9 of trainq-worker the task it was running is
+		// retried once this passes: every job of the allocation waits for
+		// it, so it is short. An allocator task takes milliseconds.
+		WorkflowTaskTimeout: AllocatorTaskTimeout,
+	}
+}
+
+// recoverTimeout bounds an operator's recovery: listing and registering
+// every job of the allocation takes seconds, not minutes.
+const recoverTimeout = 2 * time.Minute
+
+// RecoverAllocator makes the allocation's allocator rebuild its state from
+// the jobs and the node agents (see workflows.AllocatorWorkflow), starting a
+// fresh allocator if none runs, and answers what the recovery found.
+func (c *Client) RecoverAllocator(ctx context.Context, region, allocation string) (protocol.RecoverReply, error) {
+	var reply protocol.RecoverReply
+	in, err := AllocatorInput(c.Config, region, allocation)
+	if err != nil {
+		return reply, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, recoverTimeout)
+	defer cancel()
+	op := c.Temporal.NewWithStartWorkflowOperation(AllocatorStartOptions(in.Region, in.Allocation), protocol.AllocatorWorkflowName, in)
+	handle, err := c.Temporal.UpdateWithStartWorkflow(ctx, sdkclient.UpdateWithStartWorkflowOptions{
+		StartWorkflowOperation: op,
+		UpdateOptions: sdkclient.UpdateWorkflowOptions{
+			UpdateName:   protocol.UpdateRecover,
+			WaitForStage: sdkclient.WorkflowUpdateStageCompleted,
+		},
+	})
+	if err == nil {
+		err = handle.Get(ctx, &reply)
+	}
+	if err != nil {
+		return reply, fmt.Errorf("recover allocation %s/%s: %w", in.Region, in.Allocation, err)
+	}
+	return reply, nil
+}

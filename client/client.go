@@ -1,0 +1,75 @@
+package client
+
+import (
+	"context"
+
+	commonpb "go.temporal.io/api/common/v1"
+	sdkclient "go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+
+	"github.com/trainq/trainq/config"
+	"github.com/trainq/trainq/protocol"
+)
+
+// Client is trainq's client: a Temporal connection, the configuration the
+// jobs are checked against, and where workers' logs are read.
+type Client struct {
+	Temporal sdkclient.Client
+	Config   *config.Config
+	// Logs reads workers' logs; nil means the log files under
+	// Config.DataDir (see LogSource).
+	Logs LogSource
+}
+
+// New returns a client over an open Temporal connection.
+func New(c sdkclient.Client, cfg *config.Config) *Client {
+	return &Client{Temporal: c, Config: cfg}
+}
+
+// Jobs is what the REST API needs of trainq: *Client is the real one, and
+// the API's tests put a fake in its place.
+type Jobs interface {
+	Submit(ctx context.Context, spec protocol.JobSpec, opts SubmitOptions) (Submission, error)
+	Describe(ctx context.Context, name string) (JobInfo, error)
+	Status(ctx context.Context, name string) (protocol.JobStatus, error)
+	Cancel(ctx context.Context, name string) error
+	List(ctx context.Context, f ListFilter) ([]JobSummary, error)
+	Count(ctx context.Context, f ListFilter) (int64, error)
+	Queue(ctx context.Context, region, allocation string) (protocol.QueueView, error)
+	LogSource() (LogSource, error)
+	Health(ctx context.Context) error
+}
+
+var _ Jobs = (*Client)(nil)
+
+// Health says whether Temporal answers.
+func (c *Client) Health(ctx context.Context) error {
+	_, err := c.Temporal.CheckHealth(ctx, &sdkclient.CheckHealthRequest{})
+	return err
+}
+
+// Close closes the Temporal connection.
+func (c *Client) Close() { c.Temporal.Close() }
+
+func decodePayload(p *commonpb.Payload, v any) error {
+	return converter.GetDefaultDataConverter().FromPayload(p, v)
+}
+
+// payloadString decodes the string stored under key k of a memo or of
+// search attributes; a missing or odd value is "".
+func payloadString(m map[string]*commonpb.Payload, k string) string {
+	var s string
+	if p, ok := m[k]; ok {
+		_ = decodePayload(p, &s)
+	}
+	return s
+}
+
+// payloadInt is payloadString for integers.
+func payloadInt(m map[string]*commonpb.Payload, k string) int64 {
+	var n int64
+	if p, ok := m[k]; ok {
+		_ = decodePayload(p, &n)
+	}
+	return n
+}

@@ -1,0 +1,45 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/trainq/trainq/cluster"
+	"github.com/trainq/trainq/cluster/local/logfile"
+)
+
+// LogSource reads the logs of a job's workers, wherever they run, in chunks
+// by byte offset (cluster.LogRequest names the worker and the node it ran
+// on). It is the one seam between the log readers (joblogs, and through it
+// `trainq logs` and GET /jobs/{job_name}/logs) and the cluster backends:
+//
+//   - logfile.Source reads the files the local backend writes under the
+//     data dir, without the backend's process code: what LogSource returns
+//     by default, for a CLI or API on the machine (or the shared directory)
+//     where trainq-worker runs;
+//   - agentlogs.Reader reads them through each node's agent (a short
+//     workflow whose activity runs on the node's queue), from any machine;
+//   - *local.Backend and the Kubernetes backend read their own.
+//
+// A chunk request is safe to repeat, so a source may keep no state.
+type LogSource = cluster.LogReader
+
+var _ LogSource = logfile.Source{}
+
+// LogSource returns where this client reads workers' logs: the Logs field
+// when set, else the log files under the configured data dir. It fails
+// with a sentence saying what to do when this machine has no logs.
+func (c *Client) LogSource() (LogSource, error) {
+	if c.Logs != nil {
+		return c.Logs, nil
+	}
+	if c.Config == nil {
+		return nil, errors.New("no configuration: cannot tell where the logs are")
+	}
+	dir := c.Config.DataDir
+	if _, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("no logs on this machine: the data dir %s does not exist; logs live where trainq-worker runs, under its data_dir (run trainq from the same directory, or set data_dir to an absolute path)", dir)
+	}
+	return logfile.Source{DataDir: dir}, nil
+}

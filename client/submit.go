@@ -1,0 +1,161 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	sdkclient "go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/trainq/trainq/config"
+	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/scheduler"
+)
+
+// Submission is an accepted job.
+type Submission struct {
+	JobName string   `json:"job_name"`
+	Status  string   `json:"status"`
+	Notes   []string `json:"notes,omitempty"`
+}
+
+// SubmitOptions tune Submit.
+type SubmitOptions struct {
+	// Name is the job name; empty means a new lm-mpi-job-<uuid>.
+	Name string
+	// RequestHash is recorded in the memo (MemoRequestHash) so that a
+	// client retrying with an Idempotency-Key can be told apart from one
+	// reusing the key for another request.
+	RequestHash string
+}
+
+// ErrJobExists is returned by Submit when the name belongs to a closed job.
+var ErrJobExists = errors.New("a job with this name exists")
+
+// Memo fields of a job workflow.
+const (
+	MemoRequestHash  = "trainq_request_hash"
+	MemoInstanceType = "instance_type"
+	MemoJobDesc      = "job_desc"
+)
+
+// memoJobDescMax bounds the job description copied into the memo, which
+// every list answer carries.
+const memoJobDescMax = 1024
+
+// jobTaskTimeout is a job workflow's task timeout.
+const jobTaskTimeout = 5 * time.Second
+
+// Check validates spec against the configuration and fills in defaults. It
+// returns a *protocol.FieldError naming the field for bad input.
+func Check(cfg *config.Config, spec *protocol.JobSpec) (notes []string, err error) {
+	notes, err = spec.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	if spec.Region == "" {
+		spec.Region = cfg.DefaultRegion
+	}
+	if spec.AllocationName == "" {
+		spec.AllocationName = cfg.DefaultAllocation
+	}
+	region, alloc, err := cfg.Allocation(spec.Region, spec.AllocationName)
+	if err != nil {
+		field := "allocation_name"
+		if region == nil && strings.HasPrefix(err.Error(), "region") {
+			field = "region"
+		}
+		return nil, &protocol.FieldError{Field: field, Message: err.Error()}
+	}
+	spec.Region = region.Name
+	pool, err := scheduler.NewPool(alloc.Nodes, alloc.Policy())
+	if err != nil {
+		return nil, err
+	}
+	req := scheduler.Request{Job: "check", Attempt: 1, Kind: spec.Kind, Class: spec.Class(), Demand: spec.Demand(), Workers: 1}
+	if err := pool.Admit(req); err != nil {
+		return nil, &protocol.FieldError{Field: "instance_type", Message: err.Error()}
+	}
+	req.Workers = spec.NWorkers
+	if err := pool.Admit(req); err != nil {
+		return nil, &protocol.FieldError{Field: "n_workers", Message: err.Error()}
+	}
+	return notes, nil
+}
+
+// NewJobName makes an ML Space-style job name.
+func NewJobName(kind scheduler.Kind) string {
+	if kind == scheduler.KindNotebook {
+		return protocol.NotebookNamePrefix + uuid.NewString()
+	}
+	return protocol.JobNamePrefix + uuid.NewString()
+}
+
+// Submit validates spec and starts its job workflow. Starting a name whose
+// workflow runs starts nothing and answers with that job; starting a name
+// whose workflow has closed fails with ErrJobExists (a closed job is never
+// run again under the same name).
+func (c *Client) Submit(ctx context.Context, spec protocol.JobSpec, opts SubmitOptions) (Submission, error) {
+	notes, err := Check(c.Config, &spec)
+	if err != nil {
+		return Submission{}, err
+	}
+	if err := c.checkQueueRoom(ctx, spec); err != nil {
+		return Submission{}, err
+	}
+	name := opts.Name
+	if name == "" {
+		name = NewJobName(spec.Kind)
+	}
+	_, err = c.Temporal.ExecuteWorkflow(ctx, jobStartOptions(name, spec, opts), protocol.JobWorkflowName, protocol.JobInput{Name: name, Spec: spec})
+	if err != nil {
+		var started *serviceerror.WorkflowExecutionAlreadyStarted
+		if errors.As(err, &started) {
+			return Submission{JobName: name}, fmt.Errorf("%w: %s", ErrJobExists, name)
+		}
+		return Submission{}, fmt.Errorf("could not start job %s: %w", name, err)
+	}
+	return Submission{JobName: name, Status: string(protocol.StatePending), Notes: notes}, nil
+}
+
+// jobStartOptions start a job's workflow: its search attributes say what
+// lists filter on, its memo what they show.
+func jobStartOptions(name string, spec protocol.JobSpec, opts SubmitOptions) sdkclient.StartWorkflowOptions {
+	desc := spec.JobDesc
+	if len(desc) > memoJobDescMax {
+		desc = strings.ToValidUTF8(desc[:memoJobDescMax], "")
+	}
+	memo := map[string]any{MemoInstanceType: spec.InstanceType, MemoJobDesc: desc}
+	if opts.RequestHash != "" {
+		memo[MemoRequestHash] = opts.RequestHash
+	}
+	return sdkclient.StartWorkflowOptions{
+		ID:                       name,
+		TaskQueue:                protocol.TaskQueue,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		Memo:                     memo,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			protocol.KeyState.ValueSet(string(protocol.StatePending)),
+			protocol.KeyPriority.ValueSet(spec.PriorityClass),
+			protocol.KeyAllocation.ValueSet(spec.AllocationName),
+			protocol.KeyRegion.ValueSet(spec.Region),
+			protocol.KeyAuthor.ValueSet(spec.Author),
+			protocol.KeyWorkspace.ValueSet(spec.Workspace),
+			protocol.KeyKind.ValueSet(string(spec.Kind)),
+			protocol.KeyAttempt.ValueSet(1),
+			protocol.KeyGPUs.ValueSet(int64(spec.GPUs())),
+		),
+		StaticSummary: Summary(spec),
+		StaticDetails: Details(spec),
+		// A task lost with a killed trainq-worker is retried after this
+		// (the default is 10s); a job's tasks take milliseconds.
+		WorkflowTaskTimeout: jobTaskTimeout,
+	}
+}
