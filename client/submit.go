@@ -74,6 +74,11 @@ func Check(cfg *config.Config, spec *protocol.JobSpec) (notes []string, err erro
 		return nil, &protocol.FieldError{Field: field, Message: err.Error()}
 	}
 	spec.Region = region.Name
+	if len(alloc.NodeSelector) > 0 && len(alloc.Nodes) == 0 {
+		// The nodes are picked in the cluster by trainq-worker, which
+		// refuses a request that can never fit them.
+		return notes, nil
+	}
 	pool, err := scheduler.NewPool(alloc.Nodes, alloc.Policy())
 	if err != nil {
 		return nil, err

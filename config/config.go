@@ -81,6 +81,13 @@ type Allocation struct {
 	// refused (default DefaultMaxWaiting, at most MaxMaxWaiting).
 	MaxWaiting int              `json:"max_waiting"`
 	Nodes      []scheduler.Node `json:"nodes"`
+	// NodeSelector (backend kubernetes only, instead of nodes) picks the
+	// allocation's nodes by their labels: every Kubernetes node with all of
+	// them, its GPUs, CPU and memory read from its allocatable and its
+	// family from its trainq.io/family label. trainq-worker fills Nodes
+	// from it when it starts, and hands nodes that join, leave or change to
+	// the allocator while it runs.
+	NodeSelector map[string]string `json:"node_selector,omitempty"`
 }
 
 // DefaultReserveAfter is an allocation's reserve_after when the file gives none.
@@ -294,8 +301,11 @@ func (c *Config) validate() error {
 			if a.MaxWaiting < 1 || a.MaxWaiting > MaxMaxWaiting {
 				return fmt.Errorf("%s.max_waiting: must be between 1 and %d, got %d", field, MaxMaxWaiting, a.MaxWaiting)
 			}
-			if len(a.Nodes) == 0 {
-				return fmt.Errorf("%s.nodes: allocation %q has no node", field, a.Name)
+			if err := c.checkNodeSelector(field, a); err != nil {
+				return err
+			}
+			if len(a.Nodes) == 0 && len(a.NodeSelector) == 0 {
+				return fmt.Errorf("%s.nodes: allocation %q has no node (list nodes, or select them with node_selector when backend is kubernetes)", field, a.Name)
 			}
 			for ni, n := range a.Nodes {
 				nf := fmt.Sprintf("%s.nodes[%d]", field, ni)

@@ -3,8 +3,13 @@ package config
 import (
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/trainq/trainq/scheduler"
 )
 
 // Backends.
@@ -100,6 +105,52 @@ func (c *Config) validateBackend() error {
 		}
 	}
 	return nil
+}
+
+// checkNodeSelector checks an allocation's node_selector: label keys and
+// values as Kubernetes accepts them, only with backend kubernetes, and
+// never together with a node list.
+func (c *Config) checkNodeSelector(field string, a Allocation) error {
+	if len(a.NodeSelector) == 0 {
+		return nil
+	}
+	if c.Backend != BackendKubernetes {
+		return fmt.Errorf("%s.node_selector: selects Kubernetes nodes, so it needs backend: kubernetes (backend is %s); list the nodes instead", field, c.Backend)
+	}
+	if len(a.Nodes) > 0 {
+		return fmt.Errorf("%s: give either nodes or node_selector, not both", field)
+	}
+	keys := make([]string, 0, len(a.NodeSelector))
+	for k := range a.NodeSelector {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return fmt.Errorf("%s.node_selector: %q is not a label key: %s", field, k, strings.Join(errs, "; "))
+		}
+		if errs := validation.IsValidLabelValue(a.NodeSelector[k]); len(errs) > 0 {
+			return fmt.Errorf("%s.node_selector.%s: %q is not a label value: %s", field, k, a.NodeSelector[k], strings.Join(errs, "; "))
+		}
+	}
+	return nil
+}
+
+// WithNodes returns a copy of the config in which allocation region/alloc
+// has nodes (the nodes its node_selector picks now); c is left alone.
+func (c *Config) WithNodes(region, alloc string, nodes []scheduler.Node) *Config {
+	out := *c
+	out.Regions = make([]Region, len(c.Regions))
+	for ri, r := range c.Regions {
+		out.Regions[ri] = r
+		out.Regions[ri].Allocations = append([]Allocation(nil), r.Allocations...)
+		for ai := range r.Allocations {
+			if r.Name == region && r.Allocations[ai].Name == alloc {
+				out.Regions[ri].Allocations[ai].Nodes = append([]scheduler.Node(nil), nodes...)
+			}
+		}
+	}
+	return &out
 }
 
 func dnsLabel(s string) bool {

@@ -54,3 +54,30 @@ func TestKubernetesBackendErrorsNameTheField(t *testing.T) {
 		}
 	}
 }
+
+func TestNodeSelector(t *testing.T) {
+	const sel = `
+regions:
+  - name: r
+    allocations:
+      - name: default
+        node_selector: {trainq.io/allocation: demo}
+`
+	c, err := parse([]byte("backend: kubernetes\n"+sel), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, a, _ := c.Allocation("r", "default"); a.NodeSelector["trainq.io/allocation"] != "demo" || len(a.Nodes) != 0 {
+		t.Fatalf("node_selector not read: %+v", a)
+	}
+	for _, tc := range []struct{ doc, want string }{
+		{sel, "needs backend: kubernetes"},
+		{"backend: kubernetes\n" + strings.Replace(sel, "demo}", "demo}\n        nodes: [{name: gpu-1, family: a100, gpus: 8}]", 1), "either nodes or node_selector"},
+		{"backend: kubernetes\n" + strings.Replace(sel, "trainq.io/allocation: demo", "bad key!: demo", 1), `regions[0].allocations[0].node_selector: "bad key!" is not a label key`},
+		{"backend: kubernetes\n" + strings.Replace(sel, ": demo", ": not a value", 1), `node_selector.trainq.io/allocation: "not a value" is not a label value`},
+	} {
+		if _, err := parse([]byte(tc.doc), "t.yaml"); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("want an error with %q, got %v", tc.want, err)
+		}
+	}
+}

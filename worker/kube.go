@@ -45,6 +45,7 @@ func newBackend(ctx context.Context, cfg *config.Config, c client.Client, logger
 	if err != nil {
 		return nil, nil, fmt.Errorf("backend kubernetes (namespace %s): %w", k.Namespace, err)
 	}
+	applySelectors(cfg, b, logger)
 	return b, b.Close, nil
 }
 

@@ -147,6 +147,9 @@ func run(opts options) error {
 		return err
 	}
 	defer closeBackend()
+	if opts.role == roleAll {
+		nodes = cfg.Nodes() // with the nodes node_selector picked
+	}
 	acts := &activities.Activities{Client: c, Config: cfg, Backend: backend}
 
 	var workers []worker.Worker
@@ -183,6 +186,9 @@ func run(opts options) error {
 			return err
 		}
 		go keepAllocatorsRunning(ctx, c, cfg, cfg.ReclaimInterval.D(), logger)
+	}
+	if kb, ok := backend.(*kube.Backend); ok && opts.role == roleAll {
+		go followSelectors(ctx, c, cfg, kb, acts, nodes, logger)
 	}
 	switch opts.role {
 	case roleAll:

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -17,6 +18,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/trainq/trainq/cluster"
+	"github.com/trainq/trainq/scheduler"
 )
 
 type fakeJobs struct {
@@ -398,4 +400,32 @@ func TestCollectFinishedDeletesOnlyEndedJobsPastTheirKeep(t *testing.T) {
 		left = append(left, s.Name)
 	}
 	assert.ElementsMatch(t, []string{"recent", "running", "waiting"}, left)
+}
+
+func TestSelectNodesReadsAllocatable(t *testing.T) {
+	node := func(name string, lbls map[string]string, gpus, cpuMilli int64, memGi int64) *corev1.Node {
+		return &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: lbls},
+			Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{
+				GPUResource:           *resource.NewQuantity(gpus, resource.DecimalSI),
+				corev1.ResourceCPU:    *resource.NewMilliQuantity(cpuMilli, resource.DecimalSI),
+				corev1.ResourceMemory: *resource.NewQuantity(memGi<<30+12345, resource.BinarySI),
+			}},
+		}
+	}
+	demo := map[string]string{"trainq.io/allocation": "demo", FamilyLabel: "a100"}
+	b, _ := newFake(t, nil,
+		node("gpu-b", demo, 8, 95500, 700),
+		node("gpu-a", demo, 4, 16000, 128),
+		node("nofamily", map[string]string{"trainq.io/allocation": "demo"}, 8, 1000, 1),
+		node("other", map[string]string{"trainq.io/allocation": "prod", FamilyLabel: "h100"}, 8, 1000, 1),
+	)
+	nodes, skipped := b.SelectNodes(map[string]string{"trainq.io/allocation": "demo"})
+	assert.Equal(t, []scheduler.Node{
+		{Name: "gpu-a", Family: "a100", GPUs: 4, CPU: 16, RAMGB: 128},
+		{Name: "gpu-b", Family: "a100", GPUs: 8, CPU: 95, RAMGB: 700},
+	}, nodes)
+	require.Len(t, skipped, 1)
+	assert.Equal(t, "nofamily", skipped[0].Name)
+	assert.Contains(t, skipped[0].Why, FamilyLabel)
 }

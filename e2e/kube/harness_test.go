@@ -73,6 +73,9 @@ regions:
         nodes:
           - {name: lost-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
           - {name: lost-2, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+      - name: selected
+        stop_grace_period: 5s
+        node_selector: {trainq.io/allocation: selected}
       - name: unknown
         stop_grace_period: 5s
         nodes:
@@ -151,6 +154,9 @@ func run(m *testing.M) int {
 				panic(err)
 			}
 		}
+	}
+	if err := env.cluster.AddNode(ctx, selectedNode("sel-1")); err != nil {
+		panic(err)
 	}
 	fmt.Printf("e2e/kube: test cluster with %d nodes ready in %v\n", len(env.cfg.Nodes()), time.Since(begin).Round(time.Millisecond))
 	srv, err := testenv.StartDevServer(temporalBin)
@@ -379,6 +385,12 @@ func events(t *testing.T, pod string) []corev1.Event {
 	list, err := env.cluster.Client.CoreV1().Events(namespace).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod})
 	require.NoError(t, err)
 	return list.Items
+}
+
+// selectedNode is a node that allocation "selected" picks by its labels.
+func selectedNode(name string) kubetest.Node {
+	return kubetest.Node{Name: name, GPUs: 2, CPU: 16, MemoryGi: 128,
+		Labels: map[string]string{"trainq.io/allocation": "selected", kubeb.FamilyLabel: "a100"}}
 }
 
 func jobSpec(alloc, class string, workers int, env map[string]string) protocol.JobSpec {

@@ -1,0 +1,60 @@
+package kube
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/scheduler"
+	"github.com/trainq/trainq/workflows"
+)
+
+// queueNodes is the allocator's view of its nodes (none while it does not run).
+func queueNodes(alloc string) []scheduler.NodeInfo {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	v, err := workflows.Queue(ctx, env.client, "K", alloc)
+	if err != nil {
+		return nil
+	}
+	return v.Nodes
+}
+
+// TestKubeNodeSelector: allocation "selected" lists no node; it picks the
+// nodes labelled trainq.io/allocation=selected, with their allocatable. A
+// node that joins while trainq-worker runs reaches the allocator, and a
+// job runs on it.
+func TestKubeNodeSelector(t *testing.T) {
+	pw := watchPods(t)
+	startWorker(t)
+	eventually(t, long, "the allocator of the selected nodes knows sel-1", func() bool {
+		nodes := queueNodes("selected")
+		return len(nodes) == 1 && nodes[0].Name == "sel-1" && nodes[0].GPUs == 2
+	})
+	first := submit(t, jobSpec("selected", "medium", 1, nil))
+	pw.waitRunning(t, podName(first, 1, 0))
+	assert.Equal(t, "sel-1", pw.pod(podName(first, 1, 0)).Spec.NodeName)
+
+	second := submit(t, jobSpec("selected", "medium", 1, nil))
+	st := waitState(t, second, protocol.StatePending, long)
+	assert.Equal(t, protocol.StatePending, st.State, "one selected node, held by the first job")
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.NoError(t, env.cluster.AddNode(ctx, selectedNode("sel-2")))
+	pw.waitRunning(t, podName(second, 1, 0))
+	assert.Equal(t, "sel-2", pw.pod(podName(second, 1, 0)).Spec.NodeName, "the node that joined runs the waiting job")
+	var names []string
+	for _, n := range queueNodes("selected") {
+		names = append(names, n.Name)
+	}
+	assert.Equal(t, []string{"sel-1", "sel-2"}, names)
+	exitPod(t, podName(first, 1, 0), 0)
+	exitPod(t, podName(second, 1, 0), 0)
+	waitState(t, first, protocol.StateCompleted, long)
+	waitState(t, second, protocol.StateCompleted, long)
+}
