@@ -8,16 +8,16 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	trainq "github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
-	"github.com/trainq/trainq/workflows"
 )
 
 // queueNodes is the allocator's view of its nodes (none while it does not run).
 func queueNodes(alloc string) []scheduler.NodeInfo {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	v, err := workflows.Queue(ctx, env.client, "K", alloc)
+	v, err := trainq.New(env.client, nil).Queue(ctx, "K", alloc)
 	if err != nil {
 		return nil
 	}
