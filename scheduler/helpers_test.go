@@ -104,7 +104,11 @@ func sched(t testing.TB, p *Pool, now time.Time) Decisions {
 			t.Fatalf("Schedule skipped a pass that decides %s", mustJSON(t, d))
 		}
 	}
+	epoch := p.sc.failed.epoch
 	d := p.Schedule(now)
+	if p.sc.failed.epoch != epoch { // the pass ran in full
+		checkFreeBuckets(t, p.sc, p)
+	}
 	// Idempotence: a second pass at the same instant, with no event in between, decides nothing.
 	p.dirty = true
 	if d2 := p.Schedule(now); len(d2.Grants)+len(d2.Preemptions) > 0 {
@@ -365,5 +369,32 @@ func checkPreemptibleCounts(t testing.TB, p *Pool) {
 	}
 	if !slices.Equal(want, p.nPreemptible) {
 		t.Fatalf("preemptible counts %v, want %v", p.nPreemptible, want)
+	}
+}
+
+// checkFreeBuckets: after a pass, every live node is in the bucket of its family and free GPUs,
+// once, with its free CPU and RAM of the pass; lost nodes are in none.
+func checkFreeBuckets(t testing.TB, sc *scratch, p *Pool) {
+	t.Helper()
+	if len(sc.freeBuckets) == 0 {
+		return // no pass ran yet
+	}
+	seen := make([]int, len(p.nodes))
+	for f := range sc.freeBuckets {
+		for g, b := range sc.freeBuckets[f] {
+			for i, sl := range b {
+				n := sl.n
+				seen[n]++
+				if p.nodes[n].fam != int32(f) || sc.freeGPU[n] != g || int(sc.slotOf[n]) != i || sl.cpu != sc.freeCPU[n] || sl.ram != sc.freeRAM[n] {
+					t.Fatalf("node %s in bucket %d/%d at %d: %+v, pass state GPU %d CPU %d RAM %d slot %d",
+						p.nodes[n].Name, f, g, i, sl, sc.freeGPU[n], sc.freeCPU[n], sc.freeRAM[n], sc.slotOf[n])
+				}
+			}
+		}
+	}
+	for n := range p.nodes {
+		if want := map[bool]int{true: 0, false: 1}[p.nodes[n].lost]; seen[n] != want {
+			t.Fatalf("node %s is in %d buckets, want %d", p.nodes[n].Name, seen[n], want)
+		}
 	}
 }

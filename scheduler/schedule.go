@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"math/bits"
 	"slices"
 	"time"
 )
@@ -89,17 +90,19 @@ type scratch struct {
 	// Per family and GPU count g: how many nodes have at least g free GPUs, and at least g free
 	// plus releasing GPUs. A request that fails these counts needs no node walk.
 	freeAtLeast, freeOrRelAtLeast [][]int32
-	// Nodes that answer, by family and free GPUs in this pass (doubly linked lists through
-	// freeListNext/freeListPrev): a grant looks only at the nodes with the fewest free GPUs that fit it.
-	freeListHead               [][]int32
-	freeListNext, freeListPrev []int32
-	failed                     failureCache
-	nodeCands                  []nodeCandidate
-	pick                       []int32
-	relTake                    []int32 // per picked node: GPUs taken from releasing capacity
-	relUsed                    []bool  // per picked node: anything taken from releasing capacity
-	victims                    map[*runJob]bool
-	victimBuf                  []victimCand
+	// Nodes that answer, by family and free GPUs in this pass: a grant looks only at the nodes
+	// with the fewest free GPUs that fit it, in one sequential scan of their bucket.
+	freeBuckets  [][][]freeSlot
+	slotOf       []int32 // per node: its index in its bucket
+	failed       failureCache
+	grantBuf     []planGrant // plan.grants of the last pass, for the next
+	grantNodeBuf []int32     // plan.grantNodes of the last pass, for the next
+	nodeCands    []nodeCandidate
+	pick         []int32
+	relTake      []int32 // per picked node: GPUs taken from releasing capacity
+	relUsed      []bool  // per picked node: anything taken from releasing capacity
+	victims      map[*runJob]bool
+	victimBuf    []victimCand
 
 	nominations    []nomination       // in preemption order; hidden but from their nominee
 	byJob          map[string][]int32 // nominee -> its nominations
@@ -187,17 +190,25 @@ func (sc *scratch) resetCapacity(p *Pool) {
 	}
 }
 
-// resetFreeLists links every live node into its family's list for its free GPUs.
+// freeSlot is a live node in its family's bucket for its free GPUs, with copies of its free CPU
+// and RAM in this pass, so that a grant reads the bucket sequentially.
+type freeSlot struct {
+	n        int32
+	cpu, ram int
+}
+
+// resetFreeLists puts every live node into its family's bucket for its free GPUs.
 func (sc *scratch) resetFreeLists(p *Pool) {
-	n := len(p.nodes)
-	sc.freeListNext, sc.freeListPrev = grow(sc.freeListNext, n), grow(sc.freeListPrev, n)
-	if len(sc.freeListHead) != len(p.fams) {
-		sc.freeListHead = make([][]int32, len(p.fams))
+	sc.slotOf = grow(sc.slotOf, len(p.nodes))
+	if len(sc.freeBuckets) != len(p.fams) {
+		sc.freeBuckets = make([][][]freeSlot, len(p.fams))
 	}
 	for f := range p.fams {
-		sc.freeListHead[f] = grow(sc.freeListHead[f], p.fams[f].maxGPU+1)
-		for g := range sc.freeListHead[f] {
-			sc.freeListHead[f][g] = -1
+		if len(sc.freeBuckets[f]) != p.fams[f].maxGPU+1 {
+			sc.freeBuckets[f] = make([][]freeSlot, p.fams[f].maxGPU+1)
+		}
+		for g := range sc.freeBuckets[f] {
+			sc.freeBuckets[f][g] = sc.freeBuckets[f][g][:0]
 		}
 		for _, i := range p.fams[f].live {
 			sc.link(int32(f), i, sc.freeGPU[i])
@@ -301,48 +312,50 @@ func (sc *scratch) setGPU(p *Pool, n int32, a, r int) {
 	f := p.nodes[n].fam
 	adjustCnt(sc.freeAtLeast[f], sc.freeGPU[n], a)
 	adjustCnt(sc.freeOrRelAtLeast[f], sc.freeGPU[n]+sc.relGPU[n], a+r)
-	if a != sc.freeGPU[n] && !p.nodes[n].lost {
+	switch {
+	case p.nodes[n].lost: // in no bucket
+	case a != sc.freeGPU[n]:
 		sc.unlink(f, n, sc.freeGPU[n])
+		sc.freeGPU[n] = a
 		sc.link(f, n, a)
+	default: // its free CPU or RAM may have changed
+		sl := &sc.freeBuckets[f][a][sc.slotOf[n]]
+		sl.cpu, sl.ram = sc.freeCPU[n], sc.freeRAM[n]
 	}
 	sc.freeGPU[n], sc.relGPU[n] = a, r
 }
 
-// link puts node n into family f's list of nodes with g free GPUs.
+// link puts node n, with its free CPU and RAM, into family f's bucket of nodes with g free GPUs.
 func (sc *scratch) link(f, n int32, g int) {
-	h := &sc.freeListHead[f][g]
-	sc.freeListPrev[n], sc.freeListNext[n] = -1, *h
-	if *h >= 0 {
-		sc.freeListPrev[*h] = n
-	}
-	*h = n
+	b := &sc.freeBuckets[f][g]
+	sc.slotOf[n] = int32(len(*b))
+	*b = append(*b, freeSlot{n: n, cpu: sc.freeCPU[n], ram: sc.freeRAM[n]})
 }
 
+// unlink takes node n out of family f's bucket for g free GPUs (the bucket's last node takes
+// its place).
 func (sc *scratch) unlink(f, n int32, g int) {
-	if sc.freeListPrev[n] >= 0 {
-		sc.freeListNext[sc.freeListPrev[n]] = sc.freeListNext[n]
-	} else {
-		sc.freeListHead[f][g] = sc.freeListNext[n]
-	}
-	if sc.freeListNext[n] >= 0 {
-		sc.freeListPrev[sc.freeListNext[n]] = sc.freeListPrev[n]
-	}
+	b := sc.freeBuckets[f][g]
+	i, last := sc.slotOf[n], len(b)-1
+	b[i] = b[last]
+	sc.slotOf[b[i].n] = i
+	sc.freeBuckets[f][g] = b[:last]
 }
 
 // grantOne is pickOne on free capacity for a request with no capacity nominated to it: the node
 // with the fewest free GPUs that fits it, then the fewest free CPU cores, then config order.
 // Only the nodes with exactly that many free GPUs are looked at.
 func (sc *scratch) grantOne(p *Pool, sh *shape) bool {
-	heads := sc.freeListHead[sh.fam]
+	buckets := sc.freeBuckets[sh.fam]
 	best := int32(-1)
 	bestSpareCPU := 0
-	for g := sh.gpu; g < len(heads) && best < 0; g++ {
-		for n := heads[g]; n >= 0; n = sc.freeListNext[n] {
-			if sc.freeCPU[n] < sh.cpu || sc.freeRAM[n] < sh.ram {
+	for g := sh.gpu; g < len(buckets) && best < 0; g++ {
+		for _, sl := range buckets[g] {
+			if sl.cpu < sh.cpu || sl.ram < sh.ram {
 				continue
 			}
-			if spareCPU := sc.freeCPU[n] - sh.cpu; best < 0 || spareCPU < bestSpareCPU || spareCPU == bestSpareCPU && n < best {
-				best, bestSpareCPU = n, spareCPU
+			if spareCPU := sl.cpu - sh.cpu; best < 0 || spareCPU < bestSpareCPU || spareCPU == bestSpareCPU && sl.n < best {
+				best, bestSpareCPU = sl.n, spareCPU
 			}
 		}
 	}
@@ -556,9 +569,9 @@ func (sc *scratch) take(p *Pool, sh *shape, grant bool) {
 }
 
 type planGrant struct {
-	w     *waitReq
-	nodes []int32
-	holds []holdUse // what it used of the free capacity held for it
+	w                  *waitReq
+	nodesFrom, nodesTo int       // its nodes: plan.grantNodes[nodesFrom:nodesTo]
+	holds              []holdUse // what it used of the free capacity held for it
 }
 
 type holdUse struct {
@@ -568,7 +581,9 @@ type holdUse struct {
 
 // grant records that w starts on the picked nodes (already taken).
 func (sc *scratch) grant(pl *plan, w *waitReq) {
-	g := planGrant{w: w, nodes: slices.Clone(sc.pick)}
+	g := planGrant{w: w, nodesFrom: len(pl.grantNodes)}
+	pl.grantNodes = append(pl.grantNodes, sc.pick...)
+	g.nodesTo = len(pl.grantNodes)
 	for _, k := range sc.walkerNoms {
 		if x := &sc.nominations[k]; x.free && (x.heldGPU > 0 || x.heldCPU > 0 || x.heldRAM > 0) {
 			g.holds = append(g.holds, holdUse{holdIdx: x.holdIdx, gpu: x.heldGPU, cpu: x.heldCPU, ram: x.heldRAM})
@@ -605,13 +620,14 @@ type planOut struct {
 }
 
 type plan struct {
-	grants    []planGrant
-	preempts  []planPreempt
-	takeovers []planTakeover
-	reserves  []planReserve
-	outs      []planOut // explain mode only: one per waiting request in the explained span
-	outFrom   int       // explain mode only: outs[k] is the outcome of waiting request outFrom+k
-	consumers [][]int32 // explain mode only: per family, waiting indices before the span's end that took capacity
+	grants     []planGrant
+	grantNodes []int32 // the granted requests' nodes, one after the other
+	preempts   []planPreempt
+	takeovers  []planTakeover
+	reserves   []planReserve
+	outs       []planOut // explain mode only: one per waiting request in the explained span
+	outFrom    int       // explain mode only: outs[k] is the outcome of waiting request outFrom+k
+	consumers  [][]int32 // explain mode only: per family, waiting indices before the span's end that took capacity
 }
 
 // span is a range [from, to) of waiting requests in launch order.
@@ -624,7 +640,8 @@ func (s span) has(i int) bool { return i >= s.from && i < s.to }
 // after it are planned too, for what they reserve, but not explained.
 func (p *Pool) plan(now time.Time, sc *scratch, explain span) *plan {
 	sc.reset(p)
-	pl := &plan{outFrom: explain.from}
+	// The grant buffers are the last pass's, emptied (see Schedule).
+	pl := &plan{outFrom: explain.from, grants: sc.grantBuf[:0], grantNodes: sc.grantNodeBuf[:0]}
 	if explain.to > explain.from {
 		pl.outs = make([]planOut, explain.to-explain.from)
 		pl.consumers = make([][]int32, len(p.fams))
@@ -866,6 +883,8 @@ func (p *Pool) Schedule(now time.Time) Decisions {
 	d.Grants = p.applyGrants(now, pl)
 	d.Preemptions = p.applyPreemptions(pl)
 	p.updateHeads(now, pl)
+	clear(pl.grants) // (their holds)
+	p.sc.grantBuf, p.sc.grantNodeBuf = pl.grants[:0], pl.grantNodes[:0]
 	p.dirty = len(d.Grants)+len(d.Preemptions) > 0
 	p.wake = p.nextWake(now)
 	return d
@@ -887,33 +906,78 @@ func (p *Pool) applyTakeovers(pl *plan) {
 // applyGrants starts the granted requests: they run from now on, on the lowest free GPU indices
 // of their nodes, and leave the queue.
 func (p *Pool) applyGrants(now time.Time, pl *plan) []Grant {
-	var grants []Grant
-	for _, g := range pl.grants {
-		rj := p.start(now, g)
-		grants = append(grants, Grant{Job: rj.r.Job, Attempt: rj.r.Attempt, Placement: p.placement(rj.nodes, rj.gpus)})
+	if len(pl.grants) == 0 {
+		return nil
 	}
-	if len(pl.grants) > 0 {
-		k := 0
-		for i, w := range p.waiting {
-			if p.waitIdx[w.r.Job] == w {
-				p.waiting[k], p.waitKeys[k] = w, p.waitKeys[i]
-				k++
-			}
+	ar := p.newGrantArena(pl)
+	grants := make([]Grant, len(pl.grants))
+	for i, g := range pl.grants {
+		rj := p.start(now, pl, g, &ar.jobs[i], ar)
+		grants[i] = Grant{Job: rj.r.Job, Attempt: rj.r.Attempt, Placement: ar.placement(p, rj)}
+	}
+	k := 0
+	for i, w := range p.waiting {
+		if p.waitIdx[w.r.Job] == w {
+			p.waiting[k], p.waitKeys[k] = w, p.waitKeys[i]
+			k++
 		}
-		clear(p.waiting[k:])
-		p.waiting, p.waitKeys = p.waiting[:k], p.waitKeys[:k]
 	}
+	clear(p.waiting[k:])
+	p.waiting, p.waitKeys = p.waiting[:k], p.waitKeys[:k]
 	return grants
 }
 
-// start places one granted request on its nodes (it stays in p.waiting until applyGrants
+// grantArena holds, in a few large allocations, what the grants of one pass need: a pass that
+// starts thousands of jobs would otherwise spend most of its time allocating. (The jobs of one
+// pass share their memory until the last of them is gone: a few hundred bytes per job.)
+type grantArena struct {
+	jobs       []runJob
+	nodes      []int32  // per worker
+	gpus       []uint64 // per worker
+	released   []bool   // per worker
+	placements []WorkerPlacement
+	gpuIndices []int
+}
+
+func (p *Pool) newGrantArena(pl *plan) *grantArena {
+	workers, gpus := len(pl.grantNodes), 0
+	for _, g := range pl.grants {
+		gpus += (g.nodesTo - g.nodesFrom) * g.w.r.Demand.GPUs
+	}
+	return &grantArena{jobs: make([]runJob, len(pl.grants)), nodes: make([]int32, workers), gpus: make([]uint64, workers), released: make([]bool, workers),
+		placements: make([]WorkerPlacement, workers), gpuIndices: make([]int, gpus)}
+}
+
+// take cuts the first n elements off s.
+func take[T any](s *[]T, n int) []T {
+	out := (*s)[:n:n]
+	*s = (*s)[n:]
+	return out
+}
+
+// placement is Pool.placement for a job just started, from the arena.
+func (ar *grantArena) placement(p *Pool, rj *runJob) []WorkerPlacement {
+	out := take(&ar.placements, len(rj.nodes))
+	for w, n := range rj.nodes {
+		idx := take(&ar.gpuIndices, bits.OnesCount64(rj.gpus[w]))[:0]
+		for m := rj.gpus[w]; m != 0; m &= m - 1 {
+			idx = append(idx, bits.TrailingZeros64(m))
+		}
+		out[w] = WorkerPlacement{Worker: w, Node: p.nodes[n].Name, GPUs: idx}
+	}
+	return out
+}
+
+// start places one granted request on its nodes as rj (it stays in p.waiting until applyGrants
 // compacts the queue).
-func (p *Pool) start(now time.Time, g planGrant) *runJob {
+func (p *Pool) start(now time.Time, pl *plan, g planGrant, rj *runJob, ar *grantArena) *runJob {
 	w := g.w
 	dm := &w.r.Demand
-	rj := &runJob{r: w.r, fam: p.shapes[w.shape].fam, startedAt: now, nodes: g.nodes,
-		gpus: make([]uint64, len(g.nodes)), released: make([]bool, len(g.nodes)), preemptions: w.r.Preemptions}
-	for i, n := range g.nodes {
+	nodes := take(&ar.nodes, g.nodesTo-g.nodesFrom)
+	copy(nodes, pl.grantNodes[g.nodesFrom:g.nodesTo])
+	*rj = runJob{r: w.r, fam: p.shapes[w.shape].fam, startedAt: now, nodes: nodes,
+		gpus: take(&ar.gpus, len(nodes)), released: take(&ar.released, len(nodes)), preemptions: w.r.Preemptions}
+	for i, n := range nodes {
 		nd := &p.nodes[n]
 		m := lowestFree(nd.used, nd.GPUs, dm.GPUs)
 		nd.used |= m
