@@ -201,8 +201,31 @@ func (a *Activities) Rendezvous(ctx context.Context, in RendezvousInput) (Rendez
 }
 
 // StartWorker starts one worker. It is idempotent per job, attempt and worker.
+// A spec without a rendezvous (a one-worker attempt) gets one picked here, on
+// the worker's own node: one activity instead of two before it runs.
 func (a *Activities) StartWorker(ctx context.Context, spec cluster.WorkerSpec) (cluster.WorkerStatus, error) {
+	if spec.MasterAddr == "" && spec.MasterPort == 0 {
+		addr, port, err := a.Backend.Rendezvous(ctx, spec.ID.Job, spec.ID.Attempt)
+		if err != nil {
+			return cluster.WorkerStatus{}, fmt.Errorf("pick a rendezvous address: %w", err)
+		}
+		spec.MasterAddr, spec.MasterPort = addr, port
+	}
 	return a.Backend.Start(ctx, spec)
+}
+
+// releaseEarly tells the allocator, on behalf of the job, that a worker's
+// processes are gone, a workflow task before the job itself can. It is an
+// optimisation only: the job still reports the release (the allocator
+// applies a release once), so a failure here is logged and nothing more.
+func (a *Activities) releaseEarly(ctx context.Context, allocator string, id cluster.WorkerID) {
+	if allocator == "" || a.Client == nil {
+		return
+	}
+	s := protocol.ReleaseSignal{Job: id.Job, Attempt: id.Attempt, Workers: []int{id.Worker}, Stopping: true}
+	if err := a.Client.SignalWorkflow(ctx, allocator, "", protocol.SignalRelease, s); err != nil {
+		activity.GetLogger(ctx).Warn("could not report a stopped worker to the allocator; the job will", "worker", id.String(), "error", err)
+	}
 }
 
 // Error types of the node activities.
@@ -239,6 +262,9 @@ type WatchWorkerInput struct {
 	// node's backend can see count (the local backend sees every worker that
 	// shares its data dir); the others are skipped, with a warning.
 	Workers int `json:"workers,omitempty"`
+	// ReleaseTo, when set, is the allocator workflow to report the
+	// worker's exit to as soon as it is seen (see releaseEarly).
+	ReleaseTo string `json:"release_to,omitempty"`
 }
 
 // stuckCheckInterval is how often WatchWorker looks at a worker's log:
@@ -269,7 +295,7 @@ func (a *Activities) WatchWorker(ctx context.Context, in WatchWorkerInput) (clus
 	}
 	if in.LogPeriod <= 0 || !canDetect {
 		st, err := a.Backend.Wait(ctx, id, heartbeat)
-		return a.watchResult(id, st, err)
+		return a.watchResult(ctx, in, st, err)
 	}
 
 	wctx, cancel := context.WithCancel(ctx)
@@ -289,7 +315,7 @@ func (a *Activities) WatchWorker(ctx context.Context, in WatchWorkerInput) (clus
 	for {
 		select {
 		case r := <-done:
-			return a.watchResult(id, r.st, r.err)
+			return a.watchResult(ctx, in, r.st, r.err)
 		case <-ticker.C:
 		}
 		st, err := a.Backend.Status(ctx, id)
@@ -308,13 +334,13 @@ func (a *Activities) WatchWorker(ctx context.Context, in WatchWorkerInput) (clus
 		cancel()
 		r := <-done
 		if !errors.Is(r.err, context.Canceled) {
-			return a.watchResult(id, r.st, r.err) // it ended meanwhile
+			return a.watchResult(ctx, in, r.st, r.err) // it ended meanwhile
 		}
 		if err := ctx.Err(); err != nil {
 			return st, err
 		}
 		if now, err := a.Backend.Status(ctx, id); err == nil && now.Phase == cluster.PhaseExited {
-			return now, nil
+			return a.watchResult(ctx, in, now, nil)
 		}
 		who := fmt.Sprintf("worker %d", id.Worker)
 		if in.Workers > 1 {
@@ -391,13 +417,18 @@ func latest(ts ...time.Time) time.Time {
 	return out
 }
 
-// watchResult turns a missing worker into a non-retryable WorkerNotFound.
-func (a *Activities) watchResult(id cluster.WorkerID, st cluster.WorkerStatus, err error) (cluster.WorkerStatus, error) {
+// watchResult turns a missing worker into a non-retryable WorkerNotFound,
+// and reports an exit to the allocator (in.ReleaseTo).
+func (a *Activities) watchResult(ctx context.Context, in WatchWorkerInput, st cluster.WorkerStatus, err error) (cluster.WorkerStatus, error) {
+	id := in.WorkerID
 	if errors.Is(err, cluster.ErrNotFound) || (err == nil && st.Phase == cluster.PhaseNotFound) {
 		return st, temporal.NewNonRetryableApplicationError(fmt.Sprintf("worker %d of %s attempt %d was never started on this node", id.Worker, id.Job, id.Attempt), ErrTypeWorkerNotFound, nil)
 	}
 	if errors.Is(err, cluster.ErrNodeLost) {
 		return st, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeNodeLost, nil)
+	}
+	if err == nil && st.Phase == cluster.PhaseExited {
+		a.releaseEarly(ctx, in.ReleaseTo, id)
 	}
 	return st, err
 }
@@ -406,6 +437,9 @@ func (a *Activities) watchResult(id cluster.WorkerID, st cluster.WorkerStatus, e
 type StopWorkerInput struct {
 	ID    cluster.WorkerID `json:"id"`
 	Grace time.Duration    `json:"grace"`
+	// ReleaseTo, when set, is the allocator workflow to report the stop to
+	// once the worker is gone (see releaseEarly).
+	ReleaseTo string `json:"release_to,omitempty"`
 }
 
 // heartbeatInterval is how often activities that wait on processes
@@ -435,7 +469,11 @@ func heartbeatEvery(ctx context.Context, details any) (stop func()) {
 // period) and returns once none of its processes is left.
 func (a *Activities) StopWorker(ctx context.Context, in StopWorkerInput) (cluster.WorkerStatus, error) {
 	defer heartbeatEvery(ctx, "stopping")()
-	return a.Backend.Stop(ctx, in.ID, in.Grace)
+	st, err := a.Backend.Stop(ctx, in.ID, in.Grace)
+	if err == nil {
+		a.releaseEarly(ctx, in.ReleaseTo, in.ID)
+	}
+	return st, err
 }
 
 // NodeOfTaskQueue returns the node whose agent serves taskQueue

@@ -260,6 +260,17 @@ const (
 	// versionNotebookURL: a Jupyter server's worker is started with
 	// WorkerSpec.Notebook, so that the backend gives it a port and a URL.
 	versionNotebookURL = "job-notebook-url"
+	// versionLocalRequest: the capacity request is a local activity (a
+	// signal-with-start from the workflow's own worker), not an activity
+	// task that travels through the server first.
+	versionLocalRequest = "job-local-request"
+	// versionNodeReleases: the node activity that sees a worker gone
+	// (WatchWorker, StopWorker) reports the release to the allocator itself,
+	// a workflow task before the job does (the job still reports it).
+	versionNodeReleases = "job-node-releases"
+	// versionOneStepStart: a one-worker attempt picks its rendezvous inside
+	// StartWorker instead of in a Rendezvous activity first.
+	versionOneStepStart = "job-one-step-start"
 )
 
 // defaultJobEventsPerRun is the history length past which a job continues
@@ -398,7 +409,7 @@ func (j *job) waitForCapacity(ctx workflow.Context, attempt int) (protocol.Grant
 	req := activities.RequestCapacityInput{Region: j.spec.Region, Allocation: j.spec.AllocationName, Request: j.request}
 	registrations := j.registrations
 	var reply protocol.CapacityReply
-	if err := workflow.ExecuteActivity(actx, (*activities.Activities).RequestCapacity, req).Get(ctx, &reply); err != nil {
+	if err := j.requestCapacity(ctx, actx, req).Get(ctx, &reply); err != nil {
 		if errors.Is(ctx.Err(), workflow.ErrCanceled) {
 			return j.withdraw(ctx, attempt)
 		}
@@ -450,6 +461,30 @@ func (j *job) awaitGrant(ctx workflow.Context, attempt int) (protocol.GrantSigna
 		}
 		// Otherwise meant for an attempt that has already ended.
 	}
+}
+
+// requestCapacity sends the attempt's capacity request: a local activity
+// (versionLocalRequest), or an activity on the main task queue. The
+// request is a signal the allocator takes once per attempt, so a local
+// activity run again after a worker crash does no harm.
+func (j *job) requestCapacity(ctx, actx workflow.Context, req activities.RequestCapacityInput) workflow.Future {
+	if workflow.GetVersion(ctx, versionLocalRequest, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return workflow.ExecuteActivity(actx, (*activities.Activities).RequestCapacity, req)
+	}
+	opts := workflow.GetActivityOptions(actx)
+	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		StartToCloseTimeout: opts.StartToCloseTimeout, RetryPolicy: opts.RetryPolicy, Summary: opts.Summary,
+	})
+	return workflow.ExecuteLocalActivity(lctx, (*activities.Activities).RequestCapacity, req)
+}
+
+// releaseTo names the allocator the node activities report releases to
+// (versionNodeReleases), or "" when the job alone reports them.
+func (j *job) releaseTo(ctx workflow.Context) string {
+	if workflow.GetVersion(ctx, versionNodeReleases, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return ""
+	}
+	return j.allocator
 }
 
 // takeGrant takes in a grant signal. A grant counts only for the attempt
@@ -534,15 +569,9 @@ func isNodeTimeout(err error) bool {
 func (j *job) startWorkers(ctx workflow.Context, attempt int, grant protocol.GrantSignal) (outcome, bool) {
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	short := workflow.ActivityOptions{StartToCloseTimeout: 2 * time.Minute, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 5}}
-	master := grant.Placement[0].Node
-	var rv activities.Rendezvous
-	err := workflow.ExecuteActivity(j.nodeOptions(dctx, master, "pick MASTER_ADDR and MASTER_PORT on "+master, short),
-		(*activities.Activities).Rendezvous, activities.RendezvousInput{Job: j.name, Attempt: attempt}).Get(dctx, &rv)
-	if isNodeTimeout(err) {
-		return j.nodeLost(master), false
-	}
-	if err != nil {
-		return outcome{kind: outcomeFailed, message: "could not pick a rendezvous address: " + errorText(err)}, false
+	rv, out, ok := j.rendezvous(dctx, attempt, grant, short)
+	if !ok {
+		return out, false
 	}
 	notebook := j.spec.Kind == scheduler.KindNotebook &&
 		workflow.GetVersion(ctx, versionNotebookURL, workflow.DefaultVersion, 1) == 1
@@ -581,6 +610,26 @@ func (j *job) startWorkers(ctx workflow.Context, attempt int, grant protocol.Gra
 	return outcome{}, true
 }
 
+// rendezvous picks the attempt's MASTER_ADDR and MASTER_PORT on worker 0's
+// node. A one-worker attempt leaves them empty (versionOneStepStart): its
+// StartWorker picks them on its own node, saving a round trip.
+func (j *job) rendezvous(ctx workflow.Context, attempt int, grant protocol.GrantSignal, o workflow.ActivityOptions) (activities.Rendezvous, outcome, bool) {
+	var rv activities.Rendezvous
+	if len(grant.Placement) == 1 && workflow.GetVersion(ctx, versionOneStepStart, workflow.DefaultVersion, 1) >= 1 {
+		return rv, outcome{}, true
+	}
+	master := grant.Placement[0].Node
+	err := workflow.ExecuteActivity(j.nodeOptions(ctx, master, "pick MASTER_ADDR and MASTER_PORT on "+master, o),
+		(*activities.Activities).Rendezvous, activities.RendezvousInput{Job: j.name, Attempt: attempt}).Get(ctx, &rv)
+	if isNodeTimeout(err) {
+		return rv, j.nodeLost(master), false
+	}
+	if err != nil {
+		return rv, outcome{kind: outcomeFailed, message: "could not pick a rendezvous address: " + errorText(err)}, false
+	}
+	return rv, outcome{}, true
+}
+
 // addInterrupts makes sel wake up for a preemption of this attempt or a cancellation.
 func (j *job) addInterrupts(ctx workflow.Context, sel workflow.Selector, attempt int, out *outcome, done *bool) {
 	sel.AddReceive(j.preempts, func(c workflow.ReceiveChannel, _ bool) {
@@ -612,8 +661,9 @@ func (j *job) watch(ctx workflow.Context, attempt int, grant protocol.GrantSigna
 	}
 	var exits []workerExit
 	sel := workflow.NewSelector(ctx)
+	releaseTo := j.releaseTo(ctx)
 	for _, p := range grant.Placement {
-		in := activities.WatchWorkerInput{WorkerID: cluster.WorkerID{Job: j.name, Attempt: attempt, Worker: p.Worker}}
+		in := activities.WatchWorkerInput{WorkerID: cluster.WorkerID{Job: j.name, Attempt: attempt, Worker: p.Worker}, ReleaseTo: releaseTo}
 		if j.spec.Health != nil && p.Worker == 0 {
 			// Worker 0's watch judges the whole attempt: the job is stuck
 			// only when none of its workers writes (often only rank 0 logs).
@@ -749,6 +799,7 @@ func (j *job) stopAndRelease(ctx workflow.Context, attempt int, grant protocol.G
 			protocol.ReleaseSignal{Job: j.name, Attempt: attempt, Stopping: true}))
 	}
 	grace := grant.StopGracePeriod
+	releaseTo := j.releaseTo(dctx)
 	sel := workflow.NewSelector(dctx)
 	pending := 0
 	for _, p := range grant.Placement {
@@ -760,7 +811,7 @@ func (j *job) stopAndRelease(ctx workflow.Context, attempt int, grant protocol.G
 			j.releaseLost(dctx, attempt, []int{worker}, node)
 			continue
 		}
-		in := activities.StopWorkerInput{ID: cluster.WorkerID{Job: j.name, Attempt: attempt, Worker: worker}, Grace: grace}
+		in := activities.StopWorkerInput{ID: cluster.WorkerID{Job: j.name, Attempt: attempt, Worker: worker}, Grace: grace, ReleaseTo: releaseTo}
 		actx := j.nodeOptions(dctx, node, fmt.Sprintf("stop worker %d on %s (SIGTERM, SIGKILL after %s)", worker, node, grace), workflow.ActivityOptions{
 			StartToCloseTimeout: grace + time.Minute,
 			HeartbeatTimeout:    15 * time.Second,

@@ -259,6 +259,31 @@ func TestJobGrantRunComplete(t *testing.T) {
 	assert.Len(t, h.releases(1), 2)
 }
 
+// A one-worker attempt starts with one node activity (StartWorker picks its
+// rendezvous on the node), and the node activities that see a worker gone
+// report its release to the allocator themselves; the job reports it too.
+func TestOneWorkerAttemptStartsInOneStepAndNodesReportReleases(t *testing.T) {
+	h := newJobHarness(t)
+	var watched []activities.WatchWorkerInput
+	h.env.OnActivity(h.acts.WatchWorker, mock.Anything, mock.Anything).After(time.Minute).Return(
+		func(_ context.Context, in activities.WatchWorkerInput) (cluster.WorkerStatus, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			watched = append(watched, in)
+			return cluster.WorkerStatus{ID: in.WorkerID, Phase: cluster.PhaseExited}, nil
+		})
+	h.grantAt(time.Minute, 1, 1)
+	h.run(jobSpec("medium", 1, 0))
+	require.NoError(t, h.env.GetWorkflowError())
+
+	require.Len(t, h.starts, 1)
+	assert.Empty(t, h.starts[0].MasterAddr, "a one-worker attempt has no Rendezvous activity")
+	assert.Zero(t, h.starts[0].MasterPort)
+	require.Len(t, watched, 1)
+	assert.Equal(t, testAllocator, watched[0].ReleaseTo)
+	assert.Equal(t, []int{0}, releasedWorkers(t, h.releases(1)))
+}
+
 func TestJobPreemptedAndRerun(t *testing.T) {
 	h := newJobHarness(t)
 	h.grantAt(time.Minute, 1, 2)
@@ -302,6 +327,7 @@ func TestJobPreemptedAndRerun(t *testing.T) {
 			stopped = append(stopped, s.ID.Worker)
 			assert.Equal(t, 5*time.Second, s.Grace)
 			assert.Equal(t, "trainq-node-basic-"+string(rune('1'+s.ID.Worker)), h.stopQueue[i])
+			assert.Equal(t, testAllocator, s.ReleaseTo, "the node reports the stop to the allocator")
 		}
 	}
 	assert.Equal(t, []int{0, 1}, sorted(stopped))
