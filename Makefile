@@ -47,10 +47,12 @@ test: build $(TEMPORAL) kube-bins
 test-unit:
 	TRAINQ_SKIP_E2E=1 $(GO) test ./...
 
-## bench: scheduler benchmarks and the end-to-end throughput benchmark on a dev server
+## bench: scheduler benchmarks, the end-to-end throughput benchmark (200 jobs, 32 GPUs, with preemption rounds
+## and the bare-Temporal baseline) and the large one (2,000 jobs, 256 GPUs), each on a fresh dev server
 bench: build $(TEMPORAL)
 	$(GO) test -run '^$$' -bench . -benchmem ./scheduler/
 	TRAINQ_BENCH=1 $(GO) test -count=1 -timeout 30m -run 'TestBenchmarkThroughput' -v ./e2e/
+	TRAINQ_BENCH=1 $(GO) test -count=1 -timeout 30m -run 'TestBenchmarkLarge' -v ./e2e/
 
 ## chaos: 200 jobs under kill -9 of trainq-worker, a node agent and the dev server, and an allocator
 ## terminate; fails unless every GPU had one holder and every job ended (TRAINQ_CHAOS_SEED, TRAINQ_CHAOS_REPORT)

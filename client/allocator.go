@@ -30,15 +30,16 @@ func AllocatorInput(cfg *config.Config, region, allocation string) (protocol.All
 	}, nil
 }
 
-// AllocatorTaskTimeout is the allocator's workflow task timeout.
-const AllocatorTaskTimeout = 3 * time.Second
+// AllocatorTaskTimeout is the allocator's workflow task timeout (see
+// protocol.AllocatorTaskTimeout).
+const AllocatorTaskTimeout = protocol.AllocatorTaskTimeout
 
 // AllocatorStartOptions are the options that start an allocator, or find the
 // running one.
 func AllocatorStartOptions(region, allocation string) sdkclient.StartWorkflowOptions {
 	return sdkclient.StartWorkflowOptions{
 		ID:                       protocol.AllocatorWorkflowID(region, allocation),
-		TaskQueue:                protocol.TaskQueue,
+		TaskQueue:                protocol.AllocatorTaskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		StaticSummary:            fmt.Sprintf("allocator of %s/%s", region, allocation),

@@ -35,6 +35,9 @@ type jobTrace struct {
 	job                                   string
 	submitted, requested, granted, allRun time.Time
 	workers                               map[int]*workerTrace
+	// requestRetried says the capacity request took more than one try
+	// (the server refused it, or the activity failed).
+	requestRetried bool
 }
 
 func traceJob(t *testing.T, job string) jobTrace {
@@ -72,6 +75,19 @@ func parseJobTrace(job string, events []*historypb.HistoryEvent) jobTrace {
 		case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
 			a := e.GetActivityTaskScheduledEventAttributes()
 			acts[e.GetEventId()] = scheduled{a.GetActivityType().GetName(), a.GetInput()}
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+			a := e.GetActivityTaskStartedEventAttributes()
+			if acts[a.GetScheduledEventId()].kind == "RequestCapacity" && a.GetAttempt() > 1 {
+				tr.requestRetried = true
+			}
+		case enumspb.EVENT_TYPE_MARKER_RECORDED:
+			// A request made as a local activity.
+			if kind, attempt := localActivityOf(e); kind == "RequestCapacity" {
+				if tr.requested.IsZero() {
+					tr.requested = at
+				}
+				tr.requestRetried = tr.requestRetried || attempt > 1
+			}
 		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
 			if e.GetWorkflowExecutionSignaledEventAttributes().GetSignalName() == protocol.SignalGrant && tr.granted.IsZero() {
 				tr.granted = at
@@ -110,6 +126,37 @@ func parseJobTrace(job string, events []*historypb.HistoryEvent) jobTrace {
 		}
 	}
 	return tr
+}
+
+// localActivityOf reads the activity type and attempt of a local activity's
+// marker (the SDK's "LocalActivity" marker, its "data" detail).
+func localActivityOf(e *historypb.HistoryEvent) (string, int) {
+	m := e.GetMarkerRecordedEventAttributes()
+	if m.GetMarkerName() != "LocalActivity" {
+		return "", 0
+	}
+	p := m.GetDetails()["data"].GetPayloads()
+	if len(p) == 0 {
+		return "", 0
+	}
+	var data struct {
+		ActivityType string
+		Attempt      int
+	}
+	if json.Unmarshal(p[0].GetData(), &data) != nil {
+		return "", 0
+	}
+	return data.ActivityType, data.Attempt
+}
+
+func retriedRequests(traces []jobTrace) int {
+	n := 0
+	for _, tr := range traces {
+		if tr.requestRetried {
+			n++
+		}
+	}
+	return n
 }
 
 // pathFigures are the p50/p95 of each step over many jobs, and of the slot

@@ -52,7 +52,10 @@ type chaosReport struct {
 
 	faults   []string
 	problems []string
-	deaths   []string // processes that exited by themselves
+	// resumed: after each restart of the workflows' trainq-worker, when
+	// the allocator completed its first workflow task on the new process.
+	resumed []string
+	deaths  []string // processes that exited by themselves
 }
 
 // chaosFigure is one row of the report's table.
@@ -170,6 +173,7 @@ func (rep *chaosReport) markdown() string {
 			fmt.Fprintf(&b, "- %s\n", strings.ReplaceAll(it, "\n", "\n  "))
 		}
 	}
+	section("Allocator's first workflow task on the restarted trainq-worker, after its start", rep.resumed)
 	section("Lost jobs", rep.lost)
 	section("Stuck jobs (not terminal at the deadline)", rep.stuck)
 	section("Orphan worker processes", rep.orphans)

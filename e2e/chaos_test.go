@@ -110,6 +110,9 @@ type chaosRun struct {
 	submitted map[string]bool   // jobs whose workflow was started
 	notes     map[string]string // job -> why its submission failed
 	faultLog  []string          // one line per injected fault
+	// restarts are the restarts of the workflows' trainq-worker after a
+	// kill -9: when the harness started it, and its pid.
+	restarts []workerRestart
 	// over is set when the test ends early: goroutines still running must
 	// not log to a finished test.
 	over bool
@@ -223,6 +226,7 @@ func (r *chaosRun) run() {
 
 	final := r.drain(time.Now().Add(r.plan.size.drain))
 	rep := r.check(final)
+	rep.resumed = r.schedulingResumed()
 	text := rep.markdown()
 	fmt.Print("\n" + text + "\n")
 	if path := os.Getenv("TRAINQ_CHAOS_REPORT"); path != "" {
@@ -420,8 +424,41 @@ func (r *chaosRun) bounce(p *chaosProc, down time.Duration) string {
 		r.problem("%v", err)
 		return fmt.Sprintf("%s (pid %d) killed; RESTART FAILED: %v", p.name, pid, err)
 	}
+	if p == r.main {
+		r.mu.Lock()
+		r.restarts = append(r.restarts, workerRestart{at: restarted, pid: p.p.Pid()})
+		r.mu.Unlock()
+	}
 	return fmt.Sprintf("%s (pid %d) killed, down %s, serving again %s after its restart (pid %d)",
 		p.name, pid, down, time.Since(restarted).Round(10*time.Millisecond), p.p.Pid())
+}
+
+// workerRestart is one restart of the workflows' trainq-worker.
+type workerRestart struct {
+	at  time.Time
+	pid int
+}
+
+// schedulingResumed says, for each restart of the workflows' trainq-worker,
+// how long after its start the allocator completed its first workflow task
+// on the new process (from the allocator's histories).
+func (r *chaosRun) schedulingResumed() []string {
+	r.mu.Lock()
+	restarts := append([]workerRestart(nil), r.restarts...)
+	r.mu.Unlock()
+	if len(restarts) == 0 {
+		return nil
+	}
+	runs := allocatorRuns(r.t, r.c, protocol.AllocatorWorkflowID(chaosRegion, chaosAllocation))
+	var out []string
+	for i, rs := range restarts {
+		if at, ok := firstTaskBy(runs, rs.pid, rs.at); ok {
+			out = append(out, fmt.Sprintf("restart %d (pid %d): %s", i+1, rs.pid, at.Sub(rs.at).Round(10*time.Millisecond)))
+		} else {
+			out = append(out, fmt.Sprintf("restart %d (pid %d): no allocator task completed by it", i+1, rs.pid))
+		}
+	}
+	return out
 }
 
 // bounceServer kill -9s the dev server and starts it again on its file.

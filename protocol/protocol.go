@@ -14,13 +14,26 @@ import (
 	"github.com/trainq/trainq/scheduler"
 )
 
-// Task queues. The main queue runs workflows and control activities; each
-// node has its own queue for the activities that touch its workers, so that a
-// node agent per GPU server can serve it (as slurmd does).
+// Task queues. The main queue runs job workflows and control activities; the
+// allocators have a queue of their own, so that their workflow tasks (which
+// every job of an allocation waits for) never queue behind thousands of job
+// tasks, on the server or in the worker's sticky queue; each node has its own
+// queue for the activities that touch its workers, so that a node agent per
+// GPU server can serve it (as slurmd does).
 const (
 	TaskQueue           = "trainq"
+	AllocatorTaskQueue  = "trainq-allocator"
 	NodeTaskQueuePrefix = "trainq-node-"
 )
+
+// AllocatorTaskTimeout is the allocator's workflow task timeout. After a
+// kill -9 of trainq-worker, the task the dead process held is retried once
+// this passes, and tasks queued for its sticky queue move on after the
+// worker's StickyScheduleToStartTimeout (also 2s, worker/versioning.go):
+// together they bound the allocator's stall to 2s after the kill, plus the
+// restarted worker's replay of a history the server keeps to a few thousand
+// events by suggesting continue-as-new. An allocator task takes milliseconds.
+const AllocatorTaskTimeout = 2 * time.Second
 
 // NodeTaskQueue is the task queue of the agent that runs workers on node.
 func NodeTaskQueue(node string) string { return NodeTaskQueuePrefix + node }

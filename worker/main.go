@@ -155,9 +155,15 @@ func run(opts options) error {
 	var workers []worker.Worker
 	if runsWorkflows {
 		main := worker.New(c, protocol.TaskQueue, mainWorkerOptions(opts.buildID))
+		// The main queue keeps the allocator too: a run started before the
+		// allocators had a queue of their own moves over at its next
+		// continue-as-new.
 		registerWorkflows(main, workflows.JobWorkflow, workflows.AllocatorWorkflow, opts.buildID != "")
 		main.RegisterActivity(acts)
-		workers = append(workers, main)
+		alloc := worker.New(c, protocol.AllocatorTaskQueue, allocatorWorkerOptions(opts.buildID))
+		registerAllocator(alloc, workflows.AllocatorWorkflow, opts.buildID != "")
+		alloc.RegisterActivity(acts) // the allocator's own activities run on its queue
+		workers = append(workers, main, alloc)
 	}
 	// One node agent per node. On a real cluster each GPU server runs its
 	// own agent (trainq-worker agent); by default one process serves every

@@ -71,6 +71,24 @@ func mainWorkerOptions(buildID string) worker.Options {
 	return o
 }
 
+// allocatorWorkerOptions are the options of the allocators' worker: a few
+// workflows, each busy, so the default pollers do; the same sticky timeout
+// and deployment version as the main worker.
+func allocatorWorkerOptions(buildID string) worker.Options {
+	o := mainWorkerOptions(buildID)
+	o.MaxConcurrentWorkflowTaskPollers, o.MaxConcurrentActivityTaskPollers = 2, 2
+	return o
+}
+
+// registerAllocator registers the allocator workflow on the allocators' worker.
+func registerAllocator(w worker.Worker, allocatorWorkflow any, versioned bool) {
+	opts := workflow.RegisterOptions{Name: protocol.AllocatorWorkflowName}
+	if versioned {
+		opts.VersioningBehavior = workflow.VersioningBehaviorAutoUpgrade
+	}
+	w.RegisterWorkflowWithOptions(allocatorWorkflow, opts)
+}
+
 // registerWorkflows registers trainq's workflows with their versioning
 // behaviours (which apply only to a versioned worker).
 func registerWorkflows(w worker.Worker, jobWorkflow, allocatorWorkflow any, versioned bool) {

@@ -97,6 +97,11 @@ const (
 	// reserve_after, max_preemptions or max_loss_gpu_hours takes effect
 	// (before, only queueing and min_runtime_before_preemption counted).
 	versionAllPolicyKnobs = "allocator-reconfigure-all-policy-knobs"
+	// versionOwnTaskQueue: a run continues as new on the allocators' own
+	// task queue (protocol.AllocatorTaskQueue) with the current
+	// protocol.AllocatorTaskTimeout, instead of inheriting the queue and
+	// timeout the first run was started with.
+	versionOwnTaskQueue = "allocator-own-task-queue"
 )
 
 // AllocatorWorkflow owns the capacity of one allocation. Jobs ask it for
@@ -273,6 +278,10 @@ func (a *allocator) run(ctx workflow.Context) error {
 	packed, err := scheduler.PackSnapshot(a.pool.Snapshot())
 	if err != nil {
 		return err
+	}
+	if workflow.GetVersion(ctx, versionOwnTaskQueue, workflow.DefaultVersion, 1) >= 1 {
+		ctx = workflow.WithWorkflowTaskQueue(ctx, protocol.AllocatorTaskQueue)
+		ctx = workflow.WithWorkflowTaskTimeout(ctx, protocol.AllocatorTaskTimeout)
 	}
 	return workflow.NewContinueAsNewError(ctx, AllocatorWorkflow, next, packed)
 }
