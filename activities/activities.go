@@ -45,6 +45,10 @@ type RequestCapacityInput struct {
 	Request    protocol.CapacityRequest `json:"request"`
 }
 
+// RequestCapacityName is RequestCapacity's registered name (the job runs it
+// as a local activity, by name).
+const RequestCapacityName = "RequestCapacity"
+
 // RequestCapacity asks the allocation's allocator for capacity, starting the
 // allocator if it is not running. The request travels as a signal (with
 // signal-with-start): under a burst of submissions, updates would hit the

@@ -119,6 +119,14 @@ func JobWorkflow(ctx workflow.Context, in protocol.JobInput) (*protocol.JobStatu
 	j.preempts = workflow.GetSignalChannel(ctx, protocol.SignalPreempt)
 	j.refusals = workflow.GetSignalChannel(ctx, protocol.SignalRefuse)
 	j.phase = protocol.HoldNone
+	// Registering an update handler yields to the other coroutines, so the
+	// grant loop starts after it: a grant already in this task's history
+	// (the capacity request is a local activity, so the grant can come
+	// before the first task completes) must find the attempt waiting.
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, protocol.UpdateRegister, j.onRegister,
+		workflow.UpdateHandlerOptions{Validator: validateRegister}); err != nil {
+		return nil, err
+	}
 	// Grants are taken in as they arrive, not only while the attempt waits,
 	// so that a register update always sees every grant delivered before it.
 	gctx, _ := workflow.NewDisconnectedContext(ctx)
@@ -129,10 +137,6 @@ func JobWorkflow(ctx workflow.Context, in protocol.JobInput) (*protocol.JobStatu
 			j.takeGrant(ctx, g)
 		}
 	})
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, protocol.UpdateRegister, j.onRegister,
-		workflow.UpdateHandlerOptions{Validator: validateRegister}); err != nil {
-		return nil, err
-	}
 	return j.run(ctx, in)
 }
 
@@ -475,7 +479,10 @@ func (j *job) requestCapacity(ctx, actx workflow.Context, req activities.Request
 	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		StartToCloseTimeout: opts.StartToCloseTimeout, RetryPolicy: opts.RetryPolicy, Summary: opts.Summary,
 	})
-	return workflow.ExecuteLocalActivity(lctx, (*activities.Activities).RequestCapacity, req)
+	// By name: the replayer, which registers no activities, then replays
+	// the local activity from its marker (a method expression would need
+	// the registration).
+	return workflow.ExecuteLocalActivity(lctx, activities.RequestCapacityName, req)
 }
 
 // releaseTo names the allocator the node activities report releases to

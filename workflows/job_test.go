@@ -284,6 +284,19 @@ func TestOneWorkerAttemptStartsInOneStepAndNodesReportReleases(t *testing.T) {
 	assert.Equal(t, []int{0}, releasedWorkers(t, h.releases(1)))
 }
 
+// The capacity request is a local activity, so a grant can come before the
+// job's first workflow task completes; when that task fails (a worker
+// killed, the server down), the retried task finds the grant in the same
+// history as the start. It must still count.
+func TestGrantInTheFirstTaskCounts(t *testing.T) {
+	h := newJobHarness(t)
+	h.grantAt(0, 1, 1)
+	h.watch(1, -1, time.Minute, 0)
+	h.run(jobSpec("medium", 1, 0))
+	require.NoError(t, h.env.GetWorkflowError())
+	assert.Equal(t, protocol.StateCompleted, h.status().State)
+}
+
 func TestJobPreemptedAndRerun(t *testing.T) {
 	h := newJobHarness(t)
 	h.grantAt(time.Minute, 1, 2)
