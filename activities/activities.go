@@ -43,6 +43,10 @@ type RequestCapacityInput struct {
 	Region     string                   `json:"region"`
 	Allocation string                   `json:"allocation"`
 	Request    protocol.CapacityRequest `json:"request"`
+	// Brief asks where the request stands once, with a short deadline:
+	// run as a local activity, the request holds up the job's workflow
+	// task, and so the handling of a grant that comes meanwhile.
+	Brief bool `json:"brief,omitempty"`
 }
 
 // RequestCapacityName is RequestCapacity's registered name (the job runs it
@@ -79,7 +83,11 @@ func (a *Activities) RequestCapacity(ctx context.Context, in RequestCapacityInpu
 // and the job waits for its grant all the same.
 func (a *Activities) whereQueued(ctx context.Context, in RequestCapacityInput) protocol.CapacityReply {
 	var reply protocol.CapacityReply
-	for try := 0; try < 3; try++ {
+	tries, deadline := 3, time.Second
+	if in.Brief {
+		tries, deadline = 1, briefQueryTimeout
+	}
+	for try := 0; try < tries; try++ {
 		if try > 0 {
 			select {
 			case <-ctx.Done():
@@ -87,7 +95,7 @@ func (a *Activities) whereQueued(ctx context.Context, in RequestCapacityInput) p
 			case <-time.After(100 * time.Millisecond):
 			}
 		}
-		qctx, cancel := context.WithTimeout(ctx, time.Second)
+		qctx, cancel := context.WithTimeout(ctx, deadline)
 		resp, err := a.Client.QueryWorkflow(qctx, protocol.AllocatorWorkflowID(in.Region, in.Allocation), "", protocol.QueryExplain, in.Request.Job)
 		var where struct {
 			Waiting *scheduler.WaitingInfo `json:"waiting"`
@@ -108,6 +116,10 @@ func (a *Activities) whereQueued(ctx context.Context, in RequestCapacityInput) p
 	}
 	return reply
 }
+
+// briefQueryTimeout bounds the one question a brief request asks: an idle
+// allocator answers in milliseconds; a busy one is not waited for.
+const briefQueryTimeout = 300 * time.Millisecond
 
 // admit checks a request against the allocation's configured nodes, as the
 // allocator's own admission does.

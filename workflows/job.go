@@ -476,6 +476,7 @@ func (j *job) requestCapacity(ctx, actx workflow.Context, req activities.Request
 		return workflow.ExecuteActivity(actx, (*activities.Activities).RequestCapacity, req)
 	}
 	opts := workflow.GetActivityOptions(actx)
+	req.Brief = true
 	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		StartToCloseTimeout: opts.StartToCloseTimeout, RetryPolicy: opts.RetryPolicy, Summary: opts.Summary,
 	})
