@@ -17,9 +17,9 @@ import (
 	"go.temporal.io/sdk/client"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	tqclient "github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/config"
 	"github.com/trainq/trainq/protocol"
-	"github.com/trainq/trainq/workflows"
 )
 
 // largeNodes and largeGPUs shape the large benchmark's allocation: 32 nodes
@@ -42,6 +42,7 @@ func TestBenchmarkLarge(t *testing.T) {
 	cfg, path := largeConfig(t)
 	startWorkerWith(t, path)
 
+	submitter := tqclient.New(env.client, cfg)
 	submitted := make([]time.Time, n)
 	names := make([]string, n)
 	begin := time.Now()
@@ -49,8 +50,8 @@ func TestBenchmarkLarge(t *testing.T) {
 		submitted[i] = time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		sub, err := workflows.Submit(ctx, env.client, cfg, "", protocol.JobSpec{Script: "sleep 1", InstanceType: "a100.1gpu",
-			Region: "T", AllocationName: "bench-large", PriorityClass: "medium", Type: "binary"})
+		sub, err := submitter.Submit(ctx, protocol.JobSpec{Script: "sleep 1", InstanceType: "a100.1gpu",
+			Region: "T", AllocationName: "bench-large", PriorityClass: "medium", Type: "binary"}, tqclient.SubmitOptions{})
 		require.NoError(t, err)
 		names[i] = sub.JobName
 	})
