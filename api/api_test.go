@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -94,7 +95,7 @@ func TestJobLifecycle(t *testing.T) {
 	// List: visibility catches up with the final state.
 	eventually(t, long, "the list to show the job Completed", func() bool {
 		_, names := listNames(t, "alice", "?status=Completed&allocation_name=t&job_author=alice")
-		return contains(names, name)
+		return slices.Contains(names, name)
 	})
 	r = call(t, "alice", "GET", "/public/v2/jobs?status=Completed&status=Failed&allocation_name=t&region=SR006&limit=1", nil)
 	var list struct {
@@ -172,7 +173,7 @@ func TestAuthMatrix(t *testing.T) {
 
 	eventually(t, long, "admin's list to show alice's job", func() bool {
 		_, names := listNames(t, "root", "?workspace=team-a")
-		return contains(names, name)
+		return slices.Contains(names, name)
 	})
 	_, bobs := listNames(t, "bob", "?limit=1000")
 	assert.NotContains(t, bobs, name)
@@ -338,8 +339,8 @@ func TestPreemptionQueueRestart(t *testing.T) {
 	assert.NotEmpty(t, q.Waiting[0].Reason)
 	require.Len(t, q.Running, 1)
 	assert.Equal(t, low, q.Running[0].JobName)
-	assert.Equal(t, 2, q.TotalGPUs)
-	assert.Equal(t, 0, q.FreeGPUs)
+	assert.Equal(t, 2, q.Total)
+	assert.Equal(t, 0, q.Free)
 	r = call(t, "bob", "GET", "/public/v2/allocations/q/queue?region=SR006", nil)
 	require.Equal(t, 200, r.Code)
 	assert.NotContains(t, string(r.Body), low)
@@ -509,15 +510,6 @@ func TestExampleClient(t *testing.T) {
 	require.NoError(t, err, string(out))
 	assert.Contains(t, string(out), "trained epoch 2")
 	assert.Contains(t, string(out), "Completed")
-}
-
-func contains(list []string, v string) bool {
-	for _, x := range list {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // TestLargeRequest: a body just under 1 MiB is accepted, although Temporal

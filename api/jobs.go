@@ -478,42 +478,18 @@ func (s *Server) restartJob(w http.ResponseWriter, r *http.Request, p Principal)
 
 // Notebooks.
 
-// notebookRequest starts a Jupyter server.
-type notebookRequest struct {
-	InstanceType   string            `json:"instance_type"`
-	Region         string            `json:"region"`
-	AllocationName string            `json:"allocation_name"`
-	BaseImage      string            `json:"base_image"`
-	JobDesc        string            `json:"job_desc"`
-	PriorityClass  string            `json:"priority_class"`
-	EnvVariables   map[string]string `json:"env_variables"`
-	Script         string            `json:"script"`
-}
-
-var notebookFields = []string{"instance_type", "region", "allocation_name", "base_image", "job_desc", "priority_class", "env_variables", "script"}
-
 func (s *Server) postNotebook(w http.ResponseWriter, r *http.Request, p Principal) {
 	body, err := s.readJSONBody(w, r)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	var req notebookRequest
-	if err := protocol.DecodeStrictJSON(body, &req, notebookFields, "notebook request"); err != nil {
+	var req client.NotebookRequest
+	if err := protocol.DecodeStrictJSON(body, &req, client.NotebookFields, "notebook request"); err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	spec := protocol.JobSpec{
-		Script: req.Script, BaseImage: req.BaseImage, InstanceType: req.InstanceType, Region: req.Region,
-		AllocationName: req.AllocationName, NWorkers: 1, Type: "binary", PriorityClass: req.PriorityClass,
-		JobDesc: req.JobDesc, EnvVariables: req.EnvVariables, Kind: scheduler.KindNotebook,
-	}
-	if spec.Script == "" {
-		spec.Script = protocol.NotebookScript
-	}
-	if spec.InstanceType == "" {
-		spec.InstanceType = s.cfg.DefaultNotebookInstance(spec.Region, spec.AllocationName)
-	}
+	spec := client.NotebookSpec(s.cfg, req)
 	if err := protocol.CheckStrings(spec); err != nil {
 		s.fail(w, r, err)
 		return
@@ -552,9 +528,6 @@ const (
 var listParams = map[string]bool{"region": true, "allocation_name": true, "status": true, "job_author": true,
 	"start_date": true, "end_date": true, "offset": true, "limit": true, "workspace": true}
 
-var jobStates = []protocol.JobState{protocol.StatePending, protocol.StateStarting, protocol.StateRunning, protocol.StateRestarting,
-	protocol.StateCompleting, protocol.StateStopping, protocol.StateCompleted, protocol.StateFailed, protocol.StateStopped, protocol.StatePreempted}
-
 // listFilter reads GET /jobs's query.
 func (s *Server) listFilter(q url.Values, p Principal) (client.ListFilter, error) {
 	var f client.ListFilter
@@ -589,20 +562,11 @@ func (s *Server) listFilter(q url.Values, p Principal) (client.ListFilter, error
 	}
 	for _, v := range q["status"] {
 		for _, st := range strings.Split(v, ",") {
-			st = strings.TrimSpace(st)
-			found := false
-			for _, js := range jobStates {
-				if strings.EqualFold(st, string(js)) {
-					f.States, found = append(f.States, string(js)), true
-				}
+			js, err := protocol.ParseJobState(strings.TrimSpace(st))
+			if err != nil {
+				return f, errorf(http.StatusUnprocessableEntity, codeInvalidParam, "status", err.Error())
 			}
-			if !found {
-				var allowed []string
-				for _, js := range jobStates {
-					allowed = append(allowed, string(js))
-				}
-				return f, errorf(http.StatusUnprocessableEntity, codeInvalidParam, "status", fmt.Sprintf("%q is not a status; use %s", st, strings.Join(allowed, ", ")))
-			}
+			f.States = append(f.States, string(js))
 		}
 	}
 	for param, dst := range map[string]*time.Time{"start_date": &f.Since, "end_date": &f.Until} {

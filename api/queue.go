@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/trainq/trainq/config"
+	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
 )
 
@@ -40,15 +41,12 @@ type runningView struct {
 }
 
 type queueView struct {
-	Region        string               `json:"region"`
-	Allocation    string               `json:"allocation_name"`
-	TotalGPUs     int                  `json:"total_gpus"`
-	FreeGPUs      int                  `json:"free_gpus"`
-	AllocatedGPUs int                  `json:"allocated_gpus"`
-	ReleasingGPUs int                  `json:"releasing_gpus"`
-	Waiting       []waitingView        `json:"waiting"`
-	Running       []runningView        `json:"running"`
-	Nodes         []scheduler.NodeInfo `json:"nodes"`
+	Region     string `json:"region"`
+	Allocation string `json:"allocation_name"`
+	protocol.GPUTotals
+	Waiting []waitingView        `json:"waiting"`
+	Running []runningView        `json:"running"`
+	Nodes   []scheduler.NodeInfo `json:"nodes"`
 }
 
 // queue shows an allocation: waiting jobs in launch order with their
@@ -98,15 +96,9 @@ func (s *Server) queue(w http.ResponseWriter, r *http.Request, p Principal) {
 		s.fail(w, r, err)
 		return
 	}
-	out := queueView{Region: v.Region, Allocation: v.Allocation, Waiting: []waitingView{}, Running: []runningView{}, Nodes: v.Nodes}
+	out := queueView{Region: v.Region, Allocation: v.Allocation, GPUTotals: v.GPUTotals(), Waiting: []waitingView{}, Running: []runningView{}, Nodes: v.Nodes}
 	if out.Nodes == nil {
 		out.Nodes = []scheduler.NodeInfo{}
-	}
-	for _, n := range v.Nodes {
-		out.TotalGPUs += n.GPUs
-		out.FreeGPUs += n.FreeGPUs
-		out.AllocatedGPUs += n.AllocatedGPUs
-		out.ReleasingGPUs += n.ReleasingGPUs
 	}
 	for _, q := range v.Waiting {
 		out.Waiting = append(out.Waiting, waitingView{LaunchOrder: q.Position, JobName: rd.name(q.Job), Type: string(q.Kind),

@@ -2,8 +2,6 @@ package client
 
 import (
 	"errors"
-	"fmt"
-	"os"
 
 	"github.com/trainq/trainq/cluster"
 	"github.com/trainq/trainq/cluster/local/logfile"
@@ -28,8 +26,8 @@ type LogSource = cluster.LogReader
 var _ LogSource = logfile.Source{}
 
 // LogSource returns where this client reads workers' logs: the Logs field
-// when set, else the log files under the configured data dir. It fails
-// with a sentence saying what to do when this machine has no logs.
+// when set, else the log files under the configured data dir (which may not
+// exist yet: no worker has run there).
 func (c *Client) LogSource() (LogSource, error) {
 	if c.Logs != nil {
 		return c.Logs, nil
@@ -37,9 +35,5 @@ func (c *Client) LogSource() (LogSource, error) {
 	if c.Config == nil {
 		return nil, errors.New("no configuration: cannot tell where the logs are")
 	}
-	dir := c.Config.DataDir
-	if _, err := os.Stat(dir); err != nil {
-		return nil, fmt.Errorf("no logs on this machine: the data dir %s does not exist; logs live where trainq-worker runs, under its data_dir (run trainq from the same directory, or set data_dir to an absolute path)", dir)
-	}
-	return logfile.Source{DataDir: dir}, nil
+	return logfile.Source{DataDir: c.Config.DataDir}, nil
 }

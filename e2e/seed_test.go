@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -43,7 +44,7 @@ func TestSeedWorkedExample(t *testing.T) {
 	names[job3] = "Job 3"
 	eventually(t, long, "Job 3 to wait on Job 0's releasing capacity", func() bool {
 		st := status(t, job3)
-		return st.State == protocol.StatePending && contains(st.WaitingFor, job0)
+		return st.State == protocol.StatePending && slices.Contains(st.WaitingFor, job0)
 	})
 	// The allocator decides first; Job 0's workflow records the preemptor
 	// when the preemption signal reaches it.
@@ -89,13 +90,4 @@ func TestSeedWorkedExample(t *testing.T) {
 	require.Equal(t, grants[1].Grant.Placement[0].Node, grants[2].Grant.Placement[0].Node)
 
 	eventually(t, long, "the seed allocation to be free", func() bool { return allFree(t, "seed") })
-}
-
-func contains(list []string, v string) bool {
-	for _, x := range list {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }

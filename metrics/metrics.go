@@ -134,11 +134,8 @@ func CountsOf(v protocol.QueueView) Counts {
 	for _, class := range []scheduler.Class{scheduler.Low, scheduler.Medium, scheduler.High} {
 		c.Waiting[class.String()], c.Running[class.String()] = 0, 0
 	}
-	for _, n := range v.Nodes {
-		c.GPUs[StateAllocated] += n.AllocatedGPUs
-		c.GPUs[StateReleasing] += n.ReleasingGPUs
-		c.GPUs[StateFree] += n.FreeGPUs
-	}
+	gpus := v.GPUTotals()
+	c.GPUs[StateAllocated], c.GPUs[StateReleasing], c.GPUs[StateFree] = gpus.Allocated, gpus.Releasing, gpus.Free
 	if v.WaitingByClass != nil {
 		// The view lists only the head of a long queue; the counts cover all.
 		for class, n := range v.WaitingByClass {

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/trainq/trainq/scheduler"
@@ -206,6 +207,23 @@ const (
 	StateStopped    JobState = "Stopped"
 	StatePreempted  JobState = "Preempted"
 )
+
+// JobStates lists every job state, in the order a job goes through them.
+var JobStates = []JobState{StatePending, StateStarting, StateRunning, StateRestarting, StateCompleting,
+	StateStopping, StateCompleted, StateFailed, StateStopped, StatePreempted}
+
+// ParseJobState finds a job state by its name, in any case. The error
+// names the states allowed.
+func ParseJobState(s string) (JobState, error) {
+	names := make([]string, len(JobStates))
+	for i, st := range JobStates {
+		if strings.EqualFold(s, string(st)) {
+			return st, nil
+		}
+		names[i] = string(st)
+	}
+	return "", fmt.Errorf("%q is not a job state; use one of %s", s, strings.Join(names, ", "))
+}
 
 // Terminal says whether a job in this state is finished for good.
 func (s JobState) Terminal() bool {
@@ -463,6 +481,26 @@ type QueueView struct {
 	Recovering bool `json:"recovering,omitempty"`
 	// Fenced lists the nodes that grant nothing now, and why.
 	Fenced []FencedNode `json:"fenced,omitempty"`
+}
+
+// GPUTotals counts an allocation's GPUs by state, over all its nodes.
+type GPUTotals struct {
+	Total     int `json:"total_gpus"`
+	Free      int `json:"free_gpus"`
+	Allocated int `json:"allocated_gpus"`
+	Releasing int `json:"releasing_gpus"`
+}
+
+// GPUTotals adds up the GPUs of the view's nodes.
+func (v QueueView) GPUTotals() GPUTotals {
+	var t GPUTotals
+	for _, n := range v.Nodes {
+		t.Total += n.GPUs
+		t.Free += n.FreeGPUs
+		t.Allocated += n.AllocatedGPUs
+		t.Releasing += n.ReleasingGPUs
+	}
+	return t
 }
 
 // FencedNode is a node the allocator grants nothing on: its agent did not

@@ -60,7 +60,7 @@ func (s *JobSpec) Normalize() (notes []string, err error) {
 	if s.Type == "" {
 		s.Type = "binary"
 	}
-	if !contains(JobTypes, s.Type) {
+	if !slices.Contains(JobTypes, s.Type) {
 		return nil, fieldErr("type", "%q is not allowed; use one of %s", s.Type, strings.Join(JobTypes, ", "))
 	}
 	if s.ProcessesPerWorker < 0 {
@@ -113,12 +113,3 @@ func (s *JobSpec) Class() scheduler.Class {
 
 // GPUs is the job's total GPU count.
 func (s *JobSpec) GPUs() int { return s.Demand().GPUs * s.NWorkers }
-
-func contains(list []string, v string) bool {
-	for _, x := range list {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}

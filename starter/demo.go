@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -115,7 +116,7 @@ func (d *demo) workedExample() error {
 	if err != nil {
 		return err
 	}
-	if err := d.until(job3, func(st protocol.JobStatus) bool { return containsString(st.WaitingFor, job0) }); err != nil {
+	if err := d.until(job3, func(st protocol.JobStatus) bool { return slices.Contains(st.WaitingFor, job0) }); err != nil {
 		return err
 	}
 	d.say("Job 4 (high) is submitted. Nothing is free yet, and it may not preempt Job 1 (same class).")
@@ -352,15 +353,6 @@ func (d *demo) say(text string) {
 		return
 	}
 	fmt.Fprintf(d.out, "\n%s\n", text)
-}
-
-func containsString(list []string, v string) bool {
-	for _, x := range list {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // runDemo is the `trainq demo` command.

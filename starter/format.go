@@ -3,9 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
-	"sort"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -54,45 +52,6 @@ func human(d time.Duration) string {
 }
 
 func ago(t time.Time) string { return human(time.Since(t)) + " ago" }
-
-// gpuList formats GPU indices compactly: [0-3,6].
-func gpuList(gpus []int) string {
-	if len(gpus) == 0 {
-		return ""
-	}
-	g := append([]int(nil), gpus...)
-	sort.Ints(g)
-	var parts []string
-	for i := 0; i < len(g); {
-		j := i
-		for j+1 < len(g) && g[j+1] == g[j]+1 {
-			j++
-		}
-		if j > i+1 {
-			parts = append(parts, strconv.Itoa(g[i])+"-"+strconv.Itoa(g[j]))
-		} else if j == i+1 {
-			parts = append(parts, strconv.Itoa(g[i]), strconv.Itoa(g[j]))
-		} else {
-			parts = append(parts, strconv.Itoa(g[i]))
-		}
-		i = j + 1
-	}
-	return "[" + strings.Join(parts, ",") + "]"
-}
-
-// placement formats where a job's workers run: node-1[0-7] node-2[0-7].
-func placement(p []scheduler.WorkerPlacement) string {
-	if len(p) == 0 {
-		return "-"
-	}
-	ps := append([]scheduler.WorkerPlacement(nil), p...)
-	sort.Slice(ps, func(i, j int) bool { return ps[i].Worker < ps[j].Worker })
-	var parts []string
-	for _, w := range ps {
-		parts = append(parts, w.Node+gpuList(w.GPUs))
-	}
-	return strings.Join(parts, " ")
-}
 
 func preemptor(p *scheduler.Preemptor) string {
 	if p == nil {

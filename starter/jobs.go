@@ -143,7 +143,7 @@ func printStatus(w io.Writer, st protocol.JobStatus) {
 			ran = human(end.Sub(*a.StartedAt))
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Number, stamp(a.QueuedAt), stampPtr(a.StartedAt),
-			stampPtr(a.EndedAt), ran, attemptResult(a), orDash(preemptor(a.Preemptor)), placement(a.Placement))
+			stampPtr(a.EndedAt), ran, attemptResult(a), orDash(preemptor(a.Preemptor)), scheduler.PlacementText(a.Placement))
 		if a.EndReason != "" {
 			reasons = append(reasons, fmt.Sprintf("  attempt %d: %s", a.Number, a.EndReason))
 		}
@@ -174,24 +174,12 @@ func attemptResult(a protocol.AttemptRecord) string {
 	return "ended"
 }
 
-// states are the job states list --status accepts.
-var states = []protocol.JobState{
-	protocol.StatePending, protocol.StateStarting, protocol.StateRunning, protocol.StateRestarting,
-	protocol.StateCompleting, protocol.StateStopping, protocol.StateCompleted, protocol.StateFailed,
-	protocol.StateStopped, protocol.StatePreempted,
-}
-
 func parseState(s string) (protocol.JobState, error) {
-	for _, st := range states {
-		if strings.EqualFold(s, string(st)) {
-			return st, nil
-		}
+	st, err := protocol.ParseJobState(s)
+	if err != nil {
+		return "", usageErr("list: --status %v", err)
 	}
-	var names []string
-	for _, st := range states {
-		names = append(names, string(st))
-	}
-	return "", usageErr("list: --status %q is not a job state; use one of %s", s, strings.Join(names, ", "))
+	return st, nil
 }
 
 func runList(ctx context.Context, g *globals, args []string) error {
@@ -426,7 +414,7 @@ func eventLine(ev watchEvent, st protocol.JobStatus) string {
 		}
 	case protocol.StateRunning, protocol.StateStarting:
 		if n := len(st.Attempts); n > 0 && len(st.Attempts[n-1].Placement) > 0 {
-			detail = append(detail, "on "+placement(st.Attempts[n-1].Placement))
+			detail = append(detail, "on "+scheduler.PlacementText(st.Attempts[n-1].Placement))
 		}
 	}
 	// While waiting or running, Message still tells how the previous attempt

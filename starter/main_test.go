@@ -345,10 +345,6 @@ func TestHelpAndVersion(t *testing.T) {
 }
 
 func TestFormatting(t *testing.T) {
-	assert.Equal(t, "[0-3,6]", gpuList([]int{3, 1, 0, 2, 6}))
-	assert.Equal(t, "n1[0,1] n2[4-7]", placement([]scheduler.WorkerPlacement{
-		{Worker: 1, Node: "n2", GPUs: []int{4, 5, 6, 7}}, {Worker: 0, Node: "n1", GPUs: []int{0, 1}},
-	}))
 	assert.Equal(t, "42s", human(42*time.Second))
 	assert.Equal(t, "3m05s", human(185*time.Second))
 	assert.Equal(t, "2h03m", human(123*time.Minute))

@@ -63,17 +63,6 @@ func queueFetcher(ctx context.Context, g *globals, region string, pos []string) 
 	}, nil
 }
 
-// gpuTotals adds up the GPUs of the allocation's nodes.
-func gpuTotals(v protocol.QueueView) (total, free, allocated, releasing int) {
-	for _, n := range v.Nodes {
-		total += n.GPUs
-		free += n.FreeGPUs
-		allocated += n.AllocatedGPUs
-		releasing += n.ReleasingGPUs
-	}
-	return total, free, allocated, releasing
-}
-
 // classLabel is a job's priority class, saying when it is a Jupyter server.
 func classLabel(class scheduler.Class, kind scheduler.Kind) string {
 	if kind == scheduler.KindNotebook {
@@ -92,9 +81,9 @@ func waitReason(q scheduler.WaitingInfo) string {
 
 func printQueue(g *globals, v protocol.QueueView) {
 	w := g.Stdout
-	total, free, allocated, releasing := gpuTotals(v)
+	gpus := v.GPUTotals()
 	fmt.Fprintf(w, "Allocation %s/%s: %d GPUs, %d free, %d allocated, %d releasing; %s, %s\n\n",
-		v.Region, v.Allocation, total, free, allocated, releasing,
+		v.Region, v.Allocation, gpus.Total, gpus.Free, gpus.Allocated, gpus.Releasing,
 		plural(len(v.Running), "job running", "jobs running"), plural(waitingTotal(v), "waiting", "waiting"))
 
 	if v.Recovering {
@@ -134,7 +123,7 @@ func printQueue(g *globals, v protocol.QueueView) {
 				}
 			}
 			fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%s\t%s\t%s\n", r.Job, r.Attempt, classLabel(r.Class, r.Kind), r.GPUs,
-				startedAt(r.StartedAt), state, placement(r.Placement))
+				startedAt(r.StartedAt), state, scheduler.PlacementText(r.Placement))
 		}
 		tw.Flush()
 	}

@@ -293,14 +293,10 @@ func runNotebookStart(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
-	spec := protocol.JobSpec{
+	spec := client.NotebookSpec(cfg, client.NotebookRequest{
 		Script: *script, BaseImage: *image, InstanceType: *instance, Region: *region, AllocationName: *alloc,
-		NWorkers: 1, Type: "binary", PriorityClass: *class, JobDesc: *desc, EnvVariables: env.m,
-		Kind: scheduler.KindNotebook, Author: *author,
-	}
-	if spec.InstanceType == "" {
-		spec.InstanceType = cfg.DefaultNotebookInstance(spec.Region, spec.AllocationName)
-	}
+		PriorityClass: *class, JobDesc: *desc, EnvVariables: env.m, Author: *author,
+	})
 	return submit(ctx, g, submitOptions{name: *name, spec: spec, dryRun: *dryRun})
 }
 

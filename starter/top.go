@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/scheduler"
 )
 
 // GPU bar cells: one per GPU (scaled down on big nodes).
@@ -103,10 +104,10 @@ func (t *top) run(ctx context.Context) error {
 // cut to fit and the lists are shortened to the screen; 0 means no limit.
 func renderTop(w io.Writer, v protocol.QueueView, now time.Time, cols, rows int) {
 	var b bytes.Buffer
-	total, free, allocated, releasing := gpuTotals(v)
+	gpus := v.GPUTotals()
 	fmt.Fprintf(&b, "trainq top · %s/%s · %s\n", v.Region, v.Allocation, now.Format("15:04:05"))
 	fmt.Fprintf(&b, "GPUs %d: %d allocated %s, %d releasing %s, %d free %s · %s, %d waiting\n",
-		total, allocated, cellAllocated, releasing, cellReleasing, free, cellFree, plural(len(v.Running), "job running", "jobs running"), waitingTotal(v))
+		gpus.Total, gpus.Allocated, cellAllocated, gpus.Releasing, cellReleasing, gpus.Free, cellFree, plural(len(v.Running), "job running", "jobs running"), waitingTotal(v))
 	fmt.Fprintf(&b, "Since the allocator started: %d grants, %d preemptions, %d reclaimed\n\n", v.Counters.Grants, v.Counters.Preemptions, v.Counters.Reclaimed)
 
 	tw := newTable(&b)
@@ -137,7 +138,7 @@ func renderTop(w io.Writer, v protocol.QueueView, now time.Time, cols, rows int)
 					state += ", preempted by " + r.PreemptedBy.Job
 				}
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%s\t%s\n", r.Job, classLabel(r.Class, r.Kind), r.GPUs, sinceAt(r.StartedAt, now), state, placement(r.Placement))
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%s\t%s\n", r.Job, classLabel(r.Class, r.Kind), r.GPUs, sinceAt(r.StartedAt, now), state, scheduler.PlacementText(r.Placement))
 		}
 		tw.Flush()
 	}

@@ -740,7 +740,7 @@ func (a *allocator) schedulePass(ctx workflow.Context) {
 	a.metrics(ctx).Timer(metrics.SchedulingPassInstrument).Record(time.Since(passStart))
 	for _, g := range d.Grants {
 		a.counters.Grants++
-		a.note(fmt.Sprintf("granted %s attempt %d on %s", g.Job, g.Attempt, placementText(g.Placement)))
+		a.note(fmt.Sprintf("granted %s attempt %d on %s", g.Job, g.Attempt, scheduler.PlacementText(g.Placement)))
 		var seq int64
 		if r, ok := a.pool.Running(g.Job); ok {
 			seq = r.Seq
@@ -1020,7 +1020,7 @@ func (a *allocator) details() string {
 		if r.Releasing {
 			state = "releasing"
 		}
-		fmt.Fprintf(&b, "- %s · %s · %d GPUs · %s · %s\n", r.Job, r.Class, r.GPUs, state, placementText(r.Placement))
+		fmt.Fprintf(&b, "- %s · %s · %d GPUs · %s · %s\n", r.Job, r.Class, r.GPUs, state, scheduler.PlacementText(r.Placement))
 	}
 	waiting := a.pool.WaitingCount()
 	fmt.Fprintf(&b, "\n### Waiting (%d)\n\n", waiting)
@@ -1031,14 +1031,6 @@ func (a *allocator) details() string {
 		fmt.Fprintf(&b, "- … and %d more\n", waiting-len(v.Waiting))
 	}
 	return b.String()
-}
-
-func placementText(p []scheduler.WorkerPlacement) string {
-	parts := make([]string, len(p))
-	for i, w := range p {
-		parts[i] = fmt.Sprintf("%s%v", w.Node, w.GPUs)
-	}
-	return strings.Join(parts, ", ")
 }
 
 // armWake starts a timer for the pool's next wake-up, unless an earlier one

@@ -904,7 +904,7 @@ func (j *job) details() string {
 			if len(p) == 1 {
 				nodes = "node"
 			}
-			fmt.Fprintf(&b, "Placement: %s (%d GPUs on %d %s)\n\n", placementText(p), gpus, len(p), nodes)
+			fmt.Fprintf(&b, "Placement: %s (%d GPUs on %d %s)\n\n", scheduler.PlacementText(p), gpus, len(p), nodes)
 		}
 	}
 	b.WriteString("| attempt | queued | started | ended | why it ended | preemptor |\n|---|---|---|---|---|---|\n")

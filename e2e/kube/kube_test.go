@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -169,7 +170,7 @@ func TestKubeSeedWorkedExample(t *testing.T) {
 	assert.True(t, preempted, "an event says Job 3 preempted Job 0's pod")
 	eventually(t, long, "Job 3 to wait on Job 0's releasing capacity", func() bool {
 		st := status(t, job3)
-		return st.State == protocol.StatePending && contains(st.WaitingFor, job0)
+		return st.State == protocol.StatePending && slices.Contains(st.WaitingFor, job0)
 	})
 
 	// Job 4 (high) arrives; nothing is free.
@@ -203,15 +204,6 @@ func TestKubeSeedWorkedExample(t *testing.T) {
 	for _, j := range []string{job1, job3, job4} {
 		waitState(t, j, protocol.StateCompleted, long)
 	}
-}
-
-func contains(list []string, v string) bool {
-	for _, x := range list {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // TestKubePreemptionReruns: a preempted job's pod is marked with its
