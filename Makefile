@@ -4,7 +4,7 @@ TEMPORAL_CLI_VERSION := v1.5.1
 TEMPORAL := $(CURDIR)/bin/temporal
 export TRAINQ_TEMPORAL_BIN := $(TEMPORAL)
 
-.PHONY: all build demo dev dev-k8s kube-bins test test-unit bench simulate chaos fuzz histories vet clean
+.PHONY: all build demo dev dev-k8s kube-bins test test-unit bench simulate chaos scale fuzz histories vet clean
 
 all: build
 
@@ -53,6 +53,11 @@ bench: build $(TEMPORAL)
 	$(GO) test -run '^$$' -bench . -benchmem ./scheduler/
 	TRAINQ_BENCH=1 $(GO) test -count=1 -timeout 30m -run 'TestBenchmarkThroughput' -v ./e2e/
 	TRAINQ_BENCH=1 $(GO) test -count=1 -timeout 30m -run 'TestBenchmarkLarge' -v ./e2e/
+
+## scale: one allocation with 20,000 waiting jobs, its allocator continuing as new under load; fails unless
+## every job is granted once and ends and nothing is held at the end (TRAINQ_SCALE_JOBS, TRAINQ_SCALE_UPDATES)
+scale: build $(TEMPORAL)
+	TRAINQ_SCALE=1 $(GO) test -count=1 -timeout 60m -run TestQueueAtScale -v ./e2e/
 
 ## chaos: 200 jobs under kill -9 of trainq-worker, a node agent and the dev server, and an allocator
 ## terminate; fails unless every GPU had one holder and every job ended (TRAINQ_CHAOS_SEED, TRAINQ_CHAOS_REPORT)
