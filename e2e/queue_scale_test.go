@@ -136,7 +136,7 @@ func TestQueueAtScale(t *testing.T) {
 	for _, n := range end.Nodes {
 		assert.Equal(t, n.GPUs, n.FreeGPUs, "node %s still has GPUs held", n.Name)
 	}
-	runs := allocatorRuns(t, allocator)
+	runs := scaleAllocatorRuns(t, allocator)
 	logScaleFigures(t, runs, len(all), filled, drained)
 	require.Greater(t, len(runs), 3, "the allocator continued as new several times")
 }
@@ -231,8 +231,8 @@ func checkEveryJobGranted(t *testing.T, jobs []*scaleJob) {
 	require.Zero(t, failed.Load(), "jobs without their grant: %v", firstErr.Load())
 }
 
-// allocatorRun is one run of the allocator and the state it was handed.
-type allocatorRun struct {
+// scaleAllocatorRun is one run of the allocator and the state it was handed.
+type scaleAllocatorRun struct {
 	runID       string
 	inputBytes  int // the input's JSON (config and small state)
 	packedBytes int // the packed pool
@@ -240,19 +240,19 @@ type allocatorRun struct {
 	events      int64
 }
 
-// allocatorRuns lists the allocator's runs, oldest first, with what each was handed.
-func allocatorRuns(t *testing.T, id string) []allocatorRun {
+// scaleAllocatorRuns lists the allocator's runs, oldest first, with what each was handed.
+func scaleAllocatorRuns(t *testing.T, id string) []scaleAllocatorRun {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var runs []allocatorRun
+	var runs []scaleAllocatorRun
 	var token []byte
 	for {
 		resp, err := env.client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
 			Query: fmt.Sprintf("WorkflowId = %q", id), NextPageToken: token})
 		require.NoError(t, err)
 		for _, e := range resp.Executions {
-			runs = append(runs, describeRun(t, ctx, id, e.Execution.RunId, e.HistoryLength))
+			runs = append(runs, describeScaleRun(t, ctx, id, e.Execution.RunId, e.HistoryLength))
 		}
 		if token = resp.NextPageToken; len(token) == 0 {
 			break
@@ -261,8 +261,8 @@ func allocatorRuns(t *testing.T, id string) []allocatorRun {
 	return runs
 }
 
-// describeRun reads the run's input: the JSON input and the packed pool beside it.
-func describeRun(t *testing.T, ctx context.Context, id, runID string, events int64) allocatorRun {
+// describeScaleRun reads the run's input: the JSON input and the packed pool beside it.
+func describeScaleRun(t *testing.T, ctx context.Context, id, runID string, events int64) scaleAllocatorRun {
 	t.Helper()
 	it := env.client.GetWorkflowHistory(ctx, id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	require.True(t, it.HasNext())
@@ -270,7 +270,7 @@ func describeRun(t *testing.T, ctx context.Context, id, runID string, events int
 	require.NoError(t, err)
 	payloads := ev.GetWorkflowExecutionStartedEventAttributes().GetInput().GetPayloads()
 	require.NotEmpty(t, payloads)
-	r := allocatorRun{runID: runID, inputBytes: len(payloads[0].GetData()), events: events}
+	r := scaleAllocatorRun{runID: runID, inputBytes: len(payloads[0].GetData()), events: events}
 	if len(payloads) > 1 {
 		var packed []byte
 		require.NoError(t, converter.GetDefaultDataConverter().FromPayload(payloads[1], &packed))
@@ -284,9 +284,9 @@ func describeRun(t *testing.T, ctx context.Context, id, runID string, events int
 	return r
 }
 
-func logScaleFigures(t *testing.T, runs []allocatorRun, jobs int, filled, drained time.Duration) {
+func logScaleFigures(t *testing.T, runs []scaleAllocatorRun, jobs int, filled, drained time.Duration) {
 	t.Helper()
-	largest := allocatorRun{}
+	largest := scaleAllocatorRun{}
 	for _, r := range runs {
 		if r.packedBytes > largest.packedBytes {
 			largest = r
