@@ -964,10 +964,13 @@ func (a *allocator) reclaim(ctx workflow.Context, job string) {
 		}
 		if cur, ok := a.pool.Running(job); ok && cur.Attempt == r.Attempt {
 			a.pool.CancelAttempt(job, r.Attempt)
-			a.counters.Reclaimed++
-			a.metrics(ctx).Counter(metrics.LeakedReclaimedInstrument).Inc(1)
-			a.note(fmt.Sprintf("reclaimed the capacity of vanished job %s", job))
 		}
+		// Counted even when the capacity is back already: stopping the
+		// workers made their node agents report the exits first (see
+		// activities.WatchWorkerInput.ReleaseTo).
+		a.counters.Reclaimed++
+		a.metrics(ctx).Counter(metrics.LeakedReclaimedInstrument).Inc(1)
+		a.note(fmt.Sprintf("reclaimed the capacity of vanished job %s", job))
 		delete(a.reclaims, job)
 		a.dropOrphan(job)
 		a.schedule(ctx)
