@@ -20,8 +20,9 @@ import (
 // last ?tail=N lines of each (0 = all). ?verbose=true adds a header per
 // worker with its node and the attempt's times. ?follow=true keeps the
 // answer open and streams new lines, moving on to new attempts, until the
-// job ends. Logs are files under the data dir, so the server must run on the
-// machine (or share the directory) where trainq-worker runs.
+// job ends. A log this machine's data dir does not have is read through the
+// agent of the worker's node (see client.LogSource), so the server may run
+// on any machine that reaches Temporal.
 func (s *Server) jobLogs(w http.ResponseWriter, r *http.Request, p Principal) {
 	q := r.URL.Query()
 	for k := range q {
@@ -129,7 +130,7 @@ func (l *logStream) failed(r *http.Request, err error) {
 	if !errors.As(err, &ae) && !unavailable(err) {
 		l.s.log.Warn("cannot read logs", "job", l.r.Job, "err", err)
 		err = &Error{Status: http.StatusServiceUnavailable, Code: "logs_unavailable",
-			Message: "the job's logs cannot be read from the data dir now; try again"}
+			Message: "the job's logs cannot be read now (from the data dir or the node's agent); try again"}
 	}
 	l.s.fail(l.rw, r, err)
 }

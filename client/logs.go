@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/trainq/trainq/cluster"
+	"github.com/trainq/trainq/cluster/agentlogs"
 	"github.com/trainq/trainq/cluster/local/logfile"
 )
 
@@ -26,14 +27,24 @@ type LogSource = cluster.LogReader
 var _ LogSource = logfile.Source{}
 
 // LogSource returns where this client reads workers' logs: the Logs field
-// when set, else the log files under the configured data dir (which may not
-// exist yet: no worker has run there).
+// when set; else, with a Temporal connection, an agentlogs.Reader that
+// reads a worker's log from the files under the configured data dir when
+// this machine has them (the dir may not exist yet: no worker has run
+// here) and through the agent of the worker's node otherwise (any
+// backend, from any machine); else the files alone.
 func (c *Client) LogSource() (LogSource, error) {
 	if c.Logs != nil {
 		return c.Logs, nil
 	}
-	if c.Config == nil {
-		return nil, errors.New("no configuration: cannot tell where the logs are")
+	var files LogSource
+	if c.Config != nil {
+		files = logfile.Source{DataDir: c.Config.DataDir}
 	}
-	return logfile.Source{DataDir: c.Config.DataDir}, nil
+	switch {
+	case c.Temporal != nil:
+		return &agentlogs.Reader{Client: c.Temporal, Local: files}, nil
+	case files != nil:
+		return files, nil
+	}
+	return nil, errors.New("no configuration: cannot tell where the logs are")
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -114,6 +115,24 @@ func TestRemoteNodesMasterAddrAndLogs(t *testing.T) {
 
 	_, err = r.ReadLog(ctx, cluster.LogRequest{ID: cluster.WorkerID{Job: job, Attempt: a.Number, Worker: 7}, Node: nodeOf[0]})
 	require.ErrorIs(t, err, cluster.ErrNotFound)
+
+	// The CLI, from another directory, on the control side's config.
+	logs := func(args ...string) string {
+		cmd := exec.Command(filepath.Join(env.binDir, "trainq"), append([]string{"logs"}, args...)...)
+		cmd.Dir = t.TempDir()
+		cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+env.hostPort, "TRAINQ_CONFIG="+h.control)
+		out, errOut, code := runCommand(t, cmd)
+		require.Equal(t, 0, code, errOut)
+		return out
+	}
+	out := logs("--tail", "3", job) // the last line of each, then its supervisor's two
+	for w := range 2 {
+		assert.Contains(t, out, fmt.Sprintf("[worker %d] line %d of the log of rank %d padded to forty bytes\n", w, lines-1, w))
+	}
+	assert.Equal(t, 6, strings.Count(out, "\n"), out)
+	out = logs("--worker", "1", job)
+	assert.Equal(t, lines, strings.Count(out, " of the log of rank 1 "), "the whole log of worker 1, across chunks")
+	assert.Contains(t, out, "\nrank=1 master="+master+"\n")
 
 	// With the agent gone, a read says so instead of waiting for ever.
 	h.agent.Stop(30 * time.Second)

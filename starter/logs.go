@@ -129,7 +129,7 @@ func (l *logsRun) printOnce(ctx context.Context, st protocol.JobStatus) error {
 	for _, w := range ws {
 		if err := r.Copy(ctx, a, w); err != nil {
 			if errors.Is(err, cluster.ErrNotFound) {
-				fmt.Fprintf(l.g.Stderr, "note: no log for worker %d of attempt %d on this machine (%s)\n", w, a.Number, l.g.cfg.DataDir)
+				fmt.Fprintf(l.g.Stderr, "note: no log for worker %d of attempt %d: %v\n", w, a.Number, err)
 				continue
 			}
 			return fmt.Errorf("logs of worker %d: %w", w, err)

@@ -26,8 +26,11 @@ var ErrAgentUnreachable = errors.New("the node's agent did not answer")
 // Reader reads logs through the node agents; it is a cluster.LogReader.
 type Reader struct {
 	Client client.Client
-	// Local, if set, answers when the node's agent is unreachable: the logs
-	// of this machine's data dir, for a node that ran here and is down now.
+	// Local, if set, is asked first: a worker whose log it has (it ran on
+	// this machine, or one sharing its data dir) is read there without a
+	// round trip through Temporal, also while its node's agent is down.
+	// Only a worker it does not know (cluster.ErrNotFound) is asked of the
+	// node's agent.
 	Local cluster.LogReader
 	// Timeout bounds one read (default one minute).
 	Timeout time.Duration
@@ -43,13 +46,13 @@ func (r *Reader) ReadLog(ctx context.Context, req cluster.LogRequest) (cluster.L
 	if req.Node == "" {
 		return cluster.LogChunk{}, errors.New("node: must name the node the worker was placed on")
 	}
-	c, err := r.viaAgent(ctx, req)
-	if errors.Is(err, ErrAgentUnreachable) && r.Local != nil {
-		if lc, lerr := r.Local.ReadLog(ctx, req); lerr == nil {
-			return lc, nil
+	if r.Local != nil {
+		c, err := r.Local.ReadLog(ctx, req)
+		if !errors.Is(err, cluster.ErrNotFound) {
+			return c, err
 		}
 	}
-	return c, err
+	return r.viaAgent(ctx, req)
 }
 
 func (r *Reader) viaAgent(ctx context.Context, req cluster.LogRequest) (cluster.LogChunk, error) {
