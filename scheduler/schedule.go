@@ -94,6 +94,7 @@ type scratch struct {
 	// with the fewest free GPUs that fit it, in one sequential scan of their bucket.
 	freeBuckets  [][][]freeSlot
 	slotOf       []int32 // per node: its index in its bucket
+	bucketSizes  []int   // per free GPU count, while resetFreeLists runs
 	failed       failureCache
 	grantBuf     []planGrant // plan.grants of the last pass, for the next
 	grantNodeBuf []int32     // plan.grantNodes of the last pass, for the next
@@ -209,6 +210,18 @@ func (sc *scratch) resetFreeLists(p *Pool) {
 		}
 		for g := range sc.freeBuckets[f] {
 			sc.freeBuckets[f][g] = sc.freeBuckets[f][g][:0]
+		}
+		// A new pool's buckets start at the size they need (a restored pool's first pass would
+		// otherwise grow each one step by step).
+		sc.bucketSizes = grow(sc.bucketSizes, len(sc.freeBuckets[f]))
+		clear(sc.bucketSizes)
+		for _, i := range p.fams[f].live {
+			sc.bucketSizes[sc.freeGPU[i]]++
+		}
+		for g, k := range sc.bucketSizes {
+			if cap(sc.freeBuckets[f][g]) < k {
+				sc.freeBuckets[f][g] = make([]freeSlot, 0, k)
+			}
 		}
 		for _, i := range p.fams[f].live {
 			sc.link(int32(f), i, sc.freeGPU[i])
