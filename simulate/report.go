@@ -110,6 +110,19 @@ type acc struct {
 	waits []time.Duration
 }
 
+// finish computes the row's wait quantiles and lost share from what was accumulated.
+func (a *acc) finish() Row {
+	slices.Sort(a.waits)
+	a.row.WaitP50, a.row.WaitP95, a.row.WaitP99 = Seconds(quantile(a.waits, 0.50)), Seconds(quantile(a.waits, 0.95)), Seconds(quantile(a.waits, 0.99))
+	if len(a.waits) > 0 {
+		a.row.WaitMax = Seconds(a.waits[len(a.waits)-1])
+	}
+	if a.row.UsefulGPUHours > 0 {
+		a.row.LostPct = 100 * a.row.LostGPUHours / a.row.UsefulGPUHours
+	}
+	return a.row
+}
+
 func (s *sim) result(first time.Duration) (*Result, error) {
 	names := []string{scheduler.High.String(), scheduler.Medium.String(), scheduler.Low.String(), RowNoGPU, Row1GPU, Row2GPU, Row4GPU, RowAll}
 	accs := make([]acc, len(names))
@@ -152,19 +165,9 @@ func (s *sim) result(first time.Duration) (*Result, error) {
 	}
 	res := &Result{Policy: s.pol, Options: s.opt, Workload: s.w.Name, Nodes: len(s.w.Nodes), GPUs: s.w.GPUs()}
 	for i := range accs {
-		a := &accs[i]
-		if a.row.Jobs == 0 {
-			continue
+		if accs[i].row.Jobs > 0 {
+			res.Rows = append(res.Rows, accs[i].finish())
 		}
-		slices.Sort(a.waits)
-		a.row.WaitP50, a.row.WaitP95, a.row.WaitP99 = Seconds(quantile(a.waits, 0.50)), Seconds(quantile(a.waits, 0.95)), Seconds(quantile(a.waits, 0.99))
-		if len(a.waits) > 0 {
-			a.row.WaitMax = Seconds(a.waits[len(a.waits)-1])
-		}
-		if a.row.UsefulGPUHours > 0 {
-			a.row.LostPct = 100 * a.row.LostGPUHours / a.row.UsefulGPUHours
-		}
-		res.Rows = append(res.Rows, a.row)
 	}
 	res.Makespan = Seconds(end - first)
 	if cap := float64(res.GPUs) * (end - first).Seconds(); cap > 0 {

@@ -318,55 +318,72 @@ func (s *sim) schedule() error {
 		}
 	}
 	for _, g := range d.Grants {
-		i, ok := s.idx[g.Job]
-		if !ok {
-			return fmt.Errorf("grant for unknown job %s", g.Job)
+		if err := s.start(g); err != nil {
+			return err
 		}
-		j, st := &s.w.Jobs[i], &s.jobs[i]
-		if st.phase != phWaiting || g.Attempt != st.attempt {
-			return fmt.Errorf("grant for %s attempt %d, which is not waiting", g.Job, g.Attempt)
-		}
-		st.phase, st.startedAt, st.ckptAt = phRunning, s.now, s.now
-		st.waited += s.now - st.queuedAt
-		st.nodes = st.nodes[:0]
-		for _, p := range g.Placement {
-			st.nodes = append(st.nodes, p.Node)
-		}
-		s.held += j.GPUs()
-		s.push(s.now+st.remaining, evFinish, i, st.attempt, 0)
-		if s.opt.Checkpoint > 0 && s.ckpt != nil && s.opt.Checkpoint < st.remaining {
-			s.push(s.now+s.opt.Checkpoint, evCheckpoint, i, st.attempt, 0)
-		}
-		for _, pi := range st.pending {
-			s.forNothing[pi] = !overlaps(st.nodes, s.preempts[pi].nodes)
-		}
-		st.pending = st.pending[:0]
 	}
 	for _, p := range d.Preemptions {
-		vi, ok1 := s.idx[p.Victim]
-		pi, ok2 := s.idx[p.Preemptor.Job]
-		if !ok1 || !ok2 {
-			return fmt.Errorf("preemption of unknown job %s for %s", p.Victim, p.Preemptor.Job)
+		if err := s.preempt(p); err != nil {
+			return err
 		}
-		j, st := &s.w.Jobs[vi], &s.jobs[vi]
-		if st.phase != phRunning || p.VictimAttempt != st.attempt {
-			return fmt.Errorf("preemption of %s attempt %d, which is not running", p.Victim, p.VictimAttempt)
-		}
-		progress := min(s.now-st.startedAt, st.remaining)
-		saved := time.Duration(0)
-		if s.opt.Checkpoint > 0 {
-			saved = progress / s.opt.Checkpoint * s.opt.Checkpoint
-		}
-		st.remaining -= saved
-		st.lost += (progress - saved).Seconds() * float64(j.GPUs())
-		st.preempted++
-		st.phase, st.stopped = phStopping, 0
-		s.preempts = append(s.preempts, preemptRec{victim: vi, nodes: slices.Clone(st.nodes)})
-		s.forNothing = append(s.forNothing, false)
-		s.jobs[pi].pending = append(s.jobs[pi].pending, int32(len(s.preempts)-1))
-		for w := 0; w < j.Workers; w++ {
-			s.push(s.now+s.opt.StopDelay, evStopped, vi, st.attempt, w)
-		}
+	}
+	return nil
+}
+
+// start runs a granted job until it finishes (and checkpoints it, with Options.Checkpoint), and
+// judges the preemptions made for it: for nothing if it started on none of their nodes.
+func (s *sim) start(g scheduler.Grant) error {
+	i, ok := s.idx[g.Job]
+	if !ok {
+		return fmt.Errorf("grant for unknown job %s", g.Job)
+	}
+	j, st := &s.w.Jobs[i], &s.jobs[i]
+	if st.phase != phWaiting || g.Attempt != st.attempt {
+		return fmt.Errorf("grant for %s attempt %d, which is not waiting", g.Job, g.Attempt)
+	}
+	st.phase, st.startedAt, st.ckptAt = phRunning, s.now, s.now
+	st.waited += s.now - st.queuedAt
+	st.nodes = st.nodes[:0]
+	for _, p := range g.Placement {
+		st.nodes = append(st.nodes, p.Node)
+	}
+	s.held += j.GPUs()
+	s.push(s.now+st.remaining, evFinish, i, st.attempt, 0)
+	if s.opt.Checkpoint > 0 && s.ckpt != nil && s.opt.Checkpoint < st.remaining {
+		s.push(s.now+s.opt.Checkpoint, evCheckpoint, i, st.attempt, 0)
+	}
+	for _, pi := range st.pending {
+		s.forNothing[pi] = !overlaps(st.nodes, s.preempts[pi].nodes)
+	}
+	st.pending = st.pending[:0]
+	return nil
+}
+
+// preempt stops a victim after Options.StopDelay; it loses the work since its last checkpoint.
+func (s *sim) preempt(p scheduler.Preemption) error {
+	vi, ok1 := s.idx[p.Victim]
+	pi, ok2 := s.idx[p.Preemptor.Job]
+	if !ok1 || !ok2 {
+		return fmt.Errorf("preemption of unknown job %s for %s", p.Victim, p.Preemptor.Job)
+	}
+	j, st := &s.w.Jobs[vi], &s.jobs[vi]
+	if st.phase != phRunning || p.VictimAttempt != st.attempt {
+		return fmt.Errorf("preemption of %s attempt %d, which is not running", p.Victim, p.VictimAttempt)
+	}
+	progress := min(s.now-st.startedAt, st.remaining)
+	saved := time.Duration(0)
+	if s.opt.Checkpoint > 0 {
+		saved = progress / s.opt.Checkpoint * s.opt.Checkpoint
+	}
+	st.remaining -= saved
+	st.lost += (progress - saved).Seconds() * float64(j.GPUs())
+	st.preempted++
+	st.phase, st.stopped = phStopping, 0
+	s.preempts = append(s.preempts, preemptRec{victim: vi, nodes: slices.Clone(st.nodes)})
+	s.forNothing = append(s.forNothing, false)
+	s.jobs[pi].pending = append(s.jobs[pi].pending, int32(len(s.preempts)-1))
+	for w := 0; w < j.Workers; w++ {
+		s.push(s.now+s.opt.StopDelay, evStopped, vi, st.attempt, w)
 	}
 	return nil
 }

@@ -167,11 +167,34 @@ func LoadOpenB(o OpenB) (*Workload, error) {
 	if classes == nil {
 		classes = DefaultClasses()
 	}
+	w := &Workload{Name: o.PodsName}
+	var err error
+	if w.Nodes, err = openBNodes(o); err != nil {
+		return nil, err
+	}
+	pt, err := readCSV(o.PodsName, o.Pods, "name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+	if err != nil {
+		return nil, err
+	}
+	times, err := openBTimes(o, pt, w)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.addOpenBPods(pt, times, classes); err != nil {
+		return nil, err
+	}
+	w.Notes = append(w.Notes, "CPU is counted in milli-cores and RAM in MiB, as in the trace")
+	sortByArrival(w.Jobs)
+	return w, nil
+}
+
+// openBNodes reads the node list: every node is of the family OpenBFamily.
+func openBNodes(o OpenB) ([]scheduler.Node, error) {
 	nt, err := readCSV(o.NodeName, o.Nodes, "sn", "cpu_milli", "memory_mib", "gpu")
 	if err != nil {
 		return nil, err
 	}
-	w := &Workload{Name: o.PodsName}
+	var nodes []scheduler.Node
 	for i := range nt.rows {
 		cpu, err1 := nt.int(i, "cpu_milli")
 		mem, err2 := nt.int(i, "memory_mib")
@@ -179,71 +202,78 @@ func LoadOpenB(o OpenB) (*Workload, error) {
 		if err := errors.Join(err1, err2, err3); err != nil {
 			return nil, err
 		}
-		w.Nodes = append(w.Nodes, scheduler.Node{Name: nt.str(i, "sn"), Family: OpenBFamily, GPUs: int(gpu), CPU: int(cpu), RAMGB: int(mem)})
+		nodes = append(nodes, scheduler.Node{Name: nt.str(i, "sn"), Family: OpenBFamily, GPUs: int(gpu), CPU: int(cpu), RAMGB: int(mem)})
 	}
-	pt, err := readCSV(o.PodsName, o.Pods, "name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+	return nodes, nil
+}
+
+// readPodTimes reads one row's qos, arrival and run time (from scheduling to deletion).
+func readPodTimes(t *csvTable, row int) (podTimes, error) {
+	c, err := t.int(row, "creation_time")
+	if err != nil {
+		return podTimes{}, err
+	}
+	d, err := t.int(row, "deletion_time")
+	if err != nil {
+		return podTimes{}, err
+	}
+	start := c
+	if t.str(row, "scheduled_time") != "" {
+		if start, err = t.int(row, "scheduled_time"); err != nil {
+			return podTimes{}, err
+		}
+	}
+	return podTimes{qos: t.str(row, "qos"), arrival: c, duration: max(0, d-start), found: true}, nil
+}
+
+// openBTimes is every pod's times: from the pod list itself, or borrowed from o.Times (see
+// LoadOpenB), which adds a note to w.
+func openBTimes(o OpenB, pt *csvTable, w *Workload) ([]podTimes, error) {
+	times := make([]podTimes, len(pt.rows))
+	var err error
+	if pt.has("creation_time") && pt.has("qos") {
+		for i := range pt.rows {
+			if times[i], err = readPodTimes(pt, i); err != nil {
+				return nil, err
+			}
+		}
+		return times, nil
+	}
+	if o.Times == nil {
+		return nil, fmt.Errorf("%s has no qos and creation_time columns; give a pod list with times (openb_pod_list_default.csv) to borrow them from", o.PodsName)
+	}
+	src, err := readCSV(o.TimesName, o.Times, "name", "qos", "creation_time", "deletion_time", "scheduled_time")
 	if err != nil {
 		return nil, err
 	}
-	times := make([]podTimes, len(pt.rows))
-	timed := pt.has("creation_time") && pt.has("qos")
-	src, srcName := pt, o.PodsName
-	if !timed {
-		if o.Times == nil {
-			return nil, fmt.Errorf("%s has no qos and creation_time columns; give a pod list with times (openb_pod_list_default.csv) to borrow them from", o.PodsName)
+	byName := map[string]int{}
+	for i := range src.rows {
+		byName[src.str(i, "name")] = i
+	}
+	var missing []int
+	for i := range pt.rows {
+		if r, ok := byName[pt.str(i, "name")]; ok {
+			if times[i], err = readPodTimes(src, r); err != nil {
+				return nil, err
+			}
+		} else {
+			missing = append(missing, i)
 		}
-		if src, err = readCSV(o.TimesName, o.Times, "name", "qos", "creation_time", "deletion_time", "scheduled_time"); err != nil {
+	}
+	for k, i := range missing {
+		r := k * len(src.rows) / len(missing)
+		if times[i], err = readPodTimes(src, r); err != nil {
 			return nil, err
 		}
-		srcName = o.TimesName
 	}
-	readTimes := func(t *csvTable, row int) (podTimes, error) {
-		c, err := t.int(row, "creation_time")
-		if err != nil {
-			return podTimes{}, err
-		}
-		d, err := t.int(row, "deletion_time")
-		if err != nil {
-			return podTimes{}, err
-		}
-		start := c
-		if t.str(row, "scheduled_time") != "" {
-			if start, err = t.int(row, "scheduled_time"); err != nil {
-				return podTimes{}, err
-			}
-		}
-		return podTimes{qos: t.str(row, "qos"), arrival: c, duration: max(0, d-start), found: true}, nil
-	}
-	if timed {
-		for i := range pt.rows {
-			if times[i], err = readTimes(pt, i); err != nil {
-				return nil, err
-			}
-		}
-	} else {
-		byName := map[string]int{}
-		for i := range src.rows {
-			byName[src.str(i, "name")] = i
-		}
-		var missing []int
-		for i := range pt.rows {
-			if r, ok := byName[pt.str(i, "name")]; ok {
-				if times[i], err = readTimes(src, r); err != nil {
-					return nil, err
-				}
-			} else {
-				missing = append(missing, i)
-			}
-		}
-		for k, i := range missing {
-			r := k * len(src.rows) / len(missing)
-			if times[i], err = readTimes(src, r); err != nil {
-				return nil, err
-			}
-		}
-		w.Notes = append(w.Notes, fmt.Sprintf("%s has no times: %d pods took the qos and times of the pod of the same name in %s, %d pods it added borrowed those of pods spread evenly over it",
-			o.PodsName, len(pt.rows)-len(missing), srcName, len(missing)))
-	}
+	w.Notes = append(w.Notes, fmt.Sprintf("%s has no times: %d pods took the qos and times of the pod of the same name in %s, %d pods it added borrowed those of pods spread evenly over it",
+		o.PodsName, len(pt.rows)-len(missing), o.TimesName, len(missing)))
+	return times, nil
+}
+
+// addOpenBPods adds one 1-worker job per pod, its class from its qos, with notes on what was
+// assumed.
+func (w *Workload) addOpenBPods(pt *csvTable, times []podTimes, classes map[string]scheduler.Class) error {
 	shared := 0
 	unknownQoS := map[string]int{}
 	for i := range pt.rows {
@@ -252,7 +282,7 @@ func LoadOpenB(o OpenB) (*Workload, error) {
 		ngpu, err3 := pt.int(i, "num_gpu")
 		milli, err4 := pt.int(i, "gpu_milli")
 		if err := errors.Join(err1, err2, err3, err4); err != nil {
-			return nil, err
+			return err
 		}
 		if ngpu == 1 && milli < 1000 {
 			shared++
@@ -275,9 +305,7 @@ func LoadOpenB(o OpenB) (*Workload, error) {
 	for _, q := range slices.Sorted(maps.Keys(unknownQoS)) {
 		w.Notes = append(w.Notes, fmt.Sprintf("%d pods have qos %q, which the class mapping does not name; they are medium", unknownQoS[q], q))
 	}
-	w.Notes = append(w.Notes, "CPU is counted in milli-cores and RAM in MiB, as in the trace")
-	sortByArrival(w.Jobs)
-	return w, nil
+	return nil
 }
 
 // sortByArrival orders jobs by arrival, keeping the file order for equal arrivals.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,26 +13,43 @@ import (
 	"github.com/trainq/trainq/simulate"
 )
 
+// simFlags are trainq simulate's flags.
+type simFlags struct {
+	trace, pods, nodeList, times, workload, alloc, region, classes *string
+	nodes                                                          *int
+	frac                                                           *float64
+	stop, ckpt                                                     *time.Duration
+	retry                                                          *int
+	burst, wake                                                    *bool
+	policies                                                       specsFlag
+}
+
+func defineSimFlags(fs *flag.FlagSet) *simFlags {
+	f := &simFlags{
+		trace:    fs.String("trace", os.Getenv("TRAINQ_TRACE_DIR"), "`dir`ectory of the Alibaba GPU v2023 openb CSVs (default $TRAINQ_TRACE_DIR)"),
+		pods:     fs.String("pods", "default", "openb pod `list`: default, multigpu50, or a CSV path"),
+		nodeList: fs.String("node-list", "", "openb node list CSV (default: openb_node_list_gpu_node.csv in --trace)"),
+		times:    fs.String("times", "", "pod list with qos and times, for a pod list without them (default: openb_pod_list_default.csv in --trace)"),
+		workload: fs.String("workload", "", "our own workload `file` (.json or .csv: id, arrival, class, instance_type, n_workers, runtime) instead of the trace"),
+		alloc:    fs.String("allocation", "", "take nodes (for --workload without nodes) and the base policy from this config allocation"),
+		region:   fs.String("region", "", "region of --allocation (default: the config's)"),
+		nodes:    fs.Int("nodes", 0, "keep N nodes, chosen evenly over the node list"),
+		frac:     fs.Float64("nodes-frac", 0, "keep this fraction of the nodes, chosen evenly (e.g. 0.01)"),
+		classes:  fs.String("classes", "LS=high,Guaranteed=medium,Burstable=medium,BE=low", "openb qos to priority class"),
+		stop:     fs.Duration("stop-delay", 30*time.Second, "how long a preempted job's workers take to stop"),
+		ckpt:     fs.Duration("checkpoint", 0, "a preempted job resumes from its last checkpoint, taken this often (0: it reruns from zero)"),
+		retry:    fs.Int("max-retry", -1, "reruns a job gets after preemptions (negative: unlimited)"),
+		burst:    fs.Bool("burst", false, "every job arrives at time 0, in arrival order"),
+		wake:     fs.Bool("wake-timer", false, "also schedule at the pool's NextWake, as an allocator with a timer would (today's allocator schedules on events only)"),
+	}
+	fs.Var(&f.policies, "policy", "a policy to compare, `NAME[:knob=value,...]` (repeatable; default fifo, best-effort, strict-fifo); knobs: "+knobList())
+	return f
+}
+
 // runSimulate replays a workload through the scheduler under each policy and prints the tables.
 func runSimulate(ctx context.Context, g *globals, args []string) error {
 	fs := newFlagSet(g, "simulate")
-	trace := fs.String("trace", os.Getenv("TRAINQ_TRACE_DIR"), "`dir`ectory of the Alibaba GPU v2023 openb CSVs (default $TRAINQ_TRACE_DIR)")
-	pods := fs.String("pods", "default", "openb pod `list`: default, multigpu50, or a CSV path")
-	nodeList := fs.String("node-list", "", "openb node list CSV (default: openb_node_list_gpu_node.csv in --trace)")
-	times := fs.String("times", "", "pod list with qos and times, for a pod list without them (default: openb_pod_list_default.csv in --trace)")
-	workload := fs.String("workload", "", "our own workload `file` (.json or .csv: id, arrival, class, instance_type, n_workers, runtime) instead of the trace")
-	alloc := fs.String("allocation", "", "take nodes (for --workload without nodes) and the base policy from this config allocation")
-	region := fs.String("region", "", "region of --allocation (default: the config's)")
-	nodes := fs.Int("nodes", 0, "keep N nodes, chosen evenly over the node list")
-	frac := fs.Float64("nodes-frac", 0, "keep this fraction of the nodes, chosen evenly (e.g. 0.01)")
-	classes := fs.String("classes", "LS=high,Guaranteed=medium,Burstable=medium,BE=low", "openb qos to priority class")
-	stop := fs.Duration("stop-delay", 30*time.Second, "how long a preempted job's workers take to stop")
-	ckpt := fs.Duration("checkpoint", 0, "a preempted job resumes from its last checkpoint, taken this often (0: it reruns from zero)")
-	retry := fs.Int("max-retry", -1, "reruns a job gets after preemptions (negative: unlimited)")
-	burst := fs.Bool("burst", false, "every job arrives at time 0, in arrival order")
-	wake := fs.Bool("wake-timer", false, "also schedule at the pool's NextWake, as an allocator with a timer would (today's allocator schedules on events only)")
-	var policies specsFlag
-	fs.Var(&policies, "policy", "a policy to compare, `NAME[:knob=value,...]` (repeatable; default fifo, best-effort, strict-fifo); knobs: "+knobList())
+	f := defineSimFlags(fs)
 	if _, err := parseArgs(g, fs, args, 0, 0); err != nil {
 		return err
 	}
@@ -39,86 +57,27 @@ func runSimulate(ctx context.Context, g *globals, args []string) error {
 	if set["nodes"] && set["nodes-frac"] {
 		return usageErr("simulate: give --nodes or --nodes-frac, not both")
 	}
-
-	base := scheduler.Policy{Queueing: scheduler.BestEffortFIFO, ReserveAfter: 30 * time.Minute}
-	var allocNodes []scheduler.Node
-	if *alloc != "" {
-		cfg, err := g.Config()
-		if err != nil {
-			return err
-		}
-		_, a, err := cfg.Allocation(*region, *alloc)
-		if err != nil {
-			return usageErr("simulate: %v", err)
-		}
-		base, allocNodes = a.Policy(), a.Nodes
-	}
-
-	var w *simulate.Workload
-	var err error
-	switch {
-	case *workload != "":
-		w, err = loadOwnWorkload(*workload)
-		if err == nil && len(w.Nodes) == 0 {
-			if allocNodes == nil {
-				cfg, cerr := g.Config()
-				if cerr != nil {
-					return cerr
-				}
-				_, a, aerr := cfg.Allocation(*region, "")
-				if aerr != nil {
-					return usageErr("simulate: %v", aerr)
-				}
-				allocNodes = a.Nodes
-			}
-			w.Nodes = allocNodes
-		}
-	default:
-		w, err = loadTrace(*trace, *pods, *nodeList, *times, *classes)
-	}
+	base, allocNodes, err := f.allocation(g)
 	if err != nil {
-		return usageErr("simulate: %v", err)
+		return err
 	}
-	switch {
-	case set["nodes"]:
-		err = w.Shrink(*nodes)
-	case set["nodes-frac"]:
-		err = w.ShrinkFrac(*frac)
-	}
+	w, err := f.loadWorkload(g, allocNodes, set)
 	if err != nil {
-		return usageErr("simulate: %v", err)
+		return err
 	}
-	if len(policies) == 0 {
-		policies = simulate.DefaultPolicies
+	pols, err := f.parsePolicies(base)
+	if err != nil {
+		return err
 	}
-	var pols []simulate.Policy
-	for _, spec := range policies {
-		p, err := simulate.ParsePolicy(spec, base)
-		if err != nil {
-			return usageErr("simulate: %v", err)
-		}
-		pols = append(pols, p)
-	}
-	opt := simulate.Options{StopDelay: *stop, Checkpoint: *ckpt, MaxRetry: *retry, Burst: *burst, WakeTimer: *wake}
+	opt := simulate.Options{StopDelay: *f.stop, Checkpoint: *f.ckpt, MaxRetry: *f.retry, Burst: *f.burst, WakeTimer: *f.wake}
 	if !g.json() {
 		for _, n := range w.Notes {
 			g.note("%s", n)
 		}
 	}
-	var results []*simulate.Result
-	for _, p := range pols {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		start := time.Now()
-		r, err := simulate.Run(w, p, opt)
-		if err != nil {
-			return fmt.Errorf("simulate %s: %w", p.Name, err)
-		}
-		if !g.json() {
-			g.note("%s: simulated in %s", p.Name, time.Since(start).Round(time.Millisecond))
-		}
-		results = append(results, r)
+	results, err := runPolicies(ctx, g, w, pols, opt)
+	if err != nil {
+		return err
 	}
 	if g.json() {
 		return g.printJSON(struct {
@@ -128,6 +87,99 @@ func runSimulate(ctx context.Context, g *globals, args []string) error {
 	}
 	simulate.WriteMarkdown(g.Stdout, results)
 	return nil
+}
+
+// allocation is the base policy (and the nodes) of --allocation, or the defaults without it.
+func (f *simFlags) allocation(g *globals) (scheduler.Policy, []scheduler.Node, error) {
+	base := scheduler.Policy{Queueing: scheduler.BestEffortFIFO, ReserveAfter: 30 * time.Minute}
+	if *f.alloc == "" {
+		return base, nil, nil
+	}
+	cfg, err := g.Config()
+	if err != nil {
+		return base, nil, err
+	}
+	_, a, err := cfg.Allocation(*f.region, *f.alloc)
+	if err != nil {
+		return base, nil, usageErr("simulate: %v", err)
+	}
+	return a.Policy(), a.Nodes, nil
+}
+
+// loadWorkload reads --workload (on the allocation's nodes if it has none) or the trace, and
+// shrinks its node list as --nodes or --nodes-frac say.
+func (f *simFlags) loadWorkload(g *globals, allocNodes []scheduler.Node, set map[string]bool) (*simulate.Workload, error) {
+	var w *simulate.Workload
+	var err error
+	switch {
+	case *f.workload != "":
+		w, err = loadOwnWorkload(*f.workload)
+		if err == nil && len(w.Nodes) == 0 {
+			if allocNodes == nil {
+				cfg, cerr := g.Config()
+				if cerr != nil {
+					return nil, cerr
+				}
+				_, a, aerr := cfg.Allocation(*f.region, "")
+				if aerr != nil {
+					return nil, usageErr("simulate: %v", aerr)
+				}
+				allocNodes = a.Nodes
+			}
+			w.Nodes = allocNodes
+		}
+	default:
+		w, err = loadTrace(*f.trace, *f.pods, *f.nodeList, *f.times, *f.classes)
+	}
+	if err != nil {
+		return nil, usageErr("simulate: %v", err)
+	}
+	switch {
+	case set["nodes"]:
+		err = w.Shrink(*f.nodes)
+	case set["nodes-frac"]:
+		err = w.ShrinkFrac(*f.frac)
+	}
+	if err != nil {
+		return nil, usageErr("simulate: %v", err)
+	}
+	return w, nil
+}
+
+func (f *simFlags) parsePolicies(base scheduler.Policy) ([]simulate.Policy, error) {
+	specs := f.policies
+	if len(specs) == 0 {
+		specs = simulate.DefaultPolicies
+	}
+	var pols []simulate.Policy
+	for _, spec := range specs {
+		p, err := simulate.ParsePolicy(spec, base)
+		if err != nil {
+			return nil, usageErr("simulate: %v", err)
+		}
+		pols = append(pols, p)
+	}
+	return pols, nil
+}
+
+// runPolicies simulates w under each policy in turn.
+func runPolicies(ctx context.Context, g *globals, w *simulate.Workload, pols []simulate.Policy, opt simulate.Options) ([]*simulate.Result, error) {
+	var results []*simulate.Result
+	for _, p := range pols {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		start := time.Now()
+		r, err := simulate.Run(w, p, opt)
+		if err != nil {
+			return nil, fmt.Errorf("simulate %s: %w", p.Name, err)
+		}
+		if !g.json() {
+			g.note("%s: simulated in %s", p.Name, time.Since(start).Round(time.Millisecond))
+		}
+		results = append(results, r)
+	}
+	return results, nil
 }
 
 // specsFlag is a repeatable flag whose values may contain commas.
