@@ -429,3 +429,20 @@ func TestSelectNodesReadsAllocatable(t *testing.T) {
 	assert.Equal(t, "nofamily", skipped[0].Name)
 	assert.Contains(t, skipped[0].Why, FamilyLabel)
 }
+
+// The pod log API has no offsets: ReadLog keeps the end of the first
+// offset+max bytes. client-go's fake serves every log as "fake logs".
+func TestReadLogSlicesThePodLog(t *testing.T) {
+	b, _ := newFake(t, nil, pod(PodName(cluster.WorkerID{Job: "j", Attempt: 1}), "gpu-1", corev1.PodRunning, nil, nil))
+	id := cluster.WorkerID{Job: "j", Attempt: 1}
+	ctx := context.Background()
+	c, err := b.ReadLog(ctx, cluster.LogRequest{ID: id})
+	require.NoError(t, err)
+	assert.Equal(t, "fake logs", string(c.Data))
+	assert.False(t, c.More())
+	c, err = b.ReadLog(ctx, cluster.LogRequest{ID: id, Offset: 5, MaxBytes: 2})
+	require.NoError(t, err)
+	assert.Equal(t, "lo", string(c.Data))
+	assert.Equal(t, int64(5), c.Offset)
+	assert.True(t, c.More(), "the log goes on past the chunk")
+}

@@ -227,6 +227,7 @@ type podWatch struct {
 	gone    map[string]time.Time   // when each deleted pod was seen gone
 	running map[string]time.Time   // when each pod was first seen Running
 	marked  map[string]time.Time   // when each pod was first seen marked as stopping
+	last    map[string]*corev1.Pod // the last state of each deleted pod
 	stop    func()
 }
 
@@ -235,7 +236,7 @@ func watchPods(t *testing.T) *podWatch {
 	ctx, cancel := context.WithCancel(context.Background())
 	w, err := env.cluster.Client.CoreV1().Pods(namespace).Watch(ctx, metav1.ListOptions{LabelSelector: kubeb.LabelManagedBy + "=" + kubeb.ManagedBy})
 	require.NoError(t, err)
-	pw := &podWatch{pods: map[string]*corev1.Pod{}, gone: map[string]time.Time{}, running: map[string]time.Time{}, marked: map[string]time.Time{}}
+	pw := &podWatch{pods: map[string]*corev1.Pod{}, gone: map[string]time.Time{}, running: map[string]time.Time{}, marked: map[string]time.Time{}, last: map[string]*corev1.Pod{}}
 	pw.cond = sync.NewCond(&pw.mu)
 	done := make(chan struct{})
 	go func() {
@@ -250,6 +251,7 @@ func watchPods(t *testing.T) *podWatch {
 			if ev.Type == watch.Deleted {
 				delete(pw.pods, p.Name)
 				pw.gone[p.Name] = now
+				pw.last[p.Name] = p
 			} else {
 				pw.pods[p.Name] = p
 				if _, seen := pw.running[p.Name]; !seen && p.Status.Phase == corev1.PodRunning {

@@ -223,7 +223,19 @@ func TestKubePreemptionReruns(t *testing.T) {
 	pw.mu.Lock()
 	marked, gone := pw.marked[podName(victim, 1, 0)], pw.gone[podName(victim, 1, 0)]
 	p := pw.pods[podName(preemptor, 1, 0)]
+	last := pw.last[podName(victim, 1, 0)]
 	pw.mu.Unlock()
+	assert.Equal(t, preemptor, last.Annotations[kubeb.AnnotationPreemptor], "the victim's pod names its preemptor")
+	assert.Equal(t, "low", last.Labels[kubeb.LabelPriorityClass])
+	assert.Equal(t, "a100.2gpu", last.Annotations[kubeb.AnnotationInstanceType])
+	var preempted []string
+	for _, e := range events(t, podName(victim, 1, 0)) {
+		if e.Reason == "Preempted" {
+			preempted = append(preempted, e.Message)
+		}
+	}
+	require.Len(t, preempted, 1, "one Preempted event on the victim's pod")
+	assert.Contains(t, preempted[0], preemptor)
 	t.Logf("FIGURE preemption (pod marked) → last pod gone: %v", gone.Sub(marked).Round(time.Millisecond))
 	assert.False(t, marked.IsZero(), "the pod was marked before it was deleted")
 	assert.Nil(t, p, "the preemptor's pod is created only once the victim's is gone")
