@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -105,7 +104,7 @@ func (s *Server) classify(r *http.Request, err error) *Error {
 		return &Error{Status: http.StatusTooManyRequests, Code: codeQueueFull, Field: "allocation_name", Message: err.Error(), RetryAfter: queueFullRetryAfter}
 	case errors.Is(err, client.ErrNoAllocator):
 		return &Error{Status: http.StatusServiceUnavailable, Code: codeNoWorker, Message: err.Error()}
-	case unavailable(err):
+	case client.Unavailable(err):
 		msg := "Temporal did not answer in time; try again"
 		code := codeUnavailable
 		if r != nil && r.Context().Err() == nil && strings.Contains(strings.ToLower(err.Error()), "query") {
@@ -139,28 +138,6 @@ func anonymous(msg string) string {
 	})
 	b.WriteString(msg[last:])
 	return b.String()
-}
-
-// unavailable says whether err means Temporal (or a trainq-worker answering
-// a query) could not be reached in time.
-func unavailable(err error) bool {
-	var (
-		unav     *serviceerror.Unavailable
-		deadline *serviceerror.DeadlineExceeded
-		canceled *serviceerror.Canceled
-		exhaust  *serviceerror.ResourceExhausted
-	)
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
-		errors.As(err, &unav) || errors.As(err, &deadline) || errors.As(err, &canceled) || errors.As(err, &exhaust) {
-		return true
-	}
-	msg := err.Error()
-	for _, s := range []string{"connection refused", "Unavailable", "DeadlineExceeded", "context deadline exceeded", "transport is closing", "no such host"} {
-		if strings.Contains(msg, s) {
-			return true
-		}
-	}
-	return false
 }
 
 func routeOf(r *http.Request) string {

@@ -127,7 +127,7 @@ func (l *logStream) failed(r *http.Request, err error) {
 		l.s.log.Warn("log answer ended early", "job", l.r.Job, "err", err)
 		return
 	}
-	if !errors.As(err, &ae) && !unavailable(err) {
+	if !errors.As(err, &ae) && !client.Unavailable(err) {
 		l.s.log.Warn("cannot read logs", "job", l.r.Job, "err", err)
 		err = &Error{Status: http.StatusServiceUnavailable, Code: "logs_unavailable",
 			Message: "the job's logs cannot be read now (from the data dir or the node's agent); try again"}

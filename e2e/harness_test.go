@@ -80,10 +80,6 @@ regions:
 `
 
 func TestMain(m *testing.M) {
-	if os.Getenv("TRAINQ_SKIP_E2E") != "" {
-		fmt.Println("e2e: skipped (TRAINQ_SKIP_E2E is set)")
-		os.Exit(0)
-	}
 	os.Exit(run(m))
 }
 
@@ -92,10 +88,14 @@ func run(m *testing.M) int {
 	if err != nil {
 		panic(err)
 	}
-	temporalBin, err := testenv.TemporalCLI(root)
+	temporalBin, skip, err := testenv.TemporalCLI(root)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
+	}
+	if skip != "" {
+		fmt.Println(testenv.SkipMessage("e2e", skip))
+		return 0
 	}
 	env.dir, err = os.MkdirTemp("", "trainq-e2e-")
 	if err != nil {
@@ -178,30 +178,36 @@ func runCommand(t *testing.T, cmd *exec.Cmd) (string, string, int) {
 	return stdout.String(), stderr.String(), code
 }
 
+// submit submits spec; a retry after a transient error finds the job the
+// first try started, by its name.
 func submit(t *testing.T, spec protocol.JobSpec) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	sub, err := tqclient.New(env.client, env.cfg).Submit(ctx, spec, tqclient.SubmitOptions{})
-	require.NoError(t, err)
+	name := tqclient.NewJobName(spec.Kind)
+	var sub tqclient.Submission
+	require.NoError(t, testenv.Retry(t, long, "submit "+name, func(ctx context.Context) (err error) {
+		sub, err = tqclient.New(env.client, env.cfg).Submit(ctx, spec, tqclient.SubmitOptions{Name: name})
+		return err
+	}))
 	return sub.JobName
 }
 
 func status(t *testing.T, job string) protocol.JobStatus {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	st, err := tqclient.New(env.client, nil).Status(ctx, job)
-	require.NoError(t, err)
+	var st protocol.JobStatus
+	require.NoError(t, testenv.Retry(t, long, "status of "+job, func(ctx context.Context) (err error) {
+		st, err = tqclient.New(env.client, nil).Status(ctx, job)
+		return err
+	}))
 	return st
 }
 
 func queue(t *testing.T, allocation string) protocol.QueueView {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	v, err := tqclient.New(env.client, nil).Queue(ctx, "T", allocation)
-	require.NoError(t, err)
+	var v protocol.QueueView
+	require.NoError(t, testenv.Retry(t, long, "queue of "+allocation, func(ctx context.Context) (err error) {
+		v, err = tqclient.New(env.client, nil).Queue(ctx, "T", allocation)
+		return err
+	}))
 	return v
 }
 

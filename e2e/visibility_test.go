@@ -12,6 +12,7 @@ import (
 	sdkpb "go.temporal.io/api/sdk/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/trainq/trainq/internal/testenv"
 	"github.com/trainq/trainq/protocol"
 )
 
@@ -30,10 +31,11 @@ func currentDetails(t *testing.T, id string) string {
 
 func describe(t *testing.T, id string) *client.WorkflowExecutionDescription {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	d, err := env.client.DescribeWorkflow(ctx, id, "")
-	require.NoError(t, err)
+	var d *client.WorkflowExecutionDescription
+	require.NoError(t, testenv.Retry(t, long, "describe "+id, func(ctx context.Context) (err error) {
+		d, err = env.client.DescribeWorkflow(ctx, id, "")
+		return err
+	}))
 	return d
 }
 
@@ -88,7 +90,7 @@ func TestVisibilitySearchAttributesAndCurrentDetails(t *testing.T) {
 	// Current details of the running job: state, placement, attempt table.
 	cur := currentDetails(t, running)
 	assert.Contains(t, cur, "## Running · attempt 1 · restarts 0/2")
-	assert.Contains(t, cur, "Placement: obs-visibility-1[0 1] (2 GPUs on 1 node)")
+	assert.Contains(t, cur, "Placement: obs-visibility-1[0,1] (2 GPUs on 1 node)")
 	assert.Contains(t, cur, "| attempt | queued | started | ended | why it ended | preemptor |")
 
 	// The waiting job: its state in the search attributes, its place in the

@@ -2,7 +2,6 @@ package testenv
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -17,13 +16,13 @@ import (
 // A killed dev server comes back on the same port with the same state, and
 // a client made before the kill works again without being rebuilt.
 func TestPersistentDevServerSurvivesKill(t *testing.T) {
-	if os.Getenv("TRAINQ_SKIP_E2E") != "" {
-		t.Skip("TRAINQ_SKIP_E2E is set")
-	}
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	require.NoError(t, err)
-	bin, err := TemporalCLI(root)
+	bin, skip, err := TemporalCLI(root)
 	require.NoError(t, err)
+	if skip != "" {
+		t.Skip(skip)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	srv, err := StartPersistentDevServer(ctx, bin, filepath.Join(t.TempDir(), "temporal.db"))

@@ -26,17 +26,37 @@ import (
 
 // TemporalCLI returns the Temporal CLI the dev server runs from:
 // $TRAINQ_TEMPORAL_BIN, else bin/temporal under the module root, where
-// `make test` installs it. A missing CLI is an error, not a skip, so that
-// a CI run without it cannot pass by testing nothing.
-func TemporalCLI(root string) (string, error) {
-	bin := os.Getenv("TRAINQ_TEMPORAL_BIN")
+// `make test` installs it.
+//
+// When the tests that need a dev server cannot run, skip is one sentence
+// saying why, for the package's TestMain to print once. They are skipped
+// when TRAINQ_SKIP_E2E is set, and when bin/temporal is missing on a
+// developer's machine (a plain `go test ./...`). A missing CLI is an error,
+// not a skip, where it is required: when TRAINQ_TEMPORAL_BIN names it (the
+// Makefile does) or under CI, so that a CI run cannot pass by testing
+// nothing.
+func TemporalCLI(root string) (bin, skip string, err error) {
+	if os.Getenv("TRAINQ_SKIP_E2E") != "" {
+		return "", "TRAINQ_SKIP_E2E is set", nil
+	}
+	bin = os.Getenv("TRAINQ_TEMPORAL_BIN")
+	required := bin != "" || os.Getenv("CI") != ""
 	if bin == "" {
 		bin = filepath.Join(root, "bin", "temporal")
 	}
 	if _, err := os.Stat(bin); err != nil {
-		return "", fmt.Errorf("the Temporal CLI is missing at %s; run `make test` (it installs it) or set TRAINQ_SKIP_E2E=1", bin)
+		if required {
+			return "", "", fmt.Errorf("the Temporal CLI is missing at %s; run `make test` (it installs it) or set TRAINQ_SKIP_E2E=1", bin)
+		}
+		return "", fmt.Sprintf("no Temporal CLI at %s (`make test` installs it; TRAINQ_TEMPORAL_BIN names another)", bin), nil
 	}
-	return bin, nil
+	return bin, "", nil
+}
+
+// SkipMessage is the one line a package prints when it skips its tests
+// that need a dev server.
+func SkipMessage(pkg, why string) string {
+	return fmt.Sprintf("%s: skipping the tests that need a Temporal dev server: %s", pkg, why)
 }
 
 // Build compiles the package pkg of the module at root into the binary out,
