@@ -179,11 +179,18 @@ func (f *fakeBackend) Count(ctx context.Context, lf client.ListFilter) (int64, e
 	return int64(len(f.list(lf))), nil
 }
 
-func (f *fakeBackend) Queue(ctx context.Context, region, allocation string) (protocol.QueueView, error) {
+func (f *fakeBackend) QueuePage(ctx context.Context, region, allocation string, page protocol.QueuePage) (protocol.QueueView, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := page.Validate(); err != nil {
+		return protocol.QueueView{}, err
+	}
+	page = page.WithDefaults()
 	v := f.queue
-	v.Region, v.Allocation = region, allocation
+	v.Region, v.Allocation, v.Offset, v.Limit = region, allocation, page.Offset, page.Limit
+	v.WaitingTotal = len(v.Waiting)
+	v.Waiting = v.Waiting[min(page.Offset, len(v.Waiting)):]
+	v.Waiting = v.Waiting[:min(page.Limit, len(v.Waiting))]
 	return v, nil
 }
 

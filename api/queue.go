@@ -2,8 +2,11 @@ package api
 
 import (
 	"fmt"
+	"math"
 	"net/http"
+	"net/url"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/trainq/trainq/config"
@@ -44,20 +47,31 @@ type queueView struct {
 	Region     string `json:"region"`
 	Allocation string `json:"allocation_name"`
 	protocol.GPUTotals
-	Waiting []waitingView        `json:"waiting"`
-	Running []runningView        `json:"running"`
-	Nodes   []scheduler.NodeInfo `json:"nodes"`
+	// WaitingTotal counts every waiting job; Waiting lists those from
+	// Offset, at most Limit of them.
+	WaitingTotal int                  `json:"waiting_total"`
+	Offset       int                  `json:"offset"`
+	Limit        int                  `json:"limit"`
+	Waiting      []waitingView        `json:"waiting"`
+	Running      []runningView        `json:"running"`
+	Nodes        []scheduler.NodeInfo `json:"nodes"`
 }
 
-// queue shows an allocation: waiting jobs in launch order with their
-// reasons, running and releasing jobs, and free/releasing GPUs per node.
-// Jobs of other workspaces are shown without their names.
+// queue shows an allocation: a page of the waiting jobs in launch order
+// with their reasons (offset, limit: default 100), running and releasing
+// jobs, and free/releasing GPUs per node. Jobs of other workspaces are shown
+// without their names.
 func (s *Server) queue(w http.ResponseWriter, r *http.Request, p Principal) {
 	for k := range r.URL.Query() {
-		if k != "region" {
-			s.fail(w, r, errorf(http.StatusBadRequest, codeInvalidParam, k, fmt.Sprintf("unknown query parameter %q; allowed: region", k)))
+		if k != "region" && k != "offset" && k != "limit" {
+			s.fail(w, r, errorf(http.StatusBadRequest, codeInvalidParam, k, fmt.Sprintf("unknown query parameter %q; allowed: region, offset, limit", k)))
 			return
 		}
+	}
+	page, err := queuePage(r.URL.Query())
+	if err != nil {
+		s.fail(w, r, err)
+		return
 	}
 	region := r.URL.Query().Get("region")
 	if region == "" {
@@ -74,7 +88,7 @@ func (s *Server) queue(w http.ResponseWriter, r *http.Request, p Principal) {
 	}
 	ctx, cancel := s.call(r)
 	defer cancel()
-	v, err := s.backend.Queue(ctx, region, name)
+	v, err := s.backend.QueuePage(ctx, region, name, page)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -96,7 +110,8 @@ func (s *Server) queue(w http.ResponseWriter, r *http.Request, p Principal) {
 		s.fail(w, r, err)
 		return
 	}
-	out := queueView{Region: v.Region, Allocation: v.Allocation, GPUTotals: v.GPUTotals(), Waiting: []waitingView{}, Running: []runningView{}, Nodes: v.Nodes}
+	out := queueView{Region: v.Region, Allocation: v.Allocation, GPUTotals: v.GPUTotals(), WaitingTotal: max(v.WaitingTotal, len(v.Waiting)),
+		Offset: page.Offset, Limit: page.WithDefaults().Limit, Waiting: []waitingView{}, Running: []runningView{}, Nodes: v.Nodes}
 	if out.Nodes == nil {
 		out.Nodes = []scheduler.NodeInfo{}
 	}
@@ -117,6 +132,28 @@ func (s *Server) queue(w http.ResponseWriter, r *http.Request, p Principal) {
 		out.Running = append(out.Running, rv)
 	}
 	s.writeRedacted(ctx, w, r, rd, &out)
+}
+
+// queuePage reads the page of waiting jobs asked for: offset (default 0)
+// and limit (default protocol.DefaultQueuePageLimit).
+func queuePage(q url.Values) (protocol.QueuePage, error) {
+	var page protocol.QueuePage
+	for _, f := range []struct {
+		param  string
+		dst    *int
+		lo, hi int
+	}{{"offset", &page.Offset, 0, math.MaxInt32}, {"limit", &page.Limit, 1, protocol.MaxQueuePageLimit}} {
+		v := q.Get(f.param)
+		if v == "" {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < f.lo || n > f.hi {
+			return page, errorf(http.StatusUnprocessableEntity, codeInvalidParam, f.param, fmt.Sprintf("%q is not allowed; use a whole number from %d to %d", v, f.lo, f.hi))
+		}
+		*f.dst = n
+	}
+	return page, nil
 }
 
 func validRegion(cfg *config.Config, region string) bool {

@@ -35,7 +35,7 @@ type Jobs interface {
 	Cancel(ctx context.Context, name string) error
 	List(ctx context.Context, f ListFilter) ([]JobSummary, error)
 	Count(ctx context.Context, f ListFilter) (int64, error)
-	Queue(ctx context.Context, region, allocation string) (protocol.QueueView, error)
+	QueuePage(ctx context.Context, region, allocation string, page protocol.QueuePage) (protocol.QueueView, error)
 	LogSource() (LogSource, error)
 	Health(ctx context.Context) error
 }

@@ -21,10 +21,22 @@ type noAllocatorError struct{ msg string }
 func (e *noAllocatorError) Error() string        { return e.msg }
 func (e *noAllocatorError) Is(target error) bool { return target == ErrNoAllocator }
 
-// Queue returns the allocator's view of an allocation.
+// Queue returns the allocator's view of an allocation, with the first page
+// of its waiting jobs (see QueuePage).
 func (c *Client) Queue(ctx context.Context, region, allocation string) (protocol.QueueView, error) {
+	return c.QueuePage(ctx, region, allocation, protocol.QueuePage{})
+}
+
+// QueuePage returns the allocator's view of an allocation, listing the
+// waiting jobs of page (default: the first protocol.DefaultQueuePageLimit)
+// with the totals of the whole queue. A page out of bounds is a
+// *protocol.FieldError naming the field.
+func (c *Client) QueuePage(ctx context.Context, region, allocation string, page protocol.QueuePage) (protocol.QueueView, error) {
 	var v protocol.QueueView
-	resp, err := c.Temporal.QueryWorkflow(ctx, protocol.AllocatorWorkflowID(region, allocation), "", protocol.QueryQueue)
+	if err := page.Validate(); err != nil {
+		return v, err
+	}
+	resp, err := c.Temporal.QueryWorkflow(ctx, protocol.AllocatorWorkflowID(region, allocation), "", protocol.QueryQueue, page)
 	if err != nil {
 		var notFound *serviceerror.NotFound
 		if errors.As(err, &notFound) {

@@ -178,7 +178,7 @@ func init() {
 		{"list", "[--status S]... [--allocation A] [--region R] [--author U] [--limit N]", "list jobs, newest first", runList},
 		{"cancel", "JOB", "stop a job (its workers get SIGTERM, then SIGKILL)", runCancel},
 		{"logs", "JOB [--tail N] [--follow] [--attempt N] [--worker N]", "print a job's logs (latest attempt, all workers)", runLogs},
-		{"queue", "[ALLOCATION] [--region R]", "show an allocation's nodes, running jobs and waiting jobs in launch order", runQueue},
+		{"queue", "[ALLOCATION] [--region R] [--limit N] [--offset M]", "show an allocation's nodes, running jobs and a page of its waiting jobs in launch order", runQueue},
 		{"top", "[ALLOCATION] [--region R] [--once]", "live view of an allocation: GPU bars per node, running and waiting jobs (plain snapshot on a non-TTY)", runTop},
 		{"watch", "JOB", "print each state change until the job ends; exit 0 only if it completed", runWatch},
 		{"allocator", "recover [ALLOCATION] [--region R]", "rebuild an allocator's state from its jobs and node agents (starts one if none runs)", runAllocator},

@@ -13,11 +13,20 @@ import (
 func runQueue(ctx context.Context, g *globals, args []string) error {
 	fs := newFlagSet(g, "queue")
 	region := fs.String("region", "", "region (default: the config's default region)")
+	limit := fs.Int("limit", protocol.DefaultQueuePageLimit, fmt.Sprintf("list at most this many waiting jobs (1 to %d)", protocol.MaxQueuePageLimit))
+	offset := fs.Int("offset", 0, "skip this many waiting jobs (in launch order)")
 	pos, err := parseArgs(g, fs, args, 0, 1)
 	if err != nil {
 		return err
 	}
-	fetch, err := queueFetcher(ctx, g, *region, pos)
+	page := protocol.QueuePage{Limit: *limit, Offset: *offset}
+	if *limit < 1 {
+		return usageErr("--limit must be between 1 and %d, got %d", protocol.MaxQueuePageLimit, *limit)
+	}
+	if err := page.Validate(); err != nil {
+		return usageErr("--%v", err)
+	}
+	fetch, err := queueFetcher(ctx, g, *region, pos, page)
 	if err != nil {
 		return err
 	}
@@ -33,9 +42,9 @@ func runQueue(ctx context.Context, g *globals, args []string) error {
 }
 
 // queueFetcher finds the allocation named by the optional positional
-// argument (default: the config's) and returns what queries its queue; it
-// says so when the allocator does not answer in time.
-func queueFetcher(ctx context.Context, g *globals, region string, pos []string) (func(context.Context) (protocol.QueueView, error), error) {
+// argument (default: the config's) and returns what queries a page of its
+// queue; it says so when the allocator does not answer in time.
+func queueFetcher(ctx context.Context, g *globals, region string, pos []string, page protocol.QueuePage) (func(context.Context) (protocol.QueueView, error), error) {
 	cfg, err := g.Config()
 	if err != nil {
 		return nil, err
@@ -55,7 +64,7 @@ func queueFetcher(ctx context.Context, g *globals, region string, pos []string) 
 	return func(ctx context.Context) (protocol.QueueView, error) {
 		qctx, cancel := context.WithTimeout(ctx, queryTimeout)
 		defer cancel()
-		v, err := c.Queue(qctx, r.Name, a.Name)
+		v, err := c.QueuePage(qctx, r.Name, a.Name, page)
 		if err != nil && ctx.Err() == nil && (qctx.Err() != nil || isDeadline(err)) {
 			return v, fmt.Errorf("the allocator of %s/%s did not answer within %s; is trainq-worker running?", r.Name, a.Name, queryTimeout)
 		}
@@ -128,8 +137,10 @@ func printQueue(g *globals, v protocol.QueueView) {
 		tw.Flush()
 	}
 
-	if n := waitingTotal(v); n > len(v.Waiting) {
-		fmt.Fprintf(w, "\nWaiting, in launch order (the first %d of %d):\n", len(v.Waiting), n)
+	if n := waitingTotal(v); n > len(v.Waiting) && len(v.Waiting) > 0 {
+		fmt.Fprintf(w, "\nWaiting, in launch order (%d to %d of %d; --offset and --limit show others):\n", v.Offset+1, v.Offset+len(v.Waiting), n)
+	} else if n > len(v.Waiting) {
+		fmt.Fprintf(w, "\nWaiting, in launch order (none from %d; %d in all):\n", v.Offset+1, n)
 	} else {
 		fmt.Fprintln(w, "\nWaiting, in launch order:")
 	}

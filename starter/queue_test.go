@@ -31,3 +31,32 @@ func TestQueueShowsReservedNodes(t *testing.T) {
 		t.Errorf("n-2 shown as reserved:\n%s", text)
 	}
 }
+
+// --limit and --offset are checked before anything is asked, naming the flag.
+func TestQueuePageFlags(t *testing.T) {
+	for args, want := range map[string]string{
+		"--limit 0":    "--limit must be between 1 and 1000, got 0",
+		"--limit 1001": "--limit: must be between 1 and 1000, got 1001",
+		"--offset -2":  "--offset: must be 0 or more, got -2",
+		"--limit x":    "invalid value",
+	} {
+		var out bytes.Buffer
+		g := newGlobals(strings.NewReader(""), &out, &out)
+		err := runQueue(t.Context(), g, strings.Fields(args))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", args, err, want)
+		}
+	}
+}
+
+// A page of a long queue says which jobs it shows and how to see others.
+func TestQueueShowsItsPage(t *testing.T) {
+	var out bytes.Buffer
+	g := newGlobals(strings.NewReader(""), &out, &out)
+	v := protocol.QueueView{Region: "R", Allocation: "a", Offset: 100, Limit: 2, WaitingTotal: 20000, View: scheduler.View{
+		Waiting: []scheduler.WaitingInfo{{Job: "j-101", Position: 101, Reason: "r"}, {Job: "j-102", Position: 102, Reason: "r"}}}}
+	printQueue(g, v)
+	if want := "Waiting, in launch order (101 to 102 of 20000; --offset and --limit show others):"; !strings.Contains(out.String(), want) {
+		t.Errorf("missing %q in\n%s", want, out.String())
+	}
+}

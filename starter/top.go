@@ -43,7 +43,7 @@ func runTop(ctx context.Context, g *globals, args []string) error {
 	if *interval <= 0 {
 		return usageErr("top: --interval must be positive")
 	}
-	fetch, err := queueFetcher(ctx, g, *region, pos)
+	fetch, err := queueFetcher(ctx, g, *region, pos, protocol.QueuePage{})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,66 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func getAsBob(s *Server, path string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest("GET", path, nil)
+	req.Header.Set("Authorization", "Bearer "+bobToken)
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, req)
+	return rec
+}
+
+// The queue endpoint lists a page of the waiting jobs (offset, limit) with
+// the total; a page out of bounds is refused naming the field.
+func TestQueuePages(t *testing.T) {
+	s, _ := twoWorkspaceServer(t)
+	path := "/public/v2/allocations/" + fakeAlloc + "/queue"
+	for _, tc := range []struct {
+		query         string
+		offset, limit int
+		launchOrders  []int
+		waitingTotal  int
+		runningListed int
+	}{
+		{"", 0, 100, []int{1, 2}, 2, 3},
+		{"?limit=1", 0, 1, []int{1}, 2, 3},
+		{"?offset=1&limit=1", 1, 1, []int{2}, 2, 3},
+		{"?offset=5", 5, 100, nil, 2, 3},
+	} {
+		rec := getAsBob(s, path+tc.query)
+		require.Equal(t, 200, rec.Code, "%s: %s", tc.query, rec.Body)
+		var q queueView
+		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &q))
+		var orders []int
+		for _, w := range q.Waiting {
+			orders = append(orders, w.LaunchOrder)
+		}
+		assert.Equal(t, tc.launchOrders, orders, tc.query)
+		assert.Equal(t, tc.waitingTotal, q.WaitingTotal, tc.query)
+		assert.Equal(t, tc.offset, q.Offset, tc.query)
+		assert.Equal(t, tc.limit, q.Limit, tc.query)
+		assert.Len(t, q.Running, tc.runningListed, tc.query)
+	}
+	for _, tc := range []struct{ query, field, phrase string }{
+		{"?limit=0", "limit", "from 1 to 1000"},
+		{"?limit=1001", "limit", "from 1 to 1000"},
+		{"?limit=ten", "limit", `"ten" is not allowed`},
+		{"?offset=-1", "offset", "from 0 to"},
+	} {
+		rec := getAsBob(s, path+tc.query)
+		require.Equal(t, 422, rec.Code, "%s: %s", tc.query, rec.Body)
+		e := errorOf(t, rec)
+		assert.Equal(t, tc.field, e.Field, tc.query)
+		assert.Contains(t, e.Message, tc.phrase, tc.query)
+	}
+	rec := getAsBob(s, path+"?page=2")
+	require.Equal(t, 400, rec.Code)
+	assert.Contains(t, errorOf(t, rec).Message, "allowed: region, offset, limit")
+}
