@@ -171,7 +171,9 @@ func run(m *testing.M) int {
 	defer srv.Stop()
 	env.hostPort = srv.FrontendHostPort()
 	env.client = srv.Client()
-	return m.Run()
+	code := m.Run()
+	fmt.Print(figureReport())
+	return code
 }
 
 const long = 90 * time.Second
@@ -225,14 +227,15 @@ func waitState(t *testing.T, job string, want protocol.JobState, timeout time.Du
 // podWatch follows every trainq pod of the namespace through the API's
 // watch, and lets a test wait for a condition on them.
 type podWatch struct {
-	mu      sync.Mutex
-	cond    *sync.Cond
-	pods    map[string]*corev1.Pod // current, by name
-	gone    map[string]time.Time   // when each deleted pod was seen gone
-	running map[string]time.Time   // when each pod was first seen Running
-	marked  map[string]time.Time   // when each pod was first seen marked as stopping
-	last    map[string]*corev1.Pod // the last state of each deleted pod
-	stop    func()
+	mu       sync.Mutex
+	cond     *sync.Cond
+	pods     map[string]*corev1.Pod       // current, by name
+	gone     map[string]time.Time         // when each deleted pod was seen gone
+	running  map[string]time.Time         // when each pod was first seen Running
+	marked   map[string]time.Time         // when each pod was first seen marked as stopping
+	last     map[string]*corev1.Pod       // the last state of each deleted pod
+	attempts map[attemptKey]*attemptTimes // for the run's figures
+	stop     func()
 }
 
 func watchPods(t *testing.T) *podWatch {
@@ -240,7 +243,7 @@ func watchPods(t *testing.T) *podWatch {
 	ctx, cancel := context.WithCancel(context.Background())
 	w, err := env.cluster.Client.CoreV1().Pods(namespace).Watch(ctx, metav1.ListOptions{LabelSelector: kubeb.LabelManagedBy + "=" + kubeb.ManagedBy})
 	require.NoError(t, err)
-	pw := &podWatch{pods: map[string]*corev1.Pod{}, gone: map[string]time.Time{}, running: map[string]time.Time{}, marked: map[string]time.Time{}, last: map[string]*corev1.Pod{}}
+	pw := &podWatch{pods: map[string]*corev1.Pod{}, gone: map[string]time.Time{}, running: map[string]time.Time{}, marked: map[string]time.Time{}, last: map[string]*corev1.Pod{}, attempts: map[attemptKey]*attemptTimes{}}
 	pw.cond = sync.NewCond(&pw.mu)
 	done := make(chan struct{})
 	go func() {
@@ -252,6 +255,7 @@ func watchPods(t *testing.T) *podWatch {
 			}
 			now := time.Now()
 			pw.mu.Lock()
+			pw.note(p, ev.Type == watch.Deleted, now)
 			if ev.Type == watch.Deleted {
 				delete(pw.pods, p.Name)
 				pw.gone[p.Name] = now
@@ -269,7 +273,7 @@ func watchPods(t *testing.T) *podWatch {
 			pw.mu.Unlock()
 		}
 	}()
-	pw.stop = func() { cancel(); w.Stop(); <-done }
+	pw.stop = func() { cancel(); w.Stop(); <-done; pw.collect() }
 	t.Cleanup(pw.stop)
 	return pw
 }
@@ -317,6 +321,7 @@ func (pw *podWatch) waitRunning(t *testing.T, names ...string) {
 		}
 		return true
 	})
+	pw.timeRunning()
 }
 
 // waitGone waits until the pods were deleted.
