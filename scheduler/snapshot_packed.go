@@ -48,9 +48,10 @@ type packedIDs struct {
 	Prefixes []string `json:"prefixes,omitempty"`
 	Prefix   []int32  `json:"p"` // per id: index into Prefixes, or -1 for the next Raw id
 	// UUIDs holds 14 bytes per id with a prefix: the UUID without bytes 6 and 8, which hold its
-	// version and variant bits; UUIDRest holds the other 10 bits of those two bytes.
+	// version and variant bits; UUIDRest holds the other 10 bits of those two bytes, packed
+	// (see tenBits).
 	UUIDs    []byte   `json:"u,omitempty"`
-	UUIDRest []uint16 `json:"ur,omitempty"`
+	UUIDRest []byte   `json:"ur,omitempty"`
 	Raw      []string `json:"r,omitempty"`
 }
 
@@ -120,6 +121,7 @@ func UnpackSnapshot(b []byte) (Snapshot, error) {
 
 func packIDs(ids []string) packedIDs {
 	var out packedIDs
+	var rest tenBits
 	out.Prefix = make([]int32, len(ids))
 	prefixIdx := map[string]int32{}
 	for i, id := range ids {
@@ -137,19 +139,24 @@ func packIDs(ids []string) packedIDs {
 		}
 		out.Prefix[i] = k
 		out.UUIDs = append(append(append(out.UUIDs, u[:6]...), u[7]), u[9:]...)
-		out.UUIDRest = append(out.UUIDRest, uint16(u[6]&0x0f)<<6|uint16(u[8]&0x3f))
+		rest.append(uint16(u[6]&0x0f)<<6 | uint16(u[8]&0x3f))
 	}
+	out.UUIDRest = rest.b
 	return out
 }
 
 func (p packedIDs) unpack() ([]string, error) {
 	ids := make([]string, len(p.Prefix))
-	nextUUID, nextRest, nextRaw := p.UUIDs, p.UUIDRest, p.Raw
+	rests, err := tenBits{b: p.UUIDRest}.values(len(p.UUIDs) / 14)
+	if err != nil {
+		return nil, err
+	}
+	nextUUID, nextRest, nextRaw := p.UUIDs, rests, p.Raw
 	for i, k := range p.Prefix {
 		switch {
 		case k == -1 && len(nextRaw) > 0:
 			ids[i], nextRaw = nextRaw[0], nextRaw[1:]
-		case k >= 0 && int(k) < len(p.Prefixes) && len(nextUUID) >= 14 && len(nextRest) > 0 && nextRest[0] < 1<<10:
+		case k >= 0 && int(k) < len(p.Prefixes) && len(nextUUID) >= 14 && len(nextRest) > 0:
 			var u uuid.UUID
 			b, rest := nextUUID[:14], nextRest[0]
 			copy(u[:6], b[:6])
@@ -179,6 +186,42 @@ func splitUUID(id string) (string, uuid.UUID, bool) {
 		return "", uuid.UUID{}, false
 	}
 	return prefix, u, true
+}
+
+// tenBits packs 10-bit values, four to five bytes.
+type tenBits struct {
+	b []byte
+	n int // values appended
+}
+
+func (t *tenBits) append(v uint16) {
+	bit := t.n * 10
+	if len(t.b) < (bit+10+7)/8 {
+		t.b = append(t.b, 0, 0)[:(bit+10+7)/8]
+	}
+	for k := 0; k < 10; k++ {
+		if v&(1<<k) != 0 {
+			t.b[(bit+k)/8] |= 1 << ((bit + k) % 8)
+		}
+	}
+	t.n++
+}
+
+// values unpacks n values; the bytes must hold exactly that many.
+func (t tenBits) values(n int) ([]uint16, error) {
+	if len(t.b) != (n*10+7)/8 {
+		return nil, fmt.Errorf("snapshot: %d bytes of UUID bits for %d UUIDs", len(t.b), n)
+	}
+	out := make([]uint16, n)
+	for i := range out {
+		for k := 0; k < 10; k++ {
+			bit := i*10 + k
+			if t.b[bit/8]&(1<<(bit%8)) != 0 {
+				out[i] |= 1 << k
+			}
+		}
+	}
+	return out, nil
 }
 
 func toMillis(ns int64) int64  { return truncate(ns, 1e6) }
