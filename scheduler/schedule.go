@@ -191,6 +191,20 @@ func (sc *scratch) resetCapacity(p *Pool) {
 	}
 }
 
+// newBuckets makes family f's buckets, each at the size the pass starts with (a restored pool's
+// first pass would otherwise grow each one step by step; later passes reuse them).
+func (sc *scratch) newBuckets(p *Pool, f int32) [][]freeSlot {
+	sizes := make([]int, p.fams[f].maxGPU+1)
+	for _, i := range p.fams[f].live {
+		sizes[sc.freeGPU[i]]++
+	}
+	b := make([][]freeSlot, len(sizes))
+	for g, k := range sizes {
+		b[g] = make([]freeSlot, 0, k)
+	}
+	return b
+}
+
 // freeSlot is a live node in its family's bucket for its free GPUs, with copies of its free CPU
 // and RAM in this pass, so that a grant reads the bucket sequentially.
 type freeSlot struct {
@@ -206,22 +220,10 @@ func (sc *scratch) resetFreeLists(p *Pool) {
 	}
 	for f := range p.fams {
 		if len(sc.freeBuckets[f]) != p.fams[f].maxGPU+1 {
-			sc.freeBuckets[f] = make([][]freeSlot, p.fams[f].maxGPU+1)
+			sc.freeBuckets[f] = sc.newBuckets(p, int32(f))
 		}
 		for g := range sc.freeBuckets[f] {
 			sc.freeBuckets[f][g] = sc.freeBuckets[f][g][:0]
-		}
-		// A new pool's buckets start at the size they need (a restored pool's first pass would
-		// otherwise grow each one step by step).
-		sc.bucketSizes = grow(sc.bucketSizes, len(sc.freeBuckets[f]))
-		clear(sc.bucketSizes)
-		for _, i := range p.fams[f].live {
-			sc.bucketSizes[sc.freeGPU[i]]++
-		}
-		for g, k := range sc.bucketSizes {
-			if cap(sc.freeBuckets[f][g]) < k {
-				sc.freeBuckets[f][g] = make([]freeSlot, 0, k)
-			}
 		}
 		for _, i := range p.fams[f].live {
 			sc.link(int32(f), i, sc.freeGPU[i])
@@ -655,7 +657,8 @@ func (p *Pool) plan(now time.Time, sc *scratch, explain span) *plan {
 	sc.reset(p)
 	// The grant buffers are the last pass's, emptied (see Schedule).
 	pl := &plan{outFrom: explain.from, grants: sc.grantBuf[:0], grantNodes: sc.grantNodeBuf[:0]}
-	if explain.to > explain.from {
+	explaining := explain.to > explain.from // (tested first in the loop: Schedule never explains)
+	if explaining {
 		pl.outs = make([]planOut, explain.to-explain.from)
 		pl.consumers = make([][]int32, len(p.fams))
 	}
@@ -666,7 +669,7 @@ func (p *Pool) plan(now time.Time, sc *scratch, explain span) *plan {
 		first := key.class != prevClass
 		prevClass = key.class
 		if blocker >= 0 {
-			if i >= explain.to {
+			if !explaining || i >= explain.to {
 				break
 			}
 			if explain.has(i) {
@@ -681,12 +684,8 @@ func (p *Pool) plan(now time.Time, sc *scratch, explain span) *plan {
 		} else {
 			kind, victims = p.decide(now, sc, pl, i, key, first)
 		}
-		if pl.consumers != nil && i < explain.from && kind != outNoFit && kind != outPrevAttempt {
-			f := p.shapes[p.waiting[i].shape].fam
-			pl.consumers[f] = append(pl.consumers[f], int32(i))
-		}
-		if explain.has(i) {
-			pl.outs[i-explain.from] = p.explainOutcome(sc, pl, i, kind, victims)
+		if explaining {
+			p.recordOutcome(sc, pl, explain, i, kind, victims)
 		}
 		if kind != outGranted && p.strict() {
 			blocker = i
@@ -700,6 +699,18 @@ func (p *Pool) plan(now time.Time, sc *scratch, explain span) *plan {
 func (sc *scratch) knownToFail(i int, key waitKey) bool {
 	return !sc.hasNominations[i] && !key.prev && sc.failed.fitFailed(key.shape) &&
 		(key.class == Low || sc.failed.preemptFailed(key.shape, key.class))
+}
+
+// recordOutcome keeps, in explain mode, which requests before the span took capacity, and the
+// outcome of the requests in the span.
+func (p *Pool) recordOutcome(sc *scratch, pl *plan, explain span, i int, kind uint8, victims []*runJob) {
+	if i < explain.from && kind != outNoFit && kind != outPrevAttempt {
+		f := p.shapes[p.waiting[i].shape].fam
+		pl.consumers[f] = append(pl.consumers[f], int32(i))
+	}
+	if explain.has(i) {
+		pl.outs[i-explain.from] = p.explainOutcome(sc, pl, i, kind, victims)
+	}
 }
 
 // explainOutcome records what request i got in this pass, for View and Explain.
