@@ -65,7 +65,14 @@ func (a *Activities) RequestCapacity(ctx context.Context, in RequestCapacityInpu
 	if err != nil {
 		return protocol.CapacityReply{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeCapacityRefused, nil)
 	}
-	if err := admit(start, in.Request); err != nil {
+	// The nodes of a node_selector allocation change while this process
+	// runs (only its allocator has the current list): the allocator judges.
+	if _, alloc, _ := a.Config.Allocation(in.Region, in.Allocation); alloc != nil && len(alloc.NodeSelector) > 0 {
+		err = nil
+	} else {
+		err = admit(start, in.Request)
+	}
+	if err != nil {
 		return protocol.CapacityReply{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("allocation %s/%s cannot run %s: %v", in.Region, in.Allocation, in.Request.Job, err), ErrTypeCapacityRefused, nil)
 	}

@@ -53,6 +53,13 @@ func TestKubeNodeSelector(t *testing.T) {
 		names = append(names, n.Name)
 	}
 	assert.Equal(t, []string{"sel-1", "sel-2"}, names)
+	// A job no selected node can ever hold is refused by the allocator,
+	// which alone knows the nodes picked now.
+	big := jobSpec("selected", "medium", 1, nil)
+	big.InstanceType = "a100.4gpu"
+	refused := waitState(t, submit(t, big), protocol.StateFailed, long)
+	assert.Contains(t, refused.Message, "the largest a100 node in this allocation has 2")
+
 	exitPod(t, podName(first, 1, 0), 0)
 	exitPod(t, podName(second, 1, 0), 0)
 	waitState(t, first, protocol.StateCompleted, long)
