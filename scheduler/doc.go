@@ -63,11 +63,11 @@
 //
 //   - of a strictly lower class, and not notebooks;
 //   - running for at least Policy.MinRuntimeBeforePreemption;
-//   - preempted fewer than Policy.MaxPreemptions times so far (default 3), counting every attempt
-//     of the job (see Request.Preemptions);
-//   - such that preempting them loses at most Policy.MaxLossGPUHours of work (default 24): their
-//     GPUs × the time since their attempt started or since their last checkpoint
-//     (Pool.Checkpointed), whichever is later.
+//   - preempted fewer than Policy.MaxPreemptions times so far (default 3; max_preemptions in the
+//     config, -1 for no limit), counting every attempt of the job (see Request.Preemptions);
+//   - such that preempting them loses at most Policy.MaxLossGPUHours of work (default 24;
+//     max_loss_gpu_hours in the config, -1 for no limit): their GPUs × the time since their
+//     attempt started or since their last checkpoint (Pool.Checkpointed), whichever is later.
 //
 // It may also take over capacity nominated to a request of a strictly lower class (that loses no
 // work). On each node of its family (not lost, not reserved in this pass), the candidates are

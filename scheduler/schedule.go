@@ -972,8 +972,8 @@ func (p *Pool) newGrantArena(pl *plan) *grantArena {
 		placements: make([]WorkerPlacement, workers), gpuIndices: make([]int, gpus)}
 }
 
-// take cuts the first n elements off s.
-func take[T any](s *[]T, n int) []T {
+// splitOff cuts the first n elements off s.
+func splitOff[T any](s *[]T, n int) []T {
 	out := (*s)[:n:n]
 	*s = (*s)[n:]
 	return out
@@ -981,9 +981,9 @@ func take[T any](s *[]T, n int) []T {
 
 // placement is Pool.placement for a job just started, from the arena.
 func (ar *grantArena) placement(p *Pool, rj *runJob) []WorkerPlacement {
-	out := take(&ar.placements, len(rj.nodes))
+	out := splitOff(&ar.placements, len(rj.nodes))
 	for w, n := range rj.nodes {
-		idx := take(&ar.gpuIndices, bits.OnesCount64(rj.gpus[w]))[:0]
+		idx := splitOff(&ar.gpuIndices, bits.OnesCount64(rj.gpus[w]))[:0]
 		for m := rj.gpus[w]; m != 0; m &= m - 1 {
 			idx = append(idx, bits.TrailingZeros64(m))
 		}
@@ -997,10 +997,10 @@ func (ar *grantArena) placement(p *Pool, rj *runJob) []WorkerPlacement {
 func (p *Pool) start(now time.Time, pl *plan, g planGrant, rj *runJob, ar *grantArena) *runJob {
 	w := g.w
 	dm := &w.r.Demand
-	nodes := take(&ar.nodes, g.nodesTo-g.nodesFrom)
+	nodes := splitOff(&ar.nodes, g.nodesTo-g.nodesFrom)
 	copy(nodes, pl.grantNodes[g.nodesFrom:g.nodesTo])
 	*rj = runJob{r: w.r, fam: p.shapes[w.shape].fam, startedAt: now, nodes: nodes,
-		gpus: take(&ar.gpus, len(nodes)), released: take(&ar.released, len(nodes)), preemptions: w.r.Preemptions}
+		gpus: splitOff(&ar.gpus, len(nodes)), released: splitOff(&ar.released, len(nodes)), preemptions: w.r.Preemptions}
 	for i, n := range nodes {
 		nd := &p.nodes[n]
 		m := lowestFree(nd.used, nd.GPUs, dm.GPUs)
