@@ -37,6 +37,7 @@ import (
 
 	"github.com/trainq/trainq/activities"
 	trainq "github.com/trainq/trainq/client"
+	"github.com/trainq/trainq/cluster"
 	"github.com/trainq/trainq/cluster/kube"
 	"github.com/trainq/trainq/cluster/local"
 	"github.com/trainq/trainq/config"
@@ -77,21 +78,9 @@ func run(opts options) error {
 	if err != nil {
 		return err
 	}
-	// The nodes whose agents this process runs.
-	var nodes []string
-	switch opts.role {
-	case roleAll:
-		nodes = cfg.Nodes()
-	case roleAgent:
-		host := ""
-		if opts.nodesFromHost {
-			if host, err = os.Hostname(); err != nil {
-				return fmt.Errorf("agent: --nodes-from-host: cannot read the hostname: %w", err)
-			}
-		}
-		if nodes, err = agentNodes(cfg, opts.nodes, opts.nodesFromHost, host); err != nil {
-			return fmt.Errorf("agent: %w", err)
-		}
+	nodes, err := nodesOf(cfg, opts)
+	if err != nil {
+		return err
 	}
 	runsWorkflows := opts.role != roleAgent
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("role", opts.role.String())
@@ -99,43 +88,16 @@ func run(opts options) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	reg, err := metrics.NewRegistry()
+	c, reg, disconnect, err := connect(ctx, logger)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = reg.Shutdown(context.Background()) }()
-	copts, err := trainq.ClientOptions(sdklog.NewStructuredLogger(logger))
+	defer disconnect()
+	stopMetrics, err := startMetrics(opts, cfg, c, reg, logger)
 	if err != nil {
 		return err
 	}
-	// The SDK's own metrics and those the workflows emit feed /metrics.
-	copts.MetricsHandler = reg.Handler
-	c, err := trainq.DialOptions(ctx, copts)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	metricsAddr := opts.metricsAddr // an agent serves metrics only when asked to
-	if runsWorkflows {
-		metricsAddr = cfg.MetricsAddr
-		var allocations []metrics.Allocation
-		for _, ref := range cfg.Allocations() {
-			allocations = append(allocations, metrics.Allocation{Region: ref.Region, Allocation: ref.Allocation.Name})
-		}
-		reg.Prometheus.MustRegister(metrics.NewCollector(allocations, func(ctx context.Context, region, allocation string) (protocol.QueueView, error) {
-			return trainq.New(c, cfg).Queue(ctx, region, allocation)
-		}))
-	}
-	if metricsAddr != "" {
-		stopMetrics, err := serveMetrics(metricsAddr, reg, logger)
-		if err != nil {
-			if !runsWorkflows {
-				return fmt.Errorf("agent: --metrics-addr %s: %w", metricsAddr, errors.Unwrap(err))
-			}
-			return err
-		}
-		defer stopMetrics()
-	}
+	defer stopMetrics()
 
 	if runsWorkflows {
 		if err := ensureSearchAttributes(ctx, c); err != nil {
@@ -151,34 +113,7 @@ func run(opts options) error {
 		nodes = cfg.Nodes() // with the nodes node_selector picked
 	}
 	acts := &activities.Activities{Client: c, Config: cfg, Backend: backend}
-
-	var workers []worker.Worker
-	if runsWorkflows {
-		main := worker.New(c, protocol.TaskQueue, mainWorkerOptions(opts.buildID))
-		// The main queue keeps the allocator too: a run started before the
-		// allocators had a queue of their own moves over at its next
-		// continue-as-new.
-		registerWorkflows(main, workflows.JobWorkflow, workflows.AllocatorWorkflow, opts.buildID != "")
-		main.RegisterActivity(acts)
-		alloc := worker.New(c, protocol.AllocatorTaskQueue, allocatorWorkerOptions(opts.buildID))
-		registerAllocator(alloc, workflows.AllocatorWorkflow, opts.buildID != "")
-		alloc.RegisterActivity(acts) // the allocator's own activities run on its queue
-		workers = append(workers, main, alloc)
-	}
-	// One node agent per node. On a real cluster each GPU server runs its
-	// own agent (trainq-worker agent); by default one process serves every
-	// node of the config.
-	for _, node := range nodes {
-		if kb, ok := backend.(*kube.Backend); ok {
-			// The agent answers only while the Kubernetes node is Ready.
-			go runKubeAgent(ctx, c, node, acts, kb, logger)
-			continue
-		}
-		w := worker.New(c, protocol.NodeTaskQueue(node), worker.Options{})
-		w.RegisterActivity(acts)
-		workers = append(workers, w)
-	}
-	for _, w := range workers {
+	for _, w := range newWorkers(ctx, c, opts, nodes, acts, backend, logger) {
 		if err := w.Start(); err != nil {
 			return err
 		}
@@ -196,6 +131,115 @@ func run(opts options) error {
 	if kb, ok := backend.(*kube.Backend); ok && opts.role == roleAll {
 		go followSelectors(ctx, c, cfg, kb, acts, nodes, logger)
 	}
+	logRunning(logger, opts, cfg, nodes)
+	<-ctx.Done()
+	logger.Info("trainq-worker is stopping; running jobs keep running and are re-attached at the next start")
+	return nil
+}
+
+// connect makes the metrics registry and dials Temporal; the SDK's own
+// metrics and those the workflows emit feed the registry (/metrics).
+func connect(ctx context.Context, logger *slog.Logger) (client.Client, *metrics.Registry, func(), error) {
+	reg, err := metrics.NewRegistry()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	shutdown := func() { _ = reg.Shutdown(context.Background()) }
+	copts, err := trainq.ClientOptions(sdklog.NewStructuredLogger(logger))
+	if err != nil {
+		shutdown()
+		return nil, nil, nil, err
+	}
+	copts.MetricsHandler = reg.Handler
+	c, err := trainq.DialOptions(ctx, copts)
+	if err != nil {
+		shutdown()
+		return nil, nil, nil, err
+	}
+	return c, reg, func() { c.Close(); shutdown() }, nil
+}
+
+// nodesOf says the nodes whose agents this process runs.
+func nodesOf(cfg *config.Config, opts options) ([]string, error) {
+	switch opts.role {
+	case roleAll:
+		return cfg.Nodes(), nil
+	case roleAgent:
+		host := ""
+		if opts.nodesFromHost {
+			var err error
+			if host, err = os.Hostname(); err != nil {
+				return nil, fmt.Errorf("agent: --nodes-from-host: cannot read the hostname: %w", err)
+			}
+		}
+		nodes, err := agentNodes(cfg, opts.nodes, opts.nodesFromHost, host)
+		if err != nil {
+			return nil, fmt.Errorf("agent: %w", err)
+		}
+		return nodes, nil
+	}
+	return nil, nil
+}
+
+// startMetrics registers the queue collector (workflow roles) and serves
+// /metrics where asked; stop ends serving.
+func startMetrics(opts options, cfg *config.Config, c client.Client, reg *metrics.Registry, logger *slog.Logger) (stop func(), err error) {
+	runsWorkflows := opts.role != roleAgent
+	metricsAddr := opts.metricsAddr // an agent serves metrics only when asked to
+	if runsWorkflows {
+		metricsAddr = cfg.MetricsAddr
+		var allocations []metrics.Allocation
+		for _, ref := range cfg.Allocations() {
+			allocations = append(allocations, metrics.Allocation{Region: ref.Region, Allocation: ref.Allocation.Name})
+		}
+		reg.Prometheus.MustRegister(metrics.NewCollector(allocations, func(ctx context.Context, region, allocation string) (protocol.QueueView, error) {
+			return trainq.New(c, cfg).Queue(ctx, region, allocation)
+		}))
+	}
+	if metricsAddr == "" {
+		return func() {}, nil
+	}
+	stop, err = serveMetrics(metricsAddr, reg, logger)
+	if err != nil && !runsWorkflows {
+		return nil, fmt.Errorf("agent: --metrics-addr %s: %w", metricsAddr, errors.Unwrap(err))
+	}
+	return stop, err
+}
+
+// newWorkers builds the Temporal workers of this process's role: the main
+// and allocator queues for the workflow roles, one node agent per node.
+// Kubernetes agents start on their own (they answer only while their node
+// is Ready).
+func newWorkers(ctx context.Context, c client.Client, opts options, nodes []string, acts *activities.Activities,
+	backend cluster.Backend, logger *slog.Logger) []worker.Worker {
+	var workers []worker.Worker
+	if opts.role != roleAgent {
+		main := worker.New(c, protocol.TaskQueue, mainWorkerOptions(opts.buildID))
+		// The main queue keeps the allocator too: a run started before the
+		// allocators had a queue of their own moves over at its next
+		// continue-as-new.
+		registerWorkflows(main, workflows.JobWorkflow, workflows.AllocatorWorkflow, opts.buildID != "")
+		main.RegisterActivity(acts)
+		alloc := worker.New(c, protocol.AllocatorTaskQueue, allocatorWorkerOptions(opts.buildID))
+		registerAllocator(alloc, workflows.AllocatorWorkflow, opts.buildID != "")
+		alloc.RegisterActivity(acts) // the allocator's own activities run on its queue
+		workers = append(workers, main, alloc)
+	}
+	// On a real cluster each GPU server runs its own agent (trainq-worker
+	// agent); by default one process serves every node of the config.
+	for _, node := range nodes {
+		if kb, ok := backend.(*kube.Backend); ok {
+			go runKubeAgent(ctx, c, node, acts, kb, logger)
+			continue
+		}
+		w := worker.New(c, protocol.NodeTaskQueue(node), worker.Options{})
+		w.RegisterActivity(acts)
+		workers = append(workers, w)
+	}
+	return workers
+}
+
+func logRunning(logger *slog.Logger, opts options, cfg *config.Config, nodes []string) {
 	switch opts.role {
 	case roleAll:
 		logger.Info("trainq-worker is running: workflows and the node agents of every configured node",
@@ -207,9 +251,6 @@ func run(opts options) error {
 		logger.Info("trainq-worker is running: node agents only",
 			"config", cfg.Source(), "nodes", nodes, "data_dir", cfg.DataDir)
 	}
-	<-ctx.Done()
-	logger.Info("trainq-worker is stopping; running jobs keep running and are re-attached at the next start")
-	return nil
 }
 
 // serveMetrics serves /metrics on addr until the returned stop is called.
