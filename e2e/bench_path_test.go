@@ -34,7 +34,11 @@ type workerTrace struct {
 type jobTrace struct {
 	job                                   string
 	submitted, requested, granted, allRun time.Time
-	workers                               map[int]*workerTrace
+	// startScheduled is when the job's workflow task scheduled the first
+	// StartWorker: granted -> startScheduled is the job's own task,
+	// startScheduled -> allRun the node agent's start.
+	startScheduled time.Time
+	workers        map[int]*workerTrace
 	// requestRetried says the capacity request took more than one try
 	// (the server refused it, or the activity failed).
 	requestRetried bool
@@ -75,6 +79,9 @@ func parseJobTrace(job string, events []*historypb.HistoryEvent) jobTrace {
 		case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
 			a := e.GetActivityTaskScheduledEventAttributes()
 			acts[e.GetEventId()] = scheduled{a.GetActivityType().GetName(), a.GetInput()}
+			if a.GetActivityType().GetName() == "StartWorker" && tr.startScheduled.IsZero() {
+				tr.startScheduled = at
+			}
 		case enumspb.EVENT_TYPE_ACTIVITY_TASK_STARTED:
 			a := e.GetActivityTaskStartedEventAttributes()
 			if acts[a.GetScheduledEventId()].kind == "RequestCapacity" && a.GetAttempt() > 1 {
@@ -164,6 +171,7 @@ func retriedRequests(traces []jobTrace) int {
 // the same GPU.
 type pathFigures struct {
 	submitToRequested, requestedToGranted, grantedToStarted []time.Duration
+	grantedToStartScheduled, startScheduledToStarted        []time.Duration
 	exitToNextGrant, exitToNextStart                        []time.Duration
 }
 
@@ -182,6 +190,10 @@ func pathOf(traces []jobTrace) pathFigures {
 		f.submitToRequested = append(f.submitToRequested, tr.requested.Sub(tr.submitted))
 		f.requestedToGranted = append(f.requestedToGranted, tr.granted.Sub(tr.requested))
 		f.grantedToStarted = append(f.grantedToStarted, tr.allRun.Sub(tr.granted))
+		if !tr.startScheduled.IsZero() {
+			f.grantedToStartScheduled = append(f.grantedToStartScheduled, tr.startScheduled.Sub(tr.granted))
+			f.startScheduledToStarted = append(f.startScheduledToStarted, tr.allRun.Sub(tr.startScheduled))
+		}
 		for _, w := range tr.workers {
 			for _, g := range w.gpus {
 				key := fmt.Sprintf("%s/%d", w.node, g)
@@ -212,6 +224,8 @@ func (f pathFigures) String() string {
 	row("submit -> request sent", f.submitToRequested)
 	row("request sent -> granted", f.requestedToGranted)
 	row("granted -> all workers started", f.grantedToStarted)
+	row("  granted -> start scheduled", f.grantedToStartScheduled)
+	row("  start scheduled -> started", f.startScheduledToStarted)
 	row("worker exit -> next grant (GPU)", f.exitToNextGrant)
 	row("worker exit -> next start (GPU)", f.exitToNextStart)
 	return b.String()
