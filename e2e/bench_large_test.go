@@ -84,12 +84,12 @@ func TestBenchmarkLarge(t *testing.T) {
   submit -> Running       p50 %s  p95 %s
   capacity requests retried %d
 allocator (all runs, from its histories)
-  workflow task latency   p50 %s  p95 %s  (scheduled -> completed, %d tasks, %d failed or timed out)
+  workflow task latency   p50 %s  p95 %s  (scheduled -> completed, %d tasks; %d failed or past the task timeout, %d sticky timeouts)
   continue-as-new         %d times
 trainq job path, from the job histories
 %s`, n, largeNodes*largeGPUs, submitDone.Round(time.Millisecond), float64(n)/submitDone.Seconds(), admitted,
 		p(toRunning, 0.5), p(toRunning, 0.95), retriedRequests(traces),
-		p(alloc.taskLatency, 0.5), p(alloc.taskLatency, 0.95), len(alloc.taskLatency), alloc.tasksLost,
+		p(alloc.taskLatency, 0.5), p(alloc.taskLatency, 0.95), len(alloc.taskLatency), alloc.tasksLost, alloc.stickyTimeouts,
 		alloc.continuedAsNew, pathOf(traces))
 	fmt.Print(report)
 	if out := os.Getenv("TRAINQ_BENCH_LARGE_OUT"); out != "" {
@@ -114,9 +114,12 @@ func largeConfig(t *testing.T) (*config.Config, string) {
 
 // allocatorFigures come from every run of one allocator workflow.
 type allocatorFigures struct {
-	taskLatency    []time.Duration // WorkflowTaskScheduled -> WorkflowTaskCompleted
-	tasksLost      int             // workflow tasks that failed or timed out
-	continuedAsNew int
+	taskLatency []time.Duration // WorkflowTaskScheduled -> WorkflowTaskCompleted
+	// tasksLost are workflow tasks that failed or ran past the task
+	// timeout; stickyTimeouts are tasks a worker's sticky queue did not
+	// hand out in time (they move to the normal queue, and cost a replay).
+	tasksLost, stickyTimeouts int
+	continuedAsNew            int
 }
 
 // allocatorRuns reads the histories of a workflow's runs, from the current
@@ -177,7 +180,13 @@ func (f *allocatorFigures) addTasks(events []*historypb.HistoryEvent) {
 			if at, ok := scheduled[id]; ok {
 				f.taskLatency = append(f.taskLatency, e.GetEventTime().AsTime().Sub(at))
 			}
-		case enumspb.EVENT_TYPE_WORKFLOW_TASK_FAILED, enumspb.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+		case enumspb.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+			if e.GetWorkflowTaskTimedOutEventAttributes().GetTimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START {
+				f.stickyTimeouts++
+			} else {
+				f.tasksLost++
+			}
+		case enumspb.EVENT_TYPE_WORKFLOW_TASK_FAILED:
 			f.tasksLost++
 		}
 	}
@@ -209,16 +218,24 @@ func TestAllocatorFiguresReadTasksAndRuns(t *testing.T) {
 			ScheduledEventId: scheduled, Identity: identity}}
 		return e
 	}
+	timedOut := func(id int64, ms int, typ enumspb.TimeoutType) *historypb.HistoryEvent {
+		e := ev(id, ms, enumspb.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT)
+		e.Attributes = &historypb.HistoryEvent_WorkflowTaskTimedOutEventAttributes{WorkflowTaskTimedOutEventAttributes: &historypb.WorkflowTaskTimedOutEventAttributes{
+			TimeoutType: typ}}
+		return e
+	}
 	older := []*historypb.HistoryEvent{
 		ev(1, 0, enumspb.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED), completed(3, 40, 1, "11@host@q"),
-		ev(4, 100, enumspb.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED), ev(5, 3100, enumspb.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT),
+		ev(4, 100, enumspb.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED), timedOut(5, 3100, enumspb.TIMEOUT_TYPE_START_TO_CLOSE),
 		ev(6, 3100, enumspb.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED), completed(8, 3300, 6, "22@host@q"),
 		ev(9, 3300, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW),
 	}
-	newer := []*historypb.HistoryEvent{ev(1, 3400, enumspb.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED), completed(3, 3500, 1, "22@host@q")}
+	newer := []*historypb.HistoryEvent{ev(1, 3400, enumspb.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED), completed(3, 3500, 1, "22@host@q"),
+		timedOut(4, 3600, enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START)}
 	f := allocatorFiguresOf([][]*historypb.HistoryEvent{newer, older})
 	require.Equal(t, []time.Duration{100 * time.Millisecond, 40 * time.Millisecond, 200 * time.Millisecond}, f.taskLatency)
 	require.Equal(t, 1, f.tasksLost)
+	require.Equal(t, 1, f.stickyTimeouts)
 	require.Equal(t, 1, f.continuedAsNew)
 	at, ok := firstTaskBy([][]*historypb.HistoryEvent{newer, older}, 22, t0.Add(time.Second))
 	require.True(t, ok)
