@@ -262,6 +262,14 @@ func TestPreemptionRules(t *testing.T) {
 		now:     15,
 		want:    []string{"l"},
 	}, {
+		name:    "min runtime: only the job that ran long enough",
+		nodes:   two,
+		pol:     minRuntime15m,
+		running: []runSpec{running("old").Class(Low).GPUs(4), running("young").Class(Low).GPUs(4).StartedAt(10)},
+		req:     request(High).Obj(),
+		now:     16,
+		want:    []string{"old"},
+	}, {
 		name:    "lowest class first",
 		nodes:   two,
 		running: []runSpec{running("l").Class(Low).GPUs(4), running("m").GPUs(4).StartedAt(5)},

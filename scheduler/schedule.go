@@ -120,6 +120,8 @@ type scratch struct {
 	reserved   []bool // per node: reserved in this pass by the first request of a class
 
 	// victim search
+	oldest          [][3]time.Time // per family and class: see oldestStart
+	oldestKnown     bool
 	nodeVictimCands []victimCand
 	costs           []nodeCost
 	perNodeVictims  []victimCand
@@ -143,6 +145,7 @@ func (sc *scratch) reset(p *Pool) {
 	sc.resetFreeLists(p)
 	sc.failed.newPass(len(p.shapes))
 	clear(sc.victims)
+	sc.oldestKnown = false
 	sc.walkerOwns = grow(sc.walkerOwns, len(p.nodes))
 	sc.reserved = grow(sc.reserved, len(p.nodes))
 	clear(sc.reserved)

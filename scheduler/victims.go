@@ -228,8 +228,8 @@ func cmpNodeCost(a, b nodeCost) int {
 // that sh fits on free + visible releasing + their capacity (see the package doc for the exact
 // rules); ok is false if nothing does. Nodes reserved in this pass are left alone.
 func (p *Pool) chooseVictims(now time.Time, sc *scratch, sh *shape, cl Class) (victims []*runJob, takeovers []int32, ok bool) {
-	if !sc.takeable(cl) && !p.anyPreemptibleBelow(sh.fam, cl) {
-		return nil, nil, false // nothing below its class runs, and nothing is nominated below it
+	if !sc.takeable(cl) && !p.anyPreemptibleBelow(now, sc, sh.fam, cl) {
+		return nil, nil, false // nothing below its class may be preempted, and nothing is nominated below it
 	}
 	fit := p.costNodes(now, sc, sh, cl)
 	need := sh.workers - fit
@@ -257,15 +257,42 @@ func (p *Pool) chooseVictims(now time.Time, sc *scratch, sh *shape, cl Class) (v
 // droppedVictim marks a candidate that dropUnneeded found unneeded.
 const droppedVictim = -2
 
-// anyPreemptibleBelow reports whether a running job of family fam and a class below cl may be
-// counted on as a victim (not stopping, not a notebook).
-func (p *Pool) anyPreemptibleBelow(fam int32, cl Class) bool {
+// anyPreemptibleBelow reports whether a running job of family fam and a class below cl might be
+// a victim now: one that is not stopping, not a notebook, and (with
+// Policy.MinRuntimeBeforePreemption) has run long enough. It may say true when the limits rule
+// every one out, never false when one qualifies.
+func (p *Pool) anyPreemptibleBelow(now time.Time, sc *scratch, fam int32, cl Class) bool {
+	m := p.policy.MinRuntimeBeforePreemption
 	for c := Low; c < cl; c++ {
-		if p.nPreemptible[fam][c] > 0 {
+		if p.nPreemptible[fam][c] == 0 {
+			continue
+		}
+		if m <= 0 || now.Sub(sc.oldestStart(p, fam, c)) >= m {
 			return true
 		}
 	}
 	return false
+}
+
+// oldestStart is the earliest start of a running job of family fam and class c that is not
+// stopping and not a notebook, computed once per pass when first needed: while every such job is
+// younger than MinRuntimeBeforePreemption, no victim search is needed (a burst of arrivals would
+// otherwise search every node on every pass).
+func (sc *scratch) oldestStart(p *Pool, fam int32, c Class) time.Time {
+	if !sc.oldestKnown {
+		sc.oldest = grow(sc.oldest, len(p.fams))
+		clear(sc.oldest)
+		for _, rj := range p.running {
+			if rj.releasing || rj.r.Kind == KindNotebook {
+				continue
+			}
+			if o := &sc.oldest[rj.fam][rj.r.Class]; o.IsZero() || rj.startedAt.Before(*o) {
+				*o = rj.startedAt
+			}
+		}
+		sc.oldestKnown = true
+	}
+	return sc.oldest[fam][c]
 }
 
 // costNodes finds, on every node of sh's family that is not reserved in this pass, the
