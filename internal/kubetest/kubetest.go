@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -62,6 +63,34 @@ const token = "trainq-test-token"
 //go:embed stages.yaml
 var stagesYAML []byte
 
+// PodLogText is what every container of the test cluster "printed".
+const PodLogText = "kwok plays this container's log\nline 2 of it\n"
+
+// criLog is text as a container runtime stores it (the CRI log format):
+// one "<time> stdout F <line>" per line.
+func criLog(text string) string {
+	var b strings.Builder
+	for _, line := range strings.SplitAfter(strings.TrimSuffix(text, "\n"), "\n") {
+		b.WriteString("2026-01-01T00:00:00.000000000Z stdout F " + strings.TrimSuffix(line, "\n") + "\n")
+	}
+	return b.String()
+}
+
+// clusterLogs makes kwok serve the file %s as the log of every container.
+const clusterLogs = `
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: ClusterLogs
+metadata:
+  name: trainq-pod-log
+spec:
+  selector: {}
+  logs:
+  - containers: []
+    logsFile: %s
+    follow: false
+`
+
 // Cluster is a running control plane.
 type Cluster struct {
 	// Kubeconfig is the path of a kubeconfig file for the cluster.
@@ -72,6 +101,9 @@ type Cluster struct {
 	Dir string
 	// Started is how long the control plane took to be ready.
 	Started time.Duration
+	// PodLog is the file, in the CRI log format, that kwok serves as every
+	// container's log through the pod log API: PodLogText.
+	PodLog string
 
 	procs []*exec.Cmd
 }
@@ -175,7 +207,7 @@ func Run(ctx context.Context, dir string) (*Cluster, error) {
 			c.Stop()
 		}
 	}()
-	ports := make([]int, 3)
+	ports := make([]int, 4) // etcd, etcd peers, kube-apiserver, kwok's kubelet API
 	for i := range ports {
 		if ports[i], err = freePort(); err != nil {
 			return nil, err
@@ -219,7 +251,8 @@ func Run(ctx context.Context, dir string) (*Cluster, error) {
 		"--disable-admission-plugins", "ServiceAccount",
 		"--service-account-issuer", "https://kubernetes.default.svc", "--service-account-key-file", pubFile,
 		"--service-account-signing-key-file", keyFile, "--service-cluster-ip-range", "10.96.0.0/24",
-		"--allow-privileged", "--enable-priority-and-fairness=false", "--v", "0"); err != nil {
+		"--allow-privileged", "--enable-priority-and-fairness=false", "--v", "0",
+		"--kubelet-preferred-address-types", "InternalIP"); err != nil {
 		return nil, err
 	}
 	host := fmt.Sprintf("https://127.0.0.1:%d", port)
@@ -234,14 +267,23 @@ func Run(ctx context.Context, dir string) (*Cluster, error) {
 	if err := os.WriteFile(c.Kubeconfig, kubeconfig(host), 0o600); err != nil {
 		return nil, err
 	}
-	stages := filepath.Join(dir, "kwok-stages.yaml")
-	if err := os.WriteFile(stages, stagesYAML, 0o644); err != nil {
+	// kwok serves the kubelet API (container logs) on one port for every
+	// node, over TLS with the API server's own certificate, which the API
+	// server does not verify (no --kubelet-certificate-authority).
+	c.PodLog = filepath.Join(dir, "pod.log")
+	if err := os.WriteFile(c.PodLog, []byte(criLog(PodLogText)), 0o644); err != nil {
 		return nil, err
 	}
+	stages := filepath.Join(dir, "kwok-stages.yaml")
+	if err := os.WriteFile(stages, append(stagesYAML, fmt.Sprintf(clusterLogs, c.PodLog)...), 0o644); err != nil {
+		return nil, err
+	}
+	certs := filepath.Join(dir, "certs")
 	if err := c.start(filepath.Join(dir, "kwok.log"), kwokBin,
 		"--kubeconfig", c.Kubeconfig, "--config", stages,
 		"--manage-nodes-with-label-selector", ManagedLabel+"=true",
-		"--server-address", "127.0.0.1:0", "--node-ip", "127.0.0.1"); err != nil {
+		"--server-address", fmt.Sprintf("127.0.0.1:%d", ports[3]), "--node-ip", "127.0.0.1", "--node-port", strconv.Itoa(ports[3]),
+		"--tls-cert-file", filepath.Join(certs, "apiserver.crt"), "--tls-private-key-file", filepath.Join(certs, "apiserver.key")); err != nil {
 		return nil, err
 	}
 	// The default namespace exists once the API server's own controllers

@@ -63,6 +63,10 @@ func TestClusterRunsPodsThroughTheirLife(t *testing.T) {
 	}
 	waitPod(t, c, "default", "runs", func(p *corev1.Pod, _ bool) bool { return p.Status.Phase == corev1.PodRunning })
 	t.Logf("bound pod Running after %v", time.Since(start).Round(time.Millisecond))
+	// The pod log API reaches kwok's kubelet API, which serves PodLog.
+	if got, err := pods.GetLogs("runs", &corev1.PodLogOptions{}).DoRaw(ctx); err != nil || string(got) != PodLogText {
+		t.Fatalf("pod log %q (%v), want %q", got, err, PodLogText)
+	}
 
 	if _, err := pods.Create(ctx, bareePod("fails", "gpu-1",
 		corev1.EnvVar{Name: "KWOK_EXIT_AFTER", Value: "300ms"}, corev1.EnvVar{Name: "KWOK_EXIT_CODE", Value: "3"}), metav1.CreateOptions{}); err != nil {
