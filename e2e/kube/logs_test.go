@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	trainq "github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/cluster"
+	kubeb "github.com/trainq/trainq/cluster/kube"
 	"github.com/trainq/trainq/internal/kubetest"
 	"github.com/trainq/trainq/protocol"
 )
@@ -50,4 +52,25 @@ func TestKubeLogs(t *testing.T) {
 	require.ErrorIs(t, err, cluster.ErrNotFound, "no such pod: %+v", c)
 	exitPod(t, pod, 0)
 	waitState(t, job, protocol.StateCompleted, long)
+}
+
+// TestKubeNotebookURL: a Jupyter server's pod listens on 8888 behind its
+// job's Service, and its status says where.
+func TestKubeNotebookURL(t *testing.T) {
+	pw := watchPods(t)
+	startWorker(t)
+	spec := trainq.NotebookSpec(env.cfg, trainq.NotebookRequest{Region: "K", AllocationName: "basic", InstanceType: "a100.1gpu"})
+	job := submit(t, spec)
+	pod := podName(job, 1, 0)
+	pw.waitRunning(t, pod)
+	st := waitState(t, job, protocol.StateRunning, long)
+	svc := kubeb.ServiceName(job)
+	assert.Equal(t, "http://"+pod+"."+svc+"."+namespace+".svc:8888/", st.URL())
+	assert.Equal(t, st.URL(), pw.pod(pod).Annotations[kubeb.AnnotationURL])
+	assert.Equal(t, "8888", envOf(pw.pod(pod))["TRAINQ_NOTEBOOK_PORT"])
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, trainq.New(env.client, env.cfg).Cancel(ctx, job))
+	pw.waitGone(t, pod)
+	assert.Empty(t, waitState(t, job, protocol.StateStopped, long).URL())
 }
