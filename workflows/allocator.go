@@ -64,6 +64,10 @@ type allocator struct {
 	// handOverPaused says this run's code pauses scheduling while it hands
 	// over (versionHandOverPause); handingOver is true from then on.
 	handOverPaused, handingOver bool
+	// settleHandOver says this run's code lets the signal loops take what
+	// the last task brought before it hands over (versionHandOverSettle);
+	// settleAsked and settled are awaitHandOver's exchange with settle.
+	settleHandOver, settleAsked, settled bool
 	// wakeTimers arms a timer for the pool's next wake-up; wakeAt is the
 	// earliest one armed (zero: none).
 	wakeTimers bool
@@ -112,6 +116,13 @@ const (
 	// a busy allocation never gives: TestQueueAtScale saw a run reach 15,000
 	// events without handing over). The next run schedules first thing.
 	versionHandOverPause = "allocator-hand-over-pause"
+	// versionHandOverSettle: before it hands over, a run lets its signal
+	// loops take in what its last task brought (see awaitHandOver); before,
+	// a signal that arrived in the task that handed over, handed straight to
+	// its blocked loop, was lost (TestQueueAtScale lost one request in three
+	// of its first four hand-overs, each the first signal of the task in
+	// which the server suggested continue-as-new).
+	versionHandOverSettle = "allocator-hand-over-settle"
 )
 
 // AllocatorWorkflow owns the capacity of one allocation. Jobs ask it for
@@ -153,6 +164,7 @@ func (a *allocator) readVersions(ctx workflow.Context) {
 	a.batched = workflow.GetVersion(ctx, versionBatchedSchedule, workflow.DefaultVersion, 1) >= 1
 	a.wakeTimers = workflow.GetVersion(ctx, versionWakeTimer, workflow.DefaultVersion, 1) >= 1
 	a.handOverPaused = workflow.GetVersion(ctx, versionHandOverPause, workflow.DefaultVersion, 1) >= 1
+	a.settleHandOver = workflow.GetVersion(ctx, versionHandOverSettle, workflow.DefaultVersion, 1) >= 1
 }
 
 func (a *allocator) registerHandlers(ctx workflow.Context) error {
@@ -272,22 +284,7 @@ func (a *allocator) run(ctx workflow.Context) error {
 	if err := workflow.Await(ctx, func() bool { return a.shouldContinueAsNew(ctx) }); err != nil {
 		return err
 	}
-	// Let handlers and outgoing signals finish, then take in any signal that
-	// arrived meanwhile, so that nothing is lost in the hand-over. Reclaims
-	// and fences are not waited for: orphans and lost nodes are carried in
-	// the state, and the next run takes them up again.
-	// A pass asked for in this task runs before the hand-over; with
-	// versionHandOverPause it is the last one of this run.
-	if a.handOverPaused {
-		if a.dirty && !a.recovering {
-			a.dirty = false
-			a.schedulePass(ctx)
-		}
-		a.handingOver = true
-	}
-	if err := workflow.Await(ctx, func() bool {
-		return workflow.AllHandlersFinished(ctx) && a.inFlight == 0 && !a.recovering && (!a.dirty || a.handingOver)
-	}); err != nil {
+	if err := a.awaitHandOver(ctx); err != nil {
 		return err
 	}
 	a.drainSignals(ctx)
@@ -303,6 +300,56 @@ func (a *allocator) run(ctx workflow.Context) error {
 		ctx = workflow.WithWorkflowTaskTimeout(ctx, protocol.AllocatorTaskTimeout)
 	}
 	return workflow.NewContinueAsNewError(ctx, AllocatorWorkflow, next, packed)
+}
+
+// awaitHandOver lets handlers and outgoing signals finish before the run
+// hands over, so that nothing is lost. Reclaims and fences are not waited
+// for: orphans and lost nodes are carried in the state, and the next run takes
+// them up again. A pass asked for in this task runs before the hand-over;
+// with versionHandOverPause it is the last one of this run.
+//
+// With versionHandOverSettle it then gives every other coroutine a turn: a
+// signal that arrived in this very task went straight to its loop, which was
+// blocked waiting for it, and is neither in the state nor in the channel for
+// drainSignals until that loop runs (the settler, started after the loops,
+// says when they have).
+func (a *allocator) awaitHandOver(ctx workflow.Context) error {
+	if a.handOverPaused {
+		if a.dirty && !a.recovering {
+			a.dirty = false
+			a.schedulePass(ctx)
+		}
+		a.handingOver = true
+	}
+	ready := func() bool {
+		return workflow.AllHandlersFinished(ctx) && a.inFlight == 0 && !a.recovering && (!a.dirty || a.handingOver)
+	}
+	for {
+		if err := workflow.Await(ctx, ready); err != nil {
+			return err
+		}
+		if !a.settleHandOver {
+			return nil
+		}
+		a.settleAsked, a.settled = true, false
+		if err := workflow.Await(ctx, func() bool { return a.settled }); err != nil {
+			return err
+		}
+		if ready() {
+			return nil
+		}
+	}
+}
+
+// settle answers awaitHandOver once every coroutine started before it has had
+// its turn in the current round.
+func (a *allocator) settle(ctx workflow.Context) {
+	for {
+		if workflow.Await(ctx, func() bool { return a.settleAsked }) != nil {
+			return
+		}
+		a.settleAsked, a.settled = false, true
+	}
 }
 
 // startSignalLoops starts one coroutine per signal channel, the batched
@@ -349,6 +396,7 @@ func (a *allocator) startSignalLoops(ctx workflow.Context) {
 		}
 	})
 	workflow.Go(ctx, a.reclaimLoop)
+	workflow.Go(ctx, a.settle) // last: see awaitHandOver
 }
 
 // passLoop runs one scheduling pass per workflow task, however many
