@@ -91,6 +91,8 @@ type job struct {
 	nodeTimeout time.Duration
 	// runAttempts counts the attempts of this run (not of the whole job).
 	runAttempts int
+	// shortPath: this run follows versionShortPath.
+	shortPath bool
 }
 
 // JobWorkflow runs one training job or Jupyter server: it asks the
@@ -181,6 +183,7 @@ func validateRegister(r protocol.RegisterRequest) error {
 
 // run runs attempts until one ends the job (or the run continues as new).
 func (j *job) run(ctx workflow.Context, in protocol.JobInput) (*protocol.JobStatus, error) {
+	j.shortPath = workflow.GetVersion(ctx, versionShortPath, workflow.DefaultVersion, 1) >= 1
 	for attempt := j.status.Attempt + 1; ; attempt++ {
 		j.status.Attempt = attempt
 		now := workflow.Now(ctx)
@@ -264,17 +267,15 @@ const (
 	// versionNotebookURL: a Jupyter server's worker is started with
 	// WorkerSpec.Notebook, so that the backend gives it a port and a URL.
 	versionNotebookURL = "job-notebook-url"
-	// versionLocalRequest: the capacity request is a local activity (a
-	// signal-with-start from the workflow's own worker), not an activity
-	// task that travels through the server first.
-	versionLocalRequest = "job-local-request"
-	// versionNodeReleases: the node activity that sees a worker gone
-	// (WatchWorker, StopWorker) reports the release to the allocator itself,
-	// a workflow task before the job does (the job still reports it).
-	versionNodeReleases = "job-node-releases"
-	// versionOneStepStart: a one-worker attempt picks its rendezvous inside
-	// StartWorker instead of in a Rendezvous activity first.
-	versionOneStepStart = "job-one-step-start"
+	// versionShortPath, read once per run (each GetVersion costs a marker
+	// and a search-attribute upsert): the capacity request is a local
+	// activity (a signal-with-start from the workflow's own worker), not an
+	// activity task that travels through the server first; the node
+	// activity that sees a worker gone (WatchWorker, StopWorker) reports the
+	// release to the allocator itself, a workflow task before the job does
+	// (the job still reports it); a one-worker attempt picks its rendezvous
+	// inside StartWorker instead of in a Rendezvous activity first.
+	versionShortPath = "job-short-path"
 )
 
 // defaultJobEventsPerRun is the history length past which a job continues
@@ -468,11 +469,11 @@ func (j *job) awaitGrant(ctx workflow.Context, attempt int) (protocol.GrantSigna
 }
 
 // requestCapacity sends the attempt's capacity request: a local activity
-// (versionLocalRequest), or an activity on the main task queue. The
+// (versionShortPath), or an activity on the main task queue. The
 // request is a signal the allocator takes once per attempt, so a local
 // activity run again after a worker crash does no harm.
 func (j *job) requestCapacity(ctx, actx workflow.Context, req activities.RequestCapacityInput) workflow.Future {
-	if workflow.GetVersion(ctx, versionLocalRequest, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	if !j.shortPath {
 		return workflow.ExecuteActivity(actx, (*activities.Activities).RequestCapacity, req)
 	}
 	opts := workflow.GetActivityOptions(actx)
@@ -487,9 +488,9 @@ func (j *job) requestCapacity(ctx, actx workflow.Context, req activities.Request
 }
 
 // releaseTo names the allocator the node activities report releases to
-// (versionNodeReleases), or "" when the job alone reports them.
-func (j *job) releaseTo(ctx workflow.Context) string {
-	if workflow.GetVersion(ctx, versionNodeReleases, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+// (versionShortPath), or "" when the job alone reports them.
+func (j *job) releaseTo() string {
+	if !j.shortPath {
 		return ""
 	}
 	return j.allocator
@@ -619,11 +620,11 @@ func (j *job) startWorkers(ctx workflow.Context, attempt int, grant protocol.Gra
 }
 
 // rendezvous picks the attempt's MASTER_ADDR and MASTER_PORT on worker 0's
-// node. A one-worker attempt leaves them empty (versionOneStepStart): its
+// node. A one-worker attempt leaves them empty (versionShortPath): its
 // StartWorker picks them on its own node, saving a round trip.
 func (j *job) rendezvous(ctx workflow.Context, attempt int, grant protocol.GrantSignal, o workflow.ActivityOptions) (activities.Rendezvous, outcome, bool) {
 	var rv activities.Rendezvous
-	if len(grant.Placement) == 1 && workflow.GetVersion(ctx, versionOneStepStart, workflow.DefaultVersion, 1) >= 1 {
+	if len(grant.Placement) == 1 && j.shortPath {
 		return rv, outcome{}, true
 	}
 	master := grant.Placement[0].Node
@@ -669,7 +670,7 @@ func (j *job) watch(ctx workflow.Context, attempt int, grant protocol.GrantSigna
 	}
 	var exits []workerExit
 	sel := workflow.NewSelector(ctx)
-	releaseTo := j.releaseTo(ctx)
+	releaseTo := j.releaseTo()
 	for _, p := range grant.Placement {
 		in := activities.WatchWorkerInput{WorkerID: cluster.WorkerID{Job: j.name, Attempt: attempt, Worker: p.Worker}, ReleaseTo: releaseTo}
 		if j.spec.Health != nil && p.Worker == 0 {
@@ -807,7 +808,7 @@ func (j *job) stopAndRelease(ctx workflow.Context, attempt int, grant protocol.G
 			protocol.ReleaseSignal{Job: j.name, Attempt: attempt, Stopping: true}))
 	}
 	grace := grant.StopGracePeriod
-	releaseTo := j.releaseTo(dctx)
+	releaseTo := j.releaseTo()
 	sel := workflow.NewSelector(dctx)
 	pending := 0
 	for _, p := range grant.Placement {
