@@ -15,7 +15,9 @@ import (
 // jobs are checked against, and where workers' logs are read.
 type Client struct {
 	Temporal sdkclient.Client
-	Config   *config.Config
+	// Config is what Submit checks jobs against; reads (Status, List,
+	// Queue, ...) work without it.
+	Config *config.Config
 	// Logs reads workers' logs; nil means the log files under
 	// Config.DataDir (see LogSource).
 	Logs LogSource
