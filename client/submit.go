@@ -167,3 +167,14 @@ func jobStartOptions(name string, spec protocol.JobSpec, opts SubmitOptions) sdk
 		WorkflowTaskTimeout: jobTaskTimeout,
 	}
 }
+
+// Restart submits a new job with the spec of the job name (ML Space's
+// restart): same script, image, size, class and allocation, under a new
+// name. The old job is left as it is.
+func (c *Client) Restart(ctx context.Context, name string, opts SubmitOptions) (Submission, error) {
+	st, err := c.Status(ctx, name)
+	if err != nil {
+		return Submission{}, err
+	}
+	return c.Submit(ctx, st.Spec, opts)
+}

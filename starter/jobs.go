@@ -239,6 +239,40 @@ func runList(ctx context.Context, g *globals, args []string) error {
 	return nil
 }
 
+func runRestart(ctx context.Context, g *globals, args []string) error {
+	fs := newFlagSet(g, "restart")
+	wait := fs.Bool("wait", false, "then watch the new job until it ends (exit 0 only if it completed)")
+	pos, err := parseArgs(g, fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	c, err := g.Client(ctx)
+	if err != nil {
+		return err
+	}
+	sub, err := c.Restart(ctx, pos[0], client.SubmitOptions{})
+	if err != nil {
+		return notFound(pos[0], err)
+	}
+	if g.json() {
+		if err := g.printJSON(restartResult{Submission: sub, RestartedFrom: pos[0]}); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintln(g.Stdout, sub.JobName)
+	}
+	if *wait {
+		return watch(ctx, g, sub.JobName)
+	}
+	return nil
+}
+
+// restartResult is the answer of restart --output json.
+type restartResult struct {
+	client.Submission
+	RestartedFrom string `json:"restarted_from"`
+}
+
 func runCancel(ctx context.Context, g *globals, args []string) error {
 	fs := newFlagSet(g, "cancel")
 	pos, err := parseArgs(g, fs, args, 1, 1)

@@ -177,6 +177,7 @@ func init() {
 		{"status", "JOB", "show a job's state, timestamps, queue position and attempts", runStatus},
 		{"list", "[--status S]... [--allocation A] [--region R] [--author U] [--limit N]", "list jobs, newest first", runList},
 		{"cancel", "JOB", "stop a job (its workers get SIGTERM, then SIGKILL)", runCancel},
+		{"restart", "JOB [--wait]", "submit a new job with JOB's spec (JOB itself is left as it is)", runRestart},
 		{"logs", "JOB [--tail N] [--follow] [--attempt N] [--worker N]", "print a job's logs (latest attempt, all workers)", runLogs},
 		{"queue", "[ALLOCATION] [--region R] [--limit N] [--offset M]", "show an allocation's nodes, running jobs and a page of its waiting jobs in launch order", runQueue},
 		{"top", "[ALLOCATION] [--region R] [--once]", "live view of an allocation: GPU bars per node, running and waiting jobs (plain snapshot on a non-TTY)", runTop},

@@ -1,0 +1,37 @@
+package e2e
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/trainq/trainq/protocol"
+)
+
+// `trainq restart` submits a new job with a finished job's spec, through
+// client.Restart; a name no job has is a plain sentence.
+func TestRestartThroughTheCLI(t *testing.T) {
+	startWorker(t)
+	old := submit(t, basicSpec("echo restarted"))
+	waitState(t, old, protocol.StateCompleted, long)
+
+	out, errOut, code := trainq(t, "restart", old, "--output", "json")
+	require.Equal(t, 0, code, errOut)
+	var res struct {
+		JobName       string `json:"job_name"`
+		Status        string `json:"status"`
+		RestartedFrom string `json:"restarted_from"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	assert.Equal(t, old, res.RestartedFrom)
+	assert.NotEqual(t, old, res.JobName)
+	assert.Equal(t, "Pending", res.Status)
+	st := waitState(t, res.JobName, protocol.StateCompleted, long)
+	assert.Equal(t, status(t, old).Spec, st.Spec, "the new job runs the old one's spec")
+
+	_, errOut, code = trainq(t, "restart", "lm-mpi-job-nobody")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "job lm-mpi-job-nobody does not exist")
+}
