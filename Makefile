@@ -55,9 +55,10 @@ bench: build $(TEMPORAL)
 	TRAINQ_BENCH=1 $(GO) test -count=1 -timeout 30m -run 'TestBenchmarkLarge' -v ./e2e/
 
 ## scale: one allocation with 20,000 waiting jobs, its allocator continuing as new under load; fails unless
-## every job is granted once and ends and nothing is held at the end (TRAINQ_SCALE_JOBS, TRAINQ_SCALE_UPDATES)
+## every job is granted once and ends and nothing is held at the end (TRAINQ_SCALE_JOBS, TRAINQ_SCALE_UPDATES); and a
+## job through 50 attempts with a low history threshold, printing its events per run and per attempt
 scale: build $(TEMPORAL)
-	TRAINQ_SCALE=1 $(GO) test -count=1 -timeout 60m -run TestQueueAtScale -v ./e2e/
+	TRAINQ_SCALE=1 $(GO) test -count=1 -timeout 60m -run 'TestQueueAtScale|TestJobHistoryThroughFiftyAttempts' -v ./e2e/
 
 ## chaos: 200 jobs under kill -9 of trainq-worker, a node agent and the dev server, and an allocator
 ## terminate; fails unless every GPU had one holder and every job ended (TRAINQ_CHAOS_SEED, TRAINQ_CHAOS_REPORT)
