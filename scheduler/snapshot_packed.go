@@ -22,10 +22,16 @@ import (
 // maxUnpackedBytes bounds what UnpackSnapshot inflates, against a corrupt or hostile input.
 const maxUnpackedBytes = 256 << 20
 
-var (
-	packEncoder, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedBestCompression), zstd.WithEncoderConcurrency(1))
-	packDecoder, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(maxUnpackedBytes))
-)
+// newPackEncoder and newPackDecoder make a codec for one call. A shared one would serialise
+// the allocators of a worker that continue as new at once, each waiting for the others' turn
+// inside a workflow task (past a second, the SDK's deadlock detector fails the task).
+func newPackEncoder() (*zstd.Encoder, error) {
+	return zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedBestCompression), zstd.WithEncoderConcurrency(1))
+}
+
+func newPackDecoder() (*zstd.Decoder, error) {
+	return zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(maxUnpackedBytes))
+}
 
 // packedSnapshot is the JSON inside the zstd frame: the Snapshot without its bulky columns
 // (waiting and running job ids, waiting sequences, waiting and running times), which follow it.
@@ -82,13 +88,23 @@ func PackSnapshot(s Snapshot) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pack snapshot: %w", err)
 	}
-	return packEncoder.EncodeAll(b, nil), nil
+	enc, err := newPackEncoder()
+	if err != nil {
+		return nil, fmt.Errorf("pack snapshot: %w", err)
+	}
+	defer enc.Close()
+	return enc.EncodeAll(b, nil), nil
 }
 
 // UnpackSnapshot decodes what PackSnapshot wrote. It checks the columns fit together; Restore
 // checks the state.
 func UnpackSnapshot(b []byte) (Snapshot, error) {
-	raw, err := packDecoder.DecodeAll(b, nil)
+	dec, err := newPackDecoder()
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("snapshot: %w", err)
+	}
+	defer dec.Close()
+	raw, err := dec.DecodeAll(b, nil)
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("snapshot: not a packed snapshot: %w", err)
 	}

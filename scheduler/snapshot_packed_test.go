@@ -56,6 +56,16 @@ func scalePool(tb testing.TB, nWaiting, nRunning int) *Pool {
 	return p
 }
 
+// zstdFrame compresses b as PackSnapshot does, for hand-made packed snapshots.
+func zstdFrame(b []byte, _ []byte) []byte {
+	enc, err := newPackEncoder()
+	if err != nil {
+		panic(err)
+	}
+	defer enc.Close()
+	return enc.EncodeAll(b, nil)
+}
+
 func mustPack(t testing.TB, s Snapshot) []byte {
 	t.Helper()
 	b, err := PackSnapshot(s)
@@ -159,12 +169,12 @@ func TestUnpackSnapshotRefusesMalformedInput(t *testing.T) {
 	}{
 		{"not zstd", []byte(`{"v":3}`), "not a packed snapshot"},
 		{"truncated", good[:len(good)/2], "not a packed snapshot"},
-		{"not JSON", packEncoder.EncodeAll([]byte("v3"), nil), "packed snapshot"},
-		{"version 2 inside", packEncoder.EncodeAll([]byte(`{"s":{"v":2}}`), nil), "a packed snapshot has version 3, this one 2"},
-		{"short columns", packEncoder.EncodeAll([]byte(`{"s":{"v":3,"waiting":{"attempt":[0]}},"ids":{"p":[]}}`), nil), "different lengths"},
-		{"bad prefix", packEncoder.EncodeAll([]byte(`{"s":{"v":3},"ids":{"p":[0]}}`), nil), "packed job id 0 is malformed"},
-		{"UUID bytes left over", packEncoder.EncodeAll([]byte(`{"s":{"v":3},"ids":{"p":[],"u":"AAAAAAAAAAAAAAAAAAA=","ur":"AAA="}}`), nil), "left over"},
-		{"UUID bits missing", packEncoder.EncodeAll([]byte(`{"s":{"v":3},"ids":{"p":[0],"prefixes":["x-"],"u":"AAAAAAAAAAAAAAAAAAA="}}`), nil), "0 bytes of UUID bits for 1 UUIDs"},
+		{"not JSON", zstdFrame([]byte("v3"), nil), "packed snapshot"},
+		{"version 2 inside", zstdFrame([]byte(`{"s":{"v":2}}`), nil), "a packed snapshot has version 3, this one 2"},
+		{"short columns", zstdFrame([]byte(`{"s":{"v":3,"waiting":{"attempt":[0]}},"ids":{"p":[]}}`), nil), "different lengths"},
+		{"bad prefix", zstdFrame([]byte(`{"s":{"v":3},"ids":{"p":[0]}}`), nil), "packed job id 0 is malformed"},
+		{"UUID bytes left over", zstdFrame([]byte(`{"s":{"v":3},"ids":{"p":[],"u":"AAAAAAAAAAAAAAAAAAA=","ur":"AAA="}}`), nil), "left over"},
+		{"UUID bits missing", zstdFrame([]byte(`{"s":{"v":3},"ids":{"p":[0],"prefixes":["x-"],"u":"AAAAAAAAAAAAAAAAAAA="}}`), nil), "0 bytes of UUID bits for 1 UUIDs"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := UnpackSnapshot(tc.in); err == nil || !strings.Contains(err.Error(), tc.want) {
