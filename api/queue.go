@@ -110,6 +110,13 @@ func (s *Server) queue(w http.ResponseWriter, r *http.Request, p Principal) {
 		s.fail(w, r, err)
 		return
 	}
+	out := redactedQueue(v, page, rd)
+	s.writeRedacted(ctx, w, r, rd, &out)
+}
+
+// redactedQueue is the allocator's view in ML Space's words, with the names
+// the asker may not see hidden.
+func redactedQueue(v protocol.QueueView, page protocol.QueuePage, rd *redactor) queueView {
 	out := queueView{Region: v.Region, Allocation: v.Allocation, GPUTotals: v.GPUTotals(), WaitingTotal: max(v.WaitingTotal, len(v.Waiting)),
 		Offset: page.Offset, Limit: page.WithDefaults().Limit, Waiting: []waitingView{}, Running: []runningView{}, Nodes: v.Nodes}
 	if out.Nodes == nil {
@@ -131,7 +138,7 @@ func (s *Server) queue(w http.ResponseWriter, r *http.Request, p Principal) {
 		}
 		out.Running = append(out.Running, rv)
 	}
-	s.writeRedacted(ctx, w, r, rd, &out)
+	return out
 }
 
 // queuePage reads the page of waiting jobs asked for: offset (default 0)
