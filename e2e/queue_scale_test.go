@@ -270,6 +270,9 @@ func makeScaleJobs(n, batch int) []*scaleJob {
 	return jobs
 }
 
+// scaleRetries counts the request signals the server refused and the test sent again.
+var scaleRetries atomic.Int64
+
 // submitScaleJobs starts each job's idle stub, then sends its request to the allocator, as a job
 // does.
 func submitScaleJobs(t *testing.T, allocator string, jobs []*scaleJob) {
@@ -285,7 +288,13 @@ func submitScaleJobs(t *testing.T, allocator string, jobs []*scaleJob) {
 		if err == nil {
 			req := protocol.CapacityRequest{Job: j.name, Attempt: 1, Kind: scheduler.KindJob, Class: scheduler.Medium,
 				InstanceType: fmt.Sprintf("a100.%dgpu", j.gpus), Workers: 1, SubmittedAt: time.Now()}
-			err = env.client.SignalWorkflow(ctx, allocator, "", protocol.SignalRequest, req)
+			// The job's RequestCapacity activity is retried when the server refuses the signal
+			// (a run that has taken its limit of signals while it hands over): so is this.
+			for err = env.client.SignalWorkflow(ctx, allocator, "", protocol.SignalRequest, req); err != nil && ctx.Err() == nil; {
+				scaleRetries.Add(1)
+				time.Sleep(time.Second)
+				err = env.client.SignalWorkflow(ctx, allocator, "", protocol.SignalRequest, req)
+			}
 		}
 		if err != nil {
 			failed.Add(1)
@@ -356,8 +365,8 @@ func logScaleFigures(t *testing.T, runs []scaleAllocatorRun, jobs int, filled, d
 			largest = r
 		}
 	}
-	t.Logf("%d jobs through %d allocator runs (%d continue-as-new); queue filled in %s, all ended after %s",
-		jobs, len(runs), len(runs)-1, filled.Round(time.Second), drained.Round(time.Second))
+	t.Logf("%d jobs through %d allocator runs (%d continue-as-new); queue filled in %s, all ended after %s; %d request signals refused and sent again",
+		jobs, len(runs), len(runs)-1, filled.Round(time.Second), drained.Round(time.Second), scaleRetries.Load())
 	t.Logf("largest state handed over: %d bytes packed with %d waiting, beside %d bytes of JSON input",
 		largest.packedBytes, largest.waiting, largest.inputBytes)
 	for _, r := range runs {

@@ -22,16 +22,14 @@ import (
 // maxUnpackedBytes bounds what UnpackSnapshot inflates, against a corrupt or hostile input.
 const maxUnpackedBytes = 256 << 20
 
-// newPackEncoder and newPackDecoder make a codec for one call. A shared one would serialise
-// the allocators of a worker that continue as new at once, each waiting for the others' turn
-// inside a workflow task (past a second, the SDK's deadlock detector fails the task).
-func newPackEncoder() (*zstd.Encoder, error) {
-	return zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedBestCompression), zstd.WithEncoderConcurrency(1))
-}
-
-func newPackDecoder() (*zstd.Decoder, error) {
-	return zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(maxUnpackedBytes))
-}
+// The codecs are shared: EncodeAll and DecodeAll may be called at once from many goroutines (one
+// per allocator continuing as new), each taking one of GOMAXPROCS encoder states, so they rarely
+// wait for each other; making a codec per call would cost tens of MB and milliseconds in the
+// very workflow task that hands over.
+var (
+	packEncoder, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedBestCompression))
+	packDecoder, _ = zstd.NewReader(nil, zstd.WithDecoderMaxMemory(maxUnpackedBytes))
+)
 
 // packedSnapshot is the JSON inside the zstd frame: the Snapshot without its bulky columns
 // (waiting and running job ids, waiting sequences, waiting and running times), which follow it.
@@ -88,23 +86,13 @@ func PackSnapshot(s Snapshot) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pack snapshot: %w", err)
 	}
-	enc, err := newPackEncoder()
-	if err != nil {
-		return nil, fmt.Errorf("pack snapshot: %w", err)
-	}
-	defer enc.Close()
-	return enc.EncodeAll(b, nil), nil
+	return packEncoder.EncodeAll(b, nil), nil
 }
 
 // UnpackSnapshot decodes what PackSnapshot wrote. It checks the columns fit together; Restore
 // checks the state.
 func UnpackSnapshot(b []byte) (Snapshot, error) {
-	dec, err := newPackDecoder()
-	if err != nil {
-		return Snapshot{}, fmt.Errorf("snapshot: %w", err)
-	}
-	defer dec.Close()
-	raw, err := dec.DecodeAll(b, nil)
+	raw, err := packDecoder.DecodeAll(b, nil)
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("snapshot: not a packed snapshot: %w", err)
 	}

@@ -58,12 +58,7 @@ func scalePool(tb testing.TB, nWaiting, nRunning int) *Pool {
 
 // zstdFrame compresses b as PackSnapshot does, for hand-made packed snapshots.
 func zstdFrame(b []byte, _ []byte) []byte {
-	enc, err := newPackEncoder()
-	if err != nil {
-		panic(err)
-	}
-	defer enc.Close()
-	return enc.EncodeAll(b, nil)
+	return packEncoder.EncodeAll(b, nil)
 }
 
 func mustPack(t testing.TB, s Snapshot) []byte {
