@@ -19,6 +19,26 @@ $(TEMPORAL):
 	@echo "Installing the Temporal CLI $(TEMPORAL_CLI_VERSION) into bin/ (a few minutes, once)..."
 	GOBIN=$(CURDIR)/bin $(GO) install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI_VERSION)
 
+## lint-tools: the pinned linters, installed into bin/ from the Go module proxy (once per version)
+STATICCHECK_VERSION := v0.8.2
+WORKFLOWCHECK_VERSION := v0.6.0
+STATICCHECK := $(CURDIR)/bin/lint/staticcheck-$(STATICCHECK_VERSION)
+WORKFLOWCHECK := $(CURDIR)/bin/lint/workflowcheck-$(WORKFLOWCHECK_VERSION)
+$(STATICCHECK):
+	GOBIN=$(CURDIR)/bin/lint/tmp $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	mv $(CURDIR)/bin/lint/tmp/staticcheck $@
+$(WORKFLOWCHECK):
+	GOBIN=$(CURDIR)/bin/lint/tmp $(GO) install go.temporal.io/sdk/contrib/tools/workflowcheck@$(WORKFLOWCHECK_VERSION)
+	mv $(CURDIR)/bin/lint/tmp/workflowcheck $@
+lint-tools: $(STATICCHECK) $(WORKFLOWCHECK)
+
+## lint: go vet, staticcheck, and Temporal's workflowcheck on the workflow code (exceptions:
+## workflowcheck.config.yaml, and //workflowcheck:ignore with its reason next to the code)
+lint: lint-tools
+	$(GO) vet ./...
+	$(STATICCHECK) ./...
+	$(WORKFLOWCHECK) -config workflowcheck.config.yaml ./workflows/...
+
 ## kube-bins: the test cluster's kube-apiserver, etcd and kwok, built from the Go module proxy into
 ## bin/kube/ once per version (tools/kube/install.sh; about 12 minutes cold, nothing when cached)
 kube-bins:
@@ -37,8 +57,7 @@ dev-k8s: build $(TEMPORAL) kube-bins
 	$(GO) run ./internal/kubetest/cmd/dev-k8s
 
 ## test: every test, including the ones against a real Temporal dev server and a real kube-apiserver
-test: build $(TEMPORAL) kube-bins
-	$(GO) vet ./...
+test: lint build $(TEMPORAL) kube-bins
 	TRAINQ_REQUIRE_KUBE=1 $(GO) test -count=1 -timeout 18m $$($(GO) list ./... | grep -v '/e2e/kube$$')
 	@# The Kubernetes end-to-end tests run alone: beside the other end-to-end tests they would slow them down.
 	TRAINQ_REQUIRE_KUBE=1 $(GO) test -count=1 -timeout 10m ./e2e/kube/

@@ -178,17 +178,17 @@ func (a *Activities) describeEach(ctx context.Context, jobs []string,
 		slots <- struct{}{}
 		go func() {
 			defer func() { <-slots; wg.Done() }()
-			desc, err := a.Client.DescribeWorkflowExecution(ctx, job, "")
+			desc, err := a.Client.DescribeWorkflow(ctx, job, "")
 			var notFound *serviceerror.NotFound
 			switch {
 			case errors.As(err, &notFound):
 				out[i] = true
 			case err != nil:
 				errs[i] = err
-			case desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+			case desc.RawResponse.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
 				out[i] = true
 			default:
-				out[i] = marked(desc, i)
+				out[i] = marked(desc.RawResponse, i)
 			}
 		}()
 		activity.RecordHeartbeat(ctx, i)

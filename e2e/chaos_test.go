@@ -507,7 +507,7 @@ type chaosJobInfo struct {
 // describeJob reads a job's workflow status and search attributes.
 func (r *chaosRun) describeJob(ctx context.Context, name string) (chaosJobInfo, error) {
 	ji := chaosJobInfo{name: name}
-	resp, err := r.c.DescribeWorkflowExecution(ctx, name, "")
+	resp, err := r.c.DescribeWorkflow(ctx, name, "")
 	var notFound *serviceerror.NotFound
 	if errors.As(err, &notFound) {
 		return ji, nil
@@ -516,7 +516,7 @@ func (r *chaosRun) describeJob(ctx context.Context, name string) (chaosJobInfo, 
 		return ji, err
 	}
 	ji.found = true
-	e := resp.GetWorkflowExecutionInfo()
+	e := resp.RawResponse.GetWorkflowExecutionInfo()
 	ji.status = e.GetStatus()
 	ji.closed = ji.status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 	sa := e.GetSearchAttributes().GetIndexedFields()

@@ -233,9 +233,9 @@ func recordAllocatorContinuedAsNew(t *testing.T, dir string) {
 		return h.Get(ctx, &reply)
 	}
 	continued := func() bool {
-		d, err := c.DescribeWorkflowExecution(ctx, allocatorID, firstRun)
+		d, err := c.DescribeWorkflow(ctx, allocatorID, firstRun)
 		require.NoError(t, err)
-		return d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW
+		return d.RawResponse.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW
 	}
 	require.NoError(t, request(holder))
 	sent := 1

@@ -78,9 +78,9 @@ func TestUpgradeKeepsJobsOnTheirBuild(t *testing.T) {
 	buildOf := func(id string) (string, enumspb.VersioningBehavior) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		d, err := c.DescribeWorkflowExecution(ctx, id, "")
+		d, err := c.DescribeWorkflow(ctx, id, "")
 		require.NoError(t, err)
-		v := d.GetWorkflowExecutionInfo().GetVersioningInfo()
+		v := d.RawResponse.GetWorkflowExecutionInfo().GetVersioningInfo()
 		return v.GetDeploymentVersion().GetBuildId(), v.GetBehavior()
 	}
 

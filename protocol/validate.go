@@ -86,11 +86,15 @@ func (s *JobSpec) Normalize() (notes []string, err error) {
 		return nil, &FieldError{Field: "priority_class", Message: err.Error()}
 	}
 	s.PriorityClass = class.String()
+	// Sorted keys: map order does not matter.
+	//workflowcheck:ignore
 	for _, k := range slices.Sorted(maps.Keys(s.EnvVariables)) {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
 			return nil, fieldErr("env_variables", "%q is not a valid variable name", k)
 		}
 	}
+	// Sorted keys: map order does not matter.
+	//workflowcheck:ignore
 	for _, k := range slices.Sorted(maps.Keys(s.Flags)) {
 		if k == "" || strings.ContainsAny(k, "= \x00") {
 			return nil, fieldErr("flags", "%q is not a valid flag name", k)

@@ -138,6 +138,8 @@ func (p *Pool) nextWake(now time.Time) time.Time {
 	}
 	if m := p.policy.MinRuntimeBeforePreemption; m > 0 && len(p.waiting) > 0 && p.waiting[0].r.Class > Low {
 		top := p.waiting[0].r.Class
+		// The earliest time is the same in any map order.
+		//workflowcheck:ignore
 		for _, rj := range p.running {
 			if !rj.releasing && rj.r.Kind != KindNotebook && rj.r.Class < top {
 				upd(rj.startedAt.Add(m))

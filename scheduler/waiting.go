@@ -18,6 +18,8 @@ func (p *Pool) WaitingAfter(after string, limit int) []WaitingAttempt {
 		return nil
 	}
 	names := make([]string, 0, len(p.waitIdx))
+	// Map order does not reach the result: it is sorted.
+	//workflowcheck:ignore
 	for job := range p.waitIdx {
 		if job > after {
 			names = append(names, job)

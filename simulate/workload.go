@@ -146,10 +146,9 @@ type OpenB struct {
 }
 
 type podTimes struct {
-	qos                string
-	arrival, duration  int64
-	found              bool
-	creation, deletion int64
+	qos               string
+	arrival, duration int64
+	found             bool
 }
 
 // LoadOpenB reads an openb pod list and node list. Each pod is a one-worker job of family

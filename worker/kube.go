@@ -53,11 +53,11 @@ func newBackend(ctx context.Context, cfg *config.Config, c client.Client, logger
 type temporalJobs struct{ c client.Client }
 
 func (j temporalJobs) Meta(ctx context.Context, job string) (kube.JobMeta, error) {
-	resp, err := j.c.DescribeWorkflowExecution(ctx, job, "")
+	resp, err := j.c.DescribeWorkflow(ctx, job, "")
 	if err != nil {
 		return kube.JobMeta{}, err
 	}
-	e := resp.GetWorkflowExecutionInfo()
+	e := resp.RawResponse.GetWorkflowExecutionInfo()
 	dc := converter.GetDefaultDataConverter()
 	var m kube.JobMeta
 	var kind string
@@ -75,7 +75,7 @@ func (j temporalJobs) Meta(ctx context.Context, job string) (kube.JobMeta, error
 }
 
 func (j temporalJobs) Ended(ctx context.Context, job string) (bool, error) {
-	resp, err := j.c.DescribeWorkflowExecution(ctx, job, "")
+	resp, err := j.c.DescribeWorkflow(ctx, job, "")
 	var notFound *serviceerror.NotFound
 	if errors.As(err, &notFound) {
 		return true, nil
@@ -83,7 +83,7 @@ func (j temporalJobs) Ended(ctx context.Context, job string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return resp.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil
+	return resp.RawResponse.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil
 }
 
 func (j temporalJobs) StopReason(ctx context.Context, id cluster.WorkerID) (string, string, error) {

@@ -57,9 +57,9 @@ func keepAllocatorsRunning(ctx context.Context, c client.Client, cfg *config.Con
 func isFirstRun(ctx context.Context, c client.Client, id, run string) bool {
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	d, err := c.DescribeWorkflowExecution(dctx, id, run)
+	d, err := c.DescribeWorkflow(dctx, id, run)
 	if err != nil {
 		return false
 	}
-	return d.GetWorkflowExecutionInfo().GetFirstRunId() == run
+	return d.RawResponse.GetWorkflowExecutionInfo().GetFirstRunId() == run
 }

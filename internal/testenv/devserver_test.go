@@ -39,10 +39,10 @@ func TestPersistentDevServerSurvivesKill(t *testing.T) {
 
 	srv.Kill()
 	require.NoError(t, srv.Start(ctx))
-	desc, err := c.DescribeWorkflowExecution(ctx, "survivor", "")
+	desc, err := c.DescribeWorkflow(ctx, "survivor", "")
 	require.NoError(t, err, "the old client reaches the restarted server")
-	assert.Equal(t, run.GetRunID(), desc.GetWorkflowExecutionInfo().GetExecution().GetRunId())
-	assert.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, desc.GetWorkflowExecutionInfo().GetStatus())
+	assert.Equal(t, run.GetRunID(), desc.RawResponse.GetWorkflowExecutionInfo().GetExecution().GetRunId())
+	assert.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, desc.RawResponse.GetWorkflowExecutionInfo().GetStatus())
 
 	// trainq's search attributes are registered again at a restart, harmlessly.
 	sa, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: client.DefaultNamespace})
