@@ -94,7 +94,6 @@ type scratch struct {
 	// with the fewest free GPUs that fit it, in one sequential scan of their bucket.
 	freeBuckets  [][][]freeSlot
 	slotOf       []int32 // per node: its index in its bucket
-	bucketSizes  []int   // per free GPU count, while resetFreeLists runs
 	failed       failureCache
 	grantBuf     []planGrant // plan.grants of the last pass, for the next
 	grantNodeBuf []int32     // plan.grantNodes of the last pass, for the next

@@ -282,6 +282,8 @@ func (sc *scratch) oldestStart(p *Pool, fam int32, c Class) time.Time {
 	if !sc.oldestKnown {
 		sc.oldest = grow(sc.oldest, len(p.fams))
 		clear(sc.oldest)
+		// The earliest start is the same in any map order.
+		//workflowcheck:ignore
 		for _, rj := range p.running {
 			if rj.releasing || rj.r.Kind == KindNotebook {
 				continue
