@@ -214,13 +214,20 @@ type Rendezvous struct {
 // backend) is overridden by the node's address from the config, so that
 // workers on other hosts reach worker 0.
 func (a *Activities) Rendezvous(ctx context.Context, in RendezvousInput) (Rendezvous, error) {
-	addr, port, err := a.Backend.Rendezvous(ctx, in.Job, in.Attempt)
+	addr, port, err := a.rendezvous(ctx, in.Job, in.Attempt)
+	return Rendezvous{Addr: addr, Port: port}, err
+}
+
+// rendezvous picks the attempt's master address on this node: the node's
+// configured address where the backend answers with a loopback one.
+func (a *Activities) rendezvous(ctx context.Context, job string, attempt int) (string, int, error) {
+	addr, port, err := a.Backend.Rendezvous(ctx, job, attempt)
 	if ip := net.ParseIP(addr); err == nil && ip != nil && ip.IsLoopback() {
 		if node, nerr := thisNode(ctx); nerr == nil && a.Config.NodeAddress(node) != "" {
 			addr = a.Config.NodeAddress(node)
 		}
 	}
-	return Rendezvous{Addr: addr, Port: port}, err
+	return addr, port, err
 }
 
 // StartWorker starts one worker. It is idempotent per job, attempt and worker.
@@ -228,7 +235,7 @@ func (a *Activities) Rendezvous(ctx context.Context, in RendezvousInput) (Rendez
 // the worker's own node: one activity instead of two before it runs.
 func (a *Activities) StartWorker(ctx context.Context, spec cluster.WorkerSpec) (cluster.WorkerStatus, error) {
 	if spec.MasterAddr == "" && spec.MasterPort == 0 {
-		addr, port, err := a.Backend.Rendezvous(ctx, spec.ID.Job, spec.ID.Attempt)
+		addr, port, err := a.rendezvous(ctx, spec.ID.Job, spec.ID.Attempt)
 		if err != nil {
 			return cluster.WorkerStatus{}, fmt.Errorf("pick a rendezvous address: %w", err)
 		}
