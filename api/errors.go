@@ -47,6 +47,7 @@ const (
 	codeMediaType     = "unsupported_media_type"
 	codeTooManyConns  = "too_many_connections"
 	codeQueueFull     = "queue_full"
+	codeNotRunning    = "job_not_running"
 	retryAfterSeconds = 5
 	// queueFullRetryAfter is how long a client is asked to wait when an
 	// allocation's queue is full: jobs leave a full queue slowly.
@@ -100,6 +101,8 @@ func (s *Server) classify(r *http.Request, err error) *Error {
 		return errorf(http.StatusRequestEntityTooLarge, codeTooLarge, "", "the request is larger than Temporal accepts; make job_desc, script, env_variables or flags smaller")
 	case errors.Is(err, client.ErrJobNotFound):
 		return errorf(http.StatusNotFound, codeNotFound, "", "no such job")
+	case errors.Is(err, client.ErrJobNotRunning):
+		return errorf(http.StatusConflict, codeNotRunning, "", err.Error())
 	case errors.As(err, new(*protocol.QueueFullError)):
 		return &Error{Status: http.StatusTooManyRequests, Code: codeQueueFull, Field: "allocation_name", Message: err.Error(), RetryAfter: queueFullRetryAfter}
 	case errors.Is(err, client.ErrNoAllocator):

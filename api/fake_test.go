@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -136,6 +137,23 @@ func (f *fakeBackend) Cancel(ctx context.Context, name string) error {
 		return client.ErrJobNotFound
 	}
 	return nil
+}
+
+// Checkpoint books a checkpoint on a running job at the fake's clock.
+func (f *fakeBackend) Checkpoint(ctx context.Context, job string, attempt int) (protocol.CheckpointReply, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	j, ok := f.jobs[job]
+	if !ok {
+		return protocol.CheckpointReply{}, client.ErrJobNotFound
+	}
+	if j.status.State != protocol.StateRunning {
+		return protocol.CheckpointReply{}, fmt.Errorf("%w: job %s is %s", client.ErrJobNotRunning, job, j.status.State)
+	}
+	if attempt == 0 {
+		attempt = j.status.Attempt
+	}
+	return protocol.CheckpointReply{Job: job, Attempt: attempt, At: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}, nil
 }
 
 // list filters as visibility does, newest first.

@@ -89,6 +89,7 @@ var routes = []route{
 	{"DELETE", "/public/v2/jobs/{job_name}", false, (*Server).deleteJob},
 	{"GET", "/public/v2/jobs/{job_name}/logs", false, (*Server).jobLogs},
 	{"GET", "/public/v2/jobs/{job_name}/preemptors", false, (*Server).preemptors},
+	{"POST", "/public/v2/jobs/{job_name}/checkpoint", false, (*Server).checkpoint},
 	{"GET", "/public/v2/allocations/{name}/queue", false, (*Server).queue},
 	{"POST", "/public/v2/notebooks", false, (*Server).postNotebook},
 	{"DELETE", "/public/v2/notebooks/{name}", false, (*Server).deleteNotebook},

@@ -56,6 +56,10 @@ var walkVariants = map[string][]walkReq{
 	"GET /public/v2/jobs/{job_name}/preemptors": {
 		{"GET", "/public/v2/jobs/{own}/preemptors", ""}, {"GET", "/public/v2/jobs/{foreign}/preemptors", ""},
 	},
+	"POST /public/v2/jobs/{job_name}/checkpoint": {
+		{"POST", "/public/v2/jobs/{own}/checkpoint", ""}, {"POST", "/public/v2/jobs/{own}/checkpoint?attempt=1", ""},
+		{"POST", "/public/v2/jobs/{own}/checkpoint?attempt=x", ""}, {"POST", "/public/v2/jobs/{foreign}/checkpoint", ""},
+	},
 	"GET /public/v2/allocations/{name}/queue": {
 		{"GET", "/public/v2/allocations/{alloc}/queue", ""}, {"GET", "/public/v2/allocations/{alloc}/queue?region=SR006", ""},
 	},

@@ -69,6 +69,11 @@ const (
 	// UpdateRecover makes a running allocator rebuild its state from the
 	// jobs themselves and the node agents, as a fresh allocator does.
 	UpdateRecover = "recover"
+
+	// UpdateCheckpoint records that a running attempt saved its progress
+	// (a CheckpointReport): preempting it from then on loses only the work
+	// done since, which the victim ordering weighs (scheduler.Pool.Checkpointed).
+	UpdateCheckpoint = "checkpoint"
 )
 
 // Job messages.
@@ -509,6 +514,21 @@ func (v QueueView) GPUTotals() GPUTotals {
 type FencedNode struct {
 	Node   string `json:"node"`
 	Reason string `json:"reason"`
+}
+
+// CheckpointReport tells the allocator that Attempt of Job has just saved
+// its progress. The allocator stamps it with its own clock, so that a
+// worker's skewed clock cannot claim work it has not saved.
+type CheckpointReport struct {
+	Job     string `json:"job"`
+	Attempt int    `json:"attempt"`
+}
+
+// CheckpointReply is the checkpoint the allocator recorded.
+type CheckpointReply struct {
+	Job     string    `json:"job"`
+	Attempt int       `json:"attempt"`
+	At      time.Time `json:"at"`
 }
 
 // RecoverReply says what a recovery found.

@@ -206,8 +206,12 @@ func (a *allocator) registerUpdates(ctx workflow.Context) error {
 		workflow.UpdateHandlerOptions{Validator: a.validateReconfigure}); err != nil {
 		return err
 	}
-	return workflow.SetUpdateHandlerWithOptions(ctx, protocol.UpdateRecover, a.onRecover,
-		workflow.UpdateHandlerOptions{Validator: a.validateRecover})
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, protocol.UpdateRecover, a.onRecover,
+		workflow.UpdateHandlerOptions{Validator: a.validateRecover}); err != nil {
+		return err
+	}
+	return workflow.SetUpdateHandlerWithOptions(ctx, protocol.UpdateCheckpoint, a.onCheckpoint,
+		workflow.UpdateHandlerOptions{Validator: a.validateCheckpoint})
 }
 
 // onRequestCapacity answers the request-capacity update (older clients;

@@ -1,0 +1,62 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	sdkclient "go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/trainq/trainq/protocol"
+)
+
+// ErrJobNotRunning is returned (wrapped in a sentence) for a checkpoint of a
+// job, or an attempt, that holds no capacity now.
+var ErrJobNotRunning = errors.New("job not running")
+
+// notRunningError is a sentence that is ErrJobNotRunning.
+type notRunningError struct{ msg string }
+
+func (e *notRunningError) Error() string        { return e.msg }
+func (e *notRunningError) Is(target error) bool { return target == ErrJobNotRunning }
+
+// Checkpoint tells a running job's allocator that the job's current attempt
+// has just saved its progress, so that preempting it from now on loses only
+// the work done since (the victim ordering weighs it). attempt 0 means the
+// job's current attempt; a training script passes $TRAINQ_ATTEMPT, so that a
+// report racing with a preemption cannot be booked on the next attempt.
+func (c *Client) Checkpoint(ctx context.Context, job string, attempt int) (protocol.CheckpointReply, error) {
+	var reply protocol.CheckpointReply
+	if attempt < 0 {
+		return reply, &protocol.FieldError{Field: "attempt", Message: fmt.Sprintf("must be 1 or more (0: the current attempt); got %d", attempt)}
+	}
+	st, err := c.Status(ctx, job)
+	if err != nil {
+		return reply, err
+	}
+	if st.State != protocol.StateRunning || len(st.Attempts) == 0 {
+		return reply, &notRunningError{fmt.Sprintf("job %s is %s, not running; only a running attempt can report a checkpoint", job, st.State)}
+	}
+	if attempt == 0 {
+		attempt = st.Attempts[len(st.Attempts)-1].Number
+	}
+	handle, err := c.Temporal.UpdateWorkflow(ctx, sdkclient.UpdateWorkflowOptions{
+		WorkflowID:   protocol.AllocatorWorkflowID(st.Region, st.Allocation),
+		UpdateName:   protocol.UpdateCheckpoint,
+		Args:         []any{protocol.CheckpointReport{Job: job, Attempt: attempt}},
+		WaitForStage: sdkclient.WorkflowUpdateStageCompleted,
+	})
+	if err == nil {
+		err = handle.Get(ctx, &reply)
+	}
+	var refused *temporal.ApplicationError
+	if errors.As(err, &refused) {
+		// The allocator's answer: the attempt ended or is another one.
+		return reply, &notRunningError{refused.Message()}
+	}
+	if err != nil {
+		return reply, fmt.Errorf("checkpoint of %s: %w", job, err)
+	}
+	return reply, nil
+}
