@@ -309,6 +309,9 @@ type CapacityRequest struct {
 	// were given so that they keep their place in the queue.
 	Seq         int64     `json:"seq"`
 	SubmittedAt time.Time `json:"submitted_at"`
+	// Preemptions counts the job's earlier attempts that were preempted
+	// (see scheduler.Request.Preemptions); older jobs send none.
+	Preemptions int `json:"preemptions,omitempty"`
 }
 
 // CapacityReply tells a job its place in the queue.

@@ -506,15 +506,7 @@ func (a *allocator) toRequest(req protocol.CapacityRequest) (scheduler.Request, 
 	if req.Attempt < 1 {
 		return scheduler.Request{}, fmt.Errorf("attempt: must be at least 1, got %d", req.Attempt)
 	}
-	demand, err := scheduler.ParseInstanceType(req.InstanceType)
-	if err != nil {
-		return scheduler.Request{}, err
-	}
-	r := scheduler.Request{
-		Job: req.Job, Attempt: req.Attempt, Kind: req.Kind, Class: req.Class,
-		Demand: demand, Workers: req.Workers, Seq: req.Seq, SubmittedAt: req.SubmittedAt,
-	}
-	return r, a.pool.Admit(r)
+	return requestFor(a.pool, req)
 }
 
 // validate refuses, before anything is recorded, a request that can never fit

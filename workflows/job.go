@@ -408,7 +408,7 @@ func (j *job) waitForCapacity(ctx workflow.Context, attempt int) (protocol.Grant
 	})
 	j.request = protocol.CapacityRequest{
 		Job: j.name, Attempt: attempt, Kind: j.spec.Kind, Class: j.spec.Class(), InstanceType: j.spec.InstanceType,
-		Workers: j.spec.NWorkers, Seq: j.seq, SubmittedAt: j.status.CreatedAt,
+		Workers: j.spec.NWorkers, Seq: j.seq, SubmittedAt: j.status.CreatedAt, Preemptions: j.preemptions(),
 	}
 	j.phase, j.grant = protocol.HoldWaiting, nil
 	req := activities.RequestCapacityInput{Region: j.spec.Region, Allocation: j.spec.AllocationName, Request: j.request}
@@ -936,4 +936,17 @@ func errorText(err error) string {
 		return "timed out: " + timeoutErr.Error()
 	}
 	return err.Error()
+}
+
+// preemptions counts the job's attempts that ended preempted. The request
+// carries it, so that the policy's limit on preemptions of one job holds
+// even after the allocator has forgotten the job (a recovery, or a long wait).
+func (j *job) preemptions() int {
+	n := 0
+	for _, a := range j.status.Attempts {
+		if a.Preemptor != nil {
+			n++
+		}
+	}
+	return n
 }

@@ -327,6 +327,9 @@ func TestJobPreemptedAndRerun(t *testing.T) {
 	assert.Equal(t, 2, h.requests[1].Attempt)
 	assert.Equal(t, h.seq, h.requests[1].Seq)
 	assert.Equal(t, scheduler.Low, h.requests[1].Class)
+	// It also carries how often the job was preempted, for the policy's limit.
+	assert.Equal(t, 0, h.requests[0].Preemptions)
+	assert.Equal(t, 1, h.requests[1].Preemptions)
 
 	// Attempt 1: a stopping notice, then both workers stopped gracefully
 	// on their nodes and released one by one.

@@ -154,7 +154,7 @@ func requestFor(pool *scheduler.Pool, req protocol.CapacityRequest) (scheduler.R
 	}
 	r := scheduler.Request{
 		Job: req.Job, Attempt: req.Attempt, Kind: req.Kind, Class: req.Class,
-		Demand: demand, Workers: req.Workers, Seq: req.Seq, SubmittedAt: req.SubmittedAt,
+		Demand: demand, Workers: req.Workers, Seq: req.Seq, SubmittedAt: req.SubmittedAt, Preemptions: req.Preemptions,
 	}
 	return r, pool.Admit(r)
 }
