@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -122,17 +123,25 @@ type allocatorFigures struct {
 	continuedAsNew            int
 }
 
-// allocatorRuns reads the histories of a workflow's runs, from the current
-// one back along the continue-as-new chain (newest first).
+// allocatorRuns reads the histories of every run of a workflow: the runs of
+// a continue-as-new chain, and those of earlier chains (an allocator that
+// was terminated and started afresh), as visibility lists them.
 func allocatorRuns(t *testing.T, c client.Client, workflowID string) [][]*historypb.HistoryEvent {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	var runs [][]*historypb.HistoryEvent
-	runID := ""
+	var token []byte
 	for {
-		events := history(t, c, workflowID, runID)
-		require.NotEmpty(t, events)
-		runs = append(runs, events)
-		runID = events[0].GetWorkflowExecutionStartedEventAttributes().GetContinuedExecutionRunId()
-		if runID == "" {
+		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Query: fmt.Sprintf("WorkflowId = %q", workflowID), NextPageToken: token})
+		require.NoError(t, err)
+		for _, e := range resp.GetExecutions() {
+			events := history(t, c, workflowID, e.GetExecution().GetRunId())
+			require.NotEmpty(t, events)
+			runs = append(runs, events)
+		}
+		if token = resp.GetNextPageToken(); len(token) == 0 {
 			return runs
 		}
 	}
