@@ -19,7 +19,8 @@ import (
 // so without trainq-worker it would hang.
 const queryTimeout = 10 * time.Second
 
-// errNoAnswer means a query timed out: most likely no trainq-worker runs.
+// errNoAnswer means a status query got no answer: it timed out (most likely
+// no trainq-worker runs) or Temporal was busy; watch and logs --follow ask again.
 var errNoAnswer = errors.New("no answer")
 
 // jobStatus queries a job's status with a timeout and turns errors into the
@@ -34,6 +35,10 @@ func jobStatus(ctx context.Context, c *client.Client, name string) (protocol.Job
 		}
 		if ctx.Err() == nil && (qctx.Err() != nil || isDeadline(err)) {
 			return st, fmt.Errorf("%w: job %s did not answer the status query within %s; is trainq-worker running?", errNoAnswer, name, queryTimeout)
+		}
+		if ctx.Err() == nil && client.Unavailable(err) {
+			// Temporal is busy or restarting: watch and logs --follow ask again.
+			return st, fmt.Errorf("%w: Temporal did not give the status of job %s (%v)", errNoAnswer, name, err)
 		}
 		return st, fmt.Errorf("status of job %s: %w", name, err)
 	}
