@@ -1,10 +1,8 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
@@ -22,18 +20,10 @@ type allocatorGrant struct {
 }
 
 // fetchHistory returns every event of a workflow's current run.
+// fetchHistory reads the current run's history from the shared dev server.
 func fetchHistory(t *testing.T, workflowID string) []*historypb.HistoryEvent {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	it := env.client.GetWorkflowHistory(ctx, workflowID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	var events []*historypb.HistoryEvent
-	for it.HasNext() {
-		e, err := it.Next()
-		require.NoError(t, err)
-		events = append(events, e)
-	}
-	return events
+	return history(t, env.client, workflowID, "")
 }
 
 // checkAllocatorHistory replays the allocator's recorded decisions: every
