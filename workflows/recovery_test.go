@@ -103,17 +103,7 @@ func TestRecoveryReportsConflictingHolds(t *testing.T) {
 		holding("a", 1, 1, on("n1", 0, 0, 1)),
 		holding("b", 1, 2, on("n1", 0, 1, 0)), // claims the same GPUs
 	}
-	var reply protocol.RecoverReply
-	h.at(time.Minute, func() {
-		h.env.UpdateWorkflow(protocol.UpdateRecover, "recover-1", &testsuite.TestUpdateCallback{
-			OnAccept: func() {},
-			OnReject: func(err error) { t.Errorf("recover rejected: %v", err) },
-			OnComplete: func(v any, err error) {
-				require.NoError(t, err)
-				reply = decodeUpdateResult[protocol.RecoverReply](t, v)
-			},
-		})
-	})
+	reply := h.recoverAt(time.Minute)
 	h.runAllocator(allocInput(allocNodes(2, 2)), time.Hour)
 	require.Len(t, h.registerCalls, 2, "the start and the operator's recover")
 	assert.NotEqual(t, h.registerCalls[0].Epoch, h.registerCalls[1].Epoch, "each recovery draws a new epoch")
@@ -340,17 +330,7 @@ func TestAllocatorWakesWhenMinRuntimePasses(t *testing.T) {
 func TestRecoverUpdateDuringStartUpRecoveryTakesItsAnswer(t *testing.T) {
 	h := newAllocHarnessWith(t, 10*time.Second)
 	h.holds = []protocol.JobHold{holding("held", 1, 1, on("n1", 0, 0, 1))}
-	var reply protocol.RecoverReply
-	h.at(time.Second, func() {
-		h.env.UpdateWorkflow(protocol.UpdateRecover, "recover-1", &testsuite.TestUpdateCallback{
-			OnAccept: func() {},
-			OnReject: func(err error) { t.Errorf("recover rejected: %v", err) },
-			OnComplete: func(v any, err error) {
-				require.NoError(t, err)
-				reply = decodeUpdateResult[protocol.RecoverReply](t, v)
-			},
-		})
-	})
+	reply := h.recoverAt(time.Second)
 	h.runAllocator(allocInput(allocNodes(2, 2)), time.Hour)
 	require.Len(t, h.registerCalls, 1, "the operator's recover waited for the start-up one and took its answer")
 	assert.Equal(t, h.registerCalls[0].Epoch, reply.Epoch)
@@ -361,4 +341,21 @@ func TestRecoverUpdateDuringStartUpRecoveryTakesItsAnswer(t *testing.T) {
 // RequestCapacity activity does.
 func (h *allocHarness) signalRequest(d time.Duration, req protocol.CapacityRequest) {
 	h.at(d, func() { h.env.SignalWorkflow(protocol.SignalRequest, req) })
+}
+
+// recoverAt sends the operator's recover update at d; the reply is filled in
+// once the update completes.
+func (h *allocHarness) recoverAt(d time.Duration) *protocol.RecoverReply {
+	reply := &protocol.RecoverReply{}
+	h.at(d, func() {
+		h.env.UpdateWorkflow(protocol.UpdateRecover, "recover-1", &testsuite.TestUpdateCallback{
+			OnAccept: func() {},
+			OnReject: func(err error) { h.t.Errorf("recover rejected: %v", err) },
+			OnComplete: func(v any, err error) {
+				require.NoError(h.t, err)
+				*reply = decodeUpdateResult[protocol.RecoverReply](h.t, v)
+			},
+		})
+	})
+	return reply
 }

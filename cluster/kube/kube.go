@@ -647,16 +647,23 @@ func (b *Backend) Status(ctx context.Context, id cluster.WorkerID) (cluster.Work
 	if err := id.Validate(); err != nil {
 		return cluster.WorkerStatus{ID: id}, err
 	}
-	p, gone, err := b.lookup(ctx, PodName(id))
+	st, _, _, err := b.podStatus(ctx, id, PodName(id))
+	return st, err
+}
+
+// podStatus looks the worker's pod up. settled is true when there is no live
+// pod to act on: an error, no pod, or a pod already on its way out.
+func (b *Backend) podStatus(ctx context.Context, id cluster.WorkerID, name string) (st cluster.WorkerStatus, p *corev1.Pod, settled bool, err error) {
+	p, gone, err := b.lookup(ctx, name)
 	switch {
 	case err != nil:
-		return cluster.WorkerStatus{ID: id}, err
+		return cluster.WorkerStatus{ID: id}, nil, true, err
 	case p == nil:
-		return cluster.WorkerStatus{ID: id, Phase: cluster.PhaseNotFound}, nil
+		return cluster.WorkerStatus{ID: id, Phase: cluster.PhaseNotFound}, nil, true, nil
 	case gone:
-		return goneStatus(id, p), nil
+		return goneStatus(id, p), p, true, nil
 	}
-	return StatusOf(id, p), nil
+	return StatusOf(id, p), p, false, nil
 }
 
 // Wait follows the worker's pod through the pod watch until it ends,
@@ -815,16 +822,10 @@ func (b *Backend) Stop(ctx context.Context, id cluster.WorkerID, grace time.Dura
 	name := PodName(id)
 	changed, unsubscribe := b.subscribe(name)
 	defer unsubscribe()
-	p, gone, err := b.lookup(ctx, name)
-	switch {
-	case err != nil:
-		return cluster.WorkerStatus{ID: id}, err
-	case p == nil:
-		return cluster.WorkerStatus{ID: id, Phase: cluster.PhaseNotFound}, nil
-	case gone:
-		return goneStatus(id, p), nil
+	st, p, settled, err := b.podStatus(ctx, id, name)
+	if settled {
+		return st, err
 	}
-	st := StatusOf(id, p)
 	if st.Phase == cluster.PhaseExited && p.DeletionTimestamp == nil {
 		return st, nil
 	}
