@@ -68,6 +68,7 @@ func (p *Pool) Adopt(a Adoption) error {
 			continue
 		}
 		nd := &p.nodes[n]
+		p.nodeChanged(n)
 		nd.used |= gpus[w]
 		nd.freeGPU -= r.Demand.GPUs
 		nd.freeCPU -= r.Demand.CPU

@@ -43,7 +43,10 @@
 //   - A second pass at the same instant, with no event in between, decides nothing. A pass with no
 //     event since a pass that decided nothing returns at once, unless Pool.NextWake has come (a
 //     running job reached MinRuntimeBeforePreemption, or a class's first request reached
-//     ReserveAfter); the allocator should call Schedule then.
+//     ReserveAfter); the allocator should call Schedule then. A pass that runs keeps its working
+//     copy of the nodes' capacity from the last pass and restores only the nodes that changed
+//     since, so its cost grows with the waiting requests it walks and the nodes touched, not with
+//     the pool's size.
 //   - A lost node (Pool.MarkNodeLost: its agent stopped answering) is fenced: nothing is granted on
 //     it and no pass counts its free or releasing capacity for anyone, so nothing is nominated on
 //     it and nobody is preempted for capacity there. Jobs placed on it keep holding until they are

@@ -104,6 +104,7 @@ func sched(t testing.TB, p *Pool, now time.Time) Decisions {
 			t.Fatalf("Schedule skipped a pass that decides %s", mustJSON(t, d))
 		}
 	}
+	checkSyncedCapacity(t, p)
 	epoch := p.sc.failed.epoch
 	d := p.Schedule(now)
 	if p.sc.failed.epoch != epoch { // the pass ran in full
@@ -397,4 +398,48 @@ func checkFreeBuckets(t testing.TB, sc *scratch, p *Pool) {
 			t.Fatalf("node %s is in %d buckets, want %d", p.nodes[n].Name, seen[n], want)
 		}
 	}
+}
+
+// checkSyncedCapacity: the start of a pass on the copies kept from the last pass (restoring only
+// the changed nodes) equals a full rebuild: capacity, summaries, bucket membership, releasing
+// capacity in sight. It runs the extra reset on the pool's own scratch, as the pass will.
+func checkSyncedCapacity(t testing.TB, p *Pool) {
+	t.Helper()
+	if !p.sc.synced {
+		return
+	}
+	kept, full := p.sc, newScratch()
+	kept.reset(p)
+	full.reset(p)
+	for n := range p.nodes {
+		k := [9]int{kept.freeGPU[n], kept.freeCPU[n], kept.freeRAM[n], kept.relGPU[n], kept.relCPU[n], kept.relRAM[n], kept.victimGPU[n], kept.victimCPU[n], kept.victimRAM[n]}
+		f := [9]int{full.freeGPU[n], full.freeCPU[n], full.freeRAM[n], full.relGPU[n], full.relCPU[n], full.relRAM[n], full.victimGPU[n], full.victimCPU[n], full.victimRAM[n]}
+		if k != f || kept.hasRel[n] != full.hasRel[n] {
+			t.Fatalf("node %s: kept copy %v (releasing in sight %v), full rebuild %v (%v)", p.nodes[n].Name, k, kept.hasRel[n], f, full.hasRel[n])
+		}
+	}
+	for f := range p.fams {
+		if !slices.Equal(kept.freeAtLeast[f], full.freeAtLeast[f]) || !slices.Equal(kept.freeOrRelAtLeast[f], full.freeOrRelAtLeast[f]) ||
+			kept.relNodes[f] != full.relNodes[f] || kept.relVisible[f] != full.relVisible[f] {
+			t.Fatalf("family %s: kept summaries %v %v %d, full rebuild %v %v %d", p.fams[f].name,
+				kept.freeAtLeast[f], kept.freeOrRelAtLeast[f], kept.relNodes[f], full.freeAtLeast[f], full.freeOrRelAtLeast[f], full.relNodes[f])
+		}
+		for g := range full.freeBuckets[f] {
+			a, b := bucketNodes(kept.freeBuckets[f][g]), bucketNodes(full.freeBuckets[f][g])
+			if !slices.Equal(a, b) {
+				t.Fatalf("family %s, %d free GPUs: kept bucket %v, full rebuild %v", p.fams[f].name, g, a, b)
+			}
+		}
+	}
+	checkFreeBuckets(t, kept, p)
+}
+
+// bucketNodes is a bucket's nodes, sorted (the order within a bucket decides nothing).
+func bucketNodes(b []freeSlot) []int32 {
+	out := make([]int32, len(b))
+	for i, sl := range b {
+		out[i] = sl.n
+	}
+	slices.Sort(out)
+	return out
 }

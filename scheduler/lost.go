@@ -38,6 +38,7 @@ func (p *Pool) setLost(node string, lost bool) bool {
 		return false
 	}
 	p.nodes[n].lost = lost
+	p.nodeChanged(n)
 	p.refreshLive(p.nodes[n].fam)
 	p.touch()
 	return true

@@ -437,6 +437,7 @@ func (p *Pool) beginRelease(rj *runJob) {
 	d := &rj.r.Demand
 	for w, n := range rj.nodes {
 		if !rj.released[w] {
+			p.nodeChanged(n)
 			nd := &p.nodes[n]
 			nd.relGPU += d.GPUs
 			nd.relCPU += d.CPU
@@ -448,6 +449,7 @@ func (p *Pool) beginRelease(rj *runJob) {
 func (p *Pool) freeWorker(rj *runJob, w int) {
 	d := &rj.r.Demand
 	nd := &p.nodes[rj.nodes[w]]
+	p.nodeChanged(rj.nodes[w])
 	if rj.nominee != nil && rj.preemptSeq > 0 && p.waitIdx[rj.nominee[w].Job] != nil {
 		pb := rj.nominee[w]
 		p.addHold(hold{by: pb.Job, class: pb.Class, node: rj.nodes[w], gpu: d.GPUs, cpu: d.CPU, ram: d.RAMGB, seq: rj.preemptSeq,

@@ -92,8 +92,18 @@ type scratch struct {
 	freeAtLeast, freeOrRelAtLeast [][]int32
 	// Nodes that answer, by family and free GPUs in this pass: a grant looks only at the nodes
 	// with the fewest free GPUs that fit it, in one sequential scan of their bucket.
-	freeBuckets  [][][]freeSlot
-	slotOf       []int32 // per node: its index in its bucket
+	freeBuckets [][][]freeSlot
+	slotOf      []int32 // per node: its index in its bucket, -1 for a lost node (in none)
+	// relNodes counts, per family, the nodes with releasing capacity in sight (hasRel).
+	relNodes []int32
+	hasRel   []bool
+	// synced: the copies above are the pool's, but for the nodes in changed (written by the
+	// last pass, or changed by an event since), so that the next pass restores only those: a
+	// pass costs nothing for the nodes nobody touched. False until the first pass, which copies
+	// every node.
+	synced       bool
+	changed      []int32
+	changedMark  []bool
 	failed       failureCache
 	grantBuf     []planGrant // plan.grants of the last pass, for the next
 	grantNodeBuf []int32     // plan.grantNodes of the last pass, for the next
@@ -140,8 +150,16 @@ func grow[T any](s []T, n int) []T {
 
 // reset starts a pass: the pool's capacity, the per-family summaries, and the nominations.
 func (sc *scratch) reset(p *Pool) {
-	sc.resetCapacity(p)
-	sc.resetFreeLists(p)
+	if sc.synced && len(sc.changedMark) == len(p.nodes) {
+		sc.restoreChanged(p)
+	} else {
+		sc.resetCapacity(p)
+		sc.resetFreeLists(p)
+		sc.resetRelNodes(p)
+		sc.changedMark = grow(sc.changedMark, len(p.nodes))
+		clear(sc.changedMark)
+		sc.changed, sc.synced = sc.changed[:0], true
+	}
 	sc.failed.newPass(len(p.shapes))
 	clear(sc.victims)
 	sc.oldestKnown = false
@@ -217,6 +235,9 @@ type freeSlot struct {
 // resetFreeLists puts every live node into its family's bucket for its free GPUs.
 func (sc *scratch) resetFreeLists(p *Pool) {
 	sc.slotOf = grow(sc.slotOf, len(p.nodes))
+	for i := range sc.slotOf {
+		sc.slotOf[i] = -1
+	}
 	if len(sc.freeBuckets) != len(p.fams) {
 		sc.freeBuckets = make([][][]freeSlot, len(p.fams))
 	}
@@ -256,11 +277,8 @@ func (sc *scratch) resetNominations(p *Pool) {
 		}
 	}
 	sc.relVisible = grow(sc.relVisible, len(p.fams))
-	clear(sc.relVisible)
-	for i := range p.nodes {
-		if sc.relGPU[i] > 0 || sc.relCPU[i] > 0 || sc.relRAM[i] > 0 {
-			sc.relVisible[p.nodes[i].fam] = true
-		}
+	for f := range sc.relVisible {
+		sc.relVisible[f] = sc.relNodes[f] > 0
 	}
 	sc.hasNominations = grow(sc.hasNominations, len(p.waiting))
 	clear(sc.hasNominations)
@@ -340,6 +358,8 @@ func (sc *scratch) setGPU(p *Pool, n int32, a, r int) {
 		sl.cpu, sl.ram = sc.freeCPU[n], sc.freeRAM[n]
 	}
 	sc.freeGPU[n], sc.relGPU[n] = a, r
+	sc.noteRel(f, n)
+	sc.markChanged(n)
 }
 
 // link puts node n, with its free CPU and RAM, into family f's bucket of nodes with g free GPUs.
@@ -666,7 +686,8 @@ func (p *Pool) plan(now time.Time, sc *scratch, explain span) *plan {
 	}
 	blocker := -1
 	prevClass := Class(-1)
-	reserving := p.policy.ReserveAfter > 0 && !p.strict()
+	strict := p.strict()
+	reserving := p.policy.ReserveAfter > 0 && !strict
 	for i, key := range p.waitKeys {
 		first := key.class != prevClass
 		prevClass = key.class
@@ -689,7 +710,7 @@ func (p *Pool) plan(now time.Time, sc *scratch, explain span) *plan {
 		if explaining {
 			p.recordOutcome(sc, pl, explain, i, kind, victims)
 		}
-		if kind != outGranted && p.strict() {
+		if kind != outGranted && strict {
 			blocker = i
 		}
 	}
@@ -1005,6 +1026,7 @@ func (p *Pool) start(now time.Time, pl *plan, g planGrant, rj *runJob, ar *grant
 		gpus: splitOff(&ar.gpus, len(nodes)), released: splitOff(&ar.released, len(nodes)), preemptions: w.r.Preemptions}
 	for i, n := range nodes {
 		nd := &p.nodes[n]
+		p.nodeChanged(n)
 		m := lowestFree(nd.used, nd.GPUs, dm.GPUs)
 		nd.used |= m
 		nd.freeGPU -= dm.GPUs

@@ -392,6 +392,7 @@ func (sc *scratch) addRef(p *Pool, r victimRef, sh *shape, sign int) int {
 		return 0
 	}
 	before := sc.fitsEx(n, sh)
+	sc.markChanged(n)
 	sc.victimGPU[n] += sign * x.hiddenGPU
 	sc.victimCPU[n] += sign * x.hiddenCPU
 	sc.victimRAM[n] += sign * x.hiddenRAM
@@ -421,6 +422,7 @@ func (sc *scratch) addEx(p *Pool, rj *runJob, sh *shape, sign int) int {
 			continue
 		}
 		before := sc.fitsEx(n, sh)
+		sc.markChanged(n)
 		sc.victimGPU[n] += sign * d.GPUs
 		sc.victimCPU[n] += sign * d.CPU
 		sc.victimRAM[n] += sign * d.RAMGB
