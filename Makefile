@@ -70,6 +70,7 @@ test-unit:
 ## and the bare-Temporal baseline) and the large one (2,000 jobs, 256 GPUs), each on a fresh dev server
 bench: build $(TEMPORAL)
 	$(GO) test -run '^$$' -bench . -benchmem ./scheduler/
+	TRAINQ_BENCH=1 $(GO) test -count=1 -timeout 15m -run 'TestBenchmarkCost' -v ./e2e/
 	TRAINQ_BENCH=1 $(GO) test -count=1 -timeout 30m -run 'TestBenchmarkThroughput' -v ./e2e/
 	TRAINQ_BENCH=1 $(GO) test -count=1 -timeout 30m -run 'TestBenchmarkLarge' -v ./e2e/
 
