@@ -245,17 +245,21 @@ func (a *Activities) StartWorker(ctx context.Context, spec cluster.WorkerSpec) (
 }
 
 // releaseEarly tells the allocator, on behalf of the job, that a worker's
-// processes are gone, a workflow task before the job itself can. It is an
-// optimisation only: the job still reports the release (the allocator
-// applies a release once), so a failure here is logged and nothing more.
-func (a *Activities) releaseEarly(ctx context.Context, allocator string, id cluster.WorkerID) {
+// processes are gone, a workflow task before the job itself can, and says
+// whether the allocator has the report. The job reports the release itself
+// when this one failed (and, in workflows older than the job's
+// versionShortPath 2, always; the allocator applies a release once), so a
+// failure here is logged and nothing more.
+func (a *Activities) releaseEarly(ctx context.Context, allocator string, id cluster.WorkerID) bool {
 	if allocator == "" || a.Client == nil {
-		return
+		return false
 	}
 	s := protocol.ReleaseSignal{Job: id.Job, Attempt: id.Attempt, Workers: []int{id.Worker}, Stopping: true}
 	if err := a.Client.SignalWorkflow(ctx, allocator, "", protocol.SignalRelease, s); err != nil {
 		activity.GetLogger(ctx).Warn("could not report a stopped worker to the allocator; the job will", "worker", id.String(), "error", err)
+		return false
 	}
+	return true
 }
 
 // Error types of the node activities.
@@ -458,7 +462,7 @@ func (a *Activities) watchResult(ctx context.Context, in WatchWorkerInput, st cl
 		return st, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeNodeLost, nil)
 	}
 	if err == nil && st.Phase == cluster.PhaseExited {
-		a.releaseEarly(ctx, in.ReleaseTo, id)
+		st.ReleaseReported = a.releaseEarly(ctx, in.ReleaseTo, id)
 	}
 	return st, err
 }
@@ -501,7 +505,7 @@ func (a *Activities) StopWorker(ctx context.Context, in StopWorkerInput) (cluste
 	defer heartbeatEvery(ctx, "stopping")()
 	st, err := a.Backend.Stop(ctx, in.ID, in.Grace)
 	if err == nil {
-		a.releaseEarly(ctx, in.ReleaseTo, in.ID)
+		st.ReleaseReported = a.releaseEarly(ctx, in.ReleaseTo, in.ID)
 	}
 	return st, err
 }

@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"go.temporal.io/sdk/mocks"
 	"go.temporal.io/sdk/testsuite"
 
+	"github.com/trainq/trainq/cluster"
 	"github.com/trainq/trainq/protocol"
 )
 
@@ -34,20 +36,30 @@ func TestNodeActivitiesReportReleases(t *testing.T) {
 	env := s.NewTestActivityEnvironment()
 	env.RegisterActivity(acts)
 
+	// The result says whether the allocator has the report: the job then
+	// sends none of its own.
+	reported := func(v interface{ Get(any) error }) bool {
+		var st cluster.WorkerStatus
+		require.NoError(t, v.Get(&st))
+		return st.ReleaseReported
+	}
 	exited := workerSpec("early", 1, 0, "node-a", nil, "exit 0")
 	start(t, b, exited)
-	_, err := env.ExecuteActivity(acts.WatchWorker, WatchWorkerInput{WorkerID: exited.ID, ReleaseTo: allocator})
+	v, err := env.ExecuteActivity(acts.WatchWorker, WatchWorkerInput{WorkerID: exited.ID, ReleaseTo: allocator})
 	require.NoError(t, err)
+	assert.True(t, reported(v), "WatchWorker reported the release")
 
 	stopped := workerSpec("early", 1, 1, "node-a", nil, "sleep 60")
 	start(t, b, stopped)
-	_, err = env.ExecuteActivity(acts.StopWorker, StopWorkerInput{ID: stopped.ID, Grace: time.Second, ReleaseTo: allocator})
+	v, err = env.ExecuteActivity(acts.StopWorker, StopWorkerInput{ID: stopped.ID, Grace: time.Second, ReleaseTo: allocator})
 	require.NoError(t, err)
+	assert.True(t, reported(v), "StopWorker reported the release")
 
 	silent := workerSpec("early-silent", 1, 0, "node-a", nil, "exit 0")
 	start(t, b, silent)
-	_, err = env.ExecuteActivity(acts.WatchWorker, WatchWorkerInput{WorkerID: silent.ID})
+	v, err = env.ExecuteActivity(acts.WatchWorker, WatchWorkerInput{WorkerID: silent.ID})
 	require.NoError(t, err)
+	assert.False(t, reported(v), "without ReleaseTo nothing is reported")
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -55,4 +67,27 @@ func TestNodeActivitiesReportReleases(t *testing.T) {
 		{Job: "early", Attempt: 1, Workers: []int{0}, Stopping: true},
 		{Job: "early", Attempt: 1, Workers: []int{1}, Stopping: true},
 	}, sent)
+}
+
+// A report the server refused is not claimed: the job then reports the
+// release itself.
+func TestFailedReleaseReportIsNotClaimed(t *testing.T) {
+	const allocator = "allocator/T/refused"
+	b := newLocal(t)
+	c := &mocks.Client{}
+	c.On("SignalWorkflow", mock.Anything, allocator, "", protocol.SignalRelease, mock.Anything).Return(errors.New("workflow not found"))
+	acts := &Activities{Backend: b, Client: c}
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	env.RegisterActivity(acts)
+
+	exited := workerSpec("refused", 1, 0, "node-a", nil, "exit 0")
+	start(t, b, exited)
+	v, err := env.ExecuteActivity(acts.WatchWorker, WatchWorkerInput{WorkerID: exited.ID, ReleaseTo: allocator})
+	require.NoError(t, err)
+	var st cluster.WorkerStatus
+	require.NoError(t, v.Get(&st))
+	assert.Equal(t, cluster.PhaseExited, st.Phase)
+	assert.False(t, st.ReleaseReported)
+	c.AssertNumberOfCalls(t, "SignalWorkflow", 1)
 }

@@ -268,6 +268,10 @@ type WorkerStatus struct {
 	// URL is where a Jupyter server serves (WorkerSpec.Notebook), as the
 	// backend makes it reachable.
 	URL string `json:"url,omitempty"`
+	// ReleaseReported is set by the node activity that watched or stopped
+	// the worker, not by the backend: it has already told the allocator
+	// that the worker's capacity is free (activities' ReleaseTo).
+	ReleaseReported bool `json:"release_reported,omitempty"`
 }
 
 // Backend starts, watches and stops workers on the cluster.

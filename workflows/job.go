@@ -93,6 +93,9 @@ type job struct {
 	runAttempts int
 	// shortPath: this run follows versionShortPath.
 	shortPath bool
+	// nodeReleases: this run follows versionShortPath 2, where a release
+	// the node activity reported is not reported again by the job.
+	nodeReleases bool
 }
 
 // JobWorkflow runs one training job or Jupyter server: it asks the
@@ -183,7 +186,8 @@ func validateRegister(r protocol.RegisterRequest) error {
 
 // run runs attempts until one ends the job (or the run continues as new).
 func (j *job) run(ctx workflow.Context, in protocol.JobInput) (*protocol.JobStatus, error) {
-	j.shortPath = workflow.GetVersion(ctx, versionShortPath, workflow.DefaultVersion, 1) >= 1
+	v := workflow.GetVersion(ctx, versionShortPath, workflow.DefaultVersion, 2)
+	j.shortPath, j.nodeReleases = v >= 1, v >= 2
 	for attempt := j.status.Attempt + 1; ; attempt++ {
 		j.status.Attempt = attempt
 		now := workflow.Now(ctx)
@@ -275,6 +279,9 @@ const (
 	// release to the allocator itself, a workflow task before the job does
 	// (the job still reports it); a one-worker attempt picks its rendezvous
 	// inside StartWorker instead of in a Rendezvous activity first.
+	// Version 2: the job no longer reports a release the node activity says
+	// it reported (see releaseAfterNode), which saves the job a signal, a
+	// workflow task and the allocator an event per worker.
 	versionShortPath = "job-short-path"
 )
 
@@ -671,6 +678,7 @@ func (j *job) watch(ctx workflow.Context, attempt int, grant protocol.GrantSigna
 	var exits []workerExit
 	sel := workflow.NewSelector(ctx)
 	releaseTo := j.releaseTo()
+	registrations := j.registrations
 	for _, p := range grant.Placement {
 		in := activities.WatchWorkerInput{WorkerID: cluster.WorkerID{Job: j.name, Attempt: attempt, Worker: p.Worker}, ReleaseTo: releaseTo}
 		if j.spec.Health != nil && p.Worker == 0 {
@@ -701,7 +709,7 @@ func (j *job) watch(ctx workflow.Context, attempt int, grant protocol.GrantSigna
 		if last.err == nil {
 			// The worker's processes are gone: its capacity is free now,
 			// whatever the other workers do.
-			j.release(ctx, attempt, last.worker)
+			j.releaseAfterNode(ctx, attempt, last.worker, last.status.ReleaseReported, registrations)
 		}
 		out, done = j.judgeExit(ctx, last, grant, len(exits) == len(grant.Placement))
 	}
@@ -775,6 +783,23 @@ func (j *job) release(ctx workflow.Context, attempt, worker int) {
 	j.releaseWorkers(ctx, attempt, []int{worker}, nil)
 }
 
+// releaseAfterNode takes in a worker the node activity saw gone. When that
+// activity says it reported the release to the allocator itself
+// (versionShortPath 2), the job only records it; otherwise, or when a
+// recovering allocator registered the job since the activity was
+// scheduled (registrations then moved: the report may have gone to the
+// allocator it replaced, and the register answer said the worker still
+// held its capacity), the job reports the release, which the allocator
+// applies once.
+func (j *job) releaseAfterNode(ctx workflow.Context, attempt, worker int, reported bool, registrations int) {
+	if !j.nodeReleases || !reported || j.registrations != registrations {
+		j.release(ctx, attempt, worker)
+		return
+	}
+	j.released[worker] = true
+	j.stopping = true
+}
+
 // releaseLost reports workers whose node's agent did not answer: nobody can
 // confirm they stopped, so the allocator fences their node until its agent
 // is back and has stopped them.
@@ -809,6 +834,7 @@ func (j *job) stopAndRelease(ctx workflow.Context, attempt int, grant protocol.G
 	}
 	grace := grant.StopGracePeriod
 	releaseTo := j.releaseTo()
+	registrations := j.registrations
 	sel := workflow.NewSelector(dctx)
 	pending := 0
 	for _, p := range grant.Placement {
@@ -828,7 +854,8 @@ func (j *job) stopAndRelease(ctx workflow.Context, attempt int, grant protocol.G
 		})
 		pending++
 		sel.AddFuture(workflow.ExecuteActivity(actx, (*activities.Activities).StopWorker, in), func(f workflow.Future) {
-			if err := f.Get(dctx, nil); err != nil {
+			var st cluster.WorkerStatus
+			if err := f.Get(dctx, &st); err != nil {
 				// Retries end only when the node's agent stopped answering
 				// (or the stop cannot be expressed): the worker may still
 				// run, so its node is fenced rather than its GPUs freed.
@@ -837,7 +864,7 @@ func (j *job) stopAndRelease(ctx workflow.Context, attempt int, grant protocol.G
 				j.releaseLost(dctx, attempt, []int{worker}, node)
 				return
 			}
-			j.release(dctx, attempt, worker)
+			j.releaseAfterNode(dctx, attempt, worker, st.ReleaseReported, registrations)
 		})
 	}
 	for ; pending > 0; pending-- {

@@ -550,3 +550,79 @@ func TestJobRefusedWhileWaitingFails(t *testing.T) {
 	assert.Empty(t, h.starts)
 	assert.Empty(t, h.signals, "the allocator already dropped the request: nothing to withdraw")
 }
+
+// watchReported mocks WatchWorker for worker of attempt: it exits 0 after d,
+// and the node activity says it reported the release to the allocator.
+func (h *jobHarness) watchReported(attempt, worker int, d time.Duration) {
+	h.env.OnActivity(h.acts.WatchWorker, mock.Anything, mock.MatchedBy(func(in activities.WatchWorkerInput) bool {
+		return in.Attempt == attempt && in.Worker == worker
+	})).After(d).Return(func(_ context.Context, in activities.WatchWorkerInput) (cluster.WorkerStatus, error) {
+		return cluster.WorkerStatus{ID: in.WorkerID, Phase: cluster.PhaseExited, ReleaseReported: in.ReleaseTo != ""}, nil
+	})
+}
+
+// releaseSignals returns every release signal the job sent.
+func (h *jobHarness) releaseSignals() []protocol.ReleaseSignal {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []protocol.ReleaseSignal
+	for _, s := range h.signals {
+		if r, ok := s.arg.(protocol.ReleaseSignal); ok && s.name == protocol.SignalRelease {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// A release the node activity reported is not sent again by the job: the
+// job ends without a signal of its own.
+func TestReleaseTheNodeReportedIsNotSentAgain(t *testing.T) {
+	h := newJobHarness(t)
+	h.grantAt(time.Minute, 1, 1)
+	h.watchReported(1, 0, 5*time.Minute)
+	h.run(jobSpec("medium", 1, 0))
+	require.NoError(t, h.env.GetWorkflowError())
+	assert.Equal(t, protocol.StateCompleted, h.status().State)
+	assert.Empty(t, h.releaseSignals())
+}
+
+// A recovering allocator that registered the job while a node activity ran
+// was told the worker still held its capacity, and the node's report may
+// have gone to the allocator it replaced: the job reports the release
+// itself. A register answer after the node's report lists the worker as
+// released, and the job sends nothing for it.
+func TestReleaseAfterARegisterIsSentByTheJob(t *testing.T) {
+	h := newJobHarness(t)
+	var during, after protocol.JobHold
+	h.grantAt(time.Minute, 1, 2)
+	h.watchReported(1, 0, 5*time.Minute)
+	h.watch(1, 1, forever, 0)
+	h.register(3*time.Minute, "e1", &during)
+	h.register(7*time.Minute, "e2", &after)
+	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 20*time.Minute)
+	h.run(jobSpec("medium", 2, 0))
+
+	assert.Empty(t, during.Released, "worker 0 still ran at the first register")
+	assert.Equal(t, []int{0}, after.Released, "the node's report counts in the register answer")
+	assert.Equal(t, []int{0, 1}, releasedWorkers(t, h.releases(1)),
+		"worker 0's release is sent again (a register came during its watch); worker 1's stop was not reported by its node")
+}
+
+// Without a register during the watch, only the release the node did not
+// report is sent.
+func TestOnlyUnreportedReleasesAreSent(t *testing.T) {
+	h := newJobHarness(t)
+	var after protocol.JobHold
+	h.grantAt(time.Minute, 1, 2)
+	h.watchReported(1, 0, 5*time.Minute)
+	h.watch(1, 1, forever, 0)
+	h.register(7*time.Minute, "e1", &after)
+	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 20*time.Minute)
+	h.run(jobSpec("medium", 2, 0))
+
+	assert.Equal(t, []int{0}, after.Released)
+	rs := h.releaseSignals()
+	require.Len(t, rs, 1, "%+v", rs)
+	assert.Equal(t, []int{1}, rs[0].Workers, "worker 1 was stopped by StopWorker, which reported nothing")
+	assert.False(t, rs[0].Stopping, "the node's report already marked the job stopping")
+}
