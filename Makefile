@@ -8,10 +8,11 @@ export TRAINQ_TEMPORAL_BIN := $(TEMPORAL)
 
 all: build
 
-## build: compile bin/trainq (the CLI), bin/trainq-worker and bin/trainq-api
+## build: compile bin/trainq (the CLI), bin/trainq-worker (with bin/trainq-supervise, its workers' supervisor) and bin/trainq-api
 build:
 	$(GO) build -o bin/trainq ./starter
 	$(GO) build -o bin/trainq-worker ./worker
+	$(GO) build -o bin/trainq-supervise ./supervise
 	@if [ -d api/cmd/trainq-api ]; then $(GO) build -o bin/trainq-api ./api/cmd/trainq-api; fi
 
 ## bin/temporal: the pinned Temporal CLI (dev server and Web UI)
@@ -106,4 +107,4 @@ histories: build $(TEMPORAL)
 	TRAINQ_RECORD_HISTORIES=1 TRAINQ_RELEASE=$(RELEASE) TRAINQ_RECORD_ONLY=$(ONLY) $(GO) test -count=1 -timeout 10m -run 'TestRecord' -v ./e2e/
 
 clean:
-	rm -rf bin/trainq bin/trainq-worker
+	rm -rf bin/trainq bin/trainq-worker bin/trainq-supervise

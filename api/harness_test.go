@@ -118,6 +118,10 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "api: build failed:", err)
 		return 1
 	}
+	if err := testenv.Build(root, filepath.Join(env.dir, "bin", "trainq-supervise"), "./supervise"); err != nil {
+		fmt.Fprintln(os.Stderr, "api: build failed:", err)
+		return 1
+	}
 	configPath := filepath.Join(env.dir, "client.yaml")
 	dataDir := filepath.Join(env.dir, "data")
 	if err := os.WriteFile(configPath, []byte(fmt.Sprintf(testConfig, dataDir)), 0o644); err != nil {

@@ -103,7 +103,7 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(env.dir)
 	env.binDir = filepath.Join(env.dir, "bin")
-	for pkg, name := range map[string]string{"./worker": "trainq-worker", "./starter": "trainq"} {
+	for pkg, name := range map[string]string{"./worker": "trainq-worker", "./supervise": "trainq-supervise", "./starter": "trainq"} {
 		if err := testenv.Build(root, filepath.Join(env.binDir, name), pkg); err != nil {
 			fmt.Fprintln(os.Stderr, "e2e: build failed:", err)
 			return 1

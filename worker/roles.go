@@ -68,7 +68,8 @@ const usage = `Usage:
       --nodes-from-host serves the configured nodes named after this host:
       the hostname itself, or the hostname followed by "-" and anything.
   trainq-worker supervise DIR
-      Internal: the parent of one job worker's processes.
+      Internal: the parent of one job worker's processes (the local backend runs
+      trainq-supervise DIR instead when that binary lies next to trainq-worker).
 
 The config comes from --config, else $TRAINQ_CONFIG, else the embedded default.
 Temporal is reached through the standard TEMPORAL_* settings (TEMPORAL_ADDRESS, ...).

@@ -12,7 +12,8 @@
 // how LiveWorkers finds a node's live workers; the log's modification time
 // is LastOutput.
 //
-// Each worker is a supervisor process (`trainq-worker supervise <dir>`, see
+// Each worker is a supervisor process (`trainq-supervise <dir>`, or
+// `trainq-worker supervise <dir>` where that binary is missing; see
 // Supervise) started with setsid, so it leads its own session and process
 // group and survives the trainq-worker process; the job's processes are its
 // children in the same group.
@@ -43,7 +44,9 @@ type Options struct {
 	// DataDir holds jobs/ (worker state and logs) and checkpoints/. Required.
 	DataDir string
 	// SupervisorArgv is the command that runs Supervise; the worker directory
-	// is appended. Default: [os.Executable(), "supervise"].
+	// is appended. Default: the trainq-supervise binary next to the running
+	// executable if there is one (SupervisorBinary), else
+	// [os.Executable(), "supervise"].
 	SupervisorArgv []string
 	// PollInterval is how often Wait checks a worker (and heartbeats).
 	// Default 500ms.
@@ -53,6 +56,29 @@ type Options struct {
 	// SiblingGrace is how long the other processes of a worker get after
 	// SIGTERM when one of them failed, before SIGKILL. Default 10s.
 	SiblingGrace time.Duration
+}
+
+// SupervisorBinary is the small binary that runs Supervise alone
+// (./supervise): it starts in a fraction of the CPU and memory that the
+// whole trainq-worker takes, once per worker started.
+const SupervisorBinary = "trainq-supervise"
+
+// defaultSupervisor is SupervisorBinary next to the running executable,
+// or the executable itself with the supervise subcommand.
+func defaultSupervisor() ([]string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("local backend: find own executable for the supervisor: %w", err)
+	}
+	return supervisorNextTo(exe), nil
+}
+
+func supervisorNextTo(exe string) []string {
+	small := filepath.Join(filepath.Dir(exe), SupervisorBinary)
+	if info, err := os.Stat(small); err == nil && info.Mode().IsRegular() && info.Mode()&0o111 != 0 {
+		return []string{small}
+	}
+	return []string{exe, "supervise"}
 }
 
 // Backend is the local cluster backend. It is safe for concurrent use, and
@@ -86,11 +112,11 @@ func New(opts Options) (*Backend, error) {
 		return nil, fmt.Errorf("local backend: %w", err)
 	}
 	if len(opts.SupervisorArgv) == 0 {
-		exe, err := os.Executable()
+		argv, err := defaultSupervisor()
 		if err != nil {
-			return nil, fmt.Errorf("local backend: find own executable for the supervisor: %w", err)
+			return nil, err
 		}
-		opts.SupervisorArgv = []string{exe, "supervise"}
+		opts.SupervisorArgv = argv
 	}
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = 500 * time.Millisecond

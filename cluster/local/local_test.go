@@ -667,3 +667,16 @@ func TestSpecValidation(t *testing.T) {
 	assert.Equal(t, cluster.PhaseNotFound, st.Phase)
 	assert.False(t, errors.Is(err, cluster.ErrNotFound))
 }
+
+// The small supervisor binary next to the executable is preferred; without
+// it (or if it cannot be run) the executable supervises itself.
+func TestSupervisorNextToTheExecutable(t *testing.T) {
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "trainq-worker")
+	assert.Equal(t, []string{exe, "supervise"}, supervisorNextTo(exe))
+	small := filepath.Join(dir, SupervisorBinary)
+	require.NoError(t, os.WriteFile(small, []byte("#!/bin/sh\n"), 0o644))
+	assert.Equal(t, []string{exe, "supervise"}, supervisorNextTo(exe), "not executable")
+	require.NoError(t, os.Chmod(small, 0o755))
+	assert.Equal(t, []string{small}, supervisorNextTo(exe))
+}
