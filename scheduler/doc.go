@@ -80,14 +80,24 @@
 //  2. a takeover before a preemption;
 //  3. for preemptions: unprotected before protected, where a job is protected while its current
 //     attempt, after k earlier preemptions, has run less than 15m × 2^(k-1) (at most 24h);
-//  4. the least work lost (GPU-seconds, then seconds, as above);
+//  4. the least work lost: the GPUs the job holds × the time since its attempt started or last
+//     checkpointed, compared exactly (to the nanosecond, not in whole seconds); then that time;
 //  5. job id (for takeovers, the nomination's age).
+//
+// This order is not re-sorted on every pass. Each node keeps its running jobs (not stopping, not
+// notebooks) in a list sorted by class, the GPUs the job holds, then the start of the work at
+// stake (latest first), then job id; the list changes only when a job starts, stops or reports a
+// checkpoint. Among jobs of one class and GPU count that order is the order of rule 4 at any
+// time (the same GPUs × a longer time is more work), so a victim search merges, per class, the
+// runs of each GPU count by rules 4 and 5, and puts the protected jobs (rule 3; only jobs
+// restarted after a preemption) after them, sorted. Takeovers, a handful per node, are sorted.
 //
 // In that order, every candidate that frees nothing the worker still lacks on that node (no job
 // is preempted for a resource it does not hold) is skipped and the others are added until one
 // worker fits there; then, walking the chosen ones backwards, every one the worker fits without
 // is dropped. Nodes are then ranked by the highest class among their victims, the number of
-// protected victims, the work lost, the number of victims, and config order, and the cheapest
+// protected victims, the work lost (in whole GPU-seconds, then seconds), the number of victims,
+// and config order, and the cheapest
 // nodes are taken until every worker has a node (nodes that fit without victims count first).
 // Finally the union of their victims, walked from the most valuable down, drops every victim the
 // request still fits without (a job with workers on several nodes may make another unneeded).

@@ -105,6 +105,7 @@ func sched(t testing.TB, p *Pool, now time.Time) Decisions {
 		}
 	}
 	checkSyncedCapacity(t, p)
+	checkVictimOrder(t, p, now)
 	epoch := p.sc.failed.epoch
 	d := p.Schedule(now)
 	if p.sc.failed.epoch != epoch { // the pass ran in full
@@ -442,4 +443,61 @@ func bucketNodes(b []freeSlot) []int32 {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// sortedCandidates is node n's candidates as the victim search listed them before the order
+// was kept (victimList): every preemptible job and takeable nomination, sorted by cmpVictimCand.
+func sortedCandidates(p *Pool, sc *scratch, now time.Time, n int32, cl Class) []victimCand {
+	var out []victimCand
+	for _, k := range sc.byNode[n] {
+		x := &sc.nominations[k]
+		if x.class < cl && (x.hiddenGPU > 0 || x.hiddenCPU > 0 || x.hiddenRAM > 0) {
+			out = append(out, victimCand{ref: victimRef{nom: k}, key: victimKey{class: x.class}, take: true, seq: x.seq, amt: [3]int{x.hiddenGPU, x.hiddenCPU, x.hiddenRAM}})
+		}
+	}
+	for _, nj := range p.nodes[n].jobs {
+		if p.preemptible(nj.rj, cl, now, sc) {
+			out = append(out, victimCandOf(nj.rj, keyOf(nj.rj, now)))
+		}
+	}
+	slices.SortFunc(out, cmpVictimCand)
+	return out
+}
+
+// checkVictimOrder: on every node, for requests of each class, the candidates merged from the
+// kept victim lists are exactly the sorted candidates, and every list is in order.
+func checkVictimOrder(t testing.TB, p *Pool, now time.Time) {
+	t.Helper()
+	sc := newScratch()
+	sc.reset(p)
+	for n := range p.nodes {
+		l := p.nodes[n].victimList
+		if !slices.IsSortedFunc(l, cmpListed) {
+			t.Fatalf("node %s: victim list out of order", p.nodes[n].Name)
+		}
+		for _, lv := range l {
+			if lv != listedOf(lv.rj) {
+				t.Fatalf("node %s: %s is listed as %+v, but is %+v now", p.nodes[n].Name, lv.rj.r.Job, lv, listedOf(lv.rj))
+			}
+		}
+		for _, cl := range []Class{Medium, High} {
+			want := sortedCandidates(p, sc, now, int32(n), cl)
+			got := slices.Clone(p.candidates(now, sc, int32(n), cl))
+			if !slices.EqualFunc(got, want, func(a, b victimCand) bool { return a.ref == b.ref && a.key == b.key && a.amt == b.amt }) {
+				t.Fatalf("node %s, class %s: kept order %s, sorted %s", p.nodes[n].Name, cl, candNames(sc, got), candNames(sc, want))
+			}
+		}
+	}
+}
+
+func candNames(sc *scratch, cs []victimCand) string {
+	var b strings.Builder
+	for _, c := range cs {
+		if c.ref.rj != nil {
+			fmt.Fprintf(&b, "%s(%d GPUs, %s) ", c.ref.rj.r.Job, c.key.gpus, c.key.lost)
+		} else {
+			fmt.Fprintf(&b, "takeover-of-%s ", sc.nominations[c.ref.nom].by)
+		}
+	}
+	return b.String()
 }

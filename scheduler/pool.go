@@ -28,6 +28,8 @@ type node struct {
 	// jobs holding capacity on the node (running or releasing, worker not yet released), in the
 	// order they were placed: the victim search looks only at the jobs of the nodes it considers.
 	jobs []nodeJob
+	// victimList is the jobs on the node that a victim search may consider, kept in order.
+	victimList []listedVictim
 }
 
 type nodeJob struct {
@@ -601,7 +603,14 @@ func (p *Pool) Checkpointed(job string, attempt int, at time.Time) bool {
 	if rj == nil || rj.r.Attempt != attempt || at.Before(rj.startedAt) || !at.After(rj.ckpt) {
 		return false
 	}
+	listed := !rj.releasing && rj.r.Kind != KindNotebook
+	if listed {
+		p.listVictim(rj, false) // its place in the victim lists moves with its checkpoint
+	}
 	rj.ckpt = at
+	if listed {
+		p.listVictim(rj, true)
+	}
 	return true
 }
 
@@ -618,6 +627,7 @@ func (p *Pool) NextWake() (time.Time, bool) {
 func (p *Pool) countPreemptible(rj *runJob, delta int) {
 	if !rj.releasing && rj.r.Kind != KindNotebook {
 		p.nPreemptible[rj.fam][rj.r.Class] += delta
+		p.listVictim(rj, delta > 0)
 	}
 }
 

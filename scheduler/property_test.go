@@ -131,7 +131,16 @@ func simulate(t testing.TB, data []byte, check bool) []string {
 			ev = func(x *Pool) string { return fmt.Sprintf("cancel %s: %v", name, x.Cancel(name)) }
 		case 9:
 			now = now.Add(time.Duration(r.next()%10) * time.Minute)
-			continue
+			jobs := p.RunningJobs()
+			if len(jobs) == 0 || r.next()%2 == 0 {
+				continue
+			}
+			// A running job reports a checkpoint, up to 750ms ago (sub-second ties in the victim order).
+			j, at := jobs[r.next()%len(jobs)], now.Add(-time.Duration(r.next()%4)*250*time.Millisecond)
+			ri, _ := p.Running(j)
+			ev = func(x *Pool) string {
+				return fmt.Sprintf("checkpoint %s/%d at %s: %v", j, ri.Attempt, at.Format(time.StampMilli), x.Checkpointed(j, ri.Attempt, at))
+			}
 		case 11:
 			// A node's agent stops answering, or answers again.
 			name := nodes[r.next()%len(nodes)].Name

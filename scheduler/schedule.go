@@ -132,6 +132,11 @@ type scratch struct {
 	oldest          [][3]time.Time // per family and class: see oldestStart
 	oldestKnown     bool
 	nodeVictimCands []victimCand
+	takeoverCands   []victimCand
+	protectedCands  []victimCand
+	listRuns        []int       // a node's victim list, one class: where each run of one GPU count starts
+	listHeads       []int       // per run merged: its head
+	headKeys        []victimKey // per run merged: its head's key
 	costs           []nodeCost
 	perNodeVictims  []victimCand
 	seenVictims     map[victimRef]bool

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"cmp"
+	"math/bits"
 	"slices"
 	"strings"
 	"time"
@@ -10,22 +11,23 @@ import (
 // victimKey is what the victim ordering compares (see the package doc): the candidate with the
 // smaller key is preempted first.
 type victimKey struct {
-	class      Class
-	protected  bool  // it restarted after a preemption less than protectFor(preemptions) ago
-	lostGPUSec int64 // work preempting it throws away: GPUs × seconds since its attempt started or last checkpointed
-	lostSec    int64 // the same seconds, for jobs without GPUs
-	job        string
+	class     Class
+	protected bool          // it restarted after a preemption less than protectFor(preemptions) ago
+	gpus      int64         // GPUs it holds
+	lost      time.Duration // now − since (see since): the work preempting it throws away is gpus × lost
+	job       string
 }
+
+// lostSec is the key's lost time in whole seconds (never negative), and lostGPUSec the work in
+// GPU-seconds, as lostWork counts them: the node costs add these up.
+func (k *victimKey) lostSec() int64    { return max(0, int64(k.lost/time.Second)) }
+func (k *victimKey) lostGPUSec() int64 { return k.gpus * k.lostSec() }
 
 // lostWork is the work preempting rj at now throws away: its GPUs × the seconds since its attempt
 // started or since its last checkpoint, whichever is later, and those seconds.
 func lostWork(rj *runJob, now time.Time) (gpuSec, sec int64) {
-	since := rj.startedAt
-	if rj.ckpt.After(since) {
-		since = rj.ckpt
-	}
-	sec = max(0, int64(now.Sub(since)/time.Second))
-	return int64(rj.r.Demand.GPUs*(len(rj.nodes)-rj.nReleased)) * sec, sec
+	sec = max(0, int64(now.Sub(since(rj))/time.Second))
+	return gpusHeld(rj) * sec, sec
 }
 
 // protectBase is how long a job that restarted after its first preemption is protected; each
@@ -48,12 +50,11 @@ func protectFor(k int) time.Duration {
 }
 
 func keyOf(rj *runJob, now time.Time) victimKey {
-	g, s := lostWork(rj, now)
-	return victimKey{class: rj.r.Class, protected: now.Sub(rj.startedAt) < protectFor(rj.preemptions), lostGPUSec: g, lostSec: s, job: rj.r.Job}
+	return victimKey{class: rj.r.Class, protected: now.Sub(rj.startedAt) < protectFor(rj.preemptions), gpus: gpusHeld(rj), lost: now.Sub(since(rj)), job: rj.r.Job}
 }
 
 // cmpVictim is the victim order: lowest class first, then unprotected before protected, then
-// the least work lost (GPU-seconds, then seconds), then job id.
+// the least work lost (GPUs × time since, exactly; then that time), then job id.
 func cmpVictim(a, b victimKey) int {
 	if c := cmp.Compare(a.class, b.class); c != 0 {
 		return c
@@ -64,13 +65,47 @@ func cmpVictim(a, b victimKey) int {
 		}
 		return 1
 	}
-	if c := cmp.Compare(a.lostGPUSec, b.lostGPUSec); c != 0 {
+	if c := cmpWork(a.gpus, a.lost, b.gpus, b.lost); c != 0 {
 		return c
 	}
-	if c := cmp.Compare(a.lostSec, b.lostSec); c != 0 {
+	if c := cmp.Compare(a.lost, b.lost); c != 0 {
 		return c
 	}
 	return strings.Compare(a.job, b.job)
+}
+
+// cmpWork compares ga × da with gb × db exactly (as 128-bit products: GPUs × nanoseconds
+// overflows int64 within weeks). GPU counts are never negative; a duration is negative only for
+// a checkpoint reported ahead of the pass's time.
+func cmpWork(ga int64, da time.Duration, gb int64, db time.Duration) int {
+	sa, sb := workSign(ga, da), workSign(gb, db)
+	if sa != sb || sa == 0 {
+		return cmp.Compare(sa, sb)
+	}
+	ha, la := bits.Mul64(uint64(ga), absDuration(da))
+	hb, lb := bits.Mul64(uint64(gb), absDuration(db))
+	c := cmp.Compare(ha, hb)
+	if c == 0 {
+		c = cmp.Compare(la, lb)
+	}
+	return c * sa // both negative: the larger magnitude is the smaller product
+}
+
+func workSign(g int64, d time.Duration) int {
+	switch {
+	case g == 0 || d == 0:
+		return 0
+	case d < 0:
+		return -1
+	}
+	return 1
+}
+
+func absDuration(d time.Duration) uint64 {
+	if d < 0 {
+		return uint64(-d)
+	}
+	return uint64(d)
 }
 
 // preemptible reports whether rj may be preempted now for a request of class cl: it is running
@@ -139,23 +174,37 @@ func holdsLacking(l, amt [3]int) bool {
 
 // candidates lists node n's candidates for a request of class cl, in victim order (cmpVictimCand):
 // capacity nominated to strictly lower-class requests (a takeover loses no work, so it comes
-// before preempting a job of the same class), and preemptible jobs.
+// before preempting a job of the same class), and preemptible jobs, class by class. The jobs
+// come from the node's victim list, kept in order (see listedVictim), not sorted here.
 func (p *Pool) candidates(now time.Time, sc *scratch, n int32, cl Class) []victimCand {
-	sc.nodeVictimCands = sc.nodeVictimCands[:0]
+	takes := sc.takeoverCands[:0]
 	for _, k := range sc.byNode[n] {
 		x := &sc.nominations[k]
 		if x.class < cl && (x.hiddenGPU > 0 || x.hiddenCPU > 0 || x.hiddenRAM > 0) { // the walker's own are of its class
-			sc.nodeVictimCands = append(sc.nodeVictimCands, victimCand{ref: victimRef{nom: k}, key: victimKey{class: x.class}, take: true, seq: x.seq, amt: [3]int{x.hiddenGPU, x.hiddenCPU, x.hiddenRAM}})
+			takes = append(takes, victimCand{ref: victimRef{nom: k}, key: victimKey{class: x.class}, take: true, seq: x.seq, amt: [3]int{x.hiddenGPU, x.hiddenCPU, x.hiddenRAM}})
 		}
 	}
-	for _, nj := range p.nodes[n].jobs {
-		if p.preemptible(nj.rj, cl, now, sc) {
-			d := &nj.rj.r.Demand
-			sc.nodeVictimCands = append(sc.nodeVictimCands, victimCand{ref: victimRef{rj: nj.rj, nom: -1}, key: keyOf(nj.rj, now), amt: [3]int{d.GPUs, d.CPU, d.RAMGB}})
+	if len(takes) > 1 {
+		slices.SortFunc(takes, cmpVictimCand) // (a handful at most: the nominations on one node)
+	}
+	sc.takeoverCands = takes
+	out := sc.nodeVictimCands[:0]
+	list := p.nodes[n].victimList // by class, then GPUs
+	for c := Low; c < cl; c++ {
+		for len(takes) > 0 && takes[0].key.class == c {
+			out, takes = append(out, takes[0]), takes[1:]
+		}
+		k := 0
+		for k < len(list) && list[k].class == c {
+			k++
+		}
+		if k > 0 {
+			out = p.mergeClass(now, sc, list[:k], cl, out)
+			list = list[k:]
 		}
 	}
-	slices.SortFunc(sc.nodeVictimCands, cmpVictimCand)
-	return sc.nodeVictimCands
+	sc.nodeVictimCands = out
+	return out
 }
 
 // nodeVictims finds the candidates on node n that let one worker of sh fit there: in victim
@@ -320,8 +369,8 @@ func (p *Pool) costNodes(now time.Time, sc *scratch, sh *shape, cl Class) (fit i
 			if v.key.protected {
 				c.protected++
 			}
-			c.lost += v.key.lostGPUSec
-			c.lostSec += v.key.lostSec
+			c.lost += v.key.lostGPUSec()
+			c.lostSec += v.key.lostSec()
 		}
 		sc.costs = append(sc.costs, c)
 	}
