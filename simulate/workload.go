@@ -365,6 +365,41 @@ func (w *Workload) Shrink(n int) error {
 	return nil
 }
 
+// Keep drops every job keep refuses, and says what is left in a note (what names the jobs
+// kept). A run of one class alone (or of the big jobs alone) shows the best any policy could do
+// for them, since no other job then takes capacity.
+func (w *Workload) Keep(what string, keep func(j *Job) bool) {
+	kept := w.Jobs[:0]
+	for i := range w.Jobs {
+		if keep(&w.Jobs[i]) {
+			kept = append(kept, w.Jobs[i])
+		}
+	}
+	w.Notes = append(w.Notes, fmt.Sprintf("only %s: %d of %d jobs kept", what, len(kept), len(w.Jobs)))
+	clear(w.Jobs[len(kept):])
+	w.Jobs = kept
+}
+
+// KeepClasses keeps the jobs of the given classes (a notebook counts as high).
+func (w *Workload) KeepClasses(classes []scheduler.Class) {
+	names := make([]string, len(classes))
+	for i, c := range classes {
+		names[i] = c.String()
+	}
+	w.Keep(strings.Join(names, " and ")+" jobs", func(j *Job) bool {
+		c := j.Class
+		if j.Kind == scheduler.KindNotebook {
+			c = scheduler.High
+		}
+		return slices.Contains(classes, c)
+	})
+}
+
+// KeepMinGPUs keeps the jobs of at least n GPUs (all workers).
+func (w *Workload) KeepMinGPUs(n int) {
+	w.Keep(fmt.Sprintf("jobs of %d GPUs or more", n), func(j *Job) bool { return j.GPUs() >= n })
+}
+
 // ShrinkFrac keeps the fraction f (0 < f <= 1) of the nodes, at least one (see Shrink).
 func (w *Workload) ShrinkFrac(f float64) error {
 	if !(f > 0 && f <= 1) {

@@ -118,6 +118,35 @@ func TestShrink(t *testing.T) {
 	}
 }
 
+func TestKeep(t *testing.T) {
+	jobs := []Job{
+		{ID: "h1", Class: scheduler.High, Demand: scheduler.Demand{GPUs: 1}, Workers: 1},
+		{ID: "m8", Class: scheduler.Medium, Demand: scheduler.Demand{GPUs: 4}, Workers: 2},
+		{ID: "nb", Class: scheduler.Low, Kind: scheduler.KindNotebook, Demand: scheduler.Demand{GPUs: 1}, Workers: 1},
+		{ID: "l4", Class: scheduler.Low, Demand: scheduler.Demand{GPUs: 4}, Workers: 1},
+	}
+	ids := func(w *Workload) string {
+		var out []string
+		for _, j := range w.Jobs {
+			out = append(out, j.ID)
+		}
+		return strings.Join(out, " ")
+	}
+	w := &Workload{Jobs: slices.Clone(jobs)}
+	w.KeepClasses([]scheduler.Class{scheduler.High})
+	if got := ids(w); got != "h1 nb" { // a notebook is high
+		t.Errorf("KeepClasses(high) kept %q", got)
+	}
+	if want := "only high jobs: 2 of 4 jobs kept"; !slices.Contains(w.Notes, want) {
+		t.Errorf("notes %q, want %q", w.Notes, want)
+	}
+	w = &Workload{Jobs: slices.Clone(jobs)}
+	w.KeepMinGPUs(4)
+	if got := ids(w); got != "m8 l4" {
+		t.Errorf("KeepMinGPUs(4) kept %q", got)
+	}
+}
+
 func nodeNamed(ns []scheduler.Node, name string) scheduler.Node {
 	for _, n := range ns {
 		if n.Name == name {

@@ -15,13 +15,13 @@ import (
 
 // simFlags are trainq simulate's flags.
 type simFlags struct {
-	trace, pods, nodeList, times, workload, alloc, region, classes *string
-	nodes                                                          *int
-	frac                                                           *float64
-	stop, ckpt                                                     *time.Duration
-	retry                                                          *int
-	burst, wake                                                    *bool
-	policies                                                       specsFlag
+	trace, pods, nodeList, times, workload, alloc, region, classes, only *string
+	nodes, minGPUs                                                       *int
+	frac                                                                 *float64
+	stop, ckpt                                                           *time.Duration
+	retry                                                                *int
+	burst, wake                                                          *bool
+	policies                                                             specsFlag
 }
 
 func defineSimFlags(fs *flag.FlagSet) *simFlags {
@@ -36,6 +36,8 @@ func defineSimFlags(fs *flag.FlagSet) *simFlags {
 		nodes:    fs.Int("nodes", 0, "keep N nodes, chosen evenly over the node list"),
 		frac:     fs.Float64("nodes-frac", 0, "keep this fraction of the nodes, chosen evenly (e.g. 0.01)"),
 		classes:  fs.String("classes", "LS=high,Guaranteed=medium,Burstable=medium,BE=low", "openb qos to priority class"),
+		only:     fs.String("only", "", "keep only the jobs of these `classes` (e.g. high, or high,medium): the best any policy could do for them"),
+		minGPUs:  fs.Int("min-gpus", 0, "keep only the jobs of at least `N` GPUs: the best any policy could do for them"),
 		stop:     fs.Duration("stop-delay", 30*time.Second, "how long a preempted job's workers take to stop"),
 		ckpt:     fs.Duration("checkpoint", 0, "a preempted job resumes from its last checkpoint, taken this often (0: it reruns from zero)"),
 		retry:    fs.Int("max-retry", -1, "reruns a job gets after preemptions (negative: unlimited)"),
@@ -109,8 +111,11 @@ func (f *simFlags) allocation(g *globals) (scheduler.Policy, []scheduler.Node, e
 // loadWorkload reads --workload (on the allocation's nodes if it has none) or the trace, and
 // shrinks its node list as --nodes or --nodes-frac say.
 func (f *simFlags) loadWorkload(g *globals, allocNodes []scheduler.Node, set map[string]bool) (*simulate.Workload, error) {
+	only, err := parseOnly(*f.only)
+	if err != nil {
+		return nil, usageErr("simulate: --only: %v", err)
+	}
 	var w *simulate.Workload
-	var err error
 	switch {
 	case *f.workload != "":
 		w, err = loadOwnWorkload(*f.workload)
@@ -142,6 +147,12 @@ func (f *simFlags) loadWorkload(g *globals, allocNodes []scheduler.Node, set map
 	}
 	if err != nil {
 		return nil, usageErr("simulate: %v", err)
+	}
+	if only != nil {
+		w.KeepClasses(only)
+	}
+	if *f.minGPUs > 0 {
+		w.KeepMinGPUs(*f.minGPUs)
 	}
 	return w, nil
 }
@@ -260,4 +271,20 @@ func loadTrace(dir, pods, nodeList, times, classSpec string) (*simulate.Workload
 		o.Times, o.TimesName = tf, filepath.Base(times)
 	}
 	return simulate.LoadOpenB(o)
+}
+
+// parseOnly parses --only: priority classes separated by commas (none: nil).
+func parseOnly(s string) ([]scheduler.Class, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []scheduler.Class
+	for _, v := range strings.Split(s, ",") {
+		c, err := scheduler.ParseClass(strings.TrimSpace(v))
+		if err != nil || strings.TrimSpace(v) == "" {
+			return nil, fmt.Errorf("%q is not low, medium or high", v)
+		}
+		out = append(out, c)
+	}
+	return out, nil
 }

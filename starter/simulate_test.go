@@ -63,6 +63,7 @@ func TestSimulateUsage(t *testing.T) {
 		{[]string{"simulate", "--workload", "testdata/none.json"}, "no such file"},
 		{[]string{"simulate", "--trace", "/nonexistent", "--policy", "x:turbo=1"}, "no such file"},
 		{[]string{"simulate", "extra"}, `unexpected argument "extra"`},
+		{[]string{"simulate", "--workload", "x.json", "--only", "urgent"}, `--only: "urgent" is not low, medium or high`},
 	} {
 		r := cli(t, "", tc.args...)
 		assert.Equal(t, 2, r.code, "%v: %s", tc.args, r.stderr)
