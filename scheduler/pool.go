@@ -211,6 +211,7 @@ func NewPool(nodes []Node, policy Policy) (*Pool, error) {
 	}
 	p.nPreemptible = make([][3]int, len(p.fams))
 	p.sc = newScratch()
+	p.sizeVictimLists()
 	return p, nil
 }
 

@@ -62,6 +62,22 @@ func cmpListed(a, b listedVictim) int {
 	return strings.Compare(a.rj.r.Job, b.rj.r.Job)
 }
 
+// sizeVictimLists gives each node's victim list room for as many jobs as it has GPUs (at least
+// 4), cut from one allocation: a pass that starts thousands of jobs would otherwise grow each
+// list step by step.
+func (p *Pool) sizeVictimLists() {
+	total := 0
+	for i := range p.nodes {
+		total += max(4, p.nodes[i].GPUs)
+	}
+	arena := make([]listedVictim, total)
+	for i := range p.nodes {
+		k := max(4, p.nodes[i].GPUs)
+		p.nodes[i].victimList = arena[:0:k]
+		arena = arena[k:]
+	}
+}
+
 // listVictim adds (add) or removes rj from the victim lists of every node it holds a worker on.
 func (p *Pool) listVictim(rj *runJob, add bool) {
 	lv := listedOf(rj)
