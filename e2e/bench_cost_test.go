@@ -45,6 +45,7 @@ func TestBenchmarkCost(t *testing.T) {
 	}
 	w.RegisterWorkflowWithOptions(costEntity, workflow.RegisterOptions{Name: "costEntity"})
 	w.RegisterActivityWithOptions(func(context.Context) error { return nil }, activity.RegisterOptions{Name: "CostNop"})
+	w.RegisterActivityWithOptions(costRun, activity.RegisterOptions{Name: "CostRun"})
 	require.NoError(t, w.Start())
 	defer w.Stop()
 	_, err := env.client.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: costEntityID, TaskQueue: costQueue}, "costEntity")
@@ -190,7 +191,8 @@ const (
 )
 
 // costOrder lists the shapes; each adds one primitive to "bare".
-var costOrder = []string{"bare", "+upsert (2 attrs)", "+activity", "+local activity", "+signal to entity", "+timer"}
+var costOrder = []string{"bare", "+upsert (2 attrs)", "+activity", "+local activity", "+signal to entity", "+timer",
+	"+start, then watch", "+run (signal, watch)"}
 
 var costShapes = map[string]func(workflow.Context) error{
 	"bare": func(ctx workflow.Context) error { return nil },
@@ -209,6 +211,40 @@ var costShapes = map[string]func(workflow.Context) error{
 		return workflow.SignalExternalWorkflow(ctx, costEntityID, "", "poke", nil).Get(ctx, nil)
 	},
 	"+timer": func(ctx workflow.Context) error { return workflow.Sleep(ctx, time.Millisecond) },
+	// A worker's start and watch as two activities (StartWorker, then
+	// WatchWorker), against one activity that signals its workflow once the
+	// worker runs and returns when it exits (a RunWorker): what merging
+	// them would save. The "worker" runs 50 ms in both.
+	"+start, then watch": func(ctx workflow.Context) error {
+		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute})
+		if err := workflow.ExecuteActivity(ctx, "CostNop").Get(ctx, nil); err != nil {
+			return err
+		}
+		return workflow.ExecuteActivity(ctx, "CostRun", false).Get(ctx, nil)
+	},
+	"+run (signal, watch)": func(ctx workflow.Context) error {
+		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute})
+		run := workflow.ExecuteActivity(ctx, "CostRun", true)
+		workflow.GetSignalChannel(ctx, "started").Receive(ctx, nil)
+		return run.Get(ctx, nil)
+	},
+}
+
+// costRun stands for a worker that runs 50 ms; with signal it first tells
+// its workflow that it started, as a RunWorker would.
+func costRun(ctx context.Context, signal bool) error {
+	if signal {
+		info := activity.GetInfo(ctx)
+		if err := env.client.SignalWorkflow(ctx, info.WorkflowExecution.ID, info.WorkflowExecution.RunID, "started", nil); err != nil {
+			return err
+		}
+	}
+	select { // the worker's run time: the workload, not a synchronisation
+	case <-time.After(50 * time.Millisecond):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // costEntity takes signals and does nothing else: the receiving side of a
