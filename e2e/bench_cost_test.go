@@ -192,7 +192,7 @@ const (
 
 // costOrder lists the shapes; each adds one primitive to "bare".
 var costOrder = []string{"bare", "+upsert (2 attrs)", "+activity", "+local activity", "+signal to entity", "+timer",
-	"+start, then watch", "+run (signal, watch)"}
+	"+start, then watch", "+run (signal, watch)", "+local activity, query"}
 
 var costShapes = map[string]func(workflow.Context) error{
 	"bare": func(ctx workflow.Context) error { return nil },
@@ -211,6 +211,12 @@ var costShapes = map[string]func(workflow.Context) error{
 		return workflow.SignalExternalWorkflow(ctx, costEntityID, "", "poke", nil).Get(ctx, nil)
 	},
 	"+timer": func(ctx workflow.Context) error { return workflow.Sleep(ctx, time.Millisecond) },
+	// The capacity request's local activity also asks the allocator where
+	// the request stands (a query): what that question costs.
+	"+local activity, query": func(ctx workflow.Context) error {
+		ctx = workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{StartToCloseTimeout: time.Minute})
+		return workflow.ExecuteLocalActivity(ctx, costQuery).Get(ctx, nil)
+	},
 	// A worker's start and watch as two activities (StartWorker, then
 	// WatchWorker), against one activity that signals its workflow once the
 	// worker runs and returns when it exits (a RunWorker): what merging
@@ -230,6 +236,11 @@ var costShapes = map[string]func(workflow.Context) error{
 	},
 }
 
+func costQuery(ctx context.Context) error {
+	_, err := env.client.QueryWorkflow(ctx, costEntityID, "", "where")
+	return err
+}
+
 // costRun stands for a worker that runs 50 ms; with signal it first tells
 // its workflow that it started, as a RunWorker would.
 func costRun(ctx context.Context, signal bool) error {
@@ -247,9 +258,13 @@ func costRun(ctx context.Context, signal bool) error {
 	}
 }
 
-// costEntity takes signals and does nothing else: the receiving side of a
-// signal (an event and a workflow task on the entity) counts too.
+// costEntity takes signals and answers a query, and does nothing else: the
+// receiving side of a signal (an event and a workflow task on the entity)
+// counts too.
 func costEntity(ctx workflow.Context) error {
+	if err := workflow.SetQueryHandler(ctx, "where", func() (int, error) { return 1, nil }); err != nil {
+		return err
+	}
 	ch := workflow.GetSignalChannel(ctx, "poke")
 	for {
 		ch.Receive(ctx, nil)
