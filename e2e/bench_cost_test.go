@@ -140,9 +140,9 @@ type historyLength struct {
 }
 
 func describeLength(t *testing.T, workflowID string) historyLength {
-	d, err := env.client.DescribeWorkflowExecution(context.Background(), workflowID, "")
+	d, err := env.client.DescribeWorkflow(context.Background(), workflowID, "")
 	require.NoError(t, err)
-	info := d.GetWorkflowExecutionInfo()
+	info := d.RawResponse.GetWorkflowExecutionInfo()
 	return historyLength{run: info.GetExecution().GetRunId(), length: info.GetHistoryLength()}
 }
 
