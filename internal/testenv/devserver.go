@@ -87,7 +87,7 @@ func (s *PersistentDevServer) Start(ctx context.Context) error {
 		"--db-filename", s.dbFile, "--log-level", "error",
 		"--dynamic-config-value", "frontend.enableServerVersionCheck=false",
 	}
-	args = append(args, protocol.DevServerSearchAttributeArgs()...)
+	args = append(args, protocol.DevServerArgs()...)
 	cmd := exec.Command(s.bin, args...)
 	log := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = log, log

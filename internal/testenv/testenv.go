@@ -77,7 +77,7 @@ func StartDevServer(temporalBin string) (*testsuite.DevServer, error) {
 	srv, err := testsuite.StartDevServer(context.Background(), testsuite.DevServerOptions{
 		ExistingPath: temporalBin,
 		LogLevel:     "error",
-		ExtraArgs:    protocol.DevServerSearchAttributeArgs(),
+		ExtraArgs:    protocol.DevServerArgs(),
 		Stdout:       &log,
 		Stderr:       &log,
 	})
