@@ -31,13 +31,7 @@ import (
 // figures say which of a job's primitives are worth cutting; they are as
 // noisy as the machine.
 func TestBenchmarkCost(t *testing.T) {
-	if os.Getenv("TRAINQ_BENCH") == "" {
-		t.Skip("set TRAINQ_BENCH=1 (make bench) to run the cost model")
-	}
-	n := 300
-	if v, err := strconv.Atoi(os.Getenv("TRAINQ_BENCH_COST_N")); err == nil && v > 0 {
-		n = v
-	}
+	n := benchSize(t, "the cost model", "TRAINQ_BENCH_COST_N", 300)
 	server := devServerPid(t)
 	w := worker.New(env.client, costQueue, worker.Options{})
 	for name, fn := range costShapes {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -33,13 +32,7 @@ const largeNodes, largeGPUs = 32, 8
 // and continue-as-new count read from its own histories. Like
 // TestBenchmarkThroughput it asserts only that every job completes.
 func TestBenchmarkLarge(t *testing.T) {
-	if os.Getenv("TRAINQ_BENCH") == "" {
-		t.Skip("set TRAINQ_BENCH=1 (make bench) to run the end-to-end benchmark")
-	}
-	n := 2000
-	if v, err := strconv.Atoi(os.Getenv("TRAINQ_BENCH_LARGE_JOBS")); err == nil && v > 0 {
-		n = v
-	}
+	n := benchSize(t, "the end-to-end benchmark", "TRAINQ_BENCH_LARGE_JOBS", 2000)
 	cfg, path := largeConfig(t)
 	startWorkerWith(t, path)
 

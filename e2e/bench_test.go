@@ -25,13 +25,7 @@ import (
 // measurement, not a test of speed: it asserts only that every job
 // completes, and prints the figures.
 func TestBenchmarkThroughput(t *testing.T) {
-	if os.Getenv("TRAINQ_BENCH") == "" {
-		t.Skip("set TRAINQ_BENCH=1 (make bench) to run the end-to-end benchmark")
-	}
-	n := 200
-	if v, err := strconv.Atoi(os.Getenv("TRAINQ_BENCH_JOBS")); err == nil && v > 0 {
-		n = v
-	}
+	n := benchSize(t, "the end-to-end benchmark", "TRAINQ_BENCH_JOBS", 200)
 	startWorker(t)
 	// A fresh trainq-worker's allocator recovers before it grants anything
 	// (it lists the jobs twice, recoverySettle apart): a one-time cost per
@@ -233,4 +227,16 @@ func runBaseline(t *testing.T, n int) ([]time.Duration, time.Duration) {
 		lat[i] = granted.Sub(start)
 	})
 	return lat, time.Since(begin)
+}
+
+// benchSize skips a benchmark unless TRAINQ_BENCH is set (make bench), and
+// gives its size: the positive integer in env, else def.
+func benchSize(t *testing.T, what, env string, def int) int {
+	if os.Getenv("TRAINQ_BENCH") == "" {
+		t.Skip("set TRAINQ_BENCH=1 (make bench) to run " + what)
+	}
+	if v, err := strconv.Atoi(os.Getenv(env)); err == nil && v > 0 {
+		return v
+	}
+	return def
 }
