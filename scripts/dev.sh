@@ -22,14 +22,9 @@ trap cleanup EXIT INT TERM
 if bin/temporal operator cluster health --address "$TEMPORAL_ADDRESS" >/dev/null 2>&1; then
   echo "A Temporal server already answers at $TEMPORAL_ADDRESS; using it."
 else
-  sa=()
-  for a in TrainqState TrainqPriority TrainqAllocation TrainqRegion TrainqAuthor TrainqWorkspace TrainqKind; do sa+=(--search-attribute "$a=Keyword"); done
-  for a in TrainqAttempt TrainqGPUs; do sa+=(--search-attribute "$a=Int"); done
-  # The dev server's one history shard reads its task queues at most 20 times a second
-  # by default, which adds ~45 ms to every task it hands on (protocol.DevServerDynamicConfig).
-  for p in transfer timer visibility; do
-    sa+=(--dynamic-config-value "history.${p}ProcessorMaxPollRPS=1000" --dynamic-config-value "history.${p}ProcessorMaxPollHostRPS=10000")
-  done
+  # trainq's search attributes, and task readers without the single-shard rate limit that
+  # adds ~45 ms to every task (protocol.DevServerArgs, shared with the tests' dev servers).
+  mapfile -t sa < <(bin/trainq-worker dev-server-args)
   echo "Starting the Temporal dev server on $TEMPORAL_ADDRESS (Web UI http://localhost:8233, log .data/temporal.log)..."
   bin/temporal server start-dev --ip 127.0.0.1 --port "$port" --ui-port 8233 \
     --db-filename .data/temporal.db --log-level warn "${sa[@]}" >.data/temporal.log 2>&1 &

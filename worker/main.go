@@ -12,6 +12,7 @@
 //	trainq-worker agent --node NAME [--node NAME ...] [--config FILE]
 //	trainq-worker agent --nodes-from-host [--config FILE]
 //	trainq-worker supervise DIR   (internal: the parent of one worker's processes)
+//	trainq-worker dev-server-args (internal: the flags of trainq's Temporal dev server, one a line)
 package main
 
 import (
@@ -49,6 +50,14 @@ import (
 func main() {
 	if len(os.Args) >= 3 && os.Args[1] == "supervise" {
 		os.Exit(local.Supervise(os.Args[2]))
+	}
+	if len(os.Args) == 2 && os.Args[1] == "dev-server-args" {
+		// scripts/dev.sh starts its dev server with these, so that they are
+		// written down once (protocol.DevServerArgs), for tests and make dev.
+		for _, a := range protocol.DevServerArgs() {
+			fmt.Println(a)
+		}
+		return
 	}
 	opts, err := parseArgs(os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {

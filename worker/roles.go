@@ -70,6 +70,9 @@ const usage = `Usage:
   trainq-worker supervise DIR
       Internal: the parent of one job worker's processes (the local backend runs
       trainq-supervise DIR instead when that binary lies next to trainq-worker).
+  trainq-worker dev-server-args
+      Internal: the flags "temporal server start-dev" takes for trainq (its search
+      attributes and task-reader limits), one a line; scripts/dev.sh uses them.
 
 The config comes from --config, else $TRAINQ_CONFIG, else the embedded default.
 Temporal is reached through the standard TEMPORAL_* settings (TEMPORAL_ADDRESS, ...).
