@@ -123,6 +123,11 @@ const (
 	// of its first four hand-overs, each the first signal of the task in
 	// which the server suggested continue-as-new).
 	versionHandOverSettle = "allocator-hand-over-settle"
+	// versionRefenceStaleKeep: a fence whose answer kept a worker the pool
+	// no longer holds does not bring its node back; the node is fenced again
+	// with what is held now (before, a second watch lost while the fence
+	// waited left that worker running on GPUs the pool then granted).
+	versionRefenceStaleKeep = "allocator-refence-stale-keep"
 )
 
 // AllocatorWorkflow owns the capacity of one allocation. Jobs ask it for

@@ -90,6 +90,16 @@ type allocHarness struct {
 	ghosts []protocol.WithdrawSignal
 }
 
+// harnessOpts are the delays, on the test clock, with which the mocked jobs
+// and node agents answer.
+type harnessOpts struct {
+	// registerDelay: the jobs answer a recovery's register update.
+	registerDelay time.Duration
+	// fenceDelay: a node's agent answers a fence (an agent that comes back
+	// while the fence waits for it).
+	fenceDelay time.Duration
+}
+
 type fenceCall struct {
 	node string
 	keep []cluster.WorkerID
@@ -100,6 +110,11 @@ func newAllocHarness(t *testing.T) *allocHarness { return newAllocHarnessWith(t,
 // newAllocHarnessWith lets the jobs take registerDelay (on the test clock) to
 // answer a recovery's register update, so that a test can act meanwhile.
 func newAllocHarnessWith(t *testing.T, registerDelay time.Duration) *allocHarness {
+	return newAllocHarnessOpts(t, harnessOpts{registerDelay: registerDelay})
+}
+
+func newAllocHarnessOpts(t *testing.T, o harnessOpts) *allocHarness {
+	registerDelay := o.registerDelay
 	var s testsuite.WorkflowTestSuite
 	h := &allocHarness{t: t, env: s.NewTestWorkflowEnvironment(), acts: &activities.Activities{},
 		updates: map[string]*updateOutcome{}, gone: map[string]bool{}, deadNodes: map[string]bool{}}
@@ -157,7 +172,7 @@ func newAllocHarnessWith(t *testing.T, registerDelay time.Duration) *allocHarnes
 			}
 			h.fences = append(h.fences, fenceCall{node: node, keep: in.Keep})
 			return activities.FenceNodeReply{Node: node}, nil
-		}).Maybe()
+		}).After(o.fenceDelay).Maybe()
 	h.env.OnActivity(h.acts.FindGhostRequests, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, reqs []protocol.WithdrawSignal) ([]protocol.WithdrawSignal, error) {
 			h.mu.Lock()

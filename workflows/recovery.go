@@ -198,6 +198,14 @@ func (a *allocator) fence(ctx workflow.Context, node, why string) {
 			if a.fencing[node] != generation || a.counters.Recoveries != generation {
 				return // a recovery rebuilt the state meanwhile and fences anew
 			}
+			if err == nil && !stillHeld(keep, a.workersOn(node)) && a.refencesStaleKeeps(ctx) {
+				// The agent kept a worker whose job has since given it up (a
+				// second watch lost while this fence waited, a reclaim): that
+				// worker may still run, so the answer proves nothing. Fence
+				// again at once with what is held now.
+				a.note(fmt.Sprintf("node %s: its agent answered a fence that kept workers no longer held; fencing it again", node))
+				continue
+			}
 			if err == nil {
 				delete(a.fencing, node)
 				delete(a.fenceWhy, node)
@@ -218,6 +226,23 @@ func (a *allocator) fence(ctx workflow.Context, node, why string) {
 			}
 		}
 	})
+}
+
+// stillHeld says whether every worker in kept is among held.
+func stillHeld(kept, held []cluster.WorkerID) bool {
+	for _, w := range kept {
+		if !slices.Contains(held, w) {
+			return false
+		}
+	}
+	return true
+}
+
+// refencesStaleKeeps asks versionRefenceStaleKeep, only when a fence's
+// answer kept a worker no longer held, so that histories without one
+// record no marker.
+func (a *allocator) refencesStaleKeeps(ctx workflow.Context) bool {
+	return workflow.GetVersion(ctx, versionRefenceStaleKeep, workflow.DefaultVersion, 1) >= 1
 }
 
 // workersOn lists the workers the pool holds on node (not yet released).

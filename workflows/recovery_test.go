@@ -359,3 +359,35 @@ func (h *allocHarness) recoverAt(d time.Duration) *protocol.RecoverReply {
 	})
 	return reply
 }
+
+// TestFenceAnswerKeepingAReleasedWorkerDoesNotBringTheNodeBack: two jobs on
+// one node lose their watches one after the other while the node's agent is
+// away. The first loss starts a fence that keeps b's worker; b's loss comes
+// while that fence waits for the agent. When the agent answers the first
+// fence, it has kept b's worker running, so the node must stay fenced until a
+// fence that keeps nothing has stopped it: otherwise b's GPUs would be granted
+// while its worker still runs.
+func TestFenceAnswerKeepingAReleasedWorkerDoesNotBringTheNodeBack(t *testing.T) {
+	h := newAllocHarnessOpts(t, harnessOpts{fenceDelay: 2 * time.Minute})
+	h.request(time.Minute, capReq("a", 1, scheduler.Medium, 1))
+	h.request(time.Minute, capReq("b", 1, scheduler.Medium, 1))
+	h.release(3*time.Minute, protocol.ReleaseSignal{Job: "a", Attempt: 1, Workers: []int{0}, Stopping: true, LostNodes: []string{"n1"}})
+	h.release(4*time.Minute, protocol.ReleaseSignal{Job: "b", Attempt: 1, Workers: []int{0}, Stopping: true, LostNodes: []string{"n1"}})
+	h.request(4*time.Minute+30*time.Second, capReq("next", 1, scheduler.Medium, 1))
+	var afterStale protocol.QueueView
+	h.at(5*time.Minute+30*time.Second, func() { afterStale = h.queue() })
+	h.runAllocator(allocInput(allocNodes(1, 4)), time.Hour)
+
+	require.NotEmpty(t, h.grantsTo("a"))
+	require.NotEmpty(t, h.grantsTo("b"))
+	// The start's recovery fenced n1 first (keeping nothing: nobody held it).
+	require.GreaterOrEqual(t, len(h.fences), 2)
+	assert.Equal(t, []cluster.WorkerID{{Job: "b", Attempt: 1, Worker: 0}}, h.fences[1].keep, "a's loss fenced n1 keeping b's worker")
+	require.Len(t, afterStale.Fenced, 1, "the answer to the fence that kept b's worker does not bring n1 back")
+	assert.Equal(t, []string{"next"}, waitingJobs(afterStale))
+	require.GreaterOrEqual(t, len(h.fences), 3, "n1 is fenced again, keeping only what is still held")
+	last := h.fences[len(h.fences)-1]
+	assert.Empty(t, last.keep, "the fence that brought n1 back kept nothing")
+	require.Len(t, h.grantsTo("next"), 1, "once a fence that kept nothing answered, n1 serves again")
+	assert.Empty(t, h.queue().Fenced)
+}
