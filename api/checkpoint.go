@@ -1,15 +1,22 @@
 package api
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strconv"
+
+	"github.com/trainq/trainq/protocol"
 )
 
 // checkpoint records that the job's running attempt has just saved its
 // progress (?attempt=N, default the current attempt), so that a preemption
 // from then on loses only the work since. A training script in a pod calls
 // it after each save: it needs no Temporal access, only its token.
+//
+// Requests for a job are merged while one is on its way, and limited per
+// job and per user (checkpointLimiter): the allocator takes only a few
+// updates at once, for all its jobs.
 func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request, p Principal) {
 	attempt := 0
 	for k, v := range r.URL.Query() {
@@ -24,6 +31,14 @@ func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request, p Principal)
 		}
 		attempt = n
 	}
+	// The user's limit comes first, so that a flood costs Temporal nothing;
+	// the job's once the job is known to be the caller's, so that nobody
+	// can spend another workspace's job's checkpoints.
+	limits := s.checkpointLimits()
+	if err := limits.admitUser(p); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	ctx, cancel := s.call(r)
 	defer cancel()
 	name := r.PathValue("job_name")
@@ -31,7 +46,11 @@ func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request, p Principal)
 		s.fail(w, r, err)
 		return
 	}
-	reply, err := s.backend.Checkpoint(ctx, name, attempt)
+	reply, err := limits.do(ctx, name, attempt, func() (protocol.CheckpointReply, error) {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.opts.CallTimeout)
+		defer cancel()
+		return s.backend.Checkpoint(cctx, name, attempt)
+	})
 	if err != nil {
 		s.fail(w, r, err)
 		return
