@@ -81,6 +81,15 @@ regions:
         nodes:
           - {name: unknown-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
           - {name: unknown-2, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+      - name: stuck
+        stop_grace_period: 5s
+        nodes:
+          - {name: stuck-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+      - name: fenced
+        stop_grace_period: 5s
+        nodes:
+          - {name: fenced-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+          - {name: fenced-2, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
 `
 
 var env struct {

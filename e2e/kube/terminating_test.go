@@ -1,0 +1,160 @@
+package kube
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	trainq "github.com/trainq/trainq/client"
+	kubeb "github.com/trainq/trainq/cluster/kube"
+	"github.com/trainq/trainq/protocol"
+)
+
+// holdForever puts a finalizer on the pod that nobody removes while the
+// test runs (a controller that is down, a stuck volume), and removes it at
+// the test's end so that the namespace cleans up.
+func holdForever(t *testing.T, name string) {
+	t.Helper()
+	holdPod(t, name)
+	t.Cleanup(func() {
+		_, err := env.cluster.Client.CoreV1().Pods(namespace).Patch(context.Background(), name, types.MergePatchType,
+			[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("release pod %s: %v", name, err)
+		}
+	})
+}
+
+// endTerminating waits until the pod's deletion was requested, and then
+// plays its kubelet: the container got SIGTERM and ended with 143, and the
+// pod object stays, held by its finalizer.
+func (pw *podWatch) endTerminating(t *testing.T, name string) {
+	t.Helper()
+	pw.wait(t, "pod "+name+" to be Terminating", func(pw *podWatch) bool {
+		p := pw.pods[name]
+		return p != nil && p.DeletionTimestamp != nil
+	})
+	exitPod(t, name, 143)
+}
+
+// stuckEvent returns the message of the pod's StuckTerminating event, or "".
+func stuckEvent(t *testing.T, pod string) string {
+	t.Helper()
+	for _, e := range events(t, pod) {
+		if e.Reason == kubeb.EventStuckTerminating {
+			return e.Message
+		}
+	}
+	return ""
+}
+
+// TestKubeCancelWithPodStuckTerminating: a cancelled job whose pod stays
+// Terminating after its container ended (a finalizer nobody removes) ends
+// Stopped all the same, its node's GPUs go to the next job, and an event
+// on the pod names the finalizer that holds it.
+func TestKubeCancelWithPodStuckTerminating(t *testing.T) {
+	pw := watchPods(t)
+	startWorker(t)
+	job := submit(t, jobSpec("stuck", "high", 1, nil))
+	pod := podName(job, 1, 0)
+	pw.waitRunning(t, pod)
+	waitState(t, job, protocol.StateRunning, long)
+	holdForever(t, pod)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, trainq.New(env.client, nil).Cancel(ctx, job))
+	pw.endTerminating(t, pod)
+
+	waitState(t, job, protocol.StateStopped, long)
+	p := pw.pod(pod)
+	require.NotNil(t, p, "the pod is not force-deleted")
+	assert.NotNil(t, p.DeletionTimestamp)
+	assert.Equal(t, []string{holdFinalizer}, p.Finalizers, "its finalizer is left alone")
+	msg := stuckEvent(t, pod)
+	assert.Contains(t, msg, "stuck Terminating")
+	assert.Contains(t, msg, holdFinalizer)
+
+	// The node's two GPUs are free: the next job gets them.
+	next := submit(t, jobSpec("stuck", "high", 1, nil))
+	pw.waitRunning(t, podName(next, 1, 0))
+	assert.Equal(t, p.Spec.NodeName, pw.pod(podName(next, 1, 0)).Spec.NodeName)
+	exitPod(t, podName(next, 1, 0), 0)
+	waitState(t, next, protocol.StateCompleted, long)
+}
+
+// TestKubePreemptionWithPodStuckTerminating: a preempted job's pod stays
+// Terminating after its container ended; the preemptor starts on its node
+// all the same, and the victim reruns in attempt 2's pod afterwards.
+func TestKubePreemptionWithPodStuckTerminating(t *testing.T) {
+	pw := watchPods(t)
+	startWorker(t)
+	low := jobSpec("stuck", "low", 1, nil)
+	low.MaxRetry = 1
+	victim := submit(t, low)
+	first := podName(victim, 1, 0)
+	pw.waitRunning(t, first)
+	waitState(t, victim, protocol.StateRunning, long)
+	holdForever(t, first)
+
+	preemptor := submit(t, jobSpec("stuck", "high", 1, nil))
+	pw.endTerminating(t, first)
+	pw.waitRunning(t, podName(preemptor, 1, 0))
+	assert.NotNil(t, pw.pod(first), "the victim's pod is still Terminating")
+	assert.Contains(t, stuckEvent(t, first), holdFinalizer)
+	exitPod(t, podName(preemptor, 1, 0), 0)
+	waitState(t, preemptor, protocol.StateCompleted, long)
+
+	pw.waitRunning(t, podName(victim, 2, 0))
+	st := status(t, victim)
+	assert.Equal(t, 2, st.Attempt)
+	require.NotNil(t, st.Attempts[0].Preemptor)
+	assert.Equal(t, preemptor, st.Attempts[0].Preemptor.Job)
+	exitPod(t, podName(victim, 2, 0), 0)
+	waitState(t, victim, protocol.StateCompleted, long)
+}
+
+// TestKubeFenceWithPodStuckTerminating: the pod left on a lost node is
+// fenced when the node is back, and a finalizer keeps it Terminating after
+// its container ended; the fence succeeds all the same, and the node's
+// GPUs are granted again.
+func TestKubeFenceWithPodStuckTerminating(t *testing.T) {
+	pw := watchPods(t)
+	startWorker(t)
+	job := submit(t, jobSpec("fenced", "medium", 1, nil))
+	first := podName(job, 1, 0)
+	pw.waitRunning(t, first)
+	waitState(t, job, protocol.StateRunning, long)
+	node := pw.pod(first).Spec.NodeName
+	other := map[string]string{"fenced-1": "fenced-2", "fenced-2": "fenced-1"}[node]
+	holdForever(t, first)
+	ctx := context.Background()
+	require.NoError(t, env.cluster.SetNodeDown(ctx, node, true))
+	t.Cleanup(func() { _ = env.cluster.SetNodeDown(context.Background(), node, false) })
+
+	second := podName(job, 2, 0)
+	pw.waitRunning(t, second)
+	require.Equal(t, other, pw.pod(second).Spec.NodeName)
+	assert.Contains(t, status(t, job).Attempts[0].EndReason, "node "+node+" lost")
+
+	// The node is back: the fence deletes the pod nobody holds, which ends
+	// its container but stays.
+	require.NoError(t, env.cluster.SetNodeDown(ctx, node, false))
+	pw.endTerminating(t, first)
+
+	// Both GPUs of the other node are taken: a job gets the fenced node's.
+	third := submit(t, jobSpec("fenced", "medium", 1, nil))
+	pw.waitRunning(t, podName(third, 1, 0))
+	assert.Equal(t, node, pw.pod(podName(third, 1, 0)).Spec.NodeName, "the fenced node is used again")
+	assert.NotNil(t, pw.pod(first), "the fenced pod is still Terminating")
+	assert.Contains(t, stuckEvent(t, first), holdFinalizer, "an event names the finalizer")
+	exitPod(t, second, 0)
+	exitPod(t, podName(third, 1, 0), 0)
+	waitState(t, job, protocol.StateCompleted, long)
+	waitState(t, third, protocol.StateCompleted, long)
+}
