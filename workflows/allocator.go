@@ -81,8 +81,14 @@ type allocator struct {
 	reclaimTicks int
 	updates      int
 	inFlight     int // outgoing signals not yet delivered
-	detailsAt    time.Time
-	lastEvent    string
+	// outbox holds the signals decided while AllocatorSignalBudget were in
+	// flight, oldest first; each delivery sends the next (see send).
+	outbox []outgoing
+	// activities counts this run's pending activities, bounded by
+	// AllocatorActivityBudget (see executeActivity).
+	activities int
+	detailsAt  time.Time
+	lastEvent  string
 }
 
 // Versions of the allocator's workflow code (workflow.GetVersion).
@@ -331,7 +337,7 @@ func (a *allocator) awaitHandOver(ctx workflow.Context) error {
 		a.handingOver = true
 	}
 	ready := func() bool {
-		return workflow.AllHandlersFinished(ctx) && a.inFlight == 0 && !a.recovering && (!a.dirty || a.handingOver)
+		return workflow.AllHandlersFinished(ctx) && a.inFlight == 0 && len(a.outbox) == 0 && !a.recovering && (!a.dirty || a.handingOver)
 	}
 	for {
 		if err := workflow.Await(ctx, ready); err != nil {
@@ -853,18 +859,69 @@ func (a *allocator) schedulePass(ctx workflow.Context) {
 	}
 }
 
+// outgoing is a signal to a job that waits in the outbox.
+type outgoing struct {
+	job, name string
+	arg       any
+	onGone    func(workflow.Context)
+}
+
 // send signals a job workflow; onGone runs if the workflow no longer exists.
+// At most AllocatorSignalBudget signals are in flight: Temporal fails every
+// workflow task that would have more than TemporalPendingSignalsLimit, and a
+// pass can decide thousands of grants at once (a big job ends while many
+// small ones wait). The rest wait in the outbox, in order, and each delivery
+// sends the next, so a burst goes out over the following workflow tasks with
+// no outside event needed.
 func (a *allocator) send(ctx workflow.Context, job, name string, arg any, onGone func(workflow.Context)) {
-	f := workflow.SignalExternalWorkflow(ctx, job, "", name, arg)
+	o := outgoing{job: job, name: name, arg: arg, onGone: onGone}
+	if a.inFlight >= protocol.AllocatorSignalBudget || len(a.outbox) > 0 {
+		a.outbox = append(a.outbox, o)
+		return
+	}
+	a.signal(ctx, o)
+}
+
+func (a *allocator) signal(ctx workflow.Context, o outgoing) {
+	f := workflow.SignalExternalWorkflow(ctx, o.job, "", o.name, o.arg)
 	a.inFlight++
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		err := f.Get(ctx, nil)
 		a.inFlight--
+		a.flushOutbox(ctx)
 		if err != nil {
-			workflow.GetLogger(ctx).Warn("signal to job failed", "job", job, "signal", name, "error", err)
-			onGone(ctx)
+			workflow.GetLogger(ctx).Warn("signal to job failed", "job", o.job, "signal", o.name, "error", err)
+			o.onGone(ctx)
 		}
 	})
+}
+
+// flushOutbox sends waiting signals while the budget allows.
+func (a *allocator) flushOutbox(ctx workflow.Context) {
+	for len(a.outbox) > 0 && a.inFlight < protocol.AllocatorSignalBudget {
+		o := a.outbox[0]
+		a.outbox[0] = outgoing{}
+		a.outbox = a.outbox[1:]
+		a.signal(ctx, o)
+	}
+	if len(a.outbox) == 0 {
+		a.outbox = nil
+	}
+}
+
+// executeActivity schedules an activity once fewer than
+// AllocatorActivityBudget are pending, so that no workflow task passes
+// TemporalPendingActivitiesLimit however many workers a reclaim stops or
+// nodes a recovery fences. Under the budget it schedules at once.
+func (a *allocator) executeActivity(ctx workflow.Context, activity any, args ...any) workflow.Future {
+	_ = workflow.Await(ctx, func() bool { return a.activities < protocol.AllocatorActivityBudget })
+	a.activities++
+	f := workflow.ExecuteActivity(ctx, activity, args...)
+	workflow.Go(ctx, func(gctx workflow.Context) {
+		_ = f.Get(gctx, nil)
+		a.activities--
+	})
+	return f
 }
 
 // reclaimLoop looks, every ReclaimInterval, for jobs that hold capacity
@@ -917,7 +974,7 @@ func (a *allocator) findVanishedJobs(ctx workflow.Context) {
 		Summary:             fmt.Sprintf("check %d jobs holding capacity", len(jobs)),
 	})
 	var gone []string
-	if err := workflow.ExecuteActivity(actx, (*activities.Activities).FindVanishedJobs, jobs).Get(ctx, &gone); err != nil {
+	if err := a.executeActivity(actx, (*activities.Activities).FindVanishedJobs, jobs).Get(ctx, &gone); err != nil {
 		workflow.GetLogger(ctx).Warn("could not check jobs", "error", err)
 		return
 	}
@@ -953,7 +1010,7 @@ func (a *allocator) dropGhostRequests(ctx workflow.Context) {
 		Summary:             fmt.Sprintf("check %d waiting requests", len(requests)),
 	})
 	var ghosts []protocol.WithdrawSignal
-	if err := workflow.ExecuteActivity(actx, (*activities.Activities).FindGhostRequests, requests).Get(ctx, &ghosts); err != nil {
+	if err := a.executeActivity(actx, (*activities.Activities).FindGhostRequests, requests).Get(ctx, &ghosts); err != nil {
 		workflow.GetLogger(ctx).Warn("could not check waiting requests", "error", err)
 		return
 	}
@@ -1003,7 +1060,7 @@ func (a *allocator) reclaim(ctx workflow.Context, job string) {
 				Summary:                fmt.Sprintf("reclaim worker %d of vanished %s on %s", p.Worker, job, p.Node),
 			})
 			in := activities.StopWorkerInput{ID: cluster.WorkerID{Job: job, Attempt: r.Attempt, Worker: p.Worker}, Grace: a.in.StopGracePeriod}
-			futures = append(futures, workflow.ExecuteActivity(actx, (*activities.Activities).StopWorker, in))
+			futures = append(futures, a.executeActivity(actx, (*activities.Activities).StopWorker, in))
 			nodes = append(nodes, p.Node)
 		}
 		for i, f := range futures {

@@ -70,6 +70,7 @@ type allocHarness struct {
 
 	mu       sync.Mutex
 	grants   []sentTo // GrantSignal
+	grantAt  []time.Time
 	preempts []sentTo // PreemptSignal
 	refusals []sentTo // RefuseSignal
 	updates  map[string]*updateOutcome
@@ -98,6 +99,8 @@ type harnessOpts struct {
 	// fenceDelay: a node's agent answers a fence (an agent that comes back
 	// while the fence waits for it).
 	fenceDelay time.Duration
+	// signalDelay: the server delivers a signal to a job.
+	signalDelay time.Duration
 }
 
 type fenceCall struct {
@@ -131,6 +134,7 @@ func newAllocHarnessOpts(t *testing.T, o harnessOpts) *allocHarness {
 			switch name {
 			case protocol.SignalGrant:
 				h.grants = append(h.grants, sentTo{job, arg})
+				h.grantAt = append(h.grantAt, h.env.Now())
 			case protocol.SignalPreempt:
 				h.preempts = append(h.preempts, sentTo{job, arg})
 			case protocol.SignalRefuse:
@@ -139,7 +143,7 @@ func newAllocHarnessOpts(t *testing.T, o harnessOpts) *allocHarness {
 				h.t.Errorf("unexpected signal %s to %s", name, job)
 			}
 			return nil
-		}).Maybe()
+		}).After(o.signalDelay).Maybe()
 	h.env.OnActivity(h.acts.FindVanishedJobs, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, jobs []string) ([]string, error) {
 			h.mu.Lock()
@@ -909,4 +913,56 @@ func TestAllocatorReconfigureRefusesJobsThatNoLongerFit(t *testing.T) {
 	assert.Empty(t, v.Waiting)
 	assert.Equal(t, []string{"job-a"}, runningJobs(v))
 	assert.Len(t, v.Nodes, 1)
+}
+
+// TestAllocatorSendsABurstOfGrantsWithinTheSignalBudget: one release frees
+// capacity for 3,000 waiting jobs. Temporal fails a workflow task that would
+// leave more than 2,000 signals undelivered, so the pass's grants go out at
+// most AllocatorSignalBudget at a time, the next ones as earlier ones are
+// delivered, and none is lost.
+func TestAllocatorSendsABurstOfGrantsWithinTheSignalBudget(t *testing.T) {
+	const nodes, waiting = 375, 3000 // 8 GPUs a node: the holder takes all 3,000
+	h := newAllocHarnessOpts(t, harnessOpts{signalDelay: time.Second})
+	holder := capReq("holder", 1, scheduler.Medium, nodes)
+	holder.InstanceType = "a100.8gpu"
+	h.signalRequest(time.Minute, holder)
+	// The test environment queues at most 1,000 callbacks and signals: send
+	// the requests in slices, each slice from one callback.
+	const slice = 100
+	for first := 0; first < waiting; first += slice {
+		h.at(2*time.Minute+time.Duration(first)*10*time.Millisecond, func() {
+			for i := first; i < min(first+slice, waiting); i++ {
+				r := capReq(fmt.Sprintf("small-%04d", i), 1, scheduler.Medium, 1)
+				r.InstanceType = "a100.1gpu"
+				h.env.SignalWorkflow(protocol.SignalRequest, r)
+			}
+		})
+	}
+	all := make([]int, nodes)
+	for i := range all {
+		all[i] = i
+	}
+	h.release(3*time.Minute, protocol.ReleaseSignal{Job: "holder", Attempt: 1, Workers: all, Stopping: true})
+	in := allocInput(allocNodes(nodes, 8))
+	in.MaxUpdatesPerRun = 2 * waiting // one run takes the whole burst
+	h.runAllocator(in, time.Hour)
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	sentAt := map[time.Time]int{}
+	granted := map[string]int{}
+	for i, g := range h.grants {
+		granted[g.job]++
+		sentAt[h.grantAt[i]]++
+	}
+	assert.Len(t, granted, waiting+1, "the holder and every small job were granted")
+	for job, n := range granted {
+		assert.Equal(t, 1, n, "%s was granted %d times", job, n)
+	}
+	most := 0
+	for _, n := range sentAt {
+		most = max(most, n)
+	}
+	assert.LessOrEqual(t, most, protocol.AllocatorSignalBudget, "signals sent while earlier ones were undelivered")
+	assert.GreaterOrEqual(t, len(sentAt), waiting/protocol.AllocatorSignalBudget, "the burst went out in waves")
 }

@@ -51,6 +51,10 @@ func (a *allocator) recoverState(ctx workflow.Context) protocol.RecoverReply {
 		panic(fmt.Sprintf("draw a recovery epoch: %v", err))
 	}
 	a.epoch = epoch
+	// Signals decided from the state being replaced are not sent: the
+	// rebuilt pool decides anew, and grants of the old epoch would be
+	// ignored by the registered jobs anyway.
+	a.outbox = nil
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 10 * time.Minute,
 		// The activity heartbeats at least every second while it works, so
@@ -193,7 +197,7 @@ func (a *allocator) fence(ctx workflow.Context, node, why string) {
 				Summary:                fmt.Sprintf("fence %s: stop every worker but the %d it holds", node, len(keep)),
 			})
 			var reply activities.FenceNodeReply
-			err := workflow.ExecuteActivity(actx, (*activities.Activities).FenceNode,
+			err := a.executeActivity(actx, (*activities.Activities).FenceNode,
 				activities.FenceNodeInput{Keep: keep, Grace: a.in.StopGracePeriod}).Get(ctx, &reply)
 			if a.fencing[node] != generation || a.counters.Recoveries != generation {
 				return // a recovery rebuilt the state meanwhile and fences anew
