@@ -150,13 +150,30 @@ const describeConcurrency = 16
 // FindVanishedJobs returns the jobs among jobs whose workflow is no longer
 // running (terminated, timed out, or gone), in the order given. The
 // allocator reclaims their capacity.
+//
+// An allocator may hold tens of thousands of jobs, and the check has a
+// minute: visibility lists, a few queries for them all, which of the jobs
+// are running job workflows, and only the others are described, one call
+// each. Visibility alone never reports a job: one it leaves out (it lags)
+// is reported only when its workflow's own record says it is not running.
+// One it lists as running that has just ended is found at the next check.
 func (a *Activities) FindVanishedJobs(ctx context.Context, jobs []string) ([]string, error) {
-	gone, err := a.describeEach(ctx, jobs, func(desc *workflowservice.DescribeWorkflowExecutionResponse, i int) bool { return false })
+	listed, err := a.listedRunning(ctx, jobs)
+	if err != nil {
+		return nil, err
+	}
+	var unlisted []string
+	for _, job := range jobs {
+		if !listed[job] {
+			unlisted = append(unlisted, job)
+		}
+	}
+	gone, err := a.describeEach(ctx, unlisted, func(desc *workflowservice.DescribeWorkflowExecutionResponse, i int) bool { return false })
 	if err != nil {
 		return nil, err
 	}
 	var out []string
-	for i, job := range jobs {
+	for i, job := range unlisted {
 		if gone[i] {
 			out = append(out, job)
 		}
