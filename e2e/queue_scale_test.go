@@ -248,18 +248,25 @@ func stubGrants(t *testing.T, job string) []protocol.GrantSignal {
 // for node agents of nodes that only this test knows.
 func startScaleAllocator(t *testing.T, updatesPerRun int) string {
 	t.Helper()
-	nodes := make([]scheduler.Node, scaleNodes)
+	return startStubAllocator(t, scaleAllocation, scaleNodes, updatesPerRun)
+}
+
+// startStubAllocator starts the allocator of T/<allocation> with n nodes of 8
+// GPUs that only the test knows (see startScaleAllocator).
+func startStubAllocator(t *testing.T, allocation string, n, updatesPerRun int) string {
+	t.Helper()
+	nodes := make([]scheduler.Node, n)
 	for i := range nodes {
-		nodes[i] = scheduler.Node{Name: fmt.Sprintf("scale-%02d", i+1), Family: "a100", GPUs: 8, CPU: 96, RAMGB: 768}
+		nodes[i] = scheduler.Node{Name: fmt.Sprintf("%s-%02d", allocation, i+1), Family: "a100", GPUs: 8, CPU: 96, RAMGB: 768}
 	}
 	pool, err := scheduler.NewPool(nodes, scheduler.Policy{})
 	require.NoError(t, err)
-	in := protocol.AllocatorInput{Region: "T", Allocation: scaleAllocation, Nodes: nodes, StopGracePeriod: time.Second,
+	in := protocol.AllocatorInput{Region: "T", Allocation: allocation, Nodes: nodes, StopGracePeriod: time.Second,
 		ReclaimInterval: 10 * time.Second, MaxUpdatesPerRun: updatesPerRun,
 		State: &protocol.AllocatorState{Pool: pool.Snapshot(), NextSeq: 1, Epoch: "scale-test"}}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	opts := tqclient.AllocatorStartOptions("T", scaleAllocation)
+	opts := tqclient.AllocatorStartOptions("T", allocation)
 	_, err = env.client.ExecuteWorkflow(ctx, opts, protocol.AllocatorWorkflowName, in)
 	require.NoError(t, err)
 	t.Cleanup(func() {
