@@ -72,7 +72,7 @@ type job struct {
 	// given back; releases are reported as each worker stops.
 	released map[int]bool
 	stopping bool
-	signals  []workflow.Future
+	signals  []sentRelease
 
 	// What the job holds or waits for, as a recovering allocator asks it
 	// (see hold). phase moves none -> waiting -> holding -> none per attempt.
@@ -283,6 +283,9 @@ const (
 	// it reported (see releaseAfterNode), which saves the job a signal, a
 	// workflow task and the allocator an event per worker.
 	versionShortPath = "job-short-path"
+	// versionRetryRelease: a release signal the server refused is sent
+	// again until the allocator has it (before, it was logged and dropped).
+	versionRetryRelease = "job-retry-release"
 )
 
 // defaultJobEventsPerRun is the history length past which a job continues
@@ -818,7 +821,49 @@ func (j *job) releaseWorkers(ctx workflow.Context, attempt int, workers []int, l
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	s := protocol.ReleaseSignal{Job: j.name, Attempt: attempt, Workers: workers, Stopping: !j.stopping, LostNodes: lostNodes}
 	j.stopping = true
-	j.signals = append(j.signals, workflow.SignalExternalWorkflow(dctx, j.allocator, "", protocol.SignalRelease, s))
+	j.sendRelease(dctx, s)
+}
+
+// sentRelease is a release signal sent to the allocator and its delivery.
+type sentRelease struct {
+	signal    protocol.ReleaseSignal
+	delivered workflow.Future
+}
+
+func (j *job) sendRelease(ctx workflow.Context, s protocol.ReleaseSignal) {
+	j.signals = append(j.signals, sentRelease{signal: s,
+		delivered: workflow.SignalExternalWorkflow(ctx, j.allocator, "", protocol.SignalRelease, s)})
+}
+
+// deliverRelease waits until the allocator has r. The server refuses a
+// signal to a run that has taken its TemporalSignalsPerRun (an allocator
+// that recovers while releases pile up): dropping it would leave the
+// attempt's capacity held for ever, so it is sent again, backing off, until
+// the allocator takes it. An allocator that does not exist needs no
+// release: the one started next recovers from the jobs.
+func (j *job) deliverRelease(ctx workflow.Context, r sentRelease) {
+	for delay := time.Second; ; delay = min(2*delay, time.Minute) {
+		err := r.delivered.Get(ctx, nil)
+		if err == nil {
+			return
+		}
+		var gone *temporal.UnknownExternalWorkflowExecutionError
+		if errors.As(err, &gone) || !retriesReleases(ctx) {
+			workflow.GetLogger(ctx).Warn("could not report a release to the allocator", "error", err)
+			return
+		}
+		workflow.GetLogger(ctx).Warn("the allocator refused a release; sending it again", "workers", r.signal.Workers, "in", delay, "error", err)
+		if workflow.NewTimerWithOptions(ctx, delay, workflow.TimerOptions{Summary: "report a release again"}).Get(ctx, nil) != nil {
+			return
+		}
+		r.delivered = workflow.SignalExternalWorkflow(ctx, j.allocator, "", protocol.SignalRelease, r.signal)
+	}
+}
+
+// retriesReleases is asked only once a release has been refused, so that
+// histories without a refusal record no marker.
+func retriesReleases(ctx workflow.Context) bool {
+	return workflow.GetVersion(ctx, versionRetryRelease, workflow.DefaultVersion, 1) >= 1
 }
 
 // stopAndRelease stops the attempt's remaining workers and releases their
@@ -829,8 +874,7 @@ func (j *job) stopAndRelease(ctx workflow.Context, attempt int, grant protocol.G
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	if !j.stopping {
 		j.stopping = true
-		j.signals = append(j.signals, workflow.SignalExternalWorkflow(dctx, j.allocator, "", protocol.SignalRelease,
-			protocol.ReleaseSignal{Job: j.name, Attempt: attempt, Stopping: true}))
+		j.sendRelease(dctx, protocol.ReleaseSignal{Job: j.name, Attempt: attempt, Stopping: true})
 	}
 	grace := grant.StopGracePeriod
 	releaseTo := j.releaseTo()
@@ -870,10 +914,8 @@ func (j *job) stopAndRelease(ctx workflow.Context, attempt int, grant protocol.G
 	for ; pending > 0; pending-- {
 		sel.Select(dctx)
 	}
-	for _, f := range j.signals {
-		if err := f.Get(dctx, nil); err != nil {
-			workflow.GetLogger(dctx).Warn("could not report a release to the allocator", "error", err)
-		}
+	for _, r := range j.signals {
+		j.deliverRelease(dctx, r)
 	}
 }
 

@@ -67,6 +67,9 @@ type jobHarness struct {
 	seq int64
 	// refuse, when set, makes every capacity request fail with it.
 	refuse error
+	// refuseReleases is how many release signals the server refuses
+	// (an allocator run that has taken its limit of signals).
+	refuseReleases int
 }
 
 func newJobHarness(t *testing.T) *jobHarness {
@@ -110,6 +113,10 @@ func newJobHarness(t *testing.T) *jobHarness {
 		func(_, _, _, name string, arg any) error {
 			h.mu.Lock()
 			defer h.mu.Unlock()
+			if name == protocol.SignalRelease && h.refuseReleases > 0 {
+				h.refuseReleases--
+				return errors.New("unable to signal external workflow for unknown cause: SignalCountLimitExceeded")
+			}
 			h.signals = append(h.signals, sentSignal{name: name, arg: arg})
 			return nil
 		}).Maybe()
@@ -625,4 +632,19 @@ func TestOnlyUnreportedReleasesAreSent(t *testing.T) {
 	require.Len(t, rs, 1, "%+v", rs)
 	assert.Equal(t, []int{1}, rs[0].Workers, "worker 1 was stopped by StopWorker, which reported nothing")
 	assert.False(t, rs[0].Stopping, "the node's report already marked the job stopping")
+}
+
+// A release the server refuses (the allocator's run took its limit of
+// signals while it recovered) is sent again until the allocator has it:
+// dropped, it would leave the attempt's GPUs held for ever.
+func TestRefusedReleaseIsSentAgain(t *testing.T) {
+	h := newJobHarness(t)
+	h.refuseReleases = 3
+	h.grantAt(time.Minute, 1, 2)
+	h.watch(1, -1, 10*time.Minute, 0)
+	h.run(jobSpec("medium", 2, 0))
+	require.NoError(t, h.env.GetWorkflowError())
+	assert.Equal(t, protocol.StateCompleted, h.status().State)
+	assert.Zero(t, h.refuseReleases, "the server refused three releases")
+	assert.Equal(t, []int{0, 1}, sorted(releasedWorkers(t, h.releases(1))), "every worker's release reached the allocator")
 }
