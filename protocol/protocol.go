@@ -458,6 +458,10 @@ type AllocatorState struct {
 	// Withdrawn remembers withdrawals that arrived before the request they
 	// withdraw, so that the late request is refused instead of queued.
 	Withdrawn []WithdrawSignal `json:"withdrawn,omitempty"`
+	// AfterReclaim are requests of jobs reset to an earlier attempt: each is
+	// queued once the newer attempt its job's reset abandoned (an orphan)
+	// has been reclaimed.
+	AfterReclaim []CapacityRequest `json:"after_reclaim,omitempty"`
 }
 
 // AllocatorCounters are lifetime totals, kept across continue-as-new.

@@ -74,6 +74,9 @@ type allocator struct {
 	wakeAt     time.Time
 	// withdrawn are withdrawals that came before their request (oldest first).
 	withdrawn []protocol.WithdrawSignal
+	// afterReclaim are requests queued once their job's abandoned newer
+	// attempt is reclaimed (see resetRequest).
+	afterReclaim []protocol.CapacityRequest
 	// fencing are the nodes whose fence is in progress, and why each is fenced.
 	fencing      map[string]int64
 	fenceWhy     map[string]string
@@ -134,6 +137,10 @@ const (
 	// with what is held now (before, a second watch lost while the fence
 	// waited left that worker running on GPUs the pool then granted).
 	versionRefenceStaleKeep = "allocator-refence-stale-keep"
+	// versionResetRequest: a request for an attempt older than the pool's
+	// (the job was reset) reclaims the newer attempt and is then queued
+	// (before, it was dropped without an answer: see resetRequest).
+	versionResetRequest = "allocator-reset-request"
 )
 
 // AllocatorWorkflow owns the capacity of one allocation. Jobs ask it for
@@ -475,6 +482,7 @@ func newAllocator(in protocol.AllocatorInput, packedPool []byte) (*allocator, er
 		a.counters = in.State.Counters
 		a.epoch = in.State.Epoch
 		a.withdrawn = in.State.Withdrawn
+		a.afterReclaim = in.State.AfterReclaim
 		for _, f := range in.State.Fenced {
 			a.fenceWhy[f.Node] = f.Reason
 		}
@@ -496,8 +504,9 @@ func (a *allocator) snapshot() *protocol.AllocatorState {
 		Orphans:   a.orphans,
 		Counters:  a.counters,
 		Epoch:     a.epoch,
-		Withdrawn: a.withdrawn,
-		Fenced:    a.fenced(),
+		Withdrawn:    a.withdrawn,
+		Fenced:       a.fenced(),
+		AfterReclaim: a.afterReclaim,
 	}
 }
 
@@ -778,6 +787,9 @@ func (a *allocator) onWithdraw(s protocol.WithdrawSignal) {
 // signal (the activity already refused what could never fit).
 func (a *allocator) onRequest(ctx workflow.Context, req protocol.CapacityRequest) {
 	a.updates++
+	if a.resetRequest(ctx, req) {
+		return
+	}
 	if err := a.validate(req); err != nil {
 		if req.Job != "" {
 			a.send(ctx, req.Job, protocol.SignalRefuse, protocol.RefuseSignal{Attempt: req.Attempt, Reason: err.Error()}, func(workflow.Context) {})
@@ -786,6 +798,56 @@ func (a *allocator) onRequest(ctx workflow.Context, req protocol.CapacityRequest
 	}
 	a.request(req, workflow.Now(ctx))
 	a.schedule(ctx)
+}
+
+// resetRequest takes a request for an attempt older than the one the pool
+// has for its job. A job asks for one attempt at a time, in order, so such a
+// request means the job's workflow was reset to before its newer attempt
+// (`temporal workflow reset`): that attempt belongs to a run that no longer
+// exists. A waiting one is dropped; a held one is reclaimed like a vanished
+// job's (its workers stopped, then its capacity freed), and the request is
+// queued after. Refusing the request instead would leave the job waiting for
+// ever while the abandoned workers keep their GPUs.
+func (a *allocator) resetRequest(ctx workflow.Context, req protocol.CapacityRequest) bool {
+	newer := 0
+	if w, ok := a.pool.Explain(req.Job); ok && w.Attempt > req.Attempt {
+		newer = w.Attempt
+	}
+	r, held := a.pool.Running(req.Job)
+	held = held && r.Attempt > req.Attempt
+	if newer == 0 && !held {
+		return false
+	}
+	if workflow.GetVersion(ctx, versionResetRequest, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return false
+	}
+	if newer != 0 {
+		a.pool.CancelAttempt(req.Job, newer)
+		a.note(fmt.Sprintf("%s was reset to attempt %d: dropped the request of its attempt %d", req.Job, req.Attempt, newer))
+	}
+	if !held {
+		return false // queued as usual
+	}
+	a.note(fmt.Sprintf("%s was reset to attempt %d: reclaiming its attempt %d", req.Job, req.Attempt, r.Attempt))
+	a.afterReclaim = slices.DeleteFunc(a.afterReclaim, func(q protocol.CapacityRequest) bool { return q.Job == req.Job })
+	a.afterReclaim = append(a.afterReclaim, req)
+	a.reclaim(ctx, req.Job)
+	return true
+}
+
+// requestsAfterReclaim queues the requests that waited for job's reclaim.
+func (a *allocator) requestsAfterReclaim(ctx workflow.Context, job string) {
+	var later []protocol.CapacityRequest
+	a.afterReclaim = slices.DeleteFunc(a.afterReclaim, func(q protocol.CapacityRequest) bool {
+		if q.Job == job {
+			later = append(later, q)
+			return true
+		}
+		return false
+	})
+	for _, req := range later {
+		a.onRequest(ctx, req)
+	}
 }
 
 // schedule runs a scheduling pass, or, in batched mode, asks for one at the
@@ -1036,6 +1098,7 @@ func (a *allocator) reclaim(ctx workflow.Context, job string) {
 	r, ok := a.pool.Running(job)
 	if !ok {
 		a.dropOrphan(job)
+		a.requestsAfterReclaim(ctx, job)
 		return
 	}
 	a.reclaims[job] = true
@@ -1080,6 +1143,7 @@ func (a *allocator) reclaim(ctx workflow.Context, job string) {
 		a.note(fmt.Sprintf("reclaimed the capacity of vanished job %s", job))
 		delete(a.reclaims, job)
 		a.dropOrphan(job)
+		a.requestsAfterReclaim(ctx, job)
 		a.schedule(ctx)
 	})
 }

@@ -966,3 +966,31 @@ func TestAllocatorSendsABurstOfGrantsWithinTheSignalBudget(t *testing.T) {
 	assert.LessOrEqual(t, most, protocol.AllocatorSignalBudget, "signals sent while earlier ones were undelivered")
 	assert.GreaterOrEqual(t, len(sentAt), waiting/protocol.AllocatorSignalBudget, "the burst went out in waves")
 }
+
+// TestJobResetToAnEarlierAttemptIsServed: a job whose workflow was reset to
+// before its attempt 2 asks again for attempt 1. Attempt 2's workers belong
+// to a run that is gone: the allocator stops them, frees their GPUs, and then
+// serves the request, instead of dropping it and leaving the job waiting
+// while the abandoned workers keep their GPUs.
+func TestJobResetToAnEarlierAttemptIsServed(t *testing.T) {
+	h := newAllocHarness(t)
+	h.signalRequest(time.Minute, capReq("j", 2, scheduler.Medium, 1))
+	h.signalRequest(2*time.Minute, capReq("other", 1, scheduler.Medium, 1))
+	reset := capReq("j", 1, scheduler.Medium, 1)
+	reset.Seq = 1 // the place its first grant gave it, which the reset run carries
+	h.signalRequest(3*time.Minute, reset)
+	h.runAllocator(allocInput(allocNodes(1, 2)), time.Hour)
+
+	g := h.grantsTo("j")
+	require.Len(t, g, 2, "attempt 2, then attempt 1 after the reset")
+	assert.Equal(t, 2, g[0].Attempt)
+	assert.Equal(t, 1, g[1].Attempt)
+	require.Len(t, h.stops, 1, "the abandoned attempt's worker was stopped")
+	assert.Equal(t, cluster.WorkerID{Job: "j", Attempt: 2, Worker: 0}, h.stops[0].ID)
+	v := h.queue()
+	require.Len(t, v.Running, 1)
+	assert.Equal(t, "j", v.Running[0].Job)
+	assert.Equal(t, 1, v.Running[0].Attempt)
+	assert.Equal(t, []string{"other"}, waitingJobs(v), "the reset job kept its place ahead of the later job")
+	assert.Empty(t, h.refusals)
+}
