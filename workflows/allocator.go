@@ -500,10 +500,10 @@ func newAllocator(in protocol.AllocatorInput, packedPool []byte) (*allocator, er
 // travels packed beside it (see AllocatorWorkflow).
 func (a *allocator) snapshot() *protocol.AllocatorState {
 	return &protocol.AllocatorState{
-		NextSeq:   a.nextSeq,
-		Orphans:   a.orphans,
-		Counters:  a.counters,
-		Epoch:     a.epoch,
+		NextSeq:      a.nextSeq,
+		Orphans:      a.orphans,
+		Counters:     a.counters,
+		Epoch:        a.epoch,
 		Withdrawn:    a.withdrawn,
 		Fenced:       a.fenced(),
 		AfterReclaim: a.afterReclaim,
