@@ -28,6 +28,10 @@ type RegisterJobsInput struct {
 	// Settle is how long to wait before listing the jobs a second time, so
 	// that a job whose start visibility had not yet recorded is found too.
 	Settle time.Duration `json:"settle"`
+	// Jobs, when set, are the jobs to register instead of listing them: the
+	// owners of live workers a fence found on a node that the allocator does
+	// not know of.
+	Jobs []string `json:"jobs,omitempty"`
 }
 
 // RegisterJobsReply is what the allocation's jobs hold or wait for, sorted by
@@ -36,6 +40,11 @@ type RegisterJobsReply struct {
 	Holds []protocol.JobHold `json:"holds"`
 	// Listed is how many running job workflows visibility listed.
 	Listed int `json:"listed"`
+	// Unanswered are running jobs that did not answer the register update
+	// (their workflow task cannot run, their worker is stuck): the allocator
+	// keeps the nodes where they have workers fenced and asks them again,
+	// rather than holding up the whole allocation for them.
+	Unanswered []string `json:"unanswered,omitempty"`
 }
 
 // registerConcurrency bounds the register updates one recovery sends at once.
@@ -53,8 +62,16 @@ func (a *Activities) RegisterJobs(ctx context.Context, in RegisterJobsInput) (Re
 	hctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go func() { _ = sleepHeartbeating(hctx, 10*time.Minute) }()
+	if in.Jobs != nil {
+		holds, unanswered, err := a.registerAll(ctx, in.Jobs, in.Epoch)
+		if err != nil {
+			return RegisterJobsReply{}, err
+		}
+		return RegisterJobsReply{Holds: holds, Listed: len(in.Jobs), Unanswered: unanswered}, nil
+	}
 	seen := map[string]bool{}
 	var holds []protocol.JobHold
+	var unanswered []string
 	listed := 0
 	for pass := 0; pass < 2; pass++ {
 		if pass == 1 && in.Settle > 0 {
@@ -76,14 +93,16 @@ func (a *Activities) RegisterJobs(ctx context.Context, in RegisterJobsInput) (Re
 			}
 		}
 		listed = len(seen)
-		got, err := a.registerAll(ctx, fresh, in.Epoch)
+		// A job that did not answer the first pass is asked once more.
+		fresh = append(fresh, unanswered...)
+		got, missed, err := a.registerAll(ctx, fresh, in.Epoch)
 		if err != nil {
 			return RegisterJobsReply{}, err
 		}
-		holds = append(holds, got...)
+		holds, unanswered = append(holds, got...), missed
 	}
 	slices.SortFunc(holds, func(x, y protocol.JobHold) int { return strings.Compare(x.Job, y.Job) })
-	return RegisterJobsReply{Holds: holds, Listed: listed}, nil
+	return RegisterJobsReply{Holds: holds, Listed: listed, Unanswered: unanswered}, nil
 }
 
 // JobsQuery is the visibility query for the running job workflows of one allocation.
@@ -115,9 +134,11 @@ func (a *Activities) listRunningJobs(ctx context.Context, region, allocation str
 }
 
 // registerAll registers jobs, registerConcurrency at a time. A job that has
-// ended meanwhile holds nothing and is left out.
-func (a *Activities) registerAll(ctx context.Context, jobs []string, epoch string) ([]protocol.JobHold, error) {
-	holds := make([]*protocol.JobHold, len(jobs))
+// ended meanwhile holds nothing and is left out; one whose update fails or
+// times out is unanswered. Only the activity's own end (its context done)
+// fails the whole call.
+func (a *Activities) registerAll(ctx context.Context, jobs []string, epoch string) (holds []protocol.JobHold, unanswered []string, err error) {
+	answers := make([]*protocol.JobHold, len(jobs))
 	errs := make([]error, len(jobs))
 	slots := make(chan struct{}, registerConcurrency)
 	var wg sync.WaitGroup
@@ -126,21 +147,24 @@ func (a *Activities) registerAll(ctx context.Context, jobs []string, epoch strin
 		slots <- struct{}{}
 		go func() {
 			defer func() { <-slots; wg.Done() }()
-			holds[i], errs[i] = a.register(ctx, job, epoch)
+			answers[i], errs[i] = a.register(ctx, job, epoch)
 		}()
 		activity.RecordHeartbeat(ctx, i)
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
 	}
-	var out []protocol.JobHold
-	for _, h := range holds {
-		if h != nil {
-			out = append(out, *h)
+	for i, h := range answers {
+		switch {
+		case errs[i] != nil:
+			activity.GetLogger(ctx).Warn("a job did not answer the register update", "job", jobs[i], "error", errs[i])
+			unanswered = append(unanswered, jobs[i])
+		case h != nil:
+			holds = append(holds, *h)
 		}
 	}
-	return out, nil
+	return holds, unanswered, nil
 }
 
 // registerTimeout bounds one register update: a job workflow answers it in

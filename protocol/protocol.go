@@ -551,6 +551,9 @@ type RecoverReply struct {
 	// Fenced are the nodes that grant nothing until their agent confirms
 	// which workers run there.
 	Fenced []string `json:"fenced,omitempty"`
+	// Unanswered are running jobs that did not answer the register update;
+	// the nodes where they have workers stay fenced until they do.
+	Unanswered []string `json:"unanswered,omitempty"`
 }
 
 // ExplainReply answers QueryExplain: where a job stands in its allocation.

@@ -68,6 +68,10 @@ type allocator struct {
 	// the last task brought before it hands over (versionHandOverSettle);
 	// settleAsked and settled are awaitHandOver's exchange with settle.
 	settleHandOver, settleAsked, settled bool
+	// registersStrangers: a fence first asks the node's agent what runs
+	// there and the owners of unknown workers what they hold
+	// (versionFenceRegistersStrangers).
+	registersStrangers bool
 	// wakeTimers arms a timer for the pool's next wake-up; wakeAt is the
 	// earliest one armed (zero: none).
 	wakeTimers bool
@@ -141,6 +145,11 @@ const (
 	// (the job was reset) reclaims the newer attempt and is then queued
 	// (before, it was dropped without an answer: see resetRequest).
 	versionResetRequest = "allocator-reset-request"
+	// versionFenceRegistersStrangers: before a fence stops workers nobody
+	// holds, it asks their jobs whether they hold them (see
+	// registerStrangers); before, a running job recovery missed had its
+	// healthy workers killed.
+	versionFenceRegistersStrangers = "allocator-fence-registers-strangers"
 )
 
 // AllocatorWorkflow owns the capacity of one allocation. Jobs ask it for
@@ -183,6 +192,7 @@ func (a *allocator) readVersions(ctx workflow.Context) {
 	a.wakeTimers = workflow.GetVersion(ctx, versionWakeTimer, workflow.DefaultVersion, 1) >= 1
 	a.handOverPaused = workflow.GetVersion(ctx, versionHandOverPause, workflow.DefaultVersion, 1) >= 1
 	a.settleHandOver = workflow.GetVersion(ctx, versionHandOverSettle, workflow.DefaultVersion, 1) >= 1
+	a.registersStrangers = workflow.GetVersion(ctx, versionFenceRegistersStrangers, workflow.DefaultVersion, 1) >= 1
 }
 
 func (a *allocator) registerHandlers(ctx workflow.Context) error {

@@ -82,7 +82,13 @@ type allocHarness struct {
 	stops     []activities.StopWorkerInput
 	stopQueue []string
 	// holds is what the jobs answer a recovery's register update.
-	holds         []protocol.JobHold
+	holds []protocol.JobHold
+	// unlisted are jobs visibility does not list: they answer only when
+	// asked by name; silent jobs never answer.
+	unlisted []protocol.JobHold
+	silent   map[string]bool
+	// live are the workers each node's agent reports live (NodeInventory).
+	live          map[string][]cluster.WorkerID
 	registerCalls []activities.RegisterJobsInput
 	// deadNodes are nodes whose agent never picks up an activity.
 	deadNodes map[string]bool
@@ -120,7 +126,8 @@ func newAllocHarnessOpts(t *testing.T, o harnessOpts) *allocHarness {
 	registerDelay := o.registerDelay
 	var s testsuite.WorkflowTestSuite
 	h := &allocHarness{t: t, env: s.NewTestWorkflowEnvironment(), acts: &activities.Activities{},
-		updates: map[string]*updateOutcome{}, gone: map[string]bool{}, deadNodes: map[string]bool{}}
+		updates: map[string]*updateOutcome{}, gone: map[string]bool{}, deadNodes: map[string]bool{},
+		silent: map[string]bool{}, live: map[string][]cluster.WorkerID{}}
 	h.env.SetStartTime(testStart)
 	h.env.RegisterWorkflowWithOptions(AllocatorWorkflow, workflowOpts(protocol.AllocatorWorkflowName))
 	h.env.RegisterActivity(h.acts)
@@ -164,8 +171,37 @@ func newAllocHarnessOpts(t *testing.T, o harnessOpts) *allocHarness {
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			h.registerCalls = append(h.registerCalls, in)
-			return activities.RegisterJobsReply{Holds: h.holds, Listed: len(h.holds)}, nil
+			if in.Jobs == nil {
+				return activities.RegisterJobsReply{Holds: h.holds, Listed: len(h.holds)}, nil
+			}
+			reply := activities.RegisterJobsReply{Listed: len(in.Jobs)}
+			for _, job := range in.Jobs {
+				if h.silent[job] {
+					reply.Unanswered = append(reply.Unanswered, job)
+					continue
+				}
+				for _, hold := range append(slices.Clone(h.holds), h.unlisted...) {
+					if hold.Job == job {
+						reply.Holds = append(reply.Holds, hold)
+					}
+				}
+			}
+			return reply, nil
 		}).After(registerDelay).Maybe()
+	h.env.OnActivity(h.acts.NodeInventory, mock.Anything).Return(
+		func(ctx context.Context) (activities.NodeInventoryReply, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			node := strings.TrimPrefix(activity.GetInfo(ctx).TaskQueue, protocol.NodeTaskQueuePrefix)
+			if h.deadNodes[node] {
+				return activities.NodeInventoryReply{}, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, nil)
+			}
+			reply := activities.NodeInventoryReply{Node: node}
+			for _, id := range h.live[node] {
+				reply.Workers = append(reply.Workers, cluster.PlacedWorker{WorkerStatus: cluster.WorkerStatus{ID: id, Phase: cluster.PhaseRunning}, Node: node})
+			}
+			return reply, nil
+		}).Maybe()
 	h.env.OnActivity(h.acts.FenceNode, mock.Anything, mock.Anything).Return(
 		func(ctx context.Context, in activities.FenceNodeInput) (activities.FenceNodeReply, error) {
 			h.mu.Lock()

@@ -74,7 +74,7 @@ func (a *allocator) recoverState(ctx workflow.Context) protocol.RecoverReply {
 	if err != nil {
 		panic(fmt.Sprintf("recover allocator %s/%s: %v", a.in.Region, a.in.Allocation, err))
 	}
-	reply := protocol.RecoverReply{Epoch: epoch, Listed: reg.Listed}
+	reply := protocol.RecoverReply{Epoch: epoch, Listed: reg.Listed, Unanswered: reg.Unanswered}
 	var refused []protocol.JobHold
 	reply.Conflicts, refused = a.rebuild(pool, reg.Holds)
 	a.pool = pool
@@ -95,6 +95,9 @@ func (a *allocator) recoverState(ctx workflow.Context) protocol.RecoverReply {
 	note := fmt.Sprintf("recovered epoch %s: %d jobs listed, %d holding, %d waiting", epoch, reply.Listed, reply.Running, reply.Waiting)
 	if len(reply.Conflicts) > 0 {
 		note += fmt.Sprintf("; %d conflicting holds: %v", len(reply.Conflicts), reply.Conflicts)
+	}
+	if len(reply.Unanswered) > 0 {
+		note += fmt.Sprintf("; %d job(s) did not answer, their nodes stay fenced until they do: %v", len(reply.Unanswered), reply.Unanswered)
 	}
 	a.note(note)
 	workflow.GetLogger(ctx).Info("allocator recovered", "epoch", epoch, "listed", reply.Listed,
@@ -187,28 +190,34 @@ func (a *allocator) fence(ctx workflow.Context, node, why string) {
 	a.fencing[node] = generation
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		for a.fencing[node] == generation && a.counters.Recoveries == generation {
-			keep := a.workersOn(node)
-			actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-				TaskQueue:              protocol.NodeTaskQueue(node),
-				ScheduleToStartTimeout: a.nodeTimeout(),
-				StartToCloseTimeout:    a.in.StopGracePeriod + time.Minute,
-				HeartbeatTimeout:       20 * time.Second,
-				RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
-				Summary:                fmt.Sprintf("fence %s: stop every worker but the %d it holds", node, len(keep)),
-			})
+			var err error
+			if a.registersStrangers {
+				err = a.registerStrangers(ctx, node)
+			}
 			var reply activities.FenceNodeReply
-			err := a.executeActivity(actx, (*activities.Activities).FenceNode,
-				activities.FenceNodeInput{Keep: keep, Grace: a.in.StopGracePeriod}).Get(ctx, &reply)
+			if err == nil && a.fencing[node] == generation && a.counters.Recoveries == generation {
+				keep := a.workersOn(node)
+				actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+					TaskQueue:              protocol.NodeTaskQueue(node),
+					ScheduleToStartTimeout: a.nodeTimeout(),
+					StartToCloseTimeout:    a.in.StopGracePeriod + time.Minute,
+					HeartbeatTimeout:       20 * time.Second,
+					RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
+					Summary:                fmt.Sprintf("fence %s: stop every worker but the %d it holds", node, len(keep)),
+				})
+				err = a.executeActivity(actx, (*activities.Activities).FenceNode,
+					activities.FenceNodeInput{Keep: keep, Grace: a.in.StopGracePeriod}).Get(ctx, &reply)
+				if err == nil && !stillHeld(keep, a.workersOn(node)) && a.refencesStaleKeeps(ctx) {
+					// The agent kept a worker whose job has since given it up (a
+					// second watch lost while this fence waited, a reclaim): that
+					// worker may still run, so the answer proves nothing. Fence
+					// again at once with what is held now.
+					a.note(fmt.Sprintf("node %s: its agent answered a fence that kept workers no longer held; fencing it again", node))
+					continue
+				}
+			}
 			if a.fencing[node] != generation || a.counters.Recoveries != generation {
 				return // a recovery rebuilt the state meanwhile and fences anew
-			}
-			if err == nil && !stillHeld(keep, a.workersOn(node)) && a.refencesStaleKeeps(ctx) {
-				// The agent kept a worker whose job has since given it up (a
-				// second watch lost while this fence waited, a reclaim): that
-				// worker may still run, so the answer proves nothing. Fence
-				// again at once with what is held now.
-				a.note(fmt.Sprintf("node %s: its agent answered a fence that kept workers no longer held; fencing it again", node))
-				continue
 			}
 			if err == nil {
 				delete(a.fencing, node)
@@ -230,6 +239,81 @@ func (a *allocator) fence(ctx workflow.Context, node, why string) {
 			}
 		}
 	})
+}
+
+// registerStrangers asks node's agent which workers are live there and, for
+// every one the pool does not hold, asks its job what it holds (the register
+// update): recovery finds jobs through visibility, which lags and can miss a
+// job, and a job that did not answer recovery's update is not in the pool
+// either. A job that holds the worker is adopted, so the fence keeps it; a
+// job that ended or holds something else leaves the worker to the fence. It
+// fails while such a job does not answer, so that the node stays fenced and
+// is asked again at the next try, while the rest of the allocation goes on.
+func (a *allocator) registerStrangers(ctx workflow.Context, node string) error {
+	nctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:              protocol.NodeTaskQueue(node),
+		ScheduleToStartTimeout: a.nodeTimeout(),
+		StartToCloseTimeout:    time.Minute,
+		RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
+		Summary:                "list the live workers on " + node,
+	})
+	var inv activities.NodeInventoryReply
+	if err := a.executeActivity(nctx, (*activities.Activities).NodeInventory).Get(ctx, &inv); err != nil {
+		return err
+	}
+	held := a.workersOn(node)
+	var jobs []string
+	for _, w := range inv.Workers {
+		if !slices.Contains(held, w.ID) && !slices.Contains(jobs, w.ID.Job) {
+			jobs = append(jobs, w.ID.Job)
+		}
+	}
+	if len(jobs) == 0 {
+		return nil
+	}
+	rctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 2 * time.Minute,
+		HeartbeatTimeout:    10 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+		Summary:             fmt.Sprintf("ask the %d job(s) with unknown workers on %s what they hold", len(jobs), node),
+	})
+	var reg activities.RegisterJobsReply
+	in := activities.RegisterJobsInput{Region: a.in.Region, Allocation: a.in.Allocation, Epoch: a.epoch, Jobs: jobs}
+	if err := a.executeActivity(rctx, (*activities.Activities).RegisterJobs, in).Get(ctx, &reg); err != nil {
+		return err
+	}
+	for _, h := range reg.Holds {
+		a.adoptStranger(ctx, node, h)
+	}
+	if len(reg.Unanswered) > 0 {
+		a.note(fmt.Sprintf("node %s stays fenced: job(s) %v with live workers there did not answer", node, reg.Unanswered))
+		return fmt.Errorf("job(s) %v with live workers on %s did not answer", reg.Unanswered, node)
+	}
+	return nil
+}
+
+// adoptStranger takes in what a job found through its workers on node holds
+// or waits for, unless the pool already has it (then its worker there is
+// stale, and the fence stops it).
+func (a *allocator) adoptStranger(ctx workflow.Context, node string, h protocol.JobHold) {
+	if _, ok := a.pool.Running(h.Job); ok {
+		return
+	}
+	if _, ok := a.pool.Explain(h.Job); ok {
+		return
+	}
+	_, refused := a.rebuild(a.pool, []protocol.JobHold{h})
+	switch {
+	case len(refused) > 0:
+		return
+	case h.Phase == protocol.HoldHolding:
+		if _, ok := a.pool.Running(h.Job); ok {
+			a.note(fmt.Sprintf("adopted %s attempt %d, found through its worker on %s", h.Job, h.Request.Attempt, node))
+			workflow.GetLogger(ctx).Warn("adopted a job recovery missed", "job", h.Job, "attempt", h.Request.Attempt, "node", node)
+		}
+	case h.Phase == protocol.HoldWaiting:
+		a.schedule(ctx)
+	}
 }
 
 // stillHeld says whether every worker in kept is among held.

@@ -391,3 +391,64 @@ func TestFenceAnswerKeepingAReleasedWorkerDoesNotBringTheNodeBack(t *testing.T) 
 	require.Len(t, h.grantsTo("next"), 1, "once a fence that kept nothing answered, n1 serves again")
 	assert.Empty(t, h.queue().Fenced)
 }
+
+// TestRecoveryAdoptsAJobVisibilityMissed: recovery lists jobs through
+// visibility, which lags. A running job it missed has a live worker on n1;
+// the fence asks the node what runs there, asks that job what it holds, and
+// adopts it, instead of killing its healthy worker and granting its GPUs.
+func TestRecoveryAdoptsAJobVisibilityMissed(t *testing.T) {
+	h := newAllocHarness(t)
+	h.unlisted = []protocol.JobHold{holding("missed", 1, 3, on("n1", 0, 0, 1))}
+	h.live["n1"] = []cluster.WorkerID{{Job: "missed", Attempt: 1, Worker: 0}}
+	h.live["n2"] = []cluster.WorkerID{{Job: "ended", Attempt: 2, Worker: 0}} // its job answers nothing: it has ended
+	h.request(time.Minute, capReq("newcomer", 1, scheduler.Medium, 1))
+	h.request(time.Minute, capReq("second", 1, scheduler.Medium, 1))
+	h.runAllocator(allocInput(allocNodes(2, 2)), time.Hour)
+
+	v := h.queue()
+	assert.Empty(t, v.Fenced)
+	assert.ElementsMatch(t, []string{"missed", "newcomer"}, runningJobs(v), "the missed job is adopted; the newcomer runs on n2")
+	assert.Equal(t, []string{"second"}, waitingJobs(v), "nothing else is free")
+	g := h.grantsTo("newcomer")
+	require.Len(t, g, 1)
+	assert.Equal(t, "n2", g[0].Placement[0].Node)
+	keep := map[string][]cluster.WorkerID{}
+	for _, f := range h.fences {
+		keep[f.node] = f.keep
+	}
+	assert.Equal(t, []cluster.WorkerID{{Job: "missed", Attempt: 1, Worker: 0}}, keep["n1"], "the fence keeps the missed job's worker")
+	assert.Empty(t, keep["n2"], "the ended job's stray worker is fenced away")
+}
+
+// TestJobThatDoesNotAnswerKeepsOnlyItsNodeFenced: a job whose workflow
+// cannot answer the register update has a worker on n1. Only n1 stays
+// fenced, and the rest of the allocation serves the queue; once the job
+// answers, it is adopted and n1 comes back.
+func TestJobThatDoesNotAnswerKeepsOnlyItsNodeFenced(t *testing.T) {
+	h := newAllocHarness(t)
+	h.unlisted = []protocol.JobHold{holding("stuck", 1, 3, on("n1", 0, 0, 1))}
+	h.silent["stuck"] = true
+	h.live["n1"] = []cluster.WorkerID{{Job: "stuck", Attempt: 1, Worker: 0}}
+	h.request(time.Minute, capReq("newcomer", 1, scheduler.Medium, 1))
+	h.request(time.Minute, capReq("second", 1, scheduler.Medium, 1))
+	var during protocol.QueueView
+	h.at(5*time.Minute, func() { during = h.queue() })
+	h.at(6*time.Minute, func() {
+		h.mu.Lock()
+		delete(h.silent, "stuck")
+		h.mu.Unlock()
+	})
+	h.runAllocator(allocInput(allocNodes(2, 2)), time.Hour)
+
+	require.Len(t, during.Fenced, 1, "only the node with the silent job's worker stays fenced")
+	assert.Equal(t, "n1", during.Fenced[0].Node)
+	assert.Equal(t, []string{"newcomer"}, runningJobs(during), "n2 serves the queue meanwhile")
+	assert.Equal(t, []string{"second"}, waitingJobs(during))
+	v := h.queue()
+	assert.Empty(t, v.Fenced, "n1 is back once the job answered")
+	assert.ElementsMatch(t, []string{"stuck", "newcomer"}, runningJobs(v))
+	assert.Equal(t, []string{"second"}, waitingJobs(v), "the silent job's GPUs were never granted")
+	for _, s := range h.stops {
+		assert.NotEqual(t, "stuck", s.ID.Job, "the silent job's worker was not stopped")
+	}
+}
