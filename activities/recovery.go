@@ -225,6 +225,21 @@ func (a *Activities) FindGhostRequests(ctx context.Context, requests []protocol.
 	return out, nil
 }
 
+// CurrentAttempts returns the attempt each job's workflow is at, read from
+// the workflow's own record (not visibility), or 0 for a job whose workflow
+// has ended or is gone. The allocator asks it before it takes a request for
+// an attempt older than the one it has for that job as a reset of the job.
+func (a *Activities) CurrentAttempts(ctx context.Context, jobs []string) ([]int, error) {
+	out := make([]int, len(jobs))
+	_, err := a.describeEach(ctx, jobs, func(desc *workflowservice.DescribeWorkflowExecutionResponse, i int) bool {
+		if attempt, ok := describedAttempt(desc.GetWorkflowExecutionInfo().GetSearchAttributes()); ok {
+			out[i] = int(attempt)
+		}
+		return false
+	})
+	return out, err
+}
+
 func describedAttempt(sa *commonpb.SearchAttributes) (int64, bool) {
 	p, ok := sa.GetIndexedFields()[protocol.SAAttempt]
 	if !ok {

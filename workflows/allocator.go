@@ -79,8 +79,10 @@ type allocator struct {
 	// withdrawn are withdrawals that came before their request (oldest first).
 	withdrawn []protocol.WithdrawSignal
 	// afterReclaim are requests queued once their job's abandoned newer
-	// attempt is reclaimed (see resetRequest).
+	// attempt is reclaimed (see resetRequest); resetChecks counts the
+	// requests whose job is being asked whether it was reset.
 	afterReclaim []protocol.CapacityRequest
+	resetChecks  int
 	// fencing are the nodes whose fence is in progress, and why each is fenced.
 	fencing      map[string]int64
 	fenceWhy     map[string]string
@@ -354,7 +356,8 @@ func (a *allocator) awaitHandOver(ctx workflow.Context) error {
 		a.handingOver = true
 	}
 	ready := func() bool {
-		return workflow.AllHandlersFinished(ctx) && a.inFlight == 0 && len(a.outbox) == 0 && !a.recovering && (!a.dirty || a.handingOver)
+		return workflow.AllHandlersFinished(ctx) && a.inFlight == 0 && len(a.outbox) == 0 && a.resetChecks == 0 &&
+			!a.recovering && (!a.dirty || a.handingOver)
 	}
 	for {
 		if err := workflow.Await(ctx, ready); err != nil {
@@ -818,31 +821,73 @@ func (a *allocator) onRequest(ctx workflow.Context, req protocol.CapacityRequest
 // job's (its workers stopped, then its capacity freed), and the request is
 // queued after. Refusing the request instead would leave the job waiting for
 // ever while the abandoned workers keep their GPUs.
+//
+// A late duplicate of an old request (a signal delayed in the network past
+// its retry) looks the same, so the job's workflow is asked first which
+// attempt it is at: only a job that really went back is served this way.
 func (a *allocator) resetRequest(ctx workflow.Context, req protocol.CapacityRequest) bool {
+	if !a.hasNewerAttempt(req) {
+		return false
+	}
+	if workflow.GetVersion(ctx, versionResetRequest, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return false
+	}
+	a.resetChecks++
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		defer func() { a.resetChecks-- }()
+		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+			StartToCloseTimeout: time.Minute,
+			HeartbeatTimeout:    20 * time.Second,
+			RetryPolicy:         &temporal.RetryPolicy{MaximumInterval: 10 * time.Second, MaximumAttempts: 10},
+			Summary:             fmt.Sprintf("is %s back at attempt %d?", req.Job, req.Attempt),
+		})
+		var attempts []int
+		err := a.executeActivity(actx, (*activities.Activities).CurrentAttempts, []string{req.Job}).Get(ctx, &attempts)
+		switch {
+		case err != nil || len(attempts) != 1:
+			workflow.GetLogger(ctx).Warn("could not tell whether a job was reset; dropping its old request", "job", req.Job, "attempt", req.Attempt, "error", err)
+		case attempts[0] != req.Attempt:
+			a.note(fmt.Sprintf("dropped a late request of %s attempt %d: the job is at attempt %d", req.Job, req.Attempt, attempts[0]))
+		case !a.hasNewerAttempt(req):
+			a.onRequest(ctx, req) // the newer attempt ended meanwhile
+		default:
+			a.serveReset(ctx, req)
+		}
+	})
+	return true
+}
+
+// hasNewerAttempt says whether the pool holds or queues a later attempt of
+// req's job than req's.
+func (a *allocator) hasNewerAttempt(req protocol.CapacityRequest) bool {
+	if w, ok := a.pool.Explain(req.Job); ok && w.Attempt > req.Attempt {
+		return true
+	}
+	r, ok := a.pool.Running(req.Job)
+	return ok && r.Attempt > req.Attempt
+}
+
+// serveReset drops the reset job's newer waiting attempt, reclaims its newer
+// held one, and queues req (after the reclaim, if there is one).
+func (a *allocator) serveReset(ctx workflow.Context, req protocol.CapacityRequest) {
 	newer := 0
 	if w, ok := a.pool.Explain(req.Job); ok && w.Attempt > req.Attempt {
 		newer = w.Attempt
 	}
 	r, held := a.pool.Running(req.Job)
 	held = held && r.Attempt > req.Attempt
-	if newer == 0 && !held {
-		return false
-	}
-	if workflow.GetVersion(ctx, versionResetRequest, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
-		return false
-	}
 	if newer != 0 {
 		a.pool.CancelAttempt(req.Job, newer)
 		a.note(fmt.Sprintf("%s was reset to attempt %d: dropped the request of its attempt %d", req.Job, req.Attempt, newer))
 	}
 	if !held {
-		return false // queued as usual
+		a.onRequest(ctx, req)
+		return
 	}
 	a.note(fmt.Sprintf("%s was reset to attempt %d: reclaiming its attempt %d", req.Job, req.Attempt, r.Attempt))
 	a.afterReclaim = slices.DeleteFunc(a.afterReclaim, func(q protocol.CapacityRequest) bool { return q.Job == req.Job })
 	a.afterReclaim = append(a.afterReclaim, req)
 	a.reclaim(ctx, req.Job)
-	return true
 }
 
 // requestsAfterReclaim queues the requests that waited for job's reclaim.

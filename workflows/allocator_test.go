@@ -87,6 +87,8 @@ type allocHarness struct {
 	// asked by name; silent jobs never answer.
 	unlisted []protocol.JobHold
 	silent   map[string]bool
+	// attempts are the attempts the jobs' workflows are at (CurrentAttempts).
+	attempts map[string]int
 	// live are the workers each node's agent reports live (NodeInventory).
 	live          map[string][]cluster.WorkerID
 	registerCalls []activities.RegisterJobsInput
@@ -127,7 +129,7 @@ func newAllocHarnessOpts(t *testing.T, o harnessOpts) *allocHarness {
 	var s testsuite.WorkflowTestSuite
 	h := &allocHarness{t: t, env: s.NewTestWorkflowEnvironment(), acts: &activities.Activities{},
 		updates: map[string]*updateOutcome{}, gone: map[string]bool{}, deadNodes: map[string]bool{},
-		silent: map[string]bool{}, live: map[string][]cluster.WorkerID{}}
+		silent: map[string]bool{}, live: map[string][]cluster.WorkerID{}, attempts: map[string]int{}}
 	h.env.SetStartTime(testStart)
 	h.env.RegisterWorkflowWithOptions(AllocatorWorkflow, workflowOpts(protocol.AllocatorWorkflowName))
 	h.env.RegisterActivity(h.acts)
@@ -188,6 +190,16 @@ func newAllocHarnessOpts(t *testing.T, o harnessOpts) *allocHarness {
 			}
 			return reply, nil
 		}).After(registerDelay).Maybe()
+	h.env.OnActivity(h.acts.CurrentAttempts, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, jobs []string) ([]int, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			out := make([]int, len(jobs))
+			for i, j := range jobs {
+				out[i] = h.attempts[j]
+			}
+			return out, nil
+		}).Maybe()
 	h.env.OnActivity(h.acts.NodeInventory, mock.Anything).Return(
 		func(ctx context.Context) (activities.NodeInventoryReply, error) {
 			h.mu.Lock()
@@ -1014,7 +1026,12 @@ func TestJobResetToAnEarlierAttemptIsServed(t *testing.T) {
 	h.signalRequest(2*time.Minute, capReq("other", 1, scheduler.Medium, 1))
 	reset := capReq("j", 1, scheduler.Medium, 1)
 	reset.Seq = 1 // the place its first grant gave it, which the reset run carries
-	h.signalRequest(3*time.Minute, reset)
+	h.at(3*time.Minute, func() {
+		h.mu.Lock()
+		h.attempts["j"] = 1 // the workflow was reset
+		h.mu.Unlock()
+		h.env.SignalWorkflow(protocol.SignalRequest, reset)
+	})
 	h.runAllocator(allocInput(allocNodes(1, 2)), time.Hour)
 
 	g := h.grantsTo("j")
@@ -1029,4 +1046,23 @@ func TestJobResetToAnEarlierAttemptIsServed(t *testing.T) {
 	assert.Equal(t, 1, v.Running[0].Attempt)
 	assert.Equal(t, []string{"other"}, waitingJobs(v), "the reset job kept its place ahead of the later job")
 	assert.Empty(t, h.refusals)
+}
+
+// TestLateDuplicateOfAnOldRequestIsDropped: a request for attempt 1 that
+// arrives while attempt 2 runs, from a job that was not reset (a signal
+// delayed in the network past its retry), is dropped: attempt 2 keeps its
+// workers and its GPUs.
+func TestLateDuplicateOfAnOldRequestIsDropped(t *testing.T) {
+	h := newAllocHarness(t)
+	h.attempts["j"] = 2
+	h.signalRequest(time.Minute, capReq("j", 2, scheduler.Medium, 1))
+	h.signalRequest(3*time.Minute, capReq("j", 1, scheduler.Medium, 1))
+	h.runAllocator(allocInput(allocNodes(1, 2)), time.Hour)
+
+	require.Len(t, h.grantsTo("j"), 1)
+	assert.Empty(t, h.stops, "attempt 2's worker was not stopped")
+	v := h.queue()
+	require.Len(t, v.Running, 1)
+	assert.Equal(t, 2, v.Running[0].Attempt)
+	assert.Empty(t, v.Waiting)
 }
