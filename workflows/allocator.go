@@ -83,6 +83,9 @@ type allocator struct {
 	// requests whose job is being asked whether it was reset.
 	afterReclaim []protocol.CapacityRequest
 	resetChecks  int
+	// removedFenced are nodes removed from the config while fenced (see
+	// protocol.AllocatorState.RemovedFenced), oldest first.
+	removedFenced []string
 	// fencing are the nodes whose fence is in progress, and why each is fenced.
 	fencing      map[string]int64
 	fenceWhy     map[string]string
@@ -152,6 +155,10 @@ const (
 	// registerStrangers); before, a running job recovery missed had its
 	// healthy workers killed.
 	versionFenceRegistersStrangers = "allocator-fence-registers-strangers"
+	// versionFenceReaddedNodes: a node removed from the config while fenced
+	// is fenced again when it is added back (before, it came back unfenced
+	// and was granted at once).
+	versionFenceReaddedNodes = "allocator-fence-readded-nodes"
 )
 
 // AllocatorWorkflow owns the capacity of one allocation. Jobs ask it for
@@ -496,6 +503,7 @@ func newAllocator(in protocol.AllocatorInput, packedPool []byte) (*allocator, er
 		a.epoch = in.State.Epoch
 		a.withdrawn = in.State.Withdrawn
 		a.afterReclaim = in.State.AfterReclaim
+		a.removedFenced = in.State.RemovedFenced
 		for _, f := range in.State.Fenced {
 			a.fenceWhy[f.Node] = f.Reason
 		}
@@ -513,13 +521,14 @@ func newAllocator(in protocol.AllocatorInput, packedPool []byte) (*allocator, er
 // travels packed beside it (see AllocatorWorkflow).
 func (a *allocator) snapshot() *protocol.AllocatorState {
 	return &protocol.AllocatorState{
-		NextSeq:      a.nextSeq,
-		Orphans:      a.orphans,
-		Counters:     a.counters,
-		Epoch:        a.epoch,
-		Withdrawn:    a.withdrawn,
-		Fenced:       a.fenced(),
-		AfterReclaim: a.afterReclaim,
+		NextSeq:       a.nextSeq,
+		Orphans:       a.orphans,
+		Counters:      a.counters,
+		Epoch:         a.epoch,
+		Withdrawn:     a.withdrawn,
+		Fenced:        a.fenced(),
+		AfterReclaim:  a.afterReclaim,
+		RemovedFenced: a.removedFenced,
 	}
 }
 
@@ -665,11 +674,13 @@ func (a *allocator) reconfigure(ctx workflow.Context, in protocol.AllocatorInput
 	if summary == "" {
 		return protocol.ReconfigureReply{}, nil
 	}
+	fencedBefore := a.pool.LostNodes()
 	unfit, err := a.pool.Reconfigure(in.Nodes, in.Policy)
 	if err != nil {
 		// The validator ran the same check just before; nothing changed.
 		return protocol.ReconfigureReply{}, err
 	}
+	a.fenceReaddedNodes(ctx, fencedBefore)
 	a.in.Nodes, a.in.Policy = a.pool.Nodes(), a.pool.Policy()
 	a.in.StopGracePeriod, a.in.ReclaimInterval, a.in.NodeTimeout = in.StopGracePeriod, in.ReclaimInterval, in.NodeTimeout
 	a.in.MaxWaiting = in.MaxWaiting
@@ -689,6 +700,50 @@ func (a *allocator) reconfigure(ctx workflow.Context, in protocol.AllocatorInput
 	workflow.GetLogger(ctx).Info("allocator reconfigured", "changes", summary, "refused", reply.Refused)
 	a.schedule(ctx)
 	return reply, nil
+}
+
+// maxRemovedFenced bounds the remembered removed fenced nodes.
+const maxRemovedFenced = 1000
+
+// fenceReaddedNodes remembers the nodes that were fenced (fencedBefore) and
+// are no longer in the pool, and fences again each remembered node that is
+// back in it: a node's agent must confirm that no stray worker runs there
+// before its GPUs are granted, however long the node was out of the config.
+func (a *allocator) fenceReaddedNodes(ctx workflow.Context, fencedBefore []string) {
+	inPool := map[string]bool{}
+	for _, n := range a.pool.Nodes() {
+		inPool[n.Name] = true
+	}
+	var readded []string
+	kept := a.removedFenced[:0:0]
+	for _, node := range a.removedFenced {
+		if inPool[node] {
+			readded = append(readded, node)
+		} else {
+			kept = append(kept, node)
+		}
+	}
+	for _, node := range fencedBefore {
+		if !inPool[node] && !slices.Contains(kept, node) {
+			kept = append(kept, node)
+		}
+	}
+	if len(kept) > maxRemovedFenced {
+		kept = kept[len(kept)-maxRemovedFenced:]
+	}
+	if len(readded) == 0 && slices.Equal(kept, a.removedFenced) {
+		return
+	}
+	if workflow.GetVersion(ctx, versionFenceReaddedNodes, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	a.removedFenced = kept
+	if len(a.removedFenced) == 0 {
+		a.removedFenced = nil
+	}
+	for _, node := range readded {
+		a.fence(ctx, node, "lost: it was fenced when it was removed from the config, and its agent has not confirmed since that no stray worker runs there")
+	}
 }
 
 // configChanges describes how in differs from the config in effect; "" if

@@ -452,3 +452,37 @@ func TestJobThatDoesNotAnswerKeepsOnlyItsNodeFenced(t *testing.T) {
 		assert.NotEqual(t, "stuck", s.ID.Job, "the silent job's worker was not stopped")
 	}
 }
+
+// TestNodeFencedWhenRemovedIsFencedWhenAddedBack: n1 is lost (its agent
+// stops answering while victim runs there), removed from the config while
+// fenced, and added back while its agent is still away. Its stray workers
+// were never confirmed stopped, so it is fenced again, not granted at once.
+func TestNodeFencedWhenRemovedIsFencedWhenAddedBack(t *testing.T) {
+	h := newAllocHarness(t)
+	in := allocInput(allocNodes(2, 2))
+	h.request(time.Minute, capReq("victim", 1, scheduler.Medium, 1))
+	h.at(2*time.Minute, func() {
+		h.mu.Lock()
+		h.deadNodes["n1"] = true
+		h.mu.Unlock()
+	})
+	h.release(3*time.Minute, protocol.ReleaseSignal{Job: "victim", Attempt: 1, Workers: []int{0}, Stopping: true, LostNodes: []string{"n1"}})
+	without := in
+	without.Nodes = allocNodes(2, 2)[1:]
+	removed := h.reconfigure(4*time.Minute, without)
+	added := h.reconfigure(6*time.Minute, in)
+	h.request(7*time.Minute, capReq("a", 1, scheduler.Medium, 1))
+	h.request(7*time.Minute, capReq("b", 1, scheduler.Medium, 1))
+	var during protocol.QueueView
+	h.at(8*time.Minute, func() { during = h.queue() })
+	h.runAllocator(in, 10*time.Minute)
+
+	require.Equal(t, "n1", h.grantsTo("victim")[0].Placement[0].Node)
+	require.NoError(t, removed.err)
+	require.NoError(t, added.err)
+	assert.Contains(t, removed.reply.Summary, "removed node(s) n1")
+	assert.Contains(t, added.reply.Summary, "added node(s) n1")
+	require.Len(t, during.Fenced, 1, "n1 is fenced again when it is added back")
+	assert.Equal(t, "n1", during.Fenced[0].Node)
+	assert.Equal(t, []string{"b"}, waitingJobs(during), "nothing is granted on n1")
+}
