@@ -824,6 +824,10 @@ func (j *job) releaseWorkers(ctx workflow.Context, attempt int, workers []int, l
 	j.sendRelease(dctx, s)
 }
 
+// jobActivityBudget is protocol.JobActivityBudget; tests lower it to see the
+// bound at work with fewer workers than the test environment runs in a second.
+var jobActivityBudget = protocol.JobActivityBudget
+
 // sentRelease is a release signal sent to the allocator and its delivery.
 type sentRelease struct {
 	signal    protocol.ReleaseSignal
@@ -881,14 +885,18 @@ func (j *job) stopAndRelease(ctx workflow.Context, attempt int, grant protocol.G
 	registrations := j.registrations
 	sel := workflow.NewSelector(dctx)
 	pending := 0
-	for _, p := range grant.Placement {
-		if j.released[p.Worker] {
-			continue
-		}
-		worker, node := p.Worker, p.Node
-		if j.lostNodes[node] {
-			j.releaseLost(dctx, attempt, []int{worker}, node)
-			continue
+	// The watches of the attempt's workers may still be pending (cancelled,
+	// not yet acknowledged) while the stops run: with MaxNWorkers workers
+	// both would pass TemporalPendingActivitiesLimit, so the stops in flight
+	// are bounded to what JobActivityBudget leaves, the next one scheduled as
+	// each ends. An attempt of up to half the budget stops all at once.
+	stopsAtOnce := max(jobActivityBudget-len(grant.Placement), 1)
+	var queued []func()
+	var stop func(worker int, node string)
+	stop = func(worker int, node string) {
+		if pending >= stopsAtOnce {
+			queued = append(queued, func() { stop(worker, node) })
+			return
 		}
 		in := activities.StopWorkerInput{ID: cluster.WorkerID{Job: j.name, Attempt: attempt, Worker: worker}, Grace: grace, ReleaseTo: releaseTo}
 		actx := j.nodeOptions(dctx, node, fmt.Sprintf("stop worker %d on %s (SIGTERM, SIGKILL after %s)", worker, node, grace), workflow.ActivityOptions{
@@ -898,6 +906,12 @@ func (j *job) stopAndRelease(ctx workflow.Context, attempt int, grant protocol.G
 		})
 		pending++
 		sel.AddFuture(workflow.ExecuteActivity(actx, (*activities.Activities).StopWorker, in), func(f workflow.Future) {
+			pending--
+			if len(queued) > 0 {
+				next := queued[0]
+				queued = queued[1:]
+				next()
+			}
 			var st cluster.WorkerStatus
 			if err := f.Get(dctx, &st); err != nil {
 				// Retries end only when the node's agent stopped answering
@@ -911,7 +925,17 @@ func (j *job) stopAndRelease(ctx workflow.Context, attempt int, grant protocol.G
 			j.releaseAfterNode(dctx, attempt, worker, st.ReleaseReported, registrations)
 		})
 	}
-	for ; pending > 0; pending-- {
+	for _, p := range grant.Placement {
+		if j.released[p.Worker] {
+			continue
+		}
+		if j.lostNodes[p.Node] {
+			j.releaseLost(dctx, attempt, []int{p.Worker}, p.Node)
+			continue
+		}
+		stop(p.Worker, p.Node)
+	}
+	for pending > 0 {
 		sel.Select(dctx)
 	}
 	for _, r := range j.signals {

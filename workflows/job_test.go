@@ -61,6 +61,7 @@ type jobHarness struct {
 	starts     []cluster.WorkerSpec
 	startQueue []string
 	stops      []activities.StopWorkerInput
+	stopAt     []time.Time
 	stopQueue  []string
 	watches    []cluster.WorkerID
 	// seq is the Seq the mocked allocator hands out on a first request.
@@ -72,7 +73,11 @@ type jobHarness struct {
 	refuseReleases int
 }
 
-func newJobHarness(t *testing.T) *jobHarness {
+func newJobHarness(t *testing.T) *jobHarness { return newJobHarnessStopDelay(t, 0) }
+
+// newJobHarnessStopDelay lets each StopWorker take stopDelay (on the test
+// clock), so that a test can see how many run at once.
+func newJobHarnessStopDelay(t *testing.T, stopDelay time.Duration) *jobHarness {
 	var s testsuite.WorkflowTestSuite
 	h := &jobHarness{t: t, env: s.NewTestWorkflowEnvironment(), acts: &activities.Activities{}, seq: 7}
 	h.env.SetStartTime(testStart)
@@ -106,9 +111,10 @@ func newJobHarness(t *testing.T) *jobHarness {
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			h.stops = append(h.stops, in)
+			h.stopAt = append(h.stopAt, h.env.Now())
 			h.stopQueue = append(h.stopQueue, activity.GetInfo(ctx).TaskQueue)
 			return cluster.WorkerStatus{ID: in.ID, Phase: cluster.PhaseExited, ExitCode: 143, Signaled: true}, nil
-		}).Maybe()
+		}).After(stopDelay).Maybe()
 	h.env.OnSignalExternalWorkflow(mock.Anything, testAllocator, "", mock.Anything, mock.Anything).Return(
 		func(_, _, _, name string, arg any) error {
 			h.mu.Lock()
@@ -647,4 +653,38 @@ func TestRefusedReleaseIsSentAgain(t *testing.T) {
 	assert.Equal(t, protocol.StateCompleted, h.status().State)
 	assert.Zero(t, h.refuseReleases, "the server refused three releases")
 	assert.Equal(t, []int{0, 1}, sorted(releasedWorkers(t, h.releases(1))), "every worker's release reached the allocator")
+}
+
+// TestLargestJobStopsWithinThePendingActivitiesLimit: a preempted attempt
+// has its watches pending (cancelled, not yet acknowledged) while its workers
+// stop; with MaxNWorkers workers and a StopWorker for every worker at once the
+// job would pass Temporal's 2,000 pending activities, and its workflow task
+// would fail on every retry. The stops in flight stay within what the
+// budget leaves, and every worker is stopped. The budget is scaled down with
+// the job (1,024 mocked workers take the test environment over its 1 s
+// deadlock limit per task): 80 workers under a budget of 100.
+func TestLargestJobStopsWithinThePendingActivitiesLimit(t *testing.T) {
+	const workers, budget = 80, 100
+	saved := jobActivityBudget
+	jobActivityBudget = budget
+	t.Cleanup(func() { jobActivityBudget = saved })
+	h := newJobHarnessStopDelay(t, 10*time.Second)
+	h.grantAt(time.Minute, 1, workers)
+	h.watch(1, -1, forever, 0)
+	h.preemptAt(30*time.Minute, 1, "lm-mpi-job-high")
+	h.run(jobSpec("low", workers, 0))
+	require.Error(t, h.env.GetWorkflowError(), "preempted with no retries left")
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	require.Len(t, h.stops, workers, "every worker was stopped")
+	startedAt := map[time.Time]int{}
+	for _, at := range h.stopAt {
+		startedAt[at]++
+	}
+	most := 0
+	for _, n := range startedAt {
+		most = max(most, n)
+	}
+	assert.LessOrEqual(t, workers+most, budget, "watches and stops pending at once")
+	assert.Greater(t, len(startedAt), 1, "the stops went out in waves")
 }
