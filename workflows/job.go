@@ -286,6 +286,10 @@ const (
 	// versionRetryRelease: a release signal the server refused is sent
 	// again until the allocator has it (before, it was logged and dropped).
 	versionRetryRelease = "job-retry-release"
+	// versionNewerEpoch: a grant or preemption of a newer allocator epoch
+	// than the job's moves the job to it (see movesToEpoch); before, any
+	// other epoch was ignored.
+	versionNewerEpoch = "job-newer-epoch"
 )
 
 // defaultJobEventsPerRun is the history length past which a job continues
@@ -516,7 +520,7 @@ func (j *job) takeGrant(ctx workflow.Context, g protocol.GrantSignal) {
 		// A grant for an older attempt arrived late; that capacity was
 		// already released, so it is ignored.
 		return
-	case g.Epoch != "" && j.epoch != "" && g.Epoch != j.epoch:
+	case g.Epoch != "" && j.epoch != "" && g.Epoch != j.epoch && !j.movesToEpoch(ctx, g.Epoch):
 		workflow.GetLogger(ctx).Warn("ignoring a grant of a replaced allocator", "attempt", g.Attempt, "grant_epoch", g.Epoch, "epoch", j.epoch)
 		return
 	}
@@ -528,6 +532,18 @@ func (j *job) takeGrant(ctx workflow.Context, g protocol.GrantSignal) {
 		j.seq, j.request.Seq = g.Seq, g.Seq
 	}
 	j.grant, j.phase = &g, protocol.HoldHolding
+}
+
+// movesToEpoch says whether a grant or preemption of epoch e, which is not
+// the job's, comes from a newer allocator state: the allocator that drew e
+// knows the job (it grants only requests it has, and preempts only holds it
+// has), so the job answers to it from now on. Its grant could otherwise
+// arrive just before the capacity reply that names the new epoch, be
+// ignored, and leave the job waiting while the allocator holds its GPUs. A
+// message of an older epoch is a dead allocator's and stays ignored.
+func (j *job) movesToEpoch(ctx workflow.Context, e string) bool {
+	return protocol.NewerEpoch(e, j.epoch) &&
+		workflow.GetVersion(ctx, versionNewerEpoch, workflow.DefaultVersion, 1) >= 1
 }
 
 // hold says what the job holds or waits for (the register update's answer).
@@ -658,7 +674,10 @@ func (j *job) addInterrupts(ctx workflow.Context, sel workflow.Selector, attempt
 			return // meant for an attempt that has already ended
 		}
 		if p.Epoch != "" && j.epoch != "" && p.Epoch != j.epoch {
-			return // from an allocator that has since been replaced
+			if !j.movesToEpoch(ctx, p.Epoch) {
+				return // from an allocator that has since been replaced
+			}
+			j.epoch = p.Epoch
 		}
 		pre := p.Preemptor
 		*out, *done = outcome{kind: outcomePreempted, message: fmt.Sprintf("preempted by %s (%s %s): %s", pre.Job, pre.Class, pre.Kind, p.Reason), preemptor: &pre}, true

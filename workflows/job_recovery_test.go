@@ -244,3 +244,24 @@ func TestJobRerunKeepsTheSeqItsGrantNamed(t *testing.T) {
 	assert.Equal(t, int64(0), h.requests[0].Seq)
 	assert.Equal(t, int64(9), h.requests[1].Seq, "the rerun asks with the Seq of its first grant")
 }
+
+// TestJobTakesAGrantOfANewerEpoch: a job answers to the epoch e1; the
+// allocator recovers as e2 and the job's grant of e2 comes before anything
+// told the job of e2 (its capacity reply, a register update). A newer epoch's
+// allocator grants only requests it has, so the grant counts, while a late
+// grant of an older epoch still does not.
+func TestJobTakesAGrantOfANewerEpoch(t *testing.T) {
+	t0 := testStart
+	e0, e1, e2 := protocol.NewEpoch(t0, "a"), protocol.NewEpoch(t0.Add(time.Minute), "b"), protocol.NewEpoch(t0.Add(2*time.Minute), "c")
+	h := newJobHarness(t)
+	var hold protocol.JobHold
+	h.register(time.Minute, e1, &hold)
+	h.grantFrom(2*time.Minute, e0, 1, 1)
+	h.grantFrom(3*time.Minute, e2, 1, 1)
+	h.watch(1, -1, time.Minute, 0)
+	h.run(jobSpec("medium", 1, 0))
+	require.NoError(t, h.env.GetWorkflowError())
+	st := h.status()
+	require.NotNil(t, st.RunningAt)
+	assert.Equal(t, testStart.Add(3*time.Minute), st.RunningAt.UTC(), "the job started on the newer epoch's grant, not the older one's")
+}

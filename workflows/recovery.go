@@ -47,7 +47,8 @@ func (a *allocator) recoverState(ctx workflow.Context) protocol.RecoverReply {
 	a.recovering = true
 	workflow.SetCurrentDetails(ctx, a.details())
 	var epoch string
-	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return uuid.NewString() }).Get(&epoch); err != nil {
+	drawn := workflow.Now(ctx)
+	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return protocol.NewEpoch(drawn, uuid.NewString()) }).Get(&epoch); err != nil {
 		panic(fmt.Sprintf("draw a recovery epoch: %v", err))
 	}
 	a.epoch = epoch
