@@ -79,6 +79,12 @@ type Options struct {
 	// kept (for their logs and events) before they are deleted; 0 keeps
 	// them. Needs Jobs.
 	KeepFinished time.Duration
+	// TerminatingTimeout is how long Stop waits, after every container of
+	// a deleted pod has ended, for the pod object to be removed before it
+	// reports the worker stopped anyway (see Stop). A kubelet removes such
+	// a pod within a second or two; one held longer has a finalizer nobody
+	// removes or a volume that does not unmount. Default 15s.
+	TerminatingTimeout time.Duration
 }
 
 // Backend is the Kubernetes backend. It is safe for concurrent use.
@@ -92,6 +98,7 @@ type Backend struct {
 	podSubs  map[string]map[chan struct{}]bool // pod name -> waiters
 	nodeSubs map[chan struct{}]bool
 	gone     map[string]goneRecord // pods deleted while this process watched, by name
+	stuck    map[types.UID]bool    // pods reported stuck Terminating, until they are removed
 }
 
 type goneRecord struct {
@@ -136,12 +143,16 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	if opts.HeartbeatInterval <= 0 {
 		opts.HeartbeatInterval = 2 * time.Second
 	}
+	if opts.TerminatingTimeout <= 0 {
+		opts.TerminatingTimeout = 15 * time.Second
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
 	b := &Backend{
 		opts: opts, stop: make(chan struct{}),
 		podSubs: map[string]map[chan struct{}]bool{}, nodeSubs: map[chan struct{}]bool{}, gone: map[string]goneRecord{},
+		stuck: map[types.UID]bool{},
 	}
 	selector := labels.Set{LabelManagedBy: ManagedBy}.String()
 	pf := informers.NewSharedInformerFactoryWithOptions(opts.Client, 0, informers.WithNamespace(opts.Namespace),
@@ -303,6 +314,7 @@ func (b *Backend) podChanged(obj any, deleted bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if deleted {
+		delete(b.stuck, pod.UID)
 		b.gone[pod.Name] = goneRecord{pod: pod, at: time.Now()}
 		for name, g := range b.gone {
 			if time.Since(g.at) > goneTTL {
@@ -449,10 +461,39 @@ func containerState(p *corev1.Pod) *corev1.ContainerStatus {
 	return nil
 }
 
-// StatusOf is a worker's status as its pod tells it. A pod that ended
-// (Succeeded or Failed) is exited with its container's exit code (1 if the
-// pod failed before its container ran); any other pod, also one being
-// deleted, still holds its node's resources and is running.
+// podEnded says whether no container of the pod runs any more: its phase is
+// Succeeded or Failed, or the kubelet reports every container of its spec
+// terminated (the containers of a deleted pod are killed before its phase
+// turns terminal, and an older kubelet leaves it Running). The pods restart
+// nothing (restartPolicy Never), so an ended pod holds no GPU.
+func podEnded(p *corev1.Pod) bool {
+	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return true
+	}
+	if len(p.Spec.Containers) == 0 {
+		return false
+	}
+	terminated := make(map[string]bool, len(p.Status.ContainerStatuses))
+	for _, cs := range p.Status.ContainerStatuses {
+		terminated[cs.Name] = cs.State.Terminated != nil
+	}
+	for _, c := range p.Spec.Containers {
+		if !terminated[c.Name] {
+			return false
+		}
+	}
+	for _, cs := range p.Status.InitContainerStatuses {
+		if cs.State.Running != nil { // a sidecar
+			return false
+		}
+	}
+	return true
+}
+
+// StatusOf is a worker's status as its pod tells it. A pod that ended (see
+// podEnded) is exited with its container's exit code (1 if the pod failed
+// before its container ran); any other pod, also one being deleted, still
+// holds its node's resources and is running.
 func StatusOf(id cluster.WorkerID, p *corev1.Pod) cluster.WorkerStatus {
 	st := cluster.WorkerStatus{ID: id, Phase: cluster.PhaseRunning, LogPath: "pod/" + p.Namespace + "/" + p.Name, URL: p.Annotations[AnnotationURL]}
 	_, st.StopRequested = p.Annotations[AnnotationStopReason]
@@ -464,8 +505,7 @@ func StatusOf(id cluster.WorkerID, p *corev1.Pod) cluster.WorkerStatus {
 	if cs != nil && cs.State.Running != nil {
 		st.StartedAt = cs.State.Running.StartedAt.Time
 	}
-	switch p.Status.Phase {
-	case corev1.PodSucceeded, corev1.PodFailed:
+	if podEnded(p) {
 		st.Phase = cluster.PhaseExited
 		if p.Status.Phase == corev1.PodFailed {
 			st.ExitCode, st.Reason = 1, p.Status.Reason // Evicted, OutOfmemory, ...
@@ -810,11 +850,17 @@ func (b *Backend) markStopping(ctx context.Context, p *corev1.Pod, id cluster.Wo
 
 // Stop marks the worker's pod with why it stops (see markStopping) and
 // deletes it with grace as its grace period (SIGTERM, then SIGKILL after
-// grace), then waits, through the pod watch, until the pod is really gone:
-// the kubelet removes it only once its containers have ended, so the node's
-// GPUs are free when Stop returns. A pod is never force-deleted: on a node
-// whose kubelet is gone, Stop waits until ctx is done. A worker that exited
-// (its pod is kept for its logs) or was never started returns at once.
+// grace), then waits, through the pod watch, until the pod is gone, or until
+// all its containers have ended and the pod has still not been removed
+// TerminatingTimeout later: a finalizer nobody removes, or a kubelet that
+// cannot unmount a volume, keeps a pod Terminating for ever although its
+// worker's processes are gone. Such a pod gets a StuckTerminating event
+// naming what holds it (see reportStuck) and the worker is stopped with its
+// container's exit status. Either way the node's GPUs are free when Stop
+// returns. A pod is never force-deleted and its finalizers are left alone:
+// on a node whose kubelet is gone, nothing says the containers ended, and
+// Stop waits until ctx is done. A worker that exited (its pod is kept for
+// its logs) or was never started returns at once.
 func (b *Backend) Stop(ctx context.Context, id cluster.WorkerID, grace time.Duration) (cluster.WorkerStatus, error) {
 	if err := id.Validate(); err != nil {
 		return cluster.WorkerStatus{ID: id}, err
@@ -840,18 +886,32 @@ func (b *Backend) Stop(ctx context.Context, id cluster.WorkerID, grace time.Dura
 			return st, fmt.Errorf("delete pod %s/%s: %w", b.opts.Namespace, name, err)
 		}
 	}
+	stopped := func(last *corev1.Pod) (cluster.WorkerStatus, error) {
+		st := goneStatus(id, last)
+		st.StopRequested = true
+		return st, nil
+	}
+	poll := time.NewTicker(5 * time.Second) // also ask the API, in case the watch lags
+	defer poll.Stop()
+	var removalDue <-chan time.Time // set once the pod's containers have all ended
 	last := p
 	for {
+		if removalDue == nil && podEnded(last) {
+			removal := time.NewTimer(b.removalWait(last, time.Now()))
+			defer removal.Stop()
+			removalDue = removal.C
+		}
 		select {
 		case <-ctx.Done():
 			return StatusOf(id, last), ctx.Err()
 		case <-changed:
-		case <-time.After(5 * time.Second): // also ask the API, in case the watch lags
+		case <-poll.C:
 			if _, err := b.opts.Client.CoreV1().Pods(b.opts.Namespace).Get(ctx, name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-				st := goneStatus(id, last)
-				st.StopRequested = true
-				return st, nil
+				return stopped(last)
 			}
+		case <-removalDue:
+			b.reportStuck(ctx, last)
+			return stopped(last)
 		}
 		p, gone, err := b.lookup(ctx, name)
 		if err != nil {
@@ -861,11 +921,66 @@ func (b *Backend) Stop(ctx context.Context, id cluster.WorkerID, grace time.Dura
 			if p != nil && gone {
 				last = p
 			}
-			st := goneStatus(id, last)
-			st.StopRequested = true
-			return st, nil
+			return stopped(last)
 		}
 		last = p
+	}
+}
+
+// removalWait is how much longer Stop waits for an ended pod to be removed:
+// until TerminatingTimeout after its last container ended, by the kubelet's
+// clock, and never longer than TerminatingTimeout from now, so that a Stop
+// repeated long after (a fence, a retried activity) returns at once.
+func (b *Backend) removalWait(p *corev1.Pod, now time.Time) time.Duration {
+	var ended time.Time
+	for _, cs := range p.Status.ContainerStatuses {
+		if t := cs.State.Terminated; t != nil && t.FinishedAt.After(ended) {
+			ended = t.FinishedAt.Time
+		}
+	}
+	limit := b.opts.TerminatingTimeout
+	if ended.IsZero() {
+		return limit
+	}
+	return min(max(ended.Add(limit).Sub(now), 0), limit)
+}
+
+// Event reason of a pod that stays Terminating after its containers ended.
+const EventStuckTerminating = "StuckTerminating"
+
+// reportStuck tells the platform team, once per pod while this process
+// runs, that the pod of a stopped worker outlives its containers: a
+// Warning event on the pod and a log line, naming its finalizers, or, with
+// none, its kubelet.
+func (b *Backend) reportStuck(ctx context.Context, p *corev1.Pod) {
+	b.mu.Lock()
+	seen := b.stuck[p.UID]
+	b.stuck[p.UID] = true
+	b.mu.Unlock()
+	if seen {
+		return
+	}
+	holder := "finalizers " + strings.Join(p.Finalizers, ", ")
+	if len(p.Finalizers) == 0 {
+		holder = "no finalizer: the kubelet of node " + p.Spec.NodeName + " has not removed it (a volume that does not unmount?)"
+	}
+	msg := fmt.Sprintf("pod stuck Terminating: all its containers ended but it was not removed within %s; held by %s. "+
+		"trainq counts the worker as stopped and its GPUs as free; it neither removes finalizers nor force-deletes the pod",
+		b.opts.TerminatingTimeout, holder)
+	b.opts.Logger.Warn("pod stuck Terminating after its containers ended; the worker counts as stopped",
+		"pod", p.Namespace+"/"+p.Name, "node", p.Spec.NodeName, "finalizers", p.Finalizers, "waited", b.opts.TerminatingTimeout)
+	now := metav1.Now()
+	ev := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: p.Name + ".", Namespace: b.opts.Namespace},
+		InvolvedObject: corev1.ObjectReference{
+			Kind: "Pod", APIVersion: "v1", Namespace: p.Namespace, Name: p.Name, UID: p.UID,
+		},
+		Reason: EventStuckTerminating, Message: msg, Type: corev1.EventTypeWarning,
+		Source:         corev1.EventSource{Component: "trainq", Host: p.Spec.NodeName},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+	}
+	if _, err := b.opts.Client.CoreV1().Events(b.opts.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		b.opts.Logger.Warn("cannot record an event for the pod stuck Terminating", "pod", p.Name, "error", err)
 	}
 }
 
@@ -991,9 +1106,9 @@ func (b *Backend) List(ctx context.Context, job string) ([]cluster.WorkerStatus,
 }
 
 // LiveWorkers returns the workers whose pods are bound to node and have not
-// ended (also pods being deleted: their containers may still hold the
-// GPUs), with the GPU indices trainq granted them, ordered by job, attempt
-// and worker.
+// ended (see podEnded; also pods being deleted: their containers may still
+// hold the GPUs, but not a pod stuck Terminating after they all ended), with
+// the GPU indices trainq granted them, ordered by job, attempt and worker.
 func (b *Backend) LiveWorkers(ctx context.Context, node string) ([]cluster.PlacedWorker, error) {
 	if node == "" {
 		return nil, errors.New("live workers: node must not be empty")
@@ -1005,7 +1120,7 @@ func (b *Backend) LiveWorkers(ctx context.Context, node string) ([]cluster.Place
 	var out []cluster.PlacedWorker
 	for _, o := range objs {
 		p := o.(*corev1.Pod)
-		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if podEnded(p) {
 			continue
 		}
 		id, ok := idOf(p)

@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -42,6 +43,16 @@ func newFake(t *testing.T, jobs Jobs, objs ...runtime.Object) (*Backend, *fake.C
 	cs.PrependReactor("create", "services", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		svc := a.(k8stesting.CreateAction).GetObject().(*corev1.Service)
 		svc.UID = "uid-" + types.UID(svc.Name)
+		return false, nil, nil
+	})
+	// Nor does it honour generateName, which every event uses.
+	events := 0
+	cs.PrependReactor("create", "events", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		ev := a.(k8stesting.CreateAction).GetObject().(*corev1.Event)
+		if ev.Name == "" {
+			events++
+			ev.Name = ev.GenerateName + strconv.Itoa(events)
+		}
 		return false, nil, nil
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -445,4 +456,170 @@ func TestReadLogSlicesThePodLog(t *testing.T) {
 	assert.Equal(t, "lo", string(c.Data))
 	assert.Equal(t, int64(5), c.Offset)
 	assert.True(t, c.More(), "the log goes on past the chunk")
+}
+
+// holdDeletes makes the fake API server delete pods as a real one deletes a
+// pod with a finalizer: it only sets deletionTimestamp, and the pod stays.
+func holdDeletes(t *testing.T, cs *fake.Clientset) {
+	t.Helper()
+	cs.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		d := a.(k8stesting.DeleteActionImpl)
+		obj, err := cs.Tracker().Get(corev1.SchemeGroupVersion.WithResource("pods"), d.Namespace, d.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		p := obj.(*corev1.Pod).DeepCopy()
+		if p.DeletionTimestamp == nil {
+			now := metav1.Now()
+			p.DeletionTimestamp, p.DeletionGracePeriodSeconds = &now, d.DeleteOptions.GracePeriodSeconds
+		}
+		return true, nil, cs.Tracker().Update(corev1.SchemeGroupVersion.WithResource("pods"), p, d.Namespace)
+	})
+}
+
+// endContainers plays the kubelet killing the worker's container with
+// exit code, leaving the pod's phase as it is.
+func endContainers(t *testing.T, cs *fake.Clientset, name string, code int32) {
+	t.Helper()
+	ctx := context.Background()
+	p, err := cs.CoreV1().Pods("jobs").Get(ctx, name, metav1.GetOptions{})
+	require.NoError(t, err)
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: ContainerName, State: corev1.ContainerState{
+		Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: "Error", FinishedAt: metav1.Now()}}}}
+	_, err = cs.CoreV1().Pods("jobs").UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	require.NoError(t, err)
+}
+
+func stuckEvents(t *testing.T, cs *fake.Clientset) []corev1.Event {
+	t.Helper()
+	evs, err := cs.CoreV1().Events("jobs").List(context.Background(), metav1.ListOptions{})
+	require.NoError(t, err)
+	var out []corev1.Event
+	for _, e := range evs.Items {
+		if e.Reason == EventStuckTerminating {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// A deleted pod whose containers have all ended but that a finalizer keeps
+// Terminating: Stop reports the worker stopped, with its exit status, once
+// TerminatingTimeout has passed, and records why the pod stays.
+func TestStopReturnsWhenAPodStaysTerminatingAfterItsContainersEnded(t *testing.T) {
+	b, cs := newFake(t, fakeJobs{reason: "stopped by the user"})
+	b.opts.TerminatingTimeout = 100 * time.Millisecond
+	holdDeletes(t, cs)
+	ctx := context.Background()
+	id := cluster.WorkerID{Job: "j1", Attempt: 1}
+	_, err := b.Start(ctx, spec("j1", 1, 0, 1))
+	require.NoError(t, err)
+	p, err := cs.CoreV1().Pods("jobs").Get(ctx, "j1-a1-w0", metav1.GetOptions{})
+	require.NoError(t, err)
+	p.Finalizers = []string{"example.com/hold"}
+	p.Status.Phase = corev1.PodRunning
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: ContainerName, State: corev1.ContainerState{
+		Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}
+	_, err = cs.CoreV1().Pods("jobs").Update(ctx, p, metav1.UpdateOptions{})
+	require.NoError(t, err)
+
+	// While the container runs, the pod holds its GPUs: Stop waits.
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	_, err = b.Stop(short, id, 5*time.Second)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	live, err := b.LiveWorkers(ctx, "gpu-3")
+	require.NoError(t, err)
+	require.Len(t, live, 1, "a Terminating pod whose container runs is live")
+
+	done := make(chan cluster.WorkerStatus, 1)
+	go func() {
+		st, err := b.Stop(ctx, id, 5*time.Second)
+		assert.NoError(t, err)
+		done <- st
+	}()
+	endContainers(t, cs, "j1-a1-w0", 143) // the phase stays Running, as an older kubelet leaves it
+	var st cluster.WorkerStatus
+	select {
+	case st = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stop waits for a pod whose containers ended to be removed")
+	}
+	assert.Equal(t, cluster.PhaseExited, st.Phase)
+	assert.Equal(t, 143, st.ExitCode)
+	assert.True(t, st.StopRequested)
+	assert.True(t, st.Signaled)
+
+	p, err = cs.CoreV1().Pods("jobs").Get(ctx, "j1-a1-w0", metav1.GetOptions{})
+	require.NoError(t, err, "the pod is neither force-deleted...")
+	assert.Equal(t, []string{"example.com/hold"}, p.Finalizers, "...nor stripped of its finalizers")
+	evs := stuckEvents(t, cs)
+	require.Len(t, evs, 1)
+	assert.Equal(t, corev1.EventTypeWarning, evs[0].Type)
+	assert.Equal(t, "j1-a1-w0", evs[0].InvolvedObject.Name)
+	assert.Contains(t, evs[0].Message, "finalizers example.com/hold")
+
+	live, err = b.LiveWorkers(ctx, "gpu-3")
+	require.NoError(t, err)
+	assert.Empty(t, live, "the fence does not count a pod whose containers ended as a live worker")
+	fenced, stillLive, err := cluster.Fence(ctx, b, "gpu-3", nil, time.Second)
+	require.NoError(t, err)
+	assert.Empty(t, fenced)
+	assert.Empty(t, stillLive)
+
+	// A repeated Stop (a retried activity) does not wait again, nor report again.
+	again, err := b.Stop(ctx, id, 5*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, 143, again.ExitCode)
+	assert.Len(t, stuckEvents(t, cs), 1)
+
+	// The next attempt has its own pod.
+	next := spec("j1", 2, 0, 1)
+	nst, err := b.Start(ctx, next)
+	require.NoError(t, err)
+	assert.Equal(t, cluster.PhaseRunning, nst.Phase)
+}
+
+func TestPodEnded(t *testing.T) {
+	mk := func(phase corev1.PodPhase, states ...corev1.ContainerState) *corev1.Pod {
+		p := pod("j-a1-w0", "n", phase, nil, nil)
+		for i, s := range states {
+			name := ContainerName
+			if i > 0 {
+				name = "sidecar"
+			}
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: name})
+			p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{Name: name, State: s})
+		}
+		return p
+	}
+	ended := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 143}}
+	running := corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+	assert.True(t, podEnded(mk(corev1.PodFailed)))
+	assert.True(t, podEnded(mk(corev1.PodRunning, ended)))
+	assert.False(t, podEnded(mk(corev1.PodRunning, running)))
+	assert.False(t, podEnded(mk(corev1.PodRunning, ended, running)), "one container still runs")
+	assert.False(t, podEnded(mk(corev1.PodPending)), "no status yet")
+	noStatus := mk(corev1.PodRunning, ended)
+	noStatus.Spec.Containers = append(noStatus.Spec.Containers, corev1.Container{Name: "unreported"})
+	assert.False(t, podEnded(noStatus))
+	sidecar := mk(corev1.PodRunning, ended)
+	sidecar.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "proxy", State: running}}
+	assert.False(t, podEnded(sidecar))
+	assert.Equal(t, cluster.PhaseExited, StatusOf(cluster.WorkerID{Job: "j", Attempt: 1}, mk(corev1.PodRunning, ended)).Phase)
+}
+
+func TestRemovalWaitCountsFromTheContainersEnd(t *testing.T) {
+	b := &Backend{opts: Options{TerminatingTimeout: 15 * time.Second}}
+	now := time.Now()
+	at := func(finished time.Time) *corev1.Pod {
+		p := pod("j-a1-w0", "n", corev1.PodFailed, nil, nil)
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: ContainerName, State: corev1.ContainerState{
+			Terminated: &corev1.ContainerStateTerminated{FinishedAt: metav1.NewTime(finished)}}}}
+		return p
+	}
+	assert.Equal(t, 10*time.Second, b.removalWait(at(now.Add(-5*time.Second)), now))
+	assert.Equal(t, time.Duration(0), b.removalWait(at(now.Add(-time.Hour)), now), "stuck long ago: no new wait")
+	assert.Equal(t, 15*time.Second, b.removalWait(at(now.Add(time.Hour)), now), "a kubelet clock ahead waits no longer")
+	assert.Equal(t, 15*time.Second, b.removalWait(pod("j-a1-w0", "n", corev1.PodFailed, nil, nil), now))
 }
