@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -32,15 +33,42 @@ func holdForever(t *testing.T, name string) {
 }
 
 // endTerminating waits until the pod's deletion was requested, and then
-// plays its kubelet: the container got SIGTERM and ended with 143, and the
-// pod object stays, held by its finalizer.
+// plays its kubelet: the container got SIGTERM and ended with 143, the pod
+// failed, and the pod object stays, held by its finalizer.
 func (pw *podWatch) endTerminating(t *testing.T, name string) {
+	t.Helper()
+	pw.waitTerminating(t, name)
+	exitPod(t, name, 143)
+}
+
+func (pw *podWatch) waitTerminating(t *testing.T, name string) {
 	t.Helper()
 	pw.wait(t, "pod "+name+" to be Terminating", func(pw *podWatch) bool {
 		p := pw.pods[name]
 		return p != nil && p.DeletionTimestamp != nil
 	})
-	exitPod(t, name, 143)
+}
+
+// endContainers plays a kubelet that reports the pod's containers ended
+// (143, SIGTERM) but leaves its phase Running, as kubelets before the
+// terminal phase of deleted pods (Kubernetes 1.27) did.
+func endContainers(t *testing.T, name string) {
+	t.Helper()
+	ctx := context.Background()
+	pods := env.cluster.Client.CoreV1().Pods(namespace)
+	p, err := pods.Get(ctx, name, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.NotEmpty(t, p.Status.ContainerStatuses)
+	cs := &p.Status.ContainerStatuses[0]
+	started := metav1.Now()
+	if cs.State.Running != nil {
+		started = cs.State.Running.StartedAt
+	}
+	cs.Ready, cs.Started = false, new(bool)
+	cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+		ExitCode: 143, Reason: "Error", StartedAt: started, FinishedAt: metav1.Now()}}
+	_, err = pods.UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	require.NoError(t, err)
 }
 
 // stuckEvent returns the message of the pod's StuckTerminating event, or "".
@@ -106,11 +134,13 @@ func TestKubePreemptionWithPodStuckTerminating(t *testing.T) {
 	pw.endTerminating(t, first)
 	pw.waitRunning(t, podName(preemptor, 1, 0))
 	assert.NotNil(t, pw.pod(first), "the victim's pod is still Terminating")
-	assert.Contains(t, stuckEvent(t, first), holdFinalizer)
 	exitPod(t, podName(preemptor, 1, 0), 0)
 	waitState(t, preemptor, protocol.StateCompleted, long)
 
+	// The rerun waits for the stop of attempt 1, which gives up on the pod.
 	pw.waitRunning(t, podName(victim, 2, 0))
+	assert.NotNil(t, pw.pod(first), "the victim's first pod is still Terminating")
+	assert.Contains(t, stuckEvent(t, first), holdFinalizer)
 	st := status(t, victim)
 	assert.Equal(t, 2, st.Attempt)
 	require.NotNil(t, st.Attempts[0].Preemptor)
@@ -142,10 +172,11 @@ func TestKubeFenceWithPodStuckTerminating(t *testing.T) {
 	require.Equal(t, other, pw.pod(second).Spec.NodeName)
 	assert.Contains(t, status(t, job).Attempts[0].EndReason, "node "+node+" lost")
 
-	// The node is back: the fence deletes the pod nobody holds, which ends
-	// its container but stays.
+	// The node is back: the fence deletes the pod nobody holds, whose
+	// container ends, but the pod stays, and stays Running.
 	require.NoError(t, env.cluster.SetNodeDown(ctx, node, false))
-	pw.endTerminating(t, first)
+	pw.waitTerminating(t, first)
+	endContainers(t, first)
 
 	// Both GPUs of the other node are taken: a job gets the fenced node's.
 	third := submit(t, jobSpec("fenced", "medium", 1, nil))
