@@ -172,6 +172,13 @@ func (j *job) onRegister(ctx workflow.Context, r protocol.RegisterRequest) (prot
 		}
 		j.takeGrant(ctx, g)
 	}
+	if protocol.NewerEpoch(j.epoch, r.Epoch) &&
+		workflow.GetVersion(ctx, versionNewerEpoch, workflow.DefaultVersion, 1) >= 1 {
+		// A dead allocator run's recovery (its activity outlives the run by
+		// a few seconds) must not move the job back from its successor.
+		workflow.GetLogger(ctx).Warn("a register update of an older allocator epoch; the job keeps its epoch", "register_epoch", r.Epoch, "epoch", j.epoch)
+		return j.hold(), nil
+	}
 	j.epoch = r.Epoch
 	j.registrations++
 	return j.hold(), nil

@@ -265,3 +265,23 @@ func TestJobTakesAGrantOfANewerEpoch(t *testing.T) {
 	require.NotNil(t, st.RunningAt)
 	assert.Equal(t, testStart.Add(3*time.Minute), st.RunningAt.UTC(), "the job started on the newer epoch's grant, not the older one's")
 }
+
+// TestJobIgnoresARegisterOfAnOlderEpoch: a terminated allocator run's
+// recovery activity can outlive the run and register the job after its
+// successor did. The job keeps answering to the newer epoch: the older
+// epoch's late grant is ignored, the newer one's counts.
+func TestJobIgnoresARegisterOfAnOlderEpoch(t *testing.T) {
+	older, newer := protocol.NewEpoch(testStart, "a"), protocol.NewEpoch(testStart.Add(time.Minute), "b")
+	h := newJobHarness(t)
+	var first, late protocol.JobHold
+	h.register(time.Minute, newer, &first)
+	h.register(2*time.Minute, older, &late)
+	h.grantFrom(3*time.Minute, older, 1, 1)
+	h.grantFrom(4*time.Minute, newer, 1, 1)
+	h.watch(1, -1, time.Minute, 0)
+	h.run(jobSpec("medium", 1, 0))
+	require.NoError(t, h.env.GetWorkflowError())
+	st := h.status()
+	require.NotNil(t, st.RunningAt)
+	assert.Equal(t, testStart.Add(4*time.Minute), st.RunningAt.UTC(), "the job started on the newer epoch's grant")
+}
