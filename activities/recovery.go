@@ -32,6 +32,10 @@ type RegisterJobsInput struct {
 	// owners of live workers a fence found on a node that the allocator does
 	// not know of.
 	Jobs []string `json:"jobs,omitempty"`
+	// Round, when set, makes the register update's ID distinct from
+	// recovery's (register/<epoch>): a job answers an update ID it has seen
+	// with its first answer.
+	Round int64 `json:"round,omitempty"`
 }
 
 // RegisterJobsReply is what the allocation's jobs hold or wait for, sorted by
@@ -63,7 +67,7 @@ func (a *Activities) RegisterJobs(ctx context.Context, in RegisterJobsInput) (Re
 	defer stop()
 	go func() { _ = sleepHeartbeating(hctx, 10*time.Minute) }()
 	if in.Jobs != nil {
-		holds, unanswered, err := a.registerAll(ctx, in.Jobs, in.Epoch)
+		holds, unanswered, err := a.registerAll(ctx, in.Jobs, in.Epoch, registerUpdateID(in))
 		if err != nil {
 			return RegisterJobsReply{}, err
 		}
@@ -95,7 +99,7 @@ func (a *Activities) RegisterJobs(ctx context.Context, in RegisterJobsInput) (Re
 		listed = len(seen)
 		// A job that did not answer the first pass is asked once more.
 		fresh = append(fresh, unanswered...)
-		got, missed, err := a.registerAll(ctx, fresh, in.Epoch)
+		got, missed, err := a.registerAll(ctx, fresh, in.Epoch, registerUpdateID(in))
 		if err != nil {
 			return RegisterJobsReply{}, err
 		}
@@ -137,7 +141,7 @@ func (a *Activities) listRunningJobs(ctx context.Context, region, allocation str
 // ended meanwhile holds nothing and is left out; one whose update fails or
 // times out is unanswered. Only the activity's own end (its context done)
 // fails the whole call.
-func (a *Activities) registerAll(ctx context.Context, jobs []string, epoch string) (holds []protocol.JobHold, unanswered []string, err error) {
+func (a *Activities) registerAll(ctx context.Context, jobs []string, epoch, updateID string) (holds []protocol.JobHold, unanswered []string, err error) {
 	answers := make([]*protocol.JobHold, len(jobs))
 	errs := make([]error, len(jobs))
 	slots := make(chan struct{}, registerConcurrency)
@@ -147,7 +151,7 @@ func (a *Activities) registerAll(ctx context.Context, jobs []string, epoch strin
 		slots <- struct{}{}
 		go func() {
 			defer func() { <-slots; wg.Done() }()
-			answers[i], errs[i] = a.register(ctx, job, epoch)
+			answers[i], errs[i] = a.register(ctx, job, epoch, updateID)
 		}()
 		activity.RecordHeartbeat(ctx, i)
 	}
@@ -171,12 +175,21 @@ func (a *Activities) registerAll(ctx context.Context, jobs []string, epoch strin
 // one workflow task.
 const registerTimeout = 30 * time.Second
 
-func (a *Activities) register(ctx context.Context, job, epoch string) (*protocol.JobHold, error) {
+// registerUpdateID is the register update's ID: one per recovery (so that a
+// retried recovery is answered once), and one per round of asking again.
+func registerUpdateID(in RegisterJobsInput) string {
+	if in.Round != 0 {
+		return fmt.Sprintf("register/%s/%d", in.Epoch, in.Round)
+	}
+	return "register/" + in.Epoch
+}
+
+func (a *Activities) register(ctx context.Context, job, epoch, updateID string) (*protocol.JobHold, error) {
 	ctx, cancel := context.WithTimeout(ctx, registerTimeout)
 	defer cancel()
 	handle, err := a.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 		WorkflowID:   job,
-		UpdateID:     "register/" + epoch,
+		UpdateID:     updateID,
 		UpdateName:   protocol.UpdateRegister,
 		Args:         []any{protocol.RegisterRequest{Epoch: epoch}},
 		WaitForStage: client.WorkflowUpdateStageCompleted,

@@ -466,6 +466,9 @@ type AllocatorState struct {
 	// them: if one is added back, it is fenced again before anything is
 	// granted there, since its stray workers were never confirmed stopped.
 	RemovedFenced []string `json:"removed_fenced,omitempty"`
+	// Unanswered are jobs that did not answer the last recovery's register
+	// update; they are asked again until they answer or end.
+	Unanswered []string `json:"unanswered,omitempty"`
 }
 
 // AllocatorCounters are lifetime totals, kept across continue-as-new.

@@ -86,6 +86,9 @@ type allocator struct {
 	// removedFenced are nodes removed from the config while fenced (see
 	// protocol.AllocatorState.RemovedFenced), oldest first.
 	removedFenced []string
+	// unanswered are jobs that did not answer the last recovery's register
+	// update; they are asked again every reclaim interval.
+	unanswered []string
 	// fencing are the nodes whose fence is in progress, and why each is fenced.
 	fencing      map[string]int64
 	fenceWhy     map[string]string
@@ -159,6 +162,13 @@ const (
 	// is fenced again when it is added back (before, it came back unfenced
 	// and was granted at once).
 	versionFenceReaddedNodes = "allocator-fence-readded-nodes"
+	// versionGhostSweepScales: the ghost check's slice grows with the queue
+	// (see ghostBatch); before, it was always 64 requests.
+	versionGhostSweepScales = "allocator-ghost-sweep-scales"
+	// versionReclaimGeneration: a reclaim that outlived a recovery changes
+	// nothing in the rebuilt pool (before, it could cancel a new attempt
+	// with the number of the one it was for).
+	versionReclaimGeneration = "allocator-reclaim-generation"
 )
 
 // AllocatorWorkflow owns the capacity of one allocation. Jobs ask it for
@@ -504,6 +514,7 @@ func newAllocator(in protocol.AllocatorInput, packedPool []byte) (*allocator, er
 		a.withdrawn = in.State.Withdrawn
 		a.afterReclaim = in.State.AfterReclaim
 		a.removedFenced = in.State.RemovedFenced
+		a.unanswered = in.State.Unanswered
 		for _, f := range in.State.Fenced {
 			a.fenceWhy[f.Node] = f.Reason
 		}
@@ -529,6 +540,7 @@ func (a *allocator) snapshot() *protocol.AllocatorState {
 		Fenced:        a.fenced(),
 		AfterReclaim:  a.afterReclaim,
 		RemovedFenced: a.removedFenced,
+		Unanswered:    a.unanswered,
 	}
 }
 
@@ -897,7 +909,20 @@ func (a *allocator) resetRequest(ctx workflow.Context, req protocol.CapacityRequ
 			Summary:             fmt.Sprintf("is %s back at attempt %d?", req.Job, req.Attempt),
 		})
 		var attempts []int
-		err := a.executeActivity(actx, (*activities.Activities).CurrentAttempts, []string{req.Job}).Get(ctx, &attempts)
+		var err error
+		// The reset run upserts its attempt in the same workflow task that
+		// sends the request, so the job's record can show the older
+		// attempt for a moment: ask again, backing off, before dropping.
+		for try, delay := 0, time.Second; ; try, delay = try+1, 2*delay {
+			attempts = nil
+			err = a.executeActivity(actx, (*activities.Activities).CurrentAttempts, []string{req.Job}).Get(ctx, &attempts)
+			if try >= resetCheckTries || (err == nil && len(attempts) == 1 && attempts[0] >= req.Attempt) {
+				break
+			}
+			if workflow.NewTimerWithOptions(ctx, delay, workflow.TimerOptions{Summary: "ask " + req.Job + " its attempt again"}).Get(ctx, nil) != nil {
+				return
+			}
+		}
 		switch {
 		case err != nil || len(attempts) != 1:
 			workflow.GetLogger(ctx).Warn("could not tell whether a job was reset; dropping its old request", "job", req.Job, "attempt", req.Attempt, "error", err)
@@ -911,6 +936,10 @@ func (a *allocator) resetRequest(ctx workflow.Context, req protocol.CapacityRequ
 	})
 	return true
 }
+
+// resetCheckTries is how many more times a job is asked its attempt while
+// its record still shows an older one (1 s, 2 s, ... 32 s apart).
+const resetCheckTries = 6
 
 // hasNewerAttempt says whether the pool holds or queues a later attempt of
 // req's job than req's.
@@ -1109,12 +1138,40 @@ func (a *allocator) reclaimLoop(ctx workflow.Context) {
 			continue
 		}
 		a.findVanishedJobs(ctx)
+		a.askUnansweredAgain(ctx)
 		// Ghost requests are rare (the withdrawal list catches the race
 		// that makes them), so the queue is walked at a tenth of the pace.
 		if a.reclaimTicks++; a.reclaimTicks%ghostCheckEvery == 0 {
-			a.dropGhostRequests(ctx)
+			a.dropGhostRequests(ctx, a.ghostBatch(ctx))
 		}
 	}
+}
+
+// askUnansweredAgain registers again the jobs that did not answer the last
+// recovery: a job that waited then has no worker for a fence to find, and
+// would otherwise never be queued again.
+func (a *allocator) askUnansweredAgain(ctx workflow.Context) {
+	if len(a.unanswered) == 0 || a.epoch == "" {
+		return
+	}
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 2 * time.Minute,
+		HeartbeatTimeout:    10 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+		Summary:             fmt.Sprintf("ask the %d job(s) that did not answer recovery again", len(a.unanswered)),
+	})
+	jobs := a.unanswered
+	var reg activities.RegisterJobsReply
+	in := activities.RegisterJobsInput{Region: a.in.Region, Allocation: a.in.Allocation, Epoch: a.epoch, Jobs: jobs,
+		Round: workflow.Now(ctx).UnixNano()}
+	if err := a.executeActivity(actx, (*activities.Activities).RegisterJobs, in).Get(ctx, &reg); err != nil {
+		workflow.GetLogger(ctx).Warn("could not ask the jobs that did not answer recovery again", "error", err)
+		return
+	}
+	for _, h := range reg.Holds {
+		a.adoptStranger(ctx, "", h, nil)
+	}
+	a.unanswered = reg.Unanswered
 }
 
 // ghostCheckEvery is how many reclaim intervals pass between two slices of
@@ -1156,15 +1213,32 @@ func (a *allocator) findVanishedJobs(ctx workflow.Context) {
 }
 
 // ghostBatch is how many waiting requests one leak check looks at: the check
-// walks the queue a slice at a time, so a long queue costs no more per
-// interval than a short one.
-const ghostBatch = 64
+// walks the queue a slice at a time. ghostSweepSlices is how many slices a
+// whole sweep takes at most (with the defaults, 30 s x 10 x 12: an hour),
+// so a slice grows with the queue, up to ghostBatchMax (one activity that
+// describes that many workflows in a few seconds): a 50,000-job queue is
+// swept in about an hour and a quarter, not the two days fixed slices of 64
+// took.
+const (
+	ghostBatch       = 64
+	ghostSweepSlices = 12
+	ghostBatchMax    = 1000
+)
+
+// ghostBatch is the size of the next slice of the ghost check.
+func (a *allocator) ghostBatch(ctx workflow.Context) int {
+	n := min(max(ghostBatch, a.pool.WaitingCount()/ghostSweepSlices), ghostBatchMax)
+	if n == ghostBatch || workflow.GetVersion(ctx, versionGhostSweepScales, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return ghostBatch
+	}
+	return n
+}
 
 // dropGhostRequests drops waiting requests whose job has ended or moved on to
 // a later attempt (a cancel that raced its own request, a withdrawal lost).
-func (a *allocator) dropGhostRequests(ctx workflow.Context) {
-	batch := a.pool.WaitingAfter(a.ghostAfter, ghostBatch)
-	if len(batch) < ghostBatch {
+func (a *allocator) dropGhostRequests(ctx workflow.Context, size int) {
+	batch := a.pool.WaitingAfter(a.ghostAfter, size)
+	if len(batch) < size {
 		a.ghostAfter = ""
 	} else {
 		a.ghostAfter = batch[len(batch)-1].Job
@@ -1213,6 +1287,7 @@ func (a *allocator) reclaim(ctx workflow.Context, job string) {
 	}
 	a.reclaims[job] = true
 	a.addOrphan(job)
+	generation := a.counters.Recoveries
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		released := map[int]bool{}
 		for _, w := range r.Released {
@@ -1242,6 +1317,12 @@ func (a *allocator) reclaim(ctx workflow.Context, job string) {
 				a.nodeLost(ctx, nodes[i], fmt.Sprintf("could not stop a worker of vanished job %s there", job))
 			}
 		}
+		if a.counters.Recoveries != generation && a.reclaimsAcrossRecovery(ctx) {
+			// A recovery rebuilt the pool meanwhile: what it holds for
+			// this job now (maybe a new attempt with the same number) is
+			// not what this reclaim was for, and it fences every node itself.
+			return
+		}
 		if cur, ok := a.pool.Running(job); ok && cur.Attempt == r.Attempt {
 			a.pool.CancelAttempt(job, r.Attempt)
 		}
@@ -1256,6 +1337,12 @@ func (a *allocator) reclaim(ctx workflow.Context, job string) {
 		a.requestsAfterReclaim(ctx, job)
 		a.schedule(ctx)
 	})
+}
+
+// reclaimsAcrossRecovery is asked only when a reclaim outlived a recovery,
+// so that histories without one record no marker.
+func (a *allocator) reclaimsAcrossRecovery(ctx workflow.Context) bool {
+	return workflow.GetVersion(ctx, versionReclaimGeneration, workflow.DefaultVersion, 1) >= 1
 }
 
 func (a *allocator) addOrphan(job string) {

@@ -96,7 +96,8 @@ type allocHarness struct {
 	deadNodes map[string]bool
 	fences    []fenceCall
 	// ghosts are waiting requests FindGhostRequests reports.
-	ghosts []protocol.WithdrawSignal
+	ghosts    []protocol.WithdrawSignal
+	stopDelay time.Duration
 }
 
 // harnessOpts are the delays, on the test clock, with which the mocked jobs
@@ -174,7 +175,15 @@ func newAllocHarnessOpts(t *testing.T, o harnessOpts) *allocHarness {
 			defer h.mu.Unlock()
 			h.registerCalls = append(h.registerCalls, in)
 			if in.Jobs == nil {
-				return activities.RegisterJobsReply{Holds: h.holds, Listed: len(h.holds)}, nil
+				reply := activities.RegisterJobsReply{Listed: len(h.holds)}
+				for _, hold := range h.holds {
+					if h.silent[hold.Job] {
+						reply.Unanswered = append(reply.Unanswered, hold.Job)
+						continue
+					}
+					reply.Holds = append(reply.Holds, hold)
+				}
+				return reply, nil
 			}
 			reply := activities.RegisterJobsReply{Listed: len(in.Jobs)}
 			for _, job := range in.Jobs {
@@ -247,7 +256,7 @@ func newAllocHarnessOpts(t *testing.T, o harnessOpts) *allocHarness {
 			h.stops = append(h.stops, in)
 			h.stopQueue = append(h.stopQueue, activity.GetInfo(ctx).TaskQueue)
 			return cluster.WorkerStatus{ID: in.ID, Phase: cluster.PhaseExited, Signaled: true}, nil
-		}).Maybe()
+		}).AfterFn(func() time.Duration { return h.stopDelay }).Maybe()
 	return h
 }
 

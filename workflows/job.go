@@ -297,6 +297,10 @@ const (
 	// than the job's moves the job to it (see movesToEpoch); before, any
 	// other epoch was ignored.
 	versionNewerEpoch = "job-newer-epoch"
+	// versionBoundedStops: an attempt's stops in flight are bounded beside
+	// its pending watches (see stopAndRelease); asked only for an attempt
+	// large enough for the bound to matter.
+	versionBoundedStops = "job-bounded-stops"
 )
 
 // defaultJobEventsPerRun is the history length past which a job continues
@@ -917,6 +921,10 @@ func (j *job) stopAndRelease(ctx workflow.Context, attempt int, grant protocol.G
 	// are bounded to what JobActivityBudget leaves, the next one scheduled as
 	// each ends. An attempt of up to half the budget stops all at once.
 	stopsAtOnce := max(jobActivityBudget-len(grant.Placement), 1)
+	if toStop := len(grant.Placement) - len(j.released); toStop > stopsAtOnce &&
+		workflow.GetVersion(ctx, versionBoundedStops, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		stopsAtOnce = toStop // how runs before the bound stopped: all at once
+	}
 	var queued []func()
 	var stop func(worker int, node string)
 	stop = func(worker int, node string) {

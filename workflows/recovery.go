@@ -83,9 +83,11 @@ func (a *allocator) recoverState(ctx workflow.Context) protocol.RecoverReply {
 		reason := fmt.Sprintf("allocation %s/%s can no longer run this job", a.in.Region, a.in.Allocation)
 		a.send(ctx, h.Job, protocol.SignalRefuse, protocol.RefuseSignal{Attempt: h.Request.Attempt, Reason: reason}, func(workflow.Context) {})
 	}
-	// The old state's orphans and fences are superseded: every node is
-	// fenced below, and its agent stops whatever nobody holds.
-	a.orphans, a.reclaims = nil, map[string]bool{}
+	// The old state's orphans, fences and requests waiting for a reclaim
+	// are superseded: every node is fenced below, its agent stops whatever
+	// nobody holds, and each job answered for itself.
+	a.orphans, a.reclaims, a.afterReclaim = nil, map[string]bool{}, nil
+	a.unanswered = reg.Unanswered
 	a.counters.Recoveries++
 	for _, n := range pool.Nodes() {
 		a.fence(ctx, n.Name, fenceRecovering)
@@ -264,12 +266,16 @@ func (a *allocator) registerStrangers(ctx workflow.Context, node string) error {
 	}
 	held := a.workersOn(node)
 	var jobs []string
+	found := map[string][]cluster.WorkerID{}
 	for _, w := range inv.Workers {
 		if !slices.Contains(held, w.ID) && !slices.Contains(jobs, w.ID.Job) {
 			jobs = append(jobs, w.ID.Job)
 		}
+		found[w.ID.Job] = append(found[w.ID.Job], w.ID)
 	}
-	if len(jobs) == 0 {
+	if len(jobs) == 0 || a.epoch == "" {
+		// An allocation that never recovered has no epoch to register
+		// jobs with: its fence stops strangers, as before.
 		return nil
 	}
 	rctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
@@ -279,12 +285,15 @@ func (a *allocator) registerStrangers(ctx workflow.Context, node string) error {
 		Summary:             fmt.Sprintf("ask the %d job(s) with unknown workers on %s what they hold", len(jobs), node),
 	})
 	var reg activities.RegisterJobsReply
-	in := activities.RegisterJobsInput{Region: a.in.Region, Allocation: a.in.Allocation, Epoch: a.epoch, Jobs: jobs}
+	// A round of its own: the job answers an update ID it has seen with
+	// its first answer, which recovery's may be, long out of date.
+	in := activities.RegisterJobsInput{Region: a.in.Region, Allocation: a.in.Allocation, Epoch: a.epoch, Jobs: jobs,
+		Round: workflow.Now(ctx).UnixNano()}
 	if err := a.executeActivity(rctx, (*activities.Activities).RegisterJobs, in).Get(ctx, &reg); err != nil {
 		return err
 	}
 	for _, h := range reg.Holds {
-		a.adoptStranger(ctx, node, h)
+		a.adoptStranger(ctx, node, h, found[h.Job])
 	}
 	if len(reg.Unanswered) > 0 {
 		a.note(fmt.Sprintf("node %s stays fenced: job(s) %v with live workers there did not answer", node, reg.Unanswered))
@@ -295,12 +304,20 @@ func (a *allocator) registerStrangers(ctx workflow.Context, node string) error {
 
 // adoptStranger takes in what a job found through its workers on node holds
 // or waits for, unless the pool already has it (then its worker there is
-// stale, and the fence stops it).
-func (a *allocator) adoptStranger(ctx workflow.Context, node string, h protocol.JobHold) {
+// stale, and the fence stops it). A hold is adopted only if it holds one of
+// the workers found (none are given for a job asked again after recovery):
+// a job whose worker of an ended attempt lingers must not be adopted for it.
+func (a *allocator) adoptStranger(ctx workflow.Context, node string, h protocol.JobHold, workers []cluster.WorkerID) {
 	if _, ok := a.pool.Running(h.Job); ok {
 		return
 	}
 	if _, ok := a.pool.Explain(h.Job); ok {
+		return
+	}
+	if a.withdrawnFirst(h.Request) != nil {
+		return
+	}
+	if workers != nil && h.Phase == protocol.HoldHolding && !holdsAnyOf(h, workers) {
 		return
 	}
 	_, refused := a.rebuild(a.pool, []protocol.JobHold{h})
@@ -315,6 +332,21 @@ func (a *allocator) adoptStranger(ctx workflow.Context, node string, h protocol.
 	case h.Phase == protocol.HoldWaiting:
 		a.schedule(ctx)
 	}
+}
+
+// holdsAnyOf says whether h holds one of workers (same attempt, not released).
+func holdsAnyOf(h protocol.JobHold, workers []cluster.WorkerID) bool {
+	for _, w := range workers {
+		if w.Job != h.Job || w.Attempt != h.Request.Attempt || slices.Contains(h.Released, w.Worker) {
+			continue
+		}
+		for _, p := range h.Placement {
+			if p.Worker == w.Worker {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // stillHeld says whether every worker in kept is among held.
