@@ -42,8 +42,8 @@ func TestResetRequestWaitsForTheJobsAttemptToShow(t *testing.T) {
 	t.Logf("grants to j: %d; refusals: %d; stops: %d", len(g), len(h.refusals), len(h.stops))
 	v := h.queue()
 	t.Logf("running: %+v waiting: %v", v.Running, waitingJobs(v))
-	assert.Len(t, g, 2, "HOLE: the reset job's attempt 2 was never granted (and never refused): it waits for ever")
-	assert.NotEmpty(t, h.stops, "HOLE: the abandoned attempt 3 was never reclaimed")
+	assert.Len(t, g, 2, "the reset job's attempt 2 was never granted (and never refused): it waits for ever")
+	assert.NotEmpty(t, h.stops, "the abandoned attempt 3 was never reclaimed")
 }
 
 // a reset's reclaim is slow (its StopWorker retries); an operator
@@ -97,7 +97,7 @@ func TestReclaimOutlivingARecoveryChangesNothing(t *testing.T) {
 	}
 	if len(mid.Running) == 1 && mid.Running[0].Attempt == 2 {
 		stillHeld := len(v.Running) == 1 && v.Running[0].Job == "j" && v.Running[0].Attempt == 2
-		assert.True(t, stillHeld, "HOLE: the healthy attempt 2 granted after the recovery lost its hold")
+		assert.True(t, stillHeld, "the healthy attempt 2 granted after the recovery lost its hold")
 	}
 }
 
@@ -120,5 +120,5 @@ func TestWaitingJobThatDidNotAnswerIsAskedAgain(t *testing.T) {
 	h.runAllocator(allocInput(allocNodes(2, 2)), time.Hour)
 	v := h.queue()
 	t.Logf("waiting %v running %d registerCalls %d", waitingJobs(v), len(v.Running), len(h.registerCalls))
-	assert.NotEmpty(t, h.grantsTo("w"), "HOLE: the unanswered waiting job was never asked again nor granted")
+	assert.NotEmpty(t, h.grantsTo("w"), "the unanswered waiting job was never asked again nor granted")
 }
