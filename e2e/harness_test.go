@@ -70,6 +70,10 @@ regions:
           - {name: recover-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
           - {name: recover-2, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
           - {name: recover-3, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+      - name: reset
+        stop_grace_period: 3s
+        nodes:
+          - {name: reset-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
       - name: bench
         stop_grace_period: 3s
         nodes:

@@ -469,6 +469,8 @@ type AllocatorState struct {
 	// Unanswered are jobs that did not answer the last recovery's register
 	// update; they are asked again until they answer or end.
 	Unanswered []string `json:"unanswered,omitempty"`
+	// RecoveredAt is when the state was last rebuilt from the jobs.
+	RecoveredAt time.Time `json:"recovered_at,omitzero"`
 }
 
 // AllocatorCounters are lifetime totals, kept across continue-as-new.
@@ -585,6 +587,10 @@ type QueueCounts struct {
 	MaxWaiting int  `json:"max_waiting,omitempty"`
 	Running    int  `json:"running"`
 	Recovering bool `json:"recovering,omitempty"`
+	// RecoveredAt is when the allocator last rebuilt its state from the
+	// jobs (its workflow clock; zero if it never did). trainq-worker
+	// compares it with the run's last reset (see worker/watchdog.go).
+	RecoveredAt time.Time `json:"recovered_at,omitzero"`
 }
 
 // QueuePage is the queue query's argument: which waiting jobs to list, in

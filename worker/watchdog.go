@@ -48,8 +48,49 @@ func keepAllocatorsRunning(ctx context.Context, c client.Client, cfg *config.Con
 				logger.Warn("the allocator was not running; started a fresh one, which recovers its state from the jobs", "allocator", id)
 			}
 			runs[id] = run.GetRunID()
+			recoverIfReset(ctx, c, id, logger)
 		}
 	}
+}
+
+// recoverIfReset sends the recover update to an allocator whose current run
+// was reset (`temporal workflow reset`) after its last recovery. A reset
+// rebuilds the allocator's state from a point in its own history, under the
+// epoch it had then: it may believe free what running jobs hold since, and
+// grant it. Only the jobs know what they hold now, so the state is rebuilt
+// from them. Between the reset and this check (one interval at most) the
+// reset run may grant; the README says so.
+func recoverIfReset(ctx context.Context, c client.Client, id string, logger *slog.Logger) {
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	d, err := c.DescribeWorkflow(dctx, id, "")
+	if err != nil {
+		return
+	}
+	resetAt := d.RawResponse.GetWorkflowExtendedInfo().GetLastResetTime()
+	if resetAt == nil || !resetAt.IsValid() {
+		return
+	}
+	v, err := c.QueryWorkflow(dctx, id, "", protocol.QueryCounts)
+	if err != nil {
+		return
+	}
+	var counts protocol.QueueCounts
+	if err := v.Get(&counts); err != nil || counts.Recovering || !counts.RecoveredAt.Before(resetAt.AsTime()) {
+		return
+	}
+	logger.Warn("the allocator was reset after its last recovery; rebuilding its state from the jobs", "allocator", id,
+		"reset_at", resetAt.AsTime(), "recovered_at", counts.RecoveredAt)
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	handle, err := c.UpdateWorkflow(rctx, client.UpdateWorkflowOptions{
+		WorkflowID: id, UpdateName: protocol.UpdateRecover, WaitForStage: client.WorkflowUpdateStageAccepted,
+	})
+	if err != nil {
+		logger.Warn("could not ask the reset allocator to recover", "allocator", id, "error", err)
+		return
+	}
+	_ = handle // the recovery runs on; the next check sees it recovering or recovered
 }
 
 // isFirstRun tells whether run starts a new chain of runs (not a

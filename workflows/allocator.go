@@ -89,6 +89,8 @@ type allocator struct {
 	// unanswered are jobs that did not answer the last recovery's register
 	// update; they are asked again every reclaim interval.
 	unanswered []string
+	// recoveredAt is when the state was last rebuilt from the jobs.
+	recoveredAt time.Time
 	// fencing are the nodes whose fence is in progress, and why each is fenced.
 	fencing      map[string]int64
 	fenceWhy     map[string]string
@@ -235,7 +237,7 @@ func (a *allocator) registerQueries(ctx workflow.Context) error {
 	}
 	if err := workflow.SetQueryHandler(ctx, protocol.QueryCounts, func() (protocol.QueueCounts, error) {
 		return protocol.QueueCounts{Waiting: a.pool.WaitingCount(), MaxWaiting: a.in.MaxWaiting,
-			Running: len(a.pool.RunningJobs()), Recovering: a.recovering}, nil
+			Running: len(a.pool.RunningJobs()), Recovering: a.recovering, RecoveredAt: a.recoveredAt}, nil
 	}); err != nil {
 		return err
 	}
@@ -515,6 +517,7 @@ func newAllocator(in protocol.AllocatorInput, packedPool []byte) (*allocator, er
 		a.afterReclaim = in.State.AfterReclaim
 		a.removedFenced = in.State.RemovedFenced
 		a.unanswered = in.State.Unanswered
+		a.recoveredAt = in.State.RecoveredAt
 		for _, f := range in.State.Fenced {
 			a.fenceWhy[f.Node] = f.Reason
 		}
@@ -541,6 +544,7 @@ func (a *allocator) snapshot() *protocol.AllocatorState {
 		AfterReclaim:  a.afterReclaim,
 		RemovedFenced: a.removedFenced,
 		Unanswered:    a.unanswered,
+		RecoveredAt:   a.recoveredAt,
 	}
 }
 

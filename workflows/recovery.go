@@ -48,6 +48,7 @@ func (a *allocator) recoverState(ctx workflow.Context) protocol.RecoverReply {
 	workflow.SetCurrentDetails(ctx, a.details())
 	var epoch string
 	drawn := workflow.Now(ctx)
+	a.recoveredAt = drawn
 	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return protocol.NewEpoch(drawn, uuid.NewString()) }).Get(&epoch); err != nil {
 		panic(fmt.Sprintf("draw a recovery epoch: %v", err))
 	}

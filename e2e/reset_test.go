@@ -1,0 +1,118 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/converter"
+
+	"github.com/trainq/trainq/protocol"
+)
+
+// TestResetAllocatorRecoversFromTheJobs: `temporal workflow reset` of an
+// allocator, to before a running job's request and without reapplying the
+// signals since, leaves the allocator believing free the node that job
+// holds, under the epoch it had then. trainq-worker sees the reset is newer
+// than the allocator's last recovery and has it rebuild its state from the
+// jobs: the running job is held again, and a newcomer waits instead of being
+// granted the same GPUs.
+func TestResetAllocatorRecoversFromTheJobs(t *testing.T) {
+	const allocation = "reset"
+	startWorker(t)
+	dir := t.TempDir()
+	records := filepath.Join(dir, "records")
+	runGate := gate(filepath.Join(dir, "run"))
+	spec := func(script string) protocol.JobSpec {
+		return protocol.JobSpec{Script: script, InstanceType: "a100.2gpu", Region: "T", AllocationName: allocation,
+			PriorityClass: "medium", NWorkers: 1, Type: "binary"}
+	}
+	// Its fence of the node is over too: an activity pending at the reset
+	// point runs again after the reset with its old input (see the README).
+	eventually(t, long, "the allocator to recover at its start and fence its node", func() bool {
+		c := counts(t, allocation)
+		return !c.Recovering && c.RecoveredAt.After(time.Time{}) && len(queue(t, allocation).Fenced) == 0
+	})
+	running := submit(t, spec(recordingScript(records, runGate.waitFor())))
+	waitState(t, running, protocol.StateRunning, long)
+	before := counts(t, allocation).RecoveredAt
+
+	point := resetAllocatorBefore(t, allocation, running)
+	t.Logf("reset the allocator to event %d; it had recovered at %s", point, before.Format(time.RFC3339Nano))
+	eventually(t, long, "the reset allocator to recover from the jobs", func() bool {
+		c := counts(t, allocation)
+		return !c.Recovering && c.RecoveredAt.After(before)
+	})
+	// The node stays fenced until its agent has said what runs there; the
+	// running job is adopted then (by its register answer, or, if the
+	// recovery's listing missed it, through its worker on the node).
+	last := ""
+	eventually(t, long, "the node to be back, held by the running job", func() bool {
+		v := queue(t, allocation)
+		st := status(t, running)
+		if now := fmt.Sprintf("fenced %v, running %v, waiting %d; job %s attempt %d %s", v.Fenced, runningJobs(v), v.WaitingTotal, st.State, st.Attempt, st.Message); now != last {
+			t.Log(now)
+			last = now
+		}
+		return len(v.Fenced) == 0 && len(v.Running) == 1 && v.Running[0].Job == running
+	})
+
+	newcomer := submit(t, spec(recordingScript(records, "sleep 0.2")))
+	eventually(t, long, "the newcomer to wait", func() bool { return queue(t, allocation).WaitingTotal == 1 })
+	assert.Equal(t, protocol.StatePending, status(t, newcomer).State)
+	runGate.open(t)
+	waitState(t, running, protocol.StateCompleted, long)
+	waitState(t, newcomer, protocol.StateCompleted, long)
+	checkNoDoubleHolds(t, records, filepath.Join(env.dir, "data"))
+}
+
+func counts(t *testing.T, allocation string) protocol.QueueCounts {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var c protocol.QueueCounts
+	v, err := env.client.QueryWorkflow(ctx, protocol.AllocatorWorkflowID("T", allocation), "", protocol.QueryCounts)
+	if err != nil {
+		return c // between runs, or busy: the caller asks again
+	}
+	require.NoError(t, v.Get(&c))
+	return c
+}
+
+// resetAllocatorBefore resets the allocator's current run to the last
+// workflow task completed before job's request, reapplying no signal.
+func resetAllocatorBefore(t *testing.T, allocation, job string) int64 {
+	t.Helper()
+	id := protocol.AllocatorWorkflowID("T", allocation)
+	var point int64
+	for _, e := range fetchHistory(t, id) {
+		if e.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED {
+			point = e.GetEventId()
+		}
+		if a := e.GetWorkflowExecutionSignaledEventAttributes(); a != nil && a.GetSignalName() == protocol.SignalRequest {
+			var req protocol.CapacityRequest
+			require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(a.GetInput(), &req))
+			if req.Job == job {
+				break
+			}
+		}
+	}
+	require.NotZero(t, point)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := env.client.ResetWorkflowExecution(ctx, &workflowservice.ResetWorkflowExecutionRequest{
+		Namespace: "default", WorkflowExecution: &commonpb.WorkflowExecution{WorkflowId: id},
+		Reason: "e2e: reset the allocator", WorkflowTaskFinishEventId: point, RequestId: uuid.NewString(),
+		ResetReapplyType: enumspb.RESET_REAPPLY_TYPE_NONE,
+	})
+	require.NoError(t, err)
+	return point
+}
