@@ -124,6 +124,47 @@ func (a *Activities) whereQueued(ctx context.Context, in RequestCapacityInput) p
 	return reply
 }
 
+// RequestCheck is what CheckRequest found.
+type RequestCheck struct {
+	// Known: the allocator has the request (waiting, or granted).
+	Known bool `json:"known"`
+	// Resent: it did not, and the request was sent again.
+	Resent bool                   `json:"resent,omitempty"`
+	Reply  protocol.CapacityReply `json:"reply"`
+}
+
+// CheckRequest asks the allocator whether it has in.Request, and sends it
+// again if it does not. A waiting job runs it now and then: an allocator
+// that recovered without finding the job (visibility missed it, the job did
+// not answer in time) would otherwise never hear of it again, and the job
+// would wait for ever. Sending again is harmless: the allocator queues each
+// attempt once.
+func (a *Activities) CheckRequest(ctx context.Context, in RequestCapacityInput) (RequestCheck, error) {
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	resp, err := a.Client.QueryWorkflow(qctx, protocol.AllocatorWorkflowID(in.Region, in.Allocation), "", protocol.QueryExplain, in.Request.Job)
+	cancel()
+	var notFound *serviceerror.NotFound
+	if err != nil && !errors.As(err, &notFound) {
+		return RequestCheck{}, err // busy or unreachable: ask again next time
+	}
+	if err == nil {
+		var where protocol.ExplainReply
+		if err := resp.Get(&where); err != nil {
+			return RequestCheck{}, err
+		}
+		switch {
+		case where.Running != nil && where.Running.Attempt == in.Request.Attempt:
+			return RequestCheck{Known: true, Reply: protocol.CapacityReply{Seq: where.Running.Seq, Granted: true}}, nil
+		case where.Waiting != nil && where.Waiting.Attempt == in.Request.Attempt:
+			return RequestCheck{Known: true, Reply: protocol.CapacityReply{Seq: where.Waiting.Seq, Position: where.Waiting.Position, Reason: where.Waiting.Reason}}, nil
+		}
+	}
+	activity.GetLogger(ctx).Warn("the allocator does not know a waiting job's request; sending it again", "job", in.Request.Job, "attempt", in.Request.Attempt)
+	in.Brief = true
+	reply, err := a.RequestCapacity(ctx, in)
+	return RequestCheck{Resent: true, Reply: reply}, err
+}
+
 // briefQueryTimeout bounds the one question a brief request asks: an idle
 // allocator answers in milliseconds; a busy one is not waited for.
 const briefQueryTimeout = 300 * time.Millisecond

@@ -96,6 +96,10 @@ type job struct {
 	// nodeReleases: this run follows versionShortPath 2, where a release
 	// the node activity reported is not reported again by the job.
 	nodeReleases bool
+	// checksRequests: a waiting attempt makes sure, every
+	// requestCheckInterval, that the allocator has its request
+	// (versionCheckRequest).
+	checksRequests bool
 }
 
 // JobWorkflow runs one training job or Jupyter server: it asks the
@@ -195,6 +199,7 @@ func validateRegister(r protocol.RegisterRequest) error {
 func (j *job) run(ctx workflow.Context, in protocol.JobInput) (*protocol.JobStatus, error) {
 	v := workflow.GetVersion(ctx, versionShortPath, workflow.DefaultVersion, 2)
 	j.shortPath, j.nodeReleases = v >= 1, v >= 2
+	j.checksRequests = workflow.GetVersion(ctx, versionCheckRequest, workflow.DefaultVersion, 1) >= 1
 	for attempt := j.status.Attempt + 1; ; attempt++ {
 		j.status.Attempt = attempt
 		now := workflow.Now(ctx)
@@ -301,6 +306,9 @@ const (
 	// its pending watches (see stopAndRelease); asked only for an attempt
 	// large enough for the bound to matter.
 	versionBoundedStops = "job-bounded-stops"
+	// versionCheckRequest: a waiting attempt checks now and then that the
+	// allocator has its request, and sends it again if not.
+	versionCheckRequest = "job-check-request"
 )
 
 // defaultJobEventsPerRun is the history length past which a job continues
@@ -476,7 +484,18 @@ func (j *job) awaitGrant(ctx workflow.Context, attempt int) (protocol.GrantSigna
 		// Grants arrive through takeGrant. A refusal says the allocation was
 		// reconfigured and can no longer run this job; the allocator has
 		// already dropped the request.
-		err := workflow.Await(ctx, func() bool { return j.grant != nil || j.refusals.Len() > 0 })
+		settled := func() bool { return j.grant != nil || j.refusals.Len() > 0 }
+		var err error
+		if j.checksRequests {
+			var ok bool
+			ok, err = workflow.AwaitWithTimeout(ctx, requestCheckInterval, settled)
+			if err == nil && !ok {
+				j.checkRequest(ctx, attempt)
+				continue
+			}
+		} else {
+			err = workflow.Await(ctx, settled)
+		}
 		if j.grant != nil {
 			return *j.grant, outcome{}, true
 		}
@@ -490,6 +509,31 @@ func (j *job) awaitGrant(ctx workflow.Context, attempt int) (protocol.GrantSigna
 			return protocol.GrantSignal{}, outcome{kind: outcomeFailed, message: refusal.Reason, final: true}, false
 		}
 		// Otherwise meant for an attempt that has already ended.
+	}
+}
+
+// requestCheckInterval is how long a job waits for its grant before it makes
+// sure the allocator still has its request (see checkRequest).
+const requestCheckInterval = 30 * time.Minute
+
+// checkRequest asks the allocator whether it has the attempt's request and
+// sends it again if not: a recovering allocator that missed this job (its
+// listing lagged, the job did not answer in time) never queues it otherwise,
+// and the job would wait for ever.
+func (j *job) checkRequest(ctx workflow.Context, attempt int) {
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: time.Minute,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
+		Summary:             fmt.Sprintf("make sure %s/%s still has attempt %d's request", j.spec.Region, j.spec.AllocationName, attempt),
+	})
+	in := activities.RequestCapacityInput{Region: j.spec.Region, Allocation: j.spec.AllocationName, Request: j.request}
+	var check activities.RequestCheck
+	if err := workflow.ExecuteActivity(actx, (*activities.Activities).CheckRequest, in).Get(ctx, &check); err != nil {
+		workflow.GetLogger(ctx).Warn("could not make sure the allocator has the request; asking again later", "attempt", attempt, "error", err)
+		return
+	}
+	if check.Resent {
+		workflow.GetLogger(ctx).Warn("the allocator did not have the request; sent it again", "attempt", attempt)
 	}
 }
 

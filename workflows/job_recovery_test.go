@@ -285,3 +285,27 @@ func TestJobIgnoresARegisterOfAnOlderEpoch(t *testing.T) {
 	require.NotNil(t, st.RunningAt)
 	assert.Equal(t, testStart.Add(4*time.Minute), st.RunningAt.UTC(), "the job started on the newer epoch's grant")
 }
+
+// TestWaitingJobSendsItsRequestAgainWhenTheAllocatorLostIt: a job waits; an
+// allocator that recovered without finding it (its listing missed the job)
+// does not have its request. After requestCheckInterval the job asks, finds
+// its request unknown, sends it again (the activity does), and is granted.
+func TestWaitingJobSendsItsRequestAgainWhenTheAllocatorLostIt(t *testing.T) {
+	h := newJobHarness(t)
+	var checks []activities.RequestCapacityInput
+	h.env.OnActivity(h.acts.CheckRequest, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.RequestCapacityInput) (activities.RequestCheck, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			checks = append(checks, in)
+			return activities.RequestCheck{Resent: true}, nil
+		})
+	h.grantAt(requestCheckInterval+time.Minute, 1, 1)
+	h.watch(1, -1, time.Minute, 0)
+	h.run(jobSpec("medium", 1, 0))
+	require.NoError(t, h.env.GetWorkflowError())
+	assert.Equal(t, protocol.StateCompleted, h.status().State)
+	require.Len(t, checks, 1, "one check, after requestCheckInterval")
+	assert.Equal(t, 1, checks[0].Request.Attempt)
+	assert.Equal(t, testJob, checks[0].Request.Job)
+}

@@ -250,7 +250,7 @@ func TestFullQueueRefusesNewJobsButNotReruns(t *testing.T) {
 	require.Len(t, h.refusals, 1)
 	assert.Equal(t, "w3", h.refusals[0].job)
 	assert.Equal(t, "allocation T/basic has 2 waiting jobs (max_waiting); try later", h.refusals[0].arg.(protocol.RefuseSignal).Reason)
-	assert.Equal(t, protocol.QueueCounts{Waiting: 3, MaxWaiting: 2, Running: 1}, counts)
+	assert.Equal(t, protocol.QueueCounts{Waiting: 3, MaxWaiting: 2, Running: 1, RecoveredAt: testStart}, counts, "recovered at its start")
 }
 
 // TestAllocatorLosesNothingAcrossContinueAsNew drives one allocation through
