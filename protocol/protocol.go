@@ -462,10 +462,6 @@ type AllocatorState struct {
 	// queued once the newer attempt its job's reset abandoned (an orphan)
 	// has been reclaimed.
 	AfterReclaim []CapacityRequest `json:"after_reclaim,omitempty"`
-	// RemovedFenced are nodes that were fenced when a reconfigure removed
-	// them: if one is added back, it is fenced again before anything is
-	// granted there, since its stray workers were never confirmed stopped.
-	RemovedFenced []string `json:"removed_fenced,omitempty"`
 	// Unanswered are jobs that did not answer the last recovery's register
 	// update; they are asked again until they answer or end.
 	Unanswered []string `json:"unanswered,omitempty"`

@@ -83,9 +83,6 @@ type allocator struct {
 	// requests whose job is being asked whether it was reset.
 	afterReclaim []protocol.CapacityRequest
 	resetChecks  int
-	// removedFenced are nodes removed from the config while fenced (see
-	// protocol.AllocatorState.RemovedFenced), oldest first.
-	removedFenced []string
 	// unanswered are jobs that did not answer the last recovery's register
 	// update; they are asked again every reclaim interval.
 	unanswered []string
@@ -160,10 +157,11 @@ const (
 	// registerStrangers); before, a running job recovery missed had its
 	// healthy workers killed.
 	versionFenceRegistersStrangers = "allocator-fence-registers-strangers"
-	// versionFenceReaddedNodes: a node removed from the config while fenced
-	// is fenced again when it is added back (before, it came back unfenced
-	// and was granted at once).
-	versionFenceReaddedNodes = "allocator-fence-readded-nodes"
+	// versionFenceAddedNodes: a node a reconfigure adds is fenced until its
+	// agent confirms that no stray worker runs there (before, it was granted
+	// at once, though it could come back from a fence or from another
+	// allocation).
+	versionFenceAddedNodes = "allocator-fence-added-nodes"
 	// versionGhostSweepScales: the ghost check's slice grows with the queue
 	// (see ghostBatch); before, it was always 64 requests.
 	versionGhostSweepScales = "allocator-ghost-sweep-scales"
@@ -515,7 +513,6 @@ func newAllocator(in protocol.AllocatorInput, packedPool []byte) (*allocator, er
 		a.epoch = in.State.Epoch
 		a.withdrawn = in.State.Withdrawn
 		a.afterReclaim = in.State.AfterReclaim
-		a.removedFenced = in.State.RemovedFenced
 		a.unanswered = in.State.Unanswered
 		a.recoveredAt = in.State.RecoveredAt
 		for _, f := range in.State.Fenced {
@@ -535,16 +532,15 @@ func newAllocator(in protocol.AllocatorInput, packedPool []byte) (*allocator, er
 // travels packed beside it (see AllocatorWorkflow).
 func (a *allocator) snapshot() *protocol.AllocatorState {
 	return &protocol.AllocatorState{
-		NextSeq:       a.nextSeq,
-		Orphans:       a.orphans,
-		Counters:      a.counters,
-		Epoch:         a.epoch,
-		Withdrawn:     a.withdrawn,
-		Fenced:        a.fenced(),
-		AfterReclaim:  a.afterReclaim,
-		RemovedFenced: a.removedFenced,
-		Unanswered:    a.unanswered,
-		RecoveredAt:   a.recoveredAt,
+		NextSeq:      a.nextSeq,
+		Orphans:      a.orphans,
+		Counters:     a.counters,
+		Epoch:        a.epoch,
+		Withdrawn:    a.withdrawn,
+		Fenced:       a.fenced(),
+		AfterReclaim: a.afterReclaim,
+		Unanswered:   a.unanswered,
+		RecoveredAt:  a.recoveredAt,
 	}
 }
 
@@ -690,13 +686,13 @@ func (a *allocator) reconfigure(ctx workflow.Context, in protocol.AllocatorInput
 	if summary == "" {
 		return protocol.ReconfigureReply{}, nil
 	}
-	fencedBefore := a.pool.LostNodes()
+	nodesBefore := a.pool.Nodes()
 	unfit, err := a.pool.Reconfigure(in.Nodes, in.Policy)
 	if err != nil {
 		// The validator ran the same check just before; nothing changed.
 		return protocol.ReconfigureReply{}, err
 	}
-	a.fenceReaddedNodes(ctx, fencedBefore)
+	a.fenceAddedNodes(ctx, nodesBefore)
 	a.in.Nodes, a.in.Policy = a.pool.Nodes(), a.pool.Policy()
 	a.in.StopGracePeriod, a.in.ReclaimInterval, a.in.NodeTimeout = in.StopGracePeriod, in.ReclaimInterval, in.NodeTimeout
 	a.in.MaxWaiting = in.MaxWaiting
@@ -718,47 +714,28 @@ func (a *allocator) reconfigure(ctx workflow.Context, in protocol.AllocatorInput
 	return reply, nil
 }
 
-// maxRemovedFenced bounds the remembered removed fenced nodes.
-const maxRemovedFenced = 1000
-
-// fenceReaddedNodes remembers the nodes that were fenced (fencedBefore) and
-// are no longer in the pool, and fences again each remembered node that is
-// back in it: a node's agent must confirm that no stray worker runs there
-// before its GPUs are granted, however long the node was out of the config.
-func (a *allocator) fenceReaddedNodes(ctx workflow.Context, fencedBefore []string) {
-	inPool := map[string]bool{}
+// fenceAddedNodes fences every node a reconfigure added (it was not in
+// nodesBefore) before anything is granted there: its agent must first confirm
+// that no stray worker runs on it. A node can come back after it was removed
+// while fenced (its strays were never confirmed stopped), or move in from
+// another allocation whose jobs may still run there (a node_selector
+// relabel): granting it at once could double-book its GPUs.
+func (a *allocator) fenceAddedNodes(ctx workflow.Context, nodesBefore []scheduler.Node) {
+	before := map[string]bool{}
+	for _, n := range nodesBefore {
+		before[n.Name] = true
+	}
+	var added []string
 	for _, n := range a.pool.Nodes() {
-		inPool[n.Name] = true
-	}
-	var readded []string
-	kept := a.removedFenced[:0:0]
-	for _, node := range a.removedFenced {
-		if inPool[node] {
-			readded = append(readded, node)
-		} else {
-			kept = append(kept, node)
+		if !before[n.Name] {
+			added = append(added, n.Name)
 		}
 	}
-	for _, node := range fencedBefore {
-		if !inPool[node] && !slices.Contains(kept, node) {
-			kept = append(kept, node)
-		}
-	}
-	if len(kept) > maxRemovedFenced {
-		kept = kept[len(kept)-maxRemovedFenced:]
-	}
-	if len(readded) == 0 && slices.Equal(kept, a.removedFenced) {
+	if len(added) == 0 || workflow.GetVersion(ctx, versionFenceAddedNodes, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return
 	}
-	if workflow.GetVersion(ctx, versionFenceReaddedNodes, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
-		return
-	}
-	a.removedFenced = kept
-	if len(a.removedFenced) == 0 {
-		a.removedFenced = nil
-	}
-	for _, node := range readded {
-		a.fence(ctx, node, "lost: it was fenced when it was removed from the config, and its agent has not confirmed since that no stray worker runs there")
+	for _, node := range added {
+		a.fence(ctx, node, "added to the allocation: waiting for its agent to confirm that no stray worker runs there")
 	}
 }
 

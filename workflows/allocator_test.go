@@ -844,7 +844,7 @@ func (h *allocHarness) refusalsTo(job string) []protocol.RefuseSignal {
 func TestAllocatorReconfigureAddsNode(t *testing.T) {
 	h := newAllocHarness(t)
 	in := allocInput(allocNodes(1, 2))
-	in.MaxUpdatesPerRun = 3 // two requests and the reconfigure: then continue as new
+	in.MaxUpdatesPerRun = 4 // two requests, the reconfigure and a late request: then continue as new
 	h.request(time.Minute, capReq("job-a", 1, scheduler.Medium, 1))
 	h.request(2*time.Minute, capReq("job-b", 1, scheduler.Medium, 1))
 	var before protocol.QueueView
@@ -855,6 +855,9 @@ func TestAllocatorReconfigureAddsNode(t *testing.T) {
 	next.StopGracePeriod, next.ReclaimInterval = 9*time.Second, time.Minute
 	next.MaxUpdatesPerRun = 0 // ignored: not part of the config
 	out := h.reconfigure(4*time.Minute, next)
+	// n2 is fenced until its agent answers (at once here); then job-b runs
+	// there, and job-c waits.
+	h.request(5*time.Minute, capReq("job-c", 1, scheduler.Medium, 1))
 	h.env.ExecuteWorkflow(protocol.AllocatorWorkflowName, in)
 	require.True(t, h.env.IsWorkflowCompleted())
 
@@ -876,13 +879,18 @@ func TestAllocatorReconfigureAddsNode(t *testing.T) {
 	require.Len(t, gb, 1)
 	assert.Equal(t, "n2", gb[0].Placement[0].Node)
 	assert.Equal(t, 9*time.Second, gb[0].StopGracePeriod, "grants use the new stop grace period")
+	fencedN2 := false
+	for _, f := range h.fences {
+		fencedN2 = fencedN2 || f.node == "n2"
+	}
+	assert.True(t, fencedN2, "the added node was fenced before it was granted")
 
 	carried := continuedWith(t, h.env.GetWorkflowError())
 	assert.Equal(t, next.Nodes, carried.in.Nodes)
 	assert.Equal(t, next.Policy, carried.in.Policy)
 	assert.Equal(t, 9*time.Second, carried.in.StopGracePeriod)
 	assert.Equal(t, time.Minute, carried.in.ReclaimInterval)
-	assert.Equal(t, 3, carried.in.MaxUpdatesPerRun)
+	assert.Equal(t, 4, carried.in.MaxUpdatesPerRun)
 	assert.Equal(t, next.Nodes, carried.pool.Nodes)
 	assert.Equal(t, next.Policy, carried.pool.Policy)
 }
