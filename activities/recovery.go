@@ -67,7 +67,11 @@ func (a *Activities) RegisterJobs(ctx context.Context, in RegisterJobsInput) (Re
 	defer stop()
 	go func() { _ = sleepHeartbeating(hctx, 10*time.Minute) }()
 	if in.Jobs != nil {
-		holds, unanswered, err := a.registerAll(ctx, in.Jobs, in.Epoch, registerUpdateID(in))
+		jobs, err := a.jobsOf(ctx, in.Jobs, in.Region, in.Allocation)
+		if err != nil {
+			return RegisterJobsReply{}, err
+		}
+		holds, unanswered, err := a.registerAll(ctx, jobs, in.Epoch, registerUpdateID(in))
 		if err != nil {
 			return RegisterJobsReply{}, err
 		}
@@ -107,6 +111,36 @@ func (a *Activities) RegisterJobs(ctx context.Context, in RegisterJobsInput) (Re
 	}
 	slices.SortFunc(holds, func(x, y protocol.JobHold) int { return strings.Compare(x.Job, y.Job) })
 	return RegisterJobsReply{Holds: holds, Listed: listed, Unanswered: unanswered}, nil
+}
+
+// jobsOf keeps the jobs whose workflow runs in region/allocation, read from
+// each workflow's own record: a worker found on a node can belong to a job
+// of the allocation the node came from, and registering that job here would
+// move it to this allocator's epoch. Such a job holds nothing here, so the
+// fence stops its worker.
+func (a *Activities) jobsOf(ctx context.Context, jobs []string, region, allocation string) ([]string, error) {
+	other, err := a.describeEach(ctx, jobs, func(desc *workflowservice.DescribeWorkflowExecutionResponse, i int) bool {
+		fields := desc.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()
+		return keyword(fields[protocol.SARegion]) != region || keyword(fields[protocol.SAAllocation]) != allocation
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for i, job := range jobs {
+		if !other[i] { // describeEach marks ended jobs too: they hold nothing
+			out = append(out, job)
+		}
+	}
+	return out, nil
+}
+
+func keyword(p *commonpb.Payload) string {
+	var s string
+	if p == nil || converter.GetDefaultDataConverter().FromPayload(p, &s) != nil {
+		return ""
+	}
+	return s
 }
 
 // JobsQuery is the visibility query for the running job workflows of one allocation.
