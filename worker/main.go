@@ -339,7 +339,9 @@ const reconfigureTimeout = 30 * time.Second
 // allocator refuses (it removes or changes a node a job is placed on) is
 // logged with the reason and the worker starts anyway: the allocator keeps
 // its current config.
-func reconfigureAllocator(ctx context.Context, c client.Client, in protocol.AllocatorInput, logger *slog.Logger) {
+//
+// It says whether the allocator now has the config.
+func reconfigureAllocator(ctx context.Context, c client.Client, in protocol.AllocatorInput, logger *slog.Logger) bool {
 	name := in.Region + "/" + in.Allocation
 	ctx, cancel := context.WithTimeout(ctx, reconfigureTimeout)
 	defer cancel()
@@ -358,10 +360,13 @@ func reconfigureAllocator(ctx context.Context, c client.Client, in protocol.Allo
 	case errors.As(err, &appErr):
 		logger.Warn("the allocator refused the changed config and keeps its current one; stop the jobs named or fix the config, then restart trainq-worker",
 			"allocation", name, "reason", appErr.Message())
+		return false
 	case err != nil:
 		logger.Warn("could not hand the config to the running allocator; it keeps its current one until the next start",
 			"allocation", name, "error", err)
+		return false
 	case reply.Changed:
 		logger.Info("allocator reconfigured", "allocation", name, "changes", reply.Summary, "refused_jobs", reply.Refused)
 	}
+	return true
 }
