@@ -415,3 +415,14 @@ func needText(d Demand, workers int) string {
 	}
 	return b.String()
 }
+
+// Waiting returns job's waiting request, if it has one: a map lookup, for the
+// callers that only need to know whether (and which attempt) waits, not where
+// or why (that is Explain, a dry-run pass up to the job's place).
+func (p *Pool) Waiting(job string) (Request, bool) {
+	w := p.waitIdx[job]
+	if w == nil {
+		return Request{}, false
+	}
+	return w.r, true
+}

@@ -582,7 +582,7 @@ func (a *allocator) queueFull(req protocol.CapacityRequest) error {
 	if a.in.MaxWaiting <= 0 || req.Attempt > 1 || req.Seq != 0 || a.pool.WaitingCount() < a.in.MaxWaiting {
 		return nil
 	}
-	if _, ok := a.pool.Explain(req.Job); ok {
+	if _, ok := a.pool.Waiting(req.Job); ok {
 		return nil // a repeated request
 	}
 	return &protocol.QueueFullError{Region: a.in.Region, Allocation: a.in.Allocation, Waiting: a.pool.WaitingCount()}
@@ -625,7 +625,7 @@ func (a *allocator) request(req protocol.CapacityRequest, now time.Time) protoco
 		return protocol.CapacityReply{Epoch: a.epoch, Seq: r.Seq}
 	}
 	if r.Seq == 0 {
-		if w, ok := a.pool.Explain(r.Job); ok {
+		if w, ok := a.pool.Waiting(r.Job); ok {
 			r.Seq = w.Seq
 		} else {
 			r.Seq = a.nextSeq
@@ -826,7 +826,7 @@ func (a *allocator) onRelease(ctx workflow.Context, s protocol.ReleaseSignal) {
 
 func (a *allocator) onWithdraw(s protocol.WithdrawSignal) {
 	a.updates++
-	if w, ok := a.pool.Explain(s.Job); ok && w.Attempt == s.Attempt {
+	if w, ok := a.pool.Waiting(s.Job); ok && w.Attempt == s.Attempt {
 		a.pool.CancelAttempt(s.Job, s.Attempt)
 		a.note(fmt.Sprintf("%s withdrew its request", s.Job))
 		return
@@ -925,7 +925,7 @@ const resetCheckTries = 6
 // hasNewerAttempt says whether the pool holds or queues a later attempt of
 // req's job than req's.
 func (a *allocator) hasNewerAttempt(req protocol.CapacityRequest) bool {
-	if w, ok := a.pool.Explain(req.Job); ok && w.Attempt > req.Attempt {
+	if w, ok := a.pool.Waiting(req.Job); ok && w.Attempt > req.Attempt {
 		return true
 	}
 	r, ok := a.pool.Running(req.Job)
@@ -936,7 +936,7 @@ func (a *allocator) hasNewerAttempt(req protocol.CapacityRequest) bool {
 // held one, and queues req (after the reclaim, if there is one).
 func (a *allocator) serveReset(ctx workflow.Context, req protocol.CapacityRequest) {
 	newer := 0
-	if w, ok := a.pool.Explain(req.Job); ok && w.Attempt > req.Attempt {
+	if w, ok := a.pool.Waiting(req.Job); ok && w.Attempt > req.Attempt {
 		newer = w.Attempt
 	}
 	r, held := a.pool.Running(req.Job)
@@ -1243,7 +1243,7 @@ func (a *allocator) dropGhostRequests(ctx workflow.Context, size int) {
 	}
 	dropped := 0
 	for _, g := range ghosts {
-		if w, ok := a.pool.Explain(g.Job); ok && w.Attempt == g.Attempt && a.pool.CancelAttempt(g.Job, g.Attempt) {
+		if w, ok := a.pool.Waiting(g.Job); ok && w.Attempt == g.Attempt && a.pool.CancelAttempt(g.Job, g.Attempt) {
 			dropped++
 			a.note(fmt.Sprintf("dropped the request of %s attempt %d: nobody waits for it", g.Job, g.Attempt))
 		}

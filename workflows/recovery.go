@@ -312,7 +312,7 @@ func (a *allocator) adoptStranger(ctx workflow.Context, node string, h protocol.
 	if _, ok := a.pool.Running(h.Job); ok {
 		return
 	}
-	if _, ok := a.pool.Explain(h.Job); ok {
+	if _, ok := a.pool.Waiting(h.Job); ok {
 		return
 	}
 	if a.withdrawnFirst(h.Request) != nil {
