@@ -526,6 +526,10 @@ func (v QueueView) GPUTotals() GPUTotals {
 type FencedNode struct {
 	Node   string `json:"node"`
 	Reason string `json:"reason"`
+	// Cause is why the node is fenced, for decisions (Reason is for
+	// people): "recovering", "lost" or "added"; empty in states written
+	// before it was kept.
+	Cause string `json:"cause,omitempty"`
 }
 
 // CheckpointReport tells the allocator that Attempt of Job has just saved

@@ -90,7 +90,7 @@ type allocator struct {
 	recoveredAt time.Time
 	// fencing are the nodes whose fence is in progress, and why each is fenced.
 	fencing      map[string]int64
-	fenceWhy     map[string]string
+	fenceWhy     map[string]fenceState
 	ghostAfter   string // where the next ghost-request check resumes
 	reclaimTicks int
 	updates      int
@@ -328,7 +328,8 @@ func (a *allocator) run(ctx workflow.Context) error {
 		a.reclaim(ctx, job)
 	}
 	for _, node := range a.pool.LostNodes() {
-		a.fence(ctx, node, a.fenceReason(node))
+		st := a.fenceOf(node)
+		a.fence(ctx, node, st.cause, st.why)
 	}
 	a.schedule(ctx)
 
@@ -491,7 +492,7 @@ func (a *allocator) drainSignals(ctx workflow.Context) {
 }
 
 func newAllocator(in protocol.AllocatorInput, packedPool []byte) (*allocator, error) {
-	a := &allocator{in: in, nextSeq: 1, reclaims: map[string]bool{}, fencing: map[string]int64{}, fenceWhy: map[string]string{},
+	a := &allocator{in: in, nextSeq: 1, reclaims: map[string]bool{}, fencing: map[string]int64{}, fenceWhy: map[string]fenceState{},
 		fresh: in.State == nil}
 	a.in.State = nil
 	if in.State != nil {
@@ -516,7 +517,7 @@ func newAllocator(in protocol.AllocatorInput, packedPool []byte) (*allocator, er
 		a.unanswered = in.State.Unanswered
 		a.recoveredAt = in.State.RecoveredAt
 		for _, f := range in.State.Fenced {
-			a.fenceWhy[f.Node] = f.Reason
+			a.fenceWhy[f.Node] = carriedFence(f)
 		}
 		return a, nil
 	}
@@ -735,7 +736,7 @@ func (a *allocator) fenceAddedNodes(ctx workflow.Context, nodesBefore []schedule
 		return
 	}
 	for _, node := range added {
-		a.fence(ctx, node, "added to the allocation: waiting for its agent to confirm that no stray worker runs there")
+		a.fence(ctx, node, fenceAdded, "added to the allocation: waiting for its agent to confirm that no stray worker runs there")
 	}
 }
 

@@ -20,8 +20,41 @@ import (
 // visibility yet at the first listing.
 const recoverySettle = 2 * time.Second
 
-// Why a node is fenced.
-const fenceRecovering = "waiting for its agent to report which workers run there (recovery)"
+// fenceCause is why a node is fenced: what the allocator decides by (the
+// reason beside it is for people).
+type fenceCause string
+
+const (
+	// fenceRecovering: every node after a recovery, until its agent says
+	// what runs there; it turns into fenceLost if the agent does not answer.
+	fenceRecovering fenceCause = "recovering"
+	// fenceLost: the node's agent did not answer, so its workers may run on.
+	fenceLost fenceCause = "lost"
+	// fenceAdded: a reconfigure added the node.
+	fenceAdded fenceCause = "added"
+)
+
+// recoveringReason is a node's reason while a recovery fences it.
+const recoveringReason = "waiting for its agent to report which workers run there (recovery)"
+
+// fenceState is why one node is fenced.
+type fenceState struct {
+	cause fenceCause
+	why   string
+}
+
+// carriedFence reads a fenced node from the carried state; one written
+// before causes were kept is told by its reason.
+func carriedFence(f protocol.FencedNode) fenceState {
+	cause := fenceCause(f.Cause)
+	if cause == "" {
+		cause = fenceLost
+		if f.Reason == recoveringReason {
+			cause = fenceRecovering
+		}
+	}
+	return fenceState{cause: cause, why: f.Reason}
+}
 
 // recoverState rebuilds the allocator's state from the jobs themselves and
 // the node agents, so that an allocator that lost its state (terminated,
@@ -91,7 +124,7 @@ func (a *allocator) recoverState(ctx workflow.Context) protocol.RecoverReply {
 	a.unanswered = reg.Unanswered
 	a.counters.Recoveries++
 	for _, n := range pool.Nodes() {
-		a.fence(ctx, n.Name, fenceRecovering)
+		a.fence(ctx, n.Name, fenceRecovering, recoveringReason)
 		reply.Fenced = append(reply.Fenced, n.Name)
 	}
 	reply.Running, reply.Waiting = len(pool.RunningJobs()), pool.WaitingCount()
@@ -172,21 +205,21 @@ func requestFor(pool *scheduler.Pool, req protocol.CapacityRequest) (scheduler.R
 
 // nodeLost fences a node whose agent did not answer.
 func (a *allocator) nodeLost(ctx workflow.Context, node, why string) {
-	if slices.Contains(a.pool.LostNodes(), node) && a.fenceWhy[node] != fenceRecovering {
+	if slices.Contains(a.pool.LostNodes(), node) && a.fenceWhy[node].cause != fenceRecovering {
 		return
 	}
 	a.counters.NodesLost++
 	a.note(fmt.Sprintf("node %s lost: %s", node, why))
 	workflow.GetLogger(ctx).Warn("node lost; fencing it until its agent answers", "node", node, "reason", why)
-	a.fence(ctx, node, "lost: "+why)
+	a.fence(ctx, node, fenceLost, "lost: "+why)
 }
 
 // fence takes node out of scheduling until its agent has stopped every worker
 // the pool does not know of and so confirmed the rest (activity FenceNode).
 // It tries once per reclaim interval; a later recovery supersedes it.
-func (a *allocator) fence(ctx workflow.Context, node, why string) {
+func (a *allocator) fence(ctx workflow.Context, node string, cause fenceCause, why string) {
 	a.pool.MarkNodeLost(node)
-	a.fenceWhy[node] = why
+	a.fenceWhy[node] = fenceState{cause: cause, why: why}
 	generation := a.counters.Recoveries
 	if g, ok := a.fencing[node]; ok && g == generation {
 		return // already being fenced
@@ -231,9 +264,9 @@ func (a *allocator) fence(ctx workflow.Context, node, why string) {
 				a.schedule(ctx)
 				return
 			}
-			if isNodeTimeout(err) && a.fenceWhy[node] == fenceRecovering {
+			if isNodeTimeout(err) && a.fenceWhy[node].cause == fenceRecovering {
 				a.counters.NodesLost++
-				a.fenceWhy[node] = fmt.Sprintf("lost: its agent did not answer for %s", a.nodeTimeout())
+				a.fenceWhy[node] = fenceState{cause: fenceLost, why: fmt.Sprintf("lost: its agent did not answer for %s", a.nodeTimeout())}
 				a.note(fmt.Sprintf("node %s lost: its agent did not answer for %s", node, a.nodeTimeout()))
 				workflow.SetCurrentDetails(ctx, a.details())
 			}
@@ -385,14 +418,17 @@ func (a *allocator) workersOn(node string) []cluster.WorkerID {
 func (a *allocator) fenced() []protocol.FencedNode {
 	var out []protocol.FencedNode
 	for _, node := range a.pool.LostNodes() {
-		out = append(out, protocol.FencedNode{Node: node, Reason: a.fenceReason(node)})
+		st := a.fenceOf(node)
+		out = append(out, protocol.FencedNode{Node: node, Reason: st.why, Cause: string(st.cause)})
 	}
 	return out
 }
 
-func (a *allocator) fenceReason(node string) string {
-	if why := a.fenceWhy[node]; why != "" {
-		return why
+// fenceOf is why node is fenced; a node marked lost without a recorded
+// reason counts as lost.
+func (a *allocator) fenceOf(node string) fenceState {
+	if st, ok := a.fenceWhy[node]; ok && st.why != "" {
+		return st
 	}
-	return "lost: its agent did not answer"
+	return fenceState{cause: fenceLost, why: "lost: its agent did not answer"}
 }
