@@ -76,6 +76,10 @@ regions:
       - name: selected
         stop_grace_period: 5s
         node_selector: {trainq.io/allocation: selected}
+      - name: largest
+        stop_grace_period: 5s
+        max_loss_gpu_hours: -1
+        node_selector: {trainq.io/allocation: largest}
       - name: unknown
         stop_grace_period: 5s
         nodes:
