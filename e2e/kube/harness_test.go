@@ -76,6 +76,12 @@ regions:
       - name: selected
         stop_grace_period: 5s
         node_selector: {trainq.io/allocation: selected}
+      - name: relabel-a
+        stop_grace_period: 5s
+        node_selector: {trainq.io/allocation: relabel-a}
+      - name: relabel-b
+        stop_grace_period: 5s
+        node_selector: {trainq.io/allocation: relabel-b}
       - name: largest
         stop_grace_period: 5s
         max_loss_gpu_hours: -1
