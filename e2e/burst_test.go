@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
-	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/trainq/trainq/protocol"
@@ -111,29 +110,10 @@ type burstHistory struct {
 func readBurstHistory(t *testing.T, allocator string) burstHistory {
 	t.Helper()
 	var h burstHistory
-	for _, run := range scaleAllocatorRunIDs(t, allocator) {
-		h.add(history(t, env.client, allocator, run))
+	for _, run := range scaleAllocatorRuns(t, allocator) {
+		h.add(history(t, env.client, allocator, run.runID))
 	}
 	return h
-}
-
-func scaleAllocatorRunIDs(t *testing.T, id string) []string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	var runs []string
-	var token []byte
-	for {
-		resp, err := env.client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
-			Query: fmt.Sprintf("WorkflowId = %q", id), NextPageToken: token})
-		require.NoError(t, err)
-		for _, e := range resp.Executions {
-			runs = append(runs, e.Execution.RunId)
-		}
-		if token = resp.NextPageToken; len(token) == 0 {
-			return runs
-		}
-	}
 }
 
 // add counts one run's events.
