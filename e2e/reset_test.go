@@ -111,7 +111,7 @@ func resetAllocatorBefore(t *testing.T, allocation, job string) int64 {
 	_, err := env.client.ResetWorkflowExecution(ctx, &workflowservice.ResetWorkflowExecutionRequest{
 		Namespace: "default", WorkflowExecution: &commonpb.WorkflowExecution{WorkflowId: id},
 		Reason: "e2e: reset the allocator", WorkflowTaskFinishEventId: point, RequestId: uuid.NewString(),
-		ResetReapplyType: enumspb.RESET_REAPPLY_TYPE_NONE,
+		ResetReapplyExcludeTypes: []enumspb.ResetReapplyExcludeType{enumspb.RESET_REAPPLY_EXCLUDE_TYPE_SIGNAL, enumspb.RESET_REAPPLY_EXCLUDE_TYPE_UPDATE},
 	})
 	require.NoError(t, err)
 	return point
