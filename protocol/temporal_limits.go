@@ -43,7 +43,7 @@ const (
 	// earlier ones are delivered.
 	AllocatorSignalBudget = TemporalPendingSignalsLimit / 4
 	// AllocatorActivityBudget bounds the activities an allocator has
-	// pending: reclaims' stops, fences, checks.
+	// pending: half for fences, half for reclaims' stops and checks.
 	AllocatorActivityBudget = TemporalPendingActivitiesLimit / 4
 	// JobActivityBudget bounds the activities one job has pending: with
 	// MaxNWorkers watches still pending while their workers stop, its stops

@@ -99,8 +99,9 @@ type allocator struct {
 	// flight, oldest first; each delivery sends the next (see send).
 	outbox []outgoing
 	// activities counts this run's pending activities, bounded by
-	// AllocatorActivityBudget (see executeActivity).
-	activities int
+	// AllocatorActivityBudget (see executeActivity): fences' in
+	// activities[fenceActivities], the rest in activities[otherActivities].
+	activities [2]int
 	detailsAt  time.Time
 	lastEvent  string
 }
@@ -1092,17 +1093,34 @@ func (a *allocator) flushOutbox(ctx workflow.Context) {
 	}
 }
 
-// executeActivity schedules an activity once fewer than
-// AllocatorActivityBudget are pending, so that no workflow task passes
+// The two shares of the activity budget: a fence of a dead node holds its
+// slot for node_timeout on every try, so hundreds of dead nodes must not
+// starve the reclaims, leak checks and reset checks, nor these the fences.
+const (
+	fenceActivities = iota
+	otherActivities
+)
+
+// executeActivity schedules an activity (of the other share) once its share
+// of AllocatorActivityBudget allows, so that no workflow task passes
 // TemporalPendingActivitiesLimit however many workers a reclaim stops or
 // nodes a recovery fences. Under the budget it schedules at once.
 func (a *allocator) executeActivity(ctx workflow.Context, activity any, args ...any) workflow.Future {
-	_ = workflow.Await(ctx, func() bool { return a.activities < protocol.AllocatorActivityBudget })
-	a.activities++
+	return a.executeActivityOf(ctx, otherActivities, activity, args...)
+}
+
+// executeFenceActivity is executeActivity for the fences' share.
+func (a *allocator) executeFenceActivity(ctx workflow.Context, activity any, args ...any) workflow.Future {
+	return a.executeActivityOf(ctx, fenceActivities, activity, args...)
+}
+
+func (a *allocator) executeActivityOf(ctx workflow.Context, share int, activity any, args ...any) workflow.Future {
+	_ = workflow.Await(ctx, func() bool { return a.activities[share] < protocol.AllocatorActivityBudget/2 })
+	a.activities[share]++
 	f := workflow.ExecuteActivity(ctx, activity, args...)
 	workflow.Go(ctx, func(gctx workflow.Context) {
 		_ = f.Get(gctx, nil)
-		a.activities--
+		a.activities[share]--
 	})
 	return f
 }

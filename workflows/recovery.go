@@ -242,7 +242,7 @@ func (a *allocator) fence(ctx workflow.Context, node string, cause fenceCause, w
 					RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
 					Summary:                fmt.Sprintf("fence %s: stop every worker but the %d it holds", node, len(keep)),
 				})
-				err = a.executeActivity(actx, (*activities.Activities).FenceNode,
+				err = a.executeFenceActivity(actx, (*activities.Activities).FenceNode,
 					activities.FenceNodeInput{Keep: keep, Grace: a.in.StopGracePeriod}).Get(ctx, &reply)
 				if err == nil && !stillHeld(keep, a.workersOn(node)) && a.refencesStaleKeeps(ctx) {
 					// The agent kept a worker whose job has since given it up (a
@@ -295,7 +295,7 @@ func (a *allocator) registerStrangers(ctx workflow.Context, node string) error {
 		Summary:                "list the live workers on " + node,
 	})
 	var inv activities.NodeInventoryReply
-	if err := a.executeActivity(nctx, (*activities.Activities).NodeInventory).Get(ctx, &inv); err != nil {
+	if err := a.executeFenceActivity(nctx, (*activities.Activities).NodeInventory).Get(ctx, &inv); err != nil {
 		return err
 	}
 	held := a.workersOn(node)
@@ -323,7 +323,7 @@ func (a *allocator) registerStrangers(ctx workflow.Context, node string) error {
 	// its first answer, which recovery's may be, long out of date.
 	in := activities.RegisterJobsInput{Region: a.in.Region, Allocation: a.in.Allocation, Epoch: a.epoch, Jobs: jobs,
 		Round: workflow.Now(ctx).UnixNano()}
-	if err := a.executeActivity(rctx, (*activities.Activities).RegisterJobs, in).Get(ctx, &reg); err != nil {
+	if err := a.executeFenceActivity(rctx, (*activities.Activities).RegisterJobs, in).Get(ctx, &reg); err != nil {
 		return err
 	}
 	for _, h := range reg.Holds {
