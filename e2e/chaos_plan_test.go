@@ -17,15 +17,26 @@ import (
 // This file is the chaos test's plan: the jobs and the faults, all drawn
 // from one seed, so that a run can be repeated exactly.
 
-// chaosNodeTimeout is the config's node_timeout: how long a node agent may
-// be silent before its node counts as lost.
-const chaosNodeTimeout = 10 * time.Second
-
 // chaosNodes is the number of nodes of the chaos allocation, each with
 // chaosGPUsPerNode GPUs.
 const (
 	chaosNodes       = 8
 	chaosGPUsPerNode = 4
+)
+
+// chaosWatchHeartbeat is the heartbeat timeout of a job's watch on its
+// workers (WatchWorker in workflows/job.go): a running worker's watch is
+// lost only when its node's agent stays away for about this long plus
+// node_timeout (the retried watch is not picked up either).
+const chaosWatchHeartbeat = 15 * time.Second
+
+// chaosPinnedRAM is the RAM of the pinned jobs' workers (the pair of the
+// two-jobs-one-node outage): only the pair node has room for it, so that
+// the pair lands there; chaosPairNodeRAM fits two such workers, not three.
+const (
+	chaosPinnedRAM   = 1500
+	chaosPairNodeRAM = 4096
+	chaosNodeRAM     = 512
 )
 
 // chaosSize is one size of the chaos test.
@@ -36,11 +47,21 @@ type chaosSize struct {
 	submitWindow time.Duration
 	// The faults are spread over [faultsFrom, faultsUntil].
 	faultsFrom, faultsUntil time.Duration
-	workerKills             int
+	// The allocation's timeouts: node_timeout, stop_grace_period, and the
+	// reclaim_interval, one of reclaimIntervals drawn per seed.
+	nodeTimeout, stopGrace time.Duration
+	reclaimIntervals       []time.Duration
+	// maxSleep bounds what a job's worker sleeps (from 1 s).
+	maxSleep time.Duration
+	// Fixed faults (drawn is false): how many of each.
+	workerKills int
 	// agentDowns are how long the killed node agent stays down, one per kill.
 	agentDowns          []time.Duration
 	serverKills         int
 	allocatorTerminates int
+	// drawn: the faults' kinds, counts and parameters are drawn from the
+	// seed (the campaign), instead of the fixed counts above.
+	drawn bool
 	// drain bounds the wait, after the last submission and the last fault,
 	// for every job to end.
 	drain time.Duration
@@ -51,26 +72,57 @@ var (
 	chaosFull = chaosSize{
 		name: "full", jobs: 200, submitWindow: 4 * time.Minute,
 		faultsFrom: 20 * time.Second, faultsUntil: 4*time.Minute + 30*time.Second,
-		workerKills: 5, agentDowns: []time.Duration{chaosNodeTimeout + 5*time.Second, 3 * time.Second},
+		nodeTimeout: 10 * time.Second, stopGrace: 2 * time.Second, reclaimIntervals: []time.Duration{2 * time.Second},
+		maxSleep:    8 * time.Second,
+		workerKills: 5, agentDowns: []time.Duration{15 * time.Second, 3 * time.Second},
 		serverKills: 1, allocatorTerminates: 1, drain: 9 * time.Minute,
 	}
-	// chaosReduced runs in every `go test ./...`: a few minutes at most.
+	// chaosReduced runs in every `go test ./...`: about a minute.
 	chaosReduced = chaosSize{
 		name: "reduced", jobs: 30, submitWindow: 30 * time.Second,
 		faultsFrom: 6 * time.Second, faultsUntil: 50 * time.Second,
-		workerKills: 2, agentDowns: []time.Duration{chaosNodeTimeout + 5*time.Second},
+		nodeTimeout: 10 * time.Second, stopGrace: 2 * time.Second, reclaimIntervals: []time.Duration{2 * time.Second},
+		maxSleep:    8 * time.Second,
+		workerKills: 2, agentDowns: []time.Duration{15 * time.Second},
 		serverKills: 1, allocatorTerminates: 1, drain: 150 * time.Second,
+	}
+	// chaosCampaign is one seed of the campaign (make chaos SEEDS=N):
+	// timeouts scaled down so that a seed runs in about a minute and a
+	// half, every fault drawn from the seed.
+	chaosCampaign = chaosSize{
+		name: "campaign", jobs: 30, submitWindow: 25 * time.Second,
+		faultsFrom: 3 * time.Second, faultsUntil: 35 * time.Second,
+		nodeTimeout: 2 * time.Second, stopGrace: time.Second,
+		reclaimIntervals: []time.Duration{time.Second, 2 * time.Second},
+		maxSleep:         5 * time.Second,
+		drawn:            true, drain: 150 * time.Second,
 	}
 )
 
 // chaosJob is one job of the plan.
 type chaosJob struct {
 	name    string
-	at      time.Duration // submitted at this offset from the start
+	at      time.Duration // submitted at this offset from the start (the plan's own jobs)
 	class   string
 	workers int
 	gpus    int       // per worker
 	sleeps  []float64 // seconds, per worker
+	// ramGB, when set, is each worker's RAM: the instance type's long form,
+	// which only the pair node can hold.
+	ramGB int
+	// rerunSleep, when set, is what every worker sleeps on attempts after
+	// the first.
+	rerunSleep float64
+	// gated: the workers wait for the job's gate file (the harness opens
+	// it) instead of sleeping.
+	gated bool
+}
+
+func (j chaosJob) instanceType() string {
+	if j.ramGB > 0 {
+		return fmt.Sprintf("a100.%dgpu.0vG.1C.%dG", j.gpus, j.ramGB)
+	}
+	return fmt.Sprintf("a100.%dgpu", j.gpus)
 }
 
 type chaosFaultKind int
@@ -80,6 +132,21 @@ const (
 	faultAgentKill
 	faultServerKill
 	faultAllocatorTerminate
+	// faultAllocatorReset: `temporal workflow reset` of the allocator to an
+	// earlier workflow task of its current run, followed at once by
+	// `trainq allocator recover` (what the README tells an operator to do).
+	faultAllocatorReset
+	// faultAgentPair: two jobs pinned to the pair node run there; its agent
+	// is killed, and started again as soon as the allocator has taken the
+	// second job's lost release (both watches lost, one after the other).
+	faultAgentPair
+	// faultJobReset: a running job's workflow is reset to the workflow task
+	// that began its latest attempt (or, depth 1, its previous one).
+	faultJobReset
+	// faultBurst: a wide job holds most of the pool while dozens of 1-GPU
+	// jobs queue behind it; it ends and one pass can grant them all.
+	faultBurst
+	chaosFaultKinds
 )
 
 func (k chaosFaultKind) String() string {
@@ -90,8 +157,18 @@ func (k chaosFaultKind) String() string {
 		return "kill -9 node agent"
 	case faultServerKill:
 		return "kill -9 dev server"
+	case faultAllocatorTerminate:
+		return "terminate allocator"
+	case faultAllocatorReset:
+		return "reset allocator (then recover)"
+	case faultAgentPair:
+		return "agent outage, two jobs on its node"
+	case faultJobReset:
+		return "reset a running job"
+	case faultBurst:
+		return "burst of grants"
 	}
-	return "terminate allocator"
+	return fmt.Sprintf("fault kind %d", int(k))
 }
 
 // chaosFault is one fault of the plan.
@@ -99,6 +176,19 @@ type chaosFault struct {
 	at   time.Duration // injected at this offset from the start (or as soon as the previous fault is done)
 	kind chaosFaultKind
 	down time.Duration // how long the killed process stays down
+	// depth: for an allocator reset, which workflow task completion of the
+	// current run it goes back to (1 = the latest); for a job reset, 0 =
+	// the task that began the job's latest attempt, 1 = its previous one.
+	depth int
+	// pick chooses the running job a job reset resets (modulo their number).
+	pick int
+	// stagger: the pair's second job is submitted this long after the
+	// first one started, so that their watches (and their heartbeats) are
+	// lost one after the other.
+	stagger time.Duration
+	// jobs are what the fault submits: the pair, or the burst (the wide job
+	// first).
+	jobs []chaosJob
 }
 
 // chaosPlan is everything a run does, drawn from seed.
@@ -108,15 +198,42 @@ type chaosPlan struct {
 	jobs      []chaosJob
 	faults    []chaosFault
 	agentNode string // the node whose agent runs (and is killed) apart
+	// pairNode is the node of the two-jobs outage, with an agent of its own
+	// ("" when the plan has none).
+	pairNode        string
+	reclaimInterval time.Duration
 }
 
 func chaosNodeName(i int) string { return fmt.Sprintf("chaos-%d", i+1) }
+
+// allJobs is every job the plan submits: its own, then the faults'.
+func (p chaosPlan) allJobs() []chaosJob {
+	out := append([]chaosJob(nil), p.jobs...)
+	for _, f := range p.faults {
+		out = append(out, f.jobs...)
+	}
+	return out
+}
+
+// faultCounts counts the plan's faults by kind.
+func (p chaosPlan) faultCounts() map[chaosFaultKind]int {
+	n := map[chaosFaultKind]int{}
+	for _, f := range p.faults {
+		n[f.kind]++
+	}
+	return n
+}
 
 // makeChaosPlan draws the jobs and the faults of one run.
 func makeChaosPlan(size chaosSize, seed uint64) chaosPlan {
 	rng := rand.New(rand.NewPCG(seed, 0x747261696e71)) // "trainq"
 	p := chaosPlan{size: size, seed: seed}
-	p.agentNode = chaosNodeName(rng.IntN(chaosNodes))
+	agent := rng.IntN(chaosNodes)
+	p.agentNode = chaosNodeName(agent)
+	p.reclaimInterval = size.reclaimIntervals[0]
+	if len(size.reclaimIntervals) > 1 {
+		p.reclaimInterval = size.reclaimIntervals[rng.IntN(len(size.reclaimIntervals))]
+	}
 
 	offsets := make([]time.Duration, size.jobs)
 	for i := range offsets {
@@ -144,30 +261,62 @@ func makeChaosPlan(size chaosSize, seed uint64) chaosPlan {
 			j.workers = 4
 		}
 		j.gpus = 1 + rng.IntN(chaosGPUsPerNode)
+		tenths := int(size.maxSleep / (100 * time.Millisecond))
 		for range j.workers {
-			j.sleeps = append(j.sleeps, float64(10+rng.IntN(71))/10) // 1.0–8.0 s
+			j.sleeps = append(j.sleeps, float64(10+rng.IntN(tenths-10+1))/10) // 1.0 s – maxSleep
 		}
 		p.jobs = append(p.jobs, j)
 	}
 
 	var kinds []chaosFaultKind
-	for range size.workerKills {
-		kinds = append(kinds, faultWorkerKill)
+	add := func(k chaosFaultKind, n int) {
+		for range n {
+			kinds = append(kinds, k)
+		}
 	}
-	for range size.agentDowns {
-		kinds = append(kinds, faultAgentKill)
-	}
-	for range size.serverKills {
-		kinds = append(kinds, faultServerKill)
-	}
-	for range size.allocatorTerminates {
-		kinds = append(kinds, faultAllocatorTerminate)
+	var agentDowns []time.Duration
+	if size.drawn {
+		add(faultWorkerKill, 1+rng.IntN(2))
+		add(faultServerKill, rng.IntN(2))
+		if rng.IntN(2) == 0 {
+			add(faultAllocatorTerminate, 1)
+		} else {
+			add(faultAllocatorReset, 1)
+		}
+		outages := 1 + rng.IntN(2)
+		add(faultAgentKill, outages)
+		for range outages {
+			// 0.5–2 × node_timeout: what the agent misses are the starts,
+			// stops and fences scheduled meanwhile. One in three is as long
+			// again as a watch's heartbeat timeout, around where the
+			// running workers' watches are lost too.
+			f := time.Duration(500+rng.IntN(1501)) * size.nodeTimeout / 1000
+			if rng.IntN(3) == 0 {
+				f += chaosWatchHeartbeat
+			}
+			agentDowns = append(agentDowns, f.Round(10*time.Millisecond))
+		}
+		// Two of them: whether the agent comes back while a fence sent
+		// before the second loss still waits for it is a race (about even
+		// odds each).
+		add(faultAgentPair, 2)
+		add(faultJobReset, 1+rng.IntN(2))
+		add(faultBurst, rng.IntN(2))
+		pair := (agent + 1 + rng.IntN(chaosNodes-1)) % chaosNodes
+		p.pairNode = chaosNodeName(pair)
+	} else {
+		add(faultWorkerKill, size.workerKills)
+		add(faultAgentKill, len(size.agentDowns))
+		add(faultServerKill, size.serverKills)
+		add(faultAllocatorTerminate, size.allocatorTerminates)
+		agentDowns = append(agentDowns, size.agentDowns...)
 	}
 	rng.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
-	agentDowns := append([]time.Duration(nil), size.agentDowns...)
 	rng.Shuffle(len(agentDowns), func(i, j int) { agentDowns[i], agentDowns[j] = agentDowns[j], agentDowns[i] })
 	slot := (size.faultsUntil - size.faultsFrom) / time.Duration(max(len(kinds), 1))
+	count := map[chaosFaultKind]int{}
 	for i, k := range kinds {
+		count[k]++
 		f := chaosFault{kind: k, at: size.faultsFrom + time.Duration(i)*slot + time.Duration(rng.Int64N(int64(slot/2)+1))}
 		f.at = f.at.Round(10 * time.Millisecond)
 		switch k {
@@ -177,6 +326,31 @@ func makeChaosPlan(size chaosSize, seed uint64) chaosPlan {
 			f.down, agentDowns = agentDowns[0], agentDowns[1:]
 		case faultServerKill:
 			f.down = time.Duration(1000+rng.IntN(2000)) * time.Millisecond
+		case faultAllocatorReset:
+			f.depth = 1 + rng.IntN(8)
+		case faultJobReset:
+			f.depth, f.pick = rng.IntN(2), rng.IntN(1000)
+		case faultAgentPair:
+			f.stagger = time.Duration(1000+rng.IntN(5001)) * time.Millisecond
+			for w := range 2 {
+				f.jobs = append(f.jobs, chaosJob{
+					name: fmt.Sprintf("chaos-pair%d-%d", count[k], w+1), class: "high", workers: 1, gpus: 1,
+					// Long enough to outlive the lost watches (a heartbeat
+					// timeout and node_timeout) and the grants after them.
+					sleeps: []float64{40}, rerunSleep: 1, ramGB: chaosPinnedRAM,
+				})
+			}
+		case faultBurst:
+			wide := chaosJob{name: fmt.Sprintf("chaos-burst%d-wide", count[k]), class: "high",
+				workers: chaosNodes - 2, gpus: chaosGPUsPerNode, gated: true, rerunSleep: 1}
+			wide.sleeps = make([]float64, wide.workers)
+			f.jobs = append(f.jobs, wide)
+			// 28–36 jobs of one GPU, 2–4 s each: the GPUs the wide job
+			// leaves (8) run a few of them, the others (at least 20) wait.
+			for b := range 28 + rng.IntN(9) {
+				f.jobs = append(f.jobs, chaosJob{name: fmt.Sprintf("chaos-burst%d-%02d", count[k], b+1), class: "medium",
+					workers: 1, gpus: 1, sleeps: []float64{float64(20+rng.IntN(21)) / 10}})
+			}
 		}
 		p.faults = append(p.faults, f)
 	}
@@ -184,13 +358,22 @@ func makeChaosPlan(size chaosSize, seed uint64) chaosPlan {
 }
 
 // chaosScript is a job's script: each worker records its start and its end
-// (see testenv.ParseHoldRecords) and sleeps its planned time in between. A
-// SIGTERM (a preemption or a stop) ends it at once with 143, after the end
-// line; a SIGKILL leaves no end line.
-func chaosScript(records string, sleeps []float64) string {
+// (see testenv.ParseHoldRecords) and sleeps its planned time in between (a
+// gated job waits for its gate file instead). A SIGTERM (a preemption or a
+// stop) ends it at once with 143, after the end line; a SIGKILL leaves no
+// end line.
+func chaosScript(records, gate string, j chaosJob) string {
 	var cases strings.Builder
-	for w, s := range sleeps {
+	for w, s := range j.sleeps {
 		fmt.Fprintf(&cases, "%d) d=%s;; ", w, strconv.FormatFloat(s, 'f', 1, 64))
+	}
+	rerun := ""
+	if j.rerunSleep > 0 {
+		rerun = `if [ "$TRAINQ_ATTEMPT" != 1 ]; then d=` + strconv.FormatFloat(j.rerunSleep, 'f', 1, 64) + `; fi; `
+	}
+	wait := `sleep "$d" & wait $!`
+	if j.gated {
+		wait = `if [ "$TRAINQ_ATTEMPT" = 1 ]; then while [ ! -e ` + chaosShellQuote(gate) + ` ]; do sleep 0.1; done; else sleep "$d" & wait $!; fi`
 	}
 	return `R=` + chaosShellQuote(records) + `; ` +
 		`rec() { echo "$1 $TRAINQ_JOB_NAME $TRAINQ_ATTEMPT $TRAINQ_WORKER $TRAINQ_NODE $CUDA_VISIBLE_DEVICES $(date +%s%N)" >>"$R"; }; ` +
@@ -198,8 +381,7 @@ func chaosScript(records string, sleeps []float64) string {
 		`fin() { if [ "$started" = 1 ] && [ "$ended" = 0 ]; then ended=1; rec end; fi; }; ` +
 		`trap 'fin; exit 143' TERM; trap fin EXIT; ` +
 		`rec start; started=1; ` +
-		`case "$TRAINQ_WORKER" in ` + cases.String() + `*) d=1;; esac; ` +
-		`sleep "$d" & wait $!`
+		`case "$TRAINQ_WORKER" in ` + cases.String() + `*) d=1;; esac; ` + rerun + wait
 }
 
 func chaosShellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
@@ -217,8 +399,41 @@ func chaosSeed() (uint64, error) {
 	return seed, nil
 }
 
+// parseChaosSeeds reads a campaign's seeds: "a,b,c", ranges "a-b", or both
+// ("1-3,7").
+func parseChaosSeeds(v string) ([]uint64, error) {
+	var seeds []uint64
+	for _, part := range strings.Split(v, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.ParseUint(lo, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("seed %q is not a non-negative integer", lo)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.ParseUint(hi, 10, 64); err != nil || b < a {
+				return nil, fmt.Errorf("seed range %q is not a-b with a <= b", part)
+			}
+		}
+		if b-a >= 1000 {
+			return nil, fmt.Errorf("seed range %q: more than 1000 seeds", part)
+		}
+		for s := a; s <= b; s++ {
+			seeds = append(seeds, s)
+		}
+	}
+	if len(seeds) == 0 {
+		return nil, fmt.Errorf("no seed in %q", v)
+	}
+	return seeds, nil
+}
+
 func TestChaosPlanIsDeterministic(t *testing.T) {
-	for _, size := range []chaosSize{chaosReduced, chaosFull} {
+	for _, size := range []chaosSize{chaosReduced, chaosFull, chaosCampaign} {
 		a, b := makeChaosPlan(size, 7), makeChaosPlan(size, 7)
 		assert.Equal(t, a, b, "the same seed draws the same plan")
 		assert.NotEqual(t, a.jobs, makeChaosPlan(size, 8).jobs, "another seed draws other jobs")
@@ -231,16 +446,20 @@ func TestChaosPlanIsDeterministic(t *testing.T) {
 			assert.True(t, j.gpus >= 1 && j.gpus <= chaosGPUsPerNode, j.name)
 			require.Len(t, j.sleeps, j.workers)
 			for _, s := range j.sleeps {
-				assert.True(t, s >= 1 && s <= 8, "%s sleeps %v", j.name, s)
+				assert.True(t, s >= 1 && s <= size.maxSleep.Seconds(), "%s sleeps %v", j.name, s)
 			}
 			assert.True(t, j.at >= 0 && j.at <= size.submitWindow, j.name)
 		}
 		assert.Len(t, classes, 3, "low, medium and high jobs: %v", classes)
+		assert.Contains(t, size.reclaimIntervals, a.reclaimInterval)
 
-		count := map[chaosFaultKind]int{}
+		names := map[string]bool{}
+		for _, j := range a.allJobs() {
+			assert.False(t, names[j.name], "job names are unique: %s", j.name)
+			names[j.name] = true
+		}
 		var downs []time.Duration
 		for i, f := range a.faults {
-			count[f.kind]++
 			assert.True(t, f.at >= size.faultsFrom && f.at <= size.faultsUntil, "fault %d at %s", i, f.at)
 			if i > 0 {
 				assert.True(t, f.at > a.faults[i-1].at, "faults are in time order")
@@ -249,10 +468,85 @@ func TestChaosPlanIsDeterministic(t *testing.T) {
 				downs = append(downs, f.down)
 			}
 		}
-		assert.Equal(t, map[chaosFaultKind]int{faultWorkerKill: size.workerKills, faultAgentKill: len(size.agentDowns),
-			faultServerKill: size.serverKills, faultAllocatorTerminate: size.allocatorTerminates}, count)
-		assert.ElementsMatch(t, size.agentDowns, downs)
+		count := a.faultCounts()
+		if !size.drawn {
+			assert.Equal(t, map[chaosFaultKind]int{faultWorkerKill: size.workerKills, faultAgentKill: len(size.agentDowns),
+				faultServerKill: size.serverKills, faultAllocatorTerminate: size.allocatorTerminates}, count)
+			assert.ElementsMatch(t, size.agentDowns, downs)
+			assert.Empty(t, a.pairNode)
+			continue
+		}
+		assert.NotEqual(t, a.agentNode, a.pairNode, "the pair node has an agent of its own")
+		assert.NotEmpty(t, a.pairNode)
 	}
 	// The full size kills the agent once for longer than node_timeout, once for shorter.
-	assert.True(t, chaosFull.agentDowns[0] > chaosNodeTimeout && chaosFull.agentDowns[1] < chaosNodeTimeout)
+	assert.True(t, chaosFull.agentDowns[0] > chaosFull.nodeTimeout && chaosFull.agentDowns[1] < chaosFull.nodeTimeout)
+}
+
+// TestChaosCampaignDrawsEveryFault: over a few seeds the campaign draws
+// every fault kind, each seed within its bounds.
+func TestChaosCampaignDrawsEveryFault(t *testing.T) {
+	size := chaosCampaign
+	seen := map[chaosFaultKind]int{}
+	short, long := 0, 0
+	for seed := uint64(1); seed <= 6; seed++ {
+		p := makeChaosPlan(size, seed)
+		count := p.faultCounts()
+		t.Logf("seed %d: %s", seed, chaosKindCounts(count))
+		for k, n := range count {
+			seen[k] += n
+		}
+		assert.Equal(t, 1, count[faultAllocatorTerminate]+count[faultAllocatorReset], "seed %d: one allocator fault", seed)
+		assert.Equal(t, 2, count[faultAgentPair], "seed %d: two two-jobs outages", seed)
+		for _, f := range p.faults {
+			switch f.kind {
+			case faultAgentKill:
+				switch {
+				case f.down >= size.nodeTimeout/2 && f.down <= 2*size.nodeTimeout:
+					short++
+				case f.down >= chaosWatchHeartbeat+size.nodeTimeout/2 && f.down <= chaosWatchHeartbeat+2*size.nodeTimeout:
+					long++
+				default:
+					t.Errorf("seed %d: agent outage of %s is in neither band", seed, f.down)
+				}
+			case faultAllocatorReset:
+				assert.True(t, f.depth >= 1 && f.depth <= 8)
+			case faultJobReset:
+				assert.True(t, f.depth == 0 || f.depth == 1)
+			case faultAgentPair:
+				require.Len(t, f.jobs, 2)
+				assert.True(t, f.stagger >= time.Second && f.stagger <= 6*time.Second)
+				for _, j := range f.jobs {
+					// Two fit on the pair node, and on no other node.
+					assert.True(t, 2*j.ramGB <= chaosPairNodeRAM && 3*j.ramGB > chaosPairNodeRAM && j.ramGB > chaosNodeRAM)
+					assert.Greater(t, j.sleeps[0], (chaosWatchHeartbeat+2*size.nodeTimeout).Seconds()+10)
+				}
+			case faultBurst:
+				require.GreaterOrEqual(t, len(f.jobs), 1+chaosBurstWaiting+chaosGPUsPerNode*2)
+				assert.True(t, f.jobs[0].gated)
+				assert.Equal(t, (chaosNodes-2)*chaosGPUsPerNode, f.jobs[0].workers*f.jobs[0].gpus)
+				for _, j := range f.jobs[1:] {
+					assert.Equal(t, 1, j.gpus*j.workers)
+				}
+			}
+		}
+	}
+	for k := chaosFaultKind(0); k < chaosFaultKinds; k++ {
+		assert.Positive(t, seen[k], "no seed of 1..6 draws %s", k)
+	}
+	assert.Positive(t, short, "outages of 0.5–2 × node_timeout")
+	assert.Positive(t, long, "outages that reach the watches' heartbeat timeout")
+}
+
+func TestParseChaosSeeds(t *testing.T) {
+	s, err := parseChaosSeeds("1-3,7")
+	require.NoError(t, err)
+	assert.Equal(t, []uint64{1, 2, 3, 7}, s)
+	s, err = parseChaosSeeds("5")
+	require.NoError(t, err)
+	assert.Equal(t, []uint64{5}, s)
+	for _, bad := range []string{"", "x", "3-1", "1-5000"} {
+		_, err := parseChaosSeeds(bad)
+		assert.Error(t, err, bad)
+	}
 }

@@ -52,6 +52,11 @@ type chaosReport struct {
 
 	faults   []string
 	problems []string
+	// injected counts the faults by kind; degraded, those not injected as
+	// planned.
+	injected, degraded map[chaosFaultKind]int
+	// server is what the histories say.
+	server *chaosServer
 	// resumed: after each restart of the workflows' trainq-worker, when
 	// the allocator completed its first workflow task on the new process.
 	resumed []string
@@ -73,6 +78,7 @@ func (rep *chaosReport) figures() []chaosFigure {
 		}
 		return chaosFigure{name: name, value: value, required: true, ok: n == 0}
 	}
+	info := func(name, value string) chaosFigure { return chaosFigure{name: name, value: value} }
 	gpuValue := fmt.Sprint(rep.gpusNotFree)
 	if rep.gpuProblem != "" {
 		gpuValue = rep.gpuProblem
@@ -83,25 +89,75 @@ func (rep *chaosReport) figures() []chaosFigure {
 	for _, h := range rep.holds.Unended {
 		unended[h.EndSource]++
 	}
-	return []chaosFigure{
+	s := rep.server
+	if s == nil {
+		s = &chaosServer{readErrors: []string{"the histories were not read"}}
+	}
+	failed := 0
+	for _, n := range s.failed {
+		failed += n
+	}
+	figs := []chaosFigure{
 		zero("jobs lost or stuck (not terminal at the deadline)", len(rep.lost)+len(rep.stuck), ""),
 		zero("orphan worker processes left", len(rep.orphans), ""),
-		zero("overlapping holds of one GPU index on one node", len(rep.holds.Overlaps), ""),
+		zero("overlapping holds of one GPU index on one node (workers' records)", len(rep.holds.Overlaps), ""),
 		zero("duplicate executions of one attempt (job+attempt+worker started twice)", len(rep.holds.Duplicates), ""),
+		zero("GPU handed to a new worker before the server saw its last worker end (histories)", len(s.unconfirmed), ""),
+		zero("failed workflow tasks (histories; UnhandledCommand and the harness's resets and terminates aside)", failed, chaosZeroOr(failed, chaosCounts(s.failed))),
+		zero("release signals refused and never delivered (job histories)", len(s.dropped), fmt.Sprintf("%d (of %d refused)", len(s.dropped), s.refused)),
+		zero("workers the server never saw end (no watch, stop, release or fence in any history)", len(s.neverEnded),
+			fmt.Sprintf("%d (of %d started)", len(s.neverEnded), s.workers)),
 		gpu,
 		zero("record anomalies (malformed or unpaired lines)", len(rep.holds.Anomalies), ""),
-		{name: "jobs submitted", value: fmt.Sprintf("%d of %d", rep.submitted, len(rep.plan.jobs))},
-		{name: "jobs by final state", value: chaosCounts(rep.states)},
-		{name: "preemptions (attempts ended by a preemptor)", value: chaosWithUnknown(rep.preemptions, rep.unqueried)},
-		{name: "restarts (attempts rerun)", value: chaosWithUnknown(rep.restarts, rep.unqueried)},
-		{name: "worker holds recorded", value: fmt.Sprint(len(rep.holds.Holds))},
-		{name: "holds without an end line (SIGKILLed), ended by", value: chaosCounts(unended)},
-		{name: "worker processes of open jobs still running", value: fmt.Sprint(rep.unfinished)},
-		{name: "allocator's lifetime counters (reset by the terminate)", value: chaosCountersText(rep.counters)},
-		{name: "trainq-worker processes that exited by themselves", value: fmt.Sprint(len(rep.deaths))},
-		{name: "harness problems", value: fmt.Sprint(len(rep.problems))},
-		{name: "wall time", value: rep.wall.Round(time.Second).String()},
+		zero("histories that could not be read", len(s.readErrors), ""),
 	}
+	for k := chaosFaultKind(0); k < chaosFaultKinds; k++ {
+		v := fmt.Sprint(rep.injected[k])
+		if d := rep.degraded[k]; d > 0 {
+			v += fmt.Sprintf(" (%d not as planned)", d)
+		}
+		figs = append(figs, info("faults injected: "+k.String(), v))
+	}
+	return append(figs,
+		info("jobs submitted", fmt.Sprintf("%d of %d", rep.submitted, len(rep.plan.allJobs()))),
+		info("jobs by final state", chaosCounts(rep.states)),
+		info("preemptions (attempts ended by a preemptor)", chaosWithUnknown(rep.preemptions, rep.unqueried)),
+		info("restarts (attempts rerun)", chaosWithUnknown(rep.restarts, rep.unqueried)),
+		info("worker holds recorded", fmt.Sprint(len(rep.holds.Holds))),
+		info("holds without an end line (SIGKILLed), ended by", chaosCounts(unended)),
+		info("worker processes of open jobs still running", fmt.Sprint(rep.unfinished)),
+		info("workflow tasks failed with UnhandledCommand (benign), by type", chaosCounts(s.unhandled)),
+		info("workflow tasks failed by the harness's resets and terminates, by type", chaosCounts(s.resets)),
+		info("workflow tasks timed out (a killed trainq-worker's), by type", chaosCounts(s.timedOut)),
+		info(fmt.Sprintf("worker starts that took over %s (StartWorker scheduled → completed)", chaosSlowStart), fmt.Sprint(len(s.slowStarts))),
+		info("grants sent / most in one allocator workflow task", fmt.Sprintf("%d / %d", s.grants, s.mostGrants)),
+		info("histories read (runs, events)", fmt.Sprintf("%d, %d", s.runs, s.events)),
+		info("allocator's lifetime counters (reset by a terminate)", chaosCountersText(rep.counters)),
+		info("trainq-worker processes that exited by themselves", fmt.Sprint(len(rep.deaths))),
+		info("harness problems", fmt.Sprint(len(rep.problems))),
+		info("wall time", rep.wall.Round(time.Second).String()),
+	)
+}
+
+func chaosZeroOr(n int, text string) string {
+	if n == 0 {
+		return "0"
+	}
+	return fmt.Sprintf("%d (%s)", n, text)
+}
+
+// chaosKindCounts says how many faults of each kind, in kind order.
+func chaosKindCounts(m map[chaosFaultKind]int) string {
+	var parts []string
+	for k := chaosFaultKind(0); k < chaosFaultKinds; k++ {
+		if m[k] > 0 {
+			parts = append(parts, fmt.Sprintf("%d× %s", m[k], k))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
 
 func chaosWithUnknown(n, unknown int) string {
@@ -136,14 +192,19 @@ func (rep *chaosReport) markdown() string {
 	if len(rep.failedFigures()) > 0 {
 		verdict = "FAIL"
 	}
-	s := rep.plan.size
-	fmt.Fprintf(&b, "### trainq chaos test: %s size, seed %d: %s\n\n", s.name, rep.plan.seed, verdict)
-	fmt.Fprintf(&b, "%d jobs (classes low/medium/high, 1–4 workers of a100.1gpu–a100.4gpu, max_retry 3, 1–8 s per worker) "+
-		"submitted over %s to %d nodes × %d GPUs (node_timeout %s, stop_grace_period 2s). "+
-		"Workflows in `trainq-worker --agents=false`; node %s's agent in its own `trainq-worker agent` process; "+
-		"faults: %d× kill -9 trainq-worker, %d× kill -9 that agent, %d× kill -9 the dev server, %d× terminate the allocator.\n\n",
-		len(rep.plan.jobs), s.submitWindow, chaosNodes, chaosGPUsPerNode, chaosNodeTimeout, rep.plan.agentNode,
-		s.workerKills, len(s.agentDowns), s.serverKills, s.allocatorTerminates)
+	p := rep.plan
+	s := p.size
+	fmt.Fprintf(&b, "### trainq chaos test: %s size, seed %d: %s\n\n", s.name, p.seed, verdict)
+	pair := ""
+	if p.pairNode != "" {
+		pair = fmt.Sprintf(", node %s's (the pair node, %d GB of RAM: only it holds the pinned pair) in another", p.pairNode, chaosPairNodeRAM)
+	}
+	fmt.Fprintf(&b, "%d jobs (classes low/medium/high, 1–4 workers of a100.1gpu–a100.4gpu, max_retry 3, 1–%s per worker) "+
+		"submitted over %s to %d nodes × %d GPUs (node_timeout %s, stop_grace_period %s, reclaim_interval %s), and %d more by the faults. "+
+		"Workflows in `trainq-worker --agents=false`; node %s's agent in its own `trainq-worker agent` process%s; "+
+		"faults: %s.\n\n",
+		len(p.jobs), s.maxSleep, s.submitWindow, chaosNodes, chaosGPUsPerNode, s.nodeTimeout, s.stopGrace, p.reclaimInterval,
+		len(p.allJobs())-len(p.jobs), p.agentNode, pair, chaosKindCounts(p.faultCounts()))
 	b.WriteString("| figure | value | required | |\n|---|---|---|---|\n")
 	for _, f := range rep.figures() {
 		req, mark := "", ""
@@ -178,6 +239,17 @@ func (rep *chaosReport) markdown() string {
 	section("Stuck jobs (not terminal at the deadline)", rep.stuck)
 	section("Orphan worker processes", rep.orphans)
 	section("Overlapping holds", chaosStrings(rep.holds.Overlaps))
+	if rep.server != nil {
+		section("GPUs handed on before the server saw their worker end", rep.server.unconfirmed)
+		section("Failed workflow tasks", rep.server.failedExamples)
+		section("Release signals refused and never delivered", rep.server.dropped)
+		section("Workers the server never saw end", rep.server.neverEnded)
+		section("Slow worker starts", rep.server.slowStarts)
+		section("Histories not read", rep.server.readErrors)
+		if rep.server.mostGrantsAt != "" {
+			fmt.Fprintf(&b, "\nMost grants in one allocator workflow task: %d (%s)\n", rep.server.mostGrants, rep.server.mostGrantsAt)
+		}
+	}
 	section("Duplicate executions", chaosStrings(rep.holds.Duplicates))
 	if rep.gpuText != "" {
 		fmt.Fprintf(&b, "\nAllocator at the end: %s\n", rep.gpuText)
@@ -204,16 +276,28 @@ func chaosStrings[T fmt.Stringer](xs []T) []string {
 // check gathers every figure once the jobs have ended (or the drain's
 // deadline has passed).
 func (r *chaosRun) check(final map[string]chaosJobInfo) *chaosReport {
-	rep := &chaosReport{plan: r.plan, states: map[string]int{}}
+	rep := &chaosReport{plan: r.plan, states: map[string]int{}, injected: map[chaosFaultKind]int{}, degraded: map[chaosFaultKind]int{}}
 	r.mu.Lock()
 	rep.faults = append(rep.faults, r.faultLog...)
 	rep.problems = append(rep.problems, r.problems...)
+	for k, n := range r.injected {
+		rep.injected[k] = n
+	}
+	for k, n := range r.degraded {
+		rep.degraded[k] = n
+	}
+	own := map[string]bool{}
 	for _, j := range r.plan.jobs {
-		if r.submitted[j.name] {
+		own[j.name] = true
+	}
+	for _, j := range r.plan.allJobs() {
+		switch {
+		case r.submitted[j.name]:
 			rep.submitted++
-		} else {
+		case own[j.name] || r.notes[j.name] != "":
 			rep.lost = append(rep.lost, fmt.Sprintf("%s: %s", j.name, r.notes[j.name]))
 		}
+		// A fault's job the fault did not get to submit is not lost.
 	}
 	r.mu.Unlock()
 	for _, p := range r.procs() {
@@ -224,7 +308,7 @@ func (r *chaosRun) check(final map[string]chaosJobInfo) *chaosReport {
 
 	// The jobs: final states, preemptions, and why the open ones are open.
 	var names []string
-	for _, j := range r.plan.jobs {
+	for _, j := range r.plan.allJobs() {
 		if _, ok := final[j.name]; ok {
 			names = append(names, j.name)
 		}
@@ -302,6 +386,9 @@ func (r *chaosRun) check(final map[string]chaosJobInfo) *chaosReport {
 			}
 		}
 	}
+
+	// The server's histories.
+	rep.server = r.checkServer()
 
 	// The records: overlapping holds, duplicate executions.
 	f, err := os.Open(r.records)
@@ -410,4 +497,61 @@ func (r *chaosRun) checkGPUs(rep *chaosReport) {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+// chaosCampaignSummary is the campaign's table: one row per seed, then the
+// faults and the required figures summed over the seeds.
+func chaosCampaignSummary(size chaosSize, seeds []uint64, reports []*chaosReport) string {
+	var b strings.Builder
+	failed := 0
+	for _, rep := range reports {
+		if len(rep.failedFigures()) > 0 {
+			failed++
+		}
+	}
+	fmt.Fprintf(&b, "### trainq chaos campaign: %s size, %d seeds (%s): %d passed, %d failed, %d did not finish\n\n",
+		size.name, len(seeds), chaosSeedList(seeds), len(reports)-failed, failed, len(seeds)-len(reports))
+	b.WriteString("| seed | verdict | wall | faults | failed figures |\n|---|---|---|---|---|\n")
+	injected := map[chaosFaultKind]int{}
+	sums := map[string]int{}
+	var names []string
+	for _, rep := range reports {
+		verdict := "PASS"
+		ff := rep.failedFigures()
+		if len(ff) > 0 {
+			verdict = "**FAIL**"
+		}
+		for k, n := range rep.injected {
+			injected[k] += n
+		}
+		for _, f := range rep.figures() {
+			if f.required {
+				if _, ok := sums[f.name]; !ok {
+					names = append(names, f.name)
+				}
+				n := 0
+				if !f.ok {
+					fmt.Sscan(f.value, &n)
+					n = max(n, 1)
+				}
+				sums[f.name] += n
+			}
+		}
+		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s |\n", rep.plan.seed, verdict, rep.wall.Round(time.Second),
+			chaosKindCounts(rep.injected), strings.ReplaceAll(strings.Join(ff, "; "), "|", "\\|"))
+	}
+	fmt.Fprintf(&b, "\nFaults injected over the campaign: %s.\n\n", chaosKindCounts(injected))
+	b.WriteString("| required figure | sum over the seeds |\n|---|---|\n")
+	for _, n := range names {
+		fmt.Fprintf(&b, "| %s | %d |\n", n, sums[n])
+	}
+	return b.String()
+}
+
+func chaosSeedList(seeds []uint64) string {
+	var parts []string
+	for _, s := range seeds {
+		parts = append(parts, fmt.Sprint(s))
+	}
+	return strings.Join(parts, ",")
 }

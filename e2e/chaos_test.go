@@ -28,25 +28,48 @@ import (
 
 // TestChaos checks trainq's core promise under faults: every GPU has exactly
 // one holder at a time, and every job ends. Jobs of every class and size
-// are submitted over time while the harness kill -9s trainq-worker, a node
-// agent and the Temporal dev server (restarting each), and terminates the
-// allocator; the fault schedule and the jobs are drawn from one seed
-// ($TRAINQ_CHAOS_SEED, default 1). Then it waits (bounded) for every job to
-// end, checks what the job workers recorded and what is left, prints a
-// Markdown report ($TRAINQ_CHAOS_REPORT also gets it) and fails unless
-// every chaosFigure holds.
+// are submitted over time while the harness kill -9s trainq-worker, node
+// agents and the Temporal dev server (restarting each), terminates or
+// resets the allocator, resets running jobs and sets off bursts of grants;
+// the fault schedule and the jobs are drawn from one seed. Then it waits
+// (bounded) for every job to end, checks what the job workers recorded,
+// what the server's histories say and what is left, prints a Markdown
+// report ($TRAINQ_CHAOS_REPORT also gets it) and fails unless every
+// required chaosFigure holds.
 //
-// TRAINQ_CHAOS=full (make chaos) runs 200 jobs and 9 faults; without it a
-// reduced run (30 jobs, 5 faults) runs as part of `go test ./...`.
-// TRAINQ_CHAOS_KEEP=1 keeps the test directory (records, logs, database).
+// Sizes ($TRAINQ_CHAOS):
+//   - reduced (the default, what `go test ./...` runs): 30 jobs and 5 fixed
+//     faults (two trainq-worker kills, an agent kill, a dev server kill, an
+//     allocator terminate), node_timeout 10s; about a minute.
+//   - full (make chaos): 200 jobs and 9 fixed faults.
+//   - campaign: one seed in about a minute and a half, with node_timeout 2s,
+//     stop_grace_period 1s and a reclaim_interval of 1–2s, every fault kind,
+//     count and length drawn from the seed (chaos_plan_test.go).
+//
+// The seed is $TRAINQ_CHAOS_SEED (default 1). $TRAINQ_CHAOS_SEEDS=1-5 or
+// =3,7,11 (make chaos SEEDS=5) runs a campaign: one run per seed, each on
+// its own dev server, and a summary at the end (the campaign size unless
+// $TRAINQ_CHAOS names another). TRAINQ_CHAOS_KEEP=1 keeps each run's
+// directory (records, logs, database); a failed run always keeps it.
 func TestChaos(t *testing.T) {
 	size := chaosReduced
 	switch v := os.Getenv("TRAINQ_CHAOS"); v {
 	case "", "reduced":
+		if os.Getenv("TRAINQ_CHAOS_SEEDS") != "" && v == "" {
+			size = chaosCampaign
+		}
+	case "campaign":
+		size = chaosCampaign
 	case "full":
 		size = chaosFull
 	default:
-		t.Fatalf("TRAINQ_CHAOS=%q: use full, or leave it unset for the reduced run", v)
+		t.Fatalf("TRAINQ_CHAOS=%q: use reduced (the default), full or campaign", v)
+	}
+	if v := os.Getenv("TRAINQ_CHAOS_SEEDS"); v != "" {
+		seeds, err := parseChaosSeeds(v)
+		require.NoError(t, err, "TRAINQ_CHAOS_SEEDS")
+		runChaosCampaign(t, size, seeds)
+		return
 	}
 	seed, err := chaosSeed()
 	require.NoError(t, err)
@@ -54,20 +77,46 @@ func TestChaos(t *testing.T) {
 	r.run()
 }
 
+// runChaosCampaign runs one chaos run per seed, one after the other, and
+// prints a summary of them all.
+func runChaosCampaign(t *testing.T, size chaosSize, seeds []uint64) {
+	var reports []*chaosReport
+	for _, seed := range seeds {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			r := newChaosRun(t, makeChaosPlan(size, seed))
+			if rep := r.run(); rep != nil {
+				reports = append(reports, rep)
+			}
+		})
+	}
+	text := chaosCampaignSummary(size, seeds, reports)
+	fmt.Print("\n" + text + "\n")
+	if path := os.Getenv("TRAINQ_CHAOS_REPORT"); path != "" {
+		var all strings.Builder
+		all.WriteString(text)
+		for _, rep := range reports {
+			all.WriteString("\n" + rep.markdown())
+		}
+		if err := os.WriteFile(path, []byte(all.String()), 0o644); err != nil {
+			t.Errorf("write the report to %s: %v", path, err)
+		}
+	}
+}
+
 // chaosConfig is the chaos allocation: chaosNodes nodes of chaosGPUsPerNode
-// GPUs, a short node_timeout and stop_grace_period.
+// GPUs, with the plan's node_timeout, stop_grace_period and reclaim_interval.
 const chaosConfig = `
 data_dir: %s
 default_region: C
 default_allocation: chaos
-reclaim_interval: 2s
+reclaim_interval: %s
 node_timeout: %s
 metrics_addr: ""
 regions:
   - name: C
     allocations:
       - name: chaos
-        stop_grace_period: 2s
+        stop_grace_period: %s
         nodes:
 %s`
 
@@ -87,6 +136,9 @@ type chaosProc struct {
 	starts, deaths int
 	// logs keeps the output of every earlier run, for a failure report.
 	logs []string
+	// down is set while a fault keeps the process down on purpose (guarded
+	// by chaosRun.mu): it is not revived meanwhile.
+	down bool
 }
 
 // chaosRun is one run of the chaos test.
@@ -94,15 +146,21 @@ type chaosRun struct {
 	t    *testing.T
 	plan chaosPlan
 
-	dir, dataDir, configPath, records string
-	cfg                               *config.Config
-	temporalBin                       string
-	srv                               *testenv.PersistentDevServer
-	c                                 client.Client
+	dir, dataDir, configPath, records, gates string
+	cfg                                      *config.Config
+	temporalBin                              string
+	srv                                      *testenv.PersistentDevServer
+	c                                        client.Client
 
-	main, agent, agents *chaosProc
+	// main runs the workflows; agent serves plan.agentNode, pairAgent
+	// plan.pairNode (nil without one), agents the other nodes.
+	main, agent, pairAgent, agents *chaosProc
+	// pairMu lets one two-jobs outage at a time use the pair node.
+	pairMu sync.Mutex
 
 	begin time.Time
+	// jobs are every job the plan may submit, by name.
+	jobs map[string]chaosJob
 
 	mu        sync.Mutex
 	events    []string          // what happened, with offsets
@@ -110,6 +168,9 @@ type chaosRun struct {
 	submitted map[string]bool   // jobs whose workflow was started
 	notes     map[string]string // job -> why its submission failed
 	faultLog  []string          // one line per injected fault
+	// injected counts the faults injected by kind, and degraded those that
+	// could not be injected as planned (said in their fault line).
+	injected, degraded map[chaosFaultKind]int
 	// restarts are the restarts of the workflows' trainq-worker after a
 	// kill -9: when the harness started it, and its pid.
 	restarts []workerRestart
@@ -119,7 +180,11 @@ type chaosRun struct {
 }
 
 func newChaosRun(t *testing.T, plan chaosPlan) *chaosRun {
-	r := &chaosRun{t: t, plan: plan, submitted: map[string]bool{}, notes: map[string]string{}}
+	r := &chaosRun{t: t, plan: plan, submitted: map[string]bool{}, notes: map[string]string{}, jobs: map[string]chaosJob{},
+		injected: map[chaosFaultKind]int{}, degraded: map[chaosFaultKind]int{}}
+	for _, j := range plan.allJobs() {
+		r.jobs[j.name] = j
+	}
 	r.temporalBin = os.Getenv("TRAINQ_TEMPORAL_BIN_RESOLVED") // set by TestMain
 	require.NotEmpty(t, r.temporalBin)
 	var err error
@@ -134,13 +199,20 @@ func newChaosRun(t *testing.T, plan chaosPlan) *chaosRun {
 	})
 	r.dataDir = filepath.Join(r.dir, "data")
 	r.records = filepath.Join(r.dir, "records.log")
+	r.gates = filepath.Join(r.dir, "gates")
 	require.NoError(t, os.MkdirAll(filepath.Join(r.dir, "logs"), 0o755))
+	require.NoError(t, os.MkdirAll(r.gates, 0o755))
 	var nodes strings.Builder
 	for i := range chaosNodes {
-		fmt.Fprintf(&nodes, "          - {name: %s, family: a100, gpus: %d, cpu: 64, ram_gb: 512}\n", chaosNodeName(i), chaosGPUsPerNode)
+		ram := chaosNodeRAM
+		if chaosNodeName(i) == plan.pairNode {
+			ram = chaosPairNodeRAM
+		}
+		fmt.Fprintf(&nodes, "          - {name: %s, family: a100, gpus: %d, cpu: 64, ram_gb: %d}\n", chaosNodeName(i), chaosGPUsPerNode, ram)
 	}
 	r.configPath = filepath.Join(r.dir, "trainq.yaml")
-	require.NoError(t, os.WriteFile(r.configPath, []byte(fmt.Sprintf(chaosConfig, r.dataDir, chaosNodeTimeout, nodes.String())), 0o644))
+	require.NoError(t, os.WriteFile(r.configPath, []byte(fmt.Sprintf(chaosConfig, r.dataDir, plan.reclaimInterval,
+		plan.size.nodeTimeout, plan.size.stopGrace, nodes.String())), 0o644))
 	r.cfg, err = config.Load(r.configPath)
 	require.NoError(t, err)
 	return r
@@ -179,7 +251,9 @@ func (r *chaosRun) problem(format string, args ...any) {
 	}
 }
 
-func (r *chaosRun) run() {
+// run runs the plan and checks the promise; it returns the report (nil if
+// the run could not get that far).
+func (r *chaosRun) run() *chaosReport {
 	t := r.t
 	r.begin = time.Now()
 	var err error
@@ -194,15 +268,19 @@ func (r *chaosRun) run() {
 	t.Cleanup(r.c.Close)
 
 	// trainq-worker runs the workflows; one agent process serves the node
-	// whose agent is killed, another the other nodes.
+	// whose agent is killed, one the pair node (if any), another the other
+	// nodes.
 	var others []string
 	for i := range chaosNodes {
-		if n := chaosNodeName(i); n != r.plan.agentNode {
+		if n := chaosNodeName(i); n != r.plan.agentNode && n != r.plan.pairNode {
 			others = append(others, "--node", n)
 		}
 	}
 	r.main = &chaosProc{name: "trainq-worker", args: []string{"--agents=false", "--config", r.configPath}}
 	r.agent = &chaosProc{name: "agent " + r.plan.agentNode, args: []string{"agent", "--node", r.plan.agentNode, "--config", r.configPath}}
+	if r.plan.pairNode != "" {
+		r.pairAgent = &chaosProc{name: "agent " + r.plan.pairNode, args: []string{"agent", "--node", r.plan.pairNode, "--config", r.configPath}}
+	}
 	r.agents = &chaosProc{name: "agents of the other nodes", args: append([]string{"agent", "--config", r.configPath}, others...)}
 	t.Cleanup(r.stopAll)
 	for _, p := range r.procs() {
@@ -215,8 +293,11 @@ func (r *chaosRun) run() {
 		r.over = true
 		r.mu.Unlock()
 	})
-	r.logf("plan: %s size, seed %d: %d jobs over %s, %d faults; node %s's agent runs apart",
-		r.plan.size.name, r.plan.seed, len(r.plan.jobs), r.plan.size.submitWindow, len(r.plan.faults), r.plan.agentNode)
+	r.logf("plan: %s size, seed %d: %d jobs over %s (+%d submitted by faults), %d faults (%s); node %s's agent runs apart%s; "+
+		"node_timeout %s, stop_grace_period %s, reclaim_interval %s",
+		r.plan.size.name, r.plan.seed, len(r.plan.jobs), r.plan.size.submitWindow, len(r.plan.allJobs())-len(r.plan.jobs),
+		len(r.plan.faults), chaosKindCounts(r.plan.faultCounts()), r.plan.agentNode, r.pairText(),
+		r.plan.size.nodeTimeout, r.plan.size.stopGrace, r.plan.reclaimInterval)
 
 	submitted := make(chan struct{})
 	go func() { defer close(submitted); r.submitAll() }()
@@ -229,7 +310,7 @@ func (r *chaosRun) run() {
 	rep.resumed = r.schedulingResumed()
 	text := rep.markdown()
 	fmt.Print("\n" + text + "\n")
-	if path := os.Getenv("TRAINQ_CHAOS_REPORT"); path != "" {
+	if path := os.Getenv("TRAINQ_CHAOS_REPORT"); path != "" && os.Getenv("TRAINQ_CHAOS_SEEDS") == "" {
 		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 			t.Errorf("write the report to %s: %v", path, err)
 		}
@@ -238,9 +319,23 @@ func (r *chaosRun) run() {
 		r.dumpLogs()
 		t.Errorf("trainq broke its promise under chaos (seed %d): %s", r.plan.seed, strings.Join(failed, "; "))
 	}
+	return rep
 }
 
-func (r *chaosRun) procs() []*chaosProc { return []*chaosProc{r.main, r.agent, r.agents} }
+func (r *chaosRun) pairText() string {
+	if r.plan.pairNode == "" {
+		return ""
+	}
+	return fmt.Sprintf(", and node %s's (the pair node)", r.plan.pairNode)
+}
+
+func (r *chaosRun) procs() []*chaosProc {
+	ps := []*chaosProc{r.main, r.agent}
+	if r.pairAgent != nil {
+		ps = append(ps, r.pairAgent)
+	}
+	return append(ps, r.agents)
+}
 
 // start starts p and waits until it serves. A process that exits before
 // that is retried a few times: a start right after the dev server came back
@@ -274,12 +369,22 @@ func (r *chaosRun) kill(p *chaosProc) {
 	p.logs = append(p.logs, p.p.LogTail(200))
 }
 
+// setDown marks p as kept down by a fault (or no longer).
+func (r *chaosRun) setDown(p *chaosProc, down bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p.down = down
+}
+
 // reviveExited restarts the processes that exited without being killed by
 // the harness: they are counted, and the jobs must not pay for a harness
 // that stopped serving a node.
 func (r *chaosRun) reviveExited() {
 	for _, p := range r.procs() {
-		if p.p != nil && p.p.Exited() {
+		r.mu.Lock()
+		down := p.down
+		r.mu.Unlock()
+		if !down && p.p != nil && p.p.Exited() {
 			p.deaths++
 			p.logs = append(p.logs, p.p.LogTail(200))
 			r.problem("%s exited by itself; its output ends with:\n%s", p.name, p.p.LogTail(15))
@@ -313,7 +418,10 @@ func (r *chaosRun) dumpLogs() {
 		name := strings.NewReplacer(" ", "-").Replace(p.name)
 		_ = os.WriteFile(filepath.Join(r.dir, "logs", name+".log"), []byte(strings.Join(logs, "\n---- restarted ----\n")), 0o644)
 	}
-	_ = os.WriteFile(filepath.Join(r.dir, "logs", "events.log"), []byte(strings.Join(r.events, "\n")+"\n"), 0o644)
+	r.mu.Lock()
+	events := append([]string(nil), r.events...)
+	r.mu.Unlock()
+	_ = os.WriteFile(filepath.Join(r.dir, "logs", "events.log"), []byte(strings.Join(events, "\n")+"\n"), 0o644)
 	_ = os.WriteFile(filepath.Join(r.dir, "logs", "temporal.log"), []byte(r.srv.LogTail(1<<30)), 0o644)
 }
 
@@ -325,92 +433,143 @@ func (r *chaosRun) sleepUntil(d time.Duration) {
 	}
 }
 
+// gate is the file a gated job's workers wait for.
+func (r *chaosRun) gate(job string) string { return filepath.Join(r.gates, job) }
+
 func (r *chaosRun) spec(j chaosJob) protocol.JobSpec {
 	return protocol.JobSpec{
-		Script: chaosScript(r.records, j.sleeps), Type: "binary", InstanceType: fmt.Sprintf("a100.%dgpu", j.gpus),
+		Script: chaosScript(r.records, r.gate(j.name), j), Type: "binary", InstanceType: j.instanceType(),
 		Region: chaosRegion, AllocationName: chaosAllocation, PriorityClass: j.class, NWorkers: j.workers, MaxRetry: 3,
 		JobDesc: fmt.Sprintf("chaos seed %d", r.plan.seed),
 	}
 }
 
-// submitAll submits the plan's jobs at their times, the way the CLI does
-// (client.Submit). Each job has a fixed name, so a submission retried
-// while the dev server is down starts one workflow.
+// submitAll submits the plan's own jobs at their times.
 func (r *chaosRun) submitAll() {
-	// A submission is retried for up to 2 minutes, and none after 2
-	// minutes past the submission window: the run stays bounded.
-	last := r.begin.Add(r.plan.size.submitWindow + 2*time.Minute)
 	for _, j := range r.plan.jobs {
 		r.sleepUntil(j.at)
 		if r.isOver() {
 			return
 		}
-		deadline := time.Now().Add(2 * time.Minute)
-		if deadline.After(last) {
-			deadline = last
-		}
-		var err error
-		for tries := 1; ; tries++ {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			_, err = tqclient.New(r.c, r.cfg).Submit(ctx, r.spec(j), tqclient.SubmitOptions{Name: j.name})
-			cancel()
-			if errors.Is(err, tqclient.ErrJobExists) {
-				err = nil // an earlier try started it, and it has ended already
-			}
-			if err == nil || time.Now().After(deadline) {
-				break
-			}
-			if tries == 1 {
-				r.logf("submitting %s failed, retrying: %v", j.name, err)
-			}
-			time.Sleep(500 * time.Millisecond)
-		}
-		r.mu.Lock()
-		if err == nil {
-			r.submitted[j.name] = true
-		} else {
-			r.notes[j.name] = "never submitted: " + err.Error()
-		}
-		r.mu.Unlock()
-		if err != nil {
-			r.problem("could not submit %s: %v", j.name, err)
-		}
+		r.submit(j)
 	}
 	r.logf("submitted %d jobs", len(r.plan.jobs))
 }
 
+// submit submits one job the way the CLI does (client.Submit). Each job has
+// a fixed name, so a submission retried while the dev server is down starts
+// one workflow. It is retried for up to 2 minutes, and none after 2 minutes
+// past the submission window and the last fault's time: the run stays
+// bounded.
+func (r *chaosRun) submit(j chaosJob) bool {
+	last := r.begin.Add(max(r.plan.size.submitWindow, r.plan.size.faultsUntil) + 2*time.Minute)
+	deadline := time.Now().Add(2 * time.Minute)
+	if deadline.After(last) {
+		deadline = last
+	}
+	var err error
+	for tries := 1; ; tries++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err = tqclient.New(r.c, r.cfg).Submit(ctx, r.spec(j), tqclient.SubmitOptions{Name: j.name})
+		cancel()
+		if errors.Is(err, tqclient.ErrJobExists) {
+			err = nil // an earlier try started it, and it has ended already
+		}
+		if err == nil || time.Now().After(deadline) || r.isOver() {
+			break
+		}
+		if tries == 1 {
+			r.logf("submitting %s failed, retrying: %v", j.name, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	r.mu.Lock()
+	if err == nil {
+		r.submitted[j.name] = true
+	} else {
+		r.notes[j.name] = "never submitted: " + err.Error()
+	}
+	r.mu.Unlock()
+	if err != nil {
+		r.problem("could not submit %s: %v", j.name, err)
+	}
+	return err == nil
+}
+
 // injectAll injects the plan's faults in order, each at its time or as
 // soon as the previous one is done (a restart is awaited, not slept on).
+// The two-jobs outage runs beside the others (its node has an agent of its
+// own); the run waits for it before the drain.
 func (r *chaosRun) injectAll() {
+	var aside sync.WaitGroup
 	kills := map[chaosFaultKind]int{}
 	for i, f := range r.plan.faults {
 		r.sleepUntil(f.at)
+		if r.isOver() {
+			break
+		}
 		r.reviveExited()
 		kills[f.kind]++
+		n := kills[f.kind]
+		if f.kind == faultAgentPair {
+			aside.Add(1)
+			go func() {
+				defer aside.Done()
+				r.pairMu.Lock()
+				defer r.pairMu.Unlock()
+				start := time.Now()
+				desc, ok := r.pairOutage(f)
+				r.logFault(i, f, n, start, desc, ok)
+			}()
+			continue
+		}
 		start := time.Now()
-		desc := ""
+		desc, ok := "", true
 		switch f.kind {
 		case faultWorkerKill:
 			desc = r.bounce(r.main, f.down)
 		case faultAgentKill:
 			desc = r.bounce(r.agent, f.down)
-			if f.down > chaosNodeTimeout {
-				desc += fmt.Sprintf(" (longer than node_timeout %s)", chaosNodeTimeout)
-			} else {
-				desc += fmt.Sprintf(" (shorter than node_timeout %s)", chaosNodeTimeout)
+			switch nt := r.plan.size.nodeTimeout; {
+			case f.down > chaosWatchHeartbeat+nt:
+				desc += fmt.Sprintf(" (longer than the watches' heartbeat timeout %s + node_timeout %s)", chaosWatchHeartbeat, nt)
+			case f.down > nt:
+				desc += fmt.Sprintf(" (longer than node_timeout %s)", nt)
+			default:
+				desc += fmt.Sprintf(" (shorter than node_timeout %s)", nt)
 			}
 		case faultServerKill:
 			desc = r.bounceServer(f.down)
 		case faultAllocatorTerminate:
 			desc = r.terminateAllocator()
+		case faultAllocatorReset:
+			desc, ok = r.resetAllocator(f)
+		case faultJobReset:
+			desc, ok = r.resetJob(f)
+		case faultBurst:
+			desc, ok = r.burst(f)
 		}
-		line := fmt.Sprintf("%d. at %s (planned %s): %s #%d: %s", i+1, start.Sub(r.begin).Round(100*time.Millisecond),
-			f.at, f.kind, kills[f.kind], desc)
-		r.mu.Lock()
-		r.faultLog = append(r.faultLog, line)
-		r.mu.Unlock()
-		r.logf("fault %s", line)
+		r.logFault(i, f, n, start, desc, ok)
 	}
+	aside.Wait()
+}
+
+// logFault records one injected fault; ok is false for a fault that could
+// not be injected as planned (its description says why).
+func (r *chaosRun) logFault(i int, f chaosFault, n int, start time.Time, desc string, ok bool) {
+	line := fmt.Sprintf("%d. at %s (planned %s): %s #%d: %s", i+1, start.Sub(r.begin).Round(100*time.Millisecond),
+		f.at, f.kind, n, desc)
+	if !ok {
+		line += " **(not as planned)**"
+	}
+	r.mu.Lock()
+	r.faultLog = append(r.faultLog, line)
+	r.injected[f.kind]++
+	if !ok {
+		r.degraded[f.kind]++
+	}
+	r.mu.Unlock()
+	r.logf("fault %s", line)
 }
 
 // bounce kill -9s p, leaves it down for down, and starts it again.
@@ -537,7 +696,7 @@ func (r *chaosRun) drain(deadline time.Time) map[string]chaosJobInfo {
 	defer cancel()
 	r.mu.Lock()
 	var names []string
-	for _, j := range r.plan.jobs {
+	for _, j := range r.plan.allJobs() {
 		if r.submitted[j.name] {
 			names = append(names, j.name)
 		}

@@ -1,0 +1,392 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+
+	tqclient "github.com/trainq/trainq/client"
+	"github.com/trainq/trainq/internal/testenv"
+	"github.com/trainq/trainq/protocol"
+)
+
+// This file injects the chaos campaign's faults beyond kill -9 and
+// terminate: the two-jobs-one-node agent outage, allocator and job resets,
+// and the burst. Each waits for the events it needs (a worker's start
+// record, the allocator's answer to its queue query), bounded, and says in
+// its description what it did.
+
+// chaosPoll is how often a fault looks again at what it waits for (the
+// record file, the allocator's queue query): there is no event to wait on.
+const chaosPoll = 100 * time.Millisecond
+
+// waitFor calls cond every chaosPoll until it holds or timeout passes; it
+// returns whether it held.
+func (r *chaosRun) waitFor(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) || r.isOver() {
+			return false
+		}
+		time.Sleep(chaosPoll)
+	}
+}
+
+// startedWorkers reads the record file: the workers of each job's attempt
+// that have written their start line, by job, attempt, worker.
+func (r *chaosRun) startedWorkers() map[testenv.WorkerKey]testenv.HoldEvent {
+	out := map[testenv.WorkerKey]testenv.HoldEvent{}
+	f, err := os.Open(r.records)
+	if err != nil {
+		return out
+	}
+	defer f.Close()
+	evs, _, _ := testenv.ParseHoldRecords(f)
+	for _, ev := range evs {
+		if ev.Start {
+			if _, ok := out[ev.Key]; !ok {
+				out[ev.Key] = ev
+			}
+		}
+	}
+	return out
+}
+
+// attemptStarted tells whether every worker of job's attempt has started.
+func (r *chaosRun) attemptStarted(started map[testenv.WorkerKey]testenv.HoldEvent, j chaosJob, attempt int) bool {
+	for w := range j.workers {
+		if _, ok := started[testenv.WorkerKey{Job: j.name, Attempt: attempt, Worker: w}]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// runsAttempt tells whether every worker of job's attempt has recorded its
+// start and the job's workflow says Running: its starts have completed and
+// its watches are out (a start still in flight is not a watch to lose).
+func (r *chaosRun) runsAttempt(j chaosJob, attempt int) bool {
+	if !r.attemptStarted(r.startedWorkers(), j, attempt) {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ji, err := r.describeJob(ctx, j.name)
+	return err == nil && ji.attempt == int64(attempt) && ji.state == string(protocol.StateRunning)
+}
+
+// pastAttempt tells whether job's workflow has begun an attempt after
+// attempt.
+func (r *chaosRun) pastAttempt(job string, attempt int) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ji, err := r.describeJob(ctx, job)
+	return err == nil && ji.attempt > int64(attempt)
+}
+
+// queue asks the allocator's queue query, every waiting job listed.
+func (r *chaosRun) queue() (protocol.QueueView, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return tqclient.New(r.c, nil).QueuePage(ctx, chaosRegion, chaosAllocation, protocol.QueuePage{Limit: 1000})
+}
+
+// pairOutage is the two-jobs-one-node outage: the pair of pinned jobs
+// starts on the pair node; its agent is killed; both jobs' watches are lost
+// in turn (each after its heartbeat timeout and node_timeout) and their
+// lost releases make the allocator fence the node; the agent is started
+// again as soon as the allocator has taken the second one, so that it can
+// answer a fence that was sent while the second job still held its GPU.
+// Were that answer to bring the node back, the second job's worker (still
+// running: the fence kept it) would share its GPU with the next grant.
+func (r *chaosRun) pairOutage(f chaosFault) (string, bool) {
+	a, b := f.jobs[0], f.jobs[1]
+	if !r.submit(a) {
+		return fmt.Sprintf("could not submit %s", a.name), false
+	}
+	if !r.waitFor(90*time.Second, func() bool { return r.runsAttempt(a, 1) }) {
+		return fmt.Sprintf("%s did not run on %s within 90s; no outage", a.name, r.plan.pairNode), false
+	}
+	time.Sleep(f.stagger) // the plan's spacing of the two starts
+	if !r.submit(b) {
+		return fmt.Sprintf("could not submit %s", b.name), false
+	}
+	if !r.waitFor(90*time.Second, func() bool { return r.runsAttempt(b, 1) }) {
+		return fmt.Sprintf("%s did not run on %s within 90s; no outage", b.name, r.plan.pairNode), false
+	}
+	p := r.pairAgent
+	r.setDown(p, true)
+	pid := p.p.Pid()
+	killed := time.Now()
+	r.kill(p)
+	r.logf("killed %s (pid %d) with SIGKILL while %s and %s run there", p.name, pid, a.name, b.name)
+	// Both watches lost: each job has moved on to its next attempt, which
+	// it begins only once its lost release has been delivered to the
+	// allocator.
+	var firstGone time.Duration
+	lost := r.waitFor(chaosWatchHeartbeat+40*time.Second, func() bool {
+		ga, gb := r.pastAttempt(a.name, 1), r.pastAttempt(b.name, 1)
+		if firstGone == 0 && (ga || gb) {
+			firstGone = time.Since(killed)
+		}
+		return ga && gb
+	})
+	down := time.Since(killed)
+	restarted := time.Now()
+	err := r.start(p)
+	r.setDown(p, false)
+	if err != nil {
+		r.problem("%v", err)
+		return fmt.Sprintf("%s killed; RESTART FAILED: %v", p.name, err), false
+	}
+	if !lost {
+		return fmt.Sprintf("%s (pid %d) killed while %s and %s ran there; they did not both lose their watches within %s; restarted after %s",
+			p.name, pid, a.name, b.name, down.Round(100*time.Millisecond), down.Round(100*time.Millisecond)), false
+	}
+	return fmt.Sprintf("%s (pid %d) killed while %s and %s (started %s apart) ran there; the first delivered its lost release %s after the kill, "+
+		"the second %s after it; agent started again at once (down %s), serving %s after its start (pid %d)",
+		p.name, pid, a.name, b.name, f.stagger, firstGone.Round(100*time.Millisecond), (down - firstGone).Round(100*time.Millisecond),
+		down.Round(100*time.Millisecond), time.Since(restarted).Round(10*time.Millisecond), p.p.Pid()), true
+}
+
+// runOf describes a workflow's current run.
+func (r *chaosRun) runOf(id string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := r.c.DescribeWorkflow(ctx, id, "")
+	if err != nil {
+		return "", err
+	}
+	return d.RawResponse.GetWorkflowExecutionInfo().GetExecution().GetRunId(), nil
+}
+
+// chaosHistory reads one run's history, asking again on a transient error.
+func chaosHistory(c client.Client, id, run string) ([]*historypb.HistoryEvent, error) {
+	var last error
+	for try := 0; try < 5; try++ {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		it := c.GetWorkflowHistory(ctx, id, run, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		var events []*historypb.HistoryEvent
+		var err error
+		for it.HasNext() {
+			var e *historypb.HistoryEvent
+			if e, err = it.Next(); err != nil {
+				break
+			}
+			events = append(events, e)
+		}
+		cancel()
+		if err == nil {
+			return events, nil
+		}
+		last = err
+		time.Sleep(time.Second)
+	}
+	return nil, last
+}
+
+// reset resets a workflow's run to the workflow task whose completion is
+// event, as `temporal workflow reset --event-id` does (signals after it are
+// applied again).
+func (r *chaosRun) reset(id, run string, event int64, reason string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := r.c.ResetWorkflowExecution(ctx, &workflowservice.ResetWorkflowExecutionRequest{
+		Namespace:                 client.DefaultNamespace,
+		WorkflowExecution:         &commonpb.WorkflowExecution{WorkflowId: id, RunId: run},
+		Reason:                    reason,
+		WorkflowTaskFinishEventId: event,
+		RequestId:                 uuid.NewString(),
+	})
+	return err
+}
+
+// resetAllocator resets the allocator's current run to its depth-th latest
+// completed workflow task, then asks it to recover at once with `trainq
+// allocator recover`, as the README tells an operator to.
+func (r *chaosRun) resetAllocator(f chaosFault) (string, bool) {
+	id := protocol.AllocatorWorkflowID(chaosRegion, chaosAllocation)
+	run, err := r.runOf(id)
+	if err != nil {
+		return fmt.Sprintf("could not describe %s: %v; not reset", id, err), false
+	}
+	events, err := chaosHistory(r.c, id, run)
+	if err != nil {
+		return fmt.Sprintf("could not read %s's history: %v; not reset", id, err), false
+	}
+	var completed []int64
+	for _, e := range events {
+		if e.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED {
+			completed = append(completed, e.GetEventId())
+		}
+	}
+	if len(completed) == 0 {
+		return fmt.Sprintf("%s run %s has no completed workflow task; not reset", id, run), false
+	}
+	event := completed[max(len(completed)-f.depth, 0)]
+	if err := r.reset(id, run, event, "chaos test: allocator reset"); err != nil {
+		r.problem("reset %s to event %d: %v", id, event, err)
+		return fmt.Sprintf("reset of %s to event %d FAILED: %v", id, event, err), false
+	}
+	reset := time.Now()
+	cmd := exec.Command(filepath.Join(env.binDir, "trainq"), "allocator", "recover", chaosAllocation, "--region", chaosRegion)
+	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+r.srv.HostPort(), "TRAINQ_CONFIG="+r.configPath)
+	out, err := cmd.CombinedOutput()
+	back := len(completed) - max(len(completed)-f.depth, 0)
+	desc := fmt.Sprintf("`temporal workflow reset --workflow-id %s --event-id %d` (back %d of the %d completed workflow tasks of run %s, %d events); "+
+		"`trainq allocator recover %s`", id, event, back, len(completed), run, len(events), chaosAllocation)
+	if err != nil {
+		r.problem("trainq allocator recover: %v: %s", err, strings.TrimSpace(string(out)))
+		return desc + fmt.Sprintf(" FAILED: %v", err), false
+	}
+	return desc + fmt.Sprintf(" answered %s after the reset", time.Since(reset).Round(10*time.Millisecond)), true
+}
+
+// resetJob resets a running job (the pick-th, by name, of the jobs the
+// allocator has running whose workers all started) to the workflow task
+// that began its latest attempt (depth 0) or the one before (depth 1),
+// within its current run.
+func (r *chaosRun) resetJob(f chaosFault) (string, bool) {
+	var running []string
+	attempts := map[string]int{}
+	r.waitFor(30*time.Second, func() bool {
+		v, err := r.queue()
+		if err != nil {
+			return false
+		}
+		started := r.startedWorkers()
+		running, attempts = nil, map[string]int{}
+		for _, run := range v.Running {
+			j, ok := r.jobs[run.Job]
+			// Not the pair's (their outage waits on their attempts) nor
+			// the burst's wide job.
+			if ok && !run.Releasing && !j.gated && j.ramGB == 0 && r.attemptStarted(started, j, run.Attempt) {
+				running = append(running, run.Job)
+				attempts[run.Job] = run.Attempt
+			}
+		}
+		return len(running) > 0
+	})
+	if len(running) == 0 {
+		return "no job was running within 30s; no job reset", false
+	}
+	sort.Strings(running)
+	job := running[f.pick%len(running)]
+	attempt := attempts[job]
+	run, err := r.runOf(job)
+	if err != nil {
+		return fmt.Sprintf("could not describe %s: %v; not reset", job, err), false
+	}
+	events, err := chaosHistory(r.c, job, run)
+	if err != nil {
+		return fmt.Sprintf("could not read %s's history: %v; not reset", job, err), false
+	}
+	event, target := jobResetPoint(events, attempt-f.depth)
+	if event == 0 {
+		return fmt.Sprintf("%s's run %s has no completed workflow task; not reset", job, run), false
+	}
+	if err := r.reset(job, run, event, "chaos test: job reset"); err != nil {
+		r.problem("reset %s to event %d: %v", job, event, err)
+		return fmt.Sprintf("reset of %s to event %d FAILED: %v", job, event, err), false
+	}
+	return fmt.Sprintf("`temporal workflow reset --workflow-id %s --event-id %d` while it ran attempt %d: %s",
+		job, event, attempt, target), true
+}
+
+// jobResetPoint finds, in a job run's history, the completion of the
+// workflow task that began attempt (the first search-attribute upsert
+// setting TrainqAttempt to it); an attempt that began in an earlier run, or
+// attempt 0, falls back to the run's first completed task.
+func jobResetPoint(events []*historypb.HistoryEvent, attempt int) (int64, string) {
+	var first int64
+	for _, e := range events {
+		if e.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED && first == 0 {
+			first = e.GetEventId()
+		}
+		up := e.GetUpsertWorkflowSearchAttributesEventAttributes()
+		if up == nil || attempt < 1 {
+			continue
+		}
+		p, ok := up.GetSearchAttributes().GetIndexedFields()[protocol.SAAttempt]
+		var n int64
+		if ok && chaosDecode(p, &n) == nil && int(n) == attempt {
+			return up.GetWorkflowTaskCompletedEventId(), fmt.Sprintf("the workflow task that began its attempt %d", attempt)
+		}
+	}
+	return first, "its run's first workflow task"
+}
+
+// chaosBurstWaiting is how many of a burst's 1-GPU jobs must wait behind
+// the wide job before it ends.
+const chaosBurstWaiting = 20
+
+// burst: the wide job takes most of the pool (high class: it preempts
+// what it must); once it runs, the burst's 1-GPU jobs are submitted and
+// queue behind it; once the allocator shows them all waiting, the wide
+// job's gate opens, it ends, and its release frees capacity for all of
+// them in one pass.
+func (r *chaosRun) burst(f chaosFault) (string, bool) {
+	wide, small := f.jobs[0], f.jobs[1:]
+	defer func() {
+		// Whatever happened, the wide job must be able to end.
+		_ = os.WriteFile(r.gate(wide.name), nil, 0o644)
+	}()
+	if !r.submit(wide) {
+		return fmt.Sprintf("could not submit %s", wide.name), false
+	}
+	t0 := time.Now()
+	if !r.waitFor(90*time.Second, func() bool { return r.attemptStarted(r.startedWorkers(), wide, 1) }) {
+		return fmt.Sprintf("%s (%d × %d GPUs) did not run within 90s; no burst", wide.name, wide.workers, wide.gpus), false
+	}
+	runs := time.Since(t0)
+	errs := make(chan error, len(small))
+	parallel(len(small), 4, func(i int) {
+		if !r.submit(small[i]) {
+			errs <- fmt.Errorf("%s", small[i].name)
+		}
+	})
+	close(errs)
+	for err := range errs {
+		return fmt.Sprintf("could not submit %v", err), false
+	}
+	// The wide job leaves a few GPUs to the burst; the others wait.
+	var waiting int
+	queued := r.waitFor(20*time.Second, func() bool {
+		v, err := r.queue()
+		if err != nil {
+			return false
+		}
+		in := map[string]bool{}
+		for _, w := range v.Waiting {
+			in[w.Job] = true
+		}
+		waiting = 0
+		for _, j := range small {
+			if in[j.name] {
+				waiting++
+			}
+		}
+		return waiting >= chaosBurstWaiting
+	})
+	if err := os.WriteFile(r.gate(wide.name), nil, 0o644); err != nil {
+		r.problem("open the gate of %s: %v", wide.name, err)
+	}
+	desc := fmt.Sprintf("%s (%d × %d GPUs, high) ran %s after its submission; %d/%d one-GPU jobs waited behind it when it ended",
+		wide.name, wide.workers, wide.gpus, runs.Round(100*time.Millisecond), waiting, len(small))
+	return desc, queued
+}
