@@ -126,7 +126,9 @@ func runKubeAgent(ctx context.Context, c client.Client, node string, acts *activ
 		ready, why := b.NodeReady(node)
 		switch {
 		case ready && w == nil:
-			w = worker.New(c, protocol.NodeTaskQueue(node), worker.Options{WorkerStopTimeout: 10 * time.Second})
+			opts := nodeAgentOptions()
+			opts.WorkerStopTimeout = 10 * time.Second
+			w = worker.New(c, protocol.NodeTaskQueue(node), opts)
 			w.RegisterActivity(acts)
 			if err := w.Start(); err != nil {
 				logger.Error("cannot start the node agent", "node", node, "error", err)

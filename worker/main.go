@@ -241,11 +241,21 @@ func newWorkers(ctx context.Context, c client.Client, opts options, nodes []stri
 			go runKubeAgent(ctx, c, node, acts, kb, logger)
 			continue
 		}
-		w := worker.New(c, protocol.NodeTaskQueue(node), worker.Options{})
+		w := worker.New(c, protocol.NodeTaskQueue(node), nodeAgentOptions())
 		w.RegisterActivity(acts)
 		workers = append(workers, w)
 	}
 	return workers
+}
+
+// nodeAgentOptions are the worker options of one node's agent: activities
+// only, with one poller. A node's activities are few (a start, a watch and a
+// stop per worker; the watch holds an execution slot, not a poller), while
+// every poller counts against the namespace's limit on concurrent polls
+// (frontend.namespaceCount, 1,200 by default): with the SDK's defaults, a
+// thousand nodes' agents would pass it and starve every other worker.
+func nodeAgentOptions() worker.Options {
+	return worker.Options{DisableWorkflowWorker: true, MaxConcurrentActivityTaskPollers: 1}
 }
 
 func logRunning(logger *slog.Logger, opts options, cfg *config.Config, nodes []string) {
