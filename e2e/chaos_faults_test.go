@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -17,7 +18,9 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/trainq/trainq/activities"
 	tqclient "github.com/trainq/trainq/client"
+	"github.com/trainq/trainq/cluster"
 	"github.com/trainq/trainq/internal/testenv"
 	"github.com/trainq/trainq/protocol"
 )
@@ -159,9 +162,70 @@ func (r *chaosRun) pairOutage(f chaosFault) (string, bool) {
 			p.name, pid, a.name, b.name, down.Round(100*time.Millisecond), down.Round(100*time.Millisecond)), false
 	}
 	return fmt.Sprintf("%s (pid %d) killed while %s and %s (started %s apart) ran there; the first delivered its lost release %s after the kill, "+
-		"the second %s after it; agent started again at once (down %s), serving %s after its start (pid %d)",
+		"the second %s after it; agent started again at once (down %s), serving %s after its start (pid %d); %s",
 		p.name, pid, a.name, b.name, f.stagger, firstGone.Round(100*time.Millisecond), (down - firstGone).Round(100*time.Millisecond),
-		down.Round(100*time.Millisecond), time.Since(restarted).Round(10*time.Millisecond), p.p.Pid()), true
+		down.Round(100*time.Millisecond), time.Since(restarted).Round(10*time.Millisecond), p.p.Pid(), r.fenceAtRestart(b, restarted)), true
+}
+
+// fenceAtRestart says whether, when the pair node's agent came back, a
+// fence of the node that kept the second job's worker was still waiting
+// for it (sent before that job's loss): the race the outage is after. It
+// reads the allocator's current run.
+func (r *chaosRun) fenceAtRestart(b chaosJob, restarted time.Time) string {
+	id := protocol.AllocatorWorkflowID(chaosRegion, chaosAllocation)
+	events, err := chaosHistory(r.c, id, "")
+	if err != nil {
+		return "(could not read the allocator's history: " + err.Error() + ")"
+	}
+	queue := protocol.NodeTaskQueue(r.plan.pairNode)
+	kept := cluster.WorkerID{Job: b.name, Attempt: 1, Worker: 0}
+	fences := map[int64]bool{} // scheduled event -> keeps b's worker
+	inventories := map[int64]bool{}
+	waiting := map[int64]bool{}
+	for _, e := range events {
+		at := e.GetEventTime().AsTime()
+		if a := e.GetActivityTaskScheduledEventAttributes(); a != nil && a.GetTaskQueue().GetName() == queue && at.Before(restarted) {
+			switch a.GetActivityType().GetName() {
+			case "FenceNode":
+				var in activities.FenceNodeInput
+				if decodeFirst(a.GetInput(), &in) == nil {
+					fences[e.GetEventId()] = slices.Contains(in.Keep, kept)
+					waiting[e.GetEventId()] = true
+				}
+			case "NodeInventory": // a fence's first step: what it keeps is decided after
+				inventories[e.GetEventId()] = true
+				waiting[e.GetEventId()] = true
+			}
+		}
+		var closed int64
+		switch {
+		case e.GetActivityTaskCompletedEventAttributes() != nil:
+			closed = e.GetActivityTaskCompletedEventAttributes().GetScheduledEventId()
+		case e.GetActivityTaskTimedOutEventAttributes() != nil:
+			closed = e.GetActivityTaskTimedOutEventAttributes().GetScheduledEventId()
+		case e.GetActivityTaskFailedEventAttributes() != nil:
+			closed = e.GetActivityTaskFailedEventAttributes().GetScheduledEventId()
+		case e.GetActivityTaskCanceledEventAttributes() != nil:
+			closed = e.GetActivityTaskCanceledEventAttributes().GetScheduledEventId()
+		}
+		if closed != 0 && at.Before(restarted) {
+			delete(waiting, closed)
+		}
+	}
+	for ev := range waiting {
+		if fences[ev] {
+			return fmt.Sprintf("a fence that kept %s's worker (event %d) was still waiting for the agent", b.name, ev)
+		}
+	}
+	for ev := range waiting {
+		if inventories[ev] {
+			return fmt.Sprintf("a fence's inventory of the node (event %d) was waiting for the agent: what it keeps is decided after", ev)
+		}
+	}
+	if len(waiting) > 0 {
+		return fmt.Sprintf("a fence was waiting for the agent, not keeping %s's worker", b.name)
+	}
+	return "no fence was waiting for the agent"
 }
 
 // runOf describes a workflow's current run.
