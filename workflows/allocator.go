@@ -170,6 +170,9 @@ const (
 	// nothing in the rebuilt pool (before, it could cancel a new attempt
 	// with the number of the one it was for).
 	versionReclaimGeneration = "allocator-reclaim-generation"
+	// versionResendGrant: a repeated request for a granted attempt gets its
+	// grant again (see resendGrant); before, it got nothing.
+	versionResendGrant = "allocator-resend-grant"
 )
 
 // AllocatorWorkflow owns the capacity of one allocation. Jobs ask it for
@@ -859,6 +862,9 @@ func (a *allocator) onRequest(ctx workflow.Context, req protocol.CapacityRequest
 		}
 		return
 	}
+	if a.resendGrant(ctx, req) {
+		return
+	}
 	a.request(req, workflow.Now(ctx))
 	a.schedule(ctx)
 }
@@ -1004,8 +1010,7 @@ func (a *allocator) schedulePass(ctx workflow.Context) {
 		if r, ok := a.pool.Running(g.Job); ok {
 			seq = r.Seq
 		}
-		grant := protocol.GrantSignal{Epoch: a.epoch, Seq: seq, Attempt: g.Attempt, Placement: g.Placement,
-			StopGracePeriod: a.in.StopGracePeriod, NodeTimeout: a.nodeTimeout()}
+		grant := a.grantSignal(seq, g.Attempt, g.Placement)
 		job, attempt := g.Job, g.Attempt
 		a.send(ctx, job, protocol.SignalGrant, grant, func(ctx workflow.Context) {
 			// The job's workflow is gone, so it never saw the grant and
@@ -1048,6 +1053,30 @@ type outgoing struct {
 	job, name string
 	arg       any
 	onGone    func(workflow.Context)
+}
+
+func (a *allocator) grantSignal(seq int64, attempt int, placement []scheduler.WorkerPlacement) protocol.GrantSignal {
+	return protocol.GrantSignal{Epoch: a.epoch, Seq: seq, Attempt: attempt, Placement: placement,
+		StopGracePeriod: a.in.StopGracePeriod, NodeTimeout: a.nodeTimeout()}
+}
+
+// resendGrant answers a repeated request for an attempt the pool has granted
+// and that is not stopping: the grant is sent again. The job takes a grant
+// only while it waits for that attempt, so a duplicate request (a retried
+// activity) changes nothing; but a job reset to before it took its grant
+// waits for one that was delivered to the run the reset replaced, and would
+// otherwise wait for ever while the pool holds its GPUs.
+func (a *allocator) resendGrant(ctx workflow.Context, req protocol.CapacityRequest) bool {
+	r, ok := a.pool.Running(req.Job)
+	if !ok || r.Attempt != req.Attempt || r.Releasing {
+		return false
+	}
+	if workflow.GetVersion(ctx, versionResendGrant, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return false
+	}
+	a.note(fmt.Sprintf("sent %s its grant of attempt %d again: it asked again", req.Job, req.Attempt))
+	a.send(ctx, req.Job, protocol.SignalGrant, a.grantSignal(r.Seq, r.Attempt, r.Placement), func(workflow.Context) {})
+	return true
 }
 
 // send signals a job workflow; onGone runs if the workflow no longer exists.

@@ -309,3 +309,23 @@ func TestWaitingJobSendsItsRequestAgainWhenTheAllocatorLostIt(t *testing.T) {
 	assert.Equal(t, 1, checks[0].Request.Attempt)
 	assert.Equal(t, testJob, checks[0].Request.Job)
 }
+
+// TestJobResetBeforeItsGrantIsGrantedAgain: a job reset to before it took its
+// grant asks again for the same attempt; the allocator, which holds that
+// attempt's GPUs, sends the grant again, and the job runs instead of waiting
+// for ever. A second copy of a grant for the attempt it already holds changes
+// nothing.
+func TestJobResetBeforeItsGrantIsGrantedAgain(t *testing.T) {
+	h := newJobHarness(t)
+	h.grantAt(time.Minute, 1, 1)
+	h.grantAt(2*time.Minute, 1, 1) // the copy a repeated request gets
+	h.watch(1, -1, 10*time.Minute, 0)
+	h.run(jobSpec("medium", 1, 0))
+	require.NoError(t, h.env.GetWorkflowError())
+	st := h.status()
+	assert.Equal(t, protocol.StateCompleted, st.State)
+	require.Len(t, st.Attempts, 1, "the copy started nothing more")
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	assert.Len(t, h.starts, 1, "one start of the one worker")
+}

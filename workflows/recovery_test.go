@@ -221,8 +221,10 @@ func TestAllocatorTakesRequestsAsSignals(t *testing.T) {
 	h.runAllocator(allocInput(allocNodes(2, 2)), time.Hour)
 
 	g := h.grantsTo("first")
-	require.Len(t, g, 1, "a repeated request is queued once")
+	require.Len(t, g, 2, "a repeated request of a granted attempt gets the same grant again")
+	assert.Equal(t, g[0], g[1])
 	assert.Equal(t, int64(1), g[0].Seq, "the grant tells the job its place for reruns")
+	assert.Equal(t, int64(1), h.queue().Counters.Grants, "granted once")
 	assert.Empty(t, h.grantsTo("second"))
 	require.Len(t, h.refusals, 1)
 	assert.Equal(t, "too-big", h.refusals[0].job)
