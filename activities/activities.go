@@ -292,6 +292,9 @@ func (a *Activities) rendezvous(ctx context.Context, job string, attempt int) (s
 // A spec without a rendezvous (a one-worker attempt) gets one picked here, on
 // the worker's own node: one activity instead of two before it runs.
 func (a *Activities) StartWorker(ctx context.Context, spec cluster.WorkerSpec) (cluster.WorkerStatus, error) {
+	// A start can wait for a while (a pod to be scheduled and run); the
+	// heartbeat tells the job at once when this agent dies meanwhile.
+	defer heartbeatEvery(ctx, "starting "+spec.ID.String())()
 	if spec.MasterAddr == "" && spec.MasterPort == 0 {
 		addr, port, err := a.rendezvous(ctx, spec.ID.Job, spec.ID.Attempt)
 		if err != nil {

@@ -659,6 +659,11 @@ func isNodeTimeout(err error) bool {
 func (j *job) startWorkers(ctx workflow.Context, attempt int, grant protocol.GrantSignal) (outcome, bool) {
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	short := workflow.ActivityOptions{StartToCloseTimeout: 2 * time.Minute, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 5}}
+	// The start heartbeats: an agent that dies mid-start is noticed after
+	// the heartbeat timeout, not the start's 2 minutes (the retry then
+	// waits at most node_timeout for the agent before the node counts as lost).
+	startOptions := short
+	startOptions.HeartbeatTimeout = 15 * time.Second
 	rv, out, ok := j.rendezvous(dctx, attempt, grant, short)
 	if !ok {
 		return out, false
@@ -674,7 +679,7 @@ func (j *job) startWorkers(ctx workflow.Context, attempt int, grant protocol.Gra
 			MasterAddr: rv.Addr, MasterPort: rv.Port, CheckpointDir: j.spec.CheckpointDir, Notebook: notebook,
 		}
 		summary := fmt.Sprintf("start worker %d on %s (GPUs %v)", p.Worker, p.Node, p.GPUs)
-		starts = append(starts, workflow.ExecuteActivity(j.nodeOptions(dctx, p.Node, summary, short), (*activities.Activities).StartWorker, spec))
+		starts = append(starts, workflow.ExecuteActivity(j.nodeOptions(dctx, p.Node, summary, startOptions), (*activities.Activities).StartWorker, spec))
 	}
 	var failure *outcome
 	for i, f := range starts {
