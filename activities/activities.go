@@ -104,21 +104,16 @@ func (a *Activities) whereQueued(ctx context.Context, in RequestCapacityInput) p
 		}
 		qctx, cancel := context.WithTimeout(ctx, deadline)
 		resp, err := a.Client.QueryWorkflow(qctx, protocol.AllocatorWorkflowID(in.Region, in.Allocation), "", protocol.QueryExplain, in.Request.Job)
-		var where struct {
-			Waiting *scheduler.WaitingInfo `json:"waiting"`
-			Running *scheduler.RunningInfo `json:"running"`
-		}
+		var where protocol.ExplainReply
 		if err == nil {
 			err = resp.Get(&where)
 		}
 		cancel()
-		switch {
-		case err != nil:
+		if err != nil {
 			return reply
-		case where.Running != nil && where.Running.Attempt == in.Request.Attempt:
-			return protocol.CapacityReply{Seq: where.Running.Seq, Granted: true}
-		case where.Waiting != nil && where.Waiting.Attempt == in.Request.Attempt:
-			return protocol.CapacityReply{Seq: where.Waiting.Seq, Position: where.Waiting.Position, Reason: where.Waiting.Reason}
+		}
+		if known, ok := replyFor(where, in.Request.Attempt); ok {
+			return known
 		}
 	}
 	return reply
@@ -152,17 +147,26 @@ func (a *Activities) CheckRequest(ctx context.Context, in RequestCapacityInput) 
 		if err := resp.Get(&where); err != nil {
 			return RequestCheck{}, err
 		}
-		switch {
-		case where.Running != nil && where.Running.Attempt == in.Request.Attempt:
-			return RequestCheck{Known: true, Reply: protocol.CapacityReply{Seq: where.Running.Seq, Granted: true}}, nil
-		case where.Waiting != nil && where.Waiting.Attempt == in.Request.Attempt:
-			return RequestCheck{Known: true, Reply: protocol.CapacityReply{Seq: where.Waiting.Seq, Position: where.Waiting.Position, Reason: where.Waiting.Reason}}, nil
+		if reply, ok := replyFor(where, in.Request.Attempt); ok {
+			return RequestCheck{Known: true, Reply: reply}, nil
 		}
 	}
 	activity.GetLogger(ctx).Warn("the allocator does not know a waiting job's request; sending it again", "job", in.Request.Job, "attempt", in.Request.Attempt)
 	in.Brief = true
 	reply, err := a.RequestCapacity(ctx, in)
 	return RequestCheck{Resent: true, Reply: reply}, err
+}
+
+// replyFor reads the allocator's explain answer for attempt: granted, or
+// waiting with its place; ok is false if the allocator has neither.
+func replyFor(where protocol.ExplainReply, attempt int) (protocol.CapacityReply, bool) {
+	switch {
+	case where.Running != nil && where.Running.Attempt == attempt:
+		return protocol.CapacityReply{Seq: where.Running.Seq, Granted: true}, true
+	case where.Waiting != nil && where.Waiting.Attempt == attempt:
+		return protocol.CapacityReply{Seq: where.Waiting.Seq, Position: where.Waiting.Position, Reason: where.Waiting.Reason}, true
+	}
+	return protocol.CapacityReply{}, false
 }
 
 // briefQueryTimeout bounds the one question a brief request asks: an idle

@@ -1183,17 +1183,9 @@ func (a *allocator) askUnansweredAgain(ctx workflow.Context) {
 	if len(a.unanswered) == 0 || a.epoch == "" {
 		return
 	}
-	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: 2 * time.Minute,
-		HeartbeatTimeout:    10 * time.Second,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
-		Summary:             fmt.Sprintf("ask the %d job(s) that did not answer recovery again", len(a.unanswered)),
-	})
-	jobs := a.unanswered
-	var reg activities.RegisterJobsReply
-	in := activities.RegisterJobsInput{Region: a.in.Region, Allocation: a.in.Allocation, Epoch: a.epoch, Jobs: jobs,
-		Round: workflow.Now(ctx).UnixNano()}
-	if err := a.executeActivity(actx, (*activities.Activities).RegisterJobs, in).Get(ctx, &reg); err != nil {
+	reg, err := a.registerNamed(ctx, otherActivities, a.unanswered,
+		fmt.Sprintf("ask the %d job(s) that did not answer recovery again", len(a.unanswered)))
+	if err != nil {
 		workflow.GetLogger(ctx).Warn("could not ask the jobs that did not answer recovery again", "error", err)
 		return
 	}

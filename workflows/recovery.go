@@ -312,18 +312,9 @@ func (a *allocator) registerStrangers(ctx workflow.Context, node string) error {
 		// jobs with: its fence stops strangers, as before.
 		return nil
 	}
-	rctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: 2 * time.Minute,
-		HeartbeatTimeout:    10 * time.Second,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
-		Summary:             fmt.Sprintf("ask the %d job(s) with unknown workers on %s what they hold", len(jobs), node),
-	})
-	var reg activities.RegisterJobsReply
-	// A round of its own: the job answers an update ID it has seen with
-	// its first answer, which recovery's may be, long out of date.
-	in := activities.RegisterJobsInput{Region: a.in.Region, Allocation: a.in.Allocation, Epoch: a.epoch, Jobs: jobs,
-		Round: workflow.Now(ctx).UnixNano()}
-	if err := a.executeFenceActivity(rctx, (*activities.Activities).RegisterJobs, in).Get(ctx, &reg); err != nil {
+	reg, err := a.registerNamed(ctx, fenceActivities, jobs,
+		fmt.Sprintf("ask the %d job(s) with unknown workers on %s what they hold", len(jobs), node))
+	if err != nil {
 		return err
 	}
 	for _, h := range reg.Holds {
@@ -334,6 +325,24 @@ func (a *allocator) registerStrangers(ctx workflow.Context, node string) error {
 		return fmt.Errorf("job(s) %v with live workers on %s did not answer", reg.Unanswered, node)
 	}
 	return nil
+}
+
+// registerNamed sends the register update of this epoch to the named jobs
+// of the allocation (one try: its callers ask again on their own schedule).
+// Each call is a round of its own: a job answers an update ID it has seen
+// with its first answer, which recovery's may be, long out of date.
+func (a *allocator) registerNamed(ctx workflow.Context, share int, jobs []string, summary string) (activities.RegisterJobsReply, error) {
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 2 * time.Minute,
+		HeartbeatTimeout:    10 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+		Summary:             summary,
+	})
+	in := activities.RegisterJobsInput{Region: a.in.Region, Allocation: a.in.Allocation, Epoch: a.epoch, Jobs: jobs,
+		Round: workflow.Now(ctx).UnixNano()}
+	var reg activities.RegisterJobsReply
+	err := a.executeActivityOf(actx, share, (*activities.Activities).RegisterJobs, in).Get(ctx, &reg)
+	return reg, err
 }
 
 // adoptStranger takes in what a job found through its workers on node holds
