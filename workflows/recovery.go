@@ -2,7 +2,6 @@ package workflows
 
 import (
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -10,51 +9,15 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/trainq/trainq/activities"
+	"github.com/trainq/trainq/allocation"
 	"github.com/trainq/trainq/cluster"
 	"github.com/trainq/trainq/protocol"
-	"github.com/trainq/trainq/scheduler"
 )
 
 // recoverySettle is how long recovery waits before it lists the jobs a second
 // time: a job started just before the allocator was lost may not be in
 // visibility yet at the first listing.
 const recoverySettle = 2 * time.Second
-
-// fenceCause is why a node is fenced: what the allocator decides by (the
-// reason beside it is for people).
-type fenceCause string
-
-const (
-	// fenceRecovering: every node after a recovery, until its agent says
-	// what runs there; it turns into fenceLost if the agent does not answer.
-	fenceRecovering fenceCause = "recovering"
-	// fenceLost: the node's agent did not answer, so its workers may run on.
-	fenceLost fenceCause = "lost"
-	// fenceAdded: a reconfigure added the node.
-	fenceAdded fenceCause = "added"
-)
-
-// recoveringReason is a node's reason while a recovery fences it.
-const recoveringReason = "waiting for its agent to report which workers run there (recovery)"
-
-// fenceState is why one node is fenced.
-type fenceState struct {
-	cause fenceCause
-	why   string
-}
-
-// carriedFence reads a fenced node from the carried state; one written
-// before causes were kept is told by its reason.
-func carriedFence(f protocol.FencedNode) fenceState {
-	cause := fenceCause(f.Cause)
-	if cause == "" {
-		cause = fenceLost
-		if f.Reason == recoveringReason {
-			cause = fenceRecovering
-		}
-	}
-	return fenceState{cause: cause, why: f.Reason}
-}
 
 // recoverState rebuilds the allocator's state from the jobs themselves and
 // the node agents, so that an allocator that lost its state (terminated,
@@ -64,11 +27,9 @@ func carriedFence(f protocol.FencedNode) fenceState {
 //  1. A new epoch is drawn. Every running job of the allocation (listed
 //     through visibility, twice, because visibility lags) is sent the
 //     register update: it answers what it holds or waits for, and from then
-//     on ignores grants of any other epoch, so a late grant of the lost
+//     on ignores grants of any older epoch, so a late grant of the lost
 //     allocator cannot start workers its successor does not know of.
-//  2. The pool is rebuilt from the answers: held placements (running or
-//     releasing, worker by worker) are adopted, waiting requests re-queued
-//     with their original sequence.
+//  2. The pool is rebuilt from the answers (allocation.State.Recovered).
 //  3. Every node is fenced until its agent has stopped the workers nobody
 //     holds (orphans of vanished jobs, the lost allocator's reclaims) and
 //     confirmed the rest. A node whose agent does not answer stays fenced
@@ -81,11 +42,11 @@ func (a *allocator) recoverState(ctx workflow.Context) protocol.RecoverReply {
 	workflow.SetCurrentDetails(ctx, a.details())
 	var epoch string
 	drawn := workflow.Now(ctx)
-	a.recoveredAt = drawn
+	a.st.RecoveredAt = drawn
 	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return protocol.NewEpoch(drawn, uuid.NewString()) }).Get(&epoch); err != nil {
 		panic(fmt.Sprintf("draw a recovery epoch: %v", err))
 	}
-	a.epoch = epoch
+	a.st.Epoch = epoch
 	// Signals decided from the state being replaced are not sent: the
 	// rebuilt pool decides anew, and grants of the old epoch would be
 	// ignored by the registered jobs anyway.
@@ -96,47 +57,24 @@ func (a *allocator) recoverState(ctx workflow.Context) protocol.RecoverReply {
 		// a trainq-worker that dies mid-recovery delays it by seconds only.
 		HeartbeatTimeout: 10 * time.Second,
 		RetryPolicy:      &temporal.RetryPolicy{MaximumInterval: 10 * time.Second},
-		Summary:          fmt.Sprintf("recover: register the jobs of %s/%s", a.in.Region, a.in.Allocation),
+		Summary:          fmt.Sprintf("recover: register the jobs of %s", a.st.Name()),
 	})
 	var reg activities.RegisterJobsReply
-	in := activities.RegisterJobsInput{Region: a.in.Region, Allocation: a.in.Allocation, Epoch: epoch, Settle: recoverySettle}
+	in := activities.RegisterJobsInput{Region: a.st.Config.Region, Allocation: a.st.Config.Allocation, Epoch: epoch, Settle: recoverySettle}
 	if err := workflow.ExecuteActivity(actx, (*activities.Activities).RegisterJobs, in).Get(ctx, &reg); err != nil {
 		// Retries are unlimited: this fails only when the workflow itself
 		// is going away. Granting from a partial picture is never safe.
-		panic(fmt.Sprintf("recover allocator %s/%s: %v", a.in.Region, a.in.Allocation, err))
+		panic(fmt.Sprintf("recover allocator %s: %v", a.st.Name(), err))
 	}
-	pool, err := scheduler.NewPool(a.pool.Nodes(), a.pool.Policy())
+	reply, cmds, err := a.st.Recovered(epoch, drawn, allocation.Registered{Holds: reg.Holds, Listed: reg.Listed, Unanswered: reg.Unanswered})
 	if err != nil {
-		panic(fmt.Sprintf("recover allocator %s/%s: %v", a.in.Region, a.in.Allocation, err))
+		panic(fmt.Sprintf("recover allocator %s: %v", a.st.Name(), err))
 	}
-	reply := protocol.RecoverReply{Epoch: epoch, Listed: reg.Listed, Unanswered: reg.Unanswered}
-	var refused []protocol.JobHold
-	reply.Conflicts, refused = a.rebuild(pool, reg.Holds)
-	a.pool = pool
-	for _, h := range refused {
-		reason := fmt.Sprintf("allocation %s/%s can no longer run this job", a.in.Region, a.in.Allocation)
-		a.send(ctx, h.Job, protocol.SignalRefuse, protocol.RefuseSignal{Attempt: h.Request.Attempt, Reason: reason}, func(workflow.Context) {})
-	}
-	// The old state's orphans, fences and requests waiting for a reclaim
-	// are superseded: every node is fenced below, its agent stops whatever
-	// nobody holds, and each job answered for itself.
-	a.orphans, a.reclaims, a.afterReclaim = nil, map[string]bool{}, nil
-	a.unanswered = reg.Unanswered
-	a.counters.Recoveries++
-	for _, n := range pool.Nodes() {
-		a.fence(ctx, n.Name, fenceRecovering, recoveringReason)
-		reply.Fenced = append(reply.Fenced, n.Name)
-	}
-	reply.Running, reply.Waiting = len(pool.RunningJobs()), pool.WaitingCount()
+	// Reclaims under way were for the state replaced; each fence of the
+	// rebuilt state stops whatever nobody holds.
+	a.reclaims = map[string]bool{}
+	a.execute(ctx, cmds)
 	a.recovering = false
-	note := fmt.Sprintf("recovered epoch %s: %d jobs listed, %d holding, %d waiting", epoch, reply.Listed, reply.Running, reply.Waiting)
-	if len(reply.Conflicts) > 0 {
-		note += fmt.Sprintf("; %d conflicting holds: %v", len(reply.Conflicts), reply.Conflicts)
-	}
-	if len(reply.Unanswered) > 0 {
-		note += fmt.Sprintf("; %d job(s) did not answer, their nodes stay fenced until they do: %v", len(reply.Unanswered), reply.Unanswered)
-	}
-	a.note(note)
 	workflow.GetLogger(ctx).Info("allocator recovered", "epoch", epoch, "listed", reply.Listed,
 		"running", reply.Running, "waiting", reply.Waiting, "conflicts", reply.Conflicts)
 	a.schedule(ctx)
@@ -144,134 +82,59 @@ func (a *allocator) recoverState(ctx workflow.Context) protocol.RecoverReply {
 	return reply
 }
 
-// rebuild adopts the holds into pool: held placements first (so that no
-// waiting request can be placed on them), then the waiting requests, each
-// with its original sequence; requests the lost allocator never answered get
-// sequences after every known one. It returns the holds it could not adopt,
-// and among them the waiting ones, whose jobs are told so (a config change
-// may have left them unable to fit).
-func (a *allocator) rebuild(pool *scheduler.Pool, holds []protocol.JobHold) (conflicts []string, refused []protocol.JobHold) {
-	maxSeq := a.nextSeq - 1
-	for _, h := range holds {
-		maxSeq = max(maxSeq, h.Request.Seq)
-	}
-	a.nextSeq = maxSeq + 1
-	for _, h := range holds {
-		if h.Phase != protocol.HoldHolding {
-			continue
-		}
-		r, err := requestFor(pool, h.Request)
-		if err == nil {
-			err = pool.Adopt(scheduler.Adoption{Request: r, Placement: h.Placement, StartedAt: h.StartedAt,
-				Releasing: h.Releasing, Released: h.Released})
-		}
-		if err != nil {
-			conflicts = append(conflicts, fmt.Sprintf("%s attempt %d: %v", h.Job, h.Request.Attempt, err))
-		}
-	}
-	for _, h := range holds {
-		if h.Phase != protocol.HoldWaiting {
-			continue
-		}
-		r, err := requestFor(pool, h.Request)
-		if err == nil {
-			if r.Seq == 0 {
-				r.Seq = a.nextSeq
-				a.nextSeq++
-			}
-			err = pool.Enqueue(r)
-		}
-		if err != nil {
-			conflicts = append(conflicts, fmt.Sprintf("%s attempt %d: %v", h.Job, h.Request.Attempt, err))
-			refused = append(refused, h)
-		}
-	}
-	return conflicts, refused
-}
-
-// requestFor turns a job's capacity request into the scheduler's form,
-// checked against pool.
-func requestFor(pool *scheduler.Pool, req protocol.CapacityRequest) (scheduler.Request, error) {
-	demand, err := scheduler.ParseInstanceType(req.InstanceType)
-	if err != nil {
-		return scheduler.Request{}, err
-	}
-	r := scheduler.Request{
-		Job: req.Job, Attempt: req.Attempt, Kind: req.Kind, Class: req.Class,
-		Demand: demand, Workers: req.Workers, Seq: req.Seq, SubmittedAt: req.SubmittedAt, Preemptions: req.Preemptions,
-	}
-	return r, pool.Admit(r)
-}
-
-// nodeLost fences a node whose agent did not answer.
-func (a *allocator) nodeLost(ctx workflow.Context, node, why string) {
-	if slices.Contains(a.pool.LostNodes(), node) && a.fenceWhy[node].cause != fenceRecovering {
-		return
-	}
-	a.counters.NodesLost++
-	a.note(fmt.Sprintf("node %s lost: %s", node, why))
-	workflow.GetLogger(ctx).Warn("node lost; fencing it until its agent answers", "node", node, "reason", why)
-	a.fence(ctx, node, fenceLost, "lost: "+why)
-}
-
-// fence takes node out of scheduling until its agent has stopped every worker
-// the pool does not know of and so confirmed the rest (activity FenceNode).
-// It tries once per reclaim interval; a later recovery supersedes it.
-func (a *allocator) fence(ctx workflow.Context, node string, cause fenceCause, why string) {
-	a.pool.MarkNodeLost(node)
-	a.fenceWhy[node] = fenceState{cause: cause, why: why}
-	generation := a.counters.Recoveries
+// fence runs the fence of a node a rule has fenced: until the node's agent
+// has stopped every worker the pool does not hold, and so confirmed the rest
+// (activity FenceNode), nothing is granted there. It tries once per reclaim
+// interval; a later recovery supersedes it.
+func (a *allocator) fence(ctx workflow.Context, node string) {
+	generation := a.st.Counters.Recoveries
 	if g, ok := a.fencing[node]; ok && g == generation {
 		return // already being fenced
 	}
 	a.fencing[node] = generation
+	current := func() bool { return a.fencing[node] == generation && a.st.Counters.Recoveries == generation }
 	workflow.Go(ctx, func(ctx workflow.Context) {
-		for a.fencing[node] == generation && a.counters.Recoveries == generation {
+		for current() {
 			var err error
-			if a.registersStrangers {
+			if a.flags.registersStrangers {
 				err = a.registerStrangers(ctx, node)
 			}
 			var reply activities.FenceNodeReply
-			if err == nil && a.fencing[node] == generation && a.counters.Recoveries == generation {
-				keep := a.workersOn(node)
+			if err == nil && current() {
+				keep := a.st.WorkersOn(node)
 				actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 					TaskQueue:              protocol.NodeTaskQueue(node),
-					ScheduleToStartTimeout: a.nodeTimeout(),
-					StartToCloseTimeout:    a.in.StopGracePeriod + time.Minute,
+					ScheduleToStartTimeout: a.st.NodeTimeout(),
+					StartToCloseTimeout:    a.st.Config.StopGracePeriod + time.Minute,
 					HeartbeatTimeout:       20 * time.Second,
 					RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
 					Summary:                fmt.Sprintf("fence %s: stop every worker but the %d it holds", node, len(keep)),
 				})
 				err = a.executeFenceActivity(actx, (*activities.Activities).FenceNode,
-					activities.FenceNodeInput{Keep: keep, Grace: a.in.StopGracePeriod}).Get(ctx, &reply)
-				if err == nil && !stillHeld(keep, a.workersOn(node)) && a.refencesStaleKeeps(ctx) {
-					// The agent kept a worker whose job has since given it up (a
-					// second watch lost while this fence waited, a reclaim): that
-					// worker may still run, so the answer proves nothing. Fence
-					// again at once with what is held now.
-					a.note(fmt.Sprintf("node %s: its agent answered a fence that kept workers no longer held; fencing it again", node))
-					continue
+					activities.FenceNodeInput{Keep: keep, Grace: a.st.Config.StopGracePeriod}).Get(ctx, &reply)
+				if err == nil {
+					if cmds, stale := a.st.FenceAnswerStale(node, keep, gates{ctx}); stale {
+						a.execute(ctx, cmds)
+						continue
+					}
 				}
 			}
-			if a.fencing[node] != generation || a.counters.Recoveries != generation {
+			if !current() {
 				return // a recovery rebuilt the state meanwhile and fences anew
 			}
 			if err == nil {
 				delete(a.fencing, node)
-				delete(a.fenceWhy, node)
-				a.pool.MarkNodeUp(node)
-				a.note(fmt.Sprintf("node %s is back: its agent stopped %d stray worker(s)", node, len(reply.Stopped)))
-				a.schedule(ctx)
+				a.execute(ctx, a.st.NodeBack(node, len(reply.Stopped)))
 				return
 			}
-			if isNodeTimeout(err) && a.fenceWhy[node].cause == fenceRecovering {
-				a.counters.NodesLost++
-				a.fenceWhy[node] = fenceState{cause: fenceLost, why: fmt.Sprintf("lost: its agent did not answer for %s", a.nodeTimeout())}
-				a.note(fmt.Sprintf("node %s lost: its agent did not answer for %s", node, a.nodeTimeout()))
-				workflow.SetCurrentDetails(ctx, a.details())
+			if isNodeTimeout(err) {
+				if cmds, changed := a.st.FenceTimedOut(node); changed {
+					a.execute(ctx, cmds)
+					workflow.SetCurrentDetails(ctx, a.details())
+				}
 			}
 			workflow.GetLogger(ctx).Warn("could not fence node; trying again", "node", node, "error", err)
-			if workflow.NewTimerWithOptions(ctx, a.reclaimInterval(), workflow.TimerOptions{Summary: "fence " + node + " again"}).Get(ctx, nil) != nil {
+			if workflow.NewTimerWithOptions(ctx, a.st.ReclaimInterval(), workflow.TimerOptions{Summary: "fence " + node + " again"}).Get(ctx, nil) != nil {
 				return
 			}
 		}
@@ -289,7 +152,7 @@ func (a *allocator) fence(ctx workflow.Context, node string, cause fenceCause, w
 func (a *allocator) registerStrangers(ctx workflow.Context, node string) error {
 	nctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:              protocol.NodeTaskQueue(node),
-		ScheduleToStartTimeout: a.nodeTimeout(),
+		ScheduleToStartTimeout: a.st.NodeTimeout(),
 		StartToCloseTimeout:    time.Minute,
 		RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
 		Summary:                "list the live workers on " + node,
@@ -298,16 +161,12 @@ func (a *allocator) registerStrangers(ctx workflow.Context, node string) error {
 	if err := a.executeFenceActivity(nctx, (*activities.Activities).NodeInventory).Get(ctx, &inv); err != nil {
 		return err
 	}
-	held := a.workersOn(node)
-	var jobs []string
-	found := map[string][]cluster.WorkerID{}
-	for _, w := range inv.Workers {
-		if !slices.Contains(held, w.ID) && !slices.Contains(jobs, w.ID.Job) {
-			jobs = append(jobs, w.ID.Job)
-		}
-		found[w.ID.Job] = append(found[w.ID.Job], w.ID)
+	live := make([]cluster.WorkerID, len(inv.Workers))
+	for i, w := range inv.Workers {
+		live[i] = w.ID
 	}
-	if len(jobs) == 0 || a.epoch == "" {
+	jobs, found := a.st.Strangers(node, live)
+	if len(jobs) == 0 || a.st.Epoch == "" {
 		// An allocation that never recovered has no epoch to register
 		// jobs with: its fence stops strangers, as before.
 		return nil
@@ -318,10 +177,10 @@ func (a *allocator) registerStrangers(ctx workflow.Context, node string) error {
 		return err
 	}
 	for _, h := range reg.Holds {
-		a.adoptStranger(ctx, node, h, found[h.Job])
+		a.execute(ctx, a.st.AdoptStranger(node, h, found[h.Job]))
 	}
 	if len(reg.Unanswered) > 0 {
-		a.note(fmt.Sprintf("node %s stays fenced: job(s) %v with live workers there did not answer", node, reg.Unanswered))
+		a.lastEvent = fmt.Sprintf("node %s stays fenced: job(s) %v with live workers there did not answer", node, reg.Unanswered)
 		return fmt.Errorf("job(s) %v with live workers on %s did not answer", reg.Unanswered, node)
 	}
 	return nil
@@ -338,106 +197,9 @@ func (a *allocator) registerNamed(ctx workflow.Context, share int, jobs []string
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
 		Summary:             summary,
 	})
-	in := activities.RegisterJobsInput{Region: a.in.Region, Allocation: a.in.Allocation, Epoch: a.epoch, Jobs: jobs,
+	in := activities.RegisterJobsInput{Region: a.st.Config.Region, Allocation: a.st.Config.Allocation, Epoch: a.st.Epoch, Jobs: jobs,
 		Round: workflow.Now(ctx).UnixNano()}
 	var reg activities.RegisterJobsReply
 	err := a.executeActivityOf(actx, share, (*activities.Activities).RegisterJobs, in).Get(ctx, &reg)
 	return reg, err
-}
-
-// adoptStranger takes in what a job found through its workers on node holds
-// or waits for, unless the pool already has it (then its worker there is
-// stale, and the fence stops it). A hold is adopted only if it holds one of
-// the workers found (none are given for a job asked again after recovery):
-// a job whose worker of an ended attempt lingers must not be adopted for it.
-func (a *allocator) adoptStranger(ctx workflow.Context, node string, h protocol.JobHold, workers []cluster.WorkerID) {
-	if _, ok := a.pool.Running(h.Job); ok {
-		return
-	}
-	if _, ok := a.pool.Waiting(h.Job); ok {
-		return
-	}
-	if a.withdrawnFirst(h.Request) != nil {
-		return
-	}
-	if workers != nil && h.Phase == protocol.HoldHolding && !holdsAnyOf(h, workers) {
-		return
-	}
-	_, refused := a.rebuild(a.pool, []protocol.JobHold{h})
-	switch {
-	case len(refused) > 0:
-		return
-	case h.Phase == protocol.HoldHolding:
-		if _, ok := a.pool.Running(h.Job); ok {
-			a.note(fmt.Sprintf("adopted %s attempt %d, found through its worker on %s", h.Job, h.Request.Attempt, node))
-			workflow.GetLogger(ctx).Warn("adopted a job recovery missed", "job", h.Job, "attempt", h.Request.Attempt, "node", node)
-		}
-	case h.Phase == protocol.HoldWaiting:
-		a.schedule(ctx)
-	}
-}
-
-// holdsAnyOf says whether h holds one of workers (same attempt, not released).
-func holdsAnyOf(h protocol.JobHold, workers []cluster.WorkerID) bool {
-	for _, w := range workers {
-		if w.Job != h.Job || w.Attempt != h.Request.Attempt || slices.Contains(h.Released, w.Worker) {
-			continue
-		}
-		for _, p := range h.Placement {
-			if p.Worker == w.Worker {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// stillHeld says whether every worker in kept is among held.
-func stillHeld(kept, held []cluster.WorkerID) bool {
-	for _, w := range kept {
-		if !slices.Contains(held, w) {
-			return false
-		}
-	}
-	return true
-}
-
-// refencesStaleKeeps asks versionRefenceStaleKeep, only when a fence's
-// answer kept a worker no longer held, so that histories without one
-// record no marker.
-func (a *allocator) refencesStaleKeeps(ctx workflow.Context) bool {
-	return workflow.GetVersion(ctx, versionRefenceStaleKeep, workflow.DefaultVersion, 1) >= 1
-}
-
-// workersOn lists the workers the pool holds on node (not yet released).
-func (a *allocator) workersOn(node string) []cluster.WorkerID {
-	var keep []cluster.WorkerID
-	for _, job := range a.pool.RunningJobs() {
-		r, _ := a.pool.Running(job)
-		for _, p := range r.Placement {
-			if p.Node == node && !slices.Contains(r.Released, p.Worker) {
-				keep = append(keep, cluster.WorkerID{Job: job, Attempt: r.Attempt, Worker: p.Worker})
-			}
-		}
-	}
-	return keep
-}
-
-// fenced lists the fenced nodes in config order, with why.
-func (a *allocator) fenced() []protocol.FencedNode {
-	var out []protocol.FencedNode
-	for _, node := range a.pool.LostNodes() {
-		st := a.fenceOf(node)
-		out = append(out, protocol.FencedNode{Node: node, Reason: st.why, Cause: string(st.cause)})
-	}
-	return out
-}
-
-// fenceOf is why node is fenced; a node marked lost without a recorded
-// reason counts as lost.
-func (a *allocator) fenceOf(node string) fenceState {
-	if st, ok := a.fenceWhy[node]; ok && st.why != "" {
-		return st
-	}
-	return fenceState{cause: fenceLost, why: "lost: its agent did not answer"}
 }

@@ -1,0 +1,150 @@
+package allocation
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/scheduler"
+)
+
+// ValidateReconfigure refuses a config the allocation cannot take now (see
+// scheduler.Pool.Reconfigure).
+func (s *State) ValidateReconfigure(in protocol.AllocatorInput) error {
+	if (in.Region != "" && in.Region != s.Config.Region) || (in.Allocation != "" && in.Allocation != s.Config.Allocation) {
+		return fmt.Errorf("allocation %s cannot take the config of allocation %s/%s", s.Name(), in.Region, in.Allocation)
+	}
+	if in.StopGracePeriod < 0 || in.ReclaimInterval < 0 {
+		return fmt.Errorf("allocation %s cannot take the new config: stop_grace_period and reclaim_interval must not be negative", s.Name())
+	}
+	if _, err := s.Pool.CheckReconfigure(in.Nodes, in.Policy); err != nil {
+		return fmt.Errorf("allocation %s cannot take the new config: %w", s.Name(), err)
+	}
+	return nil
+}
+
+// Reconfigure applies a changed config: the pool's nodes and policy, the stop
+// grace period, reclaim interval, node timeout and queue cap. Nodes it adds
+// are fenced until their agents confirm that no stray worker runs there;
+// waiting jobs that can no longer fit are refused.
+func (s *State) Reconfigure(in protocol.AllocatorInput, g Gates) (protocol.ReconfigureReply, []Command, error) {
+	summary := s.configChanges(in, g)
+	if summary == "" {
+		return protocol.ReconfigureReply{}, nil, nil
+	}
+	nodesBefore := s.Pool.Nodes()
+	unfit, err := s.Pool.Reconfigure(in.Nodes, in.Policy)
+	if err != nil {
+		// The validator ran the same check just before; nothing changed.
+		return protocol.ReconfigureReply{}, nil, err
+	}
+	var cmds commands
+	cmds.add(s.fenceAddedNodes(nodesBefore, g)...)
+	s.Config.Nodes, s.Config.Policy = s.Pool.Nodes(), s.Pool.Policy()
+	s.Config.StopGracePeriod, s.Config.ReclaimInterval, s.Config.NodeTimeout = in.StopGracePeriod, in.ReclaimInterval, in.NodeTimeout
+	s.Config.MaxWaiting = in.MaxWaiting
+	reply := protocol.ReconfigureReply{Changed: true, Summary: summary}
+	for _, u := range unfit {
+		reply.Refused = append(reply.Refused, u.Job)
+		cmds.add(refuse(u.Job, u.Attempt, fmt.Sprintf("allocation %s was reconfigured and can no longer run this job: %s", s.Name(), u.Reason)))
+	}
+	note := "reconfigured: " + summary
+	if len(unfit) > 0 {
+		note += fmt.Sprintf("; refused %d waiting job(s) that no longer fit", len(unfit))
+	}
+	cmds.add(Note{Text: note}, Schedule{})
+	return reply, cmds, nil
+}
+
+// fenceAddedNodes fences every node a reconfigure added (it was not in
+// nodesBefore) before anything is granted there. A node can come back after
+// it was removed while fenced (its strays were never confirmed stopped), or
+// move in from another allocation whose jobs may still run there (a
+// node_selector relabel): granting it at once could double-book its GPUs.
+func (s *State) fenceAddedNodes(nodesBefore []scheduler.Node, g Gates) []Command {
+	before := map[string]bool{}
+	for _, n := range nodesBefore {
+		before[n.Name] = true
+	}
+	var added []string
+	for _, n := range s.Pool.Nodes() {
+		if !before[n.Name] {
+			added = append(added, n.Name)
+		}
+	}
+	if len(added) == 0 || !g.On(GateFenceAddedNodes) {
+		return nil
+	}
+	var cmds commands
+	for _, node := range added {
+		cmds.add(s.fence(node, FenceAdded, "added to the allocation: waiting for its agent to confirm that no stray worker runs there"))
+	}
+	return cmds
+}
+
+// configChanges describes how in differs from the config in effect; "" if
+// it does not.
+func (s *State) configChanges(in protocol.AllocatorInput, g Gates) string {
+	var parts []string
+	old := map[string]scheduler.Node{}
+	for _, n := range s.Pool.Nodes() {
+		old[n.Name] = n
+	}
+	var added, changed []string
+	for _, n := range in.Nodes {
+		o, ok := old[n.Name]
+		switch {
+		case !ok:
+			added = append(added, n.Name)
+		case o != n:
+			changed = append(changed, n.Name)
+		}
+		delete(old, n.Name)
+	}
+	var removed []string
+	for _, n := range s.Pool.Nodes() {
+		if _, ok := old[n.Name]; ok {
+			removed = append(removed, n.Name)
+		}
+	}
+	for _, c := range []struct {
+		what  string
+		nodes []string
+	}{{"added", added}, {"removed", removed}, {"changed", changed}} {
+		if len(c.nodes) > 0 {
+			parts = append(parts, fmt.Sprintf("%s node(s) %s", c.what, strings.Join(c.nodes, ", ")))
+		}
+	}
+	if len(parts) == 0 && !slices.Equal(s.Pool.Nodes(), in.Nodes) {
+		parts = append(parts, "reordered the nodes")
+	}
+	parts = append(parts, s.policyChanges(in.Policy, g)...)
+	if s.Config.StopGracePeriod != in.StopGracePeriod {
+		parts = append(parts, fmt.Sprintf("stop_grace_period %s -> %s", s.Config.StopGracePeriod, in.StopGracePeriod))
+	}
+	if s.Config.MaxWaiting != in.MaxWaiting {
+		parts = append(parts, fmt.Sprintf("max_waiting %d -> %d", s.Config.MaxWaiting, in.MaxWaiting))
+	}
+	if s.Config.NodeTimeout != in.NodeTimeout {
+		parts = append(parts, fmt.Sprintf("node_timeout %s -> %s", s.Config.NodeTimeout, in.NodeTimeout))
+	}
+	if s.Config.ReclaimInterval != in.ReclaimInterval {
+		parts = append(parts, fmt.Sprintf("reclaim_interval %s -> %s", s.Config.ReclaimInterval, in.ReclaimInterval))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// policyChanges lists the policy settings that next changes. Older builds
+// compared only queueing and min_runtime_before_preemption; the gate is
+// asked only when another setting changes.
+func (s *State) policyChanges(next scheduler.Policy, g Gates) []string {
+	pol := s.Pool.Policy()
+	all := pol.Changes(next)
+	legacy := scheduler.Policy{Queueing: pol.Queueing, MinRuntimeBeforePreemption: pol.MinRuntimeBeforePreemption}
+	old := legacy.Changes(scheduler.Policy{Queueing: next.Queueing, MinRuntimeBeforePreemption: next.MinRuntimeBeforePreemption})
+	if len(all) == len(old) || !g.On(GateAllPolicyKnobs) {
+		return old
+	}
+	return all
+}

@@ -1,0 +1,368 @@
+package allocation
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/scheduler"
+)
+
+// explainLimit is the queue length up to which a request's reply says its
+// position and reason (one dry-run pass each).
+const explainLimit = 1000
+
+// maxWithdrawn bounds the remembered early withdrawals; they are rare (a
+// cancel racing its own request), and the ghost check catches any that fall
+// out of the list.
+const maxWithdrawn = 1000
+
+// RequestFor turns a job's capacity request into the scheduler's form,
+// checked against pool.
+func RequestFor(pool *scheduler.Pool, req protocol.CapacityRequest) (scheduler.Request, error) {
+	demand, err := scheduler.ParseInstanceType(req.InstanceType)
+	if err != nil {
+		return scheduler.Request{}, err
+	}
+	r := scheduler.Request{
+		Job: req.Job, Attempt: req.Attempt, Kind: req.Kind, Class: req.Class,
+		Demand: demand, Workers: req.Workers, Seq: req.Seq, SubmittedAt: req.SubmittedAt, Preemptions: req.Preemptions,
+	}
+	return r, pool.Admit(r)
+}
+
+func (s *State) toRequest(req protocol.CapacityRequest) (scheduler.Request, error) {
+	if req.Job == "" {
+		return scheduler.Request{}, errors.New("job: must not be empty")
+	}
+	if req.Attempt < 1 {
+		return scheduler.Request{}, fmt.Errorf("attempt: must be at least 1, got %d", req.Attempt)
+	}
+	return RequestFor(s.Pool, req)
+}
+
+// Validate refuses a request that can never fit, one its job has already
+// withdrawn, and a new job when the queue is full.
+func (s *State) Validate(req protocol.CapacityRequest) error {
+	if _, err := s.toRequest(req); err != nil {
+		return fmt.Errorf("allocation %s cannot run %s: %w", s.Name(), req.Job, err)
+	}
+	if err := s.WithdrawnFirst(req); err != nil {
+		return err
+	}
+	return s.queueFull(req)
+}
+
+// queueFull refuses a new job when the queue holds max_waiting requests. A
+// rerun of an admitted job is never refused: it already had its place.
+func (s *State) queueFull(req protocol.CapacityRequest) error {
+	if s.Config.MaxWaiting <= 0 || req.Attempt > 1 || req.Seq != 0 || s.Pool.WaitingCount() < s.Config.MaxWaiting {
+		return nil
+	}
+	if _, ok := s.Pool.Waiting(req.Job); ok {
+		return nil // a repeated request
+	}
+	return &protocol.QueueFullError{Region: s.Config.Region, Allocation: s.Config.Allocation, Waiting: s.Pool.WaitingCount()}
+}
+
+// WithdrawnFirst refuses a request whose withdrawal came first: the job was
+// cancelled while its request was on its way, and queueing it now would
+// leave a ghost that holds a place, or even preempts, for nobody.
+func (s *State) WithdrawnFirst(req protocol.CapacityRequest) error {
+	for _, w := range s.Withdrawn {
+		if w.Job == req.Job && w.Attempt >= req.Attempt {
+			return fmt.Errorf("%s withdrew attempt %d before its request arrived", req.Job, w.Attempt)
+		}
+	}
+	return nil
+}
+
+func (s *State) rememberWithdrawal(w protocol.WithdrawSignal) {
+	s.Withdrawn = append(s.Withdrawn, w)
+	if len(s.Withdrawn) > maxWithdrawn {
+		s.Withdrawn = slices.Delete(s.Withdrawn, 0, len(s.Withdrawn)-maxWithdrawn)
+	}
+}
+
+// Request takes in a capacity request that came as a signal:
+//   - an older attempt than the pool has for the job means the job may have
+//     been reset: its workflow is asked first (CheckReset, then ResetAnswered);
+//   - a request that cannot fit, or that its job withdrew, is refused;
+//   - a repeated request for a granted attempt gets its grant again;
+//   - anything else is queued, and a pass asked for.
+func (s *State) Request(req protocol.CapacityRequest, now time.Time, g Gates) []Command {
+	if s.hasNewerAttempt(req) && g.On(GateResetRequest) {
+		return []Command{CheckReset{Request: req}}
+	}
+	if err := s.Validate(req); err != nil {
+		if req.Job == "" {
+			return nil
+		}
+		return []Command{refuse(req.Job, req.Attempt, err.Error())}
+	}
+	if cmds, ok := s.resendGrant(req, g); ok {
+		return cmds
+	}
+	_, cmds := s.Enqueue(req, now)
+	return append(cmds, Schedule{})
+}
+
+// Enqueue queues a request (the request-capacity update's path, and
+// Request's): a new job gets the next sequence, a known one keeps its place.
+func (s *State) Enqueue(req protocol.CapacityRequest, now time.Time) (protocol.CapacityReply, []Command) {
+	r, err := s.toRequest(req)
+	if err != nil {
+		// The validator already refused such requests; the state may have
+		// changed since only through continue-as-new, so report and move on.
+		return protocol.CapacityReply{Epoch: s.Epoch, Reason: err.Error()}, nil
+	}
+	if running, ok := s.Pool.Running(r.Job); ok && running.Attempt == r.Attempt {
+		// A repeated request for an attempt already granted (the update ID
+		// deduplicates only within one run): nothing to do.
+		return protocol.CapacityReply{Epoch: s.Epoch, Seq: r.Seq}, nil
+	}
+	if r.Seq == 0 {
+		if w, ok := s.Pool.Waiting(r.Job); ok {
+			r.Seq = w.Seq
+		} else {
+			r.Seq = s.NextSeq
+			s.NextSeq++
+		}
+	}
+	if r.SubmittedAt.IsZero() {
+		r.SubmittedAt = now
+	}
+	if r.Seq >= s.NextSeq {
+		s.NextSeq = r.Seq + 1
+	}
+	if err := s.Pool.Enqueue(r); err != nil {
+		return protocol.CapacityReply{Epoch: s.Epoch, Seq: r.Seq, Reason: err.Error()}, nil
+	}
+	var cmds commands
+	cmds.note("queued %s (attempt %d, %s)", r.Job, r.Attempt, r.Class)
+	return protocol.CapacityReply{Epoch: s.Epoch, Seq: r.Seq}, cmds
+}
+
+// ReplyFor completes a request's reply with the job's place in the queue, or
+// says it was granted.
+func (s *State) ReplyFor(job string, reply protocol.CapacityReply) protocol.CapacityReply {
+	if s.Pool.WaitingCount() > explainLimit {
+		// Explaining costs a dry-run pass; with a long queue the caller
+		// asks for the position when it needs it.
+		reply.Reason = fmt.Sprintf("queued behind up to %d waiting jobs", s.Pool.WaitingCount()-1)
+		return reply
+	}
+	if w, ok := s.Pool.Explain(job); ok {
+		reply.Position, reply.Reason = w.Position, w.Reason
+		return reply
+	}
+	if _, ok := s.Pool.Running(job); ok {
+		reply.Granted = true
+	}
+	return reply
+}
+
+// resendGrant answers a repeated request for an attempt the pool has granted
+// and that is not stopping: the grant is sent again. The job takes a grant
+// only while it waits for that attempt, so a duplicate request (a retried
+// activity) changes nothing; but a job reset to before it took its grant
+// waits for one that was delivered to the run the reset replaced, and would
+// otherwise wait for ever while the pool holds its GPUs.
+func (s *State) resendGrant(req protocol.CapacityRequest, g Gates) ([]Command, bool) {
+	r, ok := s.Pool.Running(req.Job)
+	if !ok || r.Attempt != req.Attempt || r.Releasing || !g.On(GateResendGrant) {
+		return nil, false
+	}
+	var cmds commands
+	cmds.note("sent %s its grant of attempt %d again: it asked again", req.Job, req.Attempt)
+	cmds.add(Signal{Job: req.Job, Name: protocol.SignalGrant, Arg: s.grantSignal(r.Seq, r.Attempt, r.Placement)})
+	return cmds, true
+}
+
+func (s *State) grantSignal(seq int64, attempt int, placement []scheduler.WorkerPlacement) protocol.GrantSignal {
+	return protocol.GrantSignal{Epoch: s.Epoch, Seq: seq, Attempt: attempt, Placement: placement,
+		StopGracePeriod: s.Config.StopGracePeriod, NodeTimeout: s.NodeTimeout()}
+}
+
+// hasNewerAttempt says whether the pool holds or queues a later attempt of
+// req's job than req's.
+func (s *State) hasNewerAttempt(req protocol.CapacityRequest) bool {
+	if w, ok := s.Pool.Waiting(req.Job); ok && w.Attempt > req.Attempt {
+		return true
+	}
+	r, ok := s.Pool.Running(req.Job)
+	return ok && r.Attempt > req.Attempt
+}
+
+// ResetSettled says whether a job's answer to CheckReset can be acted on: the
+// reset run upserts its attempt in the same workflow task that sends the
+// request, so the job's record can show the newer attempt for a moment, and
+// the workflow asks again, backing off, until it settles or tries run out.
+func ResetSettled(req protocol.CapacityRequest, attempts []int, err error) bool {
+	return err == nil && len(attempts) == 1 && attempts[0] >= req.Attempt
+}
+
+// ResetAnswered serves a request once its job's workflow said which attempt
+// it is at. A job asks for one attempt at a time, in order, so a job back at
+// the request's attempt was reset (`temporal workflow reset`) to before its
+// newer attempt, which belongs to a run that no longer exists: that attempt
+// is dropped if waiting, reclaimed if held, and the request queued after. A
+// job at another attempt sent a late duplicate, which is dropped. Refusing a
+// reset job's request instead would leave it waiting for ever while the
+// abandoned workers keep their GPUs.
+func (s *State) ResetAnswered(req protocol.CapacityRequest, attempts []int, err error) []Command {
+	var cmds commands
+	switch {
+	case err != nil || len(attempts) != 1:
+		cmds.warn("could not tell whether a job was reset; dropping its old request", "job", req.Job, "attempt", req.Attempt, "error", err)
+	case attempts[0] != req.Attempt:
+		cmds.note("dropped a late request of %s attempt %d: the job is at attempt %d", req.Job, req.Attempt, attempts[0])
+	case !s.hasNewerAttempt(req):
+		cmds.add(Requeue{Request: req}) // the newer attempt ended meanwhile
+	default:
+		cmds.add(s.serveReset(req)...)
+	}
+	return cmds
+}
+
+// serveReset drops the reset job's newer waiting attempt, reclaims its newer
+// held one, and queues req (after the reclaim, if there is one).
+func (s *State) serveReset(req protocol.CapacityRequest) []Command {
+	var cmds commands
+	newer := 0
+	if w, ok := s.Pool.Waiting(req.Job); ok && w.Attempt > req.Attempt {
+		newer = w.Attempt
+	}
+	r, held := s.Pool.Running(req.Job)
+	held = held && r.Attempt > req.Attempt
+	if newer != 0 {
+		s.Pool.CancelAttempt(req.Job, newer)
+		cmds.note("%s was reset to attempt %d: dropped the request of its attempt %d", req.Job, req.Attempt, newer)
+	}
+	if !held {
+		cmds.add(Requeue{Request: req})
+		return cmds
+	}
+	cmds.note("%s was reset to attempt %d: reclaiming its attempt %d", req.Job, req.Attempt, r.Attempt)
+	s.AfterReclaim = slices.DeleteFunc(s.AfterReclaim, func(q protocol.CapacityRequest) bool { return q.Job == req.Job })
+	s.AfterReclaim = append(s.AfterReclaim, req)
+	cmds.add(Reclaim{Job: req.Job})
+	return cmds
+}
+
+// Withdraw takes a job's withdrawal of an attempt: a waiting request is
+// dropped; a grant the job never used is freed; a withdrawal that came before
+// its request is remembered, so that the request is refused when it comes.
+func (s *State) Withdraw(w protocol.WithdrawSignal) []Command {
+	var cmds commands
+	if q, ok := s.Pool.Waiting(w.Job); ok && q.Attempt == w.Attempt {
+		s.Pool.CancelAttempt(w.Job, w.Attempt)
+		cmds.note("%s withdrew its request", w.Job)
+		return cmds
+	}
+	// Granted but the job was cancelled before it saw the grant: it started
+	// no worker, so the capacity is free at once.
+	if r, ok := s.Pool.Running(w.Job); ok && r.Attempt == w.Attempt {
+		s.Pool.CancelAttempt(w.Job, w.Attempt)
+		cmds.note("%s gave back its grant unused", w.Job)
+		return cmds
+	}
+	s.rememberWithdrawal(w)
+	return nil
+}
+
+// Release takes a job's release of some of its workers. Nodes where the job
+// could not confirm its workers stopped are fenced first, so that their
+// capacity never looks free for a moment.
+func (s *State) Release(r protocol.ReleaseSignal) []Command {
+	if held, ok := s.Pool.Running(r.Job); !ok || held.Attempt != r.Attempt {
+		return nil
+	}
+	var cmds commands
+	for _, node := range r.LostNodes {
+		cmds.add(s.NodeLost(node, fmt.Sprintf("%s could not confirm its workers there stopped: the node's agent did not answer", r.Job))...)
+	}
+	if r.Stopping {
+		s.Pool.BeginRelease(r.Job)
+	}
+	for _, w := range r.Workers {
+		s.Pool.Release(r.Job, r.Attempt, w)
+	}
+	cmds.note("%s released worker(s) %v", r.Job, r.Workers)
+	return cmds
+}
+
+// Pass runs one scheduling pass and turns its decisions into signals: a
+// grant whose job is gone frees its capacity again; a preemption whose victim
+// is gone reclaims the victim's workers.
+func (s *State) Pass(now time.Time) []Command {
+	d := s.Pool.Schedule(now)
+	var cmds commands
+	for _, g := range d.Grants {
+		s.Counters.Grants++
+		cmds.note("granted %s attempt %d on %s", g.Job, g.Attempt, scheduler.PlacementText(g.Placement))
+		var seq int64
+		if r, ok := s.Pool.Running(g.Job); ok {
+			seq = r.Seq
+		}
+		cmds.add(Signal{Job: g.Job, Name: protocol.SignalGrant, Arg: s.grantSignal(seq, g.Attempt, g.Placement),
+			Attempt: g.Attempt, IfGone: GoneFreeGrant})
+	}
+	for _, p := range d.Preemptions {
+		s.Counters.Preemptions++
+		victimClass := "unknown"
+		if r, ok := s.Pool.Running(p.Victim); ok {
+			victimClass = r.Class.String()
+		}
+		cmds.add(Count{Metric: MetricPreemption, VictimClass: victimClass, PreemptorClass: p.Preemptor.Class.String()})
+		cmds.note("preempting %s for %s", p.Victim, p.Preemptor.Job)
+		sig := protocol.PreemptSignal{Epoch: s.Epoch, Attempt: p.VictimAttempt, Preemptor: p.Preemptor, Reason: p.Reason}
+		cmds.add(Signal{Job: p.Victim, Name: protocol.SignalPreempt, Arg: sig, IfGone: GoneReclaim})
+	}
+	return cmds
+}
+
+// GrantNotDelivered frees a grant whose job's workflow is gone: it never saw
+// the grant and started nothing.
+func (s *State) GrantNotDelivered(job string, attempt int) []Command {
+	r, ok := s.Pool.Running(job)
+	if !ok || r.Attempt != attempt {
+		return nil
+	}
+	s.Pool.CancelAttempt(job, attempt)
+	var cmds commands
+	cmds.note("%s vanished before its grant; capacity returned", job)
+	cmds.add(Schedule{})
+	return cmds
+}
+
+// CheckRunning refuses a checkpoint report of a job that does not hold
+// capacity here in that attempt.
+func (s *State) CheckRunning(r protocol.CheckpointReport) error {
+	info, ok := s.Pool.Running(r.Job)
+	if !ok {
+		return fmt.Errorf("job %s is not running on allocation %s; only a running attempt can report a checkpoint",
+			r.Job, s.Name())
+	}
+	if info.Attempt != r.Attempt {
+		return fmt.Errorf("job %s runs attempt %d, not attempt %d", r.Job, info.Attempt, r.Attempt)
+	}
+	return nil
+}
+
+// Checkpoint stamps a running attempt's checkpoint report with the
+// allocator's clock. It changes no decision by itself, so it asks for no
+// pass: the next pass that looks for victims weighs it.
+func (s *State) Checkpoint(r protocol.CheckpointReport, now time.Time) (protocol.CheckpointReply, []Command, error) {
+	if err := s.CheckRunning(r); err != nil {
+		return protocol.CheckpointReply{}, nil, err
+	}
+	if !s.Pool.Checkpointed(r.Job, r.Attempt, now) {
+		// The same instant as an earlier report, or before the attempt's start.
+		info, _ := s.Pool.Running(r.Job)
+		return protocol.CheckpointReply{Job: r.Job, Attempt: r.Attempt, At: info.CheckpointAt}, nil, nil
+	}
+	return protocol.CheckpointReply{Job: r.Job, Attempt: r.Attempt, At: now}, []Command{Note{Text: "checkpoint " + r.Job}}, nil
+}

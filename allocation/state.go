@@ -1,0 +1,131 @@
+// Package allocation holds one allocation's carried state and the rules that
+// change it: what a capacity request, a release, a withdrawal, a reconfigure,
+// a fence's answer, a reclaim or a recovery's answers do to the state, and
+// which commands (signals to jobs, fences, reclaims, passes) they call for.
+//
+// Nothing here talks to Temporal. The allocator workflow (package workflows)
+// is the shell around it: it takes messages, calls one rule per message and
+// executes the returned commands in order, in bounded batches. Because the
+// rules are plain functions of the state and the message, they are tested
+// like the scheduler, with tables (rules_test.go).
+//
+// A rule that behaves differently in older recorded histories asks its gate
+// (Gates) exactly where the new behaviour begins, so that histories that
+// never reach that point record no version marker.
+package allocation
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/scheduler"
+)
+
+// State is everything an allocator carries through continue-as-new, and
+// nothing else: runtime handles (signals and activities in flight, timers,
+// the hand-over handshake) belong to the workflow.
+type State struct {
+	// Config is the allocation's config in effect (its State is nil).
+	Config protocol.AllocatorInput
+	Pool   *scheduler.Pool
+	// NextSeq is the queue sequence the next new request gets.
+	NextSeq int64
+	// Orphans are jobs holding capacity whose workflow has gone; their
+	// workers are stopped, then the capacity is freed.
+	Orphans  []string
+	Counters protocol.AllocatorCounters
+	// Epoch names this state (see protocol.AllocatorState.Epoch).
+	Epoch string
+	// Withdrawn are withdrawals that came before their request, oldest first.
+	Withdrawn []protocol.WithdrawSignal
+	// AfterReclaim are requests queued once their job's abandoned newer
+	// attempt is reclaimed (see serveReset).
+	AfterReclaim []protocol.CapacityRequest
+	// Unanswered are jobs that did not answer the last recovery's register
+	// update; they are asked again every reclaim interval.
+	Unanswered []string
+	// RecoveredAt is when the state was last rebuilt from the jobs.
+	RecoveredAt time.Time
+	// Fences says why each fenced node is fenced.
+	Fences map[string]Fence
+}
+
+// New is the state of a fresh allocation: nothing held, nothing waiting.
+func New(in protocol.AllocatorInput) (*State, error) {
+	pool, err := scheduler.NewPool(in.Nodes, in.Policy)
+	if err != nil {
+		return nil, err
+	}
+	in.State = nil
+	return &State{Config: in, Pool: pool, NextSeq: 1, Fences: map[string]Fence{}}, nil
+}
+
+// Restore reads the state a previous run carried over: in.State, and the
+// pool packed beside it (scheduler.PackSnapshot). Runs continued by older code
+// carry the pool in in.State.Pool and nothing packed.
+func Restore(in protocol.AllocatorInput, packedPool []byte) (*State, error) {
+	carried := in.State
+	if carried == nil {
+		return nil, fmt.Errorf("restore allocator state: nothing carried")
+	}
+	snap := carried.Pool
+	if len(packedPool) > 0 {
+		var err error
+		if snap, err = scheduler.UnpackSnapshot(packedPool); err != nil {
+			return nil, fmt.Errorf("restore allocator state: %w", err)
+		}
+	}
+	pool, err := scheduler.Restore(snap)
+	if err != nil {
+		return nil, fmt.Errorf("restore allocator state: %w", err)
+	}
+	in.State = nil
+	s := &State{
+		Config: in, Pool: pool, NextSeq: carried.NextSeq, Orphans: carried.Orphans, Counters: carried.Counters,
+		Epoch: carried.Epoch, Withdrawn: carried.Withdrawn, AfterReclaim: carried.AfterReclaim,
+		Unanswered: carried.Unanswered, RecoveredAt: carried.RecoveredAt, Fences: map[string]Fence{},
+	}
+	for _, f := range carried.Fenced {
+		s.Fences[f.Node] = carriedFence(f)
+	}
+	return s, nil
+}
+
+// Carry is what the next run starts from: the input with the carried state,
+// and the pool packed to travel beside it as raw bytes.
+func (s *State) Carry() (protocol.AllocatorInput, []byte, error) {
+	next := s.Config
+	next.State = &protocol.AllocatorState{
+		NextSeq:      s.NextSeq,
+		Orphans:      s.Orphans,
+		Counters:     s.Counters,
+		Epoch:        s.Epoch,
+		Withdrawn:    s.Withdrawn,
+		Fenced:       s.Fenced(),
+		AfterReclaim: s.AfterReclaim,
+		Unanswered:   s.Unanswered,
+		RecoveredAt:  s.RecoveredAt,
+	}
+	packed, err := scheduler.PackSnapshot(s.Pool.Snapshot())
+	return next, packed, err
+}
+
+// Name is the allocation's region/name, for messages.
+func (s *State) Name() string { return s.Config.Region + "/" + s.Config.Allocation }
+
+// ReclaimInterval is how often leaks are looked for and fences retried.
+func (s *State) ReclaimInterval() time.Duration {
+	if s.Config.ReclaimInterval <= 0 {
+		return 30 * time.Second
+	}
+	return s.Config.ReclaimInterval
+}
+
+// NodeTimeout is how long a node's agent may take to pick up an activity.
+func (s *State) NodeTimeout() time.Duration {
+	if s.Config.NodeTimeout <= 0 {
+		return protocol.DefaultNodeTimeout
+	}
+	return s.Config.NodeTimeout
+}

@@ -1,0 +1,78 @@
+package allocation
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/scheduler"
+)
+
+// The views read the state and never change it.
+
+// Explain is one job's place: waiting (with position and reason) or running.
+func (s *State) Explain(job string) protocol.ExplainReply {
+	var out protocol.ExplainReply
+	if w, ok := s.Pool.Explain(job); ok {
+		out.Waiting = &w
+	}
+	if r, ok := s.Pool.Running(job); ok {
+		out.Running = &r
+	}
+	return out
+}
+
+// Counts answers the counts query (admission, the watchdog).
+func (s *State) Counts(recovering bool) protocol.QueueCounts {
+	return protocol.QueueCounts{Waiting: s.Pool.WaitingCount(), MaxWaiting: s.Config.MaxWaiting,
+		Running: len(s.Pool.RunningJobs()), Recovering: recovering, RecoveredAt: s.RecoveredAt}
+}
+
+// View is one page of the queue, every running job and every node.
+func (s *State) View(page protocol.QueuePage, recovering bool) protocol.QueueView {
+	v := protocol.QueueView{Region: s.Config.Region, Allocation: s.Config.Allocation, View: s.Pool.ViewPage(page.Offset, page.Limit),
+		Offset: page.Offset, Limit: page.Limit, Counters: s.Counters, WaitingTotal: s.Pool.WaitingCount(),
+		WaitingByClass: map[string]int{}, Recovering: recovering, Fenced: s.Fenced()}
+	for class, n := range s.Pool.WaitingByClass() {
+		v.WaitingByClass[scheduler.Class(class).String()] = n
+	}
+	return v
+}
+
+// Details renders the allocation for the Web UI's current details.
+func (s *State) Details(recovering bool, lastEvent string) string {
+	const listed = 20 // waiting jobs
+	v := s.Pool.ViewPage(0, listed)
+	var b strings.Builder
+	fmt.Fprintf(&b, "## Allocation %s\n\n", s.Name())
+	if recovering {
+		b.WriteString("**Recovering**: rebuilding the state from the jobs and the node agents; nothing is granted until it is done.\n\n")
+	}
+	if lastEvent != "" {
+		fmt.Fprintf(&b, "Last event: %s\n\n", lastEvent)
+	}
+	for _, f := range s.Fenced() {
+		fmt.Fprintf(&b, "- **%s fenced**: %s\n", f.Node, f.Reason)
+	}
+	b.WriteString("| node | family | GPUs | free | allocated | releasing |\n|---|---|---|---|---|---|\n")
+	for _, n := range v.Nodes {
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d |\n", n.Name, n.Family, n.GPUs, n.FreeGPUs, n.AllocatedGPUs, n.ReleasingGPUs)
+	}
+	fmt.Fprintf(&b, "\n### Running (%d)\n\n", len(v.Running))
+	for _, r := range v.Running {
+		state := "running"
+		if r.Releasing {
+			state = "releasing"
+		}
+		fmt.Fprintf(&b, "- %s · %s · %d GPUs · %s · %s\n", r.Job, r.Class, r.GPUs, state, scheduler.PlacementText(r.Placement))
+	}
+	waiting := s.Pool.WaitingCount()
+	fmt.Fprintf(&b, "\n### Waiting (%d)\n\n", waiting)
+	for _, w := range v.Waiting {
+		fmt.Fprintf(&b, "%d. %s · %s · %d GPUs — %s\n", w.Position, w.Job, w.Class, w.GPUs, w.Reason)
+	}
+	if waiting > len(v.Waiting) {
+		fmt.Fprintf(&b, "- … and %d more\n", waiting-len(v.Waiting))
+	}
+	return b.String()
+}
