@@ -1,0 +1,197 @@
+package allocation
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/trainq/trainq/cluster"
+	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/scheduler"
+)
+
+// The builders the rule tables share: a state of n 8-GPU nodes, requests of
+// 2-GPU workers, steps that bring the state where a case starts, and a
+// compact rendering of the commands a rule returns.
+
+var t0 = time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
+
+func nodes(n int) []scheduler.Node {
+	out := make([]scheduler.Node, n)
+	for i := range out {
+		out[i] = scheduler.Node{Name: fmt.Sprintf("n%d", i+1), Family: "a100", GPUs: 8, CPU: 16, RAMGB: 128}
+	}
+	return out
+}
+
+func input(n int) protocol.AllocatorInput {
+	return protocol.AllocatorInput{Region: "T", Allocation: "a", Nodes: nodes(n),
+		StopGracePeriod: 5 * time.Second, ReclaimInterval: 30 * time.Second}
+}
+
+func newState(t *testing.T, n int) *State {
+	t.Helper()
+	s, err := New(input(n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// req is a request of job's attempt for workers 2-GPU workers.
+func req(job string, attempt int, class scheduler.Class, workers int) protocol.CapacityRequest {
+	return protocol.CapacityRequest{Job: job, Attempt: attempt, Kind: scheduler.KindJob, Class: class,
+		InstanceType: "a100.2gpu", Workers: workers, SubmittedAt: t0}
+}
+
+// one is a request of job's attempt for one worker of gpus GPUs.
+func one(job string, attempt int, class scheduler.Class, gpus int) protocol.CapacityRequest {
+	r := req(job, attempt, class, 1)
+	r.InstanceType = fmt.Sprintf("a100.%dgpu", gpus)
+	return r
+}
+
+// step brings a state one message closer to where a case starts.
+type step func(t *testing.T, s *State)
+
+// given applies steps in order.
+func given(t *testing.T, s *State, steps ...step) {
+	t.Helper()
+	for _, st := range steps {
+		st(t, s)
+	}
+}
+
+// queued: the request is queued (no pass).
+func queued(r protocol.CapacityRequest) step {
+	return func(t *testing.T, s *State) { s.Request(r, t0, AllOn{}) }
+}
+
+// granted: the request is queued and a pass grants what fits.
+func granted(r protocol.CapacityRequest) step {
+	return func(t *testing.T, s *State) {
+		t.Helper()
+		s.Request(r, t0, AllOn{})
+		s.Pass(t0)
+		if h, ok := s.Pool.Running(r.Job); !ok || h.Attempt != r.Attempt {
+			t.Fatalf("setup: %s attempt %d was not granted", r.Job, r.Attempt)
+		}
+	}
+}
+
+// passed: a scheduling pass.
+func passed() step { return func(t *testing.T, s *State) { s.Pass(t0) } }
+
+// withdrawn: the job withdraws the attempt.
+func withdrawn(job string, attempt int) step {
+	return func(t *testing.T, s *State) { s.Withdraw(protocol.WithdrawSignal{Job: job, Attempt: attempt}) }
+}
+
+// stopping: the job begins to stop its attempt (its workers still run).
+func stopping(job string, attempt int) step {
+	return func(t *testing.T, s *State) {
+		s.Release(protocol.ReleaseSignal{Job: job, Attempt: attempt, Stopping: true})
+	}
+}
+
+// recovered: a recovery rebuilt the state from holds.
+func recovered(holds ...protocol.JobHold) step {
+	return func(t *testing.T, s *State) {
+		t.Helper()
+		if _, _, err := s.Recovered("e2", t0, Registered{Holds: holds, Listed: len(holds)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// nodeUp: a fence's answer brought the node back.
+func nodeUp(node string) step { return func(t *testing.T, s *State) { s.NodeBack(node, 0) } }
+
+// configured: a reconfigure to in.
+func configured(in protocol.AllocatorInput) step {
+	return func(t *testing.T, s *State) {
+		t.Helper()
+		if _, _, err := s.Reconfigure(in, AllOn{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// holding is a job's register answer: it holds one 2-GPU worker on node
+// (GPUs 0 and 1).
+func holding(job string, attempt int, node string) protocol.JobHold {
+	h := protocol.JobHold{Job: job, Phase: protocol.HoldHolding, Request: req(job, attempt, scheduler.Medium, 1), StartedAt: t0}
+	h.Request.Seq = 1
+	h.Placement = []scheduler.WorkerPlacement{{Worker: 0, Node: node, GPUs: []int{0, 1}}}
+	return h
+}
+
+// waitingHold is a job's register answer: it waits for its request.
+func waitingHold(r protocol.CapacityRequest) protocol.JobHold {
+	return protocol.JobHold{Job: r.Job, Phase: protocol.HoldWaiting, Request: r}
+}
+
+func worker(job string, attempt, w int) cluster.WorkerID {
+	return cluster.WorkerID{Job: job, Attempt: attempt, Worker: w}
+}
+
+// gatesOff is Gates with the named gates off; it records every gate asked.
+type gatesOff struct {
+	off   []Gate
+	asked *[]Gate
+}
+
+func offGates(off ...Gate) gatesOff { return gatesOff{off: off, asked: new([]Gate)} }
+
+func (g gatesOff) On(gate Gate) bool {
+	*g.asked = append(*g.asked, gate)
+	return !slices.Contains(g.off, gate)
+}
+
+// rendered writes commands compactly for the tables ("grant j#1",
+// "fence n1", "schedule"); notes, warnings and counts are left out.
+func rendered(cmds []Command) []string {
+	out := []string{}
+	for _, c := range cmds {
+		switch c := c.(type) {
+		case Signal:
+			out = append(out, fmt.Sprintf("%s %s#%d", c.Name, c.Job, signalAttempt(c)))
+		case FenceNode:
+			out = append(out, "fence "+c.Node)
+		case Reclaim:
+			out = append(out, "reclaim "+c.Job)
+		case CheckReset:
+			out = append(out, fmt.Sprintf("check-reset %s#%d", c.Request.Job, c.Request.Attempt))
+		case Requeue:
+			out = append(out, fmt.Sprintf("requeue %s#%d", c.Request.Job, c.Request.Attempt))
+		case Schedule:
+			out = append(out, "schedule")
+		}
+	}
+	return out
+}
+
+func signalAttempt(c Signal) int {
+	switch a := c.Arg.(type) {
+	case protocol.GrantSignal:
+		return a.Attempt
+	case protocol.PreemptSignal:
+		return a.Attempt
+	case protocol.RefuseSignal:
+		return a.Attempt
+	}
+	return -1
+}
+
+// notes are the notes among cmds.
+func notes(cmds []Command) string {
+	var out []string
+	for _, c := range cmds {
+		if n, ok := c.(Note); ok {
+			out = append(out, n.Text)
+		}
+	}
+	return strings.Join(out, "\n")
+}

@@ -1,0 +1,533 @@
+package allocation
+
+import (
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/trainq/trainq/cluster"
+	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/scheduler"
+)
+
+const (
+	low    = scheduler.Low
+	medium = scheduler.Medium
+	high   = scheduler.High
+)
+
+// ruleCase is one row of a rule table: the state a case starts from (nodes
+// and steps), the message (when), the commands wanted, and what else must
+// hold of the state after.
+type ruleCase struct {
+	name  string
+	nodes int
+	given []step
+	when  func(s *State) []Command
+	want  []string
+	then  func(t *testing.T, s *State)
+}
+
+func runRules(t *testing.T, cases []ruleCase) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			n := c.nodes
+			if n == 0 {
+				n = 1
+			}
+			s := newState(t, n)
+			given(t, s, c.given...)
+			got := c.when(s)
+			assert.Equal(t, c.want, rendered(got), "commands; notes:\n%s", notes(got))
+			if c.then != nil {
+				c.then(t, s)
+			}
+		})
+	}
+}
+
+func request(r protocol.CapacityRequest) func(s *State) []Command {
+	return func(s *State) []Command { return s.Request(r, t0, AllOn{}) }
+}
+
+func isWaiting(job string, attempt int) func(t *testing.T, s *State) {
+	return func(t *testing.T, s *State) {
+		w, ok := s.Pool.Waiting(job)
+		require.True(t, ok, "%s waits", job)
+		assert.Equal(t, attempt, w.Attempt)
+	}
+}
+
+func notWaiting(job string) func(t *testing.T, s *State) {
+	return func(t *testing.T, s *State) {
+		_, ok := s.Pool.Waiting(job)
+		assert.False(t, ok, "%s does not wait", job)
+	}
+}
+
+func isHeld(job string, attempt int) func(t *testing.T, s *State) {
+	return func(t *testing.T, s *State) {
+		r, ok := s.Pool.Running(job)
+		require.True(t, ok, "%s holds capacity", job)
+		assert.Equal(t, attempt, r.Attempt)
+	}
+}
+
+func notHeld(job string) func(t *testing.T, s *State) {
+	return func(t *testing.T, s *State) {
+		_, ok := s.Pool.Running(job)
+		assert.False(t, ok, "%s holds nothing", job)
+	}
+}
+
+func all(checks ...func(t *testing.T, s *State)) func(t *testing.T, s *State) {
+	return func(t *testing.T, s *State) {
+		for _, c := range checks {
+			c(t, s)
+		}
+	}
+}
+
+func TestRequestRules(t *testing.T) {
+	fullPool := []step{granted(one("big", 1, high, 8))} // one node, all 8 GPUs held
+	runRules(t, []ruleCase{
+		{name: "a new request is queued and a pass asked for",
+			when: request(req("j", 1, medium, 1)), want: []string{"schedule"}, then: isWaiting("j", 1)},
+		{name: "a request its job withdrew first is refused, not queued",
+			given: []step{withdrawn("j", 1)},
+			when:  request(req("j", 1, medium, 1)), want: []string{"refuse j#1"}, then: notWaiting("j")},
+		{name: "a withdrawal of an earlier attempt does not refuse a later one",
+			given: []step{withdrawn("j", 1)},
+			when:  request(req("j", 2, medium, 1)), want: []string{"schedule"}, then: isWaiting("j", 2)},
+		{name: "a request that can never fit is refused",
+			when: request(req("huge", 1, medium, 5)), want: []string{"refuse huge#1"}, then: notWaiting("huge")},
+		{name: "a request without a job is dropped without an answer",
+			when: request(req("", 1, medium, 1)), want: []string{}},
+		{name: "a repeated request of a waiting attempt keeps its place",
+			given: append(slices.Clone(fullPool), queued(req("a", 1, medium, 1)), queued(req("b", 1, medium, 1))),
+			when:  request(req("a", 1, medium, 1)), want: []string{"schedule"},
+			then: func(t *testing.T, s *State) {
+				a, _ := s.Pool.Waiting("a")
+				b, _ := s.Pool.Waiting("b")
+				assert.Less(t, a.Seq, b.Seq, "a keeps the place before b")
+			}},
+		{name: "a repeated request of a granted attempt gets its grant again",
+			given: []step{granted(req("j", 1, medium, 1))},
+			when:  request(req("j", 1, medium, 1)), want: []string{"grant j#1"}, then: isHeld("j", 1)},
+		{name: "a repeated request of a stopping attempt gets no grant",
+			given: []step{granted(req("j", 1, medium, 1)), stopping("j", 1)},
+			when:  request(req("j", 1, medium, 1)), want: []string{"schedule"}, then: isHeld("j", 1)},
+		{name: "a request older than the held attempt asks the job whether it was reset",
+			given: []step{granted(req("j", 2, medium, 1))},
+			when:  request(req("j", 1, medium, 1)), want: []string{"check-reset j#1"}, then: isHeld("j", 2)},
+		{name: "a request older than the waiting attempt asks the job too",
+			given: append(slices.Clone(fullPool), queued(req("j", 2, medium, 1))),
+			when:  request(req("j", 1, medium, 1)), want: []string{"check-reset j#1"}, then: isWaiting("j", 2)},
+	})
+}
+
+func TestQueueCapRules(t *testing.T) {
+	capped := func(t *testing.T, s *State) { s.Config.MaxWaiting = 1 }
+	fullPool := []step{granted(one("big", 1, high, 8)), capped, queued(req("first", 1, medium, 1))}
+	runRules(t, []ruleCase{
+		{name: "a new job past max_waiting is refused",
+			given: fullPool, when: request(req("late", 1, medium, 1)), want: []string{"refuse late#1"}, then: notWaiting("late")},
+		{name: "a rerun of an admitted job is not",
+			given: fullPool, when: request(req("rerun", 2, medium, 1)), want: []string{"schedule"}, then: isWaiting("rerun", 2)},
+		{name: "nor a repeated request of a waiting job",
+			given: fullPool, when: request(req("first", 1, medium, 1)), want: []string{"schedule"}, then: isWaiting("first", 1)},
+	})
+}
+
+func TestResetRules(t *testing.T) {
+	answered := func(r protocol.CapacityRequest, attempts []int, err error) func(s *State) []Command {
+		return func(s *State) []Command { return s.ResetAnswered(r, attempts, err) }
+	}
+	fullPool := granted(one("big", 1, high, 8))
+	runRules(t, []ruleCase{
+		{name: "a job back at its attempt: the newer held attempt is reclaimed and the request waits for it",
+			given: []step{granted(req("j", 2, medium, 1))},
+			when:  answered(req("j", 1, medium, 1), []int{1}, nil), want: []string{"reclaim j"},
+			then: func(t *testing.T, s *State) {
+				require.Len(t, s.AfterReclaim, 1)
+				assert.Equal(t, 1, s.AfterReclaim[0].Attempt)
+			}},
+		{name: "a job at another attempt sent a late duplicate: dropped",
+			given: []step{granted(req("j", 2, medium, 1))},
+			when:  answered(req("j", 1, medium, 1), []int{2}, nil), want: []string{}, then: isHeld("j", 2)},
+		{name: "no answer: dropped, the newer attempt keeps its capacity",
+			given: []step{granted(req("j", 2, medium, 1))},
+			when:  answered(req("j", 1, medium, 1), nil, assert.AnError), want: []string{}, then: isHeld("j", 2)},
+		{name: "the newer attempt ended meanwhile: the request is taken as new",
+			when: answered(req("j", 1, medium, 1), []int{1}, nil), want: []string{"requeue j#1"}},
+		{name: "a newer waiting attempt is dropped and the request taken",
+			given: []step{fullPool, queued(req("j", 2, medium, 1))},
+			when:  answered(req("j", 1, medium, 1), []int{1}, nil), want: []string{"requeue j#1"}, then: notWaiting("j")},
+	})
+}
+
+func TestWithdrawRules(t *testing.T) {
+	withdraw := func(job string, attempt int) func(s *State) []Command {
+		return func(s *State) []Command { return s.Withdraw(protocol.WithdrawSignal{Job: job, Attempt: attempt}) }
+	}
+	fullPool := granted(one("big", 1, high, 8))
+	runRules(t, []ruleCase{
+		{name: "a waiting request is dropped",
+			given: []step{fullPool, queued(req("j", 1, medium, 1))},
+			when:  withdraw("j", 1), want: []string{}, then: notWaiting("j")},
+		{name: "a grant the job never used is freed at once",
+			given: []step{granted(req("j", 1, medium, 1))},
+			when:  withdraw("j", 1), want: []string{}, then: notHeld("j")},
+		{name: "a withdrawal before its request is remembered",
+			when: withdraw("j", 1), want: []string{},
+			then: func(t *testing.T, s *State) {
+				assert.Error(t, s.WithdrawnFirst(req("j", 1, medium, 1)))
+				assert.NoError(t, s.WithdrawnFirst(req("j", 2, medium, 1)))
+			}},
+		{name: "a withdrawal of another attempt leaves the held one alone",
+			given: []step{granted(req("j", 2, medium, 1))},
+			when:  withdraw("j", 1), want: []string{}, then: isHeld("j", 2)},
+	})
+}
+
+func TestReleaseAndLostNodeRules(t *testing.T) {
+	release := func(r protocol.ReleaseSignal) func(s *State) []Command {
+		return func(s *State) []Command { return s.Release(r) }
+	}
+	fenced := func(node string, cause FenceCause) func(t *testing.T, s *State) {
+		return func(t *testing.T, s *State) {
+			assert.Contains(t, s.Pool.LostNodes(), node)
+			assert.Equal(t, cause, s.FenceOf(node).Cause)
+		}
+	}
+	runRules(t, []ruleCase{
+		{name: "a release frees the released workers only",
+			nodes: 2,
+			given: []step{granted(req("j", 1, medium, 2))},
+			when:  release(protocol.ReleaseSignal{Job: "j", Attempt: 1, Workers: []int{0}}), want: []string{},
+			then: func(t *testing.T, s *State) {
+				r, _ := s.Pool.Running("j")
+				assert.Equal(t, []int{0}, r.Released)
+			}},
+		{name: "a release of an attempt not held is ignored",
+			given: []step{granted(req("j", 2, medium, 1))},
+			when:  release(protocol.ReleaseSignal{Job: "j", Attempt: 1, Workers: []int{0}, LostNodes: []string{"n1"}}),
+			want:  []string{}, then: func(t *testing.T, s *State) { assert.Empty(t, s.Pool.LostNodes()) }},
+		{name: "a node where workers could not be confirmed stopped is fenced before the release",
+			given: []step{granted(req("j", 1, medium, 1))},
+			when:  release(protocol.ReleaseSignal{Job: "j", Attempt: 1, Workers: []int{0}, LostNodes: []string{"n1"}}),
+			want:  []string{"fence n1"},
+			then: all(fenced("n1", FenceLost), func(t *testing.T, s *State) {
+				assert.EqualValues(t, 1, s.Counters.NodesLost)
+				assert.Empty(t, s.Pool.Schedule(t0).Grants, "nothing is granted on the fenced node")
+			})},
+		{name: "a node already lost is not fenced twice",
+			given: []step{granted(req("j", 1, medium, 1)), granted(req("k", 1, medium, 1)),
+				func(t *testing.T, s *State) { s.NodeLost("n1", "first") }},
+			when: func(s *State) []Command { return s.NodeLost("n1", "second") }, want: []string{},
+			then: func(t *testing.T, s *State) { assert.EqualValues(t, 1, s.Counters.NodesLost) }},
+		{name: "a node a recovery fences turns lost when a worker there is lost",
+			given: []step{recovered(holding("j", 1, "n1"))},
+			when:  func(s *State) []Command { return s.NodeLost("n1", "agent gone") }, want: []string{"fence n1"},
+			then: fenced("n1", FenceLost)},
+	})
+}
+
+func TestPassRules(t *testing.T) {
+	pass := func(s *State) []Command { return s.Pass(t0) }
+	runRules(t, []ruleCase{
+		{name: "what fits is granted, in queue order",
+			given: []step{queued(one("a", 1, medium, 6)), queued(one("b", 1, medium, 2)), queued(one("c", 1, medium, 2))},
+			when:  pass, want: []string{"grant a#1", "grant b#1"}, then: isWaiting("c", 1)},
+		{name: "a higher class waiting preempts a lower one running",
+			given: []step{granted(one("lo", 1, low, 8)), queued(one("hi", 1, high, 2))},
+			when:  pass, want: []string{"preempt lo#1"},
+			then: func(t *testing.T, s *State) { assert.EqualValues(t, 1, s.Counters.Preemptions) }},
+		{name: "nothing on a fenced node",
+			given: []step{func(t *testing.T, s *State) { s.NodeLost("n1", "gone") }, queued(req("a", 1, medium, 1))},
+			when:  pass, want: []string{}, then: isWaiting("a", 1)},
+	})
+}
+
+func TestGrantNotDeliveredRules(t *testing.T) {
+	runRules(t, []ruleCase{
+		{name: "a grant whose job is gone is freed and a pass asked for",
+			given: []step{granted(req("j", 1, medium, 1))},
+			when:  func(s *State) []Command { return s.GrantNotDelivered("j", 1) }, want: []string{"schedule"}, then: notHeld("j")},
+		{name: "a later attempt is left alone",
+			given: []step{granted(req("j", 2, medium, 1))},
+			when:  func(s *State) []Command { return s.GrantNotDelivered("j", 1) }, want: []string{}, then: isHeld("j", 2)},
+	})
+}
+
+func TestReclaimRules(t *testing.T) {
+	begin := func(job string) func(s *State) []Command {
+		return func(s *State) []Command { _, cmds, _ := s.BeginReclaim(job); return cmds }
+	}
+	waitsForReclaim := func(r protocol.CapacityRequest) step {
+		return func(t *testing.T, s *State) { s.AfterReclaim = append(s.AfterReclaim, r) }
+	}
+	runRules(t, []ruleCase{
+		{name: "a vanished job that holds nothing is done at once, and what waited for it is taken",
+			given: []step{func(t *testing.T, s *State) { s.Orphans = []string{"j"} }, waitsForReclaim(req("j", 1, medium, 1))},
+			when:  begin("j"), want: []string{"requeue j#1"},
+			then: func(t *testing.T, s *State) { assert.Empty(t, s.Orphans); assert.Empty(t, s.AfterReclaim) }},
+		{name: "a held one becomes an orphan until its workers stop",
+			nodes: 2,
+			given: []step{granted(req("j", 1, medium, 2))},
+			when:  begin("j"), want: []string{},
+			then: func(t *testing.T, s *State) { assert.Equal(t, []string{"j"}, s.Orphans) }},
+		{name: "once stopped its capacity is freed and what waited is taken",
+			given: []step{granted(req("j", 2, medium, 1)), waitsForReclaim(req("j", 1, medium, 1))},
+			when: func(s *State) []Command {
+				plan, _, _ := s.BeginReclaim("j")
+				cmds, counted := s.ReclaimDone("j", plan, AllOn{})
+				if !counted {
+					return nil
+				}
+				return cmds
+			},
+			want: []string{"requeue j#1", "schedule"},
+			then: all(notHeld("j"), func(t *testing.T, s *State) {
+				assert.Empty(t, s.Orphans)
+				assert.EqualValues(t, 1, s.Counters.Reclaimed)
+			})},
+		{name: "a reclaim that outlived a recovery changes nothing in the rebuilt pool",
+			given: []step{granted(req("j", 1, medium, 1))},
+			when: func(s *State) []Command {
+				plan, _, _ := s.BeginReclaim("j")
+				// The recovery finds j holding attempt 1 again (a new
+				// run of it, with the same number).
+				if _, _, err := s.Recovered("e2", t0, Registered{Holds: []protocol.JobHold{holding("j", 1, "n1")}}); err != nil {
+					panic(err)
+				}
+				cmds, counted := s.ReclaimDone("j", plan, AllOn{})
+				if counted {
+					return append(cmds, Note{Text: "counted"})
+				}
+				return cmds
+			},
+			want: []string{}, then: isHeld("j", 1)},
+	})
+	t.Run("the plan skips released workers", func(t *testing.T) {
+		s := newState(t, 3)
+		given(t, s, granted(req("j", 1, medium, 3)))
+		s.Release(protocol.ReleaseSignal{Job: "j", Attempt: 1, Stopping: true, Workers: []int{1}})
+		plan, _, ok := s.BeginReclaim("j")
+		require.True(t, ok)
+		assert.Equal(t, []int{0, 2}, []int{plan.Workers[0].Worker, plan.Workers[1].Worker})
+		assert.Equal(t, []string{"n1", "n3"}, plan.Nodes)
+	})
+}
+
+func TestFenceRules(t *testing.T) {
+	t.Run("an answer that kept a worker no longer held is stale", func(t *testing.T) {
+		s := newState(t, 1)
+		given(t, s, granted(req("a", 1, medium, 1)), granted(req("b", 1, medium, 1)))
+		s.NodeLost("n1", "a's watch lost")
+		keep := s.WorkersOn("n1")
+		require.ElementsMatch(t, keep, []any{worker("a", 1, 0), worker("b", 1, 0)})
+		// b's watch is lost too while the fence waits: b gives its worker up.
+		s.Release(protocol.ReleaseSignal{Job: "b", Attempt: 1, Stopping: true, Workers: []int{0}, LostNodes: []string{"n1"}})
+		_, stale := s.FenceAnswerStale("n1", keep, AllOn{})
+		assert.True(t, stale, "the agent kept b's worker, which may still run")
+		_, stale = s.FenceAnswerStale("n1", s.WorkersOn("n1"), AllOn{})
+		assert.False(t, stale, "a fence that kept only what is held now counts")
+	})
+	t.Run("an answer that kept only held workers asks no gate", func(t *testing.T) {
+		s := newState(t, 1)
+		given(t, s, granted(req("a", 1, medium, 1)))
+		g := offGates()
+		_, stale := s.FenceAnswerStale("n1", s.WorkersOn("n1"), g)
+		assert.False(t, stale)
+		assert.Empty(t, *g.asked, "histories without a stale answer record no marker")
+	})
+	t.Run("with the gate off a stale answer counts, as it did", func(t *testing.T) {
+		s := newState(t, 1)
+		given(t, s, granted(req("a", 1, medium, 1)))
+		keep := s.WorkersOn("n1")
+		s.Release(protocol.ReleaseSignal{Job: "a", Attempt: 1, Stopping: true, Workers: []int{0}})
+		_, stale := s.FenceAnswerStale("n1", keep, offGates(GateRefenceStaleKeep))
+		assert.False(t, stale)
+	})
+	runRules(t, []ruleCase{
+		{name: "a node whose agent answered comes back and a pass is asked for",
+			given: []step{func(t *testing.T, s *State) { s.NodeLost("n1", "gone") }},
+			when:  func(s *State) []Command { return s.NodeBack("n1", 2) }, want: []string{"schedule"},
+			then: func(t *testing.T, s *State) { assert.Empty(t, s.Pool.LostNodes()); assert.Empty(t, s.Fences) }},
+		{name: "a recovery's fence that times out turns the node lost",
+			given: []step{recovered()},
+			when:  func(s *State) []Command { cmds, _ := s.FenceTimedOut("n1"); return cmds }, want: []string{},
+			then: func(t *testing.T, s *State) {
+				assert.Equal(t, FenceLost, s.FenceOf("n1").Cause)
+				assert.EqualValues(t, 1, s.Counters.NodesLost)
+			}},
+		{name: "a lost node's fence timing out again changes nothing",
+			given: []step{func(t *testing.T, s *State) { s.NodeLost("n1", "gone") }},
+			when:  func(s *State) []Command { cmds, _ := s.FenceTimedOut("n1"); return cmds }, want: []string{},
+			then: func(t *testing.T, s *State) { assert.EqualValues(t, 1, s.Counters.NodesLost) }},
+		{name: "a run fences again what the previous run left fenced",
+			nodes: 2,
+			given: []step{func(t *testing.T, s *State) { s.NodeLost("n2", "gone") }},
+			when:  func(s *State) []Command { return s.FencesCarried() }, want: []string{"fence n2"},
+			then: func(t *testing.T, s *State) { assert.Equal(t, FenceLost, s.FenceOf("n2").Cause) }},
+	})
+}
+
+func TestReconfigureRules(t *testing.T) {
+	reconfigure := func(in protocol.AllocatorInput, g Gates) func(s *State) []Command {
+		return func(s *State) []Command {
+			_, cmds, err := s.Reconfigure(in, g)
+			if err != nil {
+				panic(err)
+			}
+			return cmds
+		}
+	}
+	twoNodes := input(2)
+	oneNode := input(1)
+	runRules(t, []ruleCase{
+		{name: "the same config changes nothing",
+			when: reconfigure(input(1), AllOn{}), want: []string{}},
+		{name: "an added node is fenced until its agent confirms",
+			when: reconfigure(twoNodes, AllOn{}), want: []string{"fence n2", "schedule"},
+			then: func(t *testing.T, s *State) { assert.Equal(t, FenceAdded, s.FenceOf("n2").Cause) }},
+		{name: "without its gate an added node is granted at once, as it was",
+			when: reconfigure(twoNodes, offGates(GateFenceAddedNodes)), want: []string{"schedule"},
+			then: func(t *testing.T, s *State) { assert.Empty(t, s.Pool.LostNodes()) }},
+		{name: "a node removed while fenced is fenced when added back",
+			nodes: 2,
+			given: []step{func(t *testing.T, s *State) { s.NodeLost("n2", "gone") }, configured(oneNode)},
+			when:  reconfigure(twoNodes, AllOn{}), want: []string{"fence n2", "schedule"}},
+		{name: "a waiting job that no longer fits is refused",
+			nodes: 2,
+			given: []step{queued(req("j", 1, medium, 2))},
+			when:  reconfigure(oneNode, AllOn{}),
+			want:  []string{"refuse j#1", "schedule"}, then: notWaiting("j")},
+		{name: "a config change asks the policy gate only when another knob changes",
+			when: func(s *State) []Command {
+				g := offGates()
+				in := input(1)
+				in.StopGracePeriod *= 2
+				_, cmds, _ := s.Reconfigure(in, g)
+				if len(*g.asked) > 0 {
+					return append(cmds, Reclaim{Job: "asked " + string((*g.asked)[0])})
+				}
+				return cmds
+			},
+			want: []string{"schedule"}},
+	})
+}
+
+func TestRegisterRules(t *testing.T) {
+	adopt := func(node string, h protocol.JobHold, found ...int) func(s *State) []Command {
+		return func(s *State) []Command {
+			var workers []cluster.WorkerID
+			for _, w := range found {
+				workers = append(workers, worker(h.Job, h.Request.Attempt, w))
+			}
+			return s.AdoptStranger(node, h, workers)
+		}
+	}
+	runRules(t, []ruleCase{
+		{name: "a recovery adopts the holds, queues the waiting and fences every node",
+			nodes: 2,
+			when: func(s *State) []Command {
+				_, cmds, err := s.Recovered("e2", t0, Registered{Holds: []protocol.JobHold{
+					holding("a", 1, "n1"), waitingHold(req("w", 1, medium, 1)), waitingHold(req("never", 1, medium, 5)),
+				}})
+				if err != nil {
+					panic(err)
+				}
+				return cmds
+			},
+			want: []string{"refuse never#1", "fence n1", "fence n2"},
+			then: all(isHeld("a", 1), isWaiting("w", 1), func(t *testing.T, s *State) {
+				assert.Equal(t, "e2", s.Epoch)
+				assert.EqualValues(t, 1, s.Counters.Recoveries)
+				assert.Equal(t, FenceRecovering, s.FenceOf("n2").Cause)
+			})},
+		{name: "a recovery supersedes the old orphans and requests waiting for a reclaim",
+			given: []step{func(t *testing.T, s *State) {
+				s.Orphans = []string{"x"}
+				s.AfterReclaim = []protocol.CapacityRequest{req("x", 1, medium, 1)}
+			}, recovered()},
+			when: func(s *State) []Command { return nil }, want: []string{},
+			then: func(t *testing.T, s *State) { assert.Empty(t, s.Orphans); assert.Empty(t, s.AfterReclaim) }},
+		{name: "a stranger that holds the worker found is adopted",
+			given: []step{recovered(), nodeUp("n1")},
+			when:  adopt("n1", holding("s", 1, "n1"), 0), want: []string{}, then: isHeld("s", 1)},
+		{name: "a stranger whose found worker is of another attempt is not",
+			given: []step{recovered(), nodeUp("n1")},
+			when: func(s *State) []Command {
+				return s.AdoptStranger("n1", holding("s", 2, "n1"), []cluster.WorkerID{worker("s", 1, 0)})
+			},
+			want: []string{}, then: notHeld("s")},
+		{name: "a stranger the pool already has is left to the fence",
+			given: []step{granted(req("s", 2, medium, 1))},
+			when:  adopt("n1", holding("s", 1, "n1"), 0), want: []string{}, then: isHeld("s", 2)},
+		{name: "a stranger that waits is queued and a pass asked for",
+			when: adopt("", waitingHold(req("w", 1, medium, 1))), want: []string{"schedule"}, then: isWaiting("w", 1)},
+		{name: "a stranger that withdrew first is not adopted",
+			given: []step{withdrawn("w", 1)},
+			when:  adopt("", waitingHold(req("w", 1, medium, 1))), want: []string{}, then: notWaiting("w")},
+	})
+}
+
+// TestOrdinaryMessagesAskNoGate pins the replay rule: a gate is asked only
+// where its rule's new behaviour begins, so the histories of ordinary
+// traffic record no marker.
+func TestOrdinaryMessagesAskNoGate(t *testing.T) {
+	s := newState(t, 1)
+	g := offGates()
+	s.Request(req("a", 1, medium, 1), t0, g)
+	s.Pass(t0)
+	s.Request(req("b", 1, low, 3), t0, g)
+	s.Pass(t0)
+	s.Request(req("c", 1, high, 1), t0, g)
+	s.Pass(t0)
+	s.Release(protocol.ReleaseSignal{Job: "a", Attempt: 1, Stopping: true, Workers: []int{0}})
+	s.Withdraw(protocol.WithdrawSignal{Job: "c", Attempt: 1})
+	s.GhostBatch(g)
+	assert.Empty(t, *g.asked)
+}
+
+// TestCarryRestoresTheSameState: what a run carries over reads back into the
+// same state, fences and all.
+func TestCarryRestoresTheSameState(t *testing.T) {
+	s := newState(t, 2)
+	given(t, s, granted(one("a", 1, medium, 2)), granted(one("b", 1, medium, 4)), queued(one("c", 1, high, 8)),
+		withdrawn("late", 1), func(t *testing.T, s *State) { s.NodeLost("n2", "gone"); s.Orphans = []string{"b"} })
+	next, packed, err := s.Carry()
+	require.NoError(t, err)
+	r, err := Restore(next, packed)
+	require.NoError(t, err)
+	again, packedAgain, err := r.Carry()
+	require.NoError(t, err)
+	assert.Equal(t, next, again)
+	assert.Equal(t, packed, packedAgain)
+	assert.Equal(t, s.Fences, r.Fences)
+	assert.Equal(t, s.Explain("c"), r.Explain("c"))
+}
+
+// TestRulesDoNotImportTemporal keeps the rules pure: nothing in this package
+// may call the Temporal SDK (it would make a rule depend on the workflow's
+// context and its tests on the test environment).
+func TestRulesDoNotImportTemporal(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	require.NoError(t, err)
+	for _, f := range files {
+		parsed, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
+		require.NoError(t, err)
+		for _, imp := range parsed.Imports {
+			assert.False(t, strings.HasPrefix(strings.Trim(imp.Path.Value, `"`), "go.temporal.io/"), "%s imports %s", f, imp.Path.Value)
+		}
+	}
+}
