@@ -48,4 +48,8 @@ const (
 	// GateResendGrant: a repeated request for a granted attempt gets its
 	// grant again (see resendGrant); before, it got nothing.
 	GateResendGrant Gate = "allocator-resend-grant"
+	// GateResumeEveryOrphan: a run reclaims every orphan it carried over
+	// (see OrphansToResume); before, an orphan that held nothing any more
+	// made the run skip the one after it.
+	GateResumeEveryOrphan Gate = "allocator-resume-every-orphan"
 )

@@ -19,6 +19,42 @@ func (s *State) FencesCarried() []Command {
 	return cmds
 }
 
+// OrphansToResume lists the carried orphans a run reclaims first thing: all
+// of them. Older code walked the list while each reclaim of an orphan that
+// held nothing any more deleted it in place, so the orphan after such a one
+// was skipped in that run (and the tail read as ""); that walk is kept for
+// the histories that recorded it.
+func (s *State) OrphansToResume(g Gates) []string {
+	orphans := slices.Clone(s.Orphans)
+	skips := false
+	for _, job := range orphans[:max(len(orphans)-1, 0)] {
+		if _, held := s.Pool.Running(job); !held {
+			skips = true
+			break
+		}
+	}
+	if !skips || g.On(GateResumeEveryOrphan) {
+		return orphans
+	}
+	return s.legacyOrphanWalk()
+}
+
+// legacyOrphanWalk is the order older code reclaimed the carried orphans in
+// (see OrphansToResume).
+func (s *State) legacyOrphanWalk() []string {
+	walked := slices.Clone(s.Orphans)
+	live := walked[:len(walked):len(walked)]
+	var visited []string
+	for i := range walked {
+		job := walked[i]
+		visited = append(visited, job)
+		if _, held := s.Pool.Running(job); !held {
+			live = slices.DeleteFunc(live, func(j string) bool { return j == job })
+		}
+	}
+	return visited
+}
+
 // ReclaimPlan is what a reclaim stops: every worker of the job's attempt not
 // released yet, with its node.
 type ReclaimPlan struct {

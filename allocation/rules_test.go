@@ -531,3 +531,20 @@ func TestRulesDoNotImportTemporal(t *testing.T) {
 		}
 	}
 }
+
+func TestOrphansToResume(t *testing.T) {
+	s := newState(t, 1)
+	given(t, s, granted(one("y", 1, medium, 2)), granted(one("z", 1, medium, 2)))
+	s.Orphans = []string{"x", "y", "z"} // x's capacity was freed meanwhile
+
+	g := offGates()
+	assert.Equal(t, []string{"x", "y", "z"}, s.OrphansToResume(g), "every orphan is reclaimed")
+	assert.Equal(t, []Gate{GateResumeEveryOrphan}, *g.asked)
+	assert.Equal(t, []string{"x", "z", ""}, s.OrphansToResume(offGates(GateResumeEveryOrphan)),
+		"older code skipped the orphan after x, and its histories replay that walk")
+
+	s.Orphans = []string{"y", "z", "x"}
+	g = offGates()
+	assert.Equal(t, []string{"y", "z", "x"}, s.OrphansToResume(g))
+	assert.Empty(t, *g.asked, "nothing was skipped: no marker")
+}

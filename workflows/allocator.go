@@ -347,7 +347,7 @@ func (a *allocator) run(ctx workflow.Context) error {
 	}
 	// Orphans and fenced nodes carried over from the previous run still
 	// need their workers stopped.
-	for _, job := range a.st.Orphans {
+	for _, job := range a.st.OrphansToResume(gates{ctx}) {
 		a.reclaim(ctx, job)
 	}
 	a.execute(ctx, a.st.FencesCarried())
