@@ -17,8 +17,8 @@ type AllOn struct{}
 // On is always true.
 func (AllOn) On(Gate) bool { return true }
 
-// The gated rules. Each retires once no running allocator can carry a
-// history from before it (see the README's "Upgrading").
+// The gated rules. A gate can retire once no allocator run that started
+// before it is left, together with the recorded histories older than it.
 const (
 	// GateAllPolicyKnobs: a reconfiguration that changes only
 	// reserve_after, max_preemptions or max_loss_gpu_hours takes effect
