@@ -306,7 +306,14 @@ func (a *Activities) StartWorker(ctx context.Context, spec cluster.WorkerSpec) (
 		}
 		spec.MasterAddr, spec.MasterPort = addr, port
 	}
-	return a.Backend.Start(ctx, spec)
+	st, err := a.Backend.Start(ctx, spec)
+	var busy *cluster.GPUsBusy
+	if errors.As(err, &busy) {
+		activity.GetLogger(ctx).Warn("refused to start a worker on GPUs a live worker uses", "worker", spec.ID.String(),
+			"node", busy.Node, "gpus", busy.GPUs, "holder", busy.Holder.String())
+		return st, temporal.NewNonRetryableApplicationError(busy.Error(), ErrTypeGPUsBusy, err)
+	}
+	return st, err
 }
 
 // releaseEarly tells the allocator, on behalf of the job, that a worker's
@@ -342,6 +349,11 @@ const (
 	// ErrTypeNodeLost: the worker's node lost track of it (see
 	// cluster.ErrNodeLost); the attempt ends as a node loss.
 	ErrTypeNodeLost = "NodeLost"
+	// ErrTypeGPUsBusy: StartWorker found a GPU of the worker still used by
+	// a live worker of another job or attempt (cluster.GPUsBusy) and started
+	// nothing. Not retryable: the job gives the grant back and has the node
+	// fenced, so that the allocator learns who really holds it.
+	ErrTypeGPUsBusy = "GPUsBusy"
 	// ErrTypeUnsupported: the cluster backend cannot do what was asked.
 	// Not retryable.
 	ErrTypeUnsupported = "Unsupported"

@@ -81,9 +81,6 @@ func granted(r protocol.CapacityRequest) step {
 	}
 }
 
-// passed: a scheduling pass.
-func passed() step { return func(t *testing.T, s *State) { s.Pass(t0) } }
-
 // withdrawn: the job withdraws the attempt.
 func withdrawn(job string, attempt int) step {
 	return func(t *testing.T, s *State) { s.Withdraw(protocol.WithdrawSignal{Job: job, Attempt: attempt}) }

@@ -282,7 +282,11 @@ func (s *State) Release(r protocol.ReleaseSignal) []Command {
 	}
 	var cmds commands
 	for _, node := range r.LostNodes {
-		cmds.add(s.NodeLost(node, fmt.Sprintf("%s could not confirm its workers there stopped: the node's agent did not answer", r.Job))...)
+		why := fmt.Sprintf("%s could not confirm its workers there stopped: the node's agent did not answer", r.Job)
+		if slices.Contains(r.GPUsBusy, node) {
+			why = fmt.Sprintf("%s found GPUs it was granted there used by a live worker the allocation did not know of", r.Job)
+		}
+		cmds.add(s.NodeLost(node, why)...)
 	}
 	if r.Stopping {
 		s.Pool.BeginRelease(r.Job)

@@ -228,6 +228,14 @@ func TestReleaseAndLostNodeRules(t *testing.T) {
 				assert.EqualValues(t, 1, s.Counters.NodesLost)
 				assert.Empty(t, s.Pool.Schedule(t0).Grants, "nothing is granted on the fenced node")
 			})},
+		{name: "a node where the job found its GPUs in use is fenced, saying so",
+			given: []step{granted(req("j", 1, medium, 1))},
+			when: release(protocol.ReleaseSignal{Job: "j", Attempt: 1, Workers: []int{0}, Stopping: true,
+				LostNodes: []string{"n1"}, GPUsBusy: []string{"n1"}}),
+			want: []string{"fence n1"},
+			then: all(fenced("n1", FenceLost), notHeld("j"), func(t *testing.T, s *State) {
+				assert.Contains(t, s.FenceOf("n1").Why, "used by a live worker the allocation did not know of")
+			})},
 		{name: "a node already lost is not fenced twice",
 			given: []step{granted(req("j", 1, medium, 1)), granted(req("k", 1, medium, 1)),
 				func(t *testing.T, s *State) { s.NodeLost("n1", "first") }},

@@ -241,6 +241,22 @@ var ErrNotFound = errors.New("worker not found")
 // stops answering.
 var ErrNodeLost = errors.New("the node lost track of the worker")
 
+// GPUsBusy is returned (wrapped) by Start when a GPU of the spec is still
+// used by a live worker of another job or attempt: the capacity granted is
+// not really free, so nothing is started. It is the node's last word on
+// "one holder per GPU", whatever the allocator believes.
+type GPUsBusy struct {
+	Node string
+	// GPUs are the GPUs of the spec in use, and Holder a live worker that
+	// uses them.
+	GPUs   []int
+	Holder WorkerID
+}
+
+func (e *GPUsBusy) Error() string {
+	return fmt.Sprintf("GPUs %v on %s are still used by a live worker of another job or attempt", e.GPUs, e.Node)
+}
+
 type Phase string
 
 const (

@@ -74,6 +74,10 @@ regions:
         stop_grace_period: 3s
         nodes:
           - {name: reset-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+      - name: guard
+        stop_grace_period: 3s
+        nodes:
+          - {name: guard-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
       - name: bench
         stop_grace_period: 3s
         nodes:

@@ -382,6 +382,11 @@ type ReleaseSignal struct {
 	// the allocator fences those nodes (grants nothing on them) until their
 	// agent answers again and has stopped every stale worker.
 	LostNodes []string `json:"lost_nodes,omitempty"`
+	// GPUsBusy are the nodes of LostNodes where the job found the GPUs it
+	// was granted used by a live worker of another job or attempt, and so
+	// started nothing: the allocator fences them the same way, and its
+	// fence learns who runs there.
+	GPUsBusy []string `json:"gpus_busy,omitempty"`
 }
 
 // HoldPhase says what a job holds or waits for in its allocation.

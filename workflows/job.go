@@ -85,8 +85,9 @@ type job struct {
 	// registrations counts register updates, so that a capacity reply sent
 	// before the latest registration cannot move epoch back.
 	registrations int
-	// lostNodes are the nodes of the current attempt whose agent did not answer.
-	lostNodes map[string]bool
+	// lostNodes are the nodes of the current attempt whose agent did not
+	// answer; busyNodes those where the attempt's GPUs were found in use.
+	lostNodes, busyNodes map[string]bool
 	// nodeTimeout bounds how long a node's agent may leave work waiting.
 	nodeTimeout time.Duration
 	// runAttempts counts the attempts of this run (not of the whole job).
@@ -388,7 +389,7 @@ func (j *job) runAttempt(ctx workflow.Context, attempt int) outcome {
 		j.noteOutcome(out)
 		return out
 	}
-	j.released, j.stopping, j.signals, j.lostNodes = map[int]bool{}, false, nil, map[string]bool{}
+	j.released, j.stopping, j.signals, j.lostNodes, j.busyNodes = map[int]bool{}, false, nil, map[string]bool{}, map[string]bool{}
 	j.nodeTimeout = grant.NodeTimeout
 	if j.nodeTimeout <= 0 {
 		j.nodeTimeout = protocol.DefaultNodeTimeout
@@ -695,6 +696,19 @@ func (j *job) startWorkers(ctx workflow.Context, attempt int, grant protocol.Gra
 			if failure == nil || failure.kind != outcomeNodeLost {
 				failure = &lost
 			}
+		case isGPUsBusy(err):
+			// The grant's GPUs are not really free: the allocator's view
+			// is wrong (a reset allocator, a worker it never knew of).
+			// Nothing was started there; the node is reported with the
+			// release, so the allocator fences it and its agent says who
+			// runs there, and this attempt reruns like one that lost a node.
+			lost := j.nodeLost(grant.Placement[i].Node)
+			j.busyNodes[grant.Placement[i].Node] = true
+			lost.message = fmt.Sprintf("worker %d could not start: %s; the node is fenced until its agent says who uses them",
+				grant.Placement[i].Worker, errorText(err))
+			if failure == nil || failure.kind != outcomeNodeLost {
+				failure = &lost
+			}
 		case failure == nil:
 			failure = &outcome{kind: outcomeFailed, message: fmt.Sprintf("worker %d could not start on %s: %s", grant.Placement[i].Worker, grant.Placement[i].Node, errorText(err))}
 		}
@@ -842,6 +856,13 @@ func isNodeLost(err error) bool {
 	return errors.As(err, &appErr) && appErr.Type() == activities.ErrTypeNodeLost
 }
 
+// isGPUsBusy tells whether a start found its GPUs used by a live worker
+// of another job or attempt.
+func isGPUsBusy(err error) bool {
+	var appErr *temporal.ApplicationError
+	return errors.As(err, &appErr) && appErr.Type() == activities.ErrTypeGPUsBusy
+}
+
 func isStuck(err error) bool {
 	var appErr *temporal.ApplicationError
 	return errors.As(err, &appErr) && appErr.Type() == activities.ErrTypeWorkerStuck
@@ -899,6 +920,11 @@ func (j *job) releaseWorkers(ctx workflow.Context, attempt int, workers []int, l
 	}
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	s := protocol.ReleaseSignal{Job: j.name, Attempt: attempt, Workers: workers, Stopping: !j.stopping, LostNodes: lostNodes}
+	for _, node := range lostNodes {
+		if j.busyNodes[node] {
+			s.GPUsBusy = append(s.GPUsBusy, node)
+		}
+	}
 	j.stopping = true
 	j.sendRelease(dctx, s)
 }

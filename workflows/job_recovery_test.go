@@ -118,6 +118,37 @@ func TestJobNodeLossRerunsWithoutSpendingRetries(t *testing.T) {
 	assert.Equal(t, 0, h.stops[0].ID.Worker)
 }
 
+// TestJobWhoseGPUsAreBusyHasTheNodeFencedAndRuns: a start that finds its
+// granted GPUs used by a live worker the allocator did not know of (a reset
+// allocator's stale grant) starts nothing there; the job gives the grant
+// back with the node reported, so that the allocator fences it and learns
+// who runs there, and reruns without spending max_retry.
+func TestJobWhoseGPUsAreBusyHasTheNodeFencedAndRuns(t *testing.T) {
+	h := newJobHarness(t)
+	h.busyStarts = map[cluster.WorkerID]bool{{Job: testJob, Attempt: 1, Worker: 1}: true}
+	h.grantFrom(time.Minute, "e", 1, 2)
+	h.grantFrom(10*time.Minute, "e", 2, 2)
+	h.watch(2, -1, time.Minute, 0)
+	h.run(jobSpec("medium", 2, 0))
+	require.NoError(t, h.env.GetWorkflowError())
+
+	st := h.status()
+	assert.Equal(t, protocol.StateCompleted, st.State)
+	assert.Equal(t, 0, st.Restarts, "busy GPUs are not the job's fault")
+	assert.Equal(t, 1, st.NodeLosses)
+	assert.Contains(t, st.Attempts[0].EndReason, "GPUs [0 1] on basic-2 are still used by a live worker of another job or attempt")
+	var fenced []protocol.ReleaseSignal
+	for _, r := range h.releases(1) {
+		if len(r.LostNodes) > 0 {
+			fenced = append(fenced, r)
+		}
+	}
+	require.Len(t, fenced, 1, "the busy node is reported once")
+	assert.Equal(t, []string{"basic-2"}, fenced[0].LostNodes)
+	assert.Equal(t, []string{"basic-2"}, fenced[0].GPUsBusy)
+	assert.Equal(t, []int{1}, fenced[0].Workers)
+}
+
 func TestJobLosingNodesTooOftenFails(t *testing.T) {
 	h := newJobHarness(t)
 	for attempt := 1; attempt <= maxNodeLossReruns+1; attempt++ {

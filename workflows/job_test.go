@@ -71,6 +71,8 @@ type jobHarness struct {
 	// refuseReleases is how many release signals the server refuses
 	// (an allocator run that has taken its limit of signals).
 	refuseReleases int
+	// busyStarts are the workers whose start finds their GPUs in use.
+	busyStarts map[cluster.WorkerID]bool
 }
 
 func newJobHarness(t *testing.T) *jobHarness { return newJobHarnessStopDelay(t, 0) }
@@ -104,6 +106,10 @@ func newJobHarnessStopDelay(t *testing.T, stopDelay time.Duration) *jobHarness {
 			defer h.mu.Unlock()
 			h.starts = append(h.starts, spec)
 			h.startQueue = append(h.startQueue, activity.GetInfo(ctx).TaskQueue)
+			if h.busyStarts[spec.ID] {
+				busy := &cluster.GPUsBusy{Node: spec.Node, GPUs: spec.GPUs, Holder: cluster.WorkerID{Job: "other", Attempt: 1}}
+				return cluster.WorkerStatus{ID: spec.ID}, temporal.NewNonRetryableApplicationError(busy.Error(), activities.ErrTypeGPUsBusy, busy)
+			}
 			return cluster.WorkerStatus{ID: spec.ID, Phase: cluster.PhaseRunning, PID: 100 + spec.ID.Worker}, nil
 		}).Maybe()
 	h.env.OnActivity(h.acts.StopWorker, mock.Anything, mock.Anything).Return(

@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -99,6 +100,9 @@ type Backend struct {
 	nodeSubs map[chan struct{}]bool
 	gone     map[string]goneRecord // pods deleted while this process watched, by name
 	stuck    map[types.UID]bool    // pods reported stuck Terminating, until they are removed
+	// startLocks serializes this process's starts on each node (by node
+	// name, a *sync.Mutex each): see gpusFree.
+	startLocks sync.Map
 }
 
 type goneRecord struct {
@@ -672,6 +676,11 @@ func (b *Backend) Start(ctx context.Context, spec cluster.WorkerSpec) (cluster.W
 	if pod.Spec.Containers[0].Image == "" {
 		return cluster.WorkerStatus{ID: spec.ID}, errors.New("base_image: the job names no image and the config has no kubernetes.default_image")
 	}
+	unlock := b.lockStarts(spec.Node)
+	defer unlock()
+	if err := b.gpusFree(ctx, spec); err != nil {
+		return cluster.WorkerStatus{ID: spec.ID}, err
+	}
 	created, err := b.opts.Client.CoreV1().Pods(b.opts.Namespace).Create(ctx, pod, metav1.CreateOptions{FieldManager: "trainq"})
 	if apierrors.IsAlreadyExists(err) {
 		created, err = b.opts.Client.CoreV1().Pods(b.opts.Namespace).Get(ctx, name, metav1.GetOptions{})
@@ -679,7 +688,60 @@ func (b *Backend) Start(ctx context.Context, spec cluster.WorkerSpec) (cluster.W
 	if err != nil {
 		return cluster.WorkerStatus{ID: spec.ID}, fmt.Errorf("create pod %s/%s on node %s: %w", b.opts.Namespace, name, spec.Node, err)
 	}
+	b.awaitCached(ctx, name)
 	return StatusOf(spec.ID, created), nil
+}
+
+// lockStarts takes this process's lock of the starts on node.
+func (b *Backend) lockStarts(node string) (unlock func()) {
+	m, _ := b.startLocks.LoadOrStore(node, &sync.Mutex{})
+	mu := m.(*sync.Mutex)
+	mu.Lock()
+	return mu.Unlock
+}
+
+// gpusFree refuses (cluster.GPUsBusy) a start whose GPUs a live pod of
+// another job or attempt on the node uses, whatever the allocator decided.
+// It reads the pod cache: starts by this process are serialized per node and
+// each waits until the cache has its pod (awaitCached), so they see each
+// other; a pod another trainq-worker created within the cache's lag can be
+// missed, so this is the node's last line of defence, not the protocol.
+func (b *Backend) gpusFree(ctx context.Context, spec cluster.WorkerSpec) error {
+	if len(spec.GPUs) == 0 {
+		return nil
+	}
+	live, err := b.LiveWorkers(ctx, spec.Node)
+	if err != nil {
+		return err
+	}
+	busy := &cluster.GPUsBusy{Node: spec.Node}
+	for _, w := range live {
+		if w.ID == spec.ID {
+			continue
+		}
+		for _, g := range w.GPUs {
+			if slices.Contains(spec.GPUs, g) && !slices.Contains(busy.GPUs, g) {
+				busy.GPUs, busy.Holder = append(busy.GPUs, g), w.ID
+			}
+		}
+	}
+	if len(busy.GPUs) == 0 {
+		return nil
+	}
+	slices.Sort(busy.GPUs)
+	return busy
+}
+
+// awaitCached waits, briefly, until the pod cache has the pod just created.
+func (b *Backend) awaitCached(ctx context.Context, name string) {
+	key := b.opts.Namespace + "/" + name
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if _, ok, _ := b.pods.GetStore().GetByKey(key); ok {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // Status returns the worker's status from its pod.

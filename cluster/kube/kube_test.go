@@ -380,8 +380,10 @@ func TestCollectFinishedDeletesOnlyEndedJobsPastTheirKeep(t *testing.T) {
 	b, cs := newFake(t, jobs)
 	b.opts.KeepFinished = time.Hour
 	ctx := context.Background()
-	for _, job := range []string{"done", "recent", "running", "waiting"} {
-		_, err := b.Start(ctx, spec(job, 1, 0, 1))
+	for i, job := range []string{"done", "recent", "running", "waiting"} {
+		s := spec(job, 1, 0, 1)
+		s.GPUs = []int{i} // one GPU each: the node refuses to share one
+		_, err := b.Start(ctx, s)
 		require.NoError(t, err)
 	}
 	end := func(job string, at time.Time) {

@@ -266,6 +266,11 @@ func (b *Backend) Start(ctx context.Context, spec cluster.WorkerSpec) (cluster.W
 		}
 		spec.MasterAddr, spec.MasterPort = addr, port
 	}
+	unlockGPUs, err := b.claimGPUs(spec)
+	if err != nil {
+		return cluster.WorkerStatus{ID: spec.ID}, err
+	}
+	defer unlockGPUs()
 	if spec.CheckpointDir == "" {
 		spec.CheckpointDir, _ = b.CheckpointDir(spec.ID.Job)
 	}
