@@ -153,17 +153,37 @@ func (t *Tokens) Lookup(token string) (Principal, bool) {
 	return found, ok == 1
 }
 
-// bearer extracts the token of an Authorization: Bearer header.
+// bearer extracts the token of the Authorization header: `Bearer <token>`
+// (the scheme in any case, as HTTP says) or, as ML Space's own clients also
+// send it, the bare token; whitespace around either is ignored.
 func bearer(r *http.Request) (string, error) {
-	h := r.Header.Get("Authorization")
+	h := strings.TrimSpace(r.Header.Get("Authorization"))
 	if h == "" {
 		return "", errors.New("missing Authorization header; send Authorization: Bearer <token>")
 	}
 	scheme, token, ok := strings.Cut(h, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
-		return "", errors.New("the Authorization header must be Bearer <token>")
+	if !ok {
+		scheme, token, ok = strings.Cut(h, "\t")
 	}
-	return strings.TrimSpace(token), nil
+	if !ok {
+		return h, nil // the bare token
+	}
+	token = strings.TrimSpace(token)
+	if !strings.EqualFold(scheme, "Bearer") || token == "" || strings.ContainsAny(token, " \t") {
+		return "", errors.New("the Authorization header must be Bearer <token>, or the token alone")
+	}
+	return token, nil
+}
+
+// workspaceHeader checks ML Space's x-workspace-id header, which its
+// clients send on every call: when present it must name the token's
+// workspace.
+func workspaceHeader(r *http.Request, p Principal) error {
+	ws := strings.TrimSpace(r.Header.Get("x-workspace-id"))
+	if ws == "" || ws == p.Workspace {
+		return nil
+	}
+	return errors.New("x-workspace-id names another workspace than the token's; send the token's workspace or leave the header out")
 }
 
 // NewToken makes a random token: 32 bytes, URL-safe base64, prefixed so it

@@ -32,6 +32,7 @@ func errorf(status int, code, field, msg string) *Error {
 // Error codes.
 const (
 	codeUnauthorized  = "unauthorized"
+	codeForbidden     = "forbidden"
 	codeNotFound      = "not_found"
 	codeTooLarge      = "request_too_large"
 	codeInvalidValue  = "invalid_value"

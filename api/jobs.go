@@ -32,6 +32,9 @@ type submitted struct {
 	Name          string   `json:"name,omitempty"` // notebooks: the server's name (= job_name)
 	RestartedFrom string   `json:"restarted_from,omitempty"`
 	Notes         []string `json:"notes,omitempty"`
+	// Warnings name what the request asked that trainq does not do
+	// (deprecated fields, settings it has no counterpart for).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // postJob runs a job: POST /public/v2/jobs with a RunJobRequest.
@@ -135,7 +138,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, p Principal, spe
 		s.fail(w, r, err)
 		return
 	}
-	answer.JobName, answer.Status, answer.Notes = sub.JobName, sub.Status, notes
+	answer.JobName, answer.Status, answer.Notes, answer.Warnings = sub.JobName, sub.Status, notes, checked.Warnings
 	if key != "" {
 		info, err := s.backend.Describe(ctx, opts.Name)
 		if err != nil {
@@ -279,6 +282,7 @@ type jobView struct {
 	Preemptor      *preemptorView           `json:"preemptor,omitempty"`
 	Preemptors     []preemptorView          `json:"preemptors"`
 	Attempts       []protocol.AttemptRecord `json:"attempts"`
+	Warnings       []string                 `json:"warnings,omitempty"`
 }
 
 // referenced lists the job names a status mentions in fields of their own.
@@ -367,6 +371,7 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request, p Principal) {
 		JobAuthor: st.Spec.Author, Workspace: info.Workspace, JobDesc: st.Spec.JobDesc,
 		Message: st.Message, URL: st.URL(), Position: st.Position, Reason: st.Reason,
 		WaitingFor: rd.names(st.WaitingFor), Preemptors: preemptorList(st, rd), Attempts: hidePreemptors(st.Attempts, rd),
+		Warnings: st.Spec.Warnings,
 	}
 	if n := len(v.Preemptors); n > 0 {
 		last := v.Preemptors[n-1]

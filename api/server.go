@@ -233,6 +233,10 @@ func (s *Server) wrap(rt route) http.Handler {
 				writeError(w, errorf(http.StatusUnauthorized, codeUnauthorized, "", "unknown token"))
 				return
 			}
+			if err := workspaceHeader(r, p); err != nil {
+				writeError(w, errorf(http.StatusForbidden, codeForbidden, "x-workspace-id", err.Error()))
+				return
+			}
 		}
 		rt.handle(s, w, r, p)
 	})

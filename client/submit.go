@@ -74,6 +74,9 @@ func Check(cfg *config.Config, spec *protocol.JobSpec) (notes []string, err erro
 		return nil, &protocol.FieldError{Field: field, Message: err.Error()}
 	}
 	spec.Region = region.Name
+	if err := checkPlacementFields(spec, alloc); err != nil {
+		return nil, err
+	}
 	if len(alloc.NodeSelector) > 0 && len(alloc.Nodes) == 0 {
 		// The nodes are picked in the cluster by trainq-worker, which
 		// refuses a request that can never fit them.
@@ -92,6 +95,38 @@ func Check(cfg *config.Config, spec *protocol.JobSpec) (notes []string, err erro
 		return nil, &protocol.FieldError{Field: "n_workers", Message: err.Error()}
 	}
 	return notes, nil
+}
+
+// checkPlacementFields checks queue_name, include_nodes and exclude_nodes
+// against the allocation, and says in the spec's warnings what trainq does
+// not do with them yet.
+func checkPlacementFields(spec *protocol.JobSpec, alloc *config.Allocation) error {
+	if q := spec.QueueName; q != "" && q != "default" {
+		spec.Warn(fmt.Sprintf("queue_name %s: allocation %s has one queue (default) in trainq yet; the job waits in it", q, alloc.Name))
+	}
+	if len(alloc.Nodes) > 0 {
+		known := map[string]bool{}
+		var names []string
+		for _, n := range alloc.Nodes {
+			known[n.Name] = true
+			names = append(names, n.Name)
+		}
+		for _, l := range []struct {
+			field string
+			nodes []string
+		}{{"include_nodes", spec.IncludeNodes}, {"exclude_nodes", spec.ExcludeNodes}} {
+			for i, n := range l.nodes {
+				if !known[n] {
+					return &protocol.FieldError{Field: fmt.Sprintf("%s[%d]", l.field, i),
+						Message: fmt.Sprintf("allocation %s has no node %s; its nodes are %s", alloc.Name, n, strings.Join(names, ", "))}
+				}
+			}
+		}
+	}
+	if len(spec.IncludeNodes) > 0 || len(spec.ExcludeNodes) > 0 {
+		spec.Warn("include_nodes and exclude_nodes are not honoured yet: the job may run on any node of the allocation")
+	}
+	return nil
 }
 
 // NewJobName makes an ML Space-style job name.

@@ -39,9 +39,9 @@ func TestStrictKeysAtEveryDepth(t *testing.T) {
 		{`,"env_variables":{"A":"1","A":"2"}`, JSONDuplicate, "env_variables.A"},
 		{`,"flags":{"lr":"1","x":"2","lr":"3"}`, JSONDuplicate, "flags.lr"},
 		{`,"health_params":{"Action":"restart","action":"delete"}`, JSONUnknownField, "health_params.Action"},
-		{`,"health_params":{"log_period":5,"LOG_PERIOD":6}`, JSONUnknownField, "health_params.LOG_PERIOD"},
-		{`,"health_params":{"log_period":5,"log_period":6}`, JSONDuplicate, "health_params.log_period"},
-		{`,"health_params":{"log_period":5,"nap":1}`, JSONUnknownField, "health_params.nap"},
+		{`,"health_params":{"log_period":30,"LOG_PERIOD":31}`, JSONUnknownField, "health_params.LOG_PERIOD"},
+		{`,"health_params":{"log_period":30,"log_period":31}`, JSONDuplicate, "health_params.log_period"},
+		{`,"health_params":{"log_period":30,"nap":1}`, JSONUnknownField, "health_params.nap"},
 		{`,"Env_Variables":{"A":"1"}`, JSONUnknownField, "Env_Variables"},
 	} {
 		_, _, err := DecodeRunJobRequest(runJobWith(tc.extra))
@@ -79,7 +79,7 @@ func TestNumericBounds(t *testing.T) {
 		{map[string]any{"n_workers": MaxNWorkers + 1}, "n_workers", "between 1 and 1024"},
 		{map[string]any{"n_workers": 0}, "n_workers", "between 1 and 1024"},
 		{map[string]any{"max_retry": 101}, "max_retry", "between 0 and 100"},
-		{map[string]any{"health_params": map[string]any{"log_period": MaxLogPeriodMinutes + 1}}, "health_params.log_period", "at most"},
+		{map[string]any{"health_params": map[string]any{"log_period": MaxLogPeriodMinutes + 1}}, "health_params.log_period", "between 20 and 720"},
 	} {
 		_, _, err := DecodeRunJobRequest(body(t, tc.extra))
 		fe := fieldError(t, err)

@@ -124,10 +124,42 @@ type JobSpec struct {
 	Flags              map[string]string `json:"flags,omitempty"`
 	CheckpointDir      string            `json:"checkpoint_dir,omitempty"`
 	// Health is ML Space's health_params: stuck-job detection (nil = off).
-	Health    *JobHealth     `json:"health,omitempty"`
+	Health *JobHealth `json:"health,omitempty"`
+	// The rest of ML Space's RunJobRequest (protocol/mlspace_fields.go says
+	// what trainq does with each).
+	QueueName string `json:"queue_name,omitempty"`
+	// RequestedClass is a shared-queue class the request named
+	// (shared-low, shared-medium); PriorityClass is the class it runs as.
+	RequestedClass string `json:"requested_class,omitempty"`
+	Internet       *bool  `json:"internet,omitempty"`
+	CondaEnv       string `json:"conda_env,omitempty"`
+	ShmSizeClass   string `json:"shm_size_class,omitempty"`
+	PytorchUseEnv  bool   `json:"pytorch_use_env,omitempty"`
+	// ElasticMinWorkers..ElasticMaxWorkers is a pytorch_elastic job's
+	// --nnodes range (0: not elastic).
+	ElasticMinWorkers  int      `json:"elastic_min_workers,omitempty"`
+	ElasticMaxWorkers  int      `json:"elastic_max_workers,omitempty"`
+	ElasticMaxRestarts int      `json:"elastic_max_restarts,omitempty"`
+	IncludeNodes       []string `json:"include_nodes,omitempty"`
+	ExcludeNodes       []string `json:"exclude_nodes,omitempty"`
+	TmpStorage         string   `json:"tmp_storage,omitempty"`
+	// TimeLimit is ML Space's stop_timer: the job is stopped after this
+	// long Running (0 = never).
+	TimeLimit time.Duration `json:"time_limit,omitempty"`
+	// Deprecated are the deprecated fields the request set, with their values.
+	Deprecated map[string]bool `json:"deprecated,omitempty"`
+	// Warnings say what the request asked that trainq does not do.
+	Warnings  []string       `json:"warnings,omitempty"`
 	Kind      scheduler.Kind `json:"kind"`
 	Author    string         `json:"author,omitempty"`
 	Workspace string         `json:"workspace,omitempty"`
+}
+
+// Warn records a warning about the request (once).
+func (s *JobSpec) Warn(w string) {
+	if !slices.Contains(s.Warnings, w) {
+		s.Warnings = append(s.Warnings, w)
+	}
 }
 
 // Stuck-job actions (health_params.action).
@@ -142,6 +174,8 @@ const (
 type JobHealth struct {
 	LogPeriod time.Duration `json:"log_period"`
 	Action    string        `json:"action"`
+	// Notify (sub_actions [notify]) also reports a stuck job as an event.
+	Notify bool `json:"notify,omitempty"`
 }
 
 // SpecField is one field of a job spec as text, for showing the spec.

@@ -34,6 +34,8 @@ type RunJobRequest struct {
 	HealthParams       *HealthParams       `json:"health_params"`
 	// Accepted because ML Space documents it, but not used by trainq.
 	LogsDir string `json:"logs_dir"`
+	// The rest of ML Space's fields (see mlspace_fields.go).
+	mlspaceFields
 }
 
 // HealthParams is ML Space's stuck-job detection: a job whose workers write
@@ -42,14 +44,20 @@ type RunJobRequest struct {
 type HealthParams struct {
 	LogPeriod *int   `json:"log_period"` // minutes without new log lines
 	Action    string `json:"action"`     // restart (the default) or delete
+	// SubActions may hold "notify": a stuck job is also reported as an
+	// event (a log line and a metric).
+	SubActions []string `json:"sub_actions"`
 }
 
-// MaxLogPeriodMinutes bounds health_params.log_period (one year).
-const MaxLogPeriodMinutes = 365 * 24 * 60
+// MaxLogPeriodMinutes bounds health_params.log_period: ML Space's 12 hours.
+const MaxLogPeriodMinutes = MLSpaceMaxLogPeriod
 
 // RunJobRequestFieldNames lists the accepted fields, in documentation order.
 var RunJobRequestFieldNames = []string{"script", "base_image", "instance_type", "region", "allocation_name", "n_workers", "type",
-	"processes_per_worker", "job_desc", "priority_class", "max_retry", "env_variables", "flags", "checkpoint_dir", "logs_dir", "health_params"}
+	"processes_per_worker", "job_desc", "priority_class", "max_retry", "env_variables", "flags", "checkpoint_dir", "logs_dir", "health_params",
+	"queue_name", "internet", "conda_env", "shm_size_class", "pytorch_use_env", "elastic_min_workers", "elastic_max_workers",
+	"elastic_max_restarts", "include_nodes", "exclude_nodes", "tmp_storage", "stop_timer",
+	"cuda11", "forbid_internet", "forbid_s3", "in_communal_cluster", "preflight_check"}
 
 // RunJobRequestFields lists the accepted fields, for the unknown-field message.
 var RunJobRequestFields = strings.Join(RunJobRequestFieldNames, ", ")
@@ -177,14 +185,19 @@ func decodeRunJob(data []byte) (spec JobSpec, notes []string, err error) {
 		return spec, nil, &FieldError{Field: "logs_dir", Message: fmt.Sprintf("must be a path of at most %d bytes without NUL characters", MaxPathBytes)}
 	}
 	if hp := r.HealthParams; hp != nil {
-		if hp.LogPeriod != nil && *hp.LogPeriod < 1 {
-			return spec, nil, &FieldError{Field: "health_params.log_period", Message: fmt.Sprintf("must be at least 1 (minutes), got %d", *hp.LogPeriod)}
-		}
-		if hp.LogPeriod != nil && *hp.LogPeriod > MaxLogPeriodMinutes {
-			return spec, nil, &FieldError{Field: "health_params.log_period", Message: fmt.Sprintf("must be at most %d (minutes, one year), got %d", MaxLogPeriodMinutes, *hp.LogPeriod)}
+		if hp.LogPeriod != nil && (*hp.LogPeriod < MinLogPeriodMinutes || *hp.LogPeriod > MaxLogPeriodMinutes) {
+			return spec, nil, &FieldError{Field: "health_params.log_period",
+				Message: fmt.Sprintf("must be between %d and %d (minutes), got %d", MinLogPeriodMinutes, MaxLogPeriodMinutes, *hp.LogPeriod)}
 		}
 		if hp.Action != "" && hp.Action != HealthActionRestart && hp.Action != HealthActionDelete {
 			return spec, nil, &FieldError{Field: "health_params.action", Message: fmt.Sprintf("%q is not allowed; use restart or delete", hp.Action)}
+		}
+		notify := false
+		for i, a := range hp.SubActions {
+			if a != HealthSubActionNotify {
+				return spec, nil, &FieldError{Field: fmt.Sprintf("health_params.sub_actions[%d]", i), Message: fmt.Sprintf("%q is not allowed; use notify", a)}
+			}
+			notify = true
 		}
 		if hp.LogPeriod == nil {
 			notes = append(notes, "health_params has no log_period: trainq does not watch this job for stuck logs")
@@ -193,8 +206,11 @@ func decodeRunJob(data []byte) (spec JobSpec, notes []string, err error) {
 			if action == "" {
 				action = HealthActionRestart
 			}
-			spec.Health = &JobHealth{LogPeriod: time.Duration(*hp.LogPeriod) * time.Minute, Action: action}
+			spec.Health = &JobHealth{LogPeriod: time.Duration(*hp.LogPeriod) * time.Minute, Action: action, Notify: notify}
 		}
+	}
+	if err := applyMLSpaceFields(r, &spec); err != nil {
+		return spec, nil, err
 	}
 	if err := CheckStrings(spec); err != nil {
 		return spec, nil, err
@@ -292,7 +308,7 @@ type keyRule struct {
 // the field that holds them. Every request type that has one of these
 // fields gives it this shape.
 var nestedKeys = map[string]keyRule{
-	"health_params": {fields: []string{"log_period", "action"}, what: "health_params"},
+	"health_params": {fields: []string{"log_period", "action", "sub_actions"}, what: "health_params"},
 	"env_variables": {what: "env_variables"},
 	"flags":         {what: "flags"},
 }
@@ -420,7 +436,11 @@ func jsonKind(goType string) string {
 	case strings.Contains(goType, "string"):
 		return "a string"
 	case strings.Contains(goType, "HealthParams"):
-		return `an object {"log_period": minutes, "action": "restart"|"delete"}`
+		return `an object {"log_period": minutes, "action": "restart"|"delete", "sub_actions": ["notify"]}`
+	case strings.Contains(goType, "bool"):
+		return "true or false"
+	case strings.HasPrefix(goType, "[]string"):
+		return "a list of strings"
 	}
 	return goType
 }

@@ -23,10 +23,12 @@ func TestHealthParams(t *testing.T) {
 	}{
 		{"absent", ``, nil, false},
 		{"null", `,"health_params":null`, nil, false},
-		{"restart", `,"health_params":{"log_period":10,"action":"restart"}`, &JobHealth{LogPeriod: 10 * time.Minute, Action: HealthActionRestart}, false},
-		{"delete", `,"health_params":{"log_period":1,"action":"delete"}`, &JobHealth{LogPeriod: time.Minute, Action: HealthActionDelete}, false},
+		{"restart", `,"health_params":{"log_period":30,"action":"restart"}`, &JobHealth{LogPeriod: 30 * time.Minute, Action: HealthActionRestart}, false},
+		{"delete, shortest", `,"health_params":{"log_period":20,"action":"delete"}`, &JobHealth{LogPeriod: 20 * time.Minute, Action: HealthActionDelete}, false},
 		{"default action", `,"health_params":{"log_period":90}`, &JobHealth{LogPeriod: 90 * time.Minute, Action: HealthActionRestart}, false},
-		{"longest", `,"health_params":{"log_period":525600}`, &JobHealth{LogPeriod: 365 * 24 * time.Hour, Action: HealthActionRestart}, false},
+		{"longest", `,"health_params":{"log_period":720}`, &JobHealth{LogPeriod: 12 * time.Hour, Action: HealthActionRestart}, false},
+		{"notify", `,"health_params":{"log_period":60,"action":"restart","sub_actions":["notify"]}`, &JobHealth{LogPeriod: time.Hour, Action: HealthActionRestart, Notify: true}, false},
+		{"notify alone", `,"health_params":{"log_period":60,"sub_actions":["notify"]}`, &JobHealth{LogPeriod: time.Hour, Action: HealthActionRestart, Notify: true}, false},
 		{"no log_period", `,"health_params":{"action":"delete"}`, nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -47,13 +49,15 @@ func TestHealthParamsErrors(t *testing.T) {
 	for _, tc := range []struct {
 		extra, field, msg string
 	}{
-		{`,"health_params":{"log_period":0}`, "health_params.log_period", "must be at least 1 (minutes), got 0"},
-		{`,"health_params":{"log_period":-5,"action":"restart"}`, "health_params.log_period", "must be at least 1 (minutes), got -5"},
-		{`,"health_params":{"log_period":525601}`, "health_params.log_period", "must be at most 525600"},
+		{`,"health_params":{"log_period":0}`, "health_params.log_period", "must be between 20 and 720 (minutes), got 0"},
+		{`,"health_params":{"log_period":19,"action":"restart"}`, "health_params.log_period", "must be between 20 and 720 (minutes), got 19"},
+		{`,"health_params":{"log_period":-5,"action":"restart"}`, "health_params.log_period", "got -5"},
+		{`,"health_params":{"log_period":721}`, "health_params.log_period", "must be between 20 and 720"},
 		// Would overflow time.Duration as minutes.
-		{`,"health_params":{"log_period":9223372036854775807}`, "health_params.log_period", "must be at most 525600"},
-		{`,"health_params":{"log_period":10,"action":"nap"}`, "health_params.action", `"nap" is not allowed; use restart or delete`},
-		{`,"health_params":{"log_period":10,"action":"Restart"}`, "health_params.action", `"Restart" is not allowed; use restart or delete`},
+		{`,"health_params":{"log_period":9223372036854775807}`, "health_params.log_period", "must be between 20 and 720"},
+		{`,"health_params":{"log_period":30,"action":"nap"}`, "health_params.action", `"nap" is not allowed; use restart or delete`},
+		{`,"health_params":{"log_period":30,"action":"Restart"}`, "health_params.action", `"Restart" is not allowed; use restart or delete`},
+		{`,"health_params":{"log_period":30,"sub_actions":["notify","page"]}`, "health_params.sub_actions[1]", `"page" is not allowed; use notify`},
 	} {
 		_, _, err := DecodeRunJobRequest(runJobWith(tc.extra))
 		var fe *FieldError
@@ -62,7 +66,8 @@ func TestHealthParamsErrors(t *testing.T) {
 		assert.Contains(t, fe.Message, tc.msg, tc.extra)
 	}
 	// Malformed health_params are JSON errors naming the field.
-	for _, extra := range []string{`,"health_params":{"log_period":10,"x":1}`, `,"health_params":{"log_period":"10"}`, `,"health_params":5`} {
+	for _, extra := range []string{`,"health_params":{"log_period":30,"x":1}`, `,"health_params":{"log_period":"30"}`, `,"health_params":5`,
+		`,"health_params":{"log_period":30,"sub_actions":"notify"}`} {
 		_, _, err := DecodeRunJobRequest(runJobWith(extra))
 		var je *JSONError
 		require.True(t, errors.As(err, &je), "%s: got %v", extra, err)
@@ -71,7 +76,7 @@ func TestHealthParamsErrors(t *testing.T) {
 
 // logs_dir still gets its note, and health_params adds none.
 func TestLogsDirNoteOnly(t *testing.T) {
-	_, notes, err := DecodeRunJobRequest(runJobWith(`,"logs_dir":"/tmp","health_params":{"log_period":10,"action":"restart"}`))
+	_, notes, err := DecodeRunJobRequest(runJobWith(`,"logs_dir":"/tmp","health_params":{"log_period":30,"action":"restart"}`))
 	require.NoError(t, err)
 	require.Len(t, notes, 1)
 	assert.Contains(t, notes[0], "logs_dir is ignored")

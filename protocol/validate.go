@@ -81,9 +81,13 @@ func (s *JobSpec) Normalize() (notes []string, err error) {
 		}
 		s.PriorityClass = "high"
 	}
+	if plain, ok := SharedClasses[s.PriorityClass]; ok {
+		s.RequestedClass, s.PriorityClass = s.PriorityClass, plain
+		s.Warn(fmt.Sprintf("priority_class %s runs as %s: trainq has no shared queue in this allocation yet", s.RequestedClass, plain))
+	}
 	class, err := scheduler.ParseClass(s.PriorityClass)
 	if err != nil {
-		return nil, &FieldError{Field: "priority_class", Message: err.Error()}
+		return nil, &FieldError{Field: "priority_class", Message: err.Error() + " (or ML Space's shared-low, shared-medium)"}
 	}
 	s.PriorityClass = class.String()
 	// Sorted keys: map order does not matter.

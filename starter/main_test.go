@@ -261,7 +261,7 @@ func TestJSONFileErrors(t *testing.T) {
 	// is used, so it gets none.
 	r = cli(t, seedWith(t, func(m map[string]any) {
 		m["logs_dir"] = "/tmp/logs"
-		m["health_params"] = map[string]any{"log_period": 10, "action": "restart"}
+		m["health_params"] = map[string]any{"log_period": 30, "action": "restart"}
 	}), "submit", "-f", "-", "--dry-run")
 	assert.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stderr, "logs_dir is ignored")

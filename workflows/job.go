@@ -39,6 +39,8 @@ const (
 	// outcomeNodeLost: a node's agent did not answer; the job reruns on
 	// other nodes without spending max_retry (see maxNodeLossReruns).
 	outcomeNodeLost
+	// outcomeTimeLimit: the job ran for its stop_timer; it ends Stopped.
+	outcomeTimeLimit
 )
 
 // maxNodeLossReruns is how many times a job reruns after losing a node
@@ -233,6 +235,8 @@ func (j *job) afterAttempt(ctx workflow.Context, in protocol.JobInput, out outco
 		return true, temporal.NewCanceledError(j.status.Message)
 	case outcomeNodeLost:
 		return j.afterNodeLost(ctx, in, out)
+	case outcomeTimeLimit:
+		return true, j.finish(ctx, protocol.StateStopped, nil)
 	}
 	if out.final || j.status.Restarts >= j.spec.MaxRetry {
 		state, errType := protocol.StateFailed, ErrTypeJobFailed
@@ -422,7 +426,7 @@ func (j *job) runAttempt(ctx workflow.Context, attempt int) outcome {
 		j.setState(ctx, protocol.StateCompleting)
 	case out.kind == outcomeNodeLost && j.status.NodeLosses < maxNodeLossReruns:
 		j.setState(ctx, protocol.StateRestarting)
-	case out.kind != outcomeCancelled && out.kind != outcomeNodeLost && !out.final && j.status.Restarts < j.spec.MaxRetry:
+	case out.kind != outcomeCancelled && out.kind != outcomeNodeLost && out.kind != outcomeTimeLimit && !out.final && j.status.Restarts < j.spec.MaxRetry:
 		j.setState(ctx, protocol.StateRestarting)
 	default:
 		j.setState(ctx, protocol.StateStopping)
@@ -793,6 +797,7 @@ func (j *job) watch(ctx workflow.Context, attempt int, grant protocol.GrantSigna
 	var out outcome
 	done := false
 	j.addInterrupts(ctx, sel, attempt, &out, &done)
+	j.addTimeLimit(wctx, sel, &out, &done)
 	for !done {
 		sel.Select(ctx)
 		if done {
@@ -810,6 +815,41 @@ func (j *job) watch(ctx workflow.Context, attempt int, grant protocol.GrantSigna
 		out, done = j.judgeExit(ctx, last, grant, len(exits) == len(grant.Placement))
 	}
 	return out
+}
+
+// addTimeLimit makes sel wake up when the job has run for its stop_timer
+// (JobSpec.TimeLimit), counting every attempt's time since its start. A job
+// without one arms nothing, so histories from before the field replay as
+// they were.
+func (j *job) addTimeLimit(ctx workflow.Context, sel workflow.Selector, out *outcome, done *bool) {
+	limit := j.spec.TimeLimit
+	if limit <= 0 {
+		return
+	}
+	left := max(limit-j.runTime(workflow.Now(ctx)), 0)
+	minutes := int(limit / time.Minute)
+	timer := workflow.NewTimerWithOptions(ctx, left, workflow.TimerOptions{Summary: fmt.Sprintf("stop_timer: %d minutes of running", minutes)})
+	sel.AddFuture(timer, func(f workflow.Future) {
+		if f.Get(ctx, nil) != nil {
+			return // the watch ended first
+		}
+		*out, *done = outcome{kind: outcomeTimeLimit, message: fmt.Sprintf("stopped by its stop_timer after %d minutes of running", minutes)}, true
+	})
+}
+
+// runTime is how long the job's attempts have run, up to now.
+func (j *job) runTime(now time.Time) time.Duration {
+	var d time.Duration
+	for _, a := range j.status.Attempts {
+		switch {
+		case a.StartedAt == nil:
+		case a.EndedAt != nil:
+			d += a.EndedAt.Sub(*a.StartedAt)
+		default:
+			d += now.Sub(*a.StartedAt)
+		}
+	}
+	return d
 }
 
 // workerExit is how one worker's watch ended.

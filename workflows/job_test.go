@@ -694,3 +694,37 @@ func TestLargestJobStopsWithinThePendingActivitiesLimit(t *testing.T) {
 	assert.LessOrEqual(t, workers+most, budget, "watches and stops pending at once")
 	assert.Greater(t, len(startedAt), 1, "the stops went out in waves")
 }
+
+// TestStopTimerStopsTheJobAfterItsRunningTime: a job with stop_timer 30
+// minutes runs 20 minutes in its first attempt (preempted), then 10 in its
+// second, and is stopped then: its workers get their graceful stop and it
+// ends Stopped, with a reason that names the limit.
+func TestStopTimerStopsTheJobAfterItsRunningTime(t *testing.T) {
+	h := newJobHarness(t)
+	h.grantAt(time.Minute, 1, 1)
+	h.watch(1, -1, forever, 0)
+	h.preemptAt(21*time.Minute, 1, "lm-mpi-job-high")
+	h.grantAt(2*time.Hour, 2, 1)
+	h.watch(2, -1, forever, 0)
+	spec := jobSpec("low", 1, 3)
+	spec.TimeLimit = 30 * time.Minute
+	h.run(spec)
+	require.NoError(t, h.env.GetWorkflowError(), "a job its stop_timer stopped ends without error")
+
+	st := h.status()
+	assert.Equal(t, protocol.StateStopped, st.State)
+	assert.Equal(t, "stopped by its stop_timer after 30 minutes of running", st.Message)
+	require.Len(t, st.Attempts, 2)
+	second := st.Attempts[1]
+	require.NotNil(t, second.StartedAt)
+	require.NotNil(t, second.EndedAt)
+	ran := st.Attempts[0].EndedAt.Sub(*st.Attempts[0].StartedAt) + second.EndedAt.Sub(*second.StartedAt)
+	assert.InDelta(t, (30 * time.Minute).Seconds(), ran.Seconds(), 10, "the attempts ran 30 minutes in all (the stops take a few seconds)")
+	var stopped int
+	for _, s := range h.stops {
+		if s.ID.Attempt == 2 {
+			stopped++
+		}
+	}
+	assert.Equal(t, 1, stopped, "the second attempt's worker got its graceful stop")
+}

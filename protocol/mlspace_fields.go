@@ -1,0 +1,236 @@
+package protocol
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The RunJobRequest fields past trainq's first sixteen: what ML Space users
+// send. Each either does what ML Space says or is accepted with a warning
+// that says what trainq does instead (JobSpec.Warnings, the POST answer's
+// `warnings`): an existing request must run, and must not pretend.
+
+// Shared-queue classes: ML Space's classes for an allocation's shared
+// queue. trainq has no shared queue yet, so a shared class runs as its plain
+// class (see SharedClasses) and the request gets a warning saying so.
+var SharedClasses = map[string]string{"shared-low": "low", "shared-medium": "medium"}
+
+// ShmSizeClasses are shm_size_class's values and their /dev/shm size per GPU
+// in GB (on Kubernetes; see cluster.WorkerSpec.ShmGB).
+var ShmSizeClasses = map[string]int{"small": 16, "medium": 32, "large": 64}
+
+// DeprecatedFields are RunJobRequest fields ML Space keeps for old scripts
+// and that have no effect there either.
+var DeprecatedFields = []string{"cuda11", "forbid_internet", "forbid_s3", "in_communal_cluster", "preflight_check"}
+
+// ML Space's ranges.
+const (
+	MinLogPeriodMinutes   = 20
+	MLSpaceMaxLogPeriod   = 720
+	MaxStopTimerMinutes   = 365 * 24 * 60
+	MaxElasticMaxRestarts = 1000
+	MaxNodeListLen        = 1024
+)
+
+// HealthSubActionNotify is health_params.sub_actions' one value.
+const HealthSubActionNotify = "notify"
+
+// IntOrDefault is a JSON number or "default" (0 after decoding).
+type IntOrDefault int
+
+// UnmarshalJSON accepts a whole number from 1, "default", or a number in a
+// string.
+func (v *IntOrDefault) UnmarshalJSON(b []byte) error {
+	s := string(b)
+	if len(b) > 0 && b[0] == '"' {
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+	}
+	if strings.EqualFold(strings.TrimSpace(s), "default") {
+		*v = 0
+		return nil
+	}
+	var n int
+	if _, err := fmt.Sscan(strings.TrimSpace(s), &n); err != nil || n < 1 || n > MaxNWorkers || fmt.Sprint(n) != strings.TrimSpace(s) {
+		return fmt.Errorf("%q is not allowed; use a number from 1 to %d, or \"default\"", s, MaxNWorkers)
+	}
+	*v = IntOrDefault(n)
+	return nil
+}
+
+// mlspaceFields are the RunJobRequest fields decoded by decodeMLSpaceFields.
+type mlspaceFields struct {
+	QueueName          string        `json:"queue_name"`
+	Internet           *bool         `json:"internet"`
+	CondaEnv           string        `json:"conda_env"`
+	ShmSizeClass       string        `json:"shm_size_class"`
+	PytorchUseEnv      *bool         `json:"pytorch_use_env"`
+	ElasticMinWorkers  *IntOrDefault `json:"elastic_min_workers"`
+	ElasticMaxWorkers  *IntOrDefault `json:"elastic_max_workers"`
+	ElasticMaxRestarts *int          `json:"elastic_max_restarts"`
+	IncludeNodes       []string      `json:"include_nodes"`
+	ExcludeNodes       []string      `json:"exclude_nodes"`
+	TmpStorage         string        `json:"tmp_storage"`
+	StopTimer          *int          `json:"stop_timer"`
+	Cuda11             *bool         `json:"cuda11"`
+	ForbidInternet     *bool         `json:"forbid_internet"`
+	ForbidS3           *bool         `json:"forbid_s3"`
+	InCommunalCluster  *bool         `json:"in_communal_cluster"`
+	PreflightCheck     *bool         `json:"preflight_check"`
+}
+
+// applyMLSpaceFields checks the fields and writes them into spec, with a
+// warning for each one trainq accepts without doing all it says.
+func applyMLSpaceFields(r RunJobRequest, spec *JobSpec) error {
+	f := r.mlspaceFields
+	warn := func(format string, args ...any) { spec.Warn(fmt.Sprintf(format, args...)) }
+	if f.QueueName != "" {
+		if err := checkName("queue_name", f.QueueName); err != nil {
+			return err
+		}
+		spec.QueueName = f.QueueName
+	}
+	if f.Internet != nil {
+		spec.Internet = f.Internet
+	}
+	if f.CondaEnv != "" {
+		if len(f.CondaEnv) > MaxPathBytes || strings.ContainsAny(f.CondaEnv, "\x00\n") {
+			return fieldErr("conda_env", "must be an environment name or a path of at most %d bytes on one line", MaxPathBytes)
+		}
+		spec.CondaEnv = f.CondaEnv
+	}
+	if f.ShmSizeClass != "" {
+		if _, ok := ShmSizeClasses[f.ShmSizeClass]; !ok {
+			return fieldErr("shm_size_class", "%q is not allowed; use small (16 GB per GPU), medium (32 GB) or large (64 GB)", f.ShmSizeClass)
+		}
+		spec.ShmSizeClass = f.ShmSizeClass
+	}
+	if f.PytorchUseEnv != nil && *f.PytorchUseEnv {
+		if spec.Type != "pytorch2" {
+			return fieldErr("pytorch_use_env", "is only for type pytorch2 (torch.distributed.launch), not %q", typeOrDefault(spec.Type))
+		}
+		spec.PytorchUseEnv = true
+	}
+	if err := applyElastic(f, spec, warn); err != nil {
+		return err
+	}
+	for _, l := range []struct {
+		field string
+		nodes []string
+		to    *[]string
+	}{{"include_nodes", f.IncludeNodes, &spec.IncludeNodes}, {"exclude_nodes", f.ExcludeNodes, &spec.ExcludeNodes}} {
+		if len(l.nodes) > MaxNodeListLen {
+			return fieldErr(l.field, "lists %d nodes; at most %d are allowed", len(l.nodes), MaxNodeListLen)
+		}
+		for i, n := range l.nodes {
+			if err := checkName(fmt.Sprintf("%s[%d]", l.field, i), n); err != nil {
+				return err
+			}
+		}
+		if len(l.nodes) > 0 {
+			*l.to = slices.Compact(slices.Sorted(slices.Values(l.nodes)))
+		}
+	}
+	for _, n := range spec.IncludeNodes {
+		if slices.Contains(spec.ExcludeNodes, n) {
+			return fieldErr("exclude_nodes", "%s is also in include_nodes; a node cannot be both", n)
+		}
+	}
+	if f.TmpStorage != "" {
+		if err := checkName("tmp_storage", f.TmpStorage); err != nil {
+			return err
+		}
+		spec.TmpStorage = f.TmpStorage
+		warn("tmp_storage %s is ignored: trainq has no temporary storage presets; /tmp is the node's", f.TmpStorage)
+	}
+	if f.StopTimer != nil {
+		if *f.StopTimer < 0 || *f.StopTimer > MaxStopTimerMinutes {
+			return fieldErr("stop_timer", "must be between 0 (never) and %d minutes, got %d", MaxStopTimerMinutes, *f.StopTimer)
+		}
+		spec.TimeLimit = time.Duration(*f.StopTimer) * time.Minute
+	}
+	for _, d := range []struct {
+		name string
+		v    *bool
+	}{{"cuda11", f.Cuda11}, {"forbid_internet", f.ForbidInternet}, {"forbid_s3", f.ForbidS3},
+		{"in_communal_cluster", f.InCommunalCluster}, {"preflight_check", f.PreflightCheck}} {
+		if d.v == nil {
+			continue
+		}
+		if spec.Deprecated == nil {
+			spec.Deprecated = map[string]bool{}
+		}
+		spec.Deprecated[d.name] = *d.v
+		warn("%s is deprecated in ML Space and has no effect", d.name)
+	}
+	return nil
+}
+
+// applyElastic checks the elastic fields: pytorch_elastic only, min ≤ max ≤
+// n_workers. trainq schedules the gang with n_workers workers and runs the
+// launcher with --nnodes=min:max, so the job's rendezvous is elastic, but it
+// does not yet start a gang with fewer workers than n_workers.
+func applyElastic(f mlspaceFields, spec *JobSpec, warn func(string, ...any)) error {
+	if f.ElasticMinWorkers == nil && f.ElasticMaxWorkers == nil && f.ElasticMaxRestarts == nil {
+		return nil
+	}
+	field := "elastic_min_workers"
+	switch {
+	case f.ElasticMaxWorkers != nil && f.ElasticMinWorkers == nil:
+		field = "elastic_max_workers"
+	case f.ElasticMaxRestarts != nil && f.ElasticMinWorkers == nil && f.ElasticMaxWorkers == nil:
+		field = "elastic_max_restarts"
+	}
+	if spec.Type != "pytorch_elastic" {
+		return fieldErr(field, "is only for type pytorch_elastic, not %q", typeOrDefault(spec.Type))
+	}
+	n := max(spec.NWorkers, 1)
+	lo, hi := n, n
+	if f.ElasticMaxWorkers != nil && *f.ElasticMaxWorkers != 0 {
+		hi = int(*f.ElasticMaxWorkers)
+	}
+	if f.ElasticMinWorkers != nil && *f.ElasticMinWorkers != 0 {
+		lo = int(*f.ElasticMinWorkers)
+	}
+	if hi > n {
+		return fieldErr("elastic_max_workers", "%d is more than n_workers (%d): trainq schedules n_workers workers", hi, n)
+	}
+	if lo > hi {
+		return fieldErr("elastic_min_workers", "%d is more than elastic_max_workers (%d)", lo, hi)
+	}
+	spec.ElasticMinWorkers, spec.ElasticMaxWorkers = lo, hi
+	spec.ElasticMaxRestarts = 5
+	if f.ElasticMaxRestarts != nil {
+		if *f.ElasticMaxRestarts < 0 || *f.ElasticMaxRestarts > MaxElasticMaxRestarts {
+			return fieldErr("elastic_max_restarts", "must be between 0 and %d, got %d", MaxElasticMaxRestarts, *f.ElasticMaxRestarts)
+		}
+		spec.ElasticMaxRestarts = *f.ElasticMaxRestarts
+	}
+	if lo < n {
+		warn("the gang starts with all %d workers: trainq does not yet start a pytorch_elastic job with fewer (elastic_min_workers %d sets the launcher's --nnodes=%d:%d)", n, lo, lo, hi)
+	}
+	return nil
+}
+
+func typeOrDefault(t string) string {
+	if t == "" {
+		return "binary"
+	}
+	return t
+}
+
+// checkName accepts a name of a queue, node or preset: visible characters,
+// at most MaxNameBytes.
+func checkName(field, v string) error {
+	if v == "" || len(v) > MaxNameBytes || strings.IndexFunc(v, func(c rune) bool { return c <= ' ' || c == 0x7f }) >= 0 {
+		return fieldErr(field, "%q is not a name: use 1 to %d visible characters", v, MaxNameBytes)
+	}
+	return nil
+}
+
+// MaxNameBytes bounds queue, node and preset names.
+const MaxNameBytes = 253
