@@ -38,6 +38,7 @@ const (
 	Preemptions       = "trainq_preemptions_total"               // {region,allocation,victim_priority,preemptor_priority}
 	JobRestarts       = "trainq_job_restarts_total"              // {region,allocation,priority,reason}: reason = preempted, failed
 	JobsFinished      = "trainq_jobs_finished_total"             // {region,allocation,priority,state}
+	JobsStuck         = "trainq_jobs_stuck_total"                // {region,allocation,priority}: health_params with sub_actions [notify]
 	LeakedReclaimed   = "trainq_leaked_capacity_reclaimed_total" // {region,allocation}
 	QueueWait         = "trainq_queue_wait_seconds"              // histogram {region,allocation,priority}: queued → Running, per attempt
 	SchedulingPass    = "trainq_scheduling_pass_seconds"         // histogram {region,allocation}
@@ -72,7 +73,7 @@ const (
 // has no sample until its first event, so tests check dashboards against
 // this list rather than against one scrape.
 var Trainq = []string{GPUs, WaitingJobs, RunningJobs, AllocatorUp,
-	Preemptions, JobRestarts, JobsFinished, LeakedReclaimed, QueueWait, SchedulingPass}
+	Preemptions, JobRestarts, JobsFinished, JobsStuck, LeakedReclaimed, QueueWait, SchedulingPass}
 
 // SDK lists the Temporal SDK metrics the dashboard uses, as the OpenTelemetry
 // exporter names them (the SDK's timers are histograms in seconds).
@@ -103,6 +104,7 @@ var (
 	PreemptionsInstrument     = instrument(Preemptions)
 	JobRestartsInstrument     = instrument(JobRestarts)
 	JobsFinishedInstrument    = instrument(JobsFinished)
+	JobsStuckInstrument       = instrument(JobsStuck)
 	LeakedReclaimedInstrument = instrument(LeakedReclaimed)
 	QueueWaitInstrument       = instrument(QueueWait)
 	SchedulingPassInstrument  = instrument(SchedulingPass)

@@ -868,6 +868,7 @@ func (j *job) judgeExit(ctx workflow.Context, last workerExit, grant protocol.Gr
 	case isNodeTimeout(last.err):
 		return j.nodeLost(nodeOf(grant, last.worker)), true
 	case isStuck(last.err):
+		j.notifyStuck(ctx)
 		return j.stuck(last.err), true
 	case isNodeLost(last.err):
 		lost := j.nodeLost(nodeOf(grant, last.worker))
@@ -917,6 +918,18 @@ func (j *job) stuck(err error) outcome {
 		return outcome{kind: outcomeFailed, message: msg + "; health_params.action is delete, so the job is stopped", final: true}
 	}
 	return outcome{kind: outcomeFailed, message: msg + "; health_params.action is restart", stuck: true}
+}
+
+// notifyStuck reports a stuck job as an event when its health_params ask
+// for it (sub_actions [notify]): a warning in trainq-worker's log, which
+// names the job, and the jobs-stuck counter operators can alert on.
+func (j *job) notifyStuck(ctx workflow.Context) {
+	if j.spec.Health == nil || !j.spec.Health.Notify {
+		return
+	}
+	workflow.GetLogger(ctx).Warn("job stuck: no worker wrote a log line for its health_params.log_period", "job", j.name,
+		"log_period", j.spec.Health.LogPeriod, "action", j.spec.Health.Action, "workspace", j.spec.Workspace)
+	j.metrics(ctx).Counter(metrics.JobsStuckInstrument).Inc(1)
 }
 
 // release reports one stopped worker to the allocator. The first report of

@@ -3,6 +3,8 @@ package workflows
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
@@ -17,6 +20,7 @@ import (
 
 	"github.com/trainq/trainq/activities"
 	"github.com/trainq/trainq/cluster"
+	"github.com/trainq/trainq/metrics"
 	"github.com/trainq/trainq/protocol"
 )
 
@@ -167,14 +171,17 @@ func TestJobLosingNodesTooOftenFails(t *testing.T) {
 func TestJobStuckRestartsThenDeletes(t *testing.T) {
 	for _, tc := range []struct {
 		action   string
+		notify   bool
 		state    protocol.JobState
 		attempts int
 	}{
-		{protocol.HealthActionRestart, protocol.StateCompleted, 2},
-		{protocol.HealthActionDelete, protocol.StateFailed, 1},
+		{protocol.HealthActionRestart, false, protocol.StateCompleted, 2},
+		{protocol.HealthActionDelete, false, protocol.StateFailed, 1},
+		{protocol.HealthActionRestart, true, protocol.StateCompleted, 2},
 	} {
-		t.Run(tc.action, func(t *testing.T) {
-			h := newJobHarness(t)
+		t.Run(fmt.Sprintf("%s notify=%v", tc.action, tc.notify), func(t *testing.T) {
+			counts := &countingMetrics{counts: map[string]int64{}}
+			h := newJobHarnessStopDelay(t, 0, func(s *testsuite.WorkflowTestSuite) { s.SetMetricsHandler(counts) })
 			var judged []activities.WatchWorkerInput
 			h.grantFrom(time.Minute, "e", 1, 2)
 			h.env.OnActivity(h.acts.WatchWorker, mock.Anything, mock.MatchedBy(func(in activities.WatchWorkerInput) bool {
@@ -189,8 +196,13 @@ func TestJobStuckRestartsThenDeletes(t *testing.T) {
 			h.grantFrom(10*time.Minute, "e", 2, 2)
 			h.watch(2, -1, time.Minute, 0)
 			spec := jobSpec("medium", 2, 1)
-			spec.Health = &protocol.JobHealth{LogPeriod: 10 * time.Minute, Action: tc.action}
+			spec.Health = &protocol.JobHealth{LogPeriod: 10 * time.Minute, Action: tc.action, Notify: tc.notify}
 			h.run(spec)
+			stuck := int64(0)
+			if tc.notify {
+				stuck = 1
+			}
+			assert.Equal(t, stuck, counts.get(metrics.JobsStuckInstrument), "sub_actions [notify] counts the stuck job")
 
 			st := h.status()
 			assert.Equal(t, tc.state, st.State)
@@ -359,4 +371,33 @@ func TestJobResetBeforeItsGrantIsGrantedAgain(t *testing.T) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	assert.Len(t, h.starts, 1, "one start of the one worker")
+}
+
+// countingMetrics is a metrics handler that adds up counters by name.
+type countingMetrics struct {
+	mu     sync.Mutex
+	counts map[string]int64
+}
+
+func (m *countingMetrics) WithTags(map[string]string) client.MetricsHandler { return m }
+func (m *countingMetrics) Counter(name string) client.MetricsCounter {
+	return countingCounter{m: m, name: name}
+}
+func (m *countingMetrics) Gauge(string) client.MetricsGauge { return client.MetricsNopHandler.Gauge("") }
+func (m *countingMetrics) Timer(string) client.MetricsTimer { return client.MetricsNopHandler.Timer("") }
+func (m *countingMetrics) get(name string) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.counts[name]
+}
+
+type countingCounter struct {
+	m    *countingMetrics
+	name string
+}
+
+func (c countingCounter) Inc(n int64) {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	c.m.counts[c.name] += n
 }

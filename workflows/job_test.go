@@ -79,8 +79,11 @@ func newJobHarness(t *testing.T) *jobHarness { return newJobHarnessStopDelay(t, 
 
 // newJobHarnessStopDelay lets each StopWorker take stopDelay (on the test
 // clock), so that a test can see how many run at once.
-func newJobHarnessStopDelay(t *testing.T, stopDelay time.Duration) *jobHarness {
+func newJobHarnessStopDelay(t *testing.T, stopDelay time.Duration, setup ...func(*testsuite.WorkflowTestSuite)) *jobHarness {
 	var s testsuite.WorkflowTestSuite
+	for _, f := range setup {
+		f(&s)
+	}
 	h := &jobHarness{t: t, env: s.NewTestWorkflowEnvironment(), acts: &activities.Activities{}, seq: 7}
 	h.env.SetStartTime(testStart)
 	h.env.RegisterWorkflowWithOptions(JobWorkflow, workflowOpts(protocol.JobWorkflowName))
