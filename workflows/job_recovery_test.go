@@ -383,8 +383,12 @@ func (m *countingMetrics) WithTags(map[string]string) client.MetricsHandler { re
 func (m *countingMetrics) Counter(name string) client.MetricsCounter {
 	return countingCounter{m: m, name: name}
 }
-func (m *countingMetrics) Gauge(string) client.MetricsGauge { return client.MetricsNopHandler.Gauge("") }
-func (m *countingMetrics) Timer(string) client.MetricsTimer { return client.MetricsNopHandler.Timer("") }
+func (m *countingMetrics) Gauge(string) client.MetricsGauge {
+	return client.MetricsNopHandler.Gauge("")
+}
+func (m *countingMetrics) Timer(string) client.MetricsTimer {
+	return client.MetricsNopHandler.Timer("")
+}
 func (m *countingMetrics) get(name string) int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
