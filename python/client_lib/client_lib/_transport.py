@@ -21,6 +21,7 @@ USER_AGENT = "trainq-client_lib/0.1"
 ENV_URL = "TRAINQ_API_URL"
 ENV_TOKEN = "TRAINQ_API_TOKEN"
 ENV_REGION = "TRAINQ_REGION"
+ENV_WORKSPACE = "TRAINQ_WORKSPACE_ID"  # sent as ML Space's x-workspace-id when set
 ENV_TIMEOUT = "TRAINQ_API_TIMEOUT"  # seconds per request (default 60)
 ENV_RETRY_BUDGET = "TRAINQ_API_RETRY_BUDGET"  # seconds spent waiting on 429/503 at most (default 120)
 
@@ -42,7 +43,7 @@ class Client:
     """One configured connection to trainq's API. The module functions use
     ``Client.from_env()``; build one yourself to talk to several APIs."""
 
-    def __init__(self, url, token, region=None, timeout=60.0, retry_budget=120.0, max_retries=8):
+    def __init__(self, url, token, region=None, timeout=60.0, retry_budget=120.0, max_retries=8, workspace_id=None):
         if not url:
             raise errors.ConfigError(ENV_URL, "no API address: set %s (e.g. http://127.0.0.1:8080; make dev prints it)" % ENV_URL)
         if not token:
@@ -59,6 +60,7 @@ class Client:
             token = token[7:].strip()
         self._token = token
         self.region = region or None
+        self.workspace_id = workspace_id or None
         self.timeout = timeout
         self.retry_budget = retry_budget
         self.max_retries = max_retries
@@ -66,9 +68,11 @@ class Client:
     @classmethod
     def from_env(cls):
         """A client configured by TRAINQ_API_URL, TRAINQ_API_TOKEN and
-        (optionally) TRAINQ_REGION, TRAINQ_API_TIMEOUT, TRAINQ_API_RETRY_BUDGET."""
+        (optionally) TRAINQ_REGION, TRAINQ_WORKSPACE_ID, TRAINQ_API_TIMEOUT,
+        TRAINQ_API_RETRY_BUDGET."""
         return cls(os.environ.get(ENV_URL, ""), os.environ.get(ENV_TOKEN, ""),
                    region=os.environ.get(ENV_REGION, "").strip() or None,
+                   workspace_id=os.environ.get(ENV_WORKSPACE, "").strip() or None,
                    timeout=_float_env(ENV_TIMEOUT, 60.0), retry_budget=_float_env(ENV_RETRY_BUDGET, 120.0))
 
     def __repr__(self):
@@ -101,6 +105,8 @@ class Client:
                 full += "?" + urllib.parse.urlencode(pairs)
         data = None
         hdrs = {"Authorization": "Bearer " + self._token, "User-Agent": USER_AGENT, "Accept": "application/json"}
+        if self.workspace_id:
+            hdrs["x-workspace-id"] = self.workspace_id
         if body is not None:
             data = json.dumps(body, ensure_ascii=False).encode("utf-8")
             hdrs["Content-Type"] = "application/json"

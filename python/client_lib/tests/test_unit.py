@@ -46,12 +46,13 @@ class Base(unittest.TestCase):
     def setUp(self):
         self.api = FakeAPI()
         self.addCleanup(self.api.close)
-        self.env = {k: os.environ.get(k) for k in ("TRAINQ_API_URL", "TRAINQ_API_TOKEN", "TRAINQ_REGION", "TRAINQ_API_RETRY_BUDGET")}
+        self.env = {k: os.environ.get(k) for k in ("TRAINQ_API_URL", "TRAINQ_API_TOKEN", "TRAINQ_REGION", "TRAINQ_API_RETRY_BUDGET", "TRAINQ_WORKSPACE_ID")}
         self.addCleanup(self._restore)
         os.environ["TRAINQ_API_URL"] = self.api.url
         os.environ["TRAINQ_API_TOKEN"] = "tq_secret"
         os.environ.pop("TRAINQ_REGION", None)
         os.environ.pop("TRAINQ_API_RETRY_BUDGET", None)
+        os.environ.pop("TRAINQ_WORKSPACE_ID", None)
 
     def _restore(self):
         for k, v in self.env.items():
@@ -318,6 +319,10 @@ class TestErrorsAndConfig(Base):
         trainq.status(NAME)
         self.assertEqual(self.api.requests[-1].headers["Authorization"], "Bearer tq_secret")
         self.assertNotIn("tq_secret", repr(client_lib.Client.from_env()))
+        self.assertNotIn("x-workspace-id", {k.lower() for k in self.api.requests[-1].headers})
+        os.environ["TRAINQ_WORKSPACE_ID"] = "team-a"
+        trainq.status(NAME)
+        self.assertEqual({k.lower(): v for k, v in self.api.requests[-1].headers.items()}["x-workspace-id"], "team-a")
 
     def test_unreachable_api(self):
         os.environ["TRAINQ_API_URL"] = "http://127.0.0.1:1"
