@@ -74,7 +74,7 @@ func Check(cfg *config.Config, spec *protocol.JobSpec) (notes []string, err erro
 		return nil, &protocol.FieldError{Field: field, Message: err.Error()}
 	}
 	spec.Region = region.Name
-	if err := checkPlacementFields(spec, alloc); err != nil {
+	if err := checkPlacementFields(cfg, spec, alloc); err != nil {
 		return nil, err
 	}
 	if len(alloc.NodeSelector) > 0 && len(alloc.Nodes) == 0 {
@@ -99,8 +99,8 @@ func Check(cfg *config.Config, spec *protocol.JobSpec) (notes []string, err erro
 
 // checkPlacementFields checks queue_name, include_nodes and exclude_nodes
 // against the allocation, and says in the spec's warnings what trainq does
-// not do with them yet.
-func checkPlacementFields(spec *protocol.JobSpec, alloc *config.Allocation) error {
+// not do with them, and with shm_size_class and internet on this backend.
+func checkPlacementFields(cfg *config.Config, spec *protocol.JobSpec, alloc *config.Allocation) error {
 	if q := spec.QueueName; q != "" && q != "default" {
 		spec.Warn(fmt.Sprintf("queue_name %s: allocation %s has one queue (default) in trainq yet; the job waits in it", q, alloc.Name))
 	}
@@ -122,6 +122,16 @@ func checkPlacementFields(spec *protocol.JobSpec, alloc *config.Allocation) erro
 				}
 			}
 		}
+	}
+	if cfg.Backend != config.BackendKubernetes {
+		if spec.ShmSizeClass != "" {
+			spec.Warn(fmt.Sprintf("shm_size_class %s: the local backend's workers use the host's /dev/shm", spec.ShmSizeClass))
+		}
+		if spec.Internet != nil && !*spec.Internet {
+			spec.Warn("internet false: the local backend does not restrict network access")
+		}
+	} else if spec.Internet != nil && !*spec.Internet {
+		spec.Warn("internet false: the job's pods are labelled trainq.io/internet=false; a NetworkPolicy selecting that label blocks their traffic (see the README)")
 	}
 	if len(spec.IncludeNodes) > 0 || len(spec.ExcludeNodes) > 0 {
 		spec.Warn("include_nodes and exclude_nodes are not honoured yet: the job may run on any node of the allocation")

@@ -60,7 +60,49 @@ type WorkerSpec struct {
 	// Notebook: the worker is a Jupyter server; it listens on
 	// TRAINQ_NOTEBOOK_PORT and its status carries its URL.
 	Notebook bool `json:"notebook,omitempty"`
+	// CondaEnv is a conda environment (a name, or a path if it has a '/')
+	// the worker's command runs in (see InConda).
+	CondaEnv string `json:"conda_env,omitempty"`
+	// ShmGB sizes the worker's /dev/shm (ML Space's shm_size_class times
+	// its GPUs): a memory emptyDir on Kubernetes; the local backend leaves
+	// the host's. 0: the runtime's default.
+	ShmGB int `json:"shm_gb,omitempty"`
+	// NoInternet is ML Space's internet: false. Kubernetes pods get the
+	// label trainq.io/internet=false, for a NetworkPolicy to select.
+	NoInternet bool `json:"no_internet,omitempty"`
+	// ElasticMinWorkers..ElasticMaxWorkers and ElasticMaxRestarts are a
+	// pytorch_elastic job's torchrun settings (0: not elastic).
+	ElasticMinWorkers  int `json:"elastic_min_workers,omitempty"`
+	ElasticMaxWorkers  int `json:"elastic_max_workers,omitempty"`
+	ElasticMaxRestarts int `json:"elastic_max_restarts,omitempty"`
 }
+
+// InConda wraps a shell command line so that it runs in the spec's conda
+// environment, failing the worker with a sentence that names the
+// environment and the node when conda or the environment is missing. A spec
+// without CondaEnv gets line back.
+func (s WorkerSpec) InConda(line string) string {
+	if s.CondaEnv == "" {
+		return line
+	}
+	which := "-n"
+	if strings.Contains(s.CondaEnv, "/") {
+		which = "-p"
+	}
+	env := shellQuote(s.CondaEnv)
+	return fmt.Sprintf("if ! command -v conda >/dev/null 2>&1; then echo %s >&2; exit 127; fi\n"+
+		"if ! conda run %s %s true >/dev/null 2>&1; then echo %s >&2; exit 127; fi\n"+
+		"exec conda run --no-capture-output %s %s /bin/sh -c %s",
+		shellQuote(fmt.Sprintf("trainq: conda_env %s: conda is not installed on node %s", s.CondaEnv, s.Node)),
+		which, env, shellQuote(fmt.Sprintf("trainq: conda_env %s: no such conda environment on node %s", s.CondaEnv, s.Node)),
+		which, env, shellQuote(line))
+}
+
+// Elastic says whether the spec is a pytorch_elastic job with a torchrun range.
+func (s WorkerSpec) Elastic() bool { return s.ElasticMaxWorkers > 0 }
+
+// shellQuote quotes v for /bin/sh.
+func shellQuote(v string) string { return "'" + strings.ReplaceAll(v, "'", `'\''`) + "'" }
 
 // Job types.
 const (
@@ -189,6 +231,13 @@ func (s WorkerSpec) Environment(localRank int) []string {
 	m["TRAINQ_JOB_TYPE"] = s.Type
 	m["TRAINQ_PROCESSES_PER_WORKER"] = strconv.Itoa(max(s.ProcessesPerWorker, 1))
 	m["TRAINQ_CHECKPOINT_DIR"] = s.CheckpointDir
+	if s.Elastic() {
+		m["TRAINQ_ELASTIC_MIN_WORKERS"] = strconv.Itoa(s.ElasticMinWorkers)
+		m["TRAINQ_ELASTIC_MAX_WORKERS"] = strconv.Itoa(s.ElasticMaxWorkers)
+		m["TRAINQ_ELASTIC_MAX_RESTARTS"] = strconv.Itoa(s.ElasticMaxRestarts)
+		m["PET_NNODES"] = fmt.Sprintf("%d:%d", s.ElasticMinWorkers, s.ElasticMaxWorkers)
+		m["PET_MAX_RESTARTS"] = strconv.Itoa(s.ElasticMaxRestarts)
+	}
 	out := make([]string, 0, len(m))
 	for k, v := range m {
 		out = append(out, k+"="+v)

@@ -22,6 +22,17 @@ var SharedClasses = map[string]string{"shared-low": "low", "shared-medium": "med
 // in GB (on Kubernetes; see cluster.WorkerSpec.ShmGB).
 var ShmSizeClasses = map[string]int{"small": 16, "medium": 32, "large": 64}
 
+// ShmGB is the /dev/shm a worker of the spec gets: shm_size_class's size
+// per GPU times the worker's GPUs (one for a CPU-only worker); 0 when the
+// request named no class.
+func (s *JobSpec) ShmGB() int {
+	per, ok := ShmSizeClasses[s.ShmSizeClass]
+	if !ok {
+		return 0
+	}
+	return per * max(s.Demand().GPUs, 1)
+}
+
 // DeprecatedFields are RunJobRequest fields ML Space keeps for old scripts
 // and that have no effect there either.
 var DeprecatedFields = []string{"cuda11", "forbid_internet", "forbid_s3", "in_communal_cluster", "preflight_check"}

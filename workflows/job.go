@@ -682,6 +682,8 @@ func (j *job) startWorkers(ctx workflow.Context, attempt int, grant protocol.Gra
 			Node: p.Node, GPUs: p.GPUs, Type: j.spec.Type, Script: j.spec.Script, BaseImage: j.spec.BaseImage,
 			ProcessesPerWorker: j.spec.ProcessesPerWorker, Env: j.spec.EnvVariables, Flags: j.spec.Flags,
 			MasterAddr: rv.Addr, MasterPort: rv.Port, CheckpointDir: j.spec.CheckpointDir, Notebook: notebook,
+			CondaEnv: j.spec.CondaEnv, ShmGB: j.spec.ShmGB(), NoInternet: j.spec.Internet != nil && !*j.spec.Internet,
+			ElasticMinWorkers: j.spec.ElasticMinWorkers, ElasticMaxWorkers: j.spec.ElasticMaxWorkers, ElasticMaxRestarts: j.spec.ElasticMaxRestarts,
 		}
 		summary := fmt.Sprintf("start worker %d on %s (GPUs %v)", p.Worker, p.Node, p.GPUs)
 		starts = append(starts, workflow.ExecuteActivity(j.nodeOptions(dctx, p.Node, summary, startOptions), (*activities.Activities).StartWorker, spec))

@@ -731,3 +731,24 @@ func TestStopTimerStopsTheJobAfterItsRunningTime(t *testing.T) {
 	}
 	assert.Equal(t, 1, stopped, "the second attempt's worker got its graceful stop")
 }
+
+// TestWorkersGetTheRequestsMLSpaceSettings: conda_env, shm_size_class,
+// internet and the elastic range reach every worker's start.
+func TestWorkersGetTheRequestsMLSpaceSettings(t *testing.T) {
+	h := newJobHarness(t)
+	h.grantAt(time.Minute, 1, 2)
+	h.watch(1, -1, time.Minute, 0)
+	spec := jobSpec("medium", 2, 0)
+	no := false
+	spec.Type, spec.CondaEnv, spec.ShmSizeClass, spec.Internet = "pytorch_elastic", "torch", "large", &no
+	spec.ElasticMinWorkers, spec.ElasticMaxWorkers, spec.ElasticMaxRestarts = 1, 2, 5
+	h.run(spec)
+	require.NoError(t, h.env.GetWorkflowError())
+	require.Len(t, h.starts, 2)
+	for _, s := range h.starts {
+		assert.Equal(t, "torch", s.CondaEnv)
+		assert.Equal(t, 128, s.ShmGB, "large: 64 GB for each of the worker's 2 GPUs")
+		assert.True(t, s.NoInternet)
+		assert.Equal(t, []int{1, 2, 5}, []int{s.ElasticMinWorkers, s.ElasticMaxWorkers, s.ElasticMaxRestarts})
+	}
+}

@@ -69,3 +69,33 @@ func TestConcurrentStartsOnOneGPUCreateOnePod(t *testing.T) {
 	}
 	assert.Equal(t, 1, created, "errors: %v", errs)
 }
+
+// TestPodCarriesMLSpaceSettings: shm_size_class sizes a memory /dev/shm,
+// internet false labels the pod for a NetworkPolicy, conda_env wraps the
+// command, and a pytorch_elastic worker gets torchrun's --nnodes range.
+func TestPodCarriesMLSpaceSettings(t *testing.T) {
+	b, _ := newFake(t, fakeJobs{})
+	s := spec("a", 1, 0, 2) // GPUs 4 and 5
+	s.ShmGB, s.NoInternet, s.CondaEnv = 128, true, "torch"
+	s.Type, s.ElasticMinWorkers, s.ElasticMaxWorkers, s.ElasticMaxRestarts = cluster.TypePyTorchElastic, 1, 2, 3
+	pod := b.Pod(s, JobMeta{}, nil)
+	require.Len(t, pod.Spec.Volumes, 1)
+	v := pod.Spec.Volumes[0]
+	require.NotNil(t, v.EmptyDir)
+	assert.Equal(t, "Memory", string(v.EmptyDir.Medium))
+	assert.Equal(t, "128Gi", v.EmptyDir.SizeLimit.String())
+	require.Len(t, pod.Spec.Containers[0].VolumeMounts, 1)
+	assert.Equal(t, "/dev/shm", pod.Spec.Containers[0].VolumeMounts[0].MountPath)
+	assert.Equal(t, "false", pod.Labels[LabelInternet])
+	assert.Contains(t, pod.Spec.Containers[0].Command[2], "exec conda run --no-capture-output -n 'torch'")
+	env := map[string]string{}
+	for _, e := range pod.Spec.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	assert.Equal(t, "1:2", env["PET_NNODES"])
+	assert.Equal(t, "3", env["PET_MAX_RESTARTS"])
+
+	plain := b.Pod(spec("b", 1, 0, 1), JobMeta{}, nil)
+	assert.Empty(t, plain.Spec.Volumes, "no shm_size_class: the runtime's /dev/shm")
+	assert.NotContains(t, plain.Labels, LabelInternet)
+}

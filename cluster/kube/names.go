@@ -21,6 +21,10 @@ const (
 	LabelAttempt       = "trainq.io/attempt"
 	LabelWorker        = "trainq.io/worker"
 	LabelPriorityClass = "trainq.io/priority-class"
+	// LabelInternet is "false" on the pods of a job that asked for no
+	// internet access (internet: false): a NetworkPolicy selecting it
+	// enforces that (see the README).
+	LabelInternet = "trainq.io/internet"
 
 	ManagedBy = "trainq"
 

@@ -60,12 +60,12 @@ func Command(spec cluster.WorkerSpec, python string) []string {
 		flags.WriteString(shellQuote(f))
 	}
 	if !cluster.IsPythonType(spec.Type) {
-		return []string{"/bin/sh", "-c", spec.Script + flags.String()}
+		return []string{"/bin/sh", "-c", spec.InConda(spec.Script + flags.String())}
 	}
 	run := shellQuote(python) + " " + spec.Script + flags.String()
 	procs := spec.Processes()
 	if procs == 1 {
-		return []string{"/bin/sh", "-c", "exec " + run}
+		return []string{"/bin/sh", "-c", spec.InConda("exec " + run)}
 	}
 	var b strings.Builder
 	b.WriteString("pids=\ntrap 'kill -TERM $pids 2>/dev/null' TERM INT\n")
@@ -73,7 +73,7 @@ func Command(spec cluster.WorkerSpec, python string) []string {
 		fmt.Fprintf(&b, "(RANK=%d LOCAL_RANK=%d exec %s) &\npids=\"$pids $!\"\n", spec.ID.Worker*procs+r, r, run)
 	}
 	b.WriteString("rc=0\nfor p in $pids; do\n  wait $p; c=$?\n  if [ $c -ne 0 ] && [ $rc -eq 0 ]; then rc=$c; kill -TERM $pids 2>/dev/null; fi\ndone\nexit $rc\n")
-	return []string{"/bin/sh", "-c", b.String()}
+	return []string{"/bin/sh", "-c", spec.InConda(b.String())}
 }
 
 // Env is the container's environment: the worker's variables as the local
@@ -89,8 +89,12 @@ func Env(spec cluster.WorkerSpec) []corev1.EnvVar {
 	for i, g := range spec.GPUs {
 		gpus[i] = strconv.Itoa(g)
 	}
+	nnodes := strconv.Itoa(spec.Workers)
+	if spec.Elastic() {
+		nnodes = fmt.Sprintf("%d:%d", spec.ElasticMinWorkers, spec.ElasticMaxWorkers)
+	}
 	extra := map[string]string{
-		"PET_NNODES":         strconv.Itoa(spec.Workers),
+		"PET_NNODES":         nnodes,
 		"PET_NODE_RANK":      strconv.Itoa(spec.ID.Worker),
 		"PET_NPROC_PER_NODE": strconv.Itoa(spec.Processes()),
 		"PET_MASTER_ADDR":    spec.MasterAddr,
@@ -220,6 +224,16 @@ func (b *Backend) Pod(spec cluster.WorkerSpec, meta JobMeta, owner *corev1.Servi
 	}
 	for _, s := range b.opts.ImagePullSecrets {
 		pod.Spec.ImagePullSecrets = append(pod.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: s})
+	}
+	if spec.ShmGB > 0 {
+		size := resource.MustParse(fmt.Sprintf("%dGi", spec.ShmGB))
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "dshm", VolumeSource: corev1.VolumeSource{
+			EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: &size}}})
+		c := &pod.Spec.Containers[0]
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "dshm", MountPath: "/dev/shm"})
+	}
+	if spec.NoInternet {
+		labels[LabelInternet] = "false"
 	}
 	if owner != nil && owner.UID != "" {
 		pod.OwnerReferences = []metav1.OwnerReference{{
