@@ -3,6 +3,7 @@ Authorization header, retries of 429/503 as Retry-After says, error answers
 turned into exceptions, and streamed answers."""
 
 import email.utils
+import http.client
 import json
 import os
 import socket
@@ -144,7 +145,7 @@ class Client:
     def call(self, method, path, query=None, body=None, headers=None):
         """A request whose answer is JSON: returns it decoded."""
         with self.open(method, path, query=query, body=body, headers=headers) as resp:
-            payload = resp.read()
+            payload = read_all(resp, method, path)
         if not payload.strip():
             return {}
         try:
@@ -157,6 +158,15 @@ class Client:
         """POST /jobs with a RunJobRequest dict, under an Idempotency-Key
         (a new UUID unless given), so that a retried POST gets the same job."""
         return self.call("POST", "/jobs", body=request, headers={"Idempotency-Key": key or str(uuid.uuid4())})
+
+
+def read_all(resp, method, path):
+    """The whole body of an answer; a connection lost midway is an
+    APIConnectionError, like one lost before the answer."""
+    try:
+        return resp.read()
+    except (http.client.HTTPException, OSError) as e:
+        raise errors.APIConnectionError(0, "connection_lost", "the answer was cut off: %s" % e, method=method, path=path) from None
 
 
 def _retry_after(headers):

@@ -7,6 +7,7 @@ by default one is configured from the environment (TRAINQ_API_URL,
 TRAINQ_API_TOKEN, TRAINQ_REGION)."""
 
 import datetime
+import http.client
 import re
 import time
 import urllib.parse
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional
 
 from . import errors
-from ._transport import Client
+from ._transport import Client, read_all
 from .types import plain
 
 __all__ = ["JobStatus", "Preemptor", "Submitted", "JobRow", "Queue", "submit", "status", "wait", "jobs", "logs",
@@ -309,18 +310,32 @@ def logs(name, tail=None, verbose=None, follow=False, attempt=None, worker=None,
                   timeout=None if not follow else max(c.timeout, 24 * 3600.0))
 
     def lines():
+        # read1 gives what has arrived (readline would hide a cut-off stream).
+        buf = b""
         with resp:
-            for raw in resp:
-                yield raw.decode("utf-8", errors="replace").rstrip("\n")
+            while True:
+                try:
+                    chunk = resp.read1(65536)
+                except (http.client.HTTPException, OSError) as e:
+                    raise errors.APIConnectionError(0, "connection_lost", "the log stream was cut off: %s" % e,
+                                                    method="GET", path="/jobs/%s/logs" % name) from None
+                if not chunk:
+                    if buf:
+                        yield buf.decode("utf-8", errors="replace")
+                    return
+                buf += chunk
+                *done, buf = buf.split(b"\n")
+                for raw in done:
+                    yield raw.decode("utf-8", errors="replace")
     return lines()
 
 
 def log_text(name, tail=None, verbose=None, attempt=None, worker=None, client=None):
     """The job's log as it is now, as one string."""
     c = _client(client)
-    with c.open("GET", "/jobs/%s/logs" % _q(name),
-                query={"tail": tail, "verbose": verbose, "attempt": attempt, "worker": worker}) as resp:
-        return resp.read().decode("utf-8", errors="replace")
+    path = "/jobs/%s/logs" % _q(name)
+    with c.open("GET", path, query={"tail": tail, "verbose": verbose, "attempt": attempt, "worker": worker}) as resp:
+        return read_all(resp, "GET", path).decode("utf-8", errors="replace")
 
 
 def kill(name, region=None, client=None):

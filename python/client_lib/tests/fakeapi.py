@@ -19,7 +19,7 @@ class FakeAPI:
     """routes: {(method, path): handler}; a handler takes a Request and
     returns (status, headers dict, body) where body is bytes, a dict/list
     (sent as JSON) or an iterable of bytes chunks (sent chunked, flushed one
-    by one)."""
+    by one; a None chunk drops the connection there)."""
 
     def __init__(self):
         self.routes = {}
@@ -57,6 +57,9 @@ class FakeAPI:
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
                 for chunk in out:
+                    if chunk is None:  # drop the connection mid-answer
+                        self.close_connection = True
+                        return
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                     self.wfile.flush()
                 self.wfile.write(b"0\r\n\r\n")

@@ -267,6 +267,16 @@ class TestLogs(Base):
         self.assertEqual(self.api.requests[-1].query, {"follow": ["true"]})
 
 
+    def test_a_cut_stream_raises(self):
+        self.api.route("GET", "/jobs/%s/logs" % NAME, lambda req: (200, {"Content-Type": "text/plain"}, iter([b"one\n", None])))
+        got = []
+        with self.assertRaises(client_lib.APIConnectionError) as cm:
+            for line in trainq.logs(NAME, follow=True):
+                got.append(line)
+        self.assertEqual(got, ["one"])
+        self.assertEqual(cm.exception.code, "connection_lost")
+
+
 class TestErrorsAndConfig(Base):
     def test_error_answer_carries_field_code_message(self):
         self.api.route("POST", "/jobs", status=422, body={"error": {"code": "invalid_value", "field": "max_retry",
