@@ -132,6 +132,9 @@ var (
 		"/healthz", "/readyz", "/metrics", "/public/v2/openapi.json", "/public/v2/jobs", "/public/v2/jobs/restart",
 		"/public/v2/jobs/%s", "/public/v2/jobs/%s/logs", "/public/v2/jobs/%s/preemptors", "/public/v2/allocations/%s/queue",
 		"/public/v2/notebooks", "/public/v2/notebooks/%s", "/public/v2/configs", "/public/v2/%s", "/%s",
+		"/public/v2/jobs/%s/params", "/public/v2/jobs/%s/nodes", "/public/v2/jobs/elastic/%s/pods", "/public/v2/allocations",
+		"/public/v2/allocations/", "/public/v2/allocations/%s", "/public/v2/allocations/%s/nodes",
+		"/public/v2/allocations/%s/instance-types", "/public/v2/instance_types/%s/available",
 	}
 	fuzzNames  = []string{jobB, jobA, nbB, nbA, cliA, fakeAlloc, "t", "restart", ""}
 	fuzzTypes  = []string{"application/json", "", "application/json; charset=utf-8", "text/plain", "application/x-www-form-urlencoded", "application/merge-patch+json", "application/json; charset=latin1", "garbage;;="}
@@ -172,6 +175,19 @@ func FuzzRequest(f *testing.F) {
 		{3, 6, 0, "", "", 0, 1, "", ""},
 		{7, 13, 8, "x/../../y", "", 0, 3, "", ""},
 		{0, 6, 8, "..%2f..", "tail=99999999999999999999", 0, 0, "", ""},
+		{0, 15, 0, "", "", 0, 0, "", ""},
+		{0, 15, 1, "", "", 0, 0, "", ""},
+		{0, 16, 2, "", "region=SR006", 0, 0, "", ""},
+		{0, 17, 0, "", "", 0, 0, "", ""},
+		{0, 18, 0, "", "region=SR006", 0, 0, "", ""},
+		{0, 19, 0, "", "", 0, 1, "", ""},
+		{0, 20, 5, "", "", 0, 0, "", ""},
+		{0, 21, 5, "", "region=SR006", 0, 0, "", ""},
+		{0, 22, 5, "", "", 0, 0, "", ""},
+		{0, 23, 8, "SR006", "allocation_name=default&queue_name=default", 0, 0, "", ""},
+		{0, 6, 0, "", "view=mlspace", 0, 0, "", ""},
+		{0, 6, 1, "", "view=mlspace&region=SR006", 0, 0, "", ""},
+		{2, 6, 0, "", "region=SR006&view=mlspace", 0, 0, "", ""},
 	}
 	for _, sd := range seeds {
 		f.Add(sd.method, sd.path, sd.name, sd.seg, sd.query, sd.ctype, sd.token, sd.key, []byte(sd.body))

@@ -350,9 +350,24 @@ func hidePreemptors(attempts []protocol.AttemptRecord, rd *redactor) []protocol.
 }
 
 func (s *Server) getJob(w http.ResponseWriter, r *http.Request, p Principal) {
+	ml, err := wantsMLSpace(r)
+	if err == nil {
+		err = checkParams(r, viewParam, "region")
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	ctx, cancel := s.call(r)
 	defer cancel()
 	info, st, err := s.visibleStatus(ctx, p, r.PathValue("job_name"))
+	if err == nil {
+		err = checkRegion(r, info, st)
+	}
+	if ml && errors.Is(err, client.ErrJobNotFound) {
+		jobNotFoundMLSpace(w, r.PathValue("job_name"))
+		return
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -376,6 +391,11 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request, p Principal) {
 	if n := len(v.Preemptors); n > 0 {
 		last := v.Preemptors[n-1]
 		v.Preemptor = &last
+	}
+	if ml {
+		out := mlspaceJobOf(info.RunID, &v)
+		s.writeRedacted(ctx, w, r, rd, &out)
+		return
 	}
 	s.writeRedacted(ctx, w, r, rd, &v)
 }
@@ -424,6 +444,14 @@ func (s *Server) deleteNotebook(w http.ResponseWriter, r *http.Request, p Princi
 }
 
 func (s *Server) stop(w http.ResponseWriter, r *http.Request, p Principal, name string, kind scheduler.Kind) {
+	ml, err := wantsMLSpace(r)
+	if err == nil {
+		err = checkParams(r, viewParam, "region")
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	ctx, cancel := s.call(r)
 	defer cancel()
 	start := time.Now()
@@ -431,6 +459,12 @@ func (s *Server) stop(w http.ResponseWriter, r *http.Request, p Principal, name 
 	if err == nil && kind != "" && info.Kind != string(kind) {
 		err = client.ErrJobNotFound
 		s.padNotFound(ctx, start)
+	}
+	if err == nil && r.URL.Query().Get("region") != "" {
+		var st protocol.JobStatus
+		if st, err = s.backend.Status(ctx, name); err == nil {
+			err = checkRegion(r, info, st)
+		}
 	}
 	if err == nil {
 		err = s.backend.Cancel(ctx, name)
@@ -444,6 +478,9 @@ func (s *Server) stop(w http.ResponseWriter, r *http.Request, p Principal, name 
 		status = string(protocol.StateStopping)
 	}
 	out := map[string]string{"job_name": name, "status": status}
+	if ml {
+		out["status"] = "deleted" // ML Space's word; the job stays visible with a terminal status
+	}
 	if kind == scheduler.KindNotebook {
 		out["name"] = name
 	}

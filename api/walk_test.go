@@ -63,6 +63,25 @@ var walkVariants = map[string][]walkReq{
 	"GET /public/v2/allocations/{name}/queue": {
 		{"GET", "/public/v2/allocations/{alloc}/queue", ""}, {"GET", "/public/v2/allocations/{alloc}/queue?region=SR006", ""},
 	},
+	"GET /public/v2/jobs/{job_name}/params": {
+		{"GET", "/public/v2/jobs/{own}/params", ""}, {"GET", "/public/v2/jobs/{foreign}/params", ""},
+	},
+	"GET /public/v2/jobs/{job_name}/nodes": {
+		{"GET", "/public/v2/jobs/{own}/nodes", ""}, {"GET", "/public/v2/jobs/{own_nb}/nodes", ""}, {"GET", "/public/v2/jobs/{foreign}/nodes", ""},
+	},
+	"GET /public/v2/jobs/elastic/{job_name}/pods": {
+		{"GET", "/public/v2/jobs/elastic/{own}/pods", ""}, {"GET", "/public/v2/jobs/elastic/{foreign}/pods", ""},
+	},
+	"GET /public/v2/allocations":     {{"GET", "/public/v2/allocations", ""}},
+	"GET /public/v2/allocations/{$}": {{"GET", "/public/v2/allocations/", ""}},
+	"GET /public/v2/allocations/{id}": {
+		{"GET", "/public/v2/allocations/{alloc}", ""}, {"GET", "/public/v2/allocations/{alloc}?region=SR006", ""},
+	},
+	"GET /public/v2/allocations/{id}/nodes":          {{"GET", "/public/v2/allocations/{alloc}/nodes", ""}},
+	"GET /public/v2/allocations/{id}/instance-types": {{"GET", "/public/v2/allocations/{alloc}/instance-types", ""}},
+	"GET /public/v2/instance_types/{region}/available": {
+		{"GET", "/public/v2/instance_types/SR006/available", ""}, {"GET", "/public/v2/instance_types/SR006/available?allocation_name={alloc}", ""},
+	},
 	"POST /public/v2/notebooks": {{"POST", "/public/v2/notebooks", `{"allocation_name":"{alloc}","instance_type":"{itype}"}`}},
 	"GET /public/v2/configs":    {{"GET", "/public/v2/configs", ""}},
 	"DELETE /public/v2/notebooks/{name}": {

@@ -245,3 +245,94 @@ func checkName(field, v string) error {
 
 // MaxNameBytes bounds queue, node and preset names.
 const MaxNameBytes = 253
+
+// RunJobParams is a job's RunJobRequest as ML Space's GET
+// /jobs/{job_name}/params answers it: every field, with trainq's defaults
+// filled in (logs_dir is not kept, so it is empty).
+type RunJobParams struct {
+	Script             string            `json:"script"`
+	BaseImage          string            `json:"base_image"`
+	InstanceType       string            `json:"instance_type"`
+	Region             string            `json:"region"`
+	AllocationName     string            `json:"allocation_name"`
+	NWorkers           int               `json:"n_workers"`
+	Type               string            `json:"type"`
+	ProcessesPerWorker int               `json:"processes_per_worker"`
+	JobDesc            string            `json:"job_desc"`
+	PriorityClass      string            `json:"priority_class"`
+	MaxRetry           int               `json:"max_retry"`
+	EnvVariables       map[string]string `json:"env_variables"`
+	Flags              map[string]string `json:"flags"`
+	CheckpointDir      string            `json:"checkpoint_dir"`
+	LogsDir            string            `json:"logs_dir"`
+	HealthParams       *ParamsHealth     `json:"health_params"`
+	QueueName          string            `json:"queue_name"`
+	Internet           *bool             `json:"internet"`
+	CondaEnv           string            `json:"conda_env"`
+	ShmSizeClass       string            `json:"shm_size_class"`
+	PytorchUseEnv      bool              `json:"pytorch_use_env"`
+	ElasticMinWorkers  any               `json:"elastic_min_workers"`
+	ElasticMaxWorkers  any               `json:"elastic_max_workers"`
+	ElasticMaxRestarts int               `json:"elastic_max_restarts"`
+	IncludeNodes       []string          `json:"include_nodes"`
+	ExcludeNodes       []string          `json:"exclude_nodes"`
+	TmpStorage         string            `json:"tmp_storage"`
+	StopTimer          int               `json:"stop_timer"`
+	Cuda11             bool              `json:"cuda11"`
+	ForbidInternet     bool              `json:"forbid_internet"`
+	ForbidS3           bool              `json:"forbid_s3"`
+	InCommunalCluster  bool              `json:"in_communal_cluster"`
+	PreflightCheck     bool              `json:"preflight_check"`
+}
+
+// ParamsHealth is health_params as RunJobParams shows it.
+type ParamsHealth struct {
+	LogPeriod  int      `json:"log_period"`
+	Action     string   `json:"action"`
+	SubActions []string `json:"sub_actions"`
+}
+
+// Params is the spec as ML Space's RunJobRequest.
+func (s JobSpec) Params() RunJobParams {
+	class := s.PriorityClass
+	if s.RequestedClass != "" {
+		class = s.RequestedClass
+	}
+	p := RunJobParams{
+		Script: s.Script, BaseImage: s.BaseImage, InstanceType: s.InstanceType, Region: s.Region, AllocationName: s.AllocationName,
+		NWorkers: s.NWorkers, Type: s.Type, ProcessesPerWorker: s.ProcessesPerWorker, JobDesc: s.JobDesc, PriorityClass: class,
+		MaxRetry: s.MaxRetry, EnvVariables: nonNil(s.EnvVariables), Flags: nonNil(s.Flags), CheckpointDir: s.CheckpointDir,
+		QueueName: s.QueueName, Internet: s.Internet, CondaEnv: s.CondaEnv, ShmSizeClass: s.ShmSizeClass,
+		PytorchUseEnv: s.PytorchUseEnv, ElasticMinWorkers: "default", ElasticMaxWorkers: "default", ElasticMaxRestarts: s.ElasticMaxRestarts,
+		IncludeNodes: nonNilList(s.IncludeNodes), ExcludeNodes: nonNilList(s.ExcludeNodes), TmpStorage: s.TmpStorage,
+		StopTimer: int(s.TimeLimit / time.Minute), Cuda11: s.Deprecated["cuda11"], ForbidInternet: s.Deprecated["forbid_internet"],
+		ForbidS3: s.Deprecated["forbid_s3"], InCommunalCluster: s.Deprecated["in_communal_cluster"], PreflightCheck: s.Deprecated["preflight_check"],
+	}
+	if s.QueueName == "" {
+		p.QueueName = "default"
+	}
+	if s.ElasticMaxWorkers > 0 {
+		p.ElasticMinWorkers, p.ElasticMaxWorkers = s.ElasticMinWorkers, s.ElasticMaxWorkers
+	}
+	if h := s.Health; h != nil {
+		p.HealthParams = &ParamsHealth{LogPeriod: int(h.LogPeriod / time.Minute), Action: h.Action, SubActions: []string{}}
+		if h.Notify {
+			p.HealthParams.SubActions = []string{HealthSubActionNotify}
+		}
+	}
+	return p
+}
+
+func nonNil(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+func nonNilList(l []string) []string {
+	if l == nil {
+		return []string{}
+	}
+	return l
+}
