@@ -27,9 +27,9 @@ func (s *Server) jobLogs(w http.ResponseWriter, r *http.Request, p Principal) {
 	q := r.URL.Query()
 	for k := range q {
 		switch k {
-		case "tail", "verbose", "follow", "attempt", "worker":
+		case "tail", "verbose", "follow", "attempt", "worker", "region":
 		default:
-			s.fail(w, r, errorf(http.StatusBadRequest, codeInvalidParam, k, fmt.Sprintf("unknown query parameter %q; allowed: tail, verbose, follow, attempt, worker", k)))
+			s.fail(w, r, errorf(http.StatusBadRequest, codeInvalidParam, k, fmt.Sprintf("unknown query parameter %q; allowed: tail, verbose, follow, attempt, worker, region", k)))
 			return
 		}
 	}
@@ -77,8 +77,11 @@ func (s *Server) jobLogs(w http.ResponseWriter, r *http.Request, p Principal) {
 	}
 	l.r.Source, l.r.Job, l.r.Out = source, r.PathValue("job_name"), l.out
 	ctx, cancel := s.call(r)
-	_, st, err := s.visibleStatus(ctx, p, l.r.Job)
+	info, st, err := s.visibleStatus(ctx, p, l.r.Job)
 	cancel()
+	if err == nil {
+		err = checkRegion(r, info, st) // ML Space's clients send the job's region
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return

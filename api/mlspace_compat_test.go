@@ -196,3 +196,12 @@ func decoded(t *testing.T, body []byte) map[string]any {
 	require.NoError(t, json.Unmarshal(body, &v), string(body))
 	return v
 }
+
+// TestLogsTakeRegion: ML Space's clients send the job's region with logs.
+func TestLogsTakeRegion(t *testing.T) {
+	s, _ := twoWorkspaceServer(t)
+	code, body := getAs(t, s, "GET", "/public/v2/jobs/"+jobB+"/logs?region=SR006&tail=1", bobToken)
+	assert.Equal(t, 200, code, string(body))
+	code, _ = getAs(t, s, "GET", "/public/v2/jobs/"+jobB+"/logs?region=SR003", bobToken)
+	assert.Equal(t, 404, code)
+}
