@@ -57,6 +57,24 @@ fi
 
 if [ "$mode" = demo ]; then
   bin/trainq demo
+  # The same story through ML Space's client_lib, as a notebook would run it.
+  if [ -n "$api_token" ] && command -v python3 >/dev/null 2>&1; then
+    echo
+    echo "The priorities page's job again, submitted through client_lib (examples/notebook.py):"
+    python3 - <<'PY' || echo "trainq-api did not answer on 127.0.0.1:8080; see .data/api.log"
+import time, urllib.request
+for _ in range(60):
+    try:
+        urllib.request.urlopen("http://127.0.0.1:8080/readyz", timeout=2)
+        break
+    except Exception:
+        time.sleep(0.5)
+else:
+    raise SystemExit(1)
+PY
+    TRAINQ_API_URL=http://127.0.0.1:8080 TRAINQ_API_TOKEN="$api_token" PYTHONPATH=python/client_lib \
+      python3 examples/notebook.py --allocation default --region SR006 || echo "the client_lib step failed; the rest of trainq keeps running"
+  fi
 fi
 
 cat <<MSG
