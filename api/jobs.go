@@ -350,10 +350,7 @@ func hidePreemptors(attempts []protocol.AttemptRecord, rd *redactor) []protocol.
 }
 
 func (s *Server) getJob(w http.ResponseWriter, r *http.Request, p Principal) {
-	ml, err := wantsMLSpace(r)
-	if err == nil {
-		err = checkParams(r, viewParam, "region")
-	}
+	ml, err := shapeParams(r, "region")
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -444,10 +441,7 @@ func (s *Server) deleteNotebook(w http.ResponseWriter, r *http.Request, p Princi
 }
 
 func (s *Server) stop(w http.ResponseWriter, r *http.Request, p Principal, name string, kind scheduler.Kind) {
-	ml, err := wantsMLSpace(r)
-	if err == nil {
-		err = checkParams(r, viewParam, "region")
-	}
+	ml, err := shapeParams(r, "region")
 	if err != nil {
 		s.fail(w, r, err)
 		return

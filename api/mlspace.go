@@ -22,6 +22,15 @@ import (
 // viewParam is the query parameter that picks the shape.
 const viewParam = "view"
 
+// shapeParams reads which shape r asks for and refuses query parameters
+// outside view and allowed.
+func shapeParams(r *http.Request, allowed ...string) (mlspace bool, err error) {
+	if err := checkParams(r, append([]string{viewParam}, allowed...)...); err != nil {
+		return false, err
+	}
+	return wantsMLSpace(r)
+}
+
 // wantsMLSpace says which shape r asks for.
 func wantsMLSpace(r *http.Request) (bool, error) {
 	switch v := r.URL.Query().Get(viewParam); v {
@@ -328,18 +337,8 @@ func (s *Server) liveNodes(r *http.Request, reg *config.Region, a *config.Alloca
 
 // getAllocation answers GET /allocations/{id}.
 func (s *Server) getAllocation(w http.ResponseWriter, r *http.Request, _ Principal) {
-	if err := checkParams(r, "region"); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	reg, a, err := s.allocationByID(r, r.PathValue("id"))
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	nodes, err := s.liveNodes(r, reg, a)
-	if err != nil {
-		s.fail(w, r, err)
+	reg, a, nodes, ok := s.allocationNow(w, r)
+	if !ok {
 		return
 	}
 	d := allocationDetail{allocationSummary: allocationSummary{ID: a.Name, Name: a.Name, RegionKey: reg.Name, WorkspaceAccess: true},
@@ -367,18 +366,8 @@ func (s *Server) getAllocation(w http.ResponseWriter, r *http.Request, _ Princip
 
 // allocationNodes answers GET /allocations/{id}/nodes.
 func (s *Server) allocationNodes(w http.ResponseWriter, r *http.Request, _ Principal) {
-	if err := checkParams(r, "region"); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	reg, a, err := s.allocationByID(r, r.PathValue("id"))
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	nodes, err := s.liveNodes(r, reg, a)
-	if err != nil {
-		s.fail(w, r, err)
+	_, _, nodes, ok := s.allocationNow(w, r)
+	if !ok {
 		return
 	}
 	out := []allocationNode{}
@@ -426,21 +415,29 @@ func fitNow(a *config.Allocation, nodes []scheduler.NodeInfo) []instanceTypeCoun
 
 // allocationInstanceTypes answers GET /allocations/{id}/instance-types.
 func (s *Server) allocationInstanceTypes(w http.ResponseWriter, r *http.Request, _ Principal) {
-	if err := checkParams(r, "region"); err != nil {
-		s.fail(w, r, err)
-		return
+	if _, a, nodes, ok := s.allocationNow(w, r); ok {
+		writeJSON(w, http.StatusOK, fitNow(a, nodes))
 	}
-	reg, a, err := s.allocationByID(r, r.PathValue("id"))
+}
+
+// allocationNow reads the allocation an /allocations/{id} call names, and
+// its nodes as the allocator sees them now; it answers the error itself.
+func (s *Server) allocationNow(w http.ResponseWriter, r *http.Request) (*config.Region, *config.Allocation, []scheduler.NodeInfo, bool) {
+	err := checkParams(r, "region")
+	var reg *config.Region
+	var a *config.Allocation
+	var nodes []scheduler.NodeInfo
+	if err == nil {
+		reg, a, err = s.allocationByID(r, r.PathValue("id"))
+	}
+	if err == nil {
+		nodes, err = s.liveNodes(r, reg, a)
+	}
 	if err != nil {
 		s.fail(w, r, err)
-		return
+		return nil, nil, nil, false
 	}
-	nodes, err := s.liveNodes(r, reg, a)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, fitNow(a, nodes))
+	return reg, a, nodes, true
 }
 
 // availableInstanceTypes answers GET /instance_types/{region}/available:
