@@ -91,15 +91,9 @@ func jobNotFoundMLSpace(w http.ResponseWriter, name string) {
 // params answers GET /jobs/{job_name}/params: every RunJobRequest field of
 // the job, as ML Space lists them.
 func (s *Server) params(w http.ResponseWriter, r *http.Request, p Principal) {
-	if err := checkParams(r, "region"); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	ctx, cancel := s.call(r)
+	ctx, cancel, st, ok := s.jobOfCall(w, r, p)
 	defer cancel()
-	_, st, err := s.visibleStatus(ctx, p, r.PathValue("job_name"))
-	if err != nil {
-		s.fail(w, r, err)
+	if !ok {
 		return
 	}
 	spec := st.Spec
@@ -125,6 +119,29 @@ func (s *Server) writeJobRedacted(ctx context.Context, w http.ResponseWriter, r 
 	s.writeRedacted(ctx, w, r, rd, v)
 }
 
+// jobOfCall reads the job a /jobs/{job_name}/... call names: visible to p,
+// and in the region the call names, if it names one. It answers the error
+// itself; cancel ends the call's context.
+func (s *Server) jobOfCall(w http.ResponseWriter, r *http.Request, p Principal) (ctx context.Context, cancel context.CancelFunc, st protocol.JobStatus, ok bool) {
+	ctx, cancel = s.call(r)
+	err := checkParams(r, "region")
+	var info client.JobInfo
+	if err == nil {
+		info, st, err = s.visibleStatus(ctx, p, r.PathValue("job_name"))
+	}
+	if err == nil {
+		err = checkRegion(r, info, st)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return ctx, cancel, st, false
+	}
+	if st.JobName == "" {
+		st.JobName = r.PathValue("job_name")
+	}
+	return ctx, cancel, st, true
+}
+
 // currentPlacement is the placement of the job's attempt that holds
 // capacity now, if any.
 func currentPlacement(st protocol.JobStatus) ([]scheduler.WorkerPlacement, bool) {
@@ -141,18 +158,12 @@ func currentPlacement(st protocol.JobStatus) ([]scheduler.WorkerPlacement, bool)
 // nodes answers GET /jobs/{job_name}/nodes: the nodes the job runs on now
 // (404 while it waits).
 func (s *Server) nodes(w http.ResponseWriter, r *http.Request, p Principal) {
-	if err := checkParams(r, "region"); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	ctx, cancel := s.call(r)
+	_, cancel, st, ok := s.jobOfCall(w, r, p)
 	defer cancel()
-	name := r.PathValue("job_name")
-	_, st, err := s.visibleStatus(ctx, p, name)
-	if err != nil {
-		s.fail(w, r, err)
+	if !ok {
 		return
 	}
+	name := st.JobName
 	placement, ok := currentPlacement(st)
 	if !ok {
 		s.fail(w, r, errorf(http.StatusNotFound, codeNotFound, "", fmt.Sprintf("job %s runs on no node now: it is %s", name, st.State)))
@@ -184,18 +195,12 @@ type elasticPod struct {
 // elasticPods answers GET /jobs/elastic/{job_name}/pods: the workers of every
 // attempt of a pytorch_elastic job.
 func (s *Server) elasticPods(w http.ResponseWriter, r *http.Request, p Principal) {
-	if err := checkParams(r, "region"); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	ctx, cancel := s.call(r)
+	ctx, cancel, st, ok := s.jobOfCall(w, r, p)
 	defer cancel()
-	name := r.PathValue("job_name")
-	_, st, err := s.visibleStatus(ctx, p, name)
-	if err != nil {
-		s.fail(w, r, err)
+	if !ok {
 		return
 	}
+	name := st.JobName
 	if st.Spec.Type != "pytorch_elastic" {
 		s.fail(w, r, errorf(http.StatusUnprocessableEntity, codeWrongKind, "", fmt.Sprintf("job %s is of type %s, not pytorch_elastic", name, st.Spec.Type)))
 		return

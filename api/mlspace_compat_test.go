@@ -205,3 +205,17 @@ func TestLogsTakeRegion(t *testing.T) {
 	code, _ = getAs(t, s, "GET", "/public/v2/jobs/"+jobB+"/logs?region=SR003", bobToken)
 	assert.Equal(t, 404, code)
 }
+
+// TestJobEndpointsCheckRegion: every job endpoint that takes region answers
+// 404 for another region than the job's.
+func TestJobEndpointsCheckRegion(t *testing.T) {
+	s, _ := twoWorkspaceServer(t)
+	for _, path := range []string{"/params", "/nodes"} {
+		code, _ := getAs(t, s, "GET", "/public/v2/jobs/"+nbB+path+"?region=SR003", bobToken)
+		assert.Equal(t, 404, code, path)
+		code, _ = getAs(t, s, "GET", "/public/v2/jobs/"+nbB+path+"?region=SR006", bobToken)
+		assert.Equal(t, 200, code, path)
+	}
+	code, _ := getAs(t, s, "GET", "/public/v2/jobs/elastic/"+nbB+"/pods?region=SR003", bobToken)
+	assert.Equal(t, 404, code)
+}
