@@ -77,6 +77,11 @@ func Check(cfg *config.Config, spec *protocol.JobSpec) (notes []string, err erro
 	if err := checkPlacementFields(cfg, spec, alloc); err != nil {
 		return nil, err
 	}
+	if note, err := applyTimeLimit(spec, alloc); err != nil {
+		return nil, err
+	} else if note != "" {
+		notes = append(notes, note)
+	}
 	if len(alloc.NodeSelector) > 0 && len(alloc.Nodes) == 0 {
 		// The nodes are picked in the cluster by trainq-worker, which
 		// refuses a request that can never fit them.
@@ -95,6 +100,28 @@ func Check(cfg *config.Config, spec *protocol.JobSpec) (notes []string, err erro
 		return nil, &protocol.FieldError{Field: "n_workers", Message: err.Error()}
 	}
 	return notes, nil
+}
+
+// applyTimeLimit gives a job its allocation's default time limit when it
+// names none, and refuses a longer one than the allocation's maximum.
+func applyTimeLimit(spec *protocol.JobSpec, alloc *config.Allocation) (note string, err error) {
+	if spec.Kind == scheduler.KindNotebook {
+		return "", nil
+	}
+	def, most := alloc.DefaultTimeLimit.D(), alloc.MaxTimeLimit.D()
+	switch {
+	case most > 0 && spec.TimeLimit > most:
+		return "", &protocol.FieldError{Field: "stop_timer", Message: fmt.Sprintf(
+			"%d minutes is more than allocation %s allows: at most %d minutes (max_time_limit %s)",
+			int(spec.TimeLimit/time.Minute), alloc.Name, int(most/time.Minute), most)}
+	case spec.TimeLimit == 0 && def > 0:
+		spec.TimeLimit = def
+		return fmt.Sprintf("stop_timer is allocation %s's default: the job is stopped after %s of running", alloc.Name, def), nil
+	case spec.TimeLimit == 0 && most > 0:
+		spec.TimeLimit = most
+		return fmt.Sprintf("stop_timer is allocation %s's maximum: the job is stopped after %s of running", alloc.Name, most), nil
+	}
+	return "", nil
 }
 
 // checkPlacementFields checks queue_name, include_nodes and exclude_nodes

@@ -79,8 +79,14 @@ type Allocation struct {
 	MaxLossGPUHours int `json:"max_loss_gpu_hours"`
 	// MaxWaiting caps the allocation's queue: a submission past it is
 	// refused (default DefaultMaxWaiting, at most MaxMaxWaiting).
-	MaxWaiting int              `json:"max_waiting"`
-	Nodes      []scheduler.Node `json:"nodes"`
+	MaxWaiting int `json:"max_waiting"`
+	// DefaultTimeLimit is the time limit of a job whose request names none
+	// (ML Space's stop_timer); MaxTimeLimit the longest a job may ask for,
+	// and the limit of one that asks for none. 0: no default, no maximum.
+	// Jupyter servers have none.
+	DefaultTimeLimit Duration         `json:"default_time_limit,omitempty"`
+	MaxTimeLimit     Duration         `json:"max_time_limit,omitempty"`
+	Nodes            []scheduler.Node `json:"nodes"`
 	// NodeSelector (backend kubernetes only, instead of nodes) picks the
 	// allocation's nodes by their labels: every Kubernetes node with all of
 	// them, its GPUs, CPU and memory read from its allocatable and its
@@ -348,6 +354,12 @@ func (a Allocation) validatePolicy(field string) error {
 	}
 	if a.StopGracePeriod < 0 {
 		return fmt.Errorf("%s.stop_grace_period: must not be negative, got %s", field, a.StopGracePeriod.D())
+	}
+	if a.DefaultTimeLimit < 0 || a.MaxTimeLimit < 0 {
+		return fmt.Errorf("%s.default_time_limit, max_time_limit: must not be negative", field)
+	}
+	if a.MaxTimeLimit > 0 && a.DefaultTimeLimit > a.MaxTimeLimit {
+		return fmt.Errorf("%s.default_time_limit: %s is more than max_time_limit %s", field, a.DefaultTimeLimit.D(), a.MaxTimeLimit.D())
 	}
 	if a.ReserveAfter < Duration(time.Minute) {
 		return fmt.Errorf("%s.reserve_after: must be at least 1m (the first request of a class waits that long before nodes are drained for it), got %s", field, a.ReserveAfter.D())

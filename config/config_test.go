@@ -150,3 +150,32 @@ func TestPreemptionLimits(t *testing.T) {
 		}
 	}
 }
+
+func TestTimeLimits(t *testing.T) {
+	for _, tc := range []struct {
+		lines     string
+		def, most time.Duration
+		wantErr   string
+	}{
+		{"", 0, 0, ""},
+		{"        default_time_limit: 2h\n        max_time_limit: 24h\n", 2 * time.Hour, 24 * time.Hour, ""},
+		{"        default_time_limit: 48h\n        max_time_limit: 24h\n", 0, 0, "regions[0].allocations[0].default_time_limit: 48h0m0s is more than max_time_limit 24h0m0s"},
+		{"        max_time_limit: -1h\n", 0, 0, "regions[0].allocations[0].default_time_limit, max_time_limit: must not be negative"},
+	} {
+		body := strings.Replace(oneAllocation, "      - name: a\n", "      - name: a\n"+tc.lines, 1)
+		cfg, err := Load(writeConfig(t, body))
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%q: want an error containing %q, got %v", tc.lines, tc.wantErr, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%q: %v", tc.lines, err)
+		}
+		a := cfg.Regions[0].Allocations[0]
+		if a.DefaultTimeLimit.D() != tc.def || a.MaxTimeLimit.D() != tc.most {
+			t.Errorf("%q: got %s/%s, want %s/%s", tc.lines, a.DefaultTimeLimit.D(), a.MaxTimeLimit.D(), tc.def, tc.most)
+		}
+	}
+}

@@ -155,6 +155,14 @@ type JobSpec struct {
 	Workspace string         `json:"workspace,omitempty"`
 }
 
+// durationText is d as people write it, or "" for none.
+func durationText(d time.Duration) string {
+	if d <= 0 {
+		return ""
+	}
+	return d.String()
+}
+
 // Warn records a warning about the request (once).
 func (s *JobSpec) Warn(w string) {
 	if !slices.Contains(s.Warnings, w) {
@@ -201,6 +209,10 @@ func (s JobSpec) Fields() []SpecField {
 		{"allocation_name", s.AllocationName},
 		{"job_desc", s.JobDesc},
 		{"checkpoint_dir", s.CheckpointDir},
+		{"time_limit", durationText(s.TimeLimit)},
+		{"queue_name", s.QueueName},
+		{"conda_env", s.CondaEnv},
+		{"shm_size_class", s.ShmSizeClass},
 		{"author", s.Author},
 		{"workspace", s.Workspace},
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/cluster"
@@ -90,6 +91,7 @@ func runSubmit(ctx context.Context, g *globals, args []string) error {
 		desc      = fs.String("job-desc", "", "free-text description")
 		class     = fs.String("priority-class", "", "priority class: low, medium (default) or high")
 		maxRetry  = fs.Int("max-retry", 0, "how many times the job is rerun after a failure or preemption (0..100)")
+		timeLimit = fs.Duration("time-limit", 0, "stop the job after this long running, counted over its attempts, e.g. 90m (ML Space's stop_timer; 0: the allocation's default)")
 		env       = kvFlag{name: "env"}
 		flags     = kvFlag{name: "flag"}
 		ckpt      = fs.String("checkpoint-dir", "", "checkpoint directory (default: one under the data dir, shared by attempts)")
@@ -144,6 +146,12 @@ func runSubmit(ctx context.Context, g *globals, args []string) error {
 	}
 	if set["max-retry"] {
 		spec.MaxRetry = *maxRetry
+	}
+	if set["time-limit"] {
+		if *timeLimit < 0 || *timeLimit > protocol.MaxStopTimerMinutes*time.Minute {
+			return &protocol.FieldError{Field: "time_limit", Message: fmt.Sprintf("must be between 0 and %d minutes, got %s", protocol.MaxStopTimerMinutes, *timeLimit)}
+		}
+		spec.TimeLimit = *timeLimit
 	}
 	spec.EnvVariables = mergeMaps(spec.EnvVariables, env.m)
 	spec.Flags = mergeMaps(spec.Flags, flags.m)

@@ -1,0 +1,63 @@
+package client
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/trainq/trainq/config"
+	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/scheduler"
+)
+
+// TestTimeLimitsOfTheAllocation: a job that names no stop_timer gets the
+// allocation's default, else its maximum; one that asks for more than the
+// maximum is refused naming stop_timer; a Jupyter server gets none.
+func TestTimeLimitsOfTheAllocation(t *testing.T) {
+	cfg := config.Default()
+	_, alloc, err := cfg.Allocation(cfg.DefaultRegion, "demo")
+	require.NoError(t, err)
+	job := func(limit time.Duration) protocol.JobSpec {
+		return protocol.JobSpec{Script: "s", InstanceType: "a100.1gpu", AllocationName: "demo", TimeLimit: limit}
+	}
+	for _, tc := range []struct {
+		name          string
+		def, most     time.Duration
+		asked, want   time.Duration
+		refused, note bool
+	}{
+		{"no limits", 0, 0, 0, 0, false, false},
+		{"the default", time.Hour, 0, 0, time.Hour, false, true},
+		{"its own under the maximum", time.Hour, 4 * time.Hour, 2 * time.Hour, 2 * time.Hour, false, false},
+		{"none asked, only a maximum", 0, 4 * time.Hour, 0, 4 * time.Hour, false, true},
+		{"more than the maximum", 0, 4 * time.Hour, 5 * time.Hour, 0, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			alloc.DefaultTimeLimit, alloc.MaxTimeLimit = config.Duration(tc.def), config.Duration(tc.most)
+			spec := job(tc.asked)
+			notes, err := Check(cfg, &spec)
+			if tc.refused {
+				var fe *protocol.FieldError
+				require.True(t, errors.As(err, &fe), "%v", err)
+				assert.Equal(t, "stop_timer", fe.Field)
+				assert.Contains(t, fe.Message, "at most 240 minutes")
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, spec.TimeLimit)
+			noted := false
+			for _, n := range notes {
+				noted = noted || len(n) > 10 && n[:10] == "stop_timer"
+			}
+			assert.Equal(t, tc.note, noted, "notes %q", notes)
+		})
+	}
+	alloc.DefaultTimeLimit, alloc.MaxTimeLimit = config.Duration(time.Hour), config.Duration(time.Hour)
+	nb := protocol.JobSpec{Script: "s", InstanceType: "a100.1gpu", AllocationName: "demo", Kind: scheduler.KindNotebook}
+	_, err = Check(cfg, &nb)
+	require.NoError(t, err)
+	assert.Zero(t, nb.TimeLimit, "Jupyter servers have no time limit")
+}
