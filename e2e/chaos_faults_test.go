@@ -17,6 +17,7 @@ import (
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/trainq/trainq/activities"
 	tqclient "github.com/trainq/trainq/client"
@@ -453,4 +454,278 @@ func (r *chaosRun) burst(f chaosFault) (string, bool) {
 	desc := fmt.Sprintf("%s (%d × %d GPUs, high) ran %s after its submission; %d/%d one-GPU jobs waited behind it when it ended",
 		wide.name, wide.workers, wide.gpus, runs.Round(100*time.Millisecond), waiting, len(small))
 	return desc, queued
+}
+
+// recoverAllocator asks the allocator to recover, as `trainq allocator
+// recover` does, and counts a call that got no answer: a recovery held up
+// (by a job that cannot answer, say) is one the harness sees fail. A call
+// cut off by the dev server's kill is asked once more.
+func (r *chaosRun) recoverAllocator(why string) (protocol.RecoverReply, time.Duration, error) {
+	start := time.Now()
+	reply, err := tqclient.New(r.c, r.cfg).RecoverAllocator(context.Background(), chaosRegion, chaosAllocation)
+	if err != nil {
+		r.logf("trainq allocator recover (%s) failed after %s, asking again: %v", why, time.Since(start).Round(10*time.Millisecond), err)
+		reply, err = tqclient.New(r.c, r.cfg).RecoverAllocator(context.Background(), chaosRegion, chaosAllocation)
+	}
+	took := time.Since(start)
+	r.mu.Lock()
+	r.recoveries++
+	if err != nil {
+		r.unrecovered = append(r.unrecovered, fmt.Sprintf("%s: no answer after %s: %v", why, took.Round(10*time.Millisecond), err))
+	}
+	r.mu.Unlock()
+	return reply, took, err
+}
+
+// chaosLagLine is what trainq-worker logs for each job its lagging listing
+// leaves out (activities.RegisterJobs).
+const chaosLagLine = "test listing lag: recovery's listing leaves out"
+
+// leftOut reads, from the log of trainq-worker's current process, the jobs
+// its lagging listing left out.
+func (r *chaosRun) leftOut() []string {
+	var out []string
+	for _, line := range strings.Split(r.main.p.LogTail(1<<30), "\n") {
+		if !strings.Contains(line, chaosLagLine) {
+			continue
+		}
+		for _, field := range strings.Fields(line) {
+			if job, ok := strings.CutPrefix(field, "job="); ok && !slices.Contains(out, job) {
+				out = append(out, job)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// listingLag: trainq-worker is killed and started again with its recovery
+// listing lagging f.lag (and keeps it for the rest of the run); the
+// fault's jobs are submitted; once one of them runs, the allocator is asked
+// to recover. Both of recovery's listings, 2 s apart, miss what started
+// within the lag. The follow-up, run aside, waits until every job left out
+// is known to the allocator again (a fence found its worker, or it asked
+// again) or has ended, and says how each came back.
+func (r *chaosRun) listingLag(f chaosFault) (string, bool, func() string) {
+	// A recovery already under way (one that waits out a job that cannot
+	// answer) would take this fault's recover in its stead.
+	idle := time.Now()
+	if !r.waitFor(90*time.Second, func() bool { v, err := r.queue(); return err == nil && !v.Recovering }) {
+		return "the allocator was still recovering after 90s; no lag", false, nil
+	}
+	waited := ""
+	if d := time.Since(idle); d > time.Second {
+		waited = fmt.Sprintf("after waiting %s for a recovery under way to end, ", d.Round(100*time.Millisecond))
+	}
+	r.mu.Lock()
+	r.lag = f.lag
+	r.main.env = []string{activities.EnvTestListingLag + "=" + f.lag.String()}
+	r.mu.Unlock()
+	desc := waited + r.bounce(r.main, 500*time.Millisecond) + fmt.Sprintf(", now with %s=%s", activities.EnvTestListingLag, f.lag)
+	for _, j := range f.jobs {
+		if !r.submit(j) {
+			return desc + fmt.Sprintf("; could not submit %s; no recovery", j.name), false, nil
+		}
+	}
+	submitted := time.Now()
+	runs := r.waitFor(20*time.Second, func() bool {
+		for _, j := range f.jobs {
+			if j.class == "high" && r.runsAttempt(j, 1) {
+				return true
+			}
+		}
+		return false
+	})
+	states := map[string]string{}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	for _, j := range f.jobs {
+		if ji, err := r.describeJob(ctx, j.name); err == nil {
+			states[j.name] = fmt.Sprintf("%s %s", j.name, chaosOrNone(ji.state))
+		}
+	}
+	cancel()
+	desc += fmt.Sprintf("; submitted %s; %s after, %s", strings.Join(chaosJobNames(f.jobs), ", "),
+		time.Since(submitted).Round(100*time.Millisecond), strings.Join(chaosValues(states), ", "))
+	reply, took, err := r.recoverAllocator("after the listing began to lag")
+	if err != nil {
+		return desc + fmt.Sprintf("; `trainq allocator recover` got no answer: %v", err), false, nil
+	}
+	recovered := time.Now()
+	missed := r.leftOut()
+	desc += fmt.Sprintf("; `trainq allocator recover` answered in %s: %d jobs listed, %d holding, %d waiting; the listing left out %d: %s",
+		took.Round(10*time.Millisecond), reply.Listed, reply.Running, reply.Waiting, len(missed), chaosOrNone(strings.Join(missed, ", ")))
+	if !runs {
+		desc += " (no job of the fault ran within 20s)"
+	}
+	follow := func() string { return r.backInView(missed, recovered) }
+	return desc, runs && len(missed) > 0, follow
+}
+
+// backInView waits (bounded) until each job in missed is known to the
+// allocator (running or waiting) or has ended, and says when and at which
+// attempt each came back: a running job found by a fence comes back at its
+// attempt, one whose worker the fence stopped at a later one.
+func (r *chaosRun) backInView(missed []string, since time.Time) string {
+	bound := 3*r.plan.size.requestCheck + 30*time.Second
+	back := map[string]string{}
+	r.waitFor(bound, func() bool {
+		v, err := r.queue()
+		if err != nil {
+			return false
+		}
+		for _, job := range missed {
+			if back[job] != "" {
+				continue
+			}
+			at := time.Since(since).Round(100 * time.Millisecond)
+			for _, run := range v.Running {
+				if run.Job == job {
+					back[job] = fmt.Sprintf("%s holding attempt %d after %s", job, run.Attempt, at)
+				}
+			}
+			for _, w := range v.Waiting {
+				if w.Job == job {
+					back[job] = fmt.Sprintf("%s waiting with attempt %d after %s", job, w.Attempt, at)
+				}
+			}
+			if back[job] == "" {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				ji, err := r.describeJob(ctx, job)
+				cancel()
+				if err == nil && (ji.closed || !ji.found) {
+					back[job] = fmt.Sprintf("%s ended (%s) after %s", job, chaosOrNone(ji.state), at)
+				}
+			}
+		}
+		return len(back) == len(missed)
+	})
+	var parts []string
+	for _, job := range missed {
+		if back[job] == "" {
+			parts = append(parts, fmt.Sprintf("%s NOT known to the allocator %s after the recovery", job, bound))
+		} else {
+			parts = append(parts, back[job])
+		}
+	}
+	return "what the lagging listing missed came back: " + chaosOrNone(strings.Join(parts, "; "))
+}
+
+func chaosJobNames(jobs []chaosJob) []string {
+	var out []string
+	for _, j := range jobs {
+		out = append(out, j.name)
+	}
+	return out
+}
+
+func chaosValues(m map[string]string) []string {
+	var out []string
+	for _, v := range m {
+		out = append(out, v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// chaosDeadQueue is a task queue no worker polls.
+const chaosDeadQueue = "trainq-chaos-nobody-polls"
+
+// deadJob starts a job workflow of the allocation on a task queue no worker
+// polls: its workflow task never runs, so it answers no register update,
+// though visibility lists it as a running job of the allocation. The
+// allocator is asked to recover: the recovery must complete without it,
+// name it unanswered, and ask it again later (askUnansweredAgain); then it
+// is terminated, as an operator would.
+func (r *chaosRun) deadJob(f chaosFault, n int) (string, bool) {
+	name := fmt.Sprintf("chaos-dead-%d", n)
+	j := chaosJob{name: name, class: "low", workers: 1, gpus: 1, sleeps: []float64{1}}
+	spec := r.spec(j)
+	if _, err := tqclient.Check(r.cfg, &spec); err != nil {
+		return fmt.Sprintf("%s's spec: %v", name, err), false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	_, err := r.c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID: name, TaskQueue: chaosDeadQueue,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			protocol.KeyState.ValueSet(string(protocol.StatePending)),
+			protocol.KeyPriority.ValueSet(spec.PriorityClass),
+			protocol.KeyAllocation.ValueSet(chaosAllocation),
+			protocol.KeyRegion.ValueSet(chaosRegion),
+			protocol.KeyKind.ValueSet(string(spec.Kind)),
+			protocol.KeyAttempt.ValueSet(1),
+			protocol.KeyGPUs.ValueSet(1),
+		),
+	}, protocol.JobWorkflowName, protocol.JobInput{Name: name, Spec: spec})
+	cancel()
+	if err != nil {
+		r.problem("start %s on %s: %v", name, chaosDeadQueue, err)
+		return fmt.Sprintf("could not start %s: %v", name, err), false
+	}
+	started := time.Now()
+	defer r.terminate(name)
+	// A lagging listing (faultListingLag) would hide a job started within
+	// the lag: this fault is about a job recovery finds and cannot ask, so
+	// it waits until the lag no longer hides it.
+	r.mu.Lock()
+	lag := r.lag
+	r.mu.Unlock()
+	if lag > 0 {
+		time.Sleep(time.Until(started.Add(lag + 500*time.Millisecond)))
+	}
+	desc := fmt.Sprintf("%s started on task queue %s (no worker polls it)", name, chaosDeadQueue)
+	reply, took, err := r.recoverAllocator("with " + name + " unable to answer")
+	if err != nil {
+		return desc + fmt.Sprintf("; `trainq allocator recover` got no answer after %s: %v", took.Round(10*time.Millisecond), err), false
+	}
+	answered := time.Now()
+	named := slices.Contains(reply.Unanswered, name)
+	desc += fmt.Sprintf("; `trainq allocator recover` answered in %s: %d jobs listed, %d holding, %d waiting, unanswered %v",
+		took.Round(10*time.Millisecond), reply.Listed, reply.Running, reply.Waiting, reply.Unanswered)
+	// The allocator asks it again every reclaim_interval (each try waits
+	// out the register update's timeout).
+	asked := false
+	deadline := time.Now().Add(90 * time.Second)
+	for !asked && time.Now().Before(deadline) && !r.isOver() {
+		asked = r.allocatorAskedAgain(name, answered)
+		if !asked {
+			time.Sleep(time.Second)
+		}
+	}
+	if asked {
+		desc += fmt.Sprintf("; the allocator asked it again %s after the recovery", time.Since(answered).Round(100*time.Millisecond))
+	} else {
+		desc += "; the allocator did NOT ask it again within 90s"
+	}
+	desc += "; then terminated"
+	return desc, named && asked
+}
+
+// allocatorAskedAgain says whether the allocator's current run has
+// scheduled, since since, a RegisterJobs naming job.
+func (r *chaosRun) allocatorAskedAgain(job string, since time.Time) bool {
+	events, err := chaosHistory(r.c, protocol.AllocatorWorkflowID(chaosRegion, chaosAllocation), "")
+	if err != nil {
+		return false
+	}
+	for _, e := range events {
+		a := e.GetActivityTaskScheduledEventAttributes()
+		if a == nil || a.GetActivityType().GetName() != "RegisterJobs" || e.GetEventTime().AsTime().Before(since) {
+			continue
+		}
+		var in activities.RegisterJobsInput
+		if decodeFirst(a.GetInput(), &in) == nil && slices.Contains(in.Jobs, job) {
+			return true
+		}
+	}
+	return false
+}
+
+// terminate ends a workflow the harness started (and the run must not leave
+// behind).
+func (r *chaosRun) terminate(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := r.c.TerminateWorkflow(ctx, id, "", "chaos test: a fault's workflow is done"); err != nil {
+		r.problem("terminate %s: %v", id, err)
+	}
 }

@@ -61,6 +61,10 @@ type chaosReport struct {
 	// the allocator completed its first workflow task on the new process.
 	resumed []string
 	deaths  []string // processes that exited by themselves
+	// recoveries are the harness's own recover calls, unrecovered those that
+	// got no answer.
+	recoveries  int
+	unrecovered []string
 }
 
 // chaosFigure is one row of the report's table.
@@ -108,6 +112,8 @@ func (rep *chaosReport) figures() []chaosFigure {
 		zero("workers the server never saw end (no watch, stop, release or fence in any history)", len(s.neverEnded),
 			fmt.Sprintf("%d (of %d started)", len(s.neverEnded), s.workers)),
 		gpu,
+		zero("recoveries asked by the harness that got no answer (`trainq allocator recover`)", len(rep.unrecovered),
+			fmt.Sprintf("%d (of %d)", len(rep.unrecovered), rep.recoveries)),
 		zero("record anomalies (malformed or unpaired lines)", len(rep.holds.Anomalies), ""),
 		zero("histories that could not be read", len(s.readErrors), ""),
 	}
@@ -235,6 +241,7 @@ func (rep *chaosReport) markdown() string {
 		}
 	}
 	section("Allocator's first workflow task on the restarted trainq-worker, after its start", rep.resumed)
+	section("Recoveries that got no answer", rep.unrecovered)
 	section("Lost jobs", rep.lost)
 	section("Stuck jobs (not terminal at the deadline)", rep.stuck)
 	section("Orphan worker processes", rep.orphans)
@@ -286,6 +293,7 @@ func (r *chaosRun) check(final map[string]chaosJobInfo) *chaosReport {
 	for k, n := range r.degraded {
 		rep.degraded[k] = n
 	}
+	rep.recoveries, rep.unrecovered = r.recoveries, append([]string(nil), r.unrecovered...)
 	own := map[string]bool{}
 	for _, j := range r.plan.jobs {
 		own[j.name] = true
