@@ -528,7 +528,22 @@ func (r *chaosRun) listingLag(f chaosFault) (string, bool, func() string) {
 		}
 	}
 	submitted := time.Now()
+	// Recovery is to miss jobs the allocator had: wait until it has every
+	// one of the fault's (running or waiting) and one of the high ones
+	// runs. A request still on its way when the recovery begins waits for
+	// it and is applied after, so it would not be missed.
+	var known map[string]string
 	runs := r.waitFor(20*time.Second, func() bool {
+		v, err := r.queue()
+		if err != nil {
+			return false
+		}
+		known = chaosKnown(v)
+		for _, j := range f.jobs {
+			if known[j.name] == "" {
+				return false
+			}
+		}
 		for _, j := range f.jobs {
 			if j.class == "high" && r.runsAttempt(j, 1) {
 				return true
@@ -536,29 +551,93 @@ func (r *chaosRun) listingLag(f chaosFault) (string, bool, func() string) {
 		}
 		return false
 	})
-	states := map[string]string{}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	for _, j := range f.jobs {
-		if ji, err := r.describeJob(ctx, j.name); err == nil {
-			states[j.name] = fmt.Sprintf("%s %s", j.name, chaosOrNone(ji.state))
-		}
+	if v, err := r.queue(); err == nil {
+		known = chaosKnown(v) // what the state being replaced had
 	}
-	cancel()
-	desc += fmt.Sprintf("; submitted %s; %s after, %s", strings.Join(chaosJobNames(f.jobs), ", "),
-		time.Since(submitted).Round(100*time.Millisecond), strings.Join(chaosValues(states), ", "))
+	var had []string
+	for _, j := range f.jobs {
+		had = append(had, fmt.Sprintf("%s %s", j.name, chaosOrNone(known[j.name])))
+	}
+	desc += fmt.Sprintf("; submitted %s; %s after, the allocator had %s", strings.Join(chaosJobNames(f.jobs), ", "),
+		time.Since(submitted).Round(100*time.Millisecond), strings.Join(had, ", "))
+	recoverStart := time.Now()
 	reply, took, err := r.recoverAllocator("after the listing began to lag")
 	if err != nil {
 		return desc + fmt.Sprintf("; `trainq allocator recover` got no answer: %v", err), false, nil
 	}
 	recovered := time.Now()
-	missed := r.leftOut()
-	desc += fmt.Sprintf("; `trainq allocator recover` answered in %s: %d jobs listed, %d holding, %d waiting; the listing left out %d: %s",
-		took.Round(10*time.Millisecond), reply.Listed, reply.Running, reply.Waiting, len(missed), chaosOrNone(strings.Join(missed, ", ")))
-	if !runs {
-		desc += " (no job of the fault ran within 20s)"
+	var missed, late []string // the allocator had them before the recovery, or not
+	for _, job := range r.leftOut() {
+		if known[job] != "" {
+			missed = append(missed, fmt.Sprintf("%s (%s)", job, known[job]))
+		} else {
+			late = append(late, job)
+		}
 	}
-	follow := func() string { return r.backInView(missed, recovered) }
+	desc += fmt.Sprintf("; `trainq allocator recover` answered in %s: %d jobs listed, %d holding, %d waiting; "+
+		"the listing missed %d jobs the allocator had: %s",
+		took.Round(10*time.Millisecond), reply.Listed, reply.Running, reply.Waiting, len(missed), chaosOrNone(strings.Join(missed, ", ")))
+	if len(late) > 0 {
+		desc += fmt.Sprintf(" (and left out %d it did not have before: %s)", len(late), strings.Join(late, ", "))
+	}
+	if !runs {
+		desc += " (the fault's jobs were not all known, one running, within 20s)"
+	}
+	var names []string
+	for _, m := range missed {
+		name, _, _ := strings.Cut(m, " ")
+		names = append(names, name)
+		var attempt int
+		if _, err := fmt.Sscanf(known[name], "running attempt %d", &attempt); err == nil {
+			r.mu.Lock()
+			r.lagMissed = append(r.lagMissed, chaosMissed{job: name, attempt: attempt, from: recoverStart, until: recovered.Add(chaosRecoveryFences)})
+			r.mu.Unlock()
+		}
+	}
+	follow := func() string { return r.backInView(names, recovered) }
 	return desc, runs && len(missed) > 0, follow
+}
+
+// chaosMissed is a running job's attempt that a lagging recovery listing
+// missed: no fence scheduled in [from, until] (the recovery's own fences)
+// may stop its workers, which its job holds.
+type chaosMissed struct {
+	job         string
+	attempt     int
+	from, until time.Time
+}
+
+// chaosRecoveryFences bounds, after a recovery answered, when the fences it
+// set off are scheduled (its own workflow task, or the next): a fence
+// scheduled later is a lost node's, which may stop a worker legitimately.
+const chaosRecoveryFences = 5 * time.Second
+
+// fencedHealthy lists the workers of missed running attempts that a
+// recovery fence stopped.
+func fencedHealthy(missed []chaosMissed, stops []chaosFenceStop) []string {
+	var out []string
+	for _, m := range missed {
+		for _, st := range stops {
+			if st.id.Job == m.job && st.id.Attempt == m.attempt && !st.scheduled.Before(m.from) && !st.scheduled.After(m.until) {
+				out = append(out, fmt.Sprintf("%s on %s: stopped by a fence scheduled %s after the recovery began (answered %s)",
+					st.id, st.node, st.scheduled.Sub(m.from).Round(10*time.Millisecond), st.answered.Format("15:04:05.000")))
+			}
+		}
+	}
+	return out
+}
+
+// chaosKnown says, for each job the allocator has, whether it holds
+// ("running attempt N") or waits ("waiting attempt N").
+func chaosKnown(v protocol.QueueView) map[string]string {
+	out := map[string]string{}
+	for _, run := range v.Running {
+		out[run.Job] = fmt.Sprintf("running attempt %d", run.Attempt)
+	}
+	for _, w := range v.Waiting {
+		out[w.Job] = fmt.Sprintf("waiting attempt %d", w.Attempt)
+	}
+	return out
 }
 
 // backInView waits (bounded) until each job in missed is known to the

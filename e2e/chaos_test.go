@@ -186,6 +186,8 @@ type chaosRun struct {
 	// unrecovered those that got no answer (a recovery held up).
 	recoveries  int
 	unrecovered []string
+	// lagMissed are the running attempts a lagging listing missed.
+	lagMissed []chaosMissed
 }
 
 func newChaosRun(t *testing.T, plan chaosPlan) *chaosRun {
