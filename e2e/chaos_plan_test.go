@@ -441,7 +441,10 @@ func chaosScript(records, gate string, j chaosJob) string {
 		wait = `if [ "$TRAINQ_ATTEMPT" = 1 ]; then while [ ! -e ` + chaosShellQuote(gate) + ` ]; do sleep 0.1; done; else sleep "$d" & wait $!; fi`
 	}
 	return `R=` + chaosShellQuote(records) + `; ` +
-		`rec() { echo "$1 $TRAINQ_JOB_NAME $TRAINQ_ATTEMPT $TRAINQ_WORKER $TRAINQ_NODE $CUDA_VISIBLE_DEVICES $(date +%s%N)" >>"$R"; }; ` +
+		// A SIGTERM to the worker's process group while date runs kills
+		// date too: ask it again rather than write a line without its time.
+		`rec() { t=$(date +%s%N); [ -n "$t" ] || t=$(date +%s%N); [ -n "$t" ] || t=$(date +%s%N); ` +
+		`echo "$1 $TRAINQ_JOB_NAME $TRAINQ_ATTEMPT $TRAINQ_WORKER $TRAINQ_NODE $CUDA_VISIBLE_DEVICES $t" >>"$R"; }; ` +
 		`started=0; ended=0; ` +
 		`fin() { if [ "$started" = 1 ] && [ "$ended" = 0 ]; then ended=1; rec end; fi; }; ` +
 		`trap 'fin; exit 143' TERM; trap fin EXIT; ` +
