@@ -153,13 +153,15 @@ const (
 	// faultBurst: a wide job holds most of the pool while dozens of 1-GPU
 	// jobs queue behind it; it ends and one pass can grant them all.
 	faultBurst
-	// faultListingLag: trainq-worker is restarted (kill -9) with
-	// TRAINQ_TEST_LISTING_LAG set, so that recovery's listing leaves out
-	// every job started within the lag (from then on, for the rest of the
-	// run); a few jobs are submitted, and once one runs the allocator is
-	// asked to recover (`trainq allocator recover`): the jobs just submitted
-	// are missed by both of its listings, the running ones must be found by
-	// the fences, the waiting ones must ask again.
+	// faultListingLag: a few jobs are submitted; once the allocator has
+	// them (one running) it is asked to recover (`trainq allocator
+	// recover`), which registers them to its epoch; trainq-worker is then
+	// restarted (kill -9) with TRAINQ_TEST_LISTING_LAG set, so that
+	// recovery's listing leaves out every job started within the lag (for
+	// the rest of the run), and the allocator is asked to recover again:
+	// both its listings miss the jobs just submitted; the running ones must
+	// be found by the fences, the waiting ones must ask again and take the
+	// grant of the newer epoch.
 	faultListingLag
 	// faultDeadJob: a job workflow of the allocation on a task queue no
 	// worker polls (its workflow task never runs, so it cannot answer the
@@ -395,9 +397,10 @@ func addRecoveryFaults(faults []chaosFault, size chaosSize, seed uint64) []chaos
 	at := func() time.Duration {
 		return (size.faultsFrom + time.Duration(rng.Int64N(int64(size.faultsUntil-size.faultsFrom)))).Round(10 * time.Millisecond)
 	}
-	// The lag is longer than recovery's 2 s between its two listings, so
-	// that a job submitted just before is missed by both.
-	lag := chaosFault{kind: faultListingLag, at: at(), lag: time.Duration(3000+rng.IntN(5001)) * time.Millisecond}
+	// The lag outlasts the fault's jobs' submission, a first recovery and a
+	// trainq-worker restart (about 6 s) and recovery's 2 s between its two
+	// listings, so that both listings of the second recovery miss them.
+	lag := chaosFault{kind: faultListingLag, at: at(), lag: time.Duration(10000+rng.IntN(6001)) * time.Millisecond}
 	lag.lag = lag.lag.Round(100 * time.Millisecond)
 	// Two high one-GPU jobs, which run at once (preempting if they must),
 	// outliving the recovery and its fences; and one low job of 3 × 4
@@ -592,7 +595,7 @@ func TestChaosCampaignDrawsEveryFault(t *testing.T) {
 					assert.Greater(t, j.sleeps[0], (chaosWatchHeartbeat+2*size.nodeTimeout).Seconds()+10)
 				}
 			case faultListingLag:
-				assert.True(t, f.lag > 2*time.Second && f.lag <= 8*time.Second, "a lag of %s outlasts recovery's two listings", f.lag)
+				assert.True(t, f.lag >= 10*time.Second && f.lag <= 16*time.Second, "a lag of %s outlasts the fault's steps", f.lag)
 				require.Len(t, f.jobs, 3)
 			case faultBurst:
 				require.GreaterOrEqual(t, len(f.jobs), 1+chaosBurstWaiting+chaosGPUsPerNode*2)
