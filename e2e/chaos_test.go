@@ -30,7 +30,8 @@ import (
 // one holder at a time, and every job ends. Jobs of every class and size
 // are submitted over time while the harness kill -9s trainq-worker, node
 // agents and the Temporal dev server (restarting each), terminates or
-// resets the allocator, resets running jobs and sets off bursts of grants;
+// resets the allocator, resets running jobs, sets off bursts of grants, makes
+// recovery's job listing lag and starts a job that cannot answer recovery;
 // the fault schedule and the jobs are drawn from one seed. Then it waits
 // (bounded) for every job to end, checks what the job workers recorded,
 // what the server's histories say and what is left, prints a Markdown
