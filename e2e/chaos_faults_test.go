@@ -315,6 +315,13 @@ func (r *chaosRun) resetAllocator(f chaosFault) (string, bool) {
 	back := len(completed) - max(len(completed)-f.depth, 0)
 	desc := fmt.Sprintf("`temporal workflow reset --workflow-id %s --event-id %d` (back %d of the %d completed workflow tasks of run %s, %d events); "+
 		"`trainq allocator recover %s`", id, event, back, len(completed), run, len(events), chaosAllocation)
+	r.mu.Lock()
+	r.recoveries++
+	if err != nil {
+		r.unrecovered = append(r.unrecovered, fmt.Sprintf("after the allocator reset: `trainq allocator recover` failed after %s: %v: %s",
+			time.Since(reset).Round(10*time.Millisecond), err, strings.TrimSpace(string(out))))
+	}
+	r.mu.Unlock()
 	if err != nil {
 		r.problem("trainq allocator recover: %v: %s", err, strings.TrimSpace(string(out)))
 		return desc + fmt.Sprintf(" FAILED: %v", err), false
