@@ -718,15 +718,6 @@ func chaosJobNames(jobs []chaosJob) []string {
 	return out
 }
 
-func chaosValues(m map[string]string) []string {
-	var out []string
-	for _, v := range m {
-		out = append(out, v)
-	}
-	sort.Strings(out)
-	return out
-}
-
 // chaosDeadQueue is a task queue no worker polls.
 const chaosDeadQueue = "trainq-chaos-nobody-polls"
 
