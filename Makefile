@@ -83,7 +83,8 @@ scale: build $(TEMPORAL)
 
 ## chaos: the chaos campaign, SEEDS=N seeds (1..N, or TRAINQ_CHAOS_SEEDS=3,7,11), each its own plan in about a minute
 ## and a half: kill -9 of trainq-worker, node agents and the dev server, agent outages around node_timeout and while two
-## jobs run on one node, allocator terminates and resets, job resets, bursts of grants; fails unless every GPU had one
+## jobs run on one node, allocator terminates and resets, job resets, bursts of grants, a recovery listing that lags
+## (TRAINQ_TEST_LISTING_LAG) and a job whose workflow task cannot run; fails unless every GPU had one
 ## holder (workers' records and server histories), every job ended and no workflow task failed. Without SEEDS: the full
 ## run, 200 jobs under fixed faults (TRAINQ_CHAOS_SEED). TRAINQ_CHAOS_REPORT=file gets the Markdown report.
 SEEDS ?=

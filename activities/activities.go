@@ -36,6 +36,12 @@ type Activities struct {
 	Client  client.Client
 	Config  *config.Config
 	Backend cluster.Backend
+	// TestListingLag is for tests only (zero, the default, costs nothing):
+	// recovery's listing of an allocation's jobs leaves out every job whose
+	// workflow started less than this long before the listing, as a
+	// visibility store that lags this far behind would. trainq-worker sets
+	// it from $TRAINQ_TEST_LISTING_LAG (see ListingLagFromEnv).
+	TestListingLag time.Duration
 }
 
 // RequestCapacityInput names the allocator and the request.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -161,6 +162,12 @@ func (a *Activities) listRunningJobs(ctx context.Context, region, allocation str
 			return nil, fmt.Errorf("list the jobs of %s/%s: %w", region, allocation, err)
 		}
 		for _, e := range resp.GetExecutions() {
+			if a.TestListingLag > 0 && hiddenByLag(e.GetStartTime().AsTime(), time.Now(), a.TestListingLag) {
+				activity.GetLogger(ctx).Warn("test listing lag: recovery's listing leaves out a job started within the lag",
+					"job", e.GetExecution().GetWorkflowId(), "started_ago", time.Since(e.GetStartTime().AsTime()).Round(time.Millisecond).String(),
+					"lag", a.TestListingLag.String())
+				continue
+			}
 			jobs = append(jobs, e.GetExecution().GetWorkflowId())
 		}
 		activity.RecordHeartbeat(ctx, len(jobs))
@@ -169,6 +176,30 @@ func (a *Activities) listRunningJobs(ctx context.Context, region, allocation str
 			return jobs, nil
 		}
 	}
+}
+
+// EnvTestListingLag names the environment variable trainq-worker reads at
+// start into Activities.TestListingLag (a Go duration, e.g. 5s). Test-only:
+// the chaos campaign uses it to make recovery miss just-started jobs.
+const EnvTestListingLag = "TRAINQ_TEST_LISTING_LAG"
+
+// ListingLagFromEnv reads $TRAINQ_TEST_LISTING_LAG: zero when unset.
+func ListingLagFromEnv() (time.Duration, error) {
+	v := os.Getenv(EnvTestListingLag)
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%s=%q: want a non-negative duration such as 5s", EnvTestListingLag, v)
+	}
+	return d, nil
+}
+
+// hiddenByLag says whether a listing lagging lag behind, taken at now,
+// leaves out a workflow that started at started.
+func hiddenByLag(started, now time.Time, lag time.Duration) bool {
+	return now.Sub(started) < lag
 }
 
 // registerAll registers jobs, registerConcurrency at a time. A job that has

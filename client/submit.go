@@ -33,6 +33,11 @@ type SubmitOptions struct {
 	// client retrying with an Idempotency-Key can be told apart from one
 	// reusing the key for another request.
 	RequestHash string
+	// RequestCheckInterval, when set, replaces the 30 minutes a waiting
+	// attempt waits before it makes sure the allocator has its request
+	// (protocol.JobInput.RequestCheckInterval). For tests that scale their
+	// timeouts down; the API and the CLI never set it.
+	RequestCheckInterval time.Duration
 }
 
 // ErrJobExists is returned by Submit when the name belongs to a closed job.
@@ -193,7 +198,7 @@ func (c *Client) Submit(ctx context.Context, spec protocol.JobSpec, opts SubmitO
 	if name == "" {
 		name = NewJobName(spec.Kind)
 	}
-	_, err = c.Temporal.ExecuteWorkflow(ctx, jobStartOptions(name, spec, opts), protocol.JobWorkflowName, protocol.JobInput{Name: name, Spec: spec})
+	_, err = c.Temporal.ExecuteWorkflow(ctx, jobStartOptions(name, spec, opts), protocol.JobWorkflowName, protocol.JobInput{Name: name, Spec: spec, RequestCheckInterval: opts.RequestCheckInterval})
 	if err != nil {
 		var started *serviceerror.WorkflowExecutionAlreadyStarted
 		if errors.As(err, &started) {

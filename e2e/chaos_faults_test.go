@@ -17,6 +17,7 @@ import (
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/trainq/trainq/activities"
 	tqclient "github.com/trainq/trainq/client"
@@ -314,6 +315,13 @@ func (r *chaosRun) resetAllocator(f chaosFault) (string, bool) {
 	back := len(completed) - max(len(completed)-f.depth, 0)
 	desc := fmt.Sprintf("`temporal workflow reset --workflow-id %s --event-id %d` (back %d of the %d completed workflow tasks of run %s, %d events); "+
 		"`trainq allocator recover %s`", id, event, back, len(completed), run, len(events), chaosAllocation)
+	r.mu.Lock()
+	r.recoveries++
+	if err != nil {
+		r.unrecovered = append(r.unrecovered, fmt.Sprintf("after the allocator reset: `trainq allocator recover` failed after %s: %v: %s",
+			time.Since(reset).Round(10*time.Millisecond), err, strings.TrimSpace(string(out))))
+	}
+	r.mu.Unlock()
 	if err != nil {
 		r.problem("trainq allocator recover: %v: %s", err, strings.TrimSpace(string(out)))
 		return desc + fmt.Sprintf(" FAILED: %v", err), false
@@ -453,4 +461,362 @@ func (r *chaosRun) burst(f chaosFault) (string, bool) {
 	desc := fmt.Sprintf("%s (%d × %d GPUs, high) ran %s after its submission; %d/%d one-GPU jobs waited behind it when it ended",
 		wide.name, wide.workers, wide.gpus, runs.Round(100*time.Millisecond), waiting, len(small))
 	return desc, queued
+}
+
+// recoverAllocator asks the allocator to recover, as `trainq allocator
+// recover` does, and counts a call that got no answer: a recovery held up
+// (by a job that cannot answer, say) is one the harness sees fail. A call
+// cut off by the dev server's kill is asked once more.
+func (r *chaosRun) recoverAllocator(why string) (protocol.RecoverReply, time.Duration, error) {
+	start := time.Now()
+	reply, err := tqclient.New(r.c, r.cfg).RecoverAllocator(context.Background(), chaosRegion, chaosAllocation)
+	if err != nil {
+		r.logf("trainq allocator recover (%s) failed after %s, asking again: %v", why, time.Since(start).Round(10*time.Millisecond), err)
+		reply, err = tqclient.New(r.c, r.cfg).RecoverAllocator(context.Background(), chaosRegion, chaosAllocation)
+	}
+	took := time.Since(start)
+	r.mu.Lock()
+	r.recoveries++
+	if err != nil {
+		r.unrecovered = append(r.unrecovered, fmt.Sprintf("%s: no answer after %s: %v", why, took.Round(10*time.Millisecond), err))
+	}
+	r.mu.Unlock()
+	return reply, took, err
+}
+
+// chaosLagLine is what trainq-worker logs for each job its lagging listing
+// leaves out (activities.RegisterJobs).
+const chaosLagLine = "test listing lag: recovery's listing leaves out"
+
+// leftOut reads, from the log of trainq-worker's current process, the jobs
+// its lagging listing left out.
+func (r *chaosRun) leftOut() []string {
+	var out []string
+	for _, line := range strings.Split(r.main.p.LogTail(1<<30), "\n") {
+		if !strings.Contains(line, chaosLagLine) {
+			continue
+		}
+		for _, field := range strings.Fields(line) {
+			if job, ok := strings.CutPrefix(field, "job="); ok && !slices.Contains(out, job) {
+				out = append(out, job)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// listingLag: trainq-worker is killed and started again with its recovery
+// listing lagging f.lag (and keeps it for the rest of the run); the
+// fault's jobs are submitted; once one of them runs, the allocator is asked
+// to recover. Both of recovery's listings, 2 s apart, miss what started
+// within the lag. The follow-up, run aside, waits until every job left out
+// is known to the allocator again (a fence found its worker, or it asked
+// again) or has ended, and says how each came back.
+func (r *chaosRun) listingLag(f chaosFault) (string, bool, func() string) {
+	// A recovery already under way (one that waits out a job that cannot
+	// answer) would take this fault's recover in its stead.
+	idle := time.Now()
+	if !r.waitFor(90*time.Second, func() bool { v, err := r.queue(); return err == nil && !v.Recovering }) {
+		return "the allocator was still recovering after 90s; no lag", false, nil
+	}
+	waited := ""
+	if d := time.Since(idle); d > time.Second {
+		waited = fmt.Sprintf("after waiting %s for a recovery under way to end, ", d.Round(100*time.Millisecond))
+	}
+	desc := waited
+	for _, j := range f.jobs {
+		if !r.submit(j) {
+			return desc + fmt.Sprintf("could not submit %s; no recovery", j.name), false, nil
+		}
+	}
+	submitted := time.Now()
+	// Recovery is to miss jobs the allocator had: wait until it has every
+	// one of the fault's (running or waiting) and one of the high ones
+	// runs. A request still on its way when the recovery begins waits for
+	// it and is applied after, so it would not be missed.
+	var known map[string]string
+	runs := r.waitFor(20*time.Second, func() bool {
+		v, err := r.queue()
+		if err != nil {
+			return false
+		}
+		known = chaosKnown(v)
+		for _, j := range f.jobs {
+			if known[j.name] == "" {
+				return false
+			}
+		}
+		for _, j := range f.jobs {
+			if j.class == "high" && r.runsAttempt(j, 1) {
+				return true
+			}
+		}
+		return false
+	})
+	var had []string
+	for _, j := range f.jobs {
+		had = append(had, fmt.Sprintf("%s %s", j.name, chaosOrNone(known[j.name])))
+	}
+	desc += fmt.Sprintf("submitted %s; %s after, the allocator had %s", strings.Join(chaosJobNames(f.jobs), ", "),
+		time.Since(submitted).Round(100*time.Millisecond), strings.Join(had, ", "))
+	// A first recovery, before the listing lags, registers them: from then
+	// on they answer to its epoch (a waiting job too, which no grant has
+	// told one yet), as jobs that lived through an earlier recovery do.
+	first, took, err := r.recoverAllocator("before the listing lags")
+	if err != nil {
+		return desc + fmt.Sprintf("; the first `trainq allocator recover` got no answer: %v", err), false, nil
+	}
+	desc += fmt.Sprintf("; a first `trainq allocator recover` (no lag) answered in %s: %d jobs listed; ", took.Round(10*time.Millisecond), first.Listed)
+	r.mu.Lock()
+	r.lag = f.lag
+	r.main.env = []string{activities.EnvTestListingLag + "=" + f.lag.String()}
+	r.mu.Unlock()
+	desc += r.bounce(r.main, 500*time.Millisecond) + fmt.Sprintf(", now with %s=%s", activities.EnvTestListingLag, f.lag)
+	// What the state the next recovery replaces has.
+	r.waitFor(10*time.Second, func() bool {
+		v, err := r.queue()
+		if err == nil {
+			known = chaosKnown(v)
+		}
+		return err == nil
+	})
+	recoverStart := time.Now()
+	reply, took, err := r.recoverAllocator("after the listing began to lag")
+	if err != nil {
+		return desc + fmt.Sprintf("; `trainq allocator recover` got no answer: %v", err), false, nil
+	}
+	recovered := time.Now()
+	var missed, late []string // the allocator had them before the recovery, or not
+	for _, job := range r.leftOut() {
+		if known[job] != "" {
+			missed = append(missed, fmt.Sprintf("%s (%s)", job, known[job]))
+		} else {
+			late = append(late, job)
+		}
+	}
+	desc += fmt.Sprintf("; `trainq allocator recover` answered in %s: %d jobs listed, %d holding, %d waiting; "+
+		"the listing missed %d jobs the allocator had: %s",
+		took.Round(10*time.Millisecond), reply.Listed, reply.Running, reply.Waiting, len(missed), chaosOrNone(strings.Join(missed, ", ")))
+	if len(late) > 0 {
+		desc += fmt.Sprintf(" (and left out %d it did not have before: %s)", len(late), strings.Join(late, ", "))
+	}
+	if !runs {
+		desc += " (the fault's jobs were not all known, one running, within 20s)"
+	}
+	var names []string
+	for _, m := range missed {
+		name, _, _ := strings.Cut(m, " ")
+		names = append(names, name)
+		var attempt int
+		if _, err := fmt.Sscanf(known[name], "running attempt %d", &attempt); err == nil {
+			r.mu.Lock()
+			r.lagMissed = append(r.lagMissed, chaosMissed{job: name, attempt: attempt, from: recoverStart, until: recovered.Add(chaosRecoveryFences)})
+			r.mu.Unlock()
+		}
+	}
+	follow := func() string { return r.backInView(names, recovered) }
+	return desc, runs && len(missed) > 0, follow
+}
+
+// chaosMissed is a running job's attempt that a lagging recovery listing
+// missed: no fence scheduled in [from, until] (the recovery's own fences)
+// may stop its workers, which its job holds.
+type chaosMissed struct {
+	job         string
+	attempt     int
+	from, until time.Time
+}
+
+// chaosRecoveryFences bounds, after a recovery answered, when the fences it
+// set off are scheduled (its own workflow task, or the next): a fence
+// scheduled later is a lost node's, which may stop a worker legitimately.
+const chaosRecoveryFences = 5 * time.Second
+
+// fencedHealthy lists the workers of missed running attempts that a
+// recovery fence stopped.
+func fencedHealthy(missed []chaosMissed, stops []chaosFenceStop) []string {
+	var out []string
+	for _, m := range missed {
+		for _, st := range stops {
+			if st.id.Job == m.job && st.id.Attempt == m.attempt && !st.scheduled.Before(m.from) && !st.scheduled.After(m.until) {
+				out = append(out, fmt.Sprintf("%s on %s: stopped by a fence scheduled %s after the recovery began (answered %s)",
+					st.id, st.node, st.scheduled.Sub(m.from).Round(10*time.Millisecond), st.answered.Format("15:04:05.000")))
+			}
+		}
+	}
+	return out
+}
+
+// chaosKnown says, for each job the allocator has, whether it holds
+// ("running attempt N") or waits ("waiting attempt N").
+func chaosKnown(v protocol.QueueView) map[string]string {
+	out := map[string]string{}
+	for _, run := range v.Running {
+		out[run.Job] = fmt.Sprintf("running attempt %d", run.Attempt)
+	}
+	for _, w := range v.Waiting {
+		out[w.Job] = fmt.Sprintf("waiting attempt %d", w.Attempt)
+	}
+	return out
+}
+
+// backInView waits (bounded) until each job in missed is known to the
+// allocator (running or waiting) or has ended, and says when and at which
+// attempt each came back: a running job found by a fence comes back at its
+// attempt, one whose worker the fence stopped at a later one.
+func (r *chaosRun) backInView(missed []string, since time.Time) string {
+	bound := 3*r.plan.size.requestCheck + 30*time.Second
+	back := map[string]string{}
+	r.waitFor(bound, func() bool {
+		v, err := r.queue()
+		if err != nil {
+			return false
+		}
+		for _, job := range missed {
+			if back[job] != "" {
+				continue
+			}
+			at := time.Since(since).Round(100 * time.Millisecond)
+			for _, run := range v.Running {
+				if run.Job == job {
+					back[job] = fmt.Sprintf("%s holding attempt %d after %s", job, run.Attempt, at)
+				}
+			}
+			for _, w := range v.Waiting {
+				if w.Job == job {
+					back[job] = fmt.Sprintf("%s waiting with attempt %d after %s", job, w.Attempt, at)
+				}
+			}
+			if back[job] == "" {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				ji, err := r.describeJob(ctx, job)
+				cancel()
+				if err == nil && (ji.closed || !ji.found) {
+					back[job] = fmt.Sprintf("%s ended (%s) after %s", job, chaosOrNone(ji.state), at)
+				}
+			}
+		}
+		return len(back) == len(missed)
+	})
+	var parts []string
+	for _, job := range missed {
+		if back[job] == "" {
+			parts = append(parts, fmt.Sprintf("%s NOT known to the allocator %s after the recovery", job, bound))
+		} else {
+			parts = append(parts, back[job])
+		}
+	}
+	return "what the lagging listing missed came back: " + chaosOrNone(strings.Join(parts, "; "))
+}
+
+func chaosJobNames(jobs []chaosJob) []string {
+	var out []string
+	for _, j := range jobs {
+		out = append(out, j.name)
+	}
+	return out
+}
+
+// chaosDeadQueue is a task queue no worker polls.
+const chaosDeadQueue = "trainq-chaos-nobody-polls"
+
+// deadJob starts a job workflow of the allocation on a task queue no worker
+// polls: its workflow task never runs, so it answers no register update,
+// though visibility lists it as a running job of the allocation. The
+// allocator is asked to recover: the recovery must complete without it,
+// name it unanswered, and ask it again later (askUnansweredAgain); then it
+// is terminated, as an operator would.
+func (r *chaosRun) deadJob(f chaosFault, n int) (string, bool) {
+	name := fmt.Sprintf("chaos-dead-%d", n)
+	j := chaosJob{name: name, class: "low", workers: 1, gpus: 1, sleeps: []float64{1}}
+	spec := r.spec(j)
+	if _, err := tqclient.Check(r.cfg, &spec); err != nil {
+		return fmt.Sprintf("%s's spec: %v", name, err), false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	_, err := r.c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID: name, TaskQueue: chaosDeadQueue,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			protocol.KeyState.ValueSet(string(protocol.StatePending)),
+			protocol.KeyPriority.ValueSet(spec.PriorityClass),
+			protocol.KeyAllocation.ValueSet(chaosAllocation),
+			protocol.KeyRegion.ValueSet(chaosRegion),
+			protocol.KeyKind.ValueSet(string(spec.Kind)),
+			protocol.KeyAttempt.ValueSet(1),
+			protocol.KeyGPUs.ValueSet(1),
+		),
+	}, protocol.JobWorkflowName, protocol.JobInput{Name: name, Spec: spec})
+	cancel()
+	if err != nil {
+		r.problem("start %s on %s: %v", name, chaosDeadQueue, err)
+		return fmt.Sprintf("could not start %s: %v", name, err), false
+	}
+	started := time.Now()
+	defer r.terminate(name)
+	// A lagging listing (faultListingLag) would hide a job started within
+	// the lag: this fault is about a job recovery finds and cannot ask, so
+	// it waits until the lag no longer hides it.
+	r.mu.Lock()
+	lag := r.lag
+	r.mu.Unlock()
+	if lag > 0 {
+		time.Sleep(time.Until(started.Add(lag + 500*time.Millisecond)))
+	}
+	desc := fmt.Sprintf("%s started on task queue %s (no worker polls it)", name, chaosDeadQueue)
+	reply, took, err := r.recoverAllocator("with " + name + " unable to answer")
+	if err != nil {
+		return desc + fmt.Sprintf("; `trainq allocator recover` got no answer after %s: %v", took.Round(10*time.Millisecond), err), false
+	}
+	answered := time.Now()
+	named := slices.Contains(reply.Unanswered, name)
+	desc += fmt.Sprintf("; `trainq allocator recover` answered in %s: %d jobs listed, %d holding, %d waiting, unanswered %v",
+		took.Round(10*time.Millisecond), reply.Listed, reply.Running, reply.Waiting, reply.Unanswered)
+	// The allocator asks it again every reclaim_interval (each try waits
+	// out the register update's timeout).
+	asked := false
+	deadline := time.Now().Add(90 * time.Second)
+	for !asked && time.Now().Before(deadline) && !r.isOver() {
+		asked = r.allocatorAskedAgain(name, answered)
+		if !asked {
+			time.Sleep(time.Second)
+		}
+	}
+	if asked {
+		desc += fmt.Sprintf("; the allocator asked it again %s after the recovery", time.Since(answered).Round(100*time.Millisecond))
+	} else {
+		desc += "; the allocator did NOT ask it again within 90s"
+	}
+	desc += "; then terminated"
+	return desc, named && asked
+}
+
+// allocatorAskedAgain says whether the allocator's current run has
+// scheduled, since since, a RegisterJobs naming job.
+func (r *chaosRun) allocatorAskedAgain(job string, since time.Time) bool {
+	events, err := chaosHistory(r.c, protocol.AllocatorWorkflowID(chaosRegion, chaosAllocation), "")
+	if err != nil {
+		return false
+	}
+	for _, e := range events {
+		a := e.GetActivityTaskScheduledEventAttributes()
+		if a == nil || a.GetActivityType().GetName() != "RegisterJobs" || e.GetEventTime().AsTime().Before(since) {
+			continue
+		}
+		var in activities.RegisterJobsInput
+		if decodeFirst(a.GetInput(), &in) == nil && slices.Contains(in.Jobs, job) {
+			return true
+		}
+	}
+	return false
+}
+
+// terminate ends a workflow the harness started (and the run must not leave
+// behind).
+func (r *chaosRun) terminate(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := r.c.TerminateWorkflow(ctx, id, "", "chaos test: a fault's workflow is done"); err != nil {
+		r.problem("terminate %s: %v", id, err)
+	}
 }

@@ -65,6 +65,12 @@ type chaosSize struct {
 	// drain bounds the wait, after the last submission and the last fault,
 	// for every job to end.
 	drain time.Duration
+	// requestCheck, when set, replaces the 30 minutes a waiting job waits
+	// before it makes sure the allocator has its request
+	// (client.SubmitOptions.RequestCheckInterval), scaled down with the
+	// other timeouts: a job a lagging recovery listing missed while it
+	// waited asks again within it.
+	requestCheck time.Duration
 }
 
 var (
@@ -96,6 +102,7 @@ var (
 		reclaimIntervals: []time.Duration{time.Second, 2 * time.Second},
 		maxSleep:         5 * time.Second,
 		drawn:            true, drain: 150 * time.Second,
+		requestCheck: 10 * time.Second,
 	}
 )
 
@@ -146,6 +153,21 @@ const (
 	// faultBurst: a wide job holds most of the pool while dozens of 1-GPU
 	// jobs queue behind it; it ends and one pass can grant them all.
 	faultBurst
+	// faultListingLag: a few jobs are submitted; once the allocator has
+	// them (one running) it is asked to recover (`trainq allocator
+	// recover`), which registers them to its epoch; trainq-worker is then
+	// restarted (kill -9) with TRAINQ_TEST_LISTING_LAG set, so that
+	// recovery's listing leaves out every job started within the lag (for
+	// the rest of the run), and the allocator is asked to recover again:
+	// both its listings miss the jobs just submitted; the running ones must
+	// be found by the fences, the waiting ones must ask again and take the
+	// grant of the newer epoch.
+	faultListingLag
+	// faultDeadJob: a job workflow of the allocation on a task queue no
+	// worker polls (its workflow task never runs, so it cannot answer the
+	// register update); the allocator is asked to recover, which must
+	// complete without it and ask it again later; then it is terminated.
+	faultDeadJob
 	chaosFaultKinds
 )
 
@@ -167,6 +189,10 @@ func (k chaosFaultKind) String() string {
 		return "reset a running job"
 	case faultBurst:
 		return "burst of grants"
+	case faultListingLag:
+		return "recovery listing lags (then recover)"
+	case faultDeadJob:
+		return "a job whose workflow task cannot run (then recover)"
 	}
 	return fmt.Sprintf("fault kind %d", int(k))
 }
@@ -186,9 +212,11 @@ type chaosFault struct {
 	// first one started, so that their watches (and their heartbeats) are
 	// lost one after the other.
 	stagger time.Duration
-	// jobs are what the fault submits: the pair, or the burst (the wide job
-	// first).
+	// jobs are what the fault submits: the pair, the burst (the wide job
+	// first), or the jobs a lagging listing misses.
 	jobs []chaosJob
+	// lag: how far behind the listing lags (faultListingLag).
+	lag time.Duration
 }
 
 // chaosPlan is everything a run does, drawn from seed.
@@ -354,7 +382,47 @@ func makeChaosPlan(size chaosSize, seed uint64) chaosPlan {
 		}
 		p.faults = append(p.faults, f)
 	}
+	if size.drawn {
+		p.faults = addRecoveryFaults(p.faults, size, seed)
+	}
 	return p
+}
+
+// addRecoveryFaults draws the faults aimed at recovery's picture of the jobs
+// (a listing that lags, a job that cannot answer) from a stream of their
+// own, so that the faults drawn before them stay what each seed drew
+// before, and puts them among the others by time.
+func addRecoveryFaults(faults []chaosFault, size chaosSize, seed uint64) []chaosFault {
+	rng := rand.New(rand.NewPCG(seed, 0x6c6167)) // "lag"
+	at := func() time.Duration {
+		return (size.faultsFrom + time.Duration(rng.Int64N(int64(size.faultsUntil-size.faultsFrom)))).Round(10 * time.Millisecond)
+	}
+	// The lag outlasts the fault's jobs' submission, a first recovery and a
+	// trainq-worker restart (about 6 s) and recovery's 2 s between its two
+	// listings, so that both listings of the second recovery miss them.
+	lag := chaosFault{kind: faultListingLag, at: at(), lag: time.Duration(10000+rng.IntN(6001)) * time.Millisecond}
+	lag.lag = lag.lag.Round(100 * time.Millisecond)
+	// Two high one-GPU jobs, which run at once (preempting if they must),
+	// outliving the recovery and its fences; and one low job of 3 × 4
+	// GPUs, which in a busy pool waits.
+	for w := range 2 {
+		lag.jobs = append(lag.jobs, chaosJob{name: fmt.Sprintf("chaos-lag-%d", w+1), class: "high", workers: 1, gpus: 1,
+			sleeps: []float64{float64(100+rng.IntN(51)) / 10}, rerunSleep: 2})
+	}
+	lag.jobs = append(lag.jobs, chaosJob{name: "chaos-lag-wide", class: "low", workers: 3, gpus: chaosGPUsPerNode,
+		sleeps: []float64{2, 2, 2}})
+	added := []chaosFault{lag}
+	if rng.IntN(3) != 0 { // two seeds in three
+		added = append(added, chaosFault{kind: faultDeadJob, at: at()})
+	}
+	out := append(append([]chaosFault(nil), faults...), added...)
+	sort.SliceStable(out, func(i, j int) bool { return out[i].at < out[j].at })
+	for i := 1; i < len(out); i++ {
+		if out[i].at <= out[i-1].at {
+			out[i].at = out[i-1].at + 10*time.Millisecond
+		}
+	}
+	return out
 }
 
 // chaosScript is a job's script: each worker records its start and its end
@@ -376,7 +444,10 @@ func chaosScript(records, gate string, j chaosJob) string {
 		wait = `if [ "$TRAINQ_ATTEMPT" = 1 ]; then while [ ! -e ` + chaosShellQuote(gate) + ` ]; do sleep 0.1; done; else sleep "$d" & wait $!; fi`
 	}
 	return `R=` + chaosShellQuote(records) + `; ` +
-		`rec() { echo "$1 $TRAINQ_JOB_NAME $TRAINQ_ATTEMPT $TRAINQ_WORKER $TRAINQ_NODE $CUDA_VISIBLE_DEVICES $(date +%s%N)" >>"$R"; }; ` +
+		// A SIGTERM to the worker's process group while date runs kills
+		// date too: ask it again rather than write a line without its time.
+		`rec() { t=$(date +%s%N); [ -n "$t" ] || t=$(date +%s%N); [ -n "$t" ] || t=$(date +%s%N); ` +
+		`echo "$1 $TRAINQ_JOB_NAME $TRAINQ_ATTEMPT $TRAINQ_WORKER $TRAINQ_NODE $CUDA_VISIBLE_DEVICES $t" >>"$R"; }; ` +
 		`started=0; ended=0; ` +
 		`fin() { if [ "$started" = 1 ] && [ "$ended" = 0 ]; then ended=1; rec end; fi; }; ` +
 		`trap 'fin; exit 143' TERM; trap fin EXIT; ` +
@@ -498,6 +569,8 @@ func TestChaosCampaignDrawsEveryFault(t *testing.T) {
 		}
 		assert.Equal(t, 1, count[faultAllocatorTerminate]+count[faultAllocatorReset], "seed %d: one allocator fault", seed)
 		assert.Equal(t, 2, count[faultAgentPair], "seed %d: two two-jobs outages", seed)
+		assert.Equal(t, 1, count[faultListingLag], "seed %d: one lagging listing", seed)
+		assert.LessOrEqual(t, count[faultDeadJob], 1, "seed %d: at most one job that cannot answer", seed)
 		for _, f := range p.faults {
 			switch f.kind {
 			case faultAgentKill:
@@ -521,6 +594,9 @@ func TestChaosCampaignDrawsEveryFault(t *testing.T) {
 					assert.True(t, 2*j.ramGB <= chaosPairNodeRAM && 3*j.ramGB > chaosPairNodeRAM && j.ramGB > chaosNodeRAM)
 					assert.Greater(t, j.sleeps[0], (chaosWatchHeartbeat+2*size.nodeTimeout).Seconds()+10)
 				}
+			case faultListingLag:
+				assert.True(t, f.lag >= 10*time.Second && f.lag <= 16*time.Second, "a lag of %s outlasts the fault's steps", f.lag)
+				require.Len(t, f.jobs, 3)
 			case faultBurst:
 				require.GreaterOrEqual(t, len(f.jobs), 1+chaosBurstWaiting+chaosGPUsPerNode*2)
 				assert.True(t, f.jobs[0].gated)

@@ -61,6 +61,14 @@ type chaosReport struct {
 	// the allocator completed its first workflow task on the new process.
 	resumed []string
 	deaths  []string // processes that exited by themselves
+	// recoveries are the harness's own recover calls, unrecovered those that
+	// got no answer.
+	recoveries  int
+	unrecovered []string
+	// lagMissed are the running attempts a lagging listing missed;
+	// fencedHealthy, their workers a recovery fence stopped.
+	lagMissed     []chaosMissed
+	fencedHealthy []string
 }
 
 // chaosFigure is one row of the report's table.
@@ -108,6 +116,10 @@ func (rep *chaosReport) figures() []chaosFigure {
 		zero("workers the server never saw end (no watch, stop, release or fence in any history)", len(s.neverEnded),
 			fmt.Sprintf("%d (of %d started)", len(s.neverEnded), s.workers)),
 		gpu,
+		zero("workers of running jobs a lagging recovery listing missed, stopped by the recovery's fences (histories)", len(rep.fencedHealthy),
+			fmt.Sprintf("%d (of %d missed running attempts)", len(rep.fencedHealthy), len(rep.lagMissed))),
+		zero("recoveries asked by the harness that got no answer (`trainq allocator recover`)", len(rep.unrecovered),
+			fmt.Sprintf("%d (of %d)", len(rep.unrecovered), rep.recoveries)),
 		zero("record anomalies (malformed or unpaired lines)", len(rep.holds.Anomalies), ""),
 		zero("histories that could not be read", len(s.readErrors), ""),
 	}
@@ -235,6 +247,8 @@ func (rep *chaosReport) markdown() string {
 		}
 	}
 	section("Allocator's first workflow task on the restarted trainq-worker, after its start", rep.resumed)
+	section("Recoveries that got no answer", rep.unrecovered)
+	section("Healthy workers a recovery fence stopped (their job was missed by a lagging listing)", rep.fencedHealthy)
 	section("Lost jobs", rep.lost)
 	section("Stuck jobs (not terminal at the deadline)", rep.stuck)
 	section("Orphan worker processes", rep.orphans)
@@ -286,6 +300,8 @@ func (r *chaosRun) check(final map[string]chaosJobInfo) *chaosReport {
 	for k, n := range r.degraded {
 		rep.degraded[k] = n
 	}
+	rep.recoveries, rep.unrecovered = r.recoveries, append([]string(nil), r.unrecovered...)
+	rep.lagMissed = append([]chaosMissed(nil), r.lagMissed...)
 	own := map[string]bool{}
 	for _, j := range r.plan.jobs {
 		own[j.name] = true
@@ -389,6 +405,7 @@ func (r *chaosRun) check(final map[string]chaosJobInfo) *chaosReport {
 
 	// The server's histories.
 	rep.server = r.checkServer()
+	rep.fencedHealthy = fencedHealthy(rep.lagMissed, rep.server.fenceStops)
 
 	// The records: overlapping holds, duplicate executions.
 	f, err := os.Open(r.records)

@@ -58,6 +58,9 @@ type chaosServer struct {
 	grants, mostGrants int
 	mostGrantsAt       string
 
+	// fenceStops are the workers FenceNode answers say they stopped.
+	fenceStops []chaosFenceStop
+
 	// What add gathers for finish.
 	byID      map[cluster.WorkerID]*chaosWorker
 	fences    []chaosFence
@@ -117,6 +120,13 @@ type chaosFence struct {
 	node              string
 	keep              []cluster.WorkerID
 	started, answered time.Time
+}
+
+// chaosFenceStop is one worker a FenceNode answer stopped.
+type chaosFenceStop struct {
+	id                  cluster.WorkerID
+	node                string
+	scheduled, answered time.Time
 }
 
 type chaosRelease struct {
@@ -337,9 +347,15 @@ func (s *chaosServer) add(ref chaosRunRef, events []*historypb.HistoryEvent) {
 				id = in.ID
 			case "FenceNode":
 				var in activities.FenceNodeInput
+				node := strings.TrimPrefix(sc.queue, protocol.NodeTaskQueuePrefix)
 				if decodeFirst(sc.input, &in) == nil && !sc.started.IsZero() {
-					s.fences = append(s.fences, chaosFence{node: strings.TrimPrefix(sc.queue, protocol.NodeTaskQueuePrefix),
-						keep: in.Keep, started: sc.started, answered: at})
+					s.fences = append(s.fences, chaosFence{node: node, keep: in.Keep, started: sc.started, answered: at})
+				}
+				var reply activities.FenceNodeReply
+				if decodeFirst(e.GetActivityTaskCompletedEventAttributes().GetResult(), &reply) == nil && once(e, "fence "+node) {
+					for _, w := range reply.Stopped {
+						s.fenceStops = append(s.fenceStops, chaosFenceStop{id: w.ID, node: node, scheduled: sc.scheduled, answered: at})
+					}
 				}
 				continue
 			default:

@@ -30,7 +30,8 @@ import (
 // one holder at a time, and every job ends. Jobs of every class and size
 // are submitted over time while the harness kill -9s trainq-worker, node
 // agents and the Temporal dev server (restarting each), terminates or
-// resets the allocator, resets running jobs and sets off bursts of grants;
+// resets the allocator, resets running jobs, sets off bursts of grants, makes
+// recovery's job listing lag and starts a job that cannot answer recovery;
 // the fault schedule and the jobs are drawn from one seed. Then it waits
 // (bounded) for every job to end, checks what the job workers recorded,
 // what the server's histories say and what is left, prints a Markdown
@@ -139,6 +140,9 @@ type chaosProc struct {
 	// down is set while a fault keeps the process down on purpose (guarded
 	// by chaosRun.mu): it is not revived meanwhile.
 	down bool
+	// env is added to the process's environment at every start (guarded by
+	// chaosRun.mu): TRAINQ_TEST_LISTING_LAG once a lagging listing is on.
+	env []string
 }
 
 // chaosRun is one run of the chaos test.
@@ -177,6 +181,14 @@ type chaosRun struct {
 	// over is set when the test ends early: goroutines still running must
 	// not log to a finished test.
 	over bool
+	// lag is the listing lag trainq-worker runs with (0: none).
+	lag time.Duration
+	// recoveries are the harness's own `trainq allocator recover` calls, and
+	// unrecovered those that got no answer (a recovery held up).
+	recoveries  int
+	unrecovered []string
+	// lagMissed are the running attempts a lagging listing missed.
+	lagMissed []chaosMissed
 }
 
 func newChaosRun(t *testing.T, plan chaosPlan) *chaosRun {
@@ -343,7 +355,10 @@ func (r *chaosRun) procs() []*chaosProc {
 func (r *chaosRun) start(p *chaosProc) error {
 	var last error
 	for try := 1; try <= 3; try++ {
-		w, err := testenv.StartWorker(filepath.Join(env.binDir, "trainq-worker"), p.args, []string{"TEMPORAL_ADDRESS=" + r.srv.HostPort()})
+		r.mu.Lock()
+		penv := append([]string{"TEMPORAL_ADDRESS=" + r.srv.HostPort()}, p.env...)
+		r.mu.Unlock()
+		w, err := testenv.StartWorker(filepath.Join(env.binDir, "trainq-worker"), p.args, penv)
 		if err != nil {
 			return err
 		}
@@ -470,7 +485,8 @@ func (r *chaosRun) submit(j chaosJob) bool {
 	var err error
 	for tries := 1; ; tries++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err = tqclient.New(r.c, r.cfg).Submit(ctx, r.spec(j), tqclient.SubmitOptions{Name: j.name})
+		_, err = tqclient.New(r.c, r.cfg).Submit(ctx, r.spec(j),
+			tqclient.SubmitOptions{Name: j.name, RequestCheckInterval: r.plan.size.requestCheck})
 		cancel()
 		if errors.Is(err, tqclient.ErrJobExists) {
 			err = nil // an earlier try started it, and it has ended already
@@ -511,6 +527,18 @@ func (r *chaosRun) injectAll() {
 		r.reviveExited()
 		kills[f.kind]++
 		n := kills[f.kind]
+		if f.kind == faultDeadJob {
+			// Its recovery waits out the register updates the job cannot
+			// answer: the other faults go on meanwhile.
+			aside.Add(1)
+			go func() {
+				defer aside.Done()
+				start := time.Now()
+				desc, ok := r.deadJob(f, n)
+				r.logFault(i, f, n, start, desc, ok)
+			}()
+			continue
+		}
 		if f.kind == faultAgentPair {
 			aside.Add(1)
 			go func() {
@@ -548,6 +576,16 @@ func (r *chaosRun) injectAll() {
 			desc, ok = r.resetJob(f)
 		case faultBurst:
 			desc, ok = r.burst(f)
+		case faultListingLag:
+			var follow func() string
+			desc, ok, follow = r.listingLag(f)
+			if follow != nil {
+				aside.Add(1)
+				go func() {
+					defer aside.Done()
+					r.noteFault(fmt.Sprintf("%d. (follow-up) %s #%d: %s", i+1, f.kind, n, follow()))
+				}()
+			}
 		}
 		r.logFault(i, f, n, start, desc, ok)
 	}
@@ -568,6 +606,15 @@ func (r *chaosRun) logFault(i int, f chaosFault, n int, start time.Time, desc st
 	if !ok {
 		r.degraded[f.kind]++
 	}
+	r.mu.Unlock()
+	r.logf("fault %s", line)
+}
+
+// noteFault adds a line to the faults' list: what became of a fault that
+// was followed up aside.
+func (r *chaosRun) noteFault(line string) {
+	r.mu.Lock()
+	r.faultLog = append(r.faultLog, line)
 	r.mu.Unlock()
 	r.logf("fault %s", line)
 }

@@ -234,6 +234,10 @@ type JobInput struct {
 	// MaxEventsPerRun lowers the history length past which the job
 	// continues as new between attempts (0 = the default); tests use it.
 	MaxEventsPerRun int `json:"max_events_per_run,omitempty"`
+	// RequestCheckInterval, when set, replaces how long a waiting attempt
+	// waits for its grant before it makes sure the allocator has its
+	// request (30 minutes); tests with scaled-down timeouts use it.
+	RequestCheckInterval time.Duration `json:"request_check_interval,omitempty"`
 }
 
 // JobCarry is what a job workflow carries through continue-as-new.

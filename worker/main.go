@@ -122,6 +122,13 @@ func run(opts options) error {
 		nodes = cfg.Nodes() // with the nodes node_selector picked
 	}
 	acts := &activities.Activities{Client: c, Config: cfg, Backend: backend}
+	if acts.TestListingLag, err = activities.ListingLagFromEnv(); err != nil {
+		return err
+	}
+	if acts.TestListingLag > 0 {
+		logger.Warn("test-only: recovery's job listing lags (leaves out jobs started within the lag)",
+			"env", activities.EnvTestListingLag, "lag", acts.TestListingLag.String())
+	}
 	for _, w := range newWorkers(ctx, c, opts, nodes, acts, backend, logger) {
 		if err := w.Start(); err != nil {
 			return err

@@ -103,6 +103,9 @@ type job struct {
 	// requestCheckInterval, that the allocator has its request
 	// (versionCheckRequest).
 	checksRequests bool
+	// requestCheck is how long a waiting attempt waits before it checks:
+	// requestCheckInterval, unless the input sets another (tests).
+	requestCheck time.Duration
 }
 
 // JobWorkflow runs one training job or Jupyter server: it asks the
@@ -153,7 +156,10 @@ func JobWorkflow(ctx workflow.Context, in protocol.JobInput) (*protocol.JobStatu
 }
 
 func newJob(ctx workflow.Context, in protocol.JobInput) *job {
-	j := &job{name: in.Name, spec: in.Spec}
+	j := &job{name: in.Name, spec: in.Spec, requestCheck: requestCheckInterval}
+	if in.RequestCheckInterval > 0 {
+		j.requestCheck = in.RequestCheckInterval
+	}
 	j.status = protocol.JobStatus{
 		JobName: in.Name, State: protocol.StatePending, Kind: in.Spec.Kind,
 		Priority: in.Spec.PriorityClass, Region: in.Spec.Region, Allocation: in.Spec.AllocationName,
@@ -347,7 +353,7 @@ func (j *job) continueAsNewIfLong(ctx workflow.Context, in protocol.JobInput) er
 	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil || ctx.Err() != nil {
 		return nil // cancelled: the next attempt's wait sees it and stops the job
 	}
-	next := protocol.JobInput{Name: in.Name, Spec: in.Spec, MaxEventsPerRun: in.MaxEventsPerRun,
+	next := protocol.JobInput{Name: in.Name, Spec: in.Spec, MaxEventsPerRun: in.MaxEventsPerRun, RequestCheckInterval: in.RequestCheckInterval,
 		Carry: &protocol.JobCarry{Status: j.status, Seq: j.seq, Epoch: j.epoch}}
 	workflow.GetLogger(ctx).Info("job continues as new", "attempt", j.status.Attempt, "history_length", length)
 	return workflow.NewContinueAsNewError(ctx, JobWorkflow, next)
@@ -493,7 +499,7 @@ func (j *job) awaitGrant(ctx workflow.Context, attempt int) (protocol.GrantSigna
 		var err error
 		if j.checksRequests {
 			var ok bool
-			ok, err = workflow.AwaitWithTimeout(ctx, requestCheckInterval, settled)
+			ok, err = workflow.AwaitWithTimeout(ctx, j.requestCheck, settled)
 			if err == nil && !ok {
 				j.checkRequest(ctx, attempt)
 				continue

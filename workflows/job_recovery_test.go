@@ -353,6 +353,32 @@ func TestWaitingJobSendsItsRequestAgainWhenTheAllocatorLostIt(t *testing.T) {
 	assert.Equal(t, testJob, checks[0].Request.Job)
 }
 
+// TestRequestCheckIntervalFromInput: a job whose input sets
+// RequestCheckInterval (tests with scaled-down timeouts) checks its request
+// after that, not after requestCheckInterval: three checks before a grant at
+// 35 s with a 10 s interval.
+func TestRequestCheckIntervalFromInput(t *testing.T) {
+	h := newJobHarness(t)
+	var checks int
+	h.env.OnActivity(h.acts.CheckRequest, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.RequestCapacityInput) (activities.RequestCheck, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			checks++
+			return activities.RequestCheck{Known: true}, nil
+		})
+	h.grantAt(35*time.Second, 1, 1)
+	h.watch(1, -1, time.Minute, 0)
+	h.env.ExecuteWorkflow(protocol.JobWorkflowName, protocol.JobInput{Name: testJob, Spec: jobSpec("medium", 1, 0),
+		RequestCheckInterval: 10 * time.Second})
+	require.True(t, h.env.IsWorkflowCompleted())
+	require.NoError(t, h.env.GetWorkflowError())
+	assert.Equal(t, protocol.StateCompleted, h.status().State)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	assert.Equal(t, 3, checks, "checks at 10, 20 and 30 s")
+}
+
 // TestJobResetBeforeItsGrantIsGrantedAgain: a job reset to before it took its
 // grant asks again for the same attempt; the allocator, which holds that
 // attempt's GPUs, sends the grant again, and the job runs instead of waiting
