@@ -102,13 +102,16 @@ func (a *Activities) RegisterJobs(ctx context.Context, in RegisterJobsInput) (Re
 			}
 		}
 		listed = len(seen)
-		// A job that did not answer the first pass is asked once more.
-		fresh = append(fresh, unanswered...)
+		// A job that did not answer the first pass is not asked again
+		// here: every grant of the allocation waits for this recovery, and a
+		// second register timeout for one job that cannot answer would cost
+		// them all another 30 s (the fault campaign's recoveries took a
+		// minute). The allocator asks it again every reclaim_interval.
 		got, missed, err := a.registerAll(ctx, fresh, in.Epoch, registerUpdateID(in))
 		if err != nil {
 			return RegisterJobsReply{}, err
 		}
-		holds, unanswered = append(holds, got...), missed
+		holds, unanswered = append(holds, got...), append(unanswered, missed...)
 	}
 	slices.SortFunc(holds, func(x, y protocol.JobHold) int { return strings.Compare(x.Job, y.Job) })
 	return RegisterJobsReply{Holds: holds, Listed: listed, Unanswered: unanswered}, nil

@@ -532,8 +532,10 @@ const requestCheckInterval = 30 * time.Minute
 // listing lagged, the job did not answer in time) never queues it otherwise,
 // and the job would wait for ever.
 func (j *job) checkRequest(ctx workflow.Context, attempt int) {
+	// The check is a query (10 s at most) and perhaps one signal: 20 s is
+	// ample, and a check whose worker died is tried again that soon.
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: time.Minute,
+		StartToCloseTimeout: 20 * time.Second,
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
 		Summary:             fmt.Sprintf("make sure %s/%s still has attempt %d's request", j.spec.Region, j.spec.AllocationName, attempt),
 	})
