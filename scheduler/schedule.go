@@ -117,7 +117,12 @@ type scratch struct {
 	nominations    []nomination       // in preemption order; hidden but from their nominee
 	byJob          map[string][]int32 // nominee -> its nominations
 	byNode         map[int32][]int32  // node -> its nominations
-	walkerOwns     []uint32           // per node: == ownStamp if the walker has a nomination there
+	// The walker is the waiting request the pass is deciding for right now
+	// (see decide): the pass walks the queue in launch order, and each
+	// request in turn sees the capacity nominated to it, which is hidden
+	// from every other one. walkerStamp is bumped for each walker;
+	// walkerOwns[n] == walkerStamp says the walker has a nomination on node n.
+	walkerOwns     []uint32 // per node: the stamp of the last walker with a nomination there
 	walkerStamp    uint32
 	walkerNoms     []int32 // the walker's nominations
 	hasNominations []bool  // per waiting request: capacity is nominated to it
