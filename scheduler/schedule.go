@@ -114,9 +114,9 @@ type scratch struct {
 	victims      map[*runJob]bool
 	victimBuf    []victimCand
 
-	nominations    []nomination       // in preemption order; hidden but from their nominee
-	byJob          map[string][]int32 // nominee -> its nominations
-	byNode         map[int32][]int32  // node -> its nominations
+	nominations []nomination       // in preemption order; hidden but from their nominee
+	byJob       map[string][]int32 // nominee -> its nominations
+	byNode      map[int32][]int32  // node -> its nominations
 	// The walker is the waiting request the pass is deciding for right now
 	// (see decide): the pass walks the queue in launch order, and each
 	// request in turn sees the capacity nominated to it, which is hidden
