@@ -44,6 +44,7 @@ func (s *State) Reconfigure(in protocol.AllocatorInput, g Gates) (protocol.Recon
 	s.Config.Nodes, s.Config.Policy = s.Pool.Nodes(), s.Pool.Policy()
 	s.Config.StopGracePeriod, s.Config.ReclaimInterval, s.Config.NodeTimeout = in.StopGracePeriod, in.ReclaimInterval, in.NodeTimeout
 	s.Config.MaxWaiting = in.MaxWaiting
+	s.Config.PreemptionNotice = in.PreemptionNotice
 	reply := protocol.ReconfigureReply{Changed: true, Summary: summary}
 	for _, u := range unfit {
 		reply.Refused = append(reply.Refused, u.Job)
@@ -128,6 +129,9 @@ func (s *State) configChanges(in protocol.AllocatorInput, g Gates) string {
 	}
 	if s.Config.NodeTimeout != in.NodeTimeout {
 		parts = append(parts, fmt.Sprintf("node_timeout %s -> %s", s.Config.NodeTimeout, in.NodeTimeout))
+	}
+	if s.Config.PreemptionNotice != in.PreemptionNotice {
+		parts = append(parts, fmt.Sprintf("preemption_notice %s -> %s", s.Config.PreemptionNotice, in.PreemptionNotice))
 	}
 	if s.Config.ReclaimInterval != in.ReclaimInterval {
 		parts = append(parts, fmt.Sprintf("reclaim_interval %s -> %s", s.Config.ReclaimInterval, in.ReclaimInterval))

@@ -322,7 +322,7 @@ func (s *State) Pass(now time.Time) []Command {
 		}
 		cmds.add(Count{Metric: MetricPreemption, VictimClass: victimClass, PreemptorClass: p.Preemptor.Class.String()})
 		cmds.note("preempting %s for %s", p.Victim, p.Preemptor.Job)
-		sig := protocol.PreemptSignal{Epoch: s.Epoch, Attempt: p.VictimAttempt, Preemptor: p.Preemptor, Reason: p.Reason}
+		sig := protocol.PreemptSignal{Epoch: s.Epoch, Attempt: p.VictimAttempt, Preemptor: p.Preemptor, Reason: p.Reason, Notice: s.Config.PreemptionNotice}
 		cmds.add(Signal{Job: p.Victim, Name: protocol.SignalPreempt, Arg: sig, IfGone: GoneReclaim})
 	}
 	return cmds

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -258,6 +259,18 @@ func TestPassRules(t *testing.T) {
 			given: []step{granted(one("lo", 1, low, 8)), queued(one("hi", 1, high, 2))},
 			when:  pass, want: []string{"preempt lo#1"},
 			then: func(t *testing.T, s *State) { assert.EqualValues(t, 1, s.Counters.Preemptions) }},
+		{name: "a preemption carries the allocation's notice",
+			given: []step{granted(one("lo", 1, low, 8)), queued(one("hi", 1, high, 2)),
+				func(t *testing.T, s *State) { s.Config.PreemptionNotice = time.Minute }},
+			when: func(s *State) []Command {
+				cmds := s.Pass(t0)
+				for _, c := range cmds {
+					if sig, ok := c.(Signal); ok && sig.Name == protocol.SignalPreempt && sig.Arg.(protocol.PreemptSignal).Notice != time.Minute {
+						panic("the preemption lost its notice")
+					}
+				}
+				return cmds
+			}, want: []string{"preempt lo#1"}},
 		{name: "nothing on a fenced node",
 			given: []step{func(t *testing.T, s *State) { s.NodeLost("n1", "gone") }, queued(req("a", 1, medium, 1))},
 			when:  pass, want: []string{}, then: isWaiting("a", 1)},
@@ -419,6 +432,17 @@ func TestReconfigureRules(t *testing.T) {
 			given: []step{queued(req("j", 1, medium, 2))},
 			when:  reconfigure(oneNode, AllOn{}),
 			want:  []string{"refuse j#1", "schedule"}, then: notWaiting("j")},
+		{name: "a changed preemption_notice takes effect",
+			when: func(s *State) []Command {
+				in := input(1)
+				in.PreemptionNotice = 2 * time.Minute
+				reply, cmds, _ := s.Reconfigure(in, AllOn{})
+				if !reply.Changed || s.Config.PreemptionNotice != 2*time.Minute {
+					panic("preemption_notice was not applied")
+				}
+				return cmds
+			},
+			want: []string{"schedule"}},
 		{name: "a config change asks the policy gate only when another knob changes",
 			when: func(s *State) []Command {
 				g := offGates()

@@ -19,14 +19,15 @@ func AllocatorInput(cfg *config.Config, region, allocation string) (protocol.All
 		return protocol.AllocatorInput{}, err
 	}
 	return protocol.AllocatorInput{
-		Region:          region,
-		Allocation:      a.Name,
-		Nodes:           a.Nodes,
-		Policy:          a.Policy(),
-		StopGracePeriod: a.StopGracePeriod.D(),
-		ReclaimInterval: cfg.ReclaimInterval.D(),
-		NodeTimeout:     cfg.NodeTimeout.D(),
-		MaxWaiting:      a.MaxWaiting,
+		Region:           region,
+		Allocation:       a.Name,
+		Nodes:            a.Nodes,
+		Policy:           a.Policy(),
+		StopGracePeriod:  a.StopGracePeriod.D(),
+		ReclaimInterval:  cfg.ReclaimInterval.D(),
+		NodeTimeout:      cfg.NodeTimeout.D(),
+		MaxWaiting:       a.MaxWaiting,
+		PreemptionNotice: a.PreemptionNotice.D(),
 	}, nil
 }
 

@@ -388,6 +388,18 @@ type Inventory interface {
 	LiveWorkers(ctx context.Context, node string) ([]PlacedWorker, error)
 }
 
+// Noticer is implemented by backends that can tell a running worker it is
+// about to be stopped: Notice puts notice (a JSON document) where the
+// worker's $TRAINQ_NOTICE_FILE names, atomically, so that a reader never
+// sees half of it.
+type Noticer interface {
+	Notice(ctx context.Context, id WorkerID, notice []byte) error
+}
+
+// NoticeFileEnv names the environment variable that holds the path of a
+// worker's notice file (it exists only once a notice was given).
+const NoticeFileEnv = "TRAINQ_NOTICE_FILE"
+
 // OutputClock is implemented by backends that know when a worker last wrote
 // to its log, for stuck-job detection (health_params.log_period).
 type OutputClock interface {

@@ -84,7 +84,11 @@ type Allocation struct {
 	// (ML Space's stop_timer); MaxTimeLimit the longest a job may ask for,
 	// and the limit of one that asks for none. 0: no default, no maximum.
 	// Jupyter servers have none.
-	DefaultTimeLimit Duration         `json:"default_time_limit,omitempty"`
+	DefaultTimeLimit Duration `json:"default_time_limit,omitempty"`
+	// PreemptionNotice is how long a preempted job's workers get, once
+	// told through $TRAINQ_NOTICE_FILE, to save their work and exit
+	// before SIGTERM (0: SIGTERM at once; at most MaxPreemptionNotice).
+	PreemptionNotice Duration         `json:"preemption_notice,omitempty"`
 	MaxTimeLimit     Duration         `json:"max_time_limit,omitempty"`
 	Nodes            []scheduler.Node `json:"nodes"`
 	// NodeSelector (backend kubernetes only, instead of nodes) picks the
@@ -95,6 +99,9 @@ type Allocation struct {
 	// the allocator while it runs.
 	NodeSelector map[string]string `json:"node_selector,omitempty"`
 }
+
+// MaxPreemptionNotice bounds preemption_notice: a preemptor waits that long.
+const MaxPreemptionNotice = time.Hour
 
 // DefaultReserveAfter is an allocation's reserve_after when the file gives none.
 const DefaultReserveAfter = 30 * time.Minute
@@ -354,6 +361,9 @@ func (a Allocation) validatePolicy(field string) error {
 	}
 	if a.StopGracePeriod < 0 {
 		return fmt.Errorf("%s.stop_grace_period: must not be negative, got %s", field, a.StopGracePeriod.D())
+	}
+	if a.PreemptionNotice < 0 || a.PreemptionNotice.D() > MaxPreemptionNotice {
+		return fmt.Errorf("%s.preemption_notice: must be between 0 and %s, got %s", field, MaxPreemptionNotice, a.PreemptionNotice.D())
 	}
 	if a.DefaultTimeLimit < 0 || a.MaxTimeLimit < 0 {
 		return fmt.Errorf("%s.default_time_limit, max_time_limit: must not be negative", field)

@@ -179,3 +179,30 @@ func TestTimeLimits(t *testing.T) {
 		}
 	}
 }
+
+func TestPreemptionNotice(t *testing.T) {
+	for _, tc := range []struct {
+		line, wantErr string
+		want          time.Duration
+	}{
+		{"", "", 0},
+		{"        preemption_notice: 2m\n", "", 2 * time.Minute},
+		{"        preemption_notice: 2h\n", "regions[0].allocations[0].preemption_notice: must be between 0 and 1h0m0s, got 2h0m0s", 0},
+		{"        preemption_notice: -1s\n", "regions[0].allocations[0].preemption_notice: must be between 0 and 1h0m0s", 0},
+	} {
+		body := strings.Replace(oneAllocation, "      - name: a\n", "      - name: a\n"+tc.line, 1)
+		cfg, err := Load(writeConfig(t, body))
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%q: want an error containing %q, got %v", tc.line, tc.wantErr, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%q: %v", tc.line, err)
+		}
+		if got := cfg.Regions[0].Allocations[0].PreemptionNotice.D(); got != tc.want {
+			t.Errorf("%q: got %s, want %s", tc.line, got, tc.want)
+		}
+	}
+}

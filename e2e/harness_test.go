@@ -78,6 +78,11 @@ regions:
         stop_grace_period: 3s
         nodes:
           - {name: guard-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+      - name: notice
+        stop_grace_period: 3s
+        preemption_notice: 30s
+        nodes:
+          - {name: notice-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
       - name: bench
         stop_grace_period: 3s
         nodes:

@@ -301,6 +301,9 @@ type AttemptRecord struct {
 	Placement []scheduler.WorkerPlacement `json:"placement,omitempty"`
 	// URL is where a Jupyter server of this attempt serves.
 	URL string `json:"url,omitempty"`
+	// NoticeDeadline is when the attempt's workers, told they were
+	// preempted, had to have exited (see PreemptSignal.Notice).
+	NoticeDeadline *time.Time `json:"notice_deadline,omitempty"`
 }
 
 // JobStatus answers the status query. Position, Reason and WaitingFor come
@@ -402,7 +405,32 @@ type PreemptSignal struct {
 	Attempt   int                 `json:"attempt"`
 	Preemptor scheduler.Preemptor `json:"preemptor"`
 	Reason    string              `json:"reason"`
+	// Notice is the allocation's preemption_notice: the victim's workers are
+	// told (WorkerNotice) and get this long to save their work and exit
+	// before they are stopped. 0: stopped at once, as before.
+	Notice time.Duration `json:"notice,omitempty"`
 }
+
+// WorkerNotice is what a worker is told before it is stopped: why, by whom
+// (the class and kind of the preemptor, never its name, which may be another
+// workspace's), and by when it must have exited. It reaches the worker as
+// the JSON file named by $TRAINQ_NOTICE_FILE.
+type WorkerNotice struct {
+	Reason   string    `json:"reason"` // preempted
+	By       *NoticeBy `json:"by,omitempty"`
+	Deadline time.Time `json:"deadline"`
+	Job      string    `json:"job"`
+	Attempt  int       `json:"attempt"`
+}
+
+// NoticeBy is who a preemption notice is for.
+type NoticeBy struct {
+	Class string         `json:"class"`
+	Kind  scheduler.Kind `json:"kind"`
+}
+
+// NoticeReasonPreempted is a notice's reason when a higher class takes the capacity.
+const NoticeReasonPreempted = "preempted"
 
 // RefuseSignal tells a job that its waiting Attempt can never be granted.
 type RefuseSignal struct {
@@ -486,6 +514,9 @@ type AllocatorInput struct {
 	NodeTimeout     time.Duration    `json:"node_timeout,omitempty"`
 	// MaxWaiting caps the queue for first attempts (0 = no cap).
 	MaxWaiting int `json:"max_waiting,omitempty"`
+	// PreemptionNotice is how long a preempted job's workers are given,
+	// once told, before they are stopped (see PreemptSignal.Notice).
+	PreemptionNotice time.Duration `json:"preemption_notice,omitempty"`
 	// MaxUpdatesPerRun lowers the number of requests after which the
 	// allocator continues as new (0 = the default, 1000); tests use it.
 	MaxUpdatesPerRun int             `json:"max_updates_per_run,omitempty"`

@@ -753,8 +753,11 @@ func (j *job) rendezvous(ctx workflow.Context, attempt int, grant protocol.Grant
 	return rv, outcome{}, true
 }
 
-// addInterrupts makes sel wake up for a preemption of this attempt or a cancellation.
-func (j *job) addInterrupts(ctx workflow.Context, sel workflow.Selector, attempt int, out *outcome, done *bool) {
+// addInterrupts makes sel wake up for a preemption of this attempt or a
+// cancellation. A preemption that comes with a notice is handed to notice
+// (when it is not nil), which tells the workers and ends the attempt later.
+func (j *job) addInterrupts(ctx workflow.Context, sel workflow.Selector, attempt int, out *outcome, done *bool,
+	notice func(protocol.PreemptSignal)) {
 	sel.AddReceive(j.preempts, func(c workflow.ReceiveChannel, _ bool) {
 		var p protocol.PreemptSignal
 		c.Receive(ctx, &p)
@@ -769,6 +772,10 @@ func (j *job) addInterrupts(ctx workflow.Context, sel workflow.Selector, attempt
 		}
 		pre := p.Preemptor
 		*out, *done = outcome{kind: outcomePreempted, message: fmt.Sprintf("preempted by %s (%s %s): %s", pre.Job, pre.Class, pre.Kind, p.Reason), preemptor: &pre}, true
+		if p.Notice > 0 && notice != nil {
+			*done = false
+			notice(p)
+		}
 	})
 	sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) {
 		*out, *done = outcome{kind: outcomeCancelled, message: "stopped by the user"}, true
@@ -806,7 +813,12 @@ func (j *job) watch(ctx workflow.Context, attempt int, grant protocol.GrantSigna
 	}
 	var out outcome
 	done := false
-	j.addInterrupts(ctx, sel, attempt, &out, &done)
+	var deadline *time.Time // the notice's, once the workers were told
+	j.addInterrupts(ctx, sel, attempt, &out, &done, func(p protocol.PreemptSignal) {
+		if deadline == nil {
+			deadline = j.giveNotice(wctx, sel, attempt, grant, p, &done)
+		}
+	})
 	j.addTimeLimit(wctx, sel, &out, &done)
 	for !done {
 		sel.Select(ctx)
@@ -822,9 +834,53 @@ func (j *job) watch(ctx workflow.Context, attempt int, grant protocol.GrantSigna
 			// whatever the other workers do.
 			j.releaseAfterNode(ctx, attempt, last.worker, last.status.ReleaseReported, registrations)
 		}
+		if deadline != nil && last.err == nil {
+			// After a notice, a worker that exits (whatever its code) did
+			// what it was asked: the attempt is a preemption, not a failure.
+			if len(exits) == len(grant.Placement) {
+				out.message += fmt.Sprintf("; its workers exited on the notice, %s before the deadline",
+					deadline.Sub(workflow.Now(ctx)).Round(time.Second))
+				done = true
+			}
+			continue
+		}
 		out, done = j.judgeExit(ctx, last, grant, len(exits) == len(grant.Placement))
 	}
 	return out
+}
+
+// giveNotice tells the attempt's running workers that they are preempted
+// and by when they must have exited (the notice file, see
+// activities.NoticeWorker), and makes sel end the attempt at that deadline,
+// when whatever still runs is stopped as usual. It returns the deadline.
+func (j *job) giveNotice(ctx workflow.Context, sel workflow.Selector, attempt int, grant protocol.GrantSignal,
+	p protocol.PreemptSignal, done *bool) *time.Time {
+	deadline := workflow.Now(ctx).Add(p.Notice)
+	j.current().NoticeDeadline = &deadline
+	notice := protocol.WorkerNotice{Reason: protocol.NoticeReasonPreempted, Deadline: deadline, Job: j.name, Attempt: attempt,
+		By: &protocol.NoticeBy{Class: p.Preemptor.Class.String(), Kind: p.Preemptor.Kind}}
+	opts := workflow.ActivityOptions{StartToCloseTimeout: 30 * time.Second, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 3}}
+	for _, pl := range grant.Placement {
+		if j.released[pl.Worker] {
+			continue
+		}
+		in := activities.NoticeWorkerInput{ID: cluster.WorkerID{Job: j.name, Attempt: attempt, Worker: pl.Worker}, Notice: notice}
+		f := workflow.ExecuteActivity(j.nodeOptions(ctx, pl.Node, fmt.Sprintf("tell worker %d on %s it is preempted (deadline in %s)", pl.Worker, pl.Node, p.Notice), opts),
+			(*activities.Activities).NoticeWorker, in)
+		worker := pl.Worker
+		workflow.Go(ctx, func(gctx workflow.Context) {
+			if err := f.Get(gctx, nil); err != nil && !errors.Is(gctx.Err(), workflow.ErrCanceled) {
+				workflow.GetLogger(gctx).Warn("could not give a worker its notice; it is stopped at the deadline", "worker", worker, "error", err)
+			}
+		})
+	}
+	timer := workflow.NewTimerWithOptions(ctx, p.Notice, workflow.TimerOptions{Summary: "the preemption notice's deadline"})
+	sel.AddFuture(timer, func(f workflow.Future) {
+		if f.Get(ctx, nil) == nil {
+			*done = true
+		}
+	})
+	return &deadline
 }
 
 // addTimeLimit makes sel wake up when the job has run for its stop_timer

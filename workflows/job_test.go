@@ -752,3 +752,80 @@ func TestWorkersGetTheRequestsMLSpaceSettings(t *testing.T) {
 		assert.Equal(t, []int{1, 2, 5}, []int{s.ElasticMinWorkers, s.ElasticMaxWorkers, s.ElasticMaxRestarts})
 	}
 }
+
+func (h *jobHarness) preemptWithNoticeAt(d time.Duration, attempt int, notice time.Duration) {
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(protocol.SignalPreempt, protocol.PreemptSignal{Attempt: attempt,
+			Preemptor: scheduler.Preemptor{Job: "lm-mpi-job-high", Class: scheduler.High, Kind: scheduler.KindJob},
+			Reason:    "a high job needs the capacity", Notice: notice})
+	}, d)
+}
+
+// notices records the notices given.
+func (h *jobHarness) notices() *[]activities.NoticeWorkerInput {
+	var got []activities.NoticeWorkerInput
+	h.env.OnActivity(h.acts.NoticeWorker, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.NoticeWorkerInput) error {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		got = append(got, in)
+		return nil
+	}).Maybe()
+	return &got
+}
+
+// TestPreemptionNoticeThenExit: with a notice, the victim's workers are
+// told why, by whom (class and kind, not the name) and by when; a worker
+// that exits then, whatever its code, is a preemption (it reruns), and it is
+// not stopped: its capacity is released as it exits, before the deadline.
+func TestPreemptionNoticeThenExit(t *testing.T) {
+	h := newJobHarness(t)
+	notices := h.notices()
+	h.grantAt(time.Minute, 1, 2)
+	h.watch(1, -1, 29*time.Minute+10*time.Second, 3) // both exit 10 s after the notice, code 3
+	h.preemptWithNoticeAt(30*time.Minute, 1, time.Minute)
+	h.grantAt(2*time.Hour, 2, 2)
+	h.watch(2, -1, time.Minute, 0)
+	h.run(jobSpec("low", 2, 1))
+	require.NoError(t, h.env.GetWorkflowError())
+
+	st := h.status()
+	assert.Equal(t, protocol.StateCompleted, st.State)
+	assert.Equal(t, 1, st.Restarts, "the exit after the notice is a preemption, not a failure")
+	first := st.Attempts[0]
+	require.NotNil(t, first.NoticeDeadline)
+	assert.Equal(t, testStart.Add(31*time.Minute), first.NoticeDeadline.UTC())
+	assert.Contains(t, first.EndReason, "its workers exited on the notice, 50s before the deadline")
+	require.Len(t, *notices, 2)
+	for _, n := range *notices {
+		assert.Equal(t, protocol.NoticeReasonPreempted, n.Notice.Reason)
+		assert.Equal(t, &protocol.NoticeBy{Class: "high", Kind: scheduler.KindJob}, n.Notice.By, "the preemptor's class and kind, never its name")
+		assert.Equal(t, testStart.Add(31*time.Minute), n.Notice.Deadline.UTC())
+	}
+	for _, s := range h.stops {
+		assert.NotEqual(t, 1, s.ID.Attempt, "a worker that exited on its notice is not stopped")
+	}
+}
+
+// TestPreemptionNoticeIgnored: a worker that does not exit on its notice is
+// stopped at the deadline, as a preempted worker is without one.
+func TestPreemptionNoticeIgnored(t *testing.T) {
+	h := newJobHarness(t)
+	notices := h.notices()
+	h.grantAt(time.Minute, 1, 1)
+	h.watch(1, -1, forever, 0)
+	h.preemptWithNoticeAt(30*time.Minute, 1, time.Minute)
+	h.grantAt(2*time.Hour, 2, 1)
+	h.watch(2, -1, time.Minute, 0)
+	h.run(jobSpec("low", 1, 1))
+	require.NoError(t, h.env.GetWorkflowError())
+	require.Len(t, *notices, 1)
+	var stopAt []time.Time
+	for i, s := range h.stops {
+		if s.ID.Attempt == 1 {
+			stopAt = append(stopAt, h.stopAt[i])
+		}
+	}
+	require.Len(t, stopAt, 1)
+	assert.Equal(t, testStart.Add(31*time.Minute), stopAt[0].UTC(), "SIGTERM at the deadline")
+	assert.Equal(t, 1, h.status().Restarts)
+}

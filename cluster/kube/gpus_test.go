@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/trainq/trainq/cluster"
 )
@@ -79,13 +81,12 @@ func TestPodCarriesMLSpaceSettings(t *testing.T) {
 	s.ShmGB, s.NoInternet, s.CondaEnv = 128, true, "torch"
 	s.Type, s.ElasticMinWorkers, s.ElasticMaxWorkers, s.ElasticMaxRestarts = cluster.TypePyTorchElastic, 1, 2, 3
 	pod := b.Pod(s, JobMeta{}, nil)
-	require.Len(t, pod.Spec.Volumes, 1)
-	v := pod.Spec.Volumes[0]
+	v, ok := volume(pod, "dshm")
+	require.True(t, ok, "a /dev/shm volume")
 	require.NotNil(t, v.EmptyDir)
 	assert.Equal(t, "Memory", string(v.EmptyDir.Medium))
 	assert.Equal(t, "128Gi", v.EmptyDir.SizeLimit.String())
-	require.Len(t, pod.Spec.Containers[0].VolumeMounts, 1)
-	assert.Equal(t, "/dev/shm", pod.Spec.Containers[0].VolumeMounts[0].MountPath)
+	assert.Equal(t, "/dev/shm", mountOf(pod, "dshm"))
 	assert.Equal(t, "false", pod.Labels[LabelInternet])
 	assert.Contains(t, pod.Spec.Containers[0].Command[2], "exec conda run --no-capture-output -n 'torch'")
 	env := map[string]string{}
@@ -96,6 +97,53 @@ func TestPodCarriesMLSpaceSettings(t *testing.T) {
 	assert.Equal(t, "3", env["PET_MAX_RESTARTS"])
 
 	plain := b.Pod(spec("b", 1, 0, 1), JobMeta{}, nil)
-	assert.Empty(t, plain.Spec.Volumes, "no shm_size_class: the runtime's /dev/shm")
+	_, ok = volume(plain, "dshm")
+	assert.False(t, ok, "no shm_size_class: the runtime's /dev/shm")
 	assert.NotContains(t, plain.Labels, LabelInternet)
+}
+
+// TestPodShowsItsNotice: every pod mounts its notice annotation where its
+// $TRAINQ_NOTICE_FILE names, and Notice sets that annotation.
+func TestPodShowsItsNotice(t *testing.T) {
+	b, cs := newFake(t, fakeJobs{})
+	s := spec("a", 1, 0, 1)
+	pod := b.Pod(s, JobMeta{}, nil)
+	v, ok := volume(pod, "trainq-notice")
+	require.True(t, ok)
+	require.NotNil(t, v.DownwardAPI)
+	assert.Equal(t, "metadata.annotations['trainq.io/notice']", v.DownwardAPI.Items[0].FieldRef.FieldPath)
+	assert.Equal(t, NoticePath, mountOf(pod, "trainq-notice")+"/"+v.DownwardAPI.Items[0].Path)
+	env := map[string]string{}
+	for _, e := range pod.Spec.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	assert.Equal(t, NoticePath, env[cluster.NoticeFileEnv])
+
+	ctx := context.Background()
+	_, err := b.Start(ctx, s)
+	require.NoError(t, err)
+	require.NoError(t, b.Notice(ctx, s.ID, []byte(`{"reason":"preempted"}`)))
+	got, err := cs.CoreV1().Pods("jobs").Get(ctx, PodName(s.ID), metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, `{"reason":"preempted"}`, got.Annotations[AnnotationNotice])
+	other := spec("nobody", 1, 0, 1)
+	assert.True(t, errors.Is(b.Notice(ctx, other.ID, []byte("{}")), cluster.ErrNotFound))
+}
+
+func volume(pod *corev1.Pod, name string) (corev1.Volume, bool) {
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == name {
+			return v, true
+		}
+	}
+	return corev1.Volume{}, false
+}
+
+func mountOf(pod *corev1.Pod, name string) string {
+	for _, m := range pod.Spec.Containers[0].VolumeMounts {
+		if m.Name == name {
+			return m.MountPath
+		}
+	}
+	return ""
 }

@@ -1209,3 +1209,18 @@ func (b *Backend) LiveWorkers(ctx context.Context, node string) ([]cluster.Place
 	})
 	return out, nil
 }
+
+// Notice sets the worker's pod's notice annotation, which its downward-API
+// volume shows at NoticePath (see cluster.Noticer). The kubelet refreshes
+// such volumes on its sync period, so a pod may read it some seconds later.
+func (b *Backend) Notice(ctx context.Context, id cluster.WorkerID, notice []byte) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{AnnotationNotice: string(notice)}}})
+	if err != nil {
+		return err
+	}
+	_, err = b.opts.Client.CoreV1().Pods(b.opts.Namespace).Patch(ctx, PodName(id), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "trainq"})
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("%w: %s", cluster.ErrNotFound, id)
+	}
+	return err
+}

@@ -32,9 +32,13 @@ const (
 	AnnotationGPUs         = "trainq.io/gpus"
 	AnnotationInstanceType = "trainq.io/instance-type"
 	AnnotationURL          = "trainq.io/url"
-	AnnotationStopReason   = "trainq.io/stop-reason"
-	AnnotationPreemptor    = "trainq.io/preemptor"
-	AnnotationStoppedAt    = "trainq.io/stop-requested-at"
+	// AnnotationNotice holds a worker's stop notice (protocol.WorkerNotice
+	// as JSON); a downward-API volume shows it to the container at
+	// NoticePath, the path its $TRAINQ_NOTICE_FILE names.
+	AnnotationNotice     = "trainq.io/notice"
+	AnnotationStopReason = "trainq.io/stop-reason"
+	AnnotationPreemptor  = "trainq.io/preemptor"
+	AnnotationStoppedAt  = "trainq.io/stop-requested-at"
 
 	// ContainerName is the name of the one container of a worker pod.
 	ContainerName = "worker"

@@ -76,6 +76,13 @@ func Command(spec cluster.WorkerSpec, python string) []string {
 	return []string{"/bin/sh", "-c", spec.InConda(b.String())}
 }
 
+// Where a pod's stop notice appears (see AnnotationNotice).
+const (
+	noticeDir  = "/etc/trainq/notice"
+	noticeFile = "notice.json"
+	NoticePath = noticeDir + "/" + noticeFile
+)
+
 // Env is the container's environment: the worker's variables as the local
 // backend gives them to local rank 0 (trainq's own win over env_variables),
 // the torchrun variables PyTorchJob sets (PET_NNODES, PET_NODE_RANK,
@@ -104,6 +111,7 @@ func Env(spec cluster.WorkerSpec) []corev1.EnvVar {
 	if spec.Notebook {
 		extra["TRAINQ_NOTEBOOK_PORT"] = strconv.Itoa(JupyterPort)
 	}
+	extra[cluster.NoticeFileEnv] = NoticePath
 	if _, set := spec.Env["PYTHONUNBUFFERED"]; cluster.IsPythonType(spec.Type) && !set {
 		extra["PYTHONUNBUFFERED"] = "1"
 	}
@@ -225,6 +233,13 @@ func (b *Backend) Pod(spec cluster.WorkerSpec, meta JobMeta, owner *corev1.Servi
 	for _, s := range b.opts.ImagePullSecrets {
 		pod.Spec.ImagePullSecrets = append(pod.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: s})
 	}
+	// The stop notice: the kubelet writes the annotation into the volume
+	// once Notice sets it (and keeps the file absent until then).
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "trainq-notice", VolumeSource: corev1.VolumeSource{
+		DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{{
+			Path: noticeFile, FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['" + AnnotationNotice + "']"}}}}}})
+	pod.Spec.Containers[0].VolumeMounts = append(pod.Spec.Containers[0].VolumeMounts,
+		corev1.VolumeMount{Name: "trainq-notice", MountPath: noticeDir, ReadOnly: true})
 	if spec.ShmGB > 0 {
 		size := resource.MustParse(fmt.Sprintf("%dGi", spec.ShmGB))
 		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "dshm", VolumeSource: corev1.VolumeSource{

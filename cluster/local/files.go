@@ -25,6 +25,7 @@ const (
 	fileStarted = "started.json"   // procInfo: pid identity (boot id, start time) to detect pid reuse
 	filePIDs    = "pids.json"      // the user processes started by the supervisor
 	fileExit    = "exit.json"      // exitRecord, written atomically when the worker ends
+	fileNotice  = "notice.json"    // protocol.WorkerNotice, written atomically when the worker is to be stopped ($TRAINQ_NOTICE_FILE)
 	fileStop    = "stop.json"      // stopRecord, written by Stop before it signals
 	fileLog     = logfile.FileName // stdout+stderr of the supervisor and all processes, appended
 

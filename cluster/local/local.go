@@ -224,6 +224,7 @@ func (b *Backend) plan(spec cluster.WorkerSpec, logPath string) launchPlan {
 		if spec.Notebook {
 			env = append(env, "TRAINQ_NOTEBOOK_PORT="+strconv.Itoa(spec.MasterPort))
 		}
+		env = append(env, cluster.NoticeFileEnv+"="+filepath.Join(filepath.Dir(logPath), fileNotice))
 		p.Procs = append(p.Procs, procPlan{LocalRank: r, Argv: []string{"/bin/sh", "-c", spec.InConda(line)}, Env: env})
 	}
 	return p
