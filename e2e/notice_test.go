@@ -14,16 +14,16 @@ import (
 )
 
 // TestPreemptionNoticeLetsTheVictimSaveAndExit, with real processes: on
-// allocation notice (preemption_notice 30s) a low job runs until it finds
-// its notice, saves a checkpoint and exits; the high job that preempted it
+// allocation notice (preemption_notice 30s) a low job waits for its notice
+// (`trainq notice --wait`), saves a checkpoint and exits; the high job that preempted it
 // starts before the notice's deadline; the low job's rerun resumes from the
 // checkpoint; the exit counts as a preemption, not a failure.
 func TestPreemptionNoticeLetsTheVictimSaveAndExit(t *testing.T) {
 	startWorker(t)
 	dir := t.TempDir()
 	victimScript := `if [ -e ` + dir + `/checkpoint ]; then echo resumed > ` + dir + `/resumed; exit 0; fi; ` +
-		`while [ ! -e "$TRAINQ_NOTICE_FILE" ]; do sleep 0.1; done; ` +
-		`cp "$TRAINQ_NOTICE_FILE" ` + dir + `/notice.json; echo step-42 > ` + dir + `/checkpoint; exit 0`
+		filepath.Join(env.binDir, "trainq") + ` notice --wait -o json > ` + dir + `/notice.json; ` +
+		`echo step-42 > ` + dir + `/checkpoint; exit 0`
 	victim := submit(t, protocol.JobSpec{Script: victimScript, InstanceType: "a100.2gpu", Region: "T", AllocationName: "notice",
 		PriorityClass: "low", NWorkers: 1, Type: "binary", MaxRetry: 1})
 	waitState(t, victim, protocol.StateRunning, long)

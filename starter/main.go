@@ -182,6 +182,7 @@ func init() {
 		{"queue", "[ALLOCATION] [--region R] [--limit N] [--offset M]", "show an allocation's nodes, running jobs and a page of its waiting jobs in launch order", runQueue},
 		{"top", "[ALLOCATION] [--region R] [--once]", "live view of an allocation: GPU bars per node, running and waiting jobs (plain snapshot on a non-TTY)", runTop},
 		{"checkpoint", "[JOB] [--attempt N]", "record that a running job just saved its progress, so a preemption loses only the work since (inside a worker: no arguments)", runCheckpoint},
+		{"notice", "[--wait] [--timeout D]", "inside a worker: print its stop notice (a preemption, with its deadline); exit 1 while there is none", runNotice},
 		{"watch", "JOB", "print each state change until the job ends; exit 0 only if it completed", runWatch},
 		{"allocator", "recover [ALLOCATION] [--region R]", "rebuild an allocator's state from its jobs and node agents (starts one if none runs)", runAllocator},
 		{"simulate", "[--trace DIR --pods default|multigpu50 | --workload FILE] [--nodes N] [--policy SPEC]...", "replay a workload through the scheduler under each policy and print the tables side by side", runSimulate},

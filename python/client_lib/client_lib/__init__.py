@@ -32,10 +32,20 @@ from .errors import (APIConnectionError, APIError, BadRequestError, ClientLibErr
                      RetryableError, ServiceUnavailableError, TooManyRequestsError, UnauthorizedError, ValidationError)
 from .types import JobHealthAction, JobHealthParams, JobHealthSubAction, JobType, PriorityClass, RegionMT, ShmSizeClass
 
+def preemption_notice():
+    """The running worker's stop notice as a dict (reason, by, deadline, job,
+    attempt), or None while it is not being stopped; see trainq.notice."""
+    n = trainq.notice()
+    if n is None:
+        return None
+    return {"reason": n.reason, "by": {"class": n.by_class, "kind": n.by_kind}, "deadline": n.deadline,
+            "job": n.job, "attempt": n.attempt}
+
+
 __version__ = "0.1.0"
 
 __all__ = [
-    "Job", "jobs", "logs", "kill", "get_job_status", "get_instance_types", "get_available_resources_count",
+    "Job", "jobs", "logs", "kill", "get_job_status", "preemption_notice", "get_instance_types", "get_available_resources_count",
     "JobType", "RegionMT", "PriorityClass", "ShmSizeClass", "JobHealthParams", "JobHealthAction", "JobHealthSubAction",
     "Client", "trainq", "status_line", "RUN_JOB_FIELDS", "DEPRECATED_FIELDS", "TrainqWarning",
     "ClientLibError", "ConfigError", "APIError", "APIConnectionError", "InvalidRequestError", "BadRequestError",

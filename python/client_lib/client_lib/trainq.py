@@ -8,6 +8,8 @@ TRAINQ_API_TOKEN, TRAINQ_REGION)."""
 
 import datetime
 import http.client
+import json
+import os
 import re
 import time
 import urllib.parse
@@ -410,3 +412,41 @@ def available(region=None, allocation_name=None, client=None):
         out.append({"region": it["region"], "allocation_name": it["allocation_name"], "key": it["name"],
                     "name": it["name"], "count": count})
     return out
+
+
+@dataclass
+class Notice:
+    """A worker's stop notice (trainq's $TRAINQ_NOTICE_FILE): why, by whom
+    (the preemptor's class and kind, never its name) and by when to exit."""
+    reason: str
+    deadline: datetime.datetime
+    job: str = ""
+    attempt: int = 0
+    by_class: str = ""
+    by_kind: str = ""
+
+    def seconds_left(self, now=None):
+        """Seconds until the deadline (negative once it passed)."""
+        now = now or datetime.datetime.now(datetime.timezone.utc)
+        return (self.deadline - now).total_seconds()
+
+
+def notice(path=None):
+    """The worker's stop notice, or None while there is none. Inside a trainq
+    worker the path comes from $TRAINQ_NOTICE_FILE; call it now and then (or
+    between training steps): once it answers, save a checkpoint and exit
+    before notice.deadline to lose nothing."""
+    path = path or os.environ.get("TRAINQ_NOTICE_FILE")
+    if not path:
+        raise errors.ConfigError("TRAINQ_NOTICE_FILE", "TRAINQ_NOTICE_FILE is not set: notices reach code that runs inside a trainq worker")
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return None
+    if not text.strip():
+        return None  # a Kubernetes notice volume shows an empty file until the notice is set
+    raw = json.loads(text)
+    by = raw.get("by") or {}
+    return Notice(reason=raw.get("reason", ""), deadline=parse_time(raw.get("deadline")), job=raw.get("job", ""),
+                  attempt=int(raw.get("attempt", 0)), by_class=by.get("class", ""), by_kind=by.get("kind", ""))

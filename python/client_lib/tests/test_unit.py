@@ -352,3 +352,38 @@ class TestErrorsAndConfig(Base):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TestNotice(unittest.TestCase):
+    def test_notice_is_none_until_the_file_comes_then_read_whole(self):
+        import datetime
+        import json
+        import os
+        import tempfile
+        from client_lib import trainq
+        path = os.path.join(tempfile.mkdtemp(), "notice.json")
+        old = os.environ.get("TRAINQ_NOTICE_FILE")
+        os.environ["TRAINQ_NOTICE_FILE"] = path
+        try:
+            self.assertIsNone(client_lib.preemption_notice())
+            with open(path, "w") as f:
+                f.write("")
+            self.assertIsNone(trainq.notice(), "an empty file (a Kubernetes volume before the notice) is no notice")
+            with open(path, "w") as f:
+                json.dump({"reason": "preempted", "by": {"class": "high", "kind": "job"},
+                           "deadline": "2026-12-01T10:00:30Z", "job": "lm-mpi-job-x", "attempt": 2}, f)
+            n = trainq.notice()
+            self.assertEqual((n.reason, n.by_class, n.by_kind, n.job, n.attempt), ("preempted", "high", "job", "lm-mpi-job-x", 2))
+            at = datetime.datetime(2026, 12, 1, 10, 0, 0, tzinfo=datetime.timezone.utc)
+            self.assertEqual(n.seconds_left(at), 30.0)
+            d = client_lib.preemption_notice()
+            self.assertEqual(d["by"], {"class": "high", "kind": "job"})
+            del os.environ["TRAINQ_NOTICE_FILE"]
+            with self.assertRaises(client_lib.ConfigError) as cm:
+                trainq.notice()
+            self.assertIn("TRAINQ_NOTICE_FILE", str(cm.exception))
+        finally:
+            if old is None:
+                os.environ.pop("TRAINQ_NOTICE_FILE", None)
+            else:
+                os.environ["TRAINQ_NOTICE_FILE"] = old
