@@ -92,18 +92,10 @@ func TestReserveAfter(t *testing.T) {
 		{"        reserve_after: -5m\n", 0, "regions[0].allocations[0].reserve_after: must be at least 1m"},
 		{"        reserve_after: soon\n", 0, `regions[0].allocations[0].reserve_after: "soon" is not a duration`},
 	} {
-		body := strings.Replace(oneAllocation, "      - name: a\n", "      - name: a\n"+tc.line, 1)
-		cfg, err := Load(writeConfig(t, body))
-		if tc.wantErr != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Errorf("%q: want an error containing %q, got %v", tc.line, tc.wantErr, err)
-			}
+		a := loadAllocation(t, tc.line, tc.wantErr)
+		if a == nil {
 			continue
 		}
-		if err != nil {
-			t.Fatalf("%q: %v", tc.line, err)
-		}
-		_, a, _ := cfg.Allocation("", "")
 		if a.ReserveAfter.D() != tc.want || a.Policy().ReserveAfter != tc.want {
 			t.Errorf("%q: reserve_after %s (policy %s), want %s", tc.line, a.ReserveAfter.D(), a.Policy().ReserveAfter, tc.want)
 		}
@@ -162,18 +154,10 @@ func TestTimeLimits(t *testing.T) {
 		{"        default_time_limit: 48h\n        max_time_limit: 24h\n", 0, 0, "regions[0].allocations[0].default_time_limit: 48h0m0s is more than max_time_limit 24h0m0s"},
 		{"        max_time_limit: -1h\n", 0, 0, "regions[0].allocations[0].default_time_limit, max_time_limit: must not be negative"},
 	} {
-		body := strings.Replace(oneAllocation, "      - name: a\n", "      - name: a\n"+tc.lines, 1)
-		cfg, err := Load(writeConfig(t, body))
-		if tc.wantErr != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Errorf("%q: want an error containing %q, got %v", tc.lines, tc.wantErr, err)
-			}
+		a := loadAllocation(t, tc.lines, tc.wantErr)
+		if a == nil {
 			continue
 		}
-		if err != nil {
-			t.Fatalf("%q: %v", tc.lines, err)
-		}
-		a := cfg.Regions[0].Allocations[0]
 		if a.DefaultTimeLimit.D() != tc.def || a.MaxTimeLimit.D() != tc.most {
 			t.Errorf("%q: got %s/%s, want %s/%s", tc.lines, a.DefaultTimeLimit.D(), a.MaxTimeLimit.D(), tc.def, tc.most)
 		}
@@ -190,19 +174,31 @@ func TestPreemptionNotice(t *testing.T) {
 		{"        preemption_notice: 2h\n", "regions[0].allocations[0].preemption_notice: must be between 0 and 1h0m0s, got 2h0m0s", 0},
 		{"        preemption_notice: -1s\n", "regions[0].allocations[0].preemption_notice: must be between 0 and 1h0m0s", 0},
 	} {
-		body := strings.Replace(oneAllocation, "      - name: a\n", "      - name: a\n"+tc.line, 1)
-		cfg, err := Load(writeConfig(t, body))
-		if tc.wantErr != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Errorf("%q: want an error containing %q, got %v", tc.line, tc.wantErr, err)
-			}
+		a := loadAllocation(t, tc.line, tc.wantErr)
+		if a == nil {
 			continue
 		}
-		if err != nil {
-			t.Fatalf("%q: %v", tc.line, err)
-		}
-		if got := cfg.Regions[0].Allocations[0].PreemptionNotice.D(); got != tc.want {
+		if got := a.PreemptionNotice.D(); got != tc.want {
 			t.Errorf("%q: got %s, want %s", tc.line, got, tc.want)
 		}
 	}
+}
+
+// loadAllocation loads oneAllocation with lines added to allocation a. With
+// wantErr it checks the load fails saying so and returns nil; else it
+// returns the loaded allocation.
+func loadAllocation(t *testing.T, lines, wantErr string) *Allocation {
+	t.Helper()
+	body := strings.Replace(oneAllocation, "      - name: a\n", "      - name: a\n"+lines, 1)
+	cfg, err := Load(writeConfig(t, body))
+	if wantErr != "" {
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Errorf("%q: want an error containing %q, got %v", lines, wantErr, err)
+		}
+		return nil
+	}
+	if err != nil {
+		t.Fatalf("%q: %v", lines, err)
+	}
+	return &cfg.Regions[0].Allocations[0]
 }
