@@ -90,6 +90,10 @@ type job struct {
 	// lostNodes are the nodes of the current attempt whose agent did not
 	// answer; busyNodes those where the attempt's GPUs were found in use.
 	lostNodes, busyNodes map[string]bool
+	// notices counts the stop notices in flight, and noticing says some
+	// are still to be sent (see giveNotice).
+	notices  int
+	noticing bool
 	// nodeTimeout bounds how long a node's agent may leave work waiting.
 	nodeTimeout time.Duration
 	// runAttempts counts the attempts of this run (not of the whole job).
@@ -860,20 +864,36 @@ func (j *job) giveNotice(ctx workflow.Context, sel workflow.Selector, attempt in
 	notice := protocol.WorkerNotice{Reason: protocol.NoticeReasonPreempted, Deadline: deadline, Job: j.name, Attempt: attempt,
 		By: &protocol.NoticeBy{Class: p.Preemptor.Class.String(), Kind: p.Preemptor.Kind}}
 	opts := workflow.ActivityOptions{StartToCloseTimeout: 30 * time.Second, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 3}}
-	for _, pl := range grant.Placement {
-		if j.released[pl.Worker] {
-			continue
-		}
-		in := activities.NoticeWorkerInput{ID: cluster.WorkerID{Job: j.name, Attempt: attempt, Worker: pl.Worker}, Notice: notice}
-		f := workflow.ExecuteActivity(j.nodeOptions(ctx, pl.Node, fmt.Sprintf("tell worker %d on %s it is preempted (deadline in %s)", pl.Worker, pl.Node, p.Notice), opts),
-			(*activities.Activities).NoticeWorker, in)
-		worker := pl.Worker
-		workflow.Go(ctx, func(gctx workflow.Context) {
-			if err := f.Get(gctx, nil); err != nil && !errors.Is(gctx.Err(), workflow.ErrCanceled) {
-				workflow.GetLogger(gctx).Warn("could not give a worker its notice; it is stopped at the deadline", "worker", worker, "error", err)
+	// Beside the attempt's pending watches, at most what JobActivityBudget
+	// leaves is in flight (an attempt of MaxNWorkers workers would otherwise
+	// pass TemporalPendingActivitiesLimit); the stops wait for them (see
+	// stopAndRelease), so notices and stops are never pending together.
+	atOnce := max(jobActivityBudget-len(grant.Placement), 1)
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	j.noticing = true
+	workflow.Go(dctx, func(gctx workflow.Context) {
+		defer func() { j.noticing = false }()
+		for _, pl := range grant.Placement {
+			if j.released[pl.Worker] {
+				continue
 			}
-		})
-	}
+			if workflow.Await(gctx, func() bool { return j.notices < atOnce }) != nil {
+				return
+			}
+			in := activities.NoticeWorkerInput{ID: cluster.WorkerID{Job: j.name, Attempt: attempt, Worker: pl.Worker}, Notice: notice}
+			f := workflow.ExecuteActivity(j.nodeOptions(gctx, pl.Node, fmt.Sprintf("tell worker %d on %s it is preempted (deadline in %s)", pl.Worker, pl.Node, p.Notice), opts),
+				(*activities.Activities).NoticeWorker, in)
+			j.notices++
+			worker := pl.Worker
+			workflow.Go(gctx, func(fctx workflow.Context) {
+				err := f.Get(fctx, nil)
+				j.notices--
+				if err != nil {
+					workflow.GetLogger(fctx).Warn("could not give a worker its notice; it is stopped at the deadline", "worker", worker, "error", err)
+				}
+			})
+		}
+	})
 	timer := workflow.NewTimerWithOptions(ctx, p.Notice, workflow.TimerOptions{Summary: "the preemption notice's deadline"})
 	sel.AddFuture(timer, func(f workflow.Future) {
 		if f.Get(ctx, nil) == nil {
@@ -1100,6 +1120,9 @@ func retriesReleases(ctx workflow.Context) bool {
 // returns once the allocator has every release.
 func (j *job) stopAndRelease(ctx workflow.Context, attempt int, grant protocol.GrantSignal) {
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	// Notices still in flight finish first: stops beside them could pass
+	// the pending-activities budget (a job without notices waits for nothing).
+	_ = workflow.Await(dctx, func() bool { return j.notices == 0 && !j.noticing })
 	if !j.stopping {
 		j.stopping = true
 		j.sendRelease(dctx, protocol.ReleaseSignal{Job: j.name, Attempt: attempt, Stopping: true})

@@ -829,3 +829,43 @@ func TestPreemptionNoticeIgnored(t *testing.T) {
 	assert.Equal(t, testStart.Add(31*time.Minute), stopAt[0].UTC(), "SIGTERM at the deadline")
 	assert.Equal(t, 1, h.status().Restarts)
 }
+
+// TestNoticesStayWithinThePendingActivitiesLimit: the notices of a wide job
+// go out in waves beside its watches, and its stops wait for them, so no
+// task has more pending activities than the budget.
+func TestNoticesStayWithinThePendingActivitiesLimit(t *testing.T) {
+	const workers, budget = 12, 20
+	saved := jobActivityBudget
+	jobActivityBudget = budget
+	t.Cleanup(func() { jobActivityBudget = saved })
+	h := newJobHarness(t)
+	var noticeAt []time.Time
+	h.env.OnActivity(h.acts.NoticeWorker, mock.Anything, mock.Anything).After(5 * time.Second).Return(func(_ context.Context, _ activities.NoticeWorkerInput) error {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		noticeAt = append(noticeAt, h.env.Now())
+		return nil
+	})
+	h.grantAt(time.Minute, 1, workers)
+	h.watch(1, -1, forever, 0)
+	h.preemptWithNoticeAt(30*time.Minute, 1, time.Minute)
+	h.run(jobSpec("low", workers, 0))
+	require.Error(t, h.env.GetWorkflowError(), "preempted with no retries left")
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	require.Len(t, noticeAt, workers, "every worker got its notice")
+	waves := map[time.Time]int{}
+	for _, at := range noticeAt {
+		waves[at]++
+	}
+	most := 0
+	for _, n := range waves {
+		most = max(most, n)
+	}
+	assert.LessOrEqual(t, workers+most, budget, "watches and notices pending at once")
+	assert.Greater(t, len(waves), 1, "the notices went out in waves")
+	require.Len(t, h.stops, workers)
+	for _, at := range h.stopAt {
+		assert.False(t, at.Before(noticeAt[len(noticeAt)-1]), "no stop is pending beside a notice")
+	}
+}
