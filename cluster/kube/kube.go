@@ -681,6 +681,8 @@ func (b *Backend) Start(ctx context.Context, spec cluster.WorkerSpec) (cluster.W
 	if err := b.gpusFree(ctx, spec); err != nil {
 		return cluster.WorkerStatus{ID: spec.ID}, err
 	}
+	cached, unsubscribe := b.subscribe(name) // before the create: its event must not be missed
+	defer unsubscribe()
 	created, err := b.opts.Client.CoreV1().Pods(b.opts.Namespace).Create(ctx, pod, metav1.CreateOptions{FieldManager: "trainq"})
 	if apierrors.IsAlreadyExists(err) {
 		created, err = b.opts.Client.CoreV1().Pods(b.opts.Namespace).Get(ctx, name, metav1.GetOptions{})
@@ -688,7 +690,7 @@ func (b *Backend) Start(ctx context.Context, spec cluster.WorkerSpec) (cluster.W
 	if err != nil {
 		return cluster.WorkerStatus{ID: spec.ID}, fmt.Errorf("create pod %s/%s on node %s: %w", b.opts.Namespace, name, spec.Node, err)
 	}
-	b.awaitCached(ctx, name)
+	b.awaitCached(ctx, name, cached)
 	return StatusOf(spec.ID, created), nil
 }
 
@@ -732,15 +734,23 @@ func (b *Backend) gpusFree(ctx context.Context, spec cluster.WorkerSpec) error {
 	return busy
 }
 
-// awaitCached waits, briefly, until the pod cache has the pod just created.
-func (b *Backend) awaitCached(ctx context.Context, name string) {
+// awaitCached waits, briefly, until the pod cache has the pod just created
+// (changed gets a value when the cache takes an event of it).
+func (b *Backend) awaitCached(ctx context.Context, name string, changed <-chan struct{}) {
 	key := b.opts.Namespace + "/" + name
-	deadline := time.Now().Add(2 * time.Second)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
+	timeout := time.NewTimer(2 * time.Second)
+	defer timeout.Stop()
+	for {
 		if _, ok, _ := b.pods.GetStore().GetByKey(key); ok {
 			return
 		}
-		time.Sleep(10 * time.Millisecond)
+		select {
+		case <-changed:
+		case <-timeout.C:
+			return
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 
