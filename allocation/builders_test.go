@@ -53,6 +53,13 @@ func one(job string, attempt int, class scheduler.Class, gpus int) protocol.Capa
 	return r
 }
 
+// notebook is a Jupyter server's request for one worker of gpus GPUs (high).
+func notebook(job string, gpus int) protocol.CapacityRequest {
+	r := one(job, 1, scheduler.High, gpus)
+	r.Kind = scheduler.KindNotebook
+	return r
+}
+
 // step brings a state one message closer to where a case starts.
 type step func(t *testing.T, s *State)
 

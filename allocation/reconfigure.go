@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
@@ -44,7 +45,7 @@ func (s *State) Reconfigure(in protocol.AllocatorInput, g Gates) (protocol.Recon
 	s.Config.Nodes, s.Config.Policy = s.Pool.Nodes(), s.Pool.Policy()
 	s.Config.StopGracePeriod, s.Config.ReclaimInterval, s.Config.NodeTimeout = in.StopGracePeriod, in.ReclaimInterval, in.NodeTimeout
 	s.Config.MaxWaiting = in.MaxWaiting
-	s.Config.PreemptionNotice = in.PreemptionNotice
+	s.Config.PreemptionNotice, s.Config.ClassPreemptionNotice, s.Config.NoticeSignal = in.PreemptionNotice, in.ClassPreemptionNotice, in.NoticeSignal
 	reply := protocol.ReconfigureReply{Changed: true, Summary: summary}
 	for _, u := range unfit {
 		reply.Refused = append(reply.Refused, u.Job)
@@ -133,6 +134,17 @@ func (s *State) configChanges(in protocol.AllocatorInput, g Gates) string {
 	if s.Config.PreemptionNotice != in.PreemptionNotice {
 		parts = append(parts, fmt.Sprintf("preemption_notice %s -> %s", s.Config.PreemptionNotice, in.PreemptionNotice))
 	}
+	for _, class := range []scheduler.Class{scheduler.Low, scheduler.Medium, scheduler.High} {
+		name := class.String()
+		was, wasSet := s.Config.ClassPreemptionNotice[name]
+		now, nowSet := in.ClassPreemptionNotice[name]
+		if was != now || wasSet != nowSet {
+			parts = append(parts, fmt.Sprintf("preemption_notice of %s %s -> %s", name, noticeText(was, wasSet), noticeText(now, nowSet)))
+		}
+	}
+	if s.Config.NoticeSignal != in.NoticeSignal {
+		parts = append(parts, fmt.Sprintf("notice_signal %q -> %q", s.Config.NoticeSignal, in.NoticeSignal))
+	}
 	if s.Config.ReclaimInterval != in.ReclaimInterval {
 		parts = append(parts, fmt.Sprintf("reclaim_interval %s -> %s", s.Config.ReclaimInterval, in.ReclaimInterval))
 	}
@@ -151,4 +163,12 @@ func (s *State) policyChanges(next scheduler.Policy, g Gates) []string {
 		return old
 	}
 	return all
+}
+
+// noticeText shows a class's preemption_notice: its own, or the allocation's.
+func noticeText(d time.Duration, set bool) string {
+	if !set {
+		return "the allocation's"
+	}
+	return d.String()
 }

@@ -177,13 +177,14 @@ func (s *State) resendGrant(req protocol.CapacityRequest, g Gates) ([]Command, b
 	}
 	var cmds commands
 	cmds.note("sent %s its grant of attempt %d again: it asked again", req.Job, req.Attempt)
-	cmds.add(Signal{Job: req.Job, Name: protocol.SignalGrant, Arg: s.grantSignal(r.Seq, r.Attempt, r.Placement)})
+	cmds.add(Signal{Job: req.Job, Name: protocol.SignalGrant, Arg: s.grantSignal(r)})
 	return cmds, true
 }
 
-func (s *State) grantSignal(seq int64, attempt int, placement []scheduler.WorkerPlacement) protocol.GrantSignal {
-	return protocol.GrantSignal{Epoch: s.Epoch, Seq: seq, Attempt: attempt, Placement: placement,
-		StopGracePeriod: s.Config.StopGracePeriod, NodeTimeout: s.NodeTimeout()}
+func (s *State) grantSignal(r scheduler.RunningInfo) protocol.GrantSignal {
+	return protocol.GrantSignal{Epoch: s.Epoch, Seq: r.Seq, Attempt: r.Attempt, Placement: r.Placement,
+		StopGracePeriod: s.Config.StopGracePeriod, NodeTimeout: s.NodeTimeout(),
+		Notice: s.Config.NoticeFor(r.Class, r.Kind), NoticeSignal: s.Config.NoticeSignal}
 }
 
 // hasNewerAttempt says whether the pool holds or queues a later attempt of
@@ -307,22 +308,20 @@ func (s *State) Pass(now time.Time) []Command {
 	for _, g := range d.Grants {
 		s.Counters.Grants++
 		cmds.note("granted %s attempt %d on %s", g.Job, g.Attempt, scheduler.PlacementText(g.Placement))
-		var seq int64
-		if r, ok := s.Pool.Running(g.Job); ok {
-			seq = r.Seq
-		}
-		cmds.add(Signal{Job: g.Job, Name: protocol.SignalGrant, Arg: s.grantSignal(seq, g.Attempt, g.Placement),
+		r, _ := s.Pool.Running(g.Job)
+		r.Attempt, r.Placement = g.Attempt, g.Placement
+		cmds.add(Signal{Job: g.Job, Name: protocol.SignalGrant, Arg: s.grantSignal(r),
 			Attempt: g.Attempt, IfGone: GoneFreeGrant})
 	}
 	for _, p := range d.Preemptions {
 		s.Counters.Preemptions++
-		victimClass := "unknown"
+		victimClass, notice := "unknown", s.Config.PreemptionNotice
 		if r, ok := s.Pool.Running(p.Victim); ok {
-			victimClass = r.Class.String()
+			victimClass, notice = r.Class.String(), s.Config.NoticeFor(r.Class, r.Kind)
 		}
 		cmds.add(Count{Metric: MetricPreemption, VictimClass: victimClass, PreemptorClass: p.Preemptor.Class.String()})
 		cmds.note("preempting %s for %s", p.Victim, p.Preemptor.Job)
-		sig := protocol.PreemptSignal{Epoch: s.Epoch, Attempt: p.VictimAttempt, Preemptor: p.Preemptor, Reason: p.Reason, Notice: s.Config.PreemptionNotice}
+		sig := protocol.PreemptSignal{Epoch: s.Epoch, Attempt: p.VictimAttempt, Preemptor: p.Preemptor, Reason: p.Reason, Notice: notice}
 		cmds.add(Signal{Job: p.Victim, Name: protocol.SignalPreempt, Arg: sig, IfGone: GoneReclaim})
 	}
 	return cmds

@@ -271,6 +271,50 @@ func TestPassRules(t *testing.T) {
 				}
 				return cmds
 			}, want: []string{"preempt lo#1"}},
+		{name: "a class's own notice goes to its victims, and to its grants for its own stops",
+			given: []step{granted(one("lo", 1, low, 8)), queued(one("hi", 1, high, 2)),
+				func(t *testing.T, s *State) {
+					s.Config.PreemptionNotice, s.Config.NoticeSignal = time.Minute, "SIGUSR1"
+					s.Config.ClassPreemptionNotice = map[string]time.Duration{"low": 10 * time.Second, "high": 0}
+				}},
+			when: func(s *State) []Command {
+				cmds := s.Pass(t0)
+				for _, c := range cmds {
+					sig, ok := c.(Signal)
+					if ok && sig.Name == protocol.SignalPreempt && sig.Arg.(protocol.PreemptSignal).Notice != 10*time.Second {
+						panic("the low victim did not get low's notice")
+					}
+				}
+				return cmds
+			}, want: []string{"preempt lo#1"},
+			then: func(t *testing.T, s *State) {
+				s.Release(protocol.ReleaseSignal{Job: "lo", Attempt: 1, Workers: []int{0}})
+				for _, c := range s.Pass(t0) {
+					if sig, ok := c.(Signal); ok && sig.Name == protocol.SignalGrant {
+						g := sig.Arg.(protocol.GrantSignal)
+						assert.Zero(t, g.Notice, "high's own notice is 0")
+						assert.Equal(t, "SIGUSR1", g.NoticeSignal)
+					}
+				}
+			}},
+		{name: "a grant carries the notice of the job's class; a Jupyter server's none",
+			given: []step{queued(one("job", 1, medium, 2)), queued(notebook("nb", 2)),
+				func(t *testing.T, s *State) { s.Config.PreemptionNotice = time.Minute }},
+			when: func(s *State) []Command {
+				cmds := s.Pass(t0)
+				for _, c := range cmds {
+					if sig, ok := c.(Signal); ok && sig.Name == protocol.SignalGrant {
+						want := time.Minute
+						if sig.Job == "nb" {
+							want = 0
+						}
+						if sig.Arg.(protocol.GrantSignal).Notice != want {
+							panic("grant of " + sig.Job + " has the wrong notice")
+						}
+					}
+				}
+				return cmds
+			}, want: []string{"grant nb#1", "grant job#1"}},
 		{name: "nothing on a fenced node",
 			given: []step{func(t *testing.T, s *State) { s.NodeLost("n1", "gone") }, queued(req("a", 1, medium, 1))},
 			when:  pass, want: []string{}, then: isWaiting("a", 1)},

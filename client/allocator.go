@@ -28,6 +28,9 @@ func AllocatorInput(cfg *config.Config, region, allocation string) (protocol.All
 		NodeTimeout:      cfg.NodeTimeout.D(),
 		MaxWaiting:       a.MaxWaiting,
 		PreemptionNotice: a.PreemptionNotice.D(),
+
+		ClassPreemptionNotice: a.ClassNotices(),
+		NoticeSignal:          a.NoticeSignal,
 	}, nil
 }
 

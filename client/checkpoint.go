@@ -58,5 +58,9 @@ func (c *Client) Checkpoint(ctx context.Context, job string, attempt int) (proto
 	if err != nil {
 		return reply, fmt.Errorf("checkpoint of %s: %w", job, err)
 	}
+	// The job records it in its attempt (a checkpoint within a notice's
+	// window honours the notice). The allocator has it already, which is
+	// what preemption weighs, so a job that cannot be told loses nothing.
+	_ = c.Temporal.SignalWorkflow(ctx, job, "", protocol.SignalCheckpointed, reply)
 	return reply, nil
 }

@@ -396,6 +396,13 @@ type Noticer interface {
 	Notice(ctx context.Context, id WorkerID, notice []byte) error
 }
 
+// NoticeSignaller is implemented by backends that can also send a running
+// worker's processes a signal with its notice (an allocation's
+// notice_signal, such as "SIGUSR1").
+type NoticeSignaller interface {
+	NoticeSignal(ctx context.Context, id WorkerID, signal string) error
+}
+
 // NoticeFileEnv names the environment variable that holds the path of a
 // worker's notice file (it exists only once a notice was given).
 const NoticeFileEnv = "TRAINQ_NOTICE_FILE"

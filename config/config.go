@@ -9,8 +9,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -88,9 +90,17 @@ type Allocation struct {
 	// PreemptionNotice is how long a preempted job's workers get, once
 	// told through $TRAINQ_NOTICE_FILE, to save their work and exit
 	// before SIGTERM (0: SIGTERM at once; at most MaxPreemptionNotice).
-	PreemptionNotice Duration         `json:"preemption_notice,omitempty"`
-	MaxTimeLimit     Duration         `json:"max_time_limit,omitempty"`
-	Nodes            []scheduler.Node `json:"nodes"`
+	PreemptionNotice Duration `json:"preemption_notice,omitempty"`
+	// PreemptionNoticeByClass overrides preemption_notice for the jobs of
+	// a class ({"low": "30s", "medium": "2m"}): a victim's class sets its
+	// notice, and so does a job's own class for its cancel, time limit and
+	// stuck stops.
+	PreemptionNoticeByClass map[string]Duration `json:"preemption_notice_by_class,omitempty"`
+	// NoticeSignal is a signal the workers also get with every notice
+	// (one of NoticeSignals; "": none).
+	NoticeSignal string           `json:"notice_signal,omitempty"`
+	MaxTimeLimit Duration         `json:"max_time_limit,omitempty"`
+	Nodes        []scheduler.Node `json:"nodes"`
 	// NodeSelector (backend kubernetes only, instead of nodes) picks the
 	// allocation's nodes by their labels: every Kubernetes node with all of
 	// them, its GPUs, CPU and memory read from its allocatable and its
@@ -102,6 +112,22 @@ type Allocation struct {
 
 // MaxPreemptionNotice bounds preemption_notice: a preemptor waits that long.
 const MaxPreemptionNotice = time.Hour
+
+// NoticeSignals are the signals notice_signal may name: ones a training
+// script can catch, that by default do not dump core or stop the process.
+var NoticeSignals = []string{"SIGUSR1", "SIGUSR2", "SIGHUP", "SIGINT"}
+
+// ClassNotices is preemption_notice_by_class as the allocator takes it.
+func (a Allocation) ClassNotices() map[string]time.Duration {
+	if len(a.PreemptionNoticeByClass) == 0 {
+		return nil
+	}
+	out := make(map[string]time.Duration, len(a.PreemptionNoticeByClass))
+	for class, d := range a.PreemptionNoticeByClass {
+		out[class] = d.D()
+	}
+	return out
+}
 
 // DefaultReserveAfter is an allocation's reserve_after when the file gives none.
 const DefaultReserveAfter = 30 * time.Minute
@@ -364,6 +390,17 @@ func (a Allocation) validatePolicy(field string) error {
 	}
 	if a.PreemptionNotice < 0 || a.PreemptionNotice.D() > MaxPreemptionNotice {
 		return fmt.Errorf("%s.preemption_notice: must be between 0 and %s, got %s", field, MaxPreemptionNotice, a.PreemptionNotice.D())
+	}
+	for _, class := range slices.Sorted(maps.Keys(a.PreemptionNoticeByClass)) {
+		if _, err := scheduler.ParseClass(class); err != nil || class != strings.ToLower(strings.TrimSpace(class)) || class == "" {
+			return fmt.Errorf("%s.preemption_notice_by_class: %q is not a class; use low, medium or high", field, class)
+		}
+		if d := a.PreemptionNoticeByClass[class]; d < 0 || d.D() > MaxPreemptionNotice {
+			return fmt.Errorf("%s.preemption_notice_by_class.%s: must be between 0 and %s, got %s", field, class, MaxPreemptionNotice, d.D())
+		}
+	}
+	if a.NoticeSignal != "" && !slices.Contains(NoticeSignals, a.NoticeSignal) {
+		return fmt.Errorf("%s.notice_signal: %q is not allowed; use one of %s (or leave it out for none)", field, a.NoticeSignal, strings.Join(NoticeSignals, ", "))
 	}
 	if a.DefaultTimeLimit < 0 || a.MaxTimeLimit < 0 {
 		return fmt.Errorf("%s.default_time_limit, max_time_limit: must not be negative", field)

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -180,6 +181,36 @@ func TestPreemptionNotice(t *testing.T) {
 		}
 		if got := a.PreemptionNotice.D(); got != tc.want {
 			t.Errorf("%q: got %s, want %s", tc.line, got, tc.want)
+		}
+	}
+}
+
+// TestPreemptionNoticeByClassAndSignal: a class may have its own notice,
+// and a notice may come with a signal; a class or a signal that is not
+// allowed is refused, naming the field and the allowed values.
+func TestPreemptionNoticeByClassAndSignal(t *testing.T) {
+	for _, tc := range []struct {
+		lines, wantErr string
+		want           map[string]time.Duration
+		signal         string
+	}{
+		{"", "", nil, ""},
+		{"        preemption_notice: 2m\n        preemption_notice_by_class: {low: 30s, high: 0s}\n        notice_signal: SIGUSR1\n", "",
+			map[string]time.Duration{"low": 30 * time.Second, "high": 0}, "SIGUSR1"},
+		{"        preemption_notice_by_class: {urgent: 30s}\n", `regions[0].allocations[0].preemption_notice_by_class: "urgent" is not a class; use low, medium or high`, nil, ""},
+		{"        preemption_notice_by_class: {Low: 30s}\n", `preemption_notice_by_class: "Low" is not a class`, nil, ""},
+		{"        preemption_notice_by_class: {medium: 3h}\n", "regions[0].allocations[0].preemption_notice_by_class.medium: must be between 0 and 1h0m0s, got 3h0m0s", nil, ""},
+		{"        notice_signal: SIGKILL\n", `regions[0].allocations[0].notice_signal: "SIGKILL" is not allowed; use one of SIGUSR1, SIGUSR2, SIGHUP, SIGINT`, nil, ""},
+	} {
+		a := loadAllocation(t, tc.lines, tc.wantErr)
+		if a == nil {
+			continue
+		}
+		if got := a.ClassNotices(); !maps.Equal(got, tc.want) {
+			t.Errorf("%q: got %v, want %v", tc.lines, got, tc.want)
+		}
+		if a.NoticeSignal != tc.signal {
+			t.Errorf("%q: got signal %q, want %q", tc.lines, a.NoticeSignal, tc.signal)
 		}
 	}
 }

@@ -83,6 +83,13 @@ regions:
         preemption_notice: 30s
         nodes:
           - {name: notice-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+      - name: signal
+        stop_grace_period: 3s
+        preemption_notice: 30s
+        preemption_notice_by_class: {medium: 20s}
+        notice_signal: SIGUSR1
+        nodes:
+          - {name: signal-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
       - name: bench
         stop_grace_period: 3s
         nodes:

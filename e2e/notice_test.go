@@ -55,3 +55,69 @@ func TestPreemptionNoticeLetsTheVictimSaveAndExit(t *testing.T) {
 	_, err = os.Stat(filepath.Join(dir, "resumed"))
 	assert.NoError(t, err, "the rerun found the checkpoint")
 }
+
+// TestCancelGivesANoticeThenTheJobStops, with real processes: on
+// allocation notice a cancelled job's worker is told (reason cancelled, no
+// preemptor), saves and exits before the deadline; the job ends Stopped
+// without a rerun, and its attempt shows how early it let go.
+func TestCancelGivesANoticeThenTheJobStops(t *testing.T) {
+	startWorker(t)
+	dir := t.TempDir()
+	script := filepath.Join(env.binDir, "trainq") + ` notice --wait -o json > ` + dir + `/notice.json; echo saved > ` + dir + `/saved; exit 0`
+	job := submit(t, protocol.JobSpec{Script: script, InstanceType: "a100.2gpu", Region: "T", AllocationName: "notice",
+		PriorityClass: "medium", NWorkers: 1, Type: "binary", MaxRetry: 2})
+	waitState(t, job, protocol.StateRunning, long)
+	trainq(t, "cancel", job)
+	st := waitState(t, job, protocol.StateStopped, long)
+
+	n := readWorkerNotice(t, filepath.Join(dir, "notice.json"))
+	assert.Equal(t, protocol.NoticeReasonCancelled, n.Reason)
+	assert.Nil(t, n.By, "a cancel has no preemptor")
+	require.Len(t, st.Attempts, 1, "a cancelled job is not rerun")
+	a := st.Attempts[0]
+	assert.Equal(t, protocol.NoticeReasonCancelled, a.NoticeReason)
+	require.NotNil(t, a.NoticeDeadline)
+	assert.WithinDuration(t, n.Deadline, *a.NoticeDeadline, time.Millisecond)
+	require.NotNil(t, a.ExitedOnNoticeAt, "the worker exited on its notice")
+	assert.True(t, a.ExitedOnNoticeAt.Before(n.Deadline))
+	assert.Contains(t, a.EndReason, "stopped by the user; its workers exited on the notice")
+	_, err := os.Stat(filepath.Join(dir, "saved"))
+	assert.NoError(t, err, "the worker saved before it exited")
+
+	out, _, _ := trainq(t, "status", job)
+	assert.Contains(t, out, "cancelled, exited")
+}
+
+// TestTimeLimitNoticeComesWithTheSignal, with real processes: on
+// allocation signal (notice 30s, 20s for medium, notice_signal SIGUSR1) a
+// medium job that reaches its time limit gets SIGUSR1 with its notice
+// already in place (reason time_limit, medium's 20 s), saves and exits; the
+// job ends Stopped by its time limit.
+func TestTimeLimitNoticeComesWithTheSignal(t *testing.T) {
+	startWorker(t)
+	dir := t.TempDir()
+	script := `trap 'cat "$TRAINQ_NOTICE_FILE" > ` + dir + `/notice.json; exit 0' USR1; ` +
+		`while true; do sleep 0.1; done`
+	job := submit(t, protocol.JobSpec{Script: script, InstanceType: "a100.2gpu", Region: "T", AllocationName: "signal",
+		PriorityClass: "medium", NWorkers: 1, Type: "binary", TimeLimit: 3 * time.Second})
+	st := waitState(t, job, protocol.StateStopped, long)
+
+	n := readWorkerNotice(t, filepath.Join(dir, "notice.json"))
+	assert.Equal(t, protocol.NoticeReasonTimeLimit, n.Reason)
+	require.Len(t, st.Attempts, 1)
+	a := st.Attempts[0]
+	require.NotNil(t, a.NoticedAt)
+	assert.Equal(t, 20*time.Second, n.Deadline.Sub(*a.NoticedAt).Round(time.Millisecond), "medium's own notice")
+	require.NotNil(t, a.ExitedOnNoticeAt, "the signal's handler exited")
+	assert.True(t, a.ExitedOnNoticeAt.Before(n.Deadline))
+	assert.Contains(t, a.EndReason, "stop_timer")
+}
+
+func readWorkerNotice(t *testing.T, path string) protocol.WorkerNotice {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	require.NoError(t, err, "the worker read its notice")
+	var n protocol.WorkerNotice
+	require.NoError(t, json.Unmarshal(data, &n), string(data))
+	return n
+}

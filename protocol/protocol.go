@@ -86,6 +86,12 @@ const (
 	// run it (it was reconfigured); the attempt fails for good.
 	SignalRefuse = "refuse"
 
+	// SignalCheckpointed tells a running job that its attempt saved its
+	// progress (a CheckpointReply the allocator recorded): the attempt's
+	// record shows it, and a checkpoint within a notice's window counts as
+	// honouring the notice.
+	SignalCheckpointed = "checkpointed"
+
 	// UpdateRegister is how a recovering allocator learns what a job holds
 	// or waits for (a JobHold) and tells it the allocator's new epoch.
 	UpdateRegister = "register"
@@ -301,9 +307,26 @@ type AttemptRecord struct {
 	Placement []scheduler.WorkerPlacement `json:"placement,omitempty"`
 	// URL is where a Jupyter server of this attempt serves.
 	URL string `json:"url,omitempty"`
-	// NoticeDeadline is when the attempt's workers, told they were
-	// preempted, had to have exited (see PreemptSignal.Notice).
+	// NoticeDeadline is when the attempt's workers, told they were to be
+	// stopped (see WorkerNotice), had to have exited.
 	NoticeDeadline *time.Time `json:"notice_deadline,omitempty"`
+	// NoticeReason is the notice's reason (a NoticeReason constant), and
+	// NoticedAt when the job decided to give it.
+	NoticeReason string     `json:"notice_reason,omitempty"`
+	NoticedAt    *time.Time `json:"noticed_at,omitempty"`
+	// CheckpointAt is the attempt's last checkpoint (trainq checkpoint).
+	CheckpointAt *time.Time `json:"checkpoint_at,omitempty"`
+	// ExitedOnNoticeAt is when the last of the attempt's workers exited on
+	// its own after the notice, before the deadline: the release came
+	// NoticeDeadline - ExitedOnNoticeAt early.
+	ExitedOnNoticeAt *time.Time `json:"exited_on_notice_at,omitempty"`
+}
+
+// HonouredNotice says whether the attempt was given a notice and saved a
+// checkpoint within its window (after the notice, by its deadline).
+func (a AttemptRecord) HonouredNotice() bool {
+	return a.NoticedAt != nil && a.NoticeDeadline != nil && a.CheckpointAt != nil &&
+		!a.CheckpointAt.Before(*a.NoticedAt) && !a.CheckpointAt.After(*a.NoticeDeadline)
 }
 
 // JobStatus answers the status query. Position, Reason and WaitingFor come
@@ -393,6 +416,14 @@ type GrantSignal struct {
 	// NodeTimeout is how long a node's agent may leave an activity waiting
 	// before the node counts as lost (0 = DefaultNodeTimeout).
 	NodeTimeout time.Duration `json:"node_timeout,omitempty"`
+	// Notice is how long this job's workers are given, once told why, to
+	// save their work and exit before a stop the job decides on (a cancel,
+	// its time limit, stuck): the allocation's preemption_notice for the
+	// job's class. 0: they are stopped at once, as before.
+	Notice time.Duration `json:"notice,omitempty"`
+	// NoticeSignal, when set, is sent to the workers with every notice
+	// (the allocation's notice_signal, e.g. SIGUSR1).
+	NoticeSignal string `json:"notice_signal,omitempty"`
 }
 
 // DefaultNodeTimeout applies where no node_timeout was handed down (grants of
@@ -411,12 +442,25 @@ type PreemptSignal struct {
 	Notice time.Duration `json:"notice,omitempty"`
 }
 
+// NoticeFor is the notice a job of this class and kind gets before it is
+// stopped: ClassPreemptionNotice's, else PreemptionNotice. A Jupyter server
+// gets none: it is stopped at once, as before notices.
+func (in AllocatorInput) NoticeFor(class scheduler.Class, kind scheduler.Kind) time.Duration {
+	if kind == scheduler.KindNotebook {
+		return 0
+	}
+	if d, ok := in.ClassPreemptionNotice[class.String()]; ok {
+		return d
+	}
+	return in.PreemptionNotice
+}
+
 // WorkerNotice is what a worker is told before it is stopped: why, by whom
 // (the class and kind of the preemptor, never its name, which may be another
 // workspace's), and by when it must have exited. It reaches the worker as
 // the JSON file named by $TRAINQ_NOTICE_FILE.
 type WorkerNotice struct {
-	Reason   string    `json:"reason"` // preempted
+	Reason   string    `json:"reason"` // one of the NoticeReason constants
 	By       *NoticeBy `json:"by,omitempty"`
 	Deadline time.Time `json:"deadline"`
 	Job      string    `json:"job"`
@@ -429,8 +473,19 @@ type NoticeBy struct {
 	Kind  scheduler.Kind `json:"kind"`
 }
 
-// NoticeReasonPreempted is a notice's reason when a higher class takes the capacity.
-const NoticeReasonPreempted = "preempted"
+// A notice's reasons.
+const (
+	// NoticeReasonPreempted: a higher class takes the capacity (By names its class and kind).
+	NoticeReasonPreempted = "preempted"
+	// NoticeReasonCancelled: the job was cancelled (trainq cancel, DELETE, the Web UI).
+	NoticeReasonCancelled = "cancelled"
+	// NoticeReasonTimeLimit: the job reached its time limit (stop_timer).
+	NoticeReasonTimeLimit = "time_limit"
+	// NoticeReasonStuck: no worker wrote a log line for health_params.log_period.
+	NoticeReasonStuck = "stuck"
+	// NoticeReasonNodeDrain: an operator drains the node the worker runs on.
+	NoticeReasonNodeDrain = "node_drain"
+)
 
 // RefuseSignal tells a job that its waiting Attempt can never be granted.
 type RefuseSignal struct {
@@ -517,6 +572,11 @@ type AllocatorInput struct {
 	// PreemptionNotice is how long a preempted job's workers are given,
 	// once told, before they are stopped (see PreemptSignal.Notice).
 	PreemptionNotice time.Duration `json:"preemption_notice,omitempty"`
+	// ClassPreemptionNotice overrides PreemptionNotice for the jobs of a
+	// class (keyed by the class's name: low, medium, high).
+	ClassPreemptionNotice map[string]time.Duration `json:"class_preemption_notice,omitempty"`
+	// NoticeSignal is sent to the workers with every notice ("": none).
+	NoticeSignal string `json:"notice_signal,omitempty"`
 	// MaxUpdatesPerRun lowers the number of requests after which the
 	// allocator continues as new (0 = the default, 1000); tests use it.
 	MaxUpdatesPerRun int             `json:"max_updates_per_run,omitempty"`

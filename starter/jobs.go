@@ -136,7 +136,7 @@ func printStatus(w io.Writer, st protocol.JobStatus) {
 	}
 	fmt.Fprintln(w)
 	tw = newTable(w)
-	fmt.Fprintln(tw, "ATTEMPT\tQUEUED\tSTARTED\tENDED\tRAN\tRESULT\tPREEMPTOR\tPLACEMENT")
+	fmt.Fprintln(tw, "ATTEMPT\tQUEUED\tSTARTED\tENDED\tRAN\tRESULT\tPREEMPTOR\tNOTICE\tCHECKPOINT\tPLACEMENT")
 	var reasons []string
 	for _, a := range st.Attempts {
 		ran := "-"
@@ -147,8 +147,9 @@ func printStatus(w io.Writer, st protocol.JobStatus) {
 			}
 			ran = human(end.Sub(*a.StartedAt))
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Number, stamp(a.QueuedAt), stampPtr(a.StartedAt),
-			stampPtr(a.EndedAt), ran, attemptResult(a), orDash(preemptor(a.Preemptor)), scheduler.PlacementText(a.Placement))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Number, stamp(a.QueuedAt), stampPtr(a.StartedAt),
+			stampPtr(a.EndedAt), ran, attemptResult(a), orDash(preemptor(a.Preemptor)), attemptNotice(a), attemptCheckpoint(a),
+			scheduler.PlacementText(a.Placement))
 		if a.EndReason != "" {
 			reasons = append(reasons, fmt.Sprintf("  attempt %d: %s", a.Number, a.EndReason))
 		}
@@ -158,6 +159,38 @@ func printStatus(w io.Writer, st protocol.JobStatus) {
 		fmt.Fprintln(w, "\nHow attempts ended:")
 		fmt.Fprintln(w, strings.Join(reasons, "\n"))
 	}
+}
+
+// attemptNotice shows the notice an attempt's workers were given: its
+// reason, and how early they released their capacity (or that they were
+// stopped at the deadline).
+func attemptNotice(a protocol.AttemptRecord) string {
+	if a.NoticeDeadline == nil {
+		return "-"
+	}
+	reason := a.NoticeReason
+	if reason == "" {
+		reason = protocol.NoticeReasonPreempted // recorded before notices had other reasons
+	}
+	switch {
+	case a.ExitedOnNoticeAt != nil:
+		return fmt.Sprintf("%s, exited %s early", reason, human(a.NoticeDeadline.Sub(*a.ExitedOnNoticeAt)))
+	case a.EndedAt != nil:
+		return reason + ", stopped at the deadline"
+	}
+	return fmt.Sprintf("%s, deadline %s", reason, stamp(*a.NoticeDeadline))
+}
+
+// attemptCheckpoint shows an attempt's last checkpoint, and whether it
+// came within its notice's window.
+func attemptCheckpoint(a protocol.AttemptRecord) string {
+	if a.CheckpointAt == nil {
+		return "-"
+	}
+	if a.HonouredNotice() {
+		return stamp(*a.CheckpointAt) + " (on notice)"
+	}
+	return stamp(*a.CheckpointAt)
 }
 
 // attemptResult is a one-word summary of how an attempt ended.

@@ -156,6 +156,14 @@ func JobWorkflow(ctx workflow.Context, in protocol.JobInput) (*protocol.JobStatu
 			j.takeGrant(ctx, g)
 		}
 	})
+	checkpoints := workflow.GetSignalChannel(ctx, protocol.SignalCheckpointed)
+	workflow.Go(gctx, func(ctx workflow.Context) {
+		for {
+			var c protocol.CheckpointReply
+			checkpoints.Receive(ctx, &c)
+			j.checkpointed(c)
+		}
+	})
 	return j.run(ctx, in)
 }
 
@@ -324,6 +332,11 @@ const (
 	// versionCheckRequest: a waiting attempt checks now and then that the
 	// allocator has its request, and sends it again if not.
 	versionCheckRequest = "job-check-request"
+	// versionNoticeStops: an attempt whose grant gives a notice tells its
+	// workers before its own stops too (a cancel, its time limit, stuck),
+	// and its watches outlive a cancellation to see them exit; asked only
+	// for such an attempt.
+	versionNoticeStops = "job-notice-stops"
 )
 
 // defaultJobEventsPerRun is the history length past which a job continues
@@ -383,6 +396,18 @@ func (j *job) noteOutcome(out outcome) {
 		j.status.Preemptors = append(j.status.Preemptors, *out.preemptor)
 	}
 	j.status.Message = out.message
+}
+
+// checkpointed records a checkpoint the allocator recorded for one of the
+// job's attempts (its last one counts).
+func (j *job) checkpointed(c protocol.CheckpointReply) {
+	for i := range j.status.Attempts {
+		a := &j.status.Attempts[i]
+		if a.Number == c.Attempt && (a.CheckpointAt == nil || c.At.After(*a.CheckpointAt)) {
+			at := c.At
+			a.CheckpointAt = &at
+		}
+	}
 }
 
 func (j *job) current() *protocol.AttemptRecord { return &j.status.Attempts[len(j.status.Attempts)-1] }
@@ -757,11 +782,29 @@ func (j *job) rendezvous(ctx workflow.Context, attempt int, grant protocol.Grant
 	return rv, outcome{}, true
 }
 
+// attemptStop is how a running attempt is to end, once something decided
+// it should: the outcome, and the notice its workers were given, if any.
+type attemptStop struct {
+	out      outcome
+	decided  bool
+	deadline *time.Time // the notice's, once the workers were told
+}
+
+// noticeTo says what a stop for reason gives the workers: a notice of d
+// (then the attempt ends when they have exited or at the deadline), or, for
+// d 0 or a second stop during a notice, nothing more.
+func (st *attemptStop) noticeTo(d time.Duration) bool {
+	return d > 0 && st.deadline == nil
+}
+
 // addInterrupts makes sel wake up for a preemption of this attempt or a
-// cancellation. A preemption that comes with a notice is handed to notice
-// (when it is not nil), which tells the workers and ends the attempt later.
-func (j *job) addInterrupts(ctx workflow.Context, sel workflow.Selector, attempt int, out *outcome, done *bool,
-	notice func(protocol.PreemptSignal)) {
+// cancellation. A preemption that comes with a notice, and a cancellation
+// when the grant gives a notice (noticeStops), are handed to notice, which
+// tells the workers and ends the attempt later. During a notice a further
+// preemption changes nothing and a cancellation makes the attempt's end a
+// cancellation.
+func (j *job) addInterrupts(ctx workflow.Context, sel workflow.Selector, attempt int, st *attemptStop, done *bool,
+	noticeStops bool, watchEnded workflow.ReceiveChannel, notice func(reason string, by *protocol.NoticeBy, d time.Duration)) {
 	sel.AddReceive(j.preempts, func(c workflow.ReceiveChannel, _ bool) {
 		var p protocol.PreemptSignal
 		c.Receive(ctx, &p)
@@ -774,56 +817,102 @@ func (j *job) addInterrupts(ctx workflow.Context, sel workflow.Selector, attempt
 			}
 			j.epoch = p.Epoch
 		}
+		if noticeStops && st.decided {
+			return // the attempt is already ending
+		}
 		pre := p.Preemptor
-		*out, *done = outcome{kind: outcomePreempted, message: fmt.Sprintf("preempted by %s (%s %s): %s", pre.Job, pre.Class, pre.Kind, p.Reason), preemptor: &pre}, true
+		st.out, st.decided, *done = outcome{kind: outcomePreempted, message: fmt.Sprintf("preempted by %s (%s %s): %s", pre.Job, pre.Class, pre.Kind, p.Reason), preemptor: &pre}, true, true
 		if p.Notice > 0 && notice != nil {
 			*done = false
-			notice(p)
+			notice(protocol.NoticeReasonPreempted, &protocol.NoticeBy{Class: pre.Class.String(), Kind: pre.Kind}, p.Notice)
 		}
 	})
-	sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) {
-		*out, *done = outcome{kind: outcomeCancelled, message: "stopped by the user"}, true
+	cancelled := func() {
+		st.out, st.decided, *done = outcome{kind: outcomeCancelled, message: "stopped by the user"}, true, true
+		if noticeStops && st.deadline != nil {
+			*done = false // the workers were told already; they keep their deadline
+			return
+		}
+		if noticeStops && notice != nil {
+			*done = false
+			notice(protocol.NoticeReasonCancelled, nil, 0)
+		}
+	}
+	if !noticeStops {
+		sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) { cancelled() })
+		return
+	}
+	// The attempt goes on after a cancellation while its workers act on
+	// their notice, and a closed Done channel is ready at every Select: the
+	// cancellation comes through a channel that carries it once.
+	once := workflow.NewBufferedChannel(ctx, 1)
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	workflow.Go(dctx, func(gctx workflow.Context) {
+		wait := workflow.NewSelector(gctx)
+		wait.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) { once.Send(gctx, true) })
+		wait.AddReceive(watchEnded, func(workflow.ReceiveChannel, bool) {})
+		wait.Select(gctx)
 	})
+	sel.AddReceive(once, func(c workflow.ReceiveChannel, _ bool) {
+		c.Receive(dctx, nil)
+		cancelled()
+	})
+}
+
+// noticeStops says whether this attempt's own stops (a cancel, its time
+// limit, stuck) give its workers a notice first: the grant gives one, and
+// this code is in effect for the run. A grant without a notice asks
+// nothing, so histories from before notices replay as they were.
+func (j *job) noticeStops(ctx workflow.Context, grant protocol.GrantSignal) bool {
+	return grant.Notice > 0 && workflow.GetVersion(ctx, versionNoticeStops, workflow.DefaultVersion, 1) >= 1
 }
 
 // watch waits until every worker exits, one fails, or the attempt is
 // interrupted.
 func (j *job) watch(ctx workflow.Context, attempt int, grant protocol.GrantSignal) outcome {
-	wctx, stopWatching := workflow.WithCancel(ctx)
-	defer stopWatching()
-	opts := workflow.ActivityOptions{
-		StartToCloseTimeout: 10 * 365 * 24 * time.Hour, // notebooks run until stopped
-		HeartbeatTimeout:    15 * time.Second,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumInterval: 10 * time.Second, NonRetryableErrorTypes: []string{"WorkerNotFound"}},
+	noticeStops := j.noticeStops(ctx, grant)
+	base := ctx
+	if noticeStops {
+		// A cancellation must not cancel the watches: they see the workers
+		// exit on their notice.
+		base, _ = workflow.NewDisconnectedContext(ctx)
 	}
+	wctx, stopWatching := workflow.WithCancel(base)
+	defer stopWatching()
 	var exits []workerExit
 	sel := workflow.NewSelector(ctx)
 	releaseTo := j.releaseTo()
 	registrations := j.registrations
-	for _, p := range grant.Placement {
+	watchWorker := func(p scheduler.WorkerPlacement, judges bool) {
 		in := activities.WatchWorkerInput{WorkerID: cluster.WorkerID{Job: j.name, Attempt: attempt, Worker: p.Worker}, ReleaseTo: releaseTo}
-		if j.spec.Health != nil && p.Worker == 0 {
+		if j.spec.Health != nil && judges {
 			// Worker 0's watch judges the whole attempt: the job is stuck
 			// only when none of its workers writes (often only rank 0 logs).
 			in.LogPeriod, in.Workers = j.spec.Health.LogPeriod, j.spec.NWorkers
 		}
 		worker := p.Worker
-		f := workflow.ExecuteActivity(j.nodeOptions(wctx, p.Node, fmt.Sprintf("watch worker %d on %s", p.Worker, p.Node), opts), (*activities.Activities).WatchWorker, in)
+		f := workflow.ExecuteActivity(j.nodeOptions(wctx, p.Node, fmt.Sprintf("watch worker %d on %s", p.Worker, p.Node), watchOptions), (*activities.Activities).WatchWorker, in)
 		sel.AddFuture(f, func(f workflow.Future) {
 			var st cluster.WorkerStatus
 			err := f.Get(ctx, &st)
 			exits = append(exits, workerExit{worker: worker, status: st, err: err})
 		})
 	}
-	var out outcome
+	for _, p := range grant.Placement {
+		watchWorker(p, p.Worker == 0)
+	}
+	var st attemptStop
 	done := false
-	var deadline *time.Time // the notice's, once the workers were told
-	j.addInterrupts(ctx, sel, attempt, &out, &done, func(p protocol.PreemptSignal) {
-		if deadline == nil {
-			deadline = j.giveNotice(wctx, sel, attempt, grant, p, &done)
+	notice := func(reason string, by *protocol.NoticeBy, d time.Duration) {
+		if d == 0 {
+			d = grant.Notice
 		}
-	})
-	j.addTimeLimit(wctx, sel, &out, &done)
+		if st.noticeTo(d) {
+			st.deadline = j.giveNotice(wctx, sel, attempt, grant, reason, by, d, &done)
+		}
+	}
+	j.addInterrupts(ctx, sel, attempt, &st, &done, noticeStops, wctx.Done(), notice)
+	j.addTimeLimit(wctx, sel, &st, &done, noticeStops, notice)
 	for !done {
 		sel.Select(ctx)
 		if done {
@@ -833,36 +922,73 @@ func (j *job) watch(ctx workflow.Context, attempt int, grant protocol.GrantSigna
 			continue
 		}
 		last := exits[len(exits)-1]
+		exits = exits[:len(exits)-1]
 		if last.err == nil {
 			// The worker's processes are gone: its capacity is free now,
 			// whatever the other workers do.
 			j.releaseAfterNode(ctx, attempt, last.worker, last.status.ReleaseReported, registrations)
 		}
-		if deadline != nil && last.err == nil {
+		if st.deadline != nil && last.err == nil {
 			// After a notice, a worker that exits (whatever its code) did
-			// what it was asked: the attempt is a preemption, not a failure.
-			if len(exits) == len(grant.Placement) {
-				out.message += fmt.Sprintf("; its workers exited on the notice, %s before the deadline",
-					deadline.Sub(workflow.Now(ctx)).Round(time.Second))
+			// what it was asked: the attempt ends as the notice said.
+			if j.allExited(grant) {
+				now := workflow.Now(ctx)
+				j.current().ExitedOnNoticeAt = &now
+				st.out.message += fmt.Sprintf("; its workers exited on the notice, %s before the deadline",
+					st.deadline.Sub(now).Round(time.Second))
 				done = true
 			}
 			continue
 		}
-		out, done = j.judgeExit(ctx, last, grant, len(exits) == len(grant.Placement))
+		out, ends := j.judgeExit(ctx, last, grant, j.allExited(grant))
+		if ends && noticeStops && isStuck(last.err) && st.deadline == nil && !st.decided {
+			// Stuck: the workers are told, and worker 0 is watched again,
+			// only for its exit, until they go or the deadline comes.
+			st.out, st.decided = out, true
+			notice(protocol.NoticeReasonStuck, nil, 0)
+			for _, p := range grant.Placement {
+				if p.Worker == last.worker {
+					watchWorker(p, false)
+				}
+			}
+			continue
+		}
+		if ends {
+			st.out, done = out, true
+		}
 	}
-	return out
+	return st.out
 }
 
-// giveNotice tells the attempt's running workers that they are preempted
-// and by when they must have exited (the notice file, see
+// watchOptions are a worker watch's: it lasts as long as the worker.
+var watchOptions = workflow.ActivityOptions{
+	StartToCloseTimeout: 10 * 365 * 24 * time.Hour, // notebooks run until stopped
+	HeartbeatTimeout:    15 * time.Second,
+	RetryPolicy:         &temporal.RetryPolicy{MaximumInterval: 10 * time.Second, NonRetryableErrorTypes: []string{"WorkerNotFound"}},
+}
+
+// allExited says whether every worker of the attempt is gone (released).
+func (j *job) allExited(grant protocol.GrantSignal) bool {
+	for _, p := range grant.Placement {
+		if !j.released[p.Worker] {
+			return false
+		}
+	}
+	return true
+}
+
+// giveNotice tells the attempt's running workers that they are to be
+// stopped, why, and by when they must have exited (the notice file, see
 // activities.NoticeWorker), and makes sel end the attempt at that deadline,
 // when whatever still runs is stopped as usual. It returns the deadline.
 func (j *job) giveNotice(ctx workflow.Context, sel workflow.Selector, attempt int, grant protocol.GrantSignal,
-	p protocol.PreemptSignal, done *bool) *time.Time {
-	deadline := workflow.Now(ctx).Add(p.Notice)
-	j.current().NoticeDeadline = &deadline
-	notice := protocol.WorkerNotice{Reason: protocol.NoticeReasonPreempted, Deadline: deadline, Job: j.name, Attempt: attempt,
-		By: &protocol.NoticeBy{Class: p.Preemptor.Class.String(), Kind: p.Preemptor.Kind}}
+	reason string, by *protocol.NoticeBy, d time.Duration, done *bool) *time.Time {
+	now := workflow.Now(ctx)
+	deadline := now.Add(d)
+	rec := j.current()
+	rec.NoticeDeadline = &deadline
+	rec.NoticeReason, rec.NoticedAt = reason, &now
+	notice := protocol.WorkerNotice{Reason: reason, Deadline: deadline, Job: j.name, Attempt: attempt, By: by}
 	opts := workflow.ActivityOptions{StartToCloseTimeout: 30 * time.Second, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 3}}
 	// Beside the attempt's pending watches, at most what JobActivityBudget
 	// leaves is in flight (an attempt of MaxNWorkers workers would otherwise
@@ -880,8 +1006,8 @@ func (j *job) giveNotice(ctx workflow.Context, sel workflow.Selector, attempt in
 			if workflow.Await(gctx, func() bool { return j.notices < atOnce }) != nil {
 				return
 			}
-			in := activities.NoticeWorkerInput{ID: cluster.WorkerID{Job: j.name, Attempt: attempt, Worker: pl.Worker}, Notice: notice}
-			f := workflow.ExecuteActivity(j.nodeOptions(gctx, pl.Node, fmt.Sprintf("tell worker %d on %s it is preempted (deadline in %s)", pl.Worker, pl.Node, p.Notice), opts),
+			in := activities.NoticeWorkerInput{ID: cluster.WorkerID{Job: j.name, Attempt: attempt, Worker: pl.Worker}, Notice: notice, Signal: grant.NoticeSignal}
+			f := workflow.ExecuteActivity(j.nodeOptions(gctx, pl.Node, fmt.Sprintf("tell worker %d on %s %s (deadline in %s)", pl.Worker, pl.Node, noticeSummary(reason), d), opts),
 				(*activities.Activities).NoticeWorker, in)
 			j.notices++
 			worker := pl.Worker
@@ -894,7 +1020,11 @@ func (j *job) giveNotice(ctx workflow.Context, sel workflow.Selector, attempt in
 			})
 		}
 	})
-	timer := workflow.NewTimerWithOptions(ctx, p.Notice, workflow.TimerOptions{Summary: "the preemption notice's deadline"})
+	summary := "the preemption notice's deadline"
+	if reason != protocol.NoticeReasonPreempted {
+		summary = "the notice's deadline: " + noticeSummary(reason)
+	}
+	timer := workflow.NewTimerWithOptions(ctx, d, workflow.TimerOptions{Summary: summary})
 	sel.AddFuture(timer, func(f workflow.Future) {
 		if f.Get(ctx, nil) == nil {
 			*done = true
@@ -903,11 +1033,28 @@ func (j *job) giveNotice(ctx workflow.Context, sel workflow.Selector, attempt in
 	return &deadline
 }
 
+// noticeSummary names a notice's reason in the activity and timer
+// summaries people read in the Web UI.
+func noticeSummary(reason string) string {
+	switch reason {
+	case protocol.NoticeReasonPreempted:
+		return "it is preempted"
+	case protocol.NoticeReasonCancelled:
+		return "the job is cancelled"
+	case protocol.NoticeReasonTimeLimit:
+		return "the job reached its time limit"
+	case protocol.NoticeReasonStuck:
+		return "the job is stuck"
+	}
+	return reason
+}
+
 // addTimeLimit makes sel wake up when the job has run for its stop_timer
 // (JobSpec.TimeLimit), counting every attempt's time since its start. A job
 // without one arms nothing, so histories from before the field replay as
 // they were.
-func (j *job) addTimeLimit(ctx workflow.Context, sel workflow.Selector, out *outcome, done *bool) {
+func (j *job) addTimeLimit(ctx workflow.Context, sel workflow.Selector, st *attemptStop, done *bool,
+	noticeStops bool, notice func(reason string, by *protocol.NoticeBy, d time.Duration)) {
 	limit := j.spec.TimeLimit
 	if limit <= 0 {
 		return
@@ -919,7 +1066,14 @@ func (j *job) addTimeLimit(ctx workflow.Context, sel workflow.Selector, out *out
 		if f.Get(ctx, nil) != nil {
 			return // the watch ended first
 		}
-		*out, *done = outcome{kind: outcomeTimeLimit, message: fmt.Sprintf("stopped by its stop_timer after %d minutes of running", minutes)}, true
+		if noticeStops && st.decided {
+			return // the attempt is already ending
+		}
+		st.out, st.decided, *done = outcome{kind: outcomeTimeLimit, message: fmt.Sprintf("stopped by its stop_timer after %d minutes of running", minutes)}, true, true
+		if noticeStops {
+			*done = false
+			notice(protocol.NoticeReasonTimeLimit, nil, 0)
+		}
 	})
 }
 

@@ -34,6 +34,11 @@ func Supervise(workerDir string) int {
 	sigc := make(chan os.Signal, 8)
 	signal.Notify(sigc, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer signal.Stop(sigc)
+	// A notice may come with SIGUSR1 or SIGUSR2 to the group (see
+	// Backend.NoticeSignal); Go would ignore them, and the log says so.
+	noticec := make(chan os.Signal, 8)
+	signal.Notify(noticec, syscall.SIGUSR1, syscall.SIGUSR2)
+	defer signal.Stop(noticec)
 
 	fail := func(code int, err error) int {
 		fmt.Fprintf(os.Stderr, "[trainq-supervisor] %v\n", err)
@@ -147,6 +152,8 @@ func Supervise(workerDir string) int {
 			// The group was signalled (Stop): the children got it too.
 			termReceived = true
 			logln("received %v", s)
+		case s := <-noticec:
+			logln("received %v with a notice; the processes got it too", s)
 		case <-termTimer:
 			logln("processes still running %v after a failure: SIGKILL", plan.SiblingGrace)
 			terminateOthers(syscall.SIGKILL)
