@@ -61,6 +61,36 @@ func TestRecordHistories(t *testing.T) {
 	record("allocator-continued-as-new", recordAllocatorContinuedAsNew)
 	record("recovered", recordRecovered)
 	record("mid-flight", recordMidFlight)
+	record("notice", recordNotice)
+}
+
+// (f) Stop notices: on allocation notice a low job, preempted with a
+// notice, saves and exits, reruns and completes; a medium job, cancelled,
+// is told, saves and exits. Recorded: both jobs' histories and the
+// allocator's.
+func recordNotice(t *testing.T, dir string) {
+	work := t.TempDir()
+	trainqBin := filepath.Join(env.binDir, "trainq")
+	victim := submit(t, protocol.JobSpec{Script: `if [ -e ` + work + `/saved ]; then exit 0; fi; ` + trainqBin + ` notice --wait > /dev/null; touch ` + work + `/saved; exit 0`,
+		InstanceType: "a100.2gpu", Region: "T", AllocationName: "notice", PriorityClass: "low", NWorkers: 1, Type: "binary", MaxRetry: 1})
+	waitState(t, victim, protocol.StateRunning, long)
+	high := submit(t, protocol.JobSpec{Script: "true", InstanceType: "a100.2gpu", Region: "T", AllocationName: "notice",
+		PriorityClass: "high", NWorkers: 1, Type: "binary"})
+	waitState(t, high, protocol.StateCompleted, long)
+	st := waitState(t, victim, protocol.StateCompleted, long)
+	require.Equal(t, 1, st.Restarts)
+
+	cancelled := submit(t, protocol.JobSpec{Script: trainqBin + ` notice --wait > /dev/null; exit 0`,
+		InstanceType: "a100.2gpu", Region: "T", AllocationName: "notice", PriorityClass: "medium", NWorkers: 1, Type: "binary"})
+	waitState(t, cancelled, protocol.StateRunning, long)
+	_, _, code := trainq(t, "cancel", cancelled)
+	require.Equal(t, 0, code)
+	st = waitState(t, cancelled, protocol.StateStopped, long)
+	require.NotNil(t, st.Attempts[0].ExitedOnNoticeAt)
+
+	writeHistory(t, filepath.Join(dir, "job-preempted-with-notice.json"), runHistory(t, victim, ""))
+	writeHistory(t, filepath.Join(dir, "job-cancelled-with-notice.json"), runHistory(t, cancelled, ""))
+	writeHistory(t, filepath.Join(dir, "allocator-notice.json"), idleHistory(t, protocol.AllocatorWorkflowID("T", "notice")))
 }
 
 // (e) Workflows caught mid-flight, as an upgrade finds them: a job with 4
