@@ -55,7 +55,7 @@ func (s *State) fence(node string, cause FenceCause, why string) Command {
 // NodeLost fences a node whose agent did not answer. A node already fenced
 // as lost stays as it is; one fenced by a recovery turns lost.
 func (s *State) NodeLost(node, why string) []Command {
-	if slices.Contains(s.Pool.LostNodes(), node) && s.Fences[node].Cause != FenceRecovering {
+	if slices.Contains(s.Pool.LostNodes(), node) && !s.drainedOnly(node) && s.Fences[node].Cause != FenceRecovering {
 		return nil
 	}
 	s.Counters.NodesLost++
@@ -110,8 +110,12 @@ func stillHeld(kept, held []cluster.WorkerID) bool {
 // workers and confirmed the rest.
 func (s *State) NodeBack(node string, stopped int) []Command {
 	delete(s.Fences, node)
-	s.Pool.MarkNodeUp(node)
 	var cmds commands
+	if why, drained := s.Drains[node]; drained {
+		cmds.note("node %s is back: its agent stopped %d stray worker(s); it stays drained (%s)", node, stopped, why)
+		return cmds
+	}
+	s.Pool.MarkNodeUp(node)
 	cmds.note("node %s is back: its agent stopped %d stray worker(s)", node, stopped)
 	cmds.add(Schedule{})
 	return cmds
@@ -135,6 +139,9 @@ func (s *State) FenceTimedOut(node string) ([]Command, bool) {
 func (s *State) Fenced() []protocol.FencedNode {
 	var out []protocol.FencedNode
 	for _, node := range s.Pool.LostNodes() {
+		if s.drainedOnly(node) {
+			continue
+		}
 		f := s.FenceOf(node)
 		out = append(out, protocol.FencedNode{Node: node, Reason: f.Why, Cause: string(f.Cause)})
 	}

@@ -13,6 +13,9 @@ import (
 func (s *State) FencesCarried() []Command {
 	var cmds commands
 	for _, node := range s.Pool.LostNodes() {
+		if s.drainedOnly(node) {
+			continue // out of service, not in doubt
+		}
 		f := s.FenceOf(node)
 		cmds.add(s.fence(node, f.Cause, f.Why))
 	}

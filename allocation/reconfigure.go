@@ -42,6 +42,7 @@ func (s *State) Reconfigure(in protocol.AllocatorInput, g Gates) (protocol.Recon
 	}
 	var cmds commands
 	cmds.add(s.fenceAddedNodes(nodesBefore, g)...)
+	s.dropRemovedDrains()
 	s.Config.Nodes, s.Config.Policy = s.Pool.Nodes(), s.Pool.Policy()
 	s.Config.StopGracePeriod, s.Config.ReclaimInterval, s.Config.NodeTimeout = in.StopGracePeriod, in.ReclaimInterval, in.NodeTimeout
 	s.Config.MaxWaiting = in.MaxWaiting

@@ -49,6 +49,9 @@ type State struct {
 	RecoveredAt time.Time
 	// Fences says why each fenced node is fenced.
 	Fences map[string]Fence
+	// Drains are the nodes an operator took out of service, with why (see
+	// Drain); nil when there are none.
+	Drains map[string]string
 }
 
 // New is the state of a fresh allocation: nothing held, nothing waiting.
@@ -89,6 +92,12 @@ func Restore(in protocol.AllocatorInput, packedPool []byte) (*State, error) {
 	for _, f := range carried.Fenced {
 		s.Fences[f.Node] = carriedFence(f)
 	}
+	for _, d := range carried.Drained {
+		if s.Drains == nil {
+			s.Drains = map[string]string{}
+		}
+		s.Drains[d.Node] = d.Reason
+	}
 	return s, nil
 }
 
@@ -103,6 +112,7 @@ func (s *State) Carry() (protocol.AllocatorInput, []byte, error) {
 		Epoch:        s.Epoch,
 		Withdrawn:    s.Withdrawn,
 		Fenced:       s.Fenced(),
+		Drained:      s.carriedDrains(),
 		AfterReclaim: s.AfterReclaim,
 		Unanswered:   s.Unanswered,
 		RecoveredAt:  s.RecoveredAt,
@@ -128,4 +138,15 @@ func (s *State) NodeTimeout() time.Duration {
 		return protocol.DefaultNodeTimeout
 	}
 	return s.Config.NodeTimeout
+}
+
+// carriedDrains are the drains in config order, as the next run reads them.
+func (s *State) carriedDrains() []protocol.DrainedNode {
+	var out []protocol.DrainedNode
+	for _, n := range s.Pool.Nodes() {
+		if why, ok := s.Drains[n.Name]; ok {
+			out = append(out, protocol.DrainedNode{Node: n.Name, Reason: why})
+		}
+	}
+	return out
 }

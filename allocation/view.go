@@ -32,7 +32,7 @@ func (s *State) Counts(recovering bool) protocol.QueueCounts {
 func (s *State) View(page protocol.QueuePage, recovering bool) protocol.QueueView {
 	v := protocol.QueueView{Region: s.Config.Region, Allocation: s.Config.Allocation, View: s.Pool.ViewPage(page.Offset, page.Limit),
 		Offset: page.Offset, Limit: page.Limit, Counters: s.Counters, WaitingTotal: s.Pool.WaitingCount(),
-		WaitingByClass: map[string]int{}, Recovering: recovering, Fenced: s.Fenced()}
+		WaitingByClass: map[string]int{}, Recovering: recovering, Fenced: append(s.Fenced(), s.Drained()...)}
 	for class, n := range s.Pool.WaitingByClass() {
 		v.WaitingByClass[scheduler.Class(class).String()] = n
 	}
@@ -53,6 +53,9 @@ func (s *State) Details(recovering bool, lastEvent string) string {
 	}
 	for _, f := range s.Fenced() {
 		fmt.Fprintf(&b, "- **%s fenced**: %s\n", f.Node, f.Reason)
+	}
+	for _, f := range s.Drained() {
+		fmt.Fprintf(&b, "- **%s %s**\n", f.Node, f.Reason)
 	}
 	b.WriteString("| node | family | GPUs | free | allocated | releasing |\n|---|---|---|---|---|---|\n")
 	for _, n := range v.Nodes {

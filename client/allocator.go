@@ -2,11 +2,14 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	sdkclient "go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/trainq/trainq/config"
 	"github.com/trainq/trainq/protocol"
@@ -82,6 +85,34 @@ func (c *Client) RecoverAllocator(ctx context.Context, region, allocation string
 	}
 	if err != nil {
 		return reply, fmt.Errorf("recover allocation %s/%s: %w", in.Region, in.Allocation, err)
+	}
+	return reply, nil
+}
+
+// DrainNode takes a node of an allocation out of service, or (r.Undrain)
+// puts it back (see protocol.DrainRequest). The allocation must be running:
+// a drain is of the running allocator's state.
+func (c *Client) DrainNode(ctx context.Context, region, allocation string, r protocol.DrainRequest) (protocol.DrainReply, error) {
+	var reply protocol.DrainReply
+	handle, err := c.Temporal.UpdateWorkflow(ctx, sdkclient.UpdateWorkflowOptions{
+		WorkflowID:   protocol.AllocatorWorkflowID(region, allocation),
+		UpdateName:   protocol.UpdateDrain,
+		Args:         []any{r},
+		WaitForStage: sdkclient.WorkflowUpdateStageCompleted,
+	})
+	if err == nil {
+		err = handle.Get(ctx, &reply)
+	}
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		return reply, fmt.Errorf("allocation %s/%s has no running allocator (start trainq-worker): %w", region, allocation, err)
+	}
+	var refused *temporal.ApplicationError
+	if errors.As(err, &refused) {
+		return reply, &protocol.FieldError{Field: "node", Message: refused.Message()}
+	}
+	if err != nil {
+		return reply, fmt.Errorf("drain %s of allocation %s/%s: %w", r.Node, region, allocation, err)
 	}
 	return reply, nil
 }

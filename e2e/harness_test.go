@@ -90,6 +90,12 @@ regions:
         notice_signal: SIGUSR1
         nodes:
           - {name: signal-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+      - name: drain
+        stop_grace_period: 3s
+        preemption_notice: 30s
+        nodes:
+          - {name: drain-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+          - {name: drain-2, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
       - name: bench
         stop_grace_period: 3s
         nodes:

@@ -67,6 +67,8 @@ const (
 	ReasonFailed    = "failed"
 	ReasonNodeLost  = "node_lost"
 	ReasonStuck     = "stuck"
+	// ReasonNodeDrained: an operator drained a node of the attempt.
+	ReasonNodeDrained = "node_drained"
 )
 
 // Trainq lists every metric trainq itself exports. A counter or histogram

@@ -70,6 +70,10 @@ const (
 	// jobs themselves and the node agents, as a fresh allocator does.
 	UpdateRecover = "recover"
 
+	// UpdateDrain takes a node out of service or puts it back (a
+	// DrainRequest; see DrainReply).
+	UpdateDrain = "drain"
+
 	// UpdateCheckpoint records that a running attempt saved its progress
 	// (a CheckpointReport): preempting it from then on loses only the work
 	// done since, which the victim ordering weighs (scheduler.Pool.Checkpointed).
@@ -440,6 +444,10 @@ type PreemptSignal struct {
 	// told (WorkerNotice) and get this long to save their work and exit
 	// before they are stopped. 0: stopped at once, as before.
 	Notice time.Duration `json:"notice,omitempty"`
+	// Drain, when set, names the node an operator drains: the job is not
+	// preempted but moved (notice reason node_drain; the rerun does not
+	// spend max_retry). Preemptor is empty then.
+	Drain string `json:"drain,omitempty"`
 }
 
 // NoticeFor is the notice a job of this class and kind gets before it is
@@ -601,6 +609,8 @@ type AllocatorState struct {
 	// Fenced are the nodes the allocator grants nothing on until their agent
 	// has confirmed that no stale worker runs there.
 	Fenced []FencedNode `json:"fenced,omitempty"`
+	// Drained are the nodes an operator took out of service, with why.
+	Drained []DrainedNode `json:"drained,omitempty"`
 	// Withdrawn remembers withdrawals that arrived before the request they
 	// withdraw, so that the late request is refused instead of queued.
 	Withdrawn []WithdrawSignal `json:"withdrawn,omitempty"`
@@ -664,6 +674,31 @@ func (v QueueView) GPUTotals() GPUTotals {
 		t.Releasing += n.ReleasingGPUs
 	}
 	return t
+}
+
+// DrainedNode is a node an operator took out of service (see DrainRequest).
+type DrainedNode struct {
+	Node   string `json:"node"`
+	Reason string `json:"reason"`
+}
+
+// DrainRequest takes a node of an allocation out of service (Slurm's
+// drain, kubectl drain): nothing new starts there, and the jobs running
+// there get a notice (reason node_drain) and rerun elsewhere without
+// spending max_retry. Undrain puts the node back in service.
+type DrainRequest struct {
+	Node    string `json:"node"`
+	Undrain bool   `json:"undrain,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+// DrainReply says what a drain changed: Changed is false when the node was
+// already (un)drained; Jobs are the jobs told to leave.
+type DrainReply struct {
+	Node    string   `json:"node"`
+	Drained bool     `json:"drained"`
+	Changed bool     `json:"changed"`
+	Jobs    []string `json:"jobs,omitempty"`
 }
 
 // FencedNode is a node the allocator grants nothing on: its agent did not

@@ -101,7 +101,14 @@ func printQueue(g *globals, v protocol.QueueView) {
 	}
 	fenced := map[string]string{}
 	for _, f := range v.Fenced {
-		fenced[f.Node] = f.Reason
+		why := f.Reason
+		if f.Cause != "drained" {
+			why = "fenced: " + why
+		}
+		if was, ok := fenced[f.Node]; ok {
+			why = was + "; " + why
+		}
+		fenced[f.Node] = why
 	}
 	tw := newTable(w)
 	fmt.Fprintln(tw, "NODE\tFAMILY\tGPUS\tFREE\tALLOCATED\tRELEASING\tSTATE")
@@ -111,7 +118,7 @@ func printQueue(g *globals, v protocol.QueueView) {
 			state = "reserved for " + n.ReservedFor + " (draining: no later job starts here)"
 		}
 		if why, ok := fenced[n.Name]; ok {
-			state = "fenced: " + why
+			state = why
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\n", n.Name, n.Family, n.GPUs, n.FreeGPUs, n.AllocatedGPUs, n.ReleasingGPUs, state)
 	}

@@ -249,8 +249,27 @@ func (a *allocator) registerUpdates(ctx workflow.Context) error {
 		workflow.UpdateHandlerOptions{Validator: a.validateRecover}); err != nil {
 		return err
 	}
-	return workflow.SetUpdateHandlerWithOptions(ctx, protocol.UpdateCheckpoint, a.onCheckpoint,
-		workflow.UpdateHandlerOptions{Validator: a.validateCheckpoint})
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, protocol.UpdateCheckpoint, a.onCheckpoint,
+		workflow.UpdateHandlerOptions{Validator: a.validateCheckpoint}); err != nil {
+		return err
+	}
+	return workflow.SetUpdateHandlerWithOptions(ctx, protocol.UpdateDrain, a.onDrain,
+		workflow.UpdateHandlerOptions{Validator: func(r protocol.DrainRequest) error { return a.st.ValidateDrain(r) }})
+}
+
+// onDrain takes a node out of service or puts it back (see
+// allocation.State.Drain).
+func (a *allocator) onDrain(ctx workflow.Context, r protocol.DrainRequest) (protocol.DrainReply, error) {
+	a.updates++
+	if err := a.awaitRecovered(ctx); err != nil {
+		return protocol.DrainReply{}, err
+	}
+	reply, cmds := a.st.Drain(r)
+	if reply.Changed {
+		workflow.GetLogger(ctx).Info("node drain changed", "node", r.Node, "drained", reply.Drained, "jobs", reply.Jobs)
+	}
+	a.execute(ctx, cmds)
+	return reply, nil
 }
 
 // onRequestCapacity answers the request-capacity update (older clients;

@@ -41,6 +41,9 @@ const (
 	outcomeNodeLost
 	// outcomeTimeLimit: the job ran for its stop_timer; it ends Stopped.
 	outcomeTimeLimit
+	// outcomeNodeDrained: an operator drained a node of the attempt; the
+	// job reruns on other nodes without spending max_retry.
+	outcomeNodeDrained
 )
 
 // maxNodeLossReruns is how many times a job reruns after losing a node
@@ -255,6 +258,13 @@ func (j *job) afterAttempt(ctx workflow.Context, in protocol.JobInput, out outco
 		return j.afterNodeLost(ctx, in, out)
 	case outcomeTimeLimit:
 		return true, j.finish(ctx, protocol.StateStopped, nil)
+	case outcomeNodeDrained:
+		j.metrics(ctx).WithTags(map[string]string{metrics.LabelReason: metrics.ReasonNodeDrained}).Counter(metrics.JobRestartsInstrument).Inc(1)
+		j.setState(ctx, protocol.StateRestarting)
+		if err := j.continueAsNewIfLong(ctx, in); err != nil {
+			return true, err
+		}
+		return false, nil
 	}
 	if out.final || j.status.Restarts >= j.spec.MaxRetry {
 		state, errType := protocol.StateFailed, ErrTypeJobFailed
@@ -459,7 +469,7 @@ func (j *job) runAttempt(ctx workflow.Context, attempt int) outcome {
 	switch {
 	case out.kind == outcomeCompleted:
 		j.setState(ctx, protocol.StateCompleting)
-	case out.kind == outcomeNodeLost && j.status.NodeLosses < maxNodeLossReruns:
+	case out.kind == outcomeNodeLost && j.status.NodeLosses < maxNodeLossReruns, out.kind == outcomeNodeDrained:
 		j.setState(ctx, protocol.StateRestarting)
 	case out.kind != outcomeCancelled && out.kind != outcomeNodeLost && out.kind != outcomeTimeLimit && !out.final && j.status.Restarts < j.spec.MaxRetry:
 		j.setState(ctx, protocol.StateRestarting)
@@ -819,6 +829,14 @@ func (j *job) addInterrupts(ctx workflow.Context, sel workflow.Selector, attempt
 		}
 		if noticeStops && st.decided {
 			return // the attempt is already ending
+		}
+		if p.Drain != "" {
+			st.out, st.decided, *done = outcome{kind: outcomeNodeDrained, message: "moved: " + p.Reason}, true, true
+			if p.Notice > 0 && notice != nil {
+				*done = false
+				notice(protocol.NoticeReasonNodeDrain, nil, p.Notice)
+			}
+			return
 		}
 		pre := p.Preemptor
 		st.out, st.decided, *done = outcome{kind: outcomePreempted, message: fmt.Sprintf("preempted by %s (%s %s): %s", pre.Job, pre.Class, pre.Kind, p.Reason), preemptor: &pre}, true, true

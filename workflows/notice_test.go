@@ -226,3 +226,34 @@ func TestCheckpointWithinTheNoticeHonoursIt(t *testing.T) {
 	assert.True(t, first.HonouredNotice())
 	assert.False(t, st.Attempts[1].HonouredNotice(), "no notice, nothing to honour")
 }
+
+// TestDrainMovesTheJobWithANotice: a drain of the job's node gives its
+// workers a notice (reason node_drain, no preemptor); the job reruns without
+// spending max_retry (it has none) and completes on its next grant.
+func TestDrainMovesTheJobWithANotice(t *testing.T) {
+	h := newJobHarness(t)
+	notices := h.notices()
+	h.grantWithNoticeAt(time.Minute, 1, 1, time.Minute, "")
+	h.watch(1, -1, 19*time.Minute+5*time.Second, 0)
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(protocol.SignalPreempt, protocol.PreemptSignal{Attempt: 1, Drain: "basic-1",
+			Reason: "node basic-1 is drained (disk swap)", Notice: 30 * time.Second})
+	}, 20*time.Minute)
+	h.grantAt(time.Hour, 2, 1)
+	h.watch(2, -1, time.Minute, 0)
+	h.run(jobSpec("medium", 1, 0))
+	require.NoError(t, h.env.GetWorkflowError())
+
+	st := h.status()
+	assert.Equal(t, protocol.StateCompleted, st.State)
+	assert.Equal(t, 0, st.Restarts, "a drain does not spend max_retry")
+	assert.Equal(t, 0, st.NodeLosses, "nor is it a node loss")
+	require.Len(t, st.Attempts, 2)
+	first := st.Attempts[0]
+	assert.Equal(t, protocol.NoticeReasonNodeDrain, first.NoticeReason)
+	assert.Nil(t, first.Preemptor)
+	assert.Contains(t, first.EndReason, "moved: node basic-1 is drained (disk swap); its workers exited on the notice, 25s before the deadline")
+	require.Len(t, *notices, 1)
+	assert.Equal(t, protocol.NoticeReasonNodeDrain, (*notices)[0].Notice.Reason)
+	assert.Nil(t, (*notices)[0].Notice.By)
+}

@@ -1,0 +1,137 @@
+package allocation
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/scheduler"
+)
+
+// A drained node is one an operator takes out of service (Slurm's drain,
+// kubectl drain): nothing new is granted there, and the jobs running there
+// are told to leave (a notice with reason node_drain, then a stop at its
+// deadline) and rerun elsewhere without spending max_retry. A drain
+// outlasts fences: the node grants again only when it is undrained and no
+// fence holds it. Drains travel through continue-as-new; a recovery, which
+// rebuilds the state from the jobs and the node agents, does not know them.
+
+// FenceDrained is the cause a drained node shows in the views (it is kept
+// apart from the fences, see State.Drains).
+const FenceDrained FenceCause = "drained"
+
+// ValidateDrain refuses a drain of a node the allocation does not have.
+func (s *State) ValidateDrain(r protocol.DrainRequest) error {
+	for _, n := range s.Pool.Nodes() {
+		if n.Name == r.Node {
+			return nil
+		}
+	}
+	names := make([]string, 0, len(s.Pool.Nodes()))
+	for _, n := range s.Pool.Nodes() {
+		names = append(names, n.Name)
+	}
+	return fmt.Errorf("allocation %s has no node %q; its nodes are %s", s.Name(), r.Node, strings.Join(names, ", "))
+}
+
+// Drain takes a node out of service, or (r.Undrain) puts it back. Draining
+// a drained node again changes nothing but its reason; its jobs were told.
+func (s *State) Drain(r protocol.DrainRequest) (protocol.DrainReply, []Command) {
+	if r.Undrain {
+		return s.undrain(r.Node)
+	}
+	why := r.Reason
+	if why == "" {
+		why = "drained by an operator"
+	}
+	reply := protocol.DrainReply{Node: r.Node, Drained: true}
+	if _, already := s.Drains[r.Node]; already {
+		s.Drains[r.Node] = why
+		return reply, nil
+	}
+	if s.Drains == nil {
+		s.Drains = map[string]string{}
+	}
+	s.Drains[r.Node] = why
+	s.Pool.MarkNodeLost(r.Node) // a fenced node is out already
+	reply.Changed = true
+	var cmds commands
+	for _, job := range s.Pool.RunningJobs() {
+		info, _ := s.Pool.Running(job)
+		if info.Releasing || !placedOn(info, r.Node) {
+			continue
+		}
+		notice := s.Config.NoticeFor(info.Class, info.Kind)
+		reply.Jobs = append(reply.Jobs, job)
+		cmds.add(Signal{Job: job, Name: protocol.SignalPreempt, IfGone: GoneReclaim, Arg: protocol.PreemptSignal{
+			Epoch: s.Epoch, Attempt: info.Attempt, Drain: r.Node, Notice: notice,
+			Reason: fmt.Sprintf("node %s is drained (%s)", r.Node, why)}})
+	}
+	cmds.note("node %s drained (%s): %d job(s) told to leave", r.Node, why, len(reply.Jobs))
+	cmds.add(Schedule{})
+	return reply, cmds
+}
+
+func (s *State) undrain(node string) (protocol.DrainReply, []Command) {
+	reply := protocol.DrainReply{Node: node}
+	if _, drained := s.Drains[node]; !drained {
+		return reply, nil
+	}
+	delete(s.Drains, node)
+	reply.Changed = true
+	var cmds commands
+	if _, fenced := s.Fences[node]; fenced {
+		cmds.note("node %s undrained; it stays fenced: %s", node, s.Fences[node].Why)
+		return reply, cmds
+	}
+	s.Pool.MarkNodeUp(node)
+	cmds.note("node %s undrained", node)
+	cmds.add(Schedule{})
+	return reply, cmds
+}
+
+// placedOn says whether a running job has a worker on node it has not
+// released.
+func placedOn(info scheduler.RunningInfo, node string) bool {
+	for _, p := range info.Placement {
+		if p.Node == node && !slices.Contains(info.Released, p.Worker) {
+			return true
+		}
+	}
+	return false
+}
+
+// drainedOnly says whether node is out of scheduling only because it is
+// drained (no fence holds it).
+func (s *State) drainedOnly(node string) bool {
+	_, drained := s.Drains[node]
+	_, fenced := s.Fences[node]
+	return drained && !fenced
+}
+
+// Drained lists the drained nodes in config order, as the views show them.
+func (s *State) Drained() []protocol.FencedNode {
+	var out []protocol.FencedNode
+	for _, n := range s.Pool.Nodes() {
+		if why, ok := s.Drains[n.Name]; ok {
+			out = append(out, protocol.FencedNode{Node: n.Name, Reason: "drained: " + why, Cause: string(FenceDrained)})
+		}
+	}
+	return out
+}
+
+// dropRemovedDrains forgets the drains of nodes a reconfigure removed.
+func (s *State) dropRemovedDrains() {
+	have := map[string]bool{}
+	for _, n := range s.Pool.Nodes() {
+		have[n.Name] = true
+	}
+	// Deleting in map order leaves the same map whatever the order.
+	//workflowcheck:ignore
+	for node := range s.Drains {
+		if !have[node] {
+			delete(s.Drains, node)
+		}
+	}
+}

@@ -1,0 +1,137 @@
+package allocation
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/scheduler"
+)
+
+// drained: an operator drains node.
+func drained(node string) step {
+	return func(t *testing.T, s *State) { s.Drain(protocol.DrainRequest{Node: node, Reason: "disk swap"}) }
+}
+
+func drain(node string) func(s *State) []Command {
+	return func(s *State) []Command {
+		_, cmds := s.Drain(protocol.DrainRequest{Node: node, Reason: "disk swap"})
+		return cmds
+	}
+}
+
+func undrain(node string) func(s *State) []Command {
+	return func(s *State) []Command {
+		_, cmds := s.Drain(protocol.DrainRequest{Node: node, Undrain: true})
+		return cmds
+	}
+}
+
+// grantsNothingOn says a pass grants nothing on node to a fresh request.
+func grantsNothingOn(node string) func(t *testing.T, s *State) {
+	return func(t *testing.T, s *State) {
+		t.Helper()
+		s.Request(one("probe", 1, high, 8), t0, AllOn{})
+		s.Pass(t0)
+		if r, ok := s.Pool.Running("probe"); ok {
+			for _, p := range r.Placement {
+				assert.NotEqual(t, node, p.Node, "granted on drained node %s", node)
+			}
+		}
+	}
+}
+
+func TestDrainRules(t *testing.T) {
+	runRules(t, []ruleCase{
+		{name: "a drain tells the jobs on the node to leave, with their class's notice, and nothing starts there",
+			nodes: 2,
+			given: []step{granted(one("a", 1, low, 8)), granted(one("b", 1, medium, 8)),
+				func(t *testing.T, s *State) {
+					s.Config.PreemptionNotice = time.Minute
+					s.Config.ClassPreemptionNotice = map[string]time.Duration{"low": 10 * time.Second}
+				}},
+			when: drain("n1"), want: []string{"preempt a#1", "schedule"},
+			then: func(t *testing.T, s *State) {
+				assert.Equal(t, []string{"n1"}, s.Pool.LostNodes())
+				assert.Empty(t, s.Fenced(), "a drain is no fence")
+				require.Len(t, s.Drained(), 1)
+				assert.Equal(t, "drained: disk swap", s.Drained()[0].Reason)
+				grantsNothingOn("n1")(t, s)
+			}},
+		{name: "the preempt signal of a drain names the node and carries the notice, no preemptor",
+			given: []step{granted(one("a", 1, low, 8)), func(t *testing.T, s *State) { s.Config.PreemptionNotice = time.Minute }},
+			when: func(s *State) []Command {
+				cmds := drain("n1")(s)
+				for _, c := range cmds {
+					if sig, ok := c.(Signal); ok {
+						p := sig.Arg.(protocol.PreemptSignal)
+						if p.Drain != "n1" || p.Notice != time.Minute || p.Preemptor != (scheduler.Preemptor{}) || sig.IfGone != GoneReclaim {
+							panic("the drain's signal is wrong")
+						}
+					}
+				}
+				return cmds
+			}, want: []string{"preempt a#1", "schedule"}},
+		{name: "draining a drained node tells nobody again",
+			given: []step{granted(one("a", 1, low, 8)), drained("n1")},
+			when:  drain("n1"), want: []string{}},
+		{name: "a releasing job is not told",
+			given: []step{granted(one("a", 1, low, 8)), stopping("a", 1)},
+			when:  drain("n1"), want: []string{"schedule"}},
+		{name: "an undrained node grants again",
+			given: []step{drained("n1"), queued(one("w", 1, medium, 8))},
+			when:  undrain("n1"), want: []string{"schedule"},
+			then: func(t *testing.T, s *State) {
+				assert.Empty(t, s.Pool.LostNodes())
+				assert.Contains(t, rendered(s.Pass(t0)), "grant w#1")
+			}},
+		{name: "undraining a node that is not drained changes nothing",
+			when: undrain("n1"), want: []string{}},
+		{name: "an undrained node that is fenced stays out until its agent answers",
+			given: []step{drained("n1"), func(t *testing.T, s *State) { s.NodeLost("n1", "gone") }},
+			when:  undrain("n1"), want: []string{},
+			then:  func(t *testing.T, s *State) { assert.Equal(t, []string{"n1"}, s.Pool.LostNodes()) }},
+		{name: "a drained node whose agent is lost is fenced",
+			given: []step{drained("n1")},
+			when:  func(s *State) []Command { return s.NodeLost("n1", "gone") }, want: []string{"fence n1"},
+			then:  func(t *testing.T, s *State) { assert.Len(t, s.Fenced(), 1) }},
+		{name: "a drained node whose fence is answered stays drained",
+			given: []step{drained("n1"), func(t *testing.T, s *State) { s.NodeLost("n1", "gone") }},
+			when:  func(s *State) []Command { return s.NodeBack("n1", 0) }, want: []string{},
+			then: func(t *testing.T, s *State) {
+				assert.Equal(t, []string{"n1"}, s.Pool.LostNodes())
+				assert.Empty(t, s.Fenced())
+				grantsNothingOn("n1")(t, s)
+			}},
+		{name: "carried fences leave a drained node alone",
+			given: []step{drained("n1")},
+			when:  func(s *State) []Command { return s.FencesCarried() }, want: []string{}},
+		{name: "a reconfigure that removes a drained node forgets its drain",
+			nodes: 2,
+			given: []step{drained("n2"), configured(input(1))},
+			when:  undrain("n2"), want: []string{},
+			then:  func(t *testing.T, s *State) { assert.Empty(t, s.Drains) }},
+	})
+}
+
+func TestDrainsTravelThroughContinueAsNew(t *testing.T) {
+	s := newState(t, 2)
+	given(t, s, drained("n2"))
+	next, packed, err := s.Carry()
+	require.NoError(t, err)
+	r, err := Restore(next, packed)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"n2": "disk swap"}, r.Drains)
+	assert.Equal(t, []string{"n2"}, r.Pool.LostNodes())
+	assert.Empty(t, r.FencesCarried(), "not fenced again")
+	assert.Len(t, r.View(protocol.QueuePage{Limit: 10}, false).Fenced, 1, "the view shows it")
+}
+
+func TestValidateDrainNamesTheNodes(t *testing.T) {
+	s := newState(t, 2)
+	require.NoError(t, s.ValidateDrain(protocol.DrainRequest{Node: "n1"}))
+	assert.EqualError(t, s.ValidateDrain(protocol.DrainRequest{Node: "n9"}), `allocation T/a has no node "n9"; its nodes are n1, n2`)
+}
