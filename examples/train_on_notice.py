@@ -51,6 +51,17 @@ except ImportError:
 
 CHECKPOINT_FILE = "checkpoint.json"
 
+# trainq starts processes_per_worker processes per worker (by default one per
+# GPU), each with its RANK. As with DDP, rank 0 saves and prints; every rank
+# reads the notice and exits. (With real DDP, have the ranks agree on the step
+# to stop at, e.g. all_reduce a stop flag, so that no collective op hangs.)
+RANK0 = os.environ.get("RANK", "0") == "0"
+
+
+def log(msg):
+    if RANK0:
+        print(msg)
+
 
 # --- the model and its optimizer --------------------------------------------
 # A real script has `model = Net().to(device)` and `optimizer = torch.optim.SGD(...)`;
@@ -141,13 +152,13 @@ def report_checkpoint():
     loses only the work done since (the job and attempt come from the
     worker's $TRAINQ_JOB_NAME and $TRAINQ_ATTEMPT). Never fatal."""
     cli = trainq_cli()
-    if cli is None or "TRAINQ_JOB_NAME" not in os.environ:
+    if cli is None or not os.environ.get("TRAINQ_JOB_NAME"):
         return
     try:
         r = subprocess.run([cli, "checkpoint"], capture_output=True, text=True, timeout=10)
-        print("  trainq checkpoint:", (r.stdout or r.stderr).strip())
+        log("  trainq checkpoint: " + (r.stdout or r.stderr).strip())
     except (OSError, subprocess.TimeoutExpired) as e:
-        print("  trainq checkpoint failed:", e)
+        log("  trainq checkpoint failed: %s" % e)
 
 
 # --- the notice ---------------------------------------------------------------
@@ -199,28 +210,27 @@ def main():
     ap.add_argument("--checkpoint-every", type=int, default=env_default("TRAIN_CHECKPOINT_EVERY", 100, int))
     args = ap.parse_args()
     total = args.epochs * args.steps_per_epoch
-    rank0 = os.environ.get("RANK", "0") == "0"  # with several workers, rank 0 saves (as with DDP)
 
-    sigterm = []
-    signal.signal(signal.SIGTERM, lambda signum, frame: sigterm.append(time.time()))
+    sigterm = []  # a handler only notes the signal: the loop saves after the current step
+    signal.signal(signal.SIGTERM, lambda signum, frame: sigterm.append(signum))
 
     if os.environ.get("TRAINQ_NOTICE_FILE"):
-        print("watching for a notice at $TRAINQ_NOTICE_FILE with %s"
-              % ("client_lib.preemption_notice()" if client_lib is not None else "the standard library"))
+        log("watching for a notice at $TRAINQ_NOTICE_FILE with %s"
+            % ("client_lib.preemption_notice()" if client_lib is not None else "the standard library"))
     model, optimizer, step = new_model(), new_optimizer(), 0
     state = load_checkpoint()
     if state is None:
-        print("attempt %s: starting from scratch, %d steps to go" % (os.environ.get("TRAINQ_ATTEMPT", "-"), total))
+        log("attempt %s: starting from scratch, %d steps to go" % (os.environ.get("TRAINQ_ATTEMPT", "-"), total))
     else:
         # model.load_state_dict(state["model"]); optimizer.load_state_dict(state["optimizer"])
         model, optimizer, step = state["model"], state["optimizer"], state["step"]
-        print("attempt %s: resumed at step %d (saved by attempt %s on %s)"
-              % (os.environ.get("TRAINQ_ATTEMPT", "-"), step, state["attempt"], state["why"]))
+        log("attempt %s: resumed at step %d (saved by attempt %s on %s)"
+            % (os.environ.get("TRAINQ_ATTEMPT", "-"), step, state["attempt"], state["why"]))
 
     def save(why):
-        if rank0:
+        if RANK0:
             path = save_checkpoint(model, optimizer, step, why)
-            print("saved checkpoint at step %d (%s) to %s" % (step, why, path))
+            log("saved checkpoint at step %d (%s) to %s" % (step, why, path))
             report_checkpoint()
 
     while step < total:
@@ -228,25 +238,25 @@ def main():
         if notice is not None:
             by = notice.get("by") or {}
             left = (notice["deadline"] - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
-            print("notice: %s by a %s %s, deadline %s (%.1fs left)"
-                  % (notice["reason"], by.get("class", "?"), by.get("kind", "?"), utc(notice["deadline"]), left))
+            log("notice: %s by a %s %s, deadline %s (%.1fs left)"
+                % (notice["reason"], by.get("class", "?"), by.get("kind", "?"), utc(notice["deadline"]), left))
             save("notice")
             left = (notice["deadline"] - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
-            print("exiting at step %d, %.1fs before the deadline; the rerun resumes here" % (step, left))
+            log("exiting at step %d, %.1fs before the deadline; the rerun resumes here" % (step, left))
             return 0
         if sigterm:
-            print("SIGTERM at step %d: saving as a last chance" % step)
+            log("SIGTERM at step %d: saving as a last chance" % step)
             save("SIGTERM")
             return 0
         loss = train_step(model, optimizer, step, args.step_seconds)
         step += 1
         if step % args.steps_per_epoch == 0 or step == 1:
-            print("epoch %d/%d step %d/%d loss %.4f w %.3f b %.3f"
-                  % ((step - 1) // args.steps_per_epoch + 1, args.epochs, step, total, loss, model["w"], model["b"]))
+            log("epoch %d/%d step %d/%d loss %.4f w %.3f b %.3f"
+                % ((step - 1) // args.steps_per_epoch + 1, args.epochs, step, total, loss, model["w"], model["b"]))
         if args.checkpoint_every and step % args.checkpoint_every == 0 and step < total:
             save("every %d steps" % args.checkpoint_every)
     save("done")
-    print("training done at step %d: w %.3f b %.3f" % (step, model["w"], model["b"]))
+    log("training done at step %d: w %.3f b %.3f" % (step, model["w"], model["b"]))
     return 0
 
 
