@@ -179,30 +179,33 @@ sleep 600 & wait`, sigterm, noticeCopy, started)
 	require.NotNil(t, a1.NoticeDeadline, "the first attempt was given a notice")
 	deadline := *a1.NoticeDeadline
 
-	data, err := os.ReadFile(noticeCopy)
-	require.NoError(t, err, "the notice file was there when SIGTERM came")
-	var n protocol.WorkerNotice
-	require.NoError(t, json.Unmarshal(data, &n), string(data))
-	assert.Equal(t, protocol.NoticeReasonPreempted, n.Reason)
-	assert.WithinDuration(t, deadline, n.Deadline, time.Millisecond)
-
-	raw := strings.TrimSpace(readFile(t, sigterm))
-	ns, err := strconv.ParseInt(raw, 10, 64)
-	require.NoError(t, err, "the trap recorded when SIGTERM came: %q", raw)
-	termAt := time.Unix(0, ns)
-	assert.False(t, termAt.Before(deadline), "SIGTERM came at %s, before the notice's deadline %s", termAt, deadline)
-	assert.Less(t, termAt.Sub(deadline), 10*time.Second, "SIGTERM came at %s, long after the deadline %s", termAt, deadline)
-	require.NotNil(t, hs.RunningAt)
-	assert.True(t, hs.RunningAt.After(termAt), "the preemptor started at %s, before the victim was stopped at %s", hs.RunningAt, termAt)
-
+	// What trainq recorded: a preemption, stopped at the deadline, then a rerun.
 	require.NotNil(t, a1.EndedAt)
 	assert.False(t, a1.EndedAt.Before(deadline), "the first attempt ended at %s, before the deadline %s", a1.EndedAt, deadline)
+	require.NotNil(t, hs.RunningAt)
+	assert.False(t, hs.RunningAt.Before(deadline), "the preemptor started at %s, before the deadline %s", hs.RunningAt, deadline)
 	assert.Contains(t, a1.EndReason, "preempted by "+high)
 	assert.NotContains(t, a1.EndReason, "on the notice", "the worker did not exit on its notice")
 	require.NotNil(t, a1.Preemptor)
 	assert.Equal(t, high, a1.Preemptor.Job)
 	assert.Equal(t, 1, vs.Restarts, "the stop at the deadline is a preemption, and the job reran")
 	assert.Regexp(t, `(?m)^rerun$`, attemptLog(t, victim, 2))
+
+	// What the worker saw: its notice, then SIGTERM at the deadline, and only then did the preemptor start.
+	data, err := os.ReadFile(noticeCopy)
+	if assert.NoError(t, err, "the notice file was there when SIGTERM came") {
+		var n protocol.WorkerNotice
+		require.NoError(t, json.Unmarshal(data, &n), string(data))
+		assert.Equal(t, protocol.NoticeReasonPreempted, n.Reason)
+		assert.WithinDuration(t, deadline, n.Deadline, time.Millisecond)
+	}
+	raw := strings.TrimSpace(readFile(t, sigterm))
+	ns, err := strconv.ParseInt(raw, 10, 64)
+	require.NoError(t, err, "the trap recorded when SIGTERM came: %q", raw)
+	termAt := time.Unix(0, ns)
+	assert.False(t, termAt.Before(deadline), "SIGTERM came at %s, before the notice's deadline %s", termAt, deadline)
+	assert.Less(t, termAt.Sub(deadline), 10*time.Second, "SIGTERM came at %s, long after the deadline %s", termAt, deadline)
+	assert.True(t, hs.RunningAt.After(termAt), "the preemptor started at %s, before the victim was stopped at %s", hs.RunningAt, termAt)
 }
 
 // TestNoticeExampleStandalone runs examples/train_on_notice.py as a process,
