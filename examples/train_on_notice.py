@@ -25,7 +25,7 @@ What it does, in the order a real training script would:
 - on SIGTERM (a notice it missed, a cancel, an allocation without notices)
   it saves after the current step as a last chance, and exits.
 
-Options (also as job flags, `--flags steps-per-epoch=50`, or environment
+Options (also as job flags, `trainq submit --flag steps-per-epoch=50`, or environment
 variables): --epochs (TRAIN_EPOCHS, 3), --steps-per-epoch
 (TRAIN_STEPS_PER_EPOCH, 100), --step-seconds (TRAIN_STEP_SECONDS, 0.1: how
 long a step "computes"), --checkpoint-every (TRAIN_CHECKPOINT_EVERY, 100;
