@@ -63,6 +63,11 @@ regions:
         stop_grace_period: 5s
         nodes:
           - {name: preempt-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+      - name: notice
+        stop_grace_period: 5s
+        preemption_notice: 30s
+        nodes:
+          - {name: notice-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
       - name: basic
         stop_grace_period: 5s
         nodes:
