@@ -94,6 +94,8 @@ func (s *Server) classify(r *http.Request, err error) *Error {
 		return errorf(http.StatusBadRequest, je.Reason, je.Field, je.Message)
 	case errors.As(err, &fe) && fe.TooLarge:
 		return errorf(http.StatusRequestEntityTooLarge, codeTooLarge, fe.Field, fe.Message)
+	case errors.As(err, &fe) && fe.Forbidden:
+		return errorf(http.StatusForbidden, codeForbidden, fe.Field, fe.Message)
 	case errors.As(err, &fe):
 		return errorf(http.StatusUnprocessableEntity, codeInvalidValue, fe.Field, fe.Message)
 	case tooLarge(err):

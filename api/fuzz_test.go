@@ -135,8 +135,9 @@ var (
 		"/public/v2/jobs/%s/params", "/public/v2/jobs/%s/nodes", "/public/v2/jobs/elastic/%s/pods", "/public/v2/allocations",
 		"/public/v2/allocations/", "/public/v2/allocations/%s", "/public/v2/allocations/%s/nodes",
 		"/public/v2/allocations/%s/instance-types", "/public/v2/instance_types/%s/available",
+		"/public/v2/queues", "/public/v2/queues/%s", "/public/v2/queues/%s/jobs", "/public/v2/queues/%s/instance-types",
 	}
-	fuzzNames  = []string{jobB, jobA, nbB, nbA, cliA, fakeAlloc, "t", "restart", ""}
+	fuzzNames  = []string{jobB, jobA, nbB, nbA, cliA, fakeAlloc, "t", "restart", "", fakeAlloc + ":default", "t:prod"}
 	fuzzTypes  = []string{"application/json", "", "application/json; charset=utf-8", "text/plain", "application/x-www-form-urlencoded", "application/merge-patch+json", "application/json; charset=latin1", "garbage;;="}
 	fuzzTokens = []string{bobToken, aliceTok, adminTok, "", "tq_nobody"}
 	// Foreign names by token: what that user must never see.

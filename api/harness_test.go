@@ -55,6 +55,15 @@ regions:
           - {name: api-a100plus-2, family: a100plus, gpus: 8, cpu: 96, ram_gb: 768}
       - name: t
         stop_grace_period: 3s
+        queues:
+          - {name: default, type: default, default: true}
+          - {name: shared, type: shared, job_priority_allowed: [shared-low, shared-medium]}
+          - name: prod
+            description: urgent production jobs
+            nodes: [api-t-3, api-t-4]
+            job_priority_allowed: [medium, high]
+            default_priority: {job: high}
+            workspaces: [team-b]
         nodes:
           - {name: api-t-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
           - {name: api-t-2, family: a100, gpus: 2, cpu: 16, ram_gb: 128}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/cluster"
+	"github.com/trainq/trainq/config"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
 )
@@ -265,6 +266,7 @@ type jobView struct {
 	PriorityClass  string                   `json:"priority_class"`
 	Region         string                   `json:"region"`
 	AllocationName string                   `json:"allocation_name"`
+	QueueName      string                   `json:"queue_name,omitempty"`
 	InstanceType   string                   `json:"instance_type"`
 	NWorkers       int                      `json:"n_workers"`
 	GPUCount       int                      `json:"gpu_count"`
@@ -378,7 +380,7 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request, p Principal) {
 	v := jobView{
 		JobName: st.JobName, Status: string(st.State), CreatedAt: st.CreatedAt, PendingAt: st.PendingAt,
 		RunningAt: st.RunningAt, CompletedAt: st.CompletedAt, Kind: string(st.Kind), Type: st.Spec.Type,
-		PriorityClass: st.Priority, Region: st.Region, AllocationName: st.Allocation, InstanceType: st.InstanceType,
+		PriorityClass: st.Priority, Region: st.Region, AllocationName: st.Allocation, QueueName: st.Spec.QueueName, InstanceType: st.InstanceType,
 		NWorkers: st.NWorkers, GPUCount: st.GPUs, MaxRetry: st.MaxRetry, Attempt: st.Attempt, Restarts: st.Restarts,
 		JobAuthor: st.Spec.Author, Workspace: info.Workspace, JobDesc: st.Spec.JobDesc,
 		Message: st.Message, URL: st.URL(), Position: st.Position, Reason: st.Reason,
@@ -548,6 +550,8 @@ type jobRow struct {
 	Workspace      string     `json:"workspace,omitempty"`
 	Kind           string     `json:"kind"`
 	PriorityClass  string     `json:"priority_class"`
+	QueueName      string     `json:"queue_name"`
+	QueueID        string     `json:"queue_id"`
 	GPUCount       int64      `json:"gpu_count"`
 	Attempt        int64      `json:"attempt"`
 	CreatedDT      time.Time  `json:"created_dt"`
@@ -664,7 +668,15 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, p Principal) {
 		if j.ClosedAt != nil {
 			end = *j.ClosedAt
 		}
+		queue := j.Queue
+		if queue == "" {
+			queue = config.DefaultQueueName // submitted before queues
+			if _, a, err := s.cfg.Allocation(j.Region, j.Allocation); err == nil {
+				queue = a.DefaultQueue().Name
+			}
+		}
 		rows = append(rows, jobRow{UID: j.RunID, JobName: j.JobName, Status: j.Status, Region: j.Region, AllocationName: j.Allocation,
+			QueueName: queue, QueueID: j.Allocation + ":" + queue,
 			InstanceType: j.InstanceType, JobDesc: j.JobDesc, JobAuthor: j.Author, Workspace: j.Workspace, Kind: j.Kind,
 			PriorityClass: j.Priority, GPUCount: j.GPUs, Attempt: j.Attempt, CreatedDT: j.CreatedAt, CompletedDT: j.ClosedAt,
 			Duration: int64(end.Sub(j.CreatedAt).Seconds())})

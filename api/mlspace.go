@@ -371,13 +371,13 @@ func (s *Server) getAllocation(w http.ResponseWriter, r *http.Request, _ Princip
 
 // allocationNodes answers GET /allocations/{id}/nodes.
 func (s *Server) allocationNodes(w http.ResponseWriter, r *http.Request, _ Principal) {
-	_, _, nodes, ok := s.allocationNow(w, r)
+	_, a, nodes, ok := s.allocationNow(w, r)
 	if !ok {
 		return
 	}
 	out := []allocationNode{}
 	for _, n := range nodes {
-		an := allocationNode{Name: n.Name, Status: "ready", Unschedulable: n.Lost, GPUType: n.Family, Queue: "default"}
+		an := allocationNode{Name: n.Name, Status: "ready", Unschedulable: n.Lost, GPUType: n.Family, Queue: nodeQueue(a, n.Name)}
 		if n.Lost {
 			an.Status = "fenced"
 		}
@@ -459,10 +459,7 @@ func (s *Server) availableInstanceTypes(w http.ResponseWriter, r *http.Request, 
 		return
 	}
 	want := r.URL.Query().Get("allocation_name")
-	if q := r.URL.Query().Get("queue_name"); q != "" && q != "default" {
-		s.fail(w, r, errorf(http.StatusNotFound, codeNotFound, "queue_name", fmt.Sprintf("queue %q does not exist: trainq has one queue (default) per allocation", q)))
-		return
-	}
+	queueName := r.URL.Query().Get("queue_name")
 	counts := map[string]*instanceTypeCount{}
 	var order []string
 	matched := false
@@ -476,13 +473,25 @@ func (s *Server) availableInstanceTypes(w http.ResponseWriter, r *http.Request, 
 			if want != "" && a.Name != want {
 				continue
 			}
+			scope := a
+			if queueName != "" {
+				q, err := a.QueueNamed(queueName)
+				if err != nil {
+					if want != "" {
+						s.fail(w, r, errorf(http.StatusNotFound, codeNotFound, "queue_name", err.Error()))
+						return
+					}
+					continue // another allocation of the region may have it
+				}
+				scope = queueScope(a, q)
+			}
 			matched = true
 			nodes, err := s.liveNodes(r, reg, a)
 			if err != nil {
 				s.fail(w, r, err)
 				return
 			}
-			for _, c := range fitNow(a, nodes) {
+			for _, c := range fitNow(scope, nodes) {
 				if counts[c.Key] == nil {
 					cc := c
 					counts[c.Key] = &cc
@@ -493,6 +502,10 @@ func (s *Server) availableInstanceTypes(w http.ResponseWriter, r *http.Request, 
 				counts[c.Key].Availability += c.Count
 			}
 		}
+	}
+	if !matched && queueName != "" && want == "" {
+		s.fail(w, r, errorf(http.StatusNotFound, codeNotFound, "queue_name", fmt.Sprintf("no allocation of region %s has a queue %q; see /public/v2/queues", region, queueName)))
+		return
 	}
 	if !matched {
 		s.fail(w, r, errorf(http.StatusNotFound, codeNotFound, "allocation_name", fmt.Sprintf("region %s has no allocation %q", region, want)))
@@ -517,4 +530,15 @@ func checkRegion(r *http.Request, info client.JobInfo, st protocol.JobStatus) er
 		return nil
 	}
 	return errors.Join(client.ErrJobNotFound, fmt.Errorf("job %s is not in region %s", info.JobName, region))
+}
+
+// nodeQueue names a node's queue as ML Space shows one per node: the first
+// queue that lists it, else the default queue (which then holds every node).
+func nodeQueue(a *config.Allocation, node string) string {
+	for _, q := range a.QueueList() {
+		if slices.Contains(q.Nodes, node) {
+			return q.Name
+		}
+	}
+	return a.DefaultQueue().Name
 }

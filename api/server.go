@@ -100,6 +100,11 @@ var routes = []route{
 	{"GET", "/public/v2/allocations/{id}/instance-types", false, (*Server).allocationInstanceTypes},
 	{"GET", "/public/v2/allocations/{name}/queue", false, (*Server).queue},
 	{"GET", "/public/v2/instance_types/{region}/available", false, (*Server).availableInstanceTypes},
+	{"GET", "/public/v2/queues", false, (*Server).listQueues},
+	{"GET", "/public/v2/queues/{$}", false, (*Server).listQueues}, // ML Space's spelling
+	{"GET", "/public/v2/queues/{id}", false, (*Server).getQueue},
+	{"GET", "/public/v2/queues/{id}/jobs", false, (*Server).queueJobs},
+	{"GET", "/public/v2/queues/{id}/instance-types", false, (*Server).queueInstanceTypes},
 	{"POST", "/public/v2/notebooks", false, (*Server).postNotebook},
 	{"DELETE", "/public/v2/notebooks/{name}", false, (*Server).deleteNotebook},
 	{"GET", "/public/v2/configs", false, (*Server).configs},

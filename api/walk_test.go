@@ -82,8 +82,17 @@ var walkVariants = map[string][]walkReq{
 	"GET /public/v2/instance_types/{region}/available": {
 		{"GET", "/public/v2/instance_types/SR006/available", ""}, {"GET", "/public/v2/instance_types/SR006/available?allocation_name={alloc}", ""},
 	},
-	"POST /public/v2/notebooks": {{"POST", "/public/v2/notebooks", `{"allocation_name":"{alloc}","instance_type":"{itype}"}`}},
-	"GET /public/v2/configs":    {{"GET", "/public/v2/configs", ""}},
+	"GET /public/v2/queues":     {{"GET", "/public/v2/queues", ""}, {"GET", "/public/v2/queues?allocation_id={alloc}", ""}},
+	"GET /public/v2/queues/{$}": {{"GET", "/public/v2/queues/?allocation_id={alloc}&region=SR006", ""}},
+	"GET /public/v2/queues/{id}": {
+		{"GET", "/public/v2/queues/{alloc}:default", ""}, {"GET", "/public/v2/queues/{alloc}:nowhere", ""},
+	},
+	"GET /public/v2/queues/{id}/jobs": {
+		{"GET", "/public/v2/queues/{alloc}:default/jobs", ""}, {"GET", "/public/v2/queues/{alloc}:default/jobs?status=Pending,Running&limit=5", ""},
+	},
+	"GET /public/v2/queues/{id}/instance-types": {{"GET", "/public/v2/queues/{alloc}:default/instance-types", ""}},
+	"POST /public/v2/notebooks":                 {{"POST", "/public/v2/notebooks", `{"allocation_name":"{alloc}","instance_type":"{itype}"}`}},
+	"GET /public/v2/configs":                    {{"GET", "/public/v2/configs", ""}},
 	"DELETE /public/v2/notebooks/{name}": {
 		{"DELETE", "/public/v2/notebooks/{foreign_nb}", ""}, {"DELETE", "/public/v2/notebooks/{own}", ""},
 		{"DELETE", "/public/v2/notebooks/{own_nb}", ""},

@@ -26,22 +26,29 @@ type ListFilter struct {
 	Offset int
 	// Names keeps only these job names (empty: all).
 	Names []string
+	// Queue keeps only the jobs of this queue; DefaultQueue says it is the
+	// allocation's default queue, which also holds the jobs submitted
+	// before queues (they carry none).
+	Queue        string
+	DefaultQueue bool
 }
 
 // JobSummary is one row of a job list.
 type JobSummary struct {
-	JobName    string     `json:"job_name"`
-	Status     string     `json:"status"`
-	Kind       string     `json:"type"`
-	Priority   string     `json:"priority_class"`
-	Region     string     `json:"region"`
-	Allocation string     `json:"allocation_name"`
-	Author     string     `json:"job_author,omitempty"`
-	Workspace  string     `json:"workspace,omitempty"`
-	GPUs       int64      `json:"gpu_count"`
-	Attempt    int64      `json:"attempt"`
-	CreatedAt  time.Time  `json:"created_dt"`
-	ClosedAt   *time.Time `json:"completed_dt,omitempty"`
+	JobName    string `json:"job_name"`
+	Status     string `json:"status"`
+	Kind       string `json:"type"`
+	Priority   string `json:"priority_class"`
+	Region     string `json:"region"`
+	Allocation string `json:"allocation_name"`
+	Author     string `json:"job_author,omitempty"`
+	Workspace  string `json:"workspace,omitempty"`
+	// Queue is the job's queue ("" for jobs submitted before queues).
+	Queue     string     `json:"queue_name,omitempty"`
+	GPUs      int64      `json:"gpu_count"`
+	Attempt   int64      `json:"attempt"`
+	CreatedAt time.Time  `json:"created_dt"`
+	ClosedAt  *time.Time `json:"completed_dt,omitempty"`
 	// From the memo (jobs submitted before it existed have none).
 	InstanceType string `json:"instance_type,omitempty"`
 	JobDesc      string `json:"job_desc,omitempty"`
@@ -71,6 +78,12 @@ func VisibilityQuery(f ListFilter) string {
 		if kv[1] != "" {
 			q = append(q, fmt.Sprintf("%s = %s", kv[0], quote(kv[1])))
 		}
+	}
+	switch {
+	case f.Queue != "" && f.DefaultQueue:
+		q = append(q, fmt.Sprintf("(%s = %s OR %s IS NULL)", protocol.SAQueue, quote(f.Queue), protocol.SAQueue))
+	case f.Queue != "":
+		q = append(q, fmt.Sprintf("%s = %s", protocol.SAQueue, quote(f.Queue)))
 	}
 	if !f.Since.IsZero() {
 		q = append(q, fmt.Sprintf("StartTime >= '%s'", f.Since.UTC().Format(time.RFC3339)))
@@ -124,7 +137,7 @@ func jobSummary(e *workflowpb.WorkflowExecutionInfo) JobSummary {
 		JobName: e.GetExecution().GetWorkflowId(), Status: payloadString(sa, protocol.SAState), Kind: payloadString(sa, protocol.SAKind),
 		Priority: payloadString(sa, protocol.SAPriority), Region: payloadString(sa, protocol.SARegion),
 		Allocation: payloadString(sa, protocol.SAAllocation), Author: payloadString(sa, protocol.SAAuthor),
-		Workspace: payloadString(sa, protocol.SAWorkspace), GPUs: payloadInt(sa, protocol.SAGPUs),
+		Workspace: payloadString(sa, protocol.SAWorkspace), Queue: payloadString(sa, protocol.SAQueue), GPUs: payloadInt(sa, protocol.SAGPUs),
 		Attempt: payloadInt(sa, protocol.SAAttempt), CreatedAt: e.GetStartTime().AsTime(), RunID: e.GetExecution().GetRunId(),
 		InstanceType: payloadString(memo, MemoInstanceType), JobDesc: payloadString(memo, MemoJobDesc),
 	}

@@ -60,6 +60,7 @@ const jobTaskTimeout = 5 * time.Second
 // Check validates spec against the configuration and fills in defaults. It
 // returns a *protocol.FieldError naming the field for bad input.
 func Check(cfg *config.Config, spec *protocol.JobSpec) (notes []string, err error) {
+	namedClass := spec.PriorityClass != ""
 	notes, err = spec.Normalize()
 	if err != nil {
 		return nil, err
@@ -79,6 +80,13 @@ func Check(cfg *config.Config, spec *protocol.JobSpec) (notes []string, err erro
 		return nil, &protocol.FieldError{Field: field, Message: err.Error()}
 	}
 	spec.Region = region.Name
+	note, err := applyQueue(spec, alloc, namedClass)
+	if err != nil {
+		return nil, err
+	}
+	if note != "" {
+		notes = append(notes, note)
+	}
 	if err := checkPlacementFields(cfg, spec, alloc); err != nil {
 		return nil, err
 	}
@@ -129,13 +137,42 @@ func applyTimeLimit(spec *protocol.JobSpec, alloc *config.Allocation) (note stri
 	return "", nil
 }
 
+// applyQueue puts the request in its queue (queue_name, else the
+// allocation's default queue): the queue must be assigned to the request's
+// workspace and allow its class; a request that names no class gets the
+// queue's default. A caller with no workspace (an operator's CLI) may use
+// any queue.
+func applyQueue(spec *protocol.JobSpec, alloc *config.Allocation, namedClass bool) (note string, err error) {
+	q, err := alloc.QueueNamed(spec.QueueName)
+	if err != nil {
+		return "", &protocol.FieldError{Field: "queue_name", Message: err.Error()}
+	}
+	if !q.AssignedTo(spec.Workspace) {
+		return "", &protocol.FieldError{Field: "queue_name", Forbidden: true, Message: fmt.Sprintf(
+			"workspace %s is not assigned to queue %s of allocation %s; it is assigned to %s", spec.Workspace, q.Name, alloc.Name, strings.Join(q.Workspaces, ", "))}
+	}
+	spec.QueueName = q.Name
+	if !namedClass && spec.Kind != scheduler.KindNotebook {
+		if c := q.DefaultClass(spec.Kind); c != spec.Class() {
+			spec.PriorityClass = c.String()
+			note = fmt.Sprintf("priority_class is queue %s's default for jobs: %s", q.Name, c)
+		}
+	}
+	if class := spec.Class(); !q.Allows(class) {
+		what := "priority_class " + class.String()
+		if spec.Kind == scheduler.KindNotebook {
+			what = "a Jupyter server (always high)"
+		}
+		return "", &protocol.FieldError{Field: "priority_class", Forbidden: true, Message: fmt.Sprintf(
+			"queue %s of allocation %s does not allow %s; it allows %s", q.Name, alloc.Name, what, q.AllowedText())}
+	}
+	return note, nil
+}
+
 // checkPlacementFields checks queue_name, include_nodes and exclude_nodes
 // against the allocation, and says in the spec's warnings what trainq does
 // not do with them, and with shm_size_class and internet on this backend.
 func checkPlacementFields(cfg *config.Config, spec *protocol.JobSpec, alloc *config.Allocation) error {
-	if q := spec.QueueName; q != "" && q != "default" {
-		spec.Warn(fmt.Sprintf("queue_name %s: allocation %s has one queue (default) in trainq yet; the job waits in it", q, alloc.Name))
-	}
 	if len(alloc.Nodes) > 0 {
 		known := map[string]bool{}
 		var names []string
@@ -233,6 +270,7 @@ func jobStartOptions(name string, spec protocol.JobSpec, opts SubmitOptions) sdk
 			protocol.KeyRegion.ValueSet(spec.Region),
 			protocol.KeyAuthor.ValueSet(spec.Author),
 			protocol.KeyWorkspace.ValueSet(spec.Workspace),
+			protocol.KeyQueue.ValueSet(spec.QueueName),
 			protocol.KeyKind.ValueSet(string(spec.Kind)),
 			protocol.KeyAttempt.ValueSet(1),
 			protocol.KeyGPUs.ValueSet(int64(spec.GPUs())),

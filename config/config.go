@@ -108,6 +108,9 @@ type Allocation struct {
 	// from it when it starts, and hands nodes that join, leave or change to
 	// the allocator while it runs.
 	NodeSelector map[string]string `json:"node_selector,omitempty"`
+	// Queues are ML Space's queues inside the allocation (see Queue);
+	// none: one default queue with every node, class and workspace.
+	Queues []Queue `json:"queues,omitempty"`
 }
 
 // MaxPreemptionNotice bounds preemption_notice: a preemptor waits that long.
@@ -341,6 +344,9 @@ func (c *Config) validate() error {
 				return fmt.Errorf("%s.max_waiting: must be between 1 and %d, got %d", field, MaxMaxWaiting, a.MaxWaiting)
 			}
 			if err := c.checkNodeSelector(field, a); err != nil {
+				return err
+			}
+			if err := a.validateQueues(field); err != nil {
 				return err
 			}
 			if len(a.Nodes) == 0 && len(a.NodeSelector) == 0 {

@@ -14,8 +14,8 @@ import (
 // `warnings`): an existing request must run, and must not pretend.
 
 // Shared-queue classes: ML Space's classes for an allocation's shared
-// queue. trainq has no shared queue yet, so a shared class runs as its plain
-// class (see SharedClasses) and the request gets a warning saying so.
+// queue. trainq ranks them as their plain classes (a queue of type shared
+// may allow only them), and the request gets a warning saying so.
 var SharedClasses = map[string]string{"shared-low": "low", "shared-medium": "medium"}
 
 // ShmSizeClasses are shm_size_class's values and their /dev/shm size per GPU

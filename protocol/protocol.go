@@ -819,4 +819,7 @@ const (
 	SAKind       = "TrainqKind"
 	SAAttempt    = "TrainqAttempt"
 	SAGPUs       = "TrainqGPUs"
+	// SAQueue is the job's queue inside its allocation (absent on jobs
+	// submitted before queues: they are in the default queue).
+	SAQueue = "TrainqQueue"
 )

@@ -16,6 +16,7 @@ var (
 	KeyKind       = temporal.NewSearchAttributeKeyKeyword(SAKind)
 	KeyAttempt    = temporal.NewSearchAttributeKeyInt64(SAAttempt)
 	KeyGPUs       = temporal.NewSearchAttributeKeyInt64(SAGPUs)
+	KeyQueue      = temporal.NewSearchAttributeKeyKeyword(SAQueue)
 )
 
 // SearchAttributeTypes lists every search attribute trainq needs, in a fixed
@@ -33,6 +34,7 @@ var SearchAttributeTypes = []struct {
 	{SAKind, enumspb.INDEXED_VALUE_TYPE_KEYWORD},
 	{SAAttempt, enumspb.INDEXED_VALUE_TYPE_INT},
 	{SAGPUs, enumspb.INDEXED_VALUE_TYPE_INT},
+	{SAQueue, enumspb.INDEXED_VALUE_TYPE_KEYWORD},
 }
 
 // DevServerArgs are the `temporal server start-dev` flags trainq's dev and

@@ -14,6 +14,10 @@ import (
 type FieldError struct {
 	Field   string
 	Message string
+	// Forbidden says the value is well formed but not allowed to this
+	// caller (a queue its workspace is not assigned to, a class the queue
+	// does not allow): the API answers 403 rather than 422.
+	Forbidden bool
 	// TooLarge says the request as a whole is too large to keep, and Field
 	// is its largest field (the API answers 413 rather than 422).
 	TooLarge bool
@@ -83,7 +87,7 @@ func (s *JobSpec) Normalize() (notes []string, err error) {
 	}
 	if plain, ok := SharedClasses[s.PriorityClass]; ok {
 		s.RequestedClass, s.PriorityClass = s.PriorityClass, plain
-		s.Warn(fmt.Sprintf("priority_class %s runs as %s: trainq has no shared queue in this allocation yet", s.RequestedClass, plain))
+		s.Warn(fmt.Sprintf("priority_class %s runs as %s: trainq ranks ML Space's shared classes as their plain ones", s.RequestedClass, plain))
 	}
 	class, err := scheduler.ParseClass(s.PriorityClass)
 	if err != nil {

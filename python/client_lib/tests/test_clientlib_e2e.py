@@ -249,6 +249,10 @@ class ClientLibE2E(E2E):
             (dict(health_params=client_lib.JobHealthParams(log_period=30, action="explode")), client_lib.ValidationError, 422, "health_params.action"),
             (dict(env_variables={"A": ["x"]}), client_lib.BadRequestError, 400, "env_variables"),
             (dict(base_image=None), client_lib.ValidationError, 422, "base_image"),
+            # The test's token is team-a's: queue prod is team-b's, and queue shared allows shared classes only.
+            (dict(queue_name="prod"), client_lib.ForbiddenError, 403, "queue_name"),
+            (dict(queue_name="shared", priority_class="high"), client_lib.ForbiddenError, 403, "priority_class"),
+            (dict(queue_name="night"), client_lib.ValidationError, 422, "queue_name"),
         ]
         for more, cls, status, field in cases:
             kw = dict(BASE, script="echo should not run", job_desc=marker)
@@ -419,7 +423,7 @@ class NewRunJobFieldsE2E(E2E):
         self.addCleanup(self._stop, job.job_name)
         self.assertEqual(out, 'Job "%s" created.' % job.job_name)
         st = wait_state(job.job_name, "Completed")
-        # Without a shared queue in the allocation, shared-medium runs as medium and a warning says so.
+        # In the allocation's shared queue, shared-medium runs as medium and a warning says so.
         self.assertIn(st.priority_class, ("shared-medium", "medium"))
         if st.priority_class == "medium":
             self.assertTrue(any("shared-medium" in w for w in job.warnings), job.warnings)
