@@ -84,6 +84,10 @@ type runJob struct {
 	preemptions int
 	preemptSeq  int64
 	ckpt        time.Time // last checkpoint of this attempt (zero: none reported)
+	// saves: preempting it loses no work, for it will save on the notice (Request.HonorsNotice
+	// under a Policy.PreemptionNotice). Set when it is placed; a policy changes only through
+	// Reconfigure, which places every job afresh.
+	saves bool
 }
 
 // Pool is the state of one allocation. It is not safe for concurrent use.
@@ -169,6 +173,9 @@ func NewPool(nodes []Node, policy Policy) (*Pool, error) {
 	}
 	if policy.ReserveAfter < 0 {
 		return nil, fmt.Errorf("reserve_after must not be negative, got %s", policy.ReserveAfter)
+	}
+	if policy.PreemptionNotice < 0 {
+		return nil, fmt.Errorf("preemption_notice must not be negative, got %s", policy.PreemptionNotice)
 	}
 	p := &Pool{
 		policy:   policy,
@@ -503,6 +510,7 @@ func (p *Pool) touch() {
 
 // place records that rj's unreleased workers hold capacity on their nodes (for the victim search).
 func (p *Pool) place(rj *runJob) {
+	rj.saves = rj.r.HonorsNotice && p.policy.PreemptionNotice > 0
 	p.countPreemptible(rj, +1)
 	for w, n := range rj.nodes {
 		if !rj.released[w] {
@@ -671,6 +679,7 @@ func (p *Pool) runningInfo(rj *runJob) RunningInfo {
 		Job: rj.r.Job, Attempt: rj.r.Attempt, Kind: rj.r.Kind, Class: rj.r.Class, Seq: rj.r.Seq,
 		GPUs: rj.r.Demand.GPUs * len(rj.nodes), StartedAt: rj.startedAt, Releasing: rj.releasing,
 		Placement: p.placement(rj.nodes, rj.gpus), Preemptions: rj.preemptions, CheckpointAt: rj.ckpt,
+		HonorsNotice: rj.r.HonorsNotice,
 	}
 	for w, rel := range rj.released {
 		if rel {

@@ -227,6 +227,12 @@ type Policy struct {
 	// GPUs × the time since its attempt started or last checkpointed) is not preempted. 0 means
 	// DefaultMaxLossGPUHours; negative means no limit.
 	MaxLossGPUHours int `json:"max_loss_gpu_hours,omitempty"`
+	// PreemptionNotice is the allocation's preemption_notice: how long a preempted job's workers
+	// are told, before they are stopped, to save their work and exit. While it is positive, a
+	// running job whose request says HonorsNotice is counted as losing no work when preempted
+	// (the work at stake is counted from the notice's deadline; see the package doc). 0: no
+	// notice, and HonorsNotice counts for nothing.
+	PreemptionNotice time.Duration `json:"preemption_notice,omitempty"`
 }
 
 // DefaultMaxLossGPUHours is Policy.MaxLossGPUHours when it is 0.
@@ -289,6 +295,9 @@ func (p Policy) Changes(next Policy) []string {
 	if a, b := p.MaxLossGPUHoursInEffect(), next.MaxLossGPUHoursInEffect(); a != b {
 		out = append(out, fmt.Sprintf("max_loss_gpu_hours %s -> %s", limitText(a), limitText(b)))
 	}
+	if p.PreemptionNotice != next.PreemptionNotice {
+		out = append(out, fmt.Sprintf("preemption_notice %s -> %s", p.PreemptionNotice, next.PreemptionNotice))
+	}
 	return out
 }
 
@@ -321,6 +330,13 @@ type Request struct {
 	// more (e.g. after the allocator's state was rebuilt) may say so. Victims with fewer
 	// preemptions are chosen first (see the package doc).
 	Preemptions int `json:"preemptions,omitempty"`
+	// HonorsNotice says that the job honoured its preemption notices before: on its earlier
+	// preemptions that came with a notice, its workers saved a checkpoint and exited before the
+	// deadline (the job's attempt records show it: each such attempt ended on the notice, before
+	// its NoticeDeadline, with a checkpoint taken after the notice went out). Under a
+	// Policy.PreemptionNotice, preempting such a job is counted as losing no work: it will save
+	// on the notice. The caller decides; the pool trusts it (see the package doc).
+	HonorsNotice bool `json:"honors_notice,omitempty"`
 }
 
 // WorkerPlacement is where one worker runs.
@@ -393,6 +409,8 @@ type RunningInfo struct {
 	Preemptions int `json:"preemptions,omitempty"`
 	// CheckpointAt is the last checkpoint this attempt reported (see Pool.Checkpointed).
 	CheckpointAt time.Time `json:"checkpoint_at,omitzero"`
+	// HonorsNotice is its request's Request.HonorsNotice.
+	HonorsNotice bool `json:"honors_notice,omitempty"`
 }
 
 // NodeInfo describes one node's GPU usage.
