@@ -75,6 +75,7 @@ type runJob struct {
 	released    []bool   // per worker
 	nReleased   int
 	releasing   bool
+	saves       bool // preempting it loses no work: it will save on the notice (see place)
 	preemptedBy *Preemptor
 	// nominee is, per worker, who the capacity of this preempted attempt is nominated to: its
 	// preemptor, or a strictly better request that took it over. Nil unless preempted.
@@ -84,10 +85,6 @@ type runJob struct {
 	preemptions int
 	preemptSeq  int64
 	ckpt        time.Time // last checkpoint of this attempt (zero: none reported)
-	// saves: preempting it loses no work, for it will save on the notice (Request.HonorsNotice
-	// under a Policy.PreemptionNotice). Set when it is placed; a policy changes only through
-	// Reconfigure, which places every job afresh.
-	saves bool
 }
 
 // Pool is the state of one allocation. It is not safe for concurrent use.
@@ -510,6 +507,8 @@ func (p *Pool) touch() {
 
 // place records that rj's unreleased workers hold capacity on their nodes (for the victim search).
 func (p *Pool) place(rj *runJob) {
+	// It saves on the notice if it says it honours notices and there is one. A policy changes
+	// only through Reconfigure, which places every job afresh.
 	rj.saves = rj.r.HonorsNotice && p.policy.PreemptionNotice > 0
 	p.countPreemptible(rj, +1)
 	for w, n := range rj.nodes {

@@ -88,26 +88,26 @@ type SnapshotWaiting struct {
 
 // SnapshotRunning is one running or releasing job.
 type SnapshotRunning struct {
-	Job         string     `json:"j"`
-	Attempt     int        `json:"a,omitempty"`
-	KindClass   int8       `json:"kc"`
-	Demand      int32      `json:"d"`
-	Seq         int64      `json:"s,omitempty"`
-	SubmittedAt int64      `json:"t,omitempty"`
-	StartedAt   int64      `json:"st,omitempty"`
-	Nodes       []int32    `json:"n"` // node index per worker
-	GPUs        []uint64   `json:"g"` // GPU index mask per worker
-	Released    []int32    `json:"r,omitempty"`
-	Releasing   bool       `json:"rel,omitempty"`
-	PreemptedBy *Preemptor `json:"pb,omitempty"`
-	Preemptions int        `json:"pn,omitempty"`
-	PreemptSeq  int64      `json:"ps,omitempty"` // > 0: this attempt was preempted, as the PreemptSeq-th preemption
+	Job         string   `json:"j"`
+	Attempt     int      `json:"a,omitempty"`
+	KindClass   int8     `json:"kc"`
+	Demand      int32    `json:"d"`
+	Seq         int64    `json:"s,omitempty"`
+	SubmittedAt int64    `json:"t,omitempty"`
+	StartedAt   int64    `json:"st,omitempty"`
+	Nodes       []int32  `json:"n"` // node index per worker
+	GPUs        []uint64 `json:"g"` // GPU index mask per worker
+	Released    []int32  `json:"r,omitempty"`
+	Releasing   bool     `json:"rel,omitempty"`
+	// HonorsNotice is the request's Request.HonorsNotice (beside Releasing: it takes no room).
+	HonorsNotice bool       `json:"hn,omitempty"`
+	PreemptedBy  *Preemptor `json:"pb,omitempty"`
+	Preemptions  int        `json:"pn,omitempty"`
+	PreemptSeq   int64      `json:"ps,omitempty"` // > 0: this attempt was preempted, as the PreemptSeq-th preemption
 	// Nominees is, per worker, who its capacity is nominated to, when a better request took some
 	// of it over from the preemptor (absent: the preemptor).
 	Nominees   []Preemptor `json:"nb,omitempty"`
 	Checkpoint int64       `json:"ck,omitempty"`
-	// HonorsNotice is the request's Request.HonorsNotice.
-	HonorsNotice bool `json:"hn,omitempty"`
 }
 
 func tn(t time.Time) int64 {
@@ -165,6 +165,9 @@ func (p *Pool) Snapshot() Snapshot {
 	}
 	demands := &demandTable{s: &s, index: map[Demand]int32{}}
 	s.Waiting = p.snapshotWaiting(demands)
+	if len(p.running) > 0 {
+		s.Running = make([]SnapshotRunning, 0, len(p.running))
+	}
 	for _, rj := range p.sortedRunning() {
 		s.Running = append(s.Running, snapshotRunning(rj, demands))
 	}

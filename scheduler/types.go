@@ -317,26 +317,27 @@ func limitText(n int) string {
 
 // Request asks for capacity for one attempt of one job.
 type Request struct {
-	Job         string    `json:"job"`
-	Attempt     int       `json:"attempt"` // opaque to the policy, echoed in Grant/Preemption
-	Kind        Kind      `json:"kind"`    // notebook => always High and never preemptible
-	Class       Class     `json:"class"`
-	Demand      Demand    `json:"demand"`
-	Workers     int       `json:"workers"`
-	Seq         int64     `json:"seq"` // queue sequence; caller assigns, keeps it on re-queue
-	SubmittedAt time.Time `json:"submitted_at"`
-	// Preemptions is how many times earlier attempts of the job were preempted. The pool counts
-	// the preemptions it decides itself and keeps the larger of the two; a caller that knows
-	// more (e.g. after the allocator's state was rebuilt) may say so. Victims with fewer
-	// preemptions are chosen first (see the package doc).
-	Preemptions int `json:"preemptions,omitempty"`
+	Job     string `json:"job"`
+	Attempt int    `json:"attempt"` // opaque to the policy, echoed in Grant/Preemption
+	Kind    Kind   `json:"kind"`    // notebook => always High and never preemptible
+	Class   Class  `json:"class"`
 	// HonorsNotice says that the job honoured its preemption notices before: on its earlier
 	// preemptions that came with a notice, its workers saved a checkpoint and exited before the
 	// deadline (the job's attempt records show it: each such attempt ended on the notice, before
 	// its NoticeDeadline, with a checkpoint taken after the notice went out). Under a
 	// Policy.PreemptionNotice, preempting such a job is counted as losing no work: it will save
-	// on the notice. The caller decides; the pool trusts it (see the package doc).
-	HonorsNotice bool `json:"honors_notice,omitempty"`
+	// on the notice. The caller decides; the pool trusts it (see the package doc). (Beside
+	// Class, it takes no room.)
+	HonorsNotice bool      `json:"honors_notice,omitempty"`
+	Demand       Demand    `json:"demand"`
+	Workers      int       `json:"workers"`
+	Seq          int64     `json:"seq"` // queue sequence; caller assigns, keeps it on re-queue
+	SubmittedAt  time.Time `json:"submitted_at"`
+	// Preemptions is how many times earlier attempts of the job were preempted. The pool counts
+	// the preemptions it decides itself and keeps the larger of the two; a caller that knows
+	// more (e.g. after the allocator's state was rebuilt) may say so. Victims with fewer
+	// preemptions are chosen first (see the package doc).
+	Preemptions int `json:"preemptions,omitempty"`
 }
 
 // WorkerPlacement is where one worker runs.
@@ -394,23 +395,23 @@ type WaitingInfo struct {
 
 // RunningInfo describes a running or releasing job.
 type RunningInfo struct {
-	Job         string            `json:"job"`
-	Attempt     int               `json:"attempt"`
-	Kind        Kind              `json:"kind"`
-	Class       Class             `json:"class"`
-	Seq         int64             `json:"seq,omitempty"` // the request's place in its class's queue
-	GPUs        int               `json:"gpus"`
-	StartedAt   time.Time         `json:"started_at"`
-	Releasing   bool              `json:"releasing"`
-	Placement   []WorkerPlacement `json:"placement"`
-	Released    []int             `json:"released,omitempty"` // workers already released
-	PreemptedBy *Preemptor        `json:"preempted_by,omitempty"`
+	Job       string    `json:"job"`
+	Attempt   int       `json:"attempt"`
+	Kind      Kind      `json:"kind"`
+	Class     Class     `json:"class"`
+	Seq       int64     `json:"seq,omitempty"` // the request's place in its class's queue
+	GPUs      int       `json:"gpus"`
+	StartedAt time.Time `json:"started_at"`
+	Releasing bool      `json:"releasing"`
+	// HonorsNotice is its request's Request.HonorsNotice.
+	HonorsNotice bool              `json:"honors_notice,omitempty"`
+	Placement    []WorkerPlacement `json:"placement"`
+	Released     []int             `json:"released,omitempty"` // workers already released
+	PreemptedBy  *Preemptor        `json:"preempted_by,omitempty"`
 	// Preemptions counts the preemptions of this job, this attempt's included.
 	Preemptions int `json:"preemptions,omitempty"`
 	// CheckpointAt is the last checkpoint this attempt reported (see Pool.Checkpointed).
 	CheckpointAt time.Time `json:"checkpoint_at,omitzero"`
-	// HonorsNotice is its request's Request.HonorsNotice.
-	HonorsNotice bool `json:"honors_notice,omitempty"`
 }
 
 // NodeInfo describes one node's GPU usage.
