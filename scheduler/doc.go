@@ -72,6 +72,15 @@
 //     max_loss_gpu_hours in the config, -1 for no limit): their GPUs × the time since their
 //     attempt started or since their last checkpoint (Pool.Checkpointed), whichever is later.
 //
+// The work at stake of a job that honours its preemption notice is counted from the notice's
+// deadline instead: with Policy.PreemptionNotice > 0 (the allocation's preemption_notice), a
+// running job whose request says HonorsNotice (on its earlier preemptions with a notice it saved a
+// checkpoint and exited before the deadline) is taken to save when told and to be gone by the
+// deadline, the pass's time + PreemptionNotice; preempting it loses GPUs × max(0, now −
+// deadline) = nothing, whatever it ran since its last checkpoint. Such a job is never ruled out by
+// MaxLossGPUHours (MaxPreemptions and MinRuntimeBeforePreemption still apply), and in the order
+// below it loses the least. The pool trusts the flag; with PreemptionNotice 0 it means nothing.
+//
 // It may also take over capacity nominated to a request of a strictly lower class (that loses no
 // work). On each node of its family (not lost, not reserved in this pass), the candidates are
 // ordered by:
@@ -80,14 +89,16 @@
 //  2. a takeover before a preemption;
 //  3. for preemptions: unprotected before protected, where a job is protected while its current
 //     attempt, after k earlier preemptions, has run less than 15m × 2^(k-1) (at most 24h);
-//  4. the least work lost: the GPUs the job holds × the time since its attempt started or last
-//     checkpointed, compared exactly (to the nanosecond, not in whole seconds); then that time;
+//  4. the least work lost: first the jobs that honour their notice (they lose none), then the
+//     GPUs the job holds × the time since its attempt started or last checkpointed, compared
+//     exactly (to the nanosecond, not in whole seconds); then that time;
 //  5. job id (for takeovers, the nomination's age).
 //
 // This order is not re-sorted on every pass. Each node keeps its running jobs (not stopping, not
 // notebooks) in a list sorted by class, the GPUs the job holds, then the start of the work at
-// stake (latest first), then job id; the list changes only when a job starts, stops or reports a
-// checkpoint. Among jobs of one class and GPU count that order is the order of rule 4 at any
+// stake (latest first; a job that honours its notice counts as later than any), then job id; the
+// list changes only when a job starts, stops or reports a checkpoint, and a reconfiguration
+// rebuilds it. Among jobs of one class and GPU count that order is the order of rule 4 at any
 // time (the same GPUs × a longer time is more work), so a victim search merges, per class, the
 // runs of each GPU count by rules 4 and 5, and puts the protected jobs (rule 3; only jobs
 // restarted after a preemption) after them, sorted. Takeovers, a handful per node, are sorted.

@@ -47,6 +47,7 @@ func (b jobBuilder) Seq(n int64) jobBuilder       { b.r.Seq = n; return b }
 func (b jobBuilder) Notebook() jobBuilder         { b.r.Kind = KindNotebook; return b }
 func (b jobBuilder) Preemptions(n int) jobBuilder { b.r.Preemptions = n; return b }
 func (b jobBuilder) Attempt(n int) jobBuilder     { b.r.Attempt = n; return b }
+func (b jobBuilder) HonorsNotice() jobBuilder     { b.r.HonorsNotice = true; return b }
 func (b jobBuilder) Obj() Request                 { return b.r }
 
 // runSpec is a job running before a test's request arrives; build it with running(...).
@@ -56,6 +57,8 @@ type runSpec struct {
 	kind    Kind
 	gpus    int
 	started int // minute
+	honors  bool
+	preempt int // earlier preemptions
 }
 
 // running is a medium job with all the GPUs it asks for, started at minute 0.
@@ -65,6 +68,8 @@ func (s runSpec) Class(c Class) runSpec        { s.class = c; return s }
 func (s runSpec) GPUs(n int) runSpec           { s.gpus = n; return s }
 func (s runSpec) Notebook() runSpec            { s.kind = KindNotebook; return s }
 func (s runSpec) StartedAt(minute int) runSpec { s.started = minute; return s }
+func (s runSpec) HonorsNotice() runSpec        { s.honors = true; return s }
+func (s runSpec) Preemptions(n int) runSpec    { s.preempt = n; return s }
 
 func mustEnqueue(t testing.TB, p *Pool, rs ...Request) {
 	t.Helper()
@@ -161,6 +166,21 @@ func sched(t testing.TB, p *Pool, now time.Time) Decisions {
 		if now.Sub(v.StartedAt) < p.policy.MinRuntimeBeforePreemption {
 			t.Fatalf("preemption of %s after only %s", pe.Victim, now.Sub(v.StartedAt))
 		}
+		if m := p.policy.MaxPreemptionsInEffect(); m >= 0 && v.Preemptions >= m {
+			t.Fatalf("preemption of %s, already preempted %d times (max_preemptions %d)", pe.Victim, v.Preemptions, m)
+		}
+		// The work at stake, recomputed from what the pool shows: none for a job that saves on
+		// its notice, else its GPUs × the time since its start or last checkpoint.
+		if l := p.policy.MaxLossGPUHoursInEffect(); l >= 0 && !(v.HonorsNotice && p.policy.PreemptionNotice > 0) {
+			from := v.StartedAt
+			if v.CheckpointAt.After(from) {
+				from = v.CheckpointAt
+			}
+			gpus := v.GPUs - len(v.Released)*(v.GPUs/len(v.Placement))
+			if lost := time.Duration(gpus) * now.Sub(from); lost > time.Duration(l)*time.Hour+time.Duration(gpus)*time.Second {
+				t.Fatalf("preemption of %s loses %.2f GPU-hours, more than max_loss_gpu_hours %d", pe.Victim, lost.Hours(), l)
+			}
+		}
 		if pe.Reason == "" {
 			t.Fatalf("preemption without reason")
 		}
@@ -188,6 +208,9 @@ func checkInvariants(t testing.TB, p *Pool) {
 		rj := p.running[j]
 		if rj.nReleased >= len(rj.nodes) || (rj.nReleased > 0 && !rj.releasing) {
 			t.Fatalf("job %s: bad release state", j)
+		}
+		if rj.saves != (rj.r.HonorsNotice && p.policy.PreemptionNotice > 0) {
+			t.Fatalf("job %s: saves on its notice %v, but honours %v under notice %s", j, rj.saves, rj.r.HonorsNotice, p.policy.PreemptionNotice)
 		}
 		d := rj.r.Demand
 		for w, n := range rj.nodes {

@@ -75,6 +75,7 @@ type runJob struct {
 	released    []bool   // per worker
 	nReleased   int
 	releasing   bool
+	saves       bool // preempting it loses no work: it will save on the notice (see place)
 	preemptedBy *Preemptor
 	// nominee is, per worker, who the capacity of this preempted attempt is nominated to: its
 	// preemptor, or a strictly better request that took it over. Nil unless preempted.
@@ -169,6 +170,9 @@ func NewPool(nodes []Node, policy Policy) (*Pool, error) {
 	}
 	if policy.ReserveAfter < 0 {
 		return nil, fmt.Errorf("reserve_after must not be negative, got %s", policy.ReserveAfter)
+	}
+	if policy.PreemptionNotice < 0 {
+		return nil, fmt.Errorf("preemption_notice must not be negative, got %s", policy.PreemptionNotice)
 	}
 	p := &Pool{
 		policy:   policy,
@@ -503,6 +507,9 @@ func (p *Pool) touch() {
 
 // place records that rj's unreleased workers hold capacity on their nodes (for the victim search).
 func (p *Pool) place(rj *runJob) {
+	// It saves on the notice if it says it honours notices and there is one. A policy changes
+	// only through Reconfigure, which places every job afresh.
+	rj.saves = rj.r.HonorsNotice && p.policy.PreemptionNotice > 0
 	p.countPreemptible(rj, +1)
 	for w, n := range rj.nodes {
 		if !rj.released[w] {
@@ -671,6 +678,7 @@ func (p *Pool) runningInfo(rj *runJob) RunningInfo {
 		Job: rj.r.Job, Attempt: rj.r.Attempt, Kind: rj.r.Kind, Class: rj.r.Class, Seq: rj.r.Seq,
 		GPUs: rj.r.Demand.GPUs * len(rj.nodes), StartedAt: rj.startedAt, Releasing: rj.releasing,
 		Placement: p.placement(rj.nodes, rj.gpus), Preemptions: rj.preemptions, CheckpointAt: rj.ckpt,
+		HonorsNotice: rj.r.HonorsNotice,
 	}
 	for w, rel := range rj.released {
 		if rel {

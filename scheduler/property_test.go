@@ -52,6 +52,9 @@ func simulate(t testing.TB, data []byte, check bool) []string {
 	if cfg&128 != 0 {
 		pol.ReserveAfter = 4 * time.Minute
 	}
+	if cfg&16 != 0 {
+		pol.PreemptionNotice = 2 * time.Minute
+	}
 	nodes := slices.Clone(layouts[(cfg>>2)%len(layouts)])
 	p := mustPool(t, nodes, pol)
 	var q *Pool
@@ -84,6 +87,8 @@ func simulate(t testing.TB, data []byte, check bool) []string {
 			fam := fams[r.next()%len(fams)]
 			req := Request{Job: name, Attempt: attempts[name], Kind: KindJob, Class: Class(r.next() % 3),
 				Demand: Demand{Family: fam, GPUs: 1 + r.next()%4}, Workers: 1 + r.next()%3, Seq: seqs[name], SubmittedAt: now}
+			// Some jobs honour their notices (read from no byte, so that the streams stay as they were).
+			req.HonorsNotice = (seqs[name]+int64(attempts[name]))%3 == 1
 			if fam == "cpu" {
 				req.Demand.GPUs = 0
 				req.Demand.CPU = 1 + r.next()%32
@@ -183,6 +188,9 @@ func simulate(t testing.TB, data []byte, check bool) []string {
 				} else {
 					npol.Queueing = StrictFIFO
 				}
+				if step%2 == 1 { // and the notice comes or goes
+					npol.PreemptionNotice = 2*time.Minute - npol.PreemptionNotice
+				}
 			}
 			reconfigured = true
 			ev = func(x *Pool) string {
@@ -190,7 +198,7 @@ func simulate(t testing.TB, data []byte, check bool) []string {
 				if err == nil && x == p {
 					nodes, pol = next, npol
 				}
-				return fmt.Sprintf("reconfigure %d nodes %s: %v %v", len(next), npol.Queueing, unfit, err)
+				return fmt.Sprintf("reconfigure %d nodes %s notice %s: %v %v", len(next), npol.Queueing, npol.PreemptionNotice, unfit, err)
 			}
 		}
 		out := ev(p)

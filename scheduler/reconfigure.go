@@ -199,9 +199,15 @@ func (p *Pool) admitWaiting(sw SnapshotWaiting, empty *Pool) (SnapshotWaiting, [
 		if sw.Preemptions != nil {
 			keep.Preemptions = append(keep.Preemptions, sw.Preemptions[i])
 		}
+		if sw.HonorsNotice != nil {
+			keep.HonorsNotice = append(keep.HonorsNotice, sw.HonorsNotice[i])
+		}
 	}
 	if len(keep.Preemptions) > 0 && !slices.ContainsFunc(keep.Preemptions, func(n int32) bool { return n > 0 }) {
 		keep.Preemptions = nil
+	}
+	if !slices.Contains(keep.HonorsNotice, true) {
+		keep.HonorsNotice = nil
 	}
 	return keep, unfit
 }

@@ -82,10 +82,27 @@ func TestNewPoolValidation(t *testing.T) {
 		{name: "unknown queueing", pol: Policy{Queueing: "lifo"}, want: "unknown queueing"},
 		{name: "negative min runtime", pol: Policy{MinRuntimeBeforePreemption: -time.Second}, want: "negative"},
 		{name: "negative reserve_after", pol: Policy{ReserveAfter: -time.Second}, want: "reserve_after must not be negative"},
+		{name: "negative preemption_notice", pol: Policy{PreemptionNotice: -time.Second}, want: "preemption_notice must not be negative"},
 	} {
 		if _, err := NewPool(tc.nodes, tc.pol); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: NewPool(%+v, %+v) = %v, want %q", tc.name, tc.nodes, tc.pol, err, tc.want)
 		}
+	}
+}
+
+// TestPolicyChanges: every setting a reconfiguration may change is named as the config names it;
+// a limit left at its default is no change.
+func TestPolicyChanges(t *testing.T) {
+	a := Policy{MaxPreemptions: DefaultMaxPreemptions}
+	b := Policy{Queueing: StrictFIFO, MinRuntimeBeforePreemption: time.Minute, ReserveAfter: time.Hour, MaxPreemptions: 5,
+		MaxLossGPUHours: -1, PreemptionNotice: 2 * time.Minute}
+	want := []string{"queueing best-effort-fifo -> strict-fifo", "min_runtime_before_preemption 0s -> 1m0s", "reserve_after 0s -> 1h0m0s",
+		"max_preemptions 3 -> 5", "max_loss_gpu_hours 24 -> no limit", "preemption_notice 0s -> 2m0s"}
+	if got := a.Changes(b); !slices.Equal(got, want) {
+		t.Fatalf("Changes = %q, want %q", got, want)
+	}
+	if got := a.Changes(Policy{}); len(got) != 0 {
+		t.Fatalf("defaults: %q", got)
 	}
 }
 
@@ -191,6 +208,7 @@ func poolWith(t *testing.T, nodes []Node, pol Policy, jobs ...runSpec) *Pool {
 	slices.SortFunc(jobs, func(a, b runSpec) int { return a.started - b.started })
 	for i, rs := range jobs {
 		r := makeJob(rs.name, nodes[0].Family).Class(rs.class).GPUs(rs.gpus).Seq(int64(-100 + i)).Obj()
+		r.HonorsNotice, r.Preemptions = rs.honors, rs.preempt
 		if rs.kind != "" {
 			r.Kind = rs.kind
 		}
@@ -206,6 +224,7 @@ func TestPreemptionRules(t *testing.T) {
 	one := nodesOf("n", "a", 1, 4, 0, 0)
 	two := nodesOf("n", "a", 2, 4, 0, 0)
 	minRuntime15m := Policy{MinRuntimeBeforePreemption: 15 * time.Minute}
+	notice2m := Policy{PreemptionNotice: 2 * time.Minute}
 	request := func(c Class) jobBuilder { return makeJob("r", "a").Class(c).GPUs(4).Seq(1) }
 	for _, tc := range []struct {
 		name    string
@@ -298,6 +317,72 @@ func TestPreemptionRules(t *testing.T) {
 		req:     request(Medium).Workers(2).Obj(),
 		now:     10,
 		want:    []string{"l1", "l2"},
+	}, {
+		name:    "under a notice, a job that honours it goes first, whatever it ran",
+		nodes:   two,
+		pol:     notice2m,
+		running: []runSpec{running("old").Class(Low).GPUs(4).HonorsNotice(), running("new").Class(Low).GPUs(4).StartedAt(5)},
+		req:     request(High).Obj(),
+		now:     10,
+		want:    []string{"old"},
+	}, {
+		name:    "without a notice, honouring counts for nothing",
+		nodes:   two,
+		running: []runSpec{running("old").Class(Low).GPUs(4).HonorsNotice(), running("new").Class(Low).GPUs(4).StartedAt(5)},
+		req:     request(High).Obj(),
+		now:     10,
+		want:    []string{"new"},
+	}, {
+		name:    "still the lowest class first",
+		nodes:   two,
+		pol:     notice2m,
+		running: []runSpec{running("l").Class(Low).GPUs(4), running("m").GPUs(4).StartedAt(5).HonorsNotice()},
+		req:     request(High).Obj(),
+		now:     10,
+		want:    []string{"l"},
+	}, {
+		name:    "a job that honours its notice loses nothing, so max_loss_gpu_hours never holds it back",
+		nodes:   one,
+		pol:     notice2m,
+		running: []runSpec{running("long").Class(Low).GPUs(4).HonorsNotice()},
+		req:     request(High).Obj(),
+		now:     7 * 60, // 28 GPU-hours since it started
+		want:    []string{"long"},
+	}, {
+		name:    "one that does not is held back",
+		nodes:   one,
+		pol:     notice2m,
+		running: []runSpec{running("long").Class(Low).GPUs(4)},
+		req:     request(High).Obj(),
+		now:     7 * 60,
+	}, {
+		name:    "without a notice the loss counts from its start",
+		nodes:   one,
+		running: []runSpec{running("long").Class(Low).GPUs(4).HonorsNotice()},
+		req:     request(High).Obj(),
+		now:     7 * 60,
+	}, {
+		name:    "max_preemptions still applies to a job that honours its notice",
+		nodes:   one,
+		pol:     notice2m,
+		running: []runSpec{running("thrice").Class(Low).GPUs(4).HonorsNotice().Preemptions(3)},
+		req:     request(High).Obj(),
+		now:     10,
+	}, {
+		name:    "and min_runtime_before_preemption",
+		nodes:   one,
+		pol:     Policy{PreemptionNotice: 2 * time.Minute, MinRuntimeBeforePreemption: 15 * time.Minute},
+		running: []runSpec{running("young").Class(Low).GPUs(4).HonorsNotice()},
+		req:     request(High).Obj(),
+		now:     10,
+	}, {
+		name:    "honouring 3 GPUs lose less than 1 GPU for a minute",
+		nodes:   one,
+		pol:     notice2m,
+		running: []runSpec{running("h3").Class(Low).GPUs(3).HonorsNotice(), running("fresh").Class(Low).StartedAt(9)},
+		req:     request(High).GPUs(1).Obj(),
+		now:     10,
+		want:    []string{"h3"},
 	}, {
 		name:    "no partial preemption when it cannot fit",
 		nodes:   two,

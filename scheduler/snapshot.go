@@ -17,6 +17,10 @@ import (
 //     a preemptor are numbered in snapshot order, so their capacity stays nominated to it).
 //   - 3: the same fields as version 2, written packed (PackSnapshot) for continue-as-new, with
 //     times to the millisecond.
+//
+// Later optional additions, in every version: Policy.PreemptionNotice and the requests'
+// HonorsNotice (SnapshotWaiting.HonorsNotice, SnapshotRunning.HonorsNotice); absent, they are 0
+// and false, as every snapshot written before them meant.
 const SnapshotVersion = 3
 
 // Snapshot is the whole pool state for continue-as-new: waiting requests are stored column-wise
@@ -78,24 +82,28 @@ type SnapshotWaiting struct {
 	Seq         []int64  `json:"seq,omitempty"`
 	SubmittedAt []int64  `json:"t,omitempty"`
 	Preemptions []int32  `json:"pn,omitempty"` // absent when every count is 0
+	// HonorsNotice is each request's Request.HonorsNotice; absent when every one is false.
+	HonorsNotice []bool `json:"hn,omitempty"`
 }
 
 // SnapshotRunning is one running or releasing job.
 type SnapshotRunning struct {
-	Job         string     `json:"j"`
-	Attempt     int        `json:"a,omitempty"`
-	KindClass   int8       `json:"kc"`
-	Demand      int32      `json:"d"`
-	Seq         int64      `json:"s,omitempty"`
-	SubmittedAt int64      `json:"t,omitempty"`
-	StartedAt   int64      `json:"st,omitempty"`
-	Nodes       []int32    `json:"n"` // node index per worker
-	GPUs        []uint64   `json:"g"` // GPU index mask per worker
-	Released    []int32    `json:"r,omitempty"`
-	Releasing   bool       `json:"rel,omitempty"`
-	PreemptedBy *Preemptor `json:"pb,omitempty"`
-	Preemptions int        `json:"pn,omitempty"`
-	PreemptSeq  int64      `json:"ps,omitempty"` // > 0: this attempt was preempted, as the PreemptSeq-th preemption
+	Job         string   `json:"j"`
+	Attempt     int      `json:"a,omitempty"`
+	KindClass   int8     `json:"kc"`
+	Demand      int32    `json:"d"`
+	Seq         int64    `json:"s,omitempty"`
+	SubmittedAt int64    `json:"t,omitempty"`
+	StartedAt   int64    `json:"st,omitempty"`
+	Nodes       []int32  `json:"n"` // node index per worker
+	GPUs        []uint64 `json:"g"` // GPU index mask per worker
+	Released    []int32  `json:"r,omitempty"`
+	Releasing   bool     `json:"rel,omitempty"`
+	// HonorsNotice is the request's Request.HonorsNotice (beside Releasing: it takes no room).
+	HonorsNotice bool       `json:"hn,omitempty"`
+	PreemptedBy  *Preemptor `json:"pb,omitempty"`
+	Preemptions  int        `json:"pn,omitempty"`
+	PreemptSeq   int64      `json:"ps,omitempty"` // > 0: this attempt was preempted, as the PreemptSeq-th preemption
 	// Nominees is, per worker, who its capacity is nominated to, when a better request took some
 	// of it over from the preemptor (absent: the preemptor).
 	Nominees   []Preemptor `json:"nb,omitempty"`
@@ -157,6 +165,9 @@ func (p *Pool) Snapshot() Snapshot {
 	}
 	demands := &demandTable{s: &s, index: map[Demand]int32{}}
 	s.Waiting = p.snapshotWaiting(demands)
+	if len(p.running) > 0 {
+		s.Running = make([]SnapshotRunning, 0, len(p.running))
+	}
 	for _, rj := range p.sortedRunning() {
 		s.Running = append(s.Running, snapshotRunning(rj, demands))
 	}
@@ -193,6 +204,12 @@ func (p *Pool) snapshotWaiting(demands *demandTable) SnapshotWaiting {
 			}
 			sw.Preemptions[i] = int32(r.Preemptions)
 		}
+		if r.HonorsNotice {
+			if sw.HonorsNotice == nil {
+				sw.HonorsNotice = make([]bool, n)
+			}
+			sw.HonorsNotice[i] = true
+		}
 	}
 	return sw
 }
@@ -201,7 +218,7 @@ func snapshotRunning(rj *runJob, demands *demandTable) SnapshotRunning {
 	sr := SnapshotRunning{Job: rj.r.Job, Attempt: rj.r.Attempt, KindClass: kindClass(&rj.r), Demand: demands.intern(rj.r.Demand),
 		Seq: rj.r.Seq, SubmittedAt: tn(rj.r.SubmittedAt), StartedAt: tn(rj.startedAt),
 		Nodes: append([]int32(nil), rj.nodes...), GPUs: append([]uint64(nil), rj.gpus...), Releasing: rj.releasing,
-		Preemptions: rj.preemptions, PreemptSeq: rj.preemptSeq, Checkpoint: tn(rj.ckpt)}
+		Preemptions: rj.preemptions, PreemptSeq: rj.preemptSeq, Checkpoint: tn(rj.ckpt), HonorsNotice: rj.r.HonorsNotice}
 	if rj.preemptedBy != nil && slices.ContainsFunc(rj.nominee, func(nb *Preemptor) bool { return *nb != *rj.preemptedBy }) {
 		for _, nb := range rj.nominee {
 			sr.Nominees = append(sr.Nominees, *nb)
@@ -331,6 +348,7 @@ func (rs *restorer) runningJob(sr *SnapshotRunning) error {
 		return err
 	}
 	r.Attempt, r.Workers, r.Seq, r.SubmittedAt, r.Preemptions = sr.Attempt, len(sr.Nodes), sr.Seq, nt(sr.SubmittedAt), sr.Preemptions
+	r.HonorsNotice = sr.HonorsNotice
 	if sr.PreemptedBy != nil && r.Preemptions > 0 { // as requested: before this attempt's own preemption
 		r.Preemptions--
 	}
@@ -464,7 +482,8 @@ func (rs *restorer) waitingRequests() error {
 	sw := &rs.s.Waiting
 	n := len(sw.Job)
 	if len(sw.Attempt) != n || len(sw.KindClass) != n || len(sw.Demand) != n || len(sw.Workers) != n ||
-		len(sw.Seq) != n || len(sw.SubmittedAt) != n || (sw.Preemptions != nil && len(sw.Preemptions) != n) {
+		len(sw.Seq) != n || len(sw.SubmittedAt) != n || (sw.Preemptions != nil && len(sw.Preemptions) != n) ||
+		(sw.HonorsNotice != nil && len(sw.HonorsNotice) != n) {
 		return fmt.Errorf("snapshot: waiting columns have different lengths")
 	}
 	for i := 0; i < n; i++ {
@@ -487,6 +506,9 @@ func (rs *restorer) waitingRequest(i int) error {
 		if r.Preemptions = int(sw.Preemptions[i]); r.Preemptions < 0 {
 			return fmt.Errorf("snapshot: waiting job %q has a negative preemption count", r.Job)
 		}
+	}
+	if sw.HonorsNotice != nil {
+		r.HonorsNotice = sw.HonorsNotice[i]
 	}
 	if r.Job == "" {
 		return fmt.Errorf("snapshot: waiting request %d has no job id", i)

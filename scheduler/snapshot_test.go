@@ -334,3 +334,63 @@ func TestRestoreRefusesBadVersionsAndLostNodes(t *testing.T) {
 		t.Fatalf("the unchanged snapshot: %v", err)
 	}
 }
+
+// TestSnapshotCarriesHonorsNotice: the notice and the requests' HonorsNotice go through JSON and
+// packed snapshots and a reconfiguration that drops an unfit waiting request, and the restored
+// pool still counts the honouring job as losing nothing; snapshots without them (every one written
+// before) have neither key and restore as before (TestSnapshotV1Restores and the others).
+func TestSnapshotCarriesHonorsNotice(t *testing.T) {
+	for _, s := range []string{mustJSON(t, v2Scenario(t).Snapshot())} {
+		if strings.Contains(s, `"hn"`) || strings.Contains(s, "preemption_notice") {
+			t.Fatalf("a snapshot without notices writes them: %s", s)
+		}
+	}
+	nodes := append(nodesOf("n", "a", 2, 4, 0, 0), Node{Name: "w-1", Family: "w", GPUs: 8})
+	p := mustPool(t, nodes, Policy{PreemptionNotice: 2 * time.Minute})
+	mustEnqueue(t, p, makeJob("old", "a").Class(Low).GPUs(4).Seq(1).HonorsNotice().Obj())
+	sched(t, p, at(0))
+	mustEnqueue(t, p, makeJob("new", "a").Class(Low).GPUs(4).Seq(2).Obj())
+	sched(t, p, at(5))
+	mustEnqueue(t, p, makeJob("wide", "w").Class(Low).GPUs(8).Seq(3).HonorsNotice().Obj(), makeJob("q1", "a").Class(Low).GPUs(4).Seq(4).Obj(),
+		makeJob("q2", "a").Class(Low).GPUs(4).Seq(5).HonorsNotice().Obj())
+	honours := func(x *Pool) []string {
+		var out []string
+		for _, j := range x.RunningJobs() {
+			if ri, _ := x.Running(j); ri.HonorsNotice {
+				out = append(out, j)
+			}
+		}
+		for _, w := range x.waiting {
+			if w.r.HonorsNotice {
+				out = append(out, w.r.Job)
+			}
+		}
+		return out
+	}
+	u, err := UnpackSnapshot(mustPack(t, p.Snapshot()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	packed, err := Restore(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []*Pool{roundTrip(t, p), packed} {
+		if got := honours(q); !slices.Equal(got, []string{"old", "wide", "q2"}) || q.Policy().PreemptionNotice != 2*time.Minute {
+			t.Fatalf("restored: honouring %v, notice %s", got, q.Policy().PreemptionNotice)
+		}
+	}
+	// Dropping node w-1 drops wide; q2 keeps its flag, q1 has none.
+	unfit, err := p.Reconfigure(nodes[:2], p.Policy())
+	if err != nil || len(unfit) != 1 || unfit[0].Job != "wide" {
+		t.Fatalf("reconfigure: %v %v", unfit, err)
+	}
+	if got := honours(p); !slices.Equal(got, []string{"old", "q2"}) {
+		t.Fatalf("after the reconfiguration: honouring %v", got)
+	}
+	q := roundTrip(t, p)
+	mustEnqueue(t, q, makeJob("h", "a").Class(High).GPUs(4).Seq(9).Obj())
+	if d := sched(t, q, at(10)); !slices.Equal(victims(d), []string{"old"}) {
+		t.Fatalf("victims %v, want old (it honours its notice: it loses nothing)", victims(d))
+	}
+}

@@ -227,6 +227,12 @@ type Policy struct {
 	// GPUs × the time since its attempt started or last checkpointed) is not preempted. 0 means
 	// DefaultMaxLossGPUHours; negative means no limit.
 	MaxLossGPUHours int `json:"max_loss_gpu_hours,omitempty"`
+	// PreemptionNotice is the allocation's preemption_notice: how long a preempted job's workers
+	// are told, before they are stopped, to save their work and exit. While it is positive, a
+	// running job whose request says HonorsNotice is counted as losing no work when preempted
+	// (the work at stake is counted from the notice's deadline; see the package doc). 0: no
+	// notice, and HonorsNotice counts for nothing.
+	PreemptionNotice time.Duration `json:"preemption_notice,omitempty"`
 }
 
 // DefaultMaxLossGPUHours is Policy.MaxLossGPUHours when it is 0.
@@ -289,6 +295,9 @@ func (p Policy) Changes(next Policy) []string {
 	if a, b := p.MaxLossGPUHoursInEffect(), next.MaxLossGPUHoursInEffect(); a != b {
 		out = append(out, fmt.Sprintf("max_loss_gpu_hours %s -> %s", limitText(a), limitText(b)))
 	}
+	if p.PreemptionNotice != next.PreemptionNotice {
+		out = append(out, fmt.Sprintf("preemption_notice %s -> %s", p.PreemptionNotice, next.PreemptionNotice))
+	}
 	return out
 }
 
@@ -308,14 +317,22 @@ func limitText(n int) string {
 
 // Request asks for capacity for one attempt of one job.
 type Request struct {
-	Job         string    `json:"job"`
-	Attempt     int       `json:"attempt"` // opaque to the policy, echoed in Grant/Preemption
-	Kind        Kind      `json:"kind"`    // notebook => always High and never preemptible
-	Class       Class     `json:"class"`
-	Demand      Demand    `json:"demand"`
-	Workers     int       `json:"workers"`
-	Seq         int64     `json:"seq"` // queue sequence; caller assigns, keeps it on re-queue
-	SubmittedAt time.Time `json:"submitted_at"`
+	Job     string `json:"job"`
+	Attempt int    `json:"attempt"` // opaque to the policy, echoed in Grant/Preemption
+	Kind    Kind   `json:"kind"`    // notebook => always High and never preemptible
+	Class   Class  `json:"class"`
+	// HonorsNotice says that the job honoured its preemption notices before: on its earlier
+	// preemptions that came with a notice, its workers saved a checkpoint and exited before the
+	// deadline (the job's attempt records show it: each such attempt ended on the notice, before
+	// its NoticeDeadline, with a checkpoint taken after the notice went out). Under a
+	// Policy.PreemptionNotice, preempting such a job is counted as losing no work: it will save
+	// on the notice. The caller decides; the pool trusts it (see the package doc). (Beside
+	// Class, it takes no room.)
+	HonorsNotice bool      `json:"honors_notice,omitempty"`
+	Demand       Demand    `json:"demand"`
+	Workers      int       `json:"workers"`
+	Seq          int64     `json:"seq"` // queue sequence; caller assigns, keeps it on re-queue
+	SubmittedAt  time.Time `json:"submitted_at"`
 	// Preemptions is how many times earlier attempts of the job were preempted. The pool counts
 	// the preemptions it decides itself and keeps the larger of the two; a caller that knows
 	// more (e.g. after the allocator's state was rebuilt) may say so. Victims with fewer
@@ -378,17 +395,19 @@ type WaitingInfo struct {
 
 // RunningInfo describes a running or releasing job.
 type RunningInfo struct {
-	Job         string            `json:"job"`
-	Attempt     int               `json:"attempt"`
-	Kind        Kind              `json:"kind"`
-	Class       Class             `json:"class"`
-	Seq         int64             `json:"seq,omitempty"` // the request's place in its class's queue
-	GPUs        int               `json:"gpus"`
-	StartedAt   time.Time         `json:"started_at"`
-	Releasing   bool              `json:"releasing"`
-	Placement   []WorkerPlacement `json:"placement"`
-	Released    []int             `json:"released,omitempty"` // workers already released
-	PreemptedBy *Preemptor        `json:"preempted_by,omitempty"`
+	Job       string    `json:"job"`
+	Attempt   int       `json:"attempt"`
+	Kind      Kind      `json:"kind"`
+	Class     Class     `json:"class"`
+	Seq       int64     `json:"seq,omitempty"` // the request's place in its class's queue
+	GPUs      int       `json:"gpus"`
+	StartedAt time.Time `json:"started_at"`
+	Releasing bool      `json:"releasing"`
+	// HonorsNotice is its request's Request.HonorsNotice.
+	HonorsNotice bool              `json:"honors_notice,omitempty"`
+	Placement    []WorkerPlacement `json:"placement"`
+	Released     []int             `json:"released,omitempty"` // workers already released
+	PreemptedBy  *Preemptor        `json:"preempted_by,omitempty"`
 	// Preemptions counts the preemptions of this job, this attempt's included.
 	Preemptions int `json:"preemptions,omitempty"`
 	// CheckpointAt is the last checkpoint this attempt reported (see Pool.Checkpointed).

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -14,7 +15,11 @@ import (
 //
 // So each node keeps its candidates (running jobs that are not stopping and not notebooks) in a
 // victim list sorted by class, GPUs of the job, since (latest first), then job id: a run of
-// one class and GPU count is in victim order. The list changes only when a job starts, stops, or
+// one class and GPU count is in victim order. A job that saves on its notice (runJob.saves)
+// loses nothing whenever it is preempted: it is listed with the latest since of all
+// (savesSince), so it heads its run, before every job that loses something, and such jobs are
+// in job id order among themselves, as cmpVictim puts them. Its key does not move with time
+// either: the list stays static. The list changes only when a job starts, stops, or
 // reports a checkpoint. A victim search merges the runs of one class by the full key, setting aside the protected jobs (few: only
 // jobs restarted after a preemption), which it sorts and puts after the class's unprotected ones.
 // The result is the order a sort by cmpVictimCand gives (tested by TestVictimOrderKept and after
@@ -30,8 +35,15 @@ type listedVictim struct {
 }
 
 func listedOf(rj *runJob) listedVictim {
-	return listedVictim{class: rj.r.Class, gpus: gpusHeld(rj), since: since(rj).UnixNano(), rj: rj}
+	s := since(rj).UnixNano()
+	if rj.saves {
+		s = savesSince
+	}
+	return listedVictim{class: rj.r.Class, gpus: gpusHeld(rj), since: s, rj: rj}
 }
+
+// savesSince is the list key since of a job that saves on its notice: later than any time.
+const savesSince = math.MaxInt64
 
 // gpusHeld is the number of GPUs a running job holds over all its nodes.
 func gpusHeld(rj *runJob) int64 {
@@ -39,7 +51,8 @@ func gpusHeld(rj *runJob) int64 {
 }
 
 // since is when the work a preemption would lose began: the attempt's start or its last
-// checkpoint, whichever is later.
+// checkpoint, whichever is later. (For a job that saves on its notice the work at stake begins
+// at the notice's deadline, after it exits: lostWork and keyOf count none.)
 func since(rj *runJob) time.Time {
 	if rj.ckpt.After(rj.startedAt) {
 		return rj.ckpt

@@ -79,6 +79,58 @@ func TestVictimOrderKept(t *testing.T) {
 	checkVictimOrder(t, p, t0.Add(40*time.Minute))
 }
 
+// TestVictimOrderKeptWithNotice: under a preemption notice, the jobs that honour it lose nothing
+// and head the order, by job id, whatever their GPUs, start or checkpoints, also before a job that
+// started at this very instant or checkpointed ahead of the pass; the others follow as without a
+// notice. A reconfiguration that drops the notice puts them back by their work at stake, and one
+// that sets it again puts them first again.
+func TestVictimOrderKeptWithNotice(t *testing.T) {
+	notice := Policy{PreemptionNotice: 2 * time.Minute}
+	p := mustPool(t, nodesOf("n", "a", 1, 16, 64, 512), notice)
+	start := func(at time.Time, rs ...Request) {
+		t.Helper()
+		mustEnqueue(t, p, rs...)
+		if d := sched(t, p, at); len(d.Grants) != len(rs) {
+			t.Fatalf("want %d grants, got %s", len(rs), mustJSON(t, d))
+		}
+	}
+	start(t0, makeJob("h-two", "a").Class(Low).GPUs(2).HonorsNotice().Obj(), makeJob("one-early", "a").Class(Low).Obj(),
+		makeJob("h-one-b", "a").Class(Low).HonorsNotice().Obj())
+	start(t0.Add(10*time.Minute), makeJob("one-late", "a").Class(Low).Obj(), makeJob("h-one-a", "a").Class(Low).HonorsNotice().Obj(),
+		makeJob("medium-h", "a").HonorsNotice().Obj())
+	now := t0.Add(12 * time.Minute)
+	start(now, makeJob("fresh", "a").Class(Low).Obj())           // loses exactly nothing so far, too
+	if !p.Checkpointed("one-early", 0, now.Add(5*time.Minute)) { // ahead of the pass by more than the notice
+		t.Fatal("checkpoint refused")
+	}
+	want := []string{"h-one-a", "h-one-b", "h-two", "one-early", "fresh", "one-late"}
+	if got := candidateJobs(p, now, 0, Medium); !slices.Equal(got, want) {
+		t.Errorf("under the notice: got %v, want %v", got, want)
+	}
+	if got := candidateJobs(p, now, 0, High); !slices.Equal(got, append(want, "medium-h")) {
+		t.Errorf("for a high request: got %v, want the medium job last", got)
+	}
+	checkVictimOrder(t, p, now)
+	checkVictimOrder(t, p, now.Add(time.Hour))
+
+	if _, err := p.Reconfigure(p.Nodes(), Policy{}); err != nil {
+		t.Fatal(err)
+	}
+	want = []string{"one-early", "fresh", "h-one-a", "one-late", "h-one-b", "h-two"}
+	if got := candidateJobs(p, now, 0, Medium); !slices.Equal(got, want) {
+		t.Errorf("without the notice: got %v, want %v", got, want)
+	}
+	checkVictimOrder(t, p, now)
+	if _, err := p.Reconfigure(p.Nodes(), notice); err != nil {
+		t.Fatal(err)
+	}
+	want = []string{"h-one-a", "h-one-b", "h-two", "one-early", "fresh", "one-late"}
+	if got := candidateJobs(p, now, 0, Medium); !slices.Equal(got, want) {
+		t.Errorf("with the notice again: got %v, want %v", got, want)
+	}
+	checkVictimOrder(t, p, now)
+}
+
 // TestVictimOrderKeptRandom: random starts (at sub-second times), checkpoints, stops and
 // preemptions of jobs of few shapes, so that many share a victim list; after every event the
 // kept order equals the sorted order, on every node, at several times.
@@ -90,7 +142,9 @@ func TestVictimOrderKeptRandom(t *testing.T) {
 
 func randomVictimOrder(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 11))
-	p := mustPool(t, nodesOf("n", "a", 3, 16, 256, 2048), Policy{MinRuntimeBeforePreemption: time.Duration(rng.IntN(2)) * time.Minute})
+	// Odd seeds run under a notice, where every third job honours it (and saves on it).
+	p := mustPool(t, nodesOf("n", "a", 3, 16, 256, 2048), Policy{MinRuntimeBeforePreemption: time.Duration(rng.IntN(2)) * time.Minute,
+		PreemptionNotice: time.Duration(seed%2) * 2 * time.Minute})
 	now := t0
 	for step := range 150 {
 		now = now.Add(time.Duration(rng.IntN(4000)) * time.Millisecond)
@@ -98,6 +152,9 @@ func randomVictimOrder(t *testing.T, seed uint64) {
 		case op < 4:
 			job := makeJob(fmt.Sprintf("j%d", step), "a").Class(Class(rng.IntN(3))).GPUs(1 + rng.IntN(2)).Workers(1 + rng.IntN(2)).
 				Preemptions(rng.IntN(3)).Seq(int64(step))
+			if step%3 == 0 {
+				job = job.HonorsNotice()
+			}
 			mustEnqueue(t, p, job.Obj())
 			sched(t, p, now)
 		case op < 7:

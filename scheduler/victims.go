@@ -13,6 +13,7 @@ import (
 type victimKey struct {
 	class     Class
 	protected bool          // it restarted after a preemption less than protectFor(preemptions) ago
+	saves     bool          // it saves on its notice: it loses nothing (lost is 0)
 	gpus      int64         // GPUs it holds
 	lost      time.Duration // now − since (see since): the work preempting it throws away is gpus × lost
 	job       string
@@ -24,8 +25,13 @@ func (k *victimKey) lostSec() int64    { return max(0, int64(k.lost/time.Second)
 func (k *victimKey) lostGPUSec() int64 { return k.gpus * k.lostSec() }
 
 // lostWork is the work preempting rj at now throws away: its GPUs × the seconds since its attempt
-// started or since its last checkpoint, whichever is later, and those seconds.
+// started or since its last checkpoint, whichever is later, and those seconds. A job that saves
+// on its notice throws away none: counted from the notice's deadline (now + the notice), after
+// which it no longer runs.
 func lostWork(rj *runJob, now time.Time) (gpuSec, sec int64) {
+	if rj.saves {
+		return 0, 0
+	}
 	sec = max(0, int64(now.Sub(since(rj))/time.Second))
 	return gpusHeld(rj) * sec, sec
 }
@@ -50,17 +56,28 @@ func protectFor(k int) time.Duration {
 }
 
 func keyOf(rj *runJob, now time.Time) victimKey {
-	return victimKey{class: rj.r.Class, protected: now.Sub(rj.startedAt) < protectFor(rj.preemptions), gpus: gpusHeld(rj), lost: now.Sub(since(rj)), job: rj.r.Job}
+	k := victimKey{class: rj.r.Class, protected: now.Sub(rj.startedAt) < protectFor(rj.preemptions), gpus: gpusHeld(rj), saves: rj.saves, job: rj.r.Job}
+	if !rj.saves {
+		k.lost = now.Sub(since(rj))
+	}
+	return k
 }
 
 // cmpVictim is the victim order: lowest class first, then unprotected before protected, then
-// the least work lost (GPUs × time since, exactly; then that time), then job id.
+// the least work lost: a job that saves on its notice (none) first, then GPUs × time since,
+// exactly, then that time; then job id.
 func cmpVictim(a, b victimKey) int {
 	if c := cmp.Compare(a.class, b.class); c != 0 {
 		return c
 	}
 	if a.protected != b.protected {
 		if b.protected {
+			return -1
+		}
+		return 1
+	}
+	if a.saves != b.saves {
+		if a.saves {
 			return -1
 		}
 		return 1

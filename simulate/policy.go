@@ -17,7 +17,13 @@ var Knobs = []struct{ Name, Help string }{
 	{"max_preemptions", "a job preempted this many times is not preempted again (0: the default, 3; -1: no limit)"},
 	{"max_loss", "max_loss_gpu_hours: a job whose preemption would lose more GPU-hours of work is not preempted (0: the default, 24; -1: no limit)"},
 	{"priorities", "on, or off: every job is submitted as medium (plain FIFO, no preemption)"},
+	{"notice", "preemption_notice: a victim is told this long before it is stopped (0: none; default --notice)"},
+	{"honor", "the share of jobs, 0 to 1, that save and exit when told (default --honor)"},
+	{"honors_notice", "on, or off: requests never say HonorsNotice (the policy counts every victim's loss from its last checkpoint, as before)"},
 }
+
+// MaxNotice bounds a simulated notice, as config.MaxPreemptionNotice bounds preemption_notice.
+const MaxNotice = time.Hour
 
 // DefaultPolicies are compared when no policy is named: plain FIFO as the baseline, then the
 // two queueing strategies with priorities.
@@ -101,6 +107,27 @@ func setKnob(p *Policy, k, v string) error {
 		p.Scheduler.MaxLossGPUHours = n
 	case "reserve_after":
 		p.Scheduler.ReserveAfter, err = knobDuration(v)
+	case "notice", "preemption_notice":
+		var d time.Duration
+		if d, err = knobDuration(v); err == nil && d > MaxNotice {
+			err = fmt.Errorf("%s is longer than %s", v, MaxNotice)
+		}
+		p.Scheduler.PreemptionNotice = d
+	case "honor":
+		f, perr := strconv.ParseFloat(v, 64)
+		if perr != nil || !(f >= 0 && f <= 1) {
+			return fmt.Errorf("%q is not a share between 0 and 1 (e.g. 0.8)", v)
+		}
+		p.Honor = &f
+	case "honors_notice":
+		switch v {
+		case "on":
+			p.NoHonorsNotice = false
+		case "off":
+			p.NoHonorsNotice = true
+		default:
+			return fmt.Errorf("%q is not on or off", v)
+		}
 	case "priorities":
 		switch v {
 		case "on":
@@ -142,6 +169,9 @@ func policyKnobs(p scheduler.Policy) []string {
 	}
 	if p.ReserveAfter > 0 {
 		out = append(out, "reserve_after "+Dur(p.ReserveAfter))
+	}
+	if p.PreemptionNotice > 0 {
+		out = append(out, "preemption_notice "+Dur(p.PreemptionNotice))
 	}
 	return out
 }

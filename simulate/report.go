@@ -32,6 +32,9 @@ type Row struct {
 	WaitP95 Seconds `json:"wait_p95"`
 	WaitP99 Seconds `json:"wait_p99"`
 	WaitMax Seconds `json:"wait_max"`
+	// WaitsPastStop counts the jobs that waited longer than the stop delay + 5 s in all
+	// (Options.StopDelay + PastStopSlack): the preemption target bounds the high ones' p95 so.
+	WaitsPastStop int `json:"waits_past_stop_delay,omitempty"`
 	// UsefulGPUHours is the work of the completed jobs; LostGPUHours the work preemption threw
 	// away (progress since the attempt started, or since its last checkpoint).
 	UsefulGPUHours float64 `json:"useful_gpu_hours"`
@@ -42,9 +45,11 @@ type Row struct {
 	Preemptions int `json:"preemptions"`
 	ForNothing  int `json:"preemptions_for_nothing"`
 	MaxPerJob   int `json:"max_preemptions_of_one_job"`
-	GivenUp     int `json:"given_up,omitempty"` // preempted more than max_retry times
-	Rejected    int `json:"rejected,omitempty"` // could never fit the pool
-	Unfinished  int `json:"unfinished,omitempty"`
+	// Honoured counts the preemptions whose victim saved on the notice and exited (it lost nothing).
+	Honoured   int `json:"notices_honoured,omitempty"`
+	GivenUp    int `json:"given_up,omitempty"` // preempted more than max_retry times
+	Rejected   int `json:"rejected,omitempty"` // could never fit the pool
+	Unfinished int `json:"unfinished,omitempty"`
 }
 
 // Timing is what the Schedule calls cost in wall-clock time.
@@ -71,6 +76,28 @@ type Result struct {
 	Utilisation       float64 `json:"utilisation"`
 	UsefulUtilisation float64 `json:"useful_utilisation"`
 	Schedule          Timing  `json:"schedule"`
+	// PreemptorWait is how long the jobs that preempted others waited for them: from the first
+	// preemption made for a job to its start, per start.
+	PreemptorWait Waits `json:"preemptor_wait"`
+	// Honor is the share of jobs that honoured preemption notices in this run (see Options.Honor).
+	Honor float64 `json:"honor,omitempty"`
+}
+
+// Waits summarises a set of waits.
+type Waits struct {
+	N   int     `json:"n"`
+	P50 Seconds `json:"p50"`
+	P95 Seconds `json:"p95"`
+	Max Seconds `json:"max"`
+}
+
+func waitsOf(ws []time.Duration) Waits {
+	s := slices.Sorted(slices.Values(ws))
+	out := Waits{N: len(s), P50: Seconds(quantile(s, 0.5)), P95: Seconds(quantile(s, 0.95))}
+	if len(s) > 0 {
+		out.Max = Seconds(s[len(s)-1])
+	}
+	return out
 }
 
 // Row returns the row named name (or the zero Row).
@@ -82,6 +109,9 @@ func (r *Result) Row(name string) Row {
 	}
 	return Row{Name: name}
 }
+
+// PastStopSlack is what Row.WaitsPastStop allows beyond the stop delay.
+const PastStopSlack = 5 * time.Second
 
 // Row names besides the classes.
 const (
@@ -149,8 +179,12 @@ func (s *sim) result(first time.Duration) (*Result, error) {
 				a.row.Unfinished++
 			}
 			a.waits = append(a.waits, st.waited)
+			if st.waited > s.opt.StopDelay+PastStopSlack {
+				a.row.WaitsPastStop++
+			}
 			a.row.LostGPUHours += st.lost / 3600
 			a.row.Preemptions += st.preempted
+			a.row.Honoured += st.honoured
 			a.row.MaxPerJob = max(a.row.MaxPerJob, st.preempted)
 		}
 	}
@@ -175,6 +209,10 @@ func (s *sim) result(first time.Duration) (*Result, error) {
 		res.UsefulUtilisation = res.Row(RowAll).UsefulGPUHours * 3600 / cap
 	}
 	res.Schedule = timing(s.schedTimes)
+	res.PreemptorWait = waitsOf(s.preemptorWaits)
+	if s.pol.Scheduler.PreemptionNotice > 0 {
+		res.Honor = s.pol.HonorShare(s.opt)
+	}
 	return res, nil
 }
 
@@ -239,6 +277,12 @@ func (p Policy) Describe() string {
 		parts = append(parts, "no priorities (every job medium, no preemption)")
 	}
 	parts = append(parts, policyKnobs(p.Scheduler)...)
+	if p.Honor != nil {
+		parts = append(parts, fmt.Sprintf("%g%% of jobs honour notices", 100**p.Honor))
+	}
+	if p.NoHonorsNotice {
+		parts = append(parts, "requests never say HonorsNotice")
+	}
 	return strings.Join(parts, ", ")
 }
 
@@ -266,8 +310,13 @@ func WriteMarkdown(w io.Writer, rs []*Result) {
 	if o.WakeTimer {
 		passes += " and at the pool's NextWake"
 	}
-	fmt.Fprintf(w, "Workload %s: %d jobs on %d nodes (%d GPUs); arrivals %s; a preempted job stops in %s and reruns %s, max_retry %s; Schedule runs %s.\n\n",
-		r0.Workload, r0.Row(RowAll).Jobs, r0.Nodes, r0.GPUs, arrivals, Dur(o.StopDelay), rerun, retry, passes)
+	notice := ""
+	if slices.ContainsFunc(rs, func(r *Result) bool { return r.Policy.Scheduler.PreemptionNotice > 0 }) {
+		notice = fmt.Sprintf(" Under a preemption notice the victim is told first: a job that honours notices (%g%% of them unless a policy says otherwise) saves and exits %s later, losing nothing; any other runs on to the deadline and is stopped %s after it.",
+			100*o.Honor, Dur(o.saveTime()), Dur(o.StopDelay))
+	}
+	fmt.Fprintf(w, "Workload %s: %d jobs on %d nodes (%d GPUs); arrivals %s; a preempted job stops in %s and reruns %s, max_retry %s; Schedule runs %s.%s\n\n",
+		r0.Workload, r0.Row(RowAll).Jobs, r0.Nodes, r0.GPUs, arrivals, Dur(o.StopDelay), rerun, retry, passes, notice)
 	for _, r := range rs {
 		fmt.Fprintf(w, "### %s (%s)\n\n", r.Policy.Name, r.Policy.Describe())
 		fmt.Fprintln(w, "| jobs | n | wait p50 | p95 | p99 | longest | GPU-h lost (% of useful) | preemptions | for nothing | most of one job |")
@@ -292,8 +341,17 @@ func WriteMarkdown(w io.Writer, rs []*Result) {
 				row.LostGPUHours, row.LostPct, row.Preemptions, row.ForNothing, pct(row.ForNothing, row.Preemptions), row.MaxPerJob)
 		}
 		s := r.Schedule
-		fmt.Fprintf(w, "\nUtilisation %.1f%% (useful %.1f%%), makespan %s; Schedule: %d calls, %s in all, mean %s, p99 %s, max %s.\n\n",
+		fmt.Fprintf(w, "\nUtilisation %.1f%% (useful %.1f%%), makespan %s; Schedule: %d calls, %s in all, mean %s, p99 %s, max %s.\n",
 			100*r.Utilisation, 100*r.UsefulUtilisation, Dur(r.Makespan.D()), s.Calls, wall(s.Total.D()), wall(s.Mean.D()), wall(s.P99.D()), wall(s.Max.D()))
+		if pw := r.PreemptorWait; pw.N > 0 {
+			all := r.Row(RowAll)
+			fmt.Fprintf(w, "Preemptors waited for their victims (%d starts): p50 %s, p95 %s, longest %s", pw.N, Dur(pw.P50.D()), Dur(pw.P95.D()), Dur(pw.Max.D()))
+			if r.Policy.Scheduler.PreemptionNotice > 0 {
+				fmt.Fprintf(w, "; %d of %d victims saved on the notice", all.Honoured, all.Preemptions)
+			}
+			fmt.Fprint(w, ".\n")
+		}
+		fmt.Fprintln(w)
 	}
 	writeSummary(w, rs)
 }
@@ -325,6 +383,10 @@ func writeSummary(w io.Writer, rs []*Result) {
 	}
 	base := rs[0]
 	line("high wait p95", func(r *Result) string { return Dur(r.Row("high").WaitP95.D()) })
+	line("high waits > stop delay + 5s", func(r *Result) string {
+		h := r.Row("high")
+		return fmt.Sprintf("%d (%s)", h.WaitsPastStop, pct(h.WaitsPastStop, h.Jobs-h.Rejected))
+	})
 	line("medium wait p95", func(r *Result) string { return Dur(r.Row("medium").WaitP95.D()) })
 	line("low wait p95", func(r *Result) string { return Dur(r.Row("low").WaitP95.D()) })
 	line("1-GPU wait p95", func(r *Result) string { return Dur(r.Row(Row1GPU).WaitP95.D()) })
@@ -346,6 +408,24 @@ func writeSummary(w io.Writer, rs []*Result) {
 		return fmt.Sprintf("%d (%s)", a.ForNothing, pct(a.ForNothing, a.Preemptions))
 	})
 	line("most preemptions of one job", func(r *Result) string { return fmt.Sprint(r.Row(RowAll).MaxPerJob) })
+	if slices.ContainsFunc(rs, func(r *Result) bool { return r.Policy.Scheduler.PreemptionNotice > 0 }) {
+		line("jobs honouring notices", func(r *Result) string {
+			if r.Policy.Scheduler.PreemptionNotice <= 0 || r.Policy.NoPriorities {
+				return "-"
+			}
+			return fmt.Sprintf("%g%%", 100*r.Honor)
+		})
+		line("victims that saved on the notice", func(r *Result) string {
+			a := r.Row(RowAll)
+			return fmt.Sprintf("%d (%s)", a.Honoured, pct(a.Honoured, a.Preemptions))
+		})
+	}
+	line("preemptor wait p50 / p95", func(r *Result) string {
+		if r.PreemptorWait.N == 0 {
+			return "-"
+		}
+		return Dur(r.PreemptorWait.P50.D()) + " / " + Dur(r.PreemptorWait.P95.D())
+	})
 	line("utilisation", func(r *Result) string { return fmt.Sprintf("%.1f%%", 100*r.Utilisation) })
 	line("makespan", func(r *Result) string { return Dur(r.Makespan.D()) })
 	line("makespan vs "+base.Policy.Name, func(r *Result) string {

@@ -8,13 +8,25 @@
 // grace period, SIGKILL); once all have stopped the job is queued again, keeping its queue
 // sequence, while Options.MaxRetry allows, and reruns from zero or from its last checkpoint.
 //
+// With a preemption notice (the policy's scheduler.Policy.PreemptionNotice, trainq simulate
+// --notice) the victim is told first. A job that honours notices (a share Options.Honor of the
+// jobs, drawn once per job from its id and Options.HonorSeed, so the same jobs over all their
+// attempts and, at a higher share, a superset of them) saves its progress when told and exits
+// Options.SaveTime later: it loses nothing, its workers free their capacity then, and from then
+// on its requests say scheduler.Request.HonorsNotice. A job that does not honour them runs on to
+// the deadline, is stopped Options.StopDelay after it, and loses the work since its last
+// checkpoint. A victim whose work ends before it exits completes.
+//
 // Nothing here reads the clock except Options.Clock, which only times the Schedule calls, so
 // every other figure of a run is deterministic.
 package simulate
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"math"
 	"slices"
 	"time"
 
@@ -28,6 +40,21 @@ type Policy struct {
 	// NoPriorities submits every job as a medium training job: the queue is plain FIFO (by
 	// arrival) and nothing is ever preempted. Rows still group jobs by their own class.
 	NoPriorities bool `json:"no_priorities,omitempty"`
+	// Honor, when set, is this policy's share of jobs that honour a notice, instead of
+	// Options.Honor (so that one run can compare shares side by side).
+	Honor *float64 `json:"honor,omitempty"`
+	// NoHonorsNotice never tells the pool that a job honoured its notices (its requests never say
+	// HonorsNotice), as trainq did before it counted lost work from the notice: the jobs honour
+	// them all the same, but the policy counts every victim's loss from its last checkpoint.
+	NoHonorsNotice bool `json:"no_honors_notice,omitempty"`
+}
+
+// HonorShare is the share of jobs that honour a notice under p: p.Honor, or opt.Honor.
+func (p Policy) HonorShare(opt Options) float64 {
+	if p.Honor != nil {
+		return *p.Honor
+	}
+	return opt.Honor
 }
 
 // Options describe the simulated cluster; they are the same for every policy compared.
@@ -47,8 +74,42 @@ type Options struct {
 	// min_runtime_before_preemption, or a class's first request reaches reserve_after), as an
 	// allocator with a timer would; without it, as today's allocator, only events schedule.
 	WakeTimer bool `json:"wake_timer,omitempty"`
+	// Honor is the share of jobs (0 to 1) that honour a preemption notice: told, they save and
+	// exit SaveTime later (see the package doc). It matters only under a notice.
+	Honor float64 `json:"honor,omitempty"`
+	// SaveTime is how long a job that honours a notice takes to save and exit (default
+	// DefaultSaveTime); it must be shorter than the notice.
+	SaveTime time.Duration `json:"save_time,omitempty"`
+	// HonorSeed picks which jobs honour notices (a hash of it and the job's id).
+	HonorSeed uint64 `json:"honor_seed,omitempty"`
 	// Clock times the Schedule calls (nil: time.Now). It never influences a decision.
 	Clock func() time.Time `json:"-"`
+}
+
+// DefaultSaveTime is Options.SaveTime when it is 0: a checkpoint written on notice, and the exit.
+const DefaultSaveTime = 10 * time.Second
+
+func (o Options) saveTime() time.Duration {
+	if o.SaveTime > 0 {
+		return o.SaveTime
+	}
+	return DefaultSaveTime
+}
+
+// honours reports whether the job honours preemption notices, at share p: a hash of the seed and
+// its id (FNV-1a, then SplitMix64's finalizer, so that ids that differ in a digit spread evenly),
+// taken as uniform on [0, 1), below p.
+func honours(seed uint64, id string, p float64) bool {
+	h := fnv.New64a()
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], seed)
+	h.Write(b[:])
+	h.Write([]byte(id))
+	x := h.Sum64()
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	x ^= x >> 31
+	return float64(x>>11)/(1<<53) < p
 }
 
 // Epoch is the simulated time of the workload's start.
@@ -62,6 +123,7 @@ const (
 	evStopped           // one worker of a preempted attempt has stopped
 	evCheckpoint        // a running attempt saves its progress
 	evWake              // the pool's NextWake
+	evNoticeEnd         // a told victim exits (it saved) or reaches the notice's deadline
 )
 
 type event struct {
@@ -127,6 +189,7 @@ const (
 	phNew phase = iota
 	phWaiting
 	phRunning
+	phNotice   // preempted and told: it runs on until it exits or the deadline comes
 	phStopping // preempted, workers stopping
 	phDone     // completed
 	phGivenUp  // preempted with no retries left
@@ -147,11 +210,15 @@ type jobState struct {
 	lost      float64 // GPU-seconds of work thrown away
 	pending   []int32 // preemptions made for this job, judged at its next grant
 	endedAt   time.Duration
+	honours   bool          // it honours notices (see honours)
+	honoured  int           // notices it saved and exited on
+	noticeAt  time.Duration // when its preemption told it (phNotice)
 }
 
 type preemptRec struct {
 	victim int32
 	nodes  []string
+	at     time.Duration
 }
 
 type sim struct {
@@ -173,6 +240,9 @@ type sim struct {
 	schedTimes []time.Duration
 	ckpt       checkpointer
 	wakeAt     time.Duration // the pending evWake, -1 if none
+	// preemptorWaits are, per grant of a job that preempted others, the time from its first
+	// preemption decision to its start.
+	preemptorWaits []time.Duration
 }
 
 // checkpointer is the pool's optional checkpoint report (see Pool.Checkpointed).
@@ -187,8 +257,15 @@ func (s *sim) push(t time.Duration, k evKind, job int32, attempt, worker int) {
 
 // Run replays w under one policy.
 func Run(w *Workload, pol Policy, opt Options) (*Result, error) {
-	if opt.StopDelay < 0 || opt.Checkpoint < 0 {
-		return nil, errors.New("the stop delay and checkpoint interval must not be negative")
+	if opt.StopDelay < 0 || opt.Checkpoint < 0 || opt.SaveTime < 0 {
+		return nil, errors.New("the stop delay, checkpoint interval and save time must not be negative")
+	}
+	share := pol.HonorShare(opt)
+	if share < 0 || share > 1 || math.IsNaN(share) {
+		return nil, fmt.Errorf("the share of jobs that honour a notice must be between 0 and 1, got %g", share)
+	}
+	if n := pol.Scheduler.PreemptionNotice; n > 0 && share > 0 && !pol.NoPriorities && opt.saveTime() >= n {
+		return nil, fmt.Errorf("the save time %s must be shorter than the preemption notice %s", opt.saveTime(), n)
 	}
 	if opt.Clock == nil {
 		opt.Clock = time.Now
@@ -209,6 +286,7 @@ func Run(w *Workload, pol Policy, opt Options) (*Result, error) {
 		}
 		s.idx[j.ID] = int32(i)
 		s.jobs[i].remaining = j.Runtime
+		s.jobs[i].honours = share > 0 && honours(opt.HonorSeed, j.ID, share)
 		at := j.Arrival
 		if opt.Burst {
 			at = 0
@@ -245,10 +323,12 @@ func (s *sim) apply(e event) bool {
 		}
 		st.phase = phWaiting
 	case evFinish:
-		if st.phase != phRunning || int(e.attempt) != st.attempt {
+		if (st.phase != phRunning && st.phase != phNotice) || int(e.attempt) != st.attempt {
 			return false // preempted meanwhile
 		}
-		s.pool.BeginRelease(j.ID)
+		if st.phase == phRunning {
+			s.pool.BeginRelease(j.ID)
+		}
 		for w := 0; w < j.Workers; w++ {
 			s.pool.Release(j.ID, st.attempt, w)
 		}
@@ -273,8 +353,14 @@ func (s *sim) apply(e event) bool {
 		if err := s.pool.Enqueue(s.request(e.job)); err != nil {
 			panic(fmt.Sprintf("simulate: re-queue of %s refused: %v", j.ID, err)) // it was admitted before
 		}
+	case evNoticeEnd:
+		if st.phase != phNotice || int(e.attempt) != st.attempt {
+			return false // it completed first
+		}
+		s.stop(e.job)
+		return false // nothing is released yet: its workers stop after this
 	case evCheckpoint:
-		if st.phase != phRunning || int(e.attempt) != st.attempt {
+		if (st.phase != phRunning && st.phase != phNotice) || int(e.attempt) != st.attempt {
 			return false
 		}
 		st.ckptAt = s.now
@@ -302,6 +388,7 @@ func (s *sim) request(i int32) scheduler.Request {
 	if s.pol.NoPriorities {
 		r.Kind, r.Class = scheduler.KindJob, scheduler.Medium
 	}
+	r.HonorsNotice = st.honoured > 0 && !s.pol.NoHonorsNotice
 	return r
 }
 
@@ -352,40 +439,70 @@ func (s *sim) start(g scheduler.Grant) error {
 	if s.opt.Checkpoint > 0 && s.ckpt != nil && s.opt.Checkpoint < st.remaining {
 		s.push(s.now+s.opt.Checkpoint, evCheckpoint, i, st.attempt, 0)
 	}
-	for _, pi := range st.pending {
+	for k, pi := range st.pending {
 		s.forNothing[pi] = !overlaps(st.nodes, s.preempts[pi].nodes)
+		if k == 0 {
+			s.preemptorWaits = append(s.preemptorWaits, s.now-s.preempts[pi].at)
+		}
 	}
 	st.pending = st.pending[:0]
 	return nil
 }
 
-// preempt stops a victim after Options.StopDelay; it loses the work since its last checkpoint.
+// preempt tells a victim: without a notice it is stopped at once (see stop); under one it runs
+// on until it exits on the notice (it honours notices: Options.SaveTime later) or until the
+// deadline.
 func (s *sim) preempt(p scheduler.Preemption) error {
 	vi, ok1 := s.idx[p.Victim]
 	pi, ok2 := s.idx[p.Preemptor.Job]
 	if !ok1 || !ok2 {
 		return fmt.Errorf("preemption of unknown job %s for %s", p.Victim, p.Preemptor.Job)
 	}
-	j, st := &s.w.Jobs[vi], &s.jobs[vi]
+	st := &s.jobs[vi]
 	if st.phase != phRunning || p.VictimAttempt != st.attempt {
 		return fmt.Errorf("preemption of %s attempt %d, which is not running", p.Victim, p.VictimAttempt)
 	}
-	progress := min(s.now-st.startedAt, st.remaining)
-	saved := time.Duration(0)
-	if s.opt.Checkpoint > 0 {
-		saved = progress / s.opt.Checkpoint * s.opt.Checkpoint
-	}
-	st.remaining -= saved
-	st.lost += (progress - saved).Seconds() * float64(j.GPUs())
 	st.preempted++
-	st.phase, st.stopped = phStopping, 0
-	s.preempts = append(s.preempts, preemptRec{victim: vi, nodes: slices.Clone(st.nodes)})
+	st.phase, st.noticeAt = phNotice, s.now
+	s.preempts = append(s.preempts, preemptRec{victim: vi, nodes: slices.Clone(st.nodes), at: s.now})
 	s.forNothing = append(s.forNothing, false)
 	s.jobs[pi].pending = append(s.jobs[pi].pending, int32(len(s.preempts)-1))
-	for w := 0; w < j.Workers; w++ {
-		s.push(s.now+s.opt.StopDelay, evStopped, vi, st.attempt, w)
+	notice := s.pol.Scheduler.PreemptionNotice
+	switch {
+	case notice <= 0:
+		s.stop(vi)
+	case st.honours:
+		s.push(s.now+s.opt.saveTime(), evNoticeEnd, vi, st.attempt, 0)
+	default:
+		s.push(s.now+notice, evNoticeEnd, vi, st.attempt, 0)
 	}
 	return nil
+}
+
+// stop ends a told victim's attempt now. One that honours notices (under a notice) saved its
+// progress when told and exits: it loses nothing. Any other is at its deadline (or, without a
+// notice, preempted now): it loses the work since its last checkpoint, and its workers stop
+// Options.StopDelay later.
+func (s *sim) stop(vi int32) {
+	j, st := &s.w.Jobs[vi], &s.jobs[vi]
+	delay := s.opt.StopDelay
+	if st.honours && s.pol.Scheduler.PreemptionNotice > 0 {
+		st.remaining -= min(st.noticeAt-st.startedAt, st.remaining)
+		st.honoured++
+		delay = 0
+	} else {
+		progress := min(s.now-st.startedAt, st.remaining)
+		saved := time.Duration(0)
+		if s.opt.Checkpoint > 0 {
+			saved = progress / s.opt.Checkpoint * s.opt.Checkpoint
+		}
+		st.remaining -= saved
+		st.lost += (progress - saved).Seconds() * float64(j.GPUs())
+	}
+	st.phase, st.stopped = phStopping, 0
+	for w := 0; w < j.Workers; w++ {
+		s.push(s.now+delay, evStopped, vi, st.attempt, w)
+	}
 }
 
 func overlaps(a, b []string) bool {

@@ -3,6 +3,7 @@ package simulate
 import (
 	"encoding/json"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -257,6 +258,159 @@ func TestWakeTimer(t *testing.T) {
 		r := run(t, w, pol, Options{StopDelay: 30 * time.Second, MaxRetry: -1, WakeTimer: tc.wake})
 		if got := r.Row("high").WaitMax.D(); got != tc.want {
 			t.Errorf("wake timer %v: b waited %s, want %s", tc.wake, got, tc.want)
+		}
+	}
+}
+
+// One node of 4 GPUs: a low job a runs 10m from 0; a high job b arrives at 1m and runs 5m; the
+// allocation gives a 2m notice.
+func TestPreemptionNotice(t *testing.T) {
+	notice := Policy{Name: "notice", Scheduler: scheduler.Policy{PreemptionNotice: 2 * time.Minute}}
+	for _, tc := range []struct {
+		name      string
+		runtimeA  time.Duration
+		opt       Options
+		makespan  time.Duration
+		waitB     time.Duration // b's wait: the preemptor's
+		lostHours float64
+		honoured  int
+		done      bool // a completed during the notice: no rerun
+	}{
+		// a saves when told at 1m and exits at 1m10s (the default save time): b runs 1m10s-6m10s,
+		// a reruns its last 9m, 6m10s-15m10s.
+		{"honours", 10 * time.Minute, Options{StopDelay: 30 * time.Second, MaxRetry: -1, Honor: 1}, 15*time.Minute + 10*time.Second,
+			10 * time.Second, 0, 1, false},
+		{"saves in 20s", 10 * time.Minute, Options{StopDelay: 30 * time.Second, MaxRetry: -1, Honor: 1, SaveTime: 20 * time.Second}, 15*time.Minute + 20*time.Second,
+			20 * time.Second, 0, 1, false},
+		// a ignores the notice: it runs on to 3m, is stopped at 3m30s and loses its 3m (0.2 GPU-h);
+		// b runs 3m30s-8m30s, a reruns from zero, 8m30s-18m30s.
+		{"ignores", 10 * time.Minute, Options{StopDelay: 30 * time.Second, MaxRetry: -1}, 18*time.Minute + 30*time.Second,
+			2*time.Minute + 30*time.Second, 0.2, 0, false},
+		// With checkpoints every minute, the one at 3m (in the notice) saves all it did.
+		{"ignores, checkpoints", 10 * time.Minute, Options{StopDelay: 30 * time.Second, MaxRetry: -1, Checkpoint: time.Minute}, 15*time.Minute + 30*time.Second,
+			2*time.Minute + 30*time.Second, 0, 0, false},
+		// a's work ends at 2m, before its deadline: it completes, and b starts then.
+		{"completes in the notice", 2 * time.Minute, Options{StopDelay: 30 * time.Second, MaxRetry: -1}, 7 * time.Minute,
+			time.Minute, 0, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &Workload{Name: "t", Nodes: nodes(1, 4), Jobs: []Job{
+				jb("a", 0, scheduler.Low, 4, tc.runtimeA),
+				jb("b", time.Minute, scheduler.High, 4, 5*time.Minute),
+			}}
+			r := run(t, w, notice, tc.opt)
+			all, low := r.Row(RowAll), r.Row("low")
+			if r.Makespan.D() != tc.makespan || r.Row("high").WaitMax.D() != tc.waitB {
+				t.Errorf("makespan %s, b waited %s; want %s, %s", r.Makespan.D(), r.Row("high").WaitMax.D(), tc.makespan, tc.waitB)
+			}
+			if !near(all.LostGPUHours, tc.lostHours) || all.Honoured != tc.honoured || low.Preemptions != 1 {
+				t.Errorf("lost %.4f GPU-h, %d honoured, %d preemptions; want %.4f, %d, 1", all.LostGPUHours, all.Honoured, low.Preemptions, tc.lostHours, tc.honoured)
+			}
+			if pw := r.PreemptorWait; pw.N != 1 || pw.Max.D() != tc.waitB {
+				t.Errorf("preemptor wait %+v, want one of %s", pw, tc.waitB)
+			}
+			if tc.done && r.Row("low").WaitMax.D() != 0 {
+				t.Errorf("a waited %s: it should not have rerun", r.Row("low").WaitMax.D())
+			}
+		})
+	}
+	// Without a notice nothing changes: a is stopped 30s after 1m and reruns from zero.
+	w := &Workload{Name: "t", Nodes: nodes(1, 4), Jobs: []Job{jb("a", 0, scheduler.Low, 4, 10*time.Minute), jb("b", time.Minute, scheduler.High, 4, 5*time.Minute)}}
+	if r := run(t, w, prio, Options{StopDelay: 30 * time.Second, MaxRetry: -1, Honor: 1}); r.Makespan.D() != 16*time.Minute+30*time.Second || r.Row(RowAll).Honoured != 0 {
+		t.Errorf("without a notice: makespan %s, %d honoured", r.Makespan.D(), r.Row(RowAll).Honoured)
+	}
+}
+
+// The pool learns that a job honours its notices: after a saved on its first notice, its
+// preemption loses nothing, so max_loss_gpu_hours (1 here) no longer holds it back once it has
+// run 30m on 4 GPUs. Without HonorsNotice in its requests the second preemptor waits for a.
+func TestHonorsNoticeReachesThePool(t *testing.T) {
+	w := &Workload{Name: "t", Nodes: nodes(1, 4), Jobs: []Job{
+		jb("a", 0, scheduler.Low, 4, 100*time.Minute),
+		jb("b", time.Minute, scheduler.High, 4, 5*time.Minute),
+		jb("c", 40*time.Minute, scheduler.High, 4, 5*time.Minute),
+	}}
+	base := scheduler.Policy{PreemptionNotice: 2 * time.Minute, MaxLossGPUHours: 1}
+	opt := Options{StopDelay: 30 * time.Second, MaxRetry: -1, Honor: 1}
+	// a saves at 1m (1m of work) and exits at 1m10s; b runs 1m10s-6m10s; a reruns from 6m10s.
+	aware := run(t, w, Policy{Name: "aware", Scheduler: base}, opt)
+	if h := aware.Row("high"); h.WaitMax.D() != 10*time.Second || aware.Row("low").Preemptions != 2 || aware.Row(RowAll).Honoured != 2 {
+		t.Errorf("aware: high waits up to %s, a preempted %d times, %d honoured", h.WaitMax.D(), aware.Row("low").Preemptions, aware.Row(RowAll).Honoured)
+	}
+	// c waits for a to finish its last 99m, at 1h45m10s.
+	blind := run(t, w, Policy{Name: "blind", Scheduler: base, NoHonorsNotice: true}, opt)
+	if h := blind.Row("high"); h.WaitMax.D() != time.Hour+5*time.Minute+10*time.Second || blind.Row("low").Preemptions != 1 {
+		t.Errorf("blind: high waits up to %s, a preempted %d times", h.WaitMax.D(), blind.Row("low").Preemptions)
+	}
+}
+
+// Which jobs honour notices is drawn per job, the same in every run and, at a higher share, a
+// superset; the share comes out near the one asked.
+func TestHonoursDraw(t *testing.T) {
+	n, n8, n5 := 20000, 0, 0
+	for i := range n {
+		id := "pod-" + strconv.Itoa(i)
+		a, b := honours(1, id, 0.5), honours(1, id, 0.8)
+		if a && !b {
+			t.Fatalf("%s honours at 0.5 but not at 0.8", id)
+		}
+		if honours(1, id, 0) || !honours(1, id, 1) || b != honours(1, id, 0.8) {
+			t.Fatalf("%s: the draw is not fixed", id)
+		}
+		if a {
+			n5++
+		}
+		if b {
+			n8++
+		}
+	}
+	if math.Abs(float64(n5)/float64(n)-0.5) > 0.02 || math.Abs(float64(n8)/float64(n)-0.8) > 0.02 {
+		t.Fatalf("shares %.3f and %.3f, want about 0.5 and 0.8", float64(n5)/float64(n), float64(n8)/float64(n))
+	}
+	if honours(1, "pod-7", 0.5) == honours(2, "pod-7", 0.5) && honours(1, "pod-8", 0.5) == honours(2, "pod-8", 0.5) &&
+		honours(1, "pod-9", 0.5) == honours(2, "pod-9", 0.5) && honours(1, "pod-10", 0.5) == honours(2, "pod-10", 0.5) {
+		t.Fatal("another seed draws the same jobs")
+	}
+}
+
+func TestRunRefusesNoticeSettings(t *testing.T) {
+	w := &Workload{Name: "t", Nodes: nodes(1, 1), Jobs: []Job{jb("a", 0, scheduler.Low, 1, time.Minute)}}
+	short := Policy{Name: "n", Scheduler: scheduler.Policy{PreemptionNotice: 5 * time.Second}}
+	if _, err := Run(w, short, Options{Honor: 0.5}); err == nil || !strings.Contains(err.Error(), "save time 10s must be shorter than the preemption notice 5s") {
+		t.Errorf("save time past the notice: %v", err)
+	}
+	if _, err := Run(w, short, Options{}); err != nil {
+		t.Errorf("no job honours, so the save time does not matter: %v", err)
+	}
+	bad := 1.5
+	if _, err := Run(w, Policy{Name: "x", Honor: &bad}, Options{}); err == nil || !strings.Contains(err.Error(), "between 0 and 1") {
+		t.Errorf("honor 1.5: %v", err)
+	}
+}
+
+func TestWriteMarkdownNotice(t *testing.T) {
+	w := &Workload{Name: "t", Nodes: nodes(1, 4), Jobs: []Job{
+		jb("a", 0, scheduler.Low, 4, 10*time.Minute),
+		jb("b", time.Minute, scheduler.High, 4, 5*time.Minute),
+	}}
+	opt := Options{StopDelay: 30 * time.Second, MaxRetry: -1, Honor: 1}
+	zero := 0.0
+	notice := scheduler.Policy{PreemptionNotice: 2 * time.Minute}
+	var b strings.Builder
+	WriteMarkdown(&b, []*Result{run(t, w, fifo, opt), run(t, w, Policy{Name: "h1", Scheduler: notice}, opt),
+		run(t, w, Policy{Name: "h0", Scheduler: notice, Honor: &zero}, opt)})
+	out := b.String()
+	for _, want := range []string{
+		"a job that honours notices (100% of them unless a policy says otherwise) saves and exits 10s later",
+		"### h0 (best-effort-fifo, preemption_notice 2m00s, 0% of jobs honour notices)",
+		"Preemptors waited for their victims (1 starts): p50 10s, p95 10s, longest 10s; 1 of 1 victims saved on the notice.",
+		"| high waits > stop delay + 5s | 1 (100.0%) | 0 (0.0%) | 1 (100.0%) |",
+		"| jobs honouring notices | - | 100% | 0% |",
+		"| victims that saved on the notice | 0 (-) | 1 (100.0%) | 0 (0.0%) |",
+		"| preemptor wait p50 / p95 | - | 10s / 10s | 2m30s / 2m30s |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in\n%s", want, out)
 		}
 	}
 }

@@ -237,3 +237,31 @@ func TestParsePolicy(t *testing.T) {
 		}
 	}
 }
+
+func TestParsePolicyNoticeKnobs(t *testing.T) {
+	base := scheduler.Policy{Queueing: scheduler.BestEffortFIFO, PreemptionNotice: time.Minute}
+	p, err := ParsePolicy("h:honor=0.8,notice=2m,honors_notice=off", base)
+	if err != nil || p.Honor == nil || *p.Honor != 0.8 || p.Scheduler.PreemptionNotice != 2*time.Minute || !p.NoHonorsNotice {
+		t.Fatalf("got %+v, %v", p, err)
+	}
+	if p.HonorShare(Options{Honor: 0.1}) != 0.8 {
+		t.Fatal("the policy's share does not win over the run's")
+	}
+	if !strings.Contains(p.Describe(), "preemption_notice 2m00s") || !strings.Contains(p.Describe(), "80% of jobs honour notices") {
+		t.Fatalf("describe: %s", p.Describe())
+	}
+	if q, err := ParsePolicy("q", base); err != nil || q.Honor != nil || q.HonorShare(Options{Honor: 0.3}) != 0.3 || q.Scheduler.PreemptionNotice != time.Minute {
+		t.Fatalf("defaults: %+v %v", q, err)
+	}
+	for spec, want := range map[string]string{
+		"x:honor=1.5":           `honor: "1.5" is not a share between 0 and 1`,
+		"x:honor=NaN":           `honor: "NaN" is not a share between 0 and 1`,
+		"x:notice=2h":           "notice: 2h is longer than 1h0m0s",
+		"x:notice=-1s":          "notice: \"-1s\" is not a duration",
+		"x:honors_notice=maybe": `honors_notice: "maybe" is not on or off`,
+	} {
+		if _, err := ParsePolicy(spec, base); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", spec, err, want)
+		}
+	}
+}

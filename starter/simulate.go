@@ -18,7 +18,9 @@ type simFlags struct {
 	trace, pods, nodeList, times, workload, alloc, region, classes, only *string
 	nodes, minGPUs                                                       *int
 	frac                                                                 *float64
-	stop, ckpt                                                           *time.Duration
+	stop, ckpt, notice, save                                             *time.Duration
+	honor                                                                *float64
+	honorSeed                                                            *uint64
 	retry                                                                *int
 	burst, wake                                                          *bool
 	policies                                                             specsFlag
@@ -26,23 +28,27 @@ type simFlags struct {
 
 func defineSimFlags(fs *flag.FlagSet) *simFlags {
 	f := &simFlags{
-		trace:    fs.String("trace", os.Getenv("TRAINQ_TRACE_DIR"), "`dir`ectory of the Alibaba GPU v2023 openb CSVs (default $TRAINQ_TRACE_DIR)"),
-		pods:     fs.String("pods", "default", "openb pod `list`: default, multigpu50, or a CSV path"),
-		nodeList: fs.String("node-list", "", "openb node list CSV (default: openb_node_list_gpu_node.csv in --trace)"),
-		times:    fs.String("times", "", "pod list with qos and times, for a pod list without them (default: openb_pod_list_default.csv in --trace)"),
-		workload: fs.String("workload", "", "our own workload `file` (.json or .csv: id, arrival, class, instance_type, n_workers, runtime) instead of the trace"),
-		alloc:    fs.String("allocation", "", "take nodes (for --workload without nodes) and the base policy from this config allocation"),
-		region:   fs.String("region", "", "region of --allocation (default: the config's)"),
-		nodes:    fs.Int("nodes", 0, "keep N nodes, chosen evenly over the node list"),
-		frac:     fs.Float64("nodes-frac", 0, "keep this fraction of the nodes, chosen evenly (e.g. 0.01)"),
-		classes:  fs.String("classes", "LS=high,Guaranteed=medium,Burstable=medium,BE=low", "openb qos to priority class"),
-		only:     fs.String("only", "", "keep only the jobs of these `classes` (e.g. high, or high,medium): the best any policy could do for them"),
-		minGPUs:  fs.Int("min-gpus", 0, "keep only the jobs of at least `N` GPUs: the best any policy could do for them"),
-		stop:     fs.Duration("stop-delay", 30*time.Second, "how long a preempted job's workers take to stop"),
-		ckpt:     fs.Duration("checkpoint", 0, "a preempted job resumes from its last checkpoint, taken this often (0: it reruns from zero)"),
-		retry:    fs.Int("max-retry", -1, "reruns a job gets after preemptions (negative: unlimited)"),
-		burst:    fs.Bool("burst", false, "every job arrives at time 0, in arrival order"),
-		wake:     fs.Bool("wake-timer", false, "also schedule at the pool's NextWake, as an allocator with a timer would (today's allocator schedules on events only)"),
+		trace:     fs.String("trace", os.Getenv("TRAINQ_TRACE_DIR"), "`dir`ectory of the Alibaba GPU v2023 openb CSVs (default $TRAINQ_TRACE_DIR)"),
+		pods:      fs.String("pods", "default", "openb pod `list`: default, multigpu50, or a CSV path"),
+		nodeList:  fs.String("node-list", "", "openb node list CSV (default: openb_node_list_gpu_node.csv in --trace)"),
+		times:     fs.String("times", "", "pod list with qos and times, for a pod list without them (default: openb_pod_list_default.csv in --trace)"),
+		workload:  fs.String("workload", "", "our own workload `file` (.json or .csv: id, arrival, class, instance_type, n_workers, runtime) instead of the trace"),
+		alloc:     fs.String("allocation", "", "take nodes (for --workload without nodes) and the base policy from this config allocation"),
+		region:    fs.String("region", "", "region of --allocation (default: the config's)"),
+		nodes:     fs.Int("nodes", 0, "keep N nodes, chosen evenly over the node list"),
+		frac:      fs.Float64("nodes-frac", 0, "keep this fraction of the nodes, chosen evenly (e.g. 0.01)"),
+		classes:   fs.String("classes", "LS=high,Guaranteed=medium,Burstable=medium,BE=low", "openb qos to priority class"),
+		only:      fs.String("only", "", "keep only the jobs of these `classes` (e.g. high, or high,medium): the best any policy could do for them"),
+		minGPUs:   fs.Int("min-gpus", 0, "keep only the jobs of at least `N` GPUs: the best any policy could do for them"),
+		stop:      fs.Duration("stop-delay", 30*time.Second, "how long a preempted job's workers take to stop"),
+		ckpt:      fs.Duration("checkpoint", 0, "a preempted job resumes from its last checkpoint, taken this often (0: it reruns from zero)"),
+		notice:    fs.Duration("notice", 0, "preemption_notice: a victim is told this long before it is stopped (default: --allocation's, else 0: none)"),
+		honor:     fs.Float64("honor", 0, "the `share` of jobs (0 to 1) that honour a notice: told, they save and exit --save-time later, losing nothing"),
+		save:      fs.Duration("save-time", simulate.DefaultSaveTime, "how long a job that honours a notice takes to save and exit (shorter than --notice)"),
+		honorSeed: fs.Uint64("honor-seed", 1, "which jobs honour notices: a hash of this `seed` and the job id"),
+		retry:     fs.Int("max-retry", -1, "reruns a job gets after preemptions (negative: unlimited)"),
+		burst:     fs.Bool("burst", false, "every job arrives at time 0, in arrival order"),
+		wake:      fs.Bool("wake-timer", false, "also schedule at the pool's NextWake, as an allocator with a timer would (today's allocator schedules on events only)"),
 	}
 	fs.Var(&f.policies, "policy", "a policy to compare, `NAME[:knob=value,...]` (repeatable; default fifo, best-effort, strict-fifo); knobs: "+knobList())
 	return f
@@ -59,9 +65,15 @@ func runSimulate(ctx context.Context, g *globals, args []string) error {
 	if set["nodes"] && set["nodes-frac"] {
 		return usageErr("simulate: give --nodes or --nodes-frac, not both")
 	}
+	if err := f.checkNotice(); err != nil {
+		return err
+	}
 	base, allocNodes, err := f.allocation(g)
 	if err != nil {
 		return err
+	}
+	if set["notice"] {
+		base.PreemptionNotice = *f.notice
 	}
 	w, err := f.loadWorkload(g, allocNodes, set)
 	if err != nil {
@@ -71,7 +83,13 @@ func runSimulate(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
-	opt := simulate.Options{StopDelay: *f.stop, Checkpoint: *f.ckpt, MaxRetry: *f.retry, Burst: *f.burst, WakeTimer: *f.wake}
+	opt := simulate.Options{StopDelay: *f.stop, Checkpoint: *f.ckpt, MaxRetry: *f.retry, Burst: *f.burst, WakeTimer: *f.wake,
+		Honor: *f.honor, SaveTime: *f.save, HonorSeed: *f.honorSeed}
+	for _, p := range pols {
+		if n := p.Scheduler.PreemptionNotice; n > 0 && p.HonorShare(opt) > 0 && !p.NoPriorities && *f.save >= n {
+			return usageErr("simulate: --save-time %s must be shorter than the notice %s (policy %s)", *f.save, n, p.Name)
+		}
+	}
 	if !g.json() {
 		for _, n := range w.Notes {
 			g.note("%s", n)
@@ -91,6 +109,19 @@ func runSimulate(ctx context.Context, g *globals, args []string) error {
 	return nil
 }
 
+// checkNotice validates --notice, --honor and --save-time.
+func (f *simFlags) checkNotice() error {
+	switch {
+	case *f.notice < 0 || *f.notice > simulate.MaxNotice:
+		return usageErr("simulate: --notice must be between 0 and %s, got %s", simulate.MaxNotice, *f.notice)
+	case !(*f.honor >= 0 && *f.honor <= 1):
+		return usageErr("simulate: --honor must be a share between 0 and 1 (e.g. 0.8), got %g", *f.honor)
+	case *f.save <= 0:
+		return usageErr("simulate: --save-time must be positive, got %s", *f.save)
+	}
+	return nil
+}
+
 // allocation is the base policy (and the nodes) of --allocation, or the defaults without it.
 func (f *simFlags) allocation(g *globals) (scheduler.Policy, []scheduler.Node, error) {
 	base := scheduler.Policy{Queueing: scheduler.BestEffortFIFO, ReserveAfter: 30 * time.Minute}
@@ -105,7 +136,9 @@ func (f *simFlags) allocation(g *globals) (scheduler.Policy, []scheduler.Node, e
 	if err != nil {
 		return base, nil, usageErr("simulate: %v", err)
 	}
-	return a.Policy(), a.Nodes, nil
+	pol := a.Policy()
+	pol.PreemptionNotice = a.PreemptionNotice.D()
+	return pol, a.Nodes, nil
 }
 
 // loadWorkload reads --workload (on the allocation's nodes if it has none) or the trace, and

@@ -36,6 +36,23 @@ func TestSimulateOwnWorkload(t *testing.T) {
 		assert.Contains(t, r.stdout, want)
 	}
 
+	// With a 2m notice: as honouring jobs, low saves and exits 10s after it is told; as
+	// ignoring ones it runs to the deadline and stops 10s after it. One run compares the shares.
+	r = cli(t, "", "simulate", "--workload", path, "--allocation", "demo", "--stop-delay", "10s", "--notice", "2m", "--honor", "1",
+		"--policy", "h1", "--policy", "h0:honor=0")
+	require.Equal(t, 0, r.code, r.stderr)
+	for _, want := range []string{
+		"### h1 (best-effort-fifo, reserve_after 30m00s, preemption_notice 2m00s)",
+		"### h0 (best-effort-fifo, reserve_after 30m00s, preemption_notice 2m00s, 0% of jobs honour notices)",
+		"| preemptor wait p50 / p95 | 10s / 10s | 2m10s / 2m10s |",
+		"| victims that saved on the notice | 1 (100.0%) | 0 (0.0%) |",
+	} {
+		assert.Contains(t, r.stdout, want)
+	}
+	r = cli(t, "", "simulate", "--workload", path, "--allocation", "demo", "--notice", "5s", "--honor", "0.5")
+	assert.Equal(t, 2, r.code)
+	assert.Contains(t, r.stderr, "--save-time 10s must be shorter than the notice 5s (policy best-effort)")
+
 	r = cli(t, "", "simulate", "--workload", path, "--allocation", "demo", "--output", "json", "--policy", "best-effort")
 	require.Equal(t, 0, r.code, r.stderr)
 	var out struct {
@@ -64,6 +81,11 @@ func TestSimulateUsage(t *testing.T) {
 		{[]string{"simulate", "--trace", "/nonexistent", "--policy", "x:turbo=1"}, "no such file"},
 		{[]string{"simulate", "extra"}, `unexpected argument "extra"`},
 		{[]string{"simulate", "--workload", "x.json", "--only", "urgent"}, `--only: "urgent" is not low, medium or high`},
+		{[]string{"simulate", "--workload", "x.json", "--honor", "1.2"}, "--honor must be a share between 0 and 1 (e.g. 0.8), got 1.2"},
+		{[]string{"simulate", "--workload", "x.json", "--honor", "-0.1"}, "--honor must be a share between 0 and 1"},
+		{[]string{"simulate", "--workload", "x.json", "--notice", "2h"}, "--notice must be between 0 and 1h0m0s, got 2h0m0s"},
+		{[]string{"simulate", "--workload", "x.json", "--notice", "-1s"}, "--notice must be between 0 and 1h0m0s"},
+		{[]string{"simulate", "--workload", "x.json", "--save-time", "0s"}, "--save-time must be positive"},
 	} {
 		r := cli(t, "", tc.args...)
 		assert.Equal(t, 2, r.code, "%v: %s", tc.args, r.stderr)
