@@ -347,6 +347,11 @@ const (
 	// and its watches outlive a cancellation to see them exit; asked only
 	// for such an attempt.
 	versionNoticeStops = "job-notice-stops"
+	// versionNoticeStands: during a notice, a watch that finds the workers
+	// silent (they save) does not end the attempt as stuck, and the time
+	// limit makes the end of a preemption's or drain's notice a time limit
+	// (the job ends Stopped, not rerun); asked only when that happens.
+	versionNoticeStands = "job-notice-stands"
 )
 
 // defaultJobEventsPerRun is the history length past which a job continues
@@ -958,6 +963,18 @@ func (j *job) watch(ctx workflow.Context, attempt int, grant protocol.GrantSigna
 			}
 			continue
 		}
+		if st.deadline != nil && isStuck(last.err) &&
+			workflow.GetVersion(ctx, versionNoticeStands, workflow.DefaultVersion, 1) >= 1 {
+			// Silent while acting on the notice (saving takes a while): the
+			// notice's deadline stands. The worker is watched again, only
+			// for its exit.
+			for _, p := range grant.Placement {
+				if p.Worker == last.worker {
+					watchWorker(p, false)
+				}
+			}
+			continue
+		}
 		out, ends := j.judgeExit(ctx, last, grant, j.allExited(grant))
 		if ends && noticeStops && isStuck(last.err) && st.deadline == nil && !st.decided {
 			// Stuck: the workers are told, and worker 0 is watched again,
@@ -1084,10 +1101,19 @@ func (j *job) addTimeLimit(ctx workflow.Context, sel workflow.Selector, st *atte
 		if f.Get(ctx, nil) != nil {
 			return // the watch ended first
 		}
+		limited := outcome{kind: outcomeTimeLimit, message: fmt.Sprintf("stopped by its stop_timer after %d minutes of running", minutes)}
 		if noticeStops && st.decided {
-			return // the attempt is already ending
+			// The attempt is already ending, at its notice's deadline. An
+			// end that would rerun the job becomes the time limit's: the
+			// job has no time left to rerun in.
+			if st.out.kind == outcomePreempted || st.out.kind == outcomeNodeDrained || (st.out.kind == outcomeFailed && !st.out.final) {
+				if workflow.GetVersion(ctx, versionNoticeStands, workflow.DefaultVersion, 1) >= 1 {
+					st.out = limited
+				}
+			}
+			return
 		}
-		st.out, st.decided, *done = outcome{kind: outcomeTimeLimit, message: fmt.Sprintf("stopped by its stop_timer after %d minutes of running", minutes)}, true, true
+		st.out, st.decided, *done = limited, true, true
 		if noticeStops {
 			*done = false
 			notice(protocol.NoticeReasonTimeLimit, nil, 0)
