@@ -1,0 +1,26 @@
+package allocation
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestDrainedJobsAreLeaving(t *testing.T) {
+	wide := one("a", 1, low, 8)
+	wide.Workers = 2 // on n1 and n2
+	runRules(t, []ruleCase{
+		{name: "a job told to leave a drained node is leaving: a high request waits for its capacity elsewhere instead of preempting another job",
+			nodes: 3,
+			given: []step{granted(wide), granted(one("c", 1, low, 8)), drained("n1"),
+				func(t *testing.T, s *State) { s.Request(one("hi", 1, high, 8), t0.Add(time.Hour), AllOn{}) }},
+			when: func(s *State) []Command { return s.Pass(t0.Add(time.Hour)) }, want: []string{},
+			then: func(t *testing.T, s *State) {
+				r, _ := s.Pool.Running("a")
+				assert.True(t, r.Releasing, "a counts as releasing")
+				isHeld("c", 1)(t, s)
+				isWaiting("hi", 1)(t, s)
+			}},
+	})
+}
