@@ -24,3 +24,17 @@ func TestDrainedJobsAreLeaving(t *testing.T) {
 			}},
 	})
 }
+
+// A recovery (trainq allocator recover) rebuilds the pool from the jobs but
+// keeps the run's drains: the drained node is fenced like every node, and
+// its agent's answer leaves it drained. Only a fresh run forgets them.
+func TestARecoveryKeepsTheDrains(t *testing.T) {
+	s := newState(t, 2)
+	given(t, s, drained("n1"), recovered())
+	assert.Equal(t, map[string]string{"n1": "disk swap"}, s.Drains)
+	s.NodeBack("n1", 0)
+	s.NodeBack("n2", 0)
+	assert.Equal(t, []string{"n1"}, s.Pool.LostNodes(), "still out of service")
+	assert.Len(t, s.Drained(), 1)
+	assert.Empty(t, s.Fenced())
+}
