@@ -117,3 +117,23 @@ func TestTimeLimitDuringANoticeEndsTheJob(t *testing.T) {
 		})
 	}
 }
+
+// TestASlowNoticeDoesNotPutOffTheDeadline: a notice that takes long to give
+// (a slow node agent, a Kubernetes API under load) does not put off the
+// stop of the attempt's workers at the deadline, nor the preemptor with it.
+// The stops wait for notices in flight only where both together could pass
+// the pending-activities budget (wide attempts).
+func TestASlowNoticeDoesNotPutOffTheDeadline(t *testing.T) {
+	h := newJobHarness(t)
+	h.env.OnActivity(h.acts.NoticeWorker, mock.Anything, mock.Anything).After(25 * time.Second).Return(nil)
+	h.grantAt(time.Minute, 1, 2)
+	h.watch(1, -1, forever, 0)
+	h.preemptWithNoticeAt(20*time.Minute, 1, 10*time.Second)
+	h.run(jobSpec("low", 2, 0))
+
+	stops := h.stopsOf(1)
+	require.Len(t, stops, 2)
+	for _, at := range stops {
+		assert.Equal(t, testStart.Add(20*time.Minute+10*time.Second), at.UTC(), "SIGTERM at the deadline")
+	}
+}
