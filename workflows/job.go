@@ -352,6 +352,11 @@ const (
 	// limit makes the end of a preemption's or drain's notice a time limit
 	// (the job ends Stopped, not rerun); asked only when that happens.
 	versionNoticeStands = "job-notice-stands"
+	// versionStopsBesideNotices: an attempt small enough for its watches,
+	// notices and stops to be pending together stops its workers at the
+	// deadline without waiting for notices still in flight; asked only when
+	// some are.
+	versionStopsBesideNotices = "job-stops-beside-notices"
 )
 
 // defaultJobEventsPerRun is the history length past which a job continues
@@ -1318,9 +1323,15 @@ func retriesReleases(ctx workflow.Context) bool {
 // returns once the allocator has every release.
 func (j *job) stopAndRelease(ctx workflow.Context, attempt int, grant protocol.GrantSignal) {
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
-	// Notices still in flight finish first: stops beside them could pass
-	// the pending-activities budget (a job without notices waits for nothing).
-	_ = workflow.Await(dctx, func() bool { return j.notices == 0 && !j.noticing })
+	// Notices still in flight finish first where stops beside them could
+	// pass the pending-activities budget (a job without notices waits for
+	// nothing). An attempt of up to a third of the budget has room for its
+	// watches, notices and stops together: a slow notice must not put off
+	// the deadline's stops (versionStopsBesideNotices, asked only then).
+	if (j.notices > 0 || j.noticing) && (3*len(grant.Placement) > jobActivityBudget ||
+		workflow.GetVersion(ctx, versionStopsBesideNotices, workflow.DefaultVersion, 1) == workflow.DefaultVersion) {
+		_ = workflow.Await(dctx, func() bool { return j.notices == 0 && !j.noticing })
+	}
 	if !j.stopping {
 		j.stopping = true
 		j.sendRelease(dctx, protocol.ReleaseSignal{Job: j.name, Attempt: attempt, Stopping: true})
