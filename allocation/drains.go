@@ -37,7 +37,11 @@ func (s *State) ValidateDrain(r protocol.DrainRequest) error {
 
 // Drain takes a node out of service, or (r.Undrain) puts it back. Draining
 // a drained node again changes nothing but its reason; its jobs were told.
-func (s *State) Drain(r protocol.DrainRequest) (protocol.DrainReply, []Command) {
+// A job told to leave is releasing from then on (GateDrainReleases), as a
+// preemption's victim is: the capacity it holds on other nodes comes free
+// at its notice's deadline at the latest, so a pass waits for it rather than
+// preempting another job.
+func (s *State) Drain(r protocol.DrainRequest, g Gates) (protocol.DrainReply, []Command) {
 	if r.Undrain {
 		return s.undrain(r.Node)
 	}
@@ -64,6 +68,9 @@ func (s *State) Drain(r protocol.DrainRequest) (protocol.DrainReply, []Command) 
 		}
 		notice := s.Config.NoticeFor(info.Class, info.Kind)
 		reply.Jobs = append(reply.Jobs, job)
+		if g.On(GateDrainReleases) {
+			s.Pool.BeginRelease(job)
+		}
 		cmds.add(Signal{Job: job, Name: protocol.SignalPreempt, IfGone: GoneReclaim, Arg: protocol.PreemptSignal{
 			Epoch: s.Epoch, Attempt: info.Attempt, Drain: r.Node, Notice: notice,
 			Reason: fmt.Sprintf("node %s is drained (%s)", r.Node, why)}})

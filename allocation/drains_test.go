@@ -13,19 +13,19 @@ import (
 
 // drained: an operator drains node.
 func drained(node string) step {
-	return func(t *testing.T, s *State) { s.Drain(protocol.DrainRequest{Node: node, Reason: "disk swap"}) }
+	return func(t *testing.T, s *State) { s.Drain(protocol.DrainRequest{Node: node, Reason: "disk swap"}, AllOn{}) }
 }
 
 func drain(node string) func(s *State) []Command {
 	return func(s *State) []Command {
-		_, cmds := s.Drain(protocol.DrainRequest{Node: node, Reason: "disk swap"})
+		_, cmds := s.Drain(protocol.DrainRequest{Node: node, Reason: "disk swap"}, AllOn{})
 		return cmds
 	}
 }
 
 func undrain(node string) func(s *State) []Command {
 	return func(s *State) []Command {
-		_, cmds := s.Drain(protocol.DrainRequest{Node: node, Undrain: true})
+		_, cmds := s.Drain(protocol.DrainRequest{Node: node, Undrain: true}, AllOn{})
 		return cmds
 	}
 }
@@ -93,11 +93,11 @@ func TestDrainRules(t *testing.T) {
 		{name: "an undrained node that is fenced stays out until its agent answers",
 			given: []step{drained("n1"), func(t *testing.T, s *State) { s.NodeLost("n1", "gone") }},
 			when:  undrain("n1"), want: []string{},
-			then:  func(t *testing.T, s *State) { assert.Equal(t, []string{"n1"}, s.Pool.LostNodes()) }},
+			then: func(t *testing.T, s *State) { assert.Equal(t, []string{"n1"}, s.Pool.LostNodes()) }},
 		{name: "a drained node whose agent is lost is fenced",
 			given: []step{drained("n1")},
 			when:  func(s *State) []Command { return s.NodeLost("n1", "gone") }, want: []string{"fence n1"},
-			then:  func(t *testing.T, s *State) { assert.Len(t, s.Fenced(), 1) }},
+			then: func(t *testing.T, s *State) { assert.Len(t, s.Fenced(), 1) }},
 		{name: "a drained node whose fence is answered stays drained",
 			given: []step{drained("n1"), func(t *testing.T, s *State) { s.NodeLost("n1", "gone") }},
 			when:  func(s *State) []Command { return s.NodeBack("n1", 0) }, want: []string{},
@@ -113,7 +113,7 @@ func TestDrainRules(t *testing.T) {
 			nodes: 2,
 			given: []step{drained("n2"), configured(input(1))},
 			when:  undrain("n2"), want: []string{},
-			then:  func(t *testing.T, s *State) { assert.Empty(t, s.Drains) }},
+			then: func(t *testing.T, s *State) { assert.Empty(t, s.Drains) }},
 	})
 }
 

@@ -52,4 +52,9 @@ const (
 	// (see OrphansToResume); before, an orphan that held nothing any more
 	// made the run skip the one after it.
 	GateResumeEveryOrphan Gate = "allocator-resume-every-orphan"
+	// GateDrainReleases: a job a drain tells to leave is releasing (see
+	// Drain); before, it counted as running until its first release, and a
+	// pass could preempt another job for capacity the leaving one was about
+	// to free.
+	GateDrainReleases Gate = "allocator-drain-releases"
 )

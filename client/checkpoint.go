@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	sdkclient "go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -61,6 +62,37 @@ func (c *Client) Checkpoint(ctx context.Context, job string, attempt int) (proto
 	// The job records it in its attempt (a checkpoint within a notice's
 	// window honours the notice). The allocator has it already, which is
 	// what preemption weighs, so a job that cannot be told loses nothing.
-	_ = c.Temporal.SignalWorkflow(ctx, job, "", protocol.SignalCheckpointed, reply)
+	if tellsJob(st, attempt, reply.At) {
+		_ = c.Temporal.SignalWorkflow(ctx, job, "", protocol.SignalCheckpointed, reply)
+	}
 	return reply, nil
+}
+
+// checkpointSignalEvery is how often, at most, a job is told of its
+// attempt's checkpoints outside a notice. A job continues as new only
+// between attempts, and a run takes protocol.TemporalSignalsPerRun signals:
+// told of every checkpoint (the REST API books 10 a minute), a long attempt
+// would spend them, and then the allocator's preemptions and drains would be
+// refused and the job reclaimed as gone, its workers stopped without a
+// notice. At this rate an attempt runs 69 days before that.
+const checkpointSignalEvery = 10 * time.Minute
+
+// tellsJob says whether the job is told of a checkpoint at at of attempt,
+// as its status st (read before the report) shows the attempt: the first
+// checkpoint, the first since a notice (it honours the notice), and then one
+// every checkpointSignalEvery.
+func tellsJob(st protocol.JobStatus, attempt int, at time.Time) bool {
+	for _, a := range st.Attempts {
+		if a.Number != attempt {
+			continue
+		}
+		switch {
+		case a.CheckpointAt == nil:
+			return true
+		case a.NoticedAt != nil && a.CheckpointAt.Before(*a.NoticedAt):
+			return true
+		}
+		return at.Sub(*a.CheckpointAt) >= checkpointSignalEvery
+	}
+	return true
 }

@@ -264,7 +264,7 @@ func (a *allocator) onDrain(ctx workflow.Context, r protocol.DrainRequest) (prot
 	if err := a.awaitRecovered(ctx); err != nil {
 		return protocol.DrainReply{}, err
 	}
-	reply, cmds := a.st.Drain(r)
+	reply, cmds := a.st.Drain(r, gates{ctx})
 	if reply.Changed {
 		workflow.GetLogger(ctx).Info("node drain changed", "node", r.Node, "drained", reply.Drained, "jobs", reply.Jobs)
 	}

@@ -347,6 +347,16 @@ const (
 	// and its watches outlive a cancellation to see them exit; asked only
 	// for such an attempt.
 	versionNoticeStops = "job-notice-stops"
+	// versionNoticeStands: during a notice, a watch that finds the workers
+	// silent (they save) does not end the attempt as stuck, and the time
+	// limit makes the end of a preemption's or drain's notice a time limit
+	// (the job ends Stopped, not rerun); asked only when that happens.
+	versionNoticeStands = "job-notice-stands"
+	// versionStopsBesideNotices: an attempt small enough for its watches,
+	// notices and stops to be pending together stops its workers at the
+	// deadline without waiting for notices still in flight; asked only when
+	// some are.
+	versionStopsBesideNotices = "job-stops-beside-notices"
 )
 
 // defaultJobEventsPerRun is the history length past which a job continues
@@ -958,6 +968,18 @@ func (j *job) watch(ctx workflow.Context, attempt int, grant protocol.GrantSigna
 			}
 			continue
 		}
+		if st.deadline != nil && isStuck(last.err) &&
+			workflow.GetVersion(ctx, versionNoticeStands, workflow.DefaultVersion, 1) >= 1 {
+			// Silent while acting on the notice (saving takes a while): the
+			// notice's deadline stands. The worker is watched again, only
+			// for its exit.
+			for _, p := range grant.Placement {
+				if p.Worker == last.worker {
+					watchWorker(p, false)
+				}
+			}
+			continue
+		}
 		out, ends := j.judgeExit(ctx, last, grant, j.allExited(grant))
 		if ends && noticeStops && isStuck(last.err) && st.deadline == nil && !st.decided {
 			// Stuck: the workers are told, and worker 0 is watched again,
@@ -1084,10 +1106,19 @@ func (j *job) addTimeLimit(ctx workflow.Context, sel workflow.Selector, st *atte
 		if f.Get(ctx, nil) != nil {
 			return // the watch ended first
 		}
+		limited := outcome{kind: outcomeTimeLimit, message: fmt.Sprintf("stopped by its stop_timer after %d minutes of running", minutes)}
 		if noticeStops && st.decided {
-			return // the attempt is already ending
+			// The attempt is already ending, at its notice's deadline. An
+			// end that would rerun the job becomes the time limit's: the
+			// job has no time left to rerun in.
+			if st.out.kind == outcomePreempted || st.out.kind == outcomeNodeDrained || (st.out.kind == outcomeFailed && !st.out.final) {
+				if workflow.GetVersion(ctx, versionNoticeStands, workflow.DefaultVersion, 1) >= 1 {
+					st.out = limited
+				}
+			}
+			return
 		}
-		st.out, st.decided, *done = outcome{kind: outcomeTimeLimit, message: fmt.Sprintf("stopped by its stop_timer after %d minutes of running", minutes)}, true, true
+		st.out, st.decided, *done = limited, true, true
 		if noticeStops {
 			*done = false
 			notice(protocol.NoticeReasonTimeLimit, nil, 0)
@@ -1292,9 +1323,15 @@ func retriesReleases(ctx workflow.Context) bool {
 // returns once the allocator has every release.
 func (j *job) stopAndRelease(ctx workflow.Context, attempt int, grant protocol.GrantSignal) {
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
-	// Notices still in flight finish first: stops beside them could pass
-	// the pending-activities budget (a job without notices waits for nothing).
-	_ = workflow.Await(dctx, func() bool { return j.notices == 0 && !j.noticing })
+	// Notices still in flight finish first where stops beside them could
+	// pass the pending-activities budget (a job without notices waits for
+	// nothing). An attempt of up to a third of the budget has room for its
+	// watches, notices and stops together: a slow notice must not put off
+	// the deadline's stops (versionStopsBesideNotices, asked only then).
+	if (j.notices > 0 || j.noticing) && (3*len(grant.Placement) > jobActivityBudget ||
+		workflow.GetVersion(ctx, versionStopsBesideNotices, workflow.DefaultVersion, 1) == workflow.DefaultVersion) {
+		_ = workflow.Await(dctx, func() bool { return j.notices == 0 && !j.noticing })
+	}
 	if !j.stopping {
 		j.stopping = true
 		j.sendRelease(dctx, protocol.ReleaseSignal{Job: j.name, Attempt: attempt, Stopping: true})
