@@ -135,3 +135,25 @@ func TestValidateDrainNamesTheNodes(t *testing.T) {
 	require.NoError(t, s.ValidateDrain(protocol.DrainRequest{Node: "n1"}))
 	assert.EqualError(t, s.ValidateDrain(protocol.DrainRequest{Node: "n9"}), `allocation T/a has no node "n9"; its nodes are n1, n2`)
 }
+
+// TestNoticeChangesAreListedOnce: a reconfigure that changes the notice
+// names it once, though the policy's notice (the longest) changes with it;
+// one that changes only the policy's (an allocator started before the
+// policy had one) still applies it.
+func TestNoticeChangesAreListedOnce(t *testing.T) {
+	s := newState(t, 1)
+	in := input(1)
+	in.PreemptionNotice, in.Policy.PreemptionNotice = time.Minute, time.Minute
+	reply, _, err := s.Reconfigure(in, AllOn{})
+	require.NoError(t, err)
+	assert.Equal(t, "preemption_notice 0s -> 1m0s", reply.Summary)
+	assert.Equal(t, time.Minute, s.Pool.Policy().PreemptionNotice)
+
+	s = newState(t, 1)
+	s.Config.PreemptionNotice = time.Minute
+	in.Policy.PreemptionNotice = time.Minute
+	reply, _, err = s.Reconfigure(in, AllOn{})
+	require.NoError(t, err)
+	assert.True(t, reply.Changed)
+	assert.Equal(t, time.Minute, s.Pool.Policy().PreemptionNotice)
+}

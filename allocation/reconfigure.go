@@ -2,6 +2,7 @@ package allocation
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -122,7 +123,13 @@ func (s *State) configChanges(in protocol.AllocatorInput, g Gates) string {
 	if len(parts) == 0 && !slices.Equal(s.Pool.Nodes(), in.Nodes) {
 		parts = append(parts, "reordered the nodes")
 	}
-	parts = append(parts, s.policyChanges(in.Policy, g)...)
+	noticesListed := s.Config.PreemptionNotice != in.PreemptionNotice || !maps.Equal(s.Config.ClassPreemptionNotice, in.ClassPreemptionNotice)
+	for _, c := range s.policyChanges(in.Policy, g) {
+		// The policy's notice is the longest of the notices listed below.
+		if !noticesListed || !strings.HasPrefix(c, "preemption_notice ") {
+			parts = append(parts, c)
+		}
+	}
 	if s.Config.StopGracePeriod != in.StopGracePeriod {
 		parts = append(parts, fmt.Sprintf("stop_grace_period %s -> %s", s.Config.StopGracePeriod, in.StopGracePeriod))
 	}

@@ -120,6 +120,17 @@ const MaxPreemptionNotice = time.Hour
 // script can catch, that by default do not dump core or stop the process.
 var NoticeSignals = []string{"SIGUSR1", "SIGUSR2", "SIGHUP", "SIGINT"}
 
+// longestNotice is the longest notice any class gets: the policy counts a
+// job that honours its notices as losing nothing only where there are
+// notices (a job claims it only after the notices it was given).
+func (a Allocation) longestNotice() time.Duration {
+	d := a.PreemptionNotice.D()
+	for _, c := range a.PreemptionNoticeByClass {
+		d = max(d, c.D())
+	}
+	return d
+}
+
 // ClassNotices is preemption_notice_by_class as the allocator takes it.
 func (a Allocation) ClassNotices() map[string]time.Duration {
 	if len(a.PreemptionNoticeByClass) == 0 {
@@ -145,7 +156,7 @@ const (
 // Policy is the scheduler policy of the allocation.
 func (a Allocation) Policy() scheduler.Policy {
 	return scheduler.Policy{Queueing: a.Queueing, MinRuntimeBeforePreemption: a.MinRuntimeBeforePreemption.D(), ReserveAfter: a.ReserveAfter.D(),
-		MaxPreemptions: a.MaxPreemptions, MaxLossGPUHours: a.MaxLossGPUHours}
+		MaxPreemptions: a.MaxPreemptions, MaxLossGPUHours: a.MaxLossGPUHours, PreemptionNotice: a.longestNotice()}
 }
 
 // Duration is a time.Duration written as "30s" or "5m" in the file.

@@ -392,6 +392,9 @@ type CapacityRequest struct {
 	// Preemptions counts the job's earlier attempts that were preempted
 	// (see scheduler.Request.Preemptions); older jobs send none.
 	Preemptions int `json:"preemptions,omitempty"`
+	// HonorsNotice: the job saved and exited on every preemption notice it
+	// was given (see scheduler.Request.HonorsNotice).
+	HonorsNotice bool `json:"honors_notice,omitempty"`
 }
 
 // CapacityReply tells a job its place in the queue.

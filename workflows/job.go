@@ -502,6 +502,7 @@ func (j *job) waitForCapacity(ctx workflow.Context, attempt int) (protocol.Grant
 	j.request = protocol.CapacityRequest{
 		Job: j.name, Attempt: attempt, Kind: j.spec.Kind, Class: j.spec.Class(), InstanceType: j.spec.InstanceType,
 		Workers: j.spec.NWorkers, Seq: j.seq, SubmittedAt: j.status.CreatedAt, Preemptions: j.preemptions(),
+		HonorsNotice: j.honorsNotices(),
 	}
 	j.phase, j.grant = protocol.HoldWaiting, nil
 	req := activities.RequestCapacityInput{Region: j.spec.Region, Allocation: j.spec.AllocationName, Request: j.request}
@@ -1494,6 +1495,25 @@ func errorText(err error) string {
 // preemptions counts the job's attempts that ended preempted. The request
 // carries it, so that the policy's limit on preemptions of one job holds
 // even after the allocator has forgotten the job (a recovery, or a long wait).
+// honorsNotices says whether the job honoured every preemption notice it
+// was given, and was given at least one: each such attempt saved a
+// checkpoint within the notice's window and its workers exited before the
+// deadline. The policy then counts the job as losing nothing when preempted
+// (scheduler.Request.HonorsNotice).
+func (j *job) honorsNotices() bool {
+	given := false
+	for _, a := range j.status.Attempts {
+		if a.Preemptor == nil || a.NoticeDeadline == nil {
+			continue
+		}
+		if !a.HonouredNotice() || a.ExitedOnNoticeAt == nil {
+			return false
+		}
+		given = true
+	}
+	return given
+}
+
 func (j *job) preemptions() int {
 	n := 0
 	for _, a := range j.status.Attempts {

@@ -257,3 +257,36 @@ func TestDrainMovesTheJobWithANotice(t *testing.T) {
 	assert.Equal(t, protocol.NoticeReasonNodeDrain, (*notices)[0].Notice.Reason)
 	assert.Nil(t, (*notices)[0].Notice.By)
 }
+
+// TestRerunSaysItHonoursItsNotices: a job that saved within its notice's
+// window and exited before the deadline asks again saying HonorsNotice; one
+// that exited without a checkpoint does not.
+func TestRerunSaysItHonoursItsNotices(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		checkpoint bool
+		want       bool
+	}{{"saved and exited", true, true}, {"exited without saving", false, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newJobHarness(t)
+			h.notices()
+			h.grantWithNoticeAt(time.Minute, 1, 1, time.Minute, "")
+			h.watch(1, -1, 19*time.Minute+20*time.Second, 0)
+			h.preemptWithNoticeAt(20*time.Minute, 1, time.Minute)
+			if tc.checkpoint {
+				h.env.RegisterDelayedCallback(func() {
+					h.env.SignalWorkflow(protocol.SignalCheckpointed, protocol.CheckpointReply{Job: testJob, Attempt: 1, At: testStart.Add(20*time.Minute + 10*time.Second)})
+				}, 20*time.Minute+10*time.Second)
+			}
+			h.grantAt(time.Hour, 2, 1)
+			h.watch(2, -1, time.Minute, 0)
+			h.run(jobSpec("low", 1, 1))
+			require.NoError(t, h.env.GetWorkflowError())
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			require.Len(t, h.requests, 2)
+			assert.False(t, h.requests[0].HonorsNotice, "the first attempt has no notice behind it")
+			assert.Equal(t, tc.want, h.requests[1].HonorsNotice)
+		})
+	}
+}
