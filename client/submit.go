@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -202,10 +203,65 @@ func checkPlacementFields(cfg *config.Config, spec *protocol.JobSpec, alloc *con
 	} else if spec.Internet != nil && !*spec.Internet {
 		spec.Warn("internet false: the job's pods are labelled trainq.io/internet=false; a NetworkPolicy selecting that label blocks their traffic (see the README)")
 	}
-	if len(spec.IncludeNodes) > 0 || len(spec.ExcludeNodes) > 0 {
-		spec.Warn("include_nodes and exclude_nodes are not honoured yet: the job may run on any node of the allocation")
+	return allowNodes(spec, alloc)
+}
+
+// allowNodes works out the nodes the job may run on: its queue's (all the
+// allocation's when the queue lists none), within include_nodes, less
+// exclude_nodes. None left is refused; all of them is no constraint.
+func allowNodes(spec *protocol.JobSpec, alloc *config.Allocation) error {
+	q, err := alloc.QueueNamed(spec.QueueName)
+	if err != nil {
+		return &protocol.FieldError{Field: "queue_name", Message: err.Error()}
+	}
+	if len(alloc.Nodes) == 0 {
+		// Nodes picked by node_selector are known only in the cluster.
+		switch {
+		case len(spec.IncludeNodes) > 0:
+			spec.AllowedNodes = slices.Clone(spec.IncludeNodes)
+			if len(spec.ExcludeNodes) > 0 {
+				spec.AllowedNodes = slices.DeleteFunc(spec.AllowedNodes, func(n string) bool { return slices.Contains(spec.ExcludeNodes, n) })
+			}
+		case len(spec.ExcludeNodes) > 0:
+			spec.Warn(fmt.Sprintf("exclude_nodes: allocation %s picks its nodes by node_selector, so trainq cannot list the others; name the nodes to use in include_nodes", alloc.Name))
+		}
+		if len(spec.IncludeNodes) > 0 && len(spec.AllowedNodes) == 0 {
+			return &protocol.FieldError{Field: "exclude_nodes", Message: "excludes every node include_nodes names: the job could run nowhere"}
+		}
+		return nil
+	}
+	inQueue := queueNodes(alloc, q)
+	for i, n := range spec.IncludeNodes {
+		if !slices.Contains(inQueue, n) {
+			return &protocol.FieldError{Field: fmt.Sprintf("include_nodes[%d]", i),
+				Message: fmt.Sprintf("node %s is not in queue %s; its nodes are %s", n, q.Name, strings.Join(inQueue, ", "))}
+		}
+	}
+	allowed := slices.DeleteFunc(slices.Clone(inQueue), func(n string) bool {
+		return (len(spec.IncludeNodes) > 0 && !slices.Contains(spec.IncludeNodes, n)) || slices.Contains(spec.ExcludeNodes, n)
+	})
+	if len(allowed) == 0 {
+		field := "exclude_nodes"
+		if len(spec.ExcludeNodes) == 0 {
+			field = "include_nodes"
+		}
+		return &protocol.FieldError{Field: field, Message: fmt.Sprintf("leaves no node of queue %s of allocation %s to run on", q.Name, alloc.Name)}
+	}
+	if len(allowed) < len(alloc.Nodes) {
+		spec.AllowedNodes = allowed
 	}
 	return nil
+}
+
+// queueNodes are the names of q's nodes, in the allocation's order.
+func queueNodes(alloc *config.Allocation, q config.Queue) []string {
+	var out []string
+	for _, n := range alloc.Nodes {
+		if len(q.Nodes) == 0 || slices.Contains(q.Nodes, n.Name) {
+			out = append(out, n.Name)
+		}
+	}
+	return out
 }
 
 // NewJobName makes an ML Space-style job name.

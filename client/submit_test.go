@@ -61,3 +61,49 @@ func TestTimeLimitsOfTheAllocation(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, nb.TimeLimit, "Jupyter servers have no time limit")
 }
+
+// TestAllowedNodes: the nodes a job may run on are its queue's, within
+// include_nodes, less exclude_nodes; none left, or an include outside the
+// queue, is refused naming the field; all of them is no constraint.
+func TestAllowedNodes(t *testing.T) {
+	cfg := config.Default()
+	_, alloc, err := cfg.Allocation(cfg.DefaultRegion, "demo")
+	require.NoError(t, err)
+	alloc.Queues = []config.Queue{{Name: "default", Default: true}, {Name: "pair", Nodes: []string{"demo-node-2", "demo-node-3"}}}
+	t.Cleanup(func() { alloc.Queues = nil })
+	for _, tc := range []struct {
+		name, queue      string
+		include, exclude []string
+		want             []string
+		field, message   string
+	}{
+		{name: "no constraint"},
+		{name: "include", include: []string{"demo-node-3", "demo-node-1"}, want: []string{"demo-node-1", "demo-node-3"}},
+		{name: "exclude", exclude: []string{"demo-node-2"}, want: []string{"demo-node-1", "demo-node-3", "demo-node-4"}},
+		{name: "include less exclude", include: []string{"demo-node-1", "demo-node-2"}, exclude: []string{"demo-node-2"}, want: []string{"demo-node-1"}},
+		{name: "the queue's nodes", queue: "pair", want: []string{"demo-node-2", "demo-node-3"}},
+		{name: "the queue's less exclude", queue: "pair", exclude: []string{"demo-node-3"}, want: []string{"demo-node-2"}},
+		{name: "include outside the queue", queue: "pair", include: []string{"demo-node-1"},
+			field: "include_nodes[0]", message: "node demo-node-1 is not in queue pair; its nodes are demo-node-2, demo-node-3"},
+		{name: "nothing left", exclude: []string{"demo-node-1", "demo-node-2", "demo-node-3", "demo-node-4"},
+			field: "exclude_nodes", message: "leaves no node of queue default of allocation demo to run on"},
+		{name: "an unknown node", exclude: []string{"demo-node-9"},
+			field: "exclude_nodes[0]", message: "allocation demo has no node demo-node-9"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := protocol.JobSpec{Script: "s", InstanceType: "a100.1gpu", AllocationName: "demo", QueueName: tc.queue,
+				IncludeNodes: tc.include, ExcludeNodes: tc.exclude}
+			_, err := Check(cfg, &spec)
+			if tc.field != "" {
+				var fe *protocol.FieldError
+				require.True(t, errors.As(err, &fe), "%v", err)
+				assert.Equal(t, tc.field, fe.Field)
+				assert.Contains(t, fe.Message, tc.message)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, spec.AllowedNodes)
+			assert.Empty(t, spec.Warnings)
+		})
+	}
+}

@@ -163,6 +163,10 @@ type JobSpec struct {
 	Kind      scheduler.Kind `json:"kind"`
 	Author    string         `json:"author,omitempty"`
 	Workspace string         `json:"workspace,omitempty"`
+	// AllowedNodes are the only nodes the job's workers may run on, worked
+	// out at submission from its queue's nodes, include_nodes and
+	// exclude_nodes (see scheduler.Request.Nodes); empty: any node.
+	AllowedNodes []string `json:"allowed_nodes,omitempty"`
 }
 
 // durationText is d as people write it, or "" for none.
@@ -225,6 +229,7 @@ func (s JobSpec) Fields() []SpecField {
 		{"shm_size_class", s.ShmSizeClass},
 		{"author", s.Author},
 		{"workspace", s.Workspace},
+		{"allowed_nodes", strings.Join(s.AllowedNodes, ",")},
 	}
 	for _, k := range slices.Sorted(maps.Keys(s.EnvVariables)) {
 		f = append(f, SpecField{"env " + k, s.EnvVariables[k]})
@@ -395,6 +400,8 @@ type CapacityRequest struct {
 	// HonorsNotice: the job saved and exited on every preemption notice it
 	// was given (see scheduler.Request.HonorsNotice).
 	HonorsNotice bool `json:"honors_notice,omitempty"`
+	// Nodes are the only nodes the job may run on (JobSpec.AllowedNodes).
+	Nodes []string `json:"nodes,omitempty"`
 }
 
 // CapacityReply tells a job its place in the queue.
