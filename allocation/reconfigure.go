@@ -2,7 +2,6 @@ package allocation
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -123,7 +122,8 @@ func (s *State) configChanges(in protocol.AllocatorInput, g Gates) string {
 	if len(parts) == 0 && !slices.Equal(s.Pool.Nodes(), in.Nodes) {
 		parts = append(parts, "reordered the nodes")
 	}
-	noticesListed := s.Config.PreemptionNotice != in.PreemptionNotice || !maps.Equal(s.Config.ClassPreemptionNotice, in.ClassPreemptionNotice)
+	classNotices := s.classNoticeChanges(in)
+	noticesListed := s.Config.PreemptionNotice != in.PreemptionNotice || len(classNotices) > 0
 	for _, c := range s.policyChanges(in.Policy, g) {
 		// The policy's notice is the longest of the notices listed below.
 		if !noticesListed || !strings.HasPrefix(c, "preemption_notice ") {
@@ -142,14 +142,7 @@ func (s *State) configChanges(in protocol.AllocatorInput, g Gates) string {
 	if s.Config.PreemptionNotice != in.PreemptionNotice {
 		parts = append(parts, fmt.Sprintf("preemption_notice %s -> %s", s.Config.PreemptionNotice, in.PreemptionNotice))
 	}
-	for _, class := range []scheduler.Class{scheduler.Low, scheduler.Medium, scheduler.High} {
-		name := class.String()
-		was, wasSet := s.Config.ClassPreemptionNotice[name]
-		now, nowSet := in.ClassPreemptionNotice[name]
-		if was != now || wasSet != nowSet {
-			parts = append(parts, fmt.Sprintf("preemption_notice of %s %s -> %s", name, noticeText(was, wasSet), noticeText(now, nowSet)))
-		}
-	}
+	parts = append(parts, classNotices...)
 	if s.Config.NoticeSignal != in.NoticeSignal {
 		parts = append(parts, fmt.Sprintf("notice_signal %q -> %q", s.Config.NoticeSignal, in.NoticeSignal))
 	}
@@ -171,6 +164,21 @@ func (s *State) policyChanges(next scheduler.Policy, g Gates) []string {
 		return old
 	}
 	return all
+}
+
+// classNoticeChanges lists the classes whose own preemption_notice in
+// changes, in class order.
+func (s *State) classNoticeChanges(in protocol.AllocatorInput) []string {
+	var parts []string
+	for _, class := range []scheduler.Class{scheduler.Low, scheduler.Medium, scheduler.High} {
+		name := class.String()
+		was, wasSet := s.Config.ClassPreemptionNotice[name]
+		now, nowSet := in.ClassPreemptionNotice[name]
+		if was != now || wasSet != nowSet {
+			parts = append(parts, fmt.Sprintf("preemption_notice of %s %s -> %s", name, noticeText(was, wasSet), noticeText(now, nowSet)))
+		}
+	}
+	return parts
 }
 
 // noticeText shows a class's preemption_notice: its own, or the allocation's.
