@@ -201,7 +201,7 @@ func checkPlacementFields(cfg *config.Config, spec *protocol.JobSpec, alloc *con
 			spec.Warn("internet false: the local backend does not restrict network access")
 		}
 	} else if spec.Internet != nil && !*spec.Internet {
-		spec.Warn("internet false: the job's pods are labelled trainq.io/internet=false; a NetworkPolicy selecting that label blocks their traffic (see the README)")
+		spec.Warn("internet false: the job's pods are labelled trainq.io/internet=false, which the NetworkPolicy trainq-no-internet of deploy/kubernetes keeps inside the cluster where the network plugin enforces NetworkPolicy")
 	}
 	return allowNodes(spec, alloc)
 }

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
+	kubeb "github.com/trainq/trainq/cluster/kube"
 	"github.com/trainq/trainq/config"
 	"github.com/trainq/trainq/internal/kubetest"
 )
@@ -67,7 +68,7 @@ func TestManifestsApplyOnAnAPIServer(t *testing.T) {
 			}
 		}
 		assert.Equal(t, map[string]int{"Namespace": 2, "ServiceAccount": 1, "Role": 1, "RoleBinding": 1, "ClusterRole": 1,
-			"ClusterRoleBinding": 1, "ConfigMap": 1, "Secret": 1, "Deployment": 2, "Service": 1, "PodDisruptionBudget": 2}, kinds, dir)
+			"ClusterRoleBinding": 1, "ConfigMap": 1, "Secret": 1, "Deployment": 2, "Service": 1, "PodDisruptionBudget": 2, "NetworkPolicy": 1}, kinds, dir)
 		for _, o := range objs {
 			gvk := o.GroupVersionKind()
 			m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
@@ -81,6 +82,11 @@ func TestManifestsApplyOnAnAPIServer(t *testing.T) {
 			require.NoError(t, err, "%s: server-side dry run of %s %s/%s", dir, o.GetKind(), o.GetNamespace(), o.GetName())
 
 			switch o.GetKind() {
+			case "NetworkPolicy":
+				// It must select exactly the pods the kube backend labels for internet: false.
+				sel, _, _ := unstructured.NestedStringMap(o.Object, "spec", "podSelector", "matchLabels")
+				assert.Equal(t, map[string]string{kubeb.LabelInternet: "false"}, sel)
+				assert.Equal(t, "trainq-jobs", o.GetNamespace(), "the jobs' namespace")
 			case "ConfigMap":
 				text, _, _ := unstructured.NestedString(o.Object, "data", "trainq.yaml")
 				path := filepath.Join(t.TempDir(), "trainq.yaml")
