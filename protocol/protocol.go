@@ -402,6 +402,9 @@ type CapacityRequest struct {
 	HonorsNotice bool `json:"honors_notice,omitempty"`
 	// Nodes are the only nodes the job may run on (JobSpec.AllowedNodes).
 	Nodes []string `json:"nodes,omitempty"`
+	// MinWorkers, for an elastic gang (pytorch_elastic), is the fewest
+	// workers it may start with; Workers is the most (0: Workers).
+	MinWorkers int `json:"min_workers,omitempty"`
 }
 
 // CapacityReply tells a job its place in the queue.

@@ -502,7 +502,7 @@ func (j *job) waitForCapacity(ctx workflow.Context, attempt int) (protocol.Grant
 	j.request = protocol.CapacityRequest{
 		Job: j.name, Attempt: attempt, Kind: j.spec.Kind, Class: j.spec.Class(), InstanceType: j.spec.InstanceType,
 		Workers: j.spec.NWorkers, Seq: j.seq, SubmittedAt: j.status.CreatedAt, Preemptions: j.preemptions(),
-		HonorsNotice: j.honorsNotices(), Nodes: j.spec.AllowedNodes,
+		HonorsNotice: j.honorsNotices(), Nodes: j.spec.AllowedNodes, MinWorkers: j.spec.ElasticMinWorkers,
 	}
 	j.phase, j.grant = protocol.HoldWaiting, nil
 	req := activities.RequestCapacityInput{Region: j.spec.Region, Allocation: j.spec.AllocationName, Request: j.request}
@@ -736,7 +736,8 @@ func (j *job) startWorkers(ctx workflow.Context, attempt int, grant protocol.Gra
 	var starts []workflow.Future
 	for _, p := range grant.Placement {
 		spec := cluster.WorkerSpec{
-			ID: cluster.WorkerID{Job: j.name, Attempt: attempt, Worker: p.Worker}, Workers: j.spec.NWorkers,
+			// The grant's size: n_workers, or for an elastic gang what fitted.
+			ID: cluster.WorkerID{Job: j.name, Attempt: attempt, Worker: p.Worker}, Workers: len(grant.Placement),
 			Node: p.Node, GPUs: p.GPUs, Type: j.spec.Type, Script: j.spec.Script, BaseImage: j.spec.BaseImage,
 			ProcessesPerWorker: j.spec.ProcessesPerWorker, Env: j.spec.EnvVariables, Flags: j.spec.Flags,
 			MasterAddr: rv.Addr, MasterPort: rv.Port, CheckpointDir: j.spec.CheckpointDir, Notebook: notebook,
@@ -917,7 +918,7 @@ func (j *job) watch(ctx workflow.Context, attempt int, grant protocol.GrantSigna
 		if j.spec.Health != nil && judges {
 			// Worker 0's watch judges the whole attempt: the job is stuck
 			// only when none of its workers writes (often only rank 0 logs).
-			in.LogPeriod, in.Workers = j.spec.Health.LogPeriod, j.spec.NWorkers
+			in.LogPeriod, in.Workers = j.spec.Health.LogPeriod, len(grant.Placement)
 		}
 		worker := p.Worker
 		f := workflow.ExecuteActivity(j.nodeOptions(wctx, p.Node, fmt.Sprintf("watch worker %d on %s", p.Worker, p.Node), watchOptions), (*activities.Activities).WatchWorker, in)
