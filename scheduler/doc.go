@@ -14,6 +14,15 @@
 //   - A request needs Workers workers, each with the whole per-worker Demand on one node of the
 //     requested family, all on distinct nodes, all at once (gang). GPUs are handed out as the
 //     lowest free indices on the node.
+//   - A request with allowed nodes (Request.Nodes: ML Space's include_nodes minus exclude_nodes,
+//     within its queue's nodes) is placed only on those of its family: every rule below reads
+//     "node" as "allowed node" for it. It is granted, holds, is nominated capacity it uses and
+//     reserves only there; it preempts, or takes over nominated capacity, only for capacity
+//     there: a victim is chosen only for what it frees on an allowed node (a victim with workers
+//     on several nodes still stops them all, and all its capacity is nominated to the
+//     preemptor, which never places a worker outside its allowed nodes). Requests that differ
+//     only in their allowed nodes are of different shapes: one failing tells nothing of the
+//     other. An empty list means any node of the family.
 //   - Capacity is free only when no worker holds it. A stopping job's capacity is "releasing": it
 //     is never granted to anyone and becomes free worker by worker, as each Release is reported.
 //   - Capacity of a preempted job is nominated to its preemptor: while the job stops, and once
@@ -51,13 +60,17 @@
 //     it and no pass counts its free or releasing capacity for anyone, so nothing is nominated on
 //     it and nobody is preempted for capacity there. Jobs placed on it keep holding until they are
 //     Released or Cancelled, as anywhere else. Pool.MarkNodeUp returns it to scheduling.
-//   - Admission (Pool.Admit) rejects requests that could not fit even the empty pool.
+//   - Admission (Pool.Admit) rejects requests that could not fit even the empty pool: among them
+//     a request whose allowed nodes name a node not in the pool, or leave fewer nodes of its
+//     family large enough for a worker than it has workers. A running job's allowed nodes are not
+//     checked (Pool.Adopt, Restore): it holds its placement already.
 //   - Pool.Adopt rebuilds a lost allocator state from the jobs: it records a job that already holds
 //     capacity as if it had been granted its placement, and refuses anything held twice. It cannot
 //     know nominations, holds, reservations or checkpoints; they start afresh.
 //   - Pool.Reconfigure swaps nodes and policy all-or-nothing: nodes may be added or reordered; a
 //     node may be removed or changed only while no running or releasing job is placed on it.
-//     Waiting requests that no longer pass Admit are removed and returned to the caller.
+//     Waiting requests that no longer pass Admit (a node they are allowed on was removed, say) are
+//     removed and returned to the caller.
 //
 // # Victim ordering
 //
