@@ -16,13 +16,15 @@
 //     lowest free indices on the node.
 //   - A request with allowed nodes (Request.Nodes: ML Space's include_nodes minus exclude_nodes,
 //     within its queue's nodes) is placed only on those of its family: every rule below reads
-//     "node" as "allowed node" for it. It is granted, holds, is nominated capacity it uses and
-//     reserves only there; it preempts, or takes over nominated capacity, only for capacity
-//     there: a victim is chosen only for what it frees on an allowed node (a victim with workers
-//     on several nodes still stops them all, and all its capacity is nominated to the
-//     preemptor, which never places a worker outside its allowed nodes). Requests that differ
-//     only in their allowed nodes are of different shapes: one failing tells nothing of the
-//     other. An empty list means any node of the family.
+//     "node" as "allowed node" for it. It is granted, holds free and releasing capacity, starts
+//     on capacity nominated to it and reserves nodes only there; it preempts, or takes over
+//     nominated capacity, only for capacity there: the victim search looks at no other node, and
+//     counts no victim's capacity elsewhere. A victim with workers on several nodes still stops
+//     them all, and all its capacity is nominated to its preemptor as for any other, also on
+//     nodes the preemptor may not use, until it starts. Requests that differ only in their
+//     allowed nodes are of different shapes: one failing in a pass tells nothing of the other.
+//     An empty list means any node of the family; names of nodes of other families are never
+//     used; the pool keeps the list sorted, each name once.
 //   - Capacity is free only when no worker holds it. A stopping job's capacity is "releasing": it
 //     is never granted to anyone and becomes free worker by worker, as each Release is reported.
 //   - Capacity of a preempted job is nominated to its preemptor: while the job stops, and once
@@ -95,8 +97,8 @@
 // below it loses the least. The pool trusts the flag; with PreemptionNotice 0 it means nothing.
 //
 // It may also take over capacity nominated to a request of a strictly lower class (that loses no
-// work). On each node of its family (not lost, not reserved in this pass), the candidates are
-// ordered by:
+// work). On each node of its family (not lost, not reserved in this pass, one of its allowed
+// nodes if it has any), the candidates are ordered by:
 //
 //  1. class, lowest first (for a takeover, the class of the request it takes from);
 //  2. a takeover before a preemption;
@@ -133,13 +135,14 @@
 //
 // With Policy.ReserveAfter > 0 (the config default is 30m), a medium or low request that has been
 // the first waiting request of its class for that long, and can neither start, hold capacity nor
-// preempt, reserves nodes so that they drain for it: per node it counts what it would still lack
-// once the free and releasing capacity in its sight and every job it may preempt are gone, and
-// takes the nodes that lack the fewest GPUs, then CPU, then RAM, then those it reserved in the
-// last pass, then config order. On each it holds the free and releasing capacity up to its demand,
-// and no later request of the pass may preempt there, so nothing later in the queue starts on it
-// (requests ahead of it, of higher classes, still may). High requests do not reserve: they are
-// blocked only by high-priority work and notebooks, and reserving nodes for them held back other
-// high-priority jobs in the simulator (trainq simulate) without starting them any sooner.
+// preempt, reserves nodes so that they drain for it: per node (of its allowed nodes, if it has
+// any) it counts what it would still lack once the free and releasing capacity in its sight and
+// every job it may preempt are gone, and takes the nodes that lack the fewest GPUs, then CPU,
+// then RAM, then those it reserved in the last pass, then config order. On each it holds the free
+// and releasing capacity up to its demand, and no later request of the pass may preempt there,
+// so nothing later in the queue starts on it (requests ahead of it, of higher classes, still
+// may). High requests do not reserve: they are blocked only by high-priority work and notebooks,
+// and reserving nodes for them held back other high-priority jobs in the simulator (trainq
+// simulate) without starting them any sooner.
 // View shows the reserved nodes (NodeInfo.ReservedFor, WaitingInfo.Reserved).
 package scheduler

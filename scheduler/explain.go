@@ -452,5 +452,7 @@ func (p *Pool) Waiting(job string) (Request, bool) {
 	if w == nil {
 		return Request{}, false
 	}
-	return w.r, true
+	r := w.r
+	r.Nodes = slices.Clone(r.Nodes)
+	return r, true
 }

@@ -28,14 +28,14 @@ func TestAdmitAllowedNodes(t *testing.T) {
 		{"another family's node is never used", job(8, 1, "big-2", "cpu-1"), ""},
 		{"an unknown node", job(4, 1, "big-1", "gpu-9"),
 			`node "gpu-9", one of the nodes the job may run on (include_nodes minus exclude_nodes), is not in this allocation`},
-		{"unknown nodes", job(4, 1, "x", "big-1", "y"), `nodes "x", "y", one of the nodes the job may run on`},
+		{"unknown nodes", job(4, 1, "x", "big-1", "y"), `nodes "x", "y", among the nodes the job may run on (include_nodes minus exclude_nodes), are not in this allocation`},
 		{"too few allowed nodes", job(4, 2, "big-1"),
 			"the nodes the job may run on (include_nodes minus exclude_nodes) leave 1 node of family a100 that can hold a worker (big-1); the job needs 2"},
 		{"too few large enough", job(8, 2, "big-1", "small-1", "small-2"),
 			"leave 1 node of family a100 that can hold a worker (big-1; small-1, small-2 are too small); the job needs 2"},
 		{"none large enough", job(8, 1, "small-2"), "leave no node of family a100 that can hold a worker (small-2 is too small); the job needs 1"},
 		{"only another family's nodes", job(1, 1, "cpu-1"),
-			"the nodes the job may run on (include_nodes minus exclude_nodes) (cpu-1) include no node of family a100"},
+			"the nodes the job may run on (include_nodes minus exclude_nodes: cpu-1) include no node of family a100"},
 		// The checks of the empty pool come first.
 		{"too many workers anyway", job(4, 5, "big-1"), "needs 5 workers, each on its own a100 node, but this allocation has only 4"},
 	} {

@@ -394,9 +394,11 @@ func (p *Pool) admitNodes(r *Request) error {
 			unknown = append(unknown, strconv.Quote(name))
 		}
 	}
-	if len(unknown) > 0 {
-		return fmt.Errorf("%s %s, one of %s, %s not in this allocation", plural(len(unknown), "node", "nodes"), listText(unknown),
-			allowedNodesText, plural(len(unknown), "is", "are"))
+	if len(unknown) == 1 {
+		return fmt.Errorf("node %s, one of %s, is not in this allocation", unknown[0], allowedNodesText)
+	}
+	if len(unknown) > 1 {
+		return fmt.Errorf("nodes %s, among %s, are not in this allocation", listText(unknown), allowedNodesText)
 	}
 	d := &r.Demand
 	var fit, small []string
@@ -414,7 +416,7 @@ func (p *Pool) admitNodes(r *Request) error {
 		return nil
 	}
 	if len(fit)+len(small) == 0 {
-		return fmt.Errorf("%s (%s) include no node of family %s", allowedNodesText, listText(names), d.Family)
+		return fmt.Errorf("the nodes the job may run on (include_nodes minus exclude_nodes: %s) include no node of family %s", listText(names), d.Family)
 	}
 	var which []string
 	if len(fit) > 0 {

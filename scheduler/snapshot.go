@@ -283,7 +283,7 @@ func Restore(s Snapshot) (*Pool, error) {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
 	p.lastNow = nt(s.Now)
-	rs := &restorer{p: p, s: &s, admitted: map[admitKey]bool{}}
+	rs := &restorer{p: p, s: &s, admitted: map[admitKey]bool{}, sets: map[int32][]string{}}
 	for _, step := range []func() error{rs.lostNodes, rs.runningJobs, rs.victimOrder, rs.waitingRequests, rs.classHeads, rs.holds, rs.memo} {
 		if err := step(); err != nil {
 			return nil, err
@@ -312,6 +312,8 @@ type restorer struct {
 	// admitted are the request shapes Admit already accepted: checking each shape once keeps
 	// restoring a long queue cheap.
 	admitted map[admitKey]bool
+	// sets are the node sets read so far (see nodeSet), shared by their requests.
+	sets map[int32][]string
 }
 
 // admitKey is what Admit looks at: demand, workers, kind and class, and allowed nodes (ns, as
@@ -338,7 +340,8 @@ func (rs *restorer) admitOnce(r Request, key admitKey) error {
 	return nil
 }
 
-// nodeSet is the allowed nodes coded as k (see SnapshotWaiting.NodeSet), sorted, each once.
+// nodeSet is the allowed nodes coded as k (see SnapshotWaiting.NodeSet), sorted, each once; the
+// requests of one set share its slice (the pool never changes a request's nodes).
 func (rs *restorer) nodeSet(k int32) ([]string, error) {
 	switch {
 	case k == 0:
@@ -348,7 +351,12 @@ func (rs *restorer) nodeSet(k int32) ([]string, error) {
 	case len(rs.s.NodeSets[k-1]) == 0:
 		return nil, fmt.Errorf("snapshot: node set %d is empty", k)
 	}
-	return canonNodes(rs.s.NodeSets[k-1]), nil
+	names, ok := rs.sets[k]
+	if !ok {
+		names = canonNodes(rs.s.NodeSets[k-1])
+		rs.sets[k] = names
+	}
+	return names, nil
 }
 
 func (rs *restorer) demand(i int32) (Demand, error) {
