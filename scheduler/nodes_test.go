@@ -2,6 +2,8 @@ package scheduler
 
 import (
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -428,4 +430,68 @@ func TestAllowedNodesAdopt(t *testing.T) {
 	if err := json.Unmarshal([]byte(mustJSON(t, p.Snapshot())), &s); err != nil || !slices.Equal(s.NodeSets[0], []string{"n-1", "old-node"}) {
 		t.Fatalf("node sets %v %v", s.NodeSets, err)
 	}
+}
+
+// TestAllowedNodesPreemptionRandom: random pools full of low jobs, then high requests held to
+// random nodes. sched checks that no worker is placed, and no victim chosen, outside a request's
+// allowed nodes; once the victims have stopped, every preemptor starts, and on a node of one of
+// its victims (none was preempted for nothing).
+func TestAllowedNodesPreemptionRandom(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	preempted := 0
+	for round := range 300 {
+		var nodes []Node
+		for i := range 3 + rng.IntN(6) {
+			nodes = append(nodes, Node{Name: fmt.Sprintf("n%d", i), Family: "a", GPUs: []int{4, 8}[rng.IntN(2)]})
+		}
+		p := mustPool(t, nodes, Policy{})
+		for j := range 4 * len(nodes) {
+			r := makeJob(fmt.Sprintf("lo%d", j), "a").Class(Low).GPUs(1 + rng.IntN(4)).Workers(1 + rng.IntN(2)).Seq(int64(j)).Obj()
+			if p.Admit(r) == nil {
+				mustEnqueue(t, p, r)
+			}
+		}
+		sched(t, p, at(0))
+		for _, w := range slices.Clone(p.waiting) { // only what runs stays
+			p.Cancel(w.r.Job)
+		}
+		for k := range 1 + rng.IntN(3) {
+			var on []string
+			for _, n := range nodes {
+				if rng.IntN(2) == 0 {
+					on = append(on, n.Name)
+				}
+			}
+			r := makeJob(fmt.Sprintf("hi%d", k), "a").Class(High).GPUs(1 + rng.IntN(8)).Workers(1 + rng.IntN(2)).Seq(int64(k)).Nodes(on...).Obj()
+			if len(on) > 0 && p.Admit(r) == nil {
+				mustEnqueue(t, p, r)
+			}
+		}
+		d := sched(t, p, at(10))
+		victimNodes := map[string][]string{} // preemptor -> its victims' nodes
+		for _, pe := range d.Preemptions {
+			ri, _ := p.Running(pe.Victim)
+			for _, w := range ri.Placement {
+				victimNodes[pe.Preemptor.Job] = append(victimNodes[pe.Preemptor.Job], w.Node)
+			}
+			for _, w := range ri.Placement {
+				p.Release(pe.Victim, ri.Attempt, w.Worker)
+			}
+			preempted++
+		}
+		for _, g := range sched(t, p, at(11)).Grants {
+			if vn := victimNodes[g.Job]; vn != nil && !slices.ContainsFunc(grantNodes(g), func(n string) bool { return slices.Contains(vn, n) }) {
+				t.Fatalf("round %d: %s preempted jobs on %v but started on %v", round, g.Job, vn, grantNodes(g))
+			}
+			delete(victimNodes, g.Job)
+		}
+		for job := range victimNodes {
+			wi, _ := p.Explain(job)
+			t.Fatalf("round %d: %s preempted, its victims stopped, and it did not start: %s", round, job, wi.Reason)
+		}
+	}
+	if preempted < 100 {
+		t.Fatalf("only %d preemptions: the test does not exercise what it should", preempted)
+	}
+	t.Logf("%d preemptions", preempted)
 }
