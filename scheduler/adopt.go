@@ -26,15 +26,19 @@ type Adoption struct {
 // then its previous attempt, and the waiting one waits for it to release its capacity. A node may
 // be lost: the job holds capacity on it all the same, and the node stays lost.
 //
-// Adopt fails, changing nothing, with a plain sentence if the request does not pass Admit, if the
-// pool already holds capacity for the job, or if the placement is not one this pool could have
-// granted: its worker count is not Request.Workers, its workers are not 0..Workers-1, a node is
-// unknown, of another family or used by two workers, a worker's GPU count is not the per-worker
-// demand, or a GPU index does not exist on its node. It also fails rather than let anything be
-// held twice: if a GPU, or the CPU cores or RAM a worker needs, are already held by another job.
+// The request's allowed nodes (Request.Nodes) are kept but not checked, neither against the pool
+// nor against the placement: the job holds that capacity, whatever it asked for.
+//
+// Adopt fails, changing nothing, with a plain sentence if the request does not pass Admit (but
+// for its allowed nodes), if the pool already holds capacity for the job, or if the placement is
+// not one this pool could have granted: its worker count is not Request.Workers, its workers are
+// not 0..Workers-1, a node is unknown, of another family or used by two workers, a worker's GPU
+// count is not the per-worker demand, or a GPU index does not exist on its node. It also fails
+// rather than let anything be held twice: if a GPU, or the CPU cores or RAM a worker needs, are
+// already held by another job.
 func (p *Pool) Adopt(a Adoption) error {
 	r := normalize(a.Request)
-	if err := p.Admit(r); err != nil {
+	if err := p.admitAnywhere(r); err != nil { // (its allowed nodes bind a waiting request only)
 		return fmt.Errorf("cannot adopt job %q: %w", r.Job, err)
 	}
 	fail := func(format string, args ...any) error {

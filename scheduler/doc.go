@@ -14,6 +14,17 @@
 //   - A request needs Workers workers, each with the whole per-worker Demand on one node of the
 //     requested family, all on distinct nodes, all at once (gang). GPUs are handed out as the
 //     lowest free indices on the node.
+//   - A request with allowed nodes (Request.Nodes: ML Space's include_nodes minus exclude_nodes,
+//     within its queue's nodes) is placed only on those of its family: every rule below reads
+//     "node" as "allowed node" for it. It is granted, holds free and releasing capacity, starts
+//     on capacity nominated to it and reserves nodes only there; it preempts, or takes over
+//     nominated capacity, only for capacity there: the victim search looks at no other node, and
+//     counts no victim's capacity elsewhere. A victim with workers on several nodes still stops
+//     them all, and all its capacity is nominated to its preemptor as for any other, also on
+//     nodes the preemptor may not use, until it starts. Requests that differ only in their
+//     allowed nodes are of different shapes: one failing in a pass tells nothing of the other.
+//     An empty list means any node of the family; names of nodes of other families are never
+//     used; the pool keeps the list sorted, each name once.
 //   - Capacity is free only when no worker holds it. A stopping job's capacity is "releasing": it
 //     is never granted to anyone and becomes free worker by worker, as each Release is reported.
 //   - Capacity of a preempted job is nominated to its preemptor: while the job stops, and once
@@ -51,13 +62,17 @@
 //     it and no pass counts its free or releasing capacity for anyone, so nothing is nominated on
 //     it and nobody is preempted for capacity there. Jobs placed on it keep holding until they are
 //     Released or Cancelled, as anywhere else. Pool.MarkNodeUp returns it to scheduling.
-//   - Admission (Pool.Admit) rejects requests that could not fit even the empty pool.
+//   - Admission (Pool.Admit) rejects requests that could not fit even the empty pool: among them
+//     a request whose allowed nodes name a node not in the pool, or leave fewer nodes of its
+//     family large enough for a worker than it has workers. A running job's allowed nodes are not
+//     checked (Pool.Adopt, Restore): it holds its placement already.
 //   - Pool.Adopt rebuilds a lost allocator state from the jobs: it records a job that already holds
 //     capacity as if it had been granted its placement, and refuses anything held twice. It cannot
 //     know nominations, holds, reservations or checkpoints; they start afresh.
 //   - Pool.Reconfigure swaps nodes and policy all-or-nothing: nodes may be added or reordered; a
 //     node may be removed or changed only while no running or releasing job is placed on it.
-//     Waiting requests that no longer pass Admit are removed and returned to the caller.
+//     Waiting requests that no longer pass Admit (a node they are allowed on was removed, say) are
+//     removed and returned to the caller.
 //
 // # Victim ordering
 //
@@ -82,8 +97,8 @@
 // below it loses the least. The pool trusts the flag; with PreemptionNotice 0 it means nothing.
 //
 // It may also take over capacity nominated to a request of a strictly lower class (that loses no
-// work). On each node of its family (not lost, not reserved in this pass), the candidates are
-// ordered by:
+// work). On each node of its family (not lost, not reserved in this pass, one of its allowed
+// nodes if it has any), the candidates are ordered by:
 //
 //  1. class, lowest first (for a takeover, the class of the request it takes from);
 //  2. a takeover before a preemption;
@@ -120,13 +135,14 @@
 //
 // With Policy.ReserveAfter > 0 (the config default is 30m), a medium or low request that has been
 // the first waiting request of its class for that long, and can neither start, hold capacity nor
-// preempt, reserves nodes so that they drain for it: per node it counts what it would still lack
-// once the free and releasing capacity in its sight and every job it may preempt are gone, and
-// takes the nodes that lack the fewest GPUs, then CPU, then RAM, then those it reserved in the
-// last pass, then config order. On each it holds the free and releasing capacity up to its demand,
-// and no later request of the pass may preempt there, so nothing later in the queue starts on it
-// (requests ahead of it, of higher classes, still may). High requests do not reserve: they are
-// blocked only by high-priority work and notebooks, and reserving nodes for them held back other
-// high-priority jobs in the simulator (trainq simulate) without starting them any sooner.
+// preempt, reserves nodes so that they drain for it: per node (of its allowed nodes, if it has
+// any) it counts what it would still lack once the free and releasing capacity in its sight and
+// every job it may preempt are gone, and takes the nodes that lack the fewest GPUs, then CPU,
+// then RAM, then those it reserved in the last pass, then config order. On each it holds the free
+// and releasing capacity up to its demand, and no later request of the pass may preempt there,
+// so nothing later in the queue starts on it (requests ahead of it, of higher classes, still
+// may). High requests do not reserve: they are blocked only by high-priority work and notebooks,
+// and reserving nodes for them held back other high-priority jobs in the simulator (trainq
+// simulate) without starting them any sooner.
 // View shows the reserved nodes (NodeInfo.ReservedFor, WaitingInfo.Reserved).
 package scheduler

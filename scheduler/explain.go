@@ -113,7 +113,7 @@ func (p *Pool) newExplainer(pl *plan) *explainer {
 func (ex *explainer) lostFit(shape int32, d Demand) (int, []string) {
 	lf, ok := ex.lost[shape]
 	if !ok {
-		lf.live, lf.lost = ex.p.lostFit(d)
+		lf.live, lf.lost = ex.p.lostFit(&ex.p.shapes[shape], d)
 		ex.lost[shape] = lf
 	}
 	return lf.live, lf.lost
@@ -134,7 +134,7 @@ func (ex *explainer) info(i int) WaitingInfo {
 	w := ex.p.waiting[i]
 	r := &w.r
 	wi := WaitingInfo{Job: r.Job, Attempt: r.Attempt, Kind: r.Kind, Class: r.Class, Workers: r.Workers,
-		Demand: r.Demand, GPUs: r.Workers * r.Demand.GPUs, Position: i + 1, SubmittedAt: r.SubmittedAt, Seq: r.Seq}
+		Demand: r.Demand, GPUs: r.Workers * r.Demand.GPUs, Position: i + 1, SubmittedAt: r.SubmittedAt, Seq: r.Seq, Nodes: slices.Clone(r.Nodes)}
 	o := &ex.pl.outs[i-ex.pl.outFrom]
 	higher := ex.classStart[r.Class]
 	behind := behindText(higher, i-higher)
@@ -153,7 +153,7 @@ func (ex *explainer) info(i int) WaitingInfo {
 		wi.Reason = fmt.Sprintf("waiting for its previous attempt (%d) to release its capacity", prev.r.Attempt)
 		wi.WaitingFor = []string{r.Job}
 	default: // outNoFit
-		ex.explainNoFit(&wi, i, need, behind)
+		ex.explainNoFit(&wi, i, o, need, behind)
 	}
 	if wi.Reason == "" { // defensive: the contract says never empty
 		wi.Reason = "waiting"
@@ -296,23 +296,28 @@ func (ex *explainer) explainReserving(wi *WaitingInfo, o *planOut, need, behind 
 }
 
 // explainNoFit explains a request that can neither start, nor wait for releasing capacity, nor
-// preempt: which earlier requests took the capacity, why it may not preempt, and which nodes of
-// its family are not answering.
-func (ex *explainer) explainNoFit(wi *WaitingInfo, i int, need, behind string) {
+// preempt: what its allowed nodes leave it, which earlier requests took the capacity (on its
+// allowed nodes), why it may not preempt, and which nodes of its family are not answering.
+func (ex *explainer) explainNoFit(wi *WaitingInfo, i int, o *planOut, need, behind string) {
 	p, w := ex.p, ex.p.waiting[i]
-	f := p.shapes[w.shape].fam
-	for _, k := range ex.pl.consumers[f] {
-		if int(k) >= i || len(wi.WaitingFor) == maxWaitingFor {
+	sh := &p.shapes[w.shape]
+	for _, c := range ex.pl.consumers[sh.fam] {
+		if int(c.i) >= i || len(wi.WaitingFor) == maxWaitingFor {
 			break
 		}
-		wi.WaitingFor = append(wi.WaitingFor, p.waiting[k].r.Job)
+		if sh.allowed == nil || slices.ContainsFunc(c.nodes, sh.may) {
+			wi.WaitingFor = append(wi.WaitingFor, p.waiting[c.i].r.Job)
+		}
 	}
 	why := "not enough capacity is free or being released"
 	if len(wi.WaitingFor) > 0 {
 		why = "the free and releasing capacity is held for earlier requests (" + strings.Join(wi.WaitingFor, ", ") + ")"
 	}
+	if sh.allowed != nil {
+		why = allowedRoomText(w, o, p.fams[sh.fam].name) + "; " + strings.Replace(why, "capacity", "capacity there", 1)
+	}
 	why += ex.noPreemptionText(wi.Class)
-	if fm := &p.fams[f]; len(fm.live) < len(fm.nodes) { // some node of its family is lost
+	if fm := &p.fams[sh.fam]; len(fm.live) < len(fm.nodes) { // some node of its family is lost
 		why = ex.withLostNodes(wi, w, why)
 	}
 	wi.Reason = "waiting for " + need + "; " + why
@@ -320,6 +325,25 @@ func (ex *explainer) explainNoFit(wi *WaitingInfo, i int, need, behind string) {
 		wi.Reason = behind + "; " + wi.Reason
 	}
 	slices.Sort(wi.WaitingFor)
+}
+
+// allowedRoomText says what the allowed nodes of a request that cannot start, hold or preempt
+// leave it, e.g. "its allowed nodes (n-1, n-2) are full, though 3 other a100 nodes have room for
+// a worker", or "excluded nodes leave 1 of the 4 a100 nodes with room for a worker (its allowed
+// nodes are n-1, n-2); it needs 2".
+func allowedRoomText(w *waitReq, o *planOut, fam string) string {
+	allowed := listText(w.r.Nodes)
+	others := o.room - o.roomAllowed
+	switch {
+	case o.roomAllowed == 0 && others == 0:
+		return fmt.Sprintf("its allowed nodes (%s) are full", allowed)
+	case o.roomAllowed == 0:
+		return fmt.Sprintf("its allowed nodes (%s) are full, though %d other %s %s room for a worker", allowed, others, fam, plural(others, "node has", "nodes have"))
+	case others > 0:
+		return fmt.Sprintf("excluded nodes leave %d of the %d %s nodes with room for a worker (its allowed nodes are %s); it needs %d",
+			o.roomAllowed, o.room, fam, allowed, w.r.Workers)
+	}
+	return fmt.Sprintf("its allowed nodes (%s) have room for %d %s; it needs %d", allowed, o.roomAllowed, plural(o.roomAllowed, "worker", "workers"), w.r.Workers)
 }
 
 // noPreemptionText says why a request of class c does not preempt the jobs holding the rest.
@@ -338,15 +362,19 @@ func (ex *explainer) noPreemptionText(c Class) string {
 // for it to fit at all, that alone is the reason.
 func (ex *explainer) withLostNodes(wi *WaitingInfo, w *waitReq, why string) string {
 	live, lost := ex.lostFit(w.shape, w.r.Demand)
+	among := ""
+	if len(w.r.Nodes) > 0 {
+		among = " among its allowed nodes"
+	}
 	switch {
 	case len(lost) > 0 && live < w.r.Workers:
 		// Nothing it could wait for or preempt helps: too few nodes are answering.
 		wi.WaitingFor = nil
 		if live == 0 {
-			return fmt.Sprintf("no %s node large enough for one of its workers is answering (%s)", w.r.Demand.Family, lostText(lost))
+			return fmt.Sprintf("no %s node large enough for one of its workers%s is answering (%s)", w.r.Demand.Family, among, lostText(lost))
 		}
-		return fmt.Sprintf("only %d of the %d %s nodes large enough for one of its workers %s answering (%s)",
-			live, live+len(lost), w.r.Demand.Family, plural(live, "is", "are"), lostText(lost))
+		return fmt.Sprintf("only %d of the %d %s nodes large enough for one of its workers%s %s answering (%s)",
+			live, live+len(lost), w.r.Demand.Family, among, plural(live, "is", "are"), lostText(lost))
 	case len(lost) > 0:
 		return why + "; " + lostText(lost) + ", so " + plural(len(lost), "its", "their") + " capacity is not counted"
 	}
@@ -424,5 +452,7 @@ func (p *Pool) Waiting(job string) (Request, bool) {
 	if w == nil {
 		return Request{}, false
 	}
-	return w.r, true
+	r := w.r
+	r.Nodes = slices.Clone(r.Nodes)
+	return r, true
 }

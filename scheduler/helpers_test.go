@@ -48,7 +48,10 @@ func (b jobBuilder) Notebook() jobBuilder         { b.r.Kind = KindNotebook; ret
 func (b jobBuilder) Preemptions(n int) jobBuilder { b.r.Preemptions = n; return b }
 func (b jobBuilder) Attempt(n int) jobBuilder     { b.r.Attempt = n; return b }
 func (b jobBuilder) HonorsNotice() jobBuilder     { b.r.HonorsNotice = true; return b }
-func (b jobBuilder) Obj() Request                 { return b.r }
+
+// Nodes holds the request to these nodes (Request.Nodes: include_nodes minus exclude_nodes).
+func (b jobBuilder) Nodes(names ...string) jobBuilder { b.r.Nodes = names; return b }
+func (b jobBuilder) Obj() Request                     { return b.r }
 
 // runSpec is a job running before a test's request arrives; build it with running(...).
 type runSpec struct {
@@ -58,7 +61,9 @@ type runSpec struct {
 	gpus    int
 	started int // minute
 	honors  bool
-	preempt int // earlier preemptions
+	preempt int      // earlier preemptions
+	on      []string // its request's allowed nodes: where it runs
+	workers int      // 0: 1
 }
 
 // running is a medium job with all the GPUs it asks for, started at minute 0.
@@ -70,6 +75,10 @@ func (s runSpec) Notebook() runSpec            { s.kind = KindNotebook; return s
 func (s runSpec) StartedAt(minute int) runSpec { s.started = minute; return s }
 func (s runSpec) HonorsNotice() runSpec        { s.honors = true; return s }
 func (s runSpec) Preemptions(n int) runSpec    { s.preempt = n; return s }
+
+// On places the job on these nodes (its request is held to them).
+func (s runSpec) On(nodes ...string) runSpec { s.on = nodes; return s }
+func (s runSpec) Workers(n int) runSpec      { s.workers = n; return s }
 
 func mustEnqueue(t testing.TB, p *Pool, rs ...Request) {
 	t.Helper()
@@ -139,6 +148,9 @@ func sched(t testing.TB, p *Pool, now time.Time) Decisions {
 			if p.nodes[n].lost {
 				t.Fatalf("grant %s on lost node %s", g.Job, pl.Node)
 			}
+			if len(r.Nodes) > 0 && !slices.Contains(r.Nodes, pl.Node) {
+				t.Fatalf("grant %s: worker %d on %s, outside its allowed nodes %v", g.Job, w, pl.Node, r.Nodes)
+			}
 			if p.nodes[n].Family != r.Demand.Family || len(pl.GPUs) != r.Demand.GPUs {
 				t.Fatalf("grant %s: wrong node or GPU count %+v", g.Job, pl)
 			}
@@ -185,13 +197,15 @@ func sched(t testing.TB, p *Pool, now time.Time) Decisions {
 			t.Fatalf("preemption without reason")
 		}
 		onLive := false
+		by := waiting[pe.Preemptor.Job]
 		for _, w := range v.Placement {
-			if !slices.Contains(v.Released, w.Worker) && !p.nodes[p.nodeIdx[w.Node]].lost {
+			if !slices.Contains(v.Released, w.Worker) && !p.nodes[p.nodeIdx[w.Node]].lost &&
+				(len(by.Nodes) == 0 || slices.Contains(by.Nodes, w.Node)) {
 				onLive = true
 			}
 		}
 		if !onLive {
-			t.Fatalf("preemption of %s, which holds nothing on a node that answers", pe.Victim)
+			t.Fatalf("preemption of %s, which holds nothing on a node that answers and that %s may use (%v)", pe.Victim, by.Job, by.Nodes)
 		}
 	}
 	checkInvariants(t, p)
@@ -284,10 +298,26 @@ func checkInvariants(t testing.TB, p *Pool) {
 	}
 	pl := p.plan(p.lastNow, newScratch(), span{0, len(p.waiting)})
 	for i, o := range pl.outs {
+		r := &p.waiting[i].r
 		for _, n := range o.nodes {
 			if p.nodes[n].lost {
-				t.Fatalf("%s: the pass reserves capacity on lost node %s", p.waiting[i].r.Job, p.nodes[n].Name)
+				t.Fatalf("%s: the pass reserves capacity on lost node %s", r.Job, p.nodes[n].Name)
 			}
+			if len(r.Nodes) > 0 && !slices.Contains(r.Nodes, p.nodes[n].Name) {
+				t.Fatalf("%s: the pass takes capacity on %s, outside its allowed nodes %v", r.Job, p.nodes[n].Name, r.Nodes)
+			}
+		}
+	}
+	for _, w := range p.waiting { // the shape's allowed nodes are the request's
+		sh := &p.shapes[w.shape]
+		var want []int32
+		for _, n := range p.fams[sh.fam].live {
+			if len(w.r.Nodes) == 0 || slices.Contains(w.r.Nodes, p.nodes[n].Name) {
+				want = append(want, n)
+			}
+		}
+		if got := p.placeable(sh); !slices.Equal(got, want) {
+			t.Fatalf("%s: placeable nodes %v, want %v (allowed %v)", w.r.Job, got, want, w.r.Nodes)
 		}
 	}
 	v := p.View()

@@ -53,14 +53,20 @@ func (p *Pool) refreshLive(f int32) {
 			fm.live = append(fm.live, n)
 		}
 	}
+	for i := range p.shapes {
+		if s := &p.shapes[i]; s.fam == f {
+			p.refreshShapeLive(s)
+		}
+	}
 }
 
-// lostFit counts, in a request's family, the nodes large enough to hold one of its workers (were
-// they empty) that are answering, and names those that are lost.
-func (p *Pool) lostFit(d Demand) (live int, lost []string) {
+// lostFit counts, in a request's family and within its allowed nodes (those of sh), the nodes
+// large enough to hold one of its workers (were they empty) that are answering, and names those
+// that are lost.
+func (p *Pool) lostFit(sh *shape, d Demand) (live int, lost []string) {
 	for _, n := range p.fams[p.famIdx[d.Family]].nodes {
 		nd := &p.nodes[n]
-		if nd.GPUs < d.GPUs || nd.CPU < d.CPU || nd.RAMGB < d.RAMGB {
+		if nd.GPUs < d.GPUs || nd.CPU < d.CPU || nd.RAMGB < d.RAMGB || !sh.may(n) {
 			continue
 		}
 		if nd.lost {

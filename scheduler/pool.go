@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -44,12 +45,39 @@ type family struct {
 	maxGPU, maxCPU, maxRAM int
 }
 
-// shape is a request's (family, per-worker demand, workers); identical shapes behave identically
-// within a pass, which lets the pass skip them after one failed.
+// shape is a request's (family, per-worker demand, workers, allowed nodes); identical shapes
+// behave identically within a pass, which lets the pass skip them after one failed. The allowed
+// nodes are part of it: a request that may run anywhere and one held to some nodes fail apart.
 type shape struct {
 	fam           int32
 	gpu, cpu, ram int
 	workers       int
+	// allow is 0 for a request that may run on any node of its family, else 1 + its index in
+	// Pool.allows. For a constrained shape, allowed is that set's bitmap over the pool's nodes
+	// and live its allowed nodes of its family that are not lost, in config order (see
+	// Pool.placeable); both are nil for an unconstrained one.
+	allow   int32
+	allowed []uint64
+	live    []int32
+}
+
+// shapeKey is what makes two shapes the same.
+type shapeKey struct {
+	fam           int32
+	gpu, cpu, ram int
+	workers       int
+	allow         int32
+}
+
+// may reports whether a worker of the shape may be placed on node n.
+func (s *shape) may(n int32) bool {
+	return s.allowed == nil || s.allowed[n>>6]&(1<<(uint32(n)&63)) != 0
+}
+
+// allowSet is a set of allowed nodes (Request.Nodes) of one or more waiting requests, interned.
+type allowSet struct {
+	names []string // sorted, each once; all nodes of the pool
+	bits  []uint64 // over the pool's node indices
 }
 
 type waitReq struct {
@@ -101,7 +129,10 @@ type Pool struct {
 	running  map[string]*runJob
 
 	shapes   []shape
-	shapeIdx map[shape]int32
+	shapeIdx map[shapeKey]int32
+	// allows are the allowed-node sets of the shapes that have one, by their names joined.
+	allows   []allowSet
+	allowIdx map[string]int32
 
 	// victims are the releasing jobs that were preempted, in preemption order: their capacity is
 	// nominated to their preemptor until they have stopped.
@@ -180,7 +211,8 @@ func NewPool(nodes []Node, policy Policy) (*Pool, error) {
 		nodeIdx:  map[string]int32{},
 		waitIdx:  map[string]*waitReq{},
 		running:  map[string]*runJob{},
-		shapeIdx: map[shape]int32{},
+		shapeIdx: map[shapeKey]int32{},
+		allowIdx: map[string]int32{},
 		memo:     map[string]memoEntry{},
 		dirty:    true,
 	}
@@ -254,7 +286,18 @@ func normalize(r Request) Request {
 		r.Class = High
 	}
 	r.SubmittedAt = normTime(r.SubmittedAt)
+	r.Nodes = canonNodes(r.Nodes)
 	return r
+}
+
+// canonNodes is a copy of names sorted, each once; nil if there are none.
+func canonNodes(names []string) []string {
+	if len(names) == 0 {
+		return nil
+	}
+	out := slices.Clone(names)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // normTime drops the monotonic reading and location so that times round-trip exactly.
@@ -267,9 +310,18 @@ func normTime(t time.Time) time.Time {
 
 // Admit is the read-only admission check: nil if the request could fit the EMPTY pool
 // (family exists, enough distinct nodes of that family with enough GPUs/CPU/RAM per node,
-// Workers >= 1, valid class/kind). Error is a plain sentence naming the problem.
-// A notebook's class is ignored (notebooks are always high).
+// Workers >= 1, valid class/kind) within its allowed nodes (Request.Nodes: every name a node of
+// the pool, and enough of them of its family large enough for a worker). Error is a plain
+// sentence naming the problem. A notebook's class is ignored (notebooks are always high).
 func (p *Pool) Admit(r Request) error {
+	if err := p.admitAnywhere(r); err != nil {
+		return err
+	}
+	return p.admitNodes(&r)
+}
+
+// admitAnywhere is Admit without the allowed nodes.
+func (p *Pool) admitAnywhere(r Request) error {
 	if r.Job == "" {
 		return errors.New("the request has no job id")
 	}
@@ -326,15 +378,119 @@ func (p *Pool) Admit(r Request) error {
 	return nil
 }
 
+// allowedNodesText names the allowed nodes in the reasons, as the job's spec does.
+const allowedNodesText = "the nodes the job may run on (include_nodes minus exclude_nodes)"
+
+// admitNodes is Admit's check of the allowed nodes of a request that passes the rest: every name
+// is a node of the pool, and enough of them, of its family, are large enough for a worker.
+func (p *Pool) admitNodes(r *Request) error {
+	if len(r.Nodes) == 0 {
+		return nil
+	}
+	names := canonNodes(r.Nodes)
+	var unknown []string
+	for _, name := range names {
+		if _, ok := p.nodeIdx[name]; !ok {
+			unknown = append(unknown, strconv.Quote(name))
+		}
+	}
+	if len(unknown) == 1 {
+		return fmt.Errorf("node %s, one of %s, is not in this allocation", unknown[0], allowedNodesText)
+	}
+	if len(unknown) > 1 {
+		return fmt.Errorf("nodes %s, among %s, are not in this allocation", listText(unknown), allowedNodesText)
+	}
+	d := &r.Demand
+	var fit, small []string
+	for _, name := range names {
+		nd := &p.nodes[p.nodeIdx[name]]
+		switch {
+		case nd.Family != d.Family:
+		case nd.GPUs >= d.GPUs && nd.CPU >= d.CPU && nd.RAMGB >= d.RAMGB:
+			fit = append(fit, nd.Name)
+		default:
+			small = append(small, nd.Name)
+		}
+	}
+	if len(fit) >= r.Workers {
+		return nil
+	}
+	if len(fit)+len(small) == 0 {
+		return fmt.Errorf("the nodes the job may run on (include_nodes minus exclude_nodes: %s) include no node of family %s", listText(names), d.Family)
+	}
+	var which []string
+	if len(fit) > 0 {
+		which = append(which, listText(fit))
+	}
+	if len(small) > 0 {
+		which = append(which, listText(small)+" "+plural(len(small), "is", "are")+" too small")
+	}
+	count := "no node"
+	if len(fit) > 0 {
+		count = fmt.Sprintf("%d %s", len(fit), plural(len(fit), "node", "nodes"))
+	}
+	return fmt.Errorf("%s leave %s of family %s that can hold a worker (%s); the job needs %d",
+		allowedNodesText, count, d.Family, strings.Join(which, "; "), r.Workers)
+}
+
+// shapeOf interns r's shape; r passed Admit.
 func (p *Pool) shapeOf(r *Request) int32 {
-	s := shape{fam: p.famIdx[r.Demand.Family], gpu: r.Demand.GPUs, cpu: r.Demand.CPU, ram: r.Demand.RAMGB, workers: r.Workers}
-	if id, ok := p.shapeIdx[s]; ok {
+	k := shapeKey{fam: p.famIdx[r.Demand.Family], gpu: r.Demand.GPUs, cpu: r.Demand.CPU, ram: r.Demand.RAMGB, workers: r.Workers}
+	if len(r.Nodes) > 0 {
+		k.allow = p.allowOf(r.Nodes)
+	}
+	if id, ok := p.shapeIdx[k]; ok {
 		return id
 	}
 	id := int32(len(p.shapes))
+	s := shape{fam: k.fam, gpu: k.gpu, cpu: k.cpu, ram: k.ram, workers: k.workers, allow: k.allow}
+	if k.allow > 0 {
+		s.allowed = p.allows[k.allow-1].bits
+	}
 	p.shapes = append(p.shapes, s)
-	p.shapeIdx[s] = id
+	p.shapeIdx[k] = id
+	p.refreshShapeLive(&p.shapes[id])
 	return id
+}
+
+// allowOf interns a set of allowed nodes (sorted, each once, all nodes of the pool) and returns 1
+// + its index in p.allows.
+func (p *Pool) allowOf(names []string) int32 {
+	key := strings.Join(names, "\x00")
+	if i, ok := p.allowIdx[key]; ok {
+		return i + 1
+	}
+	a := allowSet{names: names, bits: make([]uint64, (len(p.nodes)+63)/64)}
+	for _, name := range names {
+		n := p.nodeIdx[name]
+		a.bits[n>>6] |= 1 << (uint32(n) & 63)
+	}
+	i := int32(len(p.allows))
+	p.allows = append(p.allows, a)
+	p.allowIdx[key] = i
+	return i + 1
+}
+
+// refreshShapeLive rebuilds a constrained shape's list of the nodes a pass may place it on.
+func (p *Pool) refreshShapeLive(s *shape) {
+	if s.allowed == nil {
+		return
+	}
+	s.live = s.live[:0]
+	for _, n := range p.fams[s.fam].live {
+		if s.may(n) {
+			s.live = append(s.live, n)
+		}
+	}
+}
+
+// placeable is the nodes a pass may place a worker of sh on: the live nodes of its family, within
+// its allowed nodes if it has any, in config order.
+func (p *Pool) placeable(sh *shape) []int32 {
+	if sh.allowed == nil {
+		return p.fams[sh.fam].live
+	}
+	return sh.live
 }
 
 // less is the launch order: class (high first), then Seq, then Job.

@@ -104,6 +104,7 @@ func simulate(t testing.TB, data []byte, check bool) []string {
 			if r.next()%8 == 0 {
 				req.Kind = KindNotebook
 			}
+			req.Nodes = allowedNodes(nodes, seqs[name], attempts[name], step)
 			ev = func(x *Pool) string { return fmt.Sprintf("enqueue %s/%d: %v", name, req.Attempt, x.Enqueue(req)) }
 		case 3, 4, 5:
 			now = now.Add(time.Duration(r.next()%4) * time.Minute)
@@ -224,6 +225,28 @@ func simulate(t testing.TB, data []byte, check bool) []string {
 		}
 	}
 	return log
+}
+
+// allowedNodes holds about one request in three to some nodes (read from no byte, so that the
+// streams stay as they were): a subset of the pool's nodes drawn from the job's sequence, attempt
+// and step, at times with a node of another family, rarely with a node the pool does not have
+// (Admit refuses it) or a list too short for the request.
+func allowedNodes(nodes []Node, seq int64, attempt, step int) []string {
+	h := uint64(seq)*0x9e3779b97f4a7c15 + uint64(attempt)*0xbf58476d1ce4e5b9 + uint64(step)*0x94d049bb133111eb
+	h ^= h >> 29
+	if h%3 != 0 {
+		return nil
+	}
+	var out []string
+	for i, n := range nodes {
+		if h>>(8+i%48)&1 == 1 {
+			out = append(out, n.Name)
+		}
+	}
+	if h>>60 == 0 {
+		out = append(out, "gone")
+	}
+	return out
 }
 
 func checkReplay(t *testing.T, data []byte) {

@@ -168,18 +168,18 @@ func (p *Pool) remapSnapshotNodes(s *Snapshot, empty *Pool) {
 }
 
 // admitWaiting keeps the waiting requests of sw (p's queue, in launch order) that the new node
-// set admits, and returns the others as Unfit. Requests of the same demand, workers, kind and
-// class share one verdict.
+// set admits, and returns the others as Unfit: among them those whose allowed nodes name a node
+// that goes, or no longer leave enough nodes large enough. Requests of the same demand, workers,
+// kind, class and allowed nodes share one verdict.
 func (p *Pool) admitWaiting(sw SnapshotWaiting, empty *Pool) (SnapshotWaiting, []Unfit) {
 	var unfit []Unfit
 	var keep SnapshotWaiting
-	type admitKey struct {
-		d, w int32
-		kc   int8
-	}
 	verdict := map[admitKey]error{}
 	for i, w := range p.waiting {
-		key := admitKey{sw.Demand[i], sw.Workers[i], sw.KindClass[i]}
+		key := admitKey{d: sw.Demand[i], w: sw.Workers[i], kc: sw.KindClass[i]}
+		if sw.NodeSet != nil {
+			key.ns = sw.NodeSet[i]
+		}
 		err, seen := verdict[key]
 		if !seen {
 			err = empty.Admit(w.r)
@@ -202,12 +202,18 @@ func (p *Pool) admitWaiting(sw SnapshotWaiting, empty *Pool) (SnapshotWaiting, [
 		if sw.HonorsNotice != nil {
 			keep.HonorsNotice = append(keep.HonorsNotice, sw.HonorsNotice[i])
 		}
+		if sw.NodeSet != nil {
+			keep.NodeSet = append(keep.NodeSet, sw.NodeSet[i])
+		}
 	}
 	if len(keep.Preemptions) > 0 && !slices.ContainsFunc(keep.Preemptions, func(n int32) bool { return n > 0 }) {
 		keep.Preemptions = nil
 	}
 	if !slices.Contains(keep.HonorsNotice, true) {
 		keep.HonorsNotice = nil
+	}
+	if !slices.ContainsFunc(keep.NodeSet, func(k int32) bool { return k != 0 }) {
+		keep.NodeSet = nil
 	}
 	return keep, unfit
 }

@@ -48,7 +48,7 @@ func (p *Pool) maybeReserve(now time.Time, sc *scratch, pl *plan, w *waitReq, sh
 		return outNoFit
 	}
 	var cands []resvCand
-	for _, n := range p.fams[sh.fam].live {
+	for _, n := range p.placeable(sh) { // only nodes it may use
 		nd := &p.nodes[n]
 		if sc.reserved[n] || nd.GPUs < sh.gpu || nd.CPU < sh.cpu || nd.RAMGB < sh.ram {
 			continue

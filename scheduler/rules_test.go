@@ -212,6 +212,7 @@ func poolWith(t *testing.T, nodes []Node, pol Policy, jobs ...runSpec) *Pool {
 		if rs.kind != "" {
 			r.Kind = rs.kind
 		}
+		r.Nodes, r.Workers = rs.on, max(1, rs.workers)
 		mustEnqueue(t, p, r)
 		if d := sched(t, p, at(rs.started)); len(d.Grants) != 1 {
 			t.Fatalf("setup: %s not granted", rs.name)

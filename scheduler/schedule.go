@@ -389,9 +389,10 @@ func (sc *scratch) unlink(f, n int32, g int) {
 	sc.freeBuckets[f][g] = b[:last]
 }
 
-// grantOne is pickOne on free capacity for a request with no capacity nominated to it: the node
-// with the fewest free GPUs that fits it, then the fewest free CPU cores, then config order.
-// Only the nodes with exactly that many free GPUs are looked at.
+// grantOne is pickOne on free capacity for a request with no capacity nominated to it and no
+// allowed nodes: the node with the fewest free GPUs that fits it, then the fewest free CPU cores,
+// then config order. Only the nodes with exactly that many free GPUs are looked at. (A request
+// held to some nodes takes pickOne, over those nodes alone.)
 func (sc *scratch) grantOne(p *Pool, sh *shape) bool {
 	buckets := sc.freeBuckets[sh.fam]
 	best := int32(-1)
@@ -433,16 +434,17 @@ func cmpNodeCandidate(a, b nodeCandidate) int {
 }
 
 // pickNodes is the gang placement: each worker needs the whole demand on one node, all on
-// distinct nodes that are not lost, in cmpNodeCandidate order. Result in sc.pick, sorted.
+// distinct nodes that are not lost and that it may use (Pool.placeable), in cmpNodeCandidate
+// order. Result in sc.pick, sorted.
 func (sc *scratch) pickNodes(p *Pool, sh *shape, withRel bool) bool {
 	if sh.workers == 1 {
-		if !withRel && len(sc.walkerNoms) == 0 {
+		if !withRel && len(sc.walkerNoms) == 0 && sh.allowed == nil {
 			return sc.grantOne(p, sh)
 		}
 		return sc.pickOne(p, sh, withRel)
 	}
 	sc.nodeCands = sc.nodeCands[:0]
-	for _, n := range p.fams[sh.fam].live {
+	for _, n := range p.placeable(sh) {
 		if c, ok := sc.candOf(n, sh, withRel); ok {
 			sc.nodeCands = append(sc.nodeCands, c)
 		}
@@ -492,7 +494,7 @@ func (sc *scratch) pickOne(p *Pool, sh *shape, withRel bool) bool {
 	var bestElsewhere int8
 	var bestSpareGPU, bestFromRel, bestSpareCPU int
 	freeGPU, freeCPU, freeRAM, relGPU, relCPU, relRAM, own, stamp := sc.freeGPU, sc.freeCPU, sc.freeRAM, sc.relGPU, sc.relCPU, sc.relRAM, sc.walkerOwns, sc.walkerStamp
-	for _, n := range p.fams[sh.fam].live {
+	for _, n := range p.placeable(sh) {
 		g, c, r := freeGPU[n], freeCPU[n], freeRAM[n]
 		fromRel := 0
 		if withRel {
@@ -540,14 +542,15 @@ func (sc *scratch) pickOne(p *Pool, sh *shape, withRel bool) bool {
 	return true
 }
 
-// pickOwn is the best node for one worker among those with capacity nominated to the request,
-// or -1.
+// pickOwn is the best node for one worker among those with capacity nominated to the request
+// that it may use, or -1. (A victim's capacity on a node outside the request's allowed nodes is
+// nominated to it all the same, until it starts: it is never placed there.)
 func (sc *scratch) pickOwn(p *Pool, sh *shape, withRel bool) int32 {
 	best := int32(-1)
 	var bc nodeCandidate
 	for _, k := range sc.walkerNoms {
 		n := sc.nominations[k].node
-		if p.nodes[n].fam != sh.fam || p.nodes[n].lost {
+		if p.nodes[n].fam != sh.fam || p.nodes[n].lost || !sh.may(n) {
 			continue
 		}
 		if c, ok := sc.candOf(n, sh, withRel); ok && (best < 0 || cmpNodeCandidate(c, bc) < 0) {
@@ -664,6 +667,16 @@ type planOut struct {
 	relTake []int32
 	relUsed []bool
 	victims []*runJob
+	// For a request held to some nodes that cannot start, hold or preempt: how many nodes of its
+	// family that answer have room for a worker in its sight (free or releasing), and how many of
+	// those it may use.
+	room, roomAllowed int
+}
+
+// consumer is a waiting request that took capacity in the pass, and the nodes it took it on.
+type consumer struct {
+	i     int32
+	nodes []int32
 }
 
 type plan struct {
@@ -672,9 +685,9 @@ type plan struct {
 	preempts   []planPreempt
 	takeovers  []planTakeover
 	reserves   []planReserve
-	outs       []planOut // explain mode only: one per waiting request in the explained span
-	outFrom    int       // explain mode only: outs[k] is the outcome of waiting request outFrom+k
-	consumers  [][]int32 // explain mode only: per family, waiting indices before the span's end that took capacity
+	outs       []planOut    // explain mode only: one per waiting request in the explained span
+	outFrom    int          // explain mode only: outs[k] is the outcome of waiting request outFrom+k
+	consumers  [][]consumer // explain mode only: per family, the waiting requests before the span's end that took capacity
 }
 
 // span is a range [from, to) of waiting requests in launch order.
@@ -692,7 +705,7 @@ func (p *Pool) plan(now time.Time, sc *scratch, explain span) *plan {
 	explaining := explain.to > explain.from // (tested first in the loop: Schedule never explains)
 	if explaining {
 		pl.outs = make([]planOut, explain.to-explain.from)
-		pl.consumers = make([][]int32, len(p.fams))
+		pl.consumers = make([][]consumer, len(p.fams))
 	}
 	blocker := -1
 	prevClass := Class(-1)
@@ -739,7 +752,14 @@ func (sc *scratch) knownToFail(i int, key waitKey) bool {
 func (p *Pool) recordOutcome(sc *scratch, pl *plan, explain span, i int, kind uint8, victims []*runJob) {
 	if i < explain.from && kind != outNoFit && kind != outPrevAttempt {
 		f := p.shapes[p.waiting[i].shape].fam
-		pl.consumers[f] = append(pl.consumers[f], int32(i))
+		var nodes []int32
+		switch kind {
+		case outGranted, outNominated, outPreempting:
+			nodes = slices.Clone(sc.pick)
+		case outReserving:
+			nodes = pl.reserves[len(pl.reserves)-1].nodes
+		}
+		pl.consumers[f] = append(pl.consumers[f], consumer{int32(i), nodes})
 	}
 	if explain.has(i) {
 		pl.outs[i-explain.from] = p.explainOutcome(sc, pl, i, kind, victims)
@@ -757,9 +777,19 @@ func (p *Pool) explainOutcome(sc *scratch, pl *plan, i int, kind uint8, victims 
 	case outReserving:
 		o.nodes = slices.Clone(pl.reserves[len(pl.reserves)-1].nodes)
 	}
+	sh := &p.shapes[p.waiting[i].shape]
 	if o.nodes != nil {
-		f := p.shapes[p.waiting[i].shape].fam
-		pl.consumers[f] = append(pl.consumers[f], int32(i))
+		pl.consumers[sh.fam] = append(pl.consumers[sh.fam], consumer{int32(i), o.nodes})
+	}
+	if kind == outNoFit && sh.allowed != nil {
+		for _, n := range p.fams[sh.fam].live {
+			if sc.freeGPU[n]+sc.relGPU[n] >= sh.gpu && sc.freeCPU[n]+sc.relCPU[n] >= sh.cpu && sc.freeRAM[n]+sc.relRAM[n] >= sh.ram {
+				o.room++
+				if sh.may(n) {
+					o.roomAllowed++
+				}
+			}
+		}
 	}
 	return o
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -20,7 +21,9 @@ import (
 //
 // Later optional additions, in every version: Policy.PreemptionNotice and the requests'
 // HonorsNotice (SnapshotWaiting.HonorsNotice, SnapshotRunning.HonorsNotice); absent, they are 0
-// and false, as every snapshot written before them meant.
+// and false, as every snapshot written before them meant. The requests' allowed nodes
+// (Request.Nodes: Snapshot.NodeSets, SnapshotWaiting.NodeSet, SnapshotRunning.NodeSet); absent,
+// every request may run on any node of its family, as before them.
 const SnapshotVersion = 3
 
 // Snapshot is the whole pool state for continue-as-new: waiting requests are stored column-wise
@@ -42,6 +45,11 @@ type Snapshot struct {
 	PreemptSeq int64          `json:"pseq,omitempty"` // the last preemption's sequence
 	// Holds is the free capacity stopped victims left to their waiting preemptors.
 	Holds []SnapshotHold `json:"holds,omitempty"`
+	// NodeSets are the requests' allowed nodes (Request.Nodes), each set once, in order of first
+	// use; SnapshotWaiting.NodeSet and SnapshotRunning.NodeSet refer to them. Names, not indices:
+	// a set may name a node a reconfiguration removed (Restore then refuses a waiting request
+	// that names it, as Admit does).
+	NodeSets [][]string `json:"node_sets,omitempty"`
 }
 
 // SnapshotHold is free capacity held for a waiting preemptor (see Pool.Schedule).
@@ -84,6 +92,9 @@ type SnapshotWaiting struct {
 	Preemptions []int32  `json:"pn,omitempty"` // absent when every count is 0
 	// HonorsNotice is each request's Request.HonorsNotice; absent when every one is false.
 	HonorsNotice []bool `json:"hn,omitempty"`
+	// NodeSet is each request's allowed nodes: 0 for none (any node of its family), k for
+	// Snapshot.NodeSets[k-1]; absent when no request has any.
+	NodeSet []int32 `json:"ns,omitempty"`
 }
 
 // SnapshotRunning is one running or releasing job.
@@ -108,6 +119,8 @@ type SnapshotRunning struct {
 	// of it over from the preemptor (absent: the preemptor).
 	Nominees   []Preemptor `json:"nb,omitempty"`
 	Checkpoint int64       `json:"ck,omitempty"`
+	// NodeSet is the request's allowed nodes, as SnapshotWaiting.NodeSet.
+	NodeSet int32 `json:"ns,omitempty"`
 }
 
 func tn(t time.Time) int64 {
@@ -163,7 +176,7 @@ func (p *Pool) Snapshot() Snapshot {
 			s.Lost = append(s.Lost, int32(i))
 		}
 	}
-	demands := &demandTable{s: &s, index: map[Demand]int32{}}
+	demands := &demandTable{s: &s, index: map[Demand]int32{}, sets: map[string]int32{}}
 	s.Waiting = p.snapshotWaiting(demands)
 	if len(p.running) > 0 {
 		s.Running = make([]SnapshotRunning, 0, len(p.running))
@@ -174,10 +187,27 @@ func (p *Pool) Snapshot() Snapshot {
 	return s
 }
 
-// demandTable interns demands into Snapshot.Demands, in order of first use.
+// demandTable interns demands into Snapshot.Demands, and allowed nodes into Snapshot.NodeSets,
+// in order of first use.
 type demandTable struct {
 	s     *Snapshot
 	index map[Demand]int32
+	sets  map[string]int32
+}
+
+// nodeSet interns a request's allowed nodes: 0 for none, else 1 + the index in s.NodeSets.
+func (t *demandTable) nodeSet(names []string) int32 {
+	if len(names) == 0 {
+		return 0
+	}
+	key := strings.Join(names, "\x00")
+	if i, ok := t.sets[key]; ok {
+		return i
+	}
+	t.s.NodeSets = append(t.s.NodeSets, slices.Clone(names))
+	i := int32(len(t.s.NodeSets))
+	t.sets[key] = i
+	return i
 }
 
 func (t *demandTable) intern(d Demand) int32 {
@@ -210,6 +240,12 @@ func (p *Pool) snapshotWaiting(demands *demandTable) SnapshotWaiting {
 			}
 			sw.HonorsNotice[i] = true
 		}
+		if len(r.Nodes) > 0 {
+			if sw.NodeSet == nil {
+				sw.NodeSet = make([]int32, n)
+			}
+			sw.NodeSet[i] = demands.nodeSet(r.Nodes)
+		}
 	}
 	return sw
 }
@@ -218,7 +254,8 @@ func snapshotRunning(rj *runJob, demands *demandTable) SnapshotRunning {
 	sr := SnapshotRunning{Job: rj.r.Job, Attempt: rj.r.Attempt, KindClass: kindClass(&rj.r), Demand: demands.intern(rj.r.Demand),
 		Seq: rj.r.Seq, SubmittedAt: tn(rj.r.SubmittedAt), StartedAt: tn(rj.startedAt),
 		Nodes: append([]int32(nil), rj.nodes...), GPUs: append([]uint64(nil), rj.gpus...), Releasing: rj.releasing,
-		Preemptions: rj.preemptions, PreemptSeq: rj.preemptSeq, Checkpoint: tn(rj.ckpt), HonorsNotice: rj.r.HonorsNotice}
+		Preemptions: rj.preemptions, PreemptSeq: rj.preemptSeq, Checkpoint: tn(rj.ckpt), HonorsNotice: rj.r.HonorsNotice,
+		NodeSet: demands.nodeSet(rj.r.Nodes)}
 	if rj.preemptedBy != nil && slices.ContainsFunc(rj.nominee, func(nb *Preemptor) bool { return *nb != *rj.preemptedBy }) {
 		for _, nb := range rj.nominee {
 			sr.Nominees = append(sr.Nominees, *nb)
@@ -246,7 +283,7 @@ func Restore(s Snapshot) (*Pool, error) {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
 	p.lastNow = nt(s.Now)
-	rs := &restorer{p: p, s: &s, admitted: map[admitKey]bool{}}
+	rs := &restorer{p: p, s: &s, admitted: map[admitKey]bool{}, sets: map[int32][]string{}}
 	for _, step := range []func() error{rs.lostNodes, rs.runningJobs, rs.victimOrder, rs.waitingRequests, rs.classHeads, rs.holds, rs.memo} {
 		if err := step(); err != nil {
 			return nil, err
@@ -275,23 +312,51 @@ type restorer struct {
 	// admitted are the request shapes Admit already accepted: checking each shape once keeps
 	// restoring a long queue cheap.
 	admitted map[admitKey]bool
+	// sets are the node sets read so far (see nodeSet), shared by their requests.
+	sets map[int32][]string
 }
 
+// admitKey is what Admit looks at: demand, workers, kind and class, and allowed nodes (ns, as
+// SnapshotWaiting.NodeSet; -1 for a running job, whose allowed nodes are not checked).
 type admitKey struct {
-	d, w int32
-	kc   int8
+	d, w, ns int32
+	kc       int8
 }
 
 // admitOnce checks r against the pool, unless a request of the same shape was admitted already.
+// A running job's allowed nodes (key.ns < 0) are not checked: it holds its placement already.
 func (rs *restorer) admitOnce(r Request, key admitKey) error {
 	if rs.admitted[key] && r.Job != "" {
 		return nil
 	}
-	if err := rs.p.Admit(r); err != nil {
+	check := rs.p.Admit
+	if key.ns < 0 {
+		check = rs.p.admitAnywhere
+	}
+	if err := check(r); err != nil {
 		return err
 	}
 	rs.admitted[key] = true
 	return nil
+}
+
+// nodeSet is the allowed nodes coded as k (see SnapshotWaiting.NodeSet), sorted, each once; the
+// requests of one set share its slice (the pool never changes a request's nodes).
+func (rs *restorer) nodeSet(k int32) ([]string, error) {
+	switch {
+	case k == 0:
+		return nil, nil
+	case k < 0 || int(k) > len(rs.s.NodeSets):
+		return nil, fmt.Errorf("snapshot: node set %d out of range", k)
+	case len(rs.s.NodeSets[k-1]) == 0:
+		return nil, fmt.Errorf("snapshot: node set %d is empty", k)
+	}
+	names, ok := rs.sets[k]
+	if !ok {
+		names = canonNodes(rs.s.NodeSets[k-1])
+		rs.sets[k] = names
+	}
+	return names, nil
 }
 
 func (rs *restorer) demand(i int32) (Demand, error) {
@@ -349,10 +414,13 @@ func (rs *restorer) runningJob(sr *SnapshotRunning) error {
 	}
 	r.Attempt, r.Workers, r.Seq, r.SubmittedAt, r.Preemptions = sr.Attempt, len(sr.Nodes), sr.Seq, nt(sr.SubmittedAt), sr.Preemptions
 	r.HonorsNotice = sr.HonorsNotice
+	if r.Nodes, err = rs.nodeSet(sr.NodeSet); err != nil {
+		return err
+	}
 	if sr.PreemptedBy != nil && r.Preemptions > 0 { // as requested: before this attempt's own preemption
 		r.Preemptions--
 	}
-	if err := rs.admitOnce(r, admitKey{sr.Demand, int32(len(sr.Nodes)), sr.KindClass}); err != nil {
+	if err := rs.admitOnce(r, admitKey{sr.Demand, int32(len(sr.Nodes)), -1, sr.KindClass}); err != nil {
 		return fmt.Errorf("snapshot: running job %q: %w", sr.Job, err)
 	}
 	if p.running[r.Job] != nil || len(sr.GPUs) != len(sr.Nodes) {
@@ -483,7 +551,7 @@ func (rs *restorer) waitingRequests() error {
 	n := len(sw.Job)
 	if len(sw.Attempt) != n || len(sw.KindClass) != n || len(sw.Demand) != n || len(sw.Workers) != n ||
 		len(sw.Seq) != n || len(sw.SubmittedAt) != n || (sw.Preemptions != nil && len(sw.Preemptions) != n) ||
-		(sw.HonorsNotice != nil && len(sw.HonorsNotice) != n) {
+		(sw.HonorsNotice != nil && len(sw.HonorsNotice) != n) || (sw.NodeSet != nil && len(sw.NodeSet) != n) {
 		return fmt.Errorf("snapshot: waiting columns have different lengths")
 	}
 	for i := 0; i < n; i++ {
@@ -510,10 +578,17 @@ func (rs *restorer) waitingRequest(i int) error {
 	if sw.HonorsNotice != nil {
 		r.HonorsNotice = sw.HonorsNotice[i]
 	}
+	var ns int32
+	if sw.NodeSet != nil {
+		ns = sw.NodeSet[i]
+		if r.Nodes, err = rs.nodeSet(ns); err != nil {
+			return err
+		}
+	}
 	if r.Job == "" {
 		return fmt.Errorf("snapshot: waiting request %d has no job id", i)
 	}
-	if err := rs.admitOnce(r, admitKey{sw.Demand[i], sw.Workers[i], sw.KindClass[i]}); err != nil {
+	if err := rs.admitOnce(r, admitKey{sw.Demand[i], sw.Workers[i], ns, sw.KindClass[i]}); err != nil {
 		return fmt.Errorf("snapshot: waiting job %q: %w", r.Job, err)
 	}
 	if p.waitIdx[r.Job] != nil {

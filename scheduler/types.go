@@ -338,6 +338,12 @@ type Request struct {
 	// more (e.g. after the allocator's state was rebuilt) may say so. Victims with fewer
 	// preemptions are chosen first (see the package doc).
 	Preemptions int `json:"preemptions,omitempty"`
+	// Nodes, when not empty, are the only nodes the request's workers may be placed on
+	// (ML Space's include_nodes minus exclude_nodes, within its queue's nodes); empty: any
+	// node of its family. Every name must be a node of the pool (see Admit); names of nodes of
+	// another family are allowed and never used. The pool keeps them sorted, each once. They
+	// bind a waiting request only: the pool does not check a running job's placement against them.
+	Nodes []string `json:"nodes,omitempty"`
 }
 
 // WorkerPlacement is where one worker runs.
@@ -389,6 +395,7 @@ type WaitingInfo struct {
 	WaitingFor  []string  `json:"waiting_for,omitempty"` // jobs it waits on (better requests ahead, or jobs releasing nominated capacity)
 	Nominated   []string  `json:"nominated,omitempty"`   // victims whose capacity is nominated to it
 	Reserved    []string  `json:"reserved,omitempty"`    // nodes reserved for it (see Policy.ReserveAfter)
+	Nodes       []string  `json:"nodes,omitempty"`       // the only nodes it may run on (Request.Nodes); none: any of its family
 	SubmittedAt time.Time `json:"submitted_at"`
 	Seq         int64     `json:"seq"`
 }

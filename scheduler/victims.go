@@ -363,12 +363,13 @@ func (sc *scratch) oldestStart(p *Pool, fam int32, c Class) time.Time {
 	return sc.oldest[fam][c]
 }
 
-// costNodes finds, on every node of sh's family that is not reserved in this pass, the
-// candidates that make one worker fit (sc.perNodeVictims) and what they cost (sc.costs). It
-// returns how many nodes fit a worker without any.
+// costNodes finds, on every node sh may be placed on (Pool.placeable: of its family, within its
+// allowed nodes) that is not reserved in this pass, the candidates that make one worker fit
+// (sc.perNodeVictims) and what they cost (sc.costs). It returns how many nodes fit a worker
+// without any. No other node is looked at: a request never preempts for capacity it may not use.
 func (p *Pool) costNodes(now time.Time, sc *scratch, sh *shape, cl Class) (fit int) {
 	sc.perNodeVictims, sc.costs = sc.perNodeVictims[:0], sc.costs[:0]
-	for _, n := range p.fams[sh.fam].live {
+	for _, n := range p.placeable(sh) {
 		if sc.reserved[n] {
 			continue
 		}
@@ -416,7 +417,7 @@ func (sc *scratch) cheapestNodesVictims(need int) []victimCand {
 // unneeded. The kept candidates stay counted in sc.victimGPU etc. until chooseVictims takes them out.
 func (sc *scratch) dropUnneeded(p *Pool, vs []victimCand, sh *shape) {
 	cnt := 0
-	for _, n := range p.fams[sh.fam].live {
+	for _, n := range p.placeable(sh) {
 		if !sc.reserved[n] && sc.fitsEx(n, sh) {
 			cnt++
 		}
@@ -454,7 +455,7 @@ func (sc *scratch) addRef(p *Pool, r victimRef, sh *shape, sign int) int {
 	}
 	x := &sc.nominations[r.nom]
 	n := x.node
-	if p.nodes[n].fam != sh.fam || sc.reserved[n] {
+	if p.nodes[n].fam != sh.fam || sc.reserved[n] || !sh.may(n) {
 		return 0
 	}
 	before := sc.fitsEx(n, sh)
@@ -480,11 +481,11 @@ func (sc *scratch) fitsEx(n int32, sh *shape) bool {
 
 // addEx adds (sign=+1) or removes (-1) a tentative victim's capacity and returns the change in the
 // number of nodes that can hold one worker of sh. Workers on lost or reserved nodes add nothing:
-// that capacity serves no one even once they stop.
+// that capacity serves no one even once they stop; nor do those on nodes sh may not use.
 func (sc *scratch) addEx(p *Pool, rj *runJob, sh *shape, sign int) int {
 	d, delta := &rj.r.Demand, 0
 	for w, n := range rj.nodes {
-		if rj.released[w] || p.nodes[n].lost || sc.reserved[n] || p.nodes[n].fam != sh.fam {
+		if rj.released[w] || p.nodes[n].lost || sc.reserved[n] || p.nodes[n].fam != sh.fam || !sh.may(n) {
 			continue
 		}
 		before := sc.fitsEx(n, sh)

@@ -381,7 +381,7 @@ func (s *sim) apply(e event) bool {
 func (s *sim) request(i int32) scheduler.Request {
 	j, st := &s.w.Jobs[i], &s.jobs[i]
 	r := scheduler.Request{Job: j.ID, Attempt: st.attempt, Kind: j.Kind, Class: j.Class, Demand: j.Demand,
-		Workers: j.Workers, Seq: int64(i) + 1, SubmittedAt: Epoch.Add(j.Arrival)}
+		Workers: j.Workers, Seq: int64(i) + 1, SubmittedAt: Epoch.Add(j.Arrival), Nodes: j.Nodes}
 	if s.opt.Burst {
 		r.SubmittedAt = Epoch
 	}
@@ -432,6 +432,9 @@ func (s *sim) start(g scheduler.Grant) error {
 	st.waited += s.now - st.queuedAt
 	st.nodes = st.nodes[:0]
 	for _, p := range g.Placement {
+		if len(j.Nodes) > 0 && !slices.Contains(j.Nodes, p.Node) {
+			return fmt.Errorf("grant for %s on %s, which is not one of its nodes %v", g.Job, p.Node, j.Nodes)
+		}
 		st.nodes = append(st.nodes, p.Node)
 	}
 	s.held += j.GPUs()
@@ -461,6 +464,9 @@ func (s *sim) preempt(p scheduler.Preemption) error {
 	st := &s.jobs[vi]
 	if st.phase != phRunning || p.VictimAttempt != st.attempt {
 		return fmt.Errorf("preemption of %s attempt %d, which is not running", p.Victim, p.VictimAttempt)
+	}
+	if by := s.w.Jobs[pi].Nodes; len(by) > 0 && !overlaps(st.nodes, by) {
+		return fmt.Errorf("preemption of %s for %s, which may not use its nodes %v", p.Victim, p.Preemptor.Job, st.nodes)
 	}
 	st.preempted++
 	st.phase, st.noticeAt = phNotice, s.now

@@ -2,6 +2,7 @@ package simulate
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -411,6 +412,66 @@ func TestWriteMarkdownNotice(t *testing.T) {
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in\n%s", want, out)
+		}
+	}
+}
+
+// Three 4-GPU nodes: low a on n1 from 0, low b on n2 from 1m (it loses less), a notebook on n3.
+// A high job held to one node preempts the job there, whichever loses more, and starts there; one
+// held to the notebook's node waits for it.
+func TestAllowedNodes(t *testing.T) {
+	for _, tc := range []struct {
+		on          []string
+		preemptions int
+		lostHours   float64
+		highWait    time.Duration
+	}{
+		{nil, 1, 4 * 9.0 / 60, 30 * time.Second},             // b, the cheaper
+		{[]string{"n1"}, 1, 4 * 10.0 / 60, 30 * time.Second}, // a
+		{[]string{"n3"}, 0, 0, 2 * time.Hour},                // the notebook's node: it waits for it
+	} {
+		h := jb("h", 10*time.Minute, scheduler.High, 4, time.Hour)
+		h.Nodes = tc.on
+		nb := jb("nb", 2*time.Minute, scheduler.High, 4, 2*time.Hour+8*time.Minute) // on n3 until 2h10m
+		nb.Kind = scheduler.KindNotebook
+		w := &Workload{Name: "t", Nodes: nodes(3, 4), Jobs: []Job{
+			jb("a", 0, scheduler.Low, 4, 2*time.Hour), jb("b", time.Minute, scheduler.Low, 4, 2*time.Hour), nb, h}}
+		r := run(t, w, prio, Options{StopDelay: 30 * time.Second, MaxRetry: -1})
+		all := r.Row(RowAll)
+		if all.Preemptions != tc.preemptions || all.ForNothing != 0 || !near(all.LostGPUHours, tc.lostHours) {
+			t.Errorf("h on %v: %d preemptions (%d for nothing), %.3f GPU-hours lost; want %d, 0, %.3f",
+				tc.on, all.Preemptions, all.ForNothing, all.LostGPUHours, tc.preemptions, tc.lostHours)
+		}
+		if got := r.Row("high").WaitMax.D(); got != tc.highWait {
+			t.Errorf("h on %v waited %s, want %s", tc.on, got, tc.highWait)
+		}
+	}
+}
+
+// A random workload of which a third of the jobs are held to random nodes: the simulator refuses
+// a grant outside a job's nodes and a preemption for a job that may not use the victim's nodes, so
+// the run succeeding says neither happened.
+func TestAllowedNodesRandom(t *testing.T) {
+	w := &Workload{Name: "t", Nodes: nodes(6, 4)}
+	for i := 0; i < 300; i++ {
+		j := jb(fmt.Sprintf("j%03d", i), time.Duration(i*37%900)*time.Second, scheduler.Class(i%3), 1+i%4, time.Duration(60+i*53%900)*time.Second)
+		j.Workers = 1 + i%5/3
+		if i%3 == 0 {
+			for k, n := range w.Nodes {
+				if (i/3+k)%3 != 0 {
+					j.Nodes = append(j.Nodes, n.Name)
+				}
+			}
+		}
+		w.Jobs = append(w.Jobs, j)
+	}
+	sortByArrival(w.Jobs)
+	for _, opt := range []Options{{StopDelay: 30 * time.Second, MaxRetry: -1}, {StopDelay: 10 * time.Second, MaxRetry: 2, Checkpoint: time.Minute}} {
+		r := run(t, w, prio, opt)
+		if all := r.Row(RowAll); all.Preemptions == 0 || all.Rejected != 0 {
+			t.Fatalf("%d preemptions, %d rejected: the workload does not exercise what it should", all.Preemptions, all.Rejected)
+		} else {
+			t.Logf("%d preemptions, %d for nothing", all.Preemptions, all.ForNothing)
 		}
 	}
 }

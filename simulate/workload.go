@@ -26,6 +26,8 @@ type Job struct {
 	Workers int              `json:"workers"`
 	Runtime time.Duration    `json:"runtime"` // the work it needs to complete, without interruptions
 	Label   string           `json:"label,omitempty"`
+	// Nodes, when not empty, are the only nodes its workers may run on (scheduler.Request.Nodes).
+	Nodes []string `json:"nodes,omitempty"`
 }
 
 // GPUs is the job's total GPU count (all workers).
@@ -417,6 +419,8 @@ type ownJob struct {
 	InstanceType string `json:"instance_type"`
 	Workers      int    `json:"n_workers"`
 	Runtime      any    `json:"runtime"` // "2h", or seconds
+	// Nodes are the only nodes it may run on (none: any node of its family).
+	Nodes []string `json:"nodes"`
 }
 
 // parseDur reads "90s", "1h30m" or a plain number of seconds.
@@ -483,7 +487,13 @@ func (o ownJob) job(where string) (Job, error) {
 	if o.Workers < 0 {
 		return fail("n_workers: must be at least 1")
 	}
-	return Job{ID: o.ID, Arrival: arr, Class: c, Kind: kind, Demand: d, Workers: o.Workers, Runtime: rt}, nil
+	var nodes []string
+	for _, n := range o.Nodes {
+		if n = strings.TrimSpace(n); n != "" {
+			nodes = append(nodes, n)
+		}
+	}
+	return Job{ID: o.ID, Arrival: arr, Class: c, Kind: kind, Demand: d, Workers: o.Workers, Runtime: rt, Nodes: nodes}, nil
 }
 
 // LoadJSON reads our own workload format:
@@ -493,8 +503,10 @@ func (o ownJob) job(where string) (Job, error) {
 //	            "n_workers": 2, "runtime": "3h"}]}
 //
 // Durations are Go durations ("90s", "1h30m") or seconds; class is low, medium (default) or
-// high; kind is job (default) or notebook; n_workers defaults to 1. "nodes" may be left out when
-// the caller supplies them (for example from a trainq config allocation).
+// high; kind is job (default) or notebook; n_workers defaults to 1; a job's "nodes" (a list of
+// node names, optional) are the only nodes it may run on, as a request's include_nodes minus
+// exclude_nodes. The top-level "nodes" may be left out when the caller supplies them (for example
+// from a trainq config allocation).
 func LoadJSON(name string, r io.Reader) (*Workload, error) {
 	var in struct {
 		Nodes []scheduler.Node `json:"nodes"`
@@ -518,8 +530,9 @@ func LoadJSON(name string, r io.Reader) (*Workload, error) {
 }
 
 // LoadCSV reads our own workload format as CSV with the header
-// id,arrival,class,instance_type,n_workers,runtime (and optionally kind); see LoadJSON. The nodes
-// come from elsewhere.
+// id,arrival,class,instance_type,n_workers,runtime (and optionally kind, and nodes: the node names
+// a job may run on, separated by ';', empty for any); see LoadJSON. The pool's nodes come from
+// elsewhere.
 func LoadCSV(name string, r io.Reader) (*Workload, error) {
 	t, err := readCSV(name, r, "id", "arrival", "instance_type", "runtime")
 	if err != nil {
@@ -529,6 +542,9 @@ func LoadCSV(name string, r io.Reader) (*Workload, error) {
 	for i := range t.rows {
 		o := ownJob{ID: t.str(i, "id"), Arrival: t.str(i, "arrival"), Class: t.str(i, "class"), Kind: t.str(i, "kind"),
 			InstanceType: t.str(i, "instance_type"), Runtime: t.str(i, "runtime")}
+		if s := t.str(i, "nodes"); s != "" {
+			o.Nodes = strings.Split(s, ";")
+		}
 		if s := t.str(i, "n_workers"); s != "" {
 			n, err := strconv.Atoi(s)
 			if err != nil {

@@ -2,6 +2,7 @@ package simulate
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -38,7 +39,7 @@ func TestLoadOpenB(t *testing.T) {
 		{ID: "p1", Arrival: 10 * time.Second, Class: scheduler.Low, Demand: scheduler.Demand{Family: "gpu", GPUs: 1, CPU: 6000, RAMGB: 12288}, Workers: 1, Runtime: 50 * time.Second, Label: "BE"},
 		{ID: "p3", Arrival: 40 * time.Second, Class: scheduler.Medium, Demand: scheduler.Demand{Family: "gpu", GPUs: 8, CPU: 8000, RAMGB: 8192}, Workers: 1, Runtime: 1000 * time.Second, Label: "Guaranteed"},
 	}
-	if !slices.Equal(w.Jobs, want) {
+	if !reflect.DeepEqual(w.Jobs, want) {
 		t.Fatalf("jobs\n%+v\nwant\n%+v", w.Jobs, want)
 	}
 	if !strings.Contains(strings.Join(w.Notes, "\n"), "1 pods ask for a share of one GPU") {
@@ -168,7 +169,7 @@ func TestLoadOwn(t *testing.T) {
 		{ID: "a", Arrival: time.Minute, Class: scheduler.High, Kind: scheduler.KindNotebook, Demand: scheduler.Demand{Family: "a100", GPUs: 2}, Workers: 1, Runtime: 30 * time.Second},
 		{ID: "b", Arrival: 90 * time.Second, Class: scheduler.High, Kind: scheduler.KindJob, Demand: scheduler.Demand{Family: "a100", GPUs: 8}, Workers: 1, Runtime: time.Hour},
 	}
-	if len(w.Nodes) != 1 || !slices.Equal(w.Jobs, want) {
+	if len(w.Nodes) != 1 || !reflect.DeepEqual(w.Jobs, want) {
 		t.Fatalf("%+v", w)
 	}
 	csv := "id,arrival,class,instance_type,n_workers,runtime\nx,0,low,a100.1gpu,2,10m\ny,30s,,cpu.4C.16G,,45\n"
@@ -191,6 +192,15 @@ func TestLoadOwn(t *testing.T) {
 		if _, err := LoadJSON("w.json", strings.NewReader(bad.in)); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%s: %v, want %q", bad.in, err, bad.want)
 		}
+	}
+	// Allowed nodes: a list in JSON, ';'-separated in CSV (empty: any).
+	w, err = LoadJSON("w.json", strings.NewReader(`{"jobs": [{"id": "a", "instance_type": "a.1gpu", "nodes": ["n1", " n3"]}]}`))
+	if err != nil || !slices.Equal(w.Jobs[0].Nodes, []string{"n1", "n3"}) {
+		t.Fatalf("json nodes: %+v %v", w, err)
+	}
+	w, err = LoadCSV("w.csv", strings.NewReader("id,arrival,instance_type,runtime,nodes\na,0,a.1gpu,1m,n1;n3\nb,0,a.1gpu,1m,\n"))
+	if err != nil || !slices.Equal(w.Jobs[0].Nodes, []string{"n1", "n3"}) || w.Jobs[1].Nodes != nil {
+		t.Fatalf("csv nodes: %+v %v", w, err)
 	}
 	if _, err := LoadCSV("w.csv", strings.NewReader("id,arrival,instance_type,runtime,n_workers\na,0,a.1gpu,1m,two\n")); err == nil ||
 		!strings.Contains(err.Error(), `w.csv line 2: n_workers "two"`) {

@@ -32,7 +32,7 @@ func defineSimFlags(fs *flag.FlagSet) *simFlags {
 		pods:      fs.String("pods", "default", "openb pod `list`: default, multigpu50, or a CSV path"),
 		nodeList:  fs.String("node-list", "", "openb node list CSV (default: openb_node_list_gpu_node.csv in --trace)"),
 		times:     fs.String("times", "", "pod list with qos and times, for a pod list without them (default: openb_pod_list_default.csv in --trace)"),
-		workload:  fs.String("workload", "", "our own workload `file` (.json or .csv: id, arrival, class, instance_type, n_workers, runtime) instead of the trace"),
+		workload:  fs.String("workload", "", "our own workload `file` (.json or .csv: id, arrival, class, instance_type, n_workers, runtime, optional kind and nodes) instead of the trace"),
 		alloc:     fs.String("allocation", "", "take nodes (for --workload without nodes) and the base policy from this config allocation"),
 		region:    fs.String("region", "", "region of --allocation (default: the config's)"),
 		nodes:     fs.Int("nodes", 0, "keep N nodes, chosen evenly over the node list"),
