@@ -113,7 +113,23 @@ func Check(cfg *config.Config, spec *protocol.JobSpec) (notes []string, err erro
 	if err := pool.Admit(req); err != nil {
 		return nil, &protocol.FieldError{Field: "n_workers", Message: err.Error()}
 	}
+	if req.Nodes = spec.AllowedNodes; len(req.Nodes) > 0 {
+		if err := pool.Admit(req); err != nil {
+			return nil, &protocol.FieldError{Field: constraintField(spec), Message: err.Error()}
+		}
+	}
 	return notes, nil
+}
+
+// constraintField names the field that narrowed a job's nodes.
+func constraintField(spec *protocol.JobSpec) string {
+	switch {
+	case len(spec.IncludeNodes) > 0:
+		return "include_nodes"
+	case len(spec.ExcludeNodes) > 0:
+		return "exclude_nodes"
+	}
+	return "queue_name"
 }
 
 // applyTimeLimit gives a job its allocation's default time limit when it

@@ -107,3 +107,19 @@ func TestAllowedNodes(t *testing.T) {
 		})
 	}
 }
+
+// TestAllowedNodesMustHoldTheGang: a gang that its allowed nodes cannot
+// hold is refused naming the field that narrowed them.
+func TestAllowedNodesMustHoldTheGang(t *testing.T) {
+	cfg := config.Default()
+	spec := protocol.JobSpec{Script: "s", InstanceType: "a100.1gpu", AllocationName: "demo", NWorkers: 2, IncludeNodes: []string{"demo-node-1"}}
+	_, err := Check(cfg, &spec)
+	var fe *protocol.FieldError
+	require.True(t, errors.As(err, &fe), "%v", err)
+	assert.Equal(t, "include_nodes", fe.Field)
+	assert.NotEmpty(t, fe.Message)
+	t.Log(fe.Message)
+	spec = protocol.JobSpec{Script: "s", InstanceType: "a100.1gpu", AllocationName: "demo", NWorkers: 2, IncludeNodes: []string{"demo-node-1", "demo-node-2"}}
+	_, err = Check(cfg, &spec)
+	require.NoError(t, err)
+}
