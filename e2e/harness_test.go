@@ -90,6 +90,15 @@ regions:
         notice_signal: SIGUSR1
         nodes:
           - {name: signal-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+      - name: placed
+        stop_grace_period: 3s
+        queues:
+          - {name: default, default: true}
+          - {name: pair, nodes: [placed-2, placed-3]}
+        nodes:
+          - {name: placed-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+          - {name: placed-2, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+          - {name: placed-3, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
       - name: drain
         stop_grace_period: 3s
         preemption_notice: 30s

@@ -1,0 +1,61 @@
+package e2e
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/trainq/trainq/protocol"
+)
+
+// TestIncludeExcludeAndQueueNodesBindPlacement, with real processes, on
+// allocation placed (three 2-GPU nodes; queue pair has placed-2 and
+// placed-3): include_nodes, exclude_nodes and a queue's nodes decide where a
+// job runs; a job whose allowed nodes are busy waits, saying so, while
+// another node is free, and starts there once they free.
+func TestIncludeExcludeAndQueueNodesBindPlacement(t *testing.T) {
+	startWorker(t)
+	dir := t.TempDir()
+	hold := gate(filepath.Join(dir, "hold"))
+	spec := func(script string) protocol.JobSpec {
+		return protocol.JobSpec{Script: script, InstanceType: "a100.2gpu", Region: "T", AllocationName: "placed",
+			PriorityClass: "medium", NWorkers: 1, Type: "binary"}
+	}
+	nodeOf := func(st protocol.JobStatus) string {
+		require.NotEmpty(t, st.Attempts)
+		require.Len(t, st.Attempts[len(st.Attempts)-1].Placement, 1)
+		return st.Attempts[len(st.Attempts)-1].Placement[0].Node
+	}
+
+	s := spec(hold.waitFor())
+	s.IncludeNodes = []string{"placed-3"}
+	included := submit(t, s)
+	assert.Equal(t, "placed-3", nodeOf(waitState(t, included, protocol.StateRunning, long)), "include_nodes")
+
+	s = spec("true")
+	s.ExcludeNodes = []string{"placed-1"}
+	excluded := submit(t, s)
+	assert.Equal(t, "placed-2", nodeOf(waitState(t, excluded, protocol.StateCompleted, long)), "exclude_nodes: placed-3 is busy")
+
+	s = spec("true")
+	s.QueueName = "pair"
+	queued := submit(t, s)
+	assert.Contains(t, []string{"placed-2", "placed-3"}, nodeOf(waitState(t, queued, protocol.StateCompleted, long)), "the queue's nodes")
+
+	// placed-1 and placed-2 are free; a job bound to placed-3 waits for it.
+	s = spec("true")
+	s.IncludeNodes = []string{"placed-3"}
+	waiting := submit(t, s)
+	eventually(t, long, "the bound job to wait with a reason", func() bool {
+		st := status(t, waiting)
+		return st.State == protocol.StatePending && st.Reason != ""
+	})
+	st := status(t, waiting)
+	assert.True(t, strings.Contains(st.Reason, "include_nodes") || strings.Contains(st.Reason, "allowed"), "the reason names its node constraint: %q", st.Reason)
+	hold.open(t)
+	assert.Equal(t, "placed-3", nodeOf(waitState(t, waiting, protocol.StateCompleted, long)))
+	waitState(t, included, protocol.StateCompleted, long)
+}
