@@ -54,6 +54,7 @@ func TestIncludeExcludeAndQueueNodesBindPlacement(t *testing.T) {
 		return st.State == protocol.StatePending && st.Reason != ""
 	})
 	st := status(t, waiting)
+	t.Logf("the bound job waits: %s", st.Reason)
 	assert.True(t, strings.Contains(st.Reason, "include_nodes") || strings.Contains(st.Reason, "allowed"), "the reason names its node constraint: %q", st.Reason)
 	hold.open(t)
 	assert.Equal(t, "placed-3", nodeOf(waitState(t, waiting, protocol.StateCompleted, long)))
