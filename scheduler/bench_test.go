@@ -319,3 +319,32 @@ func BenchmarkScheduleWaitingFull(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkScheduleWaitingFullConstrained is BenchmarkScheduleWaitingFull/10k with a third of
+// the waiting requests held to nodes (Request.Nodes): 32 nodes each, from 16 different sets, so
+// that their shapes fail apart.
+func BenchmarkScheduleWaitingFullConstrained(b *testing.B) {
+	p := benchPool(b, 0, false, mixedClass)
+	rng := rand.New(rand.NewPCG(5, 6))
+	sets := make([][]string, 16)
+	for k := range sets {
+		for i := range 32 {
+			sets[k] = append(sets[k], fmt.Sprintf("node-%d", 1+(k*61+i*31)%1000))
+		}
+	}
+	for i := 0; i < 10000; i++ {
+		d, _ := ParseInstanceType(benchTypes[rng.IntN(len(benchTypes))])
+		r := Request{Job: "lm-mpi-job-" + uuid4(rng), Kind: KindJob, Class: mixedClass(i), Demand: d, Workers: 1 + rng.IntN(4), Seq: int64(10000 + i), SubmittedAt: t0}
+		if i%3 == 0 {
+			r.Nodes = sets[rng.IntN(len(sets))]
+		}
+		mustEnqueue(b, p, r)
+	}
+	now := t0.Add(time.Hour)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		p.touch()
+		p.Schedule(now)
+	}
+}

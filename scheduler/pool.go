@@ -74,12 +74,6 @@ func (s *shape) may(n int32) bool {
 	return s.allowed == nil || s.allowed[n>>6]&(1<<(uint32(n)&63)) != 0
 }
 
-// allowSet is a set of allowed nodes (Request.Nodes) of one or more waiting requests, interned.
-type allowSet struct {
-	names []string // sorted, each once; all nodes of the pool
-	bits  []uint64 // over the pool's node indices
-}
-
 type waitReq struct {
 	r     Request
 	shape int32
@@ -130,8 +124,9 @@ type Pool struct {
 
 	shapes   []shape
 	shapeIdx map[shapeKey]int32
-	// allows are the allowed-node sets of the shapes that have one, by their names joined.
-	allows   []allowSet
+	// allows are the allowed-node sets (Request.Nodes) of the shapes that have one, interned by
+	// their names joined, each as a bitmap over the nodes' indices.
+	allows   [][]uint64
 	allowIdx map[string]int32
 
 	// victims are the releasing jobs that were preempted, in preemption order: their capacity is
@@ -378,7 +373,7 @@ func (p *Pool) admitAnywhere(r Request) error {
 	return nil
 }
 
-// allowedNodesText names the allowed nodes in the reasons, as the job's spec does.
+// allowedNodesText names the allowed nodes in Admit's sentences as the user set them.
 const allowedNodesText = "the nodes the job may run on (include_nodes minus exclude_nodes)"
 
 // admitNodes is Admit's check of the allowed nodes of a request that passes the rest: every name
@@ -445,7 +440,7 @@ func (p *Pool) shapeOf(r *Request) int32 {
 	id := int32(len(p.shapes))
 	s := shape{fam: k.fam, gpu: k.gpu, cpu: k.cpu, ram: k.ram, workers: k.workers, allow: k.allow}
 	if k.allow > 0 {
-		s.allowed = p.allows[k.allow-1].bits
+		s.allowed = p.allows[k.allow-1]
 	}
 	p.shapes = append(p.shapes, s)
 	p.shapeIdx[k] = id
@@ -460,10 +455,10 @@ func (p *Pool) allowOf(names []string) int32 {
 	if i, ok := p.allowIdx[key]; ok {
 		return i + 1
 	}
-	a := allowSet{names: names, bits: make([]uint64, (len(p.nodes)+63)/64)}
+	a := make([]uint64, (len(p.nodes)+63)/64)
 	for _, name := range names {
 		n := p.nodeIdx[name]
-		a.bits[n>>6] |= 1 << (uint32(n) & 63)
+		a[n>>6] |= 1 << (uint32(n) & 63)
 	}
 	i := int32(len(p.allows))
 	p.allows = append(p.allows, a)
