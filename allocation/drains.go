@@ -52,6 +52,7 @@ func (s *State) Drain(r protocol.DrainRequest, g Gates) (protocol.DrainReply, []
 	reply := protocol.DrainReply{Node: r.Node, Drained: true}
 	if _, already := s.Drains[r.Node]; already {
 		s.Drains[r.Node] = why
+		s.Pool.SetNodeNote(r.Node, drainNote(why))
 		return reply, nil
 	}
 	if s.Drains == nil {
@@ -59,6 +60,7 @@ func (s *State) Drain(r protocol.DrainRequest, g Gates) (protocol.DrainReply, []
 	}
 	s.Drains[r.Node] = why
 	s.Pool.MarkNodeLost(r.Node) // a fenced node is out already
+	s.Pool.SetNodeNote(r.Node, drainNote(why))
 	reply.Changed = true
 	var cmds commands
 	for _, job := range s.Pool.RunningJobs() {
@@ -86,6 +88,7 @@ func (s *State) undrain(node string) (protocol.DrainReply, []Command) {
 		return reply, nil
 	}
 	delete(s.Drains, node)
+	s.Pool.SetNodeNote(node, "")
 	reply.Changed = true
 	var cmds commands
 	if _, fenced := s.Fences[node]; fenced {
@@ -139,6 +142,19 @@ func (s *State) dropRemovedDrains() {
 	for node := range s.Drains {
 		if !have[node] {
 			delete(s.Drains, node)
+		}
+	}
+}
+
+// drainNote is how the reasons a job waits name a drained node.
+func drainNote(why string) string { return "drained (" + why + ")" }
+
+// noteDrains gives a pool built afresh (restored, rebuilt by a recovery) the
+// notes of the drained nodes.
+func (s *State) noteDrains() {
+	for _, n := range s.Pool.Nodes() {
+		if why, ok := s.Drains[n.Name]; ok {
+			s.Pool.SetNodeNote(n.Name, drainNote(why))
 		}
 	}
 }

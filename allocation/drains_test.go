@@ -157,3 +157,26 @@ func TestNoticeChangesAreListedOnce(t *testing.T) {
 	assert.True(t, reply.Changed)
 	assert.Equal(t, time.Minute, s.Pool.Policy().PreemptionNotice)
 }
+
+// TestAJobWaitingForADrainedNodeSaysSo: the reason a job waits names the
+// drain, not a lost agent, also after continue-as-new.
+func TestAJobWaitingForADrainedNodeSaysSo(t *testing.T) {
+	s := newState(t, 1)
+	given(t, s, drained("n1"), queued(one("w", 1, medium, 8)))
+	s.Pass(t0)
+	reason := func(s *State) string {
+		info, ok := s.Pool.Explain("w")
+		require.True(t, ok)
+		return info.Reason
+	}
+	assert.Contains(t, reason(s), "node n1 is drained (disk swap)")
+	assert.NotContains(t, reason(s), "not answering")
+	next, packed, err := s.Carry()
+	require.NoError(t, err)
+	r, err := Restore(next, packed)
+	require.NoError(t, err)
+	assert.Contains(t, reason(r), "node n1 is drained (disk swap)")
+	r.Drain(protocol.DrainRequest{Node: "n1", Undrain: true}, AllOn{})
+	r.NodeLost("n1", "gone")
+	assert.Contains(t, reason(r), "not answering", "an undrained node that is lost is lost")
+}

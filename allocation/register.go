@@ -34,6 +34,7 @@ func (s *State) Recovered(epoch string, now time.Time, reg Registered) (protocol
 	var refused []protocol.JobHold
 	reply.Conflicts, refused = s.rebuild(pool, reg.Holds)
 	s.Pool = pool
+	s.noteDrains()
 	var cmds commands
 	for _, h := range refused {
 		cmds.add(refuse(h.Job, h.Request.Attempt, fmt.Sprintf("allocation %s can no longer run this job", s.Name())))

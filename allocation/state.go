@@ -98,6 +98,7 @@ func Restore(in protocol.AllocatorInput, packedPool []byte) (*State, error) {
 		}
 		s.Drains[d.Node] = d.Reason
 	}
+	s.noteDrains()
 	return s, nil
 }
 

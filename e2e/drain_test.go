@@ -52,7 +52,9 @@ func TestDrainMovesAJobToAnotherNode(t *testing.T) {
 	eventually(t, long, "the wide job to wait behind the drain", func() bool {
 		return len(queue(t, "drain").Waiting) == 1
 	})
-	assert.Equal(t, protocol.StatePending, status(t, wide).State)
+	ws := status(t, wide)
+	assert.Equal(t, protocol.StatePending, ws.State)
+	assert.Contains(t, ws.Reason, "node "+node+" is drained (disk swap)", "the reason names the drain")
 	_, errOut, code = trainq(t, "allocator", "undrain", node, "--allocation", "drain", "--region", "T")
 	require.Equal(t, 0, code, errOut)
 	waitState(t, wide, protocol.StateCompleted, long)

@@ -371,12 +371,12 @@ func (ex *explainer) withLostNodes(wi *WaitingInfo, w *waitReq, why string) stri
 		// Nothing it could wait for or preempt helps: too few nodes are answering.
 		wi.WaitingFor = nil
 		if live == 0 {
-			return fmt.Sprintf("no %s node large enough for one of its workers%s is answering (%s)", w.r.Demand.Family, among, lostText(lost))
+			return fmt.Sprintf("no %s node large enough for one of its workers%s is answering (%s)", w.r.Demand.Family, among, ex.p.outText(lost))
 		}
 		return fmt.Sprintf("only %d of the %d %s nodes large enough for one of its workers%s %s answering (%s)",
-			live, live+len(lost), w.r.Demand.Family, among, plural(live, "is", "are"), lostText(lost))
+			live, live+len(lost), w.r.Demand.Family, among, plural(live, "is", "are"), ex.p.outText(lost))
 	case len(lost) > 0:
-		return why + "; " + lostText(lost) + ", so " + plural(len(lost), "its", "their") + " capacity is not counted"
+		return why + "; " + ex.p.outText(lost) + ", so " + plural(len(lost), "its", "their") + " capacity is not counted"
 	}
 	return why
 }

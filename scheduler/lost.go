@@ -78,6 +78,39 @@ func (p *Pool) lostFit(sh *shape, d Demand) (live int, lost []string) {
 	return live, lost
 }
 
+// SetNodeNote says why a node out of scheduling is out, when it is not that
+// its agent stopped answering (an operator drained it): the reasons a job
+// waits then say "node n-2 is drained (disk swap)". "" forgets the note.
+// Notes change no decision; they are not in snapshots (the caller keeps what
+// they say and sets them again).
+func (p *Pool) SetNodeNote(node, note string) {
+	if note == "" {
+		delete(p.notes, node)
+		return
+	}
+	if p.notes == nil {
+		p.notes = map[string]string{}
+	}
+	p.notes[node] = note
+}
+
+// outText says why the nodes out of scheduling are out: those with a note
+// by it, the others as lost.
+func (p *Pool) outText(names []string) string {
+	var lost, noted []string
+	for _, n := range names {
+		if note, ok := p.notes[n]; ok {
+			noted = append(noted, "node "+n+" is "+note)
+		} else {
+			lost = append(lost, n)
+		}
+	}
+	if len(lost) > 0 {
+		noted = append(noted, lostText(lost))
+	}
+	return strings.Join(noted, "; ")
+}
+
 // lostText says which nodes are lost, e.g. "node n-2 is lost: its agent is not answering".
 func lostText(names []string) string {
 	if len(names) == 1 {

@@ -111,7 +111,9 @@ type runJob struct {
 
 // Pool is the state of one allocation. It is not safe for concurrent use.
 type Pool struct {
-	policy  Policy
+	policy Policy
+	// notes say why some nodes out of scheduling are out (SetNodeNote).
+	notes   map[string]string
 	nodes   []node
 	fams    []family
 	famIdx  map[string]int32

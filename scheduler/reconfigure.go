@@ -40,6 +40,7 @@ func (p *Pool) Reconfigure(nodes []Node, policy Policy) ([]Unfit, error) {
 	if err != nil {
 		return nil, err
 	}
+	q.notes = p.notes
 	*p = *q
 	return unfit, nil
 }
