@@ -460,3 +460,23 @@ func TestWatchEventLine(t *testing.T) {
 	assert.Contains(t, line, "Pending")
 	assert.Contains(t, line, "#2 in queue: waiting for 4 GPUs")
 }
+
+// TestSubmitPlacementFlags: --queue, --include-nodes and --exclude-nodes
+// are ML Space's queue_name, include_nodes and exclude_nodes; a bad node is
+// refused naming the field, before anything is dialled.
+func TestSubmitPlacementFlags(t *testing.T) {
+	spec := dryRunSpec(t, cli(t, "", "submit", "--script", "true", "--instance-type", "a100.1gpu", "--allocation", "demo",
+		"--exclude-nodes", "demo-node-1, demo-node-2", "--dry-run", "-o", "json"))
+	assert.Equal(t, []string{"demo-node-1", "demo-node-2"}, spec.ExcludeNodes)
+	assert.Equal(t, []string{"demo-node-3", "demo-node-4"}, spec.AllowedNodes)
+	assert.Equal(t, "default", spec.QueueName)
+
+	r := cli(t, "", "submit", "--script", "true", "--instance-type", "a100.1gpu", "--allocation", "demo", "--include-nodes", "demo-node-9")
+	assert.Equal(t, 2, r.code)
+	assert.Contains(t, r.stderr, "include_nodes[0]: allocation demo has no node demo-node-9")
+	assert.False(t, r.dialed)
+
+	r = cli(t, "", "submit", "--script", "true", "--instance-type", "a100.1gpu", "--allocation", "demo", "--queue", "night")
+	assert.Equal(t, 2, r.code)
+	assert.Contains(t, r.stderr, `allocation demo has no queue "night"; its queues are default`)
+}

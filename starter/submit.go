@@ -98,6 +98,9 @@ func runSubmit(ctx context.Context, g *globals, args []string) error {
 		author    = fs.String("author", os.Getenv("USER"), "author recorded on the job")
 		workspace = fs.String("workspace", "", "workspace recorded on the job")
 		name      = fs.String("name", "", "job name (default lm-mpi-job-<uuid>); submitting a name twice starts one job")
+		queue     = fs.String("queue", "", "the allocation's queue (ML Space's queue_name; default: its default queue)")
+		include   = fs.String("include-nodes", "", "comma-separated nodes the workers may run on (ML Space's include_nodes)")
+		exclude   = fs.String("exclude-nodes", "", "comma-separated nodes the workers must not run on (ML Space's exclude_nodes)")
 		dryRun    = fs.Bool("dry-run", false, "validate and print the normalized job, start nothing")
 		wait      = fs.Bool("wait", false, "after submitting, watch the job until it ends (exit code as for trainq watch)")
 	)
@@ -135,6 +138,21 @@ func runSubmit(ctx context.Context, g *globals, args []string) error {
 	str("job-desc", &spec.JobDesc, *desc)
 	str("priority-class", &spec.PriorityClass, *class)
 	str("checkpoint-dir", &spec.CheckpointDir, *ckpt)
+	str("queue", &spec.QueueName, *queue)
+	for _, l := range []struct {
+		flag  string
+		value string
+		dst   *[]string
+	}{{"include-nodes", *include, &spec.IncludeNodes}, {"exclude-nodes", *exclude, &spec.ExcludeNodes}} {
+		if set[l.flag] {
+			*l.dst = nil
+			for _, n := range strings.Split(l.value, ",") {
+				if n = strings.TrimSpace(n); n != "" {
+					*l.dst = append(*l.dst, n)
+				}
+			}
+		}
+	}
 	if set["n-workers"] {
 		if *nWorkers < 1 {
 			return &protocol.FieldError{Field: "n_workers", Message: fmt.Sprintf("must be at least 1, got %d", *nWorkers)}
