@@ -136,7 +136,7 @@ func (s *Server) getQueue(w http.ResponseWriter, r *http.Request, p Principal) {
 		s.fail(w, r, err)
 		return
 	}
-	d := queueDetail{queueSummary: summaryOf(reg, a, q), Nodes: queueNodes(a, q), Assigned: q.AssignedTo(p.Workspace)}
+	d := queueDetail{queueSummary: summaryOf(reg, a, q), Nodes: a.QueueNodeNames(q), Assigned: q.AssignedTo(p.Workspace)}
 	d.Metadata.DefaultPriority.Job = q.DefaultClass(scheduler.KindJob).String()
 	d.Metadata.DefaultPriority.Notebook = scheduler.High.String()
 	for _, c := range q.AllowedClasses() {
@@ -146,19 +146,6 @@ func (s *Server) getQueue(w http.ResponseWriter, r *http.Request, p Principal) {
 		d.Workspaces = q.Workspaces
 	}
 	writeJSON(w, http.StatusOK, d)
-}
-
-// queueNodes are the names of the queue's nodes (all the allocation's when
-// it lists none).
-func queueNodes(a *config.Allocation, q config.Queue) []string {
-	if len(q.Nodes) > 0 {
-		return q.Nodes
-	}
-	out := []string{}
-	for _, n := range a.Nodes {
-		out = append(out, n.Name)
-	}
-	return out
 }
 
 // queueJobs answers GET /queues/{id}/jobs: the queue's jobs, newest first
@@ -226,17 +213,7 @@ func (s *Server) queueInstanceTypes(w http.ResponseWriter, r *http.Request, _ Pr
 
 // queueScope is the allocation narrowed to the queue's nodes.
 func queueScope(a *config.Allocation, q config.Queue) *config.Allocation {
-	if len(q.Nodes) == 0 {
-		return a
-	}
 	narrowed := *a
-	narrowed.Nodes = nil
-	for _, n := range a.Nodes {
-		for _, name := range q.Nodes {
-			if n.Name == name {
-				narrowed.Nodes = append(narrowed.Nodes, n)
-			}
-		}
-	}
+	narrowed.Nodes = a.QueueNodes(q)
 	return &narrowed
 }

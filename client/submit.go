@@ -246,7 +246,7 @@ func allowNodes(spec *protocol.JobSpec, alloc *config.Allocation) error {
 		}
 		return nil
 	}
-	inQueue := queueNodes(alloc, q)
+	inQueue := alloc.QueueNodeNames(q)
 	for i, n := range spec.IncludeNodes {
 		if !slices.Contains(inQueue, n) {
 			return &protocol.FieldError{Field: fmt.Sprintf("include_nodes[%d]", i),
@@ -267,17 +267,6 @@ func allowNodes(spec *protocol.JobSpec, alloc *config.Allocation) error {
 		spec.AllowedNodes = allowed
 	}
 	return nil
-}
-
-// queueNodes are the names of q's nodes, in the allocation's order.
-func queueNodes(alloc *config.Allocation, q config.Queue) []string {
-	var out []string
-	for _, n := range alloc.Nodes {
-		if len(q.Nodes) == 0 || slices.Contains(q.Nodes, n.Name) {
-			out = append(out, n.Name)
-		}
-	}
-	return out
 }
 
 // NewJobName makes an ML Space-style job name.

@@ -84,6 +84,30 @@ func (a *Allocation) QueueNamed(name string) (Queue, error) {
 	return Queue{}, fmt.Errorf("allocation %s has no queue %q; its queues are %s", a.Name, name, strings.Join(names, ", "))
 }
 
+// QueueNodes are the allocation's nodes a queue's jobs may run on, in
+// config order: all of them when the queue lists none.
+func (a *Allocation) QueueNodes(q Queue) []scheduler.Node {
+	if len(q.Nodes) == 0 {
+		return a.Nodes
+	}
+	var out []scheduler.Node
+	for _, n := range a.Nodes {
+		if slices.Contains(q.Nodes, n.Name) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// QueueNodeNames are the names of QueueNodes(q).
+func (a *Allocation) QueueNodeNames(q Queue) []string {
+	out := []string{}
+	for _, n := range a.QueueNodes(q) {
+		out = append(out, n.Name)
+	}
+	return out
+}
+
 // Allows says whether the queue takes requests of class.
 func (q Queue) Allows(class scheduler.Class) bool {
 	if len(q.JobPriorityAllowed) == 0 {

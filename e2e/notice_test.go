@@ -32,10 +32,7 @@ func TestPreemptionNoticeLetsTheVictimSaveAndExit(t *testing.T) {
 	hs := waitState(t, high, protocol.StateCompleted, long)
 	vs := waitState(t, victim, protocol.StateCompleted, long)
 
-	data, err := os.ReadFile(filepath.Join(dir, "notice.json"))
-	require.NoError(t, err, "the victim read its notice")
-	var n protocol.WorkerNotice
-	require.NoError(t, json.Unmarshal(data, &n), string(data))
+	n := readWorkerNotice(t, filepath.Join(dir, "notice.json"))
 	assert.Equal(t, protocol.NoticeReasonPreempted, n.Reason)
 	require.NotNil(t, n.By)
 	assert.Equal(t, "high", n.By.Class)
@@ -52,7 +49,7 @@ func TestPreemptionNoticeLetsTheVictimSaveAndExit(t *testing.T) {
 	assert.Contains(t, first.EndReason, "its workers exited on the notice")
 	require.NotNil(t, first.Preemptor)
 	assert.Equal(t, high, first.Preemptor.Job)
-	_, err = os.Stat(filepath.Join(dir, "resumed"))
+	_, err := os.Stat(filepath.Join(dir, "resumed"))
 	assert.NoError(t, err, "the rerun found the checkpoint")
 }
 
