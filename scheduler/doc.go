@@ -40,12 +40,20 @@
 //     (b) if it fits on free capacity, it is granted: best fit, the feasible nodes that leave the
 //     fewest free GPUs, then the fewest free CPU cores, then config order (nodes with capacity
 //     nominated to it first);
+//     (b') else an elastic gang (Request.MinWorkers: torchrun's --nnodes=min:max) that fits with
+//     fewer workers, at least MinWorkers, starts on free capacity with as many as fit, on the
+//     nodes rule (b) would choose first; a started gang keeps its size (its grant's placement
+//     says how many workers it got), and it is not grown when capacity frees later. Free
+//     capacity now beats holding or preempting for the whole gang;
 //     (c) else, if it fits on free plus releasing capacity, it holds that capacity and waits: the
 //     nodes with capacity nominated to it first, then those that need the least releasing
 //     capacity, then config order (no best fit here, so that a second pass holds what the first
 //     held); on each node free capacity is taken first;
 //     (d) else it may preempt (see below) or take over capacity nominated to a strictly
 //     lower-class request; the victims' capacity becomes releasing and nominated to it;
+//     an elastic gang preempts for the whole gang if that can be made, else for MinWorkers
+//     (as Kueue's partial admission tries the full count first), and once its victims stop it
+//     starts with as many workers as fit; it waits for, and reserves, its least size;
 //     (e) else, a medium or low request that has been the first waiting request of its class for
 //     Policy.ReserveAfter reserves the nodes where it will fit soonest (see Reservations).
 //   - Queueing best-effort-fifo (default): a later request may use capacity no better request
@@ -62,7 +70,8 @@
 //     it and no pass counts its free or releasing capacity for anyone, so nothing is nominated on
 //     it and nobody is preempted for capacity there. Jobs placed on it keep holding until they are
 //     Released or Cancelled, as anywhere else. Pool.MarkNodeUp returns it to scheduling.
-//   - Admission (Pool.Admit) rejects requests that could not fit even the empty pool: among them
+//   - Admission (Pool.Admit) rejects requests that could not fit even the empty pool (an elastic
+//     gang: at its least size): among them
 //     a request whose allowed nodes name a node not in the pool, or leave fewer nodes of its
 //     family large enough for a worker than it has workers. A running job's allowed nodes are not
 //     checked (Pool.Adopt, Restore): it holds its placement already.

@@ -135,13 +135,22 @@ func (ex *explainer) info(i int) WaitingInfo {
 	r := &w.r
 	wi := WaitingInfo{Job: r.Job, Attempt: r.Attempt, Kind: r.Kind, Class: r.Class, Workers: r.Workers,
 		Demand: r.Demand, GPUs: r.Workers * r.Demand.GPUs, Position: i + 1, SubmittedAt: r.SubmittedAt, Seq: r.Seq, Nodes: slices.Clone(r.Nodes)}
+	if r.elastic() {
+		wi.MinWorkers = r.MinWorkers
+	}
 	o := &ex.pl.outs[i-ex.pl.outFrom]
 	higher := ex.classStart[r.Class]
 	behind := behindText(higher, i-higher)
 	need := ex.needText(w)
+	if r.elastic() && o.nodes != nil && o.kind != outReserving {
+		need = needText(r.Demand, len(o.nodes)) // the size the elastic gang got in the pass
+		if len(o.nodes) < r.Workers {
+			need += fmt.Sprintf(" (%d of its %d workers: it is elastic down to %d)", len(o.nodes), r.Workers, r.MinWorkers)
+		}
+	}
 	switch o.kind {
 	case outGranted:
-		wi.Reason = "can start now: " + need + " " + plural(r.Workers, "is", "are") + " free; it starts at the next scheduling pass"
+		wi.Reason = "can start now: " + need + " " + plural(len(o.nodes), "is", "are") + " free; it starts at the next scheduling pass"
 	case outNominated, outPreempting:
 		ex.explainWaitForCapacity(&wi, o, need)
 	case outStrictBlocked:
@@ -166,6 +175,9 @@ func (ex *explainer) needText(w *waitReq) string {
 	need, ok := ex.needs[w.shape]
 	if !ok {
 		need = needText(w.r.Demand, w.r.Workers)
+		if w.r.elastic() {
+			need += fmt.Sprintf(" (or at least %d of them: it is elastic)", w.r.MinWorkers)
+		}
 		ex.needs[w.shape] = need
 	}
 	return need

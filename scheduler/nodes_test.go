@@ -32,10 +32,10 @@ func TestAdmitAllowedNodes(t *testing.T) {
 			`node "gpu-9", one of the nodes the job may run on (include_nodes minus exclude_nodes), is not in this allocation`},
 		{"unknown nodes", job(4, 1, "x", "big-1", "y"), `nodes "x", "y", among the nodes the job may run on (include_nodes minus exclude_nodes), are not in this allocation`},
 		{"too few allowed nodes", job(4, 2, "big-1"),
-			"the nodes the job may run on (include_nodes minus exclude_nodes) leave 1 node of family a100 that can hold a worker (big-1); the job needs 2"},
+			"the nodes the job may run on (include_nodes minus exclude_nodes) leave 1 node of family a100 that can hold a worker (big-1); the job needs 2 workers"},
 		{"too few large enough", job(8, 2, "big-1", "small-1", "small-2"),
-			"leave 1 node of family a100 that can hold a worker (big-1; small-1, small-2 are too small); the job needs 2"},
-		{"none large enough", job(8, 1, "small-2"), "leave no node of family a100 that can hold a worker (small-2 is too small); the job needs 1"},
+			"leave 1 node of family a100 that can hold a worker (big-1; small-1, small-2 are too small); the job needs 2 workers"},
+		{"none large enough", job(8, 1, "small-2"), "leave no node of family a100 that can hold a worker (small-2 is too small); the job needs 1 worker"},
 		{"only another family's nodes", job(1, 1, "cpu-1"),
 			"the nodes the job may run on (include_nodes minus exclude_nodes: cpu-1) include no node of family a100"},
 		// The checks of the empty pool come first.
@@ -396,7 +396,7 @@ func TestAllowedNodesReconfigure(t *testing.T) {
 	}
 	want := []Unfit{
 		{Job: "gone", Reason: `node "n-3", one of the nodes the job may run on (include_nodes minus exclude_nodes), is not in this allocation`},
-		{Job: "small", Reason: "the nodes the job may run on (include_nodes minus exclude_nodes) leave 1 node of family a that can hold a worker (n-1; n-2 is too small); the job needs 2"},
+		{Job: "small", Reason: "the nodes the job may run on (include_nodes minus exclude_nodes) leave 1 node of family a that can hold a worker (n-1; n-2 is too small); the job needs 2 workers"},
 	}
 	if mustJSON(t, unfit) != mustJSON(t, want) {
 		t.Fatalf("unfit %s, want %s", mustJSON(t, unfit), mustJSON(t, want))

@@ -52,6 +52,11 @@ type shape struct {
 	fam           int32
 	gpu, cpu, ram int
 	workers       int
+	// An elastic shape (minWorkers between 1 and workers-1) is tried at its full size first;
+	// least is its rigid shape of minWorkers workers, for what the gang can do at its least
+	// size (preempt, reserve). A rigid shape has minWorkers 0 and least -1.
+	minWorkers int
+	least      int32
 	// allow is 0 for a request that may run on any node of its family, else 1 + its index in
 	// Pool.allows. For a constrained shape, allowed is that set's bitmap over the pool's nodes
 	// and live its allowed nodes of its family that are not lost, in config order (see
@@ -66,6 +71,7 @@ type shapeKey struct {
 	fam           int32
 	gpu, cpu, ram int
 	workers       int
+	minWorkers    int
 	allow         int32
 }
 
@@ -333,6 +339,9 @@ func (p *Pool) admitAnywhere(r Request) error {
 	if r.Workers < 1 {
 		return fmt.Errorf("a job needs at least 1 worker, got %d", r.Workers)
 	}
+	if r.MinWorkers < 0 || r.MinWorkers > r.Workers {
+		return fmt.Errorf("an elastic gang's least size must be between 1 and its %d workers, got %d", r.Workers, r.MinWorkers)
+	}
 	if r.Preemptions < 0 {
 		return fmt.Errorf("the request's preemption count must not be negative, got %d", r.Preemptions)
 	}
@@ -345,9 +354,10 @@ func (p *Pool) admitAnywhere(r Request) error {
 		return fmt.Errorf("instance family %q is not in this allocation (%s)", d.Family, p.familyNames())
 	}
 	fm := &p.fams[f]
-	if r.Workers > len(fm.nodes) {
-		return fmt.Errorf("the job needs %d workers, each on its own %s node, but this allocation has only %d %s %s",
-			r.Workers, d.Family, len(fm.nodes), d.Family, plural(len(fm.nodes), "node", "nodes"))
+	need := r.leastWorkers()
+	if need > len(fm.nodes) {
+		return fmt.Errorf("the job needs %s, each on its own %s node, but this allocation has only %d %s %s",
+			workersText(&r), d.Family, len(fm.nodes), d.Family, plural(len(fm.nodes), "node", "nodes"))
 	}
 	if d.GPUs > fm.maxGPU {
 		return fmt.Errorf("instance type needs %d %s GPUs per worker but the largest %s node in this allocation has %d",
@@ -368,9 +378,9 @@ func (p *Pool) admitAnywhere(r Request) error {
 			fit++
 		}
 	}
-	if fit < r.Workers {
-		return fmt.Errorf("the job needs %d workers on distinct %s nodes with %d GPUs, %d CPU cores and %d GB RAM each, but only %d %s in this allocation %s that large",
-			r.Workers, d.Family, d.GPUs, d.CPU, d.RAMGB, fit, plural(fit, "node", "nodes"), plural(fit, "is", "are"))
+	if fit < need {
+		return fmt.Errorf("the job needs %s on distinct %s nodes with %d GPUs, %d CPU cores and %d GB RAM each, but only %d %s in this allocation %s that large",
+			workersText(&r), d.Family, d.GPUs, d.CPU, d.RAMGB, fit, plural(fit, "node", "nodes"), plural(fit, "is", "are"))
 	}
 	return nil
 }
@@ -409,7 +419,7 @@ func (p *Pool) admitNodes(r *Request) error {
 			small = append(small, nd.Name)
 		}
 	}
-	if len(fit) >= r.Workers {
+	if len(fit) >= r.leastWorkers() {
 		return nil
 	}
 	if len(fit)+len(small) == 0 {
@@ -426,21 +436,40 @@ func (p *Pool) admitNodes(r *Request) error {
 	if len(fit) > 0 {
 		count = fmt.Sprintf("%d %s", len(fit), plural(len(fit), "node", "nodes"))
 	}
-	return fmt.Errorf("%s leave %s of family %s that can hold a worker (%s); the job needs %d",
-		allowedNodesText, count, d.Family, strings.Join(which, "; "), r.Workers)
+	return fmt.Errorf("%s leave %s of family %s that can hold a worker (%s); the job needs %s",
+		allowedNodesText, count, d.Family, strings.Join(which, "; "), workersText(r))
+}
+
+// workersText is how many workers r needs, for Admit's sentences: "4 workers", "at least 2 workers".
+func workersText(r *Request) string {
+	n := r.leastWorkers()
+	text := fmt.Sprintf("%d %s", n, plural(n, "worker", "workers"))
+	if r.elastic() {
+		return "at least " + text
+	}
+	return text
 }
 
 // shapeOf interns r's shape; r passed Admit.
 func (p *Pool) shapeOf(r *Request) int32 {
 	k := shapeKey{fam: p.famIdx[r.Demand.Family], gpu: r.Demand.GPUs, cpu: r.Demand.CPU, ram: r.Demand.RAMGB, workers: r.Workers}
+	if r.elastic() {
+		k.minWorkers = r.MinWorkers
+	}
 	if len(r.Nodes) > 0 {
 		k.allow = p.allowOf(r.Nodes)
 	}
 	if id, ok := p.shapeIdx[k]; ok {
 		return id
 	}
+	least := int32(-1)
+	if r.elastic() {
+		rigid := *r
+		rigid.Workers, rigid.MinWorkers = r.MinWorkers, 0
+		least = p.shapeOf(&rigid)
+	}
 	id := int32(len(p.shapes))
-	s := shape{fam: k.fam, gpu: k.gpu, cpu: k.cpu, ram: k.ram, workers: k.workers, allow: k.allow}
+	s := shape{fam: k.fam, gpu: k.gpu, cpu: k.cpu, ram: k.ram, workers: k.workers, minWorkers: k.minWorkers, least: least, allow: k.allow}
 	if k.allow > 0 {
 		s.allowed = p.allows[k.allow-1]
 	}

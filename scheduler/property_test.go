@@ -89,6 +89,10 @@ func simulate(t testing.TB, data []byte, check bool) []string {
 				Demand: Demand{Family: fam, GPUs: 1 + r.next()%4}, Workers: 1 + r.next()%3, Seq: seqs[name], SubmittedAt: now}
 			// Some jobs honour their notices (read from no byte, so that the streams stay as they were).
 			req.HonorsNotice = (seqs[name]+int64(attempts[name]))%3 == 1
+			// Some gangs are elastic (read from no byte either).
+			if req.Workers > 1 && (seqs[name]+int64(attempts[name]))%4 == 2 {
+				req.MinWorkers = 1 + int(seqs[name])%(req.Workers-1)
+			}
 			if fam == "cpu" {
 				req.Demand.GPUs = 0
 				req.Demand.CPU = 1 + r.next()%32

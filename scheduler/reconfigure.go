@@ -181,6 +181,9 @@ func (p *Pool) admitWaiting(sw SnapshotWaiting, empty *Pool) (SnapshotWaiting, [
 		if sw.NodeSet != nil {
 			key.ns = sw.NodeSet[i]
 		}
+		if sw.MinWorkers != nil {
+			key.mw = sw.MinWorkers[i]
+		}
 		err, seen := verdict[key]
 		if !seen {
 			err = empty.Admit(w.r)
@@ -206,6 +209,9 @@ func (p *Pool) admitWaiting(sw SnapshotWaiting, empty *Pool) (SnapshotWaiting, [
 		if sw.NodeSet != nil {
 			keep.NodeSet = append(keep.NodeSet, sw.NodeSet[i])
 		}
+		if sw.MinWorkers != nil {
+			keep.MinWorkers = append(keep.MinWorkers, sw.MinWorkers[i])
+		}
 	}
 	if len(keep.Preemptions) > 0 && !slices.ContainsFunc(keep.Preemptions, func(n int32) bool { return n > 0 }) {
 		keep.Preemptions = nil
@@ -215,6 +221,9 @@ func (p *Pool) admitWaiting(sw SnapshotWaiting, empty *Pool) (SnapshotWaiting, [
 	}
 	if !slices.ContainsFunc(keep.NodeSet, func(k int32) bool { return k != 0 }) {
 		keep.NodeSet = nil
+	}
+	if !slices.ContainsFunc(keep.MinWorkers, func(k int32) bool { return k != 0 }) {
+		keep.MinWorkers = nil
 	}
 	return keep, unfit
 }

@@ -461,6 +461,29 @@ func (sc *scratch) pickNodes(p *Pool, sh *shape, withRel bool) bool {
 	return true
 }
 
+// pickSome is pickNodes on free capacity for an elastic gang that does not fit whole (rule b'):
+// as many workers as fit, fewer than sh.workers and at least sh.minWorkers, on the nodes
+// pickNodes would choose first.
+func (sc *scratch) pickSome(p *Pool, sh *shape) bool {
+	sc.nodeCands = sc.nodeCands[:0]
+	for _, n := range p.placeable(sh) {
+		if c, ok := sc.candOf(n, sh, false); ok {
+			sc.nodeCands = append(sc.nodeCands, c)
+		}
+	}
+	k := min(len(sc.nodeCands), sh.workers-1)
+	if k < sh.minWorkers {
+		return false
+	}
+	slices.SortFunc(sc.nodeCands, cmpNodeCandidate)
+	sc.pick = sc.pick[:0]
+	for _, c := range sc.nodeCands[:k] {
+		sc.pick = append(sc.pick, c.n)
+	}
+	slices.Sort(sc.pick)
+	return true
+}
+
 // candOf is node n as a candidate for one worker of sh, if the worker fits there.
 func (sc *scratch) candOf(n int32, sh *shape, withRel bool) (nodeCandidate, bool) {
 	g, c, r := sc.freeGPU[n], sc.freeCPU[n], sc.freeRAM[n]
@@ -843,15 +866,25 @@ func (p *Pool) decideFor(now time.Time, sc *scratch, pl *plan, w *waitReq, key w
 			sc.failed.markFitFailed(key.shape)
 		}
 	}
-	if key.class == Low || (cacheable && sc.failed.preemptFailed(key.shape, key.class)) {
-		return p.maybeReserve(now, sc, pl, w, sh, first), nil
-	}
-	victims, takeovers, ok := p.chooseVictims(now, sc, sh, key.class)
-	if !ok {
-		if cacheable {
-			sc.failed.markPreemptFailed(key.shape, key.class)
+	least := sh // what the gang preempts and reserves for: an elastic gang, its least size
+	if sh.least >= 0 {
+		least = &p.shapes[sh.least]
+		if !cacheable {
+			if kind, ok := sc.waitForOwnVictims(p, pl, w, least); ok {
+				return kind, nil
+			}
 		}
-		return p.maybeReserve(now, sc, pl, w, sh, first), nil
+	}
+	if key.class == Low {
+		return p.maybeReserve(now, sc, pl, w, least, first), nil
+	}
+	victims, takeovers, ok := p.preemptFor(now, sc, key.shape, key.class, cacheable)
+	if !ok && sh.least >= 0 {
+		victims, takeovers, ok = p.preemptFor(now, sc, sh.least, key.class, cacheable)
+		sh = least
+	}
+	if !ok {
+		return p.maybeReserve(now, sc, pl, w, least, first), nil
 	}
 	sc.takeOver(p, pl, w, takeovers)
 	sc.nominateVictims(p, pl, w, victims)
@@ -868,6 +901,19 @@ func (p *Pool) decideFor(now time.Time, sc *scratch, pl *plan, w *waitReq, key w
 		return outNominated, nil
 	}
 	return outPreempting, victims
+}
+
+// preemptFor is rule (d) for one shape: the victims (and the nominated capacity to take over)
+// that make room for it at class c, unless the pass already knows there are none.
+func (p *Pool) preemptFor(now time.Time, sc *scratch, shape int32, c Class, cacheable bool) ([]*runJob, []int32, bool) {
+	if cacheable && sc.failed.preemptFailed(shape, c) {
+		return nil, nil, false
+	}
+	victims, takeovers, ok := p.chooseVictims(now, sc, &p.shapes[shape], c)
+	if !ok && cacheable {
+		sc.failed.markPreemptFailed(shape, c)
+	}
+	return victims, takeovers, ok
 }
 
 // waitForOwnVictims is rule (a): a request with capacity nominated to it waits for that capacity
@@ -892,6 +938,11 @@ func (sc *scratch) waitForOwnVictims(p *Pool, pl *plan, w *waitReq, sh *shape) (
 func (sc *scratch) grantOrHold(p *Pool, pl *plan, w *waitReq, sh *shape, cacheable bool) (kind uint8, ok bool) {
 	g := min(sh.gpu, len(sc.freeAtLeast[sh.fam])-1)
 	if int(sc.freeAtLeast[sh.fam][g]) >= sh.workers && sc.pickNodes(p, sh, false) {
+		sc.take(p, sh, true)
+		sc.grant(pl, w)
+		return outGranted, true
+	}
+	if sh.least >= 0 && int(sc.freeAtLeast[sh.fam][g]) >= sh.minWorkers && sc.pickSome(p, sh) {
 		sc.take(p, sh, true)
 		sc.grant(pl, w)
 		return outGranted, true
@@ -1064,6 +1115,7 @@ func (p *Pool) start(now time.Time, pl *plan, g planGrant, rj *runJob, ar *grant
 	copy(nodes, pl.grantNodes[g.nodesFrom:g.nodesTo])
 	*rj = runJob{r: w.r, fam: p.shapes[w.shape].fam, startedAt: now, nodes: nodes,
 		gpus: splitOff(&ar.gpus, len(nodes)), released: splitOff(&ar.released, len(nodes)), preemptions: w.r.Preemptions}
+	rj.r.Workers, rj.r.MinWorkers = len(nodes), 0 // an elastic gang keeps the size it started with
 	for i, n := range nodes {
 		nd := &p.nodes[n]
 		p.nodeChanged(n)

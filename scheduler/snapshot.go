@@ -23,7 +23,8 @@ import (
 // HonorsNotice (SnapshotWaiting.HonorsNotice, SnapshotRunning.HonorsNotice); absent, they are 0
 // and false, as every snapshot written before them meant. The requests' allowed nodes
 // (Request.Nodes: Snapshot.NodeSets, SnapshotWaiting.NodeSet, SnapshotRunning.NodeSet); absent,
-// every request may run on any node of its family, as before them.
+// every request may run on any node of its family, as before them. The waiting requests'
+// MinWorkers (SnapshotWaiting.MinWorkers); absent, every gang is rigid, as before them.
 const SnapshotVersion = 3
 
 // Snapshot is the whole pool state for continue-as-new: waiting requests are stored column-wise
@@ -95,6 +96,8 @@ type SnapshotWaiting struct {
 	// NodeSet is each request's allowed nodes: 0 for none (any node of its family), k for
 	// Snapshot.NodeSets[k-1]; absent when no request has any.
 	NodeSet []int32 `json:"ns,omitempty"`
+	// MinWorkers is each request's Request.MinWorkers; absent when no gang is elastic.
+	MinWorkers []int32 `json:"mw,omitempty"`
 }
 
 // SnapshotRunning is one running or releasing job.
@@ -246,6 +249,12 @@ func (p *Pool) snapshotWaiting(demands *demandTable) SnapshotWaiting {
 			}
 			sw.NodeSet[i] = demands.nodeSet(r.Nodes)
 		}
+		if r.MinWorkers > 0 {
+			if sw.MinWorkers == nil {
+				sw.MinWorkers = make([]int32, n)
+			}
+			sw.MinWorkers[i] = int32(r.MinWorkers)
+		}
 	}
 	return sw
 }
@@ -319,7 +328,7 @@ type restorer struct {
 // admitKey is what Admit looks at: demand, workers, kind and class, and allowed nodes (ns, as
 // SnapshotWaiting.NodeSet; -1 for a running job, whose allowed nodes are not checked).
 type admitKey struct {
-	d, w, ns int32
+	d, w, mw, ns int32
 	kc       int8
 }
 
@@ -420,7 +429,7 @@ func (rs *restorer) runningJob(sr *SnapshotRunning) error {
 	if sr.PreemptedBy != nil && r.Preemptions > 0 { // as requested: before this attempt's own preemption
 		r.Preemptions--
 	}
-	if err := rs.admitOnce(r, admitKey{sr.Demand, int32(len(sr.Nodes)), -1, sr.KindClass}); err != nil {
+	if err := rs.admitOnce(r, admitKey{d: sr.Demand, w: int32(len(sr.Nodes)), ns: -1, kc: sr.KindClass}); err != nil {
 		return fmt.Errorf("snapshot: running job %q: %w", sr.Job, err)
 	}
 	if p.running[r.Job] != nil || len(sr.GPUs) != len(sr.Nodes) {
@@ -551,7 +560,8 @@ func (rs *restorer) waitingRequests() error {
 	n := len(sw.Job)
 	if len(sw.Attempt) != n || len(sw.KindClass) != n || len(sw.Demand) != n || len(sw.Workers) != n ||
 		len(sw.Seq) != n || len(sw.SubmittedAt) != n || (sw.Preemptions != nil && len(sw.Preemptions) != n) ||
-		(sw.HonorsNotice != nil && len(sw.HonorsNotice) != n) || (sw.NodeSet != nil && len(sw.NodeSet) != n) {
+		(sw.HonorsNotice != nil && len(sw.HonorsNotice) != n) || (sw.NodeSet != nil && len(sw.NodeSet) != n) ||
+		(sw.MinWorkers != nil && len(sw.MinWorkers) != n) {
 		return fmt.Errorf("snapshot: waiting columns have different lengths")
 	}
 	for i := 0; i < n; i++ {
@@ -578,6 +588,9 @@ func (rs *restorer) waitingRequest(i int) error {
 	if sw.HonorsNotice != nil {
 		r.HonorsNotice = sw.HonorsNotice[i]
 	}
+	if sw.MinWorkers != nil {
+		r.MinWorkers = int(sw.MinWorkers[i])
+	}
 	var ns int32
 	if sw.NodeSet != nil {
 		ns = sw.NodeSet[i]
@@ -588,7 +601,7 @@ func (rs *restorer) waitingRequest(i int) error {
 	if r.Job == "" {
 		return fmt.Errorf("snapshot: waiting request %d has no job id", i)
 	}
-	if err := rs.admitOnce(r, admitKey{sw.Demand[i], sw.Workers[i], ns, sw.KindClass[i]}); err != nil {
+	if err := rs.admitOnce(r, admitKey{d: sw.Demand[i], w: sw.Workers[i], mw: int32(r.MinWorkers), ns: ns, kc: sw.KindClass[i]}); err != nil {
 		return fmt.Errorf("snapshot: waiting job %q: %w", r.Job, err)
 	}
 	if p.waitIdx[r.Job] != nil {

@@ -328,11 +328,16 @@ type Request struct {
 	// Policy.PreemptionNotice, preempting such a job is counted as losing no work: it will save
 	// on the notice. The caller decides; the pool trusts it (see the package doc). (Beside
 	// Class, it takes no room.)
-	HonorsNotice bool      `json:"honors_notice,omitempty"`
-	Demand       Demand    `json:"demand"`
-	Workers      int       `json:"workers"`
-	Seq          int64     `json:"seq"` // queue sequence; caller assigns, keeps it on re-queue
-	SubmittedAt  time.Time `json:"submitted_at"`
+	HonorsNotice bool   `json:"honors_notice,omitempty"`
+	Demand       Demand `json:"demand"`
+	Workers      int    `json:"workers"`
+	// MinWorkers makes the gang elastic (torchrun's --nnodes=MinWorkers:Workers): 0, or
+	// Workers, is a rigid gang of Workers; 1..Workers-1 lets it start with as many workers as
+	// fit on free capacity, at least MinWorkers (see the package doc, rule (b')). A started
+	// gang keeps its size: its grant's placement says how many workers it got.
+	MinWorkers  int       `json:"min_workers,omitempty"`
+	Seq         int64     `json:"seq"` // queue sequence; caller assigns, keeps it on re-queue
+	SubmittedAt time.Time `json:"submitted_at"`
 	// Preemptions is how many times earlier attempts of the job were preempted. The pool counts
 	// the preemptions it decides itself and keeps the larger of the two; a caller that knows
 	// more (e.g. after the allocator's state was rebuilt) may say so. Victims with fewer
@@ -388,6 +393,7 @@ type WaitingInfo struct {
 	Kind        Kind      `json:"kind"`
 	Class       Class     `json:"class"`
 	Workers     int       `json:"workers"`
+	MinWorkers  int       `json:"min_workers,omitempty"` // an elastic gang's least size (Request.MinWorkers)
 	Demand      Demand    `json:"demand"`
 	GPUs        int       `json:"gpus"`                  // total = Workers*Demand.GPUs
 	Position    int       `json:"position"`              // 1-based launch order in the allocation
@@ -439,4 +445,15 @@ type View struct {
 	Waiting []WaitingInfo `json:"waiting"` // in launch order
 	Running []RunningInfo `json:"running"` // sorted by StartedAt then Job
 	Nodes   []NodeInfo    `json:"nodes"`   // in config order
+}
+
+// elastic reports whether the gang may start with fewer than Workers workers.
+func (r *Request) elastic() bool { return r.MinWorkers > 0 && r.MinWorkers < r.Workers }
+
+// leastWorkers is the fewest workers the gang can start with.
+func (r *Request) leastWorkers() int {
+	if r.elastic() {
+		return r.MinWorkers
+	}
+	return r.Workers
 }
