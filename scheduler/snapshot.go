@@ -329,7 +329,7 @@ type restorer struct {
 // SnapshotWaiting.NodeSet; -1 for a running job, whose allowed nodes are not checked).
 type admitKey struct {
 	d, w, mw, ns int32
-	kc       int8
+	kc           int8
 }
 
 // admitOnce checks r against the pool, unless a request of the same shape was admitted already.
