@@ -191,7 +191,7 @@ func admit(in protocol.AllocatorInput, req protocol.CapacityRequest) error {
 		return err
 	}
 	return pool.Admit(scheduler.Request{Job: req.Job, Attempt: req.Attempt, Kind: req.Kind, Class: req.Class,
-		Demand: demand, Workers: req.Workers})
+		Demand: demand, Workers: req.Workers, MinWorkers: req.MinWorkers})
 }
 
 // describeConcurrency bounds the DescribeWorkflowExecution calls that one

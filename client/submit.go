@@ -109,9 +109,13 @@ func Check(cfg *config.Config, spec *protocol.JobSpec) (notes []string, err erro
 	if err := pool.Admit(req); err != nil {
 		return nil, &protocol.FieldError{Field: "instance_type", Message: err.Error()}
 	}
-	req.Workers = spec.NWorkers
+	req.Workers, req.MinWorkers = spec.GangSize()
 	if err := pool.Admit(req); err != nil {
-		return nil, &protocol.FieldError{Field: "n_workers", Message: err.Error()}
+		field := "n_workers"
+		if req.MinWorkers > 0 {
+			field = "elastic_min_workers"
+		}
+		return nil, &protocol.FieldError{Field: field, Message: err.Error()}
 	}
 	if req.Nodes = spec.AllowedNodes; len(req.Nodes) > 0 {
 		if err := pool.Admit(req); err != nil {

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -59,4 +61,45 @@ func TestIncludeExcludeAndQueueNodesBindPlacement(t *testing.T) {
 	hold.open(t)
 	assert.Equal(t, "placed-3", nodeOf(waitState(t, waiting, protocol.StateCompleted, long)))
 	waitState(t, included, protocol.StateCompleted, long)
+}
+
+// TestElasticGangStartsWithWhatFits, with real processes, on allocation placed
+// (three 2-GPU nodes): a pytorch_elastic job of 3 workers, elastic down to 1,
+// starts with the 2 nodes that are free while a job holds the third, rather
+// than wait for it; each worker's launcher sees a world of 2 and torchrun's
+// --nnodes range 1:3.
+func TestElasticGangStartsWithWhatFits(t *testing.T) {
+	startWorker(t)
+	dir := t.TempDir()
+	hold := gate(filepath.Join(dir, "hold"))
+	holder := submit(t, protocol.JobSpec{Script: hold.waitFor(), InstanceType: "a100.2gpu", Region: "T", AllocationName: "placed",
+		PriorityClass: "high", NWorkers: 1, Type: "binary", IncludeNodes: []string{"placed-1"}})
+	waitState(t, holder, protocol.StateRunning, long)
+
+	script := filepath.Join(dir, "world.py")
+	require.NoError(t, os.WriteFile(script, []byte(`import os, sys
+e = os.environ
+with open(os.path.join(sys.argv[1], "worker-%s" % e["TRAINQ_WORKER"]), "w") as f:
+    f.write("%s %s %s" % (e["WORLD_SIZE"], e["TRAINQ_WORKERS"], e["PET_NNODES"]))
+`), 0o644))
+	elastic := submit(t, protocol.JobSpec{Script: script + " " + dir, InstanceType: "a100.2gpu", Region: "T", AllocationName: "placed",
+		PriorityClass: "medium", NWorkers: 3, Type: "pytorch_elastic", ElasticMinWorkers: 1, ElasticMaxWorkers: 3, ElasticMaxRestarts: 1})
+	st := waitState(t, elastic, protocol.StateCompleted, long)
+	require.NotEmpty(t, st.Attempts)
+	placement := st.Attempts[len(st.Attempts)-1].Placement
+	var nodes []string
+	for _, w := range placement {
+		nodes = append(nodes, w.Node)
+	}
+	assert.ElementsMatch(t, []string{"placed-2", "placed-3"}, nodes, "it started with the two free nodes while placed-1 was held")
+	assert.Equal(t, protocol.StateRunning, status(t, holder).State, "the holder was not preempted (it is high)")
+	for w := range 2 {
+		got, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("worker-%d", w)))
+		require.NoError(t, err, "worker %d ran", w)
+		assert.Equal(t, "2 2 1:3", string(got), "worker %d: WORLD_SIZE, TRAINQ_WORKERS, PET_NNODES", w)
+	}
+	_, err := os.Stat(filepath.Join(dir, "worker-2"))
+	assert.True(t, os.IsNotExist(err), "no third worker ran")
+	hold.open(t)
+	waitState(t, holder, protocol.StateCompleted, long)
 }

@@ -126,7 +126,7 @@ func applyMLSpaceFields(r RunJobRequest, spec *JobSpec) error {
 		}
 		spec.PytorchUseEnv = true
 	}
-	if err := applyElastic(f, spec, warn); err != nil {
+	if err := applyElastic(f, spec); err != nil {
 		return err
 	}
 	for _, l := range []struct {
@@ -182,10 +182,10 @@ func applyMLSpaceFields(r RunJobRequest, spec *JobSpec) error {
 }
 
 // applyElastic checks the elastic fields: pytorch_elastic only, min ≤ max ≤
-// n_workers. trainq schedules the gang with n_workers workers and runs the
-// launcher with --nnodes=min:max, so the job's rendezvous is elastic, but it
-// does not yet start a gang with fewer workers than n_workers.
-func applyElastic(f mlspaceFields, spec *JobSpec, warn func(string, ...any)) error {
+// n_workers. The allocator starts the gang with as many workers as fit, from
+// elastic_min_workers to elastic_max_workers (scheduler.Request.MinWorkers), and
+// the launcher runs with torchrun's --nnodes=min:max.
+func applyElastic(f mlspaceFields, spec *JobSpec) error {
 	if f.ElasticMinWorkers == nil && f.ElasticMaxWorkers == nil && f.ElasticMaxRestarts == nil {
 		return nil
 	}
@@ -208,7 +208,7 @@ func applyElastic(f mlspaceFields, spec *JobSpec, warn func(string, ...any)) err
 		lo = int(*f.ElasticMinWorkers)
 	}
 	if hi > n {
-		return fieldErr("elastic_max_workers", "%d is more than n_workers (%d): trainq schedules n_workers workers", hi, n)
+		return fieldErr("elastic_max_workers", "%d is more than n_workers (%d): the gang has at most n_workers workers", hi, n)
 	}
 	if lo > hi {
 		return fieldErr("elastic_min_workers", "%d is more than elastic_max_workers (%d)", lo, hi)
@@ -220,9 +220,6 @@ func applyElastic(f mlspaceFields, spec *JobSpec, warn func(string, ...any)) err
 			return fieldErr("elastic_max_restarts", "must be between 0 and %d, got %d", MaxElasticMaxRestarts, *f.ElasticMaxRestarts)
 		}
 		spec.ElasticMaxRestarts = *f.ElasticMaxRestarts
-	}
-	if lo < n {
-		warn("the gang starts with all %d workers: trainq does not yet start a pytorch_elastic job with fewer (elastic_min_workers %d sets the launcher's --nnodes=%d:%d)", n, lo, lo, hi)
 	}
 	return nil
 }

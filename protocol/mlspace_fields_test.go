@@ -41,9 +41,10 @@ func TestRunJobRequestHasEveryMLSpaceField(t *testing.T) {
 	assert.True(t, spec.Health.Notify)
 	for _, w := range []string{"cuda11 is deprecated", "forbid_internet is deprecated", "forbid_s3 is deprecated",
 		"in_communal_cluster is deprecated", "preflight_check is deprecated", "tmp_storage fast is ignored",
-		"the gang starts with all 2 workers", "priority_class shared-medium runs as medium"} {
+		"priority_class shared-medium runs as medium"} {
 		assert.True(t, containsPrefixOf(spec.Warnings, w), "a warning %q in %q", w, spec.Warnings)
 	}
+	assert.False(t, containsPrefixOf(spec.Warnings, "the gang starts with all"), "an elastic gang starts with as many workers as fit: no warning says otherwise (%q)", spec.Warnings)
 }
 
 func containsPrefixOf(list []string, prefix string) bool {

@@ -125,3 +125,13 @@ func (s *JobSpec) Class() scheduler.Class {
 
 // GPUs is the job's total GPU count.
 func (s *JobSpec) GPUs() int { return s.Demand().GPUs * s.NWorkers }
+
+// GangSize is the most workers the job asks the allocator for: n_workers, or
+// an elastic gang's elastic_max_workers (at most n_workers), and the fewest it
+// may start with (0: it starts whole).
+func (s *JobSpec) GangSize() (most, least int) {
+	if s.ElasticMaxWorkers > 0 {
+		return s.ElasticMaxWorkers, s.ElasticMinWorkers
+	}
+	return s.NWorkers, 0
+}

@@ -499,10 +499,11 @@ func (j *job) waitForCapacity(ctx workflow.Context, attempt int) (protocol.Grant
 		RetryPolicy:         &temporal.RetryPolicy{MaximumInterval: 30 * time.Second, NonRetryableErrorTypes: []string{activities.ErrTypeCapacityRefused}},
 		Summary:             fmt.Sprintf("queue attempt %d in %s/%s", attempt, j.spec.Region, j.spec.AllocationName),
 	})
+	most, least := j.spec.GangSize()
 	j.request = protocol.CapacityRequest{
 		Job: j.name, Attempt: attempt, Kind: j.spec.Kind, Class: j.spec.Class(), InstanceType: j.spec.InstanceType,
-		Workers: j.spec.NWorkers, Seq: j.seq, SubmittedAt: j.status.CreatedAt, Preemptions: j.preemptions(),
-		HonorsNotice: j.honorsNotices(), Nodes: j.spec.AllowedNodes, MinWorkers: j.spec.ElasticMinWorkers,
+		Workers: most, Seq: j.seq, SubmittedAt: j.status.CreatedAt, Preemptions: j.preemptions(),
+		HonorsNotice: j.honorsNotices(), Nodes: j.spec.AllowedNodes, MinWorkers: least,
 	}
 	j.phase, j.grant = protocol.HoldWaiting, nil
 	req := activities.RequestCapacityInput{Region: j.spec.Region, Allocation: j.spec.AllocationName, Request: j.request}
