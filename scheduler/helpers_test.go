@@ -170,6 +170,7 @@ func sched(t testing.TB, p *Pool, now time.Time) Decisions {
 			}
 		}
 	}
+	checkCaps(t, p, d, waiting)
 	for _, pe := range d.Preemptions {
 		v, ok := prior[pe.Victim]
 		if !ok || v.Releasing || v.Attempt != pe.VictimAttempt {
@@ -556,4 +557,43 @@ func candNames(sc *scratch, cs []victimCand) string {
 		}
 	}
 	return b.String()
+}
+
+// checkCaps checks that no grant of a pass takes a workspace over its cap in the class
+// (Policy.Limits): after the pass, what it holds there is within the cap.
+func checkCaps(t testing.TB, p *Pool, d Decisions, waiting map[string]Request) {
+	t.Helper()
+	if len(p.policy.Limits) == 0 {
+		return
+	}
+	type wc struct {
+		ws string
+		c  Class
+	}
+	held := map[wc]int{}
+	for _, rj := range p.running {
+		for w := range rj.nodes {
+			if !rj.released[w] {
+				held[wc{rj.r.Workspace, rj.r.Class}] += rj.r.Demand.GPUs
+			}
+		}
+	}
+	for _, g := range d.Grants {
+		r := waiting[g.Job]
+		if r.Workspace == "" {
+			continue
+		}
+		k := wc{r.Workspace, r.Class}
+		if limit := p.capOf(p.wsIdx[r.Workspace], r.Class); limit >= 0 && held[k] > limit {
+			t.Fatalf("grant %s takes %s to %d %s GPUs, over its cap of %d", g.Job, r.Workspace, held[k], r.Class, limit)
+		}
+	}
+	// The pool's count of what each workspace holds is the one recomputed here.
+	for name, i := range p.wsIdx {
+		for c := Low; c <= High; c++ {
+			if got, want := p.wsHeld[i][c], held[wc{name, c}]; got != want {
+				t.Fatalf("the pool counts %d %s GPUs held by %s, the jobs hold %d", got, c, name, want)
+			}
+		}
+	}
 }

@@ -83,6 +83,7 @@ func (s *shape) may(n int32) bool {
 type waitReq struct {
 	r     Request
 	shape int32
+	ws    int32 // its workspace (noWorkspace: none)
 }
 
 // waitKey mirrors p.waiting[i] with what the pass reads for every request, stored contiguously
@@ -96,6 +97,7 @@ type waitKey struct {
 
 type runJob struct {
 	r           Request
+	ws          int32 // its workspace (noWorkspace: none)
 	fam         int32
 	startedAt   time.Time
 	nodes       []int32  // per worker
@@ -132,6 +134,12 @@ type Pool struct {
 
 	shapes   []shape
 	shapeIdx map[shapeKey]int32
+	// Workspaces, interned as requests and jobs come (see workspaceOf): per workspace its
+	// Policy.Limits cap per class (-1: none) and the GPUs it holds per class.
+	wsIdx   map[string]int32
+	wsNames []string
+	wsCap   [][3]int
+	wsHeld  [][3]int
 	// allows are the allowed-node sets (Request.Nodes) of the shapes that have one, interned by
 	// their names joined, each as a bitmap over the nodes' indices.
 	allows   [][]uint64
@@ -208,6 +216,9 @@ func NewPool(nodes []Node, policy Policy) (*Pool, error) {
 	if policy.PreemptionNotice < 0 {
 		return nil, fmt.Errorf("preemption_notice must not be negative, got %s", policy.PreemptionNotice)
 	}
+	if err := checkLimits(policy.Limits); err != nil {
+		return nil, err
+	}
 	p := &Pool{
 		policy:   policy,
 		famIdx:   map[string]int32{},
@@ -216,6 +227,7 @@ func NewPool(nodes []Node, policy Policy) (*Pool, error) {
 		running:  map[string]*runJob{},
 		shapeIdx: map[shapeKey]int32{},
 		allowIdx: map[string]int32{},
+		wsIdx:    map[string]int32{},
 		memo:     map[string]memoEntry{},
 		dirty:    true,
 	}
@@ -566,7 +578,7 @@ func (p *Pool) Enqueue(r Request) error {
 		r.Preemptions = max(r.Preemptions, m.count)
 		delete(p.memo, r.Job)
 	}
-	p.insertWaiting(&waitReq{r: r, shape: p.shapeOf(&r)})
+	p.insertWaiting(&waitReq{r: r, shape: p.shapeOf(&r), ws: p.workspaceOf(r.Workspace)})
 	p.touch()
 	return nil
 }
@@ -655,6 +667,7 @@ func (p *Pool) freeWorker(rj *runJob, w int) {
 	}
 	rj.released[w] = true
 	rj.nReleased++
+	p.holdGPUs(rj, -d.GPUs)
 	nd.jobs = slices.DeleteFunc(nd.jobs, func(nj nodeJob) bool { return nj.rj == rj })
 }
 
@@ -696,6 +709,7 @@ func (p *Pool) place(rj *runJob) {
 	for w, n := range rj.nodes {
 		if !rj.released[w] {
 			p.nodes[n].jobs = append(p.nodes[n].jobs, nodeJob{rj: rj, w: int32(w)})
+			p.holdGPUs(rj, rj.r.Demand.GPUs)
 		}
 	}
 }

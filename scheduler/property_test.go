@@ -55,6 +55,9 @@ func simulate(t testing.TB, data []byte, check bool) []string {
 	if cfg&16 != 0 {
 		pol.PreemptionNotice = 2 * time.Minute
 	}
+	if cfg&32 != 0 {
+		pol.Limits = []Limit{{Class: High, MaxGPUs: 6}, {Class: Medium, MaxGPUs: 8}, {Workspace: "w1", Class: Low, MaxGPUs: 3}, {Workspace: "w2", Class: High, MaxGPUs: 12}}
+	}
 	nodes := slices.Clone(layouts[(cfg>>2)%len(layouts)])
 	p := mustPool(t, nodes, pol)
 	var q *Pool
@@ -89,6 +92,7 @@ func simulate(t testing.TB, data []byte, check bool) []string {
 				Demand: Demand{Family: fam, GPUs: 1 + r.next()%4}, Workers: 1 + r.next()%3, Seq: seqs[name], SubmittedAt: now}
 			// Some jobs honour their notices (read from no byte, so that the streams stay as they were).
 			req.HonorsNotice = (seqs[name]+int64(attempts[name]))%3 == 1
+			req.Workspace = fmt.Sprintf("w%d", seqs[name]%3) // (from no byte either)
 			// Some gangs are elastic (read from no byte either).
 			if req.Workers > 1 && (seqs[name]+int64(attempts[name]))%4 == 2 {
 				req.MinWorkers = 1 + int(seqs[name])%(req.Workers-1)

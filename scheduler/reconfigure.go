@@ -212,6 +212,9 @@ func (p *Pool) admitWaiting(sw SnapshotWaiting, empty *Pool) (SnapshotWaiting, [
 		if sw.MinWorkers != nil {
 			keep.MinWorkers = append(keep.MinWorkers, sw.MinWorkers[i])
 		}
+		if sw.Workspace != nil {
+			keep.Workspace = append(keep.Workspace, sw.Workspace[i])
+		}
 	}
 	if len(keep.Preemptions) > 0 && !slices.ContainsFunc(keep.Preemptions, func(n int32) bool { return n > 0 }) {
 		keep.Preemptions = nil
@@ -224,6 +227,9 @@ func (p *Pool) admitWaiting(sw SnapshotWaiting, empty *Pool) (SnapshotWaiting, [
 	}
 	if !slices.ContainsFunc(keep.MinWorkers, func(k int32) bool { return k != 0 }) {
 		keep.MinWorkers = nil
+	}
+	if !slices.ContainsFunc(keep.Workspace, func(k int32) bool { return k != 0 }) {
+		keep.Workspace = nil
 	}
 	return keep, unfit
 }

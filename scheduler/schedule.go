@@ -16,6 +16,7 @@ const (
 	outStrictBlocked              // strict-fifo: a better request ahead could not start
 	outPrevAttempt                // an older attempt of the same job still holds capacity
 	outReserving                  // cannot fit, but as the long-waiting first of its class it reserves nodes
+	outCapped                     // its workspace's limit in its class leaves it no room (see Limit)
 )
 
 // nodeCandidate is a node a worker could be placed on, with its sort keys (see
@@ -132,6 +133,12 @@ type scratch struct {
 	relVisible []bool
 	nextSeq    int64  // preemption sequence of the next victim chosen in this pass
 	reserved   []bool // per node: reserved in this pass by the first request of a class
+	// caps counts the pass against Policy.Limits; capWorkers is how many workers the walker's
+	// cap leaves room for (all of them without one), and capUsed what its workspace held when
+	// it was capped (for the reason).
+	caps       capPass
+	capWorkers int
+	capUsed    int
 
 	// victim search
 	oldest          [][3]time.Time // per family and class: see oldestStart
@@ -471,7 +478,7 @@ func (sc *scratch) pickSome(p *Pool, sh *shape) bool {
 			sc.nodeCands = append(sc.nodeCands, c)
 		}
 	}
-	k := min(len(sc.nodeCands), sh.workers-1)
+	k := min(len(sc.nodeCands), sh.workers-1, sc.capWorkers)
 	if k < sh.minWorkers {
 		return false
 	}
@@ -690,6 +697,7 @@ type planOut struct {
 	relTake []int32
 	relUsed []bool
 	victims []*runJob
+	capUsed int // outCapped: what its workspace held in its class
 	// For a request held to some nodes that cannot start, hold or preempt: how many nodes of its
 	// family that answer have room for a worker in its sight (free or releasing), and how many of
 	// those it may use.
@@ -723,6 +731,7 @@ func (s span) has(i int) bool { return i >= s.from && i < s.to }
 // after it are planned too, for what they reserve, but not explained.
 func (p *Pool) plan(now time.Time, sc *scratch, explain span) *plan {
 	sc.reset(p)
+	sc.startCaps(p)
 	// The grant buffers are the last pass's, emptied (see Schedule).
 	pl := &plan{outFrom: explain.from, grants: sc.grantBuf[:0], grantNodes: sc.grantNodeBuf[:0]}
 	explaining := explain.to > explain.from // (tested first in the loop: Schedule never explains)
@@ -748,7 +757,7 @@ func (p *Pool) plan(now time.Time, sc *scratch, explain span) *plan {
 		}
 		var kind uint8
 		var victims []*runJob
-		if sc.knownToFail(i, key) && (!first || !reserving) {
+		if sc.knownToFail(i, key) && (!first || !reserving) && !p.hasCap(sc, i) {
 			kind = outNoFit // the fast path of a long queue: a shape that already failed in this pass
 		} else {
 			kind, victims = p.decide(now, sc, pl, i, key, first)
@@ -756,7 +765,7 @@ func (p *Pool) plan(now time.Time, sc *scratch, explain span) *plan {
 		if explaining {
 			p.recordOutcome(sc, pl, explain, i, kind, victims)
 		}
-		if kind != outGranted && strict {
+		if kind != outGranted && kind != outCapped && strict {
 			blocker = i
 		}
 	}
@@ -773,7 +782,7 @@ func (sc *scratch) knownToFail(i int, key waitKey) bool {
 // recordOutcome keeps, in explain mode, which requests before the span took capacity, and the
 // outcome of the requests in the span.
 func (p *Pool) recordOutcome(sc *scratch, pl *plan, explain span, i int, kind uint8, victims []*runJob) {
-	if i < explain.from && kind != outNoFit && kind != outPrevAttempt {
+	if i < explain.from && kind != outNoFit && kind != outPrevAttempt && kind != outCapped {
 		f := p.shapes[p.waiting[i].shape].fam
 		var nodes []int32
 		switch kind {
@@ -799,6 +808,8 @@ func (p *Pool) explainOutcome(sc *scratch, pl *plan, i int, kind uint8, victims 
 		o.relUsed = slices.Clone(sc.relUsed)
 	case outReserving:
 		o.nodes = slices.Clone(pl.reserves[len(pl.reserves)-1].nodes)
+	case outCapped:
+		o.capUsed = sc.capUsed
 	}
 	sh := &p.shapes[p.waiting[i].shape]
 	if o.nodes != nil {
@@ -840,23 +851,52 @@ func (p *Pool) decide(now time.Time, sc *scratch, pl *plan, i int, key waitKey, 
 		sc.walkerOwns[sc.nominations[k].node] = sc.walkerStamp
 		sc.unhide(p, k)
 	}
-	kind, victims := p.decideFor(now, sc, pl, p.waiting[i], key, first)
+	w := p.waiting[i]
+	sh := &p.shapes[key.shape]
+	var kind uint8
+	var victims []*runJob
+	workers, capped := sc.capRoom(p, w, sh)
+	if capped {
+		kind, sc.capUsed = outCapped, sc.caps.used[w.ws][w.r.Class]
+	} else {
+		own := 0
+		if sc.caps.on {
+			own = sc.ownNominatedGPUs()
+		}
+		sc.capWorkers = workers
+		kind, victims = p.decideFor(now, sc, pl, w, key, first)
+		if kind == outGranted || kind == outNominated || kind == outPreempting {
+			sc.countCapUse(p, w, sh, own)
+		}
+	}
 	if len(sc.walkerNoms) > 0 { // (no defer: this runs for every waiting request)
 		sc.rehide(p)
 	}
 	return kind, victims
 }
 
+// hasCap reports whether waiting request i has a cap in its class (its outcome then depends on
+// more than its shape: the failure caches do not speak for it).
+func (p *Pool) hasCap(sc *scratch, i int) bool {
+	w := p.waiting[i]
+	return sc.caps.on && p.capOf(w.ws, w.r.Class) >= 0
+}
+
 // decideFor applies rules (a) to (e) of the package doc to w, whose own nominations are in
 // sight.
 func (p *Pool) decideFor(now time.Time, sc *scratch, pl *plan, w *waitReq, key waitKey, first bool) (uint8, []*runJob) {
 	sh := &p.shapes[key.shape]
-	// The failure caches hold only for requests that see no capacity of their own.
+	// The failure caches hold only for requests that see no capacity of their own, and whose
+	// cap leaves room for the whole gang.
+	whole := sc.capWorkers >= sh.workers
 	cacheable := len(sc.walkerNoms) == 0
-	if !cacheable {
+	if !cacheable && whole {
 		if kind, ok := sc.waitForOwnVictims(p, pl, w, sh); ok {
 			return kind, nil
 		}
+	}
+	if !whole {
+		cacheable = false // (an elastic gang its cap holds below its size)
 	}
 	if !cacheable || !sc.failed.fitFailed(key.shape) {
 		if kind, ok := sc.grantOrHold(p, pl, w, sh, cacheable); ok {
@@ -878,7 +918,12 @@ func (p *Pool) decideFor(now time.Time, sc *scratch, pl *plan, w *waitReq, key w
 	if key.class == Low {
 		return p.maybeReserve(now, sc, pl, w, least, first), nil
 	}
-	victims, takeovers, ok := p.preemptFor(now, sc, key.shape, key.class, cacheable)
+	var victims []*runJob
+	var takeovers []int32
+	ok := false
+	if whole {
+		victims, takeovers, ok = p.preemptFor(now, sc, key.shape, key.class, cacheable)
+	}
 	if !ok && sh.least >= 0 {
 		victims, takeovers, ok = p.preemptFor(now, sc, sh.least, key.class, cacheable)
 		sh = least
@@ -937,7 +982,8 @@ func (sc *scratch) waitForOwnVictims(p *Pool, pl *plan, w *waitReq, sh *shape) (
 // if some was nominated to nobody when the pass began.
 func (sc *scratch) grantOrHold(p *Pool, pl *plan, w *waitReq, sh *shape, cacheable bool) (kind uint8, ok bool) {
 	g := min(sh.gpu, len(sc.freeAtLeast[sh.fam])-1)
-	if int(sc.freeAtLeast[sh.fam][g]) >= sh.workers && sc.pickNodes(p, sh, false) {
+	whole := sc.capWorkers >= sh.workers
+	if whole && int(sc.freeAtLeast[sh.fam][g]) >= sh.workers && sc.pickNodes(p, sh, false) {
 		sc.take(p, sh, true)
 		sc.grant(pl, w)
 		return outGranted, true
@@ -946,6 +992,9 @@ func (sc *scratch) grantOrHold(p *Pool, pl *plan, w *waitReq, sh *shape, cacheab
 		sc.take(p, sh, true)
 		sc.grant(pl, w)
 		return outGranted, true
+	}
+	if !whole {
+		return 0, false
 	}
 	if (!cacheable || sc.relVisible[sh.fam]) && int(sc.freeOrRelAtLeast[sh.fam][g]) >= sh.workers && sc.pickNodes(p, sh, true) {
 		sc.take(p, sh, false)
@@ -1113,7 +1162,7 @@ func (p *Pool) start(now time.Time, pl *plan, g planGrant, rj *runJob, ar *grant
 	dm := &w.r.Demand
 	nodes := splitOff(&ar.nodes, g.nodesTo-g.nodesFrom)
 	copy(nodes, pl.grantNodes[g.nodesFrom:g.nodesTo])
-	*rj = runJob{r: w.r, fam: p.shapes[w.shape].fam, startedAt: now, nodes: nodes,
+	*rj = runJob{r: w.r, ws: w.ws, fam: p.shapes[w.shape].fam, startedAt: now, nodes: nodes,
 		gpus: splitOff(&ar.gpus, len(nodes)), released: splitOff(&ar.released, len(nodes)), preemptions: w.r.Preemptions}
 	rj.r.Workers, rj.r.MinWorkers = len(nodes), 0 // an elastic gang keeps the size it started with
 	for i, n := range nodes {

@@ -24,7 +24,9 @@ import (
 // and false, as every snapshot written before them meant. The requests' allowed nodes
 // (Request.Nodes: Snapshot.NodeSets, SnapshotWaiting.NodeSet, SnapshotRunning.NodeSet); absent,
 // every request may run on any node of its family, as before them. The waiting requests'
-// MinWorkers (SnapshotWaiting.MinWorkers); absent, every gang is rigid, as before them.
+// MinWorkers (SnapshotWaiting.MinWorkers); absent, every gang is rigid, as before them. The
+// requests' workspaces and the policy's limits (Snapshot.Workspaces, Policy.Limits); absent,
+// nobody has a workspace and nothing is capped, as before them.
 const SnapshotVersion = 3
 
 // Snapshot is the whole pool state for continue-as-new: waiting requests are stored column-wise
@@ -51,6 +53,9 @@ type Snapshot struct {
 	// a set may name a node a reconfiguration removed (Restore then refuses a waiting request
 	// that names it, as Admit does).
 	NodeSets [][]string `json:"node_sets,omitempty"`
+	// Workspaces are the requests' workspaces (Request.Workspace), each once, in order of first
+	// use; SnapshotWaiting.Workspace and SnapshotRunning.Workspace refer to them.
+	Workspaces []string `json:"workspaces,omitempty"`
 }
 
 // SnapshotHold is free capacity held for a waiting preemptor (see Pool.Schedule).
@@ -98,6 +103,9 @@ type SnapshotWaiting struct {
 	NodeSet []int32 `json:"ns,omitempty"`
 	// MinWorkers is each request's Request.MinWorkers; absent when no gang is elastic.
 	MinWorkers []int32 `json:"mw,omitempty"`
+	// Workspace is each request's workspace: 0 for none, k for Snapshot.Workspaces[k-1];
+	// absent when no request has one.
+	Workspace []int32 `json:"ws,omitempty"`
 }
 
 // SnapshotRunning is one running or releasing job.
@@ -124,6 +132,8 @@ type SnapshotRunning struct {
 	Checkpoint int64       `json:"ck,omitempty"`
 	// NodeSet is the request's allowed nodes, as SnapshotWaiting.NodeSet.
 	NodeSet int32 `json:"ns,omitempty"`
+	// Workspace is the request's workspace, as SnapshotWaiting.Workspace.
+	Workspace int32 `json:"ws,omitempty"`
 }
 
 func tn(t time.Time) int64 {
@@ -179,7 +189,7 @@ func (p *Pool) Snapshot() Snapshot {
 			s.Lost = append(s.Lost, int32(i))
 		}
 	}
-	demands := &demandTable{s: &s, index: map[Demand]int32{}, sets: map[string]int32{}}
+	demands := &demandTable{s: &s, index: map[Demand]int32{}, sets: map[string]int32{}, workspaces: map[string]int32{}}
 	s.Waiting = p.snapshotWaiting(demands)
 	if len(p.running) > 0 {
 		s.Running = make([]SnapshotRunning, 0, len(p.running))
@@ -193,9 +203,24 @@ func (p *Pool) Snapshot() Snapshot {
 // demandTable interns demands into Snapshot.Demands, and allowed nodes into Snapshot.NodeSets,
 // in order of first use.
 type demandTable struct {
-	s     *Snapshot
-	index map[Demand]int32
-	sets  map[string]int32
+	s          *Snapshot
+	index      map[Demand]int32
+	sets       map[string]int32
+	workspaces map[string]int32
+}
+
+// workspace interns a request's workspace: 0 for none, else 1 + the index in s.Workspaces.
+func (t *demandTable) workspace(name string) int32 {
+	if name == "" {
+		return 0
+	}
+	if i, ok := t.workspaces[name]; ok {
+		return i
+	}
+	t.s.Workspaces = append(t.s.Workspaces, name)
+	i := int32(len(t.s.Workspaces))
+	t.workspaces[name] = i
+	return i
 }
 
 // nodeSet interns a request's allowed nodes: 0 for none, else 1 + the index in s.NodeSets.
@@ -255,6 +280,12 @@ func (p *Pool) snapshotWaiting(demands *demandTable) SnapshotWaiting {
 			}
 			sw.MinWorkers[i] = int32(r.MinWorkers)
 		}
+		if r.Workspace != "" {
+			if sw.Workspace == nil {
+				sw.Workspace = make([]int32, n)
+			}
+			sw.Workspace[i] = demands.workspace(r.Workspace)
+		}
 	}
 	return sw
 }
@@ -264,7 +295,7 @@ func snapshotRunning(rj *runJob, demands *demandTable) SnapshotRunning {
 		Seq: rj.r.Seq, SubmittedAt: tn(rj.r.SubmittedAt), StartedAt: tn(rj.startedAt),
 		Nodes: append([]int32(nil), rj.nodes...), GPUs: append([]uint64(nil), rj.gpus...), Releasing: rj.releasing,
 		Preemptions: rj.preemptions, PreemptSeq: rj.preemptSeq, Checkpoint: tn(rj.ckpt), HonorsNotice: rj.r.HonorsNotice,
-		NodeSet: demands.nodeSet(rj.r.Nodes)}
+		NodeSet: demands.nodeSet(rj.r.Nodes), Workspace: demands.workspace(rj.r.Workspace)}
 	if rj.preemptedBy != nil && slices.ContainsFunc(rj.nominee, func(nb *Preemptor) bool { return *nb != *rj.preemptedBy }) {
 		for _, nb := range rj.nominee {
 			sr.Nominees = append(sr.Nominees, *nb)
@@ -351,6 +382,17 @@ func (rs *restorer) admitOnce(r Request, key admitKey) error {
 
 // nodeSet is the allowed nodes coded as k (see SnapshotWaiting.NodeSet), sorted, each once; the
 // requests of one set share its slice (the pool never changes a request's nodes).
+// workspace is the workspace k of a snapshot's Workspace column or field.
+func (rs *restorer) workspace(k int32) (string, error) {
+	switch {
+	case k == 0:
+		return "", nil
+	case k < 0 || int(k) > len(rs.s.Workspaces) || rs.s.Workspaces[k-1] == "":
+		return "", fmt.Errorf("snapshot: workspace %d out of range", k)
+	}
+	return rs.s.Workspaces[k-1], nil
+}
+
 func (rs *restorer) nodeSet(k int32) ([]string, error) {
 	switch {
 	case k == 0:
@@ -426,6 +468,9 @@ func (rs *restorer) runningJob(sr *SnapshotRunning) error {
 	if r.Nodes, err = rs.nodeSet(sr.NodeSet); err != nil {
 		return err
 	}
+	if r.Workspace, err = rs.workspace(sr.Workspace); err != nil {
+		return err
+	}
 	if sr.PreemptedBy != nil && r.Preemptions > 0 { // as requested: before this attempt's own preemption
 		r.Preemptions--
 	}
@@ -438,7 +483,7 @@ func (rs *restorer) runningJob(sr *SnapshotRunning) error {
 	if sr.Preemptions < 0 || sr.PreemptSeq < 0 || (sr.PreemptSeq > 0 && (!sr.Releasing || sr.PreemptedBy == nil)) {
 		return fmt.Errorf("snapshot: running job %q: inconsistent preemption record", sr.Job)
 	}
-	rj := &runJob{r: r, fam: p.famIdx[r.Demand.Family], startedAt: nt(sr.StartedAt), nodes: slices.Clone(sr.Nodes), gpus: slices.Clone(sr.GPUs),
+	rj := &runJob{r: r, ws: p.workspaceOf(r.Workspace), fam: p.famIdx[r.Demand.Family], startedAt: nt(sr.StartedAt), nodes: slices.Clone(sr.Nodes), gpus: slices.Clone(sr.GPUs),
 		released: make([]bool, len(sr.Nodes)), preemptions: sr.Preemptions, preemptSeq: sr.PreemptSeq, ckpt: nt(sr.Checkpoint)}
 	if err := restorePreemptor(rj, sr); err != nil {
 		return err
@@ -561,7 +606,7 @@ func (rs *restorer) waitingRequests() error {
 	if len(sw.Attempt) != n || len(sw.KindClass) != n || len(sw.Demand) != n || len(sw.Workers) != n ||
 		len(sw.Seq) != n || len(sw.SubmittedAt) != n || (sw.Preemptions != nil && len(sw.Preemptions) != n) ||
 		(sw.HonorsNotice != nil && len(sw.HonorsNotice) != n) || (sw.NodeSet != nil && len(sw.NodeSet) != n) ||
-		(sw.MinWorkers != nil && len(sw.MinWorkers) != n) {
+		(sw.MinWorkers != nil && len(sw.MinWorkers) != n) || (sw.Workspace != nil && len(sw.Workspace) != n) {
 		return fmt.Errorf("snapshot: waiting columns have different lengths")
 	}
 	for i := 0; i < n; i++ {
@@ -591,6 +636,11 @@ func (rs *restorer) waitingRequest(i int) error {
 	if sw.MinWorkers != nil {
 		r.MinWorkers = int(sw.MinWorkers[i])
 	}
+	if sw.Workspace != nil {
+		if r.Workspace, err = rs.workspace(sw.Workspace[i]); err != nil {
+			return err
+		}
+	}
 	var ns int32
 	if sw.NodeSet != nil {
 		ns = sw.NodeSet[i]
@@ -607,7 +657,7 @@ func (rs *restorer) waitingRequest(i int) error {
 	if p.waitIdx[r.Job] != nil {
 		return fmt.Errorf("snapshot: waiting job %q is duplicated", r.Job)
 	}
-	w := &waitReq{r: r, shape: p.shapeOf(&r)}
+	w := &waitReq{r: r, shape: p.shapeOf(&r), ws: p.workspaceOf(r.Workspace)}
 	if i > 0 && !less(&p.waiting[i-1].r, &r) {
 		return fmt.Errorf("snapshot: waiting requests are not in launch order at %q", r.Job)
 	}

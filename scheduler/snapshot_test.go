@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -97,7 +98,7 @@ func TestSnapshotV1Restores(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pol := p.Policy(); pol != (Policy{MinRuntimeBeforePreemption: 5 * time.Minute}) {
+	if pol := p.Policy(); !reflect.DeepEqual(pol, Policy{MinRuntimeBeforePreemption: 5 * time.Minute}) {
 		t.Errorf("policy %+v", pol)
 	}
 	if lost := p.LostNodes(); lost != nil {

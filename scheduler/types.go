@@ -233,6 +233,9 @@ type Policy struct {
 	// (the work at stake is counted from the notice's deadline; see the package doc). 0: no
 	// notice, and HonorsNotice counts for nothing.
 	PreemptionNotice time.Duration `json:"preemption_notice,omitempty"`
+	// Limits cap the GPUs a workspace may hold in a class (see Limit). A request over its cap
+	// waits; nothing else about it changes.
+	Limits []Limit `json:"limits,omitempty"`
 }
 
 // DefaultMaxLossGPUHours is Policy.MaxLossGPUHours when it is 0.
@@ -349,6 +352,8 @@ type Request struct {
 	// another family are allowed and never used. The pool keeps them sorted, each once. They
 	// bind a waiting request only: the pool does not check a running job's placement against them.
 	Nodes []string `json:"nodes,omitempty"`
+	// Workspace is whose request it is, for Policy.Limits ("": nobody's; no limit applies).
+	Workspace string `json:"workspace,omitempty"`
 }
 
 // WorkerPlacement is where one worker runs.
