@@ -216,6 +216,7 @@ func (r response) err(t *testing.T) Error {
 // call sends a request as user ("" = no token) to the test server.
 func call(t *testing.T, user, method, path string, body any, hdr ...string) response {
 	t.Helper()
+	needServer(t)
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:

@@ -111,6 +111,8 @@ type Allocation struct {
 	// Queues are ML Space's queues inside the allocation (see Queue);
 	// none: one default queue with every node, class and workspace.
 	Queues []Queue `json:"queues,omitempty"`
+	// Limits cap the GPUs a workspace may hold in a class (see Limit).
+	Limits []Limit `json:"limits,omitempty"`
 }
 
 // MaxPreemptionNotice bounds preemption_notice: a preemptor waits that long.
@@ -156,7 +158,7 @@ const (
 // Policy is the scheduler policy of the allocation.
 func (a Allocation) Policy() scheduler.Policy {
 	return scheduler.Policy{Queueing: a.Queueing, MinRuntimeBeforePreemption: a.MinRuntimeBeforePreemption.D(), ReserveAfter: a.ReserveAfter.D(),
-		MaxPreemptions: a.MaxPreemptions, MaxLossGPUHours: a.MaxLossGPUHours, PreemptionNotice: a.longestNotice()}
+		MaxPreemptions: a.MaxPreemptions, MaxLossGPUHours: a.MaxLossGPUHours, PreemptionNotice: a.longestNotice(), Limits: a.policyLimits()}
 }
 
 // Duration is a time.Duration written as "30s" or "5m" in the file.
@@ -358,6 +360,9 @@ func (c *Config) validate() error {
 				return err
 			}
 			if err := a.validateQueues(field); err != nil {
+				return err
+			}
+			if err := a.validateLimits(field); err != nil {
 				return err
 			}
 			if len(a.Nodes) == 0 && len(a.NodeSelector) == 0 {

@@ -99,6 +99,13 @@ regions:
           - {name: placed-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
           - {name: placed-2, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
           - {name: placed-3, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+      - name: limited
+        stop_grace_period: 3s
+        limits:
+          - {class: high, max_gpus: 2}
+        nodes:
+          - {name: limited-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+          - {name: limited-2, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
       - name: drain
         stop_grace_period: 3s
         preemption_notice: 30s

@@ -83,7 +83,7 @@ with open(os.path.join(sys.argv[1], "worker-%s" % e["TRAINQ_WORKER"]), "w") as f
     f.write("%s %s %s" % (e["WORLD_SIZE"], e["TRAINQ_WORKERS"], e["PET_NNODES"]))
 `), 0o644))
 	elastic := submit(t, protocol.JobSpec{Script: script + " " + dir, InstanceType: "a100.2gpu", Region: "T", AllocationName: "placed",
-		PriorityClass: "medium", NWorkers: 3, Type: "pytorch_elastic", ElasticMinWorkers: 1, ElasticMaxWorkers: 3, ElasticMaxRestarts: 1})
+		PriorityClass: "medium", NWorkers: 3, ProcessesPerWorker: 1, Type: "pytorch_elastic", ElasticMinWorkers: 1, ElasticMaxWorkers: 3, ElasticMaxRestarts: 1})
 	st := waitState(t, elastic, protocol.StateCompleted, long)
 	require.NotEmpty(t, st.Attempts)
 	placement := st.Attempts[len(st.Attempts)-1].Placement

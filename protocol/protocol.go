@@ -405,6 +405,9 @@ type CapacityRequest struct {
 	// MinWorkers, for an elastic gang (pytorch_elastic), is the fewest
 	// workers it may start with; Workers is the most (0: Workers).
 	MinWorkers int `json:"min_workers,omitempty"`
+	// Workspace is the job's workspace, for the allocation's limits
+	// (scheduler.Request.Workspace).
+	Workspace string `json:"workspace,omitempty"`
 }
 
 // CapacityReply tells a job its place in the queue.

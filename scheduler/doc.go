@@ -70,6 +70,16 @@
 //     it and no pass counts its free or releasing capacity for anyone, so nothing is nominated on
 //     it and nobody is preempted for capacity there. Jobs placed on it keep holding until they are
 //     Released or Cancelled, as anywhere else. Pool.MarkNodeUp returns it to scheduling.
+//   - Limits (Policy.Limits) cap the GPUs a workspace (Request.Workspace) may hold in a class:
+//     the unreleased workers of its running and releasing jobs of that class, plus the capacity
+//     nominated to its waiting requests of that class when the pass begins, plus what its
+//     requests take in the pass. Before rules (a) to (e), a request whose cap leaves room for
+//     fewer GPUs than it needs (an elastic gang: at its least size), counting as its own the
+//     capacity nominated to it already, is capped: it waits, and is skipped as if it were not
+//     there (it is no strict-fifo blocker, preempts, holds and reserves nothing); an elastic
+//     gang whose room is below its size starts (rule b') or preempts for its least size, with
+//     no more workers than its room. A cap never makes a victim, and capped requests bypass
+//     the failure caches (their outcome depends on more than their shape).
 //   - Admission (Pool.Admit) rejects requests that could not fit even the empty pool (an elastic
 //     gang: at its least size): among them
 //     a request whose allowed nodes name a node not in the pool, or leave fewer nodes of its

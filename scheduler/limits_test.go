@@ -192,3 +192,18 @@ func TestLimitsChecked(t *testing.T) {
 		}
 	}
 }
+
+func TestLimitsChangeIsListed(t *testing.T) {
+	was := Policy{Limits: []Limit{{Class: High, MaxGPUs: 16}}}
+	next := Policy{Limits: []Limit{{Class: High, MaxGPUs: 16}, {Workspace: "team-b", Class: High, MaxGPUs: 0}}}
+	got := was.Changes(next)
+	if want := []string{"limits high.max_gpus 16 -> high.max_gpus 16, team-b: high.max_gpus 0"}; !slices.Equal(got, want) {
+		t.Fatalf("changes %q, want %q", got, want)
+	}
+	if got := next.Changes(next); len(got) != 0 {
+		t.Fatalf("no change listed %q", got)
+	}
+	if got := (Policy{}).Changes(was); !slices.Equal(got, []string{"limits none -> high.max_gpus 16"}) {
+		t.Fatalf("changes %q", got)
+	}
+}

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -301,7 +302,25 @@ func (p Policy) Changes(next Policy) []string {
 	if p.PreemptionNotice != next.PreemptionNotice {
 		out = append(out, fmt.Sprintf("preemption_notice %s -> %s", p.PreemptionNotice, next.PreemptionNotice))
 	}
+	if !slices.Equal(p.Limits, next.Limits) {
+		out = append(out, fmt.Sprintf("limits %s -> %s", limitsText(p.Limits), limitsText(next.Limits)))
+	}
 	return out
+}
+
+// limitsText lists limits as "high.max_gpus 16, team-b: high.max_gpus 0", or "none".
+func limitsText(ls []Limit) string {
+	if len(ls) == 0 {
+		return "none"
+	}
+	parts := make([]string, len(ls))
+	for i, l := range ls {
+		parts[i] = fmt.Sprintf("%s.max_gpus %d", l.Class, l.MaxGPUs)
+		if l.Workspace != "" {
+			parts[i] = l.Workspace + ": " + parts[i]
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 func (p Policy) queueingInEffect() Queueing {

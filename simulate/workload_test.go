@@ -233,7 +233,7 @@ func TestParsePolicy(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil || got != tc.want {
+		if err != nil || !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%q = %+v, %v; want %+v", tc.spec, got, err, tc.want)
 		}
 	}

@@ -1,0 +1,42 @@
+package e2e
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/trainq/trainq/protocol"
+)
+
+// TestWorkspaceAtItsHighCapWaits, with real processes, on allocation limited
+// (two 2-GPU nodes; every workspace may hold 2 high GPUs): team-a's second
+// high job waits with the cap's reason while a node is free and team-b's
+// high job starts there; it starts once team-a's first job ends.
+func TestWorkspaceAtItsHighCapWaits(t *testing.T) {
+	startWorker(t)
+	hold := gate(filepath.Join(t.TempDir(), "hold"))
+	spec := func(workspace, script string) protocol.JobSpec {
+		return protocol.JobSpec{Script: script, InstanceType: "a100.2gpu", Region: "T", AllocationName: "limited",
+			PriorityClass: "high", NWorkers: 1, Type: "binary", Workspace: workspace}
+	}
+	first := submit(t, spec("team-a", hold.waitFor()))
+	waitState(t, first, protocol.StateRunning, long)
+
+	second := submit(t, spec("team-a", "true"))
+	want := "team-a holds 2 of its 2 high GPUs (limit high.max_gpus)"
+	eventually(t, long, "team-a's second high job to wait for its cap", func() bool {
+		st := status(t, second)
+		return st.State == protocol.StatePending && strings.Contains(st.Reason, want)
+	})
+	other := submit(t, spec("team-b", "true"))
+	waitState(t, other, protocol.StateCompleted, long)
+	st := status(t, second)
+	assert.Equal(t, protocol.StatePending, st.State, "team-b's job started on the free node; team-a's still waits: %s", st.Reason)
+	assert.Contains(t, st.Reason, want)
+
+	hold.open(t)
+	waitState(t, first, protocol.StateCompleted, long)
+	waitState(t, second, protocol.StateCompleted, long)
+}
