@@ -1,8 +1,10 @@
 package allocation
 
 import (
+	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
@@ -20,6 +22,24 @@ func (s *State) Explain(job string) protocol.ExplainReply {
 		out.Running = &r
 	}
 	return out
+}
+
+// DryRun answers the dry-run query: what req, of a job that is not in the
+// allocation, would get if it were queued now (at the end of its class's
+// queue, as a new request is).
+func (s *State) DryRun(req protocol.CapacityRequest, now time.Time) (scheduler.DryRun, error) {
+	if req.Job == "" {
+		return scheduler.DryRun{}, errors.New("job: must not be empty")
+	}
+	req.Attempt, req.Seq = 1, s.NextSeq
+	if req.SubmittedAt.IsZero() {
+		req.SubmittedAt = now
+	}
+	r, err := RequestFor(s.Pool, req)
+	if err != nil {
+		return scheduler.DryRun{}, err
+	}
+	return s.Pool.DryRun(r, now)
 }
 
 // Counts answers the counts query (admission, the watchdog).

@@ -214,6 +214,11 @@ func (f *fakeBackend) QueuePage(ctx context.Context, region, allocation string, 
 
 func (f *fakeBackend) Health(ctx context.Context) error { return nil }
 
+// DryRun answers that the job would start on the first node of its allocation (the fake has no allocator).
+func (f *fakeBackend) DryRun(ctx context.Context, spec protocol.JobSpec) (client.DryRunAnswer, error) {
+	return client.DryRunAnswer{Region: spec.Region, Allocation: spec.AllocationName, DryRun: scheduler.DryRun{Start: true}}, nil
+}
+
 // LogSource reads the log files the tests write under the data dir.
 func (f *fakeBackend) LogSource() (client.LogSource, error) {
 	return logfile.Source{DataDir: f.cfg.DataDir}, nil

@@ -77,6 +77,10 @@ regions:
         stop_grace_period: 1s
         nodes:
           - {name: api-w-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+      - name: dry
+        stop_grace_period: 1s
+        nodes:
+          - {name: api-dry-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
 `
 
 // The test principals.

@@ -117,6 +117,13 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, p Principal, spe
 		s.fail(w, r, err)
 		return
 	}
+	if dry, err := dryRunParam(r); err != nil {
+		s.fail(w, r, err)
+		return
+	} else if dry {
+		s.dryRun(w, r, p, checked, notes)
+		return
+	}
 	var opts client.SubmitOptions
 	key := r.Header.Get("Idempotency-Key")
 	if key != "" {
@@ -160,6 +167,68 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, p Principal, spe
 		answer.Name = answer.JobName
 	}
 	writeJSON(w, http.StatusOK, answer)
+}
+
+// dryRunParam reads ?dry_run=true|false (absent: false).
+func dryRunParam(r *http.Request) (bool, error) {
+	switch v := r.URL.Query().Get("dry_run"); v {
+	case "", "false", "0":
+		return false, nil
+	case "true", "1":
+		return true, nil
+	default:
+		return false, errorf(http.StatusBadRequest, codeInvalidParam, "dry_run", fmt.Sprintf("%q is not true or false", v))
+	}
+}
+
+// dryRunAnswer is POST /jobs?dry_run=true's answer: what the checked job
+// would get if it were submitted now. Nothing was started.
+type dryRunAnswer struct {
+	DryRun     bool   `json:"dry_run"`
+	Region     string `json:"region"`
+	Allocation string `json:"allocation"`
+	// WouldStart: it would start at the allocator's next pass, on Placement.
+	WouldStart bool                        `json:"would_start"`
+	Placement  []scheduler.WorkerPlacement `json:"placement,omitempty"`
+	// Preempts are the running jobs it would preempt, and wait for.
+	Preempts []string `json:"preempts,omitempty"`
+	// Position and Reason say where it would wait and why, when it would
+	// not start at once.
+	Position int      `json:"position,omitempty"`
+	Reason   string   `json:"reason,omitempty"`
+	Notes    []string `json:"notes,omitempty"`
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// dryRun asks the allocator what the checked job would get, and answers
+// without starting anything (as sbatch --test-only does).
+func (s *Server) dryRun(w http.ResponseWriter, r *http.Request, p Principal, checked protocol.JobSpec, notes []string) {
+	ctx, cancel := s.call(r)
+	defer cancel()
+	d, err := s.backend.DryRun(ctx, checked)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := dryRunAnswer{DryRun: true, Region: d.Region, Allocation: d.Allocation, WouldStart: d.Start, Placement: d.Placement,
+		Preempts: d.Preempts, Notes: notes, Warnings: checked.Warnings}
+	if d.Waiting != nil {
+		out.Position, out.Reason = d.Waiting.Position, d.Waiting.Reason
+	}
+	if d.Idle {
+		out.Notes = append(out.Notes, "the allocation has no allocator yet: this is the answer of the empty allocation")
+	}
+	rd := s.redactor(p) // victims are named only to their own workspace
+	if err := rd.learn(ctx, out.Preempts); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out.Preempts = rd.names(out.Preempts)
+	if err := rd.apply(ctx, &out); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // workspaceDir is the directory inside which a workspace's jobs keep their

@@ -41,6 +41,7 @@ type Jobs interface {
 	QueuePage(ctx context.Context, region, allocation string, page protocol.QueuePage) (protocol.QueueView, error)
 	LogSource() (LogSource, error)
 	Health(ctx context.Context) error
+	DryRun(ctx context.Context, spec protocol.JobSpec) (DryRunAnswer, error)
 }
 
 var _ Jobs = (*Client)(nil)

@@ -30,6 +30,17 @@ func TestWorkspaceAtItsHighCapWaits(t *testing.T) {
 		st := status(t, second)
 		return st.State == protocol.StatePending && strings.Contains(st.Reason, want)
 	})
+	// trainq submit --test-only asks the allocator, and starts nothing.
+	out, _, code := trainq(t, "submit", "--test-only", "--allocation", "limited", "--region", "T", "--workspace", "team-a",
+		"--priority-class", "high", "--instance-type", "a100.2gpu", "--script", "true")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out, "would wait in T/limited at position 2: "+want, "team-a's third high job would wait for its cap too")
+	out, _, code = trainq(t, "submit", "--test-only", "--allocation", "limited", "--region", "T", "--workspace", "team-b",
+		"--priority-class", "high", "--instance-type", "a100.2gpu", "--script", "true")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out, "would start now in T/limited on limited-2 (GPUs 0,1) (test only, nothing started)")
+	assert.Equal(t, 1, queue(t, "limited").WaitingTotal, "the test runs queued nothing")
+
 	other := submit(t, spec("team-b", "true"))
 	waitState(t, other, protocol.StateCompleted, long)
 	st := status(t, second)

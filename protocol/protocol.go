@@ -61,6 +61,10 @@ const (
 	// QueryCounts answers a QueueCounts: cheap at any queue length.
 	QueryCounts  = "counts"
 	QueryExplain = "explain"
+	// QueryDryRun answers, for a CapacityRequest of a job that does not
+	// exist yet, what it would get if it were queued now (a
+	// scheduler.DryRun); nothing changes.
+	QueryDryRun = "dry-run"
 
 	// UpdateReconfigure applies a changed config (an AllocatorInput) to a
 	// running allocator; see ReconfigureReply.

@@ -73,7 +73,9 @@ type submitOptions struct {
 	spec   protocol.JobSpec
 	notes  []string
 	dryRun bool
-	wait   bool
+	// testOnly asks the allocator what the job would get, and starts nothing.
+	testOnly bool
+	wait     bool
 }
 
 func runSubmit(ctx context.Context, g *globals, args []string) error {
@@ -101,7 +103,8 @@ func runSubmit(ctx context.Context, g *globals, args []string) error {
 		queue     = fs.String("queue", "", "the allocation's queue (ML Space's queue_name; default: its default queue)")
 		include   = fs.String("include-nodes", "", "comma-separated nodes the workers may run on (ML Space's include_nodes)")
 		exclude   = fs.String("exclude-nodes", "", "comma-separated nodes the workers must not run on (ML Space's exclude_nodes)")
-		dryRun    = fs.Bool("dry-run", false, "validate and print the normalized job, start nothing")
+		dryRun    = fs.Bool("dry-run", false, "validate and print the normalized job, start nothing (offline)")
+		testOnly  = fs.Bool("test-only", false, "validate, then ask the allocator where the job would start now or whom it would preempt, or why it would wait; start nothing (as sbatch --test-only)")
 		wait      = fs.Bool("wait", false, "after submitting, watch the job until it ends (exit code as for trainq watch)")
 	)
 	fs.Var(&procs, "processes-per-worker", "processes per worker: a number, or \"default\" (one per GPU)")
@@ -179,7 +182,7 @@ func runSubmit(ctx context.Context, g *globals, args []string) error {
 	jobFlags := 0
 	for f := range set {
 		switch f {
-		case "config", "output", "o", "author", "workspace", "name", "dry-run", "wait":
+		case "config", "output", "o", "author", "workspace", "name", "dry-run", "test-only", "wait":
 		default:
 			jobFlags++
 		}
@@ -187,7 +190,10 @@ func runSubmit(ctx context.Context, g *globals, args []string) error {
 	if *file == "" && jobFlags == 0 {
 		return usageErr("submit: give the job with -f job.json or with flags (at least --script and --instance-type); run `trainq help submit`")
 	}
-	return submit(ctx, g, submitOptions{name: *name, spec: spec, notes: notes, dryRun: *dryRun, wait: *wait})
+	if *dryRun && *testOnly {
+		return usageErr("submit: give --dry-run (offline) or --test-only (asks the allocator), not both")
+	}
+	return submit(ctx, g, submitOptions{name: *name, spec: spec, notes: notes, dryRun: *dryRun, testOnly: *testOnly, wait: *wait})
 }
 
 func mergeMaps(base, over map[string]string) map[string]string {
@@ -236,6 +242,9 @@ func submit(ctx context.Context, g *globals, o submitOptions) error {
 	if err != nil {
 		return err
 	}
+	if o.testOnly {
+		return testOnly(ctx, g, c, checked, append(o.notes, notes...))
+	}
 	sub, err := c.Submit(ctx, o.spec, client.SubmitOptions{Name: o.name})
 	if err != nil {
 		return err
@@ -255,6 +264,49 @@ func submit(ctx context.Context, g *globals, o submitOptions) error {
 		return watch(ctx, g, sub.JobName)
 	}
 	return nil
+}
+
+// testOnly prints what the allocator says the checked job would get now.
+func testOnly(ctx context.Context, g *globals, c *client.Client, checked protocol.JobSpec, notes []string) error {
+	d, err := c.DryRun(ctx, checked)
+	if err != nil {
+		return err
+	}
+	if g.json() {
+		return g.printJSON(d)
+	}
+	for _, n := range notes {
+		g.note("%s", n)
+	}
+	where := d.Region + "/" + d.Allocation
+	if d.Idle {
+		g.note("allocation %s has no allocator yet: this is the empty allocation's answer", where)
+	}
+	switch {
+	case d.Start:
+		var nodes []string
+		for _, w := range d.Placement {
+			nodes = append(nodes, fmt.Sprintf("%s (GPUs %s)", w.Node, joinInts(w.GPUs)))
+		}
+		fmt.Fprintf(g.Stdout, "would start now in %s on %s (test only, nothing started)\n", where, strings.Join(nodes, ", "))
+	case len(d.Preempts) > 0:
+		fmt.Fprintf(g.Stdout, "would preempt %s in %s and start once %s (test only, nothing started)\n",
+			strings.Join(d.Preempts, ", "), where, plural(len(d.Preempts), "it stops", "they stop"))
+		if d.Waiting != nil {
+			fmt.Fprintf(g.Stdout, "  %s\n", d.Waiting.Reason)
+		}
+	case d.Waiting != nil:
+		fmt.Fprintf(g.Stdout, "would wait in %s at position %d: %s (test only, nothing started)\n", where, d.Waiting.Position, d.Waiting.Reason)
+	}
+	return nil
+}
+
+func joinInts(xs []int) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprint(x)
+	}
+	return strings.Join(parts, ",")
 }
 
 func printSpec(w io.Writer, s protocol.JobSpec) {

@@ -13,6 +13,7 @@ import (
 	"github.com/trainq/trainq/allocation"
 	"github.com/trainq/trainq/metrics"
 	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/scheduler"
 )
 
 // Continue-as-new thresholds. Temporal suggests continue-as-new on history
@@ -228,6 +229,11 @@ func (a *allocator) registerQueries(ctx workflow.Context) error {
 	}
 	if err := workflow.SetQueryHandler(ctx, protocol.QueryCounts, func() (protocol.QueueCounts, error) {
 		return a.st.Counts(a.recovering), nil
+	}); err != nil {
+		return err
+	}
+	if err := workflow.SetQueryHandler(ctx, protocol.QueryDryRun, func(req protocol.CapacityRequest) (scheduler.DryRun, error) {
+		return a.st.DryRun(req, workflow.Now(ctx))
 	}); err != nil {
 		return err
 	}
