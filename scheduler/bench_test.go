@@ -348,3 +348,23 @@ func BenchmarkScheduleWaitingFullConstrained(b *testing.B) {
 		p.Schedule(now)
 	}
 }
+
+// BenchmarkDryRun answers a dry run (the allocator's dry-run query: a copy of the pool, the new
+// request, a pass) at 10,000 and 50,000 waiting, next to the View it is an alternative to.
+func BenchmarkDryRun(b *testing.B) {
+	for _, n := range []int{10000, 50000} {
+		b.Run(fmt.Sprintf("%dk", n/1000), func(b *testing.B) {
+			p := benchPool(b, n, false, mixedClass)
+			now := t0.Add(time.Hour)
+			p.Schedule(now)
+			r := Request{Job: "dry-run", Attempt: 1, Kind: KindJob, Class: High, Demand: Demand{Family: p.nodes[0].Family, GPUs: 1}, Workers: 1, Seq: int64(n + 1), SubmittedAt: now}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := p.DryRun(r, now); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
