@@ -1,6 +1,7 @@
 package api
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -68,4 +69,85 @@ func TestDryRunStartsNothing(t *testing.T) {
 	assert.Equal(t, 422, r.Code, string(r.Body))
 	assert.Contains(t, string(r.Body), "priority_class")
 	require.Equal(t, 200, call(t, "alice", "DELETE", "/public/v2/jobs/"+low, nil).Code)
+}
+
+// TestAwaitingLaunchResources: GET /queues/{id}/awaiting-launch-resources
+// lists the queue's waiting jobs of a class in the allocator's launch order,
+// with ML Space's filters, order and paging; another workspace's jobs show
+// without name, workspace or author.
+func TestAwaitingLaunchResources(t *testing.T) {
+	needServer(t)
+	onDry := func(script, class string) map[string]any {
+		return job(script, "allocation_name", "dry", "instance_type", "a100.2gpu", "priority_class", class)
+	}
+	holder := submitJob(t, "alice", onDry("while true; do sleep 0.1; done", "high"))
+	waitStatus(t, "alice", holder, "Running")
+	aliceWaits := submitJob(t, "alice", onDry("true", "medium"))
+	bobWaits := submitJob(t, "bob", onDry("true", "medium"))
+	lowWaits := submitJob(t, "alice", onDry("true", "low"))
+	for _, j := range []string{aliceWaits, lowWaits} {
+		waitStatus(t, "alice", j, "Pending")
+	}
+	waitStatus(t, "bob", bobWaits, "Pending")
+	type answer struct {
+		Items []awaitingItem
+		Count int
+	}
+	get := func(user, query string) answer {
+		t.Helper()
+		var a answer
+		eventually(t, long, "the waiting jobs to be listed", func() bool {
+			r := call(t, user, "GET", "/public/v2/queues/dry:default/awaiting-launch-resources?"+query, nil)
+			require.Equal(t, 200, r.Code, string(r.Body))
+			a = answer{}
+			r.json(t, &a)
+			return a.Count > 0 || strings.Contains(query, "workspace_ids=nobody")
+		})
+		return a
+	}
+	a := get("alice", "priority=medium&limit=10&offset=0")
+	require.Equal(t, 2, a.Count)
+	require.Len(t, a.Items, 2)
+	assert.Equal(t, aliceWaits, a.Items[0].Name)
+	assert.Equal(t, "team-a", a.Items[0].WorkspaceID)
+	assert.Equal(t, "alice", a.Items[0].Author)
+	assert.Equal(t, "dry:default", a.Items[0].QueueID)
+	assert.Equal(t, 2, a.Items[0].GPUCount)
+	assert.NotEmpty(t, a.Items[0].Reason)
+	assert.Equal(t, hiddenName, a.Items[1].Name, "bob's job, to alice")
+	assert.Empty(t, a.Items[1].WorkspaceID)
+	assert.Less(t, a.Items[0].LaunchOrder, a.Items[1].LaunchOrder)
+
+	assert.Equal(t, 1, get("alice", "priority=low&limit=10&offset=0").Count, "the low class alone")
+	a = get("alice", "priority=medium&limit=1&offset=1")
+	require.Len(t, a.Items, 1)
+	assert.Equal(t, 2, a.Count, "count is of all that match, not of the page")
+	assert.Equal(t, hiddenName, a.Items[0].Name)
+	a = get("alice", "priority=medium&limit=10&offset=0&order_by=-launch_order")
+	require.Len(t, a.Items, 2)
+	assert.Equal(t, aliceWaits, a.Items[1].Name, "descending launch order")
+	a = get("alice", "priority=medium&limit=10&offset=0&workspace_ids=team-a")
+	require.Len(t, a.Items, 1)
+	assert.Equal(t, aliceWaits, a.Items[0].Name)
+	a = get("bob", "priority=medium&limit=10&offset=0")
+	require.Len(t, a.Items, 2)
+	assert.Equal(t, hiddenName, a.Items[0].Name, "alice's job, to bob")
+	assert.Equal(t, bobWaits, a.Items[1].Name)
+
+	for query, field := range map[string]string{
+		"limit=10&offset=0":                                               "priority",
+		"priority=urgent&limit=10&offset=0":                               "priority",
+		"priority=high&limit=0&offset=0":                                  "limit",
+		"priority=high&limit=10":                                          "offset",
+		"priority=high&limit=10&offset=0&order_by=size":                   "order_by",
+		"priority=high&limit=10&offset=0&gpu_count_min=4&gpu_count_max=2": "gpu_count_min",
+		"priority=high&limit=10&offset=0&colour=red":                      "colour",
+	} {
+		r := call(t, "alice", "GET", "/public/v2/queues/dry:default/awaiting-launch-resources?"+query, nil)
+		assert.Equal(t, 400, r.Code, query)
+		assert.Contains(t, string(r.Body), `"field": "`+field+`"`, query)
+	}
+	for _, j := range []struct{ user, name string }{{"alice", holder}, {"alice", aliceWaits}, {"bob", bobWaits}, {"alice", lowWaits}} {
+		require.Equal(t, 200, call(t, j.user, "DELETE", "/public/v2/jobs/"+j.name, nil).Code)
+	}
 }

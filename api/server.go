@@ -105,6 +105,7 @@ var routes = []route{
 	{"GET", "/public/v2/queues/{id}", false, (*Server).getQueue},
 	{"GET", "/public/v2/queues/{id}/jobs", false, (*Server).queueJobs},
 	{"GET", "/public/v2/queues/{id}/instance-types", false, (*Server).queueInstanceTypes},
+	{"GET", "/public/v2/queues/{id}/awaiting-launch-resources", false, (*Server).awaitingLaunch},
 	{"POST", "/public/v2/notebooks", false, (*Server).postNotebook},
 	{"DELETE", "/public/v2/notebooks/{name}", false, (*Server).deleteNotebook},
 	{"GET", "/public/v2/configs", false, (*Server).configs},

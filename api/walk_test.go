@@ -91,6 +91,10 @@ var walkVariants = map[string][]walkReq{
 		{"GET", "/public/v2/queues/{alloc}:default/jobs", ""}, {"GET", "/public/v2/queues/{alloc}:default/jobs?status=Pending,Running&limit=5", ""},
 	},
 	"GET /public/v2/queues/{id}/instance-types": {{"GET", "/public/v2/queues/{alloc}:default/instance-types", ""}},
+	"GET /public/v2/queues/{id}/awaiting-launch-resources": {
+		{"GET", "/public/v2/queues/{alloc}:default/awaiting-launch-resources?priority=medium&limit=5&offset=0", ""},
+		{"GET", "/public/v2/queues/{alloc}:default/awaiting-launch-resources?priority=urgent&limit=5&offset=0", ""},
+	},
 	"POST /public/v2/notebooks":                 {{"POST", "/public/v2/notebooks", `{"allocation_name":"{alloc}","instance_type":"{itype}"}`}},
 	"GET /public/v2/configs":                    {{"GET", "/public/v2/configs", ""}},
 	"DELETE /public/v2/notebooks/{name}": {

@@ -123,7 +123,7 @@ func (q Queue) AllowedClasses() []scheduler.Class {
 	}
 	var out []scheduler.Class
 	for _, name := range q.JobPriorityAllowed {
-		if c, err := parseQueueClass(name); err == nil && !slices.Contains(out, c) {
+		if c, err := ParseQueueClass(name); err == nil && !slices.Contains(out, c) {
 			out = append(out, c)
 		}
 	}
@@ -146,8 +146,10 @@ func (q Queue) AssignedTo(workspace string) bool {
 	return len(q.Workspaces) == 0 || workspace == "" || slices.Contains(q.Workspaces, workspace)
 }
 
-// parseQueueClass reads a class of job_priority_allowed or default_priority.
-func parseQueueClass(name string) (scheduler.Class, error) {
+// ParseQueueClass reads a class as queues name them (job_priority_allowed,
+// default_priority, the awaiting-launch-resources priority): low, medium,
+// high, and ML Space's shared-low and shared-medium.
+func ParseQueueClass(name string) (scheduler.Class, error) {
 	switch name {
 	case "shared-low":
 		return scheduler.Low, nil
@@ -192,7 +194,7 @@ func (a *Allocation) validateQueues(field string) error {
 			}
 		}
 		for ci, c := range q.JobPriorityAllowed {
-			if _, err := parseQueueClass(c); err != nil {
+			if _, err := ParseQueueClass(c); err != nil {
 				return fmt.Errorf("%s.job_priority_allowed[%d]: %w", qf, ci, err)
 			}
 		}
@@ -200,7 +202,7 @@ func (a *Allocation) validateQueues(field string) error {
 			if d.class == "" {
 				continue
 			}
-			c, err := parseQueueClass(d.class)
+			c, err := ParseQueueClass(d.class)
 			if err != nil {
 				return fmt.Errorf("%s.default_priority.%s: %w", qf, d.name, err)
 			}
@@ -229,7 +231,7 @@ func (q Queue) DefaultClass(kind scheduler.Kind) scheduler.Class {
 	if kind == scheduler.KindNotebook {
 		name, fallback = q.DefaultPriority.Notebook, scheduler.High
 	}
-	if c, err := parseQueueClass(name); err == nil {
+	if c, err := ParseQueueClass(name); err == nil {
 		return c
 	}
 	if q.Allows(fallback) {
