@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/trainq/trainq/config"
 )
 
 // TestDryRunStartsNothing: POST /jobs?dry_run=true answers where a job
@@ -150,4 +152,41 @@ func TestAwaitingLaunchResources(t *testing.T) {
 	for _, j := range []struct{ user, name string }{{"alice", holder}, {"alice", aliceWaits}, {"bob", bobWaits}, {"alice", lowWaits}} {
 		require.Equal(t, 200, call(t, j.user, "DELETE", "/public/v2/jobs/"+j.name, nil).Code)
 	}
+}
+
+// TestConfigReloadChangesQueues: a reloaded config's queue assignments
+// apply to the next request, through the API and its backend alike; a
+// config that changes more is refused and the running one kept.
+func TestConfigReloadChangesQueues(t *testing.T) {
+	needServer(t)
+	s := env.handler
+	body := job("true", "allocation_name", "t", "queue_name", "prod", "instance_type", "a100.1gpu", "priority_class", "high")
+	r := call(t, "alice", "POST", "/public/v2/jobs?dry_run=true", body)
+	require.Equal(t, 403, r.Code, "team-a is not assigned to prod: %s", r.Body)
+
+	old := s.config()
+	t.Cleanup(func() { s.live.Store(old); env.backend.SetConfig(old) })
+	next, err := config.Load(old.Source())
+	require.NoError(t, err)
+	_, a, err := next.Allocation("SR006", "t")
+	require.NoError(t, err)
+	for i := range a.Queues {
+		if a.Queues[i].Name == "prod" {
+			a.Queues[i].Workspaces = append(a.Queues[i].Workspaces, "team-a")
+		}
+	}
+	require.NoError(t, s.Reload(next))
+	r = call(t, "alice", "POST", "/public/v2/jobs?dry_run=true", body)
+	require.Equal(t, 200, r.Code, "team-a is assigned to prod now: %s", r.Body)
+	name := submitJob(t, "alice", body) // the backend's own check agrees
+	waitStatus(t, "alice", name, "Completed")
+
+	bad, err := config.Load(old.Source())
+	require.NoError(t, err)
+	_, a, _ = bad.Allocation("SR006", "t")
+	a.MaxPreemptions = 9
+	err = s.Reload(bad)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "max_preemptions changed")
+	assert.Same(t, next, s.config(), "a refused reload keeps the running config")
 }

@@ -114,7 +114,7 @@ func FuzzDecodeRunJobRequest(f *testing.F) {
 		}
 		if decodeErr == nil && spec.BaseImage != "" {
 			checked := spec
-			if _, err := client.Check(s.cfg, &checked); err == nil && protocol.CheckLimits(checked) == nil {
+			if _, err := client.Check(s.config(), &checked); err == nil && protocol.CheckLimits(checked) == nil {
 				_, err1 := protocol.ConfineDir("checkpoint_dir", s.workspaceDir("ws"), checked.CheckpointDir)
 				_, err2 := protocol.ConfineDir("logs_dir", s.workspaceDir("ws"), decoded.LogsDir)
 				if err1 == nil && err2 == nil {

@@ -33,7 +33,10 @@ var env struct {
 	cfg    *config.Config
 	client sdkclient.Client
 	server *httptest.Server
-	tokens map[string]string // user -> bearer token
+	// handler and backend are the Server behind server and its client.
+	handler *Server
+	backend *client.Client
+	tokens  map[string]string // user -> bearer token
 }
 
 // testConfig: region SR006 with the seed's instance type in its default
@@ -175,11 +178,13 @@ func run(m *testing.M) int {
 	if err != nil {
 		panic(err)
 	}
-	s, err := New(Options{Config: env.cfg, Backend: client.New(env.client, env.cfg), Tokens: tokens,
+	env.backend = client.New(env.client, env.cfg)
+	s, err := New(Options{Config: env.cfg, Backend: env.backend, Tokens: tokens,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), CallTimeout: 15 * time.Second, PollInterval: 100 * time.Millisecond})
 	if err != nil {
 		panic(err)
 	}
+	env.handler = s
 	env.server = httptest.NewServer(s)
 	defer env.server.Close()
 	env.ready = true

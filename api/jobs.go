@@ -98,7 +98,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, p Principal, spe
 		spec.Workspace = p.Workspace
 	}
 	checked := spec
-	more, err := client.Check(s.cfg, &checked)
+	more, err := client.Check(s.config(), &checked)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -596,7 +596,7 @@ func (s *Server) postNotebook(w http.ResponseWriter, r *http.Request, p Principa
 		s.fail(w, r, err)
 		return
 	}
-	spec := client.NotebookSpec(s.cfg, req)
+	spec := client.NotebookSpec(s.config(), req)
 	if err := protocol.CheckStrings(spec); err != nil {
 		s.fail(w, r, err)
 		return
@@ -740,7 +740,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, p Principal) {
 		queue := j.Queue
 		if queue == "" {
 			queue = config.DefaultQueueName // submitted before queues
-			if _, a, err := s.cfg.Allocation(j.Region, j.Allocation); err == nil {
+			if _, a, err := s.config().Allocation(j.Region, j.Allocation); err == nil {
 				queue = a.DefaultQueue().Name
 			}
 		}

@@ -288,8 +288,8 @@ func (s *Server) allocationByID(r *http.Request, id string) (*config.Region, *co
 		r *config.Region
 		a *config.Allocation
 	}
-	for i := range s.cfg.Regions {
-		reg := &s.cfg.Regions[i]
+	for i := range s.config().Regions {
+		reg := &s.config().Regions[i]
 		if region != "" && reg.Name != region {
 			continue
 		}
@@ -318,7 +318,7 @@ func (s *Server) listAllocations(w http.ResponseWriter, r *http.Request, _ Princ
 		return
 	}
 	out := []allocationSummary{}
-	for _, reg := range s.cfg.Regions {
+	for _, reg := range s.config().Regions {
 		if q := r.URL.Query().Get("region"); q != "" && q != reg.Name {
 			continue
 		}
@@ -454,7 +454,7 @@ func (s *Server) availableInstanceTypes(w http.ResponseWriter, r *http.Request, 
 		return
 	}
 	region := r.PathValue("region")
-	if !validRegion(s.cfg, region) {
+	if !validRegion(s.config(), region) {
 		s.fail(w, r, errorf(http.StatusNotFound, codeNotFound, "", fmt.Sprintf("region %q does not exist; see /public/v2/allocations", region)))
 		return
 	}
@@ -463,8 +463,8 @@ func (s *Server) availableInstanceTypes(w http.ResponseWriter, r *http.Request, 
 	counts := map[string]*instanceTypeCount{}
 	var order []string
 	matched := false
-	for i := range s.cfg.Regions {
-		reg := &s.cfg.Regions[i]
+	for i := range s.config().Regions {
+		reg := &s.config().Regions[i]
 		if reg.Name != region {
 			continue
 		}

@@ -75,14 +75,14 @@ func (s *Server) queue(w http.ResponseWriter, r *http.Request, p Principal) {
 	}
 	region := r.URL.Query().Get("region")
 	if region == "" {
-		region = s.cfg.DefaultRegion
+		region = s.config().DefaultRegion
 	}
-	if !validRegion(s.cfg, region) {
+	if !validRegion(s.config(), region) {
 		s.fail(w, r, errorf(http.StatusUnprocessableEntity, codeInvalidParam, "region", fmt.Sprintf("region %q does not exist; see /public/v2/configs", region)))
 		return
 	}
 	name := r.PathValue("name")
-	if _, _, err := s.cfg.Allocation(region, name); err != nil {
+	if _, _, err := s.config().Allocation(region, name); err != nil {
 		s.fail(w, r, errorf(http.StatusNotFound, codeNotFound, "", err.Error()))
 		return
 	}
@@ -204,8 +204,8 @@ func (s *Server) configs(w http.ResponseWriter, r *http.Request, _ Principal) {
 		DefaultRegion     string       `json:"default_region"`
 		DefaultAllocation string       `json:"default_allocation"`
 		Regions           []regionView `json:"regions"`
-	}{DefaultRegion: s.cfg.DefaultRegion, DefaultAllocation: s.cfg.DefaultAllocation}
-	for _, reg := range s.cfg.Regions {
+	}{DefaultRegion: s.config().DefaultRegion, DefaultAllocation: s.config().DefaultAllocation}
+	for _, reg := range s.config().Regions {
 		rv := regionView{Name: reg.Name}
 		for _, a := range reg.Allocations {
 			av := allocationView{Name: a.Name, Queueing: string(a.Queueing), MinRuntimeBeforePreemption: a.MinRuntimeBeforePreemption.D().String(),

@@ -89,8 +89,8 @@ func (s *Server) listQueues(w http.ResponseWriter, r *http.Request, _ Principal)
 		}
 	}
 	out := []queueSummary{}
-	for ri := range s.cfg.Regions {
-		reg := &s.cfg.Regions[ri]
+	for ri := range s.config().Regions {
+		reg := &s.config().Regions[ri]
 		if region != "" && reg.Name != region {
 			continue
 		}

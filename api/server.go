@@ -57,7 +57,8 @@ type Options struct {
 
 // Server serves the API. It is an http.Handler.
 type Server struct {
-	cfg     *config.Config
+	// live is the config; Reload swaps it while requests run.
+	live    atomic.Pointer[config.Config]
 	backend client.Jobs
 	tokens  *Tokens
 	log     *slog.Logger
@@ -131,8 +132,9 @@ func New(opts Options) (*Server, error) {
 	if opts.NotFoundFloor <= 0 {
 		opts.NotFoundFloor = DefaultNotFoundFloor
 	}
-	s := &Server{cfg: opts.Config, backend: opts.Backend, tokens: opts.Tokens, log: opts.Logger, opts: opts,
+	s := &Server{backend: opts.Backend, tokens: opts.Tokens, log: opts.Logger, opts: opts,
 		mux: http.NewServeMux(), metrics: newMetrics()}
+	s.live.Store(opts.Config)
 	ws := opts.Config.WorkspacesDir
 	if ws == "" {
 		ws = filepath.Join(opts.Config.DataDir, "workspaces")
@@ -348,4 +350,26 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ Principal) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// config is the config requests are checked against.
+func (s *Server) config() *config.Config { return s.live.Load() }
+
+// configReloader is a backend that checks jobs against a config of its own
+// (client.Client): Reload hands it the new one too.
+type configReloader interface{ SetConfig(*config.Config) }
+
+// Reload takes next in place of the running config, if only queues changed
+// (config.CheckReload): a queue's nodes, classes, defaults and workspaces
+// then apply to the requests that come after. Otherwise nothing changes and
+// the error says what may not.
+func (s *Server) Reload(next *config.Config) error {
+	if err := config.CheckReload(s.config(), next); err != nil {
+		return err
+	}
+	if r, ok := s.backend.(configReloader); ok {
+		r.SetConfig(next)
+	}
+	s.live.Store(next)
+	return nil
 }

@@ -168,7 +168,7 @@ func TestBadRequestsWithoutTemporal(t *testing.T) {
 
 func TestInstanceTypes(t *testing.T) {
 	s, _, _ := fuzzServer(t)
-	for _, a := range s.cfg.Allocations() {
+	for _, a := range s.config().Allocations() {
 		for _, it := range instanceTypes(a.Allocation.Nodes) {
 			assert.Positive(t, it.MaxWorkers, it.Name)
 		}

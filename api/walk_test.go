@@ -95,8 +95,8 @@ var walkVariants = map[string][]walkReq{
 		{"GET", "/public/v2/queues/{alloc}:default/awaiting-launch-resources?priority=medium&limit=5&offset=0", ""},
 		{"GET", "/public/v2/queues/{alloc}:default/awaiting-launch-resources?priority=urgent&limit=5&offset=0", ""},
 	},
-	"POST /public/v2/notebooks":                 {{"POST", "/public/v2/notebooks", `{"allocation_name":"{alloc}","instance_type":"{itype}"}`}},
-	"GET /public/v2/configs":                    {{"GET", "/public/v2/configs", ""}},
+	"POST /public/v2/notebooks": {{"POST", "/public/v2/notebooks", `{"allocation_name":"{alloc}","instance_type":"{itype}"}`}},
+	"GET /public/v2/configs":    {{"GET", "/public/v2/configs", ""}},
 	"DELETE /public/v2/notebooks/{name}": {
 		{"DELETE", "/public/v2/notebooks/{foreign_nb}", ""}, {"DELETE", "/public/v2/notebooks/{own}", ""},
 		{"DELETE", "/public/v2/notebooks/{own_nb}", ""},

@@ -66,7 +66,7 @@ const recoverTimeout = 2 * time.Minute
 // fresh allocator if none runs, and answers what the recovery found.
 func (c *Client) RecoverAllocator(ctx context.Context, region, allocation string) (protocol.RecoverReply, error) {
 	var reply protocol.RecoverReply
-	in, err := AllocatorInput(c.Config, region, allocation)
+	in, err := AllocatorInput(c.config(), region, allocation)
 	if err != nil {
 		return reply, err
 	}

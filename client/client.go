@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"sync/atomic"
 
 	commonpb "go.temporal.io/api/common/v1"
 	sdkclient "go.temporal.io/sdk/client"
@@ -21,6 +22,20 @@ type Client struct {
 	// Logs reads workers' logs; nil means the log files under
 	// Config.DataDir (see LogSource).
 	Logs LogSource
+	// live, once SetConfig is called, replaces Config (a reloaded file).
+	live atomic.Pointer[config.Config]
+}
+
+// SetConfig makes cfg the config later calls check against, safely while
+// other calls run (trainq-api's config reload).
+func (c *Client) SetConfig(cfg *config.Config) { c.live.Store(cfg) }
+
+// config is the config calls check against: the last SetConfig's, else Config.
+func (c *Client) config() *config.Config {
+	if cfg := c.live.Load(); cfg != nil {
+		return cfg
+	}
+	return c.Config
 }
 
 // New returns a client over an open Temporal connection.

@@ -49,10 +49,10 @@ func (c *Client) DryRun(ctx context.Context, spec protocol.JobSpec) (DryRunAnswe
 // idleDryRun answers for an allocation whose allocator has not started:
 // its pool is empty.
 func (c *Client) idleDryRun(out DryRunAnswer, spec protocol.JobSpec, req protocol.CapacityRequest) (DryRunAnswer, error) {
-	if c.Config == nil {
+	if c.config() == nil {
 		return out, fmt.Errorf("allocation %s/%s has no allocator yet, and no config to answer from", spec.Region, spec.AllocationName)
 	}
-	_, alloc, err := c.Config.Allocation(spec.Region, spec.AllocationName)
+	_, alloc, err := c.config().Allocation(spec.Region, spec.AllocationName)
 	if err != nil {
 		return out, err
 	}

@@ -37,8 +37,8 @@ func (c *Client) LogSource() (LogSource, error) {
 		return c.Logs, nil
 	}
 	var files LogSource
-	if c.Config != nil {
-		files = logfile.Source{DataDir: c.Config.DataDir}
+	if c.config() != nil {
+		files = logfile.Source{DataDir: c.config().DataDir}
 	}
 	switch {
 	case c.Temporal != nil:

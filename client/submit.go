@@ -286,10 +286,10 @@ func NewJobName(kind scheduler.Kind) string {
 // whose workflow has closed fails with ErrJobExists (a closed job is never
 // run again under the same name).
 func (c *Client) Submit(ctx context.Context, spec protocol.JobSpec, opts SubmitOptions) (Submission, error) {
-	if c.Config == nil {
+	if c.config() == nil {
 		return Submission{}, errors.New("submit: the client has no configuration to check the job against")
 	}
-	notes, err := Check(c.Config, &spec)
+	notes, err := Check(c.config(), &spec)
 	if err != nil {
 		return Submission{}, err
 	}

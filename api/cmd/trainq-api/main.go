@@ -7,7 +7,10 @@
 // It reads the same config as trainq-worker (--config or TRAINQ_CONFIG) and
 // the standard Temporal settings (TEMPORAL_ADDRESS, ...). Tokens come from a
 // file of SHA-256 hashes (--tokens or TRAINQ_API_TOKENS); `token` adds one
-// and prints it, once. SIGHUP rereads the tokens file. Requests must arrive
+// and prints it, once. SIGHUP rereads the tokens file and the config, whose
+// queues (nodes, classes, defaults, workspaces) then apply to later requests;
+// a config that changes anything else is refused and the running one kept.
+// Requests must arrive
 // whole in time (headers 10s, body --body-timeout, else 408), and one client
 // address may hold --max-conns-per-client connections (more get 429).
 package main
@@ -129,6 +132,7 @@ func serve(args []string) error {
 			} else {
 				log.Info("tokens reloaded", "file", *tokensPath)
 			}
+			reloadConfig(log, srv, *cfgPath)
 		}
 	}()
 	log.Info("trainq-api listening", "addr", ln.Addr().String(), "config", cfg.Source(), "data_dir", cfg.DataDir)
@@ -143,4 +147,18 @@ func serve(args []string) error {
 	defer cancel()
 	_ = hs.Shutdown(sctx) // log streams end when their clients go or the timeout passes
 	return nil
+}
+
+// reloadConfig rereads the config file and applies it if only queues
+// changed; a bad or unreloadable file is logged and the running config kept.
+func reloadConfig(log *slog.Logger, srv *api.Server, path string) {
+	next, err := config.Load(path)
+	if err == nil {
+		err = srv.Reload(next)
+	}
+	if err != nil {
+		log.Error("config not reloaded; the running config stays", "err", err)
+		return
+	}
+	log.Info("config reloaded", "config", next.Source())
 }
