@@ -127,7 +127,7 @@ func TestDrainsTravelThroughContinueAsNew(t *testing.T) {
 	assert.Equal(t, map[string]string{"n2": "disk swap"}, r.Drains)
 	assert.Equal(t, []string{"n2"}, r.Pool.LostNodes())
 	assert.Empty(t, r.FencesCarried(), "not fenced again")
-	assert.Len(t, r.View(protocol.QueuePage{Limit: 10}, false).Fenced, 1, "the view shows it")
+	assert.Len(t, r.View(protocol.QueuePage{Limit: 10}, false, time.Time{}).Fenced, 1, "the view shows it")
 }
 
 func TestValidateDrainNamesTheNodes(t *testing.T) {

@@ -29,7 +29,7 @@ func RequestFor(pool *scheduler.Pool, req protocol.CapacityRequest) (scheduler.R
 	r := scheduler.Request{
 		Job: req.Job, Attempt: req.Attempt, Kind: req.Kind, Class: req.Class,
 		Demand: demand, Workers: req.Workers, Seq: req.Seq, SubmittedAt: req.SubmittedAt, Preemptions: req.Preemptions,
-		HonorsNotice: req.HonorsNotice, Nodes: req.Nodes, MinWorkers: req.MinWorkers, Workspace: req.Workspace,
+		HonorsNotice: req.HonorsNotice, Nodes: req.Nodes, MinWorkers: req.MinWorkers, Workspace: req.Workspace, RunLimit: req.RunLimit,
 	}
 	return r, pool.Admit(r)
 }

@@ -49,12 +49,25 @@ func (s *State) Counts(recovering bool) protocol.QueueCounts {
 }
 
 // View is one page of the queue, every running job and every node.
-func (s *State) View(page protocol.QueuePage, recovering bool) protocol.QueueView {
+func (s *State) View(page protocol.QueuePage, recovering bool, now time.Time) protocol.QueueView {
 	v := protocol.QueueView{Region: s.Config.Region, Allocation: s.Config.Allocation, View: s.Pool.ViewPage(page.Offset, page.Limit),
 		Offset: page.Offset, Limit: page.Limit, Counters: s.Counters, WaitingTotal: s.Pool.WaitingCount(),
 		WaitingByClass: map[string]int{}, Recovering: recovering, Fenced: append(s.Fenced(), s.Drained()...)}
 	for class, n := range s.Pool.WaitingByClass() {
 		v.WaitingByClass[scheduler.Class(class).String()] = n
+	}
+	if page.ExpectedStarts && len(v.Waiting) > 0 {
+		// A stopping worker takes its notice, then its grace period, at most.
+		expected, err := s.Pool.Project(now, s.Pool.Policy().PreemptionNotice+s.Config.StopGracePeriod)
+		for i := range v.Waiting {
+			e, ok := expected[v.Waiting[i].Job]
+			if err != nil {
+				e, ok = scheduler.ExpectedStart{Because: "unknown: the projection failed: " + err.Error()}, true
+			}
+			if ok {
+				v.Waiting[i].ExpectedStart = &e
+			}
+		}
 	}
 	return v
 }

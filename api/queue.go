@@ -28,6 +28,11 @@ type waitingView struct {
 	WaitingFor   []string         `json:"waiting_for,omitempty"`
 	Nominated    []string         `json:"nominated,omitempty"`
 	WaitingSince time.Time        `json:"waiting_since"`
+	// ExpectedStartAt and ExpectedStart, with ?expected_start=true: when it
+	// is expected to start (absent: unknown) and the assumption, or why it
+	// is unknown.
+	ExpectedStartAt *time.Time `json:"expected_start_at,omitempty"`
+	ExpectedStart   string     `json:"expected_start,omitempty"`
 }
 
 type runningView struct {
@@ -63,8 +68,8 @@ type queueView struct {
 // without their names.
 func (s *Server) queue(w http.ResponseWriter, r *http.Request, p Principal) {
 	for k := range r.URL.Query() {
-		if k != "region" && k != "offset" && k != "limit" {
-			s.fail(w, r, errorf(http.StatusBadRequest, codeInvalidParam, k, fmt.Sprintf("unknown query parameter %q; allowed: region, offset, limit", k)))
+		if k != "region" && k != "offset" && k != "limit" && k != "expected_start" {
+			s.fail(w, r, errorf(http.StatusBadRequest, codeInvalidParam, k, fmt.Sprintf("unknown query parameter %q; allowed: region, offset, limit, expected_start", k)))
 			return
 		}
 	}
@@ -125,7 +130,8 @@ func redactedQueue(v protocol.QueueView, page protocol.QueuePage, rd *redactor) 
 	for _, q := range v.Waiting {
 		out.Waiting = append(out.Waiting, waitingView{LaunchOrder: q.Position, JobName: rd.name(q.Job), Type: string(q.Kind),
 			Priority: q.Class.String(), GPUCount: q.GPUs, NWorkers: q.Workers, Demand: q.Demand, Attempt: q.Attempt,
-			Reason: q.Reason, WaitingFor: rd.names(q.WaitingFor), Nominated: rd.names(q.Nominated), WaitingSince: q.SubmittedAt})
+			Reason: q.Reason, WaitingFor: rd.names(q.WaitingFor), Nominated: rd.names(q.Nominated), WaitingSince: q.SubmittedAt,
+			ExpectedStartAt: expectedAt(q.ExpectedStart), ExpectedStart: expectedText(q.ExpectedStart)})
 	}
 	for _, run := range v.Running {
 		rv := runningView{JobName: rd.name(run.Job), Type: string(run.Kind), Priority: run.Class.String(), GPUCount: run.GPUs,
@@ -159,6 +165,13 @@ func queuePage(q url.Values) (protocol.QueuePage, error) {
 			return page, errorf(http.StatusUnprocessableEntity, codeInvalidParam, f.param, fmt.Sprintf("%q is not allowed; use a whole number from %d to %d", v, f.lo, f.hi))
 		}
 		*f.dst = n
+	}
+	switch v := q.Get("expected_start"); v {
+	case "", "false":
+	case "true":
+		page.ExpectedStarts, page.Now = true, time.Now().UTC()
+	default:
+		return page, errorf(http.StatusBadRequest, codeInvalidParam, "expected_start", fmt.Sprintf("%q is not true or false", v))
 	}
 	return page, nil
 }
@@ -255,4 +268,19 @@ func instanceTypes(nodes []scheduler.Node) []instanceTypeView {
 		return out[i].GPUs < out[j].GPUs
 	})
 	return out
+}
+
+func expectedAt(e *scheduler.ExpectedStart) *time.Time {
+	if e == nil || e.At.IsZero() {
+		return nil
+	}
+	at := e.At
+	return &at
+}
+
+func expectedText(e *scheduler.ExpectedStart) string {
+	if e == nil {
+		return ""
+	}
+	return e.Because
 }

@@ -99,6 +99,10 @@ regions:
           - {name: placed-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
           - {name: placed-2, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
           - {name: placed-3, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+      - name: eta
+        stop_grace_period: 3s
+        nodes:
+          - {name: eta-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
       - name: limited
         stop_grace_period: 3s
         limits:

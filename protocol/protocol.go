@@ -412,6 +412,9 @@ type CapacityRequest struct {
 	// Workspace is the job's workspace, for the allocation's limits
 	// (scheduler.Request.Workspace).
 	Workspace string `json:"workspace,omitempty"`
+	// RunLimit is the most the attempt will run: the job's time limit less
+	// what its earlier attempts ran (0: none), for expected start times.
+	RunLimit time.Duration `json:"run_limit,omitempty"`
 }
 
 // CapacityReply tells a job its place in the queue.
@@ -801,6 +804,14 @@ type QueueCounts struct {
 type QueuePage struct {
 	Limit  int `json:"limit,omitempty"`  // 0 = DefaultQueuePageLimit
 	Offset int `json:"offset,omitempty"` // waiting jobs to skip
+	// ExpectedStarts asks for each listed job's expected start
+	// (scheduler.Pool.Project: a copy of the pool played forward, which
+	// costs more than the page).
+	ExpectedStarts bool `json:"expected_starts,omitempty"`
+	// Now is the asker's clock, from which expected starts are projected
+	// when it is later than the allocator's last workflow task (an idle
+	// allocator's clock stands still).
+	Now time.Time `json:"now,omitempty"`
 }
 
 // Bounds of QueuePage.Limit.

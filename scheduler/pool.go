@@ -302,6 +302,7 @@ func normalize(r Request) Request {
 	}
 	r.SubmittedAt = normTime(r.SubmittedAt)
 	r.Nodes = canonNodes(r.Nodes)
+	r.RunLimit = max(r.RunLimit.Truncate(time.Millisecond), 0) // as snapshots keep it
 	return r
 }
 

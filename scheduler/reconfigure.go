@@ -215,6 +215,9 @@ func (p *Pool) admitWaiting(sw SnapshotWaiting, empty *Pool) (SnapshotWaiting, [
 		if sw.Workspace != nil {
 			keep.Workspace = append(keep.Workspace, sw.Workspace[i])
 		}
+		if sw.RunLimit != nil {
+			keep.RunLimit = append(keep.RunLimit, sw.RunLimit[i])
+		}
 	}
 	if len(keep.Preemptions) > 0 && !slices.ContainsFunc(keep.Preemptions, func(n int32) bool { return n > 0 }) {
 		keep.Preemptions = nil
@@ -230,6 +233,9 @@ func (p *Pool) admitWaiting(sw SnapshotWaiting, empty *Pool) (SnapshotWaiting, [
 	}
 	if !slices.ContainsFunc(keep.Workspace, func(k int32) bool { return k != 0 }) {
 		keep.Workspace = nil
+	}
+	if !slices.ContainsFunc(keep.RunLimit, func(k int64) bool { return k != 0 }) {
+		keep.RunLimit = nil
 	}
 	return keep, unfit
 }

@@ -26,7 +26,8 @@ import (
 // every request may run on any node of its family, as before them. The waiting requests'
 // MinWorkers (SnapshotWaiting.MinWorkers); absent, every gang is rigid, as before them. The
 // requests' workspaces and the policy's limits (Snapshot.Workspaces, Policy.Limits); absent,
-// nobody has a workspace and nothing is capped, as before them.
+// nobody has a workspace and nothing is capped, as before them. The requests' RunLimit
+// (SnapshotWaiting.RunLimit, SnapshotRunning.RunLimit); absent, none has one.
 const SnapshotVersion = 3
 
 // Snapshot is the whole pool state for continue-as-new: waiting requests are stored column-wise
@@ -106,6 +107,8 @@ type SnapshotWaiting struct {
 	// Workspace is each request's workspace: 0 for none, k for Snapshot.Workspaces[k-1];
 	// absent when no request has one.
 	Workspace []int32 `json:"ws,omitempty"`
+	// RunLimit is each request's Request.RunLimit in milliseconds; absent when none has one.
+	RunLimit []int64 `json:"rl,omitempty"`
 }
 
 // SnapshotRunning is one running or releasing job.
@@ -134,6 +137,8 @@ type SnapshotRunning struct {
 	NodeSet int32 `json:"ns,omitempty"`
 	// Workspace is the request's workspace, as SnapshotWaiting.Workspace.
 	Workspace int32 `json:"ws,omitempty"`
+	// RunLimit is the request's Request.RunLimit in milliseconds.
+	RunLimit int64 `json:"rl,omitempty"`
 }
 
 func tn(t time.Time) int64 {
@@ -286,6 +291,12 @@ func (p *Pool) snapshotWaiting(demands *demandTable) SnapshotWaiting {
 			}
 			sw.Workspace[i] = demands.workspace(r.Workspace)
 		}
+		if r.RunLimit > 0 {
+			if sw.RunLimit == nil {
+				sw.RunLimit = make([]int64, n)
+			}
+			sw.RunLimit[i] = r.RunLimit.Milliseconds()
+		}
 	}
 	return sw
 }
@@ -295,7 +306,7 @@ func snapshotRunning(rj *runJob, demands *demandTable) SnapshotRunning {
 		Seq: rj.r.Seq, SubmittedAt: tn(rj.r.SubmittedAt), StartedAt: tn(rj.startedAt),
 		Nodes: append([]int32(nil), rj.nodes...), GPUs: append([]uint64(nil), rj.gpus...), Releasing: rj.releasing,
 		Preemptions: rj.preemptions, PreemptSeq: rj.preemptSeq, Checkpoint: tn(rj.ckpt), HonorsNotice: rj.r.HonorsNotice,
-		NodeSet: demands.nodeSet(rj.r.Nodes), Workspace: demands.workspace(rj.r.Workspace)}
+		NodeSet: demands.nodeSet(rj.r.Nodes), Workspace: demands.workspace(rj.r.Workspace), RunLimit: rj.r.RunLimit.Milliseconds()}
 	if rj.preemptedBy != nil && slices.ContainsFunc(rj.nominee, func(nb *Preemptor) bool { return *nb != *rj.preemptedBy }) {
 		for _, nb := range rj.nominee {
 			sr.Nominees = append(sr.Nominees, *nb)
@@ -471,6 +482,7 @@ func (rs *restorer) runningJob(sr *SnapshotRunning) error {
 	if r.Workspace, err = rs.workspace(sr.Workspace); err != nil {
 		return err
 	}
+	r.RunLimit = time.Duration(max(sr.RunLimit, 0)) * time.Millisecond
 	if sr.PreemptedBy != nil && r.Preemptions > 0 { // as requested: before this attempt's own preemption
 		r.Preemptions--
 	}
@@ -606,7 +618,8 @@ func (rs *restorer) waitingRequests() error {
 	if len(sw.Attempt) != n || len(sw.KindClass) != n || len(sw.Demand) != n || len(sw.Workers) != n ||
 		len(sw.Seq) != n || len(sw.SubmittedAt) != n || (sw.Preemptions != nil && len(sw.Preemptions) != n) ||
 		(sw.HonorsNotice != nil && len(sw.HonorsNotice) != n) || (sw.NodeSet != nil && len(sw.NodeSet) != n) ||
-		(sw.MinWorkers != nil && len(sw.MinWorkers) != n) || (sw.Workspace != nil && len(sw.Workspace) != n) {
+		(sw.MinWorkers != nil && len(sw.MinWorkers) != n) || (sw.Workspace != nil && len(sw.Workspace) != n) ||
+		(sw.RunLimit != nil && len(sw.RunLimit) != n) {
 		return fmt.Errorf("snapshot: waiting columns have different lengths")
 	}
 	for i := 0; i < n; i++ {
@@ -640,6 +653,9 @@ func (rs *restorer) waitingRequest(i int) error {
 		if r.Workspace, err = rs.workspace(sw.Workspace[i]); err != nil {
 			return err
 		}
+	}
+	if sw.RunLimit != nil {
+		r.RunLimit = time.Duration(max(sw.RunLimit[i], 0)) * time.Millisecond
 	}
 	var ns int32
 	if sw.NodeSet != nil {

@@ -373,6 +373,9 @@ type Request struct {
 	Nodes []string `json:"nodes,omitempty"`
 	// Workspace is whose request it is, for Policy.Limits ("": nobody's; no limit applies).
 	Workspace string `json:"workspace,omitempty"`
+	// RunLimit is the most the attempt will run once started (the job's time limit, less what
+	// its earlier attempts ran); 0: unknown. Only Pool.Project reads it.
+	RunLimit time.Duration `json:"run_limit,omitempty"`
 }
 
 // WorkerPlacement is where one worker runs.
@@ -428,6 +431,8 @@ type WaitingInfo struct {
 	Nodes       []string  `json:"nodes,omitempty"`       // the only nodes it may run on (Request.Nodes); none: any of its family
 	SubmittedAt time.Time `json:"submitted_at"`
 	Seq         int64     `json:"seq"`
+	// ExpectedStart, when asked for (see Pool.Project), is when it is expected to start.
+	ExpectedStart *ExpectedStart `json:"expected_start,omitempty"`
 }
 
 // RunningInfo describes a running or releasing job.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -15,11 +16,15 @@ func runQueue(ctx context.Context, g *globals, args []string) error {
 	region := fs.String("region", "", "region (default: the config's default region)")
 	limit := fs.Int("limit", protocol.DefaultQueuePageLimit, fmt.Sprintf("list at most this many waiting jobs (1 to %d)", protocol.MaxQueuePageLimit))
 	offset := fs.Int("offset", 0, "skip this many waiting jobs (in launch order)")
+	eta := fs.Bool("eta", false, "also show when each listed job is expected to start, and on what assumption (the allocator plays its pool forward: running jobs end by their time limits)")
 	pos, err := parseArgs(g, fs, args, 0, 1)
 	if err != nil {
 		return err
 	}
-	page := protocol.QueuePage{Limit: *limit, Offset: *offset}
+	page := protocol.QueuePage{Limit: *limit, Offset: *offset, ExpectedStarts: *eta}
+	if *eta {
+		page.Now = time.Now().UTC()
+	}
 	if *limit < 1 {
 		return usageErr("--limit must be between 1 and %d, got %d", protocol.MaxQueuePageLimit, *limit)
 	}
@@ -160,6 +165,33 @@ func printQueue(g *globals, v protocol.QueueView) {
 	for _, q := range v.Waiting {
 		fmt.Fprintf(tw, "  %d\t%s\t%d\t%s\t%d\t%s\t%s\n", q.Position, q.Job, q.Attempt, classLabel(q.Class, q.Kind), q.GPUs,
 			waited(q.SubmittedAt), orDash(waitReason(q)))
+	}
+	tw.Flush()
+	printExpected(w, v.Waiting)
+}
+
+// printExpected lists the expected starts the view carries (trainq queue --eta).
+func printExpected(w io.Writer, waiting []scheduler.WaitingInfo) {
+	tw := newTable(w)
+	header := false
+	for _, q := range waiting {
+		e := q.ExpectedStart
+		if e == nil {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(w, "\nExpected starts (running jobs end by their time limits; jobs without one never end):")
+			fmt.Fprintln(tw, "  #\tJOB\tEXPECTED START\tASSUMING")
+			header = true
+		}
+		when := "unknown"
+		if !e.At.IsZero() {
+			when = stamp(e.At)
+			if d := time.Until(e.At); d > 0 {
+				when += " (in " + human(d) + ")"
+			}
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\n", q.Position, q.Job, when, e.Because)
 	}
 	tw.Flush()
 }

@@ -223,7 +223,7 @@ func (a *allocator) registerQueries(ctx workflow.Context) error {
 		if err := page.Validate(); err != nil {
 			return protocol.QueueView{}, err
 		}
-		return a.st.View(page.WithDefaults(), a.recovering), nil
+		return a.st.View(page.WithDefaults(), a.recovering, laterOf(workflow.Now(ctx), page.Now)), nil
 	}); err != nil {
 		return err
 	}
@@ -928,4 +928,12 @@ func (a *allocator) armWake(ctx workflow.Context, now time.Time) {
 		}
 		a.schedule(ctx)
 	})
+}
+
+// laterOf is the later of two times.
+func laterOf(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

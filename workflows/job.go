@@ -500,10 +500,14 @@ func (j *job) waitForCapacity(ctx workflow.Context, attempt int) (protocol.Grant
 		Summary:             fmt.Sprintf("queue attempt %d in %s/%s", attempt, j.spec.Region, j.spec.AllocationName),
 	})
 	most, least := j.spec.GangSize()
+	var runLimit time.Duration
+	if j.spec.TimeLimit > 0 {
+		runLimit = max(j.spec.TimeLimit-j.runTime(workflow.Now(ctx)), time.Millisecond)
+	}
 	j.request = protocol.CapacityRequest{
 		Job: j.name, Attempt: attempt, Kind: j.spec.Kind, Class: j.spec.Class(), InstanceType: j.spec.InstanceType,
 		Workers: most, Seq: j.seq, SubmittedAt: j.status.CreatedAt, Preemptions: j.preemptions(),
-		HonorsNotice: j.honorsNotices(), Nodes: j.spec.AllowedNodes, MinWorkers: least, Workspace: j.spec.Workspace,
+		HonorsNotice: j.honorsNotices(), Nodes: j.spec.AllowedNodes, MinWorkers: least, Workspace: j.spec.Workspace, RunLimit: runLimit,
 	}
 	j.phase, j.grant = protocol.HoldWaiting, nil
 	req := activities.RequestCapacityInput{Region: j.spec.Region, Allocation: j.spec.AllocationName, Request: j.request}
