@@ -58,7 +58,11 @@ func (s *State) View(page protocol.QueuePage, recovering bool, now time.Time) pr
 	}
 	if page.ExpectedStarts && len(v.Waiting) > 0 {
 		// A stopping worker takes its notice, then its grace period, at most.
-		expected, err := s.Pool.Project(now, s.Pool.Policy().PreemptionNotice+s.Config.StopGracePeriod)
+		jobs := make([]string, len(v.Waiting))
+		for i := range v.Waiting {
+			jobs[i] = v.Waiting[i].Job
+		}
+		expected, err := s.Pool.Project(now, s.Pool.Policy().PreemptionNotice+s.Config.StopGracePeriod, jobs)
 		for i := range v.Waiting {
 			e, ok := expected[v.Waiting[i].Job]
 			if err != nil {

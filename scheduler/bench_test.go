@@ -368,3 +368,35 @@ func BenchmarkDryRun(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkProject plays the pool forward for expected starts (trainq queue --eta) at 10,000
+// waiting, every running and waiting job with a time limit, so that the projection runs to its
+// event bound.
+func BenchmarkProject(b *testing.B) {
+	p := benchPool(b, 10000, false, mixedClass)
+	now := t0.Add(time.Hour)
+	for _, w := range p.waiting {
+		w.r.RunLimit = time.Duration(30+len(w.r.Job)%90) * time.Minute
+	}
+	for _, rj := range p.running {
+		rj.r.RunLimit = 2 * time.Hour
+	}
+	p.Schedule(now)
+	first := make([]string, 100) // the first page, as trainq queue --eta asks
+	for i := range first {
+		first[i] = p.waiting[i].r.Job
+	}
+	for _, tc := range []struct {
+		name string
+		want []string
+	}{{"first-page", first}, {"all", nil}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				if _, err := p.Project(now, time.Minute, tc.want); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -20,7 +20,7 @@ type ExpectedStart struct {
 // Projection bounds: the events a projection plays and how far it looks ahead. A pool that
 // needs more to start a request says so rather than spend more.
 const (
-	ProjectEvents  = 2000
+	ProjectEvents  = 500
 	ProjectHorizon = 14 * 24 * time.Hour
 )
 
@@ -31,8 +31,10 @@ const (
 // job without a RunLimit never ends in the projection, so the requests that can only start
 // after it have no expected start, and say why. Preempted jobs are not queued again (their
 // reruns would only come later). The projection plays at most ProjectEvents events within
-// ProjectHorizon. It returns one ExpectedStart per waiting request, by job.
-func (p *Pool) Project(now time.Time, stop time.Duration) (map[string]ExpectedStart, error) {
+// ProjectHorizon, and stops once every job of want has its answer (nil: every waiting
+// request), since a pass over a long queue costs the most: ask only for the jobs shown. It
+// returns an ExpectedStart per job of want, by job.
+func (p *Pool) Project(now time.Time, stop time.Duration, want []string) (map[string]ExpectedStart, error) {
 	q, err := Restore(p.Snapshot())
 	if err != nil {
 		return nil, err
@@ -40,9 +42,17 @@ func (p *Pool) Project(now time.Time, stop time.Duration) (map[string]ExpectedSt
 	if now.Before(p.lastNow) {
 		now = p.lastNow
 	}
-	pr := &projection{q: q, out: make(map[string]ExpectedStart, len(p.waiting)), stop: stop}
-	for _, w := range q.waiting {
-		pr.pending = append(pr.pending, w.r.Job)
+	pr := &projection{q: q, out: map[string]ExpectedStart{}, stop: stop}
+	if want == nil {
+		for _, w := range q.waiting {
+			pr.pending = append(pr.pending, w.r.Job)
+		}
+	} else {
+		for _, job := range want {
+			if q.waitIdx[job] != nil {
+				pr.pending = append(pr.pending, job)
+			}
+		}
 	}
 	for _, job := range q.RunningJobs() {
 		rj := q.running[job]

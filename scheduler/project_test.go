@@ -22,7 +22,7 @@ func TestProject(t *testing.T) {
 		makeJob("third", "a").GPUs(8).Seq(5).Obj(), makeJob("big", "a").GPUs(8).Workers(2).Seq(6).Obj())
 	sched(t, p, at(10))
 	before := mustJSON(t, p.Snapshot())
-	got, err := p.Project(at(10), time.Minute)
+	got, err := p.Project(at(10), time.Minute, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestProject(t *testing.T) {
 		mustEnqueue(t, q, r)
 	}
 	sched(t, q, at(0))
-	got, err = q.Project(at(5), 30*time.Second)
+	got, err = q.Project(at(5), 30*time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestProject(t *testing.T) {
 	// A preemptor starts once its victim has stopped.
 	v := poolWith(t, nodesOf("n", "a", 1, 8, 0, 0), Policy{}, running("low").Class(Low).GPUs(8))
 	mustEnqueue(t, v, makeJob("high", "a").Class(High).GPUs(8).Obj())
-	got, _ = v.Project(at(20), 2*time.Minute)
+	got, _ = v.Project(at(20), 2*time.Minute, nil)
 	if e := got["high"]; !e.At.Equal(at(22)) || !strings.Contains(e.Because, "if low stops for high at 2025-01-01 10:22 UTC") {
 		t.Errorf("high: %+v", e)
 	}
@@ -76,7 +76,7 @@ func TestProject(t *testing.T) {
 	// A request that can start now says so.
 	r := mustPool(t, nodesOf("n", "a", 1, 8, 0, 0), Policy{})
 	mustEnqueue(t, r, makeJob("now", "a").GPUs(8).Obj())
-	got, _ = r.Project(at(0), time.Minute)
+	got, _ = r.Project(at(0), time.Minute, nil)
 	if e := got["now"]; !e.At.Equal(at(0)) || e.Because != "it can start now" {
 		t.Errorf("now: %+v", e)
 	}
