@@ -381,7 +381,8 @@ func (s *sim) apply(e event) bool {
 func (s *sim) request(i int32) scheduler.Request {
 	j, st := &s.w.Jobs[i], &s.jobs[i]
 	r := scheduler.Request{Job: j.ID, Attempt: st.attempt, Kind: j.Kind, Class: j.Class, Demand: j.Demand,
-		Workers: j.Workers, Seq: int64(i) + 1, SubmittedAt: Epoch.Add(j.Arrival), Nodes: j.Nodes}
+		Workers: j.Workers, Seq: int64(i) + 1, SubmittedAt: Epoch.Add(j.Arrival), Nodes: j.Nodes,
+		Workspace: j.Workspace}
 	if s.opt.Burst {
 		r.SubmittedAt = Epoch
 	}

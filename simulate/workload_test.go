@@ -202,6 +202,15 @@ func TestLoadOwn(t *testing.T) {
 	if err != nil || !slices.Equal(w.Jobs[0].Nodes, []string{"n1", "n3"}) || w.Jobs[1].Nodes != nil {
 		t.Fatalf("csv nodes: %+v %v", w, err)
 	}
+	// Workspace: a field in JSON, an optional column in CSV.
+	w, err = LoadJSON("w.json", strings.NewReader(`{"jobs": [{"id": "a", "instance_type": "a.1gpu", "workspace": " team-a "}, {"id": "b", "instance_type": "a.1gpu"}]}`))
+	if err != nil || w.Jobs[0].Workspace != "team-a" || w.Jobs[1].Workspace != "" {
+		t.Fatalf("json workspace: %+v %v", w, err)
+	}
+	w, err = LoadCSV("w.csv", strings.NewReader("id,arrival,instance_type,runtime,workspace\na,0,a.1gpu,1m,team-b\nb,0,a.1gpu,1m,\n"))
+	if err != nil || w.Jobs[0].Workspace != "team-b" || w.Jobs[1].Workspace != "" {
+		t.Fatalf("csv workspace: %+v %v", w, err)
+	}
 	if _, err := LoadCSV("w.csv", strings.NewReader("id,arrival,instance_type,runtime,n_workers\na,0,a.1gpu,1m,two\n")); err == nil ||
 		!strings.Contains(err.Error(), `w.csv line 2: n_workers "two"`) {
 		t.Errorf("bad n_workers: %v", err)
