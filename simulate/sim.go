@@ -96,10 +96,15 @@ func (o Options) saveTime() time.Duration {
 	return DefaultSaveTime
 }
 
-// honours reports whether the job honours preemption notices, at share p: a hash of the seed and
-// its id (FNV-1a, then SplitMix64's finalizer, so that ids that differ in a digit spread evenly),
-// taken as uniform on [0, 1), below p.
+// honours reports whether the job honours preemption notices, at share p: idHash of the seed and
+// its id, taken as uniform on [0, 1), below p.
 func honours(seed uint64, id string, p float64) bool {
+	return float64(idHash(seed, id)>>11)/(1<<53) < p
+}
+
+// idHash is a hash of a seed and a job id: FNV-1a, then SplitMix64's finalizer, so that ids that
+// differ in a digit spread evenly.
+func idHash(seed uint64, id string) uint64 {
 	h := fnv.New64a()
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], seed)
@@ -109,7 +114,7 @@ func honours(seed uint64, id string, p float64) bool {
 	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
 	x = (x ^ x>>27) * 0x94d049bb133111eb
 	x ^= x >> 31
-	return float64(x>>11)/(1<<53) < p
+	return x
 }
 
 // Epoch is the simulated time of the workload's start.
