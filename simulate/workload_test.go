@@ -284,3 +284,39 @@ func TestParsePolicyNoticeKnobs(t *testing.T) {
 		}
 	}
 }
+
+func TestParsePolicyCapKnobs(t *testing.T) {
+	base := scheduler.Policy{Queueing: scheduler.BestEffortFIFO,
+		Limits: []scheduler.Limit{{Class: scheduler.High, MaxGPUs: 8}, {Workspace: "a", Class: scheduler.High, MaxGPUs: 2}}}
+	p, err := ParsePolicy("capped:cap.high=16,cap.medium=24", base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []scheduler.Limit{{Workspace: "a", Class: scheduler.High, MaxGPUs: 2}, {Class: scheduler.High, MaxGPUs: 16}, {Class: scheduler.Medium, MaxGPUs: 24}}
+	if !reflect.DeepEqual(p.Scheduler.Limits, want) {
+		t.Fatalf("limits %+v", p.Scheduler.Limits)
+	}
+	if len(base.Limits) != 2 || base.Limits[0].MaxGPUs != 8 {
+		t.Fatalf("the base policy changed: %+v", base.Limits)
+	}
+	if d := p.Describe(); !strings.Contains(d, "high.max_gpus 2 for a, high.max_gpus 16 per workspace, medium.max_gpus 24 per workspace") {
+		t.Errorf("describe: %s", d)
+	}
+	// The later setting of a class wins; none removes the cap of every workspace (not a's own).
+	p, err = ParsePolicy("x:cap.low=4,cap.low=0,cap.high=none", base)
+	if err != nil || !reflect.DeepEqual(p.Scheduler.Limits, []scheduler.Limit{{Workspace: "a", Class: scheduler.High, MaxGPUs: 2}, {Class: scheduler.Low, MaxGPUs: 0}}) {
+		t.Fatalf("limits %+v, %v", p.Scheduler.Limits, err)
+	}
+	for spec, want := range map[string]string{
+		"x:cap.urgent=4": `policy x: cap.urgent: "urgent" is not a class: write cap.high, cap.medium or cap.low`,
+		"x:cap.=4":       `cap.: "" is not a class`,
+		"x:cap.high=-1":  `cap.high: "-1" is not a number of GPUs (a whole number, 0 or more) nor none`,
+		"x:cap.high=1.5": `cap.high: "1.5" is not a number of GPUs`,
+		"x:cap.high=":    `cap.high: "" is not a number of GPUs`,
+		"x:cap=4":        "unknown knob; the knobs are queueing, min_runtime, reserve_after, max_preemptions, max_loss, priorities, notice, honor, honors_notice, cap.CLASS",
+	} {
+		if _, err := ParsePolicy(spec, base); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", spec, err, want)
+		}
+	}
+}
