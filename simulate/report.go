@@ -443,12 +443,16 @@ func writeSummary(w io.Writer, rs []*Result) {
 	line("Schedule mean / max", func(r *Result) string { return wall(r.Schedule.Mean.D()) + " / " + wall(r.Schedule.Max.D()) })
 	if len(base.Teams) <= maxTeamsSideBySide {
 		for k, t := range base.Teams {
-			line(t.Workspace+": GPU-h share / high wait p95", func(r *Result) string {
+			line(t.Workspace+": high wait p95 / most high GPUs held / cap hits", func(r *Result) string {
 				if k >= len(r.Teams) {
 					return "-"
 				}
 				x := r.Teams[k]
-				return fmt.Sprintf("%.1f%% / %s", 100*x.Share, Dur(x.High.P95.D()))
+				hits := "-"
+				if len(r.Policy.Scheduler.Limits) > 0 {
+					hits = fmt.Sprint(x.CapHits)
+				}
+				return fmt.Sprintf("%s / %d / %s", Dur(x.High.P95.D()), x.PeakGPUs[scheduler.High.String()], hits)
 			})
 		}
 	}

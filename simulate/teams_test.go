@@ -191,12 +191,23 @@ func TestTeamCaps(t *testing.T) {
 		"| b | 1 | 0.3 | 20.0% | 0.3 | 4 (cap 4) | 1 | 0s / 0s | 0 | 0s / 0s | 0 |",
 		"| (none) | 1 | 0.0 | 0.0% | 0.0 | 0 | 0 | 0s / 0s | 1 | 0s / 0s | 0 |",
 		"### capped (best-effort-fifo, high.max_gpus 4 per workspace)",
-		"| a: GPU-h share / high wait p95 | 80.0% / 0s | 80.0% / 9m00s |",
-		"| b: GPU-h share / high wait p95 | 20.0% / 8m00s | 20.0% / 0s |",
+		"| a: high wait p95 / most high GPUs held / cap hits | 0s / 8 / - | 9m00s / 4 / 1 |",
+		"| b: high wait p95 / most high GPUs held / cap hits | 8m00s / 4 / - | 0s / 4 / 0 |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in\n%s", want, out)
 		}
+	}
+	// A cap of a alone: a waits on it as before, b has none.
+	only, _ := ParsePolicy("a:cap.high@a=4", scheduler.Policy{})
+	ra := run(t, w, only, opt)
+	if a, b := teamRow(t, ra, "a"), teamRow(t, ra, "b"); a.CapHits != 1 || a.High.P95.D() != 9*time.Minute || b.High.P95.D() != 0 {
+		t.Errorf("cap of a alone: a %+v, b %+v", a, b)
+	}
+	b.Reset()
+	WriteMarkdown(&b, []*Result{ra})
+	if out := b.String(); !strings.Contains(out, "| a | 2 | 1.3 | 80.0% | 1.3 | 4 (cap 4) |") || !strings.Contains(out, "| b | 1 | 0.3 | 20.0% | 0.3 | 4 | 1 |") {
+		t.Errorf("cap of a alone:\n%s", out)
 	}
 	// A cap for the medium class does not hold back high jobs.
 	pol, _ := ParsePolicy("medium:cap.medium=4", scheduler.Policy{})

@@ -307,13 +307,23 @@ func TestParsePolicyCapKnobs(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(p.Scheduler.Limits, []scheduler.Limit{{Workspace: "a", Class: scheduler.High, MaxGPUs: 2}, {Class: scheduler.Low, MaxGPUs: 0}}) {
 		t.Fatalf("limits %+v, %v", p.Scheduler.Limits, err)
 	}
+	// A workspace's own cap: set, replaced, removed, beside the cap of every workspace.
+	p, err = ParsePolicy("x:cap.high@b=3,cap.high@a=6,cap.high@b=none", base)
+	if err != nil || !reflect.DeepEqual(p.Scheduler.Limits, []scheduler.Limit{{Class: scheduler.High, MaxGPUs: 8}, {Workspace: "a", Class: scheduler.High, MaxGPUs: 6}}) {
+		t.Fatalf("limits %+v, %v", p.Scheduler.Limits, err)
+	}
+	if d := p.Describe(); !strings.Contains(d, "high.max_gpus 8 per workspace, high.max_gpus 6 for a") {
+		t.Errorf("describe: %s", d)
+	}
 	for spec, want := range map[string]string{
-		"x:cap.urgent=4": `policy x: cap.urgent: "urgent" is not a class: write cap.high, cap.medium or cap.low`,
+		"x:cap.urgent=4": `policy x: cap.urgent: "urgent" is not a class: write cap.high, cap.medium or cap.low (or cap.high@WORKSPACE)`,
+		"x:cap.high@=4":  "cap.high@: no workspace after @",
+		"x:cap.top@a=4":  `"top" is not a class`,
 		"x:cap.=4":       `cap.: "" is not a class`,
 		"x:cap.high=-1":  `cap.high: "-1" is not a number of GPUs (a whole number, 0 or more) nor none`,
 		"x:cap.high=1.5": `cap.high: "1.5" is not a number of GPUs`,
 		"x:cap.high=":    `cap.high: "" is not a number of GPUs`,
-		"x:cap=4":        "unknown knob; the knobs are queueing, min_runtime, reserve_after, max_preemptions, max_loss, priorities, notice, honor, honors_notice, cap.CLASS",
+		"x:cap=4":        "unknown knob; the knobs are queueing, min_runtime, reserve_after, max_preemptions, max_loss, priorities, notice, honor, honors_notice, cap.CLASS, cap.CLASS@WORKSPACE",
 	} {
 		if _, err := ParsePolicy(spec, base); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", spec, err, want)
