@@ -1,7 +1,9 @@
 package simulate
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +22,8 @@ var Knobs = []struct{ Name, Help string }{
 	{"notice", "preemption_notice: a victim is told this long before it is stopped (0: none; default --notice)"},
 	{"honor", "the share of jobs, 0 to 1, that save and exit when told (default --honor)"},
 	{"honors_notice", "on, or off: requests never say HonorsNotice (the policy counts every victim's loss from its last checkpoint, as before)"},
+	{"cap.CLASS", "each workspace's max GPUs held in CLASS (high, medium or low), e.g. cap.high=16 (limit CLASS.max_gpus for every workspace); none removes it; one knob per class"},
+	{"cap.CLASS@WORKSPACE", "that workspace's own cap in CLASS, over cap.CLASS, e.g. cap.high@team-1=14"},
 }
 
 // MaxNotice bounds a simulated notice, as config.MaxPreemptionNotice bounds preemption_notice.
@@ -138,6 +142,9 @@ func setKnob(p *Policy, k, v string) error {
 			return fmt.Errorf("%q is not on or off", v)
 		}
 	default:
+		if class, ok := strings.CutPrefix(k, "cap."); ok {
+			return setCap(p, class, v)
+		}
 		names := make([]string, len(Knobs))
 		for i, kn := range Knobs {
 			names[i] = kn.Name
@@ -145,6 +152,29 @@ func setKnob(p *Policy, k, v string) error {
 		return fmt.Errorf("unknown knob; the knobs are %s", strings.Join(names, ", "))
 	}
 	return err
+}
+
+// setCap sets (or, for "none", removes) a GPU cap in a class: of every workspace, each on its own
+// (cap.CLASS: the policy's Limit for workspace ""), or of one (cap.CLASS@WORKSPACE).
+func setCap(p *Policy, class, v string) error {
+	class, ws, at := strings.Cut(class, "@")
+	c, err := scheduler.ParseClass(class)
+	if err != nil || class == "" {
+		return fmt.Errorf("%q is not a class: write cap.high, cap.medium or cap.low (or cap.high@WORKSPACE)", class)
+	}
+	if at && ws == "" {
+		return errors.New("no workspace after @: write cap.CLASS@WORKSPACE, e.g. cap.high@team-1")
+	}
+	ls := slices.DeleteFunc(slices.Clone(p.Scheduler.Limits), func(l scheduler.Limit) bool { return l.Workspace == ws && l.Class == c })
+	if v != "none" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%q is not a number of GPUs (a whole number, 0 or more) nor none", v)
+		}
+		ls = append(ls, scheduler.Limit{Workspace: ws, Class: c, MaxGPUs: n})
+	}
+	p.Scheduler.Limits = ls
+	return nil
 }
 
 func limitText(n int) string {
@@ -172,6 +202,13 @@ func policyKnobs(p scheduler.Policy) []string {
 	}
 	if p.PreemptionNotice > 0 {
 		out = append(out, "preemption_notice "+Dur(p.PreemptionNotice))
+	}
+	for _, l := range p.Limits {
+		who := "per workspace"
+		if l.Workspace != "" {
+			who = "for " + l.Workspace
+		}
+		out = append(out, fmt.Sprintf("%s.max_gpus %d %s", l.Class, l.MaxGPUs, who))
 	}
 	return out
 }

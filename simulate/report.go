@@ -81,6 +81,10 @@ type Result struct {
 	PreemptorWait Waits `json:"preemptor_wait"`
 	// Honor is the share of jobs that honoured preemption notices in this run (see Options.Honor).
 	Honor float64 `json:"honor,omitempty"`
+	// Teams are the figures per workspace, when the jobs have workspaces.
+	Teams []TeamRow `json:"teams,omitempty"`
+	// CapExplains is how many Pool.Explain calls it took to count TeamRow.CapHits.
+	CapExplains int `json:"cap_explains,omitempty"`
 }
 
 // Waits summarises a set of waits.
@@ -213,6 +217,7 @@ func (s *sim) result(first time.Duration) (*Result, error) {
 	if s.pol.Scheduler.PreemptionNotice > 0 {
 		res.Honor = s.pol.HonorShare(s.opt)
 	}
+	res.Teams, res.CapExplains = s.teams.rows(s), s.teams.explains
 	return res, nil
 }
 
@@ -352,6 +357,7 @@ func WriteMarkdown(w io.Writer, rs []*Result) {
 			fmt.Fprint(w, ".\n")
 		}
 		fmt.Fprintln(w)
+		writeTeams(w, r)
 	}
 	writeSummary(w, rs)
 }
@@ -435,5 +441,54 @@ func writeSummary(w io.Writer, rs []*Result) {
 		return fmt.Sprintf("%+.1f%%", 100*(float64(r.Makespan)/float64(base.Makespan)-1))
 	})
 	line("Schedule mean / max", func(r *Result) string { return wall(r.Schedule.Mean.D()) + " / " + wall(r.Schedule.Max.D()) })
+	if len(base.Teams) <= maxTeamsSideBySide {
+		for k, t := range base.Teams {
+			line(t.Workspace+": high wait p95 / most high GPUs held / cap hits", func(r *Result) string {
+				if k >= len(r.Teams) {
+					return "-"
+				}
+				x := r.Teams[k]
+				hits := "-"
+				if len(r.Policy.Scheduler.Limits) > 0 {
+					hits = fmt.Sprint(x.CapHits)
+				}
+				return fmt.Sprintf("%s / %d / %s", Dur(x.High.P95.D()), x.PeakGPUs[scheduler.High.String()], hits)
+			})
+		}
+	}
 	fmt.Fprintln(w)
+}
+
+// maxTeamsSideBySide bounds the workspaces the side-by-side summary has a line for.
+const maxTeamsSideBySide = 10
+
+// writeTeams prints the policy's table per workspace, when the jobs have workspaces.
+func writeTeams(w io.Writer, r *Result) {
+	if len(r.Teams) == 0 {
+		return
+	}
+	capped := len(r.Policy.Scheduler.Limits) > 0
+	fmt.Fprintln(w, "| workspace | jobs | useful GPU-h | share | high GPU-h | most high GPUs held | high jobs | high wait p50 / p95 | medium jobs | medium wait p50 / p95 | cap hits |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+	for _, t := range r.Teams {
+		n := fmt.Sprint(t.Jobs)
+		if t.Rejected > 0 {
+			n += fmt.Sprintf(" (%d never fit)", t.Rejected)
+		}
+		peak := fmt.Sprint(t.PeakGPUs[scheduler.High.String()])
+		if c := capOf(r.Policy.Scheduler.Limits, t.Workspace, scheduler.High); c >= 0 && t.Workspace != NoWorkspace {
+			peak += fmt.Sprintf(" (cap %d)", c)
+		}
+		hits := "-"
+		if capped {
+			hits = fmt.Sprint(t.CapHits)
+		}
+		fmt.Fprintf(w, "| %s | %s | %.1f | %.1f%% | %.1f | %s | %d | %s / %s | %d | %s / %s | %s |\n", t.Workspace, n,
+			t.UsefulGPUHours, 100*t.Share, t.HighGPUHours, peak,
+			t.High.N, Dur(t.High.P50.D()), Dur(t.High.P95.D()), t.Medium.N, Dur(t.Medium.P50.D()), Dur(t.Medium.P95.D()), hits)
+	}
+	fmt.Fprintln(w)
+	if capped {
+		fmt.Fprintf(w, "Cap hits are the jobs the pool said, at least once after a pass, wait on their workspace's cap (Pool.Explain; %d dry passes).\n\n", r.CapExplains)
+	}
 }

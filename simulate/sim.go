@@ -96,10 +96,15 @@ func (o Options) saveTime() time.Duration {
 	return DefaultSaveTime
 }
 
-// honours reports whether the job honours preemption notices, at share p: a hash of the seed and
-// its id (FNV-1a, then SplitMix64's finalizer, so that ids that differ in a digit spread evenly),
-// taken as uniform on [0, 1), below p.
+// honours reports whether the job honours preemption notices, at share p: idHash of the seed and
+// its id, taken as uniform on [0, 1), below p.
 func honours(seed uint64, id string, p float64) bool {
+	return float64(idHash(seed, id)>>11)/(1<<53) < p
+}
+
+// idHash is a hash of a seed and a job id: FNV-1a, then SplitMix64's finalizer, so that ids that
+// differ in a digit spread evenly.
+func idHash(seed uint64, id string) uint64 {
 	h := fnv.New64a()
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], seed)
@@ -109,7 +114,7 @@ func honours(seed uint64, id string, p float64) bool {
 	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
 	x = (x ^ x>>27) * 0x94d049bb133111eb
 	x ^= x >> 31
-	return float64(x>>11)/(1<<53) < p
+	return x
 }
 
 // Epoch is the simulated time of the workload's start.
@@ -213,6 +218,8 @@ type jobState struct {
 	honours   bool          // it honours notices (see honours)
 	honoured  int           // notices it saved and exited on
 	noticeAt  time.Duration // when its preemption told it (phNotice)
+	capHit    bool          // the pool explained its wait by its workspace's cap, at least once
+	capPos    int32         // its index in sim.capWait while it waits in a capped class
 }
 
 type preemptRec struct {
@@ -243,6 +250,7 @@ type sim struct {
 	// preemptorWaits are, per grant of a job that preempted others, the time from its first
 	// preemption decision to its start.
 	preemptorWaits []time.Duration
+	teams          teamState
 }
 
 // checkpointer is the pool's optional checkpoint report (see Pool.Checkpointed).
@@ -276,6 +284,7 @@ func Run(w *Workload, pol Policy, opt Options) (*Result, error) {
 	}
 	s := &sim{w: w, pol: pol, opt: opt, pool: pool, idx: make(map[string]int32, len(w.Jobs)), jobs: make([]jobState, len(w.Jobs)), wakeAt: -1}
 	s.ckpt, _ = any(pool).(checkpointer)
+	s.teams.init(s)
 	for i := range w.Jobs {
 		j := &w.Jobs[i]
 		if _, dup := s.idx[j.ID]; dup {
@@ -322,6 +331,7 @@ func (s *sim) apply(e event) bool {
 			return false
 		}
 		st.phase = phWaiting
+		s.teams.queued(s, e.job)
 	case evFinish:
 		if (st.phase != phRunning && st.phase != phNotice) || int(e.attempt) != st.attempt {
 			return false // preempted meanwhile
@@ -333,6 +343,10 @@ func (s *sim) apply(e event) bool {
 			s.pool.Release(j.ID, st.attempt, w)
 		}
 		s.held -= j.GPUs()
+		s.teams.hold(s, e.job, -j.GPUs())
+		if st.phase == phNotice { // a told victim whose work ended first
+			s.teams.releasing -= j.GPUs()
+		}
 		st.phase, st.endedAt, st.remaining = phDone, s.now, 0
 	case evStopped:
 		if st.phase != phStopping || int(e.attempt) != st.attempt {
@@ -340,6 +354,8 @@ func (s *sim) apply(e event) bool {
 		}
 		s.pool.Release(j.ID, st.attempt, int(e.worker))
 		s.held -= j.Demand.GPUs
+		s.teams.hold(s, e.job, -j.Demand.GPUs)
+		s.teams.releasing -= j.Demand.GPUs
 		st.stopped++
 		if st.stopped < j.Workers {
 			return true
@@ -353,6 +369,7 @@ func (s *sim) apply(e event) bool {
 		if err := s.pool.Enqueue(s.request(e.job)); err != nil {
 			panic(fmt.Sprintf("simulate: re-queue of %s refused: %v", j.ID, err)) // it was admitted before
 		}
+		s.teams.queued(s, e.job)
 	case evNoticeEnd:
 		if st.phase != phNotice || int(e.attempt) != st.attempt {
 			return false // it completed first
@@ -378,10 +395,19 @@ func (s *sim) apply(e event) bool {
 	return true
 }
 
+// class is the class of job i's requests (medium for every job without priorities).
+func (s *sim) class(i int32) scheduler.Class {
+	if s.pol.NoPriorities {
+		return scheduler.Medium
+	}
+	return s.w.Jobs[i].Class
+}
+
 func (s *sim) request(i int32) scheduler.Request {
 	j, st := &s.w.Jobs[i], &s.jobs[i]
 	r := scheduler.Request{Job: j.ID, Attempt: st.attempt, Kind: j.Kind, Class: j.Class, Demand: j.Demand,
-		Workers: j.Workers, Seq: int64(i) + 1, SubmittedAt: Epoch.Add(j.Arrival), Nodes: j.Nodes}
+		Workers: j.Workers, Seq: int64(i) + 1, SubmittedAt: Epoch.Add(j.Arrival), Nodes: j.Nodes,
+		Workspace: j.Workspace}
 	if s.opt.Burst {
 		r.SubmittedAt = Epoch
 	}
@@ -414,6 +440,7 @@ func (s *sim) schedule() error {
 			return err
 		}
 	}
+	s.teams.checkCaps(s)
 	return nil
 }
 
@@ -438,6 +465,7 @@ func (s *sim) start(g scheduler.Grant) error {
 		st.nodes = append(st.nodes, p.Node)
 	}
 	s.held += j.GPUs()
+	s.teams.started(s, i)
 	s.push(s.now+st.remaining, evFinish, i, st.attempt, 0)
 	if s.opt.Checkpoint > 0 && s.ckpt != nil && s.opt.Checkpoint < st.remaining {
 		s.push(s.now+s.opt.Checkpoint, evCheckpoint, i, st.attempt, 0)
@@ -470,6 +498,7 @@ func (s *sim) preempt(p scheduler.Preemption) error {
 	}
 	st.preempted++
 	st.phase, st.noticeAt = phNotice, s.now
+	s.teams.releasing += s.w.Jobs[vi].GPUs()
 	s.preempts = append(s.preempts, preemptRec{victim: vi, nodes: slices.Clone(st.nodes), at: s.now})
 	s.forNothing = append(s.forNothing, false)
 	s.jobs[pi].pending = append(s.jobs[pi].pending, int32(len(s.preempts)-1))

@@ -28,6 +28,9 @@ type Job struct {
 	Label   string           `json:"label,omitempty"`
 	// Nodes, when not empty, are the only nodes its workers may run on (scheduler.Request.Nodes).
 	Nodes []string `json:"nodes,omitempty"`
+	// Workspace is whose job it is (scheduler.Request.Workspace): the caps of Policy.Limits apply
+	// per workspace. "": nobody's, no cap applies.
+	Workspace string `json:"workspace,omitempty"`
 }
 
 // GPUs is the job's total GPU count (all workers).
@@ -421,6 +424,8 @@ type ownJob struct {
 	Runtime      any    `json:"runtime"` // "2h", or seconds
 	// Nodes are the only nodes it may run on (none: any node of its family).
 	Nodes []string `json:"nodes"`
+	// Workspace is whose job it is (optional; the policy's caps apply per workspace).
+	Workspace string `json:"workspace"`
 }
 
 // parseDur reads "90s", "1h30m" or a plain number of seconds.
@@ -493,7 +498,8 @@ func (o ownJob) job(where string) (Job, error) {
 			nodes = append(nodes, n)
 		}
 	}
-	return Job{ID: o.ID, Arrival: arr, Class: c, Kind: kind, Demand: d, Workers: o.Workers, Runtime: rt, Nodes: nodes}, nil
+	return Job{ID: o.ID, Arrival: arr, Class: c, Kind: kind, Demand: d, Workers: o.Workers, Runtime: rt, Nodes: nodes,
+		Workspace: strings.TrimSpace(o.Workspace)}, nil
 }
 
 // LoadJSON reads our own workload format:
@@ -505,7 +511,8 @@ func (o ownJob) job(where string) (Job, error) {
 // Durations are Go durations ("90s", "1h30m") or seconds; class is low, medium (default) or
 // high; kind is job (default) or notebook; n_workers defaults to 1; a job's "nodes" (a list of
 // node names, optional) are the only nodes it may run on, as a request's include_nodes minus
-// exclude_nodes. The top-level "nodes" may be left out when the caller supplies them (for example
+// exclude_nodes; its "workspace" (optional) is whose job it is, for the policy's per-workspace
+// caps (Policy.Limits). The top-level "nodes" may be left out when the caller supplies them (for example
 // from a trainq config allocation).
 func LoadJSON(name string, r io.Reader) (*Workload, error) {
 	var in struct {
@@ -530,8 +537,8 @@ func LoadJSON(name string, r io.Reader) (*Workload, error) {
 }
 
 // LoadCSV reads our own workload format as CSV with the header
-// id,arrival,class,instance_type,n_workers,runtime (and optionally kind, and nodes: the node names
-// a job may run on, separated by ';', empty for any); see LoadJSON. The pool's nodes come from
+// id,arrival,class,instance_type,n_workers,runtime (and optionally kind; nodes: the node names
+// a job may run on, separated by ';', empty for any; and workspace); see LoadJSON. The pool's nodes come from
 // elsewhere.
 func LoadCSV(name string, r io.Reader) (*Workload, error) {
 	t, err := readCSV(name, r, "id", "arrival", "instance_type", "runtime")
@@ -541,7 +548,7 @@ func LoadCSV(name string, r io.Reader) (*Workload, error) {
 	w := &Workload{Name: name}
 	for i := range t.rows {
 		o := ownJob{ID: t.str(i, "id"), Arrival: t.str(i, "arrival"), Class: t.str(i, "class"), Kind: t.str(i, "kind"),
-			InstanceType: t.str(i, "instance_type"), Runtime: t.str(i, "runtime")}
+			InstanceType: t.str(i, "instance_type"), Runtime: t.str(i, "runtime"), Workspace: t.str(i, "workspace")}
 		if s := t.str(i, "nodes"); s != "" {
 			o.Nodes = strings.Split(s, ";")
 		}

@@ -202,6 +202,15 @@ func TestLoadOwn(t *testing.T) {
 	if err != nil || !slices.Equal(w.Jobs[0].Nodes, []string{"n1", "n3"}) || w.Jobs[1].Nodes != nil {
 		t.Fatalf("csv nodes: %+v %v", w, err)
 	}
+	// Workspace: a field in JSON, an optional column in CSV.
+	w, err = LoadJSON("w.json", strings.NewReader(`{"jobs": [{"id": "a", "instance_type": "a.1gpu", "workspace": " team-a "}, {"id": "b", "instance_type": "a.1gpu"}]}`))
+	if err != nil || w.Jobs[0].Workspace != "team-a" || w.Jobs[1].Workspace != "" {
+		t.Fatalf("json workspace: %+v %v", w, err)
+	}
+	w, err = LoadCSV("w.csv", strings.NewReader("id,arrival,instance_type,runtime,workspace\na,0,a.1gpu,1m,team-b\nb,0,a.1gpu,1m,\n"))
+	if err != nil || w.Jobs[0].Workspace != "team-b" || w.Jobs[1].Workspace != "" {
+		t.Fatalf("csv workspace: %+v %v", w, err)
+	}
 	if _, err := LoadCSV("w.csv", strings.NewReader("id,arrival,instance_type,runtime,n_workers\na,0,a.1gpu,1m,two\n")); err == nil ||
 		!strings.Contains(err.Error(), `w.csv line 2: n_workers "two"`) {
 		t.Errorf("bad n_workers: %v", err)
@@ -269,6 +278,52 @@ func TestParsePolicyNoticeKnobs(t *testing.T) {
 		"x:notice=2h":           "notice: 2h is longer than 1h0m0s",
 		"x:notice=-1s":          "notice: \"-1s\" is not a duration",
 		"x:honors_notice=maybe": `honors_notice: "maybe" is not on or off`,
+	} {
+		if _, err := ParsePolicy(spec, base); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", spec, err, want)
+		}
+	}
+}
+
+func TestParsePolicyCapKnobs(t *testing.T) {
+	base := scheduler.Policy{Queueing: scheduler.BestEffortFIFO,
+		Limits: []scheduler.Limit{{Class: scheduler.High, MaxGPUs: 8}, {Workspace: "a", Class: scheduler.High, MaxGPUs: 2}}}
+	p, err := ParsePolicy("capped:cap.high=16,cap.medium=24", base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []scheduler.Limit{{Workspace: "a", Class: scheduler.High, MaxGPUs: 2}, {Class: scheduler.High, MaxGPUs: 16}, {Class: scheduler.Medium, MaxGPUs: 24}}
+	if !reflect.DeepEqual(p.Scheduler.Limits, want) {
+		t.Fatalf("limits %+v", p.Scheduler.Limits)
+	}
+	if len(base.Limits) != 2 || base.Limits[0].MaxGPUs != 8 {
+		t.Fatalf("the base policy changed: %+v", base.Limits)
+	}
+	if d := p.Describe(); !strings.Contains(d, "high.max_gpus 2 for a, high.max_gpus 16 per workspace, medium.max_gpus 24 per workspace") {
+		t.Errorf("describe: %s", d)
+	}
+	// The later setting of a class wins; none removes the cap of every workspace (not a's own).
+	p, err = ParsePolicy("x:cap.low=4,cap.low=0,cap.high=none", base)
+	if err != nil || !reflect.DeepEqual(p.Scheduler.Limits, []scheduler.Limit{{Workspace: "a", Class: scheduler.High, MaxGPUs: 2}, {Class: scheduler.Low, MaxGPUs: 0}}) {
+		t.Fatalf("limits %+v, %v", p.Scheduler.Limits, err)
+	}
+	// A workspace's own cap: set, replaced, removed, beside the cap of every workspace.
+	p, err = ParsePolicy("x:cap.high@b=3,cap.high@a=6,cap.high@b=none", base)
+	if err != nil || !reflect.DeepEqual(p.Scheduler.Limits, []scheduler.Limit{{Class: scheduler.High, MaxGPUs: 8}, {Workspace: "a", Class: scheduler.High, MaxGPUs: 6}}) {
+		t.Fatalf("limits %+v, %v", p.Scheduler.Limits, err)
+	}
+	if d := p.Describe(); !strings.Contains(d, "high.max_gpus 8 per workspace, high.max_gpus 6 for a") {
+		t.Errorf("describe: %s", d)
+	}
+	for spec, want := range map[string]string{
+		"x:cap.urgent=4": `policy x: cap.urgent: "urgent" is not a class: write cap.high, cap.medium or cap.low (or cap.high@WORKSPACE)`,
+		"x:cap.high@=4":  "cap.high@: no workspace after @",
+		"x:cap.top@a=4":  `"top" is not a class`,
+		"x:cap.=4":       `cap.: "" is not a class`,
+		"x:cap.high=-1":  `cap.high: "-1" is not a number of GPUs (a whole number, 0 or more) nor none`,
+		"x:cap.high=1.5": `cap.high: "1.5" is not a number of GPUs`,
+		"x:cap.high=":    `cap.high: "" is not a number of GPUs`,
+		"x:cap=4":        "unknown knob; the knobs are queueing, min_runtime, reserve_after, max_preemptions, max_loss, priorities, notice, honor, honors_notice, cap.CLASS, cap.CLASS@WORKSPACE",
 	} {
 		if _, err := ParsePolicy(spec, base); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", spec, err, want)

@@ -15,15 +15,15 @@ import (
 
 // simFlags are trainq simulate's flags.
 type simFlags struct {
-	trace, pods, nodeList, times, workload, alloc, region, classes, only *string
-	nodes, minGPUs                                                       *int
-	frac                                                                 *float64
-	stop, ckpt, notice, save                                             *time.Duration
-	honor                                                                *float64
-	honorSeed                                                            *uint64
-	retry                                                                *int
-	burst, wake                                                          *bool
-	policies                                                             specsFlag
+	trace, pods, nodeList, times, workload, alloc, region, classes, only, flood *string
+	nodes, minGPUs, teams                                                       *int
+	frac                                                                        *float64
+	stop, ckpt, notice, save                                                    *time.Duration
+	honor                                                                       *float64
+	honorSeed, teamSeed                                                         *uint64
+	retry                                                                       *int
+	burst, wake                                                                 *bool
+	policies                                                                    specsFlag
 }
 
 func defineSimFlags(fs *flag.FlagSet) *simFlags {
@@ -32,7 +32,7 @@ func defineSimFlags(fs *flag.FlagSet) *simFlags {
 		pods:      fs.String("pods", "default", "openb pod `list`: default, multigpu50, or a CSV path"),
 		nodeList:  fs.String("node-list", "", "openb node list CSV (default: openb_node_list_gpu_node.csv in --trace)"),
 		times:     fs.String("times", "", "pod list with qos and times, for a pod list without them (default: openb_pod_list_default.csv in --trace)"),
-		workload:  fs.String("workload", "", "our own workload `file` (.json or .csv: id, arrival, class, instance_type, n_workers, runtime, optional kind and nodes) instead of the trace"),
+		workload:  fs.String("workload", "", "our own workload `file` (.json or .csv: id, arrival, class, instance_type, n_workers, runtime, optional kind, nodes and workspace) instead of the trace"),
 		alloc:     fs.String("allocation", "", "take nodes (for --workload without nodes) and the base policy from this config allocation"),
 		region:    fs.String("region", "", "region of --allocation (default: the config's)"),
 		nodes:     fs.Int("nodes", 0, "keep N nodes, chosen evenly over the node list"),
@@ -49,6 +49,9 @@ func defineSimFlags(fs *flag.FlagSet) *simFlags {
 		retry:     fs.Int("max-retry", -1, "reruns a job gets after preemptions (negative: unlimited)"),
 		burst:     fs.Bool("burst", false, "every job arrives at time 0, in arrival order"),
 		wake:      fs.Bool("wake-timer", false, "also schedule at the pool's NextWake, as an allocator with a timer would (today's allocator schedules on events only)"),
+		teams:     fs.Int("teams", 0, "put every job without a workspace in one of `N` synthetic teams, team-1..team-N, by a hash of --team-seed and its id (the policies' cap.CLASS knobs cap each)"),
+		teamSeed:  fs.Uint64("team-seed", 1, "which team each job is in (--teams): a hash of this `seed` and the job id"),
+		flood:     fs.String("flood-team", "", "this `workspace` (e.g. team-1) submits all its jobs high"),
 	}
 	fs.Var(&f.policies, "policy", "a policy to compare, `NAME[:knob=value,...]` (repeatable; default fifo, best-effort, strict-fifo); knobs: "+knobList())
 	return f
@@ -64,6 +67,12 @@ func runSimulate(ctx context.Context, g *globals, args []string) error {
 	set := setFlags(fs)
 	if set["nodes"] && set["nodes-frac"] {
 		return usageErr("simulate: give --nodes or --nodes-frac, not both")
+	}
+	if set["teams"] && *f.teams < 1 {
+		return usageErr("simulate: --teams must be at least 1, got %d", *f.teams)
+	}
+	if set["team-seed"] && !set["teams"] {
+		return usageErr("simulate: --team-seed needs --teams")
 	}
 	if err := f.checkNotice(); err != nil {
 		return err
@@ -180,6 +189,16 @@ func (f *simFlags) loadWorkload(g *globals, allocNodes []scheduler.Node, set map
 	}
 	if err != nil {
 		return nil, usageErr("simulate: %v", err)
+	}
+	if *f.teams > 0 {
+		if err := w.AssignTeams(*f.teams, *f.teamSeed); err != nil {
+			return nil, usageErr("simulate: --teams: %v", err)
+		}
+	}
+	if *f.flood != "" {
+		if err := w.Flood(*f.flood); err != nil {
+			return nil, usageErr("simulate: --flood-team %s: %v", *f.flood, err)
+		}
 	}
 	if only != nil {
 		w.KeepClasses(only)

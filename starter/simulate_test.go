@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -70,6 +71,93 @@ func TestSimulateOwnWorkload(t *testing.T) {
 	assert.Equal(t, "all", out.Results[0].Rows[len(out.Results[0].Rows)-1].Name)
 }
 
+// Teams: --teams puts the jobs without a workspace in synthetic teams, --flood-team makes one
+// submit all its jobs high, and cap.high caps each workspace's high GPUs.
+func TestSimulateTeams(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "jobs.csv")
+	// The demo allocation has four 2-GPU nodes. Team a runs a1 (4 GPUs) from 0 for 10m and submits
+	// a2 at 1m; b1 of team b comes at 2m for 5m. Capped at 4 high GPUs, a2 waits on its cap and b1
+	// starts at once.
+	require.NoError(t, os.WriteFile(path, []byte("id,arrival,class,instance_type,n_workers,runtime,workspace\n"+
+		"a1,0,high,a100.2gpu,2,10m,a\na2,1m,high,a100.2gpu,2,10m,a\nb1,2m,high,a100.2gpu,2,5m,b\n"), 0o644))
+	r := cli(t, "", "simulate", "--workload", path, "--allocation", "demo", "--policy", "free", "--policy", "capped:cap.high=4")
+	require.Equal(t, 0, r.code, r.stderr)
+	for _, want := range []string{
+		"### capped (best-effort-fifo, reserve_after 30m00s, high.max_gpus 4 per workspace)",
+		"| workspace | jobs | useful GPU-h | share | high GPU-h | most high GPUs held | high jobs | high wait p50 / p95 | medium jobs | medium wait p50 / p95 | cap hits |",
+		"| a | 2 | 1.3 | 80.0% | 1.3 | 4 (cap 4) | 2 | 0s / 9m00s | 0 | 0s / 0s | 1 |",
+		"| b | 1 | 0.3 | 20.0% | 0.3 | 4 (cap 4) | 1 | 0s / 0s | 0 | 0s / 0s | 0 |",
+		"| b: high wait p95 / most high GPUs held / cap hits | 8m00s / 4 / - | 0s / 4 / 0 |",
+	} {
+		assert.Contains(t, r.stdout, want)
+	}
+
+	// Without workspaces, --teams 2 draws them; a flooding team submits its low jobs high.
+	var rows []string
+	for i := range 40 {
+		rows = append(rows, fmt.Sprintf("j%02d,%dm,low,a100.2gpu,1,%dm", i, i, i+1))
+	}
+	require.NoError(t, os.WriteFile(path, []byte("id,arrival,class,instance_type,n_workers,runtime\n"+strings.Join(rows, "\n")+"\n"), 0o644))
+	teams := func(args ...string) simOut {
+		r := cli(t, "", append([]string{"simulate", "--workload", path, "--allocation", "demo", "--policy", "best-effort", "--output", "json"}, args...)...)
+		require.Equal(t, 0, r.code, r.stderr)
+		var out simOut
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &out))
+		require.Len(t, out.Results, 1)
+		return out
+	}
+	one, again, other := teams("--teams", "2"), teams("--teams", "2", "--team-seed", "1"), teams("--teams", "2", "--team-seed", "9")
+	require.Len(t, one.Results[0].Teams, 2)
+	assert.Equal(t, one.Results[0].Teams, again.Results[0].Teams, "--team-seed 1 is the default")
+	assert.NotEqual(t, one.Results[0].Teams[0].UsefulGPUHours, other.Results[0].Teams[0].UsefulGPUHours, "another seed draws other teams")
+	assert.Equal(t, 40, one.Results[0].Teams[0].Jobs+one.Results[0].Teams[1].Jobs)
+	assert.Equal(t, "team-1", one.Results[0].Teams[0].Workspace)
+	assert.Contains(t, one.Notes[0], "2 synthetic teams by a hash of seed 1")
+	assert.Zero(t, one.Results[0].Teams[0].High.N)
+
+	flood := teams("--teams", "2", "--flood-team", "team-2")
+	t1, t2 := flood.Results[0].Teams[0], flood.Results[0].Teams[1]
+	assert.Equal(t, one.Results[0].Teams[1].Jobs, t2.Jobs)
+	assert.Equal(t, t2.Jobs, t2.High.N, "every job of team-2 is high")
+	assert.Zero(t, t1.High.N, "team-1's jobs stay low")
+	assert.Equal(t, t1.Jobs, t1.Low.N)
+	assert.Equal(t, 40-t2.Jobs, flood.Results[0].Rows[len(flood.Results[0].Rows)-1].Jobs-t2.Jobs)
+	assert.Contains(t, flood.Notes[1], fmt.Sprintf("team-2 submits all its jobs high: %d of its %d jobs were medium or low", t2.Jobs, t2.Jobs))
+
+	// Without teams the JSON has no rows per workspace.
+	assert.Nil(t, teams().Results[0].Teams)
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--policy", "x:cap.high=lots"}, `simulate: policy x: cap.high: "lots" is not a number of GPUs (a whole number, 0 or more) nor none`},
+		{[]string{"--policy", "x:cap.urgent=4"}, `policy x: cap.urgent: "urgent" is not a class: write cap.high, cap.medium or cap.low`},
+		{[]string{"--flood-team", "team-1"}, "--flood-team team-1: no job is in workspace \"team-1\": the jobs have no workspaces (give --teams N"},
+		{[]string{"--teams", "3", "--flood-team", "team-4"}, "the workspaces are team-1, team-2, team-3"},
+	} {
+		r := cli(t, "", append([]string{"simulate", "--workload", path, "--allocation", "demo"}, tc.args...)...)
+		assert.Equal(t, 2, r.code, "%v: %s", tc.args, r.stderr)
+		assert.Contains(t, r.stderr, tc.want, tc.args)
+	}
+}
+
+// simOut is what the tests read of trainq simulate --output json.
+type simOut struct {
+	Notes   []string
+	Results []struct {
+		Teams []struct {
+			Workspace      string
+			Jobs           int
+			UsefulGPUHours float64         `json:"useful_gpu_hours"`
+			CapHits        int             `json:"cap_hits"`
+			High           struct{ N int } `json:"high_wait"`
+			Low            struct{ N int } `json:"low_wait"`
+		}
+		Rows []struct{ Jobs int }
+	}
+}
+
 func TestSimulateUsage(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -86,6 +174,8 @@ func TestSimulateUsage(t *testing.T) {
 		{[]string{"simulate", "--workload", "x.json", "--notice", "2h"}, "--notice must be between 0 and 1h0m0s, got 2h0m0s"},
 		{[]string{"simulate", "--workload", "x.json", "--notice", "-1s"}, "--notice must be between 0 and 1h0m0s"},
 		{[]string{"simulate", "--workload", "x.json", "--save-time", "0s"}, "--save-time must be positive"},
+		{[]string{"simulate", "--workload", "x.json", "--teams", "0"}, "--teams must be at least 1, got 0"},
+		{[]string{"simulate", "--workload", "x.json", "--team-seed", "3"}, "--team-seed needs --teams"},
 	} {
 		r := cli(t, "", tc.args...)
 		assert.Equal(t, 2, r.code, "%v: %s", tc.args, r.stderr)
