@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
@@ -69,8 +72,30 @@ func TestBurstOfGrantsAfterOneRelease(t *testing.T) {
 	assert.Zero(t, h.signalsFailed, "no grant was refused by the server")
 	assert.LessOrEqual(t, h.mostInFlight, protocol.AllocatorSignalBudget, "signals in flight at once")
 	checkGrantsDelivered(t, small)
-	t.Logf("burst of %d grants after one release: last grant delivered %s after the release; at most %d signals in flight; largest workflow task sent %d commands; %d allocator events; %d tasks run again for a signal that came in meanwhile (UnhandledCommand)",
-		waiting, h.lastGrant.Sub(h.release).Round(time.Millisecond), h.mostInFlight, h.mostCommands, h.events, h.unhandled)
+	saveBurstHistories(t, allocator)
+	t.Logf("burst of %d grants after one release: last grant delivered %s after the release; at most %d signals in flight; largest workflow task sent %d commands; %d allocator events; %d tasks run again for a signal that came in meanwhile (UnhandledCommand); %d tasks timed out; longest task %s",
+		waiting, h.lastGrant.Sub(h.release).Round(time.Millisecond), h.mostInFlight, h.mostCommands, h.events, h.unhandled,
+		h.timedOut, h.longestTask.Round(time.Millisecond))
+}
+
+// saveBurstHistories writes each run of the allocator, oldest first, to
+// $TRAINQ_BURST_HISTORIES/run-NN.json when that is set, for a replay
+// measurement (workflows.BenchmarkReplayHistories).
+func saveBurstHistories(t *testing.T, allocator string) {
+	t.Helper()
+	dir := os.Getenv("TRAINQ_BURST_HISTORIES")
+	if dir == "" {
+		return
+	}
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	for i, run := range scaleAllocatorRuns(t, allocator) {
+		events := history(t, env.client, allocator, run.runID)
+		b, err := protojson.Marshal(&historypb.History{Events: events})
+		require.NoError(t, err)
+		path := filepath.Join(dir, fmt.Sprintf("run-%02d.json", i))
+		require.NoError(t, os.WriteFile(path, b, 0o644))
+		t.Logf("wrote %s: %d events, %d bytes", path, len(events), len(b))
+	}
 }
 
 // startStub starts an idle stub workflow named job (see the scale test).
@@ -103,6 +128,11 @@ type burstHistory struct {
 	// mostInFlight is the most signals sent and not yet delivered at any
 	// point; mostCommands the most commands one workflow task completed with.
 	mostInFlight, mostCommands int
+	// timedOut counts the workflow tasks that timed out (start to close);
+	// longestTask is the longest a worker took from a task's start to its
+	// completion, a replay of the run included when the task was not sticky.
+	timedOut    int
+	longestTask time.Duration
 }
 
 // readBurstHistory reads every run of the allocator: the server suggests
@@ -120,7 +150,8 @@ func readBurstHistory(t *testing.T, allocator string) burstHistory {
 func (h *burstHistory) add(events []*historypb.HistoryEvent) {
 	grants := map[int64]bool{} // initiated event ids of grant signals
 	inFlight := 0
-	commands := map[int64]int{} // workflow task completed event id -> commands
+	commands := map[int64]int{}      // workflow task completed event id -> commands
+	started := map[int64]time.Time{} // workflow task started event id -> when
 	for _, e := range events {
 		h.events++
 		if task := commandTask(e); task != 0 {
@@ -149,6 +180,16 @@ func (h *burstHistory) add(events []*historypb.HistoryEvent) {
 		case enumspb.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED:
 			inFlight--
 			h.signalsFailed++
+		case enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+			started[e.GetEventId()] = e.GetEventTime().AsTime()
+		case enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+			if at, ok := started[e.GetWorkflowTaskCompletedEventAttributes().GetStartedEventId()]; ok {
+				h.longestTask = max(h.longestTask, e.GetEventTime().AsTime().Sub(at))
+			}
+		case enumspb.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+			if e.GetWorkflowTaskTimedOutEventAttributes().GetTimeoutType() == enumspb.TIMEOUT_TYPE_START_TO_CLOSE {
+				h.timedOut++
+			}
 		case enumspb.EVENT_TYPE_WORKFLOW_TASK_FAILED:
 			cause := e.GetWorkflowTaskFailedEventAttributes().GetCause()
 			if cause == enumspb.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND {
