@@ -75,6 +75,9 @@ type allocator struct {
 	// AllocatorActivityBudget (see executeActivity): fences' in
 	// activities[fenceActivities], the rest in activities[otherActivities].
 	activities [2]int
+	// watching are the futures the watch loop waits for (flags.watchLoop),
+	// in the order they were watched, each with what its completion does.
+	watching []watched
 	detailsAt  time.Time
 	lastEvent  string
 }
@@ -98,6 +101,9 @@ type runFlags struct {
 	// there and the owners of unknown workers what they hold
 	// (versionFenceRegistersStrangers).
 	registersStrangers bool
+	// watchLoop: one coroutine waits for every outgoing signal and budgeted
+	// activity (versionWatchLoop).
+	watchLoop bool
 }
 
 // gates answers the allocation rules' gates with workflow.GetVersion, at the
@@ -147,6 +153,18 @@ const (
 	// registerStrangers); before, a running job recovery missed had its
 	// healthy workers killed.
 	versionFenceRegistersStrangers = "allocator-fence-registers-strangers"
+	// versionWatchLoop: one coroutine, the watch loop, waits for every signal
+	// the allocator sends and every activity counted against its budget, and
+	// does what each one's completion calls for (see watch); before, each had
+	// a coroutine of its own. The SDK runs every blocked coroutine of a
+	// workflow on every workflow task to let it look at its future (a
+	// goroutine switch, a deadlock-detector ticker and a stack walk each), so
+	// with AllocatorSignalBudget signals in flight every task of a burst, and
+	// every task of the run a replay goes through again, paid 500 of those:
+	// TestBurstOfGrantsAfterOneRelease saw allocator tasks of 5 to 8 s on a
+	// loaded machine against the 2 s AllocatorTaskTimeout, and the retries,
+	// replaying the whole run on a worker without it cached, timed out too.
+	versionWatchLoop = "allocator-watch-loop"
 )
 
 // AllocatorWorkflow owns the capacity of one allocation. Jobs ask it for
@@ -205,6 +223,7 @@ func (a *allocator) readVersions(ctx workflow.Context) {
 	f.handOverPaused = workflow.GetVersion(ctx, versionHandOverPause, workflow.DefaultVersion, 1) >= 1
 	f.settleHandOver = workflow.GetVersion(ctx, versionHandOverSettle, workflow.DefaultVersion, 1) >= 1
 	f.registersStrangers = workflow.GetVersion(ctx, versionFenceRegistersStrangers, workflow.DefaultVersion, 1) >= 1
+	f.watchLoop = workflow.GetVersion(ctx, versionWatchLoop, workflow.DefaultVersion, 1) >= 1
 }
 
 func (a *allocator) registerHandlers(ctx workflow.Context) error {
@@ -486,7 +505,63 @@ func (a *allocator) startSignalLoops(ctx workflow.Context) {
 		}
 	})
 	workflow.Go(ctx, a.reclaimLoop)
+	if a.flags.watchLoop {
+		workflow.Go(ctx, a.watchLoop)
+	}
 	workflow.Go(ctx, a.settle) // last: see awaitHandOver
+}
+
+// watched is a future the watch loop waits for, and what its completion does.
+type watched struct {
+	f    workflow.Future
+	done func(ctx workflow.Context, err error)
+}
+
+// watch has done run with f's error once f is ready: in the watch loop
+// (flags.watchLoop), else in a coroutine of its own that waits for f. done
+// must not block: the watch loop is what frees the budgets.
+func (a *allocator) watch(ctx workflow.Context, f workflow.Future, done func(ctx workflow.Context, err error)) {
+	if !a.flags.watchLoop {
+		workflow.Go(ctx, func(ctx workflow.Context) { done(ctx, f.Get(ctx, nil)) })
+		return
+	}
+	a.watching = append(a.watching, watched{f: f, done: done})
+}
+
+// watchLoop waits until some watched future is ready, then runs the
+// completions of all that are, in the order they were watched. Its one
+// coroutine costs every workflow task a look at each future in flight, not a
+// coroutine switch each (see versionWatchLoop).
+func (a *allocator) watchLoop(ctx workflow.Context) {
+	for {
+		if workflow.Await(ctx, a.anyWatchedReady) != nil {
+			return
+		}
+		var ready []watched
+		k := 0
+		for _, w := range a.watching {
+			if w.f.IsReady() {
+				ready = append(ready, w)
+			} else {
+				a.watching[k] = w
+				k++
+			}
+		}
+		clear(a.watching[k:])
+		a.watching = a.watching[:k]
+		for _, w := range ready {
+			w.done(ctx, w.f.Get(ctx, nil)) // ready: Get does not block
+		}
+	}
+}
+
+func (a *allocator) anyWatchedReady() bool {
+	for _, w := range a.watching {
+		if w.f.IsReady() {
+			return true
+		}
+	}
+	return false
 }
 
 // passLoop runs one scheduling pass per workflow task, however many
@@ -680,8 +755,7 @@ func (a *allocator) send(ctx workflow.Context, o allocation.Signal) {
 func (a *allocator) signal(ctx workflow.Context, o allocation.Signal) {
 	f := workflow.SignalExternalWorkflow(ctx, o.Job, "", o.Name, o.Arg)
 	a.inFlight++
-	workflow.Go(ctx, func(ctx workflow.Context) {
-		err := f.Get(ctx, nil)
+	a.watch(ctx, f, func(ctx workflow.Context, err error) {
 		a.inFlight--
 		a.flushOutbox(ctx)
 		if err != nil {
@@ -741,10 +815,7 @@ func (a *allocator) executeActivityOf(ctx workflow.Context, share int, activity 
 	_ = workflow.Await(ctx, func() bool { return a.activities[share] < protocol.AllocatorActivityBudget/2 })
 	a.activities[share]++
 	f := workflow.ExecuteActivity(ctx, activity, args...)
-	workflow.Go(ctx, func(gctx workflow.Context) {
-		_ = f.Get(gctx, nil)
-		a.activities[share]--
-	})
+	a.watch(ctx, f, func(workflow.Context, error) { a.activities[share]-- })
 	return f
 }
 
