@@ -304,7 +304,22 @@ func (s *State) Release(r protocol.ReleaseSignal) []Command {
 // grant whose job is gone frees its capacity again; a preemption whose victim
 // is gone reclaims the victim's workers.
 func (s *State) Pass(now time.Time) []Command {
-	d := s.Pool.Schedule(now)
+	cmds, _ := s.PassAtMost(now, -1)
+	return cmds
+}
+
+// PassAtMost is Pass granting at most maxGrants requests (a negative
+// maxGrants: no limit): the pass stops there (scheduler.Pool.ScheduleAtMost),
+// and more says that it did, with requests it did not look at; a pass right
+// after goes on. The allocator sizes maxGrants to the signals it can send
+// at once, so that one pass never decides more than it can deliver.
+func (s *State) PassAtMost(now time.Time, maxGrants int) (cmds []Command, more bool) {
+	d := s.Pool.ScheduleAtMost(now, maxGrants)
+	return s.decided(d), d.More
+}
+
+// decided turns a pass's decisions into commands.
+func (s *State) decided(d scheduler.Decisions) []Command {
 	var cmds commands
 	for _, g := range d.Grants {
 		s.Counters.Grants++
