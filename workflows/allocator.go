@@ -78,8 +78,12 @@ type allocator struct {
 	// watching are the futures the watch loop waits for (flags.watchLoop),
 	// in the order they were watched, each with what its completion does.
 	watching []watched
-	detailsAt  time.Time
-	lastEvent  string
+	// passCut says the last pass stopped at the signal budget with waiting
+	// requests it did not look at (flags.passWithinBudget); deliveries ask
+	// for the next pass once the budget has room again (see passOn).
+	passCut   bool
+	detailsAt time.Time
+	lastEvent string
 }
 
 // runFlags are the versions of the workflow code a run follows.
@@ -104,6 +108,9 @@ type runFlags struct {
 	// watchLoop: one coroutine waits for every outgoing signal and budgeted
 	// activity (versionWatchLoop).
 	watchLoop bool
+	// passWithinBudget: a pass grants at most what the signal budget has
+	// room for (versionPassWithinBudget).
+	passWithinBudget bool
 }
 
 // gates answers the allocation rules' gates with workflow.GetVersion, at the
@@ -165,6 +172,16 @@ const (
 	// loaded machine against the 2 s AllocatorTaskTimeout, and the retries,
 	// replaying the whole run on a worker without it cached, timed out too.
 	versionWatchLoop = "allocator-watch-loop"
+	// versionPassWithinBudget: a pass grants at most as many jobs as
+	// AllocatorSignalBudget has room for, and the deliveries of its grants
+	// ask for the next pass (see schedulePass, passOn); before, one pass
+	// granted every job that fitted and the grants beyond the budget waited in
+	// the outbox. A release that freed room for 5,000 jobs then left a run
+	// unable to hand over until all 5,000 grants were delivered, 10,000
+	// events past the point where the server suggested continue-as-new (and
+	// for 25,000 jobs, past the server's hard limit on a run's history), and
+	// every one of those events made the run longer to replay.
+	versionPassWithinBudget = "allocator-pass-within-budget"
 )
 
 // AllocatorWorkflow owns the capacity of one allocation. Jobs ask it for
@@ -224,6 +241,7 @@ func (a *allocator) readVersions(ctx workflow.Context) {
 	f.settleHandOver = workflow.GetVersion(ctx, versionHandOverSettle, workflow.DefaultVersion, 1) >= 1
 	f.registersStrangers = workflow.GetVersion(ctx, versionFenceRegistersStrangers, workflow.DefaultVersion, 1) >= 1
 	f.watchLoop = workflow.GetVersion(ctx, versionWatchLoop, workflow.DefaultVersion, 1) >= 1
+	f.passWithinBudget = workflow.GetVersion(ctx, versionPassWithinBudget, workflow.DefaultVersion, 1) >= 1
 }
 
 func (a *allocator) registerHandlers(ctx workflow.Context) error {
@@ -724,7 +742,18 @@ func (a *allocator) schedulePass(ctx workflow.Context) {
 	// replay-aware handler drops the sample while replaying.
 	//workflowcheck:ignore
 	passStart := time.Now()
-	cmds := a.st.Pass(now)
+	var cmds []allocation.Command
+	if a.flags.passWithinBudget {
+		// Grant no more than can be sent at once: the rest of the queue
+		// waits for the next pass (passOn), so that what this run has
+		// decided and not yet delivered stays within the budget.
+		room := protocol.AllocatorSignalBudget - a.inFlight - len(a.outbox)
+		if a.passCut = room <= 0; !a.passCut {
+			cmds, a.passCut = a.st.PassAtMost(now, room)
+		}
+	} else {
+		cmds = a.st.Pass(now)
+	}
 	a.metrics(ctx).Timer(metrics.SchedulingPassInstrument).Record(time.Since(passStart)) //workflowcheck:ignore
 	a.execute(ctx, cmds)
 	a.armWake(ctx, now)
@@ -762,7 +791,18 @@ func (a *allocator) signal(ctx workflow.Context, o allocation.Signal) {
 			workflow.GetLogger(ctx).Warn("signal to job failed", "job", o.Job, "signal", o.Name, "error", err)
 			a.jobGone(ctx, o)
 		}
+		a.passOn(ctx)
 	})
+}
+
+// passOn asks for the next pass once a pass that stopped at the signal budget
+// has half of it free again: the rest of a burst is granted in slices of at
+// least AllocatorSignalBudget/2, each as earlier grants are delivered.
+func (a *allocator) passOn(ctx workflow.Context) {
+	if a.passCut && a.inFlight+len(a.outbox) <= protocol.AllocatorSignalBudget/2 {
+		a.passCut = false
+		a.schedule(ctx)
+	}
 }
 
 // jobGone does what a signal's IfGone says once its job's workflow is found

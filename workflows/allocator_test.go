@@ -982,9 +982,10 @@ func TestAllocatorReconfigureRefusesJobsThatNoLongerFit(t *testing.T) {
 
 // TestAllocatorSendsABurstOfGrantsWithinTheSignalBudget: one release frees
 // capacity for 3,000 waiting jobs. Temporal fails a workflow task that would
-// leave more than 2,000 signals undelivered, so the pass's grants go out at
-// most AllocatorSignalBudget at a time, the next ones as earlier ones are
-// delivered, and none is lost.
+// leave more than 2,000 signals undelivered, so the grants go out at most
+// AllocatorSignalBudget at a time, the next ones as earlier ones are
+// delivered, and none is lost; and a pass grants no more than the budget has
+// room for, so that the run never has more decided than it can deliver.
 func TestAllocatorSendsABurstOfGrantsWithinTheSignalBudget(t *testing.T) {
 	const nodes, waiting = 375, 3000 // 8 GPUs a node: the holder takes all 3,000
 	h := newAllocHarnessOpts(t, harnessOpts{signalDelay: time.Second})
@@ -1008,6 +1009,17 @@ func TestAllocatorSendsABurstOfGrantsWithinTheSignalBudget(t *testing.T) {
 		all[i] = i
 	}
 	h.release(3*time.Minute, protocol.ReleaseSignal{Job: "holder", Attempt: 1, Workers: all, Stopping: true})
+	// While the burst goes out, every 100 ms: the grants decided and not yet
+	// delivered (the mock records a signal once its delay has passed).
+	mostUndelivered := 0
+	for d := 3 * time.Minute; d < 3*time.Minute+20*time.Second; d += 100 * time.Millisecond {
+		h.at(d, func() {
+			decided := h.queue().Counters.Grants
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			mostUndelivered = max(mostUndelivered, int(decided)-len(h.grants))
+		})
+	}
 	in := allocInput(allocNodes(nodes, 8))
 	in.MaxUpdatesPerRun = 2 * waiting // one run takes the whole burst
 	h.runAllocator(in, time.Hour)
@@ -1030,6 +1042,10 @@ func TestAllocatorSendsABurstOfGrantsWithinTheSignalBudget(t *testing.T) {
 	}
 	assert.LessOrEqual(t, most, protocol.AllocatorSignalBudget, "signals sent while earlier ones were undelivered")
 	assert.GreaterOrEqual(t, len(sentAt), waiting/protocol.AllocatorSignalBudget, "the burst went out in waves")
+	// A pass grants no more than the budget can send: what the run has
+	// decided and not delivered, which it must deliver before it can hand
+	// over, stays within it.
+	assert.LessOrEqual(t, mostUndelivered, protocol.AllocatorSignalBudget, "grants decided and not yet delivered")
 }
 
 // TestJobResetToAnEarlierAttemptIsServed: a job whose workflow was reset to
