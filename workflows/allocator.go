@@ -796,10 +796,12 @@ func (a *allocator) signal(ctx workflow.Context, o allocation.Signal) {
 }
 
 // passOn asks for the next pass once a pass that stopped at the signal budget
-// has half of it free again: the rest of a burst is granted in slices of at
-// least AllocatorSignalBudget/2, each as earlier grants are delivered.
+// has a tenth of it free again: the rest of a burst is granted in slices of
+// at least AllocatorSignalBudget/10 as earlier grants are delivered, and the
+// budget stays nearly full. (A pass that stops early costs little: it walks
+// the queue only up to its cut.)
 func (a *allocator) passOn(ctx workflow.Context) {
-	if a.passCut && a.inFlight+len(a.outbox) <= protocol.AllocatorSignalBudget/2 {
+	if a.passCut && a.inFlight+len(a.outbox) <= protocol.AllocatorSignalBudget-protocol.AllocatorSignalBudget/10 {
 		a.passCut = false
 		a.schedule(ctx)
 	}
