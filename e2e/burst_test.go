@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,15 +29,31 @@ import (
 // since the pass is in the allocator's history every retry would fail the
 // same way: the allocator would be wedged for good. The test checks that
 // every job is granted once, that no workflow task of the allocator failed,
-// and reports the time from the release to the last grant delivered and the
-// most commands one workflow task sent. Jobs are the scale test's idle
-// stubs: the allocator's grants only need a workflow to land in.
+// and that what a workflow task costs does not grow with the burst: the
+// allocator keeps a handful of coroutines (its stack trace, read every
+// second), not one per signal in flight, and no run records more than a
+// budget's worth of events after the server suggested continue-as-new (a
+// worker that does not have a run cached replays all of it in one task:
+// before both bounds a run of 17,000 events took 8 s to replay, and its
+// tasks timed out for good against the 2 s task timeout). It reports the time
+// from the release to the last grant delivered, the most commands one
+// workflow task sent, the runs and the tasks that timed out. Jobs are the
+// scale test's idle stubs: the allocator's grants only need a workflow to
+// land in.
 func TestBurstOfGrantsAfterOneRelease(t *testing.T) {
 	waiting := envInt("TRAINQ_BURST_JOBS", 5000)
 	const allocation = "burst"
 	nodes := (waiting + 7) / 8
 	startWorker(t)
 	allocator := startStubAllocator(t, allocation, nodes, 4*waiting)
+	t.Cleanup(func() { // before the allocator is terminated
+		if t.Failed() {
+			h := readBurstHistory(t, allocator)
+			t.Logf("allocator: %d events in %d runs, the longest %d, at most %d after the server suggested continue-as-new; %d grants delivered; %d tasks timed out, longest task %s; failed tasks %v",
+				h.events, h.runs, h.longestRun, h.mostPastSuggestion, h.grantsDelivered, h.timedOut, h.longestTask.Round(time.Millisecond), h.failedCauses)
+		}
+		saveBurstHistories(t, allocator)
+	})
 
 	// 1. The holder takes every GPU: one worker of 8 GPUs on each node.
 	holder := protocol.JobNamePrefix + uuid.NewString()
@@ -58,12 +75,27 @@ func TestBurstOfGrantsAfterOneRelease(t *testing.T) {
 		workers[i] = i
 	}
 	signalAllocator(t, allocator, protocol.SignalRelease, protocol.ReleaseSignal{Job: holder, Attempt: 1, Workers: workers, Stopping: true})
+	coroutines := watchCoroutines(allocator)
 	var h burstHistory
 	eventually(t, 10*time.Minute, "every waiting job's grant to be delivered", func() bool {
 		h = readBurstHistory(t, allocator)
 		require.Empty(t, h.failedCauses, "allocator workflow tasks failed")
 		return h.grantsDelivered == waiting+1
 	})
+	mostCoroutines, samples := coroutines()
+	// Every workflow task costs, and every replay of the run costs again, a
+	// turn of each of the allocator's coroutines: they must not grow with
+	// the signals in flight.
+	require.NotZero(t, samples, "no stack trace of the allocator was read during the burst")
+	assert.LessOrEqual(t, mostCoroutines, burstCoroutines, "the allocator's coroutines during the burst")
+	// Once the server suggests continue-as-new, a run decides nothing more
+	// and hands over once what it has in flight is delivered: at most
+	// AllocatorSignalBudget signals, each an event and at worst a workflow
+	// task of its own (3 events). Beyond that the run's history, which a
+	// worker without it cached replays in a single workflow task, grows with
+	// the burst.
+	assert.LessOrEqual(t, h.mostPastSuggestion, 4*protocol.AllocatorSignalBudget,
+		"events a run recorded after the server suggested continue-as-new")
 
 	v := queue(t, allocation)
 	assert.Zero(t, v.WaitingTotal)
@@ -72,15 +104,50 @@ func TestBurstOfGrantsAfterOneRelease(t *testing.T) {
 	assert.Zero(t, h.signalsFailed, "no grant was refused by the server")
 	assert.LessOrEqual(t, h.mostInFlight, protocol.AllocatorSignalBudget, "signals in flight at once")
 	checkGrantsDelivered(t, small)
-	saveBurstHistories(t, allocator)
-	t.Logf("burst of %d grants after one release: last grant delivered %s after the release; at most %d signals in flight; largest workflow task sent %d commands; %d allocator events; %d tasks run again for a signal that came in meanwhile (UnhandledCommand); %d tasks timed out; longest task %s",
-		waiting, h.lastGrant.Sub(h.release).Round(time.Millisecond), h.mostInFlight, h.mostCommands, h.events, h.unhandled,
-		h.timedOut, h.longestTask.Round(time.Millisecond))
+	t.Logf("burst of %d grants after one release: last grant delivered %s after the release; at most %d signals in flight; largest workflow task sent %d commands; %d allocator events in %d runs, the longest %d, at most %d after the server suggested continue-as-new; at most %d coroutines (%d stack traces); %d tasks run again for a signal that came in meanwhile (UnhandledCommand); %d tasks timed out; longest task %s",
+		waiting, h.lastGrant.Sub(h.release).Round(time.Millisecond), h.mostInFlight, h.mostCommands, h.events, h.runs, h.longestRun,
+		h.mostPastSuggestion, mostCoroutines, samples, h.unhandled, h.timedOut, h.longestTask.Round(time.Millisecond))
 }
 
-// saveBurstHistories writes each run of the allocator, oldest first, to
-// $TRAINQ_BURST_HISTORIES/run-NN.json when that is set, for a replay
-// measurement (workflows.BenchmarkReplayHistories).
+// burstCoroutines bounds the allocator's coroutines during the burst: its
+// loops and a few timers, not one per signal in flight.
+const burstCoroutines = 50
+
+// watchCoroutines reads the allocator's stack trace (the SDK's built-in
+// query: one entry per coroutine) every second until the returned function
+// is called, which returns the most coroutines seen and the traces read. A
+// query the worker does not answer in time is skipped.
+func watchCoroutines(allocator string) func() (most, samples int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var most, samples int
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			qctx, qcancel := context.WithTimeout(ctx, 10*time.Second)
+			v, err := env.client.QueryWorkflow(qctx, allocator, "", client.QueryTypeStackTrace)
+			var trace string
+			if err == nil && v.Get(&trace) == nil {
+				most = max(most, strings.Count(trace, "coroutine "))
+				samples++
+			}
+			qcancel()
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	return func() (int, int) {
+		cancel()
+		<-done
+		return most, samples
+	}
+}
+
+// saveBurstHistories writes each run of the allocator, newest first (as the
+// server lists them), to $TRAINQ_BURST_HISTORIES/run-NN.json when that is set,
+// for a replay measurement (workflows.BenchmarkReplayHistories).
 func saveBurstHistories(t *testing.T, allocator string) {
 	t.Helper()
 	dir := os.Getenv("TRAINQ_BURST_HISTORIES")
@@ -133,6 +200,10 @@ type burstHistory struct {
 	// completion, a replay of the run included when the task was not sticky.
 	timedOut    int
 	longestTask time.Duration
+	// runs and longestRun count the runs and the events of the longest;
+	// mostPastSuggestion is the most events a run recorded after the first
+	// workflow task in which the server suggested continue-as-new.
+	runs, longestRun, mostPastSuggestion int
 }
 
 // readBurstHistory reads every run of the allocator: the server suggests
@@ -152,7 +223,10 @@ func (h *burstHistory) add(events []*historypb.HistoryEvent) {
 	inFlight := 0
 	commands := map[int64]int{}      // workflow task completed event id -> commands
 	started := map[int64]time.Time{} // workflow task started event id -> when
-	for _, e := range events {
+	h.runs++
+	h.longestRun = max(h.longestRun, len(events))
+	suggested := -1 // index of the first task started with the suggestion
+	for i, e := range events {
 		h.events++
 		if task := commandTask(e); task != 0 {
 			commands[task]++
@@ -182,6 +256,9 @@ func (h *burstHistory) add(events []*historypb.HistoryEvent) {
 			h.signalsFailed++
 		case enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED:
 			started[e.GetEventId()] = e.GetEventTime().AsTime()
+			if suggested < 0 && e.GetWorkflowTaskStartedEventAttributes().GetSuggestContinueAsNew() {
+				suggested = i
+			}
 		case enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
 			if at, ok := started[e.GetWorkflowTaskCompletedEventAttributes().GetStartedEventId()]; ok {
 				h.longestTask = max(h.longestTask, e.GetEventTime().AsTime().Sub(at))
@@ -198,6 +275,9 @@ func (h *burstHistory) add(events []*historypb.HistoryEvent) {
 				h.failedCauses = append(h.failedCauses, cause.String())
 			}
 		}
+	}
+	if suggested >= 0 {
+		h.mostPastSuggestion = max(h.mostPastSuggestion, len(events)-1-suggested)
 	}
 }
 
