@@ -666,6 +666,28 @@ func TestAllocatorReclaimsVanishedJob(t *testing.T) {
 	assert.Equal(t, int64(1), end.Counters.Reclaimed)
 }
 
+// TestAllocatorContinuesAsNewAtMaxEventsPerRun: a run whose history reaches
+// maxEventsPerRun events hands over although the server has not suggested it
+// (one set to suggest later than its default 4Ki events): a worker that does
+// not have the run cached replays all of it in one workflow task. One event
+// short of it, the run goes on.
+func TestAllocatorContinuesAsNewAtMaxEventsPerRun(t *testing.T) {
+	for _, events := range []int{maxEventsPerRun - 1, maxEventsPerRun} {
+		t.Run(fmt.Sprint(events), func(t *testing.T) {
+			h := newAllocHarness(t)
+			h.signalRequest(time.Minute, capReq("j", 1, scheduler.Medium, 1))
+			h.at(2*time.Minute, func() { h.env.SetCurrentHistoryLength(events) })
+			h.runAllocator(allocInput(allocNodes(1, 2)), time.Hour)
+			if events < maxEventsPerRun {
+				require.ErrorContains(t, h.env.GetWorkflowError(), "canceled", "the run went on until the test cancelled it")
+				return
+			}
+			carried := continuedWith(t, h.env.GetWorkflowError())
+			require.Len(t, carried.pool.Running, 1, "the run handed over with j granted")
+		})
+	}
+}
+
 // TestAllocatorContinuesAsNewWithWaitingJobs drives the allocator past
 // maxUpdatesPerRun with jobs that must all wait, checks the input it
 // continues with, and starts a fresh run from that input.
