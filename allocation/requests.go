@@ -308,13 +308,14 @@ func (s *State) Pass(now time.Time) []Command {
 	return cmds
 }
 
-// PassAtMost is Pass granting at most maxGrants requests (a negative
-// maxGrants: no limit): the pass stops there (scheduler.Pool.ScheduleAtMost),
-// and more says that it did, with requests it did not look at; a pass right
-// after goes on. The allocator sizes maxGrants to the signals it can send
-// at once, so that one pass never decides more than it can deliver.
-func (s *State) PassAtMost(now time.Time, maxGrants int) (cmds []Command, more bool) {
-	d := s.Pool.ScheduleAtMost(now, maxGrants)
+// PassAtMost is Pass that stops once it has decided maxSignals grants and
+// preemptions, or more by the victims of its last request (a negative
+// maxSignals: no limit; see scheduler.Pool.ScheduleAtMost); more says that
+// it stopped with requests it did not look at, and a pass right after goes
+// on. The allocator sizes maxSignals to the signals it can send at once, so
+// that a pass never decides much more than it can deliver.
+func (s *State) PassAtMost(now time.Time, maxSignals int) (cmds []Command, more bool) {
+	d := s.Pool.ScheduleAtMost(now, maxSignals)
 	return s.decided(d), d.More
 }
 

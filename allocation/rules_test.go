@@ -321,9 +321,9 @@ func TestPassRules(t *testing.T) {
 	})
 }
 
-// TestPassAtMost: a pass granting at most n stops after the n-th grant and
+// TestPassAtMost: a pass of at most n signals stops after the n-th grant and
 // says so; the next pass goes on where it stopped; a pass of at most 0
-// decides nothing but says there is more.
+// decides nothing but says there is more; a preemption counts as a signal.
 func TestPassAtMost(t *testing.T) {
 	s := newState(t, 1)
 	for _, j := range []string{"a", "b", "c", "d", "e"} {
@@ -343,6 +343,12 @@ func TestPassAtMost(t *testing.T) {
 	assert.False(t, more)
 	assert.EqualValues(t, 4, s.Counters.Grants)
 	isWaiting("e", 1)(t, s)
+
+	s.Request(one("hi", 1, high, 2), t0, AllOn{})
+	s.Request(one("hi2", 1, high, 2), t0, AllOn{})
+	cmds, more = s.PassAtMost(t0, 1)
+	assert.Equal(t, []string{"preempt a#1"}, rendered(cmds), "hi preempts one of the four, all alike: the first by job id")
+	assert.True(t, more, "hi2 is yet to be looked at")
 }
 
 func TestGrantNotDeliveredRules(t *testing.T) {

@@ -8,11 +8,11 @@ import (
 )
 
 // checkScheduleAtMost runs, on copies of p, one full pass at now and passes of
-// at most k grants (k = 1, 2, 3) at now until one says no more. A limited
+// at most k decisions (k = 1, 2, 3) at now until one says no more. A limited
 // pass decides exactly what the full pass decides for the requests before its
-// cut, in the same order; the passes after it, at the same time with no event
-// between, end with the same grants and preemptions as the full pass. A pass
-// of at most 0 decides nothing.
+// cut, in the same order, and stops only once it has decided k; the passes
+// after it, at the same time with no event between, end with the same grants
+// and preemptions as the full pass. A pass of at most 0 decides nothing.
 func checkScheduleAtMost(t testing.TB, p *Pool, now time.Time) {
 	t.Helper()
 	full := roundTrip(t, p).Schedule(now)
@@ -22,17 +22,16 @@ func checkScheduleAtMost(t testing.TB, p *Pool, now time.Time) {
 	for k := 1; k <= 3; k++ {
 		q := roundTrip(t, p)
 		first := q.ScheduleAtMost(now, k)
-		if len(first.Grants) > k {
-			t.Fatalf("ScheduleAtMost(%d) granted %d", k, len(first.Grants))
-		}
-		if !slices.EqualFunc(first.Grants, full.Grants[:len(first.Grants)], sameGrant) {
-			t.Fatalf("ScheduleAtMost(%d) granted %s, the full pass %s", k, mustJSON(t, first.Grants), mustJSON(t, full.Grants))
+		if len(first.Grants) > len(full.Grants) || len(first.Preemptions) > len(full.Preemptions) ||
+			!slices.EqualFunc(first.Grants, full.Grants[:len(first.Grants)], sameGrant) ||
+			!slices.EqualFunc(first.Preemptions, full.Preemptions[:len(first.Preemptions)], samePreemption) {
+			t.Fatalf("ScheduleAtMost(%d) decided %s, the full pass %s", k, mustJSON(t, first), mustJSON(t, full))
 		}
 		if !first.More && (len(first.Grants) != len(full.Grants) || len(first.Preemptions) != len(full.Preemptions)) {
 			t.Fatalf("ScheduleAtMost(%d) stopped short without saying so: %s, full %s", k, mustJSON(t, first), mustJSON(t, full))
 		}
-		if first.More && len(first.Grants) != k {
-			t.Fatalf("ScheduleAtMost(%d) says more after %d grants", k, len(first.Grants))
+		if n := len(first.Grants) + len(first.Preemptions); first.More && n < k {
+			t.Fatalf("ScheduleAtMost(%d) says more after %d decisions", k, n)
 		}
 		all := first
 		for d, passes := first, 1; d.More; passes++ {
@@ -51,6 +50,8 @@ func checkScheduleAtMost(t testing.TB, p *Pool, now time.Time) {
 }
 
 func sameGrant(a, b Grant) bool { return fmt.Sprint(a) == fmt.Sprint(b) }
+
+func samePreemption(a, b Preemption) bool { return fmt.Sprint(a) == fmt.Sprint(b) }
 
 // decisionSet lists the grants (with their placements) and preemptions, sorted.
 func decisionSet(d Decisions) string {
@@ -98,4 +99,32 @@ func TestScheduleAtMostGrantsInSlices(t *testing.T) {
 	if n := p.WaitingCount(); n != 6 {
 		t.Fatalf("%d wait, want 6", n)
 	}
+}
+
+// TestScheduleAtMostCountsPreemptions: two 4-GPU nodes full of low one-GPU
+// jobs and three high 4-GPU requests. A pass of at most 2 decisions stops
+// after the first request, whose 4 victims take it past the limit; the next
+// goes on with the second; the third, with nothing left to preempt, only
+// waits.
+func TestScheduleAtMostCountsPreemptions(t *testing.T) {
+	var jobs []runSpec
+	for i := range 8 {
+		jobs = append(jobs, running(fmt.Sprintf("lo%d", i)).Class(Low))
+	}
+	p := poolWith(t, nodesOf("n", "a", 2, 4, 0, 0), Policy{}, jobs...)
+	for i := range 3 {
+		mustEnqueue(t, p, makeJob(fmt.Sprintf("hi%d", i), "a").Class(High).GPUs(4).Seq(int64(i)).Obj())
+	}
+	d := p.ScheduleAtMost(at(1), 2)
+	if len(d.Preemptions) != 4 || !d.More || d.Preemptions[0].Preemptor.Job != "hi0" {
+		t.Fatalf("first pass: %s", mustJSON(t, d))
+	}
+	d = p.ScheduleAtMost(at(1), 2)
+	if len(d.Preemptions) != 4 || !d.More || d.Preemptions[0].Preemptor.Job != "hi1" {
+		t.Fatalf("second pass: %s", mustJSON(t, d))
+	}
+	if d = p.ScheduleAtMost(at(1), 2); len(d.Grants)+len(d.Preemptions) != 0 || d.More {
+		t.Fatalf("third pass: %s", mustJSON(t, d))
+	}
+	checkInvariants(t, p)
 }

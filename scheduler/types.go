@@ -379,8 +379,8 @@ type Preemption struct {
 type Decisions struct {
 	Grants      []Grant      `json:"grants,omitempty"`
 	Preemptions []Preemption `json:"preemptions,omitempty"`
-	// More says a ScheduleAtMost pass stopped at its grant limit with waiting requests it did
-	// not look at: a pass right after may decide more.
+	// More says a ScheduleAtMost pass stopped at its limit with waiting requests it did not
+	// look at: a pass right after may decide more.
 	More bool `json:"more,omitempty"`
 }
 

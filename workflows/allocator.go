@@ -114,7 +114,7 @@ type runFlags struct {
 	// watchLoop: one coroutine waits for every outgoing signal and budgeted
 	// activity (versionWatchLoop).
 	watchLoop bool
-	// passWithinBudget: a pass grants at most what the signal budget has
+	// passWithinBudget: a pass decides at most what the signal budget has
 	// room for (versionPassWithinBudget).
 	passWithinBudget bool
 	// shorterRuns: the run hands over at maxEventsPerRun events
@@ -181,11 +181,11 @@ const (
 	// loaded machine against the 2 s AllocatorTaskTimeout, and the retries,
 	// replaying the whole run on a worker without it cached, timed out too.
 	versionWatchLoop = "allocator-watch-loop"
-	// versionPassWithinBudget: a pass grants at most as many jobs as
-	// AllocatorSignalBudget has room for, and the deliveries of its grants
-	// ask for the next pass (see schedulePass, passOn); before, one pass
-	// granted every job that fitted and the grants beyond the budget waited in
-	// the outbox. A release that freed room for 5,000 jobs then left a run
+	// versionPassWithinBudget: a pass decides at most as many grants and
+	// preemptions as AllocatorSignalBudget has room for (or more by the
+	// victims of its last request), and the deliveries of its signals ask for
+	// the next pass (see schedulePass, passOn); before, one pass granted every
+	// job that fitted and the signals beyond the budget waited in the outbox. A release that freed room for 5,000 jobs then left a run
 	// unable to hand over until all 5,000 grants were delivered, 10,000
 	// events past the point where the server suggested continue-as-new (and
 	// for 25,000 jobs, past the server's hard limit on a run's history), and
@@ -766,7 +766,7 @@ func (a *allocator) schedulePass(ctx workflow.Context) {
 	passStart := time.Now()
 	var cmds []allocation.Command
 	if a.flags.passWithinBudget {
-		// Grant no more than can be sent at once: the rest of the queue
+		// Decide no more than can be sent at once: the rest of the queue
 		// waits for the next pass (passOn), so that what this run has
 		// decided and not yet delivered stays within the budget.
 		room := protocol.AllocatorSignalBudget - a.inFlight - len(a.outbox)
