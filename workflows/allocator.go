@@ -74,8 +74,9 @@ type allocator struct {
 	reclaimTicks int
 	updates      int
 	inFlight     int // outgoing signals not yet delivered
-	// outbox holds the signals decided while AllocatorSignalBudget were in
-	// flight, oldest first; each delivery sends the next (see send).
+	// outbox holds the signals decided while the budget's worth were in
+	// flight (see signalBudget), oldest first; each delivery sends the next
+	// (see send).
 	outbox []allocation.Signal
 	// activities counts this run's pending activities, bounded by
 	// AllocatorActivityBudget (see executeActivity): fences' in
@@ -120,6 +121,9 @@ type runFlags struct {
 	// shorterRuns: the run hands over at maxEventsPerRun events
 	// (versionShorterRuns).
 	shorterRuns bool
+	// fewerSignals: at most AllocatorSignalsInFlight signals in flight
+	// (versionFewerSignalsInFlight).
+	fewerSignals bool
 }
 
 // gates answers the allocation rules' gates with workflow.GetVersion, at the
@@ -199,6 +203,14 @@ const (
 	// replays in 0.2 s on a loaded 2-core machine; a 17,000-event run of the
 	// code before versionWatchLoop took 8 s).
 	versionShorterRuns = "allocator-shorter-runs"
+	// versionFewerSignalsInFlight: at most AllocatorSignalsInFlight (50)
+	// signals in flight instead of AllocatorSignalBudget (500). The server
+	// fails a running workflow task once more than 100 events have come in
+	// meanwhile (TemporalBufferedEventsLimit), and 500 deliveries coming in
+	// while a slow task ran (a worker that had lost the run from its cache,
+	// replaying it) did: the retry replayed the run again, and failed the
+	// same way while the burst went on.
+	versionFewerSignalsInFlight = "allocator-fewer-signals-in-flight"
 )
 
 // AllocatorWorkflow owns the capacity of one allocation. Jobs ask it for
@@ -260,6 +272,7 @@ func (a *allocator) readVersions(ctx workflow.Context) {
 	f.watchLoop = workflow.GetVersion(ctx, versionWatchLoop, workflow.DefaultVersion, 1) >= 1
 	f.passWithinBudget = workflow.GetVersion(ctx, versionPassWithinBudget, workflow.DefaultVersion, 1) >= 1
 	f.shorterRuns = workflow.GetVersion(ctx, versionShorterRuns, workflow.DefaultVersion, 1) >= 1
+	f.fewerSignals = workflow.GetVersion(ctx, versionFewerSignalsInFlight, workflow.DefaultVersion, 1) >= 1
 }
 
 func (a *allocator) registerHandlers(ctx workflow.Context) error {
@@ -769,7 +782,7 @@ func (a *allocator) schedulePass(ctx workflow.Context) {
 		// Decide no more than can be sent at once: the rest of the queue
 		// waits for the next pass (passOn), so that what this run has
 		// decided and not yet delivered stays within the budget.
-		room := protocol.AllocatorSignalBudget - a.inFlight - len(a.outbox)
+		room := a.signalBudget() - a.inFlight - len(a.outbox)
 		if a.passCut = room <= 0; !a.passCut {
 			cmds, a.passCut = a.st.PassAtMost(now, room)
 		}
@@ -787,16 +800,26 @@ func (a *allocator) schedulePass(ctx workflow.Context) {
 	}
 }
 
+// signalBudget is how many signals this run may have in flight.
+func (a *allocator) signalBudget() int {
+	if a.flags.fewerSignals {
+		return protocol.AllocatorSignalsInFlight
+	}
+	return protocol.AllocatorSignalBudget
+}
+
 // send signals a job workflow; if the workflow no longer exists, what the
 // signal's IfGone says is done.
-// At most AllocatorSignalBudget signals are in flight: Temporal fails every
-// workflow task that would have more than TemporalPendingSignalsLimit, and a
-// pass can decide thousands of grants at once (a big job ends while many
-// small ones wait). The rest wait in the outbox, in order, and each delivery
-// sends the next, so a burst goes out over the following workflow tasks with
-// no outside event needed.
+// At most signalBudget signals are in flight: Temporal fails every workflow
+// task that would have more than TemporalPendingSignalsLimit, or during which
+// more than TemporalBufferedEventsLimit events came in, and a pass can decide
+// more than the budget (refusals, the victims of a large preemptor; before
+// versionPassWithinBudget, thousands of grants when a big job ended while many
+// small ones waited). The rest wait in the outbox, in order, and each
+// delivery sends the next, so that they go out over the following workflow
+// tasks with no outside event needed.
 func (a *allocator) send(ctx workflow.Context, o allocation.Signal) {
-	if a.inFlight >= protocol.AllocatorSignalBudget || len(a.outbox) > 0 {
+	if a.inFlight >= a.signalBudget() || len(a.outbox) > 0 {
 		a.outbox = append(a.outbox, o)
 		return
 	}
@@ -819,11 +842,11 @@ func (a *allocator) signal(ctx workflow.Context, o allocation.Signal) {
 
 // passOn asks for the next pass once a pass that stopped at the signal budget
 // has a tenth of it free again: the rest of a burst is granted in slices of
-// at least AllocatorSignalBudget/10 as earlier grants are delivered, and the
+// at least a tenth of the budget as earlier grants are delivered, and the
 // budget stays nearly full. (A pass that stops early costs little: it walks
 // the queue only up to its cut.)
 func (a *allocator) passOn(ctx workflow.Context) {
-	if a.passCut && a.inFlight+len(a.outbox) <= protocol.AllocatorSignalBudget-protocol.AllocatorSignalBudget/10 {
+	if budget := a.signalBudget(); a.passCut && a.inFlight+len(a.outbox) <= budget-budget/10 {
 		a.passCut = false
 		a.schedule(ctx)
 	}
@@ -843,7 +866,7 @@ func (a *allocator) jobGone(ctx workflow.Context, o allocation.Signal) {
 
 // flushOutbox sends waiting signals while the budget allows.
 func (a *allocator) flushOutbox(ctx workflow.Context) {
-	for len(a.outbox) > 0 && a.inFlight < protocol.AllocatorSignalBudget {
+	for len(a.outbox) > 0 && a.inFlight < a.signalBudget() {
 		o := a.outbox[0]
 		a.outbox[0] = allocation.Signal{}
 		a.outbox = a.outbox[1:]

@@ -1004,10 +1004,11 @@ func TestAllocatorReconfigureRefusesJobsThatNoLongerFit(t *testing.T) {
 
 // TestAllocatorSendsABurstOfGrantsWithinTheSignalBudget: one release frees
 // capacity for 3,000 waiting jobs. Temporal fails a workflow task that would
-// leave more than 2,000 signals undelivered, so the grants go out at most
-// AllocatorSignalBudget at a time, the next ones as earlier ones are
-// delivered, and none is lost; and a pass grants no more than the budget has
-// room for, so that the run never has more decided than it can deliver.
+// leave more than 2,000 signals undelivered, or during which more than 100
+// events came in, so the grants go out at most AllocatorSignalsInFlight at a
+// time, the next ones as earlier ones are delivered, and none is lost; and a
+// pass grants no more than the budget has room for, so that the run never
+// has more decided than it can deliver.
 func TestAllocatorSendsABurstOfGrantsWithinTheSignalBudget(t *testing.T) {
 	const nodes, waiting = 375, 3000 // 8 GPUs a node: the holder takes all 3,000
 	h := newAllocHarnessOpts(t, harnessOpts{signalDelay: time.Second})
@@ -1062,12 +1063,12 @@ func TestAllocatorSendsABurstOfGrantsWithinTheSignalBudget(t *testing.T) {
 	for _, n := range sentAt {
 		most = max(most, n)
 	}
-	assert.LessOrEqual(t, most, protocol.AllocatorSignalBudget, "signals sent while earlier ones were undelivered")
-	assert.GreaterOrEqual(t, len(sentAt), waiting/protocol.AllocatorSignalBudget, "the burst went out in waves")
+	assert.LessOrEqual(t, most, protocol.AllocatorSignalsInFlight, "signals sent while earlier ones were undelivered")
+	assert.GreaterOrEqual(t, len(sentAt), waiting/protocol.AllocatorSignalsInFlight, "the burst went out in waves")
 	// A pass grants no more than the budget can send: what the run has
 	// decided and not delivered, which it must deliver before it can hand
 	// over, stays within it.
-	assert.LessOrEqual(t, mostUndelivered, protocol.AllocatorSignalBudget, "grants decided and not yet delivered")
+	assert.LessOrEqual(t, mostUndelivered, protocol.AllocatorSignalsInFlight, "grants decided and not yet delivered")
 }
 
 // TestJobResetToAnEarlierAttemptIsServed: a job whose workflow was reset to
