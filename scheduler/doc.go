@@ -60,7 +60,7 @@
 //     the pool's size.
 //   - Pool.ScheduleAtMost is a pass for a caller that can act on only so many decisions at once
 //     (the allocator sends each grant and preemption as a signal, at most
-//     protocol.AllocatorSignalBudget in flight): once it has decided that many grants and
+//     protocol.AllocatorSignalsInFlight in flight): once it has decided that many grants and
 //     preemptions it stops before the next waiting request, deciding nothing for it or any after
 //     it (no grant, hold, preemption or reservation), and says so (Decisions.More); the victims
 //     of its last request may take it past the limit. What it decided is what a full pass decides
