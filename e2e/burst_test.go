@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -45,14 +46,15 @@ func TestBurstOfGrantsAfterOneRelease(t *testing.T) {
 	const allocation = "burst"
 	nodes := (waiting + 7) / 8
 	startWorker(t)
+	since := time.Now()
 	allocator := startStubAllocator(t, allocation, nodes, 4*waiting)
 	t.Cleanup(func() { // before the allocator is terminated
 		if t.Failed() {
-			h := readBurstHistory(t, allocator)
+			h := readBurstHistory(t, allocator, since)
 			t.Logf("allocator: %d events in %d runs, the longest %d, at most %d after the server suggested continue-as-new; %d grants delivered; %d tasks timed out, longest task %s; failed tasks %v",
 				h.events, h.runs, h.longestRun, h.mostPastSuggestion, h.grantsDelivered, h.timedOut, h.longestTask.Round(time.Millisecond), h.failedCauses)
 		}
-		saveBurstHistories(t, allocator)
+		saveBurstHistories(t, allocator, since)
 	})
 
 	// 1. The holder takes every GPU: one worker of 8 GPUs on each node.
@@ -78,7 +80,7 @@ func TestBurstOfGrantsAfterOneRelease(t *testing.T) {
 	coroutines := watchCoroutines(allocator)
 	var h burstHistory
 	eventually(t, 10*time.Minute, "every waiting job's grant to be delivered", func() bool {
-		h = readBurstHistory(t, allocator)
+		h = readBurstHistory(t, allocator, since)
 		require.Empty(t, h.failedCauses, "allocator workflow tasks failed")
 		return h.grantsDelivered == waiting+1
 	})
@@ -149,15 +151,15 @@ func watchCoroutines(allocator string) func() (most, samples int) {
 // saveBurstHistories writes each run of the allocator, newest first (as the
 // server lists them), to $TRAINQ_BURST_HISTORIES/run-NN.json when that is set,
 // for a replay measurement (workflows.BenchmarkReplayHistories).
-func saveBurstHistories(t *testing.T, allocator string) {
+func saveBurstHistories(t *testing.T, allocator string, since time.Time) {
 	t.Helper()
 	dir := os.Getenv("TRAINQ_BURST_HISTORIES")
 	if dir == "" {
 		return
 	}
 	require.NoError(t, os.MkdirAll(dir, 0o755))
-	for i, run := range scaleAllocatorRuns(t, allocator) {
-		events := history(t, env.client, allocator, run.runID)
+	for i, runID := range burstRuns(t, allocator, since) {
+		events := history(t, env.client, allocator, runID)
 		b, err := protojson.Marshal(&historypb.History{Events: events})
 		require.NoError(t, err)
 		path := filepath.Join(dir, fmt.Sprintf("run-%02d.json", i))
@@ -209,13 +211,37 @@ type burstHistory struct {
 
 // readBurstHistory reads every run of the allocator: the server suggests
 // continue-as-new long before the burst is over.
-func readBurstHistory(t *testing.T, allocator string) burstHistory {
+func readBurstHistory(t *testing.T, allocator string, since time.Time) burstHistory {
 	t.Helper()
 	var h burstHistory
-	for _, run := range scaleAllocatorRuns(t, allocator) {
-		h.add(history(t, env.client, allocator, run.runID))
+	for _, runID := range burstRuns(t, allocator, since) {
+		h.add(history(t, env.client, allocator, runID))
 	}
 	return h
+}
+
+// burstRuns lists the runs of the allocator started since the test started
+// it, newest first: with -count, the runs an earlier iteration left under the
+// same workflow ID (terminated at its end) are listed too.
+func burstRuns(t *testing.T, allocator string, since time.Time) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var runs []string
+	var token []byte
+	for {
+		resp, err := env.client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Query: fmt.Sprintf("WorkflowId = %q", allocator), NextPageToken: token})
+		require.NoError(t, err)
+		for _, e := range resp.Executions {
+			if !e.GetStartTime().AsTime().Before(since) {
+				runs = append(runs, e.Execution.RunId)
+			}
+		}
+		if token = resp.NextPageToken; len(token) == 0 {
+			return runs
+		}
+	}
 }
 
 // add counts one run's events.
