@@ -32,11 +32,13 @@ import (
 // every job is granted once, that no workflow task of the allocator failed,
 // and that what a workflow task costs does not grow with the burst: the
 // allocator keeps a handful of coroutines (its stack trace, read every
-// second), not one per signal in flight, and no run records more than a
-// budget's worth of events after the server suggested continue-as-new (a
-// worker that does not have a run cached replays all of it in one task:
-// before both bounds a run of 17,000 events took 8 s to replay, and its
-// tasks timed out for good against the 2 s task timeout). It reports the time
+// second), not one per signal in flight; no run records more than 2,000
+// events after the server suggested continue-as-new (a worker that does not
+// have a run cached replays all of it in one task: before these bounds a run
+// of 17,000 events took 8 s to replay, and its tasks timed out or were
+// force-closed for good against the 2 s task timeout); and at most
+// AllocatorSignalsInFlight signals are in flight (the server force-closes a
+// task during which more than 100 events came in). It reports the time
 // from the release to the last grant delivered, the most commands one
 // workflow task sent, the runs and the tasks that timed out. Jobs are the
 // scale test's idle stubs: the allocator's grants only need a workflow to
