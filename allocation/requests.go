@@ -304,7 +304,23 @@ func (s *State) Release(r protocol.ReleaseSignal) []Command {
 // grant whose job is gone frees its capacity again; a preemption whose victim
 // is gone reclaims the victim's workers.
 func (s *State) Pass(now time.Time) []Command {
-	d := s.Pool.Schedule(now)
+	cmds, _ := s.PassAtMost(now, -1)
+	return cmds
+}
+
+// PassAtMost is Pass that stops once it has decided maxSignals grants and
+// preemptions, or more by the victims of its last request (a negative
+// maxSignals: no limit; see scheduler.Pool.ScheduleAtMost); more says that
+// it stopped with requests it did not look at, and a pass right after goes
+// on. The allocator sizes maxSignals to the signals it can send at once, so
+// that a pass never decides much more than it can deliver.
+func (s *State) PassAtMost(now time.Time, maxSignals int) (cmds []Command, more bool) {
+	d := s.Pool.ScheduleAtMost(now, maxSignals)
+	return s.decided(d), d.More
+}
+
+// decided turns a pass's decisions into commands.
+func (s *State) decided(d scheduler.Decisions) []Command {
 	var cmds commands
 	for _, g := range d.Grants {
 		s.Counters.Grants++

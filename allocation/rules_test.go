@@ -321,6 +321,36 @@ func TestPassRules(t *testing.T) {
 	})
 }
 
+// TestPassAtMost: a pass of at most n signals stops after the n-th grant and
+// says so; the next pass goes on where it stopped; a pass of at most 0
+// decides nothing but says there is more; a preemption counts as a signal.
+func TestPassAtMost(t *testing.T) {
+	s := newState(t, 1)
+	for _, j := range []string{"a", "b", "c", "d", "e"} {
+		s.Request(one(j, 1, medium, 2), t0, AllOn{})
+	}
+	cmds, more := s.PassAtMost(t0, 0)
+	assert.Equal(t, []string{}, rendered(cmds))
+	assert.True(t, more)
+	cmds, more = s.PassAtMost(t0, 2)
+	assert.Equal(t, []string{"grant a#1", "grant b#1"}, rendered(cmds))
+	assert.True(t, more)
+	cmds, more = s.PassAtMost(t0, 2)
+	assert.Equal(t, []string{"grant c#1", "grant d#1"}, rendered(cmds))
+	assert.True(t, more, "e is yet to be looked at")
+	cmds, more = s.PassAtMost(t0, 2)
+	assert.Equal(t, []string{}, rendered(cmds), "the node is full")
+	assert.False(t, more)
+	assert.EqualValues(t, 4, s.Counters.Grants)
+	isWaiting("e", 1)(t, s)
+
+	s.Request(one("hi", 1, high, 2), t0, AllOn{})
+	s.Request(one("hi2", 1, high, 2), t0, AllOn{})
+	cmds, more = s.PassAtMost(t0, 1)
+	assert.Equal(t, []string{"preempt a#1"}, rendered(cmds), "hi preempts one of the four, all alike: the first by job id")
+	assert.True(t, more, "hi2 is yet to be looked at")
+}
+
 func TestGrantNotDeliveredRules(t *testing.T) {
 	runRules(t, []ruleCase{
 		{name: "a grant whose job is gone is freed and a pass asked for",

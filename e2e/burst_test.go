@@ -3,6 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,7 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
@@ -25,15 +30,34 @@ import (
 // since the pass is in the allocator's history every retry would fail the
 // same way: the allocator would be wedged for good. The test checks that
 // every job is granted once, that no workflow task of the allocator failed,
-// and reports the time from the release to the last grant delivered and the
-// most commands one workflow task sent. Jobs are the scale test's idle
-// stubs: the allocator's grants only need a workflow to land in.
+// and that what a workflow task costs does not grow with the burst: the
+// allocator keeps a handful of coroutines (its stack trace, read every
+// second), not one per signal in flight; no run records more than 2,000
+// events after the server suggested continue-as-new (a worker that does not
+// have a run cached replays all of it in one task: before these bounds a run
+// of 17,000 events took 8 s to replay, and its tasks timed out or were
+// force-closed for good against the 2 s task timeout); and at most
+// AllocatorSignalsInFlight signals are in flight (the server force-closes a
+// task during which more than 100 events came in). It reports the time
+// from the release to the last grant delivered, the most commands one
+// workflow task sent, the runs and the tasks that timed out. Jobs are the
+// scale test's idle stubs: the allocator's grants only need a workflow to
+// land in.
 func TestBurstOfGrantsAfterOneRelease(t *testing.T) {
 	waiting := envInt("TRAINQ_BURST_JOBS", 5000)
 	const allocation = "burst"
 	nodes := (waiting + 7) / 8
 	startWorker(t)
+	since := time.Now()
 	allocator := startStubAllocator(t, allocation, nodes, 4*waiting)
+	t.Cleanup(func() { // before the allocator is terminated
+		if t.Failed() {
+			h := readBurstHistory(t, allocator, since)
+			t.Logf("allocator: %d events in %d runs, the longest %d, at most %d after the server suggested continue-as-new; %d grants delivered; %d tasks timed out, longest task %s; failed tasks %v",
+				h.events, h.runs, h.longestRun, h.mostPastSuggestion, h.grantsDelivered, h.timedOut, h.longestTask.Round(time.Millisecond), h.failedCauses)
+		}
+		saveBurstHistories(t, allocator, since)
+	})
 
 	// 1. The holder takes every GPU: one worker of 8 GPUs on each node.
 	holder := protocol.JobNamePrefix + uuid.NewString()
@@ -55,22 +79,95 @@ func TestBurstOfGrantsAfterOneRelease(t *testing.T) {
 		workers[i] = i
 	}
 	signalAllocator(t, allocator, protocol.SignalRelease, protocol.ReleaseSignal{Job: holder, Attempt: 1, Workers: workers, Stopping: true})
+	coroutines := watchCoroutines(allocator)
 	var h burstHistory
 	eventually(t, 10*time.Minute, "every waiting job's grant to be delivered", func() bool {
-		h = readBurstHistory(t, allocator)
+		h = readBurstHistory(t, allocator, since)
 		require.Empty(t, h.failedCauses, "allocator workflow tasks failed")
 		return h.grantsDelivered == waiting+1
 	})
+	mostCoroutines, samples := coroutines()
+	// Every workflow task costs, and every replay of the run costs again, a
+	// turn of each of the allocator's coroutines: they must not grow with
+	// the signals in flight.
+	require.NotZero(t, samples, "no stack trace of the allocator was read during the burst")
+	assert.LessOrEqual(t, mostCoroutines, burstCoroutines, "the allocator's coroutines during the burst")
+	// Once the server suggests continue-as-new, a run decides nothing more
+	// and hands over once what it has in flight is delivered: at most
+	// AllocatorSignalsInFlight signals, each an event and at worst a
+	// workflow task of its own (3 events), and the requests that come in
+	// meanwhile; 2,000 events leave room for those. Beyond that the run's
+	// history, which a worker without it cached replays in a single workflow
+	// task, grows with the burst (before, by 12,000 events).
+	assert.LessOrEqual(t, h.mostPastSuggestion, 2000,
+		"events a run recorded after the server suggested continue-as-new")
 
 	v := queue(t, allocation)
 	assert.Zero(t, v.WaitingTotal)
 	assert.Len(t, v.Running, waiting)
 	assert.Equal(t, int64(waiting+1), v.Counters.Grants, "every job was granted once")
 	assert.Zero(t, h.signalsFailed, "no grant was refused by the server")
-	assert.LessOrEqual(t, h.mostInFlight, protocol.AllocatorSignalBudget, "signals in flight at once")
+	assert.LessOrEqual(t, h.mostInFlight, protocol.AllocatorSignalsInFlight, "signals in flight at once")
 	checkGrantsDelivered(t, small)
-	t.Logf("burst of %d grants after one release: last grant delivered %s after the release; at most %d signals in flight; largest workflow task sent %d commands; %d allocator events; %d tasks run again for a signal that came in meanwhile (UnhandledCommand)",
-		waiting, h.lastGrant.Sub(h.release).Round(time.Millisecond), h.mostInFlight, h.mostCommands, h.events, h.unhandled)
+	t.Logf("burst of %d grants after one release: last grant delivered %s after the release; at most %d signals in flight; largest workflow task sent %d commands; %d allocator events in %d runs, the longest %d, at most %d after the server suggested continue-as-new; at most %d coroutines (%d stack traces); %d tasks run again for a signal that came in meanwhile (UnhandledCommand); %d tasks timed out; longest task %s",
+		waiting, h.lastGrant.Sub(h.release).Round(time.Millisecond), h.mostInFlight, h.mostCommands, h.events, h.runs, h.longestRun,
+		h.mostPastSuggestion, mostCoroutines, samples, h.unhandled, h.timedOut, h.longestTask.Round(time.Millisecond))
+}
+
+// burstCoroutines bounds the allocator's coroutines during the burst: its
+// loops and a few timers, not one per signal in flight.
+const burstCoroutines = 50
+
+// watchCoroutines reads the allocator's stack trace (the SDK's built-in
+// query: one entry per coroutine) every second until the returned function
+// is called, which returns the most coroutines seen and the traces read. A
+// query the worker does not answer in time is skipped.
+func watchCoroutines(allocator string) func() (most, samples int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var most, samples int
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			qctx, qcancel := context.WithTimeout(ctx, 10*time.Second)
+			v, err := env.client.QueryWorkflow(qctx, allocator, "", client.QueryTypeStackTrace)
+			var trace string
+			if err == nil && v.Get(&trace) == nil {
+				most = max(most, strings.Count(trace, "coroutine "))
+				samples++
+			}
+			qcancel()
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	return func() (int, int) {
+		cancel()
+		<-done
+		return most, samples
+	}
+}
+
+// saveBurstHistories writes each run of the allocator, newest first (as the
+// server lists them), to $TRAINQ_BURST_HISTORIES/run-NN.json when that is set,
+// for a replay measurement (workflows.BenchmarkReplayHistories).
+func saveBurstHistories(t *testing.T, allocator string, since time.Time) {
+	t.Helper()
+	dir := os.Getenv("TRAINQ_BURST_HISTORIES")
+	if dir == "" {
+		return
+	}
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	for i, runID := range burstRuns(t, allocator, since) {
+		events := history(t, env.client, allocator, runID)
+		b, err := protojson.Marshal(&historypb.History{Events: events})
+		require.NoError(t, err)
+		path := filepath.Join(dir, fmt.Sprintf("run-%02d.json", i))
+		require.NoError(t, os.WriteFile(path, b, 0o644))
+		t.Logf("wrote %s: %d events, %d bytes", path, len(events), len(b))
+	}
 }
 
 // startStub starts an idle stub workflow named job (see the scale test).
@@ -103,25 +200,62 @@ type burstHistory struct {
 	// mostInFlight is the most signals sent and not yet delivered at any
 	// point; mostCommands the most commands one workflow task completed with.
 	mostInFlight, mostCommands int
+	// timedOut counts the workflow tasks that timed out (start to close);
+	// longestTask is the longest a worker took from a task's start to its
+	// completion, a replay of the run included when the task was not sticky.
+	timedOut    int
+	longestTask time.Duration
+	// runs and longestRun count the runs and the events of the longest;
+	// mostPastSuggestion is the most events a run recorded after the first
+	// workflow task in which the server suggested continue-as-new.
+	runs, longestRun, mostPastSuggestion int
 }
 
 // readBurstHistory reads every run of the allocator: the server suggests
 // continue-as-new long before the burst is over.
-func readBurstHistory(t *testing.T, allocator string) burstHistory {
+func readBurstHistory(t *testing.T, allocator string, since time.Time) burstHistory {
 	t.Helper()
 	var h burstHistory
-	for _, run := range scaleAllocatorRuns(t, allocator) {
-		h.add(history(t, env.client, allocator, run.runID))
+	for _, runID := range burstRuns(t, allocator, since) {
+		h.add(history(t, env.client, allocator, runID))
 	}
 	return h
+}
+
+// burstRuns lists the runs of the allocator started since the test started
+// it, newest first: with -count, the runs an earlier iteration left under the
+// same workflow ID (terminated at its end) are listed too.
+func burstRuns(t *testing.T, allocator string, since time.Time) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var runs []string
+	var token []byte
+	for {
+		resp, err := env.client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Query: fmt.Sprintf("WorkflowId = %q", allocator), NextPageToken: token})
+		require.NoError(t, err)
+		for _, e := range resp.Executions {
+			if !e.GetStartTime().AsTime().Before(since) {
+				runs = append(runs, e.Execution.RunId)
+			}
+		}
+		if token = resp.NextPageToken; len(token) == 0 {
+			return runs
+		}
+	}
 }
 
 // add counts one run's events.
 func (h *burstHistory) add(events []*historypb.HistoryEvent) {
 	grants := map[int64]bool{} // initiated event ids of grant signals
 	inFlight := 0
-	commands := map[int64]int{} // workflow task completed event id -> commands
-	for _, e := range events {
+	commands := map[int64]int{}      // workflow task completed event id -> commands
+	started := map[int64]time.Time{} // workflow task started event id -> when
+	h.runs++
+	h.longestRun = max(h.longestRun, len(events))
+	suggested := -1 // index of the first task started with the suggestion
+	for i, e := range events {
 		h.events++
 		if task := commandTask(e); task != 0 {
 			commands[task]++
@@ -149,6 +283,19 @@ func (h *burstHistory) add(events []*historypb.HistoryEvent) {
 		case enumspb.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED:
 			inFlight--
 			h.signalsFailed++
+		case enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+			started[e.GetEventId()] = e.GetEventTime().AsTime()
+			if suggested < 0 && e.GetWorkflowTaskStartedEventAttributes().GetSuggestContinueAsNew() {
+				suggested = i
+			}
+		case enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+			if at, ok := started[e.GetWorkflowTaskCompletedEventAttributes().GetStartedEventId()]; ok {
+				h.longestTask = max(h.longestTask, e.GetEventTime().AsTime().Sub(at))
+			}
+		case enumspb.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+			if e.GetWorkflowTaskTimedOutEventAttributes().GetTimeoutType() == enumspb.TIMEOUT_TYPE_START_TO_CLOSE {
+				h.timedOut++
+			}
 		case enumspb.EVENT_TYPE_WORKFLOW_TASK_FAILED:
 			cause := e.GetWorkflowTaskFailedEventAttributes().GetCause()
 			if cause == enumspb.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND {
@@ -157,6 +304,9 @@ func (h *burstHistory) add(events []*historypb.HistoryEvent) {
 				h.failedCauses = append(h.failedCauses, cause.String())
 			}
 		}
+	}
+	if suggested >= 0 {
+		h.mostPastSuggestion = max(h.mostPastSuggestion, len(events)-1-suggested)
 	}
 }
 

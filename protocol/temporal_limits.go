@@ -32,16 +32,28 @@ const (
 	// TemporalPayloadBytesLimit: one payload, e.g. a signal's argument or a
 	// workflow's input (limit.blobSize.error).
 	TemporalPayloadBytesLimit = 2 << 20
+	// TemporalBufferedEventsLimit: events (signals received, signals
+	// delivered, activities completed...) that may arrive while one workflow
+	// task runs (history.maximumBufferedEventsBatch). One more and the server
+	// fails the running task (ForceCloseCommand); the worker, which loses
+	// the run from its cache, then replays all of it in the next task, during
+	// which as many may arrive again.
+	TemporalBufferedEventsLimit = 100
 )
 
 // trainq's budgets, each a fraction of the limit it guards, so that what one
 // workflow does besides the bounded fan-out (a fence, a watch, a timer) can
 // never tip it over.
 const (
-	// AllocatorSignalBudget bounds the grants, preemptions and refusals an
-	// allocator has in flight; the rest wait in its outbox and go out as
-	// earlier ones are delivered.
+	// AllocatorSignalBudget bounded the grants, preemptions and refusals an
+	// allocator had in flight, before AllocatorSignalsInFlight; the rest wait
+	// in its outbox and go out as earlier ones are delivered.
 	AllocatorSignalBudget = TemporalPendingSignalsLimit / 4
+	// AllocatorSignalsInFlight bounds them now: half the buffered-events
+	// limit, so that however long one of its workflow tasks takes, the
+	// deliveries of what it has in flight can never get the task force-closed,
+	// and the other half is left for the signals jobs send it.
+	AllocatorSignalsInFlight = TemporalBufferedEventsLimit / 2
 	// AllocatorActivityBudget bounds the activities an allocator has
 	// pending: half for fences, half for reclaims' stops and checks.
 	AllocatorActivityBudget = TemporalPendingActivitiesLimit / 4

@@ -66,6 +66,15 @@
 //     copy of the nodes' capacity from the last pass and restores only the nodes that changed
 //     since, so its cost grows with the waiting requests it walks and the nodes touched, not with
 //     the pool's size.
+//   - Pool.ScheduleAtMost is a pass for a caller that can act on only so many decisions at once
+//     (the allocator sends each grant and preemption as a signal, at most
+//     protocol.AllocatorSignalsInFlight in flight): once it has decided that many grants and
+//     preemptions it stops before the next waiting request, deciding nothing for it or any after
+//     it (no grant, hold, preemption or reservation), and says so (Decisions.More); the victims
+//     of its last request may take it past the limit. What it decided is what a full pass decides
+//     for the requests before the cut, and the pool counts as changed, so the next pass walks the
+//     queue again from its head; passes at the same time end where one full pass would (the
+//     property test checks both).
 //   - A lost node (Pool.MarkNodeLost: its agent stopped answering) is fenced: nothing is granted on
 //     it and no pass counts its free or releasing capacity for anyone, so nothing is nominated on
 //     it and nobody is preempted for capacity there. Jobs placed on it keep holding until they are

@@ -23,7 +23,7 @@ func (p *Pool) View() View {
 func (p *Pool) ViewPage(offset, limit int) View {
 	page := span{from: min(max(offset, 0), len(p.waiting))}
 	page.to = page.from + min(max(limit, 0), len(p.waiting)-page.from)
-	pl := p.plan(p.lastNow, newScratch(), page)
+	pl := p.plan(p.lastNow, newScratch(), page, -1)
 	ex := p.newExplainer(pl)
 	v := View{Waiting: make([]WaitingInfo, 0, page.to-page.from), Nodes: p.nodeInfos()}
 	for i := page.from; i < page.to; i++ {
@@ -62,7 +62,7 @@ func (p *Pool) Explain(job string) (WaitingInfo, bool) {
 		return WaitingInfo{}, false
 	}
 	i := p.waitPos(&w.r)
-	pl := p.plan(p.lastNow, newScratch(), span{i, i + 1})
+	pl := p.plan(p.lastNow, newScratch(), span{i, i + 1}, -1)
 	return p.newExplainer(pl).info(i), true
 }
 

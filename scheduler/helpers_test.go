@@ -300,7 +300,7 @@ func checkInvariants(t testing.TB, p *Pool) {
 	if !slices.Equal(p.LostNodes(), lost) {
 		t.Fatalf("LostNodes %v, want %v", p.LostNodes(), lost)
 	}
-	pl := p.plan(p.lastNow, newScratch(), span{0, len(p.waiting)})
+	pl := p.plan(p.lastNow, newScratch(), span{0, len(p.waiting)}, -1)
 	for i, o := range pl.outs {
 		r := &p.waiting[i].r
 		for _, n := range o.nodes {

@@ -120,6 +120,7 @@ func simulate(t testing.TB, data []byte, check bool) []string {
 			ev = func(x *Pool) string {
 				var d Decisions
 				if check && x == p {
+					checkScheduleAtMost(t, x, at)
 					d = sched(t, x, at)
 				} else {
 					d = x.Schedule(at)

@@ -716,9 +716,12 @@ type plan struct {
 	preempts   []planPreempt
 	takeovers  []planTakeover
 	reserves   []planReserve
-	outs       []planOut    // explain mode only: one per waiting request in the explained span
-	outFrom    int          // explain mode only: outs[k] is the outcome of waiting request outFrom+k
-	consumers  [][]consumer // explain mode only: per family, the waiting requests before the span's end that took capacity
+	// cut says the pass stopped at its limit (see ScheduleAtMost): the
+	// requests from there on were not looked at.
+	cut       bool
+	outs      []planOut    // explain mode only: one per waiting request in the explained span
+	outFrom   int          // explain mode only: outs[k] is the outcome of waiting request outFrom+k
+	consumers [][]consumer // explain mode only: per family, the waiting requests before the span's end that took capacity
 }
 
 // span is a range [from, to) of waiting requests in launch order.
@@ -728,8 +731,10 @@ func (s span) has(i int) bool { return i >= s.from && i < s.to }
 
 // plan runs the scheduling rules over the waiting requests in launch order without changing the
 // pool. It records the outcome of the requests in explain (none: an empty span); the requests
-// after it are planned too, for what they reserve, but not explained.
-func (p *Pool) plan(now time.Time, sc *scratch, explain span) *plan {
+// after it are planned too, for what they reserve, but not explained. With maxDecisions >= 0 it
+// stops before the first request it reaches once it has planned that many grants and
+// preemptions (see ScheduleAtMost); explaining plans never stop.
+func (p *Pool) plan(now time.Time, sc *scratch, explain span, maxDecisions int) *plan {
 	sc.reset(p)
 	sc.startCaps(p)
 	// The grant buffers are the last pass's, emptied (see Schedule).
@@ -744,6 +749,10 @@ func (p *Pool) plan(now time.Time, sc *scratch, explain span) *plan {
 	strict := p.strict()
 	reserving := p.policy.ReserveAfter > 0 && !strict
 	for i, key := range p.waitKeys {
+		if maxDecisions >= 0 && len(pl.grants)+len(pl.preempts) >= maxDecisions {
+			pl.cut = true
+			break
+		}
 		first := key.class != prevClass
 		prevClass = key.class
 		if blocker >= 0 {
@@ -1052,7 +1061,19 @@ func (sc *scratch) rehide(p *Pool) {
 //
 // A second call at the same time with no event in between decides nothing. A call when no event
 // changed the pool since a pass that decided nothing, before NextWake, costs O(1).
-func (p *Pool) Schedule(now time.Time) Decisions {
+func (p *Pool) Schedule(now time.Time) Decisions { return p.ScheduleAtMost(now, -1) }
+
+// ScheduleAtMost is Schedule for a caller that can act on only so many decisions at once (the
+// allocator, which sends each grant and preemption as a signal): once the pass has decided
+// maxDecisions grants and preemptions it stops before the next waiting request, which it neither
+// grants nor lets hold, preempt or reserve, nor any after it; Decisions.More says so. Each
+// request adds one grant or all its victims, so a pass may pass maxDecisions by the victims of
+// its last request. What the pass decided before it stopped is what a full pass decides for
+// those requests, and the pool stays marked as changed, so that the next call walks the queue
+// again from its head; calls at the same time, with no event between, end with what one full
+// pass decides (maxDecisions 0 stops before the first waiting request). A negative maxDecisions
+// has no limit.
+func (p *Pool) ScheduleAtMost(now time.Time, maxDecisions int) Decisions {
 	now = normTime(now)
 	p.lastNow = now
 	p.forget(now)
@@ -1064,15 +1085,15 @@ func (p *Pool) Schedule(now time.Time) Decisions {
 		p.dirty, p.wake = false, time.Time{}
 		return Decisions{}
 	}
-	pl := p.plan(now, p.sc, span{})
-	var d Decisions
+	pl := p.plan(now, p.sc, span{}, maxDecisions)
+	d := Decisions{More: pl.cut}
 	p.applyTakeovers(pl)
 	d.Grants = p.applyGrants(now, pl)
 	d.Preemptions = p.applyPreemptions(pl)
 	p.updateHeads(now, pl)
 	clear(pl.grants) // (their holds)
 	p.sc.grantBuf, p.sc.grantNodeBuf = pl.grants[:0], pl.grantNodes[:0]
-	p.dirty = len(d.Grants)+len(d.Preemptions) > 0
+	p.dirty = len(d.Grants)+len(d.Preemptions) > 0 || d.More
 	p.wake = p.nextWake(now)
 	return d
 }

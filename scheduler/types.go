@@ -411,6 +411,9 @@ type Preemption struct {
 type Decisions struct {
 	Grants      []Grant      `json:"grants,omitempty"`
 	Preemptions []Preemption `json:"preemptions,omitempty"`
+	// More says a ScheduleAtMost pass stopped at its limit with waiting requests it did not
+	// look at: a pass right after may decide more.
+	More bool `json:"more,omitempty"`
 }
 
 // WaitingInfo explains one waiting request.

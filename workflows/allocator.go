@@ -17,10 +17,16 @@ import (
 )
 
 // Continue-as-new thresholds. Temporal suggests continue-as-new on history
-// size and length; updates have their own per-run limit, so count them too.
+// size and length (from 4Ki events by default); updates have their own
+// per-run limit, so count them too; and a run hands over at maxEventsPerRun
+// events whatever the server suggests (before versionShorterRuns, at
+// oldMaxEventsPerRun): a worker that does not have the run cached replays all
+// of it in one workflow task, which must stay well within
+// protocol.AllocatorTaskTimeout.
 const (
-	maxUpdatesPerRun = 1000
-	maxEventsPerRun  = 20000
+	maxUpdatesPerRun   = 1000
+	maxEventsPerRun    = 10000
+	oldMaxEventsPerRun = 20000
 	// explainLimit is the queue length up to which a request's reply says
 	// its position and reason (one dry-run pass each). detailsLimit is the
 	// queue length up to which every event re-renders the Web UI details
@@ -69,15 +75,23 @@ type allocator struct {
 	reclaimTicks int
 	updates      int
 	inFlight     int // outgoing signals not yet delivered
-	// outbox holds the signals decided while AllocatorSignalBudget were in
-	// flight, oldest first; each delivery sends the next (see send).
+	// outbox holds the signals decided while the budget's worth were in
+	// flight (see signalBudget), oldest first; each delivery sends the next
+	// (see send).
 	outbox []allocation.Signal
 	// activities counts this run's pending activities, bounded by
 	// AllocatorActivityBudget (see executeActivity): fences' in
 	// activities[fenceActivities], the rest in activities[otherActivities].
 	activities [2]int
-	detailsAt  time.Time
-	lastEvent  string
+	// watching are the futures the watch loop waits for (flags.watchLoop),
+	// in the order they were watched, each with what its completion does.
+	watching []watched
+	// passCut says the last pass stopped at the signal budget with waiting
+	// requests it did not look at (flags.passWithinBudget); deliveries ask
+	// for the next pass once the budget has room again (see passOn).
+	passCut   bool
+	detailsAt time.Time
+	lastEvent string
 }
 
 // runFlags are the versions of the workflow code a run follows.
@@ -99,6 +113,18 @@ type runFlags struct {
 	// there and the owners of unknown workers what they hold
 	// (versionFenceRegistersStrangers).
 	registersStrangers bool
+	// watchLoop: one coroutine waits for every outgoing signal and budgeted
+	// activity (versionWatchLoop).
+	watchLoop bool
+	// passWithinBudget: a pass decides at most what the signal budget has
+	// room for (versionPassWithinBudget).
+	passWithinBudget bool
+	// shorterRuns: the run hands over at maxEventsPerRun events
+	// (versionShorterRuns).
+	shorterRuns bool
+	// fewerSignals: at most AllocatorSignalsInFlight signals in flight
+	// (versionFewerSignalsInFlight).
+	fewerSignals bool
 }
 
 // gates answers the allocation rules' gates with workflow.GetVersion, at the
@@ -148,6 +174,44 @@ const (
 	// registerStrangers); before, a running job recovery missed had its
 	// healthy workers killed.
 	versionFenceRegistersStrangers = "allocator-fence-registers-strangers"
+	// versionWatchLoop: one coroutine, the watch loop, waits for every signal
+	// the allocator sends and every activity counted against its budget, and
+	// does what each one's completion calls for (see watch); before, each had
+	// a coroutine of its own. The SDK runs every blocked coroutine of a
+	// workflow on every workflow task to let it look at its future (a
+	// goroutine switch, a deadlock-detector ticker and a stack walk each), so
+	// with AllocatorSignalBudget signals in flight every task of a burst, and
+	// every task of the run a replay goes through again, paid 500 of those:
+	// TestBurstOfGrantsAfterOneRelease saw allocator tasks of 5 to 8 s on a
+	// loaded machine against the 2 s AllocatorTaskTimeout, and the retries,
+	// replaying the whole run on a worker without it cached, timed out too.
+	versionWatchLoop = "allocator-watch-loop"
+	// versionPassWithinBudget: a pass decides at most as many grants and
+	// preemptions as AllocatorSignalBudget has room for (or more by the
+	// victims of its last request), and the deliveries of its signals ask for
+	// the next pass (see schedulePass, passOn); before, one pass granted every
+	// job that fitted and the signals beyond the budget waited in the outbox. A release that freed room for 5,000 jobs then left a run
+	// unable to hand over until all 5,000 grants were delivered, 10,000
+	// events past the point where the server suggested continue-as-new (and
+	// for 25,000 jobs, past the server's hard limit on a run's history), and
+	// every one of those events made the run longer to replay.
+	versionPassWithinBudget = "allocator-pass-within-budget"
+	// versionShorterRuns: a run hands over at maxEventsPerRun (10,000)
+	// events if the server has not suggested it earlier, instead of 20,000.
+	// With the server's default suggestion at 4Ki events this never comes
+	// into play; with a server set to suggest later it halves what a worker
+	// may have to replay in one task (a 5,500-event run of the burst test
+	// replays in 0.2 s on a loaded 2-core machine; a 17,000-event run of the
+	// code before versionWatchLoop took 8 s).
+	versionShorterRuns = "allocator-shorter-runs"
+	// versionFewerSignalsInFlight: at most AllocatorSignalsInFlight (50)
+	// signals in flight instead of AllocatorSignalBudget (500). The server
+	// fails a running workflow task once more than 100 events have come in
+	// meanwhile (TemporalBufferedEventsLimit), and 500 deliveries coming in
+	// while a slow task ran (a worker that had lost the run from its cache,
+	// replaying it) did: the retry replayed the run again, and failed the
+	// same way while the burst went on.
+	versionFewerSignalsInFlight = "allocator-fewer-signals-in-flight"
 )
 
 // AllocatorWorkflow owns the capacity of one allocation. Jobs ask it for
@@ -206,6 +270,10 @@ func (a *allocator) readVersions(ctx workflow.Context) {
 	f.handOverPaused = workflow.GetVersion(ctx, versionHandOverPause, workflow.DefaultVersion, 1) >= 1
 	f.settleHandOver = workflow.GetVersion(ctx, versionHandOverSettle, workflow.DefaultVersion, 1) >= 1
 	f.registersStrangers = workflow.GetVersion(ctx, versionFenceRegistersStrangers, workflow.DefaultVersion, 1) >= 1
+	f.watchLoop = workflow.GetVersion(ctx, versionWatchLoop, workflow.DefaultVersion, 1) >= 1
+	f.passWithinBudget = workflow.GetVersion(ctx, versionPassWithinBudget, workflow.DefaultVersion, 1) >= 1
+	f.shorterRuns = workflow.GetVersion(ctx, versionShorterRuns, workflow.DefaultVersion, 1) >= 1
+	f.fewerSignals = workflow.GetVersion(ctx, versionFewerSignalsInFlight, workflow.DefaultVersion, 1) >= 1
 }
 
 func (a *allocator) registerHandlers(ctx workflow.Context) error {
@@ -492,7 +560,63 @@ func (a *allocator) startSignalLoops(ctx workflow.Context) {
 		}
 	})
 	workflow.Go(ctx, a.reclaimLoop)
+	if a.flags.watchLoop {
+		workflow.Go(ctx, a.watchLoop)
+	}
 	workflow.Go(ctx, a.settle) // last: see awaitHandOver
+}
+
+// watched is a future the watch loop waits for, and what its completion does.
+type watched struct {
+	f    workflow.Future
+	done func(ctx workflow.Context, err error)
+}
+
+// watch has done run with f's error once f is ready: in the watch loop
+// (flags.watchLoop), else in a coroutine of its own that waits for f. done
+// must not block: the watch loop is what frees the budgets.
+func (a *allocator) watch(ctx workflow.Context, f workflow.Future, done func(ctx workflow.Context, err error)) {
+	if !a.flags.watchLoop {
+		workflow.Go(ctx, func(ctx workflow.Context) { done(ctx, f.Get(ctx, nil)) })
+		return
+	}
+	a.watching = append(a.watching, watched{f: f, done: done})
+}
+
+// watchLoop waits until some watched future is ready, then runs the
+// completions of all that are, in the order they were watched. Its one
+// coroutine costs every workflow task a look at each future in flight, not a
+// coroutine switch each (see versionWatchLoop).
+func (a *allocator) watchLoop(ctx workflow.Context) {
+	for {
+		if workflow.Await(ctx, a.anyWatchedReady) != nil {
+			return
+		}
+		var ready []watched
+		k := 0
+		for _, w := range a.watching {
+			if w.f.IsReady() {
+				ready = append(ready, w)
+			} else {
+				a.watching[k] = w
+				k++
+			}
+		}
+		clear(a.watching[k:])
+		a.watching = a.watching[:k]
+		for _, w := range ready {
+			w.done(ctx, w.f.Get(ctx, nil)) // ready: Get does not block
+		}
+	}
+}
+
+func (a *allocator) anyWatchedReady() bool {
+	for _, w := range a.watching {
+		if w.f.IsReady() {
+			return true
+		}
+	}
+	return false
 }
 
 // passLoop runs one scheduling pass per workflow task, however many
@@ -540,7 +664,11 @@ func (a *allocator) shouldContinueAsNew(ctx workflow.Context) bool {
 	if limit <= 0 {
 		limit = maxUpdatesPerRun
 	}
-	return info.GetContinueAsNewSuggested() || a.updates >= limit || info.GetCurrentHistoryLength() >= maxEventsPerRun
+	events := oldMaxEventsPerRun
+	if a.flags.shorterRuns {
+		events = maxEventsPerRun
+	}
+	return info.GetContinueAsNewSuggested() || a.updates >= limit || info.GetCurrentHistoryLength() >= events
 }
 
 // Every signal counts towards the server's per-run limits (a.updates).
@@ -655,7 +783,18 @@ func (a *allocator) schedulePass(ctx workflow.Context) {
 	// replay-aware handler drops the sample while replaying.
 	//workflowcheck:ignore
 	passStart := time.Now()
-	cmds := a.st.Pass(now)
+	var cmds []allocation.Command
+	if a.flags.passWithinBudget {
+		// Decide no more than can be sent at once: the rest of the queue
+		// waits for the next pass (passOn), so that what this run has
+		// decided and not yet delivered stays within the budget.
+		room := a.signalBudget() - a.inFlight - len(a.outbox)
+		if a.passCut = room <= 0; !a.passCut {
+			cmds, a.passCut = a.st.PassAtMost(now, room)
+		}
+	} else {
+		cmds = a.st.Pass(now)
+	}
 	a.metrics(ctx).Timer(metrics.SchedulingPassInstrument).Record(time.Since(passStart)) //workflowcheck:ignore
 	a.execute(ctx, cmds)
 	a.armWake(ctx, now)
@@ -667,16 +806,26 @@ func (a *allocator) schedulePass(ctx workflow.Context) {
 	}
 }
 
+// signalBudget is how many signals this run may have in flight.
+func (a *allocator) signalBudget() int {
+	if a.flags.fewerSignals {
+		return protocol.AllocatorSignalsInFlight
+	}
+	return protocol.AllocatorSignalBudget
+}
+
 // send signals a job workflow; if the workflow no longer exists, what the
 // signal's IfGone says is done.
-// At most AllocatorSignalBudget signals are in flight: Temporal fails every
-// workflow task that would have more than TemporalPendingSignalsLimit, and a
-// pass can decide thousands of grants at once (a big job ends while many
-// small ones wait). The rest wait in the outbox, in order, and each delivery
-// sends the next, so a burst goes out over the following workflow tasks with
-// no outside event needed.
+// At most signalBudget signals are in flight: Temporal fails every workflow
+// task that would have more than TemporalPendingSignalsLimit, or during which
+// more than TemporalBufferedEventsLimit events came in, and a pass can decide
+// more than the budget (refusals, the victims of a large preemptor; before
+// versionPassWithinBudget, thousands of grants when a big job ended while many
+// small ones waited). The rest wait in the outbox, in order, and each
+// delivery sends the next, so that they go out over the following workflow
+// tasks with no outside event needed.
 func (a *allocator) send(ctx workflow.Context, o allocation.Signal) {
-	if a.inFlight >= protocol.AllocatorSignalBudget || len(a.outbox) > 0 {
+	if a.inFlight >= a.signalBudget() || len(a.outbox) > 0 {
 		a.outbox = append(a.outbox, o)
 		return
 	}
@@ -686,15 +835,27 @@ func (a *allocator) send(ctx workflow.Context, o allocation.Signal) {
 func (a *allocator) signal(ctx workflow.Context, o allocation.Signal) {
 	f := workflow.SignalExternalWorkflow(ctx, o.Job, "", o.Name, o.Arg)
 	a.inFlight++
-	workflow.Go(ctx, func(ctx workflow.Context) {
-		err := f.Get(ctx, nil)
+	a.watch(ctx, f, func(ctx workflow.Context, err error) {
 		a.inFlight--
 		a.flushOutbox(ctx)
 		if err != nil {
 			workflow.GetLogger(ctx).Warn("signal to job failed", "job", o.Job, "signal", o.Name, "error", err)
 			a.jobGone(ctx, o)
 		}
+		a.passOn(ctx)
 	})
+}
+
+// passOn asks for the next pass once a pass that stopped at the signal budget
+// has a tenth of it free again: the rest of a burst is granted in slices of
+// at least a tenth of the budget as earlier grants are delivered, and the
+// budget stays nearly full. (A pass that stops early costs little: it walks
+// the queue only up to its cut.)
+func (a *allocator) passOn(ctx workflow.Context) {
+	if budget := a.signalBudget(); a.passCut && a.inFlight+len(a.outbox) <= budget-budget/10 {
+		a.passCut = false
+		a.schedule(ctx)
+	}
 }
 
 // jobGone does what a signal's IfGone says once its job's workflow is found
@@ -711,7 +872,7 @@ func (a *allocator) jobGone(ctx workflow.Context, o allocation.Signal) {
 
 // flushOutbox sends waiting signals while the budget allows.
 func (a *allocator) flushOutbox(ctx workflow.Context) {
-	for len(a.outbox) > 0 && a.inFlight < protocol.AllocatorSignalBudget {
+	for len(a.outbox) > 0 && a.inFlight < a.signalBudget() {
 		o := a.outbox[0]
 		a.outbox[0] = allocation.Signal{}
 		a.outbox = a.outbox[1:]
@@ -747,10 +908,7 @@ func (a *allocator) executeActivityOf(ctx workflow.Context, share int, activity 
 	_ = workflow.Await(ctx, func() bool { return a.activities[share] < protocol.AllocatorActivityBudget/2 })
 	a.activities[share]++
 	f := workflow.ExecuteActivity(ctx, activity, args...)
-	workflow.Go(ctx, func(gctx workflow.Context) {
-		_ = f.Get(gctx, nil)
-		a.activities[share]--
-	})
+	a.watch(ctx, f, func(workflow.Context, error) { a.activities[share]-- })
 	return f
 }
 

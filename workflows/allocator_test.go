@@ -666,6 +666,28 @@ func TestAllocatorReclaimsVanishedJob(t *testing.T) {
 	assert.Equal(t, int64(1), end.Counters.Reclaimed)
 }
 
+// TestAllocatorContinuesAsNewAtMaxEventsPerRun: a run whose history reaches
+// maxEventsPerRun events hands over although the server has not suggested it
+// (one set to suggest later than its default 4Ki events): a worker that does
+// not have the run cached replays all of it in one workflow task. One event
+// short of it, the run goes on.
+func TestAllocatorContinuesAsNewAtMaxEventsPerRun(t *testing.T) {
+	for _, events := range []int{maxEventsPerRun - 1, maxEventsPerRun} {
+		t.Run(fmt.Sprint(events), func(t *testing.T) {
+			h := newAllocHarness(t)
+			h.signalRequest(time.Minute, capReq("j", 1, scheduler.Medium, 1))
+			h.at(2*time.Minute, func() { h.env.SetCurrentHistoryLength(events) })
+			h.runAllocator(allocInput(allocNodes(1, 2)), time.Hour)
+			if events < maxEventsPerRun {
+				require.ErrorContains(t, h.env.GetWorkflowError(), "canceled", "the run went on until the test cancelled it")
+				return
+			}
+			carried := continuedWith(t, h.env.GetWorkflowError())
+			require.Len(t, carried.pool.Running, 1, "the run handed over with j granted")
+		})
+	}
+}
+
 // TestAllocatorContinuesAsNewWithWaitingJobs drives the allocator past
 // maxUpdatesPerRun with jobs that must all wait, checks the input it
 // continues with, and starts a fresh run from that input.
@@ -982,9 +1004,11 @@ func TestAllocatorReconfigureRefusesJobsThatNoLongerFit(t *testing.T) {
 
 // TestAllocatorSendsABurstOfGrantsWithinTheSignalBudget: one release frees
 // capacity for 3,000 waiting jobs. Temporal fails a workflow task that would
-// leave more than 2,000 signals undelivered, so the pass's grants go out at
-// most AllocatorSignalBudget at a time, the next ones as earlier ones are
-// delivered, and none is lost.
+// leave more than 2,000 signals undelivered, or during which more than 100
+// events came in, so the grants go out at most AllocatorSignalsInFlight at a
+// time, the next ones as earlier ones are delivered, and none is lost; and a
+// pass grants no more than the budget has room for, so that the run never
+// has more decided than it can deliver.
 func TestAllocatorSendsABurstOfGrantsWithinTheSignalBudget(t *testing.T) {
 	const nodes, waiting = 375, 3000 // 8 GPUs a node: the holder takes all 3,000
 	h := newAllocHarnessOpts(t, harnessOpts{signalDelay: time.Second})
@@ -1008,6 +1032,17 @@ func TestAllocatorSendsABurstOfGrantsWithinTheSignalBudget(t *testing.T) {
 		all[i] = i
 	}
 	h.release(3*time.Minute, protocol.ReleaseSignal{Job: "holder", Attempt: 1, Workers: all, Stopping: true})
+	// While the burst goes out, every 100 ms: the grants decided and not yet
+	// delivered (the mock records a signal once its delay has passed).
+	mostUndelivered := 0
+	for d := 3 * time.Minute; d < 3*time.Minute+20*time.Second; d += 100 * time.Millisecond {
+		h.at(d, func() {
+			decided := h.queue().Counters.Grants
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			mostUndelivered = max(mostUndelivered, int(decided)-len(h.grants))
+		})
+	}
 	in := allocInput(allocNodes(nodes, 8))
 	in.MaxUpdatesPerRun = 2 * waiting // one run takes the whole burst
 	h.runAllocator(in, time.Hour)
@@ -1028,8 +1063,12 @@ func TestAllocatorSendsABurstOfGrantsWithinTheSignalBudget(t *testing.T) {
 	for _, n := range sentAt {
 		most = max(most, n)
 	}
-	assert.LessOrEqual(t, most, protocol.AllocatorSignalBudget, "signals sent while earlier ones were undelivered")
-	assert.GreaterOrEqual(t, len(sentAt), waiting/protocol.AllocatorSignalBudget, "the burst went out in waves")
+	assert.LessOrEqual(t, most, protocol.AllocatorSignalsInFlight, "signals sent while earlier ones were undelivered")
+	assert.GreaterOrEqual(t, len(sentAt), waiting/protocol.AllocatorSignalsInFlight, "the burst went out in waves")
+	// A pass grants no more than the budget can send: what the run has
+	// decided and not delivered, which it must deliver before it can hand
+	// over, stays within it.
+	assert.LessOrEqual(t, mostUndelivered, protocol.AllocatorSignalsInFlight, "grants decided and not yet delivered")
 }
 
 // TestJobResetToAnEarlierAttemptIsServed: a job whose workflow was reset to
