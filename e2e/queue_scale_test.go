@@ -297,9 +297,15 @@ var scaleRetries atomic.Int64
 // does.
 func submitScaleJobs(t *testing.T, allocator string, jobs []*scaleJob) {
 	t.Helper()
+	submitScaleJobsAtOnce(t, allocator, jobs, 16)
+}
+
+// submitScaleJobsAtOnce is submitScaleJobs with at most n submissions at once.
+func submitScaleJobsAtOnce(t *testing.T, allocator string, jobs []*scaleJob, n int) {
+	t.Helper()
 	var failed atomic.Int64
 	var firstErr atomic.Value
-	parallel(len(jobs), 16, func(i int) {
+	parallel(len(jobs), n, func(i int) {
 		j := jobs[i]
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
