@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -84,13 +85,22 @@ func TestAwaitingLaunchResources(t *testing.T) {
 	}
 	holder := submitJob(t, "alice", onDry("while true; do sleep 0.1; done", "high"))
 	waitStatus(t, "alice", holder, "Running")
-	aliceWaits := submitJob(t, "alice", onDry("true", "medium"))
-	bobWaits := submitJob(t, "bob", onDry("true", "medium"))
-	lowWaits := submitJob(t, "alice", onDry("true", "low"))
-	for _, j := range []string{aliceWaits, lowWaits} {
-		waitStatus(t, "alice", j, "Pending")
+	// The launch order is the order the allocator hears the requests in: each goes in after the last.
+	queued := func(n int) {
+		t.Helper()
+		eventually(t, long, fmt.Sprintf("%d jobs to be queued", n), func() bool {
+			r := call(t, "root", "GET", "/public/v2/allocations/dry/queue", nil)
+			var q queueView
+			r.json(t, &q)
+			return r.Code == 200 && q.WaitingTotal == n
+		})
 	}
-	waitStatus(t, "bob", bobWaits, "Pending")
+	aliceWaits := submitJob(t, "alice", onDry("true", "medium"))
+	queued(1)
+	bobWaits := submitJob(t, "bob", onDry("true", "medium"))
+	queued(2)
+	lowWaits := submitJob(t, "alice", onDry("true", "low"))
+	queued(3)
 	type answer struct {
 		Items []awaitingItem
 		Count int

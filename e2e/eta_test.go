@@ -32,6 +32,8 @@ func TestExpectedStarts(t *testing.T) {
 	require.NotEmpty(t, st.Attempts)
 	started := *st.Attempts[0].StartedAt
 	next := submit(t, spec("true"))
+	// The queue's order is the order the allocator hears the requests in: last goes in after next.
+	eventually(t, long, "the next job to be queued", func() bool { return queue(t, "eta").WaitingTotal == 1 })
 	last := submit(t, spec("true"))
 
 	var v protocol.QueueView
