@@ -400,3 +400,29 @@ func BenchmarkProject(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkScheduleWaitingLimits is a full pass over 10,000 waiting requests of four workspaces,
+// without limits and with a limit in every class (high enough to cap nobody): what counting
+// caps costs a pass.
+func BenchmarkScheduleWaitingLimits(b *testing.B) {
+	for _, limited := range []bool{false, true} {
+		b.Run(fmt.Sprintf("limits=%v", limited), func(b *testing.B) {
+			p := benchPool(b, 10000, false, mixedClass)
+			if limited {
+				p.policy.Limits = []Limit{{Class: High, MaxGPUs: 1 << 20}, {Class: Medium, MaxGPUs: 1 << 20}, {Class: Low, MaxGPUs: 1 << 20}}
+			}
+			for i, w := range p.waiting {
+				w.r.Workspace = fmt.Sprintf("team-%d", i%4)
+				w.ws = p.workspaceOf(w.r.Workspace)
+			}
+			now := t0.Add(time.Hour)
+			p.Schedule(now)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				p.dirty = true // a full pass each time
+				p.Schedule(now)
+			}
+		})
+	}
+}

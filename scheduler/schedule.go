@@ -766,8 +766,8 @@ func (p *Pool) plan(now time.Time, sc *scratch, explain span, maxDecisions int) 
 		}
 		var kind uint8
 		var victims []*runJob
-		if sc.knownToFail(i, key) && (!first || !reserving) && !p.hasCap(sc, i) {
-			kind = outNoFit // the fast path of a long queue: a shape that already failed in this pass
+		if sc.knownToFail(i, key) && (!first || !reserving) {
+			kind = sc.failFast(p, i) // the fast path of a long queue: a shape that already failed in this pass
 		} else {
 			kind, victims = p.decide(now, sc, pl, i, key, first)
 		}
@@ -884,11 +884,19 @@ func (p *Pool) decide(now time.Time, sc *scratch, pl *plan, i int, key waitKey, 
 	return kind, victims
 }
 
-// hasCap reports whether waiting request i has a cap in its class (its outcome then depends on
-// more than its shape: the failure caches do not speak for it).
-func (p *Pool) hasCap(sc *scratch, i int) bool {
+// failFast is the outcome of waiting request i, whose shape already failed in this pass and
+// which has no capacity nominated to it: capped if its cap leaves it no room (decide would
+// say so first), else no fit. A cap only takes room away, so the shape's failure holds for it.
+func (sc *scratch) failFast(p *Pool, i int) uint8 {
 	w := p.waiting[i]
-	return sc.caps.on && p.capOf(w.ws, w.r.Class) >= 0
+	if !sc.caps.on || p.capOf(w.ws, w.r.Class) < 0 {
+		return outNoFit
+	}
+	if _, capped := sc.capRoom(p, w, &p.shapes[w.shape]); capped { // (no walker: nothing nominated is its own)
+		sc.capUsed = sc.caps.used[w.ws][w.r.Class]
+		return outCapped
+	}
+	return outNoFit
 }
 
 // decideFor applies rules (a) to (e) of the package doc to w, whose own nominations are in
