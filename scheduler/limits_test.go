@@ -55,6 +55,7 @@ func TestLimitRules(t *testing.T) {
 		granted []string
 		victims []string
 		reason  map[string]string // job -> a part of its reason
+		workers map[string]int    // job -> the workers it started with
 	}{{
 		name:    "no limit, no cap",
 		pol:     Policy{},
@@ -87,6 +88,7 @@ func TestLimitRules(t *testing.T) {
 		pol:     Policy{Limits: []Limit{{Class: High, MaxGPUs: 24}}},
 		extra:   []Request{makeJob("e", "a").Of("team-a").Class(High).GPUs(8).Workers(2).Elastic(1).Seq(3).Obj()},
 		granted: []string{"e"},
+		workers: map[string]int{"e": 1}, // its room is 8 GPUs
 	}, {
 		name:    "a zero cap keeps the class from the workspace",
 		pol:     Policy{Limits: []Limit{{Workspace: "team-c", Class: Medium, MaxGPUs: 0}}},
@@ -111,9 +113,9 @@ func TestLimitRules(t *testing.T) {
 					t.Fatalf("%s: reason %q, want it to say %q", job, wi.Reason, want)
 				}
 			}
-			if tc.name == "an elastic gang starts with what its room allows" {
-				if ri, _ := p.Running("e"); len(ri.Placement) != 1 {
-					t.Fatalf("elastic gang started with %d workers, want 1 (its room is 8 GPUs)", len(ri.Placement))
+			for job, want := range tc.workers {
+				if ri, _ := p.Running(job); len(ri.Placement) != want {
+					t.Fatalf("%s started with %d workers, want %d", job, len(ri.Placement), want)
 				}
 			}
 		})
