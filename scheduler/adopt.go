@@ -65,7 +65,7 @@ func (p *Pool) Adopt(a Adoption) error {
 		return fail("%s", err)
 	}
 
-	rj := &runJob{r: r, ws: p.workspaceOf(r.Workspace), fam: p.famIdx[r.Demand.Family], startedAt: normTime(a.StartedAt), nodes: nodes, gpus: gpus,
+	rj := &runJob{r: r, ws: p.workspaceOf(r.Workspace), user: p.userOf(r.Workspace, r.User), fam: p.famIdx[r.Demand.Family], startedAt: normTime(a.StartedAt), nodes: nodes, gpus: gpus,
 		released: released, nReleased: nReleased, preemptions: r.Preemptions}
 	for w, n := range nodes {
 		if released[w] {
@@ -85,7 +85,7 @@ func (p *Pool) Adopt(a Adoption) error {
 		p.beginRelease(rj)
 	}
 	if w := p.waitIdx[r.Job]; w != nil {
-		p.waitKeys[p.waitPos(&w.r)].prev = true
+		p.waitKeys[p.waitPos(w)].prev = true
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ func adoptionOf(p *Pool, job string) Adoption {
 func rebuilt(t testing.TB, p *Pool, adoptFirst bool) *Pool {
 	t.Helper()
 	q := mustPool(t, p.Nodes(), p.Policy())
+	q.CarryUsage(p)
 	for _, n := range p.LostNodes() {
 		q.MarkNodeLost(n)
 	}

@@ -10,7 +10,9 @@
 //   - Classes rank high > medium > low; medium is the default. Notebooks (Jupyter servers) are
 //     always high and are never preempted.
 //   - Waiting requests are ordered by class (high first), then by queue sequence (Seq). A
-//     re-queued (preempted) job keeps its Seq and so returns to the front of its class.
+//     re-queued (preempted) job keeps its Seq and so returns to the front of its class. With
+//     Policy.Ordering fair-share, a class is ordered by its workspaces' and users' recent usage
+//     before Seq (see Fair share).
 //   - A request needs Workers workers, each with the whole per-worker Demand on one node of the
 //     requested family, all on distinct nodes, all at once (gang). GPUs are handed out as the
 //     lowest free indices on the node.
@@ -173,4 +175,42 @@
 // and reserving nodes for them held back other high-priority jobs in the simulator (trainq
 // simulate) without starting them any sooner.
 // View shows the reserved nodes (NodeInfo.ReservedFor, WaitingInfo.Reserved).
+//
+// # Fair share
+//
+// With Policy.Ordering fair-share (opt-in per allocation), the waiting requests of one class are
+// ordered by, in turn:
+//
+//  1. their workspace's ranked usage, least first (requests without a workspace share one
+//     account, that of the workspace "");
+//  2. their user's ranked usage within that workspace (Request.User, per workspace), least first;
+//  3. Seq, then Job, as without fair share.
+//
+// Class still comes first: a heavy workspace's high request goes before a light one's medium.
+// Usage is decayed GPU-seconds: a GPU held for one second at time s counts 2^-((t−s)/H) at time
+// t, with H Policy.FairShareHalfLife (default 7 days, Slurm's PriorityDecayHalfLife). What a
+// workspace (or user) holds is the GPUs of the unreleased workers of its running and releasing
+// jobs, of every class, as for Limits. Usage is accrued at passes: from the end of one pass to
+// the next, an account is charged exactly (∫ g·2^-((t−s)/H) ds) for the GPUs g it held when the
+// earlier pass ended; the allocator runs a pass right after every event, so a release is charged
+// until the pass that follows it. The arithmetic is IEEE double precision with no fused
+// operations and no library exponential, so that every replay computes the same bits.
+//
+// Ranked usage is the usage when the accounts were last ranked: at a pool's first pass and then
+// at the first pass FairShareInterval (5m, Slurm's PriorityCalcPeriod) or more after the last
+// ranking. NextWake includes the next ranking while two or more requests wait. Between rankings
+// the order changes only as requests come and go, so that the queue stays sorted, a pass that
+// follows no event still costs nothing, and the requests granted in one pass do not reorder the
+// rest of it: the least-used workspace may take all that is free at once, and gives way at the
+// next ranking once its usage passes another's. Usage below one GPU-second is ranked as none:
+// accounts that never ran, or whose usage has decayed away, tie and fall back to Seq, so that
+// with no usage at all the order is the submission order. A ranking that moves any request
+// counts as an event (the next pass runs in full); one that changes nothing does not. The
+// first request of a class (Reservations) is the first in this order, so it can change at a
+// ranking, and its ReserveAfter wait then starts again.
+//
+// Usage is part of the snapshot, so it survives continue-as-new and Reconfigure while the
+// ordering stays fair-share (switching it on starts every account at none; switching it off
+// forgets it). Pool.Adopt cannot know it; Pool.CarryUsage gives a rebuilt pool the usage of the
+// pool it replaces. Pool.Usage lists each workspace's usage, share and GPUs held.
 package scheduler

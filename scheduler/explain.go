@@ -61,7 +61,7 @@ func (p *Pool) Explain(job string) (WaitingInfo, bool) {
 	if w == nil {
 		return WaitingInfo{}, false
 	}
-	i := p.waitPos(&w.r)
+	i := p.waitPos(w)
 	pl := p.plan(p.lastNow, newScratch(), span{i, i + 1}, -1)
 	return p.newExplainer(pl).info(i), true
 }

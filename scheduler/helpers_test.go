@@ -249,6 +249,7 @@ func checkInvariants(t testing.TB, p *Pool) {
 			}
 		}
 	}
+	checkFairShareHeld(t, p)
 	for i := range p.nodes {
 		nd := &p.nodes[i]
 		if nd.used != used[i] || bits.OnesCount64(used[i]) != held[i][0] || used[i]>>uint(nd.GPUs) != 0 {
@@ -268,7 +269,7 @@ func checkInvariants(t testing.TB, p *Pool) {
 		t.Fatalf("waiting index has %d entries, queue %d", len(p.waitIdx), len(p.waiting))
 	}
 	for i, w := range p.waiting {
-		if p.waitIdx[w.r.Job] != w || (i > 0 && !less(&p.waiting[i-1].r, &w.r)) {
+		if p.waitIdx[w.r.Job] != w || (i > 0 && !p.before(p.waiting[i-1], w)) {
 			t.Fatalf("waiting queue out of order at %d", i)
 		}
 		if h := p.waitKeys[i]; h.prev != (p.running[w.r.Job] != nil) || h.shape != w.shape || h.class != w.r.Class {
@@ -594,6 +595,34 @@ func checkCaps(t testing.TB, p *Pool, d Decisions, waiting map[string]Request) {
 			if got, want := p.wsHeld[i][c], held[wc{name, c}]; got != want {
 				t.Fatalf("the pool counts %d %s GPUs held by %s, the jobs hold %d", got, c, name, want)
 			}
+		}
+	}
+}
+
+// checkFairShareHeld checks that each fair-share account holds what its running jobs hold.
+func checkFairShareHeld(t testing.TB, p *Pool) {
+	t.Helper()
+	if !p.fs.on {
+		return
+	}
+	ws, users := make([]int, len(p.fs.ws)), make([]int, len(p.fs.users))
+	//workflowcheck:ignore
+	for _, rj := range p.running {
+		for w := range rj.nodes {
+			if !rj.released[w] {
+				ws[rj.ws+1] += rj.r.Demand.GPUs
+				users[rj.user] += rj.r.Demand.GPUs
+			}
+		}
+	}
+	for i := range ws {
+		if p.fs.ws[i].held != ws[i] {
+			t.Fatalf("fair share: workspace account %d holds %d GPUs, its jobs %d", i, p.fs.ws[i].held, ws[i])
+		}
+	}
+	for i := range users {
+		if p.fs.users[i].held != users[i] {
+			t.Fatalf("fair share: user account %v holds %d GPUs, its jobs %d", p.fs.userNames[i], p.fs.users[i].held, users[i])
 		}
 	}
 }

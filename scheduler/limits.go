@@ -67,6 +67,7 @@ func (p *Pool) workspaceOf(name string) int32 {
 	}
 	p.wsCap = append(p.wsCap, caps)
 	p.wsHeld = append(p.wsHeld, [3]int{})
+	p.fs.ws = append(p.fs.ws, account{})
 	return i
 }
 
@@ -83,6 +84,9 @@ func (p *Pool) capOf(ws int32, c Class) int {
 func (p *Pool) holdGPUs(rj *runJob, delta int) {
 	if rj.ws != noWorkspace {
 		p.wsHeld[rj.ws][rj.r.Class] += delta
+	}
+	if p.fs.on {
+		p.chargeGPUs(rj, delta)
 	}
 }
 

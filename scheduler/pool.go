@@ -84,6 +84,7 @@ type waitReq struct {
 	r     Request
 	shape int32
 	ws    int32 // its workspace (noWorkspace: none)
+	user  int32 // its (workspace, user) account (see fairShare)
 }
 
 // waitKey mirrors p.waiting[i] with what the pass reads for every request, stored contiguously
@@ -98,6 +99,7 @@ type waitKey struct {
 type runJob struct {
 	r           Request
 	ws          int32 // its workspace (noWorkspace: none)
+	user        int32 // its (workspace, user) account (see fairShare)
 	fam         int32
 	startedAt   time.Time
 	nodes       []int32  // per worker
@@ -140,6 +142,8 @@ type Pool struct {
 	wsNames []string
 	wsCap   [][3]int
 	wsHeld  [][3]int
+	// fs is the usage accounting of Policy.Ordering fair-share.
+	fs fairShare
 	// allows are the allowed-node sets (Request.Nodes) of the shapes that have one, interned by
 	// their names joined, each as a bitmap over the nodes' indices.
 	allows   [][]uint64
@@ -219,6 +223,9 @@ func NewPool(nodes []Node, policy Policy) (*Pool, error) {
 	if err := checkLimits(policy.Limits); err != nil {
 		return nil, err
 	}
+	if err := checkOrdering(policy); err != nil {
+		return nil, err
+	}
 	p := &Pool{
 		policy:   policy,
 		famIdx:   map[string]int32{},
@@ -229,6 +236,7 @@ func NewPool(nodes []Node, policy Policy) (*Pool, error) {
 		allowIdx: map[string]int32{},
 		wsIdx:    map[string]int32{},
 		memo:     map[string]memoEntry{},
+		fs:       newFairShare(policy),
 		dirty:    true,
 	}
 	for i, n := range nodes {
@@ -532,19 +540,15 @@ func (p *Pool) placeable(sh *shape) []int32 {
 	return sh.live
 }
 
-// less is the launch order: class (high first), then Seq, then Job.
-func less(a, b *Request) bool {
-	if a.Class != b.Class {
-		return a.Class > b.Class
-	}
-	if a.Seq != b.Seq {
-		return a.Seq < b.Seq
-	}
-	return a.Job < b.Job
+// waitPos is where w is, or would go, in the queue (see before).
+func (p *Pool) waitPos(w *waitReq) int {
+	return sort.Search(len(p.waiting), func(i int) bool { return !p.before(p.waiting[i], w) })
 }
 
-func (p *Pool) waitPos(r *Request) int {
-	return sort.Search(len(p.waiting), func(i int) bool { return !less(&p.waiting[i].r, r) })
+// newWaitReq interns what a waiting request refers to.
+func (p *Pool) newWaitReq(r Request) *waitReq {
+	ws := p.workspaceOf(r.Workspace)
+	return &waitReq{r: r, shape: p.shapeOf(&r), ws: ws, user: p.userOf(r.Workspace, r.User)}
 }
 
 // Enqueue adds a waiting request (after Admit). Idempotent: the same Job with the same Attempt
@@ -579,20 +583,20 @@ func (p *Pool) Enqueue(r Request) error {
 		r.Preemptions = max(r.Preemptions, m.count)
 		delete(p.memo, r.Job)
 	}
-	p.insertWaiting(&waitReq{r: r, shape: p.shapeOf(&r), ws: p.workspaceOf(r.Workspace)})
+	p.insertWaiting(p.newWaitReq(r))
 	p.touch()
 	return nil
 }
 
 func (p *Pool) insertWaiting(w *waitReq) {
-	i := p.waitPos(&w.r)
+	i := p.waitPos(w)
 	p.waiting = slices.Insert(p.waiting, i, w)
 	p.waitKeys = slices.Insert(p.waitKeys, i, waitKey{shape: w.shape, class: w.r.Class, prev: p.running[w.r.Job] != nil})
 	p.waitIdx[w.r.Job] = w
 }
 
 func (p *Pool) removeWaiting(w *waitReq) {
-	i := p.waitPos(&w.r)
+	i := p.waitPos(w)
 	if i < len(p.waiting) && p.waiting[i] == w {
 		p.waiting = slices.Delete(p.waiting, i, i+1)
 		p.waitKeys = slices.Delete(p.waitKeys, i, i+1)
@@ -721,7 +725,7 @@ func (p *Pool) dropRunning(rj *runJob) {
 		p.victims = slices.DeleteFunc(p.victims, func(v *runJob) bool { return v == rj })
 	}
 	if w := p.waitIdx[rj.r.Job]; w != nil {
-		p.waitKeys[p.waitPos(&w.r)].prev = false
+		p.waitKeys[p.waitPos(w)].prev = false
 	} else if rj.preemptedBy != nil {
 		p.remember(rj.r.Job, rj.preemptions)
 	}

@@ -58,6 +58,9 @@ func simulate(t testing.TB, data []byte, check bool) []string {
 	if cfg&32 != 0 {
 		pol.Limits = []Limit{{Class: High, MaxGPUs: 6}, {Class: Medium, MaxGPUs: 8}, {Workspace: "w1", Class: Low, MaxGPUs: 3}, {Workspace: "w2", Class: High, MaxGPUs: 12}}
 	}
+	if cfg&64 != 0 {
+		pol.Ordering, pol.FairShareHalfLife = FairShare, 10*time.Minute
+	}
 	nodes := slices.Clone(layouts[(cfg>>2)%len(layouts)])
 	p := mustPool(t, nodes, pol)
 	var q *Pool
@@ -93,6 +96,7 @@ func simulate(t testing.TB, data []byte, check bool) []string {
 			// Some jobs honour their notices (read from no byte, so that the streams stay as they were).
 			req.HonorsNotice = (seqs[name]+int64(attempts[name]))%3 == 1
 			req.Workspace = fmt.Sprintf("w%d", seqs[name]%3) // (from no byte either)
+			req.User = fmt.Sprintf("u%d", seqs[name]%5%2)
 			// Some gangs are elastic (read from no byte either).
 			if req.Workers > 1 && (seqs[name]+int64(attempts[name]))%4 == 2 {
 				req.MinWorkers = 1 + int(seqs[name])%(req.Workers-1)
@@ -200,6 +204,13 @@ func simulate(t testing.TB, data []byte, check bool) []string {
 				}
 				if step%2 == 1 { // and the notice comes or goes
 					npol.PreemptionNotice = 2*time.Minute - npol.PreemptionNotice
+				}
+				if step%3 == 2 { // and fair share comes or goes
+					if npol.Ordering == FairShare {
+						npol.Ordering = ""
+					} else {
+						npol.Ordering, npol.FairShareHalfLife = FairShare, 10*time.Minute
+					}
 				}
 			}
 			reconfigured = true

@@ -301,7 +301,7 @@ func (sc *scratch) resetNominations(p *Pool) {
 	clear(sc.hasNominations)
 	for _, x := range sc.nominations {
 		if w := p.waitIdx[x.by]; w != nil {
-			sc.hasNominations[p.waitPos(&w.r)] = true
+			sc.hasNominations[p.waitPos(w)] = true
 		}
 	}
 }
@@ -1085,6 +1085,9 @@ func (p *Pool) ScheduleAtMost(now time.Time, maxDecisions int) Decisions {
 	now = normTime(now)
 	p.lastNow = now
 	p.forget(now)
+	if p.fairShareTick(now) {
+		defer p.fs.settle()
+	}
 	if !p.dirty && (p.wake.IsZero() || now.Before(p.wake)) {
 		return Decisions{}
 	}
@@ -1191,7 +1194,7 @@ func (p *Pool) start(now time.Time, pl *plan, g planGrant, rj *runJob, ar *grant
 	dm := &w.r.Demand
 	nodes := splitOff(&ar.nodes, g.nodesTo-g.nodesFrom)
 	copy(nodes, pl.grantNodes[g.nodesFrom:g.nodesTo])
-	*rj = runJob{r: w.r, ws: w.ws, fam: p.shapes[w.shape].fam, startedAt: now, nodes: nodes,
+	*rj = runJob{r: w.r, ws: w.ws, user: w.user, fam: p.shapes[w.shape].fam, startedAt: now, nodes: nodes,
 		gpus: splitOff(&ar.gpus, len(nodes)), released: splitOff(&ar.released, len(nodes)), preemptions: w.r.Preemptions}
 	rj.r.Workers, rj.r.MinWorkers = len(nodes), 0 // an elastic gang keeps the size it started with
 	for i, n := range nodes {

@@ -57,6 +57,30 @@ type Snapshot struct {
 	// Workspaces are the requests' workspaces (Request.Workspace), each once, in order of first
 	// use; SnapshotWaiting.Workspace and SnapshotRunning.Workspace refer to them.
 	Workspaces []string `json:"workspaces,omitempty"`
+	// Users are the requests' users (Request.User), each once, in order of first use;
+	// SnapshotWaiting.User and SnapshotRunning.User refer to them.
+	Users []string `json:"users,omitempty"`
+	// FairShare is the usage the fair-share ordering keeps; absent when it is off.
+	FairShare *SnapshotFairShare `json:"fs,omitempty"`
+}
+
+// SnapshotFairShare is the state of the fair-share ordering (see Policy.Ordering).
+type SnapshotFairShare struct {
+	At   int64 `json:"at,omitempty"`   // usage is accrued up to here
+	Next int64 `json:"next,omitempty"` // the next ranking
+	// Workspaces and Users are the accounts with any usage, charge or ordering key, by
+	// workspace (and user) name.
+	Workspaces []SnapshotAccount `json:"ws,omitempty"`
+	Users      []SnapshotAccount `json:"users,omitempty"`
+}
+
+// SnapshotAccount is one workspace's or user's usage (GPUs held come from the running jobs).
+type SnapshotAccount struct {
+	Workspace string  `json:"ws,omitempty"`
+	User      string  `json:"u,omitempty"`
+	Usage     float64 `json:"g,omitempty"` // decayed GPU-seconds at SnapshotFairShare.At
+	Charged   int     `json:"c,omitempty"` // GPUs charged from At on
+	Key       float64 `json:"k,omitempty"` // usage at the last ranking
 }
 
 // SnapshotHold is free capacity held for a waiting preemptor (see Pool.Schedule).
@@ -109,6 +133,9 @@ type SnapshotWaiting struct {
 	Workspace []int32 `json:"ws,omitempty"`
 	// RunLimit is each request's Request.RunLimit in milliseconds; absent when none has one.
 	RunLimit []int64 `json:"rl,omitempty"`
+	// User is each request's user: 0 for none, k for Snapshot.Users[k-1]; absent when no
+	// request has one.
+	User []int32 `json:"u,omitempty"`
 }
 
 // SnapshotRunning is one running or releasing job.
@@ -139,6 +166,8 @@ type SnapshotRunning struct {
 	Workspace int32 `json:"ws,omitempty"`
 	// RunLimit is the request's Request.RunLimit in milliseconds.
 	RunLimit int64 `json:"rl,omitempty"`
+	// User is the request's user, as SnapshotWaiting.User.
+	User int32 `json:"u,omitempty"`
 }
 
 func tn(t time.Time) int64 {
@@ -194,7 +223,8 @@ func (p *Pool) Snapshot() Snapshot {
 			s.Lost = append(s.Lost, int32(i))
 		}
 	}
-	demands := &demandTable{s: &s, index: map[Demand]int32{}, sets: map[string]int32{}, workspaces: map[string]int32{}}
+	s.FairShare = p.snapshotFairShare()
+	demands := &demandTable{s: &s, index: map[Demand]int32{}, sets: map[string]int32{}, workspaces: map[string]int32{}, users: map[string]int32{}}
 	s.Waiting = p.snapshotWaiting(demands)
 	if len(p.running) > 0 {
 		s.Running = make([]SnapshotRunning, 0, len(p.running))
@@ -212,6 +242,21 @@ type demandTable struct {
 	index      map[Demand]int32
 	sets       map[string]int32
 	workspaces map[string]int32
+	users      map[string]int32
+}
+
+// user interns a request's user: 0 for none, else 1 + the index in s.Users.
+func (t *demandTable) user(name string) int32 {
+	if name == "" {
+		return 0
+	}
+	if i, ok := t.users[name]; ok {
+		return i
+	}
+	t.s.Users = append(t.s.Users, name)
+	i := int32(len(t.s.Users))
+	t.users[name] = i
+	return i
 }
 
 // workspace interns a request's workspace: 0 for none, else 1 + the index in s.Workspaces.
@@ -291,6 +336,12 @@ func (p *Pool) snapshotWaiting(demands *demandTable) SnapshotWaiting {
 			}
 			sw.Workspace[i] = demands.workspace(r.Workspace)
 		}
+		if r.User != "" {
+			if sw.User == nil {
+				sw.User = make([]int32, n)
+			}
+			sw.User[i] = demands.user(r.User)
+		}
 		if r.RunLimit > 0 {
 			if sw.RunLimit == nil {
 				sw.RunLimit = make([]int64, n)
@@ -306,7 +357,8 @@ func snapshotRunning(rj *runJob, demands *demandTable) SnapshotRunning {
 		Seq: rj.r.Seq, SubmittedAt: tn(rj.r.SubmittedAt), StartedAt: tn(rj.startedAt),
 		Nodes: append([]int32(nil), rj.nodes...), GPUs: append([]uint64(nil), rj.gpus...), Releasing: rj.releasing,
 		Preemptions: rj.preemptions, PreemptSeq: rj.preemptSeq, Checkpoint: tn(rj.ckpt), HonorsNotice: rj.r.HonorsNotice,
-		NodeSet: demands.nodeSet(rj.r.Nodes), Workspace: demands.workspace(rj.r.Workspace), RunLimit: rj.r.RunLimit.Milliseconds()}
+		NodeSet: demands.nodeSet(rj.r.Nodes), Workspace: demands.workspace(rj.r.Workspace), RunLimit: rj.r.RunLimit.Milliseconds(),
+		User: demands.user(rj.r.User)}
 	if rj.preemptedBy != nil && slices.ContainsFunc(rj.nominee, func(nb *Preemptor) bool { return *nb != *rj.preemptedBy }) {
 		for _, nb := range rj.nominee {
 			sr.Nominees = append(sr.Nominees, *nb)
@@ -335,7 +387,7 @@ func Restore(s Snapshot) (*Pool, error) {
 	}
 	p.lastNow = nt(s.Now)
 	rs := &restorer{p: p, s: &s, admitted: map[admitKey]bool{}, sets: map[int32][]string{}}
-	for _, step := range []func() error{rs.lostNodes, rs.runningJobs, rs.victimOrder, rs.waitingRequests, rs.classHeads, rs.holds, rs.memo} {
+	for _, step := range []func() error{rs.fairShare, rs.lostNodes, rs.runningJobs, rs.victimOrder, rs.waitingRequests, rs.classHeads, rs.holds, rs.memo} {
 		if err := step(); err != nil {
 			return nil, err
 		}
@@ -402,6 +454,17 @@ func (rs *restorer) workspace(k int32) (string, error) {
 		return "", fmt.Errorf("snapshot: workspace %d out of range", k)
 	}
 	return rs.s.Workspaces[k-1], nil
+}
+
+// user is the user k of a snapshot's User column or field.
+func (rs *restorer) user(k int32) (string, error) {
+	switch {
+	case k == 0:
+		return "", nil
+	case k < 0 || int(k) > len(rs.s.Users) || rs.s.Users[k-1] == "":
+		return "", fmt.Errorf("snapshot: user %d out of range", k)
+	}
+	return rs.s.Users[k-1], nil
 }
 
 func (rs *restorer) nodeSet(k int32) ([]string, error) {
@@ -495,7 +558,10 @@ func (rs *restorer) runningJob(sr *SnapshotRunning) error {
 	if sr.Preemptions < 0 || sr.PreemptSeq < 0 || (sr.PreemptSeq > 0 && (!sr.Releasing || sr.PreemptedBy == nil)) {
 		return fmt.Errorf("snapshot: running job %q: inconsistent preemption record", sr.Job)
 	}
-	rj := &runJob{r: r, ws: p.workspaceOf(r.Workspace), fam: p.famIdx[r.Demand.Family], startedAt: nt(sr.StartedAt), nodes: slices.Clone(sr.Nodes), gpus: slices.Clone(sr.GPUs),
+	if r.User, err = rs.user(sr.User); err != nil {
+		return fmt.Errorf("snapshot: running job %q: %w", sr.Job, err)
+	}
+	rj := &runJob{r: r, ws: p.workspaceOf(r.Workspace), user: p.userOf(r.Workspace, r.User), fam: p.famIdx[r.Demand.Family], startedAt: nt(sr.StartedAt), nodes: slices.Clone(sr.Nodes), gpus: slices.Clone(sr.GPUs),
 		released: make([]bool, len(sr.Nodes)), preemptions: sr.Preemptions, preemptSeq: sr.PreemptSeq, ckpt: nt(sr.Checkpoint)}
 	if err := restorePreemptor(rj, sr); err != nil {
 		return err
@@ -619,7 +685,7 @@ func (rs *restorer) waitingRequests() error {
 		len(sw.Seq) != n || len(sw.SubmittedAt) != n || (sw.Preemptions != nil && len(sw.Preemptions) != n) ||
 		(sw.HonorsNotice != nil && len(sw.HonorsNotice) != n) || (sw.NodeSet != nil && len(sw.NodeSet) != n) ||
 		(sw.MinWorkers != nil && len(sw.MinWorkers) != n) || (sw.Workspace != nil && len(sw.Workspace) != n) ||
-		(sw.RunLimit != nil && len(sw.RunLimit) != n) {
+		(sw.RunLimit != nil && len(sw.RunLimit) != n) || (sw.User != nil && len(sw.User) != n) {
 		return fmt.Errorf("snapshot: waiting columns have different lengths")
 	}
 	for i := 0; i < n; i++ {
@@ -627,6 +693,8 @@ func (rs *restorer) waitingRequests() error {
 			return err
 		}
 	}
+	// In launch order: a snapshot written under another ordering (Reconfigure) need not be.
+	rs.p.sortWaiting()
 	return nil
 }
 
@@ -657,6 +725,11 @@ func (rs *restorer) waitingRequest(i int) error {
 	if sw.RunLimit != nil {
 		r.RunLimit = time.Duration(max(sw.RunLimit[i], 0)) * time.Millisecond
 	}
+	if sw.User != nil {
+		if r.User, err = rs.user(sw.User[i]); err != nil {
+			return err
+		}
+	}
 	var ns int32
 	if sw.NodeSet != nil {
 		ns = sw.NodeSet[i]
@@ -673,10 +746,7 @@ func (rs *restorer) waitingRequest(i int) error {
 	if p.waitIdx[r.Job] != nil {
 		return fmt.Errorf("snapshot: waiting job %q is duplicated", r.Job)
 	}
-	w := &waitReq{r: r, shape: p.shapeOf(&r), ws: p.workspaceOf(r.Workspace)}
-	if i > 0 && !less(&p.waiting[i-1].r, &r) {
-		return fmt.Errorf("snapshot: waiting requests are not in launch order at %q", r.Job)
-	}
+	w := p.newWaitReq(r)
 	p.waiting = append(p.waiting, w)
 	p.waitKeys = append(p.waitKeys, waitKey{shape: w.shape, class: r.Class, prev: p.running[r.Job] != nil})
 	p.waitIdx[r.Job] = w

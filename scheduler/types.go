@@ -237,6 +237,11 @@ type Policy struct {
 	// Limits cap the GPUs a workspace may hold in a class (see Limit). A request over its cap
 	// waits; nothing else about it changes.
 	Limits []Limit `json:"limits,omitempty"`
+	// Ordering orders each class's waiting requests: SubmissionOrder (default) or FairShare.
+	Ordering Ordering `json:"ordering,omitempty"`
+	// FairShareHalfLife is how fast FairShare forgets usage: a GPU-hour used this long ago
+	// counts half. 0 means DefaultFairShareHalfLife.
+	FairShareHalfLife time.Duration `json:"fair_share_half_life,omitempty"`
 }
 
 // DefaultMaxLossGPUHours is Policy.MaxLossGPUHours when it is 0.
@@ -301,6 +306,12 @@ func (p Policy) Changes(next Policy) []string {
 	}
 	if p.PreemptionNotice != next.PreemptionNotice {
 		out = append(out, fmt.Sprintf("preemption_notice %s -> %s", p.PreemptionNotice, next.PreemptionNotice))
+	}
+	if o, no := p.orderingInEffect(), next.orderingInEffect(); o != no {
+		out = append(out, fmt.Sprintf("ordering %s -> %s", o, no))
+	}
+	if h, nh := p.FairShareHalfLifeInEffect(), next.FairShareHalfLifeInEffect(); h != nh {
+		out = append(out, fmt.Sprintf("fair_share_half_life %s -> %s", h, nh))
 	}
 	if !slices.Equal(p.Limits, next.Limits) {
 		out = append(out, fmt.Sprintf("limits %s -> %s", limitsText(p.Limits), limitsText(next.Limits)))
@@ -371,8 +382,11 @@ type Request struct {
 	// another family are allowed and never used. The pool keeps them sorted, each once. They
 	// bind a waiting request only: the pool does not check a running job's placement against them.
 	Nodes []string `json:"nodes,omitempty"`
-	// Workspace is whose request it is, for Policy.Limits ("": nobody's; no limit applies).
+	// Workspace is whose request it is, for Policy.Limits ("": nobody's; no limit applies) and
+	// the fair-share ordering.
 	Workspace string `json:"workspace,omitempty"`
+	// User is who in the workspace submitted it, for the fair-share ordering.
+	User string `json:"user,omitempty"`
 	// RunLimit is the most the attempt will run once started (the job's time limit, less what
 	// its earlier attempts ran); 0: unknown. Only Pool.Project reads it.
 	RunLimit time.Duration `json:"run_limit,omitempty"`
