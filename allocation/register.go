@@ -29,6 +29,8 @@ func (s *State) Recovered(epoch string, now time.Time, reg Registered) (protocol
 	if err != nil {
 		return protocol.RecoverReply{}, nil, err
 	}
+	// The jobs cannot say how much their workspaces used: the old pool can.
+	pool.CarryUsage(s.Pool)
 	s.Epoch, s.RecoveredAt = epoch, now
 	reply := protocol.RecoverReply{Epoch: epoch, Listed: reg.Listed, Unanswered: reg.Unanswered}
 	var refused []protocol.JobHold

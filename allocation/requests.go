@@ -30,6 +30,7 @@ func RequestFor(pool *scheduler.Pool, req protocol.CapacityRequest) (scheduler.R
 		Job: req.Job, Attempt: req.Attempt, Kind: req.Kind, Class: req.Class,
 		Demand: demand, Workers: req.Workers, Seq: req.Seq, SubmittedAt: req.SubmittedAt, Preemptions: req.Preemptions,
 		HonorsNotice: req.HonorsNotice, Nodes: req.Nodes, MinWorkers: req.MinWorkers, Workspace: req.Workspace, RunLimit: req.RunLimit,
+		User: req.User,
 	}
 	return r, pool.Admit(r)
 }

@@ -56,6 +56,9 @@ func (s *State) View(page protocol.QueuePage, recovering bool, now time.Time) pr
 	for class, n := range s.Pool.WaitingByClass() {
 		v.WaitingByClass[scheduler.Class(class).String()] = n
 	}
+	if v.FairShare = s.Pool.Usage(); v.FairShare != nil {
+		v.FairShareHalfLife = s.Pool.Policy().FairShareHalfLifeInEffect()
+	}
 	if page.ExpectedStarts && len(v.Waiting) > 0 {
 		// A stopping worker takes its notice, then its grace period, at most.
 		jobs := make([]string, len(v.Waiting))

@@ -60,7 +60,24 @@ type queueView struct {
 	Waiting      []waitingView        `json:"waiting"`
 	Running      []runningView        `json:"running"`
 	Nodes        []scheduler.NodeInfo `json:"nodes"`
+	// FairShare, under the fair-share ordering, is each workspace's recent
+	// usage, least first (the order its jobs are taken in within a class).
+	FairShare []fairShareView `json:"fair_share,omitempty"`
 }
+
+// fairShareView is one workspace's usage; a user sees other workspaces'
+// figures, not their names.
+type fairShareView struct {
+	Workspace string  `json:"workspace"`
+	GPUHours  float64 `json:"gpu_hours"` // decayed: an hour one half-life ago counts half
+	Share     float64 `json:"share"`     // of all workspaces' usage, 0 to 1
+	GPUs      int     `json:"gpus"`      // held now
+	Waiting   int     `json:"waiting"`
+	HalfLife  string  `json:"half_life"`
+}
+
+// otherWorkspace stands for a workspace the asker may not see by name.
+const otherWorkspace = "(another workspace)"
 
 // queue shows an allocation: a page of the waiting jobs in launch order
 // with their reasons (offset, limit: default 100), running and releasing
@@ -122,6 +139,19 @@ func (s *Server) queue(w http.ResponseWriter, r *http.Request, p Principal) {
 // redactedQueue is the allocator's view in ML Space's words, with the names
 // the asker may not see hidden.
 func redactedQueue(v protocol.QueueView, page protocol.QueuePage, rd *redactor) queueView {
+	out := redactedJobs(v, page, rd)
+	for _, u := range v.FairShare {
+		ws := u.Workspace
+		if !rd.p.CanSee(ws) {
+			ws = otherWorkspace
+		}
+		out.FairShare = append(out.FairShare, fairShareView{Workspace: ws, GPUHours: math.Round(u.GPUHours*1000) / 1000,
+			Share: math.Round(u.Share*10000) / 10000, GPUs: u.GPUs, Waiting: u.Waiting, HalfLife: v.FairShareHalfLife.String()})
+	}
+	return out
+}
+
+func redactedJobs(v protocol.QueueView, page protocol.QueuePage, rd *redactor) queueView {
 	out := queueView{Region: v.Region, Allocation: v.Allocation, GPUTotals: v.GPUTotals(), WaitingTotal: max(v.WaitingTotal, len(v.Waiting)),
 		Offset: page.Offset, Limit: page.WithDefaults().Limit, Waiting: []waitingView{}, Running: []runningView{}, Nodes: v.Nodes}
 	if out.Nodes == nil {

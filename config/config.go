@@ -65,8 +65,18 @@ type Region struct {
 type Allocation struct {
 	Name string `json:"name"`
 	// Queueing is best-effort-fifo (default) or strict-fifo.
-	Queueing                   scheduler.Queueing `json:"queueing"`
-	MinRuntimeBeforePreemption Duration           `json:"min_runtime_before_preemption"`
+	Queueing scheduler.Queueing `json:"queueing"`
+	// Ordering orders each class's queue: fifo (default: submission order)
+	// or fair-share (the least recently used workspace, then user, first;
+	// see the scheduler's package doc).
+	Ordering scheduler.Ordering `json:"ordering,omitempty"`
+	// FairShareHalfLife is how fast fair-share forgets usage (default
+	// scheduler.DefaultFairShareHalfLife).
+	FairShareHalfLife Duration `json:"fair_share_half_life,omitempty"`
+	// FairShareInterval is how often fair-share ranks the workspaces by
+	// their usage (default scheduler.DefaultFairShareInterval).
+	FairShareInterval          Duration `json:"fair_share_interval,omitempty"`
+	MinRuntimeBeforePreemption Duration `json:"min_runtime_before_preemption"`
 	// StopGracePeriod is how long a stopping worker gets between SIGTERM and SIGKILL.
 	StopGracePeriod Duration `json:"stop_grace_period"`
 	// ReserveAfter is how long a medium or low request must have been the first of its class,
@@ -158,7 +168,8 @@ const (
 // Policy is the scheduler policy of the allocation.
 func (a Allocation) Policy() scheduler.Policy {
 	return scheduler.Policy{Queueing: a.Queueing, MinRuntimeBeforePreemption: a.MinRuntimeBeforePreemption.D(), ReserveAfter: a.ReserveAfter.D(),
-		MaxPreemptions: a.MaxPreemptions, MaxLossGPUHours: a.MaxLossGPUHours, PreemptionNotice: a.longestNotice(), Limits: a.policyLimits()}
+		MaxPreemptions: a.MaxPreemptions, MaxLossGPUHours: a.MaxLossGPUHours, PreemptionNotice: a.longestNotice(), Limits: a.policyLimits(),
+		Ordering: a.Ordering, FairShareHalfLife: a.FairShareHalfLife.D(), FairShareInterval: a.FairShareInterval.D()}
 }
 
 // Duration is a time.Duration written as "30s" or "5m" in the file.
@@ -403,6 +414,17 @@ func (c *Config) validate() error {
 func (a Allocation) validatePolicy(field string) error {
 	if a.Queueing != scheduler.BestEffortFIFO && a.Queueing != scheduler.StrictFIFO {
 		return fmt.Errorf("%s.queueing: %q is not allowed; use %q or %q", field, a.Queueing, scheduler.BestEffortFIFO, scheduler.StrictFIFO)
+	}
+	switch a.Ordering {
+	case "", scheduler.SubmissionOrder, scheduler.FairShare:
+	default:
+		return fmt.Errorf("%s.ordering: %q is not allowed; use %q or %q", field, a.Ordering, scheduler.SubmissionOrder, scheduler.FairShare)
+	}
+	if a.FairShareHalfLife != 0 && a.FairShareHalfLife < Duration(time.Minute) {
+		return fmt.Errorf("%s.fair_share_half_life: must be at least 1m (a GPU-hour used that long ago counts half), got %s", field, a.FairShareHalfLife.D())
+	}
+	if a.FairShareInterval < 0 || (a.FairShareInterval != 0 && a.FairShareInterval < Duration(time.Second)) {
+		return fmt.Errorf("%s.fair_share_interval: must be at least 1s (how often workspaces are ranked by their usage), got %s", field, a.FairShareInterval.D())
 	}
 	if a.MinRuntimeBeforePreemption < 0 {
 		return fmt.Errorf("%s.min_runtime_before_preemption: must not be negative, got %s", field, a.MinRuntimeBeforePreemption.D())

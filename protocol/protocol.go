@@ -412,6 +412,9 @@ type CapacityRequest struct {
 	// Workspace is the job's workspace, for the allocation's limits
 	// (scheduler.Request.Workspace).
 	Workspace string `json:"workspace,omitempty"`
+	// User is who submitted the job (JobSpec.Author), for the allocation's
+	// fair-share ordering (scheduler.Request.User).
+	User string `json:"user,omitempty"`
 	// RunLimit is the most the attempt will run: the job's time limit less
 	// what its earlier attempts ran (0: none), for expected start times.
 	RunLimit time.Duration `json:"run_limit,omitempty"`
@@ -677,6 +680,11 @@ type QueueView struct {
 	Recovering bool `json:"recovering,omitempty"`
 	// Fenced lists the nodes that grant nothing now, and why.
 	Fenced []FencedNode `json:"fenced,omitempty"`
+	// FairShare is each workspace's recent usage, in the order its jobs are
+	// taken within a class, when the allocation's ordering is fair-share;
+	// FairShareHalfLife is how fast it is forgotten.
+	FairShare         []scheduler.WorkspaceUsage `json:"fair_share,omitempty"`
+	FairShareHalfLife time.Duration              `json:"fair_share_half_life,omitempty"`
 }
 
 // GPUTotals counts an allocation's GPUs by state, over all its nodes.

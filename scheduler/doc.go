@@ -197,7 +197,7 @@
 // operations and no library exponential, so that every replay computes the same bits.
 //
 // Ranked usage is the usage when the accounts were last ranked: at a pool's first pass and then
-// at the first pass FairShareInterval (5m, Slurm's PriorityCalcPeriod) or more after the last
+// at the first pass Policy.FairShareInterval (default 5m, Slurm's PriorityCalcPeriod) or more after the last
 // ranking. NextWake includes the next ranking while two or more requests wait. Between rankings
 // the order changes only as requests come and go, so that the queue stays sorted, a pass that
 // follows no event still costs nothing, and the requests granted in one pass do not reorder the

@@ -22,10 +22,19 @@ const (
 // PriorityDecayHalfLife.
 const DefaultFairShareHalfLife = 7 * 24 * time.Hour
 
-// FairShareInterval is how often the fair-share ordering ranks the workspaces and users anew
-// (Slurm's PriorityCalcPeriod has the same default). Between rankings the order of the queue
-// changes only through events, so a pass over an unchanged pool still costs nothing.
-const FairShareInterval = 5 * time.Minute
+// DefaultFairShareInterval is Policy.FairShareInterval when it is 0: how often the fair-share
+// ordering ranks the workspaces and users anew (Slurm's PriorityCalcPeriod has the same
+// default). Between rankings the order of the queue changes only through events, so a pass over
+// an unchanged pool still costs nothing.
+const DefaultFairShareInterval = 5 * time.Minute
+
+// FairShareIntervalInEffect is FairShareInterval, or DefaultFairShareInterval when it is 0.
+func (p Policy) FairShareIntervalInEffect() time.Duration {
+	if p.FairShareInterval == 0 {
+		return DefaultFairShareInterval
+	}
+	return p.FairShareInterval
+}
 
 // negligibleUsage is the usage, in GPU-seconds, below which a ranking counts an account as
 // unused: it becomes exactly 0, ties with accounts that never ran, and leaves the snapshot.
@@ -58,6 +67,9 @@ func checkOrdering(p Policy) error {
 	if p.FairShareHalfLife > 0 && p.FairShareHalfLife < time.Minute {
 		return fmt.Errorf("fair_share_half_life must be at least 1m0s, got %s", p.FairShareHalfLife)
 	}
+	if p.FairShareInterval < 0 || (p.FairShareInterval > 0 && p.FairShareInterval < time.Second) {
+		return fmt.Errorf("fair_share_interval must be at least 1s, got %s", p.FairShareInterval)
+	}
 	return nil
 }
 
@@ -78,6 +90,7 @@ type account struct {
 type fairShare struct {
 	on       bool
 	halfLife time.Duration
+	interval time.Duration
 	at       time.Time // usage is accrued up to here
 	next     time.Time // the next ranking (zero: at the next pass)
 	// ws is the workspaces' accounts by workspace index + 1 (0: requests without a workspace);
@@ -92,7 +105,8 @@ type userKey struct{ workspace, user string }
 
 func newFairShare(policy Policy) fairShare {
 	return fairShare{on: policy.orderingInEffect() == FairShare, halfLife: policy.FairShareHalfLifeInEffect(),
-		ws: []account{{}}, userIdx: map[userKey]int32{}}
+		interval: policy.FairShareIntervalInEffect(),
+		ws:       []account{{}}, userIdx: map[userKey]int32{}}
 }
 
 // userOf interns the (workspace, user) account of a request.
@@ -193,7 +207,7 @@ func (p *Pool) fairShareTick(now time.Time) bool {
 	fs.accrue(now)
 	if due {
 		fs.rank()
-		fs.next = now.Add(FairShareInterval)
+		fs.next = now.Add(fs.interval)
 		if p.sortWaiting() {
 			p.dirty = true
 		}

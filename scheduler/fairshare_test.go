@@ -141,7 +141,7 @@ func TestFairShareOrder(t *testing.T) {
 }
 
 // TestFairShareRanksEveryInterval: the order follows usage as it is ranked every
-// FairShareInterval, not at every pass, and a pass between rankings decides nothing new.
+// DefaultFairShareInterval, not at every pass, and a pass between rankings decides nothing new.
 func TestFairShareRanksEveryInterval(t *testing.T) {
 	p := mustPool(t, nodesOf("n", "a", 2, 4, 0, 0), fairHour)
 	mustEnqueue(t, p, makeJob("a0", "a").Of("team-a").GPUs(4).Seq(1).Obj(), makeJob("b0", "a").Of("team-b").GPUs(2).Seq(2).Obj())

@@ -242,6 +242,9 @@ type Policy struct {
 	// FairShareHalfLife is how fast FairShare forgets usage: a GPU-hour used this long ago
 	// counts half. 0 means DefaultFairShareHalfLife.
 	FairShareHalfLife time.Duration `json:"fair_share_half_life,omitempty"`
+	// FairShareInterval is how often FairShare ranks the accounts by their usage. 0 means
+	// DefaultFairShareInterval.
+	FairShareInterval time.Duration `json:"fair_share_interval,omitempty"`
 }
 
 // DefaultMaxLossGPUHours is Policy.MaxLossGPUHours when it is 0.
@@ -312,6 +315,9 @@ func (p Policy) Changes(next Policy) []string {
 	}
 	if h, nh := p.FairShareHalfLifeInEffect(), next.FairShareHalfLifeInEffect(); h != nh {
 		out = append(out, fmt.Sprintf("fair_share_half_life %s -> %s", h, nh))
+	}
+	if i, ni := p.FairShareIntervalInEffect(), next.FairShareIntervalInEffect(); i != ni {
+		out = append(out, fmt.Sprintf("fair_share_interval %s -> %s", i, ni))
 	}
 	if !slices.Equal(p.Limits, next.Limits) {
 		out = append(out, fmt.Sprintf("limits %s -> %s", limitsText(p.Limits), limitsText(next.Limits)))

@@ -24,6 +24,8 @@ var Knobs = []struct{ Name, Help string }{
 	{"honors_notice", "on, or off: requests never say HonorsNotice (the policy counts every victim's loss from its last checkpoint, as before)"},
 	{"cap.CLASS", "each workspace's max GPUs held in CLASS (high, medium or low), e.g. cap.high=16 (limit CLASS.max_gpus for every workspace); none removes it; one knob per class"},
 	{"cap.CLASS@WORKSPACE", "that workspace's own cap in CLASS, over cap.CLASS, e.g. cap.high@team-1=14"},
+	{"ordering", "fifo (submission order within a class) or fair-share (least recently used workspace first; give jobs workspaces with --teams)"},
+	{"half_life", "fair_share_half_life: how fast fair-share forgets usage (e.g. 24h; default 168h)"},
 }
 
 // MaxNotice bounds a simulated notice, as config.MaxPreemptionNotice bounds preemption_notice.
@@ -111,6 +113,15 @@ func setKnob(p *Policy, k, v string) error {
 		p.Scheduler.MaxLossGPUHours = n
 	case "reserve_after":
 		p.Scheduler.ReserveAfter, err = knobDuration(v)
+	case "ordering":
+		switch o := scheduler.Ordering(v); o {
+		case scheduler.SubmissionOrder, scheduler.FairShare:
+			p.Scheduler.Ordering = o
+		default:
+			return fmt.Errorf("%q is not %s or %s", v, scheduler.SubmissionOrder, scheduler.FairShare)
+		}
+	case "half_life", "fair_share_half_life":
+		p.Scheduler.FairShareHalfLife, err = knobDuration(v)
 	case "notice", "preemption_notice":
 		var d time.Duration
 		if d, err = knobDuration(v); err == nil && d > MaxNotice {
@@ -202,6 +213,9 @@ func policyKnobs(p scheduler.Policy) []string {
 	}
 	if p.PreemptionNotice > 0 {
 		out = append(out, "preemption_notice "+Dur(p.PreemptionNotice))
+	}
+	if p.Ordering == scheduler.FairShare {
+		out = append(out, "ordering fair-share, half-life "+Dur(p.FairShareHalfLifeInEffect()))
 	}
 	for _, l := range p.Limits {
 		who := "per workspace"

@@ -149,6 +149,8 @@ func printQueue(g *globals, v protocol.QueueView) {
 		tw.Flush()
 	}
 
+	printFairShare(w, v)
+
 	if n := waitingTotal(v); n > len(v.Waiting) && len(v.Waiting) > 0 {
 		fmt.Fprintf(w, "\nWaiting, in launch order (%d to %d of %d; --offset and --limit show others):\n", v.Offset+1, v.Offset+len(v.Waiting), n)
 	} else if n > len(v.Waiting) {
@@ -168,6 +170,25 @@ func printQueue(g *globals, v protocol.QueueView) {
 	}
 	tw.Flush()
 	printExpected(w, v.Waiting)
+}
+
+// printFairShare lists each workspace's recent usage under the fair-share
+// ordering, in the order its jobs are taken within a class.
+func printFairShare(w io.Writer, v protocol.QueueView) {
+	if len(v.FairShare) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nFair share (within a class, the least-used workspace's jobs go first; usage halves every %s):\n", human(v.FairShareHalfLife))
+	tw := newTable(w)
+	fmt.Fprintln(tw, "  WORKSPACE\tGPU-HOURS\tSHARE\tGPUS HELD\tWAITING")
+	for _, u := range v.FairShare {
+		ws := u.Workspace
+		if ws == "" {
+			ws = "(none)"
+		}
+		fmt.Fprintf(tw, "  %s\t%.1f\t%.0f%%\t%d\t%d\n", ws, u.GPUHours, 100*u.Share, u.GPUs, u.Waiting)
+	}
+	tw.Flush()
 }
 
 // printExpected lists the expected starts the view carries (trainq queue --eta).
