@@ -30,17 +30,31 @@ const (
 type Estimates struct {
 	Kind   EstimateKind `json:"kind"`
 	Factor float64      `json:"factor,omitempty"` // EstimateLimit: the limit is Factor × the true runtime
+	// Percentile (EstimateLearned) is the quantile of the last runs taken, 0 to 1 (0:
+	// LearnedPercentile).
+	Percentile float64 `json:"percentile,omitempty"`
+}
+
+func (e Estimates) percentile() float64 {
+	if e.Percentile > 0 {
+		return e.Percentile
+	}
+	return LearnedPercentile
 }
 
 func (e Estimates) String() string {
 	if e.Kind == EstimateLimit {
 		return "limit:" + strconv.FormatFloat(e.Factor, 'g', -1, 64) + "x"
 	}
+	if e.Kind == EstimateLearned && e.Percentile > 0 && e.Percentile != LearnedPercentile {
+		return "learned:p" + strconv.FormatFloat(100*e.Percentile, 'g', -1, 64)
+	}
 	return string(e.Kind)
 }
 
 // ParseEstimates reads --estimates: a comma-separated list of exact, limit:Kx (K ≥ 1, e.g.
-// limit:2x) and learned; or none (alone), which measures nothing.
+// limit:2x) and learned (or learned:pNN, another percentile than p90, e.g. learned:p50); or
+// none (alone), which measures nothing.
 func ParseEstimates(s string) ([]Estimates, error) {
 	var out []Estimates
 	for _, part := range strings.Split(s, ",") {
@@ -55,6 +69,12 @@ func ParseEstimates(s string) ([]Estimates, error) {
 			out = append(out, Estimates{Kind: EstimateExact})
 		case part == string(EstimateLearned):
 			out = append(out, Estimates{Kind: EstimateLearned})
+		case strings.HasPrefix(part, "learned:p"):
+			f, err := strconv.ParseFloat(strings.TrimPrefix(part, "learned:p"), 64)
+			if err != nil || !(f > 0 && f <= 100) {
+				return nil, fmt.Errorf("%q: the percentile is above 0 and at most 100 (e.g. learned:p50)", part)
+			}
+			out = append(out, Estimates{Kind: EstimateLearned, Percentile: f / 100})
 		case strings.HasPrefix(part, "limit:"):
 			k := strings.TrimSuffix(strings.TrimPrefix(part, "limit:"), "x")
 			f, err := strconv.ParseFloat(k, 64)
@@ -63,7 +83,7 @@ func ParseEstimates(s string) ([]Estimates, error) {
 			}
 			out = append(out, Estimates{Kind: EstimateLimit, Factor: f})
 		default:
-			return nil, fmt.Errorf("%q is not exact, limit:Kx (e.g. limit:2x), learned or none", part)
+			return nil, fmt.Errorf("%q is not exact, limit:Kx (e.g. limit:2x), learned, learned:pNN or none", part)
 		}
 	}
 	if len(out) == 0 {
@@ -108,9 +128,10 @@ func shapeKeys(j *Job) [2]string {
 }
 
 // learner keeps, per shape key, the runtimes of the last LearnedRuns completed jobs (a ring, so
-// its state is bounded by the number of shapes).
+// its state is bounded by the number of shapes), and estimates their quantile q.
 type learner struct {
 	runs map[string]*ring
+	q    float64
 }
 
 type ring struct {
@@ -119,7 +140,7 @@ type ring struct {
 	next int
 }
 
-func newLearner() *learner { return &learner{runs: map[string]*ring{}} }
+func newLearner(q float64) *learner { return &learner{runs: map[string]*ring{}, q: q} }
 
 // observe records that a job of these keys completed after running d.
 func (l *learner) observe(keys [2]string, d time.Duration) {
@@ -145,7 +166,7 @@ func (l *learner) estimate(keys [2]string) (d time.Duration, level int, ok bool)
 		}
 		s := slices.Clone(r.d[:min(r.n, LearnedRuns)])
 		slices.Sort(s)
-		return quantile(s, LearnedPercentile), lv, true
+		return quantile(s, l.q), lv, true
 	}
 	return 0, 0, false
 }

@@ -42,6 +42,11 @@ type ETAErrors struct {
 	// Late is the known jobs that started later than expected; LatePct of Known.
 	Late    int     `json:"late"`
 	LatePct float64 `json:"late_pct"`
+	// Now is the known jobs expected to start at the very moment asked (as if they could start
+	// at once; with estimates, mostly because a running job past its RunLimit is taken to end
+	// then), NowPct of Known.
+	Now    int     `json:"now"`
+	NowPct float64 `json:"now_pct"`
 }
 
 // ETAModel is one model's errors at submission and ETALead before the start.
@@ -74,6 +79,7 @@ type ETAReport struct {
 // etaPred is one expected start: at (since Epoch), or unknown.
 type etaPred struct {
 	at      time.Duration
+	asked   time.Duration // when it was asked
 	set     bool
 	unknown uint8 // 0 known, 1 no estimate, 2 beyond the projection's bounds
 }
@@ -141,7 +147,7 @@ func (e *etaRun) project(s *sim, i int32) etaPred {
 	case x.At.IsZero():
 		return etaPred{set: true, unknown: 2}
 	}
-	return etaPred{at: x.At.Sub(Epoch), set: true}
+	return etaPred{at: x.At.Sub(Epoch), asked: s.now, set: true}
 }
 
 func cmpOr(a, b error) error {
@@ -157,7 +163,7 @@ func (e *etaRun) baseline(s *sim, i int32) etaPred {
 	if !ok {
 		return etaPred{set: true, unknown: 1}
 	}
-	return etaPred{at: at, set: true}
+	return etaPred{at: at, asked: s.now, set: true}
 }
 
 func (s *sim) rateWindow() time.Duration {
@@ -233,6 +239,9 @@ func etaErrors(recs []etaRec) ETAErrors {
 			continue
 		}
 		out.Known++
+		if r.pred.at == r.pred.asked {
+			out.Now++
+		}
 		d := r.actual - r.pred.at
 		if d > 0 {
 			out.Late++
@@ -254,6 +263,7 @@ func etaErrors(recs []etaRec) ETAErrors {
 	}
 	if out.Known > 0 {
 		out.LatePct = 100 * float64(out.Late) / float64(out.Known)
+		out.NowPct = 100 * float64(out.Now) / float64(out.Known)
 	}
 	return out
 }

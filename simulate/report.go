@@ -584,18 +584,18 @@ func writeETA(w io.Writer, r *Result) {
 	if e.Sample < 1 {
 		sample = fmt.Sprintf(", sampled at %g%%", 100*e.Sample)
 	}
-	fmt.Fprintf(w, "Expected starts (Pool.Project), for the %d jobs whose first attempt waited %s or more (%d measured%s): error |expected − actual start| at submission and %s before the start; \"of wait\" divides it by the job's wait; \"late\" started after the expected start; unknown: no estimate / beyond the projection's bounds.\n\n",
+	fmt.Fprintf(w, "Expected starts (Pool.Project), for the %d jobs whose first attempt waited %s or more (%d measured%s): error |expected − actual start| at submission and %s before the start; \"of wait\" divides it by the job's wait; \"late\" started after the expected start, \"now\" was expected to start at the very moment asked; unknown: no estimate / beyond the projection's bounds.\n\n",
 		e.Waited, Dur(e.MinWait.D()), e.Measured, sample, Dur(e.Lead.D()))
-	fmt.Fprintln(w, "| estimates | at submission: p50 | p90 | p50 of wait | p90 of wait | late | unknown | 10m before: p50 | p90 | p50 of wait | p90 of wait | unknown |")
-	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+	fmt.Fprintln(w, "| estimates | at submission: p50 | p90 | p50 of wait | p90 of wait | late | \"now\" | unknown | 10m before: p50 | p90 | p50 of wait | p90 of wait | unknown |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	for _, m := range e.Models {
 		a, b := m.AtSubmission, m.BeforeStart
 		name := m.Name
 		if m.WithEstimate > 0 || strings.HasPrefix(m.Name, string(EstimateLearned)) {
 			name += fmt.Sprintf(" (%s carried one)", pct(m.WithEstimate, e.Measured))
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %.0f%% | %.0f%% | %.0f%% | %s | %s | %s | %.0f%% | %.0f%% | %s |\n", name,
-			Dur(a.AbsP50.D()), Dur(a.AbsP90.D()), a.RelP50, a.RelP90, a.LatePct, unknownText(a),
+		fmt.Fprintf(w, "| %s | %s | %s | %.0f%% | %.0f%% | %.0f%% | %.0f%% | %s | %s | %s | %.0f%% | %.0f%% | %s |\n", name,
+			Dur(a.AbsP50.D()), Dur(a.AbsP90.D()), a.RelP50, a.RelP90, a.LatePct, a.NowPct, unknownText(a),
 			Dur(b.AbsP50.D()), Dur(b.AbsP90.D()), b.RelP50, b.RelP90, unknownText(b))
 	}
 	fmt.Fprintln(w)

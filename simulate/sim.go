@@ -332,7 +332,7 @@ func newSim(w *Workload, pol Policy, opt Options, est Estimates) (*sim, error) {
 	}
 	s := &sim{w: w, pol: pol, opt: opt, pool: pool, idx: make(map[string]int32, len(w.Jobs)), jobs: make([]jobState, len(w.Jobs)), wakeAt: -1, est: est}
 	if est.Kind == EstimateLearned {
-		s.learn = newLearner()
+		s.learn = newLearner(est.percentile())
 	}
 	s.ckpt, _ = any(pool).(checkpointer)
 	s.teams.init(s)
