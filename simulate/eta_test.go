@@ -115,13 +115,13 @@ func TestLearnerKeepsTheLastRuns(t *testing.T) {
 func TestETAErrors(t *testing.T) {
 	h := time.Hour
 	recs := []etaRec{
-		{etaPred{at: 2 * h, set: true}, 2 * h, h},      // exact
-		{etaPred{at: 3 * h, set: true}, 2 * h, 2 * h},  // 1h early: 50% of its wait
-		{etaPred{at: 1 * h, set: true}, 5 * h, 4 * h},  // 4h late: 100%
-		{etaPred{at: 10 * h, set: true}, 4 * h, 3 * h}, // 6h early: 200%
-		{etaPred{set: true, unknown: 1}, 4 * h, 3 * h}, // no estimate
-		{etaPred{set: true, unknown: 2}, 4 * h, 3 * h}, // beyond the horizon
-		{etaPred{}, 4 * h, 3 * h},                      // never asked: counted as beyond
+		{etaPred{at: 2 * h, asked: h, set: true}, 2 * h, h}, // exact
+		{etaPred{at: 3 * h, set: true}, 2 * h, 2 * h},       // 1h early: 50% of its wait
+		{etaPred{at: 1 * h, set: true}, 5 * h, 4 * h},       // 4h late: 100%
+		{etaPred{at: 10 * h, set: true}, 4 * h, 3 * h},      // 6h early: 200%
+		{etaPred{set: true, unknown: 1}, 4 * h, 3 * h},      // no estimate
+		{etaPred{set: true, unknown: 2}, 4 * h, 3 * h},      // beyond the horizon
+		{etaPred{}, 4 * h, 3 * h},                           // never asked: counted as beyond
 	}
 	e := etaErrors(recs)
 	if e.Known != 4 || e.NoEstimate != 1 || e.Horizon != 2 || !near(e.UnknownPct, 300.0/7) {
@@ -131,8 +131,11 @@ func TestETAErrors(t *testing.T) {
 	if e.AbsP50.D() != h || e.AbsP90.D() != 6*h || e.RelP50 != 50 || e.RelP90 != 200 {
 		t.Fatalf("quantiles %+v", e)
 	}
-	if e.Late != 1 || e.LatePct != 25 {
+	if e.Late != 1 || e.LatePct != 25 || e.Now != 0 {
 		t.Fatalf("late %+v", e)
+	}
+	if n := etaErrors([]etaRec{{etaPred{at: h, asked: h, set: true}, 2 * h, h}}); n.Now != 1 || n.NowPct != 100 || n.Late != 1 {
+		t.Fatalf("expected at the moment asked: %+v", n)
 	}
 	if z := etaErrors(nil); z.Known != 0 || z.AbsP50 != 0 || z.UnknownPct != 0 {
 		t.Fatalf("empty %+v", z)
