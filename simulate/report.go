@@ -594,9 +594,9 @@ func writeETA(w io.Writer, r *Result) {
 		if m.WithEstimate > 0 || strings.HasPrefix(m.Name, string(EstimateLearned)) {
 			name += fmt.Sprintf(" (%s carried one)", pct(m.WithEstimate, e.Measured))
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %.0f%% | %.0f%% | %.0f%% | %.0f%% | %s | %s | %s | %.0f%% | %.0f%% | %s |\n", name,
-			Dur(a.AbsP50.D()), Dur(a.AbsP90.D()), a.RelP50, a.RelP90, a.LatePct, a.NowPct, unknownText(a),
-			Dur(b.AbsP50.D()), Dur(b.AbsP90.D()), b.RelP50, b.RelP90, unknownText(b))
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %.0f%% | %.0f%% | %s | %s | %s | %s | %s | %s |\n", name,
+			Dur(a.AbsP50.D()), Dur(a.AbsP90.D()), relText(a.RelP50), relText(a.RelP90), a.LatePct, a.NowPct, unknownText(a),
+			Dur(b.AbsP50.D()), Dur(b.AbsP90.D()), relText(b.RelP50), relText(b.RelP90), unknownText(b))
 	}
 	fmt.Fprintln(w)
 	var calls int
@@ -638,4 +638,12 @@ func countsText(m map[string]int, order []string) string {
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// relText is a share in percent, "<1%" when it rounds to 0 but is not.
+func relText(v float64) string {
+	if v > 0 && v < 0.5 {
+		return "<1%"
+	}
+	return fmt.Sprintf("%.0f%%", v)
 }
