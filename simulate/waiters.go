@@ -102,7 +102,7 @@ type Waiter struct {
 // WaiterSamples bounds the moments of one job's wait its reason is sampled at (every
 // WaiterStep, or wider).
 const (
-	WaiterSamples = 1000
+	WaiterSamples = 300
 	WaiterStep    = 10 * time.Minute
 )
 

@@ -85,6 +85,16 @@ func runSimulate(ctx context.Context, g *globals, args []string) error {
 	if err := f.checkNotice(); err != nil {
 		return err
 	}
+	ests, err := simulate.ParseEstimates(*f.estimates)
+	if err != nil {
+		return usageErr("simulate: --estimates: %v", err)
+	}
+	if !(*f.etaSample > 0 && *f.etaSample <= 1) {
+		return usageErr("simulate: --eta-sample must be a share above 0 and at most 1, got %g", *f.etaSample)
+	}
+	if *f.rateWindow <= 0 {
+		return usageErr("simulate: --rate-window must be positive, got %s", *f.rateWindow)
+	}
 	base, allocNodes, err := f.allocation(g)
 	if err != nil {
 		return err
@@ -99,16 +109,6 @@ func runSimulate(ctx context.Context, g *globals, args []string) error {
 	pols, err := f.parsePolicies(base)
 	if err != nil {
 		return err
-	}
-	ests, err := simulate.ParseEstimates(*f.estimates)
-	if err != nil {
-		return usageErr("simulate: --estimates: %v", err)
-	}
-	if !(*f.etaSample > 0 && *f.etaSample <= 1) {
-		return usageErr("simulate: --eta-sample must be a share above 0 and at most 1, got %g", *f.etaSample)
-	}
-	if *f.rateWindow <= 0 {
-		return usageErr("simulate: --rate-window must be positive, got %s", *f.rateWindow)
 	}
 	opt := simulate.Options{StopDelay: *f.stop, Checkpoint: *f.ckpt, MaxRetry: *f.retry, Burst: *f.burst, WakeTimer: *f.wake,
 		Honor: *f.honor, SaveTime: *f.save, HonorSeed: *f.honorSeed, Estimates: ests, RateWindow: *f.rateWindow}
