@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -85,6 +86,12 @@ type Result struct {
 	Teams []TeamRow `json:"teams,omitempty"`
 	// CapExplains is how many Pool.Explain calls it took to count TeamRow.CapHits.
 	CapExplains int `json:"cap_explains,omitempty"`
+	// SizeWaits are the waits per class and size (no GPU, 1, 2-3, 4-7, 8+ GPUs).
+	SizeWaits []SizeWaits `json:"waits_by_size,omitempty"`
+	// Longest is the longest waiter of each class, and what held it back.
+	Longest []Waiter `json:"longest_waiters,omitempty"`
+	// ETA is the expected-start measurement (Options.Estimates).
+	ETA *ETAReport `json:"eta,omitempty"`
 }
 
 // Waits summarises a set of waits.
@@ -358,6 +365,9 @@ func WriteMarkdown(w io.Writer, rs []*Result) {
 		}
 		fmt.Fprintln(w)
 		writeTeams(w, r)
+		writeSizeWaits(w, r)
+		writeLongest(w, r)
+		writeETA(w, r)
 	}
 	writeSummary(w, rs)
 }
@@ -491,4 +501,149 @@ func writeTeams(w io.Writer, r *Result) {
 	if capped {
 		fmt.Fprintf(w, "Cap hits are the jobs the pool said, at least once after a pass, wait on their workspace's cap (Pool.Explain; %d dry passes).\n\n", r.CapExplains)
 	}
+}
+
+// writeSizeWaits prints the waits per class and size: p50 / p95 (jobs).
+func writeSizeWaits(w io.Writer, r *Result) {
+	if len(r.SizeWaits) == 0 {
+		return
+	}
+	var sizes []string
+	for _, b := range sizeBuckets {
+		if slices.ContainsFunc(r.SizeWaits, func(x SizeWaits) bool { return x.Size == b }) {
+			sizes = append(sizes, b)
+		}
+	}
+	fmt.Fprint(w, "Waits by size, p50 / p95 (jobs):\n\n| class |")
+	for _, b := range sizes {
+		fmt.Fprintf(w, " %s |", b)
+	}
+	fmt.Fprint(w, "\n|---|")
+	for range sizes {
+		fmt.Fprint(w, "--:|")
+	}
+	fmt.Fprintln(w)
+	for _, c := range []string{"high", "medium", "low"} {
+		if !slices.ContainsFunc(r.SizeWaits, func(x SizeWaits) bool { return x.Class == c }) {
+			continue
+		}
+		fmt.Fprintf(w, "| %s |", c)
+		for _, b := range sizes {
+			k := slices.IndexFunc(r.SizeWaits, func(x SizeWaits) bool { return x.Class == c && x.Size == b })
+			if k < 0 {
+				fmt.Fprint(w, " - |")
+				continue
+			}
+			x := r.SizeWaits[k]
+			fmt.Fprintf(w, " %s / %s (%d) |", Dur(x.P50.D()), Dur(x.P95.D()), x.N)
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintln(w)
+}
+
+// writeLongest prints the longest waiter of each class and the reason it was given longest.
+func writeLongest(w io.Writer, r *Result) {
+	if len(r.Longest) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "Longest waiters (the reason is the one Pool.Explain gave at most of the moments sampled in the wait):")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| class | job | wait | GPUs | submitted | attempts | fits on | jobs seen there (by class; by GPUs) | reason most of the wait (share of samples) | waiting for | distinct reasons | last reason |")
+	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|---|---|---|---|--:|---|")
+	for _, x := range r.Longest {
+		last := x.LastReason
+		if last == x.Reason {
+			last = "(same)"
+		}
+		fits := fmt.Sprintf("%d of %d nodes", len(x.FitsOn), r.Nodes)
+		if len(x.FitsOn) <= 3 {
+			fits += " (" + strings.Join(x.FitsOn, ", ") + ")"
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %d | day %.1f | %d | %s | %s; %s | %s (%.0f%% of %d) | %s | %d | %s |\n", x.Class, x.Job, Dur(x.Wait.D()), x.GPUs,
+			x.Submitted.D().Hours()/24, x.Attempts, fits, countsText(x.Holders, []string{"high", "medium", "low"}), countsText(x.HolderGPUs, nil), cell(x.Reason), 100*x.ReasonShare, x.Samples, cell(strings.Join(x.WaitingFor, ", ")), x.Reasons, cell(last))
+	}
+	fmt.Fprintln(w)
+}
+
+// cell makes text safe in a Markdown table cell.
+func cell(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return strings.ReplaceAll(s, "|", "\\|")
+}
+
+// writeETA prints the expected-start errors of each estimates model and of the baseline.
+func writeETA(w io.Writer, r *Result) {
+	e := r.ETA
+	if e == nil {
+		return
+	}
+	sample := ""
+	if e.Sample < 1 {
+		sample = fmt.Sprintf(", sampled at %g%%", 100*e.Sample)
+	}
+	fmt.Fprintf(w, "Expected starts (Pool.Project), for the %d jobs whose first attempt waited %s or more (%d measured%s): error |expected − actual start| at submission and %s before the start; \"of wait\" divides it by the job's wait; \"late\" started after the expected start, \"now\" was expected to start at the very moment asked; unknown: no estimate / beyond the projection's bounds.\n\n",
+		e.Waited, Dur(e.MinWait.D()), e.Measured, sample, Dur(e.Lead.D()))
+	fmt.Fprintln(w, "| estimates | at submission: p50 | p90 | p50 of wait | p90 of wait | late | \"now\" | unknown | 10m before: p50 | p90 | p50 of wait | p90 of wait | unknown |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+	for _, m := range e.Models {
+		a, b := m.AtSubmission, m.BeforeStart
+		name := m.Name
+		if m.WithEstimate > 0 || strings.HasPrefix(m.Name, string(EstimateLearned)) {
+			name += fmt.Sprintf(" (%s carried one)", pct(m.WithEstimate, e.Measured))
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %.0f%% | %.0f%% | %s | %s | %s | %s | %s | %s |\n", name,
+			Dur(a.AbsP50.D()), Dur(a.AbsP90.D()), relText(a.RelP50), relText(a.RelP90), a.LatePct, a.NowPct, unknownText(a),
+			Dur(b.AbsP50.D()), Dur(b.AbsP90.D()), relText(b.RelP50), relText(b.RelP90), unknownText(b))
+	}
+	fmt.Fprintln(w)
+	var calls int
+	var wallT time.Duration
+	for _, m := range e.Models {
+		calls += m.Projections
+		wallT += m.ProjectWall.D()
+	}
+	if calls > 0 {
+		fmt.Fprintf(w, "%d projections, %s in all (mean %s).\n\n", calls, wall(wallT), wall(wallT/time.Duration(calls)))
+	}
+}
+
+func unknownText(x ETAErrors) string {
+	n := x.NoEstimate + x.Horizon
+	if n == 0 {
+		return "0"
+	}
+	return fmt.Sprintf("%.0f%% (%d / %d)", x.UnknownPct, x.NoEstimate, x.Horizon)
+}
+
+// countsText is "high 80, low 3" (keys in order, or numerically).
+func countsText(m map[string]int, order []string) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	keys := order
+	if keys == nil {
+		keys = slices.SortedFunc(maps.Keys(m), compareNatural)
+	}
+	var parts []string
+	for _, k := range keys {
+		if n := m[k]; n > 0 {
+			unit := k
+			if order == nil {
+				unit = k + "-GPU"
+			}
+			parts = append(parts, fmt.Sprintf("%s %d", unit, n))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// relText is a share in percent, "<1%" when it rounds to 0 but is not.
+func relText(v float64) string {
+	if v > 0 && v < 0.5 {
+		return "<1%"
+	}
+	return fmt.Sprintf("%.0f%%", v)
 }

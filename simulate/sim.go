@@ -84,6 +84,16 @@ type Options struct {
 	HonorSeed uint64 `json:"honor_seed,omitempty"`
 	// Clock times the Schedule calls (nil: time.Now). It never influences a decision.
 	Clock func() time.Time `json:"-"`
+	// Estimates are the runtime estimate models whose expected starts are measured (see
+	// Result.ETA); none: no request carries a RunLimit and nothing is measured. Each model is
+	// one more run of the same schedule (a RunLimit changes no decision).
+	Estimates []Estimates `json:"estimates,omitempty"`
+	// ETASample is the share of jobs (0 to 1; 0: all) whose expected starts are measured, drawn
+	// from a hash of ETASeed and the job's id.
+	ETASample float64 `json:"eta_sample,omitempty"`
+	ETASeed   uint64  `json:"eta_seed,omitempty"`
+	// RateWindow is the window of the baseline's admission rate (default DefaultRateWindow).
+	RateWindow time.Duration `json:"rate_window,omitempty"`
 }
 
 // DefaultSaveTime is Options.SaveTime when it is 0: a checkpoint written on notice, and the exit.
@@ -129,6 +139,8 @@ const (
 	evCheckpoint        // a running attempt saves its progress
 	evWake              // the pool's NextWake
 	evNoticeEnd         // a told victim exits (it saved) or reaches the notice's deadline
+	evProbe             // measure a waiting job's expected start (ETA runs; changes nothing)
+	evExplain           // sample a longest waiter's reason (changes nothing)
 )
 
 type event struct {
@@ -220,7 +232,16 @@ type jobState struct {
 	noticeAt  time.Duration // when its preemption told it (phNotice)
 	capHit    bool          // the pool explained its wait by its workspace's cap, at least once
 	capPos    int32         // its index in sim.capWait while it waits in a capped class
+	ran       time.Duration // run time of its earlier (preempted) attempts
+	estimate  time.Duration // learned estimate given at submission (hasEst)
+	hasEst    bool
+	estLevel  int8          // which shape key gave it (0 fine, 1 coarse)
+	firstAt   time.Duration // when the first attempt started (-1: never)
+	spans     []waitSpan    // its waits: each attempt's queueing to start
 }
+
+// waitSpan is one attempt's wait, from queueing to start.
+type waitSpan struct{ from, to time.Duration }
 
 type preemptRec struct {
 	victim int32
@@ -251,6 +272,13 @@ type sim struct {
 	// preemption decision to its start.
 	preemptorWaits []time.Duration
 	teams          teamState
+
+	est       Estimates       // the model requests' RunLimits follow
+	learn     *learner        // EstimateLearned
+	starts    []time.Duration // every start of an attempt, in order (the baseline's admission rate)
+	eta       *etaRun         // nil: not measuring expected starts
+	watch     *watchRun       // nil: not sampling longest waiters' reasons
+	firstPlan *sim            // the plain run this one replays (nil: none)
 }
 
 // checkpointer is the pool's optional checkpoint report (see Pool.Checkpointed).
@@ -263,8 +291,28 @@ func (s *sim) push(t time.Duration, k evKind, job int32, attempt, worker int) {
 	s.q.push(event{t: t, seq: s.seq, kind: k, job: job, attempt: int32(attempt), worker: int32(worker)})
 }
 
-// Run replays w under one policy.
+// Run replays w under one policy. With Options.Estimates it measures expected starts, and it
+// names the longest waiter of each class and what held it back: a first run gives every job's
+// waits; a second run, per estimates model, replays the same schedule and measures at the
+// moments the first one knows (see eta.go).
 func Run(w *Workload, pol Policy, opt Options) (*Result, error) {
+	s, err := newSim(w, pol, opt, Estimates{Kind: EstimateNone})
+	if err != nil {
+		return nil, err
+	}
+	first, err := s.loop()
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.result(max(first, 0))
+	if err != nil {
+		return nil, err
+	}
+	return res, s.measure(res)
+}
+
+// newSim checks the options and sets up a run whose requests carry the RunLimits of est.
+func newSim(w *Workload, pol Policy, opt Options, est Estimates) (*sim, error) {
 	if opt.StopDelay < 0 || opt.Checkpoint < 0 || opt.SaveTime < 0 {
 		return nil, errors.New("the stop delay, checkpoint interval and save time must not be negative")
 	}
@@ -282,7 +330,10 @@ func Run(w *Workload, pol Policy, opt Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &sim{w: w, pol: pol, opt: opt, pool: pool, idx: make(map[string]int32, len(w.Jobs)), jobs: make([]jobState, len(w.Jobs)), wakeAt: -1}
+	s := &sim{w: w, pol: pol, opt: opt, pool: pool, idx: make(map[string]int32, len(w.Jobs)), jobs: make([]jobState, len(w.Jobs)), wakeAt: -1, est: est}
+	if est.Kind == EstimateLearned {
+		s.learn = newLearner(est.percentile())
+	}
 	s.ckpt, _ = any(pool).(checkpointer)
 	s.teams.init(s)
 	for i := range w.Jobs {
@@ -295,6 +346,7 @@ func Run(w *Workload, pol Policy, opt Options) (*Result, error) {
 		}
 		s.idx[j.ID] = int32(i)
 		s.jobs[i].remaining = j.Runtime
+		s.jobs[i].firstAt = -1
 		s.jobs[i].honours = share > 0 && honours(opt.HonorSeed, j.ID, share)
 		at := j.Arrival
 		if opt.Burst {
@@ -302,6 +354,11 @@ func Run(w *Workload, pol Policy, opt Options) (*Result, error) {
 		}
 		s.push(at, evArrive, int32(i), 1, 0)
 	}
+	return s, nil
+}
+
+// loop plays every event; it returns the time of the first.
+func (s *sim) loop() (time.Duration, error) {
 	first := time.Duration(-1)
 	for len(s.q) > 0 {
 		e := s.q.pop()
@@ -314,10 +371,13 @@ func Run(w *Workload, pol Policy, opt Options) (*Result, error) {
 			continue
 		}
 		if err := s.schedule(); err != nil {
-			return nil, err
+			return 0, err
+		}
+		if e.kind == evArrive && s.eta != nil {
+			s.eta.submitted(s, e.job)
 		}
 	}
-	return s.result(max(first, 0))
+	return first, nil
 }
 
 // apply handles one event; it reports whether the allocator would schedule after it.
@@ -326,6 +386,9 @@ func (s *sim) apply(e event) bool {
 	switch e.kind {
 	case evArrive:
 		st.attempt, st.queuedAt = 1, s.now
+		if s.learn != nil {
+			st.estimate, st.estLevel, st.hasEst = s.learnedEstimate(j)
+		}
 		if err := s.pool.Enqueue(s.request(e.job)); err != nil {
 			st.phase, st.endedAt = phRejected, s.now
 			return false
@@ -348,6 +411,9 @@ func (s *sim) apply(e event) bool {
 			s.teams.releasing -= j.GPUs()
 		}
 		st.phase, st.endedAt, st.remaining = phDone, s.now, 0
+		if s.learn != nil {
+			s.learn.observe(shapeKeys(j), j.Runtime)
+		}
 	case evStopped:
 		if st.phase != phStopping || int(e.attempt) != st.attempt {
 			return false
@@ -391,6 +457,12 @@ func (s *sim) apply(e event) bool {
 			return false
 		}
 		s.wakeAt = -1
+	case evProbe:
+		s.eta.probe(s, e.job)
+		return false
+	case evExplain:
+		s.watch.sample(s, e.job)
+		return false
 	}
 	return true
 }
@@ -415,6 +487,7 @@ func (s *sim) request(i int32) scheduler.Request {
 		r.Kind, r.Class = scheduler.KindJob, scheduler.Medium
 	}
 	r.HonorsNotice = st.honoured > 0 && !s.pol.NoHonorsNotice
+	r.RunLimit = s.runLimit(i)
 	return r
 }
 
@@ -457,6 +530,11 @@ func (s *sim) start(g scheduler.Grant) error {
 	}
 	st.phase, st.startedAt, st.ckptAt = phRunning, s.now, s.now
 	st.waited += s.now - st.queuedAt
+	st.spans = append(st.spans, waitSpan{st.queuedAt, s.now})
+	if st.attempt == 1 {
+		st.firstAt = s.now
+	}
+	s.starts = append(s.starts, s.now)
 	st.nodes = st.nodes[:0]
 	for _, p := range g.Placement {
 		if len(j.Nodes) > 0 && !slices.Contains(j.Nodes, p.Node) {
@@ -534,6 +612,7 @@ func (s *sim) stop(vi int32) {
 		st.remaining -= saved
 		st.lost += (progress - saved).Seconds() * float64(j.GPUs())
 	}
+	st.ran += s.now - st.startedAt
 	st.phase, st.stopped = phStopping, 0
 	for w := 0; w < j.Workers; w++ {
 		s.push(s.now+delay, evStopped, vi, st.attempt, w)

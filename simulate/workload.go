@@ -31,6 +31,10 @@ type Job struct {
 	// Workspace is whose job it is (scheduler.Request.Workspace): the caps of Policy.Limits apply
 	// per workspace. "": nobody's, no cap applies.
 	Workspace string `json:"workspace,omitempty"`
+	// Shape is what makes jobs alike for learned runtime estimates (see shapeKeys): the openb
+	// loader sets it to the pod's qos and resources as the trace gives them (its GPU share
+	// included); "": its class, kind, per-worker demand and workers.
+	Shape string `json:"shape,omitempty"`
 }
 
 // GPUs is the job's total GPU count (all workers).
@@ -301,6 +305,7 @@ func (w *Workload) addOpenBPods(pt *csvTable, times []podTimes, classes map[stri
 			ID: pt.str(i, "name"), Arrival: time.Duration(tm.arrival) * time.Second, Class: class,
 			Demand:  scheduler.Demand{Family: OpenBFamily, GPUs: int(ngpu), CPU: int(cpu), RAMGB: int(mem)},
 			Workers: 1, Runtime: time.Duration(tm.duration) * time.Second, Label: tm.qos,
+			Shape: fmt.Sprintf("%s gpu=%d milli=%d cpu_milli=%d memory_mib=%d", tm.qos, ngpu, milli, cpu, mem),
 		})
 	}
 	if shared > 0 {

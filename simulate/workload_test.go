@@ -34,10 +34,10 @@ func TestLoadOpenB(t *testing.T) {
 		t.Fatalf("nodes %+v", w.Nodes)
 	}
 	want := []Job{
-		{ID: "p0", Arrival: 0, Class: scheduler.High, Demand: scheduler.Demand{Family: "gpu", GPUs: 1, CPU: 12000, RAMGB: 16384}, Workers: 1, Runtime: 100 * time.Second, Label: "LS"},
-		{ID: "p2", Arrival: 5 * time.Second, Class: scheduler.Medium, Demand: scheduler.Demand{Family: "gpu", CPU: 4000, RAMGB: 8192}, Workers: 1, Runtime: 25 * time.Second, Label: "Burstable"},
-		{ID: "p1", Arrival: 10 * time.Second, Class: scheduler.Low, Demand: scheduler.Demand{Family: "gpu", GPUs: 1, CPU: 6000, RAMGB: 12288}, Workers: 1, Runtime: 50 * time.Second, Label: "BE"},
-		{ID: "p3", Arrival: 40 * time.Second, Class: scheduler.Medium, Demand: scheduler.Demand{Family: "gpu", GPUs: 8, CPU: 8000, RAMGB: 8192}, Workers: 1, Runtime: 1000 * time.Second, Label: "Guaranteed"},
+		{ID: "p0", Arrival: 0, Class: scheduler.High, Demand: scheduler.Demand{Family: "gpu", GPUs: 1, CPU: 12000, RAMGB: 16384}, Workers: 1, Runtime: 100 * time.Second, Label: "LS", Shape: "LS gpu=1 milli=1000 cpu_milli=12000 memory_mib=16384"},
+		{ID: "p2", Arrival: 5 * time.Second, Class: scheduler.Medium, Demand: scheduler.Demand{Family: "gpu", CPU: 4000, RAMGB: 8192}, Workers: 1, Runtime: 25 * time.Second, Label: "Burstable", Shape: "Burstable gpu=0 milli=0 cpu_milli=4000 memory_mib=8192"},
+		{ID: "p1", Arrival: 10 * time.Second, Class: scheduler.Low, Demand: scheduler.Demand{Family: "gpu", GPUs: 1, CPU: 6000, RAMGB: 12288}, Workers: 1, Runtime: 50 * time.Second, Label: "BE", Shape: "BE gpu=1 milli=460 cpu_milli=6000 memory_mib=12288"},
+		{ID: "p3", Arrival: 40 * time.Second, Class: scheduler.Medium, Demand: scheduler.Demand{Family: "gpu", GPUs: 8, CPU: 8000, RAMGB: 8192}, Workers: 1, Runtime: 1000 * time.Second, Label: "Guaranteed", Shape: "Guaranteed gpu=8 milli=1000 cpu_milli=8000 memory_mib=8192"},
 	}
 	if !reflect.DeepEqual(w.Jobs, want) {
 		t.Fatalf("jobs\n%+v\nwant\n%+v", w.Jobs, want)

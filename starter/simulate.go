@@ -16,6 +16,10 @@ import (
 // simFlags are trainq simulate's flags.
 type simFlags struct {
 	trace, pods, nodeList, times, workload, alloc, region, classes, only, flood *string
+	estimates                                                                   *string
+	etaSample                                                                   *float64
+	etaSeed                                                                     *uint64
+	rateWindow                                                                  *time.Duration
 	nodes, minGPUs, teams                                                       *int
 	frac                                                                        *float64
 	stop, ckpt, notice, save                                                    *time.Duration
@@ -28,30 +32,34 @@ type simFlags struct {
 
 func defineSimFlags(fs *flag.FlagSet) *simFlags {
 	f := &simFlags{
-		trace:     fs.String("trace", os.Getenv("TRAINQ_TRACE_DIR"), "`dir`ectory of the Alibaba GPU v2023 openb CSVs (default $TRAINQ_TRACE_DIR)"),
-		pods:      fs.String("pods", "default", "openb pod `list`: default, multigpu50, or a CSV path"),
-		nodeList:  fs.String("node-list", "", "openb node list CSV (default: openb_node_list_gpu_node.csv in --trace)"),
-		times:     fs.String("times", "", "pod list with qos and times, for a pod list without them (default: openb_pod_list_default.csv in --trace)"),
-		workload:  fs.String("workload", "", "our own workload `file` (.json or .csv: id, arrival, class, instance_type, n_workers, runtime, optional kind, nodes and workspace) instead of the trace"),
-		alloc:     fs.String("allocation", "", "take nodes (for --workload without nodes) and the base policy from this config allocation"),
-		region:    fs.String("region", "", "region of --allocation (default: the config's)"),
-		nodes:     fs.Int("nodes", 0, "keep N nodes, chosen evenly over the node list"),
-		frac:      fs.Float64("nodes-frac", 0, "keep this fraction of the nodes, chosen evenly (e.g. 0.01)"),
-		classes:   fs.String("classes", "LS=high,Guaranteed=medium,Burstable=medium,BE=low", "openb qos to priority class"),
-		only:      fs.String("only", "", "keep only the jobs of these `classes` (e.g. high, or high,medium): the best any policy could do for them"),
-		minGPUs:   fs.Int("min-gpus", 0, "keep only the jobs of at least `N` GPUs: the best any policy could do for them"),
-		stop:      fs.Duration("stop-delay", 30*time.Second, "how long a preempted job's workers take to stop"),
-		ckpt:      fs.Duration("checkpoint", 0, "a preempted job resumes from its last checkpoint, taken this often (0: it reruns from zero)"),
-		notice:    fs.Duration("notice", 0, "preemption_notice: a victim is told this long before it is stopped (default: --allocation's, else 0: none)"),
-		honor:     fs.Float64("honor", 0, "the `share` of jobs (0 to 1) that honour a notice: told, they save and exit --save-time later, losing nothing"),
-		save:      fs.Duration("save-time", simulate.DefaultSaveTime, "how long a job that honours a notice takes to save and exit (shorter than --notice)"),
-		honorSeed: fs.Uint64("honor-seed", 1, "which jobs honour notices: a hash of this `seed` and the job id"),
-		retry:     fs.Int("max-retry", -1, "reruns a job gets after preemptions (negative: unlimited)"),
-		burst:     fs.Bool("burst", false, "every job arrives at time 0, in arrival order"),
-		wake:      fs.Bool("wake-timer", false, "also schedule at the pool's NextWake, as an allocator with a timer would (today's allocator schedules on events only)"),
-		teams:     fs.Int("teams", 0, "put every job without a workspace in one of `N` synthetic teams, team-1..team-N, by a hash of --team-seed and its id (the policies' cap.CLASS knobs cap each)"),
-		teamSeed:  fs.Uint64("team-seed", 1, "which team each job is in (--teams): a hash of this `seed` and the job id"),
-		flood:     fs.String("flood-team", "", "this `workspace` (e.g. team-1) submits all its jobs high"),
+		trace:      fs.String("trace", os.Getenv("TRAINQ_TRACE_DIR"), "`dir`ectory of the Alibaba GPU v2023 openb CSVs (default $TRAINQ_TRACE_DIR)"),
+		pods:       fs.String("pods", "default", "openb pod `list`: default, multigpu50, or a CSV path"),
+		nodeList:   fs.String("node-list", "", "openb node list CSV (default: openb_node_list_gpu_node.csv in --trace)"),
+		times:      fs.String("times", "", "pod list with qos and times, for a pod list without them (default: openb_pod_list_default.csv in --trace)"),
+		workload:   fs.String("workload", "", "our own workload `file` (.json or .csv: id, arrival, class, instance_type, n_workers, runtime, optional kind, nodes and workspace) instead of the trace"),
+		alloc:      fs.String("allocation", "", "take nodes (for --workload without nodes) and the base policy from this config allocation"),
+		region:     fs.String("region", "", "region of --allocation (default: the config's)"),
+		nodes:      fs.Int("nodes", 0, "keep N nodes, chosen evenly over the node list"),
+		frac:       fs.Float64("nodes-frac", 0, "keep this fraction of the nodes, chosen evenly (e.g. 0.01)"),
+		classes:    fs.String("classes", "LS=high,Guaranteed=medium,Burstable=medium,BE=low", "openb qos to priority class"),
+		only:       fs.String("only", "", "keep only the jobs of these `classes` (e.g. high, or high,medium): the best any policy could do for them"),
+		minGPUs:    fs.Int("min-gpus", 0, "keep only the jobs of at least `N` GPUs: the best any policy could do for them"),
+		stop:       fs.Duration("stop-delay", 30*time.Second, "how long a preempted job's workers take to stop"),
+		ckpt:       fs.Duration("checkpoint", 0, "a preempted job resumes from its last checkpoint, taken this often (0: it reruns from zero)"),
+		notice:     fs.Duration("notice", 0, "preemption_notice: a victim is told this long before it is stopped (default: --allocation's, else 0: none)"),
+		honor:      fs.Float64("honor", 0, "the `share` of jobs (0 to 1) that honour a notice: told, they save and exit --save-time later, losing nothing"),
+		save:       fs.Duration("save-time", simulate.DefaultSaveTime, "how long a job that honours a notice takes to save and exit (shorter than --notice)"),
+		honorSeed:  fs.Uint64("honor-seed", 1, "which jobs honour notices: a hash of this `seed` and the job id"),
+		retry:      fs.Int("max-retry", -1, "reruns a job gets after preemptions (negative: unlimited)"),
+		burst:      fs.Bool("burst", false, "every job arrives at time 0, in arrival order"),
+		wake:       fs.Bool("wake-timer", false, "also schedule at the pool's NextWake, as an allocator with a timer would (today's allocator schedules on events only)"),
+		teams:      fs.Int("teams", 0, "put every job without a workspace in one of `N` synthetic teams, team-1..team-N, by a hash of --team-seed and its id (the policies' cap.CLASS knobs cap each)"),
+		teamSeed:   fs.Uint64("team-seed", 1, "which team each job is in (--teams): a hash of this `seed` and the job id"),
+		flood:      fs.String("flood-team", "", "this `workspace` (e.g. team-1) submits all its jobs high"),
+		estimates:  fs.String("estimates", "none", "runtime estimates whose expected starts are measured, comma-separated `models`: exact (the true runtime), limit:Kx (a time limit K × the true runtime, e.g. limit:2x), learned (p90 of the last 20 completed jobs of the same shape); none: no estimates, nothing measured"),
+		etaSample:  fs.Float64("eta-sample", 1, "measure the expected starts of this `share` of the jobs (0 to 1), drawn from a hash of --eta-seed and the job id"),
+		etaSeed:    fs.Uint64("eta-seed", 1, "which jobs --eta-sample measures: a hash of this `seed` and the job id"),
+		rateWindow: fs.Duration("rate-window", simulate.DefaultRateWindow, "the position÷rate baseline's admission rate is the starts over this last `window`"),
 	}
 	fs.Var(&f.policies, "policy", "a policy to compare, `NAME[:knob=value,...]` (repeatable; default fifo, best-effort, strict-fifo); knobs: "+knobList())
 	return f
@@ -77,6 +85,16 @@ func runSimulate(ctx context.Context, g *globals, args []string) error {
 	if err := f.checkNotice(); err != nil {
 		return err
 	}
+	ests, err := simulate.ParseEstimates(*f.estimates)
+	if err != nil {
+		return usageErr("simulate: --estimates: %v", err)
+	}
+	if !(*f.etaSample > 0 && *f.etaSample <= 1) {
+		return usageErr("simulate: --eta-sample must be a share above 0 and at most 1, got %g", *f.etaSample)
+	}
+	if *f.rateWindow <= 0 {
+		return usageErr("simulate: --rate-window must be positive, got %s", *f.rateWindow)
+	}
 	base, allocNodes, err := f.allocation(g)
 	if err != nil {
 		return err
@@ -93,7 +111,10 @@ func runSimulate(ctx context.Context, g *globals, args []string) error {
 		return err
 	}
 	opt := simulate.Options{StopDelay: *f.stop, Checkpoint: *f.ckpt, MaxRetry: *f.retry, Burst: *f.burst, WakeTimer: *f.wake,
-		Honor: *f.honor, SaveTime: *f.save, HonorSeed: *f.honorSeed}
+		Honor: *f.honor, SaveTime: *f.save, HonorSeed: *f.honorSeed, Estimates: ests, RateWindow: *f.rateWindow}
+	if ests != nil {
+		opt.ETASample, opt.ETASeed = *f.etaSample, *f.etaSeed
+	}
 	for _, p := range pols {
 		if n := p.Scheduler.PreemptionNotice; n > 0 && p.HonorShare(opt) > 0 && !p.NoPriorities && *f.save >= n {
 			return usageErr("simulate: --save-time %s must be shorter than the notice %s (policy %s)", *f.save, n, p.Name)

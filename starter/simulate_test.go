@@ -176,6 +176,9 @@ func TestSimulateUsage(t *testing.T) {
 		{[]string{"simulate", "--workload", "x.json", "--save-time", "0s"}, "--save-time must be positive"},
 		{[]string{"simulate", "--workload", "x.json", "--teams", "0"}, "--teams must be at least 1, got 0"},
 		{[]string{"simulate", "--workload", "x.json", "--team-seed", "3"}, "--team-seed needs --teams"},
+		{[]string{"simulate", "--workload", "x.json", "--estimates", "limit:0.5x"}, "--estimates: \"limit:0.5x\": the limit is K times the true runtime"},
+		{[]string{"simulate", "--workload", "x.json", "--estimates", "exact,none"}, "none measures nothing"},
+		{[]string{"simulate", "--workload", "x.json", "--estimates", "exact", "--eta-sample", "0"}, "--eta-sample must be a share above 0"},
 	} {
 		r := cli(t, "", tc.args...)
 		assert.Equal(t, 2, r.code, "%v: %s", tc.args, r.stderr)
