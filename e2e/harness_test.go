@@ -110,6 +110,13 @@ regions:
         nodes:
           - {name: limited-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
           - {name: limited-2, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+      - name: fair
+        stop_grace_period: 3s
+        ordering: fair-share
+        fair_share_half_life: 1h
+        fair_share_interval: 1s
+        nodes:
+          - {name: fair-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
       - name: drain
         stop_grace_period: 3s
         preemption_notice: 30s
