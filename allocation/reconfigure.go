@@ -45,7 +45,7 @@ func (s *State) Reconfigure(in protocol.AllocatorInput, g Gates) (protocol.Recon
 	s.dropRemovedDrains()
 	s.Config.Nodes, s.Config.Policy = s.Pool.Nodes(), s.Pool.Policy()
 	s.Config.StopGracePeriod, s.Config.ReclaimInterval, s.Config.NodeTimeout = in.StopGracePeriod, in.ReclaimInterval, in.NodeTimeout
-	s.Config.MaxWaiting = in.MaxWaiting
+	s.Config.MaxWaiting, s.Config.WaitingLimits = in.MaxWaiting, in.WaitingLimits
 	s.Config.PreemptionNotice, s.Config.ClassPreemptionNotice, s.Config.NoticeSignal = in.PreemptionNotice, in.ClassPreemptionNotice, in.NoticeSignal
 	reply := protocol.ReconfigureReply{Changed: true, Summary: summary}
 	for _, u := range unfit {
@@ -136,6 +136,9 @@ func (s *State) configChanges(in protocol.AllocatorInput, g Gates) string {
 	if s.Config.MaxWaiting != in.MaxWaiting {
 		parts = append(parts, fmt.Sprintf("max_waiting %d -> %d", s.Config.MaxWaiting, in.MaxWaiting))
 	}
+	if !slices.Equal(s.Config.WaitingLimits, in.WaitingLimits) {
+		parts = append(parts, fmt.Sprintf("waiting limits %s -> %s", waitingLimitsText(s.Config.WaitingLimits), waitingLimitsText(in.WaitingLimits)))
+	}
 	if s.Config.NodeTimeout != in.NodeTimeout {
 		parts = append(parts, fmt.Sprintf("node_timeout %s -> %s", s.Config.NodeTimeout, in.NodeTimeout))
 	}
@@ -187,4 +190,20 @@ func noticeText(d time.Duration, set bool) string {
 		return "the allocation's"
 	}
 	return d.String()
+}
+
+// waitingLimitsText lists waiting limits as "high.max_waiting 10, team-b:
+// high.max_waiting 50", or "none".
+func waitingLimitsText(ls protocol.WaitingLimits) string {
+	if len(ls) == 0 {
+		return "none"
+	}
+	parts := make([]string, len(ls))
+	for i, l := range ls {
+		parts[i] = fmt.Sprintf("%s.max_waiting %d", l.Class, l.MaxWaiting)
+		if l.Workspace != "" {
+			parts[i] = l.Workspace + ": " + parts[i]
+		}
+	}
+	return strings.Join(parts, ", ")
 }

@@ -57,16 +57,28 @@ func (s *State) Validate(req protocol.CapacityRequest) error {
 	return s.queueFull(req)
 }
 
-// queueFull refuses a new job when the queue holds max_waiting requests. A
-// rerun of an admitted job is never refused: it already had its place.
+// queueFull refuses a new job when the queue holds max_waiting requests, or
+// its workspace as many of its class as its waiting limit allows. A rerun of
+// an admitted job is never refused: it already had its place.
 func (s *State) queueFull(req protocol.CapacityRequest) error {
-	if s.Config.MaxWaiting <= 0 || req.Attempt > 1 || req.Seq != 0 || s.Pool.WaitingCount() < s.Config.MaxWaiting {
+	if req.Attempt > 1 || req.Seq != 0 {
 		return nil
 	}
 	if _, ok := s.Pool.Waiting(req.Job); ok {
 		return nil // a repeated request
 	}
-	return &protocol.QueueFullError{Region: s.Config.Region, Allocation: s.Config.Allocation, Waiting: s.Pool.WaitingCount()}
+	if s.Config.MaxWaiting > 0 && s.Pool.WaitingCount() >= s.Config.MaxWaiting {
+		return &protocol.QueueFullError{Region: s.Config.Region, Allocation: s.Config.Allocation, Waiting: s.Pool.WaitingCount()}
+	}
+	class := req.Class
+	if req.Kind == scheduler.KindNotebook {
+		class = scheduler.High
+	}
+	if limit := s.Config.WaitingLimits.Cap(req.Workspace, class); limit >= 0 && s.Pool.WaitingIn(req.Workspace, class) >= limit {
+		return &protocol.WorkspaceQueueFullError{Region: s.Config.Region, Allocation: s.Config.Allocation, Workspace: req.Workspace,
+			Class: class, Waiting: s.Pool.WaitingIn(req.Workspace, class), Limit: limit}
+	}
+	return nil
 }
 
 // WithdrawnFirst refuses a request whose withdrawal came first: the job was

@@ -147,6 +147,34 @@ func TestQueueCapRules(t *testing.T) {
 	})
 }
 
+// TestWorkspaceWaitingLimitRules: team-a may have one medium job waiting.
+func TestWorkspaceWaitingLimitRules(t *testing.T) {
+	of := func(ws string, r protocol.CapacityRequest) protocol.CapacityRequest { r.Workspace = ws; return r }
+	limited := func(t *testing.T, s *State) {
+		s.Config.WaitingLimits = protocol.WaitingLimits{{Workspace: "team-a", Class: medium, MaxWaiting: 1}}
+	}
+	fullPool := []step{granted(one("big", 1, high, 8)), limited, queued(of("team-a", req("first", 1, medium, 1)))}
+	refused := func(t *testing.T, s *State) {
+		err := s.Validate(of("team-a", req("late", 1, medium, 1)))
+		var full *protocol.WorkspaceQueueFullError
+		require.ErrorAs(t, err, &full)
+		assert.Equal(t, "team-a has 1 medium job waiting in T/a, its limit (medium.max_waiting 1); try later", full.Error())
+	}
+	runRules(t, []ruleCase{
+		{name: "team-a's second waiting medium job is refused",
+			given: fullPool, when: request(of("team-a", req("late", 1, medium, 1))), want: []string{"refuse late#1"}, then: refused},
+		{name: "another workspace's is not",
+			given: fullPool, when: request(of("team-b", req("other", 1, medium, 1))), want: []string{"schedule"}, then: isWaiting("other", 1)},
+		{name: "nor team-a's job of another class",
+			given: fullPool, when: request(of("team-a", req("low", 1, low, 1))), want: []string{"schedule"}, then: isWaiting("low", 1)},
+		{name: "nor a rerun of team-a's admitted job",
+			given: fullPool, when: request(of("team-a", req("rerun", 2, medium, 1))), want: []string{"schedule"}, then: isWaiting("rerun", 2)},
+		{name: "once its job starts, team-a may queue another",
+			given: append(slices.Clone(fullPool), func(t *testing.T, s *State) { s.Pool.Cancel("big"); s.Pool.Schedule(t0) }),
+			when:  request(of("team-a", req("next", 1, medium, 1))), want: []string{"schedule"}, then: isWaiting("next", 1)},
+	})
+}
+
 func TestResetRules(t *testing.T) {
 	answered := func(r protocol.CapacityRequest, attempts []int, err error) func(s *State) []Command {
 		return func(s *State) []Command { return s.ResetAnswered(r, attempts, err) }

@@ -44,8 +44,23 @@ func (s *State) DryRun(req protocol.CapacityRequest, now time.Time) (scheduler.D
 
 // Counts answers the counts query (admission, the watchdog).
 func (s *State) Counts(recovering bool) protocol.QueueCounts {
-	return protocol.QueueCounts{Waiting: s.Pool.WaitingCount(), MaxWaiting: s.Config.MaxWaiting,
+	c := protocol.QueueCounts{Waiting: s.Pool.WaitingCount(), MaxWaiting: s.Config.MaxWaiting,
 		Running: len(s.Pool.RunningJobs()), Recovering: recovering, RecoveredAt: s.RecoveredAt}
+	if len(s.Config.WaitingLimits) > 0 {
+		c.WorkspaceWaiting = map[string]map[string]int{}
+		// Map order does not reach the result: it is a map too.
+		//workflowcheck:ignore
+		for ws, n := range s.Pool.WaitingByWorkspace() {
+			byClass := map[string]int{}
+			for class, k := range n {
+				if k > 0 {
+					byClass[scheduler.Class(class).String()] = k
+				}
+			}
+			c.WorkspaceWaiting[ws] = byClass
+		}
+	}
+	return c
 }
 
 // View is one page of the queue, every running job and every node.

@@ -108,6 +108,8 @@ func (s *Server) classify(r *http.Request, err error) *Error {
 		return errorf(http.StatusConflict, codeNotRunning, "", err.Error())
 	case errors.As(err, new(*protocol.QueueFullError)):
 		return &Error{Status: http.StatusTooManyRequests, Code: codeQueueFull, Field: "allocation_name", Message: err.Error(), RetryAfter: queueFullRetryAfter}
+	case errors.As(err, new(*protocol.WorkspaceQueueFullError)):
+		return &Error{Status: http.StatusTooManyRequests, Code: codeQueueFull, Field: "priority_class", Message: err.Error(), RetryAfter: queueFullRetryAfter}
 	case errors.Is(err, client.ErrNoAllocator):
 		return &Error{Status: http.StatusServiceUnavailable, Code: codeNoWorker, Message: err.Error()}
 	case client.Unavailable(err):

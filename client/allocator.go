@@ -30,6 +30,7 @@ func AllocatorInput(cfg *config.Config, region, allocation string) (protocol.All
 		ReclaimInterval:  cfg.ReclaimInterval.D(),
 		NodeTimeout:      cfg.NodeTimeout.D(),
 		MaxWaiting:       a.MaxWaiting,
+		WaitingLimits:    a.WaitingLimits(),
 		PreemptionNotice: a.PreemptionNotice.D(),
 
 		ClassPreemptionNotice: a.ClassNotices(),

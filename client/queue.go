@@ -68,12 +68,21 @@ func (c *Client) checkQueueRoom(ctx context.Context, spec protocol.JobSpec) erro
 	if err != nil {
 		return err
 	}
-	counts, err := c.recentCounts(ctx, spec.Region, alloc.Name)
+	class := spec.Class()
+	limit := alloc.WaitingLimits().Cap(spec.Workspace, class)
+	// One more job could reach the workspace's limit: ask again rather than trust a count that
+	// may be a second old.
+	counts, err := c.recentCounts(ctx, spec.Region, alloc.Name, func(counts protocol.QueueCounts) bool {
+		return limit >= 0 && counts.WorkspaceWaiting[spec.Workspace][class.String()]+1 >= limit
+	})
 	if err != nil {
 		return nil // no answer in time: the allocator checks again
 	}
 	if counts.Waiting >= alloc.MaxWaiting {
 		return &protocol.QueueFullError{Region: spec.Region, Allocation: alloc.Name, Waiting: counts.Waiting}
+	}
+	if n := counts.WorkspaceWaiting[spec.Workspace][class.String()]; limit >= 0 && n >= limit {
+		return &protocol.WorkspaceQueueFullError{Region: spec.Region, Allocation: alloc.Name, Workspace: spec.Workspace, Class: class, Waiting: n, Limit: limit}
 	}
 	return nil
 }
@@ -96,7 +105,10 @@ var countsCache = struct {
 	flight singleflight.Group
 }{at: map[string]time.Time{}, counts: map[string]protocol.QueueCounts{}}
 
-func (c *Client) recentCounts(ctx context.Context, region, allocation string) (protocol.QueueCounts, error) {
+// recentCounts is the allocation's queue counts, reused while recent enough:
+// one second when the queue is at least half full, else ten, and never when
+// stale says the caller cannot decide from the counts cached.
+func (c *Client) recentCounts(ctx context.Context, region, allocation string, stale func(protocol.QueueCounts) bool) (protocol.QueueCounts, error) {
 	id := protocol.AllocatorWorkflowID(region, allocation)
 	countsCache.Lock()
 	at, ok := countsCache.at[id]
@@ -105,6 +117,9 @@ func (c *Client) recentCounts(ctx context.Context, region, allocation string) (p
 	maxAge := countsMaxAge
 	if counts.MaxWaiting > 0 && counts.Waiting*2 >= counts.MaxWaiting {
 		maxAge = countsMaxAgeNearFull
+	}
+	if ok && stale(counts) {
+		maxAge = 0
 	}
 	if ok && time.Since(at) < maxAge {
 		return counts, nil

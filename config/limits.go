@@ -3,19 +3,23 @@ package config
 import (
 	"fmt"
 
+	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
 )
 
-// Limit caps the GPUs a workspace may hold in one class of an allocation
-// (scheduler.Limit): its running jobs of that class plus the capacity
-// nominated to its waiting ones. A job over the cap waits, and its reason
-// names the cap; it is never refused for it. Without a workspace, the
-// limit caps every workspace, each on its own, that has no limit of its
-// own for the class.
+// Limit caps what a workspace may have in one class of an allocation:
+// max_gpus the GPUs it may hold (scheduler.Limit: its running jobs of that
+// class plus the capacity nominated to its waiting ones; a job over the cap
+// waits, and its reason names the cap), max_waiting the jobs it may have
+// waiting (protocol.WaitingLimit: a submission past it is refused). Without
+// a workspace, the limit caps every workspace, each on its own, that has no
+// limit of its own for the class; each of the two caps falls back on its
+// own.
 type Limit struct {
-	Workspace string `json:"workspace,omitempty"`
-	Class     string `json:"class"`
-	MaxGPUs   *int   `json:"max_gpus"`
+	Workspace  string `json:"workspace,omitempty"`
+	Class      string `json:"class"`
+	MaxGPUs    *int   `json:"max_gpus,omitempty"`
+	MaxWaiting *int   `json:"max_waiting,omitempty"`
 }
 
 // policyLimits is the allocation's limits as the scheduler takes them
@@ -24,10 +28,25 @@ func (a *Allocation) policyLimits() []scheduler.Limit {
 	if len(a.Limits) == 0 {
 		return nil
 	}
-	out := make([]scheduler.Limit, 0, len(a.Limits))
+	var out []scheduler.Limit
 	for _, l := range a.Limits {
-		c, _ := scheduler.ParseClass(l.Class)
-		out = append(out, scheduler.Limit{Workspace: l.Workspace, Class: c, MaxGPUs: *l.MaxGPUs})
+		if l.MaxGPUs != nil {
+			c, _ := scheduler.ParseClass(l.Class)
+			out = append(out, scheduler.Limit{Workspace: l.Workspace, Class: c, MaxGPUs: *l.MaxGPUs})
+		}
+	}
+	return out
+}
+
+// WaitingLimits is the allocation's limits with max_waiting (they passed
+// validateLimits).
+func (a *Allocation) WaitingLimits() protocol.WaitingLimits {
+	var out protocol.WaitingLimits
+	for _, l := range a.Limits {
+		if l.MaxWaiting != nil {
+			c, _ := scheduler.ParseClass(l.Class)
+			out = append(out, protocol.WaitingLimit{Workspace: l.Workspace, Class: c, MaxWaiting: *l.MaxWaiting})
+		}
 	}
 	return out
 }
@@ -46,11 +65,14 @@ func (a *Allocation) validateLimits(field string) error {
 		if l.Workspace != "" && !validName(l.Workspace) {
 			return fmt.Errorf("%s.workspace: %q is not a valid name (letters, digits, '-', '_', '.')", lf, l.Workspace)
 		}
-		if l.MaxGPUs == nil {
-			return fmt.Errorf("%s.max_gpus: missing: say how many %s GPUs the workspace may hold", lf, c)
+		if l.MaxGPUs == nil && l.MaxWaiting == nil {
+			return fmt.Errorf("%s: say how many %s GPUs the workspace may hold (max_gpus), how many %s jobs it may have waiting (max_waiting), or both", lf, c, c)
 		}
-		if *l.MaxGPUs < 0 {
+		if l.MaxGPUs != nil && *l.MaxGPUs < 0 {
 			return fmt.Errorf("%s.max_gpus: must be 0 or more, got %d", lf, *l.MaxGPUs)
+		}
+		if l.MaxWaiting != nil && (*l.MaxWaiting < 0 || *l.MaxWaiting > MaxMaxWaiting) {
+			return fmt.Errorf("%s.max_waiting: must be between 0 and %d, got %d", lf, MaxMaxWaiting, *l.MaxWaiting)
 		}
 		k := key{l.Workspace, c.String()}
 		if seen[k] {

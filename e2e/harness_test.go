@@ -62,6 +62,8 @@ regions:
       - name: capped
         stop_grace_period: 3s
         max_waiting: 2
+        limits:
+          - {workspace: team-a, class: medium, max_waiting: 1}
         nodes:
           - {name: capped-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
       - name: recover

@@ -41,3 +41,40 @@ func TestFullQueueRefusesSubmissions(t *testing.T) {
 		waitState(t, job, protocol.StateCompleted, long)
 	}
 }
+
+// TestWorkspaceWaitingLimitRefusesSubmissions: on allocation capped, team-a may
+// have one medium job waiting (limits: max_waiting 1). Its second waiting job
+// is refused before any workflow starts, through the CLI and the client; a
+// job of another workspace is not.
+func TestWorkspaceWaitingLimitRefusesSubmissions(t *testing.T) {
+	startWorker(t)
+	hold := gate(filepath.Join(t.TempDir(), "hold"))
+	spec := func(workspace, script string) protocol.JobSpec {
+		return protocol.JobSpec{Script: script, InstanceType: "a100.2gpu", Region: "T", AllocationName: "capped",
+			PriorityClass: "medium", NWorkers: 1, Type: "binary", Workspace: workspace}
+	}
+	running := submit(t, spec("team-a", hold.waitFor()))
+	waitState(t, running, protocol.StateRunning, long)
+	waiting := submit(t, spec("team-a", "true"))
+	eventually(t, long, "team-a's second job to wait", func() bool { return len(queue(t, "capped").Waiting) == 1 })
+	want := "team-a has 1 medium job waiting in T/capped, its limit (medium.max_waiting 1); try later"
+	_, errOut, code := trainq(t, "submit", "--region", "T", "--allocation", "capped", "--workspace", "team-a",
+		"--instance-type", "a100.2gpu", "--script", "true", "--type", "binary")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, want)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := tqclient.New(env.client, env.cfg).Submit(ctx, spec("team-a", "true"), tqclient.SubmitOptions{})
+	var full *protocol.WorkspaceQueueFullError
+	require.ErrorAs(t, err, &full, "the client refuses it too")
+	assert.Equal(t, want, full.Error())
+	n, err := tqclient.New(env.client, nil).Count(ctx, tqclient.ListFilter{Allocation: "capped", Workspace: "team-a"})
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), n, "a refused submission starts nothing")
+
+	other := submit(t, spec("team-b", "true"))
+	hold.open(t)
+	for _, job := range []string{running, waiting, other} {
+		waitState(t, job, protocol.StateCompleted, long)
+	}
+}

@@ -603,6 +603,9 @@ type AllocatorInput struct {
 	NodeTimeout     time.Duration    `json:"node_timeout,omitempty"`
 	// MaxWaiting caps the queue for first attempts (0 = no cap).
 	MaxWaiting int `json:"max_waiting,omitempty"`
+	// WaitingLimits cap the first attempts a workspace may have waiting in
+	// a class (the allocation's limits with max_waiting).
+	WaitingLimits WaitingLimits `json:"waiting_limits,omitempty"`
 	// PreemptionNotice is how long a preempted job's workers are given,
 	// once told, before they are stopped (see PreemptSignal.Notice).
 	PreemptionNotice time.Duration `json:"preemption_notice,omitempty"`
@@ -793,10 +796,65 @@ func (e *QueueFullError) Error() string {
 	return fmt.Sprintf("allocation %s/%s has %d waiting jobs (max_waiting); try later", e.Region, e.Allocation, e.Waiting)
 }
 
+// WaitingLimit caps the jobs a workspace may have waiting in one class of an
+// allocation, as Slurm's MaxSubmitJobs caps an account: a submission past it
+// is refused, before anything starts. Without a workspace it caps every
+// workspace, each on its own, that has no waiting limit of its own for the
+// class.
+type WaitingLimit struct {
+	Workspace  string          `json:"workspace,omitempty"`
+	Class      scheduler.Class `json:"class"`
+	MaxWaiting int             `json:"max_waiting"`
+}
+
+// WaitingLimits are an allocation's waiting limits.
+type WaitingLimits []WaitingLimit
+
+// Cap is how many jobs of class c workspace ws may have waiting, or -1 for
+// no limit (a job without a workspace has none).
+func (ls WaitingLimits) Cap(ws string, c scheduler.Class) int {
+	if ws == "" {
+		return -1
+	}
+	limit := -1
+	for _, l := range ls {
+		if l.Class != c {
+			continue
+		}
+		if l.Workspace == ws {
+			return l.MaxWaiting
+		}
+		if l.Workspace == "" {
+			limit = l.MaxWaiting
+		}
+	}
+	return limit
+}
+
+// WorkspaceQueueFullError says a workspace has as many jobs waiting in a
+// class of an allocation as its waiting limit allows.
+type WorkspaceQueueFullError struct {
+	Region, Allocation, Workspace string
+	Class                         scheduler.Class
+	Waiting, Limit                int
+}
+
+func (e *WorkspaceQueueFullError) Error() string {
+	jobs := "jobs"
+	if e.Waiting == 1 {
+		jobs = "job"
+	}
+	return fmt.Sprintf("%s has %d %s %s waiting in %s/%s, its limit (%s.max_waiting %d); try later",
+		e.Workspace, e.Waiting, e.Class, jobs, e.Region, e.Allocation, e.Class, e.Limit)
+}
+
 // QueueCounts answers the counts query.
 type QueueCounts struct {
 	Waiting    int  `json:"waiting"`
 	MaxWaiting int  `json:"max_waiting,omitempty"`
+	// WorkspaceWaiting counts the waiting jobs of each workspace that has
+	// any, by class name.
+	WorkspaceWaiting map[string]map[string]int `json:"workspace_waiting,omitempty"`
 	Running    int  `json:"running"`
 	Recovering bool `json:"recovering,omitempty"`
 	// RecoveredAt is when the allocator last rebuilt its state from the

@@ -268,6 +268,15 @@ func checkInvariants(t testing.TB, p *Pool) {
 	if len(p.waitIdx) != len(p.waiting) || len(p.waitKeys) != len(p.waiting) {
 		t.Fatalf("waiting index has %d entries, queue %d", len(p.waitIdx), len(p.waiting))
 	}
+	waitingIn := make([][3]int, len(p.wsNames))
+	for _, w := range p.waiting {
+		if w.ws != noWorkspace {
+			waitingIn[w.ws][w.r.Class]++
+		}
+	}
+	if !slices.Equal(waitingIn, p.wsWaiting) {
+		t.Fatalf("waiting per workspace %v, counted %v", p.wsWaiting, waitingIn)
+	}
 	for i, w := range p.waiting {
 		if p.waitIdx[w.r.Job] != w || (i > 0 && !p.before(p.waiting[i-1], w)) {
 			t.Fatalf("waiting queue out of order at %d", i)

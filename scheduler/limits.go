@@ -67,6 +67,7 @@ func (p *Pool) workspaceOf(name string) int32 {
 	}
 	p.wsCap = append(p.wsCap, caps)
 	p.wsHeld = append(p.wsHeld, [3]int{})
+	p.wsWaiting = append(p.wsWaiting, [3]int{})
 	p.fs.ws = append(p.fs.ws, account{})
 	return i
 }
@@ -150,4 +151,31 @@ func (p *Pool) capText(w *waitReq, used int) string {
 	gpus := w.r.leastWorkers() * w.r.Demand.GPUs
 	return fmt.Sprintf("%s holds %d of its %d %s GPUs (limit %s.max_gpus); the job needs %d",
 		w.r.Workspace, used, limit, w.r.Class, w.r.Class, gpus)
+}
+
+// countWaiting counts w in or out of its workspace's waiting requests.
+func (p *Pool) countWaiting(w *waitReq, delta int) {
+	if w.ws != noWorkspace {
+		p.wsWaiting[w.ws][w.r.Class] += delta
+	}
+}
+
+// WaitingIn is how many requests of class c workspace ws has waiting (none without a workspace).
+func (p *Pool) WaitingIn(ws string, c Class) int {
+	i, ok := p.wsIdx[ws]
+	if !ok || !c.valid() {
+		return 0
+	}
+	return p.wsWaiting[i][c]
+}
+
+// WaitingByWorkspace counts the waiting requests of each workspace that has any, per class.
+func (p *Pool) WaitingByWorkspace() map[string][3]int {
+	out := map[string][3]int{}
+	for i, n := range p.wsWaiting {
+		if n != [3]int{} {
+			out[p.wsNames[i]] = n
+		}
+	}
+	return out
 }

@@ -142,6 +142,8 @@ type Pool struct {
 	wsNames []string
 	wsCap   [][3]int
 	wsHeld  [][3]int
+	// wsWaiting counts each workspace's waiting requests per class.
+	wsWaiting [][3]int
 	// fs is the usage accounting of Policy.Ordering fair-share.
 	fs fairShare
 	// allows are the allowed-node sets (Request.Nodes) of the shapes that have one, interned by
@@ -591,6 +593,7 @@ func (p *Pool) Enqueue(r Request) error {
 func (p *Pool) insertWaiting(w *waitReq) {
 	i := p.waitPos(w)
 	p.waiting = slices.Insert(p.waiting, i, w)
+	p.countWaiting(w, +1)
 	p.waitKeys = slices.Insert(p.waitKeys, i, waitKey{shape: w.shape, class: w.r.Class, prev: p.running[w.r.Job] != nil})
 	p.waitIdx[w.r.Job] = w
 }
@@ -599,6 +602,7 @@ func (p *Pool) removeWaiting(w *waitReq) {
 	i := p.waitPos(w)
 	if i < len(p.waiting) && p.waiting[i] == w {
 		p.waiting = slices.Delete(p.waiting, i, i+1)
+		p.countWaiting(w, -1)
 		p.waitKeys = slices.Delete(p.waitKeys, i, i+1)
 	}
 	delete(p.waitIdx, w.r.Job)

@@ -1139,6 +1139,8 @@ func (p *Pool) applyGrants(now time.Time, pl *plan) []Grant {
 		if p.waitIdx[w.r.Job] == w {
 			p.waiting[k], p.waitKeys[k] = w, p.waitKeys[i]
 			k++
+		} else {
+			p.countWaiting(w, -1)
 		}
 	}
 	clear(p.waiting[k:])

@@ -748,6 +748,7 @@ func (rs *restorer) waitingRequest(i int) error {
 	}
 	w := p.newWaitReq(r)
 	p.waiting = append(p.waiting, w)
+	p.countWaiting(w, +1)
 	p.waitKeys = append(p.waitKeys, waitKey{shape: w.shape, class: r.Class, prev: p.running[r.Job] != nil})
 	p.waitIdx[r.Job] = w
 	return nil
