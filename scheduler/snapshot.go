@@ -246,30 +246,24 @@ type demandTable struct {
 }
 
 // user interns a request's user: 0 for none, else 1 + the index in s.Users.
-func (t *demandTable) user(name string) int32 {
-	if name == "" {
-		return 0
-	}
-	if i, ok := t.users[name]; ok {
-		return i
-	}
-	t.s.Users = append(t.s.Users, name)
-	i := int32(len(t.s.Users))
-	t.users[name] = i
-	return i
-}
+func (t *demandTable) user(name string) int32 { return internName(&t.s.Users, t.users, name) }
 
 // workspace interns a request's workspace: 0 for none, else 1 + the index in s.Workspaces.
 func (t *demandTable) workspace(name string) int32 {
+	return internName(&t.s.Workspaces, t.workspaces, name)
+}
+
+// internName is 0 for "", else 1 + name's index in names, where it is added at its first use.
+func internName(names *[]string, index map[string]int32, name string) int32 {
 	if name == "" {
 		return 0
 	}
-	if i, ok := t.workspaces[name]; ok {
+	if i, ok := index[name]; ok {
 		return i
 	}
-	t.s.Workspaces = append(t.s.Workspaces, name)
-	i := int32(len(t.s.Workspaces))
-	t.workspaces[name] = i
+	*names = append(*names, name)
+	i := int32(len(*names))
+	index[name] = i
 	return i
 }
 
@@ -443,30 +437,27 @@ func (rs *restorer) admitOnce(r Request, key admitKey) error {
 	return nil
 }
 
-// nodeSet is the allowed nodes coded as k (see SnapshotWaiting.NodeSet), sorted, each once; the
-// requests of one set share its slice (the pool never changes a request's nodes).
 // workspace is the workspace k of a snapshot's Workspace column or field.
 func (rs *restorer) workspace(k int32) (string, error) {
-	switch {
-	case k == 0:
-		return "", nil
-	case k < 0 || int(k) > len(rs.s.Workspaces) || rs.s.Workspaces[k-1] == "":
-		return "", fmt.Errorf("snapshot: workspace %d out of range", k)
-	}
-	return rs.s.Workspaces[k-1], nil
+	return nameAt(rs.s.Workspaces, k, "workspace")
 }
 
 // user is the user k of a snapshot's User column or field.
-func (rs *restorer) user(k int32) (string, error) {
+func (rs *restorer) user(k int32) (string, error) { return nameAt(rs.s.Users, k, "user") }
+
+// nameAt is "" for k 0, else names[k-1], which must exist and not be empty.
+func nameAt(names []string, k int32, what string) (string, error) {
 	switch {
 	case k == 0:
 		return "", nil
-	case k < 0 || int(k) > len(rs.s.Users) || rs.s.Users[k-1] == "":
-		return "", fmt.Errorf("snapshot: user %d out of range", k)
+	case k < 0 || int(k) > len(names) || names[k-1] == "":
+		return "", fmt.Errorf("snapshot: %s %d out of range", what, k)
 	}
-	return rs.s.Users[k-1], nil
+	return names[k-1], nil
 }
 
+// nodeSet is the allowed nodes coded as k (see SnapshotWaiting.NodeSet), sorted, each once; the
+// requests of one set share its slice (the pool never changes a request's nodes).
 func (rs *restorer) nodeSet(k int32) ([]string, error) {
 	switch {
 	case k == 0:
