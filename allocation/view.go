@@ -75,23 +75,44 @@ func (s *State) View(page protocol.QueuePage, recovering bool, now time.Time) pr
 		v.FairShareHalfLife = s.Pool.Policy().FairShareHalfLifeInEffect()
 	}
 	if page.ExpectedStarts && len(v.Waiting) > 0 {
-		// A stopping worker takes its notice, then its grace period, at most.
 		jobs := make([]string, len(v.Waiting))
 		for i := range v.Waiting {
 			jobs[i] = v.Waiting[i].Job
 		}
-		expected, err := s.Pool.Project(now, s.Pool.Policy().PreemptionNotice+s.Config.StopGracePeriod, jobs)
+		expected := s.expectedStarts(now, jobs)
 		for i := range v.Waiting {
-			e, ok := expected[v.Waiting[i].Job]
-			if err != nil {
-				e, ok = scheduler.ExpectedStart{Because: "unknown: the projection failed: " + err.Error()}, true
-			}
-			if ok {
+			if e, ok := expected[v.Waiting[i].Job]; ok {
 				v.Waiting[i].ExpectedStart = &e
 			}
 		}
 	}
 	return v
+}
+
+// ExpectedStart is when job, if it waits, is expected to start (see
+// scheduler.Pool.Project); nil if it does not wait.
+func (s *State) ExpectedStart(job string, now time.Time) *scheduler.ExpectedStart {
+	if _, ok := s.Pool.Waiting(job); !ok {
+		return nil
+	}
+	if e, ok := s.expectedStarts(now, []string{job})[job]; ok {
+		return &e
+	}
+	return nil
+}
+
+// expectedStarts projects the pool for the waiting jobs listed; a failed
+// projection answers unknown, with why.
+func (s *State) expectedStarts(now time.Time, jobs []string) map[string]scheduler.ExpectedStart {
+	// A stopping worker takes its notice, then its grace period, at most.
+	expected, err := s.Pool.Project(now, s.Pool.Policy().PreemptionNotice+s.Config.StopGracePeriod, jobs)
+	if err != nil {
+		expected = map[string]scheduler.ExpectedStart{}
+		for _, job := range jobs {
+			expected[job] = scheduler.ExpectedStart{Because: "unknown: the projection failed: " + err.Error()}
+		}
+	}
+	return expected
 }
 
 // Details renders the allocation for the Web UI's current details.

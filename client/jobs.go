@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 
 	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/scheduler"
 )
 
 // ErrJobNotFound is returned for a job name no workflow has.
@@ -88,6 +90,19 @@ func (c *Client) Explain(ctx context.Context, region, allocation, job string) (p
 		return ex, err
 	}
 	return ex, resp.Get(&ex)
+}
+
+// ExpectedStart asks the allocator when a waiting job is expected to start
+// (nil: it does not wait there). It plays a copy of the pool forward, so it
+// costs more than Explain.
+func (c *Client) ExpectedStart(ctx context.Context, region, allocation, job string) (*scheduler.ExpectedStart, error) {
+	var out *scheduler.ExpectedStart
+	resp, err := c.Temporal.QueryWorkflow(ctx, protocol.AllocatorWorkflowID(region, allocation), "", protocol.QueryExpectedStart,
+		protocol.ExpectedStartQuery{Job: job, Now: time.Now().UTC()})
+	if err != nil {
+		return nil, err
+	}
+	return out, resp.Get(&out)
 }
 
 // Cancel stops a job: its workers are stopped and it ends Stopped. Stopping

@@ -61,6 +61,9 @@ const (
 	// QueryCounts answers a QueueCounts: cheap at any queue length.
 	QueryCounts  = "counts"
 	QueryExplain = "explain"
+	// QueryExpectedStart projects when one waiting job is expected to start
+	// (ExpectedStartQuery -> *scheduler.ExpectedStart, nil unless it waits).
+	QueryExpectedStart = "expected-start"
 	// QueryDryRun answers, for a CapacityRequest of a job that does not
 	// exist yet, what it would get if it were queued now (a
 	// scheduler.DryRun); nothing changes.
@@ -778,6 +781,14 @@ type RecoverReply struct {
 	// Unanswered are running jobs that did not answer the register update;
 	// the nodes where they have workers stay fenced until they do.
 	Unanswered []string `json:"unanswered,omitempty"`
+}
+
+// ExpectedStartQuery asks QueryExpectedStart for one job. Now is the
+// asker's clock, projected from when it is later than the allocator's last
+// workflow task.
+type ExpectedStartQuery struct {
+	Job string    `json:"job"`
+	Now time.Time `json:"now,omitzero"`
 }
 
 // ExplainReply answers QueryExplain: where a job stands in its allocation.

@@ -305,6 +305,11 @@ func (a *allocator) registerQueries(ctx workflow.Context) error {
 	}); err != nil {
 		return err
 	}
+	if err := workflow.SetQueryHandler(ctx, protocol.QueryExpectedStart, func(q protocol.ExpectedStartQuery) (*scheduler.ExpectedStart, error) {
+		return a.st.ExpectedStart(q.Job, laterOf(workflow.Now(ctx), q.Now)), nil
+	}); err != nil {
+		return err
+	}
 	return workflow.SetQueryHandler(ctx, protocol.QueryExplain, func(job string) (protocol.ExplainReply, error) {
 		return a.st.Explain(job), nil
 	})
