@@ -219,6 +219,12 @@ func (f *fakeBackend) DryRun(ctx context.Context, spec protocol.JobSpec) (client
 	return client.DryRunAnswer{Region: spec.Region, Allocation: spec.AllocationName, DryRun: scheduler.DryRun{Start: true}}, nil
 }
 
+// ExpectedStart answers, for a waiting job, that it starts when alice's job
+// ends (a name bob must not see), an hour from the fake's clock.
+func (f *fakeBackend) ExpectedStart(ctx context.Context, region, allocation, job string) (*scheduler.ExpectedStart, error) {
+	return &scheduler.ExpectedStart{At: time.Date(2026, 11, 30, 13, 0, 0, 0, time.UTC), Because: "if " + jobA + " ends by its time limit at 13:00"}, nil
+}
+
 // LogSource reads the log files the tests write under the data dir.
 func (f *fakeBackend) LogSource() (client.LogSource, error) {
 	return logfile.Source{DataDir: f.cfg.DataDir}, nil

@@ -169,6 +169,18 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, p Principal, spe
 	writeJSON(w, http.StatusOK, answer)
 }
 
+// expectedStartParam reads ?expected_start=true|false (absent: false).
+func expectedStartParam(q url.Values) (bool, error) {
+	switch v := q.Get("expected_start"); v {
+	case "", "false":
+		return false, nil
+	case "true":
+		return true, nil
+	default:
+		return false, errorf(http.StatusBadRequest, codeInvalidParam, "expected_start", fmt.Sprintf("%q is not true or false", v))
+	}
+}
+
 // dryRunParam reads ?dry_run=true|false (absent: false).
 func dryRunParam(r *http.Request) (bool, error) {
 	switch v := r.URL.Query().Get("dry_run"); v {
@@ -354,6 +366,11 @@ type jobView struct {
 	Preemptors     []preemptorView          `json:"preemptors"`
 	Attempts       []protocol.AttemptRecord `json:"attempts"`
 	Warnings       []string                 `json:"warnings,omitempty"`
+	// ExpectedStartAt and ExpectedStart, for a pending job with
+	// ?expected_start=true: when it is expected to start (absent: unknown)
+	// and the assumption, or why it is unknown.
+	ExpectedStartAt *time.Time `json:"expected_start_at,omitempty"`
+	ExpectedStart   string     `json:"expected_start,omitempty"`
 }
 
 // referenced lists the job names a status mentions in fields of their own.
@@ -421,7 +438,12 @@ func hidePreemptors(attempts []protocol.AttemptRecord, rd *redactor) []protocol.
 }
 
 func (s *Server) getJob(w http.ResponseWriter, r *http.Request, p Principal) {
-	ml, err := shapeParams(r, "region")
+	ml, err := shapeParams(r, "region", "expected_start")
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	wantStart, err := expectedStartParam(r.URL.Query())
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -459,6 +481,13 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request, p Principal) {
 	if n := len(v.Preemptors); n > 0 {
 		last := v.Preemptors[n-1]
 		v.Preemptor = &last
+	}
+	if wantStart && st.State == protocol.StatePending {
+		e, err := s.backend.ExpectedStart(ctx, st.Region, st.Allocation, st.JobName)
+		if err != nil {
+			e = &scheduler.ExpectedStart{Because: "unknown: the allocator did not answer: " + err.Error()}
+		}
+		v.ExpectedStartAt, v.ExpectedStart = expectedAt(e), expectedText(e)
 	}
 	if ml {
 		out := mlspaceJobOf(info.RunID, &v)

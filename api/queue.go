@@ -196,14 +196,11 @@ func queuePage(q url.Values) (protocol.QueuePage, error) {
 		}
 		*f.dst = n
 	}
-	switch v := q.Get("expected_start"); v {
-	case "", "false":
-	case "true":
+	want, err := expectedStartParam(q)
+	if want {
 		page.ExpectedStarts, page.Now = true, time.Now().UTC()
-	default:
-		return page, errorf(http.StatusBadRequest, codeInvalidParam, "expected_start", fmt.Sprintf("%q is not true or false", v))
 	}
-	return page, nil
+	return page, err
 }
 
 func validRegion(cfg *config.Config, region string) bool {

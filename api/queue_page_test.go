@@ -2,8 +2,10 @@ package api
 
 import (
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -63,4 +65,30 @@ func TestQueuePages(t *testing.T) {
 	rec := getAsBob(s, path+"?page=2")
 	require.Equal(t, 400, rec.Code)
 	assert.Contains(t, errorOf(t, rec).Message, "allowed: region, offset, limit")
+}
+
+// TestJobExpectedStart: GET /jobs/{name}?expected_start=true adds when a
+// pending job is expected to start, and the assumption, with other
+// workspaces' names hidden; a bad value is refused naming the parameter.
+func TestJobExpectedStart(t *testing.T) {
+	s, _ := twoWorkspaceServer(t)
+	get := recorderDo(s, bobToken)
+	a := get("GET", "/public/v2/jobs/"+jobB+"?expected_start=true", "")
+	require.Equal(t, http.StatusOK, a.Code, string(a.Body))
+	var v struct {
+		ExpectedStartAt *time.Time `json:"expected_start_at"`
+		ExpectedStart   string     `json:"expected_start"`
+	}
+	require.NoError(t, json.Unmarshal(a.Body, &v))
+	require.NotNil(t, v.ExpectedStartAt)
+	assert.Equal(t, time.Date(2026, 11, 30, 13, 0, 0, 0, time.UTC), v.ExpectedStartAt.UTC())
+	assert.Equal(t, "if "+hiddenName+" ends by its time limit at 13:00", v.ExpectedStart)
+
+	a = get("GET", "/public/v2/jobs/"+jobB, "")
+	require.Equal(t, http.StatusOK, a.Code)
+	assert.NotContains(t, string(a.Body), "expected_start", "not asked, not projected")
+
+	a = get("GET", "/public/v2/jobs/"+jobB+"?expected_start=soon", "")
+	assert.Equal(t, http.StatusBadRequest, a.Code)
+	assert.Contains(t, string(a.Body), `"expected_start"`)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/trainq/trainq/config"
 	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/scheduler"
 )
 
 // Client is trainq's client: a Temporal connection, the configuration the
@@ -57,6 +58,7 @@ type Jobs interface {
 	LogSource() (LogSource, error)
 	Health(ctx context.Context) error
 	DryRun(ctx context.Context, spec protocol.JobSpec) (DryRunAnswer, error)
+	ExpectedStart(ctx context.Context, region, allocation, job string) (*scheduler.ExpectedStart, error)
 }
 
 var _ Jobs = (*Client)(nil)

@@ -65,3 +65,44 @@ func TestExpectedStarts(t *testing.T) {
 		waitState(t, j, protocol.StateCompleted, long)
 	}
 }
+
+// TestExpectedStartComesTrue, with real processes, on allocation eta: a job
+// with a 15-second time limit that would run for ever is stopped by its
+// limit, with a reason naming it; the job queued behind it was told, by
+// `trainq status --eta`, when it would start, and starts within a few
+// seconds of that (its stop takes its grace period at most).
+func TestExpectedStartComesTrue(t *testing.T) {
+	startWorker(t)
+	forever := protocol.JobSpec{Script: "while true; do sleep 0.1; done", InstanceType: "a100.2gpu", Region: "T",
+		AllocationName: "eta", PriorityClass: "medium", NWorkers: 1, Type: "binary", TimeLimit: 15 * time.Second}
+	limited := submit(t, forever)
+	waitState(t, limited, protocol.StateRunning, long)
+	next := submit(t, protocol.JobSpec{Script: "true", InstanceType: "a100.2gpu", Region: "T", AllocationName: "eta",
+		PriorityClass: "medium", NWorkers: 1, Type: "binary"})
+	eventually(t, long, "the next job to be queued", func() bool { return queue(t, "eta").WaitingTotal == 1 })
+
+	var told struct {
+		State         protocol.JobState `json:"state"`
+		ExpectedStart *struct {
+			At      time.Time `json:"at"`
+			Because string    `json:"because"`
+		} `json:"expected_start"`
+	}
+	out, errOut, code := trainq(t, "status", next, "--eta", "-o", "json")
+	require.Equal(t, 0, code, errOut)
+	require.NoError(t, json.Unmarshal([]byte(out), &told), out)
+	require.NotNil(t, told.ExpectedStart, out)
+	require.False(t, told.ExpectedStart.At.IsZero(), told.ExpectedStart.Because)
+	assert.Contains(t, told.ExpectedStart.Because, "if "+limited+" ends by its time limit")
+	text, _, _ := trainq(t, "status", next, "--eta")
+	assert.Contains(t, text, "expected start")
+
+	st := waitState(t, limited, protocol.StateStopped, long)
+	require.Len(t, st.Attempts, 1)
+	assert.Contains(t, st.Attempts[0].EndReason, "stop_timer", "the limit is named")
+	started := waitState(t, next, protocol.StateCompleted, long).Attempts[0].StartedAt
+	require.NotNil(t, started)
+	// The projection counts the stop (notice + grace period, 3s here) as the longest it may take.
+	assert.WithinDuration(t, told.ExpectedStart.At, *started, 5*time.Second,
+		"expected %s, started %s", told.ExpectedStart.At, *started)
+}

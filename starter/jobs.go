@@ -52,6 +52,7 @@ func isDeadline(err error) bool {
 
 func runStatus(ctx context.Context, g *globals, args []string) error {
 	fs := newFlagSet(g, "status")
+	eta := fs.Bool("eta", false, "for a pending job, also ask when it is expected to start (the allocator plays its queue forward)")
 	pos, err := parseArgs(g, fs, args, 1, 1)
 	if err != nil {
 		return err
@@ -64,11 +65,32 @@ func runStatus(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
+	var expected *scheduler.ExpectedStart
+	if *eta && st.State == protocol.StatePending {
+		if expected, err = c.ExpectedStart(ctx, st.Region, st.Allocation, st.JobName); err != nil {
+			expected = &scheduler.ExpectedStart{Because: "unknown: the allocator did not answer: " + err.Error()}
+		}
+	}
 	if g.json() {
-		return g.printJSON(st)
+		return g.printJSON(statusWithStart{JobStatus: st, ExpectedStart: expected})
 	}
 	printStatus(g.Stdout, st)
+	if expected != nil {
+		printExpectedStart(g.Stdout, expected)
+	}
 	return nil
+}
+
+// statusWithStart is trainq status --output json: the status, and with
+// --eta the expected start of a pending job.
+type statusWithStart struct {
+	protocol.JobStatus
+	ExpectedStart *scheduler.ExpectedStart `json:"expected_start,omitempty"`
+}
+
+// printExpectedStart is the status's expected-start line.
+func printExpectedStart(w io.Writer, e *scheduler.ExpectedStart) {
+	fmt.Fprintf(w, "  expected start  %s; %s\n", expectedWhen(e), e.Because)
 }
 
 func printStatus(w io.Writer, st protocol.JobStatus) {

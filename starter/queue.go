@@ -191,6 +191,19 @@ func printFairShare(w io.Writer, v protocol.QueueView) {
 	tw.Flush()
 }
 
+// expectedWhen says when an expected start is: its time and how far off, or
+// unknown.
+func expectedWhen(e *scheduler.ExpectedStart) string {
+	if e.At.IsZero() {
+		return "unknown"
+	}
+	when := stamp(e.At)
+	if d := time.Until(e.At); d > 0 {
+		when += " (in " + human(d) + ")"
+	}
+	return when
+}
+
 // printExpected lists the expected starts the view carries (trainq queue --eta).
 func printExpected(w io.Writer, waiting []scheduler.WaitingInfo) {
 	tw := newTable(w)
@@ -205,14 +218,7 @@ func printExpected(w io.Writer, waiting []scheduler.WaitingInfo) {
 			fmt.Fprintln(tw, "  #\tJOB\tEXPECTED START\tASSUMING")
 			header = true
 		}
-		when := "unknown"
-		if !e.At.IsZero() {
-			when = stamp(e.At)
-			if d := time.Until(e.At); d > 0 {
-				when += " (in " + human(d) + ")"
-			}
-		}
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\n", q.Position, q.Job, when, e.Because)
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\n", q.Position, q.Job, expectedWhen(e), e.Because)
 	}
 	tw.Flush()
 }

@@ -123,6 +123,10 @@ class JobStatus:
     running_at: Optional[datetime.datetime] = None
     completed_at: Optional[datetime.datetime] = None
     attempts: List[Dict[str, Any]] = field(default_factory=list)
+    #: With ``status(name, expected_start=True)``, for a pending job: when it
+    #: is expected to start (None: unknown) and the assumption, or why unknown.
+    expected_start_at: Optional[datetime.datetime] = None
+    expected_start: str = ""
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -153,7 +157,8 @@ class JobStatus:
                    gpu_count=d.get("gpu_count") or 0, max_retry=d.get("max_retry") or 0, restarts=d.get("restarts") or 0,
                    waiting_for=list(d.get("waiting_for") or []), created_at=parse_time(d.get("created_at")),
                    pending_at=parse_time(d.get("pending_at")), running_at=parse_time(d.get("running_at")),
-                   completed_at=parse_time(d.get("completed_at")), attempts=list(d.get("attempts") or []), raw=d)
+                   completed_at=parse_time(d.get("completed_at")), attempts=list(d.get("attempts") or []),
+                   expected_start_at=parse_time(d.get("expected_start_at")), expected_start=d.get("expected_start") or "", raw=d)
 
 
 @dataclass
@@ -246,10 +251,13 @@ def submit(client=None, idempotency_key=None, **fields):
     return Submitted.from_json(_client(client).submit(request_body(fields), key=idempotency_key))
 
 
-def status(name, client=None):
-    """The job's status as a JobStatus. Raises JobNotFoundError for a name
+def status(name, expected_start=False, client=None):
+    """The job's status as a JobStatus. With ``expected_start``, a pending
+    job's status also says when it is expected to start (the allocator plays
+    its queue forward, which costs more). Raises JobNotFoundError for a name
     that is not a job of your workspace."""
-    d = _client(client).call("GET", "/jobs/" + _q(name))
+    query = {"expected_start": "true"} if expected_start else None
+    d = _client(client).call("GET", "/jobs/" + _q(name), query=query)
     if str(d.get("status", "")).strip().lower() == "job not found":  # ML Space's way of saying 404
         raise errors.JobNotFoundError(404, "not_found", "no such job", method="GET", path="/jobs/" + str(name))
     return JobStatus.from_json(d)

@@ -136,6 +136,17 @@ class TestJobRequest(Base):
         self.assertIn("cuda11", str(caught[0].message))
         self.assertEqual(trainq.status(NAME).warnings, ["cuda11 is deprecated and has no effect"])
 
+    def test_status_with_expected_start(self):
+        body = status_body("Pending")
+        body.update(expected_start_at="2026-11-30T13:00:00Z", expected_start="if lm-mpi-job-x ends by its time limit at 13:00")
+        self.api.route("GET", "/jobs/" + NAME, body=body)
+        st = trainq.status(NAME, expected_start=True)
+        self.assertEqual(self.api.requests[-1].query, {"expected_start": ["true"]})
+        self.assertEqual(st.expected_start_at, datetime.datetime(2026, 11, 30, 13, 0, tzinfo=datetime.timezone.utc))
+        self.assertIn("ends by its time limit", st.expected_start)
+        trainq.status(NAME)
+        self.assertEqual(self.api.requests[-1].query, {}, "not asked unless wanted")
+
     def test_each_submit_is_a_new_job_and_a_retry_keeps_its_key(self):
         answers = [(503, {"Retry-After": "1"}, {"error": {"code": "temporal_unavailable", "message": "try again"}})]
 
