@@ -16,6 +16,7 @@ var Knobs = []struct{ Name, Help string }{
 	{"queueing", "best-effort-fifo or strict-fifo"},
 	{"min_runtime", "min_runtime_before_preemption: a job that has run less is never preempted (e.g. 1h)"},
 	{"reserve_after", "the first request of a class that waited this long reserves nodes to drain for it (0: never)"},
+	{"backfill", "on: a reservation gets a start from the RunLimits of --estimates (give one model) and others start on its nodes only if they end by then; off (default)"},
 	{"max_preemptions", "a job preempted this many times is not preempted again (0: the default, 3; -1: no limit)"},
 	{"max_loss", "max_loss_gpu_hours: a job whose preemption would lose more GPU-hours of work is not preempted (0: the default, 24; -1: no limit)"},
 	{"priorities", "on, or off: every job is submitted as medium (plain FIFO, no preemption)"},
@@ -113,6 +114,15 @@ func setKnob(p *Policy, k, v string) error {
 		p.Scheduler.MaxLossGPUHours = n
 	case "reserve_after":
 		p.Scheduler.ReserveAfter, err = knobDuration(v)
+	case "backfill":
+		switch v {
+		case "on":
+			p.Scheduler.Backfill = true
+		case "off":
+			p.Scheduler.Backfill = false
+		default:
+			return fmt.Errorf("%q is not on or off", v)
+		}
 	case "ordering":
 		switch o := scheduler.Ordering(v); o {
 		case scheduler.SubmissionOrder, scheduler.FairShare:
@@ -210,6 +220,9 @@ func policyKnobs(p scheduler.Policy) []string {
 	}
 	if p.ReserveAfter > 0 {
 		out = append(out, "reserve_after "+Dur(p.ReserveAfter))
+	}
+	if p.Backfill {
+		out = append(out, "backfill")
 	}
 	if p.PreemptionNotice > 0 {
 		out = append(out, "preemption_notice "+Dur(p.PreemptionNotice))
