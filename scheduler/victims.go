@@ -135,6 +135,9 @@ func (p *Pool) preemptible(rj *runJob, cl Class, now time.Time, sc *scratch) boo
 	if m := p.policy.maxPreemptions(); m >= 0 && rj.preemptions >= m {
 		return false
 	}
+	if p.policy.Backfill && !rj.startedAt.Before(now) {
+		return false // (Backfill: a job is not preempted at the instant it started, see the package doc)
+	}
 	if sc.overrunVictim(rj, now) {
 		return true // (Backfill: it ran past its RunLimit on the walker's reserved nodes)
 	}
