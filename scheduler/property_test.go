@@ -36,14 +36,10 @@ var layouts = [][]Node{
 		{Name: "C", Family: "a", GPUs: 1, CPU: 8, RAMGB: 64}, {Name: "D", Family: "a", GPUs: 2, CPU: 8, RAMGB: 64}},
 }
 
-// simulate decodes data into a sequence of events, applies them to a pool, and returns the log of
+// simulateWith decodes data into a sequence of events, applies them to a pool, and returns the log of
 // everything the pool decided. With check, it also checks invariants after every step and keeps a
 // Snapshot/Restore copy in lockstep that must decide identically.
-func simulate(t testing.TB, data []byte, check bool) []string {
-	return simulateWith(t, data, check, false)
-}
-
-// simulateWith is simulate; with backfill, the policy backfills (Policy.Backfill, with
+// With backfill, the policy backfills (Policy.Backfill, with
 // ReserveAfter on) and most requests carry a RunLimit of a few minutes, read from no byte (so
 // that the streams stay as they were).
 func simulateWith(t testing.TB, data []byte, check, backfill bool) []string {

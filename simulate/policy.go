@@ -16,7 +16,6 @@ var Knobs = []struct{ Name, Help string }{
 	{"queueing", "best-effort-fifo or strict-fifo"},
 	{"min_runtime", "min_runtime_before_preemption: a job that has run less is never preempted (e.g. 1h)"},
 	{"reserve_after", "the first request of a class that waited this long reserves nodes to drain for it (0: never)"},
-	{"backfill", "on: a reservation gets a start from the RunLimits of --estimates (give one model) and others start on its nodes only if they end by then; off (default)"},
 	{"max_preemptions", "a job preempted this many times is not preempted again (0: the default, 3; -1: no limit)"},
 	{"max_loss", "max_loss_gpu_hours: a job whose preemption would lose more GPU-hours of work is not preempted (0: the default, 24; -1: no limit)"},
 	{"priorities", "on, or off: every job is submitted as medium (plain FIFO, no preemption)"},
@@ -27,6 +26,7 @@ var Knobs = []struct{ Name, Help string }{
 	{"cap.CLASS@WORKSPACE", "that workspace's own cap in CLASS, over cap.CLASS, e.g. cap.high@team-1=14"},
 	{"ordering", "fifo (submission order within a class) or fair-share (least recently used workspace first; give jobs workspaces with --teams)"},
 	{"half_life", "fair_share_half_life: how fast fair-share forgets usage (e.g. 24h; default 168h)"},
+	{"backfill", "on: a reservation gets a start from the RunLimits of --estimates (give one model) and others start on its nodes only if they end by then; off (default)"},
 }
 
 // MaxNotice bounds a simulated notice, as config.MaxPreemptionNotice bounds preemption_notice.
