@@ -82,6 +82,9 @@ type Allocation struct {
 	// ReserveAfter is how long a medium or low request must have been the first of its class,
 	// unable to start or preempt, before nodes are reserved (drained) for it (default 30m).
 	ReserveAfter Duration `json:"reserve_after"`
+	// Backfill gives reservations a start from the jobs' time limits and lets other jobs run on
+	// reserved nodes only if they end by then (scheduler.Policy.Backfill; default off).
+	Backfill bool `json:"backfill,omitempty"`
 	// MaxPreemptions: a job already preempted this many times is not preempted again (default
 	// scheduler.DefaultMaxPreemptions; -1: no limit).
 	MaxPreemptions int `json:"max_preemptions"`
@@ -167,7 +170,7 @@ const (
 
 // Policy is the scheduler policy of the allocation.
 func (a Allocation) Policy() scheduler.Policy {
-	return scheduler.Policy{Queueing: a.Queueing, MinRuntimeBeforePreemption: a.MinRuntimeBeforePreemption.D(), ReserveAfter: a.ReserveAfter.D(),
+	return scheduler.Policy{Queueing: a.Queueing, MinRuntimeBeforePreemption: a.MinRuntimeBeforePreemption.D(), ReserveAfter: a.ReserveAfter.D(), Backfill: a.Backfill,
 		MaxPreemptions: a.MaxPreemptions, MaxLossGPUHours: a.MaxLossGPUHours, PreemptionNotice: a.longestNotice(), Limits: a.policyLimits(),
 		Ordering: a.Ordering, FairShareHalfLife: a.FairShareHalfLife.D(), FairShareInterval: a.FairShareInterval.D()}
 }

@@ -233,3 +233,16 @@ func loadAllocation(t *testing.T, lines, wantErr string) *Allocation {
 	}
 	return &cfg.Regions[0].Allocations[0]
 }
+
+// TestBackfill: backfill is off unless the allocation says so, and reaches the policy.
+func TestBackfill(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want bool
+	}{{"", false}, {"        backfill: true\n", true}, {"        backfill: false\n", false}} {
+		a := loadAllocation(t, tc.line, "")
+		if a == nil || a.Backfill != tc.want || a.Policy().Backfill != tc.want {
+			t.Fatalf("%q: want backfill %v, got %+v", tc.line, tc.want, a)
+		}
+	}
+}

@@ -464,3 +464,37 @@ func BenchmarkScheduleWaitingFairShare(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkScheduleWaitingBackfill is a full pass over 10,000 waiting requests (1,000 full
+// nodes) with reservations made (ReserveAfter 30m, the heads first since an hour), without and
+// with Policy.Backfill: every running job and two waiting requests in three carry a RunLimit,
+// so that the backfilled pass sees reservations with a start and requests that end by it.
+func BenchmarkScheduleWaitingBackfill(b *testing.B) {
+	for _, backfill := range []bool{false, true} {
+		b.Run(fmt.Sprintf("backfill=%v", backfill), func(b *testing.B) {
+			p := benchPool(b, 10000, false, mixedClass)
+			p.policy.ReserveAfter, p.policy.Backfill = 30*time.Minute, backfill
+			for _, job := range p.RunningJobs() {
+				rj := p.running[job]
+				rj.r.RunLimit = time.Duration(1+len(job)%7) * time.Hour
+			}
+			for i, w := range p.waiting {
+				if i%3 != 0 {
+					w.r.RunLimit = time.Duration(1+i%5) * 20 * time.Minute
+				}
+			}
+			p.Schedule(t0.Add(time.Hour))
+			now := t0.Add(2 * time.Hour)
+			p.Schedule(now) // the heads reserve
+			if backfill && len(p.sc.resvs) == 0 {
+				b.Fatal("no reservation with a start")
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				p.dirty = true // a full pass each time
+				p.Schedule(now)
+			}
+		})
+	}
+}

@@ -56,8 +56,9 @@
 //     an elastic gang preempts for the whole gang if that can be made, else for MinWorkers
 //     (as Kueue's partial admission tries the full count first), and once its victims stop it
 //     starts with as many workers as fit; it waits for, and reserves, its least size;
-//     (e) else, a medium or low request that has been the first waiting request of its class for
-//     Policy.ReserveAfter reserves the nodes where it will fit soonest (see Reservations).
+//     (e) else, a medium or low request (with Policy.Backfill, of any class) that has been the
+//     first waiting request of its class for Policy.ReserveAfter reserves the nodes where it will
+//     fit soonest (see Reservations, and Backfill for how a reservation with a start binds).
 //   - Queueing best-effort-fifo (default): a later request may use capacity no better request
 //     holds. strict-fifo: after the first request that cannot start in a pass, nothing later
 //     starts, holds, preempts or reserves in that pass.
@@ -175,6 +176,47 @@
 // and reserving nodes for them held back other high-priority jobs in the simulator (trainq
 // simulate) without starting them any sooner.
 // View shows the reserved nodes (NodeInfo.ReservedFor, WaitingInfo.Reserved).
+//
+// # Backfill
+//
+// With Policy.Backfill (opt-in; it needs ReserveAfter > 0 and best-effort-fifo) a reservation
+// gets a start, and high requests reserve too:
+//
+//   - The start of a reservation for request R on nodes N is the earliest time at which one
+//     worker of R (an elastic gang: its least size) fits on every node of N, counting as
+//     available the free and releasing capacity in sight (not nominated to another request) and
+//     the capacity of each running job there once it ends by its RunLimit (started + RunLimit,
+//     or now if it ran longer: it overran). If a job that R needs gone has no RunLimit, the start
+//     is unknown: the reservation drains exactly as without backfill (rule (e), Reservations),
+//     binding only the requests after R; a high request then does not reserve at all.
+//   - The spare of a node of N is what it will have at that start, by the same count, beyond
+//     R's worker's demand (per GPU, CPU and RAM).
+//   - A reservation with a known start binds the pass that makes it from R on, and the next pass
+//     (while R is still the first of its class) from its first request on, whatever their class:
+//     for every request but R, a node of N shows only so much of its free plus releasing capacity
+//     as its spare leaves (what is held back is taken from releasing capacity first), nobody but
+//     R preempts or takes over there, and each request's take there lowers the spare; but a
+//     request with a RunLimit that, started now, ends by the start (now + RunLimit ≤ start) sees
+//     all of it, and its take leaves the spare as it was. A request without a RunLimit never ends
+//     by a start. (So a higher-class request ahead of R waits, at most until the start, unless it
+//     ends by then, fits the spare, or goes elsewhere.)
+//   - R sees all of its reservation in its own walk and gives it up: it starts, holds, preempts
+//     or reserves anew under rules (a) to (e) as without backfill; what it reserves then is the
+//     reservation of the next pass. Reservations are made and bound in class order, high first;
+//     a node is in at most one.
+//   - Overruns: a running job that has run for its RunLimit or longer counts as ending now, so it
+//     never pushes a start later and nothing is started in what R needs while it runs; and if it
+//     holds a node of R's reservation and its class is strictly lower than R's, R may preempt it
+//     whatever MinRuntimeBeforePreemption and MaxLossGPUHours say (not a notebook, and not past
+//     MaxPreemptions); it is then ordered as any other victim.
+//   - A job is never preempted at the instant it started (with MinRuntimeBeforePreemption 0, a
+//     request a reservation held back would otherwise preempt R in a second pass at the same
+//     time, and that pass must decide nothing).
+//   - NextWake includes the next time a running job on a reserved node reaches its RunLimit.
+//
+// Nothing of this is new state: the reserved nodes are those the last pass reserved
+// (Pool.heads, in the snapshot), and the starts are recomputed each pass from the running jobs'
+// starts and RunLimits, which the snapshot keeps.
 //
 // # Fair share
 //

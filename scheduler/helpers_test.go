@@ -179,7 +179,13 @@ func sched(t testing.TB, p *Pool, now time.Time) Decisions {
 		if v.Class >= pe.Preemptor.Class || v.Kind == KindNotebook {
 			t.Fatalf("preemption of %s (%s %s) by %s (%s): not allowed", pe.Victim, v.Class, v.Kind, pe.Preemptor.Job, pe.Preemptor.Class)
 		}
-		if now.Sub(v.StartedAt) < p.policy.MinRuntimeBeforePreemption {
+		// With Backfill, a job past its RunLimit may be preempted by the request whose reserved
+		// node it holds whatever MinRuntimeBeforePreemption and MaxLossGPUHours say.
+		overran := false
+		if rj := p.running[pe.Victim]; p.policy.Backfill && rj != nil && rj.r.RunLimit > 0 && now.Sub(v.StartedAt) >= rj.r.RunLimit {
+			overran = true
+		}
+		if now.Sub(v.StartedAt) < p.policy.MinRuntimeBeforePreemption && !overran {
 			t.Fatalf("preemption of %s after only %s", pe.Victim, now.Sub(v.StartedAt))
 		}
 		if m := p.policy.MaxPreemptionsInEffect(); m >= 0 && v.Preemptions >= m {
@@ -187,7 +193,7 @@ func sched(t testing.TB, p *Pool, now time.Time) Decisions {
 		}
 		// The work at stake, recomputed from what the pool shows: none for a job that saves on
 		// its notice, else its GPUs × the time since its start or last checkpoint.
-		if l := p.policy.MaxLossGPUHoursInEffect(); l >= 0 && !(v.HonorsNotice && p.policy.PreemptionNotice > 0) {
+		if l := p.policy.MaxLossGPUHoursInEffect(); l >= 0 && !(v.HonorsNotice && p.policy.PreemptionNotice > 0) && !overran {
 			from := v.StartedAt
 			if v.CheckpointAt.After(from) {
 				from = v.CheckpointAt

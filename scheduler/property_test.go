@@ -36,20 +36,23 @@ var layouts = [][]Node{
 		{Name: "C", Family: "a", GPUs: 1, CPU: 8, RAMGB: 64}, {Name: "D", Family: "a", GPUs: 2, CPU: 8, RAMGB: 64}},
 }
 
-// simulate decodes data into a sequence of events, applies them to a pool, and returns the log of
+// simulateWith decodes data into a sequence of events, applies them to a pool, and returns the log of
 // everything the pool decided. With check, it also checks invariants after every step and keeps a
 // Snapshot/Restore copy in lockstep that must decide identically.
-func simulate(t testing.TB, data []byte, check bool) []string {
+// With backfill, the policy backfills (Policy.Backfill, with
+// ReserveAfter on) and most requests carry a RunLimit of a few minutes, read from no byte (so
+// that the streams stay as they were).
+func simulateWith(t testing.TB, data []byte, check, backfill bool) []string {
 	r := &byteReader{b: data}
 	cfg := r.next()
-	pol := Policy{}
+	pol := Policy{Backfill: backfill}
 	if cfg&1 != 0 {
 		pol.Queueing = StrictFIFO
 	}
 	if cfg&2 != 0 {
 		pol.MinRuntimeBeforePreemption = 3 * time.Minute
 	}
-	if cfg&128 != 0 {
+	if cfg&128 != 0 || backfill {
 		pol.ReserveAfter = 4 * time.Minute
 	}
 	if cfg&16 != 0 {
@@ -117,6 +120,9 @@ func simulate(t testing.TB, data []byte, check bool) []string {
 				req.Kind = KindNotebook
 			}
 			req.Nodes = allowedNodes(nodes, seqs[name], attempts[name], step)
+			if backfill { // 0 (none) to 9 minutes, from no byte either
+				req.RunLimit = time.Duration((seqs[name]*7+int64(attempts[name])*3+int64(step))%10) * time.Minute
+			}
 			ev = func(x *Pool) string { return fmt.Sprintf("enqueue %s/%d: %v", name, req.Attempt, x.Enqueue(req)) }
 		case 3, 4, 5:
 			now = now.Add(time.Duration(r.next()%4) * time.Minute)
@@ -126,6 +132,9 @@ func simulate(t testing.TB, data []byte, check bool) []string {
 				if check && x == p {
 					checkScheduleAtMost(t, x, at)
 					d = sched(t, x, at)
+					if len(x.sc.resvs) > 0 {
+						backfillPasses++
+					}
 				} else {
 					d = x.Schedule(at)
 				}
@@ -269,13 +278,45 @@ func allowedNodes(nodes []Node, seq int64, attempt, step int) []string {
 	return out
 }
 
-func checkReplay(t *testing.T, data []byte) {
-	a := simulate(t, data, true)
-	b := simulate(t, data, false)
+func checkReplay(t *testing.T, data []byte) { checkReplayWith(t, data, false) }
+
+func checkReplayWith(t *testing.T, data []byte, backfill bool) {
+	a := simulateWith(t, data, true, backfill)
+	b := simulateWith(t, data, false, backfill)
 	if !slices.Equal(a, b) {
 		t.Fatalf("replay of the same events decided differently")
 	}
 }
+
+// TestPropertyRandomEventsBackfill is TestPropertyRandomEvents with Policy.Backfill on and run
+// limits on the requests: no node over-allocated, every invariant after every step, and a
+// snapshot/restore copy that decides identically.
+func TestPropertyRandomEventsBackfill(t *testing.T) {
+	rng := rand.New(rand.NewPCG(20250922, 7))
+	n := 400
+	if testing.Short() {
+		n = 50
+	}
+	if s := os.Getenv("TRAINQ_PROPERTY_N"); s != "" {
+		n, _ = strconv.Atoi(s)
+	}
+	backfillPasses = 0
+	for i := 0; i < n; i++ {
+		data := make([]byte, 20+rng.IntN(400))
+		for k := range data {
+			data[k] = byte(rng.UintN(256))
+		}
+		t.Run(fmt.Sprint(i), func(t *testing.T) { checkReplayWith(t, data, true) })
+	}
+	// The streams must exercise it: passes bound by a reservation with a known start.
+	if backfillPasses < n/10 {
+		t.Fatalf("only %d passes of %d streams had a reservation with a start", backfillPasses, n)
+	}
+	t.Logf("%d passes had a reservation with a start", backfillPasses)
+}
+
+// backfillPasses counts the checked passes of simulateWith that had a reservation with a start.
+var backfillPasses int
 
 func TestPropertyRandomEvents(t *testing.T) {
 	seed := uint64(20250101)

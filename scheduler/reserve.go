@@ -44,7 +44,7 @@ func (p *Pool) maybeReserve(now time.Time, sc *scratch, pl *plan, w *waitReq, sh
 		return outNoFit // (cheap checks first: most requests of a long queue come here)
 	}
 	hd := &p.heads[w.r.Class]
-	if w.r.Class == High || hd.job != w.r.Job || now.Sub(hd.since) < ra {
+	if (w.r.Class == High && !p.policy.Backfill) || hd.job != w.r.Job || now.Sub(hd.since) < ra {
 		return outNoFit
 	}
 	var cands []resvCand
@@ -76,6 +76,17 @@ func (p *Pool) maybeReserve(now time.Time, sc *scratch, pl *plan, w *waitReq, sh
 		nodes[k] = cands[k].n
 	}
 	slices.Sort(nodes)
+	if p.policy.Backfill {
+		if start, spare, ok := p.resvStart(now, sc, sh, nodes); ok {
+			sc.resvs = append(sc.resvs, resv{job: w.r.Job, class: w.r.Class, start: start, nodes: nodes, spare: spare})
+			sc.applyResv(p, &sc.resvs[len(sc.resvs)-1])
+			pl.reserves = append(pl.reserves, planReserve{w: w, nodes: nodes})
+			return outReserving
+		}
+		if w.r.Class == High {
+			return outNoFit // a high request reserves only with a known start
+		}
+	}
 	for _, n := range nodes {
 		sc.reserved[n] = true
 		fg, fc, fr := min(sc.freeGPU[n], sh.gpu), min(sc.freeCPU[n], sh.cpu), min(sc.freeRAM[n], sh.ram)
@@ -128,6 +139,9 @@ func (p *Pool) nextWake(now time.Time) time.Time {
 		if t.After(now) && (wake.IsZero() || t.Before(wake)) {
 			wake = t
 		}
+	}
+	if t := p.backfillWake(now); !t.IsZero() {
+		upd(t)
 	}
 	if ra := p.policy.ReserveAfter; ra > 0 && !p.strict() {
 		for c := range p.heads {

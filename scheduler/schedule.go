@@ -133,6 +133,12 @@ type scratch struct {
 	relVisible []bool
 	nextSeq    int64  // preemption sequence of the next victim chosen in this pass
 	reserved   []bool // per node: reserved in this pass by the first request of a class
+	// Policy.Backfill: the reservations with a known start that bind the pass, the nodes of
+	// the walker's own (which it gave up for its walk), and whether the walker sees more than
+	// the others (so that its failures are not cached).
+	resvs       []resv
+	ownerNodes  []int32
+	walkerExtra bool
 	// caps counts the pass against Policy.Limits; capWorkers is how many workers the walker's
 	// cap leaves room for (all of them without one), and capUsed what its workspace held when
 	// it was capped (for the reason).
@@ -737,6 +743,7 @@ func (s span) has(i int) bool { return i >= s.from && i < s.to }
 func (p *Pool) plan(now time.Time, sc *scratch, explain span, maxDecisions int) *plan {
 	sc.reset(p)
 	sc.startCaps(p)
+	p.startResvs(now, sc)
 	// The grant buffers are the last pass's, emptied (see Schedule).
 	pl := &plan{outFrom: explain.from, grants: sc.grantBuf[:0], grantNodes: sc.grantNodeBuf[:0]}
 	explaining := explain.to > explain.from // (tested first in the loop: Schedule never explains)
@@ -766,7 +773,7 @@ func (p *Pool) plan(now time.Time, sc *scratch, explain span, maxDecisions int) 
 		}
 		var kind uint8
 		var victims []*runJob
-		if sc.knownToFail(i, key) && (!first || !reserving) {
+		if sc.knownToFail(i, key) && (!first || !reserving) && (len(sc.resvs) == 0 || !sc.mayBackfill(now, p.waiting[i])) {
 			kind = sc.failFast(p, i) // the fast path of a long queue: a shape that already failed in this pass
 		} else {
 			kind, victims = p.decide(now, sc, pl, i, key, first)
@@ -853,6 +860,8 @@ func (p *Pool) decide(now time.Time, sc *scratch, pl *plan, i int, key waitKey, 
 		sc.walkerStamp = 1
 	}
 	sc.walkerNoms = sc.walkerNoms[:0]
+	w := p.waiting[i]
+	sc.walkerExtra = len(sc.resvs) > 0 && sc.resvWalk(p, now, w)
 	if sc.hasNominations[i] {
 		sc.walkerNoms = append(sc.walkerNoms, sc.byJob[p.waiting[i].r.Job]...)
 	}
@@ -860,7 +869,6 @@ func (p *Pool) decide(now time.Time, sc *scratch, pl *plan, i int, key waitKey, 
 		sc.walkerOwns[sc.nominations[k].node] = sc.walkerStamp
 		sc.unhide(p, k)
 	}
-	w := p.waiting[i]
 	sh := &p.shapes[key.shape]
 	var kind uint8
 	var victims []*runJob
@@ -880,6 +888,10 @@ func (p *Pool) decide(now time.Time, sc *scratch, pl *plan, i int, key waitKey, 
 	}
 	if len(sc.walkerNoms) > 0 { // (no defer: this runs for every waiting request)
 		sc.rehide(p)
+	}
+	if sc.walkerExtra {
+		sc.resvRehide(p)
+		sc.walkerExtra = false
 	}
 	return kind, victims
 }
@@ -906,8 +918,8 @@ func (p *Pool) decideFor(now time.Time, sc *scratch, pl *plan, w *waitReq, key w
 	// The failure caches hold only for requests that see no capacity of their own, and whose
 	// cap leaves room for the whole gang.
 	whole := sc.capWorkers >= sh.workers
-	cacheable := len(sc.walkerNoms) == 0
-	if !cacheable && whole {
+	cacheable := len(sc.walkerNoms) == 0 && !sc.walkerExtra
+	if len(sc.walkerNoms) > 0 && whole {
 		if kind, ok := sc.waitForOwnVictims(p, pl, w, sh); ok {
 			return kind, nil
 		}
@@ -926,7 +938,7 @@ func (p *Pool) decideFor(now time.Time, sc *scratch, pl *plan, w *waitReq, key w
 	least := sh // what the gang preempts and reserves for: an elastic gang, its least size
 	if sh.least >= 0 {
 		least = &p.shapes[sh.least]
-		if !cacheable {
+		if len(sc.walkerNoms) > 0 || !whole {
 			if kind, ok := sc.waitForOwnVictims(p, pl, w, least); ok {
 				return kind, nil
 			}

@@ -221,6 +221,11 @@ type Policy struct {
 	// and can neither start, wait for releasing capacity nor preempt, reserves the nodes where it
 	// will fit soonest, so that they drain for it. 0 turns reservations off.
 	ReserveAfter time.Duration `json:"reserve_after,omitempty"`
+	// Backfill gives a reservation (ReserveAfter) a start time from the RunLimits of the jobs on
+	// its nodes, lets every other request start there only if it ends by then (Slurm's
+	// backfill), and lets high requests reserve too (see Backfill in the package doc). Off:
+	// reservations drain as before.
+	Backfill bool `json:"backfill,omitempty"`
 	// MaxPreemptions: a job already preempted this many times is not preempted again, so that no
 	// job is restarted over and over. 0 means DefaultMaxPreemptions; negative means no limit.
 	MaxPreemptions int `json:"max_preemptions,omitempty"`
@@ -300,6 +305,9 @@ func (p Policy) Changes(next Policy) []string {
 	}
 	if p.ReserveAfter != next.ReserveAfter {
 		out = append(out, fmt.Sprintf("reserve_after %s -> %s", p.ReserveAfter, next.ReserveAfter))
+	}
+	if p.Backfill != next.Backfill {
+		out = append(out, fmt.Sprintf("backfill %t -> %t", p.Backfill, next.Backfill))
 	}
 	if a, b := p.MaxPreemptionsInEffect(), next.MaxPreemptionsInEffect(); a != b {
 		out = append(out, fmt.Sprintf("max_preemptions %s -> %s", limitText(a), limitText(b)))
@@ -394,7 +402,8 @@ type Request struct {
 	// User is who in the workspace submitted it, for the fair-share ordering.
 	User string `json:"user,omitempty"`
 	// RunLimit is the most the attempt will run once started (the job's time limit, less what
-	// its earlier attempts ran); 0: unknown. Only Pool.Project reads it.
+	// its earlier attempts ran); 0: unknown. Pool.Project reads it, and with Policy.Backfill
+	// the pass does (see Backfill in the package doc).
 	RunLimit time.Duration `json:"run_limit,omitempty"`
 }
 

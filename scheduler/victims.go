@@ -135,6 +135,12 @@ func (p *Pool) preemptible(rj *runJob, cl Class, now time.Time, sc *scratch) boo
 	if m := p.policy.maxPreemptions(); m >= 0 && rj.preemptions >= m {
 		return false
 	}
+	if p.policy.Backfill && !rj.startedAt.Before(now) {
+		return false // (Backfill: a job is not preempted at the instant it started, see the package doc)
+	}
+	if sc.overrunVictim(rj, now) {
+		return true // (Backfill: it ran past its RunLimit on the walker's reserved nodes)
+	}
 	if l := p.policy.maxLossGPUSec(); l >= 0 {
 		if g, _ := lostWork(rj, now); g > l {
 			return false
@@ -329,6 +335,9 @@ const droppedVictim = -2
 // every one out, never false when one qualifies.
 func (p *Pool) anyPreemptibleBelow(now time.Time, sc *scratch, fam int32, cl Class) bool {
 	m := p.policy.MinRuntimeBeforePreemption
+	if len(sc.ownerNodes) > 0 {
+		m = 0 // (an overrun job on its reserved nodes ignores it: see overrunVictim)
+	}
 	for c := Low; c < cl; c++ {
 		if p.nPreemptible[fam][c] == 0 {
 			continue

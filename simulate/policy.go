@@ -26,6 +26,7 @@ var Knobs = []struct{ Name, Help string }{
 	{"cap.CLASS@WORKSPACE", "that workspace's own cap in CLASS, over cap.CLASS, e.g. cap.high@team-1=14"},
 	{"ordering", "fifo (submission order within a class) or fair-share (least recently used workspace first; give jobs workspaces with --teams)"},
 	{"half_life", "fair_share_half_life: how fast fair-share forgets usage (e.g. 24h; default 168h)"},
+	{"backfill", "on: a reservation gets a start from the RunLimits of --estimates (give one model) and others start on its nodes only if they end by then; off (default)"},
 }
 
 // MaxNotice bounds a simulated notice, as config.MaxPreemptionNotice bounds preemption_notice.
@@ -113,6 +114,15 @@ func setKnob(p *Policy, k, v string) error {
 		p.Scheduler.MaxLossGPUHours = n
 	case "reserve_after":
 		p.Scheduler.ReserveAfter, err = knobDuration(v)
+	case "backfill":
+		switch v {
+		case "on":
+			p.Scheduler.Backfill = true
+		case "off":
+			p.Scheduler.Backfill = false
+		default:
+			return fmt.Errorf("%q is not on or off", v)
+		}
 	case "ordering":
 		switch o := scheduler.Ordering(v); o {
 		case scheduler.SubmissionOrder, scheduler.FairShare:
@@ -210,6 +220,9 @@ func policyKnobs(p scheduler.Policy) []string {
 	}
 	if p.ReserveAfter > 0 {
 		out = append(out, "reserve_after "+Dur(p.ReserveAfter))
+	}
+	if p.Backfill {
+		out = append(out, "backfill")
 	}
 	if p.PreemptionNotice > 0 {
 		out = append(out, "preemption_notice "+Dur(p.PreemptionNotice))

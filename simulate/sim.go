@@ -295,8 +295,18 @@ func (s *sim) push(t time.Duration, k evKind, job int32, attempt, worker int) {
 // names the longest waiter of each class and what held it back: a first run gives every job's
 // waits; a second run, per estimates model, replays the same schedule and measures at the
 // moments the first one knows (see eta.go).
+//
+// A policy with backfill decides by its requests' RunLimits, so its plain run carries them: those
+// of the one estimates model it is given (Options.Estimates), which its replay carries too.
 func Run(w *Workload, pol Policy, opt Options) (*Result, error) {
-	s, err := newSim(w, pol, opt, Estimates{Kind: EstimateNone})
+	est := Estimates{Kind: EstimateNone}
+	if pol.Scheduler.Backfill {
+		if len(opt.Estimates) != 1 {
+			return nil, fmt.Errorf("policy %s backfills by the requests' RunLimits: give one --estimates model (exact, limit:Kx or learned), got %d", pol.Name, len(opt.Estimates))
+		}
+		est = opt.Estimates[0]
+	}
+	s, err := newSim(w, pol, opt, est)
 	if err != nil {
 		return nil, err
 	}

@@ -475,3 +475,38 @@ func TestAllowedNodesRandom(t *testing.T) {
 		}
 	}
 }
+
+// TestBackfillRunLimits: a policy with backfill decides by the RunLimits of its one estimates
+// model, so its plain run carries them. One node of 4 GPUs: hold (high, 3 GPUs) runs 0-100m,
+// one (low, 1 GPU) 0-40m; big (medium, 4 GPUs) arrives at 1m and reserves the node at 40m (it
+// starts at 100m); short (low, 1 GPU, 30m) arrives at 45m. With backfill it ends by 100m and
+// starts at once; without, the drain holds the GPU from it until big has run (110m).
+func TestBackfillRunLimits(t *testing.T) {
+	w := &Workload{Name: "t", Nodes: nodes(1, 4), Jobs: []Job{
+		jb("hold", 0, scheduler.High, 3, 100*time.Minute),
+		jb("one", 0, scheduler.Low, 1, 40*time.Minute),
+		jb("big", time.Minute, scheduler.Medium, 4, 10*time.Minute),
+		jb("short", 45*time.Minute, scheduler.Low, 1, 30*time.Minute),
+	}}
+	base := Policy{Name: "bf", Scheduler: scheduler.Policy{ReserveAfter: 30 * time.Minute}}
+	bf := base
+	bf.Scheduler.Backfill = true
+	opt := Options{StopDelay: 30 * time.Second, MaxRetry: -1}
+	if _, err := Run(w, bf, opt); err == nil || !strings.Contains(err.Error(), "give one --estimates model") {
+		t.Fatalf("backfill without estimates: want an error, got %v", err)
+	}
+	opt.Estimates = []Estimates{{Kind: EstimateExact}}
+	for _, tc := range []struct {
+		pol      Policy
+		lowWait  time.Duration
+		makespan time.Duration
+	}{{bf, 0, 110 * time.Minute}, {base, 65 * time.Minute, 140 * time.Minute}} {
+		r := run(t, w, tc.pol, opt)
+		if got := r.Rows[2].WaitMax.D(); got != tc.lowWait {
+			t.Errorf("backfill %v: longest low wait %s, want %s", tc.pol.Scheduler.Backfill, got, tc.lowWait)
+		}
+		if got := r.Makespan.D(); got != tc.makespan {
+			t.Errorf("backfill %v: makespan %s, want %s", tc.pol.Scheduler.Backfill, got, tc.makespan)
+		}
+	}
+}

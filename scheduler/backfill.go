@@ -1,0 +1,300 @@
+package scheduler
+
+import (
+	"cmp"
+	"slices"
+	"time"
+)
+
+// resv is a reservation with a known start (Policy.Backfill) in a pass: its owner, its nodes,
+// when the owner is expected to fit on all of them, and what the pass hides on each from the
+// requests that do not end by then.
+type resv struct {
+	job   string
+	class Class
+	start time.Time
+	nodes []int32
+	// Per node (as nodes), per resource (GPUs, CPU, RAM): what a request that does not end by
+	// start may still take there (the capacity the node will have at start beyond the owner's
+	// demand), and what is hidden of its free and releasing capacity so that no such request
+	// takes more.
+	spare     [][3]int
+	hidFree   [][3]int
+	hidRel    [][3]int
+	active    bool
+	unhidden  bool // the walker sees it all (it ends by start, or it is the owner)
+	ownerWalk bool // the owner is the walker
+}
+
+// resvEnd is a job's worker on a node, with when the pass expects it to end.
+type resvEnd struct {
+	at  time.Time // zero: never (no RunLimit)
+	amt [3]int
+}
+
+// jobEnd is when rj is expected to end: when its attempt has run for its RunLimit, or now if
+// it has run longer (it overran), or never (zero) without a RunLimit.
+func jobEnd(rj *runJob, now time.Time) time.Time {
+	if rj.r.RunLimit <= 0 {
+		return time.Time{}
+	}
+	return maxTime(now, rj.startedAt.Add(rj.r.RunLimit))
+}
+
+// overran reports whether rj has run for its RunLimit or longer.
+func overran(rj *runJob, now time.Time) bool {
+	return rj.r.RunLimit > 0 && !rj.releasing && now.Sub(rj.startedAt) >= rj.r.RunLimit
+}
+
+// resvStart is when a worker of sh is expected to fit on each of nodes, from the capacity in
+// sight now (free and releasing, nominated to nobody else) and the running jobs there ending by
+// their RunLimits (jobEnd); ok is false if that is never (a job it needs gone has no RunLimit).
+// spare is, per node, what the node will have at that start beyond the worker's demand.
+func (p *Pool) resvStart(now time.Time, sc *scratch, sh *shape, nodes []int32) (start time.Time, spare [][3]int, ok bool) {
+	need := [3]int{sh.gpu, sh.cpu, sh.ram}
+	start = now
+	haves := make([][3]int, len(nodes))
+	ends := make([][]resvEnd, len(nodes))
+	for k, n := range nodes {
+		have := [3]int{sc.freeGPU[n] + sc.relGPU[n], sc.freeCPU[n] + sc.relCPU[n], sc.freeRAM[n] + sc.relRAM[n]}
+		var es []resvEnd
+		for _, nj := range p.nodes[n].jobs {
+			rj := nj.rj
+			if rj.releasing || rj.released[nj.w] || sc.victims[rj] {
+				continue // (its capacity is releasing: in sight, or nominated to another)
+			}
+			d := &rj.r.Demand
+			es = append(es, resvEnd{at: jobEnd(rj, now), amt: [3]int{d.GPUs, d.CPU, d.RAMGB}})
+		}
+		slices.SortStableFunc(es, func(a, b resvEnd) int {
+			switch {
+			case a.at.IsZero() || b.at.IsZero():
+				return cmp.Compare(boolInt(a.at.IsZero()), boolInt(b.at.IsZero()))
+			}
+			return a.at.Compare(b.at)
+		})
+		t, cur := now, have
+		for _, e := range es {
+			if fitsHave(cur, need) {
+				break
+			}
+			if e.at.IsZero() {
+				return time.Time{}, nil, false
+			}
+			t = e.at
+			for r := range cur {
+				cur[r] += e.amt[r]
+			}
+		}
+		if !fitsHave(cur, need) {
+			return time.Time{}, nil, false
+		}
+		start = maxTime(start, t)
+		haves[k], ends[k] = have, es
+	}
+	spare = make([][3]int, len(nodes))
+	for k := range nodes {
+		s := haves[k]
+		for _, e := range ends[k] {
+			if e.at.IsZero() || e.at.After(start) {
+				break
+			}
+			for r := range s {
+				s[r] += e.amt[r]
+			}
+		}
+		for r := range s {
+			spare[k][r] = s[r] - need[r]
+		}
+	}
+	return start, spare, true
+}
+
+func fitsHave(have, need [3]int) bool {
+	return have[0] >= need[0] && have[1] >= need[1] && have[2] >= need[2]
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// applyResv makes rv bind the rest of the pass: its nodes are reserved (nobody but its owner
+// preempts there) and on each the capacity beyond rv.spare is hidden (releasing capacity
+// first), so that a request that does not end by rv.start takes no more than the spare.
+func (sc *scratch) applyResv(p *Pool, rv *resv) {
+	rv.hidFree, rv.hidRel = make([][3]int, len(rv.nodes)), make([][3]int, len(rv.nodes))
+	rv.active = true
+	for _, n := range rv.nodes {
+		sc.reserved[n] = true
+	}
+	sc.hideResv(p, rv)
+}
+
+// hideResv hides on each node of rv what its spare leaves to requests that do not end by its
+// start: free plus releasing capacity beyond the spare, taken from releasing capacity first.
+func (sc *scratch) hideResv(p *Pool, rv *resv) {
+	for k, n := range rv.nodes {
+		free := [3]int{sc.freeGPU[n], sc.freeCPU[n], sc.freeRAM[n]}
+		rel := [3]int{sc.relGPU[n], sc.relCPU[n], sc.relRAM[n]}
+		for r := range free {
+			h := max(0, free[r]+rel[r]-rv.spare[k][r])
+			hr := min(rel[r], h)
+			rv.hidRel[k][r], rv.hidFree[k][r] = hr, h-hr
+			free[r], rel[r] = free[r]-(h-hr), rel[r]-hr
+		}
+		sc.freeCPU[n], sc.freeRAM[n], sc.relCPU[n], sc.relRAM[n] = free[1], free[2], rel[1], rel[2]
+		sc.setGPU(p, n, free[0], rel[0])
+	}
+	rv.unhidden = false
+}
+
+// unhideResv gives rv's hidden capacity back to the walker. The spare of a node on which
+// something is hidden is what was in sight (nothing hidden: the spare is at least what there
+// is, and stays so), so that rehiding after the walker keeps what the others may take.
+func (sc *scratch) unhideResv(p *Pool, rv *resv) {
+	for k, n := range rv.nodes {
+		free := [3]int{sc.freeGPU[n], sc.freeCPU[n], sc.freeRAM[n]}
+		rel := [3]int{sc.relGPU[n], sc.relCPU[n], sc.relRAM[n]}
+		for r := range free {
+			if rv.hidFree[k][r]+rv.hidRel[k][r] > 0 {
+				rv.spare[k][r] = free[r] + rel[r]
+			} else {
+				rv.spare[k][r] = max(rv.spare[k][r], free[r]+rel[r])
+			}
+			free[r], rel[r] = free[r]+rv.hidFree[k][r], rel[r]+rv.hidRel[k][r]
+			rv.hidFree[k][r], rv.hidRel[k][r] = 0, 0
+		}
+		sc.freeCPU[n], sc.freeRAM[n], sc.relCPU[n], sc.relRAM[n] = free[1], free[2], rel[1], rel[2]
+		sc.setGPU(p, n, free[0], rel[0])
+	}
+	rv.unhidden = true
+}
+
+// startResvs is the start of a pass with Policy.Backfill: the reservations the last pass made
+// for the first waiting request of each class (Pool.heads), when that request is still first
+// and their start is known, bind the whole pass, from its first request on (see Backfill).
+func (p *Pool) startResvs(now time.Time, sc *scratch) {
+	sc.resvs = sc.resvs[:0]
+	if !p.policy.Backfill || p.policy.ReserveAfter <= 0 || p.strict() {
+		return
+	}
+	for c := High; c >= Low; c-- {
+		h := &p.heads[c]
+		if h.job == "" || len(h.nodes) == 0 {
+			continue
+		}
+		w := p.waitIdx[h.job]
+		if w == nil || w.r.Class != c {
+			continue
+		}
+		sh := &p.shapes[w.shape]
+		if sh.least >= 0 {
+			sh = &p.shapes[sh.least]
+		}
+		if len(h.nodes) != sh.workers || slices.ContainsFunc(h.nodes, func(n int32) bool {
+			return sc.reserved[n] || p.nodes[n].lost || !sh.may(n) || p.nodes[n].fam != sh.fam
+		}) {
+			continue
+		}
+		start, spare, ok := p.resvStart(now, sc, sh, h.nodes)
+		if !ok {
+			continue // an unknown start binds nobody ahead of its owner: it drains as without backfill
+		}
+		sc.resvs = append(sc.resvs, resv{job: h.job, class: c, start: start, nodes: h.nodes, spare: spare})
+		sc.applyResv(p, &sc.resvs[len(sc.resvs)-1])
+	}
+}
+
+// endsBy reports whether a request with run limit rl, started now, ends by t.
+func endsBy(now time.Time, rl time.Duration, t time.Time) bool {
+	return rl > 0 && !now.Add(rl).After(t)
+}
+
+// mayBackfill reports whether w sees more than the others in this pass: it owns an active
+// reservation, or it ends by the start of one.
+func (sc *scratch) mayBackfill(now time.Time, w *waitReq) bool {
+	for k := range sc.resvs {
+		if rv := &sc.resvs[k]; rv.active && (rv.job == w.r.Job || endsBy(now, w.r.RunLimit, rv.start)) {
+			return true
+		}
+	}
+	return false
+}
+
+// resvWalk lets the walker w see the reservations it may use: all the capacity of those that
+// start after it ends, and of its own (which it gives up: it is free to start, preempt or
+// reserve anew). It reports whether it sees more than the others.
+func (sc *scratch) resvWalk(p *Pool, now time.Time, w *waitReq) bool {
+	extra := false
+	sc.ownerNodes = sc.ownerNodes[:0]
+	for k := range sc.resvs {
+		rv := &sc.resvs[k]
+		if !rv.active {
+			continue
+		}
+		switch {
+		case rv.job == w.r.Job:
+			sc.unhideResv(p, rv)
+			rv.active, rv.ownerWalk = false, true
+			for _, n := range rv.nodes {
+				sc.reserved[n] = false
+			}
+			sc.ownerNodes = append(sc.ownerNodes, rv.nodes...)
+			extra = true
+		case endsBy(now, w.r.RunLimit, rv.start):
+			sc.unhideResv(p, rv)
+			extra = true
+		}
+	}
+	return extra
+}
+
+// resvRehide hides again, after the walker, what the reservations it saw whole keep from the
+// others.
+func (sc *scratch) resvRehide(p *Pool) {
+	for k := range sc.resvs {
+		if rv := &sc.resvs[k]; rv.active && rv.unhidden {
+			sc.hideResv(p, rv)
+		}
+	}
+	sc.ownerNodes = sc.ownerNodes[:0]
+}
+
+// overrunVictim reports whether rj may be preempted by the walker although MaxLossGPUHours or
+// MinRuntimeBeforePreemption would protect it: with Policy.Backfill, it ran past its RunLimit on
+// a node the walker had reserved (see Backfill).
+func (sc *scratch) overrunVictim(rj *runJob, now time.Time) bool {
+	if len(sc.ownerNodes) == 0 || !overran(rj, now) {
+		return false
+	}
+	for _, n := range rj.nodes {
+		if slices.Contains(sc.ownerNodes, n) {
+			return true
+		}
+	}
+	return false
+}
+
+// backfillWake is the earliest time after now at which a job on a reserved node reaches its
+// RunLimit (its reservation's owner may then preempt it, see overrunVictim), or zero.
+func (p *Pool) backfillWake(now time.Time) time.Time {
+	var wake time.Time
+	if !p.policy.Backfill {
+		return wake
+	}
+	for c := range p.heads {
+		for _, n := range p.heads[c].nodes {
+			for _, nj := range p.nodes[n].jobs {
+				if rj := nj.rj; rj.r.RunLimit > 0 && !rj.releasing {
+					if t := rj.startedAt.Add(rj.r.RunLimit); t.After(now) && (wake.IsZero() || t.Before(wake)) {
+						wake = t
+					}
+				}
+			}
+		}
+	}
+	return wake
+}

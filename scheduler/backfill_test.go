@@ -1,0 +1,163 @@
+package scheduler
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+// bfJob is a one-worker job of family a with gpus GPUs, class c and run limit rl (0: none).
+func bfJob(name string, c Class, gpus int, rl time.Duration, seq int64) Request {
+	r := makeJob(name, "a").Class(c).GPUs(gpus).Seq(seq).Obj()
+	r.RunLimit = rl
+	return r
+}
+
+// bfEnd ends a running job as the allocator reports it: BeginRelease, then each worker.
+func bfEnd(t *testing.T, p *Pool, job string) {
+	t.Helper()
+	ri, ok := p.Running(job)
+	if !ok {
+		t.Fatalf("%s is not running", job)
+	}
+	p.BeginRelease(job)
+	for w := range ri.Placement {
+		p.Release(job, ri.Attempt, w)
+	}
+}
+
+// bfSetup is one node of 4 GPUs: "hold" (high, 3 GPUs, run limit 100m) and "one" (low, 1 GPU,
+// run limit 100m) run from minute 0; "big" (medium, 4 GPUs) waits from minute 1, may preempt
+// neither (the high one outranks it, the low one would lose more than MaxLossGPUHours at
+// minute 61), and reserves the node at minute 31 (ReserveAfter 30m): with backfill, from
+// minute 100 on. Then "one" ends at minute 40: one GPU is free until then.
+func bfSetup(t *testing.T, backfill bool) *Pool {
+	t.Helper()
+	p := mustPool(t, nodesOf("n", "a", 1, 4, 0, 0), Policy{ReserveAfter: 30 * time.Minute, Backfill: backfill, MaxLossGPUHours: 1})
+	mustEnqueue(t, p, bfJob("hold", High, 3, 100*time.Minute, 1), bfJob("one", Low, 1, 100*time.Minute, 2))
+	if got := grantedJobs(sched(t, p, at(0))); len(got) != 2 {
+		t.Fatalf("want hold and one started, got %v", got)
+	}
+	mustEnqueue(t, p, bfJob("big", Medium, 4, 60*time.Minute, 3))
+	sched(t, p, at(1))
+	if d := sched(t, p, at(31)); len(d.Grants)+len(d.Preemptions) > 0 {
+		t.Fatalf("at 31: want nothing decided, got %s", mustJSON(t, d))
+	}
+	if wi, _ := p.Explain("big"); !slices.Equal(wi.Reserved, []string{"n-1"}) {
+		t.Fatalf("big should have reserved n-1: %+v", wi)
+	}
+	bfEnd(t, p, "one")
+	return p
+}
+
+func TestBackfill(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		req         Request
+		backfill    bool
+		wantStarted bool
+	}{
+		// A job that ends (by its run limit) before the reservation starts runs there.
+		{"a low job that ends before the reservation starts", bfJob("short", Low, 1, 30*time.Minute, 9), true, true},
+		{"without backfill the drain holds the GPU from it", bfJob("short", Low, 1, 30*time.Minute, 9), false, false},
+		// One that would end after the start waits; so does one without a run limit.
+		{"a low job that would end after the start waits", bfJob("long", Low, 1, 120*time.Minute, 9), true, false},
+		{"a low job without a run limit waits", bfJob("nolimit", Low, 1, 0, 9), true, false},
+		// The reservation binds a higher class too: only if it ends by the start.
+		{"a high job that would end after the start waits", bfJob("hi", High, 1, 120*time.Minute, 0), true, false},
+		{"without backfill the high job starts on the drained node", bfJob("hi", High, 1, 120*time.Minute, 0), false, true},
+		{"a high job without a run limit waits", bfJob("hi", High, 1, 0, 0), true, false},
+		{"a high job that ends before the start runs", bfJob("hi", High, 1, 59*time.Minute, 0), true, true},
+		{"a high job that ends at the start exactly runs", bfJob("hi", High, 1, 60*time.Minute, 0), true, true},
+		{"a high job a minute longer waits", bfJob("hi", High, 1, 61*time.Minute, 0), true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := bfSetup(t, tc.backfill)
+			mustEnqueue(t, p, tc.req)
+			got := grantedJobs(sched(t, p, at(40)))
+			if started := slices.Contains(got, tc.req.Job); started != tc.wantStarted {
+				t.Fatalf("at 40 (reservation from 100): started %v, want %s started %v", got, tc.req.Job, tc.wantStarted)
+			}
+			// Whatever started, big starts when hold ends at 100 by its limit (the short jobs are gone by then).
+			if tc.wantStarted && tc.backfill {
+				bfEnd(t, p, tc.req.Job)
+			}
+			if tc.backfill {
+				bfEnd(t, p, "hold")
+				if got := grantedJobs(sched(t, p, at(100))); !slices.Contains(got, "big") {
+					t.Fatalf("at 100: want big started, got %v", got)
+				}
+			}
+		})
+	}
+}
+
+// TestBackfillSpare: a request that ends after the reservation's start may still take what the
+// node will have beyond the reserved request's demand at that start.
+func TestBackfillSpare(t *testing.T) {
+	for _, tc := range []struct {
+		gpus int
+		want bool
+	}{{2, true}, {3, false}} {
+		p := mustPool(t, nodesOf("n", "a", 1, 8, 0, 0), Policy{ReserveAfter: 30 * time.Minute, Backfill: true})
+		mustEnqueue(t, p, bfJob("six", High, 6, 100*time.Minute, 1))
+		sched(t, p, at(0))
+		mustEnqueue(t, p, bfJob("big", Medium, 4, 0, 2))
+		sched(t, p, at(1))
+		sched(t, p, at(31)) // big reserves: from 100 the node has 8 GPUs, big needs 4: 4 to spare, 2 free now
+		mustEnqueue(t, p, bfJob("long", Low, tc.gpus, 0, 3))
+		got := grantedJobs(sched(t, p, at(32)))
+		if slices.Contains(got, "long") != tc.want {
+			t.Fatalf("a %d-GPU job without a run limit: started %v, want started %v", tc.gpus, got, tc.want)
+		}
+	}
+}
+
+// TestBackfillOverrun: a strictly lower-class job that runs past its run limit on a node
+// reserved for a request loses its protection against that request (here MaxLossGPUHours):
+// the reserved request preempts it rather than wait for it for ever.
+func TestBackfillOverrun(t *testing.T) {
+	p := mustPool(t, nodesOf("n", "a", 1, 4, 0, 0), Policy{ReserveAfter: 30 * time.Minute, Backfill: true, MaxLossGPUHours: 1})
+	mustEnqueue(t, p, bfJob("hold", High, 3, 100*time.Minute, 1), bfJob("one", Low, 1, 90*time.Minute, 2))
+	sched(t, p, at(0))
+	mustEnqueue(t, p, bfJob("big", Medium, 4, 60*time.Minute, 3))
+	sched(t, p, at(1))
+	sched(t, p, at(31))
+	bfEnd(t, p, "hold")
+	// At 100 "one" has overrun its 90m: big may preempt it although it would lose 1h40m of work.
+	d := sched(t, p, at(100))
+	if got := victims(d); !slices.Equal(got, []string{"one"}) {
+		t.Fatalf("at 100: want one preempted for big, got %s", mustJSON(t, d))
+	}
+	// A job within its limit is still protected: the same with a limit of 120m waits.
+	p = mustPool(t, nodesOf("n", "a", 1, 4, 0, 0), Policy{ReserveAfter: 30 * time.Minute, Backfill: true, MaxLossGPUHours: 1})
+	mustEnqueue(t, p, bfJob("hold", High, 3, 100*time.Minute, 1), bfJob("one", Low, 1, 120*time.Minute, 2))
+	sched(t, p, at(0))
+	mustEnqueue(t, p, bfJob("big", Medium, 4, 60*time.Minute, 3))
+	sched(t, p, at(1))
+	sched(t, p, at(31))
+	bfEnd(t, p, "hold")
+	if d := sched(t, p, at(100)); len(d.Preemptions) > 0 {
+		t.Fatalf("at 100: one is within its limit, want no preemption, got %s", mustJSON(t, d))
+	}
+}
+
+// TestBackfillHighReserves: with backfill a high request that no one may be preempted for
+// reserves too, and the 1-GPU high jobs that would not end by its start stop cycling through
+// its node.
+func TestBackfillHighReserves(t *testing.T) {
+	for _, backfill := range []bool{true, false} {
+		p := mustPool(t, nodesOf("n", "a", 1, 4, 0, 0), Policy{ReserveAfter: 30 * time.Minute, Backfill: backfill})
+		mustEnqueue(t, p, bfJob("h1", High, 3, 100*time.Minute, 1), bfJob("h2", High, 1, 50*time.Minute, 2))
+		sched(t, p, at(0))
+		mustEnqueue(t, p, bfJob("bigh", High, 4, 0, 3))
+		sched(t, p, at(1))
+		sched(t, p, at(31))
+		bfEnd(t, p, "h2")
+		mustEnqueue(t, p, bfJob("h3", High, 1, 200*time.Minute, 4))
+		got := grantedJobs(sched(t, p, at(50)))
+		if slices.Contains(got, "h3") == backfill {
+			t.Fatalf("backfill %v: h3 started %v; want it to wait for bigh's reservation only with backfill", backfill, got)
+		}
+	}
+}
