@@ -336,36 +336,39 @@ type preemptorView struct {
 // jobView answers GET /jobs/{job_name}: ML Space's status fields plus
 // trainq's class, attempt, place in the queue, reason and preemptors.
 type jobView struct {
-	JobName        string                   `json:"job_name"`
-	Status         string                   `json:"status"`
-	CreatedAt      time.Time                `json:"created_at"`
-	PendingAt      *time.Time               `json:"pending_at,omitempty"`
-	RunningAt      *time.Time               `json:"running_at,omitempty"`
-	CompletedAt    *time.Time               `json:"completed_at,omitempty"`
-	Kind           string                   `json:"kind"`
-	Type           string                   `json:"type"`
-	PriorityClass  string                   `json:"priority_class"`
-	Region         string                   `json:"region"`
-	AllocationName string                   `json:"allocation_name"`
-	QueueName      string                   `json:"queue_name,omitempty"`
-	InstanceType   string                   `json:"instance_type"`
-	NWorkers       int                      `json:"n_workers"`
-	GPUCount       int                      `json:"gpu_count"`
-	MaxRetry       int                      `json:"max_retry"`
-	Attempt        int                      `json:"attempt"`
-	Restarts       int                      `json:"restarts"`
-	JobAuthor      string                   `json:"job_author,omitempty"`
-	Workspace      string                   `json:"workspace,omitempty"`
-	JobDesc        string                   `json:"job_desc,omitempty"`
-	Message        string                   `json:"message,omitempty"`
-	URL            string                   `json:"url,omitempty"`
-	Position       int                      `json:"position,omitempty"`
-	Reason         string                   `json:"reason,omitempty"`
-	WaitingFor     []string                 `json:"waiting_for,omitempty"`
-	Preemptor      *preemptorView           `json:"preemptor,omitempty"`
-	Preemptors     []preemptorView          `json:"preemptors"`
-	Attempts       []protocol.AttemptRecord `json:"attempts"`
-	Warnings       []string                 `json:"warnings,omitempty"`
+	JobName        string     `json:"job_name"`
+	Status         string     `json:"status"`
+	CreatedAt      time.Time  `json:"created_at"`
+	PendingAt      *time.Time `json:"pending_at,omitempty"`
+	RunningAt      *time.Time `json:"running_at,omitempty"`
+	CompletedAt    *time.Time `json:"completed_at,omitempty"`
+	Kind           string     `json:"kind"`
+	Type           string     `json:"type"`
+	PriorityClass  string     `json:"priority_class"`
+	Region         string     `json:"region"`
+	AllocationName string     `json:"allocation_name"`
+	QueueName      string     `json:"queue_name,omitempty"`
+	InstanceType   string     `json:"instance_type"`
+	NWorkers       int        `json:"n_workers"`
+	GPUCount       int        `json:"gpu_count"`
+	MaxRetry       int        `json:"max_retry"`
+	Attempt        int        `json:"attempt"`
+	Restarts       int        `json:"restarts"`
+	JobAuthor      string     `json:"job_author,omitempty"`
+	Workspace      string     `json:"workspace,omitempty"`
+	JobDesc        string     `json:"job_desc,omitempty"`
+	Message        string     `json:"message,omitempty"`
+	// Warning says the running job is about to be stopped, and why (an
+	// idle Jupyter server, its shutdown_in or shutdown_at).
+	Warning    string                   `json:"warning,omitempty"`
+	URL        string                   `json:"url,omitempty"`
+	Position   int                      `json:"position,omitempty"`
+	Reason     string                   `json:"reason,omitempty"`
+	WaitingFor []string                 `json:"waiting_for,omitempty"`
+	Preemptor  *preemptorView           `json:"preemptor,omitempty"`
+	Preemptors []preemptorView          `json:"preemptors"`
+	Attempts   []protocol.AttemptRecord `json:"attempts"`
+	Warnings   []string                 `json:"warnings,omitempty"`
 	// ExpectedStartAt and ExpectedStart, for a pending job with
 	// ?expected_start=true: when it is expected to start (absent: unknown)
 	// and the assumption, or why it is unknown.
@@ -474,7 +477,7 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request, p Principal) {
 		PriorityClass: st.Priority, Region: st.Region, AllocationName: st.Allocation, QueueName: st.Spec.QueueName, InstanceType: st.InstanceType,
 		NWorkers: st.NWorkers, GPUCount: st.GPUs, MaxRetry: st.MaxRetry, Attempt: st.Attempt, Restarts: st.Restarts,
 		JobAuthor: st.Spec.Author, Workspace: info.Workspace, JobDesc: st.Spec.JobDesc,
-		Message: st.Message, URL: st.URL(), Position: st.Position, Reason: st.Reason,
+		Message: st.Message, Warning: st.Warning, URL: st.URL(), Position: st.Position, Reason: st.Reason,
 		WaitingFor: rd.names(st.WaitingFor), Preemptors: preemptorList(st, rd), Attempts: hidePreemptors(st.Attempts, rd),
 		Warnings: st.Spec.Warnings,
 	}

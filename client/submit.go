@@ -96,6 +96,9 @@ func Check(cfg *config.Config, spec *protocol.JobSpec) (notes []string, err erro
 	} else if note != "" {
 		notes = append(notes, note)
 	}
+	if note := applyIdleRule(spec, alloc); note != "" {
+		notes = append(notes, note)
+	}
 	if len(alloc.NodeSelector) > 0 && len(alloc.Nodes) == 0 {
 		// The nodes are picked in the cluster by trainq-worker, which
 		// refuses a request that can never fit them.
@@ -156,6 +159,35 @@ func applyTimeLimit(spec *protocol.JobSpec, alloc *config.Allocation) (note stri
 		return fmt.Sprintf("stop_timer is allocation %s's maximum: the job is stopped after %s of running", alloc.Name, most), nil
 	}
 	return "", nil
+}
+
+// applyIdleRule gives a Jupyter server its queue's idle_timeout (else its
+// allocation's), as the config says now: a server submitted again (a
+// restart) takes the rule in force, not the one it was first given.
+func applyIdleRule(spec *protocol.JobSpec, alloc *config.Allocation) (note string) {
+	if spec.Kind != scheduler.KindNotebook {
+		return ""
+	}
+	q, err := alloc.QueueNamed(spec.QueueName)
+	if err != nil {
+		return "" // applyQueue has refused it already
+	}
+	r := alloc.IdleRule(q)
+	a := &protocol.NotebookShutdown{}
+	if spec.Autoshutdown != nil {
+		*a = *spec.Autoshutdown // a copy: the caller's spec may share it
+	}
+	a.IdleTimeout, a.IdleRule, a.Warning = r.Timeout, r.Source, r.Warning
+	if !a.Any() {
+		spec.Autoshutdown = nil
+		return ""
+	}
+	spec.Autoshutdown = a
+	if r.Timeout <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("idle_timeout of %s: the Jupyter server is stopped once its /api/status has shown no activity for %s, with a warning %s before",
+		r.Source, r.Timeout, a.WarningFor(r.Timeout))
 }
 
 // applyQueue puts the request in its queue (queue_name, else the

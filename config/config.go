@@ -126,6 +126,12 @@ type Allocation struct {
 	Queues []Queue `json:"queues,omitempty"`
 	// Limits cap the GPUs a workspace may hold in a class (see Limit).
 	Limits []Limit `json:"limits,omitempty"`
+	// IdleTimeout stops a Jupyter server whose server reports no activity
+	// (its /api/status last_activity) for this long (0: never; a queue's
+	// idle_timeout overrides it). IdleWarning is how long before that stop
+	// the user is warned (0: 5m, at most a quarter of the timeout).
+	IdleTimeout Duration `json:"idle_timeout,omitempty"`
+	IdleWarning Duration `json:"idle_warning,omitempty"`
 }
 
 // MaxPreemptionNotice bounds preemption_notice: a preemptor waits that long.
@@ -374,6 +380,9 @@ func (c *Config) validate() error {
 				return err
 			}
 			if err := a.validateQueues(field); err != nil {
+				return err
+			}
+			if err := a.validateIdle(field); err != nil {
 				return err
 			}
 			if err := a.validateLimits(field); err != nil {

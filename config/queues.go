@@ -33,6 +33,11 @@ type Queue struct {
 	DefaultPriority QueueDefaults `json:"default_priority,omitempty"`
 	// Workspaces may submit to the queue; empty: every workspace.
 	Workspaces []string `json:"workspaces,omitempty"`
+	// IdleTimeout and IdleWarning, when set, override the allocation's
+	// idle_timeout and idle_warning for the queue's Jupyter servers
+	// ("0s": the queue's idle servers are not stopped).
+	IdleTimeout *Duration `json:"idle_timeout,omitempty"`
+	IdleWarning *Duration `json:"idle_warning,omitempty"`
 }
 
 // QueueDefaults are a queue's default classes, for jobs and for Jupyter

@@ -125,6 +125,17 @@ regions:
         nodes:
           - {name: drain-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
           - {name: drain-2, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+      - name: idle
+        stop_grace_period: 5s
+        idle_timeout: 6s
+        idle_warning: 3s
+        nodes:
+          - {name: idle-1, family: a100, gpus: 1, cpu: 16, ram_gb: 128}
+      - name: autostop
+        stop_grace_period: 3s
+        idle_timeout: 2s
+        nodes:
+          - {name: autostop-1, family: a100, gpus: 1, cpu: 16, ram_gb: 128}
       - name: bench
         stop_grace_period: 3s
         nodes:

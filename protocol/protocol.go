@@ -163,6 +163,10 @@ type JobSpec struct {
 	// TimeLimit is ML Space's stop_timer: the job is stopped after this
 	// long Running (0 = never).
 	TimeLimit time.Duration `json:"time_limit,omitempty"`
+	// Autoshutdown is when a Jupyter server stops by itself: its own
+	// shutdown_in and shutdown_at, and its allocation's or queue's
+	// idle_timeout (nil: never; jobs have none).
+	Autoshutdown *NotebookShutdown `json:"autoshutdown,omitempty"`
 	// Deprecated are the deprecated fields the request set, with their values.
 	Deprecated map[string]bool `json:"deprecated,omitempty"`
 	// Warnings say what the request asked that trainq does not do.
@@ -231,6 +235,9 @@ func (s JobSpec) Fields() []SpecField {
 		{"job_desc", s.JobDesc},
 		{"checkpoint_dir", s.CheckpointDir},
 		{"time_limit", durationText(s.TimeLimit)},
+		{"shutdown_in", s.Autoshutdown.shutdownInText()},
+		{"shutdown_at", s.Autoshutdown.shutdownAtText()},
+		{"idle_timeout", s.Autoshutdown.idleText()},
 		{"queue_name", s.QueueName},
 		{"conda_env", s.CondaEnv},
 		{"shm_size_class", s.ShmSizeClass},
@@ -336,6 +343,11 @@ type AttemptRecord struct {
 	// its own after the notice, before the deadline: the release came
 	// NoticeDeadline - ExitedOnNoticeAt early.
 	ExitedOnNoticeAt *time.Time `json:"exited_on_notice_at,omitempty"`
+	// Warning is the last warning the attempt gave that it was to be
+	// stopped (a Jupyter server idle for most of its idle_timeout, or near
+	// its shutdown_in or shutdown_at), and WarnedAt when.
+	Warning  string     `json:"warning,omitempty"`
+	WarnedAt *time.Time `json:"warned_at,omitempty"`
 }
 
 // HonouredNotice says whether the attempt was given a notice and saved a
@@ -372,8 +384,12 @@ type JobStatus struct {
 	Reason      string                `json:"reason,omitempty"`
 	WaitingFor  []string              `json:"waiting_for,omitempty"`
 	Preemptors  []scheduler.Preemptor `json:"preemptors,omitempty"`
-	Attempts    []AttemptRecord       `json:"attempts"`
-	Spec        JobSpec               `json:"spec"`
+	// Warning says the running job is about to be stopped, and why (see
+	// AttemptRecord.Warning); it is cleared when that no longer holds (the
+	// Jupyter server was used again) and when the attempt ends.
+	Warning  string          `json:"warning,omitempty"`
+	Attempts []AttemptRecord `json:"attempts"`
+	Spec     JobSpec         `json:"spec"`
 }
 
 // URL is where the job's Jupyter server serves while it runs (its latest

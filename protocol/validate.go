@@ -85,6 +85,9 @@ func (s *JobSpec) Normalize() (notes []string, err error) {
 		}
 		s.PriorityClass = "high"
 	}
+	if err := s.Autoshutdown.validate(s.Kind); err != nil {
+		return nil, err
+	}
 	if plain, ok := SharedClasses[s.PriorityClass]; ok {
 		s.RequestedClass, s.PriorityClass = s.PriorityClass, plain
 		s.Warn(fmt.Sprintf("priority_class %s runs as %s: trainq ranks ML Space's shared classes as their plain ones", s.RequestedClass, plain))

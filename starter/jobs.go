@@ -131,6 +131,9 @@ func printStatus(w io.Writer, st protocol.JobStatus) {
 	if st.Message != "" {
 		row("message", "%s", st.Message)
 	}
+	if st.Warning != "" {
+		row("warning", "%s", st.Warning)
+	}
 	if u := st.URL(); u != "" {
 		row("url", "%s", u)
 	}

@@ -368,6 +368,12 @@ func TestFormatting(t *testing.T) {
 		"preempted by  lm-mpi-job-9 (high)", "ATTEMPT", "demo-node-1[0,1]", "running", "attempt 1: preempted"} {
 		assert.Contains(t, out, want)
 	}
+	assert.NotContains(t, out, "warning")
+
+	buf.Reset()
+	printStatus(&buf, protocol.JobStatus{JobName: "jupyter-1", State: protocol.StateRunning, Kind: scheduler.KindNotebook,
+		Warning: "idle since 10:00:00 UTC: this Jupyter server will be stopped in 5m0s"})
+	assert.Regexp(t, `warning +idle since 10:00:00 UTC: this Jupyter server will be stopped in 5m0s`, buf.String())
 }
 
 // logs --follow prints the tail, then new lines from every worker, moves on

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -361,11 +362,22 @@ func runNotebookStart(ctx context.Context, g *globals, args []string) error {
 		author   = fs.String("author", os.Getenv("USER"), "author recorded on the server")
 		name     = fs.String("name", "", "server name (default jupyter-<uuid>)")
 		dryRun   = fs.Bool("dry-run", false, "validate and print the normalized request, start nothing")
+		queue    = fs.String("queue", "", "the allocation's queue (ML Space's queue_name; default: its default queue)")
+		in       = fs.String("shutdown-in", "", "stop the server after this long running: `seconds` (ML Space's shutdown_in, e.g. 3600) or a duration such as 90m")
+		at       = fs.String("shutdown-at", "", "stop the server when this 5-field `cron` expression (UTC) next matches (ML Space's shutdown_at, e.g. \"0 20 * * 1-5\")")
 		env      = kvFlag{name: "env"}
 	)
 	fs.Var(&env, "env", "environment variable `KEY=VALUE` (repeatable)")
 	if _, err := parseArgs(g, fs, args, 0, 0); err != nil {
 		return err
+	}
+	var shutdownIn *int64
+	if setFlags(fs)["shutdown-in"] {
+		secs, err := parseShutdownIn(*in)
+		if err != nil {
+			return usageErr("--shutdown-in: %v", err)
+		}
+		shutdownIn = &secs
 	}
 	cfg, err := g.Config()
 	if err != nil {
@@ -374,8 +386,26 @@ func runNotebookStart(ctx context.Context, g *globals, args []string) error {
 	spec := client.NotebookSpec(cfg, client.NotebookRequest{
 		Script: *script, BaseImage: *image, InstanceType: *instance, Region: *region, AllocationName: *alloc,
 		PriorityClass: *class, JobDesc: *desc, EnvVariables: env.m, Author: *author,
+		QueueName: *queue, ShutdownIn: shutdownIn, ShutdownAt: *at,
 	})
 	return submit(ctx, g, submitOptions{name: *name, spec: spec, dryRun: *dryRun})
+}
+
+// parseShutdownIn reads --shutdown-in: whole seconds ("3600", as ML Space's
+// shutdown_in) or a duration of whole seconds ("90m"). Whether it is
+// positive is checked with the request (shutdown_in).
+func parseShutdownIn(v string) (int64, error) {
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return n, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("%q is neither seconds (e.g. 3600) nor a duration (e.g. 90m)", v)
+	}
+	if d%time.Second != 0 {
+		return 0, fmt.Errorf("%q is not a whole number of seconds", v)
+	}
+	return int64(d / time.Second), nil
 }
 
 func runNotebookStop(ctx context.Context, g *globals, args []string) error {

@@ -474,7 +474,9 @@ func (j *job) runAttempt(ctx workflow.Context, attempt int) outcome {
 		out = j.watch(ctx, attempt, grant)
 	}
 	// Say why the attempt ends as soon as it is known: stopping may take a
-	// while, and the user wants to see the preemptor meanwhile.
+	// while, and the user wants to see the preemptor meanwhile. A warning
+	// of a coming stop is over (the attempt's record keeps it).
+	j.status.Warning = ""
 	j.noteOutcome(out)
 	switch {
 	case out.kind == outcomeCompleted:
@@ -949,6 +951,7 @@ func (j *job) watch(ctx workflow.Context, attempt int, grant protocol.GrantSigna
 	}
 	j.addInterrupts(ctx, sel, attempt, &st, &done, noticeStops, wctx.Done(), notice)
 	j.addTimeLimit(wctx, sel, &st, &done, noticeStops, notice)
+	j.addAutoshutdown(wctx, sel, attempt, grant, &st, &done)
 	for !done {
 		sel.Select(ctx)
 		if done {
@@ -1443,6 +1446,9 @@ func (j *job) details() string {
 	fmt.Fprintf(&b, "## %s · attempt %d · restarts %d/%d\n\n", st.State, st.Attempt, st.Restarts, st.MaxRetry)
 	if st.Message != "" {
 		fmt.Fprintf(&b, "%s\n\n", st.Message)
+	}
+	if st.Warning != "" {
+		fmt.Fprintf(&b, "**Warning**: %s\n\n", st.Warning)
 	}
 	if st.State == protocol.StatePending && st.Reason != "" {
 		queued := ""

@@ -18,16 +18,17 @@ import (
 
 // Files in a worker directory <DataDir>/jobs/<job>/attempt-<n>/worker-<w>/.
 const (
-	fileLock    = ".lock"          // flock: serialises Start across goroutines and processes
-	fileSpec    = "spec.json"      // the resolved cluster.WorkerSpec
-	fileLaunch  = "launch.json"    // what the supervisor runs (launchPlan)
-	filePID     = "pid"            // supervisor pid = process group id, decimal; its presence means "launched"
-	fileStarted = "started.json"   // procInfo: pid identity (boot id, start time) to detect pid reuse
-	filePIDs    = "pids.json"      // the user processes started by the supervisor
-	fileExit    = "exit.json"      // exitRecord, written atomically when the worker ends
-	fileNotice  = "notice.json"    // protocol.WorkerNotice, written atomically when the worker is to be stopped ($TRAINQ_NOTICE_FILE)
-	fileStop    = "stop.json"      // stopRecord, written by Stop before it signals
-	fileLog     = logfile.FileName // stdout+stderr of the supervisor and all processes, appended
+	fileLock     = ".lock"          // flock: serialises Start across goroutines and processes
+	fileSpec     = "spec.json"      // the resolved cluster.WorkerSpec
+	fileLaunch   = "launch.json"    // what the supervisor runs (launchPlan)
+	filePID      = "pid"            // supervisor pid = process group id, decimal; its presence means "launched"
+	fileStarted  = "started.json"   // procInfo: pid identity (boot id, start time) to detect pid reuse
+	filePIDs     = "pids.json"      // the user processes started by the supervisor
+	fileExit     = "exit.json"      // exitRecord, written atomically when the worker ends
+	fileNotice   = "notice.json"    // protocol.WorkerNotice, written atomically when the worker is to be stopped ($TRAINQ_NOTICE_FILE)
+	fileStop     = "stop.json"      // stopRecord, written by Stop before it signals
+	fileNotebook = "notebook.json"  // notebookRecord: a Jupyter server's token for trainq's status reads
+	fileLog      = logfile.FileName // stdout+stderr of the supervisor and all processes, appended
 
 	fileRendezvous = "rendezvous.json" // in the attempt directory
 )

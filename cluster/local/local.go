@@ -91,11 +91,13 @@ type Backend struct {
 }
 
 var (
-	_ cluster.Backend     = (*Backend)(nil)
-	_ cluster.Lister      = (*Backend)(nil)
-	_ cluster.Inventory   = (*Backend)(nil)
-	_ cluster.OutputClock = (*Backend)(nil)
-	_ cluster.LogReader   = (*Backend)(nil)
+	_ cluster.Backend        = (*Backend)(nil)
+	_ cluster.Lister         = (*Backend)(nil)
+	_ cluster.Inventory      = (*Backend)(nil)
+	_ cluster.OutputClock    = (*Backend)(nil)
+	_ cluster.LogReader      = (*Backend)(nil)
+	_ cluster.NotebookProber = (*Backend)(nil)
+	_ cluster.LogNoter       = (*Backend)(nil)
 )
 
 // New returns a local backend storing its state under opts.DataDir.
@@ -200,7 +202,7 @@ func (b *Backend) Rendezvous(ctx context.Context, job string, attempt int) (stri
 // `/bin/sh -c '<script> --k=v ...'`; Python types run Processes() copies of
 // `exec <python> <script> --k=v ...` through /bin/sh, so the script may carry
 // its own arguments ("train.py --epochs 3"). Flag values are shell-quoted.
-func (b *Backend) plan(spec cluster.WorkerSpec, logPath string) launchPlan {
+func (b *Backend) plan(spec cluster.WorkerSpec, logPath, notebookToken string) launchPlan {
 	var flags strings.Builder
 	for _, f := range spec.FlagArgs() {
 		flags.WriteByte(' ')
@@ -222,7 +224,10 @@ func (b *Backend) plan(spec cluster.WorkerSpec, logPath string) launchPlan {
 			}
 		}
 		if spec.Notebook {
-			env = append(env, "TRAINQ_NOTEBOOK_PORT="+strconv.Itoa(spec.MasterPort))
+			env = append(env, cluster.NotebookPortEnv+"="+strconv.Itoa(spec.MasterPort), cluster.NotebookTokenEnv+"="+notebookToken)
+			if _, set := spec.Env[cluster.JupyterTokenEnv]; !set {
+				env = append(env, cluster.JupyterTokenEnv+"="+notebookToken)
+			}
 		}
 		env = append(env, cluster.NoticeFileEnv+"="+filepath.Join(filepath.Dir(logPath), fileNotice))
 		p.Procs = append(p.Procs, procPlan{LocalRank: r, Argv: []string{"/bin/sh", "-c", spec.InConda(line)}, Env: env})
@@ -279,7 +284,18 @@ func (b *Backend) Start(ctx context.Context, spec cluster.WorkerSpec) (cluster.W
 		return cluster.WorkerStatus{ID: spec.ID}, fmt.Errorf("checkpoint dir: %w", err)
 	}
 	logPath := filepath.Join(dir, fileLog)
-	plan := b.plan(spec, logPath)
+	var token string
+	if spec.Notebook {
+		// The token trainq reads the server's status with (see
+		// NotebookStatus), recorded before the server can start.
+		if token, err = newNotebookToken(); err == nil {
+			err = writeJSONAtomic(filepath.Join(dir, fileNotebook), notebookRecord{Token: token})
+		}
+		if err != nil {
+			return cluster.WorkerStatus{ID: spec.ID}, fmt.Errorf("notebook token: %w", err)
+		}
+	}
+	plan := b.plan(spec, logPath, token)
 	// A command the OS cannot exec would only show as exit code 127 with
 	// the reason in the log: say it here, before anything starts.
 	if err := checkExec(plan, os.Environ()); err != nil {
@@ -338,7 +354,8 @@ func (b *Backend) Start(ctx context.Context, spec cluster.WorkerSpec) (cluster.W
 
 // notebookURL is where a Jupyter server started from spec serves: the
 // rendezvous address (the node's address) and port, which the server gets
-// as TRAINQ_NOTEBOOK_PORT. Other workers have none.
+// as TRAINQ_NOTEBOOK_PORT. Other workers have none. The URL carries no
+// token: the server's users log in with theirs.
 func notebookURL(spec cluster.WorkerSpec) string {
 	if !spec.Notebook || spec.MasterAddr == "" || spec.MasterPort == 0 {
 		return ""

@@ -2,8 +2,15 @@ package local
 
 import (
 	"bytes"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -64,4 +71,52 @@ func TestNotebookWorkerGetsPortAndURL(t *testing.T) {
 	assert.Empty(t, st.URL, "only a notebook has a URL")
 	_, err = b.Wait(ctx, plain.ID, nil)
 	require.NoError(t, err)
+}
+
+// A Jupyter server's worker gets a token of its own, in
+// TRAINQ_NOTEBOOK_TOKEN and JUPYTER_TOKEN, and NotebookStatus reads the
+// server's /api/status on its port with it.
+func TestNotebookStatusUsesTheWorkersToken(t *testing.T) {
+	var seen atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen.Store(r.Header.Get("Authorization"))
+		if r.URL.Path != "/api/status" {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprint(w, `{"connections": 0, "kernels": 0, "last_activity": "2026-03-04T10:00:00.5Z", "started": "2026-03-04T09:00:00Z"}`)
+	}))
+	defer srv.Close()
+	port := srv.Listener.Addr().(*net.TCPAddr).Port
+
+	b := newBackend(t, t.TempDir())
+	spec := binarySpec("jupyter-2", `echo "token=$TRAINQ_NOTEBOOK_TOKEN jupyter=$JUPYTER_TOKEN"`)
+	spec.Notebook, spec.MasterAddr, spec.MasterPort = true, "127.0.0.1", port
+	ctx := ctxT(t)
+	_, err := b.Start(ctx, spec)
+	require.NoError(t, err)
+	_, err = b.Wait(ctx, spec.ID, nil)
+	require.NoError(t, err)
+	var out bytes.Buffer
+	require.NoError(t, b.Logs(ctx, spec.ID, 0, &out))
+	m := regexp.MustCompile(`token=([0-9a-f]{48}) jupyter=([0-9a-f]+)`).FindStringSubmatch(out.String())
+	require.NotNil(t, m, "the worker sees its token: %s", out.String())
+	assert.Equal(t, m[1], m[2], "JUPYTER_TOKEN is the same token")
+
+	st, err := b.NotebookStatus(ctx, spec.ID)
+	require.NoError(t, err)
+	assert.Equal(t, "token "+m[1], seen.Load())
+	assert.Equal(t, time.Date(2026, 3, 4, 10, 0, 0, 5e8, time.UTC), st.LastActivity.UTC())
+	assert.False(t, st.ServerTime.IsZero(), "the Date header gives the server's clock")
+
+	require.NoError(t, b.NoteLog(ctx, spec.ID, "idle for 5m"))
+	out.Reset()
+	require.NoError(t, b.Logs(ctx, spec.ID, 1, &out))
+	assert.Equal(t, "[trainq] idle for 5m\n", out.String())
+
+	other := binarySpec("job-2", "true")
+	_, err = b.Start(ctx, other)
+	require.NoError(t, err)
+	_, err = b.NotebookStatus(ctx, other.ID)
+	assert.ErrorContains(t, err, "is not a Jupyter server's worker")
 }
