@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/trainq/trainq/activities"
+	tqclient "github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/cluster/local"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
@@ -62,6 +63,46 @@ func TestRecordHistories(t *testing.T) {
 	record("recovered", recordRecovered)
 	record("mid-flight", recordMidFlight)
 	record("notice", recordNotice)
+	record("notebook-autoshutdown", recordNotebookAutoshutdown)
+	record("fair-share", recordFairShare)
+}
+
+// (g) A Jupyter server with shutdown_in on allocation autostop: warned, then
+// stopped by its timer (the server never answers /api/status, so its
+// allocation's idle rule never fires). Recorded: the notebook's history.
+func recordNotebookAutoshutdown(t *testing.T, dir string) {
+	name := tqclient.NewJobName("notebook")
+	out, stderr, code := trainq(t, "notebook", "start", "--region", "T", "--allocation", "autostop", "--name", name, "--shutdown-in", "4")
+	require.Equal(t, 0, code, "%s%s", out, stderr)
+	st := waitState(t, name, protocol.StateStopped, long)
+	require.NotEmpty(t, st.Attempts)
+	require.NotNil(t, st.Attempts[0].WarnedAt, "warned before the stop")
+	writeHistory(t, filepath.Join(dir, "job-notebook-shutdown-in.json"), runHistory(t, name, ""))
+}
+
+// (h) The allocator of allocation fair (ordering fair-share, ranked every
+// second): team-a's job runs while team-a's and team-b's wait, the lighter
+// team-b's goes first, and all complete. Recorded: the allocator's run so far.
+func recordFairShare(t *testing.T, dir string) {
+	hold := gate(filepath.Join(t.TempDir(), "hold"))
+	spec := func(workspace, script string) protocol.JobSpec {
+		return protocol.JobSpec{Script: script, InstanceType: "a100.2gpu", Region: "T", AllocationName: "fair",
+			NWorkers: 1, Type: "binary", Workspace: workspace, Author: workspace + "-user"}
+	}
+	first := submit(t, spec("team-a", hold.waitFor()))
+	waitState(t, first, protocol.StateRunning, long)
+	heavier := submit(t, spec("team-a", "true"))
+	eventually(t, long, "team-a's second job to be queued", func() bool { return queue(t, "fair").WaitingTotal == 1 })
+	lighter := submit(t, spec("team-b", "true"))
+	eventually(t, long, "team-b's job to go first", func() bool {
+		w := queue(t, "fair").Waiting
+		return len(w) == 2 && w[0].Job == lighter
+	})
+	hold.open(t)
+	for _, job := range []string{first, lighter, heavier} {
+		waitState(t, job, protocol.StateCompleted, long)
+	}
+	writeHistory(t, filepath.Join(dir, "allocator-fair-share.json"), runHistory(t, protocol.AllocatorWorkflowID("T", "fair"), ""))
 }
 
 // (f) Stop notices: on allocation notice a low job, preempted with a
