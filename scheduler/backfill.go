@@ -32,13 +32,19 @@ type resvEnd struct {
 	amt [3]int
 }
 
-// jobEnd is when rj is expected to end: when its attempt has run for its RunLimit, or now if
-// it has run longer (it overran), or never (zero) without a RunLimit.
+// jobEnd is when rj is expected to end: when its attempt has run for its RunLimit; if it has
+// run longer (it overran), now for an enforced limit, or one more RunLimit from now for an
+// estimate (Request.RunEstimated: nobody stops it, and "at once" is what it already failed to
+// do); never (zero) without a RunLimit.
 func jobEnd(rj *runJob, now time.Time) time.Time {
 	if rj.r.RunLimit <= 0 {
 		return time.Time{}
 	}
-	return maxTime(now, rj.startedAt.Add(rj.r.RunLimit))
+	end := rj.startedAt.Add(rj.r.RunLimit)
+	if !end.After(now) && rj.r.RunEstimated {
+		return now.Add(rj.r.RunLimit)
+	}
+	return maxTime(now, end)
 }
 
 // overran reports whether rj has run for its RunLimit or longer.

@@ -25,7 +25,8 @@ const (
 )
 
 // Project plays the pool forward from now with its own rules, on a copy (the pool is not
-// changed): a running job ends when its attempt has run for its Request.RunLimit, a stopping
+// changed): a running job ends when its attempt has run for its Request.RunLimit (one past an
+// estimate, Request.RunEstimated, one more RunLimit from now), a stopping
 // one within stop, each worker of a preempted job stop after its preemption; a waiting request
 // starts as the pool would start it then, and its RunLimit, if it has one, ends it in turn. A
 // job without a RunLimit never ends in the projection, so the requests that can only start
@@ -60,7 +61,7 @@ func (p *Pool) Project(now time.Time, stop time.Duration, want []string) (map[st
 		case rj.releasing:
 			pr.push(now.Add(stop), rj, "is stopping")
 		case rj.r.RunLimit > 0:
-			pr.push(maxTime(now, rj.startedAt.Add(rj.r.RunLimit)), rj, "ends by its time limit")
+			pr.push(jobEnd(rj, now), rj, endText(rj, now))
 		}
 	}
 	t, because := now, ""
@@ -118,7 +119,7 @@ func (pr *projection) pass(t, now time.Time, because string) {
 			pr.out[g.Job] = e
 		}
 		if rj := pr.q.running[g.Job]; rj != nil && rj.r.RunLimit > 0 {
-			pr.push(t.Add(rj.r.RunLimit), rj, "ends by its time limit")
+			pr.push(t.Add(rj.r.RunLimit), rj, endText(rj, t))
 		}
 	}
 	for _, pe := range d.Preemptions {
@@ -203,4 +204,16 @@ func durText(d time.Duration) string {
 		return fmt.Sprintf("%d days", d/(24*time.Hour))
 	}
 	return d.String()
+}
+
+// endText is what the projection assumes of a running job that ends: by its time limit, by its
+// estimate, or, past its estimate, one more estimated run time from now.
+func endText(rj *runJob, now time.Time) string {
+	switch {
+	case !rj.r.RunEstimated:
+		return "ends by its time limit"
+	case now.Sub(rj.startedAt) >= rj.r.RunLimit:
+		return "ends within its estimated run time again (it is past its estimate)"
+	}
+	return "ends by its estimated run time"
 }

@@ -81,3 +81,36 @@ func TestProject(t *testing.T) {
 		t.Errorf("now: %+v", e)
 	}
 }
+
+// TestProjectOverdueEstimate: a job past its time limit is taken to end at once (it is being
+// stopped); one past an estimate (RunEstimated) to run for one more estimate, and the waiting
+// job's expected start says which.
+func TestProjectOverdueEstimate(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		estimated bool
+		want      time.Time
+		because   string
+	}{
+		{"limit", false, at(90), "it can start now"},
+		{"estimate", true, at(120), "ends within its estimated run time again (it is past its estimate)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := mustPool(t, nodesOf("n", "a", 1, 4, 0, 0), Policy{})
+			r := makeJob("long", "a").GPUs(4).Seq(1).Obj()
+			r.RunLimit, r.RunEstimated = 30*time.Minute, tc.estimated
+			mustEnqueue(t, p, r)
+			sched(t, p, at(0))
+			mustEnqueue(t, p, makeJob("next", "a").GPUs(4).Seq(2).Obj())
+			sched(t, p, at(90)) // an hour past its 30 minutes
+			got, err := p.Project(at(90), 0, []string{"next"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := got["next"]
+			if !e.At.Equal(tc.want) || !strings.Contains(e.Because, tc.because) {
+				t.Fatalf("expected start %v (%s), want %v (%s)", e.At, e.Because, tc.want, tc.because)
+			}
+		})
+	}
+}

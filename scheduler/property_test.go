@@ -122,6 +122,7 @@ func simulateWith(t testing.TB, data []byte, check, backfill bool) []string {
 			req.Nodes = allowedNodes(nodes, seqs[name], attempts[name], step)
 			if backfill { // 0 (none) to 9 minutes, from no byte either
 				req.RunLimit = time.Duration((seqs[name]*7+int64(attempts[name])*3+int64(step))%10) * time.Minute
+				req.RunEstimated = seqs[name]%3 == 0 // some are estimates, which jobs overrun
 			}
 			ev = func(x *Pool) string { return fmt.Sprintf("enqueue %s/%d: %v", name, req.Attempt, x.Enqueue(req)) }
 		case 3, 4, 5:

@@ -27,7 +27,10 @@ import (
 // MinWorkers (SnapshotWaiting.MinWorkers); absent, every gang is rigid, as before them. The
 // requests' workspaces and the policy's limits (Snapshot.Workspaces, Policy.Limits); absent,
 // nobody has a workspace and nothing is capped, as before them. The requests' RunLimit
-// (SnapshotWaiting.RunLimit, SnapshotRunning.RunLimit); absent, none has one.
+// (SnapshotWaiting.RunLimit, SnapshotRunning.RunLimit); absent, none has one. Whether it is an
+// estimate (SnapshotWaiting.RunEstimated, SnapshotRunning.RunEstimated); absent, every RunLimit
+// is a limit. The requests' users and the fair-share accounts (Snapshot.Users,
+// Snapshot.FairShare); absent, nobody has a user and nobody has used anything.
 const SnapshotVersion = 3
 
 // Snapshot is the whole pool state for continue-as-new: waiting requests are stored column-wise
@@ -136,6 +139,8 @@ type SnapshotWaiting struct {
 	// User is each request's user: 0 for none, k for Snapshot.Users[k-1]; absent when no
 	// request has one.
 	User []int32 `json:"u,omitempty"`
+	// RunEstimated is each request's Request.RunEstimated; absent when every one is false.
+	RunEstimated []bool `json:"re,omitempty"`
 }
 
 // SnapshotRunning is one running or releasing job.
@@ -168,6 +173,8 @@ type SnapshotRunning struct {
 	RunLimit int64 `json:"rl,omitempty"`
 	// User is the request's user, as SnapshotWaiting.User.
 	User int32 `json:"u,omitempty"`
+	// RunEstimated is the request's Request.RunEstimated.
+	RunEstimated bool `json:"re,omitempty"`
 }
 
 func tn(t time.Time) int64 {
@@ -330,6 +337,12 @@ func (p *Pool) snapshotWaiting(demands *demandTable) SnapshotWaiting {
 			}
 			sw.Workspace[i] = demands.workspace(r.Workspace)
 		}
+		if r.RunEstimated {
+			if sw.RunEstimated == nil {
+				sw.RunEstimated = make([]bool, n)
+			}
+			sw.RunEstimated[i] = true
+		}
 		if r.User != "" {
 			if sw.User == nil {
 				sw.User = make([]int32, n)
@@ -352,7 +365,7 @@ func snapshotRunning(rj *runJob, demands *demandTable) SnapshotRunning {
 		Nodes: append([]int32(nil), rj.nodes...), GPUs: append([]uint64(nil), rj.gpus...), Releasing: rj.releasing,
 		Preemptions: rj.preemptions, PreemptSeq: rj.preemptSeq, Checkpoint: tn(rj.ckpt), HonorsNotice: rj.r.HonorsNotice,
 		NodeSet: demands.nodeSet(rj.r.Nodes), Workspace: demands.workspace(rj.r.Workspace), RunLimit: rj.r.RunLimit.Milliseconds(),
-		User: demands.user(rj.r.User)}
+		User: demands.user(rj.r.User), RunEstimated: rj.r.RunEstimated}
 	if rj.preemptedBy != nil && slices.ContainsFunc(rj.nominee, func(nb *Preemptor) bool { return *nb != *rj.preemptedBy }) {
 		for _, nb := range rj.nominee {
 			sr.Nominees = append(sr.Nominees, *nb)
@@ -537,6 +550,7 @@ func (rs *restorer) runningJob(sr *SnapshotRunning) error {
 		return err
 	}
 	r.RunLimit = time.Duration(max(sr.RunLimit, 0)) * time.Millisecond
+	r.RunEstimated = sr.RunEstimated
 	if sr.PreemptedBy != nil && r.Preemptions > 0 { // as requested: before this attempt's own preemption
 		r.Preemptions--
 	}
@@ -676,7 +690,8 @@ func (rs *restorer) waitingRequests() error {
 		len(sw.Seq) != n || len(sw.SubmittedAt) != n || (sw.Preemptions != nil && len(sw.Preemptions) != n) ||
 		(sw.HonorsNotice != nil && len(sw.HonorsNotice) != n) || (sw.NodeSet != nil && len(sw.NodeSet) != n) ||
 		(sw.MinWorkers != nil && len(sw.MinWorkers) != n) || (sw.Workspace != nil && len(sw.Workspace) != n) ||
-		(sw.RunLimit != nil && len(sw.RunLimit) != n) || (sw.User != nil && len(sw.User) != n) {
+		(sw.RunLimit != nil && len(sw.RunLimit) != n) || (sw.User != nil && len(sw.User) != n) ||
+		(sw.RunEstimated != nil && len(sw.RunEstimated) != n) {
 		return fmt.Errorf("snapshot: waiting columns have different lengths")
 	}
 	for i := 0; i < n; i++ {
@@ -720,6 +735,9 @@ func (rs *restorer) waitingRequest(i int) error {
 		if r.User, err = rs.user(sw.User[i]); err != nil {
 			return err
 		}
+	}
+	if sw.RunEstimated != nil {
+		r.RunEstimated = sw.RunEstimated[i]
 	}
 	var ns int32
 	if sw.NodeSet != nil {

@@ -405,6 +405,10 @@ type Request struct {
 	// its earlier attempts ran); 0: unknown. Pool.Project reads it, and with Policy.Backfill
 	// the pass does (see Backfill in the package doc).
 	RunLimit time.Duration `json:"run_limit,omitempty"`
+	// RunEstimated says RunLimit is an estimate, not a limit anyone enforces: the attempt may
+	// run longer. One that has run past it is expected to run for one more RunLimit from now
+	// (see jobEnd), not to end at once.
+	RunEstimated bool `json:"run_estimated,omitempty"`
 }
 
 // WorkerPlacement is where one worker runs.

@@ -498,6 +498,8 @@ func (s *sim) request(i int32) scheduler.Request {
 	}
 	r.HonorsNotice = st.honoured > 0 && !s.pol.NoHonorsNotice
 	r.RunLimit = s.runLimit(i)
+	// A learned estimate is no limit: the job runs on past it (exact and limit:Kx never do).
+	r.RunEstimated = r.RunLimit > 0 && s.est.Kind == EstimateLearned
 	return r
 }
 
