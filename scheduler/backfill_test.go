@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -158,6 +159,9 @@ func TestBackfillHighReserves(t *testing.T) {
 		got := grantedJobs(sched(t, p, at(50)))
 		if slices.Contains(got, "h3") == backfill {
 			t.Fatalf("backfill %v: h3 started %v; want it to wait for bigh's reservation only with backfill", backfill, got)
+		}
+		if wi, ok := p.Explain("bigh"); backfill && (!ok || !strings.Contains(wi.Reason, "only jobs whose time limits end them before then")) {
+			t.Fatalf("bigh's reason %q does not say what backfill lets start on its nodes", wi.Reason)
 		}
 	}
 }

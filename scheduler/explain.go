@@ -302,8 +302,12 @@ func (ex *explainer) explainReserving(wi *WaitingInfo, o *planOut, need, behind 
 	}
 	wi.Reserved = names
 	since := p.lastNow.Sub(p.heads[wi.Class].since)
-	wi.Reason = fmt.Sprintf("waiting for %s; it has been the first %s-priority request for %s (reserve_after %s), so %s %s reserved for it: no later job starts there until it fits",
-		need, wi.Class, since.Round(time.Second), p.policy.ReserveAfter, plural(len(names), "node", "nodes")+" "+listText(names), plural(len(names), "is", "are"))
+	rule := "no later job starts there until it fits"
+	if p.policy.Backfill {
+		rule = "until it fits, only jobs whose time limits end them before then, or that fit beside it, start there (backfill)"
+	}
+	wi.Reason = fmt.Sprintf("waiting for %s; it has been the first %s-priority request for %s (reserve_after %s), so %s %s reserved for it: %s",
+		need, wi.Class, since.Round(time.Second), p.policy.ReserveAfter, plural(len(names), "node", "nodes")+" "+listText(names), plural(len(names), "is", "are"), rule)
 	if behind != "" {
 		wi.Reason = behind + "; " + wi.Reason
 	}
