@@ -14,6 +14,8 @@ import (
 	"sync"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/trainq/trainq/protocol"
 )
 
 // Roles a token can have.
@@ -102,10 +104,10 @@ func parseEntries(f TokenFile) ([]tokenEntry, error) {
 			return nil, fmt.Errorf("%s.sha256: the same token appears twice", field)
 		}
 		seen[string(h)] = true
-		if !validName(e.User) {
+		if !protocol.ValidUserName(e.User) {
 			return nil, fmt.Errorf("%s.user: %q is not a valid name (1-63 letters, digits, '-', '_', '.', '@')", field, e.User)
 		}
-		if !validName(e.Workspace) {
+		if !protocol.ValidUserName(e.Workspace) {
 			return nil, fmt.Errorf("%s.workspace: %q is not a valid name (1-63 letters, digits, '-', '_', '.', '@')", field, e.Workspace)
 		}
 		if e.Role != RoleUser && e.Role != RoleAdmin {
@@ -117,20 +119,6 @@ func parseEntries(f TokenFile) ([]tokenEntry, error) {
 		out = append(out, te)
 	}
 	return out, nil
-}
-
-// validName is the charset of users, workspaces and filter values: it keeps
-// them safe inside visibility queries and log lines.
-func validName(s string) bool {
-	if s == "" || len(s) > 63 {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' || r == '@') {
-			return false
-		}
-	}
-	return true
 }
 
 // Lookup finds the principal of a bearer token. It hashes the token and

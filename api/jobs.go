@@ -684,7 +684,7 @@ func (s *Server) listFilter(q url.Values, p Principal) (client.ListFilter, error
 	}
 	name := func(param string, dst *string) error {
 		v := q.Get(param)
-		if v != "" && !validName(v) {
+		if v != "" && !protocol.ValidUserName(v) {
 			return errorf(http.StatusUnprocessableEntity, codeInvalidParam, param, fmt.Sprintf("%q is not a valid name (letters, digits, '-', '_', '.', '@')", v))
 		}
 		*dst = v

@@ -19,6 +19,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
 )
 
@@ -363,7 +364,7 @@ func (c *Config) validate() error {
 		allocs := map[string]bool{}
 		for ai, a := range r.Allocations {
 			field := fmt.Sprintf("%s.allocations[%d]", field, ai)
-			if !validName(a.Name) {
+			if !protocol.ValidName(a.Name) {
 				return fmt.Errorf("%s.name: %q is not a valid name (letters, digits, '-', '_', '.')", field, a.Name)
 			}
 			if allocs[a.Name] {
@@ -393,7 +394,7 @@ func (c *Config) validate() error {
 			}
 			for ni, n := range a.Nodes {
 				nf := fmt.Sprintf("%s.nodes[%d]", field, ni)
-				if !validName(n.Name) {
+				if !protocol.ValidName(n.Name) {
 					return fmt.Errorf("%s.name: %q is not a valid node name (letters, digits, '-', '_', '.')", nf, n.Name)
 				}
 				if owner, dup := nodes[n.Name]; dup {
@@ -474,18 +475,6 @@ func (a Allocation) validatePolicy(field string) error {
 		return fmt.Errorf("%s.max_loss_gpu_hours: must be at least 1 (no preemption may throw away more GPU-hours of work), or -1 for no limit; got %d", field, a.MaxLossGPUHours)
 	}
 	return nil
-}
-
-func validName(s string) bool {
-	if s == "" || len(s) > 63 {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
-			return false
-		}
-	}
-	return true
 }
 
 // Source says where the config came from, for messages.

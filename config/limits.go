@@ -62,7 +62,7 @@ func (a *Allocation) validateLimits(field string) error {
 		if err != nil || l.Class == "" {
 			return fmt.Errorf("%s.class: %q is not a class; use low, medium or high", lf, l.Class)
 		}
-		if l.Workspace != "" && !validName(l.Workspace) {
+		if l.Workspace != "" && !protocol.ValidName(l.Workspace) {
 			return fmt.Errorf("%s.workspace: %q is not a valid name (letters, digits, '-', '_', '.')", lf, l.Workspace)
 		}
 		if l.MaxGPUs == nil && l.MaxWaiting == nil {

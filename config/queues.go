@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
 )
 
@@ -177,7 +178,7 @@ func (a *Allocation) validateQueues(field string) error {
 	defaults := 0
 	for qi, q := range a.Queues {
 		qf := fmt.Sprintf("%s.queues[%d]", field, qi)
-		if !validName(q.Name) {
+		if !protocol.ValidName(q.Name) {
 			return fmt.Errorf("%s.name: %q is not a valid name (letters, digits, '-', '_', '.')", qf, q.Name)
 		}
 		if names[q.Name] {
@@ -216,7 +217,7 @@ func (a *Allocation) validateQueues(field string) error {
 			}
 		}
 		for wi, w := range q.Workspaces {
-			if !validName(w) {
+			if !protocol.ValidName(w) {
 				return fmt.Errorf("%s.workspaces[%d]: %q is not a valid workspace name", qf, wi, w)
 			}
 		}

@@ -877,13 +877,13 @@ func (e *WorkspaceQueueFullError) Error() string {
 
 // QueueCounts answers the counts query.
 type QueueCounts struct {
-	Waiting    int  `json:"waiting"`
-	MaxWaiting int  `json:"max_waiting,omitempty"`
+	Waiting    int `json:"waiting"`
+	MaxWaiting int `json:"max_waiting,omitempty"`
 	// WorkspaceWaiting counts the waiting jobs of each workspace that has
 	// any, by class name.
 	WorkspaceWaiting map[string]map[string]int `json:"workspace_waiting,omitempty"`
-	Running    int  `json:"running"`
-	Recovering bool `json:"recovering,omitempty"`
+	Running          int                       `json:"running"`
+	Recovering       bool                      `json:"recovering,omitempty"`
 	// RecoveredAt is when the allocator last rebuilt its state from the
 	// jobs (its workflow clock; zero if it never did). trainq-worker
 	// compares it with the run's last reset (see worker/watchdog.go).
