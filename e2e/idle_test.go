@@ -78,14 +78,15 @@ func TestIdleJupyterServerGivesItsGPUBack(t *testing.T) {
 		EnvVariables: map[string]string{"JUPYTER_RUNTIME_DIR": dir, "JUPYTER_DATA_DIR": dir, "JUPYTER_CONFIG_DIR": dir}})
 	nb := submit(t, spec)
 	st := waitState(t, nb, protocol.StateRunning, long)
-	base := st.URL()
-	require.NotEmpty(t, base, "a Jupyter server says where it serves")
+	base, urlToken, ok := strings.Cut(st.URL(), "?token=")
+	require.True(t, ok, "a Jupyter server says where it serves, with the token to log in with: %q", st.URL())
 	var token string
 	eventually(t, long, "the Jupyter server to answer with its token", func() bool {
 		token = strings.TrimSpace(readFile(t, tokenFile))
 		code, err := jupyterGet(base, token, "/api/status")
 		return token != "" && err == nil && code == http.StatusOK
 	})
+	assert.Equal(t, token, urlToken, "the URL's token is the server's")
 
 	next := submit(t, protocol.JobSpec{Script: "true", InstanceType: "a100.1gpu", Region: "T", AllocationName: "idle",
 		PriorityClass: "high", NWorkers: 1, Type: "binary"})

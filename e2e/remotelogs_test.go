@@ -154,7 +154,7 @@ func TestRemoteNotebookURL(t *testing.T) {
 	st := waitState(t, job, protocol.StateRunning, 2*time.Minute)
 	url := st.URL()
 	node := st.Attempts[len(st.Attempts)-1].Placement[0].Node
-	require.Regexp(t, `^http://`+regexp.QuoteMeta(h.cfg.NodeAddress(node))+`:[0-9]+/$`, url)
+	require.Regexp(t, `^http://`+regexp.QuoteMeta(h.cfg.NodeAddress(node))+`:[0-9]+/\?token=[0-9a-f]+$`, url)
 
 	eventually(t, 30*time.Second, "the notebook answers at its URL", func() bool {
 		resp, err := http.Get(url)

@@ -262,7 +262,11 @@ func (b *Backend) Start(ctx context.Context, spec cluster.WorkerSpec) (cluster.W
 		if err == nil {
 			err = startFailure(dir) // a retried Start gives the same answer
 		}
-		st.URL = notebookURL(spec)
+		var rec notebookRecord
+		if spec.Notebook {
+			_, _ = readJSON(filepath.Join(dir, fileNotebook), &rec) // none: a URL without its token
+		}
+		st.URL = notebookURL(spec, rec.Token)
 		return st, err
 	}
 	if spec.MasterAddr == "" || spec.MasterPort == 0 {
@@ -348,19 +352,25 @@ func (b *Backend) Start(ctx context.Context, spec cluster.WorkerSpec) (cluster.W
 	if err == nil {
 		err = failed
 	}
-	st.URL = notebookURL(spec)
+	st.URL = notebookURL(spec, token)
 	return st, err
 }
 
 // notebookURL is where a Jupyter server started from spec serves: the
 // rendezvous address (the node's address) and port, which the server gets
-// as TRAINQ_NOTEBOOK_PORT. Other workers have none. The URL carries no
-// token: the server's users log in with theirs.
-func notebookURL(spec cluster.WorkerSpec) string {
+// as TRAINQ_NOTEBOOK_PORT. Other workers have none. Unless the user set
+// JUPYTER_TOKEN themselves, the server's token is trainq's (token), and the
+// URL carries it so that the user can log in, as Jupyter's own start-up
+// link does; with theirs, they log in with it.
+func notebookURL(spec cluster.WorkerSpec, token string) string {
 	if !spec.Notebook || spec.MasterAddr == "" || spec.MasterPort == 0 {
 		return ""
 	}
-	return "http://" + net.JoinHostPort(spec.MasterAddr, strconv.Itoa(spec.MasterPort)) + "/"
+	u := "http://" + net.JoinHostPort(spec.MasterAddr, strconv.Itoa(spec.MasterPort)) + "/"
+	if _, own := spec.Env[cluster.JupyterTokenEnv]; token != "" && !own {
+		u += "?token=" + token
+	}
+	return u
 }
 
 // launched reports whether the worker was started before. A spec.json

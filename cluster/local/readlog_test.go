@@ -53,9 +53,12 @@ func TestNotebookWorkerGetsPortAndURL(t *testing.T) {
 	spec := binarySpec("jupyter-1", `echo "port=$TRAINQ_NOTEBOOK_PORT"`)
 	spec.Notebook, spec.MasterAddr, spec.MasterPort = true, "10.0.0.7", 41234
 	ctx := ctxT(t)
+	spec.Script = `echo "port=$TRAINQ_NOTEBOOK_PORT token=$JUPYTER_TOKEN"`
 	st, err := b.Start(ctx, spec)
 	require.NoError(t, err)
-	assert.Equal(t, "http://10.0.0.7:41234/", st.URL)
+	url, token, ok := strings.Cut(st.URL, "?token=")
+	require.True(t, ok, "the URL carries the server's token, so that its user can log in: %s", st.URL)
+	assert.Equal(t, "http://10.0.0.7:41234/", url)
 	again, err := b.Start(ctx, spec)
 	require.NoError(t, err)
 	assert.Equal(t, st.URL, again.URL, "a repeated start says the same")
@@ -63,7 +66,17 @@ func TestNotebookWorkerGetsPortAndURL(t *testing.T) {
 	require.NoError(t, err)
 	var out bytes.Buffer
 	require.NoError(t, b.Logs(ctx, spec.ID, 0, &out))
-	assert.Contains(t, out.String(), "port=41234\n")
+	assert.Contains(t, out.String(), "port=41234 token="+token+"\n", "the server's JUPYTER_TOKEN is the URL's")
+
+	// A user who sets JUPYTER_TOKEN logs in with theirs: the URL carries none.
+	own := binarySpec("jupyter-own", "true")
+	own.Notebook, own.MasterAddr, own.MasterPort = true, "10.0.0.7", 41235
+	own.Env = map[string]string{cluster.JupyterTokenEnv: "mine"}
+	st, err = b.Start(ctx, own)
+	require.NoError(t, err)
+	assert.Equal(t, "http://10.0.0.7:41235/", st.URL)
+	_, err = b.Wait(ctx, own.ID, nil)
+	require.NoError(t, err)
 
 	plain := binarySpec("job-1", "true")
 	st, err = b.Start(ctx, plain)
