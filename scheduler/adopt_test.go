@@ -49,11 +49,12 @@ func sameHoldings(t testing.TB, p, q *Pool) {
 	strip := func(x *Pool) string {
 		s := x.Snapshot()
 		s.Now = 0
-		// Nor can it know how often jobs were preempted, nor what the passes remembered.
+		// Nor can it know how often jobs were preempted, their checkpoints and progress, nor
+		// what the passes remembered.
 		s.Heads, s.Memo, s.PreemptSeq, s.Holds = nil, nil, 0, nil
 		for i := range s.Running {
 			sr := &s.Running[i]
-			sr.PreemptedBy, sr.PreemptSeq, sr.Preemptions, sr.Checkpoint, sr.Nominees = nil, 0, 0, 0, nil
+			sr.PreemptedBy, sr.PreemptSeq, sr.Preemptions, sr.Checkpoint, sr.Nominees, sr.Progress = nil, 0, 0, 0, nil, nil
 		}
 		return mustJSON(t, s)
 	}

@@ -36,7 +36,19 @@ type resvEnd struct {
 // run longer (it overran), now for an enforced limit, or one more RunLimit from now for an
 // estimate (Request.RunEstimated: nobody stops it, and "at once" is what it already failed to
 // do); never (zero) without a RunLimit.
+//
+// A job that reported its progress (Pool.Progressed) is expected to end when its progress says,
+// or by its limit (not an estimate) if that is sooner; never before now.
 func jobEnd(rj *runJob, now time.Time) time.Time {
+	end := limitEnd(rj, now)
+	if pe, ok := progressEnd(rj); ok && (end.IsZero() || rj.r.RunEstimated || pe.Before(end)) {
+		end = maxTime(now, pe)
+	}
+	return end
+}
+
+// limitEnd is jobEnd by the RunLimit alone.
+func limitEnd(rj *runJob, now time.Time) time.Time {
 	if rj.r.RunLimit <= 0 {
 		return time.Time{}
 	}

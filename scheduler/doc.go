@@ -185,10 +185,15 @@
 //   - The start of a reservation for request R on nodes N is the earliest time at which one
 //     worker of R (an elastic gang: its least size) fits on every node of N, counting as
 //     available the free and releasing capacity in sight (not nominated to another request) and
-//     the capacity of each running job there once it ends by its RunLimit (started + RunLimit,
-//     or now if it ran longer: it overran). If a job that R needs gone has no RunLimit, the start
-//     is unknown: the reservation drains exactly as without backfill (rule (e), Reservations),
-//     binding only the requests after R; a high request then does not reserve at all.
+//     the capacity of each running job there once it is expected to end: by its RunLimit
+//     (started + RunLimit, or now if it ran longer: it overran; one more RunLimit from now if
+//     the RunLimit is an estimate, Request.RunEstimated), or when its progress reports
+//     (Pool.Progressed) say, at the rate since its first report of the attempt (one report: since
+//     the attempt started, from nothing done), if that is sooner or it has no enforced
+//     RunLimit. If a job that R needs gone has neither, the start is unknown: the reservation
+//     drains exactly as without backfill (rule (e), Reservations), binding only the requests
+//     after R; a high request then does not reserve at all. Pool.Project ends running jobs by the
+//     same count.
 //   - The spare of a node of N is what it will have at that start, by the same count, beyond
 //     R's worker's demand (per GPU, CPU and RAM).
 //   - A reservation with a known start binds the pass that makes it from R on, and the next pass

@@ -117,6 +117,9 @@ type runJob struct {
 	preemptions int
 	preemptSeq  int64
 	ckpt        time.Time // last checkpoint of this attempt (zero: none reported)
+	// progFirst and progLast are this attempt's first and last progress reports (see
+	// Progressed); zero: none.
+	progFirst, progLast progressMark
 }
 
 // Pool is the state of one allocation. It is not safe for concurrent use.

@@ -57,11 +57,10 @@ func (p *Pool) Project(now time.Time, stop time.Duration, want []string) (map[st
 	}
 	for _, job := range q.RunningJobs() {
 		rj := q.running[job]
-		switch {
-		case rj.releasing:
+		if rj.releasing {
 			pr.push(now.Add(stop), rj, "is stopping")
-		case rj.r.RunLimit > 0:
-			pr.push(jobEnd(rj, now), rj, endText(rj, now))
+		} else if end := jobEnd(rj, now); !end.IsZero() {
+			pr.push(end, rj, endText(rj, now))
 		}
 	}
 	t, because := now, ""
@@ -181,7 +180,8 @@ func (pr *projection) unknown(format string, args ...any) {
 func (pr *projection) unlimited() string {
 	var names []string
 	for _, job := range pr.q.RunningJobs() {
-		if rj := pr.q.running[job]; !rj.releasing && rj.r.RunLimit <= 0 {
+		rj := pr.q.running[job]
+		if _, reported := progressEnd(rj); !rj.releasing && rj.r.RunLimit <= 0 && !reported {
 			names = append(names, job)
 		}
 	}
@@ -209,6 +209,9 @@ func durText(d time.Duration) string {
 // endText is what the projection assumes of a running job that ends: by its time limit, by its
 // estimate, or, past its estimate, one more estimated run time from now.
 func endText(rj *runJob, now time.Time) string {
+	if pe, ok := progressEnd(rj); ok && jobEnd(rj, now).Equal(maxTime(now, pe)) {
+		return progressText(rj)
+	}
 	switch {
 	case !rj.r.RunEstimated:
 		return "ends by its time limit"

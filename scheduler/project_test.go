@@ -114,3 +114,48 @@ func TestProjectOverdueEstimate(t *testing.T) {
 		})
 	}
 }
+
+// TestProjectProgress: a job without a time limit that reports its progress is expected to end
+// when its rate says (from its start with one report, from its first report with more), and
+// sooner than its time limit says if the limit is later; a snapshot keeps the reports.
+func TestProjectProgress(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		limit   time.Duration
+		reports []progressMark // minutes after the start, share done
+		want    time.Time
+		because string
+	}{
+		{"no report, no limit: unknown", 0, nil, time.Time{}, "held by jobs without a time limit"},
+		{"one report: the rate since the start", 0, []progressMark{{at(20), 0.25}}, at(80), "25% done"},
+		{"two reports: the rate between them", 0, []progressMark{{at(10), 0.5}, at20(0.6)}, at(60), "60% done"},
+		{"a later limit: progress says sooner", 3 * time.Hour, []progressMark{{at(20), 0.25}}, at(80), "25% done"},
+		{"a sooner limit wins", 70 * time.Minute, []progressMark{{at(20), 0.25}}, at(70), "ends by its time limit"},
+		{"a bad share changes nothing", 0, []progressMark{{at(20), 1.5}}, time.Time{}, "held by jobs without a time limit"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := mustPool(t, nodesOf("n", "a", 1, 4, 0, 0), Policy{})
+			r := makeJob("long", "a").GPUs(4).Seq(1).Obj()
+			r.RunLimit = tc.limit
+			mustEnqueue(t, p, r)
+			sched(t, p, at(0))
+			for _, m := range tc.reports {
+				p.Progressed("long", r.Attempt, m.at, m.done)
+			}
+			mustEnqueue(t, p, makeJob("next", "a").GPUs(4).Seq(2).Obj())
+			sched(t, p, at(21))
+			for _, q := range []*Pool{p, roundTrip(t, p)} {
+				got, err := q.Project(at(21), 0, []string{"next"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				e := got["next"]
+				if !e.At.Equal(tc.want) || !strings.Contains(e.Because, tc.because) {
+					t.Fatalf("expected start %v (%s), want %v (%s)", e.At, e.Because, tc.want, tc.because)
+				}
+			}
+		})
+	}
+}
+
+func at20(done float64) progressMark { return progressMark{at: at(20), done: done} }

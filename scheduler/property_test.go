@@ -167,8 +167,10 @@ func simulateWith(t testing.TB, data []byte, check, backfill bool) []string {
 			// A running job reports a checkpoint, up to 750ms ago (sub-second ties in the victim order).
 			j, at := jobs[r.next()%len(jobs)], now.Add(-time.Duration(r.next()%4)*250*time.Millisecond)
 			ri, _ := p.Running(j)
+			done := float64(step%10+1) / 10 // and its progress, from no byte
 			ev = func(x *Pool) string {
-				return fmt.Sprintf("checkpoint %s/%d at %s: %v", j, ri.Attempt, at.Format(time.StampMilli), x.Checkpointed(j, ri.Attempt, at))
+				return fmt.Sprintf("checkpoint %s/%d at %s: %v, progress %v", j, ri.Attempt, at.Format(time.StampMilli),
+					x.Checkpointed(j, ri.Attempt, at), x.Progressed(j, ri.Attempt, at, done))
 			}
 		case 11:
 			// A node's agent stops answering, or answers again.

@@ -175,6 +175,17 @@ type SnapshotRunning struct {
 	User int32 `json:"u,omitempty"`
 	// RunEstimated is the request's Request.RunEstimated.
 	RunEstimated bool `json:"re,omitempty"`
+	// Progress is the attempt's first and last progress reports (Pool.Progressed); absent:
+	// none.
+	Progress *SnapshotProgress `json:"pr,omitempty"`
+}
+
+// SnapshotProgress is a running attempt's first and last progress reports.
+type SnapshotProgress struct {
+	FirstAt   int64   `json:"fa"`
+	FirstDone float64 `json:"fd"`
+	LastAt    int64   `json:"la"`
+	LastDone  float64 `json:"ld"`
 }
 
 func tn(t time.Time) int64 {
@@ -366,6 +377,9 @@ func snapshotRunning(rj *runJob, demands *demandTable) SnapshotRunning {
 		Preemptions: rj.preemptions, PreemptSeq: rj.preemptSeq, Checkpoint: tn(rj.ckpt), HonorsNotice: rj.r.HonorsNotice,
 		NodeSet: demands.nodeSet(rj.r.Nodes), Workspace: demands.workspace(rj.r.Workspace), RunLimit: rj.r.RunLimit.Milliseconds(),
 		User: demands.user(rj.r.User), RunEstimated: rj.r.RunEstimated}
+	if !rj.progLast.at.IsZero() {
+		sr.Progress = &SnapshotProgress{FirstAt: tn(rj.progFirst.at), FirstDone: rj.progFirst.done, LastAt: tn(rj.progLast.at), LastDone: rj.progLast.done}
+	}
 	if rj.preemptedBy != nil && slices.ContainsFunc(rj.nominee, func(nb *Preemptor) bool { return *nb != *rj.preemptedBy }) {
 		for _, nb := range rj.nominee {
 			sr.Nominees = append(sr.Nominees, *nb)
@@ -568,6 +582,12 @@ func (rs *restorer) runningJob(sr *SnapshotRunning) error {
 	}
 	rj := &runJob{r: r, ws: p.workspaceOf(r.Workspace), user: p.userOf(r.Workspace, r.User), fam: p.famIdx[r.Demand.Family], startedAt: nt(sr.StartedAt), nodes: slices.Clone(sr.Nodes), gpus: slices.Clone(sr.GPUs),
 		released: make([]bool, len(sr.Nodes)), preemptions: sr.Preemptions, preemptSeq: sr.PreemptSeq, ckpt: nt(sr.Checkpoint)}
+	if pg := sr.Progress; pg != nil {
+		if !(pg.FirstDone > 0 && pg.FirstDone <= 1 && pg.LastDone > 0 && pg.LastDone <= 1) || pg.FirstAt == 0 || pg.LastAt < pg.FirstAt {
+			return fmt.Errorf("snapshot: running job %q: bad progress reports", sr.Job)
+		}
+		rj.progFirst, rj.progLast = progressMark{at: nt(pg.FirstAt), done: pg.FirstDone}, progressMark{at: nt(pg.LastAt), done: pg.LastDone}
+	}
 	if err := restorePreemptor(rj, sr); err != nil {
 		return err
 	}
