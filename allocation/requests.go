@@ -392,10 +392,18 @@ func (s *State) Checkpoint(r protocol.CheckpointReport, now time.Time) (protocol
 	if err := s.CheckRunning(r); err != nil {
 		return protocol.CheckpointReply{}, nil, err
 	}
+	if err := protocol.CheckProgress(r.Progress); err != nil {
+		return protocol.CheckpointReply{}, nil, err
+	}
+	var cmds []Command
+	if r.Progress > 0 && s.Pool.Progressed(r.Job, r.Attempt, now, r.Progress) {
+		// Backfill may time a reservation by it.
+		cmds = append(cmds, Note{Text: fmt.Sprintf("progress %s %.0f%%", r.Job, 100*r.Progress)}, Schedule{})
+	}
 	if !s.Pool.Checkpointed(r.Job, r.Attempt, now) {
 		// The same instant as an earlier report, or before the attempt's start.
 		info, _ := s.Pool.Running(r.Job)
-		return protocol.CheckpointReply{Job: r.Job, Attempt: r.Attempt, At: info.CheckpointAt}, nil, nil
+		return protocol.CheckpointReply{Job: r.Job, Attempt: r.Attempt, At: info.CheckpointAt}, cmds, nil
 	}
-	return protocol.CheckpointReply{Job: r.Job, Attempt: r.Attempt, At: now}, []Command{Note{Text: "checkpoint " + r.Job}}, nil
+	return protocol.CheckpointReply{Job: r.Job, Attempt: r.Attempt, At: now}, append(cmds, Note{Text: "checkpoint " + r.Job}), nil
 }

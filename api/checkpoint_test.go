@@ -77,7 +77,7 @@ func newGatedBackend(fb *fakeBackend, gated string) *gatedBackend {
 		calls: map[string]int{}, inFlight: map[string]int{}, most: map[string]int{}}
 }
 
-func (g *gatedBackend) Checkpoint(ctx context.Context, job string, attempt int) (protocol.CheckpointReply, error) {
+func (g *gatedBackend) Checkpoint(ctx context.Context, job string, attempt int, progress float64) (protocol.CheckpointReply, error) {
 	g.mu.Lock()
 	g.calls[job]++
 	g.inFlight[job]++
@@ -95,7 +95,7 @@ func (g *gatedBackend) Checkpoint(ctx context.Context, job string, attempt int) 
 	if job == g.gated {
 		<-g.release
 	}
-	return g.fakeBackend.Checkpoint(ctx, job, attempt)
+	return g.fakeBackend.Checkpoint(ctx, job, attempt, progress)
 }
 
 func (g *gatedBackend) counts(job string) (calls, most int) {

@@ -140,7 +140,7 @@ func (f *fakeBackend) Cancel(ctx context.Context, name string) error {
 }
 
 // Checkpoint books a checkpoint on a running job at the fake's clock.
-func (f *fakeBackend) Checkpoint(ctx context.Context, job string, attempt int) (protocol.CheckpointReply, error) {
+func (f *fakeBackend) Checkpoint(ctx context.Context, job string, attempt int, progress float64) (protocol.CheckpointReply, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	j, ok := f.jobs[job]

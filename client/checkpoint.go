@@ -27,10 +27,16 @@ func (e *notRunningError) Is(target error) bool { return target == ErrJobNotRunn
 // the work done since (the victim ordering weighs it). attempt 0 means the
 // job's current attempt; a training script passes $TRAINQ_ATTEMPT, so that a
 // report racing with a preemption cannot be booked on the next attempt.
-func (c *Client) Checkpoint(ctx context.Context, job string, attempt int) (protocol.CheckpointReply, error) {
+// progress, when more than 0, is the share of the job's work done (at most 1),
+// from which its allocator expects when it ends (trainq checkpoint
+// --progress).
+func (c *Client) Checkpoint(ctx context.Context, job string, attempt int, progress float64) (protocol.CheckpointReply, error) {
 	var reply protocol.CheckpointReply
 	if attempt < 0 {
 		return reply, &protocol.FieldError{Field: "attempt", Message: fmt.Sprintf("must be 1 or more (0: the current attempt); got %d", attempt)}
+	}
+	if err := protocol.CheckProgress(progress); err != nil {
+		return reply, err
 	}
 	st, err := c.Status(ctx, job)
 	if err != nil {
@@ -45,7 +51,7 @@ func (c *Client) Checkpoint(ctx context.Context, job string, attempt int) (proto
 	handle, err := c.Temporal.UpdateWorkflow(ctx, sdkclient.UpdateWorkflowOptions{
 		WorkflowID:   protocol.AllocatorWorkflowID(st.Region, st.Allocation),
 		UpdateName:   protocol.UpdateCheckpoint,
-		Args:         []any{protocol.CheckpointReport{Job: job, Attempt: attempt}},
+		Args:         []any{protocol.CheckpointReport{Job: job, Attempt: attempt, Progress: progress}},
 		WaitForStage: sdkclient.WorkflowUpdateStageCompleted,
 	})
 	if err == nil {

@@ -51,7 +51,7 @@ type Jobs interface {
 	Describe(ctx context.Context, name string) (JobInfo, error)
 	Status(ctx context.Context, name string) (protocol.JobStatus, error)
 	Cancel(ctx context.Context, name string) error
-	Checkpoint(ctx context.Context, job string, attempt int) (protocol.CheckpointReply, error)
+	Checkpoint(ctx context.Context, job string, attempt int, progress float64) (protocol.CheckpointReply, error)
 	List(ctx context.Context, f ListFilter) ([]JobSummary, error)
 	Count(ctx context.Context, f ListFilter) (int64, error)
 	QueuePage(ctx context.Context, region, allocation string, page protocol.QueuePage) (protocol.QueueView, error)

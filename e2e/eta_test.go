@@ -106,3 +106,49 @@ func TestExpectedStartComesTrue(t *testing.T) {
 	assert.WithinDuration(t, told.ExpectedStart.At, *started, 5*time.Second,
 		"expected %s, started %s", told.ExpectedStart.At, *started)
 }
+
+// TestProgressReportsRefineTheExpectedStart, with real processes, on
+// allocation eta: a job without a time limit runs for about 6 seconds and,
+// halfway, says so with `trainq checkpoint --progress 0.5`. Until then the
+// job queued behind it has no expected start (nothing says when the first
+// ends); after, it is expected when the rate says, because of the report, and
+// starts within a few seconds of that.
+func TestProgressReportsRefineTheExpectedStart(t *testing.T) {
+	startWorker(t)
+	trainqBin := filepath.Join(env.binDir, "trainq")
+	hold := gate(filepath.Join(t.TempDir(), "half"))
+	reporting := submit(t, protocol.JobSpec{Script: hold.waitFor() + "; sleep 3; " + trainqBin + " checkpoint --progress 0.5 > /dev/null; sleep 3",
+		InstanceType: "a100.2gpu", Region: "T", AllocationName: "eta", PriorityClass: "medium", NWorkers: 1, Type: "binary"})
+	waitState(t, reporting, protocol.StateRunning, long)
+	next := submit(t, protocol.JobSpec{Script: "true", InstanceType: "a100.2gpu", Region: "T", AllocationName: "eta",
+		PriorityClass: "medium", NWorkers: 1, Type: "binary"})
+	eventually(t, long, "the next job to be queued", func() bool { return queue(t, "eta").WaitingTotal == 1 })
+	type told struct {
+		ExpectedStart *struct {
+			At      time.Time `json:"at"`
+			Because string    `json:"because"`
+		} `json:"expected_start"`
+	}
+	ask := func() told {
+		var v told
+		out, errOut, code := trainq(t, "status", next, "--eta", "-o", "json")
+		require.Equal(t, 0, code, errOut)
+		require.NoError(t, json.Unmarshal([]byte(out), &v), out)
+		require.NotNil(t, v.ExpectedStart, out)
+		return v
+	}
+	before := ask()
+	assert.True(t, before.ExpectedStart.At.IsZero(), "before any report nothing says when %s ends: %+v", reporting, before.ExpectedStart)
+
+	hold.open(t)
+	var after told
+	eventually(t, long, "the expected start to follow the progress report", func() bool {
+		after = ask()
+		return !after.ExpectedStart.At.IsZero()
+	})
+	assert.Contains(t, after.ExpectedStart.Because, "if "+reporting+" ends when its progress reports say (50% done at ")
+	started := waitState(t, next, protocol.StateCompleted, long).Attempts[0].StartedAt
+	require.NotNil(t, started)
+	assert.WithinDuration(t, after.ExpectedStart.At, *started, 5*time.Second, "expected %s, started %s", after.ExpectedStart.At, *started)
+	waitState(t, reporting, protocol.StateCompleted, long)
+}

@@ -772,6 +772,18 @@ type FencedNode struct {
 type CheckpointReport struct {
 	Job     string `json:"job"`
 	Attempt int    `json:"attempt"`
+	// Progress, when more than 0, is the share of the job's work done (at
+	// most 1): the allocator expects the attempt to end when its rate says
+	// (scheduler.Pool.Progressed), for expected starts and backfill.
+	Progress float64 `json:"progress,omitempty"`
+}
+
+// CheckProgress refuses a progress share out of range, naming the field.
+func CheckProgress(p float64) error {
+	if !(p >= 0 && p <= 1) {
+		return fieldErr("progress", "must be a share of the work done, more than 0 and at most 1 (e.g. 0.4); got %v", p)
+	}
+	return nil
 }
 
 // CheckpointReply is the checkpoint the allocator recorded.

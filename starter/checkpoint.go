@@ -14,6 +14,7 @@ import (
 func runCheckpoint(ctx context.Context, g *globals, args []string) error {
 	fs := newFlagSet(g, "checkpoint")
 	attempt := fs.Int("attempt", 0, "the attempt that saved it (default: $TRAINQ_ATTEMPT, else the job's current attempt)")
+	progress := fs.Float64("progress", 0, "the share of the job's work done, more than 0 and at most 1 (e.g. 0.4): the allocator expects the job to end when its rate says")
 	pos, err := parseArgs(g, fs, args, 0, 1)
 	if err != nil {
 		return err
@@ -34,11 +35,14 @@ func runCheckpoint(ctx context.Context, g *globals, args []string) error {
 	if *attempt < 0 {
 		return usageErr("checkpoint: --attempt must be 1 or more; got %d", *attempt)
 	}
+	if !(*progress >= 0 && *progress <= 1) {
+		return usageErr("checkpoint: --progress must be a share of the work done, more than 0 and at most 1 (e.g. 0.4); got %v", *progress)
+	}
 	c, err := g.Client(ctx)
 	if err != nil {
 		return err
 	}
-	reply, err := c.Checkpoint(ctx, job, *attempt)
+	reply, err := c.Checkpoint(ctx, job, *attempt, *progress)
 	if err != nil {
 		return notFound(job, err)
 	}

@@ -181,7 +181,7 @@ func init() {
 		{"logs", "JOB [--tail N] [--follow] [--attempt N] [--worker N]", "print a job's logs (latest attempt, all workers)", runLogs},
 		{"queue", "[ALLOCATION] [--region R] [--limit N] [--offset M]", "show an allocation's nodes, running jobs and a page of its waiting jobs in launch order", runQueue},
 		{"top", "[ALLOCATION] [--region R] [--once]", "live view of an allocation: GPU bars per node, running and waiting jobs (plain snapshot on a non-TTY)", runTop},
-		{"checkpoint", "[JOB] [--attempt N]", "record that a running job just saved its progress, so a preemption loses only the work since (inside a worker: no arguments)", runCheckpoint},
+		{"checkpoint", "[JOB] [--attempt N] [--progress SHARE]", "record that a running job just saved its progress, so a preemption loses only the work since, and with --progress how much is done, so expected starts follow it (inside a worker: no arguments)", runCheckpoint},
 		{"notice", "[--wait] [--timeout D]", "inside a worker: print its stop notice (why: preempted, cancelled, time_limit, stuck, node_drain; and the deadline); exit 1 while there is none", runNotice},
 		{"watch", "JOB", "print each state change until the job ends; exit 0 only if it completed", runWatch},
 		{"allocator", "recover [ALLOCATION] [--region R] | drain NODE [--allocation A] [--reason TEXT] | undrain NODE", "rebuild an allocator's state from its jobs and node agents; take a node out of service (its jobs get a notice and move) or put it back", runAllocator},

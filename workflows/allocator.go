@@ -414,6 +414,9 @@ func (a *allocator) validateCheckpoint(r protocol.CheckpointReport) error {
 	if r.Job == "" {
 		return fmt.Errorf("checkpoint: job is empty")
 	}
+	if err := protocol.CheckProgress(r.Progress); err != nil {
+		return err
+	}
 	if a.recovering {
 		return nil // the rebuilt pool decides, once it is there
 	}
