@@ -72,6 +72,18 @@ func (c *Client) Health(ctx context.Context) error {
 // Close closes the Temporal connection.
 func (c *Client) Close() { c.Temporal.Close() }
 
+// answer decodes a query's answer into a T, once the query answered (the
+// error first, then the decoding: no return list leans on the order Go reads
+// its operands in).
+func answer[T any](resp converter.EncodedValue, err error) (T, error) {
+	var out T
+	if err != nil {
+		return out, err
+	}
+	err = resp.Get(&out)
+	return out, err
+}
+
 func decodePayload(p *commonpb.Payload, v any) error {
 	return converter.GetDefaultDataConverter().FromPayload(p, v)
 }

@@ -84,25 +84,15 @@ func (c *Client) Status(ctx context.Context, name string) (protocol.JobStatus, e
 
 // Explain asks the allocator where a job stands.
 func (c *Client) Explain(ctx context.Context, region, allocation, job string) (protocol.ExplainReply, error) {
-	var ex protocol.ExplainReply
-	resp, err := c.Temporal.QueryWorkflow(ctx, protocol.AllocatorWorkflowID(region, allocation), "", protocol.QueryExplain, job)
-	if err != nil {
-		return ex, err
-	}
-	return ex, resp.Get(&ex)
+	return answer[protocol.ExplainReply](c.Temporal.QueryWorkflow(ctx, protocol.AllocatorWorkflowID(region, allocation), "", protocol.QueryExplain, job))
 }
 
 // ExpectedStart asks the allocator when a waiting job is expected to start
 // (nil: it does not wait there). It plays a copy of the pool forward, so it
 // costs more than Explain.
 func (c *Client) ExpectedStart(ctx context.Context, region, allocation, job string) (*scheduler.ExpectedStart, error) {
-	var out *scheduler.ExpectedStart
-	resp, err := c.Temporal.QueryWorkflow(ctx, protocol.AllocatorWorkflowID(region, allocation), "", protocol.QueryExpectedStart,
-		protocol.ExpectedStartQuery{Job: job, Now: time.Now().UTC()})
-	if err != nil {
-		return nil, err
-	}
-	return out, resp.Get(&out)
+	return answer[*scheduler.ExpectedStart](c.Temporal.QueryWorkflow(ctx, protocol.AllocatorWorkflowID(region, allocation), "",
+		protocol.QueryExpectedStart, protocol.ExpectedStartQuery{Job: job, Now: time.Now().UTC()}))
 }
 
 // Cancel stops a job: its workers are stopped and it ends Stopped. Stopping

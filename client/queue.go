@@ -44,17 +44,12 @@ func (c *Client) QueuePage(ctx context.Context, region, allocation string, page 
 		}
 		return v, err
 	}
-	return v, resp.Get(&v)
+	return answer[protocol.QueueView](resp, nil)
 }
 
 // Counts returns the allocator's queue counts, without rendering the queue.
 func (c *Client) Counts(ctx context.Context, region, allocation string) (protocol.QueueCounts, error) {
-	var out protocol.QueueCounts
-	resp, err := c.Temporal.QueryWorkflow(ctx, protocol.AllocatorWorkflowID(region, allocation), "", protocol.QueryCounts)
-	if err != nil {
-		return out, err
-	}
-	return out, resp.Get(&out)
+	return answer[protocol.QueueCounts](c.Temporal.QueryWorkflow(ctx, protocol.AllocatorWorkflowID(region, allocation), "", protocol.QueryCounts))
 }
 
 // countsTimeout bounds the queue-length check of a submission: a slow or

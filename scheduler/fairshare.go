@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -179,8 +180,8 @@ func (fs *fairShare) settle() {
 	}
 }
 
-// rank makes every account's current usage its ordering key, and reports whether that changes
-// the order of the queue. Negligible usage counts as none.
+// rank makes every account's current usage its ordering key (the caller puts the queue in its
+// new order). Negligible usage counts as none.
 func (fs *fairShare) rank() {
 	for _, accts := range [][]account{fs.ws, fs.users} {
 		for i := range accts {
@@ -365,23 +366,13 @@ func (p *Pool) snapshotFairShare() *SnapshotFairShare {
 	}
 	byName := func(a, b SnapshotAccount) int {
 		if a.Workspace != b.Workspace {
-			return cmpString(a.Workspace, b.Workspace)
+			return cmp.Compare(a.Workspace, b.Workspace)
 		}
-		return cmpString(a.User, b.User)
+		return cmp.Compare(a.User, b.User)
 	}
 	slices.SortFunc(s.Workspaces, byName)
 	slices.SortFunc(s.Users, byName)
 	return s
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // fairShare restores the fair-share accounts (before the running jobs, which add what they hold).

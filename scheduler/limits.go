@@ -42,6 +42,24 @@ func checkLimits(ls []Limit) error {
 	return nil
 }
 
+// LimitOf is workspace ws's GPU cap in class c under ls: its own limit, else the limit for
+// every workspace, else -1 (none).
+func LimitOf(ls []Limit, ws string, c Class) int {
+	out := -1
+	for _, l := range ls {
+		if l.Class != c {
+			continue
+		}
+		if l.Workspace == ws {
+			return l.MaxGPUs
+		}
+		if l.Workspace == "" {
+			out = l.MaxGPUs
+		}
+	}
+	return out
+}
+
 // noWorkspace is the index of a request without a workspace: no limit applies to it.
 const noWorkspace int32 = -1
 
@@ -58,12 +76,7 @@ func (p *Pool) workspaceOf(name string) int32 {
 	p.wsNames = append(p.wsNames, name)
 	var caps [3]int
 	for c := range caps {
-		caps[c] = -1
-		for _, l := range p.policy.Limits {
-			if l.Class == Class(c) && (l.Workspace == name || (l.Workspace == "" && caps[c] < 0)) {
-				caps[c] = l.MaxGPUs
-			}
-		}
+		caps[c] = LimitOf(p.policy.Limits, name, Class(c))
 	}
 	p.wsCap = append(p.wsCap, caps)
 	p.wsHeld = append(p.wsHeld, [3]int{})

@@ -486,7 +486,7 @@ func writeTeams(w io.Writer, r *Result) {
 			n += fmt.Sprintf(" (%d never fit)", t.Rejected)
 		}
 		peak := fmt.Sprint(t.PeakGPUs[scheduler.High.String()])
-		if c := capOf(r.Policy.Scheduler.Limits, t.Workspace, scheduler.High); c >= 0 && t.Workspace != NoWorkspace {
+		if c := scheduler.LimitOf(r.Policy.Scheduler.Limits, t.Workspace, scheduler.High); c >= 0 && t.Workspace != NoWorkspace {
 			peak += fmt.Sprintf(" (cap %d)", c)
 		}
 		hits := "-"

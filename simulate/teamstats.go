@@ -76,28 +76,10 @@ func (t *teamState) init(s *sim) {
 	t.waiting = make([][3][]int32, len(t.names))
 	for k, name := range t.names {
 		for c := range t.caps[k] {
-			t.caps[k][c] = capOf(s.pol.Scheduler.Limits, name, scheduler.Class(c))
+			t.caps[k][c] = scheduler.LimitOf(s.pol.Scheduler.Limits, name, scheduler.Class(c))
 			t.capped = t.capped || t.caps[k][c] >= 0
 		}
 	}
-}
-
-// capOf is a workspace's cap in a class, as the pool reads Policy.Limits: its own limit, else the
-// limit for every workspace, else -1 (none).
-func capOf(ls []scheduler.Limit, ws string, c scheduler.Class) int {
-	out := -1
-	for _, l := range ls {
-		if l.Class != c {
-			continue
-		}
-		if l.Workspace == ws {
-			return l.MaxGPUs
-		}
-		if l.Workspace == "" {
-			out = l.MaxGPUs
-		}
-	}
-	return out
 }
 
 // hold counts delta GPUs held by job i's workspace.
