@@ -42,6 +42,8 @@ type Activities struct {
 	// visibility store that lags this far behind would. trainq-worker sets
 	// it from $TRAINQ_TEST_LISTING_LAG (see ListingLagFromEnv).
 	TestListingLag time.Duration
+	// Estimates caches EstimateRuntime's listings (nil: none).
+	Estimates *EstimateCache
 }
 
 // RequestCapacityInput names the allocator and the request.
@@ -53,6 +55,10 @@ type RequestCapacityInput struct {
 	// run as a local activity, the request holds up the job's workflow
 	// task, and so the handling of a grant that comes meanwhile.
 	Brief bool `json:"brief,omitempty"`
+	// Learn, for a job without a time limit or an estimate yet, asks for
+	// its learned runtime estimate first (EstimateRuntime): the request
+	// carries it as RunEstimate, and the reply tells the job.
+	Learn *protocol.EstimateRuntimeInput `json:"learn,omitempty"`
 }
 
 // RequestCapacityName is RequestCapacity's registered name (the job runs it
@@ -82,12 +88,38 @@ func (a *Activities) RequestCapacity(ctx context.Context, in RequestCapacityInpu
 		return protocol.CapacityReply{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("allocation %s/%s cannot run %s: %v", in.Region, in.Allocation, in.Request.Job, err), ErrTypeCapacityRefused, nil)
 	}
+	estimate := a.learnEstimate(ctx, in)
+	if estimate != nil {
+		in.Request.RunEstimate = scheduler.EstimatedRunLimit(estimate.Runtime, 0)
+	}
 	_, err = a.Client.SignalWithStartWorkflow(ctx, protocol.AllocatorWorkflowID(in.Region, in.Allocation), protocol.SignalRequest,
 		in.Request, trainq.AllocatorStartOptions(in.Region, in.Allocation), protocol.AllocatorWorkflowName, start)
 	if err != nil {
 		return protocol.CapacityReply{}, err
 	}
-	return a.whereQueued(ctx, in), nil
+	reply := a.whereQueued(ctx, in)
+	reply.Estimate = estimate
+	return reply, nil
+}
+
+// learnEstimateTimeout bounds how long a capacity request waits for the listing its estimate is
+// learned from: an estimate is worth less than the job's place in the queue.
+const learnEstimateTimeout = 2 * time.Second
+
+// learnEstimate is the runtime estimate in.Learn asks for, or nil (none asked, too few jobs
+// like it, or visibility did not answer in time).
+func (a *Activities) learnEstimate(ctx context.Context, in RequestCapacityInput) *protocol.RuntimeEstimate {
+	if in.Learn == nil || in.Request.RunLimit > 0 || in.Request.RunEstimate > 0 {
+		return nil
+	}
+	lctx, cancel := context.WithTimeout(ctx, learnEstimateTimeout)
+	defer cancel()
+	est, err := a.EstimateRuntime(lctx, *in.Learn)
+	if err != nil {
+		activity.GetLogger(ctx).Warn("no runtime estimate: the completed jobs like this one could not be listed", "job", in.Request.Job, "error", err)
+		return nil
+	}
+	return est
 }
 
 // whereQueued asks the allocator, briefly, where the request stands, for the

@@ -32,6 +32,9 @@ func RequestFor(pool *scheduler.Pool, req protocol.CapacityRequest) (scheduler.R
 		HonorsNotice: req.HonorsNotice, Nodes: req.Nodes, MinWorkers: req.MinWorkers, Workspace: req.Workspace, RunLimit: req.RunLimit,
 		User: req.User,
 	}
+	if req.RunLimit == 0 && req.RunEstimate > 0 {
+		r.RunLimit, r.RunEstimated = req.RunEstimate, true
+	}
 	return r, pool.Admit(r)
 }
 

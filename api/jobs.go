@@ -374,6 +374,13 @@ type jobView struct {
 	// and the assumption, or why it is unknown.
 	ExpectedStartAt *time.Time `json:"expected_start_at,omitempty"`
 	ExpectedStart   string     `json:"expected_start,omitempty"`
+	// StopTimer is ML Space's stop_timer in minutes (0: none).
+	StopTimer int `json:"stop_timer,omitempty"`
+	// RuntimeEstimateSeconds and RuntimeEstimate, for a job without a
+	// stop_timer: how long it is expected to run, learned from the
+	// completed jobs like it, and from which (absent: too few completed).
+	RuntimeEstimateSeconds int64  `json:"runtime_estimate_seconds,omitempty"`
+	RuntimeEstimate        string `json:"runtime_estimate,omitempty"`
 }
 
 // referenced lists the job names a status mentions in fields of their own.
@@ -478,8 +485,12 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request, p Principal) {
 		NWorkers: st.NWorkers, GPUCount: st.GPUs, MaxRetry: st.MaxRetry, Attempt: st.Attempt, Restarts: st.Restarts,
 		JobAuthor: st.Spec.Author, Workspace: info.Workspace, JobDesc: st.Spec.JobDesc,
 		Message: st.Message, Warning: st.Warning, URL: st.URL(), Position: st.Position, Reason: st.Reason,
+		StopTimer: int(st.Spec.TimeLimit / time.Minute),
 		WaitingFor: rd.names(st.WaitingFor), Preemptors: preemptorList(st, rd), Attempts: hidePreemptors(st.Attempts, rd),
 		Warnings: st.Spec.Warnings,
+	}
+	if e := st.Estimate; e != nil {
+		v.RuntimeEstimateSeconds, v.RuntimeEstimate = int64(e.Runtime/time.Second), e.String()
 	}
 	if n := len(v.Preemptors); n > 0 {
 		last := v.Preemptors[n-1]

@@ -1,7 +1,10 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,6 +13,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"go.temporal.io/api/workflowservice/v1"
+
+	"github.com/trainq/trainq/activities"
 	"github.com/trainq/trainq/protocol"
 )
 
@@ -22,8 +28,9 @@ func TestExpectedStarts(t *testing.T) {
 	startWorker(t)
 	hold := gate(filepath.Join(t.TempDir(), "hold"))
 	spec := func(script string) protocol.JobSpec {
+		// A workspace of its own: no job completed in it gives the unlimited jobs a learned estimate.
 		return protocol.JobSpec{Script: script, InstanceType: "a100.2gpu", Region: "T", AllocationName: "eta",
-			PriorityClass: "medium", NWorkers: 1, Type: "binary"}
+			PriorityClass: "medium", NWorkers: 1, Type: "binary", Workspace: "eta-limits"}
 	}
 	s := spec(hold.waitFor())
 	s.TimeLimit = 10 * time.Minute
@@ -118,7 +125,8 @@ func TestProgressReportsRefineTheExpectedStart(t *testing.T) {
 	trainqBin := filepath.Join(env.binDir, "trainq")
 	hold := gate(filepath.Join(t.TempDir(), "half"))
 	reporting := submit(t, protocol.JobSpec{Script: hold.waitFor() + "; sleep 3; " + trainqBin + " checkpoint --progress 0.5 > /dev/null; sleep 3",
-		InstanceType: "a100.2gpu", Region: "T", AllocationName: "eta", PriorityClass: "medium", NWorkers: 1, Type: "binary"})
+		InstanceType: "a100.2gpu", Region: "T", AllocationName: "eta", PriorityClass: "medium", NWorkers: 1, Type: "binary",
+		Workspace: "eta-progress"}) // its own: no completed job gives it a learned estimate
 	waitState(t, reporting, protocol.StateRunning, long)
 	next := submit(t, protocol.JobSpec{Script: "true", InstanceType: "a100.2gpu", Region: "T", AllocationName: "eta",
 		PriorityClass: "medium", NWorkers: 1, Type: "binary"})
@@ -151,4 +159,97 @@ func TestProgressReportsRefineTheExpectedStart(t *testing.T) {
 	require.NotNil(t, started)
 	assert.WithinDuration(t, after.ExpectedStart.At, *started, 5*time.Second, "expected %s, started %s", after.ExpectedStart.At, *started)
 	waitState(t, reporting, protocol.StateCompleted, long)
+}
+
+// TestLearnedEstimateGivesAnExpectedStart, with real processes, on allocation
+// eta: three jobs of one shape (workspace, kind, script, instance type,
+// workers) complete and record their runtimes; the next job of that shape,
+// without a time limit, learns its estimate from them (the longest of three
+// is their p90), shows it in `trainq status`, and the job queued behind it,
+// which without the estimate would have no expected start, is expected when
+// the estimate runs out and starts within a few seconds of that.
+func TestLearnedEstimateGivesAnExpectedStart(t *testing.T) {
+	startWorker(t)
+	const ws = "eta-learned"
+	shaped := protocol.JobSpec{Script: "sleep 6", InstanceType: "a100.1gpu", Region: "T", AllocationName: "eta",
+		PriorityClass: "medium", NWorkers: 1, Type: "binary", Workspace: ws}
+	var learners []string
+	for range 3 {
+		learners = append(learners, submit(t, shaped))
+	}
+	var most time.Duration
+	var normalized protocol.JobSpec
+	for _, j := range learners {
+		st := waitState(t, j, protocol.StateCompleted, long)
+		a := st.Attempts[0]
+		most = max(most, a.EndedAt.Sub(*a.StartedAt))
+		normalized = st.Spec
+	}
+	// Visibility lags its histories: wait until it lists the three runtimes.
+	query := activities.RuntimeQueries(protocol.EstimateRuntimeInput{Workspace: ws, Shape: normalized.Shape()})[0]
+	eventually(t, long, "visibility to list the three completed runtimes", func() bool {
+		resp, err := env.client.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{Query: query, PageSize: 10})
+		return err == nil && len(resp.GetExecutions()) == 3
+	})
+
+	estimated := submit(t, shaped)
+	st := waitState(t, estimated, protocol.StateRunning, long)
+	require.NotNil(t, st.Estimate, "a job of a shape that completed three times has an estimate")
+	assert.Equal(t, 3, st.Estimate.Runs)
+	assert.Equal(t, "jobs of this shape", st.Estimate.Basis)
+	// Each run records its whole seconds, rounded up.
+	assert.Equal(t, (most + time.Second - 1).Truncate(time.Second), st.Estimate.Runtime, "the longest of three runs (%s)", most)
+	text, _, _ := trainq(t, "status", estimated)
+	assert.Contains(t, text, "90% of the last 3 completed jobs of this shape in workspace "+ws+" ran no longer")
+
+	next := submit(t, protocol.JobSpec{Script: "true", InstanceType: "a100.2gpu", Region: "T", AllocationName: "eta",
+		PriorityClass: "medium", NWorkers: 1, Type: "binary", Workspace: ws})
+	eventually(t, long, "the next job to be queued", func() bool { return queue(t, "eta").WaitingTotal == 1 })
+	// trainq watch --eta follows the job to its end, saying while it waits when it is expected.
+	watched := make(chan []byte, 1)
+	go func() {
+		cmd := exec.Command(filepath.Join(env.binDir, "trainq"), "watch", next, "--eta", "-o", "json")
+		cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+env.hostPort, "TRAINQ_CONFIG="+env.configPath)
+		out, _ := cmd.Output()
+		watched <- out
+	}()
+	var told struct {
+		ExpectedStart *struct {
+			At      time.Time `json:"at"`
+			Because string    `json:"because"`
+		} `json:"expected_start"`
+	}
+	out, errOut, code := trainq(t, "status", next, "--eta", "-o", "json")
+	require.Equal(t, 0, code, errOut)
+	require.NoError(t, json.Unmarshal([]byte(out), &told), out)
+	require.NotNil(t, told.ExpectedStart, out)
+	require.False(t, told.ExpectedStart.At.IsZero(), "the estimate says when %s ends: %s", estimated, told.ExpectedStart.Because)
+	assert.Contains(t, told.ExpectedStart.Because, "if "+estimated+" ends by its estimated run time")
+	started := waitState(t, next, protocol.StateCompleted, long).Attempts[0].StartedAt
+	require.NotNil(t, started)
+	assert.WithinDuration(t, told.ExpectedStart.At, *started, 5*time.Second, "expected %s, started %s", told.ExpectedStart.At, *started)
+	waitState(t, estimated, protocol.StateCompleted, long)
+
+	var lines []byte
+	select {
+	case lines = <-watched:
+	case <-time.After(long):
+		t.Fatal("trainq watch did not end with the job")
+	}
+	var pendingWithStart bool
+	for _, line := range strings.Split(strings.TrimSpace(string(lines)), "\n") {
+		var ev struct {
+			Status          protocol.JobState `json:"status"`
+			ExpectedStartAt *time.Time        `json:"expected_start_at"`
+			ExpectedStart   string            `json:"expected_start"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(line), &ev), line)
+		if ev.Status == protocol.StatePending && ev.ExpectedStartAt != nil {
+			pendingWithStart = true
+			assert.Contains(t, ev.ExpectedStart, "if "+estimated+" ends by its estimated run time")
+			assert.WithinDuration(t, told.ExpectedStart.At.Truncate(time.Minute), *ev.ExpectedStartAt, time.Minute)
+		}
+		assert.False(t, ev.Status != protocol.StatePending && ev.ExpectedStart != "", "only a pending job has an expected start: %s", line)
+	}
+	assert.True(t, pendingWithStart, "watch --eta said when the job was expected:\n%s", lines)
 }

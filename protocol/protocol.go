@@ -387,9 +387,13 @@ type JobStatus struct {
 	// Warning says the running job is about to be stopped, and why (see
 	// AttemptRecord.Warning); it is cleared when that no longer holds (the
 	// Jupyter server was used again) and when the attempt ends.
-	Warning  string          `json:"warning,omitempty"`
-	Attempts []AttemptRecord `json:"attempts"`
-	Spec     JobSpec         `json:"spec"`
+	Warning string `json:"warning,omitempty"`
+	// Estimate is how long a job without a time limit is expected to run,
+	// learned at submission from the completed jobs like it (nil: it has a
+	// time limit, or too few jobs like it completed).
+	Estimate *RuntimeEstimate `json:"runtime_estimate,omitempty"`
+	Attempts []AttemptRecord  `json:"attempts"`
+	Spec     JobSpec          `json:"spec"`
 }
 
 // URL is where the job's Jupyter server serves while it runs (its latest
@@ -437,10 +441,17 @@ type CapacityRequest struct {
 	// RunLimit is the most the attempt will run: the job's time limit less
 	// what its earlier attempts ran (0: none), for expected start times.
 	RunLimit time.Duration `json:"run_limit,omitempty"`
+	// RunEstimate, for a job without a time limit, is how long the attempt
+	// is expected to run: its learned runtime estimate less what its
+	// earlier attempts ran (0: none). Nobody stops it there.
+	RunEstimate time.Duration `json:"run_estimate,omitempty"`
 }
 
 // CapacityReply tells a job its place in the queue.
 type CapacityReply struct {
+	// Estimate is the runtime estimate the request learned and carried
+	// (RequestCapacityInput.Learn), or nil.
+	Estimate *RuntimeEstimate `json:"estimate,omitempty"`
 	// Epoch names the allocator state that accepted the request (see
 	// AllocatorState.Epoch).
 	Epoch    string `json:"epoch,omitempty"`
@@ -958,4 +969,9 @@ const (
 	// SAQueue is the job's queue inside its allocation (absent on jobs
 	// submitted before queues: they are in the default queue).
 	SAQueue = "TrainqQueue"
+	// SAShape (JobSpec.Shape) and SARunSeconds, how long the job ran in
+	// all, are set when a job completes: later jobs of its shape learn
+	// their runtime estimate from them.
+	SAShape      = "TrainqShape"
+	SARunSeconds = "TrainqRunSeconds"
 )

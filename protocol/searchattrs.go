@@ -17,6 +17,8 @@ var (
 	KeyAttempt    = temporal.NewSearchAttributeKeyInt64(SAAttempt)
 	KeyGPUs       = temporal.NewSearchAttributeKeyInt64(SAGPUs)
 	KeyQueue      = temporal.NewSearchAttributeKeyKeyword(SAQueue)
+	KeyShape      = temporal.NewSearchAttributeKeyKeyword(SAShape)
+	KeyRunSeconds = temporal.NewSearchAttributeKeyInt64(SARunSeconds)
 )
 
 // SearchAttributeTypes lists every search attribute trainq needs, in a fixed
@@ -35,6 +37,8 @@ var SearchAttributeTypes = []struct {
 	{SAAttempt, enumspb.INDEXED_VALUE_TYPE_INT},
 	{SAGPUs, enumspb.INDEXED_VALUE_TYPE_INT},
 	{SAQueue, enumspb.INDEXED_VALUE_TYPE_KEYWORD},
+	{SAShape, enumspb.INDEXED_VALUE_TYPE_KEYWORD},
+	{SARunSeconds, enumspb.INDEXED_VALUE_TYPE_INT},
 }
 
 // DevServerArgs are the `temporal server start-dev` flags trainq's dev and

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/trainq/trainq/scheduler"
 )
 
 // EstimateKind is how the runtime estimate a job carries (scheduler.Request.RunLimit, the only
@@ -39,14 +41,14 @@ func (e Estimates) percentile() float64 {
 	if e.Percentile > 0 {
 		return e.Percentile
 	}
-	return LearnedPercentile
+	return scheduler.LearnedPercentile
 }
 
 func (e Estimates) String() string {
 	if e.Kind == EstimateLimit {
 		return "limit:" + strconv.FormatFloat(e.Factor, 'g', -1, 64) + "x"
 	}
-	if e.Kind == EstimateLearned && e.Percentile > 0 && e.Percentile != LearnedPercentile {
+	if e.Kind == EstimateLearned && e.Percentile > 0 && e.Percentile != scheduler.LearnedPercentile {
 		return "learned:p" + strconv.FormatFloat(100*e.Percentile, 'g', -1, 64)
 	}
 	return string(e.Kind)
@@ -98,23 +100,6 @@ func ParseEstimates(s string) ([]Estimates, error) {
 	return out, nil
 }
 
-// Learned estimates: the LearnedPercentile of the runtimes of the last LearnedRuns completed
-// jobs of the job's shape, once at least LearnedMinRuns of them completed; else the same of its
-// coarse shape; else no estimate.
-const (
-	LearnedPercentile = 0.9
-	LearnedRuns       = 20
-	LearnedMinRuns    = 3
-)
-
-// Floors of a RunLimit: an attempt's estimate is never below MinRunLimit (a RunLimit of 0 means
-// "no estimate"), and a rerun's time limit or learned estimate less what its earlier attempts
-// ran is never below MinRerunLimit.
-const (
-	MinRunLimit   = time.Second
-	MinRerunLimit = time.Minute
-)
-
 // shapeKeys are the keys a job's runtime is learned under: its shape (Job.Shape, or its class,
 // kind, per-worker demand and workers), then the coarse shape (its class and total GPUs), both
 // within its workspace.
@@ -135,7 +120,7 @@ type learner struct {
 }
 
 type ring struct {
-	d    [LearnedRuns]time.Duration
+	d    [scheduler.LearnedRuns]time.Duration
 	n    int // how many were ever added
 	next int
 }
@@ -151,7 +136,7 @@ func (l *learner) observe(keys [2]string, d time.Duration) {
 			l.runs[k] = r
 		}
 		r.d[r.next] = d
-		r.next = (r.next + 1) % LearnedRuns
+		r.next = (r.next + 1) % scheduler.LearnedRuns
 		r.n++
 	}
 }
@@ -161,12 +146,11 @@ func (l *learner) observe(keys [2]string, d time.Duration) {
 func (l *learner) estimate(keys [2]string) (d time.Duration, level int, ok bool) {
 	for lv, k := range keys {
 		r := l.runs[k]
-		if r == nil || r.n < LearnedMinRuns {
+		if r == nil || r.n < scheduler.LearnedMinRuns {
 			continue
 		}
-		s := slices.Clone(r.d[:min(r.n, LearnedRuns)])
-		slices.Sort(s)
-		return quantile(s, l.q), lv, true
+		d, _ := scheduler.LearnedRuntime(r.d[:min(r.n, scheduler.LearnedRuns)], l.q)
+		return d, lv, true
 	}
 	return 0, 0, false
 }
@@ -177,7 +161,7 @@ func (s *sim) runLimit(i int32) time.Duration {
 	var est time.Duration
 	switch s.est.Kind {
 	case EstimateExact:
-		return max(st.remaining, MinRunLimit) // the truth: what this attempt will run unless preempted
+		return max(st.remaining, scheduler.MinRunLimit) // the truth: what this attempt will run unless preempted
 	case EstimateLimit:
 		est = time.Duration(s.est.Factor * float64(j.Runtime))
 	case EstimateLearned:
@@ -188,10 +172,7 @@ func (s *sim) runLimit(i int32) time.Duration {
 	default:
 		return 0
 	}
-	if st.ran == 0 {
-		return max(est, MinRunLimit)
-	}
-	return max(est-st.ran, MinRerunLimit)
+	return scheduler.EstimatedRunLimit(est, st.ran)
 }
 
 // learnedEstimate is the estimate job j carries from its submission on: learned from the jobs

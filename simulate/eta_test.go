@@ -47,7 +47,7 @@ func TestRunLimits(t *testing.T) {
 		{Estimates{Kind: EstimateExact}, 20 * time.Minute, 40 * time.Minute, 40 * time.Minute},
 		{Estimates{Kind: EstimateLimit, Factor: 2}, 0, time.Hour, 2 * time.Hour},
 		{Estimates{Kind: EstimateLimit, Factor: 2}, 30 * time.Minute, time.Hour, 90 * time.Minute},
-		{Estimates{Kind: EstimateLimit, Factor: 2}, 3 * time.Hour, time.Hour, MinRerunLimit},
+		{Estimates{Kind: EstimateLimit, Factor: 2}, 3 * time.Hour, time.Hour, scheduler.MinRerunLimit},
 		{Estimates{Kind: EstimateLearned}, 0, time.Hour, 0}, // nothing learned: no estimate
 	} {
 		s, err := newSim(w, prio, Options{StopDelay: time.Second}, c.est)
@@ -99,7 +99,7 @@ func TestLearnedUsesOnlyThePast(t *testing.T) {
 func TestLearnerKeepsTheLastRuns(t *testing.T) {
 	l := newLearner(1) // the most of the last LearnedRuns
 	keys := [2]string{"fine", "coarse"}
-	for k := 1; k <= LearnedRuns+5; k++ {
+	for k := 1; k <= scheduler.LearnedRuns+5; k++ {
 		l.observe(keys, time.Duration(100-k)*time.Minute) // decreasing: the first 5 are the longest
 	}
 	if d, _, ok := l.estimate(keys); !ok || d != 94*time.Minute {

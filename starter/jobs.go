@@ -128,6 +128,12 @@ func printStatus(w io.Writer, st protocol.JobStatus) {
 			row("waiting for", "%s", strings.Join(st.WaitingFor, ", "))
 		}
 	}
+	switch {
+	case st.Spec.TimeLimit > 0:
+		row("time limit", "%s (stopped then)", st.Spec.TimeLimit)
+	case st.Estimate != nil:
+		row("runtime", "%s", st.Estimate)
+	}
 	if st.Message != "" {
 		row("message", "%s", st.Message)
 	}
@@ -325,7 +331,7 @@ func runRestart(ctx context.Context, g *globals, args []string) error {
 		fmt.Fprintln(g.Stdout, sub.JobName)
 	}
 	if *wait {
-		return watch(ctx, g, sub.JobName)
+		return watch(ctx, g, sub.JobName, false)
 	}
 	return nil
 }
@@ -389,12 +395,17 @@ func cancel(ctx context.Context, g *globals, name string) error {
 
 func runWatch(ctx context.Context, g *globals, args []string) error {
 	fs := newFlagSet(g, "watch")
+	eta := fs.Bool("eta", false, "while the job is pending, also show when it is expected to start (asked every "+etaRefresh.String()+" at most)")
 	pos, err := parseArgs(g, fs, args, 1, 1)
 	if err != nil {
 		return err
 	}
-	return watch(ctx, g, pos[0])
+	return watch(ctx, g, pos[0], *eta)
 }
+
+// etaRefresh is how often watch --eta asks the allocator for the expected start: each answer
+// plays the allocation's queue forward, which is worth more than the poll's second.
+const etaRefresh = 10 * time.Second
 
 // watchEvent is one line of `watch` (one JSON object per line with --output json).
 type watchEvent struct {
@@ -406,21 +417,47 @@ type watchEvent struct {
 	Position int               `json:"position,omitempty"`
 	Reason   string            `json:"reason,omitempty"`
 	Message  string            `json:"message,omitempty"`
+	// ExpectedStartAt and ExpectedStart, with --eta for a pending job: when
+	// it is expected to start, to the minute (absent: unknown), and the
+	// assumption, or why it is unknown.
+	ExpectedStartAt *time.Time `json:"expected_start_at,omitempty"`
+	ExpectedStart   string     `json:"expected_start,omitempty"`
 }
 
 func (e watchEvent) same(o watchEvent) bool {
-	return e.Status == o.Status && e.Attempt == o.Attempt && e.Position == o.Position && e.Reason == o.Reason && e.Message == o.Message
+	return e.Status == o.Status && e.Attempt == o.Attempt && e.Position == o.Position && e.Reason == o.Reason && e.Message == o.Message &&
+		e.ExpectedStart == o.ExpectedStart && ptrTimeEqual(e.ExpectedStartAt, o.ExpectedStartAt)
+}
+
+func ptrTimeEqual(a, b *time.Time) bool {
+	return a == nil && b == nil || a != nil && b != nil && a.Equal(*b)
+}
+
+// withExpectedStart is ev with e, its time to the minute: a line a minute at most when an
+// overdue estimate moves the start along with the clock.
+func (e watchEvent) withExpectedStart(es *scheduler.ExpectedStart) watchEvent {
+	if es == nil {
+		return e
+	}
+	e.ExpectedStart = es.Because
+	if !es.At.IsZero() {
+		at := es.At.Truncate(time.Minute)
+		e.ExpectedStartAt = &at
+	}
+	return e
 }
 
 var spinnerFrames = []string{"⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"}
 
 // watch prints a line per state change until the job ends: nil if it
 // completed, an exitError with code 1 otherwise.
-func watch(ctx context.Context, g *globals, name string) error {
+func watch(ctx context.Context, g *globals, name string, eta bool) error {
 	c, err := g.Client(ctx)
 	if err != nil {
 		return err
 	}
+	var expected *scheduler.ExpectedStart
+	var askedAt time.Time
 	tty := g.TTY && !g.json()
 	var last *watchEvent
 	var st protocol.JobStatus
@@ -448,8 +485,17 @@ func watch(ctx context.Context, g *globals, name string) error {
 			return err
 		default:
 			warned = false
+			switch {
+			case !eta || st.State != protocol.StatePending:
+				expected = nil
+			case expected == nil || time.Since(askedAt) >= etaRefresh:
+				askedAt = time.Now()
+				if expected, err = c.ExpectedStart(ctx, st.Region, st.Allocation, st.JobName); err != nil {
+					expected = &scheduler.ExpectedStart{Because: "unknown: the allocator did not answer: " + err.Error()}
+				}
+			}
 			ev := watchEvent{Time: time.Now(), JobName: name, Status: st.State, Attempt: st.Attempt, Restarts: st.Restarts,
-				Position: st.Position, Reason: st.Reason, Message: st.Message}
+				Position: st.Position, Reason: st.Reason, Message: st.Message}.withExpectedStart(expected)
 			if last == nil || !ev.same(*last) {
 				clear()
 				if g.json() {
@@ -508,6 +554,12 @@ func eventLine(ev watchEvent, st protocol.JobStatus) string {
 		}
 		if ev.Reason != "" {
 			detail = append(detail, ev.Reason)
+		}
+		switch {
+		case ev.ExpectedStartAt != nil:
+			detail = append(detail, "expected start "+ev.ExpectedStartAt.Local().Format("15:04")+" ("+ev.ExpectedStart+")")
+		case ev.ExpectedStart != "":
+			detail = append(detail, "expected start unknown ("+strings.TrimPrefix(ev.ExpectedStart, "unknown: ")+")")
 		}
 	case protocol.StateRunning, protocol.StateStarting:
 		if n := len(st.Attempts); n > 0 && len(st.Attempts[n-1].Placement) > 0 {

@@ -486,3 +486,21 @@ func TestSubmitPlacementFlags(t *testing.T) {
 	assert.Equal(t, 2, r.code)
 	assert.Contains(t, r.stderr, `allocation demo has no queue "night"; its queues are default`)
 }
+
+// TestWatchEventLineWithExpectedStart: watch --eta adds the expected start, to the minute, and
+// its assumption to a pending job's line; a start that moves within its minute is no new line.
+func TestWatchEventLineWithExpectedStart(t *testing.T) {
+	at := time.Date(2026, 12, 2, 14, 5, 30, 0, time.Local)
+	base := watchEvent{Time: time.Now(), Status: protocol.StatePending, Attempt: 1, Position: 1, Reason: "waiting for 2 GPUs"}
+	ev := base.withExpectedStart(&scheduler.ExpectedStart{At: at, Because: "if j ends by its time limit at 14:05"})
+	line := eventLine(ev, protocol.JobStatus{})
+	assert.Contains(t, line, "expected start 14:05 (if j ends by its time limit at 14:05)")
+	later := base.withExpectedStart(&scheduler.ExpectedStart{At: at.Add(20 * time.Second), Because: "if j ends by its time limit at 14:05"})
+	assert.True(t, ev.same(later), "the same minute")
+	next := base.withExpectedStart(&scheduler.ExpectedStart{At: at.Add(time.Minute), Because: "if j ends by its time limit at 14:06"})
+	assert.False(t, ev.same(next))
+	unknown := base.withExpectedStart(&scheduler.ExpectedStart{Because: "unknown: j has no estimate"})
+	assert.Contains(t, eventLine(unknown, protocol.JobStatus{}), "expected start unknown (j has no estimate)")
+	assert.False(t, ev.same(unknown))
+	assert.NotContains(t, eventLine(base, protocol.JobStatus{}), "expected start", "without --eta, nothing")
+}

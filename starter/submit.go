@@ -262,7 +262,7 @@ func submit(ctx context.Context, g *globals, o submitOptions) error {
 		fmt.Fprintln(g.Stdout, sub.JobName)
 	}
 	if o.wait {
-		return watch(ctx, g, sub.JobName)
+		return watch(ctx, g, sub.JobName, false)
 	}
 	return nil
 }

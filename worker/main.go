@@ -121,7 +121,7 @@ func run(opts options) error {
 	if opts.role == roleAll {
 		nodes = cfg.Nodes() // with the nodes node_selector picked
 	}
-	acts := &activities.Activities{Client: c, Config: cfg, Backend: backend}
+	acts := &activities.Activities{Client: c, Config: cfg, Backend: backend, Estimates: &activities.EstimateCache{}}
 	if acts.TestListingLag, err = activities.ListingLagFromEnv(); err != nil {
 		return err
 	}

@@ -250,6 +250,7 @@ func (j *job) run(ctx workflow.Context, in protocol.JobInput) (*protocol.JobStat
 func (j *job) afterAttempt(ctx workflow.Context, in protocol.JobInput, out outcome) (end bool, err error) {
 	switch out.kind {
 	case outcomeCompleted:
+		j.recordRuntime(ctx)
 		return true, j.finish(ctx, protocol.StateCompleted, nil)
 	case outcomeCancelled:
 		_ = j.finish(ctx, protocol.StateStopped, nil)
@@ -357,6 +358,11 @@ const (
 	// deadline without waiting for notices still in flight; asked only when
 	// some are.
 	versionStopsBesideNotices = "job-stops-beside-notices"
+	// versionLearnedEstimate: a training job that completes records its
+	// shape and runtime for the jobs after it to learn their estimates from
+	// (see recordRuntime; learning one is in the capacity request's local
+	// activity, which replays from its marker).
+	versionLearnedEstimate = "job-learned-estimate"
 )
 
 // defaultJobEventsPerRun is the history length past which a job continues
@@ -502,18 +508,20 @@ func (j *job) waitForCapacity(ctx workflow.Context, attempt int) (protocol.Grant
 		Summary:             fmt.Sprintf("queue attempt %d in %s/%s", attempt, j.spec.Region, j.spec.AllocationName),
 	})
 	most, least := j.spec.GangSize()
-	var runLimit time.Duration
+	var runLimit, runEstimate time.Duration
 	if j.spec.TimeLimit > 0 {
 		runLimit = max(j.spec.TimeLimit-j.runTime(workflow.Now(ctx)), time.Millisecond)
+	} else if e := j.status.Estimate; e != nil {
+		runEstimate = scheduler.EstimatedRunLimit(e.Runtime, j.runTime(workflow.Now(ctx)))
 	}
 	j.request = protocol.CapacityRequest{
 		Job: j.name, Attempt: attempt, Kind: j.spec.Kind, Class: j.spec.Class(), InstanceType: j.spec.InstanceType,
 		Workers: most, Seq: j.seq, SubmittedAt: j.status.CreatedAt, Preemptions: j.preemptions(),
 		HonorsNotice: j.honorsNotices(), Nodes: j.spec.AllowedNodes, MinWorkers: least, Workspace: j.spec.Workspace, RunLimit: runLimit,
-		User: j.spec.Author,
+		RunEstimate: runEstimate, User: j.spec.Author,
 	}
 	j.phase, j.grant = protocol.HoldWaiting, nil
-	req := activities.RequestCapacityInput{Region: j.spec.Region, Allocation: j.spec.AllocationName, Request: j.request}
+	req := activities.RequestCapacityInput{Region: j.spec.Region, Allocation: j.spec.AllocationName, Request: j.request, Learn: j.learnInput()}
 	registrations := j.registrations
 	var reply protocol.CapacityReply
 	if err := j.requestCapacity(ctx, actx, req).Get(ctx, &reply); err != nil {
@@ -532,6 +540,7 @@ func (j *job) waitForCapacity(ctx workflow.Context, attempt int) (protocol.Grant
 		j.seq = reply.Seq
 		j.request.Seq = reply.Seq
 	}
+	j.learned(reply.Estimate)
 	// A recovering allocator that registered this job meanwhile is newer
 	// than the one that answered.
 	if reply.Epoch != "" && j.registrations == registrations && j.grant == nil {
@@ -1460,7 +1469,10 @@ func (j *job) details() string {
 		} else {
 			fmt.Fprintf(&b, "**Waiting** since%s: %s\n\n", queued, st.Reason)
 		}
-		fmt.Fprintf(&b, "Live position: the current details of %s, or `trainq status %s`.\n\n", j.allocator, j.name)
+		fmt.Fprintf(&b, "Live position: the current details of %s, or `trainq status %s`; expected start: `trainq status --eta %s`.\n\n", j.allocator, j.name, j.name)
+	}
+	if st.Estimate != nil && !st.State.Terminal() {
+		fmt.Fprintf(&b, "**Runtime estimate** %s.\n\n", st.Estimate)
 	}
 	if len(st.Attempts) > 0 {
 		if p := st.Attempts[len(st.Attempts)-1].Placement; len(p) > 0 && !st.State.Terminal() {

@@ -73,6 +73,10 @@ type jobHarness struct {
 	refuseReleases int
 	// busyStarts are the workers whose start finds their GPUs in use.
 	busyStarts map[cluster.WorkerID]bool
+	// estimate is what a capacity request that asks learns (nil: too few
+	// jobs like it); estimates are what the requests asked to learn.
+	estimate  *protocol.RuntimeEstimate
+	estimates []protocol.EstimateRuntimeInput
 }
 
 func newJobHarness(t *testing.T) *jobHarness { return newJobHarnessStopDelay(t, 0) }
@@ -92,6 +96,13 @@ func newJobHarnessStopDelay(t *testing.T, stopDelay time.Duration, setup ...func
 		func(_ context.Context, in activities.RequestCapacityInput) (protocol.CapacityReply, error) {
 			h.mu.Lock()
 			defer h.mu.Unlock()
+			var learned *protocol.RuntimeEstimate
+			if in.Learn != nil {
+				h.estimates = append(h.estimates, *in.Learn)
+				if learned = h.estimate; learned != nil {
+					in.Request.RunEstimate = learned.Runtime
+				}
+			}
 			h.requests = append(h.requests, in.Request)
 			if h.refuse != nil {
 				return protocol.CapacityReply{}, h.refuse
@@ -100,7 +111,7 @@ func newJobHarnessStopDelay(t *testing.T, stopDelay time.Duration, setup ...func
 			if seq == 0 {
 				seq = h.seq
 			}
-			return protocol.CapacityReply{Seq: seq, Position: 1, Reason: "waiting for capacity"}, nil
+			return protocol.CapacityReply{Seq: seq, Position: 1, Reason: "waiting for capacity", Estimate: learned}, nil
 		}).Maybe()
 	h.env.OnActivity(h.acts.Rendezvous, mock.Anything, mock.Anything).Return(activities.Rendezvous{Addr: "127.0.0.1", Port: 29500}, nil).Maybe()
 	h.env.OnActivity(h.acts.StartWorker, mock.Anything, mock.Anything).Return(

@@ -127,6 +127,12 @@ class JobStatus:
     #: is expected to start (None: unknown) and the assumption, or why unknown.
     expected_start_at: Optional[datetime.datetime] = None
     expected_start: str = ""
+    #: ML Space's stop_timer in minutes (0: none).
+    stop_timer: int = 0
+    #: For a job without a stop_timer: how long it is expected to run, learned
+    #: from the completed jobs like it (None: too few completed), and from which.
+    runtime_estimate_seconds: Optional[int] = None
+    runtime_estimate: str = ""
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -158,7 +164,9 @@ class JobStatus:
                    waiting_for=list(d.get("waiting_for") or []), created_at=parse_time(d.get("created_at")),
                    pending_at=parse_time(d.get("pending_at")), running_at=parse_time(d.get("running_at")),
                    completed_at=parse_time(d.get("completed_at")), attempts=list(d.get("attempts") or []),
-                   expected_start_at=parse_time(d.get("expected_start_at")), expected_start=d.get("expected_start") or "", raw=d)
+                   expected_start_at=parse_time(d.get("expected_start_at")), expected_start=d.get("expected_start") or "",
+                   stop_timer=d.get("stop_timer") or 0, runtime_estimate_seconds=d.get("runtime_estimate_seconds"),
+                   runtime_estimate=d.get("runtime_estimate") or "", raw=d)
 
 
 @dataclass
