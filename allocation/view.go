@@ -115,10 +115,51 @@ func (s *State) expectedStarts(now time.Time, jobs []string) map[string]schedule
 	return expected
 }
 
-// Details renders the allocation for the Web UI's current details.
-func (s *State) Details(recovering bool, lastEvent string) string {
-	const listed = 20 // waiting jobs
-	v := s.Pool.ViewPage(0, listed)
+// detailsListed is how many waiting jobs the Web UI's details list.
+const detailsListed = 20
+
+// DetailStarts are the expected starts of the waiting jobs the details list, as of now.
+func (s *State) DetailStarts(now time.Time) ExpectedStarts {
+	v := s.Pool.ViewPage(0, detailsListed)
+	jobs := make([]string, len(v.Waiting))
+	for i, w := range v.Waiting {
+		jobs[i] = w.Job
+	}
+	if len(jobs) == 0 {
+		return ExpectedStarts{At: now, Starts: map[string]scheduler.ExpectedStart{}}
+	}
+	return ExpectedStarts{At: now, Starts: s.expectedStarts(now, jobs)}
+}
+
+// ExpectedStarts are the expected starts of some waiting jobs, projected at At.
+type ExpectedStarts struct {
+	At     time.Time
+	Starts map[string]scheduler.ExpectedStart
+}
+
+// Stale says whether the details' starts are to be projected again: they are older than
+// interval, or the details now list a waiting job they lack or no longer list one they have
+// (a details render that stayed as it was could otherwise outlive the last event for good).
+func (e ExpectedStarts) Stale(s *State, now time.Time, interval time.Duration) bool {
+	if e.At.IsZero() || now.Sub(e.At) >= interval {
+		return true
+	}
+	v := s.Pool.ViewPage(0, detailsListed)
+	if len(v.Waiting) != len(e.Starts) {
+		return true
+	}
+	for _, w := range v.Waiting {
+		if _, ok := e.Starts[w.Job]; !ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Details renders the allocation for the Web UI's current details; each waiting job listed
+// shows its expected start if starts has it.
+func (s *State) Details(recovering bool, lastEvent string, starts ExpectedStarts) string {
+	v := s.Pool.ViewPage(0, detailsListed)
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Allocation %s\n\n", s.Name())
 	if recovering {
@@ -147,11 +188,28 @@ func (s *State) Details(recovering bool, lastEvent string) string {
 	}
 	waiting := s.Pool.WaitingCount()
 	fmt.Fprintf(&b, "\n### Waiting (%d)\n\n", waiting)
+	if len(starts.Starts) > 0 {
+		fmt.Fprintf(&b, "Expected starts as of %s UTC (`trainq queue %s --region %s --eta` for the live answer).\n\n",
+			starts.At.UTC().Format("15:04:05"), s.Config.Allocation, s.Config.Region)
+	}
 	for _, w := range v.Waiting {
-		fmt.Fprintf(&b, "%d. %s · %s · %d GPUs — %s\n", w.Position, w.Job, w.Class, w.GPUs, w.Reason)
+		fmt.Fprintf(&b, "%d. %s · %s · %d GPUs — %s", w.Position, w.Job, w.Class, w.GPUs, w.Reason)
+		if e, ok := starts.Starts[w.Job]; ok {
+			fmt.Fprintf(&b, " · **expected start %s**", detailStart(e))
+		}
+		b.WriteString("\n")
 	}
 	if waiting > len(v.Waiting) {
 		fmt.Fprintf(&b, "- … and %d more\n", waiting-len(v.Waiting))
 	}
 	return b.String()
+}
+
+// detailStart is an expected start in the details: "14:05 UTC (if … ends by its time limit at
+// …)" or "unknown (… has no estimate)".
+func detailStart(e scheduler.ExpectedStart) string {
+	if e.At.IsZero() {
+		return "unknown (" + strings.TrimPrefix(e.Because, "unknown: ") + ")"
+	}
+	return e.At.UTC().Format("15:04:05") + " UTC (" + e.Because + ")"
 }

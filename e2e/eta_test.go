@@ -66,6 +66,18 @@ func TestExpectedStarts(t *testing.T) {
 	assert.Contains(t, out, "if "+limited+" ends by its time limit")
 	out, _, _ = trainq(t, "queue", "eta", "--region", "T")
 	assert.NotContains(t, out, "Expected starts", "only --eta asks for them")
+	// The Web UI: the allocator's current details list the waiting jobs with their expected starts.
+	var details string
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the allocator's details:\n%s", details)
+		}
+	})
+	eventually(t, long, "the allocator's details to show the expected start", func() bool {
+		details = currentDetails(t, protocol.AllocatorWorkflowID("T", "eta"))
+		return strings.Contains(details, next+" · medium · 2 GPUs") && strings.Contains(details, "**expected start ") &&
+			strings.Contains(details, "(if "+limited+" ends by its time limit at ")
+	})
 
 	hold.open(t)
 	for _, j := range []string{limited, next, last} {

@@ -77,6 +77,10 @@ func TestVisibilitySearchAttributesAndCurrentDetails(t *testing.T) {
 	// The raw response carries them as indexed fields too (what the UI lists).
 	fields := d.RawResponse.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()
 	for _, sa := range protocol.SearchAttributeTypes {
+		if sa.Name == protocol.SAShape || sa.Name == protocol.SARunSeconds {
+			assert.NotContains(t, fields, sa.Name, "recorded once the job completes")
+			continue
+		}
 		assert.Contains(t, fields, sa.Name)
 	}
 	summary, err := d.GetStaticSummary()
@@ -116,7 +120,12 @@ func TestVisibilitySearchAttributesAndCurrentDetails(t *testing.T) {
 	// A state change updates the search attributes and the details.
 	gateRun.open(t)
 	waitState(t, running, protocol.StateCompleted, long)
-	assert.Equal(t, "Completed", describe(t, running).TypedSearchAttributes.GetUntypedValues()[protocol.KeyState])
+	done := describe(t, running).TypedSearchAttributes.GetUntypedValues()
+	assert.Equal(t, "Completed", done[protocol.KeyState])
+	// A completed job records its shape and runtime, for the jobs of its shape after it to learn from.
+	ran := status(t, running).Spec
+	assert.Equal(t, ran.Shape(), done[protocol.KeyShape])
+	assert.Positive(t, done[protocol.KeyRunSeconds])
 	waitState(t, waiting, protocol.StateRunning, long)
 	assert.Contains(t, currentDetails(t, waiting), "## Running · attempt 1")
 	gateWait.open(t)

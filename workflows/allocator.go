@@ -36,6 +36,10 @@ const (
 	explainLimit    = 1000
 	detailsLimit    = 100
 	detailsInterval = 5 * time.Second
+	// detailStartsInterval is how often the details' expected starts are
+	// projected again when the jobs they list are the same: a projection
+	// copies the pool (BenchmarkProject), which every pass would pay for.
+	detailStartsInterval = 10 * time.Second
 )
 
 // allocator is one run of an allocation's allocator workflow: the carried
@@ -91,6 +95,9 @@ type allocator struct {
 	// for the next pass once the budget has room again (see passOn).
 	passCut   bool
 	detailsAt time.Time
+	// starts are the details' expected starts, projected at most every
+	// detailStartsInterval (not carried: a new run projects anew).
+	starts    allocation.ExpectedStarts
 	lastEvent string
 }
 
@@ -810,6 +817,9 @@ func (a *allocator) schedulePass(ctx workflow.Context) {
 	// queue, refresh it at most every detailsInterval.
 	if a.st.Pool.WaitingCount() <= detailsLimit || now.Sub(a.detailsAt) >= detailsInterval {
 		a.detailsAt = now
+		if a.starts.Stale(a.st, now, detailStartsInterval) {
+			a.starts = a.st.DetailStarts(now)
+		}
 		workflow.SetCurrentDetails(ctx, a.details())
 	}
 }
@@ -1069,7 +1079,7 @@ func (a *allocator) metrics(ctx workflow.Context) client.MetricsHandler {
 }
 
 // details renders the allocation for the Web UI's current details.
-func (a *allocator) details() string { return a.st.Details(a.recovering, a.lastEvent) }
+func (a *allocator) details() string { return a.st.Details(a.recovering, a.lastEvent, a.starts) }
 
 // armWake starts a timer for the pool's next wake-up, unless an earlier one
 // is armed: a waiting job may become able to preempt, or to reserve nodes,
