@@ -350,7 +350,7 @@ async function timelineView(seq) {
   const t = await api("/ui/api/allocations/" + allocPath() + "/timeline?" + allocQuery() + "&hours=" + tlState.hours);
   if (seq !== state.seq) return;
   drawTimeline(t);
-  again(seq, timelineView, 5000);
+  again(seq, timelineView, 15000);
 }
 
 function drawTimeline(t) {
