@@ -52,14 +52,16 @@ type tab struct {
 	mu      sync.Mutex
 	errors  []string
 	urls    map[network.RequestID]string
-	bodies  map[string]string // URL -> last body
+	bodies  []answerBody // every answer's body, in order
 	pending sync.WaitGroup
 }
+
+type answerBody struct{ url, body string }
 
 func newTab(t *testing.T, browser context.Context, base, name, token string) *tab {
 	ctx, cancel := chromedp.NewContext(browser)
 	t.Cleanup(cancel)
-	tb := &tab{t: t, ctx: ctx, name: name, urls: map[network.RequestID]string{}, bodies: map[string]string{}}
+	tb := &tab{t: t, ctx: ctx, name: name, urls: map[network.RequestID]string{}}
 	_, err := chromedp.Call(ctx, network.Enable, network.EnableParams{})
 	require.NoError(t, err, "enable the network domain")
 	messages := chromedp.Console(ctx)
@@ -99,7 +101,7 @@ func newTab(t *testing.T, browser context.Context, base, name, token string) *ta
 			if ok {
 				if res, err := chromedp.Call(ctx, network.GetResponseBody, network.GetResponseBodyParams{RequestID: id}); err == nil {
 					tb.mu.Lock()
-					tb.bodies[u] = string(res.Body)
+					tb.bodies = append(tb.bodies, answerBody{u, string(res.Body)})
 					tb.mu.Unlock()
 				}
 			}
@@ -209,16 +211,16 @@ func TestUIViewsFake(t *testing.T) {
 	bob.pending.Wait()
 	bob.mu.Lock()
 	var fetched []string
-	for u := range bob.bodies {
-		fetched = append(fetched, strings.TrimPrefix(u, srv.URL))
+	for _, a := range bob.bodies {
+		fetched = append(fetched, strings.TrimPrefix(a.url, srv.URL))
 	}
 	for _, u := range []string{"/ui/api/allocations/default/gpus?region=SR006", "/ui/api/allocations/default/timeline?region=SR006&hours=1", "/public/v2/jobs/" + jobB} {
 		assert.Contains(t, fetched, u, "the answers the page fetched are read")
 	}
 	for _, n := range foreignToBob {
 		assert.NotContains(t, page, n)
-		for u, body := range bob.bodies {
-			assert.NotContains(t, body, n, u)
+		for _, a := range bob.bodies {
+			assert.NotContains(t, a.body, n, a.url)
 		}
 	}
 	bob.mu.Unlock()
@@ -277,12 +279,16 @@ func TestUIPlaysThePrioritiesExample(t *testing.T) {
 	// alice sees Job 0's cells without its name, and her own Job 1 by name.
 	alice.open("#/gpus", "#gpu-grid")
 	alice.until("alice's grid", `document.querySelectorAll('.gpu[data-state="nominated"][data-job=`+js(hiddenName)+`]').length == 4 && document.querySelectorAll('.gpu[data-job=`+js(job1)+`]').length == 4`)
+	page := alice.html()
 
 	// Job 4 (high) arrives: nothing is free, and Job 1 may not be preempted for it.
 	job4 := submitJob(t, "alice", spec("high", 1, untilGate("job4")))
 	admin.open("#/queue", "#queue-table")
 	admin.until("Job 4, Job 3 and Job 2 waiting with reasons", `["`+job4+`","`+job3+`","`+job2+`"].every(j => { const r = document.querySelector('#queue-table tr[data-job="'+j+'"]'); return r && r.querySelector(".reason").textContent.length > 0 })`)
 	admin.shoot("queue")
+	alice.open("#/queue", "#queue-table")
+	alice.until("alice's queue: Job 4 by name, bob's Job 3 and Job 2 hidden", `document.querySelector('#queue-table tr[data-job=`+js(job4)+`]') != null && document.querySelectorAll('#queue-table tr[data-job=`+js(hiddenName)+`]').length == 2`)
+	page += alice.html()
 	admin.open("#/gpus", "#gpu-grid")
 	admin.until("the grid again", `document.querySelectorAll('.gpu[data-state="nominated"]').length == 4`)
 	admin.shoot("allocations")
@@ -333,7 +339,7 @@ func TestUIPlaysThePrioritiesExample(t *testing.T) {
 	alice.until("alice's queue", `document.getElementById("q-page") != null`)
 	alice.open("#/timeline", "#timeline-svg")
 	alice.until("alice's timeline", `[...document.querySelectorAll('#timeline-svg .bar[data-job=`+js(job4)+`]')].some(b => b.dataset.node == `+js(vacated)+`) && document.querySelectorAll('#timeline-svg .bar[data-job=`+js(hiddenName)+`]').length >= 5`)
-	page := alice.html()
+	page += alice.html()
 	alice.open("#/gpus", "#gpu-grid")
 	alice.until("alice's grid, after", `document.querySelectorAll(".gpu").length == 8`)
 	page += alice.html()
@@ -343,13 +349,13 @@ func TestUIPlaysThePrioritiesExample(t *testing.T) {
 	alice.mu.Unlock()
 	for _, b := range bobs {
 		assert.NotContains(t, page, b, "alice's page names bob's job")
-		for u, body := range bodies {
-			assert.NotContains(t, body, b, "alice's page fetched %s, which names bob's job", u)
+		for _, a := range bodies {
+			assert.NotContains(t, a.body, b, "alice's page fetched %s, which names bob's job", a.url)
 		}
 	}
 	var sawTimeline bool
-	for u := range bodies {
-		sawTimeline = sawTimeline || strings.Contains(u, "/ui/api/allocations/ui/timeline")
+	for _, a := range bodies {
+		sawTimeline = sawTimeline || strings.Contains(a.url, "/ui/api/allocations/ui/timeline")
 	}
 	assert.True(t, sawTimeline, "the timeline's answer was recorded")
 

@@ -398,7 +398,8 @@ function drawTimeline(t) {
     for (const i of ys) {
       g.append(svg("rect", { class: b.class, x: x1, y: top + i * laneH + 2, width: x2 - x1, height: laneH - 4, rx: 2 }));
     }
-    if (x2 - x1 > 40) g.append(svg("text", { x: x1 + 3, y: top + ys[0] * laneH + 12, text: b.job === HIDDEN ? "other ws" : b.job.replace(/^lm-mpi-job-/, "") }));
+    const lx = Math.max(x1, labelW);
+    if (Math.min(x2, W) - lx > 40) g.append(svg("text", { x: lx + 3, y: top + ys[0] * laneH + 12, text: b.job === HIDDEN ? "other ws" : b.job.replace(/^lm-mpi-job-/, "") }));
     const node = b.job === HIDDEN ? g : svg("a", { href: "#/job/" + encodeURIComponent(b.job) }, g);
     plot.append(node);
     pos[b.id] = { x1, x2, y: top + ys[0] * laneH + laneH / 2, b };
