@@ -123,12 +123,16 @@ func (s *Server) uiGPUs(w http.ResponseWriter, r *http.Request, p Principal) {
 		return
 	}
 	rd := s.redactor(p)
-	// A running job's workspace is in the view: no lookup is needed for it.
+	// A running job's workspace is in the view: no lookup is needed for it
+	// (one that came without, from an older allocator, is looked up).
 	var waiting []string
 	for _, run := range v.Running {
-		if run.Workspace != "" && p.CanSee(run.Workspace) {
+		switch {
+		case run.Workspace == "":
+			waiting = append(waiting, run.Job)
+		case p.CanSee(run.Workspace):
 			rd.know(run.Job)
-		} else {
+		default:
 			rd.hide(run.Job)
 		}
 		if run.PreemptedBy != nil {
@@ -179,10 +183,13 @@ func gpuGrid(v protocol.QueueView, p Principal, rd *redactor) uiGPUsView {
 			ct.Running++
 		}
 		ws := run.Workspace
-		if !p.CanSee(ws) {
-			ws = otherWorkspaces
-		} else if ws == "" {
+		switch {
+		case ws == "" && shown && !p.Admin():
+			ws = p.Workspace // an older allocator's job of the asker's workspace
+		case ws == "" && p.Admin():
 			ws = "(no workspace)"
+		case !p.CanSee(ws):
+			ws = otherWorkspaces
 		}
 		wt := spaces[ws]
 		if wt == nil {

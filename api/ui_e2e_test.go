@@ -16,6 +16,7 @@ import (
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -198,6 +199,10 @@ func TestUIViewsFake(t *testing.T) {
 	defer srv.Close()
 	bob := newTab(t, startBrowser(t, chrome), srv.URL, "bob", bobToken)
 	bob.until("the grid's cells", `document.querySelectorAll(".gpu").length > 0`)
+	// Without a mouse: one tab stop, arrows move, focus shows the holder.
+	bob.until("one tab stop in the grid", `document.querySelectorAll(".gpu[tabindex='0']").length == 1`)
+	require.NoError(t, chromedp.Do(bob.ctx, chromedp.Focus(chromedp.CSS(".gpu[data-gpu='0']")), chromedp.KeyEvent(kb.ArrowRight)))
+	bob.until("the next GPU focused and described", `document.activeElement.dataset.gpu == "1" && document.getElementById("gpu-detail").textContent.includes("GPU 1: held, `+nbB+`")`)
 	page := bob.html()
 	bob.open("#/queue", "#queue-table")
 	bob.until("the queue's rows", `document.querySelectorAll("#queue-table tr[data-job]").length == 2`)

@@ -168,7 +168,7 @@ const STATES = ["free", "held", "releasing", "nominated", "reserved", "lost"];
 
 function cellText(c, node) {
   let s = node + " GPU " + c.index + ": " + c.state;
-  if (c.job) s += ", " + c.job + " (" + c.class + " " + (c.type || "job") + ", " + c.job_gpus + " GPUs)";
+  if (c.job) s += ", " + c.job + " (" + c.class + " " + (c.type || "job") + ", " + c.job_gpus + (c.job_gpus === 1 ? " GPU)" : " GPUs)");
   if (c.attempt) s += ", attempt " + c.attempt;
   if (c.worker !== undefined) s += ", worker " + c.worker;
   if (c.since) s += ", since " + fmtTime(c.since) + " (" + fmtAgo(c.since) + ")";
@@ -183,19 +183,19 @@ async function gpusView(seq) {
   $("who").textContent = g.admin ? "admin" : "workspace " + g.workspace;
   const prevFocus = document.activeElement && document.activeElement.dataset ? document.activeElement.dataset.cell : null;
   const detail = el("div", { id: "gpu-detail", class: "detail", "aria-live": "polite" },
-    el("span", { class: "muted", text: "Focus or hover a GPU to see who holds it." }));
+    el("span", { class: "muted", text: "Focus (Tab, then the arrow keys) or hover a GPU to see who holds it; Enter opens its job." }));
   const show = (c, node) => () => {
     detail.replaceChildren(cellText(c, node), " ");
     if (c.job && c.job !== HIDDEN) detail.append(jobLink(c.job, "open job"));
   };
-  const grid = el("div", { class: "grid", role: "list", id: "gpu-grid" });
+  const grid = el("div", { class: "grid", id: "gpu-grid" });
   for (const n of g.nodes) {
     const tags = [];
     if (n.lost) tags.push(el("span", { class: "tag", text: "lost" }));
     if (n.fenced) tags.push(el("span", { class: "tag", title: n.fenced, text: "fenced" }));
     if (n.reserved_for) tags.push(el("span", { class: "tag", text: "reserved for " + n.reserved_for }));
     grid.append(el("div", { class: "node", "data-node": n.name }, n.name, tags));
-    const cells = el("div", { class: "cells", role: "listitem", "aria-label": n.name });
+    const cells = el("div", { class: "cells", role: "group", "aria-label": n.name });
     for (const c of n.cells) {
       const label = cellText(c, n.name);
       const b = el("button", {
@@ -209,6 +209,33 @@ async function gpusView(seq) {
     }
     grid.append(cells);
   }
+  // One tab stop for the whole grid (roving tabindex): arrows move between GPUs and nodes,
+  // Home and End to a row's ends, Enter opens the job.
+  const all = [...grid.querySelectorAll(".gpu")];
+  const start = all.find((b) => b.dataset.cell === prevFocus) || all[0];
+  for (const b of all) b.tabIndex = b === start ? 0 : -1;
+  grid.addEventListener("keydown", (e) => {
+    const b = e.target.closest(".gpu");
+    if (!b) return;
+    const row = [...b.parentElement.children];
+    const i = row.indexOf(b);
+    const rows = [...grid.querySelectorAll(".cells")];
+    const r = rows.indexOf(b.parentElement);
+    let to = null;
+    if (e.key === "ArrowRight") to = row[i + 1];
+    else if (e.key === "ArrowLeft") to = row[i - 1];
+    else if (e.key === "Home") to = row[0];
+    else if (e.key === "End") to = row[row.length - 1];
+    else if (e.key === "ArrowDown" || e.key === "ArrowUp") {
+      const next = rows[r + (e.key === "ArrowDown" ? 1 : -1)];
+      if (next && next.children.length) to = next.children[Math.min(i, next.children.length - 1)];
+    }
+    if (!to) return;
+    e.preventDefault();
+    b.tabIndex = -1;
+    to.tabIndex = 0;
+    to.focus();
+  });
   const t = g.totals || {};
   const totals = el("table", { id: "gpu-totals", "aria-label": "GPUs by state" },
     el("tr", {}, el("th", { text: "GPUs" }), STATES.map((s) => el("th", { class: "num", text: s }))),
