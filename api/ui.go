@@ -1,9 +1,11 @@
 package api
 
 import (
+	"compress/gzip"
 	"embed"
 	"encoding/json"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/http"
 	"slices"
@@ -148,7 +150,7 @@ func (s *Server) uiGPUs(w http.ResponseWriter, r *http.Request, p Principal) {
 		return
 	}
 	out := gpuGrid(v, p, rd)
-	writeCompactJSON(w, out)
+	writeCompactJSON(w, r, out)
 }
 
 // gpuGrid turns the allocator's view into the grid, hiding what rd hides.
@@ -304,11 +306,29 @@ func (s *Server) uiAllocation(w http.ResponseWriter, r *http.Request, allowed ..
 	return region, name, true
 }
 
-// writeCompactJSON answers v without indentation (the UI's answers are large).
-func writeCompactJSON(w http.ResponseWriter, v any) {
+// writeCompactJSON answers v without indentation, gzipped when the client
+// takes it (the UI's answers are large and repetitive: see BenchmarkUIData).
+func writeCompactJSON(w http.ResponseWriter, r *http.Request, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	enc := json.NewEncoder(w)
+	w.Header().Add("Vary", "Accept-Encoding")
+	var out io.Writer = w
+	if acceptsGzip(r) {
+		w.Header().Set("Content-Encoding", "gzip")
+		gz, _ := gzip.NewWriterLevel(w, gzip.BestSpeed)
+		defer gz.Close()
+		out = gz
+	}
+	enc := json.NewEncoder(out)
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(v)
+}
+
+func acceptsGzip(r *http.Request) bool {
+	for _, part := range strings.Split(r.Header.Get("Accept-Encoding"), ",") {
+		if name, q, _ := strings.Cut(strings.TrimSpace(part), ";"); strings.TrimSpace(name) == "gzip" && strings.ReplaceAll(q, " ", "") != "q=0" {
+			return true
+		}
+	}
+	return false
 }

@@ -131,7 +131,7 @@ func (s *Server) uiTimeline(w http.ResponseWriter, r *http.Request, p Principal)
 		return
 	}
 	out.Bars = timelineBars(jobs, statuses, out.From, rd)
-	writeCompactJSON(w, out)
+	writeCompactJSON(w, r, out)
 }
 
 // statuses reads the jobs' statuses, a few at once; a job whose status
