@@ -52,8 +52,9 @@ type uiTimelineNode struct {
 	GPUs int    `json:"gpus"`
 }
 
-// uiBar is one worker of one attempt on one node: from its start to its end
-// (none: it still runs). A bar of another workspace's job names it
+// uiBar is one worker of one attempt on one node: from its start to when
+// it released its capacity (attempts recorded before releases were, to the
+// attempt's end; none: it still runs). A bar of another workspace's job names it
 // hiddenName and keeps class, size and times.
 type uiBar struct {
 	ID      int        `json:"id"`
@@ -185,10 +186,28 @@ func timelineBars(jobs []client.JobSummary, statuses []*protocol.JobStatus, from
 			if a.StartedAt == nil || a.EndedAt != nil && a.EndedAt.Before(from) {
 				continue
 			}
+			if len(a.Placement) == 0 {
+				continue
+			}
 			var ids []int
+			releasedAt := map[int]time.Time{}
+			for _, r := range a.Released {
+				if _, ok := releasedAt[r.Worker]; !ok {
+					releasedAt[r.Worker] = r.At
+				}
+			}
 			for _, pl := range a.Placement {
+				// A worker's bar ends when it released its capacity (workers of a gang stop one
+				// by one), else when the attempt ended.
+				end := a.EndedAt
+				if at, ok := releasedAt[pl.Worker]; ok {
+					end = &at
+				}
+				if end != nil && end.Before(from) {
+					continue
+				}
 				b := uiBar{ID: len(bars), Job: rd.name(st.JobName), Class: st.Priority, Type: string(st.Kind), JobGPUs: st.GPUs,
-					Attempt: a.Number, Worker: pl.Worker, Node: pl.Node, GPUs: pl.GPUs, Start: *a.StartedAt, End: a.EndedAt}
+					Attempt: a.Number, Worker: pl.Worker, Node: pl.Node, GPUs: pl.GPUs, Start: *a.StartedAt, End: end}
 				if b.GPUs == nil {
 					b.GPUs = []int{}
 				}

@@ -371,7 +371,7 @@ async function jobView(name, seq) {
 }
 
 // --- view 4: timeline ---------------------------------------------------------
-const tlState = { hours: 1, zoom: 1, pan: 0 };
+const tlState = { hours: 1, zoom: 1, pan: 0, fit: true };
 
 async function timelineView(seq) {
   const t = await api("/ui/api/allocations/" + allocPath() + "/timeline?" + allocQuery() + "&hours=" + tlState.hours);
@@ -382,8 +382,12 @@ async function timelineView(seq) {
 
 function drawTimeline(t) {
   const from = new Date(t.from).getTime(), to = new Date(t.to).getTime();
-  // The window shown: the last 1/zoom of the range, panned back by pan windows.
-  const span = (to - from) / tlState.zoom;
+  // The range: the asked hours, or (fit) from the first bar's start in them to now. The
+  // window shown: the last 1/zoom of the range, panned back by pan windows.
+  let first = to;
+  for (const b of t.bars) first = Math.min(first, new Date(b.start).getTime());
+  const base = tlState.fit && t.bars.length ? Math.min(to - from, Math.max(5000, (to - first) * 1.05)) : to - from;
+  const span = base / tlState.zoom;
   const vTo = to - tlState.pan * span, vFrom = vTo - span;
   const labelW = 130, W = 1100, laneH = 18, top = 22;
   const lanes = [];
@@ -397,7 +401,7 @@ function drawTimeline(t) {
   for (let k = 0; k <= 6; k++) {
     const ms = vFrom + (k / 6) * (vTo - vFrom), xx = x(ms);
     root.append(svg("line", { class: "grid-line", x1: xx, x2: xx, y1: top - 4, y2: H }),
-      svg("text", { x: xx + 2, y: 12, text: new Date(ms).toISOString().slice(11, 19) }));
+      svg("text", { x: xx + 2, y: 12, text: new Date(ms).toISOString().slice(11, vTo - vFrom < 60000 ? 21 : 19) }));
   }
   lanes.forEach((l, i) => {
     const y = top + i * laneH;
@@ -420,6 +424,7 @@ function drawTimeline(t) {
       ", " + fmtTime(b.start) + " to " + (b.end ? fmtTime(b.end) : "now") + (b.preempted_by ? ", preempted by " + b.preempted_by : "") +
       (b.end_reason ? ": " + b.end_reason : "");
     const g = svg("g", { class: "bar", tabindex: "0", "data-job": b.job, "data-node": b.node, "data-attempt": b.attempt, "data-gpus": gpus.join(","),
+      "data-worker": b.worker, "data-start": s, "data-end": b.end ? e : "",
       "aria-label": label });
     g.append(svg("title", { text: label }));
     for (const i of ys) {
@@ -446,6 +451,8 @@ function drawTimeline(t) {
   const controls = el("div", { class: "filters", role: "group", "aria-label": "timeline controls" },
     el("label", {}, "last ", el("select", { id: "tl-hours", onchange: (e) => { tlState.hours = +e.target.value; tlState.pan = 0; route(); } },
       [1, 3, 6, 12, 24].map((h) => el("option", { value: h, selected: h === tlState.hours, text: h + "h" })))),
+    el("label", {}, el("input", { type: "checkbox", id: "tl-fit", checked: tlState.fit, onchange: (e) => { tlState.fit = e.target.checked; tlState.zoom = 1; tlState.pan = 0; redraw(); } }),
+      " fit to the bars"),
     el("button", { type: "button", id: "tl-in", onclick: () => { tlState.zoom = Math.min(tlState.zoom * 2, 256); redraw(); } }, "Zoom in"),
     el("button", { type: "button", id: "tl-out", onclick: () => { tlState.zoom = Math.max(1, tlState.zoom / 2); tlState.pan = Math.min(tlState.pan, tlState.zoom - 1); redraw(); } }, "Zoom out"),
     el("button", { type: "button", id: "tl-back", onclick: () => { tlState.pan = Math.min(tlState.pan + 0.5, tlState.zoom - 1); redraw(); } }, "‹ Earlier"),
