@@ -107,7 +107,11 @@ func (s *Server) uiTimeline(w http.ResponseWriter, r *http.Request, p Principal)
 	if len(jobs) > timelineMaxJobs {
 		jobs, out.Truncated = jobs[:timelineMaxJobs], true
 	}
-	statuses, unreadable := s.statuses(ctx, jobs)
+	// The statuses get three quarters of the call's time, so that what is
+	// read in time is answered (the rest counted unreadable), not a 503.
+	sctx, scancel := context.WithTimeout(ctx, s.opts.CallTimeout*3/4)
+	statuses, unreadable := s.statuses(sctx, jobs)
+	scancel()
 	out.Jobs, out.Unreadable = len(statuses), unreadable
 	rd := s.redactor(p)
 	var names []string
