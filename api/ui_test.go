@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
 )
@@ -92,4 +93,48 @@ func TestUIAssets(t *testing.T) {
 	rec := httptest.NewRecorder()
 	s.ServeHTTP(rec, httptest.NewRequest("GET", "/ui/api/allocations/default/gpus", nil))
 	assert.Equal(t, 401, rec.Code, "the data needs a token")
+}
+
+// TestTimelineBars: a bar per worker, ending when that worker released its
+// capacity; a preempted attempt points at its preemptor's next attempt; a
+// user sees another workspace's bars without name or reason.
+func TestTimelineBars(t *testing.T) {
+	at := func(s int) *time.Time { v := time.Date(2026, 12, 2, 12, 0, s, 0, time.UTC); return &v }
+	victim, pre := "lm-mpi-job-victim", "lm-mpi-job-pre"
+	jobs := []client.JobSummary{{JobName: pre, Workspace: "team-b"}, {JobName: victim, Workspace: "team-a"}}
+	statuses := []*protocol.JobStatus{
+		{JobName: pre, Priority: "high", Kind: scheduler.KindJob, GPUs: 2, Attempts: []protocol.AttemptRecord{
+			{Number: 1, StartedAt: at(30), Placement: []scheduler.WorkerPlacement{{Worker: 0, Node: "n1", GPUs: []int{0, 1}}}}}},
+		{JobName: victim, Priority: "low", Kind: scheduler.KindJob, GPUs: 4, Attempts: []protocol.AttemptRecord{
+			{Number: 1, StartedAt: at(0), EndedAt: at(29), EndReason: "preempted by " + pre + " (high job)",
+				Preemptor: &scheduler.Preemptor{Job: pre, Class: scheduler.High},
+				Placement: []scheduler.WorkerPlacement{{Worker: 0, Node: "n1", GPUs: []int{0, 1}}, {Worker: 1, Node: "n2", GPUs: []int{0, 1}}},
+				Released:  []protocol.WorkerRelease{{Worker: 1, At: *at(20)}, {Worker: 0, At: *at(28)}}},
+			{Number: 2, StartedAt: nil}}},
+	}
+	s := &Server{}
+	alice := Principal{User: "alice", Workspace: "team-a", Role: RoleUser}
+	rd := s.redactor(alice)
+	rd.know(victim)
+	rd.hide(pre)
+	bars := timelineBars(jobs, statuses, *at(-3600), rd)
+	require.Len(t, bars, 3)
+	byID := map[int]uiBar{}
+	for _, b := range bars {
+		byID[b.ID] = b
+	}
+	v0, v1, p := bars[0], bars[1], bars[2]
+	if v0.Worker != 0 {
+		v0, v1 = v1, v0
+	}
+	assert.Equal(t, victim, v0.Job)
+	assert.Equal(t, *at(28), *v0.End, "worker 0 released at 28s")
+	assert.Equal(t, *at(20), *v1.End, "worker 1 released at 20s")
+	assert.Equal(t, "preempted by "+hiddenName+" (high job)", v0.EndReason)
+	assert.Equal(t, hiddenName, v0.PreemptedBy)
+	require.Len(t, v0.PreemptorBars, 1)
+	assert.Equal(t, hiddenName, byID[v0.PreemptorBars[0]].Job)
+	assert.Equal(t, hiddenName, p.Job)
+	assert.Equal(t, "high", p.Class)
+	assert.Nil(t, p.End, "it still runs")
 }
