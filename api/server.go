@@ -162,7 +162,7 @@ func New(opts Options) (*Server, error) {
 		}
 	}
 	// The dashboard's pages (see ui.go); they hold no data, so need no token.
-	s.mux.Handle("GET /ui/", uiAssets())
+	s.mux.Handle("GET /ui/", s.uiAssets())
 	s.mux.HandleFunc("/", s.notFound)
 	return s, nil
 }

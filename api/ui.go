@@ -26,14 +26,23 @@ import (
 //go:embed ui
 var uiFiles embed.FS
 
-// uiAssets serves the embedded files of ui/ under /ui/.
-func uiAssets() http.Handler {
+// uiAssets serves the embedded files of ui/ under /ui/; any other path
+// there is the API's 404.
+func (s *Server) uiAssets() http.Handler {
 	sub, err := fs.Sub(uiFiles, "ui")
 	if err != nil {
 		panic(err)
 	}
 	files := http.StripPrefix("/ui/", http.FileServerFS(sub))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name := strings.TrimPrefix(r.URL.Path, "/ui/")
+		if name == "" {
+			name = "index.html"
+		}
+		if st, err := fs.Stat(sub, name); err != nil || st.IsDir() || name == "index.html" && r.URL.Path != "/ui/" {
+			s.notFound(w, r)
+			return
+		}
 		// The pages load nothing from elsewhere; say so to the browser.
 		w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'; frame-ancestors 'none'")
 		w.Header().Set("X-Content-Type-Options", "nosniff")

@@ -93,6 +93,12 @@ func TestUIAssets(t *testing.T) {
 	rec := httptest.NewRecorder()
 	s.ServeHTTP(rec, httptest.NewRequest("GET", "/ui/api/allocations/default/gpus", nil))
 	assert.Equal(t, 401, rec.Code, "the data needs a token")
+	for _, p := range []string{"/ui/nothing.js", "/ui/index.html", "/ui/api/"} {
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, httptest.NewRequest("GET", p, nil))
+		assert.Equal(t, 404, rec.Code, p)
+		assert.Contains(t, rec.Body.String(), `"error"`, "%s: the API's error body", p)
+	}
 }
 
 // TestTimelineBars: a bar per worker, ending when that worker released its
