@@ -249,9 +249,19 @@ func timelineBars(jobs []client.JobSummary, statuses []*protocol.JobStatus, from
 				}
 			}
 			if best != nil {
+				// Each victim bar points at the preemptor's bars on its node, if any, else at all.
 				to := byAttempt[key{st.JobName, best.Number}]
 				for _, id := range v.bars {
-					bars[id].PreemptorBars = append(bars[id].PreemptorBars, to...)
+					var same []int
+					for _, p := range to {
+						if bars[p].Node == bars[id].Node {
+							same = append(same, p)
+						}
+					}
+					if len(same) == 0 {
+						same = to
+					}
+					bars[id].PreemptorBars = append(bars[id].PreemptorBars, same...)
 				}
 			}
 		}

@@ -331,7 +331,15 @@ async function jobView(name, seq) {
     logs = "(no logs: " + e.message + ")";
   }
   if (seq !== state.seq) return;
+  let params = null;
+  try {
+    params = await api("/public/v2/jobs/" + encodeURIComponent(name) + "/params");
+  } catch (e) {
+    params = null;
+  }
+  if (seq !== state.seq) return;
   const done = ["Completed", "Failed", "Stopped", "Preempted"].includes(j.status);
+  const paramsOpen = !!($("job-params") && $("job-params").open);
   const act = async (what) => {
     try {
       if (what === "cancel") await api("/public/v2/jobs/" + encodeURIComponent(name), { method: "DELETE" });
@@ -348,13 +356,14 @@ async function jobView(name, seq) {
     ["author", j.job_author], ["workspace", j.workspace], ["created", fmtTime(j.created_at)], ["running since", fmtTime(j.running_at)],
     ["completed", fmtTime(j.completed_at)], ["message", j.message], ["position", j.position], ["reason", j.reason], ["warning", j.warning]];
   const attempts = el("table", { id: "attempts", "aria-label": "attempts" },
-    el("tr", {}, ["#", "queued", "started", "ended", "placement", "end reason", "preemptor"].map((h) => el("th", { text: h }))),
+    el("tr", {}, ["#", "queued", "started", "ended", "placement", "end reason", "preemptor", "notes"].map((h) => el("th", { text: h }))),
     (j.attempts || []).map((a) => el("tr", {},
       el("td", { class: "num", text: a.number }), el("td", { text: fmtTime(a.queued_at) }), el("td", { text: fmtTime(a.started_at) }),
       el("td", { text: fmtTime(a.ended_at) }),
       el("td", { text: (a.placement || []).map((p) => "w" + p.worker + "@" + p.node + "[" + (p.gpus || []).join(",") + "]").join(" ") }),
       el("td", { class: "reason", text: a.end_reason || "" }),
-      el("td", {}, a.preemptor ? jobLink(a.preemptor.job, a.preemptor.job + " (" + a.preemptor.class + ")") : ""))));
+      el("td", {}, a.preemptor ? jobLink(a.preemptor.job, a.preemptor.job + " (" + a.preemptor.class + ")") : ""),
+      el("td", { class: "reason", text: attemptNotes(a) }))));
   $("view").replaceChildren(
     el("h1", { id: "job-name", text: j.job_name }),
     el("div", { class: "buttons" },
@@ -363,11 +372,25 @@ async function jobView(name, seq) {
     el("table", { id: "job-facts", "aria-label": "job" }, facts.filter(([, v]) => v !== undefined && v !== "" && v !== null && v !== 0)
       .map(([k, v]) => el("tr", {}, el("th", { text: k }), el("td", { class: k === "status" ? "state" : "", text: v })))),
     j.url ? el("p", {}, "Notebook: ", el("a", { id: "notebook-url", href: j.url, rel: "noopener", text: j.url })) : "",
+    params ? el("details", { id: "job-params", open: paramsOpen }, el("summary", { text: "Parameters (every RunJobRequest field)" }),
+      el("table", {}, Object.entries(params).map(([k, v]) => el("tr", {}, el("th", { text: k }),
+        el("td", { class: "reason", text: typeof v === "string" ? v : JSON.stringify(v) }))))) : "",
     el("h2", { text: "Attempts" }), attempts,
     (j.preemptors || []).length ? el("h2", { text: "Preempted by" }) : "",
     (j.preemptors || []).length ? el("ul", {}, j.preemptors.map((p) => el("li", {}, jobLink(p.name), " (" + p.priority + ", attempt " + p.attempt + ", " + fmtTime(p.preempted_at) + ")"))) : "",
     el("h2", { text: "Logs (last 100 lines)" }), el("pre", { class: "logs", id: "logs", tabindex: "0", text: logs || "(empty)" }));
   if (!done) again(seq, (s) => jobView(name, s), 3000);
+}
+
+// attemptNotes: the attempt's checkpoint, notice, warning and worker releases, in a line.
+function attemptNotes(a) {
+  const n = [];
+  if (a.checkpoint_at) n.push("checkpoint " + fmtTime(a.checkpoint_at));
+  if (a.notice_reason) n.push("notice (" + a.notice_reason + ") " + fmtTime(a.noticed_at) + ", exit by " + fmtTime(a.notice_deadline));
+  if (a.warning) n.push("warning: " + a.warning);
+  if (a.url) n.push("served at " + a.url);
+  for (const r of a.released || []) n.push("worker " + r.worker + " released " + fmtTime(r.at));
+  return n.join("; ");
 }
 
 // --- view 4: timeline ---------------------------------------------------------
