@@ -182,9 +182,7 @@ func gpuGrid(v protocol.QueueView, p Principal, rd *redactor) uiGPUsView {
 	}
 	classes := map[string]*uiClassTotal{}
 	for c := scheduler.High; c >= scheduler.Low; c-- {
-		ct := &uiClassTotal{Class: c.String(), Waiting: v.WaitingByClass[c.String()]}
-		classes[ct.Class] = ct
-		out.ByClass = append(out.ByClass, uiClassTotal{})
+		classes[c.String()] = &uiClassTotal{Class: c.String(), Waiting: v.WaitingByClass[c.String()]}
 	}
 	spaces := map[string]*uiWorkspaceTotal{}
 	for _, run := range v.Running {
@@ -263,8 +261,8 @@ func gpuGrid(v protocol.QueueView, p Principal, rd *redactor) uiGPUsView {
 			out.Totals["total"]++
 		}
 	}
-	for k, c := range []string{"high", "medium", "low"} {
-		out.ByClass[k] = *classes[c]
+	for c := scheduler.High; c >= scheduler.Low; c-- {
+		out.ByClass = append(out.ByClass, *classes[c.String()])
 	}
 	for _, wt := range spaces {
 		out.ByWorkspace = append(out.ByWorkspace, *wt)
