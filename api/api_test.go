@@ -43,7 +43,7 @@ func TestHealthConfigsAndOpenAPI(t *testing.T) {
 	r.json(t, &cfg)
 	assert.Equal(t, "SR006", cfg.DefaultRegion)
 	require.Len(t, cfg.Regions, 1)
-	require.Len(t, cfg.Regions[0].Allocations, 5)
+	require.Len(t, cfg.Regions[0].Allocations, 6)
 	var names []string
 	for _, it := range cfg.Regions[0].Allocations[0].InstanceTypes {
 		names = append(names, it.Name)

@@ -136,6 +136,7 @@ var (
 		"/public/v2/allocations/", "/public/v2/allocations/%s", "/public/v2/allocations/%s/nodes",
 		"/public/v2/allocations/%s/instance-types", "/public/v2/instance_types/%s/available",
 		"/public/v2/queues", "/public/v2/queues/%s", "/public/v2/queues/%s/jobs", "/public/v2/queues/%s/instance-types",
+		"/ui/api/allocations/%s/gpus", "/ui/api/allocations/%s/timeline", "/ui/%s",
 	}
 	fuzzNames  = []string{jobB, jobA, nbB, nbA, cliA, fakeAlloc, "t", "restart", "", fakeAlloc + ":default", "t:prod"}
 	fuzzTypes  = []string{"application/json", "", "application/json; charset=utf-8", "text/plain", "application/x-www-form-urlencoded", "application/merge-patch+json", "application/json; charset=latin1", "garbage;;="}

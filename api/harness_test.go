@@ -84,6 +84,13 @@ regions:
         stop_grace_period: 1s
         nodes:
           - {name: api-dry-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+      - name: ui
+        stop_grace_period: 60s
+        nodes:
+          - {name: api-ui-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+          - {name: api-ui-2, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+          - {name: api-ui-3, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+          - {name: api-ui-4, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
 `
 
 // The test principals.

@@ -110,6 +110,8 @@ var routes = []route{
 	{"POST", "/public/v2/notebooks", false, (*Server).postNotebook},
 	{"DELETE", "/public/v2/notebooks/{name}", false, (*Server).deleteNotebook},
 	{"GET", "/public/v2/configs", false, (*Server).configs},
+	{"GET", "/ui/api/allocations/{name}/gpus", false, (*Server).uiGPUs},
+	{"GET", "/ui/api/allocations/{name}/timeline", false, (*Server).uiTimeline},
 }
 
 // New builds a server.
@@ -159,6 +161,8 @@ func New(opts Options) (*Server, error) {
 			}
 		}
 	}
+	// The dashboard's pages (see ui.go); they hold no data, so need no token.
+	s.mux.Handle("GET /ui/", s.uiAssets())
 	s.mux.HandleFunc("/", s.notFound)
 	return s, nil
 }

@@ -97,6 +97,13 @@ var walkVariants = map[string][]walkReq{
 	},
 	"POST /public/v2/notebooks": {{"POST", "/public/v2/notebooks", `{"allocation_name":"{alloc}","instance_type":"{itype}"}`}},
 	"GET /public/v2/configs":    {{"GET", "/public/v2/configs", ""}},
+	"GET /ui/api/allocations/{name}/gpus": {
+		{"GET", "/ui/api/allocations/{alloc}/gpus", ""}, {"GET", "/ui/api/allocations/{alloc}/gpus?region=SR006", ""},
+	},
+	"GET /ui/api/allocations/{name}/timeline": {
+		{"GET", "/ui/api/allocations/{alloc}/timeline", ""}, {"GET", "/ui/api/allocations/{alloc}/timeline?hours=24", ""},
+		{"GET", "/ui/api/allocations/{alloc}/timeline?hours=99", ""},
+	},
 	"DELETE /public/v2/notebooks/{name}": {
 		{"DELETE", "/public/v2/notebooks/{foreign_nb}", ""}, {"DELETE", "/public/v2/notebooks/{own}", ""},
 		{"DELETE", "/public/v2/notebooks/{own_nb}", ""},

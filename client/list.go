@@ -31,6 +31,9 @@ type ListFilter struct {
 	// before queues (they carry none).
 	Queue        string
 	DefaultQueue bool
+	// ActiveSince keeps only the jobs still open or closed at or after it
+	// (the jobs that may have run then: the UI's timeline).
+	ActiveSince time.Time
 }
 
 // JobSummary is one row of a job list.
@@ -90,6 +93,9 @@ func VisibilityQuery(f ListFilter) string {
 	}
 	if !f.Until.IsZero() {
 		q = append(q, fmt.Sprintf("StartTime <= '%s'", f.Until.UTC().Format(time.RFC3339)))
+	}
+	if !f.ActiveSince.IsZero() {
+		q = append(q, fmt.Sprintf("(ExecutionStatus = 'Running' OR CloseTime >= '%s')", f.ActiveSince.UTC().Format(time.RFC3339)))
 	}
 	return strings.Join(q, " AND ")
 }

@@ -348,6 +348,15 @@ type AttemptRecord struct {
 	// its shutdown_in or shutdown_at), and WarnedAt when.
 	Warning  string     `json:"warning,omitempty"`
 	WarnedAt *time.Time `json:"warned_at,omitempty"`
+	// Released is when each worker's capacity was released, in release
+	// order (attempts recorded before it existed have none).
+	Released []WorkerRelease `json:"released,omitempty"`
+}
+
+// WorkerRelease is when one worker of an attempt released its capacity.
+type WorkerRelease struct {
+	Worker int       `json:"worker"`
+	At     time.Time `json:"at"`
 }
 
 // HonouredNotice says whether the attempt was given a notice and saved a

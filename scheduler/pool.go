@@ -886,7 +886,14 @@ func (p *Pool) runningInfo(rj *runJob) RunningInfo {
 		Job: rj.r.Job, Attempt: rj.r.Attempt, Kind: rj.r.Kind, Class: rj.r.Class, Seq: rj.r.Seq,
 		GPUs: rj.r.Demand.GPUs * len(rj.nodes), StartedAt: rj.startedAt, Releasing: rj.releasing,
 		Placement: p.placement(rj.nodes, rj.gpus), Preemptions: rj.preemptions, CheckpointAt: rj.ckpt,
-		HonorsNotice: rj.r.HonorsNotice,
+		HonorsNotice: rj.r.HonorsNotice, Workspace: rj.r.Workspace,
+	}
+	for _, nb := range rj.nominee {
+		name := ""
+		if nb != nil {
+			name = nb.Job
+		}
+		ri.Nominees = append(ri.Nominees, name)
 	}
 	for w, rel := range rj.released {
 		if rel {
@@ -936,6 +943,16 @@ func (p *Pool) nodeInfos() []NodeInfo {
 		nd := &p.nodes[i]
 		out[i] = NodeInfo{Name: nd.Name, Family: nd.Family, GPUs: nd.GPUs, FreeGPUs: nd.freeGPU,
 			AllocatedGPUs: nd.GPUs - nd.freeGPU - nd.relGPU, ReleasingGPUs: nd.relGPU, Lost: nd.lost}
+	}
+	for _, h := range p.holds {
+		if h.stale || h.gpu == 0 || p.waitIdx[h.by] == nil {
+			continue
+		}
+		ni := &out[h.node]
+		ni.HeldGPUs += h.gpu
+		if ni.HeldFor == "" {
+			ni.HeldFor = h.by
+		}
 	}
 	return out
 }

@@ -490,6 +490,11 @@ type RunningInfo struct {
 	Preemptions int `json:"preemptions,omitempty"`
 	// CheckpointAt is the last checkpoint this attempt reported (see Pool.Checkpointed).
 	CheckpointAt time.Time `json:"checkpoint_at,omitzero"`
+	// Workspace is its request's Request.Workspace.
+	Workspace string `json:"workspace,omitempty"`
+	// Nominees is, per worker, who that worker's capacity is nominated to once preempted (its
+	// preemptor, or a better request that took it over); nil unless preempted.
+	Nominees []string `json:"nominees,omitempty"`
 }
 
 // NodeInfo describes one node's GPU usage.
@@ -503,6 +508,11 @@ type NodeInfo struct {
 	Lost          bool   `json:"lost,omitempty"` // its agent is not answering: nothing is granted on it
 	// ReservedFor names the waiting job this node drains for (see Policy.ReserveAfter).
 	ReservedFor string `json:"reserved_for,omitempty"`
+	// HeldGPUs is free capacity here that stopped victims left, still nominated to their waiting
+	// preemptors (part of FreeGPUs; which GPU indices is not tracked), and HeldFor the first
+	// of those preemptors.
+	HeldGPUs int    `json:"held_gpus,omitempty"`
+	HeldFor  string `json:"held_for,omitempty"`
 }
 
 // View is the whole state of the allocation, for the UI/API.

@@ -51,6 +51,7 @@ if [ -x bin/trainq-api ]; then
   fi
   api_token=$(cat .data/api-token)
   echo "Starting trainq-api on http://127.0.0.1:8080 (log .data/api.log); token: $api_token"
+  echo "Dashboard: http://127.0.0.1:8080/ui/#token=$api_token"
   bin/trainq-api --listen 127.0.0.1:8080 >>.data/api.log 2>&1 &
   pids+=($!)
 fi

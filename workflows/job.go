@@ -1261,8 +1261,20 @@ func (j *job) releaseAfterNode(ctx workflow.Context, attempt, worker int, report
 		j.release(ctx, attempt, worker)
 		return
 	}
-	j.released[worker] = true
+	j.markReleased(ctx, attempt, worker)
 	j.stopping = true
+}
+
+// markReleased records that a worker's capacity is released, and when (the
+// attempt's Released, which the UI's timeline draws worker by worker).
+func (j *job) markReleased(ctx workflow.Context, attempt, worker int) {
+	j.released[worker] = true
+	for i := len(j.status.Attempts) - 1; i >= 0; i-- {
+		if a := &j.status.Attempts[i]; a.Number == attempt {
+			a.Released = append(a.Released, protocol.WorkerRelease{Worker: worker, At: workflow.Now(ctx).UTC()})
+			return
+		}
+	}
 }
 
 // releaseLost reports workers whose node's agent did not answer: nobody can
@@ -1278,7 +1290,7 @@ func (j *job) releaseWorkers(ctx workflow.Context, attempt int, workers []int, l
 		return
 	}
 	for _, w := range workers {
-		j.released[w] = true
+		j.markReleased(ctx, attempt, w)
 	}
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	s := protocol.ReleaseSignal{Job: j.name, Attempt: attempt, Workers: workers, Stopping: !j.stopping, LostNodes: lostNodes}
