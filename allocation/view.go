@@ -39,7 +39,17 @@ func (s *State) DryRun(req protocol.CapacityRequest, now time.Time) (scheduler.D
 	if err != nil {
 		return scheduler.DryRun{}, err
 	}
-	return s.Pool.DryRun(r, now)
+	d, err := s.Pool.DryRun(r, now)
+	if err != nil || d.Start {
+		return d, err
+	}
+	// As for the queue's expected starts: a stopping worker takes its notice, then its grace period, at most.
+	e, err := s.Pool.DryRunStart(r, now, s.Pool.Policy().PreemptionNotice+s.Config.StopGracePeriod)
+	if err != nil {
+		e = scheduler.ExpectedStart{Because: "unknown: the projection failed: " + err.Error()}
+	}
+	d.ExpectedStart = &e
+	return d, nil
 }
 
 // Counts answers the counts query (admission, the watchdog).

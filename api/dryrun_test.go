@@ -41,6 +41,8 @@ func TestDryRunStartsNothing(t *testing.T) {
 	assert.False(t, d.WouldStart)
 	assert.Equal(t, []string{low}, d.Preempts, "alice sees her own victim")
 	assert.Contains(t, d.Reason, low)
+	require.NotNil(t, d.ExpectedStartAt, "it starts once its victim has stopped: %s", d.ExpectedStart)
+	assert.Contains(t, d.ExpectedStart, low)
 	r := call(t, "bob", "POST", "/public/v2/jobs?dry_run=true", onDry("high"))
 	require.Equal(t, 200, r.Code, string(r.Body))
 	assert.NotContains(t, string(r.Body), low, "bob does not learn the name of team-a's job")
@@ -53,6 +55,8 @@ func TestDryRunStartsNothing(t *testing.T) {
 	assert.Empty(t, d.Preempts, "low preempts nobody")
 	assert.Equal(t, 1, d.Position)
 	assert.NotEmpty(t, d.Reason)
+	// When depends on whether team-a's completed jobs give the running one an estimate; it says which.
+	assert.Contains(t, d.ExpectedStart, low, "the expected start, or why unknown, names what it waits for")
 
 	// Nothing was started or queued: the low job still runs, nobody waits.
 	r = call(t, "root", "GET", "/public/v2/allocations/dry/queue", nil)

@@ -206,10 +206,15 @@ type dryRunAnswer struct {
 	Preempts []string `json:"preempts,omitempty"`
 	// Position and Reason say where it would wait and why, when it would
 	// not start at once.
-	Position int      `json:"position,omitempty"`
-	Reason   string   `json:"reason,omitempty"`
-	Notes    []string `json:"notes,omitempty"`
-	Warnings []string `json:"warnings,omitempty"`
+	Position int    `json:"position,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+	// ExpectedStartAt and ExpectedStart, when it would not start at once:
+	// when it would be expected to (absent: unknown) and the assumption, or
+	// why it is unknown.
+	ExpectedStartAt *time.Time `json:"expected_start_at,omitempty"`
+	ExpectedStart   string     `json:"expected_start,omitempty"`
+	Notes           []string   `json:"notes,omitempty"`
+	Warnings        []string   `json:"warnings,omitempty"`
 }
 
 // dryRun asks the allocator what the checked job would get, and answers
@@ -226,6 +231,9 @@ func (s *Server) dryRun(w http.ResponseWriter, r *http.Request, p Principal, che
 		Preempts: d.Preempts, Notes: notes, Warnings: checked.Warnings}
 	if d.Waiting != nil {
 		out.Position, out.Reason = d.Waiting.Position, d.Waiting.Reason
+	}
+	if e := d.ExpectedStart; e != nil {
+		out.ExpectedStartAt, out.ExpectedStart = expectedAt(e), expectedText(e)
 	}
 	if d.Idle {
 		out.Notes = append(out.Notes, "the allocation has no allocator yet: this is the answer of the empty allocation")
@@ -485,7 +493,7 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request, p Principal) {
 		NWorkers: st.NWorkers, GPUCount: st.GPUs, MaxRetry: st.MaxRetry, Attempt: st.Attempt, Restarts: st.Restarts,
 		JobAuthor: st.Spec.Author, Workspace: info.Workspace, JobDesc: st.Spec.JobDesc,
 		Message: st.Message, Warning: st.Warning, URL: st.URL(), Position: st.Position, Reason: st.Reason,
-		StopTimer: int(st.Spec.TimeLimit / time.Minute),
+		StopTimer:  int(st.Spec.TimeLimit / time.Minute),
 		WaitingFor: rd.names(st.WaitingFor), Preemptors: preemptorList(st, rd), Attempts: hidePreemptors(st.Attempts, rd),
 		Warnings: st.Spec.Warnings,
 	}

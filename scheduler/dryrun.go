@@ -13,6 +13,9 @@ type DryRun struct {
 	Placement []WorkerPlacement `json:"placement,omitempty"`
 	Preempts  []string          `json:"preempts,omitempty"`
 	Waiting   *WaitingInfo      `json:"waiting,omitempty"`
+	// ExpectedStart, when it would not start at once, is when it would be expected to (see
+	// DryRunStart; the caller fills it in).
+	ExpectedStart *ExpectedStart `json:"expected_start,omitempty"`
 }
 
 // DryRun answers for r, which must pass Admit and be new to the pool, from a copy of the pool:

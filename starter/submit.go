@@ -299,6 +299,9 @@ func testOnly(ctx context.Context, g *globals, c *client.Client, checked protoco
 	case d.Waiting != nil:
 		fmt.Fprintf(g.Stdout, "would wait in %s at position %d: %s (test only, nothing started)\n", where, d.Waiting.Position, d.Waiting.Reason)
 	}
+	if e := d.ExpectedStart; e != nil {
+		fmt.Fprintf(g.Stdout, "  expected start  %s; %s\n", expectedWhen(e), e.Because)
+	}
 	return nil
 }
 
