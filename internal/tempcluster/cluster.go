@@ -166,7 +166,7 @@ func Start(ctx context.Context, bin Binaries, opts Options) (_ *Cluster, err err
 	for _, s := range Services {
 		var p [3]int
 		for i := range p {
-			if p[i], err = FreePort(); err != nil {
+			if p[i], err = freeLowPort(); err != nil {
 				return nil, err
 			}
 		}
@@ -391,7 +391,8 @@ func (c *Cluster) StartService(ctx context.Context, name string) error {
 	return c.ready(ctx, name, done)
 }
 
-// ready waits until the service answers: its gRPC port accepts, and then,
+// ready waits until the service answers: its gRPC port accepts (the
+// worker service's membership port: it serves no gRPC), and then,
 // through the frontend, the frontend answers GetSystemInfo, history answers
 // DescribeWorkflowExecution for workflows on every shard (NotFound is an
 // answer), matching answers DescribeTaskQueue.
@@ -413,7 +414,13 @@ func (c *Cluster) ready(ctx context.Context, name string, done <-chan struct{}) 
 }
 
 func (c *Cluster) probe(ctx context.Context, name string) error {
-	conn, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(c.ports[name][0]), time.Second)
+	port := c.ports[name][0]
+	if name == Worker {
+		// The worker service serves no gRPC: it is up once it has joined
+		// the membership ring, whose port it listens on.
+		port = c.ports[name][1]
+	}
+	conn, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second)
 	if err != nil {
 		return err
 	}
@@ -486,13 +493,15 @@ func (c *Cluster) signal(name string, sig syscall.Signal) {
 	<-done
 }
 
-// Stop ends every service (SIGTERM, SIGKILL after 10 s) and PostgreSQL.
+// Stop ends every service (SIGTERM, SIGKILL after 10 s) and PostgreSQL,
+// and removes PostgreSQL's data when it is outside Dir (see newPostgres).
 func (c *Cluster) Stop() {
 	for i := len(Services) - 1; i >= 0; i-- {
 		c.signal(Services[i], syscall.SIGTERM)
 	}
 	if c.pg != nil {
 		c.pg.Stop()
+		c.pg.Remove()
 	}
 }
 

@@ -23,6 +23,7 @@ type Postgres struct {
 	binDir, dataDir, sockDir string
 	port                     int
 	cred                     *syscall.Credential
+	tmp                      string // the temp directory of dataDir and sockDir, when not under the cluster's
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -64,7 +65,7 @@ func newPostgres(ctx context.Context, dir string) (*Postgres, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Postgres{binDir: binDir, dataDir: filepath.Join(dir, "pgdata"), sockDir: filepath.Join(dir, "pgsock"), port: port}
+	p := &Postgres{binDir: binDir, port: port}
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
@@ -74,6 +75,21 @@ func newPostgres(ctx context.Context, dir string) (*Postgres, error) {
 		gid, _ := strconv.Atoi(u.Gid)
 		p.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 	}
+	// As another user, PostgreSQL's directory cannot be under dir, whose
+	// parents may be private (a test's TempDir is 0700): it gets a temp
+	// directory of its own, removed by Remove.
+	pgRoot := dir
+	if p.cred != nil {
+		if pgRoot, err = os.MkdirTemp("", "trainq-postgres-"); err != nil {
+			return nil, err
+		}
+		p.tmp = pgRoot
+		if err := os.Chmod(pgRoot, 0o755); err != nil {
+			return nil, err
+		}
+		_ = os.WriteFile(filepath.Join(dir, "postgres-dir"), []byte(pgRoot+"\n"), 0o644)
+	}
+	p.dataDir, p.sockDir = filepath.Join(pgRoot, "pgdata"), filepath.Join(pgRoot, "pgsock")
 	for _, d := range []string{p.dataDir, p.sockDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
@@ -83,10 +99,6 @@ func newPostgres(ctx context.Context, dir string) (*Postgres, error) {
 				return nil, err
 			}
 		}
-	}
-	// The directory above must be reachable by the postgres user.
-	if p.cred != nil {
-		_ = os.Chmod(dir, 0o755)
 	}
 	cmd := p.command(ctx, "initdb", "-D", p.dataDir, "-U", "temporal", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync")
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -167,6 +179,14 @@ func (p *Postgres) signal(sig syscall.Signal) {
 	case <-time.After(30 * time.Second):
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-done
+	}
+}
+
+// Remove deletes the data directory when it is a temp directory of its own
+// (the server must be stopped).
+func (p *Postgres) Remove() {
+	if p.tmp != "" {
+		_ = os.RemoveAll(p.tmp)
 	}
 }
 

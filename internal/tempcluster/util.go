@@ -2,7 +2,10 @@ package tempcluster
 
 import (
 	"bytes"
+	"errors"
+	"math/rand/v2"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -15,6 +18,22 @@ func FreePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// freeLowPort returns a free TCP port of 127.0.0.1 below 32768: the
+// cluster_membership table keeps a service's membership port as a smallint,
+// and the kernel's ephemeral ports (what FreePort gets) start at 32768.
+func freeLowPort() (int, error) {
+	for try := 0; try < 200; try++ {
+		port := 20000 + rand.IntN(12000)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return port, nil
+	}
+	return 0, errors.New("no free port in 20000-31999")
 }
 
 func tail(text string, lines int) string {
