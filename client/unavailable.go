@@ -6,7 +6,29 @@ import (
 	"strings"
 
 	"go.temporal.io/api/serviceerror"
+
+	"github.com/trainq/trainq/protocol"
 )
+
+// searchAttributesNotLoaded says whether err is a server refusing one of
+// trainq's own search attributes as not defined. trainq-worker registers
+// them before anything starts, so on a cluster this means a server whose
+// cache has not loaded them (yet): seen on the test cluster right after a
+// frontend restart during a PostgreSQL outage (TRAINQ_CHAOS=cluster), for
+// well under a second. Asking again succeeds, so it is not the caller's
+// fault (not a 400).
+func searchAttributesNotLoaded(err error) bool {
+	var inv *serviceerror.InvalidArgument
+	if !errors.As(err, &inv) || !strings.Contains(inv.Message, "is not defined") {
+		return false
+	}
+	for _, sa := range protocol.SearchAttributeTypes {
+		if strings.Contains(inv.Message, "search attribute "+sa.Name+" ") {
+			return true
+		}
+	}
+	return false
+}
 
 // Unavailable says whether err means Temporal (or the trainq-worker that
 // answers a query) could not be reached in time: it is busy, restarting or
@@ -29,6 +51,9 @@ func Unavailable(err error) bool {
 		return true
 	}
 	msg := err.Error()
+	if searchAttributesNotLoaded(err) {
+		return true
+	}
 	for _, s := range []string{"connection refused", "Unavailable", "DeadlineExceeded", "context deadline exceeded",
 		"transport is closing", "no such host", "RST_STREAM"} {
 		if strings.Contains(msg, s) {
