@@ -4,7 +4,7 @@ TEMPORAL_CLI_VERSION := v1.5.1
 TEMPORAL := $(CURDIR)/bin/temporal
 export TRAINQ_TEMPORAL_BIN := $(TEMPORAL)
 
-.PHONY: all build demo dev dev-k8s dev-cluster kube-bins cluster-bins test test-cluster test-unit bench simulate chaos scale fuzz histories vet clean
+.PHONY: all build demo dev dev-k8s dev-cluster kube-bins cluster-bins test test-cluster test-cluster-run test-unit bench simulate chaos scale fuzz histories vet clean
 
 all: build
 
@@ -58,9 +58,12 @@ dev-cluster: build cluster-bins
 ## API, two trainq-api processes behind one address; then a reduced chaos campaign there (CLUSTER_CHAOS_SEEDS)
 CLUSTER_E2E := TestSeedWorkedExample|TestPreemptedJobRerunsAndCompletes|TestCancelRunningJobStopsProcessesAndFreesGPUs|TestWorkerRestartMidJob|TestTerminatedAllocatorRecovers|TestKilledAgentLosesItsNode|TestRemoteNodesMasterAddrAndLogs|TestClusterServicesRestartUnderAJob
 CLUSTER_API := TestHealthConfigsAndOpenAPI|TestJobLifecycle|TestPaging|TestAuthMatrix|TestIdempotencyKey|TestRejectedRequestStartsNothing|TestPreemptionQueueRestart|TestFollowStreams|TestExampleClient|TestAPIReplicasAlternate
-test-cluster: build $(TEMPORAL) cluster-bins
+CLUSTER_CHAOS_SEEDS ?= 1
+test-cluster: build $(TEMPORAL) cluster-bins test-cluster-run
+test-cluster-run:
 	TRAINQ_TEST_CLUSTER=1 $(GO) test -count=1 -timeout 15m -run '^($(CLUSTER_E2E))$$' -v ./e2e/
 	TRAINQ_TEST_CLUSTER=1 $(GO) test -count=1 -timeout 10m -run '^($(CLUSTER_API))$$' ./api/
+	TRAINQ_CHAOS=cluster TRAINQ_CHAOS_SEEDS=$(CLUSTER_CHAOS_SEEDS) $(GO) test -count=1 -timeout 15m -run 'TestChaos$$' -v ./e2e/
 
 ## demo: start a dev server and a worker, play the priorities page's worked example; Ctrl-C stops all
 demo: build $(TEMPORAL)
@@ -75,10 +78,12 @@ dev-k8s: build $(TEMPORAL) kube-bins
 	$(GO) run ./internal/kubetest/cmd/dev-k8s
 
 ## test: every test, including the ones against a real Temporal dev server and a real kube-apiserver
-test: lint build $(TEMPORAL) kube-bins
-	TRAINQ_REQUIRE_KUBE=1 $(GO) test -count=1 -timeout 18m $$($(GO) list ./... | grep -v '/e2e/kube$$')
+test: lint build $(TEMPORAL) kube-bins cluster-bins
+	TRAINQ_REQUIRE_KUBE=1 TRAINQ_REQUIRE_CLUSTER=1 $(GO) test -count=1 -timeout 18m $$($(GO) list ./... | grep -v '/e2e/kube$$')
 	@# The Kubernetes end-to-end tests run alone: beside the other end-to-end tests they would slow them down.
 	TRAINQ_REQUIRE_KUBE=1 $(GO) test -count=1 -timeout 10m ./e2e/kube/
+	@# The production-shaped cluster's reduced set, alone for the same reason (make test-cluster, about 7 minutes).
+	$(MAKE) --no-print-directory test-cluster-run
 
 ## test-unit: the tests that need no server
 test-unit:
