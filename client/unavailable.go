@@ -14,9 +14,9 @@ import (
 // trainq's own search attributes as not defined. trainq-worker registers
 // them before anything starts, so on a cluster this means a server whose
 // cache has not loaded them (yet): seen on the test cluster right after a
-// frontend restart during a PostgreSQL outage (TRAINQ_CHAOS=cluster), for
-// well under a second. Asking again succeeds, so it is not the caller's
-// fault (not a 400).
+// frontend restart, while PostgreSQL was down (TRAINQ_CHAOS=cluster).
+// Asking again once the database is back succeeds, so it is not the
+// caller's fault (not a 400).
 func searchAttributesNotLoaded(err error) bool {
 	var inv *serviceerror.InvalidArgument
 	if !errors.As(err, &inv) || !strings.Contains(inv.Message, "is not defined") {

@@ -343,10 +343,25 @@ func (c *Cluster) setupNamespace(ctx context.Context) error {
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
-	// Wait until the namespace lists them (the frontend's cache).
+	// Wait until a visibility query on every one of them is accepted: the
+	// frontend maps them to their columns through its namespace cache,
+	// refreshed every 10 s (system.namespaceCacheRefreshInterval), which
+	// lists them (ListSearchAttributes reads the database) before it maps
+	// them; a start meanwhile is refused ("no mapping defined"). The other
+	// services start after this, with the mapping.
+	var terms []string
+	for _, sa := range protocol.SearchAttributeTypes {
+		if sa.Type == enumspb.INDEXED_VALUE_TYPE_INT {
+			terms = append(terms, sa.Name+" = 0")
+		} else {
+			terms = append(terms, sa.Name+" = 'tempcluster-probe'")
+		}
+	}
+	query := strings.Join(terms, " AND ")
 	for {
-		have, err := cl.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: client.DefaultNamespace})
-		if err == nil && len(have.GetCustomAttributes()) >= len(protocol.SearchAttributeTypes) {
+		_, err := cl.WorkflowService().CountWorkflowExecutions(ctx, &workflowservice.CountWorkflowExecutionsRequest{
+			Namespace: client.DefaultNamespace, Query: query})
+		if err == nil {
 			return nil
 		}
 		select {
