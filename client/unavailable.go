@@ -11,19 +11,25 @@ import (
 )
 
 // searchAttributesNotLoaded says whether err is a server refusing one of
-// trainq's own search attributes as not defined. trainq-worker registers
-// them before anything starts, so on a cluster this means a server whose
-// cache has not loaded them (yet): seen on the test cluster right after a
-// frontend restart, while PostgreSQL was down (TRAINQ_CHAOS=cluster).
+// trainq's own search attributes as not defined, or as not mapped to a
+// column. trainq-worker registers them before anything starts, so this
+// means a server whose cache has not loaded them (yet): both seen on the
+// test cluster, "not defined" right after a frontend restart while
+// PostgreSQL was down (TRAINQ_CHAOS=cluster), "no mapping defined" within
+// the namespace cache's refresh interval (10 s) of their registration.
 // Asking again once the database is back succeeds, so it is not the
 // caller's fault (not a 400).
 func searchAttributesNotLoaded(err error) bool {
 	var inv *serviceerror.InvalidArgument
-	if !errors.As(err, &inv) || !strings.Contains(inv.Message, "is not defined") {
+	if !errors.As(err, &inv) {
+		return false
+	}
+	msg := inv.Message
+	if !strings.Contains(msg, "is not defined") && !strings.Contains(msg, "has no mapping defined") {
 		return false
 	}
 	for _, sa := range protocol.SearchAttributeTypes {
-		if strings.Contains(inv.Message, "search attribute "+sa.Name+" ") {
+		if name := "search attribute " + sa.Name; strings.Contains(msg, name+" ") || strings.HasSuffix(msg, name) {
 			return true
 		}
 	}
