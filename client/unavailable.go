@@ -18,7 +18,7 @@ import (
 // PostgreSQL was down (TRAINQ_CHAOS=cluster), "no mapping defined" within
 // the namespace cache's refresh interval (10 s) of their registration.
 // Asking again once the database is back succeeds, so it is not the
-// caller's fault (not a 400).
+// caller's fault (the API answers 503, not 422).
 func searchAttributesNotLoaded(err error) bool {
 	var inv *serviceerror.InvalidArgument
 	if !errors.As(err, &inv) {

@@ -456,7 +456,7 @@ func (c *Cluster) probe(ctx context.Context, name string) error {
 		_, err = ws.GetSystemInfo(pctx, &workflowservice.GetSystemInfoRequest{})
 	case History:
 		for i := 0; i < 8*c.opts.HistoryShards && err == nil; i++ {
-			_, err = cl.DescribeWorkflowExecution(pctx, "tempcluster-probe-"+strconv.Itoa(i), "")
+			_, err = cl.DescribeWorkflow(pctx, "tempcluster-probe-"+strconv.Itoa(i), "")
 			var nf *serviceerror.NotFound
 			if errors.As(err, &nf) {
 				err = nil

@@ -2,8 +2,8 @@
 # Builds the production-shaped test cluster's Temporal server from the Go module proxy, once per version:
 #   bin/temporal-server/temporal-server-$TEMPORAL_SERVER_VERSION     (go.temporal.io/server/cmd/server)
 #   bin/temporal-server/temporal-sql-tool-$TEMPORAL_SERVER_VERSION   (go.temporal.io/server/cmd/tools/sql)
-#   bin/temporal-server/schema-$TEMPORAL_SERVER_VERSION/             (the module's schema/ directory: PostgreSQL's
-#                                                                      persistence and visibility schemas)
+#   bin/temporal-server/schema-$TEMPORAL_SERVER_VERSION/postgresql/  (the module's PostgreSQL persistence and
+#                                                                      visibility schemas, schema/postgresql)
 # The version is the one the pinned CLI (v1.5.1) embeds in its dev server. Nothing here downloads a
 # release binary. A binary already in bin/temporal-server is kept.
 set -euo pipefail
@@ -36,8 +36,12 @@ schema() {
   dir="$(go mod download -json "go.temporal.io/server@$TEMPORAL_SERVER_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
   [ -d "$dir/schema/postgresql" ] || { echo "no schema/postgresql in $dir" >&2; exit 1; }
   rm -rf "$out/schema-$TEMPORAL_SERVER_VERSION.tmp"
-  cp -r "$dir/schema" "$out/schema-$TEMPORAL_SERVER_VERSION.tmp"
+  mkdir -p "$out/schema-$TEMPORAL_SERVER_VERSION.tmp"
+  # Only PostgreSQL's SQL files: the module's schema/ also holds Go packages
+  # (sqlite, embed), which `go vet ./...` would find under bin/.
+  cp -r "$dir/schema/postgresql" "$out/schema-$TEMPORAL_SERVER_VERSION.tmp/"
   chmod -R u+w "$out/schema-$TEMPORAL_SERVER_VERSION.tmp"
+  find "$out/schema-$TEMPORAL_SERVER_VERSION.tmp" -name '*.go' -delete
   mv "$out/schema-$TEMPORAL_SERVER_VERSION.tmp" "$out/schema-$TEMPORAL_SERVER_VERSION"
 }
 
