@@ -69,7 +69,8 @@ func run() error {
 		c.HostPort(), time.Since(start).Round(100*time.Millisecond), c.Postgres().Port())
 	fmt.Println("The Web UI is not part of it: run Temporal's UI server (temporalio/ui-server) with TEMPORAL_ADDRESS=" + c.HostPort() + ".")
 	cmd := exec.CommandContext(ctx, filepath.Join(root, "scripts", "dev.sh"))
-	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+c.HostPort())
+	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+c.HostPort(),
+		"TRAINQ_WEB_UI=none with the cluster: run Temporal's UI server with TEMPORAL_ADDRESS="+c.HostPort())
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 30 * time.Second
