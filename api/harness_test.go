@@ -189,7 +189,6 @@ func run(m *testing.M) int {
 		}
 		workers = append(workers, worker)
 	}
-	worker := workers[0]
 
 	tokensPath := filepath.Join(env.dir, "tokens.yaml")
 	env.tokens = map[string]string{}
@@ -231,7 +230,6 @@ func run(m *testing.M) int {
 			fmt.Fprintf(os.Stderr, "trainq-worker %v log (tail):\n%s\n", roles[i], w.LogTail(40))
 		}
 	}
-	_ = worker
 	return code
 }
 
