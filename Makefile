@@ -4,7 +4,7 @@ TEMPORAL_CLI_VERSION := v1.5.1
 TEMPORAL := $(CURDIR)/bin/temporal
 export TRAINQ_TEMPORAL_BIN := $(TEMPORAL)
 
-.PHONY: all build demo dev dev-k8s kube-bins test test-unit bench simulate chaos scale fuzz histories vet clean
+.PHONY: all build demo dev dev-k8s dev-cluster kube-bins cluster-bins test test-cluster test-cluster-run test-unit bench simulate chaos scale fuzz histories vet clean
 
 all: build
 
@@ -45,6 +45,26 @@ lint: lint-tools
 kube-bins:
 	tools/kube/install.sh
 
+## cluster-bins: the production-shaped test cluster's Temporal server v1.29.1 and temporal-sql-tool, built from the
+## Go module proxy into bin/temporal-server/ once per version, with the module's schema files (tools/temporal-server/install.sh)
+cluster-bins:
+	tools/temporal-server/install.sh
+
+## dev-cluster: like dev, on a Temporal cluster (PostgreSQL, 4 history shards, frontend/history/matching/worker apart)
+dev-cluster: build cluster-bins
+	$(GO) run ./internal/tempcluster/cmd/dev-cluster
+
+## test-cluster: the part of the suite that matters on that cluster, with two trainq-workers (agents apart) and, for the
+## API, two trainq-api processes behind one address; then a reduced chaos campaign there (CLUSTER_CHAOS_SEEDS)
+CLUSTER_E2E := TestSeedWorkedExample|TestPreemptedJobRerunsAndCompletes|TestCancelRunningJobStopsProcessesAndFreesGPUs|TestWorkerRestartMidJob|TestTerminatedAllocatorRecovers|TestKilledAgentLosesItsNode|TestRemoteNodesMasterAddrAndLogs|TestClusterServicesRestartUnderAJob
+CLUSTER_API := TestHealthConfigsAndOpenAPI|TestJobLifecycle|TestPaging|TestAuthMatrix|TestIdempotencyKey|TestRejectedRequestStartsNothing|TestPreemptionQueueRestart|TestFollowStreams|TestExampleClient|TestAPIReplicasAlternate
+CLUSTER_CHAOS_SEEDS ?= 1
+test-cluster: build $(TEMPORAL) cluster-bins test-cluster-run
+test-cluster-run:
+	TRAINQ_TEST_CLUSTER=1 $(GO) test -count=1 -timeout 15m -run '^($(CLUSTER_E2E))$$' -v ./e2e/
+	TRAINQ_TEST_CLUSTER=1 $(GO) test -count=1 -timeout 10m -run '^($(CLUSTER_API))$$' ./api/
+	TRAINQ_CHAOS=cluster TRAINQ_CHAOS_SEEDS=$(CLUSTER_CHAOS_SEEDS) $(GO) test -count=1 -timeout 15m -run 'TestChaos$$' -v ./e2e/
+
 ## demo: start a dev server and a worker, play the priorities page's worked example; Ctrl-C stops all
 demo: build $(TEMPORAL)
 	scripts/dev.sh demo
@@ -58,10 +78,12 @@ dev-k8s: build $(TEMPORAL) kube-bins
 	$(GO) run ./internal/kubetest/cmd/dev-k8s
 
 ## test: every test, including the ones against a real Temporal dev server and a real kube-apiserver
-test: lint build $(TEMPORAL) kube-bins
-	TRAINQ_REQUIRE_KUBE=1 $(GO) test -count=1 -timeout 18m $$($(GO) list ./... | grep -v '/e2e/kube$$')
+test: lint build $(TEMPORAL) kube-bins cluster-bins
+	TRAINQ_REQUIRE_KUBE=1 TRAINQ_REQUIRE_CLUSTER=1 $(GO) test -count=1 -timeout 18m $$($(GO) list ./... | grep -v '/e2e/kube$$')
 	@# The Kubernetes end-to-end tests run alone: beside the other end-to-end tests they would slow them down.
 	TRAINQ_REQUIRE_KUBE=1 $(GO) test -count=1 -timeout 10m ./e2e/kube/
+	@# The production-shaped cluster's reduced set, alone for the same reason (make test-cluster, about 7 minutes).
+	$(MAKE) --no-print-directory test-cluster-run
 
 ## test-unit: the tests that need no server
 test-unit:
@@ -69,11 +91,17 @@ test-unit:
 
 ## bench: scheduler benchmarks, the end-to-end throughput benchmark (200 jobs, 32 GPUs, with preemption rounds
 ## and the bare-Temporal baseline) and the large one (2,000 jobs, 256 GPUs), each on a fresh dev server
-bench: build $(TEMPORAL)
+## CLUSTER=1: the end-to-end throughput benchmark on the production-shaped cluster instead (two trainq-workers with the
+## agents apart; the bare-Temporal baseline on the same cluster in the same run); the others are dev-server measurements
+bench: build $(TEMPORAL) $(if $(CLUSTER),cluster-bins)
+ifeq ($(CLUSTER),)
 	$(GO) test -run '^$$' -bench . -benchmem ./scheduler/
 	TRAINQ_BENCH=1 $(GO) test -count=1 -timeout 15m -run 'TestBenchmarkCost' -v ./e2e/
 	TRAINQ_BENCH=1 $(GO) test -count=1 -timeout 30m -run 'TestBenchmarkThroughput' -v ./e2e/
 	TRAINQ_BENCH=1 $(GO) test -count=1 -timeout 30m -run 'TestBenchmarkLarge' -v ./e2e/
+else
+	TRAINQ_TEST_CLUSTER=1 TRAINQ_BENCH=1 $(GO) test -count=1 -timeout 30m -run 'TestBenchmarkThroughput' -v ./e2e/
+endif
 
 ## scale: one allocation with 20,000 waiting jobs, its allocator continuing as new under load; fails unless
 ## every job is granted once and ends and nothing is held at the end (TRAINQ_SCALE_JOBS, TRAINQ_SCALE_UPDATES); and a

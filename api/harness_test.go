@@ -37,6 +37,10 @@ var env struct {
 	handler *Server
 	backend *client.Client
 	tokens  map[string]string // user -> bearer token
+	// cluster: the tests run on the production-shaped Temporal cluster
+	// (TRAINQ_TEST_CLUSTER=1), with two trainq-workers and two trainq-api
+	// processes behind env.server (cluster_test.go).
+	cluster bool
 }
 
 // testConfig: region SR006 with the seed's instance type in its default
@@ -153,24 +157,45 @@ func run(m *testing.M) int {
 	if env.cfg, err = config.Load(configPath); err != nil {
 		panic(err)
 	}
-	srv, err := testenv.StartDevServer(temporalBin)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "api: dev server:", err)
-		return 1
+	var hostPort string
+	if os.Getenv("TRAINQ_TEST_CLUSTER") != "" {
+		cl, addr, stop, err := startTestCluster(root, env.dir)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "api: Temporal cluster:", err)
+			return 1
+		}
+		defer stop()
+		env.client, hostPort, env.cluster = cl, addr, true
+	} else {
+		srv, err := testenv.StartDevServer(temporalBin)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "api: dev server:", err)
+			return 1
+		}
+		defer srv.Stop()
+		env.client, hostPort = srv.Client(), srv.FrontendHostPort()
 	}
-	defer srv.Stop()
-	env.client = srv.Client()
 
-	worker, err := testenv.StartWorker(workerBin, []string{"--config", configPath},
-		[]string{"TEMPORAL_ADDRESS=" + srv.FrontendHostPort()})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "api: trainq-worker:", err)
-		return 1
+	// On the cluster: two replicas of the workflow worker, the agents apart.
+	var workers []*testenv.WorkerProcess
+	roles := [][]string{{"--config", configPath}}
+	if env.cluster {
+		roles = [][]string{{"--config", configPath, "--agents=false"}, {"--config", configPath, "--agents=false"}, agentArgs(configPath)}
 	}
 	defer func() {
-		worker.Stop(30 * time.Second)
+		for _, w := range workers {
+			w.Stop(30 * time.Second)
+		}
 		testenv.KillLeftoverWorkers(dataDir)
 	}()
+	for _, args := range roles {
+		worker, err := testenv.StartWorker(workerBin, args, []string{"TEMPORAL_ADDRESS=" + hostPort})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "api: trainq-worker:", err)
+			return 1
+		}
+		workers = append(workers, worker)
+	}
 
 	tokensPath := filepath.Join(env.dir, "tokens.yaml")
 	env.tokens = map[string]string{}
@@ -192,12 +217,25 @@ func run(m *testing.M) int {
 		panic(err)
 	}
 	env.handler = s
-	env.server = httptest.NewServer(s)
+	if env.cluster {
+		// Two trainq-api processes behind one address, alternating.
+		proxy, stop, err := startAPIReplicas(root, configPath, tokensPath, hostPort)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "api: trainq-api:", err)
+			return 1
+		}
+		defer stop()
+		env.server = proxy
+	} else {
+		env.server = httptest.NewServer(s)
+	}
 	defer env.server.Close()
 	env.ready = true
 	code := m.Run()
 	if code != 0 {
-		fmt.Fprintf(os.Stderr, "trainq-worker log (tail):\n%s\n", worker.LogTail(40))
+		for i, w := range workers {
+			fmt.Fprintf(os.Stderr, "trainq-worker %v log (tail):\n%s\n", roles[i], w.LogTail(40))
+		}
 	}
 	return code
 }

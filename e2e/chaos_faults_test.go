@@ -310,7 +310,7 @@ func (r *chaosRun) resetAllocator(f chaosFault) (string, bool) {
 	}
 	reset := time.Now()
 	cmd := exec.Command(filepath.Join(env.binDir, "trainq"), "allocator", "recover", chaosAllocation, "--region", chaosRegion)
-	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+r.srv.HostPort(), "TRAINQ_CONFIG="+r.configPath)
+	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+r.hostPort(), "TRAINQ_CONFIG="+r.configPath)
 	out, err := cmd.CombinedOutput()
 	back := len(completed) - max(len(completed)-f.depth, 0)
 	desc := fmt.Sprintf("`temporal workflow reset --workflow-id %s --event-id %d` (back %d of the %d completed workflow tasks of run %s, %d events); "+

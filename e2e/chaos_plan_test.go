@@ -71,6 +71,10 @@ type chaosSize struct {
 	// other timeouts: a job a lagging recovery listing missed while it
 	// waited asks again within it.
 	requestCheck time.Duration
+	// cluster: the run is on the production-shaped Temporal cluster
+	// (internal/tempcluster) with two trainq-worker replicas, and draws the
+	// cluster's faults instead of the dev server's kill.
+	cluster bool
 }
 
 var (
@@ -103,6 +107,21 @@ var (
 		maxSleep:         5 * time.Second,
 		drawn:            true, drain: 150 * time.Second,
 		requestCheck: 10 * time.Second,
+	}
+	// chaosClusterSize is a campaign seed on the production-shaped cluster
+	// (TRAINQ_CHAOS=cluster): the campaign's faults, with kill -9 of
+	// history, matching and frontend, a PostgreSQL crash and one of the two
+	// trainq-worker replicas lost for good instead of the dev server's kill,
+	// over a longer window for the services' restarts.
+	chaosClusterSize = chaosSize{
+		name: "cluster", jobs: 30, submitWindow: 30 * time.Second,
+		faultsFrom: 3 * time.Second, faultsUntil: 60 * time.Second,
+		nodeTimeout: 2 * time.Second, stopGrace: time.Second,
+		reclaimIntervals: []time.Duration{time.Second, 2 * time.Second},
+		maxSleep:         5 * time.Second,
+		drawn:            true, drain: 180 * time.Second,
+		requestCheck: 10 * time.Second,
+		cluster:      true,
 	}
 )
 
@@ -168,8 +187,21 @@ const (
 	// register update); the allocator is asked to recover, which must
 	// complete without it and ask it again later; then it is terminated.
 	faultDeadJob
+	// The faults of the production-shaped cluster (TRAINQ_CHAOS=cluster),
+	// drawn instead of faultServerKill: kill -9 of one Temporal service,
+	// left down for a drawn 0.5–3 s and started again on its ports; a crash
+	// of PostgreSQL (every backend at once, no checkpoint) and its restart;
+	// and one of the two trainq-worker replicas killed for good.
+	faultHistoryKill
+	faultMatchingKill
+	faultFrontendKill
+	faultPostgresRestart
+	faultReplicaLoss
 	chaosFaultKinds
 )
+
+// firstClusterFault is the first fault kind only the cluster size draws.
+const firstClusterFault = faultHistoryKill
 
 func (k chaosFaultKind) String() string {
 	switch k {
@@ -193,6 +225,16 @@ func (k chaosFaultKind) String() string {
 		return "recovery listing lags (then recover)"
 	case faultDeadJob:
 		return "a job whose workflow task cannot run (then recover)"
+	case faultHistoryKill:
+		return "kill -9 history service"
+	case faultMatchingKill:
+		return "kill -9 matching service"
+	case faultFrontendKill:
+		return "kill -9 frontend service"
+	case faultPostgresRestart:
+		return "PostgreSQL crash and restart"
+	case faultReplicaLoss:
+		return "one trainq-worker replica killed for good"
 	}
 	return fmt.Sprintf("fault kind %d", int(k))
 }
@@ -305,7 +347,13 @@ func makeChaosPlan(size chaosSize, seed uint64) chaosPlan {
 	var agentDowns []time.Duration
 	if size.drawn {
 		add(faultWorkerKill, 1+rng.IntN(2))
-		add(faultServerKill, rng.IntN(2))
+		if size.cluster {
+			for k := firstClusterFault; k < chaosFaultKinds; k++ {
+				add(k, 1)
+			}
+		} else {
+			add(faultServerKill, rng.IntN(2))
+		}
 		if rng.IntN(2) == 0 {
 			add(faultAllocatorTerminate, 1)
 		} else {
@@ -354,6 +402,8 @@ func makeChaosPlan(size chaosSize, seed uint64) chaosPlan {
 			f.down, agentDowns = agentDowns[0], agentDowns[1:]
 		case faultServerKill:
 			f.down = time.Duration(1000+rng.IntN(2000)) * time.Millisecond
+		case faultHistoryKill, faultMatchingKill, faultFrontendKill, faultPostgresRestart:
+			f.down = time.Duration(500+rng.IntN(2501)) * time.Millisecond
 		case faultAllocatorReset:
 			f.depth = 1 + rng.IntN(8)
 		case faultJobReset:
@@ -607,8 +657,18 @@ func TestChaosCampaignDrawsEveryFault(t *testing.T) {
 			}
 		}
 	}
-	for k := chaosFaultKind(0); k < chaosFaultKinds; k++ {
+	for k := chaosFaultKind(0); k < firstClusterFault; k++ {
 		assert.Positive(t, seen[k], "no seed of 1..6 draws %s", k)
+	}
+	for k := firstClusterFault; k < chaosFaultKinds; k++ {
+		assert.Zero(t, seen[k], "only the cluster size draws %s", k)
+	}
+	for seed := uint64(1); seed <= 3; seed++ {
+		count := makeChaosPlan(chaosClusterSize, seed).faultCounts()
+		assert.Zero(t, count[faultServerKill])
+		for k := firstClusterFault; k < chaosFaultKinds; k++ {
+			assert.Equal(t, 1, count[k], "seed %d on the cluster: one %s", seed, k)
+		}
 	}
 	assert.Positive(t, short, "outages of 0.5–2 × node_timeout")
 	assert.Positive(t, long, "outages that reach the watches' heartbeat timeout")

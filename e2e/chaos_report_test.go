@@ -124,6 +124,9 @@ func (rep *chaosReport) figures() []chaosFigure {
 		zero("histories that could not be read", len(s.readErrors), ""),
 	}
 	for k := chaosFaultKind(0); k < chaosFaultKinds; k++ {
+		if k >= firstClusterFault && !rep.plan.size.cluster {
+			continue
+		}
 		v := fmt.Sprint(rep.injected[k])
 		if d := rep.degraded[k]; d > 0 {
 			v += fmt.Sprintf(" (%d not as planned)", d)

@@ -22,6 +22,7 @@ import (
 
 	tqclient "github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/config"
+	"github.com/trainq/trainq/internal/tempcluster"
 	"github.com/trainq/trainq/internal/testenv"
 	"github.com/trainq/trainq/protocol"
 )
@@ -63,8 +64,10 @@ func TestChaos(t *testing.T) {
 		size = chaosCampaign
 	case "full":
 		size = chaosFull
+	case "cluster":
+		size = chaosClusterSize
 	default:
-		t.Fatalf("TRAINQ_CHAOS=%q: use reduced (the default), full or campaign", v)
+		t.Fatalf("TRAINQ_CHAOS=%q: use reduced (the default), full, campaign or cluster", v)
 	}
 	if v := os.Getenv("TRAINQ_CHAOS_SEEDS"); v != "" {
 		seeds, err := parseChaosSeeds(v)
@@ -154,11 +157,16 @@ type chaosRun struct {
 	cfg                                      *config.Config
 	temporalBin                              string
 	srv                                      *testenv.PersistentDevServer
-	c                                        client.Client
+	// cluster replaces srv on the production-shaped cluster (plan.size.cluster).
+	cluster *tempcluster.Cluster
+	c       client.Client
 
 	// main runs the workflows; agent serves plan.agentNode, pairAgent
 	// plan.pairNode (nil without one), agents the other nodes.
 	main, agent, pairAgent, agents *chaosProc
+	// main2 is the second trainq-worker replica on the cluster (nil on the
+	// dev server): workflows and control activities, like main.
+	main2 *chaosProc
 	// pairMu lets one two-jobs outage at a time use the pair node.
 	pairMu sync.Mutex
 
@@ -269,13 +277,27 @@ func (r *chaosRun) run() *chaosReport {
 	t := r.t
 	r.begin = time.Now()
 	var err error
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	r.srv, err = testenv.StartPersistentDevServer(ctx, r.temporalBin, filepath.Join(r.dir, "temporal.db"))
-	cancel()
-	require.NoError(t, err)
-	t.Cleanup(func() { r.srv.Stop(10 * time.Second) })
-	r.logf("dev server on %s with its state in %s", r.srv.HostPort(), r.srv.DBFile())
-	r.c, err = client.Dial(client.Options{HostPort: r.srv.HostPort(), Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
+	if r.plan.size.cluster {
+		root, err := filepath.Abs("..")
+		require.NoError(t, err)
+		bin, err := tempcluster.FindBinaries(root)
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		r.cluster, err = tempcluster.Start(ctx, bin, tempcluster.Options{Dir: filepath.Join(r.dir, "cluster")})
+		cancel()
+		require.NoError(t, err)
+		t.Cleanup(r.cluster.Stop)
+		r.logf("Temporal %s cluster: PostgreSQL, %d history shards, frontend %s, its logs in %s",
+			tempcluster.Version, r.cluster.Shards(), r.cluster.HostPort(), filepath.Join(r.dir, "cluster", "logs"))
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		r.srv, err = testenv.StartPersistentDevServer(ctx, r.temporalBin, filepath.Join(r.dir, "temporal.db"))
+		cancel()
+		require.NoError(t, err)
+		t.Cleanup(func() { r.srv.Stop(10 * time.Second) })
+		r.logf("dev server on %s with its state in %s", r.srv.HostPort(), r.srv.DBFile())
+	}
+	r.c, err = client.Dial(client.Options{HostPort: r.hostPort(), Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
 	require.NoError(t, err)
 	t.Cleanup(r.c.Close)
 
@@ -289,6 +311,9 @@ func (r *chaosRun) run() *chaosReport {
 		}
 	}
 	r.main = &chaosProc{name: "trainq-worker", args: []string{"--agents=false", "--config", r.configPath}}
+	if r.cluster != nil {
+		r.main2 = &chaosProc{name: "trainq-worker 2", args: []string{"--agents=false", "--config", r.configPath}}
+	}
 	r.agent = &chaosProc{name: "agent " + r.plan.agentNode, args: []string{"agent", "--node", r.plan.agentNode, "--config", r.configPath}}
 	if r.plan.pairNode != "" {
 		r.pairAgent = &chaosProc{name: "agent " + r.plan.pairNode, args: []string{"agent", "--node", r.plan.pairNode, "--config", r.configPath}}
@@ -343,6 +368,9 @@ func (r *chaosRun) pairText() string {
 
 func (r *chaosRun) procs() []*chaosProc {
 	ps := []*chaosProc{r.main, r.agent}
+	if r.main2 != nil {
+		ps = append(ps, r.main2)
+	}
 	if r.pairAgent != nil {
 		ps = append(ps, r.pairAgent)
 	}
@@ -356,7 +384,7 @@ func (r *chaosRun) start(p *chaosProc) error {
 	var last error
 	for try := 1; try <= 3; try++ {
 		r.mu.Lock()
-		penv := append([]string{"TEMPORAL_ADDRESS=" + r.srv.HostPort()}, p.env...)
+		penv := append([]string{"TEMPORAL_ADDRESS=" + r.hostPort()}, p.env...)
 		r.mu.Unlock()
 		w, err := testenv.StartWorker(filepath.Join(env.binDir, "trainq-worker"), p.args, penv)
 		if err != nil {
@@ -437,7 +465,9 @@ func (r *chaosRun) dumpLogs() {
 	events := append([]string(nil), r.events...)
 	r.mu.Unlock()
 	_ = os.WriteFile(filepath.Join(r.dir, "logs", "events.log"), []byte(strings.Join(events, "\n")+"\n"), 0o644)
-	_ = os.WriteFile(filepath.Join(r.dir, "logs", "temporal.log"), []byte(r.srv.LogTail(1<<30)), 0o644)
+	if r.srv != nil {
+		_ = os.WriteFile(filepath.Join(r.dir, "logs", "temporal.log"), []byte(r.srv.LogTail(1<<30)), 0o644)
+	}
 }
 
 // sleepUntil sleeps until offset d from the start: the fault schedule's and
@@ -568,6 +598,19 @@ func (r *chaosRun) injectAll() {
 			}
 		case faultServerKill:
 			desc = r.bounceServer(f.down)
+		case faultHistoryKill:
+			desc = r.bounceService(tempcluster.History, f.down)
+		case faultMatchingKill:
+			desc = r.bounceService(tempcluster.Matching, f.down)
+		case faultFrontendKill:
+			desc = r.bounceService(tempcluster.Frontend, f.down)
+		case faultPostgresRestart:
+			desc = r.bounceService("postgres", f.down)
+		case faultReplicaLoss:
+			pid := r.main2.p.Pid()
+			r.setDown(r.main2, true)
+			r.kill(r.main2)
+			desc = fmt.Sprintf("%s (pid %d) killed with SIGKILL for good: %s alone runs the workflows from now on", r.main2.name, pid, r.main.name)
 		case faultAllocatorTerminate:
 			desc = r.terminateAllocator()
 		case faultAllocatorReset:
@@ -683,11 +726,54 @@ func (r *chaosRun) bounceServer(down time.Duration) string {
 		down, time.Since(restarted).Round(10*time.Millisecond))
 }
 
+// hostPort is Temporal's frontend: the dev server's or the cluster's.
+func (r *chaosRun) hostPort() string {
+	if r.cluster != nil {
+		return r.cluster.HostPort()
+	}
+	return r.srv.HostPort()
+}
+
+// bounceService kill -9s one service of the cluster (or crashes
+// PostgreSQL), leaves it down for down and starts it again on its ports
+// and state.
+func (r *chaosRun) bounceService(name string, down time.Duration) string {
+	pid := 0
+	if name == "postgres" {
+		r.cluster.Postgres().Crash()
+		r.logf("crashed PostgreSQL (SIGQUIT: every backend at once, no checkpoint); down for %s", down)
+	} else {
+		pid = r.cluster.Pid(name)
+		r.cluster.Kill(name)
+		r.logf("killed the %s service (pid %d) with SIGKILL; down for %s", name, pid, down)
+	}
+	time.Sleep(down)
+	restarted := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var err error
+	if name == "postgres" {
+		err = r.cluster.Postgres().Start(ctx)
+	} else {
+		err = r.cluster.StartService(ctx, name)
+	}
+	if err != nil {
+		r.problem("%s did not come back: %v", name, err)
+		r.t.Fatalf("%s did not come back: %v", name, err)
+	}
+	if name == "postgres" {
+		return fmt.Sprintf("PostgreSQL crashed, down %s, accepting connections again %s after its restart (crash recovery)",
+			down, time.Since(restarted).Round(10*time.Millisecond))
+	}
+	return fmt.Sprintf("%s (pid %d) killed, down %s, answering again %s after its restart (pid %d)",
+		name, pid, down, time.Since(restarted).Round(10*time.Millisecond), r.cluster.Pid(name))
+}
+
 // terminateAllocator terminates the allocator as an operator could, with
 // the Temporal CLI.
 func (r *chaosRun) terminateAllocator() string {
 	id := protocol.AllocatorWorkflowID(chaosRegion, chaosAllocation)
-	cmd := exec.Command(r.temporalBin, "workflow", "terminate", "--address", r.srv.HostPort(),
+	cmd := exec.Command(r.temporalBin, "workflow", "terminate", "--address", r.hostPort(),
 		"--workflow-id", id, "--reason", "chaos test: allocator terminated")
 	out, err := cmd.CombinedOutput()
 	if err != nil {

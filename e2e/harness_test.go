@@ -18,6 +18,7 @@ import (
 
 	tqclient "github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/config"
+	"github.com/trainq/trainq/internal/tempcluster"
 	"github.com/trainq/trainq/internal/testenv"
 	"github.com/trainq/trainq/protocol"
 )
@@ -30,6 +31,9 @@ var env struct {
 	cfg        *config.Config
 	hostPort   string
 	client     client.Client
+	// cluster is the production-shaped Temporal cluster the suite runs on
+	// under TRAINQ_TEST_CLUSTER=1 (nil on the dev server): see cluster_test.go.
+	cluster *tempcluster.Cluster
 }
 
 // testConfig gives every test its own allocation so that tests cannot
@@ -182,14 +186,23 @@ func run(m *testing.M) int {
 	if env.cfg, err = config.Load(env.configPath); err != nil {
 		panic(err)
 	}
-	srv, err := testenv.StartDevServer(temporalBin)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: dev server:", err)
-		return 1
+	if os.Getenv("TRAINQ_TEST_CLUSTER") != "" {
+		stop, err := startTestCluster(root)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: Temporal cluster:", err)
+			return 1
+		}
+		defer stop()
+	} else {
+		srv, err := testenv.StartDevServer(temporalBin)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: dev server:", err)
+			return 1
+		}
+		defer srv.Stop()
+		env.hostPort = srv.FrontendHostPort()
+		env.client = srv.Client()
 	}
-	defer srv.Stop()
-	env.hostPort = srv.FrontendHostPort()
-	env.client = srv.Client()
 	os.Setenv("TEMPORAL_ADDRESS", env.hostPort)
 	os.Setenv("TRAINQ_TEMPORAL_BIN_RESOLVED", temporalBin)
 	os.Setenv("TRAINQ_CONFIG", env.configPath)
@@ -205,8 +218,17 @@ func startWorker(t *testing.T) *testenv.WorkerProcess {
 }
 
 // startWorkerWith starts trainq-worker on configPath; the test stops it at its end.
+// On the test cluster (TRAINQ_TEST_CLUSTER=1) the test's trainq runs as two
+// replicas, as behind a Deployment, with the node agents apart: the worker
+// returned runs the workflows and control activities (--agents=false), and
+// the test's first call also starts a second such replica and one
+// `trainq-worker agent` process for every node of the config, kept for the
+// whole test. Killing the returned worker leaves the other replica to carry on.
 func startWorkerWith(t *testing.T, configPath string) *testenv.WorkerProcess {
 	t.Helper()
+	if env.cluster != nil {
+		return startClusterWorker(t, configPath)
+	}
 	w, err := testenv.StartWorker(filepath.Join(env.binDir, "trainq-worker"),
 		[]string{"--config", configPath}, []string{"TEMPORAL_ADDRESS=" + env.hostPort})
 	require.NoError(t, err)

@@ -186,6 +186,9 @@ func startProcess(t *testing.T, args ...string) *testenv.WorkerProcess {
 			t.Logf("trainq-worker %v log:\n%s", args, w.LogTail(40))
 		}
 	})
+	if env.cluster != nil && slices.Contains(args, "--agents=false") {
+		startSecondReplica(t, args)
+	}
 	return w
 }
 

@@ -19,8 +19,10 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
+web_ui="http://localhost:8233  (filter: TrainqState=\"Running\")"
 if bin/temporal operator cluster health --address "$TEMPORAL_ADDRESS" >/dev/null 2>&1; then
   echo "A Temporal server already answers at $TEMPORAL_ADDRESS; using it."
+  web_ui="${TRAINQ_WEB_UI:-the one of the server at $TEMPORAL_ADDRESS (none started here)}"
 else
   # trainq's search attributes, and task readers without the single-shard rate limit that
   # adds ~45 ms to every task (protocol.DevServerArgs, shared with the tests' dev servers).
@@ -81,7 +83,7 @@ fi
 cat <<MSG
 
 trainq is running.
-  Web UI:        http://localhost:8233  (filter: TrainqState="Running")
+  Web UI:        $web_ui
   Submit a job:  bin/trainq submit --script 'echo hello; sleep 30' --instance-type a100.1gpu --allocation demo
   See the queue: bin/trainq queue demo
   List jobs:     bin/trainq list

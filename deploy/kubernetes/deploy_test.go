@@ -68,7 +68,7 @@ func TestManifestsApplyOnAnAPIServer(t *testing.T) {
 			}
 		}
 		assert.Equal(t, map[string]int{"Namespace": 2, "ServiceAccount": 1, "Role": 1, "RoleBinding": 1, "ClusterRole": 1,
-			"ClusterRoleBinding": 1, "ConfigMap": 1, "Secret": 1, "Deployment": 2, "Service": 1, "PodDisruptionBudget": 2, "NetworkPolicy": 1}, kinds, dir)
+			"ClusterRoleBinding": 1, "ConfigMap": 1, "Secret": 1, "Deployment": 3, "Service": 1, "PodDisruptionBudget": 2, "NetworkPolicy": 1}, kinds, dir)
 		for _, o := range objs {
 			gvk := o.GroupVersionKind()
 			m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
@@ -107,6 +107,26 @@ func TestManifestsApplyOnAnAPIServer(t *testing.T) {
 					grace = int64(n)
 				}
 				assert.Greater(t, grace, int64(10), "%s: the grace exceeds the agents' WorkerStopTimeout (10s)", o.GetName())
+				if dir == "base" {
+					// Two of the workflow workers and of the API; one agents
+					// process, never two at once.
+					r, _, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "replicas")
+					var replicas int64
+					switch n := r.(type) {
+					case int:
+						replicas = int64(n)
+					case int64:
+						replicas = n
+					case float64:
+						replicas = int64(n)
+					}
+					strategy, _, _ := unstructured.NestedString(o.Object, "spec", "strategy", "type")
+					want := map[string]int64{"trainq-worker": 2, "trainq-api": 2, "trainq-agents": 1}[o.GetName()]
+					assert.Equal(t, want, replicas, "%s replicas", o.GetName())
+					if o.GetName() == "trainq-agents" {
+						assert.Equal(t, "Recreate", strategy)
+					}
+				}
 			}
 		}
 	}
