@@ -403,32 +403,33 @@ func (sc *scratch) unlink(f, n int32, g int) {
 }
 
 // grantOne is pickOne on free capacity for a request with no capacity nominated to it and no
-// allowed nodes: the node with the fewest free GPUs that fits it, then the fewest free CPU cores,
-// then config order. Only the nodes with exactly that many free GPUs are looked at. (A request
-// held to some nodes takes pickOne, over those nodes alone.)
+// allowed nodes, in the same order (cmpNodeCandidate): every candidate is elsewhere and takes
+// nothing from releasing capacity, so the order is the fewest free GPUs that fit, then the fewest
+// free CPU cores, then config order, and only the first bucket with a fit (exactly that many free
+// GPUs) is looked at. (A request held to some nodes takes pickOne, over those nodes alone.)
 func (sc *scratch) grantOne(p *Pool, sh *shape) bool {
 	buckets := sc.freeBuckets[sh.fam]
-	best := int32(-1)
-	bestSpareCPU := 0
-	for g := sh.gpu; g < len(buckets) && best < 0; g++ {
+	best := nodeCandidate{n: -1}
+	for g := sh.gpu; g < len(buckets) && best.n < 0; g++ {
 		for _, sl := range buckets[g] {
 			if sl.cpu < sh.cpu || sl.ram < sh.ram {
 				continue
 			}
-			if spareCPU := sl.cpu - sh.cpu; best < 0 || spareCPU < bestSpareCPU || spareCPU == bestSpareCPU && sl.n < best {
-				best, bestSpareCPU = sl.n, spareCPU
+			if c := (nodeCandidate{n: sl.n, elsewhere: 1, spareGPU: g - sh.gpu, spareCPU: sl.cpu - sh.cpu}); best.n < 0 || cmpNodeCandidate(c, best) < 0 {
+				best = c
 			}
 		}
 	}
-	if best < 0 {
+	if best.n < 0 {
 		return false
 	}
-	sc.pick = append(sc.pick[:0], best)
+	sc.pick = append(sc.pick[:0], best.n)
 	return true
 }
 
-// cmpNodeCandidate orders candidate nodes: first the nodes where capacity is nominated to the request
-// itself, then best fit: fewest GPUs left over, fewest taken from releasing capacity, fewest CPU
+// cmpNodeCandidate is the one order in which every placement path (pickNodes, pickSome, pickOne,
+// pickOwn, grantOne) chooses nodes, pinned by TestEveryPlacementPathOrdersNodesAlike: first the
+// nodes where capacity is nominated to the request itself, then best fit: fewest GPUs left over, fewest taken from releasing capacity, fewest CPU
 // cores left over, config order. For a request that will wait (releasing capacity counted) the
 // left-over keys are 0: its choice must not change when others take capacity elsewhere, or a
 // second pass would hold other nodes than the first.
@@ -526,55 +527,21 @@ func (sc *scratch) pickOne(p *Pool, sh *shape, withRel bool) bool {
 		sc.pick = append(sc.pick[:0], own)
 		return true
 	}
-	best := int32(-1)
-	var bestElsewhere int8
-	var bestSpareGPU, bestFromRel, bestSpareCPU int
-	freeGPU, freeCPU, freeRAM, relGPU, relCPU, relRAM, own, stamp := sc.freeGPU, sc.freeCPU, sc.freeRAM, sc.relGPU, sc.relCPU, sc.relRAM, sc.walkerOwns, sc.walkerStamp
+	best := nodeCandidate{n: -1}
 	for _, n := range p.placeable(sh) {
-		g, c, r := freeGPU[n], freeCPU[n], freeRAM[n]
-		fromRel := 0
-		if withRel {
-			g, c, r = g+relGPU[n], c+relCPU[n], r+relRAM[n]
-			fromRel = max(0, sh.gpu-freeGPU[n])
-		}
-		if g < sh.gpu || c < sh.cpu || r < sh.ram {
+		c, ok := sc.candOf(n, sh, withRel)
+		if !ok || best.n >= 0 && cmpNodeCandidate(c, best) >= 0 {
 			continue
 		}
-		elsewhere := int8(1)
-		if own[n] == stamp {
-			elsewhere = 0
-		}
-		spareGPU, spareCPU := g-sh.gpu, c-sh.cpu
-		if withRel {
-			spareGPU, spareCPU = 0, 0
-		}
-		if best >= 0 {
-			switch {
-			case elsewhere != bestElsewhere:
-				if elsewhere > bestElsewhere {
-					continue
-				}
-			case spareGPU != bestSpareGPU:
-				if spareGPU > bestSpareGPU {
-					continue
-				}
-			case fromRel != bestFromRel:
-				if fromRel > bestFromRel {
-					continue
-				}
-			case spareCPU >= bestSpareCPU:
-				continue // a later node never wins a tie
-			}
-		}
-		best, bestElsewhere, bestSpareGPU, bestFromRel, bestSpareCPU = n, elsewhere, spareGPU, fromRel, spareCPU
-		if elsewhere == 0 && spareGPU == 0 && fromRel == 0 && spareCPU == 0 {
+		best = c
+		if c == (nodeCandidate{n: n}) {
 			break // nothing later can be better
 		}
 	}
-	if best < 0 {
+	if best.n < 0 {
 		return false
 	}
-	sc.pick = append(sc.pick[:0], best)
+	sc.pick = append(sc.pick[:0], best.n)
 	return true
 }
 
