@@ -33,18 +33,18 @@ type nodeCandidate struct {
 // the free capacity such a worker left when it stopped (a hold), on a node that is not lost. It
 // stays nominated until the preemptor is granted or withdrawn (see the package doc).
 type nomination struct {
-	victim                          *runJob
-	worker                          int // the victim's worker
-	node                            int32
-	gpu, cpu, ram                   int  // the worker's demand
-	hiddenGPU, hiddenCPU, hiddenRAM int  // how much of it is hidden now (taken out of the pass's releasing capacity)
-	heldGPU, heldCPU, heldRAM       int  // how much of it the nominee itself holds in this pass
-	free                            bool // a hold: the victim has stopped, the capacity is free
-	holdIdx                         int  // a hold: its index in Pool.holds
-	taken                           bool // its nominee took it over from the preemptor
-	class                           Class
-	by                              string // the nominee: the preemptor, or a strictly better request that took it over
-	seq                             int64
+	victim  *runJob
+	worker  int // the victim's worker
+	node    int32
+	demand  resources // the worker's demand
+	hidden  resources // how much of it is hidden now (taken out of the pass's releasing capacity)
+	held    resources // how much of it the nominee itself holds in this pass
+	free    bool      // a hold: the victim has stopped, the capacity is free
+	holdIdx int       // a hold: its index in Pool.holds
+	taken   bool      // its nominee took it over from the preemptor
+	class   Class
+	by      string // the nominee: the preemptor, or a strictly better request that took it over
+	seq     int64
 }
 
 // failureCache remembers what failed in this pass: the shapes that can neither start nor hold
@@ -85,9 +85,9 @@ func (fc *failureCache) newPass(nShapes int) {
 // scratch is per-pass working state. The pass never mutates the Pool: it works on these copies,
 // so the same code serves Schedule (which applies the plan) and View/Explain (which only read it).
 type scratch struct {
-	freeGPU, freeCPU, freeRAM       []int // per node: free capacity not yet granted or reserved in this pass
-	relGPU, relCPU, relRAM          []int // per node: visible releasing capacity not yet reserved in this pass
-	victimGPU, victimCPU, victimRAM []int // per node: capacity of tentative victims (preemption search)
+	free   []resources // per node: free capacity not yet granted or reserved in this pass
+	rel    []resources // per node: visible releasing capacity not yet reserved in this pass
+	victim []resources // per node: capacity of tentative victims (preemption search)
 	// Per family and GPU count g: how many nodes have at least g free GPUs, and at least g free
 	// plus releasing GPUs. A request that fails these counts needs no node walk.
 	freeAtLeast, freeOrRelAtLeast [][]int32
@@ -197,12 +197,8 @@ func (sc *scratch) reset(p *Pool) {
 // per family, the nodes with at least g free (and free plus releasing) GPUs.
 func (sc *scratch) resetCapacity(p *Pool) {
 	n := len(p.nodes)
-	for _, s := range []*[]int{&sc.freeGPU, &sc.freeCPU, &sc.freeRAM, &sc.relGPU, &sc.relCPU, &sc.relRAM, &sc.victimGPU, &sc.victimCPU, &sc.victimRAM} {
-		*s = grow(*s, n)
-	}
-	clear(sc.victimGPU)
-	clear(sc.victimCPU)
-	clear(sc.victimRAM)
+	sc.free, sc.rel, sc.victim = grow(sc.free, n), grow(sc.rel, n), grow(sc.victim, n)
+	clear(sc.victim)
 	if len(sc.freeAtLeast) != len(p.fams) {
 		sc.freeAtLeast = make([][]int32, len(p.fams))
 		sc.freeOrRelAtLeast = make([][]int32, len(p.fams))
@@ -216,14 +212,12 @@ func (sc *scratch) resetCapacity(p *Pool) {
 	for i := range p.nodes {
 		nd := &p.nodes[i]
 		if nd.lost { // a lost node's capacity serves no one: the pass sees none, free or releasing
-			sc.freeGPU[i], sc.freeCPU[i], sc.freeRAM[i] = 0, 0, 0
-			sc.relGPU[i], sc.relCPU[i], sc.relRAM[i] = 0, 0, 0
+			sc.free[i], sc.rel[i] = resources{}, resources{}
 			continue
 		}
-		sc.freeGPU[i], sc.freeCPU[i], sc.freeRAM[i] = nd.freeGPU, nd.freeCPU, nd.freeRAM
-		sc.relGPU[i], sc.relCPU[i], sc.relRAM[i] = nd.relGPU, nd.relCPU, nd.relRAM
-		sc.freeAtLeast[nd.fam][nd.freeGPU]++
-		sc.freeOrRelAtLeast[nd.fam][nd.freeGPU+nd.relGPU]++
+		sc.free[i], sc.rel[i] = nd.free, nd.rel
+		sc.freeAtLeast[nd.fam][nd.free.gpu]++
+		sc.freeOrRelAtLeast[nd.fam][nd.free.gpu+nd.rel.gpu]++
 	}
 	for f := range p.fams { // histogram -> "at least g"
 		a, ar := sc.freeAtLeast[f], sc.freeOrRelAtLeast[f]
@@ -239,7 +233,7 @@ func (sc *scratch) resetCapacity(p *Pool) {
 func (sc *scratch) newBuckets(p *Pool, f int32) [][]freeSlot {
 	sizes := make([]int, p.fams[f].maxGPU+1)
 	for _, i := range p.fams[f].live {
-		sizes[sc.freeGPU[i]]++
+		sizes[sc.free[i].gpu]++
 	}
 	b := make([][]freeSlot, len(sizes))
 	for g, k := range sizes {
@@ -272,7 +266,7 @@ func (sc *scratch) resetFreeLists(p *Pool) {
 			sc.freeBuckets[f][g] = sc.freeBuckets[f][g][:0]
 		}
 		for _, i := range p.fams[f].live {
-			sc.link(int32(f), i, sc.freeGPU[i])
+			sc.link(int32(f), i, sc.free[i].gpu)
 		}
 	}
 }
@@ -284,19 +278,19 @@ func (sc *scratch) resetNominations(p *Pool) {
 	clear(sc.byJob)
 	clear(sc.byNode)
 	for _, v := range p.victims {
-		d := &v.r.Demand
+		d := demandOf(&v.r.Demand)
 		for w, n := range v.nodes {
 			if v.released[w] || p.nodes[n].lost {
 				continue
 			}
 			nb := v.nominee[w]
-			sc.hide(p, sc.addNom(nomination{victim: v, worker: w, node: n, gpu: d.GPUs, cpu: d.CPU, ram: d.RAMGB, class: nb.Class, by: nb.Job, seq: v.preemptSeq,
+			sc.hide(p, sc.addNom(nomination{victim: v, worker: w, node: n, demand: d, class: nb.Class, by: nb.Job, seq: v.preemptSeq,
 				taken: nb.Job != v.preemptedBy.Job}))
 		}
 	}
 	for i, h := range p.holds {
 		if !p.nodes[h.node].lost {
-			sc.hide(p, sc.addNom(nomination{node: h.node, gpu: h.gpu, cpu: h.cpu, ram: h.ram, free: true, holdIdx: i, class: h.class, by: h.by, seq: h.seq, taken: h.taken}))
+			sc.hide(p, sc.addNom(nomination{node: h.node, demand: h.amount, free: true, holdIdx: i, class: h.class, by: h.by, seq: h.seq, taken: h.taken}))
 		}
 	}
 	sc.relVisible = grow(sc.relVisible, len(p.fams))
@@ -327,16 +321,12 @@ func (sc *scratch) hide(p *Pool, i int32) {
 	x := &sc.nominations[i]
 	n := x.node
 	if x.free {
-		x.hiddenGPU, x.hiddenCPU, x.hiddenRAM = min(x.gpu-x.heldGPU, sc.freeGPU[n]), min(x.cpu-x.heldCPU, sc.freeCPU[n]), min(x.ram-x.heldRAM, sc.freeRAM[n])
-		sc.freeCPU[n] -= x.hiddenCPU
-		sc.freeRAM[n] -= x.hiddenRAM
-		sc.setGPU(p, n, sc.freeGPU[n]-x.hiddenGPU, sc.relGPU[n])
+		x.hidden = x.demand.sub(x.held).atMost(sc.free[n])
+		sc.setCapacity(p, n, sc.free[n].sub(x.hidden), sc.rel[n])
 		return
 	}
-	x.hiddenGPU, x.hiddenCPU, x.hiddenRAM = min(x.gpu-x.heldGPU, sc.relGPU[n]), min(x.cpu-x.heldCPU, sc.relCPU[n]), min(x.ram-x.heldRAM, sc.relRAM[n])
-	sc.relCPU[n] -= x.hiddenCPU
-	sc.relRAM[n] -= x.hiddenRAM
-	sc.setGPU(p, n, sc.freeGPU[n], sc.relGPU[n]-x.hiddenGPU)
+	x.hidden = x.demand.sub(x.held).atMost(sc.rel[n])
+	sc.setCapacity(p, n, sc.free[n], sc.rel[n].sub(x.hidden))
 }
 
 // unhide gives nomination i's hidden capacity back to the visible releasing capacity.
@@ -344,16 +334,11 @@ func (sc *scratch) unhide(p *Pool, i int32) {
 	x := &sc.nominations[i]
 	n := x.node
 	if x.free {
-		sc.freeCPU[n] += x.hiddenCPU
-		sc.freeRAM[n] += x.hiddenRAM
-		sc.setGPU(p, n, sc.freeGPU[n]+x.hiddenGPU, sc.relGPU[n])
+		sc.setCapacity(p, n, sc.free[n].add(x.hidden), sc.rel[n])
 	} else {
-		sc.relCPU[n] += x.hiddenCPU
-		sc.relRAM[n] += x.hiddenRAM
-		sc.setGPU(p, n, sc.freeGPU[n], sc.relGPU[n]+x.hiddenGPU)
+		sc.setCapacity(p, n, sc.free[n], sc.rel[n].add(x.hidden))
 	}
-	x.hiddenGPU, x.hiddenCPU, x.hiddenRAM = 0, 0, 0
-	x.heldGPU, x.heldCPU, x.heldRAM = 0, 0, 0
+	x.hidden, x.held = resources{}, resources{}
 }
 
 func adjustCnt(c []int32, old, new int) {
@@ -365,22 +350,23 @@ func adjustCnt(c []int32, old, new int) {
 	}
 }
 
-// setGPU sets node n's in-pass free and releasing GPUs, keeping the per-family summaries.
-func (sc *scratch) setGPU(p *Pool, n int32, a, r int) {
+// setCapacity sets node n's in-pass free and releasing capacity, keeping the per-family
+// summaries and the free-GPU buckets: every write to a node's copy goes through here.
+func (sc *scratch) setCapacity(p *Pool, n int32, free, rel resources) {
 	f := p.nodes[n].fam
-	adjustCnt(sc.freeAtLeast[f], sc.freeGPU[n], a)
-	adjustCnt(sc.freeOrRelAtLeast[f], sc.freeGPU[n]+sc.relGPU[n], a+r)
+	was := sc.free[n].gpu
+	adjustCnt(sc.freeAtLeast[f], was, free.gpu)
+	adjustCnt(sc.freeOrRelAtLeast[f], was+sc.rel[n].gpu, free.gpu+rel.gpu)
+	sc.free[n], sc.rel[n] = free, rel
 	switch {
 	case p.nodes[n].lost: // in no bucket
-	case a != sc.freeGPU[n]:
-		sc.unlink(f, n, sc.freeGPU[n])
-		sc.freeGPU[n] = a
-		sc.link(f, n, a)
+	case free.gpu != was:
+		sc.unlink(f, n, was)
+		sc.link(f, n, free.gpu)
 	default: // its free CPU or RAM may have changed
-		sl := &sc.freeBuckets[f][a][sc.slotOf[n]]
-		sl.cpu, sl.ram = sc.freeCPU[n], sc.freeRAM[n]
+		sl := &sc.freeBuckets[f][free.gpu][sc.slotOf[n]]
+		sl.cpu, sl.ram = free.cpu, free.ram
 	}
-	sc.freeGPU[n], sc.relGPU[n] = a, r
 	sc.noteRel(f, n)
 	sc.markChanged(n)
 }
@@ -389,7 +375,7 @@ func (sc *scratch) setGPU(p *Pool, n int32, a, r int) {
 func (sc *scratch) link(f, n int32, g int) {
 	b := &sc.freeBuckets[f][g]
 	sc.slotOf[n] = int32(len(*b))
-	*b = append(*b, freeSlot{n: n, cpu: sc.freeCPU[n], ram: sc.freeRAM[n]})
+	*b = append(*b, freeSlot{n: n, cpu: sc.free[n].cpu, ram: sc.free[n].ram})
 }
 
 // unlink takes node n out of family f's bucket for g free GPUs (the bucket's last node takes
@@ -410,12 +396,12 @@ func (sc *scratch) unlink(f, n int32, g int) {
 func (sc *scratch) grantOne(p *Pool, sh *shape) bool {
 	buckets := sc.freeBuckets[sh.fam]
 	best := nodeCandidate{n: -1}
-	for g := sh.gpu; g < len(buckets) && best.n < 0; g++ {
+	for g := sh.need.gpu; g < len(buckets) && best.n < 0; g++ {
 		for _, sl := range buckets[g] {
-			if sl.cpu < sh.cpu || sl.ram < sh.ram {
+			if sl.cpu < sh.need.cpu || sl.ram < sh.need.ram {
 				continue
 			}
-			if c := (nodeCandidate{n: sl.n, elsewhere: 1, spareGPU: g - sh.gpu, spareCPU: sl.cpu - sh.cpu}); best.n < 0 || cmpNodeCandidate(c, best) < 0 {
+			if c := (nodeCandidate{n: sl.n, elsewhere: 1, spareGPU: g - sh.need.gpu, spareCPU: sl.cpu - sh.need.cpu}); best.n < 0 || cmpNodeCandidate(c, best) < 0 {
 				best = c
 			}
 		}
@@ -500,13 +486,11 @@ func (sc *scratch) pickSome(p *Pool, sh *shape) bool {
 
 // candOf is node n as a candidate for one worker of sh, if the worker fits there.
 func (sc *scratch) candOf(n int32, sh *shape, withRel bool) (nodeCandidate, bool) {
-	g, c, r := sc.freeGPU[n], sc.freeCPU[n], sc.freeRAM[n]
-	fromRel := 0
+	have := sc.free[n]
 	if withRel {
-		g, c, r = g+sc.relGPU[n], c+sc.relCPU[n], r+sc.relRAM[n]
-		fromRel = max(0, sh.gpu-sc.freeGPU[n])
+		have = have.add(sc.rel[n])
 	}
-	if g < sh.gpu || c < sh.cpu || r < sh.ram {
+	if !sh.need.lessEqual(have) {
 		return nodeCandidate{}, false
 	}
 	elsewhere := int8(1)
@@ -514,9 +498,9 @@ func (sc *scratch) candOf(n int32, sh *shape, withRel bool) (nodeCandidate, bool
 		elsewhere = 0
 	}
 	if withRel {
-		return nodeCandidate{n: n, elsewhere: elsewhere, fromRel: fromRel}, true
+		return nodeCandidate{n: n, elsewhere: elsewhere, fromRel: max(0, sh.need.gpu-sc.free[n].gpu)}, true
 	}
-	return nodeCandidate{n: n, elsewhere: elsewhere, spareGPU: g - sh.gpu, spareCPU: c - sh.cpu}, true
+	return nodeCandidate{n: n, elsewhere: elsewhere, spareGPU: have.gpu - sh.need.gpu, spareCPU: have.cpu - sh.need.cpu}, true
 }
 
 // pickOne is pickNodes for one worker: the best candidate in cmpNodeCandidate order, without sorting
@@ -582,7 +566,7 @@ func (sc *scratch) pickUsesOwnVictims() bool {
 // pickFree reports whether every picked node holds a worker of sh on free capacity alone.
 func (sc *scratch) pickFree(sh *shape) bool {
 	for _, n := range sc.pick {
-		if sc.freeGPU[n] < sh.gpu || sc.freeCPU[n] < sh.cpu || sc.freeRAM[n] < sh.ram {
+		if !sh.need.lessEqual(sc.free[n]) {
 			return false
 		}
 	}
@@ -594,30 +578,28 @@ func (sc *scratch) pickFree(sh *shape) bool {
 func (sc *scratch) take(p *Pool, sh *shape, grant bool) {
 	sc.relTake, sc.relUsed = sc.relTake[:0], sc.relUsed[:0]
 	for _, n := range sc.pick {
-		var rg, rc, rr int
+		var fromRel resources
 		if !grant {
-			rg, rc, rr = max(0, sh.gpu-sc.freeGPU[n]), max(0, sh.cpu-sc.freeCPU[n]), max(0, sh.ram-sc.freeRAM[n])
+			fromRel = sh.need.sub(sc.free[n]).nonNegative()
 		}
-		sc.relTake = append(sc.relTake, int32(rg))
-		sc.relUsed = append(sc.relUsed, rg > 0 || rc > 0 || rr > 0)
+		fromFree := sh.need.sub(fromRel)
+		sc.relTake = append(sc.relTake, int32(fromRel.gpu))
+		sc.relUsed = append(sc.relUsed, fromRel.positive())
 		if sc.walkerOwns[n] == sc.walkerStamp { // what it holds of its own nominations stays out of the re-hiding
-			rel := [3]int{rg, rc, rr}
-			free := [3]int{sh.gpu - rg, sh.cpu - rc, sh.ram - rr}
+			rel, free := fromRel, fromFree
 			for _, k := range sc.walkerNoms {
 				if x := &sc.nominations[k]; x.node == n {
 					u := &rel
 					if x.free {
 						u = &free
 					}
-					a, b, c := min(u[0], x.gpu-x.heldGPU), min(u[1], x.cpu-x.heldCPU), min(u[2], x.ram-x.heldRAM)
-					x.heldGPU, x.heldCPU, x.heldRAM = x.heldGPU+a, x.heldCPU+b, x.heldRAM+c
-					u[0], u[1], u[2] = u[0]-a, u[1]-b, u[2]-c
+					a := u.atMost(x.demand.sub(x.held))
+					x.held = x.held.add(a)
+					*u = u.sub(a)
 				}
 			}
 		}
-		sc.freeCPU[n], sc.relCPU[n] = sc.freeCPU[n]-(sh.cpu-rc), sc.relCPU[n]-rc
-		sc.freeRAM[n], sc.relRAM[n] = sc.freeRAM[n]-(sh.ram-rr), sc.relRAM[n]-rr
-		sc.setGPU(p, n, sc.freeGPU[n]-(sh.gpu-rg), sc.relGPU[n]-rg)
+		sc.setCapacity(p, n, sc.free[n].sub(fromFree), sc.rel[n].sub(fromRel))
 	}
 }
 
@@ -628,8 +610,8 @@ type planGrant struct {
 }
 
 type holdUse struct {
-	holdIdx       int // index in Pool.holds
-	gpu, cpu, ram int
+	holdIdx int // index in Pool.holds
+	used    resources
 }
 
 // grant records that w starts on the picked nodes (already taken).
@@ -638,8 +620,8 @@ func (sc *scratch) grant(pl *plan, w *waitReq) {
 	pl.grantNodes = append(pl.grantNodes, sc.pick...)
 	g.nodesTo = len(pl.grantNodes)
 	for _, k := range sc.walkerNoms {
-		if x := &sc.nominations[k]; x.free && (x.heldGPU > 0 || x.heldCPU > 0 || x.heldRAM > 0) {
-			g.holds = append(g.holds, holdUse{holdIdx: x.holdIdx, gpu: x.heldGPU, cpu: x.heldCPU, ram: x.heldRAM})
+		if x := &sc.nominations[k]; x.free && x.held.positive() {
+			g.holds = append(g.holds, holdUse{holdIdx: x.holdIdx, used: x.held})
 		}
 	}
 	pl.grants = append(pl.grants, g)
@@ -800,7 +782,7 @@ func (p *Pool) explainOutcome(sc *scratch, pl *plan, i int, kind uint8, victims 
 	}
 	if kind == outNoFit && sh.allowed != nil {
 		for _, n := range p.fams[sh.fam].live {
-			if sc.freeGPU[n]+sc.relGPU[n] >= sh.gpu && sc.freeCPU[n]+sc.relCPU[n] >= sh.cpu && sc.freeRAM[n]+sc.relRAM[n] >= sh.ram {
+			if sh.need.lessEqual(sc.free[n].add(sc.rel[n])) {
 				o.room++
 				if sh.may(n) {
 					o.roomAllowed++
@@ -977,7 +959,7 @@ func (sc *scratch) waitForOwnVictims(p *Pool, pl *plan, w *waitReq, sh *shape) (
 // and wait. A request without nominations of its own (cacheable) sees releasing capacity only
 // if some was nominated to nobody when the pass began.
 func (sc *scratch) grantOrHold(p *Pool, pl *plan, w *waitReq, sh *shape, cacheable bool) (kind uint8, ok bool) {
-	g := min(sh.gpu, len(sc.freeAtLeast[sh.fam])-1)
+	g := min(sh.need.gpu, len(sc.freeAtLeast[sh.fam])-1)
 	whole := sc.capWorkers >= sh.workers
 	if whole && int(sc.freeAtLeast[sh.fam][g]) >= sh.workers && sc.pickNodes(p, sh, false) {
 		sc.take(p, sh, true)
@@ -1017,17 +999,15 @@ func (sc *scratch) takeOver(p *Pool, pl *plan, w *waitReq, takeovers []int32) {
 func (sc *scratch) nominateVictims(p *Pool, pl *plan, w *waitReq, victims []*runJob) {
 	for _, v := range victims {
 		sc.victims[v] = true
-		d := &v.r.Demand
+		d := demandOf(&v.r.Demand)
 		for wk, n := range v.nodes {
 			if v.released[wk] || p.nodes[n].lost {
 				continue
 			}
-			k := sc.addNom(nomination{victim: v, worker: wk, node: n, gpu: d.GPUs, cpu: d.CPU, ram: d.RAMGB, class: w.r.Class, by: w.r.Job, seq: sc.nextSeq})
+			k := sc.addNom(nomination{victim: v, worker: wk, node: n, demand: d, class: w.r.Class, by: w.r.Job, seq: sc.nextSeq})
 			sc.walkerNoms = append(sc.walkerNoms, k)
 			sc.walkerOwns[n] = sc.walkerStamp
-			sc.relCPU[n] += d.CPU
-			sc.relRAM[n] += d.RAMGB
-			sc.setGPU(p, n, sc.freeGPU[n], sc.relGPU[n]+d.GPUs)
+			sc.setCapacity(p, n, sc.free[n], sc.rel[n].add(d))
 		}
 		sc.nextSeq++
 		pl.preempts = append(pl.preempts, planPreempt{victim: v, by: w})
@@ -1173,6 +1153,7 @@ func (ar *grantArena) placement(p *Pool, rj *runJob) []WorkerPlacement {
 func (p *Pool) start(now time.Time, pl *plan, g planGrant, rj *runJob, ar *grantArena) *runJob {
 	w := g.w
 	dm := &w.r.Demand
+	need := demandOf(dm)
 	nodes := splitOff(&ar.nodes, g.nodesTo-g.nodesFrom)
 	copy(nodes, pl.grantNodes[g.nodesFrom:g.nodesTo])
 	*rj = runJob{r: w.r, ws: w.ws, user: w.user, fam: p.shapes[w.shape].fam, startedAt: now, nodes: nodes,
@@ -1183,9 +1164,7 @@ func (p *Pool) start(now time.Time, pl *plan, g planGrant, rj *runJob, ar *grant
 		p.nodeChanged(n)
 		m := lowestFree(nd.used, nd.GPUs, dm.GPUs)
 		nd.used |= m
-		nd.freeGPU -= dm.GPUs
-		nd.freeCPU -= dm.CPU
-		nd.freeRAM -= dm.RAMGB
+		nd.free = nd.free.sub(need)
 		rj.gpus[i] = m
 	}
 	p.running[w.r.Job] = rj
@@ -1194,7 +1173,7 @@ func (p *Pool) start(now time.Time, pl *plan, g planGrant, rj *runJob, ar *grant
 	// What it did not use of the capacity held for it stays out of sight until the next event.
 	for _, u := range g.holds {
 		h := &p.holds[u.holdIdx]
-		h.gpu, h.cpu, h.ram = h.gpu-u.gpu, h.cpu-u.cpu, h.ram-u.ram
+		h.amount = h.amount.sub(u.used)
 	}
 	for i := range p.holds {
 		if p.holds[i].by == w.r.Job {
