@@ -36,7 +36,7 @@ func cmpResv(a, b resvCand) int {
 // the nodes it reserved in the last pass; then config order. On each it holds the free and
 // releasing capacity up to its demand, and no later request of the pass may preempt there. It
 // returns outReserving, or outNoFit when it does not reserve.
-func (p *Pool) maybeReserve(now time.Time, sc *scratch, pl *plan, w *waitReq, sh *shape, first bool) uint8 {
+func (p *Pool) maybeReserve(now time.Time, sc *scratch, pl *plan, w *waitReq, sh *shape, first bool) outcome {
 	ra := p.policy.ReserveAfter
 	if ra <= 0 || !first || p.strict() {
 		return outNoFit // (cheap checks first: most requests of a long queue come here)

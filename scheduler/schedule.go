@@ -7,17 +7,26 @@ import (
 	"time"
 )
 
-// Outcome of one waiting request in a pass.
+// outcome is what one pass decided for one waiting request: the rule that applied to it (see
+// decide), which View and Explain turn into its reason.
+type outcome uint8
+
 const (
-	outNoFit         uint8 = iota // cannot fit, not even by preempting
-	outGranted                    // fits on free capacity: started
-	outNominated                  // fits on free + releasing capacity: that capacity is reserved for it
-	outPreempting                 // preempts victims; their capacity is reserved for it
-	outStrictBlocked              // strict-fifo: a better request ahead could not start
-	outPrevAttempt                // an older attempt of the same job still holds capacity
-	outReserving                  // cannot fit, but as the long-waiting first of its class it reserves nodes
-	outCapped                     // its workspace's limit in its class leaves it no room (see Limit)
+	outNoFit         outcome = iota // cannot fit, not even by preempting
+	outGranted                      // fits on free capacity: started
+	outNominated                    // fits on free + releasing capacity: that capacity is reserved for it
+	outPreempting                   // preempts victims; their capacity is reserved for it
+	outStrictBlocked                // strict-fifo: a better request ahead could not start
+	outPrevAttempt                  // an older attempt of the same job still holds capacity
+	outReserving                    // cannot fit, but as the long-waiting first of its class it reserves nodes
+	outCapped                       // its workspace's limit in its class leaves it no room (see Limit)
 )
+
+// tookCapacity reports whether the request took capacity in the pass: it started, holds free
+// and releasing capacity, or preempts for it.
+func (o outcome) tookCapacity() bool {
+	return o == outGranted || o == outNominated || o == outPreempting
+}
 
 // nodeCandidate is a node a worker could be placed on, with its sort keys (see
 // cmpNodeCandidate).
@@ -646,7 +655,7 @@ type planReserve struct {
 }
 
 type planOut struct {
-	kind    uint8
+	kind    outcome
 	blocker int32
 	nodes   []int32
 	relTake []int32
@@ -720,7 +729,7 @@ func (p *Pool) plan(now time.Time, sc *scratch, explain span, maxDecisions int) 
 			}
 			continue
 		}
-		var kind uint8
+		var kind outcome
 		var victims []*runJob
 		if sc.knownToFail(i, key) && (!first || !reserving) && (len(sc.resvs) == 0 || !sc.mayBackfill(now, p.waiting[i])) {
 			kind = sc.failFast(p, i) // the fast path of a long queue: a shape that already failed in this pass
@@ -746,7 +755,7 @@ func (sc *scratch) knownToFail(i int, key waitKey) bool {
 
 // recordOutcome keeps, in explain mode, which requests before the span took capacity, and the
 // outcome of the requests in the span.
-func (p *Pool) recordOutcome(sc *scratch, pl *plan, explain span, i int, kind uint8, victims []*runJob) {
+func (p *Pool) recordOutcome(sc *scratch, pl *plan, explain span, i int, kind outcome, victims []*runJob) {
 	if i < explain.from && kind != outNoFit && kind != outPrevAttempt && kind != outCapped {
 		f := p.shapes[p.waiting[i].shape].fam
 		var nodes []int32
@@ -764,7 +773,7 @@ func (p *Pool) recordOutcome(sc *scratch, pl *plan, explain span, i int, kind ui
 }
 
 // explainOutcome records what request i got in this pass, for View and Explain.
-func (p *Pool) explainOutcome(sc *scratch, pl *plan, i int, kind uint8, victims []*runJob) planOut {
+func (p *Pool) explainOutcome(sc *scratch, pl *plan, i int, kind outcome, victims []*runJob) planOut {
 	o := planOut{kind: kind, victims: victims}
 	switch kind {
 	case outGranted, outNominated, outPreempting:
@@ -798,7 +807,7 @@ func (p *Pool) explainOutcome(sc *scratch, pl *plan, i int, kind uint8, victims 
 // class); (d) else, if it has been the first of its class for Policy.ReserveAfter, reserve the
 // nodes where it will fit soonest. Capacity nominated to other requests is out of its sight but
 // for (c).
-func (p *Pool) decide(now time.Time, sc *scratch, pl *plan, i int, key waitKey, first bool) (uint8, []*runJob) {
+func (p *Pool) decide(now time.Time, sc *scratch, pl *plan, i int, key waitKey, first bool) (outcome, []*runJob) {
 	if key.prev {
 		return outPrevAttempt, nil
 	}
@@ -819,7 +828,7 @@ func (p *Pool) decide(now time.Time, sc *scratch, pl *plan, i int, key waitKey, 
 		sc.unhide(p, k)
 	}
 	sh := &p.shapes[key.shape]
-	var kind uint8
+	var kind outcome
 	var victims []*runJob
 	workers, capped := sc.capRoom(p, w, sh)
 	if capped {
@@ -831,7 +840,7 @@ func (p *Pool) decide(now time.Time, sc *scratch, pl *plan, i int, key waitKey, 
 		}
 		sc.capWorkers = workers
 		kind, victims = p.decideFor(now, sc, pl, w, key, first)
-		if kind == outGranted || kind == outNominated || kind == outPreempting {
+		if kind.tookCapacity() {
 			sc.countCapUse(p, w, sh, own)
 		}
 	}
@@ -848,7 +857,7 @@ func (p *Pool) decide(now time.Time, sc *scratch, pl *plan, i int, key waitKey, 
 // failFast is the outcome of waiting request i, whose shape already failed in this pass and
 // which has no capacity nominated to it: capped if its cap leaves it no room (decide would
 // say so first), else no fit. A cap only takes room away, so the shape's failure holds for it.
-func (sc *scratch) failFast(p *Pool, i int) uint8 {
+func (sc *scratch) failFast(p *Pool, i int) outcome {
 	w := p.waiting[i]
 	if !sc.caps.on || p.capOf(w.ws, w.r.Class) < 0 {
 		return outNoFit
@@ -862,7 +871,7 @@ func (sc *scratch) failFast(p *Pool, i int) uint8 {
 
 // decideFor applies rules (a) to (e) of the package doc to w, whose own nominations are in
 // sight.
-func (p *Pool) decideFor(now time.Time, sc *scratch, pl *plan, w *waitReq, key waitKey, first bool) (uint8, []*runJob) {
+func (p *Pool) decideFor(now time.Time, sc *scratch, pl *plan, w *waitReq, key waitKey, first bool) (outcome, []*runJob) {
 	sh := &p.shapes[key.shape]
 	// The failure caches hold only for requests that see no capacity of their own, and whose
 	// cap leaves room for the whole gang.
@@ -942,7 +951,7 @@ func (p *Pool) preemptFor(now time.Time, sc *scratch, shape int32, c Class, cach
 // waitForOwnVictims is rule (a): a request with capacity nominated to it waits for that capacity
 // rather than start elsewhere (the free capacity elsewhere serves the requests behind it), so
 // that its victims were not preempted for nothing. ok is false if no placement uses its victims.
-func (sc *scratch) waitForOwnVictims(p *Pool, pl *plan, w *waitReq, sh *shape) (kind uint8, ok bool) {
+func (sc *scratch) waitForOwnVictims(p *Pool, pl *plan, w *waitReq, sh *shape) (kind outcome, ok bool) {
 	if !sc.pickNodes(p, sh, true) || !sc.pickUsesOwnVictims() {
 		return 0, false
 	}
@@ -958,7 +967,7 @@ func (sc *scratch) waitForOwnVictims(p *Pool, pl *plan, w *waitReq, sh *shape) (
 // grantOrHold is rules (b) and (c): start on free capacity, else hold free + releasing capacity
 // and wait. A request without nominations of its own (cacheable) sees releasing capacity only
 // if some was nominated to nobody when the pass began.
-func (sc *scratch) grantOrHold(p *Pool, pl *plan, w *waitReq, sh *shape, cacheable bool) (kind uint8, ok bool) {
+func (sc *scratch) grantOrHold(p *Pool, pl *plan, w *waitReq, sh *shape, cacheable bool) (kind outcome, ok bool) {
 	g := min(sh.need.gpu, len(sc.freeAtLeast[sh.fam])-1)
 	whole := sc.capWorkers >= sh.workers
 	if whole && int(sc.freeAtLeast[sh.fam][g]) >= sh.workers && sc.pickNodes(p, sh, false) {
