@@ -93,7 +93,29 @@ func (fc *failureCache) newPass(nShapes int) {
 
 // scratch is per-pass working state. The pass never mutates the Pool: it works on these copies,
 // so the same code serves Schedule (which applies the plan) and View/Explain (which only read it).
+// Its parts are embedded, so that the hot path reads a field at a fixed offset, as before the
+// split; each part says what it is for.
 type scratch struct {
+	passCapacity
+	passNominations
+	walkerState
+	placementBuffers
+	victimSearch
+
+	failed       failureCache
+	grantBuf     []planGrant // plan.grants of the last pass, for the next
+	grantNodeBuf []int32     // plan.grantNodes of the last pass, for the next
+	reserved     []bool      // per node: reserved in this pass by the first request of a class
+	// Policy.Backfill: the reservations with a known start that bind the pass.
+	resvs []resv
+	// caps counts the pass against Policy.Limits.
+	caps capPass
+}
+
+// passCapacity is the pass's copy of every node's capacity, with the per-family summaries that
+// let a request that cannot fit skip the node walk. It is kept from pass to pass (see
+// capacity_sync.go): setCapacity is its one writer.
+type passCapacity struct {
 	free   []resources // per node: free capacity not yet granted or reserved in this pass
 	rel    []resources // per node: visible releasing capacity not yet reserved in this pass
 	victim []resources // per node: capacity of tentative victims (preemption search)
@@ -111,51 +133,56 @@ type scratch struct {
 	// last pass, or changed by an event since), so that the next pass restores only those: a
 	// pass costs nothing for the nodes nobody touched. False until the first pass, which copies
 	// every node.
-	synced       bool
-	changed      []int32
-	changedMark  []bool
-	failed       failureCache
-	grantBuf     []planGrant // plan.grants of the last pass, for the next
-	grantNodeBuf []int32     // plan.grantNodes of the last pass, for the next
-	nodeCands    []nodeCandidate
-	pick         []int32
-	relTake      []int32 // per picked node: GPUs taken from releasing capacity
-	relUsed      []bool  // per picked node: anything taken from releasing capacity
-	victims      map[*runJob]bool
-	victimBuf    []victimCand
+	synced      bool
+	changed     []int32
+	changedMark []bool
+}
 
-	nominations []nomination       // in preemption order; hidden but from their nominee
-	byJob       map[string][]int32 // nominee -> its nominations
-	byNode      map[int32][]int32  // node -> its nominations
-	// The walker is the waiting request the pass is deciding for right now
-	// (see decide): the pass walks the queue in launch order, and each
-	// request in turn sees the capacity nominated to it, which is hidden
-	// from every other one. walkerStamp is bumped for each walker;
-	// walkerOwns[n] == walkerStamp says the walker has a nomination on node n.
-	walkerOwns     []uint32 // per node: the stamp of the last walker with a nomination there
-	walkerStamp    uint32
-	walkerNoms     []int32 // the walker's nominations
-	hasNominations []bool  // per waiting request: capacity is nominated to it
+// passNominations is the capacity nominated to preemptors in this pass (see nomination).
+type passNominations struct {
+	nominations    []nomination       // in preemption order; hidden but from their nominee
+	byJob          map[string][]int32 // nominee -> its nominations
+	byNode         map[int32][]int32  // node -> its nominations
+	hasNominations []bool             // per waiting request: capacity is nominated to it
 	// relVisible: the family had releasing capacity nominated to nobody when the pass began (a
 	// request without nominations sees no more than that; without any, holding free + releasing
 	// capacity is the grant it already failed).
 	relVisible []bool
-	nextSeq    int64  // preemption sequence of the next victim chosen in this pass
-	reserved   []bool // per node: reserved in this pass by the first request of a class
-	// Policy.Backfill: the reservations with a known start that bind the pass, the nodes of
-	// the walker's own (which it gave up for its walk), and whether the walker sees more than
-	// the others (so that its failures are not cached).
-	resvs       []resv
+	nextSeq    int64 // preemption sequence of the next victim chosen in this pass
+}
+
+// walkerState is what the pass knows of its walker (see the package doc's Terms), the waiting
+// request it is deciding for right now (see decide): it sees the capacity nominated to it,
+// which is hidden from every other one. walkerStamp is bumped for each walker; walkerOwns[n]
+// == walkerStamp says the walker has a nomination on node n.
+type walkerState struct {
+	walkerOwns  []uint32 // per node: the stamp of the last walker with a nomination there
+	walkerStamp uint32
+	walkerNoms  []int32 // the walker's nominations
+	// Policy.Backfill: the nodes of the walker's own reservation (which it gave up for its
+	// walk), and whether the walker sees more than the others (so that its failures are not
+	// cached).
 	ownerNodes  []int32
 	walkerExtra bool
-	// caps counts the pass against Policy.Limits; capWorkers is how many workers the walker's
-	// cap leaves room for (all of them without one), and capUsed what its workspace held when
-	// it was capped (for the reason).
-	caps       capPass
+	// capWorkers is how many workers the walker's cap leaves room for (all of them without
+	// one), and capUsed what its workspace held when it was capped (for the reason).
 	capWorkers int
 	capUsed    int
+}
 
-	// victim search
+// placementBuffers hold the walker's placement: the candidate nodes, and the nodes picked with
+// what is taken on each from releasing capacity.
+type placementBuffers struct {
+	nodeCands []nodeCandidate
+	pick      []int32
+	relTake   []int32 // per picked node: GPUs taken from releasing capacity
+	relUsed   []bool  // per picked node: anything taken from releasing capacity
+}
+
+// victimSearch is the working state of rule (d)'s search for victims (see chooseVictims).
+type victimSearch struct {
+	victims         map[*runJob]bool // the jobs preempted in this pass
+	victimBuf       []victimCand
 	oldest          [][3]time.Time // per family and class: see oldestStart
 	oldestKnown     bool
 	nodeVictimCands []victimCand
@@ -170,7 +197,10 @@ type scratch struct {
 }
 
 func newScratch() *scratch {
-	return &scratch{victims: map[*runJob]bool{}, byJob: map[string][]int32{}, byNode: map[int32][]int32{}, seenVictims: map[victimRef]bool{}}
+	return &scratch{
+		passNominations: passNominations{byJob: map[string][]int32{}, byNode: map[int32][]int32{}},
+		victimSearch:    victimSearch{victims: map[*runJob]bool{}, seenVictims: map[victimRef]bool{}},
+	}
 }
 
 func grow[T any](s []T, n int) []T {
