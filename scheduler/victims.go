@@ -229,7 +229,7 @@ func (p *Pool) candidates(now time.Time, sc *scratch, n int32, cl Class) []victi
 // nodeVictims finds the candidates on node n that let one worker of sh fit there: in victim
 // order, skipping every one that frees nothing the worker still lacks, until nothing is lacking;
 // then, walking the chosen ones backwards, it drops each that the worker fits without. They are
-// appended to sc.vflat; ok is false if n cannot be made to fit.
+// appended to sc.perNodeVictims; ok is false if n cannot be made to fit.
 func (p *Pool) nodeVictims(now time.Time, sc *scratch, n int32, sh *shape, cl Class) (ok bool) {
 	l := sc.lack(n, sh)
 	if fitsLack(l) {
@@ -270,7 +270,7 @@ type nodeCost struct {
 	lost       int64 // GPU-seconds
 	lostSec    int64
 	count      int
-	start, end int // its candidates: sc.vflat[start:end]
+	start, end int // its candidates: sc.perNodeVictims[start:end]
 }
 
 func cmpNodeCost(a, b nodeCost) int {
