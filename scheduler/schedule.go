@@ -29,13 +29,16 @@ func (o outcome) tookCapacity() bool {
 }
 
 // nodeCandidate is a node a worker could be placed on, with its sort keys (see
-// cmpNodeCandidate).
+// cmpNodeCandidate). It has four fields, no more, so that the compiler keeps one in registers
+// in the placement loops.
 type nodeCandidate struct {
 	n         int32
 	elsewhere int8 // 0: capacity nominated to this request is on the node, 1: not
-	spareGPU  int  // GPUs left over
-	fromRel   int  // GPUs taken from releasing capacity
-	spareCPU  int  // CPU cores left over
+	// gpuFit is, for a grant (free capacity only), the GPUs left over; for a request that will
+	// wait (releasing capacity counted), the GPUs taken from releasing capacity. Candidates
+	// compared are always of one kind.
+	gpuFit   int
+	spareCPU int // CPU cores left over (a grant only)
 }
 
 // nomination is capacity nominated to a preemptor: one unreleased worker of a job preempted for it, or
@@ -104,7 +107,7 @@ func (sc *scratch) grantOne(p *Pool, sh *shape) bool {
 			if sl.cpu < sh.need.cpu || sl.ram < sh.need.ram {
 				continue
 			}
-			if c := (nodeCandidate{n: sl.n, elsewhere: 1, spareGPU: g - sh.need.gpu, spareCPU: sl.cpu - sh.need.cpu}); best.n < 0 || cmpNodeCandidate(c, best) < 0 {
+			if c := (nodeCandidate{n: sl.n, elsewhere: 1, gpuFit: g - sh.need.gpu, spareCPU: sl.cpu - sh.need.cpu}); best.n < 0 || cmpNodeCandidate(c, best) < 0 {
 				best = c
 			}
 		}
@@ -118,18 +121,17 @@ func (sc *scratch) grantOne(p *Pool, sh *shape) bool {
 
 // cmpNodeCandidate is the one order in which every placement path (pickNodes, pickSome, pickOne,
 // pickOwn, grantOne) chooses nodes, pinned by TestEveryPlacementPathOrdersNodesAlike: first the
-// nodes where capacity is nominated to the request itself, then best fit: fewest GPUs left over, fewest taken from releasing capacity, fewest CPU
-// cores left over, config order. For a request that will wait (releasing capacity counted) the
-// left-over keys are 0: its choice must not change when others take capacity elsewhere, or a
-// second pass would hold other nodes than the first.
+// nodes where capacity is nominated to the request itself, then best fit: fewest GPUs left over
+// (for a request that will wait: fewest GPUs taken from releasing capacity), fewest CPU cores
+// left over, config order. For a request that will wait the left-over keys are 0: its choice
+// must not change when others take capacity elsewhere, or a second pass would hold other nodes
+// than the first.
 func cmpNodeCandidate(a, b nodeCandidate) int {
 	switch {
 	case a.elsewhere != b.elsewhere:
 		return int(a.elsewhere) - int(b.elsewhere)
-	case a.spareGPU != b.spareGPU:
-		return a.spareGPU - b.spareGPU
-	case a.fromRel != b.fromRel:
-		return a.fromRel - b.fromRel
+	case a.gpuFit != b.gpuFit:
+		return a.gpuFit - b.gpuFit
 	case a.spareCPU != b.spareCPU:
 		return a.spareCPU - b.spareCPU
 	}
@@ -201,9 +203,9 @@ func (sc *scratch) candOf(n int32, sh *shape, withRel bool) (nodeCandidate, bool
 		elsewhere = 0
 	}
 	if withRel {
-		return nodeCandidate{n: n, elsewhere: elsewhere, fromRel: max(0, sh.need.gpu-sc.free[n].gpu)}, true
+		return nodeCandidate{n: n, elsewhere: elsewhere, gpuFit: max(0, sh.need.gpu-sc.free[n].gpu)}, true
 	}
-	return nodeCandidate{n: n, elsewhere: elsewhere, spareGPU: have.gpu - sh.need.gpu, spareCPU: have.cpu - sh.need.cpu}, true
+	return nodeCandidate{n: n, elsewhere: elsewhere, gpuFit: have.gpu - sh.need.gpu, spareCPU: have.cpu - sh.need.cpu}, true
 }
 
 // pickOne is pickNodes for one worker: the best candidate in cmpNodeCandidate order, without sorting
