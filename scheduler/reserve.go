@@ -28,7 +28,7 @@ func cmpResv(a, b resvCand) int {
 	return cmp.Compare(a.n, b.n)
 }
 
-// maybeReserve is rule (d): a medium or low request that can neither start, wait for releasing
+// maybeReserve is rule (e): a medium or low request that can neither start, wait for releasing
 // capacity nor preempt, and has been the first waiting request of its class for
 // Policy.ReserveAfter, reserves
 // the nodes where it will fit soonest: those where it lacks the fewest GPUs, then CPU, then RAM

@@ -498,11 +498,13 @@ func (p *Pool) explainOutcome(sc *scratch, pl *plan, i int, kind outcome, victim
 	return o
 }
 
-// decide applies the rules to one request: (a) grant on free capacity; (b) else hold free +
-// releasing capacity and wait; (c) else preempt (or take over capacity nominated to a lower
-// class); (d) else, if it has been the first of its class for Policy.ReserveAfter, reserve the
-// nodes where it will fit soonest. Capacity nominated to other requests is out of its sight but
-// for (c).
+// decide makes waiting request i the walker and applies the rules of the package doc to it
+// (decideFor): (a) wait for its own victims; (b) grant on free capacity, (b') an elastic gang
+// with fewer workers; (c) else hold free + releasing capacity and wait; (d) else preempt (or
+// take over capacity nominated to a lower class); (e) else, if it has been the first of its
+// class for Policy.ReserveAfter, reserve the nodes where it will fit soonest. Capacity
+// nominated to other requests is out of its sight but for (d). A capped request gets none of
+// these (outCapped).
 func (p *Pool) decide(now time.Time, sc *scratch, pl *plan, i int, key waitKey, first bool) (outcome, []*runJob) {
 	if key.prev {
 		return outPrevAttempt, nil
