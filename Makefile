@@ -68,8 +68,10 @@ test: lint build $(TEMPORAL) kube-bins
 ## test-race: the packages that need no server (all but e2e/; their tests that need a dev server skip, as in
 ## test-unit) under the race detector. -short: the scheduler's property tests check 50 random streams instead of
 ## 400 (the full count ran in test without -race); at 400 they alone take over ten minutes under the detector.
+## api's TestNotFoundTakesAlike is skipped: it compares two latencies to 5ms, which the detector's slowdown
+## on a busy machine exceeds (it ran in test, without -race).
 test-race:
-	TRAINQ_SKIP_E2E=1 $(GO) test -race -short -count=1 -timeout 30m $$($(GO) list ./... | grep -v '/e2e')
+	TRAINQ_SKIP_E2E=1 $(GO) test -race -short -count=1 -timeout 30m -skip '^TestNotFoundTakesAlike$$' $$($(GO) list ./... | grep -v '/e2e')
 
 ## test-unit: the tests that need no server
 test-unit:
