@@ -400,7 +400,7 @@ func (p *Pool) admitAnywhere(r Request) error {
 	fit := 0
 	for _, n := range fm.nodes {
 		nd := &p.nodes[n]
-		if nd.GPUs >= d.GPUs && nd.CPU >= d.CPU && nd.RAMGB >= d.RAMGB {
+		if demandOf(&d).lessEqual(capacityOf(&nd.Node)) {
 			fit++
 		}
 	}
@@ -439,7 +439,7 @@ func (p *Pool) admitNodes(r *Request) error {
 		nd := &p.nodes[p.nodeIdx[name]]
 		switch {
 		case nd.Family != d.Family:
-		case nd.GPUs >= d.GPUs && nd.CPU >= d.CPU && nd.RAMGB >= d.RAMGB:
+		case demandOf(d).lessEqual(capacityOf(&nd.Node)):
 			fit = append(fit, nd.Name)
 		default:
 			small = append(small, nd.Name)
