@@ -74,9 +74,7 @@ func (p *Pool) Adopt(a Adoption) error {
 		nd := &p.nodes[n]
 		p.nodeChanged(n)
 		nd.used |= gpus[w]
-		nd.freeGPU -= r.Demand.GPUs
-		nd.freeCPU -= r.Demand.CPU
-		nd.freeRAM -= r.Demand.RAMGB
+		nd.free = nd.free.sub(demandOf(&r.Demand))
 	}
 	p.running[r.Job] = rj
 	p.place(rj)
@@ -164,9 +162,9 @@ func (p *Pool) checkUnheld(d *Demand, nodes []int32, gpus []uint64, released []b
 			g := bits.TrailingZeros64(clash)
 			return fmt.Errorf("GPU %d on node %s, which worker %d holds, is already held by %s", g, nd.Name, w, p.gpuHolder(n, g))
 		}
-		if nd.freeCPU < d.CPU || nd.freeRAM < d.RAMGB {
+		if nd.free.cpu < d.CPU || nd.free.ram < d.RAMGB {
 			return fmt.Errorf("worker %d needs %d CPU cores and %d GB RAM on node %s, but other jobs hold all but %d cores and %d GB there",
-				w, d.CPU, d.RAMGB, nd.Name, nd.freeCPU, nd.freeRAM)
+				w, d.CPU, d.RAMGB, nd.Name, nd.free.cpu, nd.free.ram)
 		}
 	}
 	return nil

@@ -14,13 +14,12 @@ type resv struct {
 	class Class
 	start time.Time
 	nodes []int32
-	// Per node (as nodes), per resource (GPUs, CPU, RAM): what a request that does not end by
-	// start may still take there (the capacity the node will have at start beyond the owner's
-	// demand), and what is hidden of its free and releasing capacity so that no such request
-	// takes more.
-	spare     [][3]int
-	hidFree   [][3]int
-	hidRel    [][3]int
+	// Per node (as nodes): what a request that does not end by start may still take there (the
+	// capacity the node will have at start beyond the owner's demand), and what is hidden of its
+	// free and releasing capacity so that no such request takes more.
+	spare     []resources
+	hidFree   []resources
+	hidRel    []resources
 	active    bool
 	unhidden  bool // the walker sees it all (it ends by start, or it is the owner)
 	ownerWalk bool // the owner is the walker
@@ -29,7 +28,7 @@ type resv struct {
 // resvEnd is a job's worker on a node, with when the pass expects it to end.
 type resvEnd struct {
 	at  time.Time // zero: never (no RunLimit)
-	amt [3]int
+	amt resources
 }
 
 // jobEnd is when rj is expected to end: when its attempt has run for its RunLimit; if it has
@@ -68,21 +67,20 @@ func overran(rj *runJob, now time.Time) bool {
 // sight now (free and releasing, nominated to nobody else) and the running jobs there ending by
 // their RunLimits (jobEnd); ok is false if that is never (a job it needs gone has no RunLimit).
 // spare is, per node, what the node will have at that start beyond the worker's demand.
-func (p *Pool) resvStart(now time.Time, sc *scratch, sh *shape, nodes []int32) (start time.Time, spare [][3]int, ok bool) {
-	need := [3]int{sh.gpu, sh.cpu, sh.ram}
+func (p *Pool) resvStart(now time.Time, sc *scratch, sh *shape, nodes []int32) (start time.Time, spare []resources, ok bool) {
+	need := sh.need
 	start = now
-	haves := make([][3]int, len(nodes))
+	haves := make([]resources, len(nodes))
 	ends := make([][]resvEnd, len(nodes))
 	for k, n := range nodes {
-		have := [3]int{sc.freeGPU[n] + sc.relGPU[n], sc.freeCPU[n] + sc.relCPU[n], sc.freeRAM[n] + sc.relRAM[n]}
+		have := sc.free[n].add(sc.rel[n])
 		var es []resvEnd
 		for _, nj := range p.nodes[n].jobs {
 			rj := nj.rj
 			if rj.releasing || rj.released[nj.w] || sc.victims[rj] {
 				continue // (its capacity is releasing: in sight, or nominated to another)
 			}
-			d := &rj.r.Demand
-			es = append(es, resvEnd{at: jobEnd(rj, now), amt: [3]int{d.GPUs, d.CPU, d.RAMGB}})
+			es = append(es, resvEnd{at: jobEnd(rj, now), amt: demandOf(&rj.r.Demand)})
 		}
 		slices.SortStableFunc(es, func(a, b resvEnd) int {
 			switch {
@@ -93,43 +91,33 @@ func (p *Pool) resvStart(now time.Time, sc *scratch, sh *shape, nodes []int32) (
 		})
 		t, cur := now, have
 		for _, e := range es {
-			if fitsHave(cur, need) {
+			if need.lessEqual(cur) {
 				break
 			}
 			if e.at.IsZero() {
 				return time.Time{}, nil, false
 			}
 			t = e.at
-			for r := range cur {
-				cur[r] += e.amt[r]
-			}
+			cur = cur.add(e.amt)
 		}
-		if !fitsHave(cur, need) {
+		if !need.lessEqual(cur) {
 			return time.Time{}, nil, false
 		}
 		start = maxTime(start, t)
 		haves[k], ends[k] = have, es
 	}
-	spare = make([][3]int, len(nodes))
+	spare = make([]resources, len(nodes))
 	for k := range nodes {
 		s := haves[k]
 		for _, e := range ends[k] {
 			if e.at.IsZero() || e.at.After(start) {
 				break
 			}
-			for r := range s {
-				s[r] += e.amt[r]
-			}
+			s = s.add(e.amt)
 		}
-		for r := range s {
-			spare[k][r] = s[r] - need[r]
-		}
+		spare[k] = s.sub(need)
 	}
 	return start, spare, true
-}
-
-func fitsHave(have, need [3]int) bool {
-	return have[0] >= need[0] && have[1] >= need[1] && have[2] >= need[2]
 }
 
 func boolInt(b bool) int {
@@ -143,7 +131,7 @@ func boolInt(b bool) int {
 // preempts there) and on each the capacity beyond rv.spare is hidden (releasing capacity
 // first), so that a request that does not end by rv.start takes no more than the spare.
 func (sc *scratch) applyResv(p *Pool, rv *resv) {
-	rv.hidFree, rv.hidRel = make([][3]int, len(rv.nodes)), make([][3]int, len(rv.nodes))
+	rv.hidFree, rv.hidRel = make([]resources, len(rv.nodes)), make([]resources, len(rv.nodes))
 	rv.active = true
 	for _, n := range rv.nodes {
 		sc.reserved[n] = true
@@ -155,16 +143,11 @@ func (sc *scratch) applyResv(p *Pool, rv *resv) {
 // start: free plus releasing capacity beyond the spare, taken from releasing capacity first.
 func (sc *scratch) hideResv(p *Pool, rv *resv) {
 	for k, n := range rv.nodes {
-		free := [3]int{sc.freeGPU[n], sc.freeCPU[n], sc.freeRAM[n]}
-		rel := [3]int{sc.relGPU[n], sc.relCPU[n], sc.relRAM[n]}
-		for r := range free {
-			h := max(0, free[r]+rel[r]-rv.spare[k][r])
-			hr := min(rel[r], h)
-			rv.hidRel[k][r], rv.hidFree[k][r] = hr, h-hr
-			free[r], rel[r] = free[r]-(h-hr), rel[r]-hr
-		}
-		sc.freeCPU[n], sc.freeRAM[n], sc.relCPU[n], sc.relRAM[n] = free[1], free[2], rel[1], rel[2]
-		sc.setGPU(p, n, free[0], rel[0])
+		free, rel := sc.free[n], sc.rel[n]
+		hidden := free.add(rel).sub(rv.spare[k]).nonNegative()
+		rv.hidRel[k] = rel.atMost(hidden)
+		rv.hidFree[k] = hidden.sub(rv.hidRel[k])
+		sc.setCapacity(p, n, free.sub(rv.hidFree[k]), rel.sub(rv.hidRel[k]))
 	}
 	rv.unhidden = false
 }
@@ -174,21 +157,22 @@ func (sc *scratch) hideResv(p *Pool, rv *resv) {
 // is, and stays so), so that rehiding after the walker keeps what the others may take.
 func (sc *scratch) unhideResv(p *Pool, rv *resv) {
 	for k, n := range rv.nodes {
-		free := [3]int{sc.freeGPU[n], sc.freeCPU[n], sc.freeRAM[n]}
-		rel := [3]int{sc.relGPU[n], sc.relCPU[n], sc.relRAM[n]}
-		for r := range free {
-			if rv.hidFree[k][r]+rv.hidRel[k][r] > 0 {
-				rv.spare[k][r] = free[r] + rel[r]
-			} else {
-				rv.spare[k][r] = max(rv.spare[k][r], free[r]+rel[r])
-			}
-			free[r], rel[r] = free[r]+rv.hidFree[k][r], rel[r]+rv.hidRel[k][r]
-			rv.hidFree[k][r], rv.hidRel[k][r] = 0, 0
-		}
-		sc.freeCPU[n], sc.freeRAM[n], sc.relCPU[n], sc.relRAM[n] = free[1], free[2], rel[1], rel[2]
-		sc.setGPU(p, n, free[0], rel[0])
+		free, rel := sc.free[n], sc.rel[n]
+		inSight, hidden, s := free.add(rel), rv.hidFree[k].add(rv.hidRel[k]), rv.spare[k]
+		rv.spare[k] = resources{gpu: respare(s.gpu, inSight.gpu, hidden.gpu), cpu: respare(s.cpu, inSight.cpu, hidden.cpu), ram: respare(s.ram, inSight.ram, hidden.ram)}
+		sc.setCapacity(p, n, free.add(rv.hidFree[k]), rel.add(rv.hidRel[k]))
+		rv.hidFree[k], rv.hidRel[k] = resources{}, resources{}
 	}
 	rv.unhidden = true
+}
+
+// respare is one resource's spare after the walker (see unhideResv): what is in sight if
+// some of it was hidden, else the larger of the spare and what is in sight.
+func respare(spare, inSight, hidden int) int {
+	if hidden > 0 {
+		return inSight
+	}
+	return max(spare, inSight)
 }
 
 // startResvs is the start of a pass with Policy.Backfill: the reservations the last pass made

@@ -1,10 +1,10 @@
 package scheduler
 
-// A pass works on copies of the nodes' capacity (scratch.freeGPU etc.), with per-family
+// A pass works on copies of the nodes' capacity (scratch.free, rel and victim), with per-family
 // summaries (freeAtLeast, freeOrRelAtLeast), the free-GPU buckets and the count of nodes with
 // releasing capacity in sight. Rebuilding all of that costs every pass time in proportion to the
 // node count, even when an event changed one node. So the copies are kept from pass to pass:
-// every write to a node's copy (setGPU, the victim search) and every event that changes a node
+// every write to a node's copy (setCapacity, the victim search) and every event that changes a node
 // (a grant, a release, a preemption, a lost node) marks the node changed, and the next pass
 // restores only the changed nodes to the pool's values. The tests check after every pass that
 // the result equals a full rebuild (checkSyncedCapacity).
@@ -34,28 +34,25 @@ func (sc *scratch) restoreChanged(p *Pool) {
 func (sc *scratch) restoreNode(p *Pool, n int32) {
 	nd := &p.nodes[n]
 	f := nd.fam
-	sc.victimGPU[n], sc.victimCPU[n], sc.victimRAM[n] = 0, 0, 0
+	sc.victim[n] = resources{}
 	if nd.lost {
 		if sc.slotOf[n] >= 0 {
-			countNode(sc.freeAtLeast[f], sc.freeGPU[n], -1)
-			countNode(sc.freeOrRelAtLeast[f], sc.freeGPU[n]+sc.relGPU[n], -1)
-			sc.unlink(f, n, sc.freeGPU[n])
+			countNode(sc.freeAtLeast[f], sc.free[n].gpu, -1)
+			countNode(sc.freeOrRelAtLeast[f], sc.free[n].gpu+sc.rel[n].gpu, -1)
+			sc.unlink(f, n, sc.free[n].gpu)
 			sc.slotOf[n] = -1
 		}
-		sc.freeGPU[n], sc.freeCPU[n], sc.freeRAM[n] = 0, 0, 0
-		sc.relGPU[n], sc.relCPU[n], sc.relRAM[n] = 0, 0, 0
+		sc.free[n], sc.rel[n] = resources{}, resources{}
 		sc.noteRel(f, n)
 		return
 	}
-	if sc.slotOf[n] < 0 { // it answers again: it rejoins at 0 GPUs, setGPU moves it
-		sc.freeGPU[n], sc.relGPU[n] = 0, 0
+	if sc.slotOf[n] < 0 { // it answers again: it rejoins at 0 GPUs, setCapacity moves it
+		sc.free[n].gpu, sc.rel[n].gpu = 0, 0
 		countNode(sc.freeAtLeast[f], 0, +1)
 		countNode(sc.freeOrRelAtLeast[f], 0, +1)
 		sc.link(f, n, 0)
 	}
-	sc.freeCPU[n], sc.freeRAM[n] = nd.freeCPU, nd.freeRAM
-	sc.relCPU[n], sc.relRAM[n] = nd.relCPU, nd.relRAM
-	sc.setGPU(p, n, nd.freeGPU, nd.relGPU)
+	sc.setCapacity(p, n, nd.free, nd.rel)
 }
 
 // countNode adds delta to the "at least g" counts of a node with v GPUs: g = 0..v.
@@ -67,7 +64,7 @@ func countNode(c []int32, v int, delta int32) {
 
 // noteRel keeps relNodes: node n of family f has releasing capacity in sight or not.
 func (sc *scratch) noteRel(f, n int32) {
-	has := sc.relGPU[n] > 0 || sc.relCPU[n] > 0 || sc.relRAM[n] > 0
+	has := sc.rel[n].positive()
 	if has != sc.hasRel[n] {
 		sc.hasRel[n] = has
 		if has {

@@ -260,4 +260,50 @@
 // ordering stays fair-share (switching it on starts every account at none; switching it off
 // forgets it). Pool.Adopt cannot know it; Pool.CarryUsage gives a rebuilt pool the usage of the
 // pool it replaces. Pool.Usage lists each workspace's usage, share and GPUs held.
+//
+// # Terms
+//
+// The comments in this package use these words in these senses only:
+//
+//   - pass: one run of the rules over the waiting requests, in launch order (Schedule,
+//     ScheduleAtMost; View and Explain run one without applying it). It works on a copy of the
+//     nodes' capacity (scratch), never on the Pool.
+//   - walker: the waiting request the pass is deciding for right now (decide). Only the walker
+//     sees the capacity nominated to it; after it, what it did not take is hidden again.
+//   - shape: a request's family, per-worker demand (resources: GPUs, CPU cores, RAM), workers,
+//     least size and allowed nodes. Requests of one shape fare alike in a pass, so a shape that
+//     failed is not tried again (the failure cache, reset per pass by bumping its epoch).
+//   - gang: a request's workers, placed all at once on distinct nodes; an elastic gang
+//     (Request.MinWorkers) may start smaller, at its least size (MinWorkers) or more.
+//   - free capacity: held by no worker. Releasing capacity: held by a worker of a stopping
+//     job, free once that worker is Released. In sight: what the walker may count, that is
+//     free or releasing, not on a lost node, and not nominated to another request nor hidden by
+//     a reservation.
+//   - nominated capacity: a stopping victim's (or, once it stopped, a hold's) capacity, set
+//     aside for its nominee, the request it was preempted for or that took it over. A hold is
+//     the free capacity a stopped victim left, still nominated; a takeover is a strictly
+//     higher-class request taking nominated capacity for itself (rule (d)).
+//   - victim: a running job chosen to be preempted. A node's victim list is its running jobs
+//     that a victim search may consider, kept in victim order (see Victim ordering); a
+//     protected victim is one whose attempt, after k earlier preemptions, has run less than
+//     15m × 2^(k-1) (rule 3 there); the work at stake is what preempting it throws away (GPUs × time since its attempt
+//     started or last checkpointed).
+//   - lost (fenced) node: one whose agent stopped answering: no pass counts its capacity. The
+//     live nodes of a family are the others, in config order.
+//   - head: the first waiting request of a class, and since when it has been first (Pool.heads);
+//     after Policy.ReserveAfter as head it may reserve (rule (e)).
+//   - reservation: nodes a head drains for (rule (e)); with Backfill its start is when the head
+//     is expected to fit there, and a node's spare is what it will have then beyond the head's
+//     demand (what others may still take there).
+//   - bucket: a family's live nodes with the same number of free GPUs in the pass, so that a
+//     one-worker grant scans only the nodes that fit it most tightly.
+//   - capped: a request whose workspace's Policy.Limits leave it no room in its class.
+//   - blocker: under strict-fifo, the first request that could not start; nothing after it
+//     moves in that pass.
+//   - outcome: what the pass decided for one request (granted, nominated, preempting,
+//     reserving, capped, no fit, strict-blocked, previous attempt), the base of its reason.
+//   - explain mode: a pass run for View or Explain that records each request's outcome and the
+//     requests before it that took capacity (consumers); it applies nothing.
+//   - account: a workspace, or a user in one, whose usage the fair share ranks (see Fair share).
+//   - overrun: a running job past its RunLimit (see Backfill).
 package scheduler

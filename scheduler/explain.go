@@ -46,7 +46,7 @@ func (p *Pool) ViewPage(offset, limit int) View {
 
 // WaitingByClass counts the waiting requests of each class (indexed by Class).
 func (p *Pool) WaitingByClass() [3]int {
-	var out [3]int
+	var out perClass
 	end := len(p.waiting)
 	for c := Low; c <= High; c++ { // the queue holds the classes highest first
 		start := sort.Search(len(p.waiting), func(i int) bool { return p.waiting[i].r.Class <= c })
@@ -69,7 +69,7 @@ func (p *Pool) Explain(job string) (WaitingInfo, bool) {
 type explainer struct {
 	p          *Pool
 	pl         *plan
-	classStart [3]int              // index of the first waiting request of each class
+	classStart perClass            // index of the first waiting request of each class
 	holders    map[int32][]*runJob // node -> releasing (or to-be-preempted) jobs holding capacity there
 	planVictim map[*runJob]*waitReq
 	planTaken  map[*runJob]*waitReq // stopping victims whose capacity a better request takes over

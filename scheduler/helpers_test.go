@@ -101,7 +101,7 @@ func sched(t testing.TB, p *Pool, now time.Time) Decisions {
 	}
 	before := make([]nodeState, len(p.nodes))
 	for i := range p.nodes {
-		before[i] = nodeState{p.nodes[i].used, p.nodes[i].freeCPU, p.nodes[i].freeRAM}
+		before[i] = nodeState{p.nodes[i].used, p.nodes[i].free.cpu, p.nodes[i].free.ram}
 	}
 	prior := map[string]RunningInfo{}
 	for _, j := range p.RunningJobs() {
@@ -261,20 +261,20 @@ func checkInvariants(t testing.TB, p *Pool) {
 		if nd.used != used[i] || bits.OnesCount64(used[i]) != held[i][0] || used[i]>>uint(nd.GPUs) != 0 {
 			t.Fatalf("node %s: GPU mask %b, want %b", nd.Name, nd.used, used[i])
 		}
-		if nd.freeGPU != nd.GPUs-held[i][0] || nd.freeCPU != nd.CPU-held[i][1] || nd.freeRAM != nd.RAMGB-held[i][2] {
-			t.Fatalf("node %s: free %d/%d/%d, held %v", nd.Name, nd.freeGPU, nd.freeCPU, nd.freeRAM, held[i])
+		if nd.free.gpu != nd.GPUs-held[i][0] || nd.free.cpu != nd.CPU-held[i][1] || nd.free.ram != nd.RAMGB-held[i][2] {
+			t.Fatalf("node %s: free %d/%d/%d, held %v", nd.Name, nd.free.gpu, nd.free.cpu, nd.free.ram, held[i])
 		}
-		if nd.freeGPU < 0 || nd.freeCPU < 0 || nd.freeRAM < 0 {
+		if nd.free.gpu < 0 || nd.free.cpu < 0 || nd.free.ram < 0 {
 			t.Fatalf("node %s overcommitted", nd.Name)
 		}
-		if [3]int{nd.relGPU, nd.relCPU, nd.relRAM} != rel[i] {
-			t.Fatalf("node %s: releasing %d, want %v", nd.Name, nd.relGPU, rel[i])
+		if [3]int{nd.rel.gpu, nd.rel.cpu, nd.rel.ram} != rel[i] {
+			t.Fatalf("node %s: releasing %d, want %v", nd.Name, nd.rel.gpu, rel[i])
 		}
 	}
 	if len(p.waitIdx) != len(p.waiting) || len(p.waitKeys) != len(p.waiting) {
 		t.Fatalf("waiting index has %d entries, queue %d", len(p.waitIdx), len(p.waiting))
 	}
-	waitingIn := make([][3]int, len(p.wsNames))
+	waitingIn := make([]perClass, len(p.wsNames))
 	for _, w := range p.waiting {
 		if w.ws != noWorkspace {
 			waitingIn[w.ws][w.r.Class]++
@@ -436,7 +436,7 @@ func victims(d Decisions) []string {
 // checkPreemptibleCounts recomputes Pool.nPreemptible.
 func checkPreemptibleCounts(t testing.TB, p *Pool) {
 	t.Helper()
-	want := make([][3]int, len(p.fams))
+	want := make([]perClass, len(p.fams))
 	for _, rj := range p.running {
 		if !rj.releasing && rj.r.Kind != KindNotebook {
 			want[rj.fam][rj.r.Class]++
@@ -460,9 +460,9 @@ func checkFreeBuckets(t testing.TB, sc *scratch, p *Pool) {
 			for i, sl := range b {
 				n := sl.n
 				seen[n]++
-				if p.nodes[n].fam != int32(f) || sc.freeGPU[n] != g || int(sc.slotOf[n]) != i || sl.cpu != sc.freeCPU[n] || sl.ram != sc.freeRAM[n] {
+				if p.nodes[n].fam != int32(f) || sc.free[n].gpu != g || int(sc.slotOf[n]) != i || sl.cpu != sc.free[n].cpu || sl.ram != sc.free[n].ram {
 					t.Fatalf("node %s in bucket %d/%d at %d: %+v, pass state GPU %d CPU %d RAM %d slot %d",
-						p.nodes[n].Name, f, g, i, sl, sc.freeGPU[n], sc.freeCPU[n], sc.freeRAM[n], sc.slotOf[n])
+						p.nodes[n].Name, f, g, i, sl, sc.free[n].gpu, sc.free[n].cpu, sc.free[n].ram, sc.slotOf[n])
 				}
 			}
 		}
@@ -486,8 +486,8 @@ func checkSyncedCapacity(t testing.TB, p *Pool) {
 	kept.reset(p)
 	full.reset(p)
 	for n := range p.nodes {
-		k := [9]int{kept.freeGPU[n], kept.freeCPU[n], kept.freeRAM[n], kept.relGPU[n], kept.relCPU[n], kept.relRAM[n], kept.victimGPU[n], kept.victimCPU[n], kept.victimRAM[n]}
-		f := [9]int{full.freeGPU[n], full.freeCPU[n], full.freeRAM[n], full.relGPU[n], full.relCPU[n], full.relRAM[n], full.victimGPU[n], full.victimCPU[n], full.victimRAM[n]}
+		k := [3]resources{kept.free[n], kept.rel[n], kept.victim[n]}
+		f := [3]resources{full.free[n], full.rel[n], full.victim[n]}
 		if k != f || kept.hasRel[n] != full.hasRel[n] {
 			t.Fatalf("node %s: kept copy %v (releasing in sight %v), full rebuild %v (%v)", p.nodes[n].Name, k, kept.hasRel[n], f, full.hasRel[n])
 		}
@@ -524,8 +524,8 @@ func sortedCandidates(p *Pool, sc *scratch, now time.Time, n int32, cl Class) []
 	var out []victimCand
 	for _, k := range sc.byNode[n] {
 		x := &sc.nominations[k]
-		if x.class < cl && (x.hiddenGPU > 0 || x.hiddenCPU > 0 || x.hiddenRAM > 0) {
-			out = append(out, victimCand{ref: victimRef{nom: k}, key: victimKey{class: x.class}, take: true, seq: x.seq, amt: [3]int{x.hiddenGPU, x.hiddenCPU, x.hiddenRAM}})
+		if x.class < cl && x.hidden.positive() {
+			out = append(out, victimCand{ref: victimRef{nom: k}, key: victimKey{class: x.class}, take: true, seq: x.seq, amt: x.hidden})
 		}
 	}
 	for _, nj := range p.nodes[n].jobs {

@@ -74,13 +74,13 @@ func (p *Pool) workspaceOf(name string) int32 {
 	i := int32(len(p.wsNames))
 	p.wsIdx[name] = i
 	p.wsNames = append(p.wsNames, name)
-	var caps [3]int
+	var caps perClass
 	for c := range caps {
 		caps[c] = LimitOf(p.policy.Limits, name, Class(c))
 	}
 	p.wsCap = append(p.wsCap, caps)
-	p.wsHeld = append(p.wsHeld, [3]int{})
-	p.wsWaiting = append(p.wsWaiting, [3]int{})
+	p.wsHeld = append(p.wsHeld, perClass{})
+	p.wsWaiting = append(p.wsWaiting, perClass{})
 	p.fs.ws = append(p.fs.ws, account{})
 	return i
 }
@@ -108,7 +108,7 @@ func (p *Pool) holdGPUs(rj *runJob, delta int) {
 // the GPUs nominated to its waiting requests, as the pass goes.
 type capPass struct {
 	on   bool
-	used [][3]int
+	used []perClass
 }
 
 // startCaps sets up the pass's count: what the workspaces hold, and what is nominated to their
@@ -122,7 +122,7 @@ func (sc *scratch) startCaps(p *Pool) {
 	for i := range sc.nominations {
 		x := &sc.nominations[i]
 		if w := p.waitIdx[x.by]; w != nil && w.ws != noWorkspace {
-			sc.caps.used[w.ws][w.r.Class] += x.gpu
+			sc.caps.used[w.ws][w.r.Class] += x.demand.gpu
 		}
 	}
 }
@@ -131,7 +131,7 @@ func (sc *scratch) startCaps(p *Pool) {
 func (sc *scratch) ownNominatedGPUs() int {
 	n := 0
 	for _, k := range sc.walkerNoms {
-		n += sc.nominations[k].gpu
+		n += sc.nominations[k].demand.gpu
 	}
 	return n
 }
@@ -141,11 +141,11 @@ func (sc *scratch) ownNominatedGPUs() int {
 // it needs to start at all (it waits: outCapped). No limit: room for all its workers.
 func (sc *scratch) capRoom(p *Pool, w *waitReq, sh *shape) (workers int, capped bool) {
 	limit := p.capOf(w.ws, w.r.Class)
-	if !sc.caps.on || limit < 0 || sh.gpu == 0 {
+	if !sc.caps.on || limit < 0 || sh.need.gpu == 0 {
 		return sh.workers, false
 	}
 	room := limit - (sc.caps.used[w.ws][w.r.Class] - sc.ownNominatedGPUs())
-	workers = min(sh.workers, max(room, 0)/sh.gpu)
+	workers = min(sh.workers, max(room, 0)/sh.need.gpu)
 	return workers, workers < w.r.leastWorkers()
 }
 
@@ -153,7 +153,7 @@ func (sc *scratch) capRoom(p *Pool, w *waitReq, sh *shape) (workers int, capped 
 // nodes) to its workspace's count, in place of what was nominated to it before.
 func (sc *scratch) countCapUse(p *Pool, w *waitReq, sh *shape, own int) {
 	if sc.caps.on && w.ws != noWorkspace {
-		sc.caps.used[w.ws][w.r.Class] += len(sc.pick)*sh.gpu - own
+		sc.caps.used[w.ws][w.r.Class] += len(sc.pick)*sh.need.gpu - own
 	}
 }
 
@@ -186,7 +186,7 @@ func (p *Pool) WaitingIn(ws string, c Class) int {
 func (p *Pool) WaitingByWorkspace() map[string][3]int {
 	out := map[string][3]int{}
 	for i, n := range p.wsWaiting {
-		if n != [3]int{} {
+		if n != (perClass{}) {
 			out[p.wsNames[i]] = n
 		}
 	}

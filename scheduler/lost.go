@@ -66,7 +66,7 @@ func (p *Pool) refreshLive(f int32) {
 func (p *Pool) lostFit(sh *shape, d Demand) (live int, lost []string) {
 	for _, n := range p.fams[p.famIdx[d.Family]].nodes {
 		nd := &p.nodes[n]
-		if nd.GPUs < d.GPUs || nd.CPU < d.CPU || nd.RAMGB < d.RAMGB || !sh.may(n) {
+		if !demandOf(&d).lessEqual(capacityOf(&nd.Node)) || !sh.may(n) {
 			continue
 		}
 		if nd.lost {

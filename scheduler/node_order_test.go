@@ -7,17 +7,16 @@ import (
 	"testing"
 )
 
-// TestOneNodeOrder pins the three places that choose a node for a worker to
-// the one documented order, cmpNodeCandidate: pickOne (the one-worker hot
-// path, which inlines the comparison) and grantOne (its shortcut over the
-// free-slot buckets, when nothing is nominated and releasing capacity does
-// not count) must pick the first node of the candidates sorted by it. Random
-// pools of mixed node sizes, partly filled by jobs of every size, some
-// releasing, some nodes lost. Half the shapes are held to some nodes
-// (Request.Nodes): the candidates are then those nodes alone, and pickNodes
-// (which sends them to pickOne, not grantOne) must pick the first of them.
-func TestOneNodeOrder(t *testing.T) {
-	rng := rand.New(rand.NewPCG(7, 11))
+// TestEveryPlacementPathOrdersNodesAlike pins every path that places workers
+// to cmpNodeCandidate: for gangs of one to four workers, with and without
+// releasing capacity counted, held to some nodes or not, and with capacity
+// nominated to the request on some nodes (its own nodes, which come first),
+// pickNodes must take the first nodes of the candidates sorted by that order,
+// pickSome (an elastic gang that does not fit whole) the first it can, and
+// the one-worker paths (pickOne, pickOwn, grantOne) the very first. A path
+// that orders nodes its own way fails here.
+func TestEveryPlacementPathOrdersNodesAlike(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
 	for round := range 300 {
 		var nodes []Node
 		for i := range 3 + rng.IntN(10) {
@@ -36,7 +35,7 @@ func TestOneNodeOrder(t *testing.T) {
 		p.Schedule(t0)
 		for _, job := range p.RunningJobs() {
 			if rng.IntN(4) == 0 {
-				p.BeginRelease(job) // releasing: counted only with withRel
+				p.BeginRelease(job)
 			}
 		}
 		for _, n := range nodes {
@@ -45,62 +44,89 @@ func TestOneNodeOrder(t *testing.T) {
 			}
 		}
 		for range 8 {
-			sh := shape{fam: 0, gpu: 1 + rng.IntN(8), cpu: rng.IntN(3) * 8, workers: 1}
-			var allowed []string
+			workers := 1 + rng.IntN(4)
+			r := Request{Demand: Demand{Family: "a", GPUs: 1 + rng.IntN(8), CPU: rng.IntN(3) * 8}, Workers: workers}
 			if rng.IntN(2) == 0 {
 				for _, n := range nodes {
 					if rng.IntN(3) == 0 {
-						allowed = append(allowed, n.Name)
+						r.Nodes = append(r.Nodes, n.Name)
 					}
 				}
 			}
-			if len(allowed) > 0 {
-				r := Request{Demand: Demand{Family: "a", GPUs: sh.gpu, CPU: sh.cpu}, Workers: 1, Nodes: allowed}
-				sh = p.shapes[p.shapeOf(&r)]
-			}
+			sh := p.shapes[p.shapeOf(&r)]
+			owned := rng.IntN(2) == 0
 			for _, withRel := range []bool{false, true} {
 				sc := newScratch()
 				sc.reset(p)
-				sc.walkerStamp = 1 // nothing nominated to the request
-				var cands []nodeCandidate
-				for _, n := range p.fams[0].live {
-					if len(allowed) > 0 && !slices.Contains(allowed, p.nodes[n].Name) {
-						continue
+				sc.walkerStamp = 1
+				sc.capWorkers = workers
+				if owned { // capacity nominated to the request on some nodes
+					for _, n := range p.fams[0].nodes {
+						if rng.IntN(3) == 0 {
+							sc.walkerOwns[n] = sc.walkerStamp
+							sc.walkerNoms = append(sc.walkerNoms, int32(len(sc.nominations)))
+							sc.nominations = append(sc.nominations, nomination{node: n})
+						}
 					}
+				}
+				var cands []nodeCandidate
+				for _, n := range p.placeable(&sh) {
 					if c, ok := sc.candOf(n, &sh, withRel); ok {
 						cands = append(cands, c)
 					}
 				}
 				slices.SortFunc(cands, cmpNodeCandidate)
-				want := int32(-1)
-				if len(cands) > 0 {
-					want = cands[0].n
+				first := func(k int) []int32 {
+					var out []int32
+					for _, c := range cands[:k] {
+						out = append(out, c.n)
+					}
+					slices.Sort(out)
+					return out
 				}
-				got := int32(-1)
-				if sc.pickOne(p, &sh, withRel) {
-					got = sc.pick[0]
+				where := fmt.Sprintf("round %d, %+v, own nodes %v, withRel=%v (candidates %+v)", round, sh, sc.walkerNoms, withRel, cands)
+				var want []int32
+				if len(cands) >= workers {
+					want = first(workers)
 				}
-				if got != want {
-					t.Fatalf("round %d, %+v withRel=%v: pickOne chose node %d, the order's first is %d (candidates %+v)", round, sh, withRel, got, want, cands)
+				if got := pick(sc, sc.pickNodes(p, &sh, withRel)); !slices.Equal(got, want) {
+					t.Fatalf("%s: pickNodes chose %v, the order's first are %v", where, got, want)
 				}
-				got = -1
-				if sc.pickNodes(p, &sh, withRel) {
-					got = sc.pick[0]
+				if workers == 1 {
+					if got := pick(sc, sc.pickOne(p, &sh, withRel)); !slices.Equal(got, want) {
+						t.Fatalf("%s: pickOne chose %v, the order's first is %v", where, got, want)
+					}
+					if len(sc.walkerNoms) > 0 && len(cands) > 0 && cands[0].elsewhere == 0 {
+						if got := sc.pickOwn(p, &sh, withRel); got != cands[0].n {
+							t.Fatalf("%s: pickOwn chose %d, the order's first is %d", where, got, cands[0].n)
+						}
+					}
+					if !withRel && len(sc.walkerNoms) == 0 && sh.allowed == nil {
+						if got := pick(sc, sc.grantOne(p, &sh)); !slices.Equal(got, want) {
+							t.Fatalf("%s: grantOne chose %v, the order's first is %v", where, got, want)
+						}
+					}
 				}
-				if got != want {
-					t.Fatalf("round %d, %+v allowed %v withRel=%v: pickNodes chose node %d, the order's first is %d (candidates %+v)", round, sh, allowed, withRel, got, want, cands)
-				}
-				if withRel || len(allowed) > 0 {
-					continue // grantOne is for unconstrained shapes only
-				}
-				got = -1
-				if sc.grantOne(p, &sh) {
-					got = sc.pick[0]
-				}
-				if got != want {
-					t.Fatalf("round %d, %+v: grantOne chose node %d, the order's first is %d (candidates %+v)", round, sh, got, want, cands)
+				if workers > 1 && !withRel {
+					el := sh
+					el.minWorkers = 1
+					want = nil
+					if k := min(len(cands), workers-1); k >= 1 {
+						want = first(k)
+					}
+					if got := pick(sc, sc.pickSome(p, &el)); !slices.Equal(got, want) {
+						t.Fatalf("%s: pickSome chose %v, the order's first are %v", where, got, want)
+					}
 				}
 			}
 		}
 	}
+}
+
+// pick is the scratch's pick after a placement that reported ok, or nil.
+func pick(sc *scratch, ok bool) []int32 {
+	if !ok {
+		return nil
+	}
+	return slices.Clone(sc.pick)
 }

@@ -19,8 +19,8 @@ type node struct {
 	fam  int32
 	used uint64 // GPU indices held by running or releasing workers
 
-	freeGPU, freeCPU, freeRAM int // not held by anyone
-	relGPU, relCPU, relRAM    int // held by workers of releasing jobs
+	free resources // not held by anyone
+	rel  resources // held by workers of releasing jobs
 
 	// lost: its agent stopped answering. Its accounting goes on as usual, but the pass sees no
 	// capacity on it (see MarkNodeLost).
@@ -49,9 +49,9 @@ type family struct {
 // behave identically within a pass, which lets the pass skip them after one failed. The allowed
 // nodes are part of it: a request that may run anywhere and one held to some nodes fail apart.
 type shape struct {
-	fam           int32
-	gpu, cpu, ram int
-	workers       int
+	fam     int32
+	need    resources // one worker's demand
+	workers int
 	// An elastic shape (minWorkers between 1 and workers-1) is tried at its full size first;
 	// least is its rigid shape of minWorkers workers, for what the gang can do at its least
 	// size (preempt, reserve). A rigid shape has minWorkers 0 and least -1.
@@ -68,11 +68,11 @@ type shape struct {
 
 // shapeKey is what makes two shapes the same.
 type shapeKey struct {
-	fam           int32
-	gpu, cpu, ram int
-	workers       int
-	minWorkers    int
-	allow         int32
+	fam        int32
+	need       resources
+	workers    int
+	minWorkers int
+	allow      int32
 }
 
 // may reports whether a worker of the shape may be placed on node n.
@@ -143,10 +143,10 @@ type Pool struct {
 	// Policy.Limits cap per class (-1: none) and the GPUs it holds per class.
 	wsIdx   map[string]int32
 	wsNames []string
-	wsCap   [][3]int
-	wsHeld  [][3]int
+	wsCap   []perClass
+	wsHeld  []perClass
 	// wsWaiting counts each workspace's waiting requests per class.
-	wsWaiting [][3]int
+	wsWaiting []perClass
 	// fs is the usage accounting of Policy.Ordering fair-share.
 	fs fairShare
 	// allows are the allowed-node sets (Request.Nodes) of the shapes that have one, interned by
@@ -171,7 +171,7 @@ type Pool struct {
 
 	// nPreemptible counts, per family and class, the running jobs that are not stopping and not
 	// notebooks: a request with none below its class needs no victim search.
-	nPreemptible [][3]int
+	nPreemptible []perClass
 
 	// dirty is false after a pass that decided nothing while no event changed the pool since: a
 	// pass at a time before wake then decides nothing either, and Schedule returns at once.
@@ -183,12 +183,12 @@ type Pool struct {
 }
 
 type hold struct {
-	by            string // the preemptor
-	class         Class  // its class
-	node          int32
-	gpu, cpu, ram int
-	seq           int64 // the victim's preemption sequence
-	taken         bool  // its nominee took it over from the preemptor
+	by     string // the preemptor
+	class  Class  // its class
+	node   int32
+	amount resources // what is held
+	seq    int64     // the victim's preemption sequence
+	taken  bool      // its nominee took it over from the preemptor
 	// stale: its nominee was granted. What it did not use stays out of sight until the next
 	// event, so that a second pass at the same instant sees what the first saw.
 	stale bool
@@ -271,9 +271,9 @@ func NewPool(nodes []Node, policy Policy) (*Pool, error) {
 		fm.maxCPU = max(fm.maxCPU, n.CPU)
 		fm.maxRAM = max(fm.maxRAM, n.RAMGB)
 		p.nodeIdx[n.Name] = int32(i)
-		p.nodes = append(p.nodes, node{Node: n, fam: f, freeGPU: n.GPUs, freeCPU: n.CPU, freeRAM: n.RAMGB})
+		p.nodes = append(p.nodes, node{Node: n, fam: f, free: capacityOf(&n)})
 	}
-	p.nPreemptible = make([][3]int, len(p.fams))
+	p.nPreemptible = make([]perClass, len(p.fams))
 	p.sc = newScratch()
 	p.sizeVictimLists()
 	return p, nil
@@ -400,7 +400,7 @@ func (p *Pool) admitAnywhere(r Request) error {
 	fit := 0
 	for _, n := range fm.nodes {
 		nd := &p.nodes[n]
-		if nd.GPUs >= d.GPUs && nd.CPU >= d.CPU && nd.RAMGB >= d.RAMGB {
+		if demandOf(&d).lessEqual(capacityOf(&nd.Node)) {
 			fit++
 		}
 	}
@@ -439,7 +439,7 @@ func (p *Pool) admitNodes(r *Request) error {
 		nd := &p.nodes[p.nodeIdx[name]]
 		switch {
 		case nd.Family != d.Family:
-		case nd.GPUs >= d.GPUs && nd.CPU >= d.CPU && nd.RAMGB >= d.RAMGB:
+		case demandOf(d).lessEqual(capacityOf(&nd.Node)):
 			fit = append(fit, nd.Name)
 		default:
 			small = append(small, nd.Name)
@@ -478,7 +478,7 @@ func workersText(r *Request) string {
 
 // shapeOf interns r's shape; r passed Admit.
 func (p *Pool) shapeOf(r *Request) int32 {
-	k := shapeKey{fam: p.famIdx[r.Demand.Family], gpu: r.Demand.GPUs, cpu: r.Demand.CPU, ram: r.Demand.RAMGB, workers: r.Workers}
+	k := shapeKey{fam: p.famIdx[r.Demand.Family], need: demandOf(&r.Demand), workers: r.Workers}
 	if r.elastic() {
 		k.minWorkers = r.MinWorkers
 	}
@@ -495,7 +495,7 @@ func (p *Pool) shapeOf(r *Request) int32 {
 		least = p.shapeOf(&rigid)
 	}
 	id := int32(len(p.shapes))
-	s := shape{fam: k.fam, gpu: k.gpu, cpu: k.cpu, ram: k.ram, workers: k.workers, minWorkers: k.minWorkers, least: least, allow: k.allow}
+	s := shape{fam: k.fam, need: k.need, workers: k.workers, minWorkers: k.minWorkers, least: least, allow: k.allow}
 	if k.allow > 0 {
 		s.allowed = p.allows[k.allow-1]
 	}
@@ -647,14 +647,12 @@ func (p *Pool) beginRelease(rj *runJob) {
 	}
 	p.countPreemptible(rj, -1)
 	rj.releasing = true
-	d := &rj.r.Demand
+	d := demandOf(&rj.r.Demand)
 	for w, n := range rj.nodes {
 		if !rj.released[w] {
 			p.nodeChanged(n)
 			nd := &p.nodes[n]
-			nd.relGPU += d.GPUs
-			nd.relCPU += d.CPU
-			nd.relRAM += d.RAMGB
+			nd.rel = nd.rel.add(d)
 		}
 	}
 }
@@ -665,17 +663,13 @@ func (p *Pool) freeWorker(rj *runJob, w int) {
 	p.nodeChanged(rj.nodes[w])
 	if rj.nominee != nil && rj.preemptSeq > 0 && p.waitIdx[rj.nominee[w].Job] != nil {
 		pb := rj.nominee[w]
-		p.addHold(hold{by: pb.Job, class: pb.Class, node: rj.nodes[w], gpu: d.GPUs, cpu: d.CPU, ram: d.RAMGB, seq: rj.preemptSeq,
+		p.addHold(hold{by: pb.Job, class: pb.Class, node: rj.nodes[w], amount: demandOf(d), seq: rj.preemptSeq,
 			taken: rj.preemptedBy == nil || pb.Job != rj.preemptedBy.Job})
 	}
 	nd.used &^= rj.gpus[w]
-	nd.freeGPU += d.GPUs
-	nd.freeCPU += d.CPU
-	nd.freeRAM += d.RAMGB
+	nd.free = nd.free.add(demandOf(d))
 	if rj.releasing {
-		nd.relGPU -= d.GPUs
-		nd.relCPU -= d.CPU
-		nd.relRAM -= d.RAMGB
+		nd.rel = nd.rel.sub(demandOf(d))
 	}
 	rj.released[w] = true
 	rj.nReleased++
@@ -941,15 +935,15 @@ func (p *Pool) nodeInfos() []NodeInfo {
 	out := make([]NodeInfo, len(p.nodes))
 	for i := range p.nodes {
 		nd := &p.nodes[i]
-		out[i] = NodeInfo{Name: nd.Name, Family: nd.Family, GPUs: nd.GPUs, FreeGPUs: nd.freeGPU,
-			AllocatedGPUs: nd.GPUs - nd.freeGPU - nd.relGPU, ReleasingGPUs: nd.relGPU, Lost: nd.lost}
+		out[i] = NodeInfo{Name: nd.Name, Family: nd.Family, GPUs: nd.GPUs, FreeGPUs: nd.free.gpu,
+			AllocatedGPUs: nd.GPUs - nd.free.gpu - nd.rel.gpu, ReleasingGPUs: nd.rel.gpu, Lost: nd.lost}
 	}
 	for _, h := range p.holds {
-		if h.stale || h.gpu == 0 || p.waitIdx[h.by] == nil {
+		if h.stale || h.amount.gpu == 0 || p.waitIdx[h.by] == nil {
 			continue
 		}
 		ni := &out[h.node]
-		ni.HeldGPUs += h.gpu
+		ni.HeldGPUs += h.amount.gpu
 		if ni.HeldFor == "" {
 			ni.HeldFor = h.by
 		}

@@ -11,15 +11,13 @@ import (
 // once the free and releasing capacity it may use and every job it may preempt are counted.
 type resvCand struct {
 	n    int32
-	lack [3]int // GPUs, CPU, RAM; never negative
-	prev bool   // reserved for it by the last pass
+	lack resources // never negative
+	prev bool      // reserved for it by the last pass
 }
 
 func cmpResv(a, b resvCand) int {
-	for k := range a.lack {
-		if c := cmp.Compare(a.lack[k], b.lack[k]); c != 0 {
-			return c
-		}
+	if c := cmp.Or(cmp.Compare(a.lack.gpu, b.lack.gpu), cmp.Compare(a.lack.cpu, b.lack.cpu), cmp.Compare(a.lack.ram, b.lack.ram)); c != 0 {
+		return c
 	}
 	if a.prev != b.prev {
 		if a.prev {
@@ -30,7 +28,7 @@ func cmpResv(a, b resvCand) int {
 	return cmp.Compare(a.n, b.n)
 }
 
-// maybeReserve is rule (d): a medium or low request that can neither start, wait for releasing
+// maybeReserve is rule (e): a medium or low request that can neither start, wait for releasing
 // capacity nor preempt, and has been the first waiting request of its class for
 // Policy.ReserveAfter, reserves
 // the nodes where it will fit soonest: those where it lacks the fewest GPUs, then CPU, then RAM
@@ -38,7 +36,7 @@ func cmpResv(a, b resvCand) int {
 // the nodes it reserved in the last pass; then config order. On each it holds the free and
 // releasing capacity up to its demand, and no later request of the pass may preempt there. It
 // returns outReserving, or outNoFit when it does not reserve.
-func (p *Pool) maybeReserve(now time.Time, sc *scratch, pl *plan, w *waitReq, sh *shape, first bool) uint8 {
+func (p *Pool) maybeReserve(now time.Time, sc *scratch, pl *plan, w *waitReq, sh *shape, first bool) outcome {
 	ra := p.policy.ReserveAfter
 	if ra <= 0 || !first || p.strict() {
 		return outNoFit // (cheap checks first: most requests of a long queue come here)
@@ -50,22 +48,18 @@ func (p *Pool) maybeReserve(now time.Time, sc *scratch, pl *plan, w *waitReq, sh
 	var cands []resvCand
 	for _, n := range p.placeable(sh) { // only nodes it may use
 		nd := &p.nodes[n]
-		if sc.reserved[n] || nd.GPUs < sh.gpu || nd.CPU < sh.cpu || nd.RAMGB < sh.ram {
+		if sc.reserved[n] || !sh.need.lessEqual(capacityOf(&nd.Node)) {
 			continue
 		}
 		l := sc.lack(n, sh)
 		if w.r.Class > Low {
 			for _, nj := range nd.jobs {
 				if p.preemptible(nj.rj, w.r.Class, now, sc) {
-					d := &nj.rj.r.Demand
-					l[0], l[1], l[2] = l[0]-d.GPUs, l[1]-d.CPU, l[2]-d.RAMGB
+					l = l.sub(demandOf(&nj.rj.r.Demand))
 				}
 			}
 		}
-		for k := range l {
-			l[k] = max(0, l[k])
-		}
-		cands = append(cands, resvCand{n: n, lack: l, prev: slices.Contains(hd.nodes, n)})
+		cands = append(cands, resvCand{n: n, lack: l.nonNegative(), prev: slices.Contains(hd.nodes, n)})
 	}
 	if len(cands) < sh.workers {
 		return outNoFit
@@ -89,11 +83,9 @@ func (p *Pool) maybeReserve(now time.Time, sc *scratch, pl *plan, w *waitReq, sh
 	}
 	for _, n := range nodes {
 		sc.reserved[n] = true
-		fg, fc, fr := min(sc.freeGPU[n], sh.gpu), min(sc.freeCPU[n], sh.cpu), min(sc.freeRAM[n], sh.ram)
-		rg, rc, rr := min(sc.relGPU[n], sh.gpu-fg), min(sc.relCPU[n], sh.cpu-fc), min(sc.relRAM[n], sh.ram-fr)
-		sc.freeCPU[n], sc.relCPU[n] = sc.freeCPU[n]-fc, sc.relCPU[n]-rc
-		sc.freeRAM[n], sc.relRAM[n] = sc.freeRAM[n]-fr, sc.relRAM[n]-rr
-		sc.setGPU(p, n, sc.freeGPU[n]-fg, sc.relGPU[n]-rg)
+		fromFree := sc.free[n].atMost(sh.need)
+		fromRel := sc.rel[n].atMost(sh.need.sub(fromFree))
+		sc.setCapacity(p, n, sc.free[n].sub(fromFree), sc.rel[n].sub(fromRel))
 	}
 	pl.reserves = append(pl.reserves, planReserve{w: w, nodes: nodes})
 	return outReserving

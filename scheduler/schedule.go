@@ -7,44 +7,56 @@ import (
 	"time"
 )
 
-// Outcome of one waiting request in a pass.
+// outcome is what one pass decided for one waiting request: the rule that applied to it (see
+// decide), which View and Explain turn into its reason.
+type outcome uint8
+
 const (
-	outNoFit         uint8 = iota // cannot fit, not even by preempting
-	outGranted                    // fits on free capacity: started
-	outNominated                  // fits on free + releasing capacity: that capacity is reserved for it
-	outPreempting                 // preempts victims; their capacity is reserved for it
-	outStrictBlocked              // strict-fifo: a better request ahead could not start
-	outPrevAttempt                // an older attempt of the same job still holds capacity
-	outReserving                  // cannot fit, but as the long-waiting first of its class it reserves nodes
-	outCapped                     // its workspace's limit in its class leaves it no room (see Limit)
+	outNoFit         outcome = iota // cannot fit, not even by preempting
+	outGranted                      // fits on free capacity: started
+	outNominated                    // fits on free + releasing capacity: that capacity is reserved for it
+	outPreempting                   // preempts victims; their capacity is reserved for it
+	outStrictBlocked                // strict-fifo: a better request ahead could not start
+	outPrevAttempt                  // an older attempt of the same job still holds capacity
+	outReserving                    // cannot fit, but as the long-waiting first of its class it reserves nodes
+	outCapped                       // its workspace's limit in its class leaves it no room (see Limit)
 )
 
+// tookCapacity reports whether the request took capacity in the pass: it started, holds free
+// and releasing capacity, or preempts for it.
+func (o outcome) tookCapacity() bool {
+	return o == outGranted || o == outNominated || o == outPreempting
+}
+
 // nodeCandidate is a node a worker could be placed on, with its sort keys (see
-// cmpNodeCandidate).
+// cmpNodeCandidate). It has four fields, no more, so that the compiler keeps one in registers
+// in the placement loops.
 type nodeCandidate struct {
 	n         int32
 	elsewhere int8 // 0: capacity nominated to this request is on the node, 1: not
-	spareGPU  int  // GPUs left over
-	fromRel   int  // GPUs taken from releasing capacity
-	spareCPU  int  // CPU cores left over
+	// gpuFit is, for a grant (free capacity only), the GPUs left over; for a request that will
+	// wait (releasing capacity counted), the GPUs taken from releasing capacity. Candidates
+	// compared are always of one kind.
+	gpuFit   int
+	spareCPU int // CPU cores left over (a grant only)
 }
 
 // nomination is capacity nominated to a preemptor: one unreleased worker of a job preempted for it, or
 // the free capacity such a worker left when it stopped (a hold), on a node that is not lost. It
 // stays nominated until the preemptor is granted or withdrawn (see the package doc).
 type nomination struct {
-	victim                          *runJob
-	worker                          int // the victim's worker
-	node                            int32
-	gpu, cpu, ram                   int  // the worker's demand
-	hiddenGPU, hiddenCPU, hiddenRAM int  // how much of it is hidden now (taken out of the pass's releasing capacity)
-	heldGPU, heldCPU, heldRAM       int  // how much of it the nominee itself holds in this pass
-	free                            bool // a hold: the victim has stopped, the capacity is free
-	holdIdx                         int  // a hold: its index in Pool.holds
-	taken                           bool // its nominee took it over from the preemptor
-	class                           Class
-	by                              string // the nominee: the preemptor, or a strictly better request that took it over
-	seq                             int64
+	victim  *runJob
+	worker  int // the victim's worker
+	node    int32
+	demand  resources // the worker's demand
+	hidden  resources // how much of it is hidden now (taken out of the pass's releasing capacity)
+	held    resources // how much of it the nominee itself holds in this pass
+	free    bool      // a hold: the victim has stopped, the capacity is free
+	holdIdx int       // a hold: its index in Pool.holds
+	taken   bool      // its nominee took it over from the preemptor
+	class   Class
+	by      string // the nominee: the preemptor, or a strictly better request that took it over
+	seq     int64
 }
 
 // failureCache remembers what failed in this pass: the shapes that can neither start nor hold
@@ -82,364 +94,44 @@ func (fc *failureCache) newPass(nShapes int) {
 	}
 }
 
-// scratch is per-pass working state. The pass never mutates the Pool: it works on these copies,
-// so the same code serves Schedule (which applies the plan) and View/Explain (which only read it).
-type scratch struct {
-	freeGPU, freeCPU, freeRAM       []int // per node: free capacity not yet granted or reserved in this pass
-	relGPU, relCPU, relRAM          []int // per node: visible releasing capacity not yet reserved in this pass
-	victimGPU, victimCPU, victimRAM []int // per node: capacity of tentative victims (preemption search)
-	// Per family and GPU count g: how many nodes have at least g free GPUs, and at least g free
-	// plus releasing GPUs. A request that fails these counts needs no node walk.
-	freeAtLeast, freeOrRelAtLeast [][]int32
-	// Nodes that answer, by family and free GPUs in this pass: a grant looks only at the nodes
-	// with the fewest free GPUs that fit it, in one sequential scan of their bucket.
-	freeBuckets [][][]freeSlot
-	slotOf      []int32 // per node: its index in its bucket, -1 for a lost node (in none)
-	// relNodes counts, per family, the nodes with releasing capacity in sight (hasRel).
-	relNodes []int32
-	hasRel   []bool
-	// synced: the copies above are the pool's, but for the nodes in changed (written by the
-	// last pass, or changed by an event since), so that the next pass restores only those: a
-	// pass costs nothing for the nodes nobody touched. False until the first pass, which copies
-	// every node.
-	synced       bool
-	changed      []int32
-	changedMark  []bool
-	failed       failureCache
-	grantBuf     []planGrant // plan.grants of the last pass, for the next
-	grantNodeBuf []int32     // plan.grantNodes of the last pass, for the next
-	nodeCands    []nodeCandidate
-	pick         []int32
-	relTake      []int32 // per picked node: GPUs taken from releasing capacity
-	relUsed      []bool  // per picked node: anything taken from releasing capacity
-	victims      map[*runJob]bool
-	victimBuf    []victimCand
-
-	nominations []nomination       // in preemption order; hidden but from their nominee
-	byJob       map[string][]int32 // nominee -> its nominations
-	byNode      map[int32][]int32  // node -> its nominations
-	// The walker is the waiting request the pass is deciding for right now
-	// (see decide): the pass walks the queue in launch order, and each
-	// request in turn sees the capacity nominated to it, which is hidden
-	// from every other one. walkerStamp is bumped for each walker;
-	// walkerOwns[n] == walkerStamp says the walker has a nomination on node n.
-	walkerOwns     []uint32 // per node: the stamp of the last walker with a nomination there
-	walkerStamp    uint32
-	walkerNoms     []int32 // the walker's nominations
-	hasNominations []bool  // per waiting request: capacity is nominated to it
-	// relVisible: the family had releasing capacity nominated to nobody when the pass began (a
-	// request without nominations sees no more than that; without any, holding free + releasing
-	// capacity is the grant it already failed).
-	relVisible []bool
-	nextSeq    int64  // preemption sequence of the next victim chosen in this pass
-	reserved   []bool // per node: reserved in this pass by the first request of a class
-	// Policy.Backfill: the reservations with a known start that bind the pass, the nodes of
-	// the walker's own (which it gave up for its walk), and whether the walker sees more than
-	// the others (so that its failures are not cached).
-	resvs       []resv
-	ownerNodes  []int32
-	walkerExtra bool
-	// caps counts the pass against Policy.Limits; capWorkers is how many workers the walker's
-	// cap leaves room for (all of them without one), and capUsed what its workspace held when
-	// it was capped (for the reason).
-	caps       capPass
-	capWorkers int
-	capUsed    int
-
-	// victim search
-	oldest          [][3]time.Time // per family and class: see oldestStart
-	oldestKnown     bool
-	nodeVictimCands []victimCand
-	takeoverCands   []victimCand
-	protectedCands  []victimCand
-	listRuns        []int       // a node's victim list, one class: where each run of one GPU count starts
-	listHeads       []int       // per run merged: its head
-	headKeys        []victimKey // per run merged: its head's key
-	costs           []nodeCost
-	perNodeVictims  []victimCand
-	seenVictims     map[victimRef]bool
-}
-
-func newScratch() *scratch {
-	return &scratch{victims: map[*runJob]bool{}, byJob: map[string][]int32{}, byNode: map[int32][]int32{}, seenVictims: map[victimRef]bool{}}
-}
-
-func grow[T any](s []T, n int) []T {
-	if cap(s) < n {
-		return make([]T, n)
-	}
-	return s[:n]
-}
-
-// reset starts a pass: the pool's capacity, the per-family summaries, and the nominations.
-func (sc *scratch) reset(p *Pool) {
-	if sc.synced && len(sc.changedMark) == len(p.nodes) {
-		sc.restoreChanged(p)
-	} else {
-		sc.resetCapacity(p)
-		sc.resetFreeLists(p)
-		sc.resetRelNodes(p)
-		sc.changedMark = grow(sc.changedMark, len(p.nodes))
-		clear(sc.changedMark)
-		sc.changed, sc.synced = sc.changed[:0], true
-	}
-	sc.failed.newPass(len(p.shapes))
-	clear(sc.victims)
-	sc.oldestKnown = false
-	sc.walkerOwns = grow(sc.walkerOwns, len(p.nodes))
-	sc.reserved = grow(sc.reserved, len(p.nodes))
-	clear(sc.reserved)
-	sc.resetNominations(p)
-	sc.nextSeq = p.preemptSeq + 1
-}
-
-// resetCapacity copies the nodes' free and releasing capacity (none on a lost node) and counts,
-// per family, the nodes with at least g free (and free plus releasing) GPUs.
-func (sc *scratch) resetCapacity(p *Pool) {
-	n := len(p.nodes)
-	for _, s := range []*[]int{&sc.freeGPU, &sc.freeCPU, &sc.freeRAM, &sc.relGPU, &sc.relCPU, &sc.relRAM, &sc.victimGPU, &sc.victimCPU, &sc.victimRAM} {
-		*s = grow(*s, n)
-	}
-	clear(sc.victimGPU)
-	clear(sc.victimCPU)
-	clear(sc.victimRAM)
-	if len(sc.freeAtLeast) != len(p.fams) {
-		sc.freeAtLeast = make([][]int32, len(p.fams))
-		sc.freeOrRelAtLeast = make([][]int32, len(p.fams))
-	}
-	for f := range p.fams {
-		sc.freeAtLeast[f] = grow(sc.freeAtLeast[f], p.fams[f].maxGPU+1)
-		sc.freeOrRelAtLeast[f] = grow(sc.freeOrRelAtLeast[f], p.fams[f].maxGPU+1)
-		clear(sc.freeAtLeast[f])
-		clear(sc.freeOrRelAtLeast[f])
-	}
-	for i := range p.nodes {
-		nd := &p.nodes[i]
-		if nd.lost { // a lost node's capacity serves no one: the pass sees none, free or releasing
-			sc.freeGPU[i], sc.freeCPU[i], sc.freeRAM[i] = 0, 0, 0
-			sc.relGPU[i], sc.relCPU[i], sc.relRAM[i] = 0, 0, 0
-			continue
-		}
-		sc.freeGPU[i], sc.freeCPU[i], sc.freeRAM[i] = nd.freeGPU, nd.freeCPU, nd.freeRAM
-		sc.relGPU[i], sc.relCPU[i], sc.relRAM[i] = nd.relGPU, nd.relCPU, nd.relRAM
-		sc.freeAtLeast[nd.fam][nd.freeGPU]++
-		sc.freeOrRelAtLeast[nd.fam][nd.freeGPU+nd.relGPU]++
-	}
-	for f := range p.fams { // histogram -> "at least g"
-		a, ar := sc.freeAtLeast[f], sc.freeOrRelAtLeast[f]
-		for g := len(a) - 2; g >= 0; g-- {
-			a[g] += a[g+1]
-			ar[g] += ar[g+1]
-		}
-	}
-}
-
-// newBuckets makes family f's buckets, each at the size the pass starts with (a restored pool's
-// first pass would otherwise grow each one step by step; later passes reuse them).
-func (sc *scratch) newBuckets(p *Pool, f int32) [][]freeSlot {
-	sizes := make([]int, p.fams[f].maxGPU+1)
-	for _, i := range p.fams[f].live {
-		sizes[sc.freeGPU[i]]++
-	}
-	b := make([][]freeSlot, len(sizes))
-	for g, k := range sizes {
-		b[g] = make([]freeSlot, 0, k)
-	}
-	return b
-}
-
-// freeSlot is a live node in its family's bucket for its free GPUs, with copies of its free CPU
-// and RAM in this pass, so that a grant reads the bucket sequentially.
-type freeSlot struct {
-	n        int32
-	cpu, ram int
-}
-
-// resetFreeLists puts every live node into its family's bucket for its free GPUs.
-func (sc *scratch) resetFreeLists(p *Pool) {
-	sc.slotOf = grow(sc.slotOf, len(p.nodes))
-	for i := range sc.slotOf {
-		sc.slotOf[i] = -1
-	}
-	if len(sc.freeBuckets) != len(p.fams) {
-		sc.freeBuckets = make([][][]freeSlot, len(p.fams))
-	}
-	for f := range p.fams {
-		if len(sc.freeBuckets[f]) != p.fams[f].maxGPU+1 {
-			sc.freeBuckets[f] = sc.newBuckets(p, int32(f))
-		}
-		for g := range sc.freeBuckets[f] {
-			sc.freeBuckets[f][g] = sc.freeBuckets[f][g][:0]
-		}
-		for _, i := range p.fams[f].live {
-			sc.link(int32(f), i, sc.freeGPU[i])
-		}
-	}
-}
-
-// resetNominations hides every unreleased worker of a preempted job, and the free capacity held
-// for the nominee of a stopped one, on a node that answers: only their nominee sees them.
-func (sc *scratch) resetNominations(p *Pool) {
-	sc.nominations = sc.nominations[:0]
-	clear(sc.byJob)
-	clear(sc.byNode)
-	for _, v := range p.victims {
-		d := &v.r.Demand
-		for w, n := range v.nodes {
-			if v.released[w] || p.nodes[n].lost {
-				continue
-			}
-			nb := v.nominee[w]
-			sc.hide(p, sc.addNom(nomination{victim: v, worker: w, node: n, gpu: d.GPUs, cpu: d.CPU, ram: d.RAMGB, class: nb.Class, by: nb.Job, seq: v.preemptSeq,
-				taken: nb.Job != v.preemptedBy.Job}))
-		}
-	}
-	for i, h := range p.holds {
-		if !p.nodes[h.node].lost {
-			sc.hide(p, sc.addNom(nomination{node: h.node, gpu: h.gpu, cpu: h.cpu, ram: h.ram, free: true, holdIdx: i, class: h.class, by: h.by, seq: h.seq, taken: h.taken}))
-		}
-	}
-	sc.relVisible = grow(sc.relVisible, len(p.fams))
-	for f := range sc.relVisible {
-		sc.relVisible[f] = sc.relNodes[f] > 0
-	}
-	sc.hasNominations = grow(sc.hasNominations, len(p.waiting))
-	clear(sc.hasNominations)
-	for _, x := range sc.nominations {
-		if w := p.waitIdx[x.by]; w != nil {
-			sc.hasNominations[p.waitPos(w)] = true
-		}
-	}
-}
-
-func (sc *scratch) addNom(x nomination) int32 {
-	i := int32(len(sc.nominations))
-	sc.nominations = append(sc.nominations, x)
-	sc.byJob[x.by] = append(sc.byJob[x.by], i)
-	sc.byNode[x.node] = append(sc.byNode[x.node], i)
-	return i
-}
-
-// hide takes nomination i's capacity out of the visible releasing capacity: what its preemptor
-// does not hold itself in this pass, as much of it as is left (a strictly better request may
-// have taken some of it over).
-func (sc *scratch) hide(p *Pool, i int32) {
-	x := &sc.nominations[i]
-	n := x.node
-	if x.free {
-		x.hiddenGPU, x.hiddenCPU, x.hiddenRAM = min(x.gpu-x.heldGPU, sc.freeGPU[n]), min(x.cpu-x.heldCPU, sc.freeCPU[n]), min(x.ram-x.heldRAM, sc.freeRAM[n])
-		sc.freeCPU[n] -= x.hiddenCPU
-		sc.freeRAM[n] -= x.hiddenRAM
-		sc.setGPU(p, n, sc.freeGPU[n]-x.hiddenGPU, sc.relGPU[n])
-		return
-	}
-	x.hiddenGPU, x.hiddenCPU, x.hiddenRAM = min(x.gpu-x.heldGPU, sc.relGPU[n]), min(x.cpu-x.heldCPU, sc.relCPU[n]), min(x.ram-x.heldRAM, sc.relRAM[n])
-	sc.relCPU[n] -= x.hiddenCPU
-	sc.relRAM[n] -= x.hiddenRAM
-	sc.setGPU(p, n, sc.freeGPU[n], sc.relGPU[n]-x.hiddenGPU)
-}
-
-// unhide gives nomination i's hidden capacity back to the visible releasing capacity.
-func (sc *scratch) unhide(p *Pool, i int32) {
-	x := &sc.nominations[i]
-	n := x.node
-	if x.free {
-		sc.freeCPU[n] += x.hiddenCPU
-		sc.freeRAM[n] += x.hiddenRAM
-		sc.setGPU(p, n, sc.freeGPU[n]+x.hiddenGPU, sc.relGPU[n])
-	} else {
-		sc.relCPU[n] += x.hiddenCPU
-		sc.relRAM[n] += x.hiddenRAM
-		sc.setGPU(p, n, sc.freeGPU[n], sc.relGPU[n]+x.hiddenGPU)
-	}
-	x.hiddenGPU, x.hiddenCPU, x.hiddenRAM = 0, 0, 0
-	x.heldGPU, x.heldCPU, x.heldRAM = 0, 0, 0
-}
-
-func adjustCnt(c []int32, old, new int) {
-	for g := new + 1; g <= old; g++ {
-		c[g]--
-	}
-	for g := old + 1; g <= new; g++ {
-		c[g]++
-	}
-}
-
-// setGPU sets node n's in-pass free and releasing GPUs, keeping the per-family summaries.
-func (sc *scratch) setGPU(p *Pool, n int32, a, r int) {
-	f := p.nodes[n].fam
-	adjustCnt(sc.freeAtLeast[f], sc.freeGPU[n], a)
-	adjustCnt(sc.freeOrRelAtLeast[f], sc.freeGPU[n]+sc.relGPU[n], a+r)
-	switch {
-	case p.nodes[n].lost: // in no bucket
-	case a != sc.freeGPU[n]:
-		sc.unlink(f, n, sc.freeGPU[n])
-		sc.freeGPU[n] = a
-		sc.link(f, n, a)
-	default: // its free CPU or RAM may have changed
-		sl := &sc.freeBuckets[f][a][sc.slotOf[n]]
-		sl.cpu, sl.ram = sc.freeCPU[n], sc.freeRAM[n]
-	}
-	sc.freeGPU[n], sc.relGPU[n] = a, r
-	sc.noteRel(f, n)
-	sc.markChanged(n)
-}
-
-// link puts node n, with its free CPU and RAM, into family f's bucket of nodes with g free GPUs.
-func (sc *scratch) link(f, n int32, g int) {
-	b := &sc.freeBuckets[f][g]
-	sc.slotOf[n] = int32(len(*b))
-	*b = append(*b, freeSlot{n: n, cpu: sc.freeCPU[n], ram: sc.freeRAM[n]})
-}
-
-// unlink takes node n out of family f's bucket for g free GPUs (the bucket's last node takes
-// its place).
-func (sc *scratch) unlink(f, n int32, g int) {
-	b := sc.freeBuckets[f][g]
-	i, last := sc.slotOf[n], len(b)-1
-	b[i] = b[last]
-	sc.slotOf[b[i].n] = i
-	sc.freeBuckets[f][g] = b[:last]
-}
-
 // grantOne is pickOne on free capacity for a request with no capacity nominated to it and no
-// allowed nodes: the node with the fewest free GPUs that fits it, then the fewest free CPU cores,
-// then config order. Only the nodes with exactly that many free GPUs are looked at. (A request
-// held to some nodes takes pickOne, over those nodes alone.)
+// allowed nodes, in the same order (cmpNodeCandidate): every candidate is elsewhere and takes
+// nothing from releasing capacity, so the order is the fewest free GPUs that fit, then the fewest
+// free CPU cores, then config order, and only the first bucket with a fit (exactly that many free
+// GPUs) is looked at. (A request held to some nodes takes pickOne, over those nodes alone.)
 func (sc *scratch) grantOne(p *Pool, sh *shape) bool {
 	buckets := sc.freeBuckets[sh.fam]
-	best := int32(-1)
-	bestSpareCPU := 0
-	for g := sh.gpu; g < len(buckets) && best < 0; g++ {
+	best := nodeCandidate{n: -1}
+	for g := sh.need.gpu; g < len(buckets) && best.n < 0; g++ {
 		for _, sl := range buckets[g] {
-			if sl.cpu < sh.cpu || sl.ram < sh.ram {
+			if sl.cpu < sh.need.cpu || sl.ram < sh.need.ram {
 				continue
 			}
-			if spareCPU := sl.cpu - sh.cpu; best < 0 || spareCPU < bestSpareCPU || spareCPU == bestSpareCPU && sl.n < best {
-				best, bestSpareCPU = sl.n, spareCPU
+			if c := (nodeCandidate{n: sl.n, elsewhere: 1, gpuFit: g - sh.need.gpu, spareCPU: sl.cpu - sh.need.cpu}); best.n < 0 || cmpNodeCandidate(c, best) < 0 {
+				best = c
 			}
 		}
 	}
-	if best < 0 {
+	if best.n < 0 {
 		return false
 	}
-	sc.pick = append(sc.pick[:0], best)
+	sc.pick = append(sc.pick[:0], best.n)
 	return true
 }
 
-// cmpNodeCandidate orders candidate nodes: first the nodes where capacity is nominated to the request
-// itself, then best fit: fewest GPUs left over, fewest taken from releasing capacity, fewest CPU
-// cores left over, config order. For a request that will wait (releasing capacity counted) the
-// left-over keys are 0: its choice must not change when others take capacity elsewhere, or a
-// second pass would hold other nodes than the first.
+// cmpNodeCandidate is the one order in which every placement path (pickNodes, pickSome, pickOne,
+// pickOwn, grantOne) chooses nodes, pinned by TestEveryPlacementPathOrdersNodesAlike: first the
+// nodes where capacity is nominated to the request itself, then best fit: fewest GPUs left over
+// (for a request that will wait: fewest GPUs taken from releasing capacity), fewest CPU cores
+// left over, config order. For a request that will wait the left-over keys are 0: its choice
+// must not change when others take capacity elsewhere, or a second pass would hold other nodes
+// than the first.
 func cmpNodeCandidate(a, b nodeCandidate) int {
 	switch {
 	case a.elsewhere != b.elsewhere:
 		return int(a.elsewhere) - int(b.elsewhere)
-	case a.spareGPU != b.spareGPU:
-		return a.spareGPU - b.spareGPU
-	case a.fromRel != b.fromRel:
-		return a.fromRel - b.fromRel
+	case a.gpuFit != b.gpuFit:
+		return a.gpuFit - b.gpuFit
 	case a.spareCPU != b.spareCPU:
 		return a.spareCPU - b.spareCPU
 	}
@@ -499,13 +191,11 @@ func (sc *scratch) pickSome(p *Pool, sh *shape) bool {
 
 // candOf is node n as a candidate for one worker of sh, if the worker fits there.
 func (sc *scratch) candOf(n int32, sh *shape, withRel bool) (nodeCandidate, bool) {
-	g, c, r := sc.freeGPU[n], sc.freeCPU[n], sc.freeRAM[n]
-	fromRel := 0
+	have := sc.free[n]
 	if withRel {
-		g, c, r = g+sc.relGPU[n], c+sc.relCPU[n], r+sc.relRAM[n]
-		fromRel = max(0, sh.gpu-sc.freeGPU[n])
+		have = have.add(sc.rel[n])
 	}
-	if g < sh.gpu || c < sh.cpu || r < sh.ram {
+	if !sh.need.lessEqual(have) {
 		return nodeCandidate{}, false
 	}
 	elsewhere := int8(1)
@@ -513,9 +203,9 @@ func (sc *scratch) candOf(n int32, sh *shape, withRel bool) (nodeCandidate, bool
 		elsewhere = 0
 	}
 	if withRel {
-		return nodeCandidate{n: n, elsewhere: elsewhere, fromRel: fromRel}, true
+		return nodeCandidate{n: n, elsewhere: elsewhere, gpuFit: max(0, sh.need.gpu-sc.free[n].gpu)}, true
 	}
-	return nodeCandidate{n: n, elsewhere: elsewhere, spareGPU: g - sh.gpu, spareCPU: c - sh.cpu}, true
+	return nodeCandidate{n: n, elsewhere: elsewhere, gpuFit: have.gpu - sh.need.gpu, spareCPU: have.cpu - sh.need.cpu}, true
 }
 
 // pickOne is pickNodes for one worker: the best candidate in cmpNodeCandidate order, without sorting
@@ -526,55 +216,21 @@ func (sc *scratch) pickOne(p *Pool, sh *shape, withRel bool) bool {
 		sc.pick = append(sc.pick[:0], own)
 		return true
 	}
-	best := int32(-1)
-	var bestElsewhere int8
-	var bestSpareGPU, bestFromRel, bestSpareCPU int
-	freeGPU, freeCPU, freeRAM, relGPU, relCPU, relRAM, own, stamp := sc.freeGPU, sc.freeCPU, sc.freeRAM, sc.relGPU, sc.relCPU, sc.relRAM, sc.walkerOwns, sc.walkerStamp
+	best := nodeCandidate{n: -1}
 	for _, n := range p.placeable(sh) {
-		g, c, r := freeGPU[n], freeCPU[n], freeRAM[n]
-		fromRel := 0
-		if withRel {
-			g, c, r = g+relGPU[n], c+relCPU[n], r+relRAM[n]
-			fromRel = max(0, sh.gpu-freeGPU[n])
-		}
-		if g < sh.gpu || c < sh.cpu || r < sh.ram {
+		c, ok := sc.candOf(n, sh, withRel)
+		if !ok || best.n >= 0 && cmpNodeCandidate(c, best) >= 0 {
 			continue
 		}
-		elsewhere := int8(1)
-		if own[n] == stamp {
-			elsewhere = 0
-		}
-		spareGPU, spareCPU := g-sh.gpu, c-sh.cpu
-		if withRel {
-			spareGPU, spareCPU = 0, 0
-		}
-		if best >= 0 {
-			switch {
-			case elsewhere != bestElsewhere:
-				if elsewhere > bestElsewhere {
-					continue
-				}
-			case spareGPU != bestSpareGPU:
-				if spareGPU > bestSpareGPU {
-					continue
-				}
-			case fromRel != bestFromRel:
-				if fromRel > bestFromRel {
-					continue
-				}
-			case spareCPU >= bestSpareCPU:
-				continue // a later node never wins a tie
-			}
-		}
-		best, bestElsewhere, bestSpareGPU, bestFromRel, bestSpareCPU = n, elsewhere, spareGPU, fromRel, spareCPU
-		if elsewhere == 0 && spareGPU == 0 && fromRel == 0 && spareCPU == 0 {
+		best = c
+		if c == (nodeCandidate{n: n}) {
 			break // nothing later can be better
 		}
 	}
-	if best < 0 {
+	if best.n < 0 {
 		return false
 	}
-	sc.pick = append(sc.pick[:0], best)
+	sc.pick = append(sc.pick[:0], best.n)
 	return true
 }
 
@@ -615,7 +271,7 @@ func (sc *scratch) pickUsesOwnVictims() bool {
 // pickFree reports whether every picked node holds a worker of sh on free capacity alone.
 func (sc *scratch) pickFree(sh *shape) bool {
 	for _, n := range sc.pick {
-		if sc.freeGPU[n] < sh.gpu || sc.freeCPU[n] < sh.cpu || sc.freeRAM[n] < sh.ram {
+		if !sh.need.lessEqual(sc.free[n]) {
 			return false
 		}
 	}
@@ -627,30 +283,28 @@ func (sc *scratch) pickFree(sh *shape) bool {
 func (sc *scratch) take(p *Pool, sh *shape, grant bool) {
 	sc.relTake, sc.relUsed = sc.relTake[:0], sc.relUsed[:0]
 	for _, n := range sc.pick {
-		var rg, rc, rr int
+		var fromRel resources
 		if !grant {
-			rg, rc, rr = max(0, sh.gpu-sc.freeGPU[n]), max(0, sh.cpu-sc.freeCPU[n]), max(0, sh.ram-sc.freeRAM[n])
+			fromRel = sh.need.sub(sc.free[n]).nonNegative()
 		}
-		sc.relTake = append(sc.relTake, int32(rg))
-		sc.relUsed = append(sc.relUsed, rg > 0 || rc > 0 || rr > 0)
+		fromFree := sh.need.sub(fromRel)
+		sc.relTake = append(sc.relTake, int32(fromRel.gpu))
+		sc.relUsed = append(sc.relUsed, fromRel.positive())
 		if sc.walkerOwns[n] == sc.walkerStamp { // what it holds of its own nominations stays out of the re-hiding
-			rel := [3]int{rg, rc, rr}
-			free := [3]int{sh.gpu - rg, sh.cpu - rc, sh.ram - rr}
+			rel, free := fromRel, fromFree
 			for _, k := range sc.walkerNoms {
 				if x := &sc.nominations[k]; x.node == n {
 					u := &rel
 					if x.free {
 						u = &free
 					}
-					a, b, c := min(u[0], x.gpu-x.heldGPU), min(u[1], x.cpu-x.heldCPU), min(u[2], x.ram-x.heldRAM)
-					x.heldGPU, x.heldCPU, x.heldRAM = x.heldGPU+a, x.heldCPU+b, x.heldRAM+c
-					u[0], u[1], u[2] = u[0]-a, u[1]-b, u[2]-c
+					a := u.atMost(x.demand.sub(x.held))
+					x.held = x.held.add(a)
+					*u = u.sub(a)
 				}
 			}
 		}
-		sc.freeCPU[n], sc.relCPU[n] = sc.freeCPU[n]-(sh.cpu-rc), sc.relCPU[n]-rc
-		sc.freeRAM[n], sc.relRAM[n] = sc.freeRAM[n]-(sh.ram-rr), sc.relRAM[n]-rr
-		sc.setGPU(p, n, sc.freeGPU[n]-(sh.gpu-rg), sc.relGPU[n]-rg)
+		sc.setCapacity(p, n, sc.free[n].sub(fromFree), sc.rel[n].sub(fromRel))
 	}
 }
 
@@ -661,8 +315,8 @@ type planGrant struct {
 }
 
 type holdUse struct {
-	holdIdx       int // index in Pool.holds
-	gpu, cpu, ram int
+	holdIdx int // index in Pool.holds
+	used    resources
 }
 
 // grant records that w starts on the picked nodes (already taken).
@@ -671,8 +325,8 @@ func (sc *scratch) grant(pl *plan, w *waitReq) {
 	pl.grantNodes = append(pl.grantNodes, sc.pick...)
 	g.nodesTo = len(pl.grantNodes)
 	for _, k := range sc.walkerNoms {
-		if x := &sc.nominations[k]; x.free && (x.heldGPU > 0 || x.heldCPU > 0 || x.heldRAM > 0) {
-			g.holds = append(g.holds, holdUse{holdIdx: x.holdIdx, gpu: x.heldGPU, cpu: x.heldCPU, ram: x.heldRAM})
+		if x := &sc.nominations[k]; x.free && x.held.positive() {
+			g.holds = append(g.holds, holdUse{holdIdx: x.holdIdx, used: x.held})
 		}
 	}
 	pl.grants = append(pl.grants, g)
@@ -697,7 +351,7 @@ type planReserve struct {
 }
 
 type planOut struct {
-	kind    uint8
+	kind    outcome
 	blocker int32
 	nodes   []int32
 	relTake []int32
@@ -771,7 +425,7 @@ func (p *Pool) plan(now time.Time, sc *scratch, explain span, maxDecisions int) 
 			}
 			continue
 		}
-		var kind uint8
+		var kind outcome
 		var victims []*runJob
 		if sc.knownToFail(i, key) && (!first || !reserving) && (len(sc.resvs) == 0 || !sc.mayBackfill(now, p.waiting[i])) {
 			kind = sc.failFast(p, i) // the fast path of a long queue: a shape that already failed in this pass
@@ -797,7 +451,7 @@ func (sc *scratch) knownToFail(i int, key waitKey) bool {
 
 // recordOutcome keeps, in explain mode, which requests before the span took capacity, and the
 // outcome of the requests in the span.
-func (p *Pool) recordOutcome(sc *scratch, pl *plan, explain span, i int, kind uint8, victims []*runJob) {
+func (p *Pool) recordOutcome(sc *scratch, pl *plan, explain span, i int, kind outcome, victims []*runJob) {
 	if i < explain.from && kind != outNoFit && kind != outPrevAttempt && kind != outCapped {
 		f := p.shapes[p.waiting[i].shape].fam
 		var nodes []int32
@@ -815,7 +469,7 @@ func (p *Pool) recordOutcome(sc *scratch, pl *plan, explain span, i int, kind ui
 }
 
 // explainOutcome records what request i got in this pass, for View and Explain.
-func (p *Pool) explainOutcome(sc *scratch, pl *plan, i int, kind uint8, victims []*runJob) planOut {
+func (p *Pool) explainOutcome(sc *scratch, pl *plan, i int, kind outcome, victims []*runJob) planOut {
 	o := planOut{kind: kind, victims: victims}
 	switch kind {
 	case outGranted, outNominated, outPreempting:
@@ -833,7 +487,7 @@ func (p *Pool) explainOutcome(sc *scratch, pl *plan, i int, kind uint8, victims 
 	}
 	if kind == outNoFit && sh.allowed != nil {
 		for _, n := range p.fams[sh.fam].live {
-			if sc.freeGPU[n]+sc.relGPU[n] >= sh.gpu && sc.freeCPU[n]+sc.relCPU[n] >= sh.cpu && sc.freeRAM[n]+sc.relRAM[n] >= sh.ram {
+			if sh.need.lessEqual(sc.free[n].add(sc.rel[n])) {
 				o.room++
 				if sh.may(n) {
 					o.roomAllowed++
@@ -844,12 +498,14 @@ func (p *Pool) explainOutcome(sc *scratch, pl *plan, i int, kind uint8, victims 
 	return o
 }
 
-// decide applies the rules to one request: (a) grant on free capacity; (b) else hold free +
-// releasing capacity and wait; (c) else preempt (or take over capacity nominated to a lower
-// class); (d) else, if it has been the first of its class for Policy.ReserveAfter, reserve the
-// nodes where it will fit soonest. Capacity nominated to other requests is out of its sight but
-// for (c).
-func (p *Pool) decide(now time.Time, sc *scratch, pl *plan, i int, key waitKey, first bool) (uint8, []*runJob) {
+// decide makes waiting request i the walker and applies the rules of the package doc to it
+// (decideFor): (a) wait for its own victims; (b) grant on free capacity, (b') an elastic gang
+// with fewer workers; (c) else hold free + releasing capacity and wait; (d) else preempt (or
+// take over capacity nominated to a lower class); (e) else, if it has been the first of its
+// class for Policy.ReserveAfter, reserve the nodes where it will fit soonest. Capacity
+// nominated to other requests is out of its sight but for (d). A capped request gets none of
+// these (outCapped).
+func (p *Pool) decide(now time.Time, sc *scratch, pl *plan, i int, key waitKey, first bool) (outcome, []*runJob) {
 	if key.prev {
 		return outPrevAttempt, nil
 	}
@@ -870,7 +526,7 @@ func (p *Pool) decide(now time.Time, sc *scratch, pl *plan, i int, key waitKey, 
 		sc.unhide(p, k)
 	}
 	sh := &p.shapes[key.shape]
-	var kind uint8
+	var kind outcome
 	var victims []*runJob
 	workers, capped := sc.capRoom(p, w, sh)
 	if capped {
@@ -882,7 +538,7 @@ func (p *Pool) decide(now time.Time, sc *scratch, pl *plan, i int, key waitKey, 
 		}
 		sc.capWorkers = workers
 		kind, victims = p.decideFor(now, sc, pl, w, key, first)
-		if kind == outGranted || kind == outNominated || kind == outPreempting {
+		if kind.tookCapacity() {
 			sc.countCapUse(p, w, sh, own)
 		}
 	}
@@ -899,7 +555,7 @@ func (p *Pool) decide(now time.Time, sc *scratch, pl *plan, i int, key waitKey, 
 // failFast is the outcome of waiting request i, whose shape already failed in this pass and
 // which has no capacity nominated to it: capped if its cap leaves it no room (decide would
 // say so first), else no fit. A cap only takes room away, so the shape's failure holds for it.
-func (sc *scratch) failFast(p *Pool, i int) uint8 {
+func (sc *scratch) failFast(p *Pool, i int) outcome {
 	w := p.waiting[i]
 	if !sc.caps.on || p.capOf(w.ws, w.r.Class) < 0 {
 		return outNoFit
@@ -913,7 +569,7 @@ func (sc *scratch) failFast(p *Pool, i int) uint8 {
 
 // decideFor applies rules (a) to (e) of the package doc to w, whose own nominations are in
 // sight.
-func (p *Pool) decideFor(now time.Time, sc *scratch, pl *plan, w *waitReq, key waitKey, first bool) (uint8, []*runJob) {
+func (p *Pool) decideFor(now time.Time, sc *scratch, pl *plan, w *waitReq, key waitKey, first bool) (outcome, []*runJob) {
 	sh := &p.shapes[key.shape]
 	// The failure caches hold only for requests that see no capacity of their own, and whose
 	// cap leaves room for the whole gang.
@@ -993,7 +649,7 @@ func (p *Pool) preemptFor(now time.Time, sc *scratch, shape int32, c Class, cach
 // waitForOwnVictims is rule (a): a request with capacity nominated to it waits for that capacity
 // rather than start elsewhere (the free capacity elsewhere serves the requests behind it), so
 // that its victims were not preempted for nothing. ok is false if no placement uses its victims.
-func (sc *scratch) waitForOwnVictims(p *Pool, pl *plan, w *waitReq, sh *shape) (kind uint8, ok bool) {
+func (sc *scratch) waitForOwnVictims(p *Pool, pl *plan, w *waitReq, sh *shape) (kind outcome, ok bool) {
 	if !sc.pickNodes(p, sh, true) || !sc.pickUsesOwnVictims() {
 		return 0, false
 	}
@@ -1009,8 +665,8 @@ func (sc *scratch) waitForOwnVictims(p *Pool, pl *plan, w *waitReq, sh *shape) (
 // grantOrHold is rules (b) and (c): start on free capacity, else hold free + releasing capacity
 // and wait. A request without nominations of its own (cacheable) sees releasing capacity only
 // if some was nominated to nobody when the pass began.
-func (sc *scratch) grantOrHold(p *Pool, pl *plan, w *waitReq, sh *shape, cacheable bool) (kind uint8, ok bool) {
-	g := min(sh.gpu, len(sc.freeAtLeast[sh.fam])-1)
+func (sc *scratch) grantOrHold(p *Pool, pl *plan, w *waitReq, sh *shape, cacheable bool) (kind outcome, ok bool) {
+	g := min(sh.need.gpu, len(sc.freeAtLeast[sh.fam])-1)
 	whole := sc.capWorkers >= sh.workers
 	if whole && int(sc.freeAtLeast[sh.fam][g]) >= sh.workers && sc.pickNodes(p, sh, false) {
 		sc.take(p, sh, true)
@@ -1050,17 +706,15 @@ func (sc *scratch) takeOver(p *Pool, pl *plan, w *waitReq, takeovers []int32) {
 func (sc *scratch) nominateVictims(p *Pool, pl *plan, w *waitReq, victims []*runJob) {
 	for _, v := range victims {
 		sc.victims[v] = true
-		d := &v.r.Demand
+		d := demandOf(&v.r.Demand)
 		for wk, n := range v.nodes {
 			if v.released[wk] || p.nodes[n].lost {
 				continue
 			}
-			k := sc.addNom(nomination{victim: v, worker: wk, node: n, gpu: d.GPUs, cpu: d.CPU, ram: d.RAMGB, class: w.r.Class, by: w.r.Job, seq: sc.nextSeq})
+			k := sc.addNom(nomination{victim: v, worker: wk, node: n, demand: d, class: w.r.Class, by: w.r.Job, seq: sc.nextSeq})
 			sc.walkerNoms = append(sc.walkerNoms, k)
 			sc.walkerOwns[n] = sc.walkerStamp
-			sc.relCPU[n] += d.CPU
-			sc.relRAM[n] += d.RAMGB
-			sc.setGPU(p, n, sc.freeGPU[n], sc.relGPU[n]+d.GPUs)
+			sc.setCapacity(p, n, sc.free[n], sc.rel[n].add(d))
 		}
 		sc.nextSeq++
 		pl.preempts = append(pl.preempts, planPreempt{victim: v, by: w})
@@ -1206,6 +860,7 @@ func (ar *grantArena) placement(p *Pool, rj *runJob) []WorkerPlacement {
 func (p *Pool) start(now time.Time, pl *plan, g planGrant, rj *runJob, ar *grantArena) *runJob {
 	w := g.w
 	dm := &w.r.Demand
+	need := demandOf(dm)
 	nodes := splitOff(&ar.nodes, g.nodesTo-g.nodesFrom)
 	copy(nodes, pl.grantNodes[g.nodesFrom:g.nodesTo])
 	*rj = runJob{r: w.r, ws: w.ws, user: w.user, fam: p.shapes[w.shape].fam, startedAt: now, nodes: nodes,
@@ -1216,9 +871,7 @@ func (p *Pool) start(now time.Time, pl *plan, g planGrant, rj *runJob, ar *grant
 		p.nodeChanged(n)
 		m := lowestFree(nd.used, nd.GPUs, dm.GPUs)
 		nd.used |= m
-		nd.freeGPU -= dm.GPUs
-		nd.freeCPU -= dm.CPU
-		nd.freeRAM -= dm.RAMGB
+		nd.free = nd.free.sub(need)
 		rj.gpus[i] = m
 	}
 	p.running[w.r.Job] = rj
@@ -1227,7 +880,7 @@ func (p *Pool) start(now time.Time, pl *plan, g planGrant, rj *runJob, ar *grant
 	// What it did not use of the capacity held for it stays out of sight until the next event.
 	for _, u := range g.holds {
 		h := &p.holds[u.holdIdx]
-		h.gpu, h.cpu, h.ram = h.gpu-u.gpu, h.cpu-u.cpu, h.ram-u.ram
+		h.amount = h.amount.sub(u.used)
 	}
 	for i := range p.holds {
 		if p.holds[i].by == w.r.Job {

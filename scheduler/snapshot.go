@@ -229,7 +229,7 @@ func (p *Pool) Snapshot() Snapshot {
 		}
 	}
 	for _, h := range p.holds {
-		s.Holds = append(s.Holds, SnapshotHold{Job: h.by, Class: h.class, Node: h.node, GPUs: h.gpu, CPU: h.cpu, RAMGB: h.ram, Seq: h.seq, Stale: h.stale, Taken: h.taken})
+		s.Holds = append(s.Holds, SnapshotHold{Job: h.by, Class: h.class, Node: h.node, GPUs: h.amount.gpu, CPU: h.amount.cpu, RAMGB: h.amount.ram, Seq: h.seq, Stale: h.stale, Taken: h.taken})
 	}
 	for _, job := range p.memoOrder {
 		if m, ok := p.memo[job]; ok {
@@ -659,13 +659,11 @@ func (rs *restorer) occupy(rj *runJob, sr *SnapshotRunning) error {
 		nd := &p.nodes[n]
 		m := sr.GPUs[w]
 		if bits.OnesCount64(m) != d.GPUs || m&nd.used != 0 || (nd.GPUs < 64 && m>>uint(nd.GPUs) != 0) ||
-			nd.freeCPU < d.CPU || nd.freeRAM < d.RAMGB {
+			nd.free.cpu < d.CPU || nd.free.ram < d.RAMGB {
 			return fmt.Errorf("snapshot: running job %q: worker %d does not fit on node %s", sr.Job, w, nd.Name)
 		}
 		nd.used |= m
-		nd.freeGPU -= d.GPUs
-		nd.freeCPU -= d.CPU
-		nd.freeRAM -= d.RAMGB
+		nd.free = nd.free.sub(demandOf(&d))
 	}
 	return nil
 }
@@ -810,7 +808,7 @@ func (rs *restorer) holds() error {
 		if !h.Stale && p.waitIdx[h.Job] == nil { // its request is gone (a reconfiguration found it unfit)
 			continue
 		}
-		p.addHold(hold{by: h.Job, class: h.Class, node: h.Node, gpu: h.GPUs, cpu: h.CPU, ram: h.RAMGB, seq: h.Seq, stale: h.Stale, taken: h.Taken})
+		p.addHold(hold{by: h.Job, class: h.Class, node: h.Node, amount: resources{gpu: h.GPUs, cpu: h.CPU, ram: h.RAMGB}, seq: h.Seq, stale: h.Stale, taken: h.Taken})
 	}
 	return nil
 }

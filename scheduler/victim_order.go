@@ -170,5 +170,5 @@ func (p *Pool) advanceHead(now time.Time, sc *scratch, list []listedVictim, i in
 
 func victimCandOf(rj *runJob, k victimKey) victimCand {
 	d := &rj.r.Demand
-	return victimCand{ref: victimRef{rj: rj, nom: -1}, key: k, amt: [3]int{d.GPUs, d.CPU, d.RAMGB}}
+	return victimCand{ref: victimRef{rj: rj, nom: -1}, key: k, amt: demandOf(d)}
 }

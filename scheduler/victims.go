@@ -161,9 +161,9 @@ type victimRef struct {
 type victimCand struct {
 	ref  victimRef
 	key  victimKey
-	take bool   // a takeover: it loses no work
-	seq  int64  // a takeover: the nomination's sequence
-	amt  [3]int // GPUs, CPU, RAM it frees on the node
+	take bool      // a takeover: it loses no work
+	seq  int64     // a takeover: the nomination's sequence
+	amt  resources // what it frees on the node
 }
 
 func cmpVictimCand(a, b victimCand) int {
@@ -184,16 +184,12 @@ func cmpVictimCand(a, b victimCand) int {
 
 // lack is what one worker of sh still misses on node n beyond the pass's free and visible
 // releasing capacity (negative: to spare).
-func (sc *scratch) lack(n int32, sh *shape) [3]int {
-	return [3]int{sh.gpu - sc.freeGPU[n] - sc.relGPU[n], sh.cpu - sc.freeCPU[n] - sc.relCPU[n], sh.ram - sc.freeRAM[n] - sc.relRAM[n]}
+func (sc *scratch) lack(n int32, sh *shape) resources {
+	return sh.need.sub(sc.free[n]).sub(sc.rel[n])
 }
 
-func fitsLack(l [3]int) bool { return l[0] <= 0 && l[1] <= 0 && l[2] <= 0 }
-
-// holdsLacking reports whether freeing amt gives the worker something it still lacks.
-func holdsLacking(l, amt [3]int) bool {
-	return l[0] > 0 && amt[0] > 0 || l[1] > 0 && amt[1] > 0 || l[2] > 0 && amt[2] > 0
-}
+// fitsLack reports whether a worker that lacks l lacks nothing.
+func fitsLack(l resources) bool { return l.lessEqual(resources{}) }
 
 // candidates lists node n's candidates for a request of class cl, in victim order (cmpVictimCand):
 // capacity nominated to strictly lower-class requests (a takeover loses no work, so it comes
@@ -203,8 +199,8 @@ func (p *Pool) candidates(now time.Time, sc *scratch, n int32, cl Class) []victi
 	takes := sc.takeoverCands[:0]
 	for _, k := range sc.byNode[n] {
 		x := &sc.nominations[k]
-		if x.class < cl && (x.hiddenGPU > 0 || x.hiddenCPU > 0 || x.hiddenRAM > 0) { // the walker's own are of its class
-			takes = append(takes, victimCand{ref: victimRef{nom: k}, key: victimKey{class: x.class}, take: true, seq: x.seq, amt: [3]int{x.hiddenGPU, x.hiddenCPU, x.hiddenRAM}})
+		if x.class < cl && x.hidden.positive() { // the walker's own are of its class
+			takes = append(takes, victimCand{ref: victimRef{nom: k}, key: victimKey{class: x.class}, take: true, seq: x.seq, amt: x.hidden})
 		}
 	}
 	if len(takes) > 1 {
@@ -233,7 +229,7 @@ func (p *Pool) candidates(now time.Time, sc *scratch, n int32, cl Class) []victi
 // nodeVictims finds the candidates on node n that let one worker of sh fit there: in victim
 // order, skipping every one that frees nothing the worker still lacks, until nothing is lacking;
 // then, walking the chosen ones backwards, it drops each that the worker fits without. They are
-// appended to sc.vflat; ok is false if n cannot be made to fit.
+// appended to sc.perNodeVictims; ok is false if n cannot be made to fit.
 func (p *Pool) nodeVictims(now time.Time, sc *scratch, n int32, sh *shape, cl Class) (ok bool) {
 	l := sc.lack(n, sh)
 	if fitsLack(l) {
@@ -241,11 +237,11 @@ func (p *Pool) nodeVictims(now time.Time, sc *scratch, n int32, sh *shape, cl Cl
 	}
 	start := len(sc.perNodeVictims)
 	for _, c := range p.candidates(now, sc, n, cl) {
-		if !holdsLacking(l, c.amt) {
+		if !c.amt.meets(l) { // it frees nothing the worker still lacks
 			continue
 		}
 		sc.perNodeVictims = append(sc.perNodeVictims, c)
-		l[0], l[1], l[2] = l[0]-c.amt[0], l[1]-c.amt[1], l[2]-c.amt[2]
+		l = l.sub(c.amt)
 		if fitsLack(l) {
 			break
 		}
@@ -256,8 +252,8 @@ func (p *Pool) nodeVictims(now time.Time, sc *scratch, n int32, sh *shape, cl Cl
 	}
 	for k := len(sc.perNodeVictims) - 1; k >= start; k-- {
 		a := sc.perNodeVictims[k].amt
-		if fitsLack([3]int{l[0] + a[0], l[1] + a[1], l[2] + a[2]}) {
-			l[0], l[1], l[2] = l[0]+a[0], l[1]+a[1], l[2]+a[2]
+		if fitsLack(l.add(a)) {
+			l = l.add(a)
 			sc.perNodeVictims = slices.Delete(sc.perNodeVictims, k, k+1)
 		}
 	}
@@ -274,7 +270,7 @@ type nodeCost struct {
 	lost       int64 // GPU-seconds
 	lostSec    int64
 	count      int
-	start, end int // its candidates: sc.vflat[start:end]
+	start, end int // its candidates: sc.perNodeVictims[start:end]
 }
 
 func cmpNodeCost(a, b nodeCost) int {
@@ -423,7 +419,7 @@ func (sc *scratch) cheapestNodesVictims(need int) []victimCand {
 
 // dropUnneeded marks (droppedVictim) every candidate of vs the request still fits without,
 // walking from the most valuable: a victim with workers on several nodes may make others
-// unneeded. The kept candidates stay counted in sc.victimGPU etc. until chooseVictims takes them out.
+// unneeded. The kept candidates stay counted in sc.victim until chooseVictims takes them out.
 func (sc *scratch) dropUnneeded(p *Pool, vs []victimCand, sh *shape) {
 	cnt := 0
 	for _, n := range p.placeable(sh) {
@@ -469,9 +465,7 @@ func (sc *scratch) addRef(p *Pool, r victimRef, sh *shape, sign int) int {
 	}
 	before := sc.fitsEx(n, sh)
 	sc.markChanged(n)
-	sc.victimGPU[n] += sign * x.hiddenGPU
-	sc.victimCPU[n] += sign * x.hiddenCPU
-	sc.victimRAM[n] += sign * x.hiddenRAM
+	sc.victim[n] = sc.victim[n].add(x.hidden.times(sign))
 	after := sc.fitsEx(n, sh)
 	switch {
 	case after && !before:
@@ -483,25 +477,21 @@ func (sc *scratch) addRef(p *Pool, r victimRef, sh *shape, sign int) int {
 }
 
 func (sc *scratch) fitsEx(n int32, sh *shape) bool {
-	return sc.freeGPU[n]+sc.relGPU[n]+sc.victimGPU[n] >= sh.gpu &&
-		sc.freeCPU[n]+sc.relCPU[n]+sc.victimCPU[n] >= sh.cpu &&
-		sc.freeRAM[n]+sc.relRAM[n]+sc.victimRAM[n] >= sh.ram
+	return sh.need.lessEqual(sc.free[n].add(sc.rel[n]).add(sc.victim[n]))
 }
 
 // addEx adds (sign=+1) or removes (-1) a tentative victim's capacity and returns the change in the
 // number of nodes that can hold one worker of sh. Workers on lost or reserved nodes add nothing:
 // that capacity serves no one even once they stop; nor do those on nodes sh may not use.
 func (sc *scratch) addEx(p *Pool, rj *runJob, sh *shape, sign int) int {
-	d, delta := &rj.r.Demand, 0
+	d, delta := demandOf(&rj.r.Demand).times(sign), 0
 	for w, n := range rj.nodes {
 		if rj.released[w] || p.nodes[n].lost || sc.reserved[n] || p.nodes[n].fam != sh.fam || !sh.may(n) {
 			continue
 		}
 		before := sc.fitsEx(n, sh)
 		sc.markChanged(n)
-		sc.victimGPU[n] += sign * d.GPUs
-		sc.victimCPU[n] += sign * d.CPU
-		sc.victimRAM[n] += sign * d.RAMGB
+		sc.victim[n] = sc.victim[n].add(d)
 		after := sc.fitsEx(n, sh)
 		if after && !before {
 			delta++
