@@ -20,7 +20,6 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
-	trainq "github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/cluster"
 	"github.com/trainq/trainq/config"
 	"github.com/trainq/trainq/protocol"
@@ -73,7 +72,7 @@ const RequestCapacityName = "RequestCapacity"
 // can never fit the allocation as configured fails for good here; one that
 // no longer fits when it arrives is refused by the allocator with a signal.
 func (a *Activities) RequestCapacity(ctx context.Context, in RequestCapacityInput) (protocol.CapacityReply, error) {
-	start, err := trainq.AllocatorInput(a.Config, in.Region, in.Allocation)
+	start, err := a.Config.AllocatorInput(in.Region, in.Allocation)
 	if err != nil {
 		return protocol.CapacityReply{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeCapacityRefused, nil)
 	}
@@ -93,7 +92,7 @@ func (a *Activities) RequestCapacity(ctx context.Context, in RequestCapacityInpu
 		in.Request.RunEstimate = scheduler.EstimatedRunLimit(estimate.Runtime, 0)
 	}
 	_, err = a.Client.SignalWithStartWorkflow(ctx, protocol.AllocatorWorkflowID(in.Region, in.Allocation), protocol.SignalRequest,
-		in.Request, trainq.AllocatorStartOptions(in.Region, in.Allocation), protocol.AllocatorWorkflowName, start)
+		in.Request, protocol.AllocatorStartOptions(in.Region, in.Allocation), protocol.AllocatorWorkflowName, start)
 	if err != nil {
 		return protocol.CapacityReply{}, err
 	}

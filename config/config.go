@@ -579,3 +579,27 @@ func (c *Config) Nodes() []string {
 	}
 	return out
 }
+
+// AllocatorInput is the start input of the allocator of one allocation: its nodes, policy and
+// limits as this config gives them.
+func (c *Config) AllocatorInput(region, allocation string) (protocol.AllocatorInput, error) {
+	_, a, err := c.Allocation(region, allocation)
+	if err != nil {
+		return protocol.AllocatorInput{}, err
+	}
+	return protocol.AllocatorInput{
+		Region:           region,
+		Allocation:       a.Name,
+		Nodes:            a.Nodes,
+		Policy:           a.Policy(),
+		StopGracePeriod:  a.StopGracePeriod.D(),
+		ReclaimInterval:  c.ReclaimInterval.D(),
+		NodeTimeout:      c.NodeTimeout.D(),
+		MaxWaiting:       a.MaxWaiting,
+		WaitingLimits:    a.WaitingLimits(),
+		PreemptionNotice: a.PreemptionNotice.D(),
+
+		ClassPreemptionNotice: a.ClassNotices(),
+		NoticeSignal:          a.NoticeSignal,
+	}, nil
+}

@@ -266,7 +266,7 @@ func startStubAllocator(t *testing.T, allocation string, n, updatesPerRun int) s
 		State: &protocol.AllocatorState{Pool: pool.Snapshot(), NextSeq: 1, Epoch: "scale-test"}}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	opts := tqclient.AllocatorStartOptions("T", allocation)
+	opts := protocol.AllocatorStartOptions("T", allocation)
 	_, err = env.client.ExecuteWorkflow(ctx, opts, protocol.AllocatorWorkflowName, in)
 	require.NoError(t, err)
 	t.Cleanup(func() {

@@ -332,11 +332,11 @@ func ensureSearchAttributes(ctx context.Context, c client.Client) error {
 // finds it running and hands it the current config (see reconfigureAllocator).
 func ensureAllocators(ctx context.Context, c client.Client, cfg *config.Config, logger *slog.Logger) error {
 	for _, ref := range cfg.Allocations() {
-		in, err := trainq.AllocatorInput(cfg, ref.Region, ref.Allocation.Name)
+		in, err := cfg.AllocatorInput(ref.Region, ref.Allocation.Name)
 		if err != nil {
 			return err
 		}
-		if _, err := c.ExecuteWorkflow(ctx, trainq.AllocatorStartOptions(ref.Region, ref.Allocation.Name), protocol.AllocatorWorkflowName, in); err != nil {
+		if _, err := c.ExecuteWorkflow(ctx, protocol.AllocatorStartOptions(ref.Region, ref.Allocation.Name), protocol.AllocatorWorkflowName, in); err != nil {
 			return fmt.Errorf("cannot start the allocator of %s/%s: %w", ref.Region, ref.Allocation.Name, err)
 		}
 		// A fresh allocator takes the config only once it has recovered

@@ -10,7 +10,6 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/trainq/trainq/activities"
-	trainq "github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/cluster/kube"
 	"github.com/trainq/trainq/config"
 	"github.com/trainq/trainq/scheduler"
@@ -88,7 +87,7 @@ func followSelectors(ctx context.Context, c client.Client, cfg *config.Config, k
 		case <-retry.C:
 		}
 		for _, step := range h.next(selectedNodes(cfg, kb, logger), logger) {
-			in, err := trainq.AllocatorInput(cfg.WithNodes(step.ref.Region, step.ref.Allocation.Name, step.nodes), step.ref.Region, step.ref.Allocation.Name)
+			in, err := cfg.WithNodes(step.ref.Region, step.ref.Allocation.Name, step.nodes).AllocatorInput(step.ref.Region, step.ref.Allocation.Name)
 			if err != nil {
 				logger.Warn("cannot build the allocator's new config", "allocation", step.name, "error", err)
 				continue

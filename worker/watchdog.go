@@ -7,7 +7,6 @@ import (
 
 	"go.temporal.io/sdk/client"
 
-	trainq "github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/config"
 	"github.com/trainq/trainq/protocol"
 )
@@ -28,13 +27,13 @@ func keepAllocatorsRunning(ctx context.Context, c client.Client, cfg *config.Con
 		case <-t.C:
 		}
 		for _, ref := range cfg.Allocations() {
-			in, err := trainq.AllocatorInput(cfg, ref.Region, ref.Allocation.Name)
+			in, err := cfg.AllocatorInput(ref.Region, ref.Allocation.Name)
 			if err != nil {
 				continue
 			}
 			id := protocol.AllocatorWorkflowID(ref.Region, ref.Allocation.Name)
 			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			run, err := c.ExecuteWorkflow(sctx, trainq.AllocatorStartOptions(ref.Region, ref.Allocation.Name), protocol.AllocatorWorkflowName, in)
+			run, err := c.ExecuteWorkflow(sctx, protocol.AllocatorStartOptions(ref.Region, ref.Allocation.Name), protocol.AllocatorWorkflowName, in)
 			cancel()
 			if err != nil {
 				if ctx.Err() == nil {
