@@ -267,7 +267,7 @@ func (j *job) afterAttempt(ctx workflow.Context, in protocol.JobInput, out outco
 		}
 		return false, nil
 	}
-	if out.final || j.status.Restarts >= j.spec.MaxRetry {
+	if !j.reruns(out) {
 		state, errType := protocol.StateFailed, ErrTypeJobFailed
 		if out.kind == outcomePreempted {
 			state, errType = protocol.StatePreempted, ErrTypeJobPreempted
@@ -293,11 +293,29 @@ func (j *job) afterAttempt(ctx workflow.Context, in protocol.JobInput, out outco
 	return false, nil
 }
 
+// reruns says whether another attempt follows the one that ended with out: the one place that
+// decides it, for the state while the attempt stops and for what comes after. A lost node reruns
+// the job without spending max_retry up to maxNodeLossReruns times (NodeLosses counts the
+// earlier ones: this loss is not counted yet); a drained node always; a completion, a
+// cancellation and a time limit never; anything else while max_retry allows.
+func (j *job) reruns(out outcome) bool {
+	switch out.kind {
+	case outcomeCompleted, outcomeCancelled, outcomeTimeLimit:
+		return false
+	case outcomeNodeDrained:
+		return true
+	case outcomeNodeLost:
+		return j.status.NodeLosses < maxNodeLossReruns
+	}
+	return !out.final && j.status.Restarts < j.spec.MaxRetry
+}
+
 // afterNodeLost reruns a job that lost a node, without spending max_retry,
 // up to maxNodeLossReruns times.
 func (j *job) afterNodeLost(ctx workflow.Context, in protocol.JobInput, out outcome) (end bool, err error) {
+	rerun := j.reruns(out)
 	j.status.NodeLosses++
-	if j.status.NodeLosses <= maxNodeLossReruns {
+	if rerun {
 		j.metrics(ctx).WithTags(map[string]string{metrics.LabelReason: metrics.ReasonNodeLost}).Counter(metrics.JobRestartsInstrument).Inc(1)
 		j.setState(ctx, protocol.StateRestarting)
 		if err := j.continueAsNewIfLong(ctx, in); err != nil {
@@ -487,9 +505,7 @@ func (j *job) runAttempt(ctx workflow.Context, attempt int) outcome {
 	switch {
 	case out.kind == outcomeCompleted:
 		j.setState(ctx, protocol.StateCompleting)
-	case out.kind == outcomeNodeLost && j.status.NodeLosses < maxNodeLossReruns, out.kind == outcomeNodeDrained:
-		j.setState(ctx, protocol.StateRestarting)
-	case out.kind != outcomeCancelled && out.kind != outcomeNodeLost && out.kind != outcomeTimeLimit && !out.final && j.status.Restarts < j.spec.MaxRetry:
+	case j.reruns(out):
 		j.setState(ctx, protocol.StateRestarting)
 	default:
 		j.setState(ctx, protocol.StateStopping)
