@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/trainq/trainq/client"
+	"github.com/trainq/trainq/cluster"
 	"github.com/trainq/trainq/config"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
@@ -201,7 +202,7 @@ func (s *Server) elasticPods(w http.ResponseWriter, r *http.Request, p Principal
 		return
 	}
 	name := st.JobName
-	if st.Spec.Type != "pytorch_elastic" {
+	if st.Spec.Type != cluster.TypePyTorchElastic {
 		s.fail(w, r, errorf(http.StatusUnprocessableEntity, codeWrongKind, "", fmt.Sprintf("job %s is of type %s, not pytorch_elastic", name, st.Spec.Type)))
 		return
 	}

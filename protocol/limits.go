@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/trainq/trainq/cluster"
 	"github.com/trainq/trainq/scheduler"
 )
 
@@ -138,21 +139,13 @@ func shellQuotedMax(s string) int { return len(s) + 2 + 3*strings.Count(s, "'") 
 // [exec <python> ]<script> '--k=v' ...
 func CommandLineBytes(s JobSpec) int {
 	n := len(s.Script)
-	if isPythonType(s.Type) {
+	if cluster.IsPythonType(s.Type) {
 		n += pythonReserve
 	}
 	for k, v := range s.Flags {
 		n += 1 + shellQuotedMax("--"+k+"="+v)
 	}
 	return n
-}
-
-func isPythonType(t string) bool {
-	switch t {
-	case "pytorch", "pytorch2", "torchrun", "horovod", "pytorch_elastic":
-		return true
-	}
-	return false
 }
 
 // checkExec checks the worker's exec against the OS: the command line is

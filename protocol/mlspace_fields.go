@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/trainq/trainq/cluster"
 )
 
 // The RunJobRequest fields past trainq's first sixteen: what ML Space users
@@ -196,7 +198,7 @@ func applyElastic(f mlspaceFields, spec *JobSpec) error {
 	case f.ElasticMaxRestarts != nil && f.ElasticMinWorkers == nil && f.ElasticMaxWorkers == nil:
 		field = "elastic_max_restarts"
 	}
-	if spec.Type != "pytorch_elastic" {
+	if spec.Type != cluster.TypePyTorchElastic {
 		return fieldErr(field, "is only for type pytorch_elastic, not %q", typeOrDefault(spec.Type))
 	}
 	n := max(spec.NWorkers, 1)
@@ -226,7 +228,7 @@ func applyElastic(f mlspaceFields, spec *JobSpec) error {
 
 func typeOrDefault(t string) string {
 	if t == "" {
-		return "binary"
+		return cluster.TypeBinary
 	}
 	return t
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/trainq/trainq/cluster"
 	"github.com/trainq/trainq/scheduler"
 )
 
@@ -29,8 +30,9 @@ func fieldErr(field, format string, args ...any) *FieldError {
 	return &FieldError{Field: field, Message: fmt.Sprintf(format, args...)}
 }
 
-// JobTypes are the values ML Space accepts for `type`.
-var JobTypes = []string{"binary", "horovod", "pytorch", "pytorch2", "torchrun", "pytorch_elastic", "nogpu"}
+// JobTypes are the values ML Space accepts for `type` (cluster says how each runs).
+var JobTypes = []string{cluster.TypeBinary, cluster.TypeHorovod, cluster.TypePyTorch, cluster.TypePyTorch2, cluster.TypeTorchrun,
+	cluster.TypePyTorchElastic, cluster.TypeNoGPU}
 
 // MaxRetryLimit is the largest max_retry trainq accepts.
 const MaxRetryLimit = 100
@@ -62,7 +64,7 @@ func (s *JobSpec) Normalize() (notes []string, err error) {
 		return nil, fieldErr("n_workers", "must be at least 1, got %d", s.NWorkers)
 	}
 	if s.Type == "" {
-		s.Type = "binary"
+		s.Type = cluster.TypeBinary
 	}
 	if !slices.Contains(JobTypes, s.Type) {
 		return nil, fieldErr("type", "%q is not allowed; use one of %s", s.Type, strings.Join(JobTypes, ", "))

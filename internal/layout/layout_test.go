@@ -27,7 +27,7 @@ var rules = []rule{
 	{pkg: "scheduler", only: []string{}, noTemporal: true, why: "the pure policy, shared by the allocator, the tests and simulate"},
 	{pkg: "simulate", only: []string{"scheduler"}, noTemporal: true, why: "replays traces through the policy alone"},
 	{pkg: "cluster", only: []string{}, noTemporal: true, why: "the backend seam"},
-	{pkg: "protocol", only: []string{"scheduler"}, why: "names and messages shared by every side"},
+	{pkg: "protocol", only: []string{"cluster", "scheduler"}, why: "names and messages shared by every side"},
 	{pkg: "allocation", only: []string{"cluster", "protocol", "scheduler"}, noTemporal: true, why: "the allocator's state and rules, table-tested without Temporal"},
 	{pkg: "config", only: []string{"protocol", "scheduler"}, noTemporal: true, why: "loading and validation"},
 	{pkg: "activities", never: []string{"client", "api", "starter", "workflows", "worker"}, why: "the server side does not lean on the user-facing SDK"},
