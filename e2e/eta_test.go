@@ -17,6 +17,7 @@ import (
 
 	"github.com/trainq/trainq/activities"
 	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/scheduler"
 )
 
 // TestExpectedStarts, with real processes, on allocation eta (one 2-GPU
@@ -100,19 +101,9 @@ func TestExpectedStartComesTrue(t *testing.T) {
 		PriorityClass: "medium", NWorkers: 1, Type: "binary"})
 	eventually(t, long, "the next job to be queued", func() bool { return queue(t, "eta").WaitingTotal == 1 })
 
-	var told struct {
-		State         protocol.JobState `json:"state"`
-		ExpectedStart *struct {
-			At      time.Time `json:"at"`
-			Because string    `json:"because"`
-		} `json:"expected_start"`
-	}
-	out, errOut, code := trainq(t, "status", next, "--eta", "-o", "json")
-	require.Equal(t, 0, code, errOut)
-	require.NoError(t, json.Unmarshal([]byte(out), &told), out)
-	require.NotNil(t, told.ExpectedStart, out)
-	require.False(t, told.ExpectedStart.At.IsZero(), told.ExpectedStart.Because)
-	assert.Contains(t, told.ExpectedStart.Because, "if "+limited+" ends by its time limit")
+	told := expectedStartOf(t, next)
+	require.False(t, told.At.IsZero(), told.Because)
+	assert.Contains(t, told.Because, "if "+limited+" ends by its time limit")
 	text, _, _ := trainq(t, "status", next, "--eta")
 	assert.Contains(t, text, "expected start")
 
@@ -122,8 +113,7 @@ func TestExpectedStartComesTrue(t *testing.T) {
 	started := waitState(t, next, protocol.StateCompleted, long).Attempts[0].StartedAt
 	require.NotNil(t, started)
 	// The projection counts the stop (notice + grace period, 3s here) as the longest it may take.
-	assert.WithinDuration(t, told.ExpectedStart.At, *started, 5*time.Second,
-		"expected %s, started %s", told.ExpectedStart.At, *started)
+	assert.WithinDuration(t, told.At, *started, 5*time.Second, "expected %s, started %s", told.At, *started)
 }
 
 // TestProgressReportsRefineTheExpectedStart, with real processes, on
@@ -143,33 +133,19 @@ func TestProgressReportsRefineTheExpectedStart(t *testing.T) {
 	next := submit(t, protocol.JobSpec{Script: "true", InstanceType: "a100.2gpu", Region: "T", AllocationName: "eta",
 		PriorityClass: "medium", NWorkers: 1, Type: "binary"})
 	eventually(t, long, "the next job to be queued", func() bool { return queue(t, "eta").WaitingTotal == 1 })
-	type told struct {
-		ExpectedStart *struct {
-			At      time.Time `json:"at"`
-			Because string    `json:"because"`
-		} `json:"expected_start"`
-	}
-	ask := func() told {
-		var v told
-		out, errOut, code := trainq(t, "status", next, "--eta", "-o", "json")
-		require.Equal(t, 0, code, errOut)
-		require.NoError(t, json.Unmarshal([]byte(out), &v), out)
-		require.NotNil(t, v.ExpectedStart, out)
-		return v
-	}
-	before := ask()
-	assert.True(t, before.ExpectedStart.At.IsZero(), "before any report nothing says when %s ends: %+v", reporting, before.ExpectedStart)
+	before := expectedStartOf(t, next)
+	assert.True(t, before.At.IsZero(), "before any report nothing says when %s ends: %+v", reporting, before)
 
 	hold.open(t)
-	var after told
+	var after scheduler.ExpectedStart
 	eventually(t, long, "the expected start to follow the progress report", func() bool {
-		after = ask()
-		return !after.ExpectedStart.At.IsZero()
+		after = expectedStartOf(t, next)
+		return !after.At.IsZero()
 	})
-	assert.Contains(t, after.ExpectedStart.Because, "if "+reporting+" ends when its progress reports say (50% done at ")
+	assert.Contains(t, after.Because, "if "+reporting+" ends when its progress reports say (50% done at ")
 	started := waitState(t, next, protocol.StateCompleted, long).Attempts[0].StartedAt
 	require.NotNil(t, started)
-	assert.WithinDuration(t, after.ExpectedStart.At, *started, 5*time.Second, "expected %s, started %s", after.ExpectedStart.At, *started)
+	assert.WithinDuration(t, after.At, *started, 5*time.Second, "expected %s, started %s", after.At, *started)
 	waitState(t, reporting, protocol.StateCompleted, long)
 }
 
@@ -225,21 +201,12 @@ func TestLearnedEstimateGivesAnExpectedStart(t *testing.T) {
 		out, _ := cmd.Output()
 		watched <- out
 	}()
-	var told struct {
-		ExpectedStart *struct {
-			At      time.Time `json:"at"`
-			Because string    `json:"because"`
-		} `json:"expected_start"`
-	}
-	out, errOut, code := trainq(t, "status", next, "--eta", "-o", "json")
-	require.Equal(t, 0, code, errOut)
-	require.NoError(t, json.Unmarshal([]byte(out), &told), out)
-	require.NotNil(t, told.ExpectedStart, out)
-	require.False(t, told.ExpectedStart.At.IsZero(), "the estimate says when %s ends: %s", estimated, told.ExpectedStart.Because)
-	assert.Contains(t, told.ExpectedStart.Because, "if "+estimated+" ends by its estimated run time")
+	told := expectedStartOf(t, next)
+	require.False(t, told.At.IsZero(), "the estimate says when %s ends: %s", estimated, told.Because)
+	assert.Contains(t, told.Because, "if "+estimated+" ends by its estimated run time")
 	started := waitState(t, next, protocol.StateCompleted, long).Attempts[0].StartedAt
 	require.NotNil(t, started)
-	assert.WithinDuration(t, told.ExpectedStart.At, *started, 5*time.Second, "expected %s, started %s", told.ExpectedStart.At, *started)
+	assert.WithinDuration(t, told.At, *started, 5*time.Second, "expected %s, started %s", told.At, *started)
 	waitState(t, estimated, protocol.StateCompleted, long)
 
 	var lines []byte
@@ -259,9 +226,22 @@ func TestLearnedEstimateGivesAnExpectedStart(t *testing.T) {
 		if ev.Status == protocol.StatePending && ev.ExpectedStartAt != nil {
 			pendingWithStart = true
 			assert.Contains(t, ev.ExpectedStart, "if "+estimated+" ends by its estimated run time")
-			assert.WithinDuration(t, told.ExpectedStart.At.Truncate(time.Minute), *ev.ExpectedStartAt, time.Minute)
+			assert.WithinDuration(t, told.At.Truncate(time.Minute), *ev.ExpectedStartAt, time.Minute)
 		}
 		assert.False(t, ev.Status != protocol.StatePending && ev.ExpectedStart != "", "only a pending job has an expected start: %s", line)
 	}
 	assert.True(t, pendingWithStart, "watch --eta said when the job was expected:\n%s", lines)
+}
+
+// expectedStartOf is what `trainq status JOB --eta -o json` says of when the pending job starts.
+func expectedStartOf(t *testing.T, job string) scheduler.ExpectedStart {
+	t.Helper()
+	var v struct {
+		ExpectedStart *scheduler.ExpectedStart `json:"expected_start"`
+	}
+	out, errOut, code := trainq(t, "status", job, "--eta", "-o", "json")
+	require.Equal(t, 0, code, errOut)
+	require.NoError(t, json.Unmarshal([]byte(out), &v), out)
+	require.NotNil(t, v.ExpectedStart, out)
+	return *v.ExpectedStart
 }

@@ -132,4 +132,7 @@ func TestNotebookStatusUsesTheWorkersToken(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.NotebookStatus(ctx, other.ID)
 	assert.ErrorContains(t, err, "is not a Jupyter server's worker")
+	// Its supervisor writes into the test's directory until it has exited.
+	_, err = b.Wait(ctx, other.ID, nil)
+	require.NoError(t, err)
 }
