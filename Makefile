@@ -95,13 +95,14 @@ test: lint build $(TEMPORAL) kube-bins cluster-bins
 	$(MAKE) --no-print-directory test-cluster-ci
 	$(MAKE) --no-print-directory test-race
 
-## test-race: the packages that need no server (all but e2e/; their tests that need a dev server skip, as in
-## test-unit) under the race detector. -short: the scheduler's property tests check 50 random streams instead of
-## 400 (the full count ran in test without -race); at 400 they alone take over ten minutes under the detector.
-## api's TestNotFoundTakesAlike is skipped: it compares two latencies to 5ms, which the detector's slowdown
-## on a busy machine exceeds (it ran in test, without -race).
+## test-race: under the race detector, the packages that run goroutines and need no server (their tests that
+## need a dev server skip, as in test-unit). The pure packages (scheduler, simulate, allocation, protocol,
+## config) start none, so the detector has nothing to find there; they ran in test. api's TestNotFoundTakesAlike
+## is skipped: it compares two latencies to 5ms, which the detector's slowdown on a busy machine exceeds (it
+## ran in test, without -race).
+RACE_SKIP_PKGS := /(e2e|e2e/kube|scheduler|simulate|allocation|protocol|config)$$
 test-race:
-	TRAINQ_SKIP_E2E=1 $(GO) test -race -short -count=1 -timeout 30m -skip '^TestNotFoundTakesAlike$$' $$($(GO) list ./... | grep -v '/e2e')
+	TRAINQ_SKIP_E2E=1 $(GO) test -race -count=1 -timeout 30m -skip '^TestNotFoundTakesAlike$$' $$($(GO) list ./... | grep -v -E '$(RACE_SKIP_PKGS)')
 
 ## test-unit: the tests that need no server
 test-unit:
