@@ -27,11 +27,15 @@ const (
 // estimateCacheMax bounds the shapes a worker remembers; past it, the cache starts again empty.
 const estimateCacheMax = 4096
 
-// EstimateCache keeps the runtimes EstimateRuntime listed, per query, for estimateCacheTTL.
-// The zero value is ready; a nil *EstimateCache lists every time.
+// EstimateCache keeps the runtimes EstimateRuntime listed, per query, for estimateCacheTTL,
+// and makes the requests that miss it together wait for one listing: a burst of thousands of
+// submissions of one shape lists visibility once per worker, not once per job. The zero value
+// is ready; a nil *EstimateCache lists every time.
 type EstimateCache struct {
 	mu      sync.Mutex
 	entries map[string]cachedRuns
+	// listing holds, per query being listed, a channel closed when the listing is done.
+	listing map[string]chan struct{}
 }
 
 type cachedRuns struct {
@@ -39,12 +43,48 @@ type cachedRuns struct {
 	at   time.Time
 }
 
-func (c *EstimateCache) get(query string, now time.Time) ([]time.Duration, bool) {
+// runs answers query from the cache, or from list, called once for all the callers that miss
+// it at the same time (a caller whose ctx ends stops waiting; a failed listing is not cached,
+// so the callers that waited for it list again).
+func (c *EstimateCache) runs(ctx context.Context, query string, list func() ([]time.Duration, error)) ([]time.Duration, error) {
 	if c == nil {
-		return nil, false
+		return list()
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	for {
+		c.mu.Lock()
+		if runs, ok := c.fresh(query, time.Now()); ok {
+			c.mu.Unlock()
+			return runs, nil
+		}
+		wait, busy := c.listing[query]
+		if !busy {
+			if c.listing == nil {
+				c.listing = map[string]chan struct{}{}
+			}
+			done := make(chan struct{})
+			c.listing[query] = done
+			c.mu.Unlock()
+			runs, err := list()
+			c.mu.Lock()
+			if err == nil {
+				c.put(query, runs, time.Now())
+			}
+			delete(c.listing, query)
+			close(done)
+			c.mu.Unlock()
+			return runs, err
+		}
+		c.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// fresh is query's cached runs if they are recent enough; c.mu is held.
+func (c *EstimateCache) fresh(query string, now time.Time) ([]time.Duration, bool) {
 	e, ok := c.entries[query]
 	ttl := estimateCacheTTL
 	if len(e.runs) < scheduler.LearnedMinRuns {
@@ -56,12 +96,8 @@ func (c *EstimateCache) get(query string, now time.Time) ([]time.Duration, bool)
 	return e.runs, true
 }
 
+// put caches runs for query; c.mu is held.
 func (c *EstimateCache) put(query string, runs []time.Duration, now time.Time) {
-	if c == nil {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.entries == nil || len(c.entries) >= estimateCacheMax {
 		c.entries = map[string]cachedRuns{}
 	}
@@ -101,28 +137,25 @@ func (a *Activities) EstimateRuntime(ctx context.Context, in protocol.EstimateRu
 
 // completedRuntimes lists the runtimes of the latest scheduler.LearnedRuns jobs query matches.
 func (a *Activities) completedRuntimes(ctx context.Context, query string) ([]time.Duration, error) {
-	now := time.Now()
-	if runs, ok := a.Estimates.get(query, now); ok {
+	return a.Estimates.runs(ctx, query, func() ([]time.Duration, error) {
+		resp, err := a.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, PageSize: scheduler.LearnedRuns})
+		if err != nil {
+			return nil, fmt.Errorf("list the completed jobs like this one: %w", err)
+		}
+		dc := converter.GetDefaultDataConverter()
+		var runs []time.Duration
+		for _, e := range resp.GetExecutions() {
+			p := e.GetSearchAttributes().GetIndexedFields()[protocol.SARunSeconds]
+			var secs int64
+			if p == nil || dc.FromPayload(p, &secs) != nil || secs <= 0 {
+				activity.GetLogger(ctx).Warn("a completed job without a readable runtime", "job", e.GetExecution().GetWorkflowId())
+				continue
+			}
+			runs = append(runs, time.Duration(secs)*time.Second)
+			if len(runs) == scheduler.LearnedRuns {
+				break
+			}
+		}
 		return runs, nil
-	}
-	resp, err := a.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, PageSize: scheduler.LearnedRuns})
-	if err != nil {
-		return nil, fmt.Errorf("list the completed jobs like this one: %w", err)
-	}
-	dc := converter.GetDefaultDataConverter()
-	var runs []time.Duration
-	for _, e := range resp.GetExecutions() {
-		p := e.GetSearchAttributes().GetIndexedFields()[protocol.SARunSeconds]
-		var secs int64
-		if p == nil || dc.FromPayload(p, &secs) != nil || secs <= 0 {
-			activity.GetLogger(ctx).Warn("a completed job without a readable runtime", "job", e.GetExecution().GetWorkflowId())
-			continue
-		}
-		runs = append(runs, time.Duration(secs)*time.Second)
-		if len(runs) == scheduler.LearnedRuns {
-			break
-		}
-	}
-	a.Estimates.put(query, runs, now)
-	return runs, nil
+	})
 }
