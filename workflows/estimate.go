@@ -9,13 +9,14 @@ import (
 	"github.com/trainq/trainq/scheduler"
 )
 
-// learnInput asks a training job's capacity request to learn its runtime estimate first
-// (RequestCapacityInput.Learn), while it has none and no time limit: a Jupyter server runs
-// until it is stopped, so its runtime says nothing. The request's own local activity learns
-// it, so that nothing runs before the request: a grant already in the job's first workflow
-// task must find the attempt waiting.
+// learnInput asks a training job's first capacity request to learn its runtime estimate first
+// (RequestCapacityInput.Learn), if it has no time limit: a Jupyter server runs until it is
+// stopped, so its runtime says nothing. The request's own local activity learns it, so that
+// nothing runs before the request: a grant already in the job's first workflow task must find
+// the attempt waiting. It is learned once, at submission, as trainq simulate learns it: a rerun
+// carries what is left of it.
 func (j *job) learnInput() *protocol.EstimateRuntimeInput {
-	if j.spec.TimeLimit > 0 || j.spec.Kind == scheduler.KindNotebook || j.status.Estimate != nil {
+	if j.spec.TimeLimit > 0 || j.spec.Kind == scheduler.KindNotebook || j.status.Estimate != nil || j.status.Attempt > 1 {
 		return nil
 	}
 	return &protocol.EstimateRuntimeInput{Workspace: j.spec.Workspace, Shape: j.spec.Shape(), Class: j.spec.PriorityClass, GPUs: j.spec.GPUs()}

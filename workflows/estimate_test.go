@@ -88,3 +88,18 @@ func TestJobWithoutAnEstimate(t *testing.T) {
 		})
 	}
 }
+
+// TestRerunLearnsNothingNew: the estimate is learned once, at submission; a rerun of a job
+// that had none does not ask again (trainq simulate learns the same way).
+func TestRerunLearnsNothingNew(t *testing.T) {
+	h := newJobHarness(t)
+	h.grantAt(time.Minute, 1, 1)
+	h.watch(1, -1, forever, 0)
+	h.preemptAt(11*time.Minute, 1, "lm-mpi-job-high")
+	h.grantAt(2*time.Hour, 2, 1)
+	h.watch(2, -1, 10*time.Minute, 0)
+	h.run(jobSpec("low", 1, 1))
+	require.NoError(t, h.env.GetWorkflowError())
+	require.Len(t, h.requests, 2)
+	assert.Len(t, h.estimates, 1, "the first request asked, the rerun's did not")
+}
