@@ -146,6 +146,7 @@ regions:
 
 type agentCluster struct {
 	config, data string
+	allocation   string
 	cfg          *config.Config
 	agents       map[string]*testenv.WorkerProcess
 }
@@ -154,9 +155,19 @@ type agentCluster struct {
 // agent in a process of its own, as on a real cluster.
 func startAgentCluster(t *testing.T) *agentCluster {
 	t.Helper()
+	return startAgentClusterOf(t, "agents")
+}
+
+// startAgentClusterOf is startAgentCluster with the allocation named
+// allocation instead of agents: a test that needs an allocator with no past
+// takes a name of its own.
+func startAgentClusterOf(t *testing.T, allocation string) *agentCluster {
+	t.Helper()
 	dir := t.TempDir()
-	c := &agentCluster{config: filepath.Join(dir, "trainq.yaml"), data: filepath.Join(dir, "data"), agents: map[string]*testenv.WorkerProcess{}}
-	require.NoError(t, os.WriteFile(c.config, []byte(fmt.Sprintf(agentConfig, c.data)), 0o644))
+	c := &agentCluster{config: filepath.Join(dir, "trainq.yaml"), data: filepath.Join(dir, "data"), agents: map[string]*testenv.WorkerProcess{}, allocation: allocation}
+	cfg := strings.ReplaceAll(fmt.Sprintf(agentConfig, c.data), "allocation: agents", "allocation: "+allocation)
+	cfg = strings.ReplaceAll(cfg, "- name: agents", "- name: "+allocation)
+	require.NoError(t, os.WriteFile(c.config, []byte(cfg), 0o644))
 	var err error
 	c.cfg, err = config.Load(c.config)
 	require.NoError(t, err)
@@ -194,7 +205,9 @@ func startProcess(t *testing.T, args ...string) *testenv.WorkerProcess {
 
 func (c *agentCluster) submit(t *testing.T, script string) string {
 	t.Helper()
-	return submitWith(t, c.cfg, agentSpec(script))
+	spec := agentSpec(script)
+	spec.AllocationName = c.allocation
+	return submitWith(t, c.cfg, spec)
 }
 
 func agentSpec(script string) protocol.JobSpec {

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
 
@@ -106,13 +107,113 @@ func resetAllocatorBefore(t *testing.T, allocation, job string) int64 {
 		}
 	}
 	require.NotZero(t, point)
+	resetAllocatorTo(t, allocation, point)
+	return point
+}
+
+// resetAllocatorTo resets the allocator's current run to the workflow task
+// completed at event point, reapplying no signal or update.
+func resetAllocatorTo(t *testing.T, allocation string, point int64) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, err := env.client.ResetWorkflowExecution(ctx, &workflowservice.ResetWorkflowExecutionRequest{
-		Namespace: "default", WorkflowExecution: &commonpb.WorkflowExecution{WorkflowId: id},
+		Namespace: "default", WorkflowExecution: &commonpb.WorkflowExecution{WorkflowId: protocol.AllocatorWorkflowID("T", allocation)},
 		Reason: "e2e: reset the allocator", WorkflowTaskFinishEventId: point, RequestId: uuid.NewString(),
 		ResetReapplyExcludeTypes: []enumspb.ResetReapplyExcludeType{enumspb.RESET_REAPPLY_EXCLUDE_TYPE_SIGNAL, enumspb.RESET_REAPPLY_EXCLUDE_TYPE_UPDATE},
 	})
 	require.NoError(t, err)
-	return point
+}
+
+// TestResetAllocatorWithAFenceWaitingOnADeadAgent: an allocator reset to a
+// point where its fence of a dead node had an inventory activity pending.
+// Temporal's reset run can then fire none of its activities' timeouts: the
+// inventory, expired in matching, is never timed out, and neither is any
+// activity scheduled after it, so without the allocator's own guard (see
+// guard in workflows/allocator.go) the node stayed fenced for ever, even
+// once its agent was back (the chaos campaign on the production-shaped
+// cluster found it). With the guard, the allocator gives the inventory up
+// past its own timeouts, fences again, and the returning agent brings the
+// node back.
+func TestResetAllocatorWithAFenceWaitingOnADeadAgent(t *testing.T) {
+	const allocation, dead = "agents-reset", "agent-1"
+	c := startAgentClusterOf(t, allocation)
+	eventually(t, long, "the allocator to serve both nodes", func() bool {
+		cn := counts(t, allocation)
+		return !cn.Recovering && cn.RecoveredAt.After(time.Time{}) && len(queue(t, allocation).Fenced) == 0
+	})
+	c.agents[dead].Kill()
+	// A recovery fences every node until its agent says what runs there;
+	// the dead one's inventory is not picked up.
+	_, errOut, code := trainq(t, "--config", c.config, "allocator", "recover", allocation, "--region", "T")
+	require.Equal(t, 0, code, errOut)
+	var point int64
+	eventually(t, long, "an inventory of "+dead+" pending across a workflow task of the allocator", func() bool {
+		point = pendingAcrossATask(fetchHistory(t, protocol.AllocatorWorkflowID("T", allocation)), "NodeInventory", protocol.NodeTaskQueue(dead))
+		return point != 0
+	})
+	resetAllocatorTo(t, allocation, point)
+	t.Logf("reset the allocator to event %d, with %s's inventory pending", point, dead)
+	// The reset run fences the node again (trainq-worker has it recover);
+	// the agent stays away until that inventory's task, too, has expired in
+	// matching unanswered (node_timeout, 4s), then comes back: only a
+	// timeout can end the inventory now.
+	var asked time.Time
+	eventually(t, long, "the reset run to ask "+dead+" for an inventory", func() bool {
+		asked = scheduledAfter(fetchHistory(t, protocol.AllocatorWorkflowID("T", allocation)), point, "NodeInventory", protocol.NodeTaskQueue(dead))
+		return !asked.IsZero()
+	})
+	time.Sleep(time.Until(asked.Add(c.cfg.NodeTimeout.D() + 2*time.Second)))
+	c.startAgent(t, dead)
+	last := ""
+	eventually(t, 2*long, dead+" to be back in service", func() bool {
+		v := queue(t, allocation)
+		if now := fmt.Sprintf("fenced %v", v.Fenced); now != last {
+			t.Log(now)
+			last = now
+		}
+		return len(v.Fenced) == 0
+	})
+	// Both nodes serve: two jobs of a whole node each run at once.
+	a, b := c.submit(t, "true"), c.submit(t, "true")
+	waitState(t, a, protocol.StateCompleted, long)
+	waitState(t, b, protocol.StateCompleted, long)
+}
+
+// scheduledAfter is when the first activity of the given type on queue
+// was scheduled after event point, or zero.
+func scheduledAfter(events []*historypb.HistoryEvent, point int64, activityType, queue string) time.Time {
+	for _, e := range events {
+		if a := e.GetActivityTaskScheduledEventAttributes(); a != nil && e.GetEventId() > point &&
+			a.GetActivityType().GetName() == activityType && a.GetTaskQueue().GetName() == queue {
+			return e.GetEventTime().AsTime()
+		}
+	}
+	return time.Time{}
+}
+
+// pendingAcrossATask finds, in an allocator's history, an activity of the
+// given type on queue that was still pending when a later workflow task
+// completed, and returns that task's completed event (a reset point whose
+// run has the activity pending), or 0.
+func pendingAcrossATask(events []*historypb.HistoryEvent, activityType, queue string) int64 {
+	scheduled := map[int64]bool{}
+	for _, e := range events {
+		if a := e.GetActivityTaskScheduledEventAttributes(); a != nil &&
+			a.GetActivityType().GetName() == activityType && a.GetTaskQueue().GetName() == queue {
+			scheduled[e.GetEventId()] = true
+		}
+		for _, closed := range []int64{
+			e.GetActivityTaskCompletedEventAttributes().GetScheduledEventId(),
+			e.GetActivityTaskFailedEventAttributes().GetScheduledEventId(),
+			e.GetActivityTaskTimedOutEventAttributes().GetScheduledEventId(),
+			e.GetActivityTaskCanceledEventAttributes().GetScheduledEventId(),
+		} {
+			delete(scheduled, closed)
+		}
+		if e.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED && len(scheduled) > 0 {
+			return e.GetEventId()
+		}
+	}
+	return 0
 }

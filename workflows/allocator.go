@@ -132,6 +132,9 @@ type runFlags struct {
 	// fewerSignals: at most AllocatorSignalsInFlight signals in flight
 	// (versionFewerSignalsInFlight).
 	fewerSignals bool
+	// guardsActivities: a bounded activity is given up by a timer of the
+	// workflow's own if the server does not close it (versionGuardedActivities).
+	guardsActivities bool
 }
 
 // gates answers the allocation rules' gates with workflow.GetVersion, at the
@@ -219,6 +222,13 @@ const (
 	// replaying it) did: the retry replayed the run again, and failed the
 	// same way while the burst went on.
 	versionFewerSignalsInFlight = "allocator-fewer-signals-in-flight"
+	// versionGuardedActivities: an activity with a bounded life (one
+	// attempt, or a schedule-to-close timeout) is also bounded by a timer of
+	// the workflow's own, and given up when the server has not closed it in
+	// time (see guard). A reset run whose pending activities' timeouts the
+	// server never fired waited for ever: the chaos campaign on the
+	// production-shaped cluster left a node fenced for good that way.
+	versionGuardedActivities = "allocator-guarded-activities"
 )
 
 // AllocatorWorkflow owns the capacity of one allocation. Jobs ask it for
@@ -281,6 +291,7 @@ func (a *allocator) readVersions(ctx workflow.Context) {
 	f.passWithinBudget = workflow.GetVersion(ctx, versionPassWithinBudget, workflow.DefaultVersion, 1) >= 1
 	f.shorterRuns = workflow.GetVersion(ctx, versionShorterRuns, workflow.DefaultVersion, 1) >= 1
 	f.fewerSignals = workflow.GetVersion(ctx, versionFewerSignalsInFlight, workflow.DefaultVersion, 1) >= 1
+	f.guardsActivities = workflow.GetVersion(ctx, versionGuardedActivities, workflow.DefaultVersion, 1) >= 1
 }
 
 func (a *allocator) registerHandlers(ctx workflow.Context) error {
@@ -925,9 +936,98 @@ func (a *allocator) executeFenceActivity(ctx workflow.Context, activity any, arg
 func (a *allocator) executeActivityOf(ctx workflow.Context, share int, activity any, args ...any) workflow.Future {
 	_ = workflow.Await(ctx, func() bool { return a.activities[share] < protocol.AllocatorActivityBudget/2 })
 	a.activities[share]++
-	f := workflow.ExecuteActivity(ctx, activity, args...)
+	bound := guardBound(workflow.GetActivityOptions(ctx))
+	if bound == 0 || !a.guarded() {
+		f := workflow.ExecuteActivity(ctx, activity, args...)
+		a.watch(ctx, f, func(workflow.Context, error) { a.activities[share]-- })
+		return f
+	}
+	actx, giveUp := workflow.WithCancel(ctx)
+	f := workflow.ExecuteActivity(actx, activity, args...)
+	// The slot is freed when f resolves: when the server closes it, or when
+	// the guard cancels it (the server then closes one that had not
+	// started; one that had stays pending until the run continues as new).
 	a.watch(ctx, f, func(workflow.Context, error) { a.activities[share]-- })
-	return f
+	return a.guard(ctx, f, giveUp, bound)
+}
+
+// reclaimCheckLife bounds each of the reclaim loop's checks (its retries
+// included).
+const reclaimCheckLife = 5 * time.Minute
+
+// guarded says whether this run guards its bounded activities.
+func (a *allocator) guarded() bool { return a.flags.guardsActivities && a.flags.watchLoop }
+
+// executeGuarded runs an activity outside the budget's shares, guarded if
+// its options bound its life.
+func (a *allocator) executeGuarded(ctx workflow.Context, activity any, args ...any) workflow.Future {
+	bound := guardBound(workflow.GetActivityOptions(ctx))
+	if bound == 0 || !a.guarded() {
+		return workflow.ExecuteActivity(ctx, activity, args...)
+	}
+	actx, giveUp := workflow.WithCancel(ctx)
+	return a.guard(ctx, workflow.ExecuteActivity(actx, activity, args...), giveUp, bound)
+}
+
+// guardSlack is how long past its own timeouts an activity is waited for
+// before the guard gives up on it.
+const guardSlack = 15 * time.Second
+
+// guardBound is how long an activity with these options can live by its
+// own timeouts (its schedule-to-close timeout, or for a single attempt its
+// schedule-to-start and start-to-close ones), plus guardSlack; zero when
+// its life is unbounded (unlimited retries, or waiting for ever for a worker).
+func guardBound(o workflow.ActivityOptions) time.Duration {
+	switch {
+	case o.ScheduleToCloseTimeout > 0:
+		return o.ScheduleToCloseTimeout + guardSlack
+	case o.RetryPolicy != nil && o.RetryPolicy.MaximumAttempts == 1 && o.ScheduleToStartTimeout > 0 && o.StartToCloseTimeout > 0:
+		return o.ScheduleToStartTimeout + o.StartToCloseTimeout + guardSlack
+	}
+	return 0
+}
+
+// guard returns a future that takes f's outcome, or, if the server has not
+// closed f within bound, an activityUnanswered error, and then asks the
+// server to cancel f. The server closes an activity by its timeouts, but a
+// run that `temporal workflow reset` made from a history with an activity
+// pending can have none of its activity timeouts fire (seen on Temporal
+// v1.29.1: every later activity of the run stayed pending, fences and
+// inventories included, so a node stayed fenced for ever); cancelling the
+// oldest one lets the server arm the others' timeouts again. Both waits run
+// in the watch loop: no coroutine per activity.
+func (a *allocator) guard(ctx workflow.Context, f workflow.Future, giveUp workflow.CancelFunc, bound time.Duration) workflow.Future {
+	result, settle := workflow.NewFuture(ctx)
+	tctx, stopTimer := workflow.WithCancel(ctx)
+	timer := workflow.NewTimerWithOptions(tctx, bound, workflow.TimerOptions{Summary: "give up on an activity the server has not closed"})
+	a.watch(ctx, f, func(workflow.Context, error) {
+		stopTimer()
+		if !result.IsReady() {
+			settle.Chain(f)
+		}
+	})
+	a.watch(ctx, timer, func(_ workflow.Context, err error) {
+		if err != nil || result.IsReady() {
+			return
+		}
+		giveUp()
+		settle.SetError(activityUnanswered{after: bound})
+	})
+	return result
+}
+
+// activityUnanswered is what a guarded activity fails with when the server
+// did not close it within its own timeouts (see guard).
+type activityUnanswered struct{ after time.Duration }
+
+func (e activityUnanswered) Error() string {
+	return fmt.Sprintf("the server did not close the activity within %s, its own timeouts included; given up", e.after)
+}
+
+// isUnanswered tells whether err is a guard's giving up (activityUnanswered).
+func isUnanswered(err error) bool {
+	var u activityUnanswered
+	return errors.As(err, &u)
 }
 
 // reclaimLoop looks, every ReclaimInterval, for jobs that hold capacity
@@ -983,7 +1083,10 @@ func (a *allocator) findVanishedJobs(ctx workflow.Context) {
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: time.Minute,
 		HeartbeatTimeout:    20 * time.Second,
-		Summary:             fmt.Sprintf("check %d jobs holding capacity", len(jobs)),
+		// Bounded, so that the reclaim loop, which waits for it, goes on
+		// at its next tick whatever happens to this one (see guard).
+		ScheduleToCloseTimeout: reclaimCheckLife,
+		Summary:                fmt.Sprintf("check %d jobs holding capacity", len(jobs)),
 	})
 	var gone []string
 	if err := a.executeActivity(actx, (*activities.Activities).FindVanishedJobs, jobs).Get(ctx, &gone); err != nil {
@@ -1014,7 +1117,10 @@ func (a *allocator) dropGhostRequests(ctx workflow.Context, size int) {
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: time.Minute,
 		HeartbeatTimeout:    20 * time.Second,
-		Summary:             fmt.Sprintf("check %d waiting requests", len(requests)),
+		// Bounded, so that the reclaim loop, which waits for it, goes on
+		// at its next tick whatever happens to this one (see guard).
+		ScheduleToCloseTimeout: reclaimCheckLife,
+		Summary:                fmt.Sprintf("check %d waiting requests", len(requests)),
 	})
 	var ghosts []protocol.WithdrawSignal
 	if err := a.executeActivity(actx, (*activities.Activities).FindGhostRequests, requests).Get(ctx, &ghosts); err != nil {

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -18,6 +19,10 @@ import (
 // time: a job started just before the allocator was lost may not be in
 // visibility yet at the first listing.
 const recoverySettle = 2 * time.Second
+
+// recoveryRegisterLife bounds one try of recovery's registration of every
+// job (it heartbeats, and registers 5,000 jobs in well under a minute).
+const recoveryRegisterLife = 20 * time.Minute
 
 // recoverState rebuilds the allocator's state from the jobs themselves and
 // the node agents, so that an allocator that lost its state (terminated,
@@ -59,12 +64,26 @@ func (a *allocator) recoverState(ctx workflow.Context) protocol.RecoverReply {
 		RetryPolicy:      &temporal.RetryPolicy{MaximumInterval: 10 * time.Second},
 		Summary:          fmt.Sprintf("recover: register the jobs of %s", a.st.Name()),
 	})
+	if a.guarded() {
+		// Bounded, so that the guard can give it up (and recovery ask
+		// again) if the server never times it out.
+		actx = workflow.WithScheduleToCloseTimeout(actx, recoveryRegisterLife)
+	}
 	var reg activities.RegisterJobsReply
 	in := activities.RegisterJobsInput{Region: a.st.Config.Region, Allocation: a.st.Config.Allocation, Epoch: epoch, Settle: recoverySettle}
-	if err := workflow.ExecuteActivity(actx, (*activities.Activities).RegisterJobs, in).Get(ctx, &reg); err != nil {
-		// Retries are unlimited: this fails only when the workflow itself
-		// is going away. Granting from a partial picture is never safe.
-		panic(fmt.Sprintf("recover allocator %s: %v", a.st.Name(), err))
+	for {
+		err := a.executeGuarded(actx, (*activities.Activities).RegisterJobs, in).Get(ctx, &reg)
+		if err == nil {
+			break
+		}
+		var timeout *temporal.TimeoutError
+		if !isUnanswered(err) && !errors.As(err, &timeout) {
+			// Retries are unlimited: this fails only when the workflow
+			// itself is going away. Granting from a partial picture is
+			// never safe.
+			panic(fmt.Sprintf("recover allocator %s: %v", a.st.Name(), err))
+		}
+		workflow.GetLogger(ctx).Warn("recovery's registration did not end in time; asking again", "error", err)
 	}
 	reply, cmds, err := a.st.Recovered(epoch, drawn, allocation.Registered{Holds: reg.Holds, Listed: reg.Listed, Unanswered: reg.Unanswered})
 	if err != nil {
@@ -127,7 +146,7 @@ func (a *allocator) fence(ctx workflow.Context, node string) {
 				a.execute(ctx, a.st.NodeBack(node, len(reply.Stopped)))
 				return
 			}
-			if isNodeTimeout(err) {
+			if isNodeTimeout(err) || isUnanswered(err) {
 				if cmds, changed := a.st.FenceTimedOut(node); changed {
 					a.execute(ctx, cmds)
 					workflow.SetCurrentDetails(ctx, a.details())
