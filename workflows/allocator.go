@@ -99,6 +99,10 @@ type allocator struct {
 	// detailStartsInterval (not carried: a new run projects anew).
 	starts    allocation.ExpectedStarts
 	lastEvent string
+	// gaveUp says a guard gave up on an activity the server did not close
+	// (see guard): the run hands over, so that the next one starts on fresh
+	// server-side state.
+	gaveUp bool
 }
 
 // runFlags are the versions of the workflow code a run follows.
@@ -132,9 +136,6 @@ type runFlags struct {
 	// fewerSignals: at most AllocatorSignalsInFlight signals in flight
 	// (versionFewerSignalsInFlight).
 	fewerSignals bool
-	// guardsActivities: a bounded activity is given up by a timer of the
-	// workflow's own if the server does not close it (versionGuardedActivities).
-	guardsActivities bool
 }
 
 // gates answers the allocation rules' gates with workflow.GetVersion, at the
@@ -291,7 +292,6 @@ func (a *allocator) readVersions(ctx workflow.Context) {
 	f.passWithinBudget = workflow.GetVersion(ctx, versionPassWithinBudget, workflow.DefaultVersion, 1) >= 1
 	f.shorterRuns = workflow.GetVersion(ctx, versionShorterRuns, workflow.DefaultVersion, 1) >= 1
 	f.fewerSignals = workflow.GetVersion(ctx, versionFewerSignalsInFlight, workflow.DefaultVersion, 1) >= 1
-	f.guardsActivities = workflow.GetVersion(ctx, versionGuardedActivities, workflow.DefaultVersion, 1) >= 1
 }
 
 func (a *allocator) registerHandlers(ctx workflow.Context) error {
@@ -694,7 +694,7 @@ func (a *allocator) shouldContinueAsNew(ctx workflow.Context) bool {
 	if a.flags.shorterRuns {
 		events = maxEventsPerRun
 	}
-	return info.GetContinueAsNewSuggested() || a.updates >= limit || info.GetCurrentHistoryLength() >= events
+	return info.GetContinueAsNewSuggested() || a.updates >= limit || info.GetCurrentHistoryLength() >= events || a.gaveUp
 }
 
 // Every signal counts towards the server's per-run limits (a.updates).
@@ -763,8 +763,11 @@ func (a *allocator) checkReset(ctx workflow.Context, req protocol.CapacityReques
 		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 			StartToCloseTimeout: time.Minute,
 			HeartbeatTimeout:    20 * time.Second,
-			RetryPolicy:         &temporal.RetryPolicy{MaximumInterval: 10 * time.Second, MaximumAttempts: 10},
-			Summary:             fmt.Sprintf("is %s back at attempt %d?", req.Job, req.Attempt),
+			// Bounded (see guard): a hung check would keep the run from
+			// handing over (awaitHandOver waits for the reset checks).
+			ScheduleToCloseTimeout: reclaimCheckLife,
+			RetryPolicy:            &temporal.RetryPolicy{MaximumInterval: 10 * time.Second, MaximumAttempts: 10},
+			Summary:                fmt.Sprintf("is %s back at attempt %d?", req.Job, req.Attempt),
 		})
 		var attempts []int
 		var err error
@@ -937,16 +940,18 @@ func (a *allocator) executeActivityOf(ctx workflow.Context, share int, activity 
 	_ = workflow.Await(ctx, func() bool { return a.activities[share] < protocol.AllocatorActivityBudget/2 })
 	a.activities[share]++
 	bound := guardBound(workflow.GetActivityOptions(ctx))
-	if bound == 0 || !a.guarded() {
+	if bound == 0 || !a.guarded(ctx) {
 		f := workflow.ExecuteActivity(ctx, activity, args...)
 		a.watch(ctx, f, func(workflow.Context, error) { a.activities[share]-- })
 		return f
 	}
 	actx, giveUp := workflow.WithCancel(ctx)
 	f := workflow.ExecuteActivity(actx, activity, args...)
-	// The slot is freed when f resolves: when the server closes it, or when
-	// the guard cancels it (the server then closes one that had not
-	// started; one that had stays pending until the run continues as new).
+	// The slot is freed when f resolves: when the server closes it, or at
+	// once when the guard cancels it. The server closes a cancelled activity
+	// that had not started; one that had may stay pending on its side, but
+	// not for long: a run whose guard gave up hands over (gaveUp), and the
+	// server drops its pending activities then.
 	a.watch(ctx, f, func(workflow.Context, error) { a.activities[share]-- })
 	return a.guard(ctx, f, giveUp, bound)
 }
@@ -955,14 +960,19 @@ func (a *allocator) executeActivityOf(ctx workflow.Context, share int, activity 
 // included).
 const reclaimCheckLife = 5 * time.Minute
 
-// guarded says whether this run guards its bounded activities.
-func (a *allocator) guarded() bool { return a.flags.guardsActivities && a.flags.watchLoop }
+// guarded says whether this run guards its bounded activities
+// (versionGuardedActivities). It is asked where the first guard would be
+// set, not at the run's start, so that a run started by older code and reset
+// after the upgrade is guarded from then on.
+func (a *allocator) guarded(ctx workflow.Context) bool {
+	return a.flags.watchLoop && workflow.GetVersion(ctx, versionGuardedActivities, workflow.DefaultVersion, 1) >= 1
+}
 
 // executeGuarded runs an activity outside the budget's shares, guarded if
 // its options bound its life.
 func (a *allocator) executeGuarded(ctx workflow.Context, activity any, args ...any) workflow.Future {
 	bound := guardBound(workflow.GetActivityOptions(ctx))
-	if bound == 0 || !a.guarded() {
+	if bound == 0 || !a.guarded(ctx) {
 		return workflow.ExecuteActivity(ctx, activity, args...)
 	}
 	actx, giveUp := workflow.WithCancel(ctx)
@@ -989,13 +999,14 @@ func guardBound(o workflow.ActivityOptions) time.Duration {
 
 // guard returns a future that takes f's outcome, or, if the server has not
 // closed f within bound, an activityUnanswered error, and then asks the
-// server to cancel f. The server closes an activity by its timeouts, but a
+// server to cancel f and has the run hand over (gaveUp). The server closes an activity by its timeouts, but a
 // run that `temporal workflow reset` made from a history with an activity
 // pending can have none of its activity timeouts fire (seen on Temporal
 // v1.29.1: every later activity of the run stayed pending, fences and
 // inventories included, so a node stayed fenced for ever); cancelling the
-// oldest one lets the server arm the others' timeouts again. Both waits run
-// in the watch loop: no coroutine per activity.
+// oldest one lets the server arm the others' timeouts again, and the next
+// run starts on state of its own in any case. Both waits run in the watch
+// loop: no coroutine per activity.
 func (a *allocator) guard(ctx workflow.Context, f workflow.Future, giveUp workflow.CancelFunc, bound time.Duration) workflow.Future {
 	result, settle := workflow.NewFuture(ctx)
 	tctx, stopTimer := workflow.WithCancel(ctx)
@@ -1012,6 +1023,7 @@ func (a *allocator) guard(ctx workflow.Context, f workflow.Future, giveUp workfl
 		}
 		giveUp()
 		settle.SetError(activityUnanswered{after: bound})
+		a.gaveUp = true
 	})
 	return result
 }

@@ -1,7 +1,6 @@
 package workflows
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -23,6 +22,10 @@ const recoverySettle = 2 * time.Second
 // recoveryRegisterLife bounds one try of recovery's registration of every
 // job (it heartbeats, and registers 5,000 jobs in well under a minute).
 const recoveryRegisterLife = 20 * time.Minute
+
+// recoveryRetryPause is how long recovery waits before it registers the jobs
+// again after a try that did not end.
+const recoveryRetryPause = 10 * time.Second
 
 // recoverState rebuilds the allocator's state from the jobs themselves and
 // the node agents, so that an allocator that lost its state (terminated,
@@ -64,7 +67,8 @@ func (a *allocator) recoverState(ctx workflow.Context) protocol.RecoverReply {
 		RetryPolicy:      &temporal.RetryPolicy{MaximumInterval: 10 * time.Second},
 		Summary:          fmt.Sprintf("recover: register the jobs of %s", a.st.Name()),
 	})
-	if a.guarded() {
+	guarded := a.guarded(ctx)
+	if guarded {
 		// Bounded, so that the guard can give it up (and recovery ask
 		// again) if the server never times it out.
 		actx = workflow.WithScheduleToCloseTimeout(actx, recoveryRegisterLife)
@@ -76,14 +80,20 @@ func (a *allocator) recoverState(ctx workflow.Context) protocol.RecoverReply {
 		if err == nil {
 			break
 		}
-		var timeout *temporal.TimeoutError
-		if !isUnanswered(err) && !errors.As(err, &timeout) {
-			// Retries are unlimited: this fails only when the workflow
-			// itself is going away. Granting from a partial picture is
-			// never safe.
+		if !guarded || ctx.Err() != nil {
+			// The workflow itself is going away (or, unguarded, retries
+			// are unlimited and nothing else ends it). Granting from a
+			// partial picture is never safe.
 			panic(fmt.Sprintf("recover allocator %s: %v", a.st.Name(), err))
 		}
-		workflow.GetLogger(ctx).Warn("recovery's registration did not end in time; asking again", "error", err)
+		// Out of time (its schedule-to-close, with the last try's error,
+		// say visibility down for 20 minutes) or given up by the guard:
+		// asked again, after a pause, under the same epoch (jobs answer a
+		// register update of one epoch alike).
+		workflow.GetLogger(ctx).Warn("recovery's registration did not end; asking again", "error", err)
+		if workflow.NewTimerWithOptions(ctx, recoveryRetryPause, workflow.TimerOptions{Summary: "register the jobs again"}).Get(ctx, nil) != nil {
+			panic(fmt.Sprintf("recover allocator %s: %v", a.st.Name(), ctx.Err()))
+		}
 	}
 	reply, cmds, err := a.st.Recovered(epoch, drawn, allocation.Registered{Holds: reg.Holds, Listed: reg.Listed, Unanswered: reg.Unanswered})
 	if err != nil {
@@ -211,10 +221,12 @@ func (a *allocator) registerStrangers(ctx workflow.Context, node string) error {
 // with its first answer, which recovery's may be, long out of date.
 func (a *allocator) registerNamed(ctx workflow.Context, share int, jobs []string, summary string) (activities.RegisterJobsReply, error) {
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: 2 * time.Minute,
-		HeartbeatTimeout:    10 * time.Second,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
-		Summary:             summary,
+		// Bounded (see guard): its callers ask again on their own schedule.
+		ScheduleToStartTimeout: time.Minute,
+		StartToCloseTimeout:    2 * time.Minute,
+		HeartbeatTimeout:       10 * time.Second,
+		RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
+		Summary:                summary,
 	})
 	in := activities.RegisterJobsInput{Region: a.st.Config.Region, Allocation: a.st.Config.Allocation, Epoch: a.st.Epoch, Jobs: jobs,
 		Round: workflow.Now(ctx).UnixNano()}

@@ -97,29 +97,13 @@ func TestManifestsApplyOnAnAPIServer(t *testing.T) {
 				assert.Equal(t, "trainq-jobs", cfg.Kubernetes.Namespace)
 			case "Deployment":
 				v, _, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "template", "spec", "terminationGracePeriodSeconds")
-				var grace int64
-				switch n := v.(type) {
-				case int:
-					grace = int64(n)
-				case int64:
-					grace = n
-				case float64:
-					grace = int64(n)
-				}
+				grace := number(v)
 				assert.Greater(t, grace, int64(10), "%s: the grace exceeds the agents' WorkerStopTimeout (10s)", o.GetName())
 				if dir == "base" {
 					// Two of the workflow workers and of the API; one agents
 					// process, never two at once.
 					r, _, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "replicas")
-					var replicas int64
-					switch n := r.(type) {
-					case int:
-						replicas = int64(n)
-					case int64:
-						replicas = n
-					case float64:
-						replicas = int64(n)
-					}
+					replicas := number(r)
 					strategy, _, _ := unstructured.NestedString(o.Object, "spec", "strategy", "type")
 					want := map[string]int64{"trainq-worker": 2, "trainq-api": 2, "trainq-agents": 1}[o.GetName()]
 					assert.Equal(t, want, replicas, "%s replicas", o.GetName())
@@ -129,9 +113,62 @@ func TestManifestsApplyOnAnAPIServer(t *testing.T) {
 				}
 			}
 		}
+		checkDisruptionBudgets(t, dir, objs)
 	}
 	// Nothing but the namespaces was stored.
 	deps, err := c.Client.AppsV1().Deployments("trainq").List(ctx, metav1.ListOptions{})
 	require.NoError(t, err)
 	assert.Empty(t, deps.Items)
+}
+
+// checkDisruptionBudgets: each PodDisruptionBudget selects the pods of one
+// Deployment and leaves room to evict one of them, so that a node's drain
+// is never blocked for good (a budget of one available over one replica
+// would be).
+func checkDisruptionBudgets(t *testing.T, dir string, objs []*unstructured.Unstructured) {
+	t.Helper()
+	for _, pdb := range objs {
+		if pdb.GetKind() != "PodDisruptionBudget" {
+			continue
+		}
+		sel, _, _ := unstructured.NestedStringMap(pdb.Object, "spec", "selector", "matchLabels")
+		require.NotEmpty(t, sel, "%s: PodDisruptionBudget %s selects by labels", dir, pdb.GetName())
+		minAvailable, _, _ := unstructured.NestedFieldNoCopy(pdb.Object, "spec", "minAvailable")
+		var selected []string
+		for _, d := range objs {
+			labels, _, _ := unstructured.NestedStringMap(d.Object, "spec", "template", "metadata", "labels")
+			if d.GetKind() != "Deployment" || !labelsMatch(sel, labels) {
+				continue
+			}
+			selected = append(selected, d.GetName())
+			replicas, _, _ := unstructured.NestedFieldNoCopy(d.Object, "spec", "replicas")
+			assert.Less(t, number(minAvailable), number(replicas),
+				"%s: PodDisruptionBudget %s keeps %v of Deployment %s's %v replicas available: no pod of it could ever be evicted", dir, pdb.GetName(), minAvailable, d.GetName(), replicas)
+		}
+		assert.Len(t, selected, 1, "%s: PodDisruptionBudget %s selects the pods of exactly one Deployment, got %v", dir, pdb.GetName(), selected)
+	}
+}
+
+// labelsMatch says whether labels carry every label of sel.
+func labelsMatch(sel, labels map[string]string) bool {
+	for k, v := range sel {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// number reads a whole number of a decoded manifest (YAML and JSON decode
+// them as int, int64 or float64).
+func number(v any) int64 {
+	switch n := v.(type) {
+	case int:
+		return int64(n)
+	case int64:
+		return n
+	case float64:
+		return int64(n)
+	}
+	return 0
 }
