@@ -20,7 +20,7 @@ import (
 	"github.com/trainq/trainq/protocol"
 )
 
-// TestUpgradeKeepsJobsOnTheirBuild upgrades trainq as the README's
+// TestUpgradeKeepsJobsOnTheirBuild upgrades trainq as docs/operating.md's
 // "Upgrading trainq" says: a second build joins the Worker Deployment and
 // becomes current while a job of the first build runs. The running job stays
 // on its build and completes there, new jobs and the allocator move to the

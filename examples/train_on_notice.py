@@ -4,7 +4,7 @@ a preemption notice, exits, and resumes from that checkpoint on its rerun.
 
 Standard library only, so that it runs anywhere; the places where a real
 script calls torch are marked. Submit it to an allocation with
-`preemption_notice` set (README, "Preemption notice: a worked example"):
+`preemption_notice` set (docs/operating.md, "Preemption notice: a worked example"):
 
     bin/trainq submit --type pytorch2 --script examples/train_on_notice.py \\
       --allocation demo --instance-type a100.2gpu --priority-class low --max-retry 3

@@ -23,7 +23,7 @@ const (
 	LabelPriorityClass = "trainq.io/priority-class"
 	// LabelInternet is "false" on the pods of a job that asked for no
 	// internet access (internet: false): a NetworkPolicy selecting it
-	// enforces that (see the README).
+	// enforces that (see docs/rest-api.md, the internet field).
 	LabelInternet = "trainq.io/internet"
 
 	ManagedBy = "trainq"

@@ -1,4 +1,4 @@
-// Package layout holds the test that keeps trainq's import rules, the ones the README's Layout
+// Package layout holds the test that keeps trainq's import rules, the ones docs/developing.md's Layout
 // section states: dependencies run one way, from the edges (CLI, API, worker) through the
 // client and the workflows to the pure policy, never back.
 package layout
