@@ -4,7 +4,7 @@ TEMPORAL_CLI_VERSION := v1.5.1
 TEMPORAL := $(CURDIR)/bin/temporal
 export TRAINQ_TEMPORAL_BIN := $(TEMPORAL)
 
-.PHONY: all build demo dev dev-k8s dev-cluster kube-bins cluster-bins test test-cluster test-cluster-run test-cluster-ci test-race test-unit bench simulate chaos scale fuzz histories vet clean
+.PHONY: all build docs-check demo dev dev-k8s dev-cluster kube-bins cluster-bins test test-cluster test-cluster-run test-cluster-ci test-race test-unit bench simulate chaos scale fuzz histories vet clean
 
 all: build
 
@@ -87,8 +87,8 @@ dev-k8s: build $(TEMPORAL) kube-bins
 
 ## test: every test, including the ones against a real Temporal dev server, a real kube-apiserver and the
 ## production-shaped Temporal cluster, and the packages that need no server once more under the race detector
-test: lint build $(TEMPORAL) kube-bins cluster-bins
-	TRAINQ_REQUIRE_KUBE=1 TRAINQ_REQUIRE_CLUSTER=1 $(GO) test -count=1 -timeout 18m $$($(GO) list ./... | grep -v '/e2e/kube$$')
+test: docs-check lint build $(TEMPORAL) kube-bins cluster-bins
+	TRAINQ_REQUIRE_KUBE=1 TRAINQ_REQUIRE_CLUSTER=1 $(GO) test -count=1 -timeout 18m $$($(GO) list ./... | grep -v -E '/e2e/kube$$|/internal/docscheck$$')
 	@# The Kubernetes end-to-end tests run alone: beside the other end-to-end tests they would slow them down.
 	TRAINQ_REQUIRE_KUBE=1 $(GO) test -count=1 -timeout 10m ./e2e/kube/
 	@# The production-shaped cluster's smaller set, alone for the same reason (make test-cluster runs more).
@@ -100,9 +100,15 @@ test: lint build $(TEMPORAL) kube-bins cluster-bins
 ## config) start none, so the detector has nothing to find there; they ran in test. api's TestNotFoundTakesAlike
 ## is skipped: it compares two latencies to 5ms, which the detector's slowdown on a busy machine exceeds (it
 ## ran in test, without -race).
-RACE_SKIP_PKGS := /(e2e|e2e/kube|scheduler|simulate|allocation|protocol|config)$$
+RACE_SKIP_PKGS := /(e2e|e2e/kube|scheduler|simulate|allocation|protocol|config|internal/docscheck)$$
 test-race:
 	TRAINQ_SKIP_E2E=1 $(GO) test -race -count=1 -timeout 30m -skip '^TestNotFoundTakesAlike$$' $$($(GO) list ./... | grep -v -E '$(RACE_SKIP_PKGS)')
+
+## docs-check: every make target, go test and trainq command shown in README.md and docs/*.md exists, with the
+## flags it uses (internal/docscheck; builds the binaries, asks them for --help, needs no server; make test runs it
+## first, and leaves it out of its go test list so that it runs once)
+docs-check:
+	$(GO) test -count=1 ./internal/docscheck/
 
 ## test-unit: the tests that need no server
 test-unit:
