@@ -75,9 +75,14 @@ func (s *State) Counts(recovering bool) protocol.QueueCounts {
 
 // View is one page of the queue, every running job and every node.
 func (s *State) View(page protocol.QueuePage, recovering bool, now time.Time) protocol.QueueView {
-	v := protocol.QueueView{Region: s.Config.Region, Allocation: s.Config.Allocation, View: s.Pool.ViewPage(page.Offset, page.Limit),
+	v := protocol.QueueView{Region: s.Config.Region, Allocation: s.Config.Allocation,
 		Offset: page.Offset, Limit: page.Limit, Counters: s.Counters, WaitingTotal: s.Pool.WaitingCount(),
 		WaitingByClass: map[string]int{}, Recovering: recovering, Fenced: append(s.Fenced(), s.Drained()...)}
+	if page.Filtered() {
+		v.View, v.WaitingMatched = s.Pool.ViewPageWhere(page.Offset, page.Limit, page.Keeps)
+	} else {
+		v.View = s.Pool.ViewPage(page.Offset, page.Limit)
+	}
 	for class, n := range s.Pool.WaitingByClass() {
 		v.WaitingByClass[scheduler.Class(class).String()] = n
 	}

@@ -207,6 +207,19 @@ func (f *fakeBackend) QueuePage(ctx context.Context, region, allocation string, 
 	v := f.queue
 	v.Region, v.Allocation, v.Offset, v.Limit = region, allocation, page.Offset, page.Limit
 	v.WaitingTotal = len(v.Waiting)
+	if page.Filtered() { // as the allocator does, with each waiting job's workspace from its record
+		var kept []scheduler.WaitingInfo
+		for _, w := range v.Waiting {
+			r := scheduler.Request{Class: w.Class, Kind: w.Kind}
+			if j := f.jobs[w.Job]; j != nil {
+				r.Workspace = j.info.Workspace
+			}
+			if page.Keeps(&r) {
+				kept = append(kept, w)
+			}
+		}
+		v.Waiting, v.WaitingMatched = kept, len(kept)
+	}
 	v.Waiting = v.Waiting[min(page.Offset, len(v.Waiting)):]
 	v.Waiting = v.Waiting[:min(page.Limit, len(v.Waiting))]
 	return v, nil

@@ -5,8 +5,10 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/trainq/trainq/config"
@@ -53,13 +55,15 @@ type queueView struct {
 	Allocation string `json:"allocation_name"`
 	protocol.GPUTotals
 	// WaitingTotal counts every waiting job; Waiting lists those from
-	// Offset, at most Limit of them.
-	WaitingTotal int                  `json:"waiting_total"`
-	Offset       int                  `json:"offset"`
-	Limit        int                  `json:"limit"`
-	Waiting      []waitingView        `json:"waiting"`
-	Running      []runningView        `json:"running"`
-	Nodes        []scheduler.NodeInfo `json:"nodes"`
+	// Offset, at most Limit of them (of those the filters keep, when set:
+	// WaitingMatched counts them).
+	WaitingTotal   int                  `json:"waiting_total"`
+	WaitingMatched *int                 `json:"waiting_matched,omitempty"`
+	Offset         int                  `json:"offset"`
+	Limit          int                  `json:"limit"`
+	Waiting        []waitingView        `json:"waiting"`
+	Running        []runningView        `json:"running"`
+	Nodes          []scheduler.NodeInfo `json:"nodes"`
 	// FairShare, under the fair-share ordering, is each workspace's recent
 	// usage, least first (the order its jobs are taken in within a class).
 	FairShare []fairShareView `json:"fair_share,omitempty"`
@@ -79,20 +83,31 @@ type fairShareView struct {
 // otherWorkspace stands for a workspace the asker may not see by name.
 const otherWorkspace = "(another workspace)"
 
+// queueParams are the query parameters of the queue endpoint.
+var queueParams = []string{"region", "offset", "limit", "expected_start", "class", "type", "workspace"}
+
 // queue shows an allocation: a page of the waiting jobs in launch order
-// with their reasons (offset, limit: default 100), running and releasing
-// jobs, and free/releasing GPUs per node. Jobs of other workspaces are shown
-// without their names.
+// with their reasons (offset, limit: default 100; class, type and workspace
+// list only the jobs of that class, type and workspace, and the page is a
+// page of those), running and releasing jobs, and free/releasing GPUs per
+// node. Jobs of other workspaces are shown without their names.
 func (s *Server) queue(w http.ResponseWriter, r *http.Request, p Principal) {
 	for k := range r.URL.Query() {
-		if k != "region" && k != "offset" && k != "limit" && k != "expected_start" {
-			s.fail(w, r, errorf(http.StatusBadRequest, codeInvalidParam, k, fmt.Sprintf("unknown query parameter %q; allowed: region, offset, limit, expected_start", k)))
+		if !slices.Contains(queueParams, k) {
+			s.fail(w, r, errorf(http.StatusBadRequest, codeInvalidParam, k, fmt.Sprintf("unknown query parameter %q; allowed: %s", k, strings.Join(queueParams, ", "))))
 			return
 		}
 	}
 	page, err := queuePage(r.URL.Query())
 	if err != nil {
 		s.fail(w, r, err)
+		return
+	}
+	// Which of another workspace's jobs wait is what redaction hides: a
+	// user filters by their own workspace only.
+	if page.Workspace != "" && !p.CanSee(page.Workspace) {
+		s.fail(w, r, errorf(http.StatusForbidden, codeForbidden, "workspace",
+			fmt.Sprintf("a user token lists the jobs of its own workspace only (%q), not of %q", p.Workspace, page.Workspace)))
 		return
 	}
 	region := r.URL.Query().Get("region")
@@ -154,6 +169,10 @@ func redactedQueue(v protocol.QueueView, page protocol.QueuePage, rd *redactor) 
 func redactedJobs(v protocol.QueueView, page protocol.QueuePage, rd *redactor) queueView {
 	out := queueView{Region: v.Region, Allocation: v.Allocation, GPUTotals: v.GPUTotals(), WaitingTotal: max(v.WaitingTotal, len(v.Waiting)),
 		Offset: page.Offset, Limit: page.WithDefaults().Limit, Waiting: []waitingView{}, Running: []runningView{}, Nodes: v.Nodes}
+	if page.Filtered() {
+		matched := v.WaitingMatched
+		out.WaitingMatched = &matched // 0 matched is an answer too
+	}
 	if out.Nodes == nil {
 		out.Nodes = []scheduler.NodeInfo{}
 	}
@@ -177,10 +196,32 @@ func redactedJobs(v protocol.QueueView, page protocol.QueuePage, rd *redactor) q
 	return out
 }
 
-// queuePage reads the page of waiting jobs asked for: offset (default 0)
-// and limit (default protocol.DefaultQueuePageLimit).
+// queuePage reads the page of waiting jobs asked for: offset (default 0),
+// limit (default protocol.DefaultQueuePageLimit), and the filters class
+// (low, medium, high), type (job, notebook: a waiting job's type) and
+// workspace, each at most once.
 func queuePage(q url.Values) (protocol.QueuePage, error) {
 	var page protocol.QueuePage
+	if v, ok, err := queueFilter(q, "class", []string{"low", "medium", "high"}); err != nil {
+		return page, err
+	} else if ok {
+		c, _ := scheduler.ParseClass(v) // one of the three: checked above
+		page.Class = &c
+	}
+	kinds := make([]string, len(protocol.QueueKinds))
+	for i, k := range protocol.QueueKinds {
+		kinds[i] = string(k)
+	}
+	if v, ok, err := queueFilter(q, "type", kinds); err != nil {
+		return page, err
+	} else if ok {
+		page.Kind = scheduler.Kind(v)
+	}
+	if v, ok, err := queueFilter(q, "workspace", nil); err != nil {
+		return page, err
+	} else if ok {
+		page.Workspace = v
+	}
 	for _, f := range []struct {
 		param  string
 		dst    *int
@@ -201,6 +242,24 @@ func queuePage(q url.Values) (protocol.QueuePage, error) {
 		page.ExpectedStarts, page.Now = true, time.Now().UTC()
 	}
 	return page, err
+}
+
+// queueFilter reads filter param: absent (ok false), or one non-empty value,
+// one of allowed when allowed is set; anything else is a 422 naming the
+// param and the values allowed.
+func queueFilter(q url.Values, param string, allowed []string) (v string, ok bool, err error) {
+	vs, ok := q[param]
+	if !ok {
+		return "", false, nil
+	}
+	if len(vs) != 1 || vs[0] == "" || (allowed != nil && !slices.Contains(allowed, vs[0])) {
+		msg := fmt.Sprintf("%q is not allowed; give it once, one of %s", strings.Join(vs, ","), strings.Join(allowed, ", "))
+		if allowed == nil {
+			msg = fmt.Sprintf("%q is not allowed; give it once, a workspace's name", strings.Join(vs, ","))
+		}
+		return "", false, errorf(http.StatusUnprocessableEntity, codeInvalidParam, param, msg)
+	}
+	return vs[0], true, nil
 }
 
 func validRegion(cfg *config.Config, region string) bool {

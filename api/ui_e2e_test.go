@@ -207,6 +207,22 @@ func TestUIViewsFake(t *testing.T) {
 	bob.open("#/queue", "#queue-table")
 	bob.until("the queue's rows", `document.querySelectorAll("#queue-table tr[data-job]").length == 2`)
 	page += bob.html()
+	// The class filter is the server's: choosing low asks for class=low and lists bob's low job only.
+	require.NoError(t, chromedp.Do(bob.ctx, chromedp.SetValue(chromedp.CSS("#f-class"), "low"),
+		chromedp.Evaluate[chromedp.Void](`document.getElementById("f-class").dispatchEvent(new Event("change"))`)))
+	bob.until("only the low job listed", `(() => { const rows = [...document.querySelectorAll("#queue-table tr[data-job]")];
+		return rows.length == 1 && rows[0].dataset.job == `+js(jobB)+` && rows[0].textContent.includes("low") &&
+			document.getElementById("q-page").textContent.includes("1 of 2 waiting match") })()`)
+	page += bob.html()
+	require.NoError(t, chromedp.Do(bob.ctx, chromedp.SetValue(chromedp.CSS("#f-class"), ""),
+		chromedp.Evaluate[chromedp.Void](`document.getElementById("f-class").dispatchEvent(new Event("change"))`)))
+	bob.until("every class again", `document.querySelectorAll("#queue-table tr[data-job]").length == 2`)
+	// "my workspace only" asks for bob's workspace, and lists his job only.
+	require.NoError(t, chromedp.Do(bob.ctx, chromedp.Click(chromedp.CSS("#f-mine"))))
+	bob.until("only bob's job listed", `(() => { const rows = [...document.querySelectorAll("#queue-table tr[data-job]")];
+		return rows.length == 1 && rows[0].dataset.job == `+js(jobB)+` && document.getElementById("f-mine").checked })()`)
+	require.NoError(t, chromedp.Do(bob.ctx, chromedp.Click(chromedp.CSS("#f-mine"))))
+	bob.until("every workspace again", `document.querySelectorAll("#queue-table tr[data-job]").length == 2`)
 	bob.open("#/job/"+jobB, "#attempts")
 	bob.until("bob's job page", `document.getElementById("job-name").textContent == `+js(jobB)+` && document.querySelectorAll("#attempts tr").length == 3`)
 	page += bob.html()
@@ -222,6 +238,12 @@ func TestUIViewsFake(t *testing.T) {
 	for _, u := range []string{"/ui/api/allocations/default/gpus?region=SR006", "/ui/api/allocations/default/timeline?region=SR006&hours=1", "/public/v2/jobs/" + jobB} {
 		assert.Contains(t, fetched, u, "the answers the page fetched are read")
 	}
+	assert.True(t, slices.ContainsFunc(fetched, func(u string) bool {
+		return strings.HasPrefix(u, "/public/v2/allocations/default/queue?") && strings.Contains(u, "&class=low")
+	}), "the class filter is a query parameter: %v", fetched)
+	assert.True(t, slices.ContainsFunc(fetched, func(u string) bool {
+		return strings.HasPrefix(u, "/public/v2/allocations/default/queue?") && strings.Contains(u, "&workspace="+teamB)
+	}), "my workspace only is a query parameter: %v", fetched)
 	for _, n := range foreignToBob {
 		assert.NotContains(t, page, n)
 		for _, a := range bob.bodies {

@@ -710,11 +710,16 @@ type QueueView struct {
 	// QueuePage), every running job and every node.
 	scheduler.View
 	// Offset and Limit are the page listed: Waiting[k] is waiting job
-	// Offset+k+1 in launch order.
+	// Offset+k+1 in launch order (of those the page's filters keep; its
+	// Position is its place in the whole queue).
 	Offset int `json:"offset"`
 	Limit  int `json:"limit"`
 	// WaitingTotal and WaitingByClass count every waiting job.
-	WaitingTotal   int               `json:"waiting_total"`
+	WaitingTotal int `json:"waiting_total"`
+	// WaitingMatched counts the waiting jobs the page's filters keep (see
+	// QueuePage.Class): the list Offset and Limit page through. 0 without a
+	// filter.
+	WaitingMatched int               `json:"waiting_matched,omitempty"`
 	WaitingByClass map[string]int    `json:"waiting_by_class"`
 	Counters       AllocatorCounters `json:"counters"`
 	// Recovering is true while the allocator rebuilds its state; it grants
@@ -937,7 +942,29 @@ type QueuePage struct {
 	// when it is later than the allocator's last workflow task (an idle
 	// allocator's clock stands still).
 	Now time.Time `json:"now,omitempty"`
+	// Class, Kind and Workspace, when set, list only the waiting jobs of that
+	// class, kind and workspace (all of them that are set): the page is a page of
+	// those, and QueueView.WaitingMatched counts them. The jobs listed are
+	// explained as the whole queue's view explains them: a filter chooses what
+	// is listed, not what is scheduled.
+	Class     *scheduler.Class `json:"class,omitempty"`
+	Kind      scheduler.Kind   `json:"kind,omitempty"`
+	Workspace string           `json:"workspace,omitempty"`
 }
+
+// Filtered says whether the page lists only some of the waiting jobs.
+func (p QueuePage) Filtered() bool {
+	return p.Class != nil || p.Kind != "" || p.Workspace != ""
+}
+
+// Keeps says whether the page's filters keep waiting request r.
+func (p QueuePage) Keeps(r *scheduler.Request) bool {
+	return (p.Class == nil || r.Class == *p.Class) && (p.Kind == "" || r.Kind == p.Kind) &&
+		(p.Workspace == "" || r.Workspace == p.Workspace)
+}
+
+// QueueKinds are the values of QueuePage.Kind (and of a waiting job's kind).
+var QueueKinds = []scheduler.Kind{scheduler.KindJob, scheduler.KindNotebook}
 
 // Bounds of QueuePage.Limit.
 const (
@@ -952,6 +979,12 @@ func (p QueuePage) Validate() error {
 	}
 	if p.Offset < 0 {
 		return fieldErr("offset", "must be 0 or more, got %d", p.Offset)
+	}
+	if p.Class != nil && (*p.Class < scheduler.Low || *p.Class > scheduler.High) {
+		return fieldErr("class", "must be one of low, medium, high, got %d", int(*p.Class))
+	}
+	if p.Kind != "" && !slices.Contains(QueueKinds, p.Kind) {
+		return fieldErr("kind", "must be one of job, notebook, got %q", p.Kind)
 	}
 	return nil
 }

@@ -139,6 +139,25 @@ func BenchmarkViewPage(b *testing.B) {
 	}
 }
 
+// BenchmarkViewPageWhere is BenchmarkViewPage for the first page of 100 of one workspace's
+// requests: one in 10 of the queue, so the page's requests span 1,000 of the whole queue.
+func BenchmarkViewPageWhere(b *testing.B) {
+	for _, n := range []int{10000, 50000} {
+		b.Run(fmt.Sprintf("%dk", n/1000), func(b *testing.B) {
+			p := benchPool(b, n, false, mixedClass)
+			p.Schedule(t0.Add(time.Hour))
+			oneIn10 := func(r *Request) bool { return r.Seq%10 == 0 }
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if v, matched := p.ViewPageWhere(0, 100, oneIn10); len(v.Waiting) != 100 || matched != n/10 {
+					b.Fatalf("%d waiting listed, %d matched", len(v.Waiting), matched)
+				}
+			}
+		})
+	}
+}
+
 func BenchmarkSnapshot(b *testing.B) {
 	p := benchPool(b, 10000, false, mixedClass)
 	b.ResetTimer()

@@ -23,11 +23,50 @@ func (p *Pool) View() View {
 func (p *Pool) ViewPage(offset, limit int) View {
 	page := span{from: min(max(offset, 0), len(p.waiting))}
 	page.to = page.from + min(max(limit, 0), len(p.waiting)-page.from)
+	return p.view(page)
+}
+
+// ViewPageWhere is ViewPage over the waiting requests keep keeps (nil: all of them): the page
+// lists the matching requests from offset to offset+limit, and the count is how many match in
+// the whole queue. Each listed request is explained as the whole View explains it (its Position
+// is its place in the whole queue), since the pass still runs over every request: a filter
+// chooses what is listed, not what is scheduled. keep must not change the request.
+func (p *Pool) ViewPageWhere(offset, limit int, keep func(*Request) bool) (View, int) {
+	if keep == nil {
+		return p.ViewPage(offset, limit), len(p.waiting)
+	}
+	offset, limit = max(offset, 0), max(limit, 0)
+	var listed []int
+	matched := 0
+	for i, w := range p.waiting {
+		if !keep(&w.r) {
+			continue
+		}
+		if matched >= offset && len(listed) < limit {
+			listed = append(listed, i)
+		}
+		matched++
+	}
+	var page span // none listed: explain nothing, as a page past the end
+	if len(listed) > 0 {
+		page = span{from: listed[0], to: listed[len(listed)-1] + 1, only: listed}
+	}
+	return p.view(page), matched
+}
+
+// view is the state with the waiting requests page explains listed.
+func (p *Pool) view(page span) View {
 	pl := p.plan(p.lastNow, newScratch(), page, -1)
 	ex := p.newExplainer(pl)
-	v := View{Waiting: make([]WaitingInfo, 0, page.to-page.from), Nodes: p.nodeInfos()}
-	for i := page.from; i < page.to; i++ {
-		v.Waiting = append(v.Waiting, ex.info(i))
+	v := View{Waiting: make([]WaitingInfo, 0, page.size()), Nodes: p.nodeInfos()}
+	if page.only != nil {
+		for _, i := range page.only {
+			v.Waiting = append(v.Waiting, ex.info(i))
+		}
+	} else {
+		for i := page.from; i < page.to; i++ {
+			v.Waiting = append(v.Waiting, ex.info(i))
+		}
 	}
 	for _, r := range pl.reserves {
 		for _, n := range r.nodes {
@@ -62,7 +101,7 @@ func (p *Pool) Explain(job string) (WaitingInfo, bool) {
 		return WaitingInfo{}, false
 	}
 	i := p.waitPos(w)
-	pl := p.plan(p.lastNow, newScratch(), span{i, i + 1}, -1)
+	pl := p.plan(p.lastNow, newScratch(), span{from: i, to: i + 1}, -1)
 	return p.newExplainer(pl).info(i), true
 }
 
@@ -138,7 +177,7 @@ func (ex *explainer) info(i int) WaitingInfo {
 	if r.elastic() {
 		wi.MinWorkers = r.MinWorkers
 	}
-	o := &ex.pl.outs[i-ex.pl.outFrom]
+	o := ex.pl.out(i)
 	higher := ex.classStart[r.Class]
 	behind := behindText(higher, i-higher)
 	need := ex.needText(w)

@@ -40,14 +40,15 @@ func makeJob(name, fam string) jobBuilder {
 	return jobBuilder{Request{Job: name, Kind: KindJob, Class: Medium, Demand: Demand{Family: fam, GPUs: 1}, Workers: 1, SubmittedAt: t0}}
 }
 
-func (b jobBuilder) Class(c Class) jobBuilder     { b.r.Class = c; return b }
-func (b jobBuilder) GPUs(n int) jobBuilder        { b.r.Demand.GPUs = n; return b }
-func (b jobBuilder) Workers(n int) jobBuilder     { b.r.Workers = n; return b }
-func (b jobBuilder) Seq(n int64) jobBuilder       { b.r.Seq = n; return b }
-func (b jobBuilder) Notebook() jobBuilder         { b.r.Kind = KindNotebook; return b }
-func (b jobBuilder) Preemptions(n int) jobBuilder { b.r.Preemptions = n; return b }
-func (b jobBuilder) Attempt(n int) jobBuilder     { b.r.Attempt = n; return b }
-func (b jobBuilder) HonorsNotice() jobBuilder     { b.r.HonorsNotice = true; return b }
+func (b jobBuilder) Class(c Class) jobBuilder       { b.r.Class = c; return b }
+func (b jobBuilder) GPUs(n int) jobBuilder          { b.r.Demand.GPUs = n; return b }
+func (b jobBuilder) Workers(n int) jobBuilder       { b.r.Workers = n; return b }
+func (b jobBuilder) Seq(n int64) jobBuilder         { b.r.Seq = n; return b }
+func (b jobBuilder) Notebook() jobBuilder           { b.r.Kind = KindNotebook; return b }
+func (b jobBuilder) Preemptions(n int) jobBuilder   { b.r.Preemptions = n; return b }
+func (b jobBuilder) Attempt(n int) jobBuilder       { b.r.Attempt = n; return b }
+func (b jobBuilder) HonorsNotice() jobBuilder       { b.r.HonorsNotice = true; return b }
+func (b jobBuilder) Workspace(ws string) jobBuilder { b.r.Workspace = ws; return b }
 
 // Elastic lets the gang start with as few as min of its workers (Request.MinWorkers).
 func (b jobBuilder) Elastic(min int) jobBuilder { b.r.MinWorkers = min; return b }
@@ -316,7 +317,7 @@ func checkInvariants(t testing.TB, p *Pool) {
 	if !slices.Equal(p.LostNodes(), lost) {
 		t.Fatalf("LostNodes %v, want %v", p.LostNodes(), lost)
 	}
-	pl := p.plan(p.lastNow, newScratch(), span{0, len(p.waiting)}, -1)
+	pl := p.plan(p.lastNow, newScratch(), span{from: 0, to: len(p.waiting)}, -1)
 	for i, o := range pl.outs {
 		r := &p.waiting[i].r
 		for _, n := range o.nodes {
@@ -371,6 +372,31 @@ func checkPages(t testing.TB, p *Pool, v View) {
 		}
 		if a, b := mustJSON(t, got.Nodes), mustJSON(t, v.Nodes); a != b {
 			t.Fatalf("page offset %d limit %d: nodes\n%s\nwant\n%s", pg[0], pg[1], a, b)
+		}
+	}
+	// Filtered pages list what the whole view lists for the requests they keep, explained alike.
+	for _, f := range []struct {
+		name string
+		keep func(*Request) bool
+	}{
+		{"high", func(r *Request) bool { return r.Class == High }},
+		{"every other", func(r *Request) bool { return r.Seq%2 == 0 }},
+	} {
+		want := []WaitingInfo{}
+		for i, wi := range v.Waiting {
+			if f.keep(&p.waiting[i].r) {
+				want = append(want, wi)
+			}
+		}
+		for _, pg := range [][2]int{{0, n}, {1, 2}, {len(want) - 1, 3}, {len(want) + 1, 1}} {
+			got, matched := p.ViewPageWhere(pg[0], pg[1], f.keep)
+			from := min(max(pg[0], 0), len(want))
+			if a, b := mustJSON(t, got.Waiting), mustJSON(t, want[from:min(from+pg[1], len(want))]); matched != len(want) || a != b {
+				t.Fatalf("%s page offset %d limit %d (%d matched, want %d):\n%s\nwant\n%s", f.name, pg[0], pg[1], matched, len(want), a, b)
+			}
+			if a, b := mustJSON(t, got.Nodes), mustJSON(t, v.Nodes); a != b {
+				t.Fatalf("%s page offset %d limit %d: nodes\n%s\nwant\n%s", f.name, pg[0], pg[1], a, b)
+			}
 		}
 	}
 	for _, wi := range v.Waiting {

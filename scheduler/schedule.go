@@ -379,15 +379,44 @@ type plan struct {
 	// cut says the pass stopped at its limit (see ScheduleAtMost): the
 	// requests from there on were not looked at.
 	cut       bool
-	outs      []planOut    // explain mode only: one per waiting request in the explained span
-	outFrom   int          // explain mode only: outs[k] is the outcome of waiting request outFrom+k
+	outs      []planOut    // explain mode only: one per waiting request the span explains (see span.slot)
+	explained span         // explain mode only: which requests outs explains
 	consumers [][]consumer // explain mode only: per family, the waiting requests before the span's end that took capacity
 }
 
-// span is a range [from, to) of waiting requests in launch order.
-type span struct{ from, to int }
+// out is the outcome of waiting request i, which the plan explains.
+func (pl *plan) out(i int) *planOut {
+	k, _ := pl.explained.slot(i)
+	return &pl.outs[k]
+}
 
-func (s span) has(i int) bool { return i >= s.from && i < s.to }
+// span is the waiting requests a plan explains: the range [from, to) in launch order, or, when
+// only is set, just the requests at its indices (ascending, within [from, to)), for a page of
+// the queue restricted by a filter (see ViewPageWhere).
+type span struct {
+	from, to int
+	only     []int
+}
+
+// size is how many requests the span explains.
+func (s span) size() int {
+	if s.only != nil {
+		return len(s.only)
+	}
+	return max(s.to-s.from, 0)
+}
+
+// slot says whether the span explains waiting request i and, if so, where its outcome is kept
+// in plan.outs.
+func (s span) slot(i int) (int, bool) {
+	if i < s.from || i >= s.to {
+		return 0, false
+	}
+	if s.only == nil {
+		return i - s.from, true
+	}
+	return slices.BinarySearch(s.only, i)
+}
 
 // plan runs the scheduling rules over the waiting requests in launch order without changing the
 // pool. It records the outcome of the requests in explain (none: an empty span); the requests
@@ -399,10 +428,10 @@ func (p *Pool) plan(now time.Time, sc *scratch, explain span, maxDecisions int) 
 	sc.startCaps(p)
 	p.startResvs(now, sc)
 	// The grant buffers are the last pass's, emptied (see Schedule).
-	pl := &plan{outFrom: explain.from, grants: sc.grantBuf[:0], grantNodes: sc.grantNodeBuf[:0]}
-	explaining := explain.to > explain.from // (tested first in the loop: Schedule never explains)
+	pl := &plan{explained: explain, grants: sc.grantBuf[:0], grantNodes: sc.grantNodeBuf[:0]}
+	explaining := explain.size() > 0 // (tested first in the loop: Schedule never explains)
 	if explaining {
-		pl.outs = make([]planOut, explain.to-explain.from)
+		pl.outs = make([]planOut, explain.size())
 		pl.consumers = make([][]consumer, len(p.fams))
 	}
 	blocker := -1
@@ -420,8 +449,8 @@ func (p *Pool) plan(now time.Time, sc *scratch, explain span, maxDecisions int) 
 			if !explaining || i >= explain.to {
 				break
 			}
-			if explain.has(i) {
-				pl.outs[i-explain.from] = planOut{kind: outStrictBlocked, blocker: int32(blocker)}
+			if k, ok := explain.slot(i); ok {
+				pl.outs[k] = planOut{kind: outStrictBlocked, blocker: int32(blocker)}
 			}
 			continue
 		}
@@ -449,10 +478,12 @@ func (sc *scratch) knownToFail(i int, key waitKey) bool {
 		(key.class == Low || sc.failed.preemptFailed(key.shape, key.class))
 }
 
-// recordOutcome keeps, in explain mode, which requests before the span took capacity, and the
-// outcome of the requests in the span.
+// recordOutcome keeps, in explain mode, which requests before the span's end took capacity, and
+// the outcome of the requests the span explains. The requests a filtered span skips count as
+// consumers as those before it do, so a request is explained the same whatever the page.
 func (p *Pool) recordOutcome(sc *scratch, pl *plan, explain span, i int, kind outcome, victims []*runJob) {
-	if i < explain.from && kind != outNoFit && kind != outPrevAttempt && kind != outCapped {
+	k, explained := explain.slot(i)
+	if !explained && i < explain.to && kind != outNoFit && kind != outPrevAttempt && kind != outCapped {
 		f := p.shapes[p.waiting[i].shape].fam
 		var nodes []int32
 		switch kind {
@@ -463,8 +494,8 @@ func (p *Pool) recordOutcome(sc *scratch, pl *plan, explain span, i int, kind ou
 		}
 		pl.consumers[f] = append(pl.consumers[f], consumer{int32(i), nodes})
 	}
-	if explain.has(i) {
-		pl.outs[i-explain.from] = p.explainOutcome(sc, pl, i, kind, victims)
+	if explained {
+		pl.outs[k] = p.explainOutcome(sc, pl, i, kind, victims)
 	}
 }
 

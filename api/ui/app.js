@@ -262,31 +262,70 @@ async function gpusView(seq) {
 }
 
 // --- view 2: queue ----------------------------------------------------------
-const queueState = { offset: 0, limit: 50, cls: "", type: "", mine: false };
+// The filters are the queue endpoint's (class, type, workspace): the server
+// applies them over the whole queue and pages through the jobs they keep.
+const queueState = { offset: 0, limit: 50, cls: "", type: "", ws: "" };
+
+// whoAmI is who the token is (the grid's answer says), and for an admin the
+// workspaces the allocation shows, to filter by; asked again after 30 s.
+const who = { key: "", at: 0, admin: false, workspace: "", workspaces: [] };
+async function whoAmI() {
+  const key = state.region + "/" + state.alloc;
+  if (who.key === key && Date.now() - who.at < 30000) return who;
+  const g = await api("/ui/api/allocations/" + allocPath() + "/gpus?" + allocQuery());
+  Object.assign(who, { key, at: Date.now(), admin: g.admin, workspace: g.workspace,
+    workspaces: g.by_workspace.map((w) => w.workspace) });
+  return who;
+}
+
+function queueQuery(q) {
+  let s = allocQuery() + "&offset=" + q.offset + "&limit=" + q.limit + "&expected_start=true";
+  if (q.cls) s += "&class=" + encodeURIComponent(q.cls);
+  if (q.type) s += "&type=" + encodeURIComponent(q.type);
+  if (q.ws) s += "&workspace=" + encodeURIComponent(q.ws);
+  return s;
+}
 
 async function queueView(seq) {
   const q = queueState;
-  const data = await api("/public/v2/allocations/" + allocPath() + "/queue?" + allocQuery() +
-    "&offset=" + q.offset + "&limit=" + q.limit + "&expected_start=true");
+  const me = await whoAmI();
   if (seq !== state.seq) return;
-  const rows = data.waiting.filter((w) => (!q.cls || w.priority === q.cls) && (!q.type || w.type === q.type) &&
-    (!q.mine || w.job_name !== HIDDEN));
-  const pages = Math.max(1, Math.ceil(data.waiting_total / q.limit));
+  if (!me.admin && q.ws && q.ws !== me.workspace) q.ws = ""; // a user filters by their own workspace only
+  const data = await api("/public/v2/allocations/" + allocPath() + "/queue?" + queueQuery(q));
+  if (seq !== state.seq) return;
+  const rows = data.waiting;
+  const filtered = data.waiting_matched !== undefined;
+  const listed = filtered ? data.waiting_matched : data.waiting_total;
+  const pages = Math.max(1, Math.ceil(listed / q.limit));
+  if (!rows.length && q.offset > 0 && q.offset >= listed) { // the list shrank under this page: show its last one
+    q.offset = (pages - 1) * q.limit;
+    return queueView(seq);
+  }
   const page = Math.floor(q.offset / q.limit) + 1;
   const rerender = () => { clearTimeout(state.timer); queueView(state.seq).catch((e) => showError(e.message)); };
+  const refilter = (set) => (v) => { set(v); q.offset = 0; }; // a new filter starts at its first page
   const select = (id, label, value, options, set) => el("label", {}, label + " ",
     el("select", { id, onchange: (e) => { set(e.target.value); rerender(); } },
       options.map(([v, t]) => el("option", { value: v, text: t, selected: v === value }))));
+  let wsChoice;
+  if (me.admin) {
+    // The workspaces holding GPUs here, those in the fair-share rows, and the one chosen.
+    const names = new Set([...me.workspaces, ...(data.fair_share || []).map((f) => f.workspace)]);
+    if (q.ws) names.add(q.ws);
+    wsChoice = select("f-workspace", "workspace", q.ws, [["", "all"], ...[...names].sort().map((w) => [w, w])], refilter((v) => { q.ws = v; }));
+  } else {
+    wsChoice = el("label", {}, el("input", { type: "checkbox", id: "f-mine", checked: q.ws === me.workspace,
+      onchange: (e) => { refilter((v) => { q.ws = v; })(e.target.checked ? me.workspace : ""); rerender(); } }), " my workspace only");
+  }
   const filters = el("div", { class: "filters", role: "group", "aria-label": "filters" },
-    select("f-class", "class", q.cls, [["", "all"], ["high", "high"], ["medium", "medium"], ["low", "low"]], (v) => { q.cls = v; }),
-    select("f-type", "type", q.type, [["", "all"], ["job", "job"], ["notebook", "notebook"]], (v) => { q.type = v; }),
-    el("label", {}, el("input", { type: "checkbox", id: "f-mine", checked: q.mine, onchange: (e) => { q.mine = e.target.checked; rerender(); } }),
-      " my workspace only"),
-    el("span", { class: "muted", text: "filters apply to this page" }));
+    select("f-class", "class", q.cls, [["", "all"], ["high", "high"], ["medium", "medium"], ["low", "low"]], refilter((v) => { q.cls = v; })),
+    select("f-type", "type", q.type, [["", "all"], ["job", "job"], ["notebook", "notebook"]], refilter((v) => { q.type = v; })),
+    wsChoice);
   const pager = el("div", { class: "pager", role: "navigation", "aria-label": "pages" },
     el("button", { type: "button", id: "q-prev", disabled: q.offset === 0, onclick: () => { q.offset = Math.max(0, q.offset - q.limit); rerender(); } }, "‹ Previous"),
-    el("span", { id: "q-page", text: "page " + page + " of " + pages + " · " + data.waiting_total + " waiting" }),
-    el("button", { type: "button", id: "q-next", disabled: q.offset + q.limit >= data.waiting_total, onclick: () => { q.offset += q.limit; rerender(); } }, "Next ›"));
+    el("span", { id: "q-page", text: "page " + page + " of " + pages + " · " +
+      (filtered ? listed + " of " + data.waiting_total + " waiting match" : data.waiting_total + " waiting") }),
+    el("button", { type: "button", id: "q-next", disabled: q.offset + q.limit >= listed, onclick: () => { q.offset += q.limit; rerender(); } }, "Next ›"));
   const waiting = el("table", { id: "queue-table", "aria-label": "waiting jobs" },
     el("tr", {}, ["#", "job", "class", "type", "GPUs", "waiting", "reason", "expected start"].map((h) => el("th", { text: h }))),
     rows.map((w) => el("tr", { "data-job": w.job_name },
@@ -306,7 +345,7 @@ async function queueView(seq) {
   $("view").replaceChildren(
     el("h1", { text: "Queue of " + data.region + "/" + data.allocation_name }),
     el("p", { text: data.free_gpus + " of " + data.total_gpus + " GPUs free, " + data.releasing_gpus + " releasing" }),
-    filters, pager, waiting, rows.length ? "" : el("p", { class: "muted", text: "No waiting job on this page matches." }),
+    filters, pager, waiting, rows.length ? "" : el("p", { class: "muted", text: filtered ? "No waiting job matches." : "No job waits." }),
     el("h2", { text: "Running (" + data.running.length + ")" }), running);
   again(seq, queueView, 3000);
 }
