@@ -24,7 +24,7 @@ import (
 // chromium is Debian's Chromium (apt-get install chromium), or
 // $TRAINQ_CHROMIUM. Without one the browser test is skipped, unless CI is
 // set: then it fails, so that a CI run cannot pass without a real browser.
-func chromium(t *testing.T) string {
+func chromium(t testing.TB) string {
 	t.Helper()
 	for _, c := range []string{os.Getenv("TRAINQ_CHROMIUM"), "/usr/bin/chromium", "chromium"} {
 		if c == "" {
@@ -46,7 +46,7 @@ func chromium(t *testing.T) string {
 // console error and uncaught exception, and the body of every answer the
 // page fetched.
 type tab struct {
-	t    *testing.T
+	t    testing.TB
 	ctx  context.Context
 	name string
 
@@ -59,7 +59,7 @@ type tab struct {
 
 type answerBody struct{ url, body string }
 
-func newTab(t *testing.T, browser context.Context, base, name, token string) *tab {
+func newTab(t testing.TB, browser context.Context, base, name, token string) *tab {
 	ctx, cancel := chromedp.NewContext(browser)
 	t.Cleanup(cancel)
 	tb := &tab{t: t, ctx: ctx, name: name, urls: map[network.RequestID]string{}}
@@ -163,7 +163,7 @@ func (tb *tab) shoot(name string) {
 }
 
 // startBrowser starts a headless Chromium for the test.
-func startBrowser(t *testing.T, chrome string) context.Context {
+func startBrowser(t testing.TB, chrome string) context.Context {
 	t.Helper()
 	opts := append(slices.Clone(chromedp.DefaultExecAllocatorOptions[:]), chromedp.ExecPath(chrome), chromedp.NoSandbox,
 		chromedp.WindowSize(1200, 760))
