@@ -168,6 +168,7 @@ func (f *fakeBackend) list(lf client.ListFilter) []client.JobSummary {
 			len(lf.Names) > 0 && !slices.Contains(lf.Names, j.info.JobName),
 			len(lf.States) > 0 && !slices.Contains(lf.States, j.info.Status),
 			lf.Allocation != "" && j.status.Allocation != lf.Allocation,
+			lf.HasRun && j.info.Status == string(protocol.StatePending) && j.status.Attempt <= 1,
 			lf.Region != "" && j.status.Region != lf.Region:
 			continue
 		}

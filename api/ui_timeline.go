@@ -99,7 +99,7 @@ func (s *Server) uiTimeline(w http.ResponseWriter, r *http.Request, p Principal)
 	}
 	ctx, cancel := s.call(r)
 	defer cancel()
-	jobs, err := s.backend.List(ctx, client.ListFilter{Region: region, Allocation: name, ActiveSince: out.From, Limit: timelineMaxJobs + 1})
+	jobs, err := s.backend.List(ctx, client.ListFilter{Region: region, Allocation: name, ActiveSince: out.From, HasRun: true, Limit: timelineMaxJobs + 1})
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -34,6 +34,11 @@ type ListFilter struct {
 	// ActiveSince keeps only the jobs still open or closed at or after it
 	// (the jobs that may have run then: the UI's timeline).
 	ActiveSince time.Time
+	// HasRun keeps only the jobs past waiting for their first attempt: the
+	// ones that may have held GPUs. A timeline lists these, so that a queue
+	// of waiting jobs, newer than every running one, does not take its
+	// place in the newest-first list.
+	HasRun bool
 }
 
 // JobSummary is one row of a job list.
@@ -96,6 +101,9 @@ func VisibilityQuery(f ListFilter) string {
 	}
 	if !f.ActiveSince.IsZero() {
 		q = append(q, fmt.Sprintf("(ExecutionStatus = 'Running' OR CloseTime >= '%s')", f.ActiveSince.UTC().Format(time.RFC3339)))
+	}
+	if f.HasRun {
+		q = append(q, fmt.Sprintf("(%s != '%s' OR %s > 1)", protocol.SAState, protocol.StatePending, protocol.SAAttempt))
 	}
 	return strings.Join(q, " AND ")
 }
