@@ -130,6 +130,14 @@ func (s *Server) queue(w http.ResponseWriter, r *http.Request, p Principal) {
 		s.fail(w, r, err)
 		return
 	}
+	if page.Filtered() && v.WaitingMatched == 0 && len(v.Waiting) > 0 {
+		// An allocator built before the filters ignores them (it decodes the
+		// page without them) and lists jobs it was not asked for: during an
+		// upgrade, say so rather than answer a page the filters do not hold.
+		s.fail(w, r, &Error{Status: http.StatusServiceUnavailable, Code: codeNoWorker,
+			Message: "this allocation's allocator does not filter its queue yet (its trainq-worker is older than this API); try again once it is upgraded, or ask without class, type and workspace"})
+		return
+	}
 	var names []string
 	for _, q := range v.Waiting {
 		names = append(names, q.Job)

@@ -144,6 +144,20 @@ func TestQueueFilters(t *testing.T) {
 	assert.NotContains(t, rec.Body.String(), jobA2)
 }
 
+// TestQueueFiltersOnAnOlderAllocator: an allocator built before the filters
+// ignores them and lists every waiting job; the API says so (503) instead of
+// answering a page its filters do not hold, and the plain page still works.
+func TestQueueFiltersOnAnOlderAllocator(t *testing.T) {
+	s, f := twoWorkspaceServer(t)
+	f.ignoresFilters = true
+	path := "/public/v2/allocations/" + fakeAlloc + "/queue"
+	rec := getAsBob(s, path+"?class=low")
+	require.Equal(t, http.StatusServiceUnavailable, rec.Code, rec.Body.String())
+	assert.Contains(t, errorOf(t, rec).Message, "does not filter its queue yet")
+	assert.NotContains(t, rec.Body.String(), jobA2)
+	require.Equal(t, http.StatusOK, getAsBob(s, path).Code)
+}
+
 func ptr[T any](v T) *T { return &v }
 
 // TestJobExpectedStart: GET /jobs/{name}?expected_start=true adds when a
