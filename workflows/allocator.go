@@ -939,21 +939,34 @@ func (a *allocator) executeFenceActivity(ctx workflow.Context, activity any, arg
 func (a *allocator) executeActivityOf(ctx workflow.Context, share int, activity any, args ...any) workflow.Future {
 	_ = workflow.Await(ctx, func() bool { return a.activities[share] < protocol.AllocatorActivityBudget/2 })
 	a.activities[share]++
-	bound := guardBound(workflow.GetActivityOptions(ctx))
-	if bound == 0 || !a.guarded(ctx) {
-		f := workflow.ExecuteActivity(ctx, activity, args...)
-		a.watch(ctx, f, func(workflow.Context, error) { a.activities[share]-- })
-		return f
-	}
-	actx, giveUp := workflow.WithCancel(ctx)
-	f := workflow.ExecuteActivity(actx, activity, args...)
+	f, result := a.startActivity(ctx, activity, args...)
 	// The slot is freed when f resolves: when the server closes it, or at
-	// once when the guard cancels it. The server closes a cancelled activity
+	// once when a guard cancels it. The server closes a cancelled activity
 	// that had not started; one that had may stay pending on its side, but
 	// not for long: a run whose guard gave up hands over (gaveUp), and the
 	// server drops its pending activities then.
 	a.watch(ctx, f, func(workflow.Context, error) { a.activities[share]-- })
-	return a.guard(ctx, f, giveUp, bound)
+	return result
+}
+
+// executeGuarded runs an activity outside the budget's shares, guarded if
+// its options bound its life.
+func (a *allocator) executeGuarded(ctx workflow.Context, activity any, args ...any) workflow.Future {
+	_, result := a.startActivity(ctx, activity, args...)
+	return result
+}
+
+// startActivity schedules an activity and returns its future and the one to
+// wait for: the same, or its guard's when its options bound its life.
+func (a *allocator) startActivity(ctx workflow.Context, activity any, args ...any) (f, result workflow.Future) {
+	bound := guardBound(workflow.GetActivityOptions(ctx))
+	if bound == 0 || !a.guarded(ctx) {
+		f = workflow.ExecuteActivity(ctx, activity, args...)
+		return f, f
+	}
+	actx, giveUp := workflow.WithCancel(ctx)
+	f = workflow.ExecuteActivity(actx, activity, args...)
+	return f, a.guard(ctx, f, giveUp, bound)
 }
 
 // reclaimCheckLife bounds each of the reclaim loop's checks (its retries
@@ -966,17 +979,6 @@ const reclaimCheckLife = 5 * time.Minute
 // after the upgrade is guarded from then on.
 func (a *allocator) guarded(ctx workflow.Context) bool {
 	return a.flags.watchLoop && workflow.GetVersion(ctx, versionGuardedActivities, workflow.DefaultVersion, 1) >= 1
-}
-
-// executeGuarded runs an activity outside the budget's shares, guarded if
-// its options bound its life.
-func (a *allocator) executeGuarded(ctx workflow.Context, activity any, args ...any) workflow.Future {
-	bound := guardBound(workflow.GetActivityOptions(ctx))
-	if bound == 0 || !a.guarded(ctx) {
-		return workflow.ExecuteActivity(ctx, activity, args...)
-	}
-	actx, giveUp := workflow.WithCancel(ctx)
-	return a.guard(ctx, workflow.ExecuteActivity(actx, activity, args...), giveUp, bound)
 }
 
 // guardSlack is how long past its own timeouts an activity is waited for
@@ -999,14 +1001,14 @@ func guardBound(o workflow.ActivityOptions) time.Duration {
 
 // guard returns a future that takes f's outcome, or, if the server has not
 // closed f within bound, an activityUnanswered error, and then asks the
-// server to cancel f and has the run hand over (gaveUp). The server closes an activity by its timeouts, but a
-// run that `temporal workflow reset` made from a history with an activity
-// pending can have none of its activity timeouts fire (seen on Temporal
-// v1.29.1: every later activity of the run stayed pending, fences and
-// inventories included, so a node stayed fenced for ever); cancelling the
-// oldest one lets the server arm the others' timeouts again, and the next
-// run starts on state of its own in any case. Both waits run in the watch
-// loop: no coroutine per activity.
+// server to cancel f and has the run hand over (gaveUp). The server closes
+// an activity by its timeouts, but a run that `temporal workflow reset` made
+// from a history with an activity pending can have none of its activity
+// timeouts fire (seen on Temporal v1.29.1: every later activity of the run
+// stayed pending, fences and inventories included, so a node stayed fenced
+// for ever); cancelling the oldest one lets the server arm the others'
+// timeouts again, and the next run starts on state of its own in any case.
+// Both waits run in the watch loop: no coroutine per activity.
 func (a *allocator) guard(ctx workflow.Context, f workflow.Future, giveUp workflow.CancelFunc, bound time.Duration) workflow.Future {
 	result, settle := workflow.NewFuture(ctx)
 	tctx, stopTimer := workflow.WithCancel(ctx)
