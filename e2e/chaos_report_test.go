@@ -144,7 +144,9 @@ func (rep *chaosReport) figures() []chaosFigure {
 		info("workflow tasks failed with UnhandledCommand (benign), by type", chaosCounts(s.unhandled)),
 		info("workflow tasks failed by the harness's resets and terminates, by type", chaosCounts(s.resets)),
 		info("workflow tasks timed out (a killed trainq-worker's), by type", chaosCounts(s.timedOut)),
+		info("workflow tasks failed on a history the server cut short (a restarted history service), by type", chaosCounts(s.cutShort)),
 		info(fmt.Sprintf("worker starts that took over %s (StartWorker scheduled → completed)", chaosSlowStart), fmt.Sprint(len(s.slowStarts))),
+		info("grants a node refused (GPUs in use by a worker the allocation did not know of; no worker started)", fmt.Sprint(len(s.refusedStarts))),
 		info("grants sent / most in one allocator workflow task", fmt.Sprintf("%d / %d", s.grants, s.mostGrants)),
 		info("histories read (runs, events)", fmt.Sprintf("%d, %d", s.runs, s.events)),
 		info("allocator's lifetime counters (reset by a terminate)", chaosCountersText(rep.counters)),
@@ -262,6 +264,7 @@ func (rep *chaosReport) markdown() string {
 		section("Release signals refused and never delivered", rep.server.dropped)
 		section("Workers the server never saw end", rep.server.neverEnded)
 		section("Slow worker starts", rep.server.slowStarts)
+		section("Grants a node refused", rep.server.refusedStarts)
 		section("Histories not read", rep.server.readErrors)
 		if rep.server.mostGrantsAt != "" {
 			fmt.Fprintf(&b, "\nMost grants in one allocator workflow task: %d (%s)\n", rep.server.mostGrants, rep.server.mostGrantsAt)

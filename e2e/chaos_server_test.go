@@ -40,6 +40,10 @@ type chaosServer struct {
 	unhandled      map[string]int
 	resets         map[string]int
 	timedOut       map[string]int // workflow tasks timed out (a killed trainq-worker's), by type
+	// cutShort: tasks the worker failed because the server handed it a
+	// history shorter than it said (a history service killed mid-read; see
+	// cutShortRead), by type. The SDK runs the task again from a fresh read.
+	cutShort map[string]int
 
 	// unconfirmed: a worker was started on a GPU of a node before any
 	// history showed the previous worker on that GPU gone.
@@ -50,6 +54,10 @@ type chaosServer struct {
 
 	refused int      // release signals the server refused (the allocator existed)
 	dropped []string // ... and that the job never got delivered after
+	// refusedStarts are the grants a node refused (see chaosWorker.refused):
+	// the allocator handed on a GPU that a worker it did not know of held,
+	// and the node's own check kept the two apart.
+	refusedStarts []string
 	// slowStarts are StartWorker activities that took longer than
 	// chaosSlowStart from their scheduling to their completion.
 	slowStarts []string
@@ -71,9 +79,18 @@ type chaosServer struct {
 
 func newChaosServer() *chaosServer {
 	return &chaosServer{failed: map[string]int{}, unhandled: map[string]int{}, resets: map[string]int{},
-		timedOut: map[string]int{}, byID: map[cluster.WorkerID]*chaosWorker{},
+		timedOut: map[string]int{}, cutShort: map[string]int{}, byID: map[cluster.WorkerID]*chaosWorker{},
 		refusedAt: map[chaosRelease]enumspb.SignalExternalWorkflowExecutionFailedCause{},
 		delivered: map[string][]time.Time{}, seen: map[string]bool{}}
+}
+
+// cutShortRead says whether a failed workflow task is the worker's report
+// that the server's history for it ended before the events it announced
+// ("premature end of stream"): Temporal's own read cut short, which the
+// campaign's history-service kills cause; no trainq code ran on it.
+func cutShortRead(a *historypb.WorkflowTaskFailedEventAttributes) bool {
+	return a.GetCause() == enumspb.WORKFLOW_TASK_FAILED_CAUSE_WORKFLOW_WORKER_UNHANDLED_FAILURE &&
+		strings.Contains(a.GetFailure().GetMessage(), "premature end of stream")
 }
 
 // chaosSlowStart: a StartWorker that takes longer than this is reported (a
@@ -112,6 +129,10 @@ type chaosWorker struct {
 	gpus  []int
 	start time.Time   // its StartWorker activity started
 	ends  []time.Time // a watch, a stop or a release said it was gone
+	// refused: its node refused to start it (StartWorker failed with
+	// GPUsBusy: a live worker the allocation did not know of uses a GPU of
+	// its grant), so it never held the GPUs.
+	refused bool
 }
 
 // chaosFence is one FenceNode answer: every worker of node that started
@@ -162,11 +183,15 @@ func (s *chaosServer) finish() {
 	// GPUs handed on before the server saw their worker end.
 	byNode := map[string][]*chaosWorker{}
 	for _, w := range s.byID {
-		if !w.start.IsZero() {
+		switch {
+		case w.refused:
+			s.refusedStarts = append(s.refusedStarts, fmt.Sprintf("%s on %s GPUs %v at %s", w.id, w.node, w.gpus, w.start.Format("15:04:05.000")))
+		case !w.start.IsZero():
 			byNode[w.node] = append(byNode[w.node], w)
 			s.workers++
 		}
 	}
+	sort.Strings(s.refusedStarts)
 	for node, ws := range byNode {
 		sort.Slice(ws, func(i, j int) bool { return ws[i].start.Before(ws[j].start) })
 		for i, x := range ws {
@@ -279,6 +304,8 @@ func (s *chaosServer) add(ref chaosRunRef, events []*historypb.HistoryEvent) {
 				s.unhandled[ref.typ]++
 			case a.GetCause() == enumspb.WORKFLOW_TASK_FAILED_CAUSE_RESET_WORKFLOW || terminated:
 				s.resets[ref.typ+": "+a.GetCause().String()]++
+			case cutShortRead(a):
+				s.cutShort[ref.typ]++
 			default:
 				s.failed[ref.typ+": "+a.GetCause().String()]++
 				if len(s.failedExamples) < 10 {
@@ -317,6 +344,17 @@ func (s *chaosServer) add(ref chaosRunRef, events []*historypb.HistoryEvent) {
 				if w.start.IsZero() || at.Before(w.start) {
 					w.node, w.gpus, w.start = spec.Node, spec.GPUs, at
 				}
+			}
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_FAILED:
+			a := e.GetActivityTaskFailedEventAttributes()
+			sc := scheduled[a.GetScheduledEventId()]
+			if sc == nil || sc.activity != "StartWorker" ||
+				a.GetFailure().GetApplicationFailureInfo().GetType() != activities.ErrTypeGPUsBusy {
+				continue
+			}
+			var spec cluster.WorkerSpec
+			if decodeFirst(sc.input, &spec) == nil && workers[spec.ID] != nil {
+				workers[spec.ID].refused = true
 			}
 		case enumspb.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
 			sc := scheduled[e.GetActivityTaskCompletedEventAttributes().GetScheduledEventId()]
