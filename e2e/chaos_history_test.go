@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
+	failurepb "go.temporal.io/api/failure/v1"
 	historypb "go.temporal.io/api/history/v1"
 	taskqueuepb "go.temporal.io/api/taskqueue/v1"
 	"go.temporal.io/sdk/converter"
@@ -61,6 +62,17 @@ func (h *chaosEvents) start(t *testing.T, id cluster.WorkerID, node string, gpus
 	h.activity(t, "StartWorker", protocol.NodeTaskQueue(node), cluster.WorkerSpec{ID: id, Node: node, GPUs: gpus}, ms, ms+10)
 }
 
+// refusedStart is a StartWorker its node refused: the GPUs were in use.
+func (h *chaosEvents) refusedStart(t *testing.T, id cluster.WorkerID, node string, gpus []int, ms int) {
+	h.activity(t, "StartWorker", protocol.NodeTaskQueue(node), cluster.WorkerSpec{ID: id, Node: node, GPUs: gpus}, ms, -1)
+	scheduled := h.events[len(h.events)-2].GetEventId()
+	h.add(ms+10, enumspb.EVENT_TYPE_ACTIVITY_TASK_FAILED, func(e *historypb.HistoryEvent) {
+		e.Attributes = &historypb.HistoryEvent_ActivityTaskFailedEventAttributes{ActivityTaskFailedEventAttributes: &historypb.ActivityTaskFailedEventAttributes{
+			ScheduledEventId: scheduled, Failure: &failurepb.Failure{Message: "GPUs in use",
+				FailureInfo: &failurepb.Failure_ApplicationFailureInfo{ApplicationFailureInfo: &failurepb.ApplicationFailureInfo{Type: activities.ErrTypeGPUsBusy}}}}}
+	})
+}
+
 func (h *chaosEvents) watchEnds(t *testing.T, id cluster.WorkerID, node string, startedMs, endMs int) {
 	h.activity(t, "WatchWorker", protocol.NodeTaskQueue(node), activities.WatchWorkerInput{WorkerID: id}, startedMs, endMs)
 }
@@ -90,6 +102,16 @@ func TestChaosServerSeesGPUsHandedOnTooEarly(t *testing.T) {
 		assert.Empty(t, s.unconfirmed)
 		assert.Equal(t, 3, s.workers)
 		assert.Len(t, s.neverEnded, 2, "b and c run on")
+	})
+	t.Run("a start its node refused held nothing", func(t *testing.T) {
+		s := run(t, func(jobs, _ *chaosEvents) {
+			jobs.start(t, a, "n1", []int{0}, 1000)
+			jobs.refusedStart(t, b, "n1", []int{0}, 3000)
+			jobs.watchEnds(t, a, "n1", 1100, 5000)
+		})
+		assert.Empty(t, s.unconfirmed)
+		assert.Len(t, s.refusedStarts, 1)
+		assert.Empty(t, s.neverEnded, "the refused worker never ran")
 	})
 	t.Run("started before the watch saw the worker end", func(t *testing.T) {
 		s := run(t, func(jobs, _ *chaosEvents) {
@@ -175,13 +197,21 @@ func TestChaosServerSortsFailedTasks(t *testing.T) {
 		e.Attributes = &historypb.HistoryEvent_WorkflowExecutionSignaledEventAttributes{WorkflowExecutionSignaledEventAttributes: &historypb.WorkflowExecutionSignaledEventAttributes{SignalName: "request"}}
 	})
 	h.add(8, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED, nil)
+	for i, msg := range []string{"history_events: premature end of stream, expectedLastEventID=13 but no more events after eventID=11", "panic: nil map"} {
+		h.add(100+i, enumspb.EVENT_TYPE_WORKFLOW_TASK_FAILED, func(e *historypb.HistoryEvent) { // times of their own: events are told apart by them
+			e.Attributes = &historypb.HistoryEvent_WorkflowTaskFailedEventAttributes{WorkflowTaskFailedEventAttributes: &historypb.WorkflowTaskFailedEventAttributes{
+				Cause: enumspb.WORKFLOW_TASK_FAILED_CAUSE_WORKFLOW_WORKER_UNHANDLED_FAILURE, Failure: &failurepb.Failure{Message: msg}}}
+		})
+	}
 	s := newChaosServer()
 	s.add(chaosRunRef{id: "x", run: "1", typ: protocol.AllocatorWorkflowName}, h.events)
 	s.finish()
 	assert.Equal(t, map[string]int{protocol.AllocatorWorkflowName: 1}, s.unhandled)
 	alloc := protocol.AllocatorWorkflowName + ": "
 	assert.Equal(t, map[string]int{alloc + "ResetWorkflow": 1, alloc + "ForceCloseCommand": 1}, s.resets)
-	assert.Equal(t, map[string]int{alloc + "ForceCloseCommand": 1, alloc + "PendingSignalsLimitExceeded": 1}, s.failed)
+	assert.Equal(t, map[string]int{alloc + "ForceCloseCommand": 1, alloc + "PendingSignalsLimitExceeded": 1, alloc + "WorkflowWorkerUnhandledFailure": 1}, s.failed,
+		"a worker's own failure (a panic) fails the run")
+	assert.Equal(t, map[string]int{protocol.AllocatorWorkflowName: 1}, s.cutShort, "a history the server cut short does not")
 }
 
 func TestChaosServerFindsDroppedReleases(t *testing.T) {
