@@ -356,9 +356,8 @@ func (a *Activities) StartWorker(ctx context.Context, spec cluster.WorkerSpec) (
 // releaseEarly tells the allocator, on behalf of the job, that a worker's
 // processes are gone, a workflow task before the job itself can, and says
 // whether the allocator has the report. The job reports the release itself
-// when this one failed (and, in workflows older than the job's
-// versionShortPath 2, always; the allocator applies a release once), so a
-// failure here is logged and nothing more.
+// when this one failed (the allocator applies a release once), so a failure
+// here is logged and nothing more.
 func (a *Activities) releaseEarly(ctx context.Context, allocator string, id cluster.WorkerID) bool {
 	if allocator == "" || a.Client == nil {
 		return false

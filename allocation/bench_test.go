@@ -35,7 +35,7 @@ func benchReq(i int) protocol.CapacityRequest {
 func BenchmarkJobLifeThroughRules(b *testing.B) {
 	s := benchState(b)
 	for i := range benchNodes*8 + benchBacklog {
-		s.Request(benchReq(i), t0, AllOn{})
+		s.Request(benchReq(i), t0)
 	}
 	s.Pass(t0)
 	next, oldest := benchNodes*8+benchBacklog, 0
@@ -43,7 +43,7 @@ func BenchmarkJobLifeThroughRules(b *testing.B) {
 	for range b.N {
 		s.Release(protocol.ReleaseSignal{Job: fmt.Sprintf("job-%d", oldest), Attempt: 1, Workers: []int{0}, Stopping: true})
 		oldest++
-		s.Request(benchReq(next), t0, AllOn{})
+		s.Request(benchReq(next), t0)
 		next++
 		if cmds := s.Pass(t0.Add(time.Second)); len(cmds) == 0 {
 			b.Fatal("the pass granted nothing")

@@ -2,7 +2,6 @@ package allocation
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -73,14 +72,14 @@ func given(t *testing.T, s *State, steps ...step) {
 
 // queued: the request is queued (no pass).
 func queued(r protocol.CapacityRequest) step {
-	return func(t *testing.T, s *State) { s.Request(r, t0, AllOn{}) }
+	return func(t *testing.T, s *State) { s.Request(r, t0) }
 }
 
 // granted: the request is queued and a pass grants what fits.
 func granted(r protocol.CapacityRequest) step {
 	return func(t *testing.T, s *State) {
 		t.Helper()
-		s.Request(r, t0, AllOn{})
+		s.Request(r, t0)
 		s.Pass(t0)
 		if h, ok := s.Pool.Running(r.Job); !ok || h.Attempt != r.Attempt {
 			t.Fatalf("setup: %s attempt %d was not granted", r.Job, r.Attempt)
@@ -117,7 +116,7 @@ func nodeUp(node string) step { return func(t *testing.T, s *State) { s.NodeBack
 func configured(in protocol.AllocatorInput) step {
 	return func(t *testing.T, s *State) {
 		t.Helper()
-		if _, _, err := s.Reconfigure(in, AllOn{}); err != nil {
+		if _, _, err := s.Reconfigure(in); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -139,19 +138,6 @@ func waitingHold(r protocol.CapacityRequest) protocol.JobHold {
 
 func worker(job string, attempt, w int) cluster.WorkerID {
 	return cluster.WorkerID{Job: job, Attempt: attempt, Worker: w}
-}
-
-// gatesOff is Gates with the named gates off; it records every gate asked.
-type gatesOff struct {
-	off   []Gate
-	asked *[]Gate
-}
-
-func offGates(off ...Gate) gatesOff { return gatesOff{off: off, asked: new([]Gate)} }
-
-func (g gatesOff) On(gate Gate) bool {
-	*g.asked = append(*g.asked, gate)
-	return !slices.Contains(g.off, gate)
 }
 
 // rendered writes commands compactly for the tables ("grant j#1",

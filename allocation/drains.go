@@ -37,11 +37,11 @@ func (s *State) ValidateDrain(r protocol.DrainRequest) error {
 
 // Drain takes a node out of service, or (r.Undrain) puts it back. Draining
 // a drained node again changes nothing but its reason; its jobs were told.
-// A job told to leave is releasing from then on (GateDrainReleases), as a
+// A job told to leave is releasing from then on, as a
 // preemption's victim is: the capacity it holds on other nodes comes free
 // at its notice's deadline at the latest, so a pass waits for it rather than
 // preempting another job.
-func (s *State) Drain(r protocol.DrainRequest, g Gates) (protocol.DrainReply, []Command) {
+func (s *State) Drain(r protocol.DrainRequest) (protocol.DrainReply, []Command) {
 	if r.Undrain {
 		return s.undrain(r.Node)
 	}
@@ -70,9 +70,9 @@ func (s *State) Drain(r protocol.DrainRequest, g Gates) (protocol.DrainReply, []
 		}
 		notice := s.Config.NoticeFor(info.Class, info.Kind)
 		reply.Jobs = append(reply.Jobs, job)
-		if g.On(GateDrainReleases) {
-			s.Pool.BeginRelease(job)
-		}
+		// Releasing from now on: a pass must not preempt another job for
+		// capacity this one is about to free.
+		s.Pool.BeginRelease(job)
 		cmds.add(Signal{Job: job, Name: protocol.SignalPreempt, IfGone: GoneReclaim, Arg: protocol.PreemptSignal{
 			Epoch: s.Epoch, Attempt: info.Attempt, Drain: r.Node, Notice: notice,
 			Reason: fmt.Sprintf("node %s is drained (%s)", r.Node, why)}})

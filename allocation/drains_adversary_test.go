@@ -14,7 +14,7 @@ func TestDrainedJobsAreLeaving(t *testing.T) {
 		{name: "a job told to leave a drained node is leaving: a high request waits for its capacity elsewhere instead of preempting another job",
 			nodes: 3,
 			given: []step{granted(wide), granted(one("c", 1, low, 8)), drained("n1"),
-				func(t *testing.T, s *State) { s.Request(one("hi", 1, high, 8), t0.Add(time.Hour), AllOn{}) }},
+				func(t *testing.T, s *State) { s.Request(one("hi", 1, high, 8), t0.Add(time.Hour)) }},
 			when: func(s *State) []Command { return s.Pass(t0.Add(time.Hour)) }, want: []string{},
 			then: func(t *testing.T, s *State) {
 				r, _ := s.Pool.Running("a")

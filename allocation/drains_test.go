@@ -13,19 +13,19 @@ import (
 
 // drained: an operator drains node.
 func drained(node string) step {
-	return func(t *testing.T, s *State) { s.Drain(protocol.DrainRequest{Node: node, Reason: "disk swap"}, AllOn{}) }
+	return func(t *testing.T, s *State) { s.Drain(protocol.DrainRequest{Node: node, Reason: "disk swap"}) }
 }
 
 func drain(node string) func(s *State) []Command {
 	return func(s *State) []Command {
-		_, cmds := s.Drain(protocol.DrainRequest{Node: node, Reason: "disk swap"}, AllOn{})
+		_, cmds := s.Drain(protocol.DrainRequest{Node: node, Reason: "disk swap"})
 		return cmds
 	}
 }
 
 func undrain(node string) func(s *State) []Command {
 	return func(s *State) []Command {
-		_, cmds := s.Drain(protocol.DrainRequest{Node: node, Undrain: true}, AllOn{})
+		_, cmds := s.Drain(protocol.DrainRequest{Node: node, Undrain: true})
 		return cmds
 	}
 }
@@ -34,7 +34,7 @@ func undrain(node string) func(s *State) []Command {
 func grantsNothingOn(node string) func(t *testing.T, s *State) {
 	return func(t *testing.T, s *State) {
 		t.Helper()
-		s.Request(one("probe", 1, high, 8), t0, AllOn{})
+		s.Request(one("probe", 1, high, 8), t0)
 		s.Pass(t0)
 		if r, ok := s.Pool.Running("probe"); ok {
 			for _, p := range r.Placement {
@@ -144,7 +144,7 @@ func TestNoticeChangesAreListedOnce(t *testing.T) {
 	s := newState(t, 1)
 	in := input(1)
 	in.PreemptionNotice, in.Policy.PreemptionNotice = time.Minute, time.Minute
-	reply, _, err := s.Reconfigure(in, AllOn{})
+	reply, _, err := s.Reconfigure(in)
 	require.NoError(t, err)
 	assert.Equal(t, "preemption_notice 0s -> 1m0s", reply.Summary)
 	assert.Equal(t, time.Minute, s.Pool.Policy().PreemptionNotice)
@@ -152,7 +152,7 @@ func TestNoticeChangesAreListedOnce(t *testing.T) {
 	s = newState(t, 1)
 	s.Config.PreemptionNotice = time.Minute
 	in.Policy.PreemptionNotice = time.Minute
-	reply, _, err = s.Reconfigure(in, AllOn{})
+	reply, _, err = s.Reconfigure(in)
 	require.NoError(t, err)
 	assert.True(t, reply.Changed)
 	assert.Equal(t, time.Minute, s.Pool.Policy().PreemptionNotice)
@@ -176,7 +176,7 @@ func TestAJobWaitingForADrainedNodeSaysSo(t *testing.T) {
 	r, err := Restore(next, packed)
 	require.NoError(t, err)
 	assert.Contains(t, reason(r), "node n1 is drained (disk swap)")
-	r.Drain(protocol.DrainRequest{Node: "n1", Undrain: true}, AllOn{})
+	r.Drain(protocol.DrainRequest{Node: "n1", Undrain: true})
 	r.NodeLost("n1", "gone")
 	assert.Contains(t, reason(r), "not answering", "an undrained node that is lost is lost")
 }

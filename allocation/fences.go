@@ -87,8 +87,8 @@ func (s *State) WorkersOn(node string) []cluster.WorkerID {
 // so the node must be fenced again with what is held now. This is checked
 // against the pool, not a counter, so that every way a kept worker can stop
 // being held counts.
-func (s *State) FenceAnswerStale(node string, keep []cluster.WorkerID, g Gates) ([]Command, bool) {
-	if stillHeld(keep, s.WorkersOn(node)) || !g.On(GateRefenceStaleKeep) {
+func (s *State) FenceAnswerStale(node string, keep []cluster.WorkerID) ([]Command, bool) {
+	if stillHeld(keep, s.WorkersOn(node)) {
 		return nil, false
 	}
 	var cmds commands

@@ -23,39 +23,10 @@ func (s *State) FencesCarried() []Command {
 }
 
 // OrphansToResume lists the carried orphans a run reclaims first thing: all
-// of them. Older code walked the list while each reclaim of an orphan that
-// held nothing any more deleted it in place, so the orphan after such a one
-// was skipped in that run (and the tail read as ""); that walk is kept for
-// the histories that recorded it.
-func (s *State) OrphansToResume(g Gates) []string {
-	orphans := slices.Clone(s.Orphans)
-	skips := false
-	for _, job := range orphans[:max(len(orphans)-1, 0)] {
-		if _, held := s.Pool.Running(job); !held {
-			skips = true
-			break
-		}
-	}
-	if !skips || g.On(GateResumeEveryOrphan) {
-		return orphans
-	}
-	return s.legacyOrphanWalk()
-}
-
-// legacyOrphanWalk is the order older code reclaimed the carried orphans in
-// (see OrphansToResume).
-func (s *State) legacyOrphanWalk() []string {
-	walked := slices.Clone(s.Orphans)
-	live := walked[:len(walked):len(walked)]
-	var visited []string
-	for i := range walked {
-		job := walked[i]
-		visited = append(visited, job)
-		if _, held := s.Pool.Running(job); !held {
-			live = slices.DeleteFunc(live, func(j string) bool { return j == job })
-		}
-	}
-	return visited
+// of them, in order. A copy: each reclaim of an orphan that holds nothing
+// any more deletes it from s.Orphans at once.
+func (s *State) OrphansToResume() []string {
+	return slices.Clone(s.Orphans)
 }
 
 // ReclaimPlan is what a reclaim stops: every worker of the job's attempt not
@@ -101,8 +72,8 @@ func (s *State) ReclaimStopFailed(job, node string) []Command {
 // counted: one that outlived a recovery does not, since what the rebuilt pool
 // holds for the job (maybe a new attempt with the same number) is not what it
 // was for, and the recovery fences every node itself.
-func (s *State) ReclaimDone(job string, plan ReclaimPlan, g Gates) ([]Command, bool) {
-	if s.Counters.Recoveries != plan.Generation && g.On(GateReclaimGeneration) {
+func (s *State) ReclaimDone(job string, plan ReclaimPlan) ([]Command, bool) {
+	if s.Counters.Recoveries != plan.Generation {
 		return nil, false
 	}
 	if cur, ok := s.Pool.Running(job); ok && cur.Attempt == plan.Attempt {
@@ -171,8 +142,8 @@ type GhostRequest struct {
 // how many slices a whole sweep takes at most (with the defaults, 30 s x 10 x
 // 12: an hour), so a slice grows with the queue, up to ghostBatchMax (one
 // activity that describes that many workflows in a few seconds): a
-// 50,000-job queue is swept in about an hour and a quarter, not the two days
-// fixed slices of 64 took.
+// 50,000-job queue is swept in about an hour and a quarter, where fixed
+// slices of 64 would take two days.
 const (
 	ghostBatch       = 64
 	ghostSweepSlices = 12
@@ -180,10 +151,6 @@ const (
 )
 
 // GhostBatch is the size of the next slice of the ghost check.
-func (s *State) GhostBatch(g Gates) int {
-	n := min(max(ghostBatch, s.Pool.WaitingCount()/ghostSweepSlices), ghostBatchMax)
-	if n == ghostBatch || !g.On(GateGhostSweepScales) {
-		return ghostBatch
-	}
-	return n
+func (s *State) GhostBatch() int {
+	return min(max(ghostBatch, s.Pool.WaitingCount()/ghostSweepSlices), ghostBatchMax)
 }

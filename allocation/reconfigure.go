@@ -29,8 +29,8 @@ func (s *State) ValidateReconfigure(in protocol.AllocatorInput) error {
 // grace period, reclaim interval, node timeout and queue cap. Nodes it adds
 // are fenced until their agents confirm that no stray worker runs there;
 // waiting jobs that can no longer fit are refused.
-func (s *State) Reconfigure(in protocol.AllocatorInput, g Gates) (protocol.ReconfigureReply, []Command, error) {
-	summary := s.configChanges(in, g)
+func (s *State) Reconfigure(in protocol.AllocatorInput) (protocol.ReconfigureReply, []Command, error) {
+	summary := s.configChanges(in)
 	if summary == "" {
 		return protocol.ReconfigureReply{}, nil, nil
 	}
@@ -41,7 +41,7 @@ func (s *State) Reconfigure(in protocol.AllocatorInput, g Gates) (protocol.Recon
 		return protocol.ReconfigureReply{}, nil, err
 	}
 	var cmds commands
-	cmds.add(s.fenceAddedNodes(nodesBefore, g)...)
+	cmds.add(s.fenceAddedNodes(nodesBefore)...)
 	s.dropRemovedDrains()
 	s.Config.Nodes, s.Config.Policy = s.Pool.Nodes(), s.Pool.Policy()
 	s.Config.StopGracePeriod, s.Config.ReclaimInterval, s.Config.NodeTimeout = in.StopGracePeriod, in.ReclaimInterval, in.NodeTimeout
@@ -65,7 +65,7 @@ func (s *State) Reconfigure(in protocol.AllocatorInput, g Gates) (protocol.Recon
 // it was removed while fenced (its strays were never confirmed stopped), or
 // move in from another allocation whose jobs may still run there (a
 // node_selector relabel): granting it at once could double-book its GPUs.
-func (s *State) fenceAddedNodes(nodesBefore []scheduler.Node, g Gates) []Command {
+func (s *State) fenceAddedNodes(nodesBefore []scheduler.Node) []Command {
 	before := map[string]bool{}
 	for _, n := range nodesBefore {
 		before[n.Name] = true
@@ -76,7 +76,7 @@ func (s *State) fenceAddedNodes(nodesBefore []scheduler.Node, g Gates) []Command
 			added = append(added, n.Name)
 		}
 	}
-	if len(added) == 0 || !g.On(GateFenceAddedNodes) {
+	if len(added) == 0 {
 		return nil
 	}
 	var cmds commands
@@ -88,7 +88,7 @@ func (s *State) fenceAddedNodes(nodesBefore []scheduler.Node, g Gates) []Command
 
 // configChanges describes how in differs from the config in effect; "" if
 // it does not.
-func (s *State) configChanges(in protocol.AllocatorInput, g Gates) string {
+func (s *State) configChanges(in protocol.AllocatorInput) string {
 	var parts []string
 	old := map[string]scheduler.Node{}
 	for _, n := range s.Pool.Nodes() {
@@ -124,7 +124,7 @@ func (s *State) configChanges(in protocol.AllocatorInput, g Gates) string {
 	}
 	classNotices := s.classNoticeChanges(in)
 	noticesListed := s.Config.PreemptionNotice != in.PreemptionNotice || len(classNotices) > 0
-	for _, c := range s.policyChanges(in.Policy, g) {
+	for _, c := range s.policyChanges(in.Policy) {
 		// The policy's notice is the longest of the notices listed below.
 		if !noticesListed || !strings.HasPrefix(c, "preemption_notice ") {
 			parts = append(parts, c)
@@ -155,18 +155,9 @@ func (s *State) configChanges(in protocol.AllocatorInput, g Gates) string {
 	return strings.Join(parts, "; ")
 }
 
-// policyChanges lists the policy settings that next changes. Older builds
-// compared only queueing and min_runtime_before_preemption; the gate is
-// asked only when another setting changes.
-func (s *State) policyChanges(next scheduler.Policy, g Gates) []string {
-	pol := s.Pool.Policy()
-	all := pol.Changes(next)
-	legacy := scheduler.Policy{Queueing: pol.Queueing, MinRuntimeBeforePreemption: pol.MinRuntimeBeforePreemption}
-	old := legacy.Changes(scheduler.Policy{Queueing: next.Queueing, MinRuntimeBeforePreemption: next.MinRuntimeBeforePreemption})
-	if len(all) == len(old) || !g.On(GateAllPolicyKnobs) {
-		return old
-	}
-	return all
+// policyChanges lists the policy settings that next changes.
+func (s *State) policyChanges(next scheduler.Policy) []string {
+	return s.Pool.Policy().Changes(next)
 }
 
 // classNoticeChanges lists the classes whose own preemption_notice in

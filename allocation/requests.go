@@ -109,8 +109,8 @@ func (s *State) rememberWithdrawal(w protocol.WithdrawSignal) {
 //   - a request that cannot fit, or that its job withdrew, is refused;
 //   - a repeated request for a granted attempt gets its grant again;
 //   - anything else is queued, and a pass asked for.
-func (s *State) Request(req protocol.CapacityRequest, now time.Time, g Gates) []Command {
-	if s.hasNewerAttempt(req) && g.On(GateResetRequest) {
+func (s *State) Request(req protocol.CapacityRequest, now time.Time) []Command {
+	if s.hasNewerAttempt(req) {
 		return []Command{CheckReset{Request: req}}
 	}
 	if err := s.Validate(req); err != nil {
@@ -119,7 +119,7 @@ func (s *State) Request(req protocol.CapacityRequest, now time.Time, g Gates) []
 		}
 		return []Command{refuse(req.Job, req.Attempt, err.Error())}
 	}
-	if cmds, ok := s.resendGrant(req, g); ok {
+	if cmds, ok := s.resendGrant(req); ok {
 		return cmds
 	}
 	_, cmds := s.Enqueue(req, now)
@@ -187,9 +187,9 @@ func (s *State) ReplyFor(job string, reply protocol.CapacityReply) protocol.Capa
 // activity) changes nothing; but a job reset to before it took its grant
 // waits for one that was delivered to the run the reset replaced, and would
 // otherwise wait for ever while the pool holds its GPUs.
-func (s *State) resendGrant(req protocol.CapacityRequest, g Gates) ([]Command, bool) {
+func (s *State) resendGrant(req protocol.CapacityRequest) ([]Command, bool) {
 	r, ok := s.Pool.Running(req.Job)
-	if !ok || r.Attempt != req.Attempt || r.Releasing || !g.On(GateResendGrant) {
+	if !ok || r.Attempt != req.Attempt || r.Releasing {
 		return nil, false
 	}
 	var cmds commands

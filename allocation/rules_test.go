@@ -1,6 +1,7 @@
 package allocation
 
 import (
+	"fmt"
 	"go/parser"
 	"go/token"
 	"path/filepath"
@@ -55,7 +56,7 @@ func runRules(t *testing.T, cases []ruleCase) {
 }
 
 func request(r protocol.CapacityRequest) func(s *State) []Command {
-	return func(s *State) []Command { return s.Request(r, t0, AllOn{}) }
+	return func(s *State) []Command { return s.Request(r, t0) }
 }
 
 func isWaiting(job string, attempt int) func(t *testing.T, s *State) {
@@ -355,7 +356,7 @@ func TestPassRules(t *testing.T) {
 func TestPassAtMost(t *testing.T) {
 	s := newState(t, 1)
 	for _, j := range []string{"a", "b", "c", "d", "e"} {
-		s.Request(one(j, 1, medium, 2), t0, AllOn{})
+		s.Request(one(j, 1, medium, 2), t0)
 	}
 	cmds, more := s.PassAtMost(t0, 0)
 	assert.Equal(t, []string{}, rendered(cmds))
@@ -372,8 +373,8 @@ func TestPassAtMost(t *testing.T) {
 	assert.EqualValues(t, 4, s.Counters.Grants)
 	isWaiting("e", 1)(t, s)
 
-	s.Request(one("hi", 1, high, 2), t0, AllOn{})
-	s.Request(one("hi2", 1, high, 2), t0, AllOn{})
+	s.Request(one("hi", 1, high, 2), t0)
+	s.Request(one("hi2", 1, high, 2), t0)
 	cmds, more = s.PassAtMost(t0, 1)
 	assert.Equal(t, []string{"preempt a#1"}, rendered(cmds), "hi preempts one of the four, all alike: the first by job id")
 	assert.True(t, more, "hi2 is yet to be looked at")
@@ -411,7 +412,7 @@ func TestReclaimRules(t *testing.T) {
 			given: []step{granted(req("j", 2, medium, 1)), waitsForReclaim(req("j", 1, medium, 1))},
 			when: func(s *State) []Command {
 				plan, _, _ := s.BeginReclaim("j")
-				cmds, counted := s.ReclaimDone("j", plan, AllOn{})
+				cmds, counted := s.ReclaimDone("j", plan)
 				if !counted {
 					return nil
 				}
@@ -431,7 +432,7 @@ func TestReclaimRules(t *testing.T) {
 				if _, _, err := s.Recovered("e2", t0, Registered{Holds: []protocol.JobHold{holding("j", 1, "n1")}}); err != nil {
 					panic(err)
 				}
-				cmds, counted := s.ReclaimDone("j", plan, AllOn{})
+				cmds, counted := s.ReclaimDone("j", plan)
 				if counted {
 					return append(cmds, Note{Text: "counted"})
 				}
@@ -459,26 +460,10 @@ func TestFenceRules(t *testing.T) {
 		require.ElementsMatch(t, keep, []any{worker("a", 1, 0), worker("b", 1, 0)})
 		// b's watch is lost too while the fence waits: b gives its worker up.
 		s.Release(protocol.ReleaseSignal{Job: "b", Attempt: 1, Stopping: true, Workers: []int{0}, LostNodes: []string{"n1"}})
-		_, stale := s.FenceAnswerStale("n1", keep, AllOn{})
+		_, stale := s.FenceAnswerStale("n1", keep)
 		assert.True(t, stale, "the agent kept b's worker, which may still run")
-		_, stale = s.FenceAnswerStale("n1", s.WorkersOn("n1"), AllOn{})
+		_, stale = s.FenceAnswerStale("n1", s.WorkersOn("n1"))
 		assert.False(t, stale, "a fence that kept only what is held now counts")
-	})
-	t.Run("an answer that kept only held workers asks no gate", func(t *testing.T) {
-		s := newState(t, 1)
-		given(t, s, granted(req("a", 1, medium, 1)))
-		g := offGates()
-		_, stale := s.FenceAnswerStale("n1", s.WorkersOn("n1"), g)
-		assert.False(t, stale)
-		assert.Empty(t, *g.asked, "histories without a stale answer record no marker")
-	})
-	t.Run("with the gate off a stale answer counts, as it did", func(t *testing.T) {
-		s := newState(t, 1)
-		given(t, s, granted(req("a", 1, medium, 1)))
-		keep := s.WorkersOn("n1")
-		s.Release(protocol.ReleaseSignal{Job: "a", Attempt: 1, Stopping: true, Workers: []int{0}})
-		_, stale := s.FenceAnswerStale("n1", keep, offGates(GateRefenceStaleKeep))
-		assert.False(t, stale)
 	})
 	runRules(t, []ruleCase{
 		{name: "a node whose agent answered comes back and a pass is asked for",
@@ -505,9 +490,9 @@ func TestFenceRules(t *testing.T) {
 }
 
 func TestReconfigureRules(t *testing.T) {
-	reconfigure := func(in protocol.AllocatorInput, g Gates) func(s *State) []Command {
+	reconfigure := func(in protocol.AllocatorInput) func(s *State) []Command {
 		return func(s *State) []Command {
-			_, cmds, err := s.Reconfigure(in, g)
+			_, cmds, err := s.Reconfigure(in)
 			if err != nil {
 				panic(err)
 			}
@@ -518,41 +503,37 @@ func TestReconfigureRules(t *testing.T) {
 	oneNode := input(1)
 	runRules(t, []ruleCase{
 		{name: "the same config changes nothing",
-			when: reconfigure(input(1), AllOn{}), want: []string{}},
+			when: reconfigure(input(1)), want: []string{}},
 		{name: "an added node is fenced until its agent confirms",
-			when: reconfigure(twoNodes, AllOn{}), want: []string{"fence n2", "schedule"},
+			when: reconfigure(twoNodes), want: []string{"fence n2", "schedule"},
 			then: func(t *testing.T, s *State) { assert.Equal(t, FenceAdded, s.FenceOf("n2").Cause) }},
-		{name: "without its gate an added node is granted at once, as it was",
-			when: reconfigure(twoNodes, offGates(GateFenceAddedNodes)), want: []string{"schedule"},
-			then: func(t *testing.T, s *State) { assert.Empty(t, s.Pool.LostNodes()) }},
 		{name: "a node removed while fenced is fenced when added back",
 			nodes: 2,
 			given: []step{func(t *testing.T, s *State) { s.NodeLost("n2", "gone") }, configured(oneNode)},
-			when:  reconfigure(twoNodes, AllOn{}), want: []string{"fence n2", "schedule"}},
+			when:  reconfigure(twoNodes), want: []string{"fence n2", "schedule"}},
 		{name: "a waiting job that no longer fits is refused",
 			nodes: 2,
 			given: []step{queued(req("j", 1, medium, 2))},
-			when:  reconfigure(oneNode, AllOn{}),
+			when:  reconfigure(oneNode),
 			want:  []string{"refuse j#1", "schedule"}, then: notWaiting("j")},
 		{name: "a changed preemption_notice takes effect",
 			when: func(s *State) []Command {
 				in := input(1)
 				in.PreemptionNotice = 2 * time.Minute
-				reply, cmds, _ := s.Reconfigure(in, AllOn{})
+				reply, cmds, _ := s.Reconfigure(in)
 				if !reply.Changed || s.Config.PreemptionNotice != 2*time.Minute {
 					panic("preemption_notice was not applied")
 				}
 				return cmds
 			},
 			want: []string{"schedule"}},
-		{name: "a config change asks the policy gate only when another knob changes",
+		{name: "a changed reserve_after alone takes effect",
 			when: func(s *State) []Command {
-				g := offGates()
 				in := input(1)
-				in.StopGracePeriod *= 2
-				_, cmds, _ := s.Reconfigure(in, g)
-				if len(*g.asked) > 0 {
-					return append(cmds, Reclaim{Job: "asked " + string((*g.asked)[0])})
+				in.Policy.ReserveAfter = 7 * time.Minute
+				reply, cmds, _ := s.Reconfigure(in)
+				if !reply.Changed || s.Pool.Policy().ReserveAfter != 7*time.Minute {
+					panic("reserve_after was not applied")
 				}
 				return cmds
 			},
@@ -615,24 +596,6 @@ func TestRegisterRules(t *testing.T) {
 	})
 }
 
-// TestOrdinaryMessagesAskNoGate pins the replay rule: a gate is asked only
-// where its rule's new behaviour begins, so the histories of ordinary
-// traffic record no marker.
-func TestOrdinaryMessagesAskNoGate(t *testing.T) {
-	s := newState(t, 1)
-	g := offGates()
-	s.Request(req("a", 1, medium, 1), t0, g)
-	s.Pass(t0)
-	s.Request(req("b", 1, low, 3), t0, g)
-	s.Pass(t0)
-	s.Request(req("c", 1, high, 1), t0, g)
-	s.Pass(t0)
-	s.Release(protocol.ReleaseSignal{Job: "a", Attempt: 1, Stopping: true, Workers: []int{0}})
-	s.Withdraw(protocol.WithdrawSignal{Job: "c", Attempt: 1})
-	s.GhostBatch(g)
-	assert.Empty(t, *g.asked)
-}
-
 // TestCarryRestoresTheSameState: what a run carries over reads back into the
 // same state, fences and all.
 func TestCarryRestoresTheSameState(t *testing.T) {
@@ -670,15 +633,35 @@ func TestOrphansToResume(t *testing.T) {
 	s := newState(t, 1)
 	given(t, s, granted(one("y", 1, medium, 2)), granted(one("z", 1, medium, 2)))
 	s.Orphans = []string{"x", "y", "z"} // x's capacity was freed meanwhile
+	resumed := s.OrphansToResume()
+	assert.Equal(t, []string{"x", "y", "z"}, resumed, "every orphan is reclaimed")
+	for _, job := range resumed {
+		s.BeginReclaim(job)
+	}
+	assert.Equal(t, []string{"x", "y", "z"}, resumed, "reclaiming an orphan that holds nothing does not change the list walked")
+}
 
-	g := offGates()
-	assert.Equal(t, []string{"x", "y", "z"}, s.OrphansToResume(g), "every orphan is reclaimed")
-	assert.Equal(t, []Gate{GateResumeEveryOrphan}, *g.asked)
-	assert.Equal(t, []string{"x", "z", ""}, s.OrphansToResume(offGates(GateResumeEveryOrphan)),
-		"older code skipped the orphan after x, and its histories replay that walk")
-
-	s.Orphans = []string{"y", "z", "x"}
-	g = offGates()
-	assert.Equal(t, []string{"y", "z", "x"}, s.OrphansToResume(g))
-	assert.Empty(t, *g.asked, "nothing was skipped: no marker")
+// TestNoteBuild: a run knows the builds its allocation ran on, so that two
+// builds taking turns hand the run over once each, and the list stays short.
+func TestNoteBuild(t *testing.T) {
+	s := newState(t, 1)
+	assert.True(t, s.RanOn(""), "an unnamed build is never new")
+	s.NoteBuild("")
+	assert.Empty(t, s.Builds)
+	s.NoteBuild("a")
+	s.NoteBuild("b")
+	s.NoteBuild("a")
+	assert.Equal(t, []string{"a", "b"}, s.Builds)
+	assert.True(t, s.RanOn("a"))
+	assert.False(t, s.RanOn("c"))
+	for i := range 2 * maxBuildsKept {
+		s.NoteBuild(fmt.Sprintf("build-%d", i))
+	}
+	assert.Len(t, s.Builds, maxBuildsKept)
+	assert.Equal(t, fmt.Sprintf("build-%d", 2*maxBuildsKept-1), s.Builds[maxBuildsKept-1], "the latest is kept")
+	next, packed, err := s.Carry()
+	require.NoError(t, err)
+	r, err := Restore(next, packed)
+	require.NoError(t, err)
+	assert.Equal(t, s.Builds, r.Builds, "carried through continue-as-new")
 }

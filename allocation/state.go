@@ -8,14 +8,11 @@
 // executes the returned commands in order, in bounded batches. Because the
 // rules are plain functions of the state and the message, they are tested
 // like the scheduler, with tables (rules_test.go).
-//
-// A rule that behaves differently in older recorded histories asks its gate
-// (Gates) exactly where the new behaviour begins, so that histories that
-// never reach that point record no version marker.
 package allocation
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/trainq/trainq/protocol"
@@ -52,6 +49,9 @@ type State struct {
 	// Drains are the nodes an operator took out of service, with why (see
 	// Drain); nil when there are none.
 	Drains map[string]string
+	// Builds are the worker builds this allocation's runs have run on, the
+	// latest last, at most maxBuildsKept (see NoteBuild).
+	Builds []string
 }
 
 // New is the state of a fresh allocation: nothing held, nothing waiting.
@@ -88,6 +88,7 @@ func Restore(in protocol.AllocatorInput, packedPool []byte) (*State, error) {
 		Config: in, Pool: pool, NextSeq: carried.NextSeq, Orphans: carried.Orphans, Counters: carried.Counters,
 		Epoch: carried.Epoch, Withdrawn: carried.Withdrawn, AfterReclaim: carried.AfterReclaim,
 		Unanswered: carried.Unanswered, RecoveredAt: carried.RecoveredAt, Fences: map[string]Fence{},
+		Builds: carried.Builds,
 	}
 	for _, f := range carried.Fenced {
 		s.Fences[f.Node] = carriedFence(f)
@@ -117,9 +118,35 @@ func (s *State) Carry() (protocol.AllocatorInput, []byte, error) {
 		AfterReclaim: s.AfterReclaim,
 		Unanswered:   s.Unanswered,
 		RecoveredAt:  s.RecoveredAt,
+		Builds:       s.Builds,
 	}
 	packed, err := scheduler.PackSnapshot(s.Pool.Snapshot())
 	return next, packed, err
+}
+
+// maxBuildsKept bounds the builds a state remembers: more than a rolling
+// upgrade has at once.
+const maxBuildsKept = 8
+
+// RanOn says whether this allocation's runs have run on build; an unnamed
+// build counts as known.
+func (s *State) RanOn(build string) bool {
+	return build == "" || slices.Contains(s.Builds, build)
+}
+
+// NoteBuild remembers that a run ran on build. A run hands over the first
+// time a build it does not know takes its workflow task, so that no run
+// outlives the upgrade window; remembering the builds, not just the latest,
+// keeps two builds that take turns during a rolling upgrade of unversioned
+// workers from handing the run back and forth.
+func (s *State) NoteBuild(build string) {
+	if s.RanOn(build) {
+		return
+	}
+	s.Builds = append(s.Builds, build)
+	if n := len(s.Builds); n > maxBuildsKept {
+		s.Builds = slices.Clone(s.Builds[n-maxBuildsKept:])
+	}
 }
 
 // Name is the allocation's region/name, for messages.

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
 	tqclient "github.com/trainq/trainq/client"
@@ -24,7 +25,8 @@ import (
 // "Upgrading trainq" says: a second build joins the Worker Deployment and
 // becomes current while a job of the first build runs. The running job stays
 // on its build and completes there, new jobs and the allocator move to the
-// new build, and the old workers can then stop. It runs its own dev server:
+// new build (the allocator's run hands over to a run of the new build), and
+// the old workers can then stop. It runs its own dev server:
 // the deployment's routing would otherwise outlive the test.
 func TestUpgradeKeepsJobsOnTheirBuild(t *testing.T) {
 	temporalBin := os.Getenv("TRAINQ_TEMPORAL_BIN_RESOLVED")
@@ -84,6 +86,22 @@ func TestUpgradeKeepsJobsOnTheirBuild(t *testing.T) {
 		return v.GetDeploymentVersion().GetBuildId(), v.GetBehavior()
 	}
 
+	allocator := protocol.AllocatorWorkflowID("T", "agents")
+	runOf := func() string {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		d, err := c.DescribeWorkflow(ctx, allocator, "")
+		require.NoError(t, err)
+		return d.RawResponse.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+	}
+	runsOfAllocator := func() int {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		n, err := c.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: fmt.Sprintf("WorkflowId = '%s'", allocator)})
+		require.NoError(t, err)
+		return int(n.GetCount())
+	}
+
 	start("agent", "--node", "agent-1", "--node", "agent-2") // agents run unversioned
 	oldBuild := start("--agents=false", "--build-id", "build-a")
 	gateOld := gate(filepath.Join(dir, "old"))
@@ -92,6 +110,7 @@ func TestUpgradeKeepsJobsOnTheirBuild(t *testing.T) {
 	b, behavior := buildOf(old)
 	assert.Equal(t, "build-a", b)
 	assert.Equal(t, enumspb.VERSIONING_BEHAVIOR_PINNED, behavior)
+	firstRun := runOf()
 
 	start("--agents=false", "--build-id", "build-b")
 	// The server refuses to make a version current until its pollers have
@@ -107,26 +126,35 @@ func TestUpgradeKeepsJobsOnTheirBuild(t *testing.T) {
 	waitFor(fresh, protocol.StateCompleted)
 	b, _ = buildOf(fresh)
 	assert.Equal(t, "build-b", b, "new jobs start on the current build")
-	allocator := protocol.AllocatorWorkflowID("T", "agents")
 	eventually(t, long, "the allocator to move to the current build", func() bool {
 		b, behavior := buildOf(allocator)
 		return b == "build-b" && behavior == enumspb.VERSIONING_BEHAVIOR_AUTO_UPGRADE
 	})
 	b, _ = buildOf(old)
 	assert.Equal(t, "build-a", b, "the running job stays on its build")
+	// The allocator run build-a started hands over to a run of build-b, so
+	// that no allocator run outlives the upgrade window (workflows.ReplayWindow).
+	eventually(t, long, "the allocator run started on build-a to hand over", func() bool { return runOf() != firstRun })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	d, err := c.DescribeWorkflow(ctx, allocator, firstRun)
+	require.NoError(t, err)
+	assert.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW, d.RawResponse.GetWorkflowExecutionInfo().GetStatus())
 
 	gateOld.open(t)
 	waitFor(old, protocol.StateCompleted)
 	oldBuild.Stop(30 * time.Second)
 	last := submitHere("true")
 	waitFor(last, protocol.StateCompleted)
+	// The old job's release reached the run of build-b, which carried its
+	// hold: the last job ran. And the run handed over once, not again.
+	eventually(t, long, "visibility to count the allocator's two runs", func() bool { return runsOfAllocator() >= 2 })
+	assert.Equal(t, 2, runsOfAllocator(), "one hand-over for the new build")
 
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	d, err := c.WorkerDeploymentClient().GetHandle("trainq").Describe(ctx, client.WorkerDeploymentDescribeOptions{})
+	dep, err := c.WorkerDeploymentClient().GetHandle("trainq").Describe(ctx, client.WorkerDeploymentDescribeOptions{})
 	require.NoError(t, err)
-	require.NotNil(t, d.Info.RoutingConfig.CurrentVersion)
-	assert.Equal(t, "build-b", d.Info.RoutingConfig.CurrentVersion.BuildID)
+	require.NotNil(t, dep.Info.RoutingConfig.CurrentVersion)
+	assert.Equal(t, "build-b", dep.Info.RoutingConfig.CurrentVersion.BuildID)
 }
 
 // runTemporal runs the Temporal CLI against hostPort, as an operator would.

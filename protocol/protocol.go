@@ -691,6 +691,9 @@ type AllocatorState struct {
 	Unanswered []string `json:"unanswered,omitempty"`
 	// RecoveredAt is when the state was last rebuilt from the jobs.
 	RecoveredAt time.Time `json:"recovered_at,omitzero"`
+	// Builds are the worker builds the allocator's runs have run on, the
+	// latest last (see allocation.State.NoteBuild).
+	Builds []string `json:"builds,omitempty"`
 }
 
 // AllocatorCounters are lifetime totals, kept across continue-as-new.

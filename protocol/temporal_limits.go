@@ -45,12 +45,9 @@ const (
 // workflow does besides the bounded fan-out (a fence, a watch, a timer) can
 // never tip it over.
 const (
-	// AllocatorSignalBudget bounded the grants, preemptions and refusals an
-	// allocator had in flight, before AllocatorSignalsInFlight; the rest wait
-	// in its outbox and go out as earlier ones are delivered.
-	AllocatorSignalBudget = TemporalPendingSignalsLimit / 4
-	// AllocatorSignalsInFlight bounds them now: half the buffered-events
-	// limit, so that however long one of its workflow tasks takes, the
+	// AllocatorSignalsInFlight bounds the grants, preemptions and refusals
+	// an allocator has in flight (the rest wait in its outbox and go out as
+	// earlier ones are delivered): half the buffered-events limit, so that however long one of its workflow tasks takes, the
 	// deliveries of what it has in flight can never get the task force-closed,
 	// and the other half is left for the signals jobs send it.
 	AllocatorSignalsInFlight = TemporalBufferedEventsLimit / 2

@@ -19,14 +19,13 @@ import (
 // Continue-as-new thresholds. Temporal suggests continue-as-new on history
 // size and length (from 4Ki events by default); updates have their own
 // per-run limit, so count them too; and a run hands over at maxEventsPerRun
-// events whatever the server suggests (before versionShorterRuns, at
-// oldMaxEventsPerRun): a worker that does not have the run cached replays all
-// of it in one workflow task, which must stay well within
-// protocol.AllocatorTaskTimeout.
+// events whatever the server suggests: a worker that does not have the run
+// cached replays all of it in one workflow task, which must stay well within
+// protocol.AllocatorTaskTimeout (a 5,500-event run replays in 0.2 s on a
+// loaded 2-core machine).
 const (
-	maxUpdatesPerRun   = 1000
-	maxEventsPerRun    = 10000
-	oldMaxEventsPerRun = 20000
+	maxUpdatesPerRun = 1000
+	maxEventsPerRun  = 10000
 	// explainLimit is the queue length up to which a request's reply says
 	// its position and reason (one dry-run pass each). detailsLimit is the
 	// queue length up to which every event re-renders the Web UI details
@@ -44,13 +43,9 @@ const (
 
 // allocator is one run of an allocation's allocator workflow: the carried
 // state and its rules (package allocation), and what only this run has: the
-// versions it follows, the signal channels, what it has in flight and the
-// hand-over handshake.
+// signal channels, what it has in flight and the hand-over handshake.
 type allocator struct {
 	st *allocation.State
-	// flags are the versions of the workflow code this run follows, read
-	// once at its start.
-	flags runFlags
 	// recovering is true while the state is rebuilt from the jobs: nothing
 	// is granted or preempted, and requests and releases wait for it.
 	recovering bool
@@ -59,10 +54,10 @@ type allocator struct {
 	// The signal channels, read by run's loops and drained before
 	// continue-as-new.
 	requests, releases, withdrawals workflow.ReceiveChannel
-	// dirty says the state changed since the last pass (flags.batched).
+	// dirty says the state changed since the last pass (see schedule).
 	dirty bool
 	// handingOver is true once the run pauses scheduling to hand over
-	// (flags.handOverPaused); settleAsked and settled are awaitHandOver's
+	// (see awaitHandOver); settleAsked and settled are awaitHandOver's
 	// exchange with settle.
 	handingOver, settleAsked, settled bool
 	// wakeAt is the earliest wake-up timer armed (zero: none).
@@ -87,11 +82,11 @@ type allocator struct {
 	// AllocatorActivityBudget (see executeActivity): fences' in
 	// activities[fenceActivities], the rest in activities[otherActivities].
 	activities [2]int
-	// watching are the futures the watch loop waits for (flags.watchLoop),
+	// watching are the futures the watch loop waits for,
 	// in the order they were watched, each with what its completion does.
 	watching []watched
 	// passCut says the last pass stopped at the signal budget with waiting
-	// requests it did not look at (flags.passWithinBudget); deliveries ask
+	// requests it did not look at (see schedulePass); deliveries ask
 	// for the next pass once the budget has room again (see passOn).
 	passCut   bool
 	detailsAt time.Time
@@ -105,131 +100,19 @@ type allocator struct {
 	gaveUp bool
 }
 
-// runFlags are the versions of the workflow code a run follows.
-type runFlags struct {
-	// fresh says this run carries no state over (first start, or a start
-	// after a terminated run); canRecover says its code version recovers.
-	fresh, canRecover bool
-	// batched runs one scheduling pass per workflow task (see schedule).
-	batched bool
-	// wakeTimers arms a timer for the pool's next wake-up.
-	wakeTimers bool
-	// handOverPaused pauses scheduling while the run hands over
-	// (versionHandOverPause).
-	handOverPaused bool
-	// settleHandOver lets the signal loops take what the last task brought
-	// before the run hands over (versionHandOverSettle).
-	settleHandOver bool
-	// registersStrangers: a fence first asks the node's agent what runs
-	// there and the owners of unknown workers what they hold
-	// (versionFenceRegistersStrangers).
-	registersStrangers bool
-	// watchLoop: one coroutine waits for every outgoing signal and budgeted
-	// activity (versionWatchLoop).
-	watchLoop bool
-	// passWithinBudget: a pass decides at most what the signal budget has
-	// room for (versionPassWithinBudget).
-	passWithinBudget bool
-	// shorterRuns: the run hands over at maxEventsPerRun events
-	// (versionShorterRuns).
-	shorterRuns bool
-	// fewerSignals: at most AllocatorSignalsInFlight signals in flight
-	// (versionFewerSignalsInFlight).
-	fewerSignals bool
-}
-
-// gates answers the allocation rules' gates with workflow.GetVersion, at the
-// point of the history where a rule asks.
-type gates struct{ ctx workflow.Context }
-
-func (g gates) On(gate allocation.Gate) bool {
-	return workflow.GetVersion(g.ctx, string(gate), workflow.DefaultVersion, 1) >= 1
-}
-
-// Versions of the allocator's workflow code (workflow.GetVersion).
+// Versions of the allocator's workflow code (workflow.GetVersion). Each
+// lives as long as the upgrade window needs it (see gates.go).
 const (
-	// versionRecovery: a fresh allocator rebuilds its state from the jobs
-	// and node agents before it grants anything.
-	versionRecovery = "allocator-recovery"
-	// versionBatchedSchedule: one scheduling pass per workflow task instead
-	// of one per message.
-	versionBatchedSchedule = "allocator-batched-schedule"
-	// versionWakeTimer: a timer wakes the allocator when the policy may
-	// decide something without an event (min_runtime_before_preemption
-	// passes, reserve_after is reached).
-	versionWakeTimer = "allocator-wake-timer"
-	// versionRecoverOnce: a recover update that waited for a recovery
-	// already under way takes its answer instead of rebuilding again.
-	versionRecoverOnce = "allocator-recover-once"
-	// versionOwnTaskQueue: a run continues as new on the allocators' own
-	// task queue (protocol.AllocatorTaskQueue) with the current
-	// protocol.AllocatorTaskTimeout, instead of inheriting the queue and
-	// timeout the first run was started with.
-	versionOwnTaskQueue = "allocator-own-task-queue"
-	// versionHandOverPause: once a run should continue as new it grants and
-	// preempts nothing more, so that its outgoing signals drain and it can
-	// hand over under a steady stream of requests and releases (before, it
-	// waited for a moment with no signal in flight and no pass pending, which
-	// a busy allocation never gives: TestQueueAtScale saw a run reach 15,000
-	// events without handing over). The next run schedules first thing.
-	versionHandOverPause = "allocator-hand-over-pause"
-	// versionHandOverSettle: before it hands over, a run lets its signal
-	// loops take in what its last task brought (see awaitHandOver); before,
-	// a signal that arrived in the task that handed over, handed straight to
-	// its blocked loop, was lost (TestQueueAtScale lost one request in three
-	// of its first four hand-overs, each the first signal of the task in
-	// which the server suggested continue-as-new).
-	versionHandOverSettle = "allocator-hand-over-settle"
-	// versionFenceRegistersStrangers: before a fence stops workers nobody
-	// holds, it asks their jobs whether they hold them (see
-	// registerStrangers); before, a running job recovery missed had its
-	// healthy workers killed.
-	versionFenceRegistersStrangers = "allocator-fence-registers-strangers"
-	// versionWatchLoop: one coroutine, the watch loop, waits for every signal
-	// the allocator sends and every activity counted against its budget, and
-	// does what each one's completion calls for (see watch); before, each had
-	// a coroutine of its own. The SDK runs every blocked coroutine of a
-	// workflow on every workflow task to let it look at its future (a
-	// goroutine switch, a deadlock-detector ticker and a stack walk each), so
-	// with AllocatorSignalBudget signals in flight every task of a burst, and
-	// every task of the run a replay goes through again, paid 500 of those:
-	// TestBurstOfGrantsAfterOneRelease saw allocator tasks of 5 to 8 s on a
-	// loaded machine against the 2 s AllocatorTaskTimeout, and the retries,
-	// replaying the whole run on a worker without it cached, timed out too.
-	versionWatchLoop = "allocator-watch-loop"
-	// versionPassWithinBudget: a pass decides at most as many grants and
-	// preemptions as AllocatorSignalBudget has room for (or more by the
-	// victims of its last request), and the deliveries of its signals ask for
-	// the next pass (see schedulePass, passOn); before, one pass granted every
-	// job that fitted and the signals beyond the budget waited in the outbox. A release that freed room for 5,000 jobs then left a run
-	// unable to hand over until all 5,000 grants were delivered, 10,000
-	// events past the point where the server suggested continue-as-new (and
-	// for 25,000 jobs, past the server's hard limit on a run's history), and
-	// every one of those events made the run longer to replay.
-	versionPassWithinBudget = "allocator-pass-within-budget"
-	// versionShorterRuns: a run hands over at maxEventsPerRun (10,000)
-	// events if the server has not suggested it earlier, instead of 20,000.
-	// With the server's default suggestion at 4Ki events this never comes
-	// into play; with a server set to suggest later it halves what a worker
-	// may have to replay in one task (a 5,500-event run of the burst test
-	// replays in 0.2 s on a loaded 2-core machine; a 17,000-event run of the
-	// code before versionWatchLoop took 8 s).
-	versionShorterRuns = "allocator-shorter-runs"
-	// versionFewerSignalsInFlight: at most AllocatorSignalsInFlight (50)
-	// signals in flight instead of AllocatorSignalBudget (500). The server
-	// fails a running workflow task once more than 100 events have come in
-	// meanwhile (TemporalBufferedEventsLimit), and 500 deliveries coming in
-	// while a slow task ran (a worker that had lost the run from its cache,
-	// replaying it) did: the retry replayed the run again, and failed the
-	// same way while the burst went on.
-	versionFewerSignalsInFlight = "allocator-fewer-signals-in-flight"
 	// versionGuardedActivities: an activity with a bounded life (one
 	// attempt, or a schedule-to-close timeout) is also bounded by a timer of
 	// the workflow's own, and given up when the server has not closed it in
-	// time (see guard). A reset run whose pending activities' timeouts the
-	// server never fired waited for ever: the chaos campaign on the
-	// production-shaped cluster left a node fenced for good that way.
+	// time (see guard): the server may fire none of a reset run's activity
+	// timeouts.
 	versionGuardedActivities = "allocator-guarded-activities"
+	// versionHandOverOnNewBuild: a run hands over at its first workflow task
+	// on a build it has not run on (see awaitNewBuild), so that no run
+	// outlives the upgrade window.
+	versionHandOverOnNewBuild = "allocator-hand-over-on-new-build"
 )
 
 // AllocatorWorkflow owns the capacity of one allocation. Jobs ask it for
@@ -260,7 +143,6 @@ func AllocatorWorkflow(ctx workflow.Context, in protocol.AllocatorInput, packedP
 		// worker that can read it is deployed.
 		panic(fmt.Sprintf("allocator %s/%s: %v", in.Region, in.Allocation, err))
 	}
-	a.readVersions(ctx)
 	if err := a.registerHandlers(ctx); err != nil {
 		return err
 	}
@@ -268,7 +150,8 @@ func AllocatorWorkflow(ctx workflow.Context, in protocol.AllocatorInput, packedP
 }
 
 func newAllocator(in protocol.AllocatorInput, packedPool []byte) (*allocator, error) {
-	a := &allocator{reclaims: map[string]bool{}, fencing: map[string]int64{}, flags: runFlags{fresh: in.State == nil}}
+	// A run without carried state recovers it first.
+	a := &allocator{reclaims: map[string]bool{}, fencing: map[string]int64{}, recovering: in.State == nil}
 	var err error
 	if in.State != nil {
 		a.st, err = allocation.Restore(in, packedPool)
@@ -276,22 +159,6 @@ func newAllocator(in protocol.AllocatorInput, packedPool []byte) (*allocator, er
 		a.st, err = allocation.New(in)
 	}
 	return a, err
-}
-
-// readVersions reads which versions of the workflow code this run follows.
-func (a *allocator) readVersions(ctx workflow.Context) {
-	f := &a.flags
-	f.canRecover = workflow.GetVersion(ctx, versionRecovery, workflow.DefaultVersion, 1) >= 1
-	a.recovering = f.fresh && f.canRecover
-	f.batched = workflow.GetVersion(ctx, versionBatchedSchedule, workflow.DefaultVersion, 1) >= 1
-	f.wakeTimers = workflow.GetVersion(ctx, versionWakeTimer, workflow.DefaultVersion, 1) >= 1
-	f.handOverPaused = workflow.GetVersion(ctx, versionHandOverPause, workflow.DefaultVersion, 1) >= 1
-	f.settleHandOver = workflow.GetVersion(ctx, versionHandOverSettle, workflow.DefaultVersion, 1) >= 1
-	f.registersStrangers = workflow.GetVersion(ctx, versionFenceRegistersStrangers, workflow.DefaultVersion, 1) >= 1
-	f.watchLoop = workflow.GetVersion(ctx, versionWatchLoop, workflow.DefaultVersion, 1) >= 1
-	f.passWithinBudget = workflow.GetVersion(ctx, versionPassWithinBudget, workflow.DefaultVersion, 1) >= 1
-	f.shorterRuns = workflow.GetVersion(ctx, versionShorterRuns, workflow.DefaultVersion, 1) >= 1
-	f.fewerSignals = workflow.GetVersion(ctx, versionFewerSignalsInFlight, workflow.DefaultVersion, 1) >= 1
 }
 
 func (a *allocator) registerHandlers(ctx workflow.Context) error {
@@ -342,8 +209,7 @@ func (a *allocator) registerUpdates(ctx workflow.Context) error {
 		workflow.UpdateHandlerOptions{Validator: a.st.ValidateReconfigure}); err != nil {
 		return err
 	}
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, protocol.UpdateRecover, a.onRecover,
-		workflow.UpdateHandlerOptions{Validator: a.validateRecover}); err != nil {
+	if err := workflow.SetUpdateHandler(ctx, protocol.UpdateRecover, a.onRecover); err != nil {
 		return err
 	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, protocol.UpdateCheckpoint, a.onCheckpoint,
@@ -361,7 +227,7 @@ func (a *allocator) onDrain(ctx workflow.Context, r protocol.DrainRequest) (prot
 	if err := a.awaitRecovered(ctx); err != nil {
 		return protocol.DrainReply{}, err
 	}
-	reply, cmds := a.st.Drain(r, gates{ctx})
+	reply, cmds := a.st.Drain(r)
 	if reply.Changed {
 		workflow.GetLogger(ctx).Info("node drain changed", "node", r.Node, "drained", reply.Drained, "jobs", reply.Jobs)
 	}
@@ -393,7 +259,7 @@ func (a *allocator) onReconfigure(ctx workflow.Context, in protocol.AllocatorInp
 	if err := a.awaitRecovered(ctx); err != nil {
 		return protocol.ReconfigureReply{}, err
 	}
-	reply, cmds, err := a.st.Reconfigure(in, gates{ctx})
+	reply, cmds, err := a.st.Reconfigure(in)
 	if err != nil || !reply.Changed {
 		return reply, err
 	}
@@ -410,19 +276,11 @@ func (a *allocator) onRecover(ctx workflow.Context) (protocol.RecoverReply, erro
 	if err := a.awaitRecovered(ctx); err != nil {
 		return protocol.RecoverReply{}, err
 	}
-	if underWay && a.lastRecovery != nil &&
-		workflow.GetVersion(ctx, versionRecoverOnce, workflow.DefaultVersion, 1) >= 1 {
+	if underWay && a.lastRecovery != nil {
 		return *a.lastRecovery, nil
 	}
 	a.recovering = true
 	return a.recoverState(ctx), nil
-}
-
-func (a *allocator) validateRecover() error {
-	if !a.flags.canRecover {
-		return errors.New("this allocator run predates recovery; terminate it and a fresh one recovers on start")
-	}
-	return nil
 }
 
 // validateCheckpoint refuses, before anything is written to the history, a
@@ -466,13 +324,13 @@ func (a *allocator) run(ctx workflow.Context) error {
 	}
 	// Orphans and fenced nodes carried over from the previous run still
 	// need their workers stopped.
-	for _, job := range a.st.OrphansToResume(gates{ctx}) {
+	for _, job := range a.st.OrphansToResume() {
 		a.reclaim(ctx, job)
 	}
 	a.execute(ctx, a.st.FencesCarried())
 	a.schedule(ctx)
 
-	if err := workflow.Await(ctx, func() bool { return a.shouldContinueAsNew(ctx) }); err != nil {
+	if err := a.awaitTimeToHandOver(ctx); err != nil {
 		return err
 	}
 	if err := a.awaitHandOver(ctx); err != nil {
@@ -484,32 +342,59 @@ func (a *allocator) run(ctx workflow.Context) error {
 	if err != nil {
 		return err
 	}
-	if workflow.GetVersion(ctx, versionOwnTaskQueue, workflow.DefaultVersion, 1) >= 1 {
-		ctx = workflow.WithWorkflowTaskQueue(ctx, protocol.AllocatorTaskQueue)
-		ctx = workflow.WithWorkflowTaskTimeout(ctx, protocol.AllocatorTaskTimeout)
-	}
+	// The next run takes the allocators' own task queue and the current
+	// task timeout, not those the first run was started with.
+	ctx = workflow.WithWorkflowTaskQueue(ctx, protocol.AllocatorTaskQueue)
+	ctx = workflow.WithWorkflowTaskTimeout(ctx, protocol.AllocatorTaskTimeout)
 	return workflow.NewContinueAsNewError(ctx, AllocatorWorkflow, next, packed)
+}
+
+// awaitTimeToHandOver waits until this run should hand over to a fresh one:
+// its history has grown long (shouldContinueAsNew), or a worker build it has
+// not run on took its workflow task. Handing over on a new build bounds how
+// old a live run can be to one upgrade, which is what lets a release retire
+// the version gates of releases before its upgrade window (see gates.go).
+func (a *allocator) awaitTimeToHandOver(ctx workflow.Context) error {
+	a.st.NoteBuild(workflow.GetInfo(ctx).GetCurrentBuildID())
+	for {
+		newBuild := func() bool { return !a.st.RanOn(workflow.GetInfo(ctx).GetCurrentBuildID()) }
+		if err := workflow.Await(ctx, func() bool { return a.shouldContinueAsNew(ctx) || newBuild() }); err != nil {
+			return err
+		}
+		if a.shouldContinueAsNew(ctx) {
+			return nil
+		}
+		build := workflow.GetInfo(ctx).GetCurrentBuildID()
+		a.st.NoteBuild(build)
+		// Asked only when a new build runs the workflow: a history recorded
+		// by code that went on through a new build records no marker there,
+		// and replays as it ran.
+		if workflow.GetVersion(ctx, versionHandOverOnNewBuild, workflow.DefaultVersion, 1) >= 1 {
+			workflow.GetLogger(ctx).Info("allocator hands over to a run on its new build", "build", build)
+			return nil
+		}
+	}
 }
 
 // awaitHandOver lets handlers and outgoing signals finish before the run
 // hands over, so that nothing is lost. Reclaims and fences are not waited
 // for: orphans and lost nodes are carried in the state, and the next run takes
-// them up again. A pass asked for in this task runs before the hand-over;
-// with versionHandOverPause it is the last one of this run.
+// them up again. A pass asked for in this task runs before the hand-over,
+// and is the last one of this run: a run that kept granting while it waited
+// for its signals to drain would never hand over under a steady stream of
+// requests and releases.
 //
-// With versionHandOverSettle it then gives every other coroutine a turn: a
+// It then gives every other coroutine a turn: a
 // signal that arrived in this very task went straight to its loop, which was
 // blocked waiting for it, and is neither in the state nor in the channel for
 // drainSignals until that loop runs (the settler, started after the loops,
 // says when they have).
 func (a *allocator) awaitHandOver(ctx workflow.Context) error {
-	if a.flags.handOverPaused {
-		if a.dirty && !a.recovering {
-			a.dirty = false
-			a.schedulePass(ctx)
-		}
-		a.handingOver = true
+	if a.dirty && !a.recovering {
+		a.dirty = false
+		a.schedulePass(ctx)
 	}
+	a.handingOver = true
 	ready := func() bool {
 		return workflow.AllHandlersFinished(ctx) && a.inFlight == 0 && len(a.outbox) == 0 && a.resetChecks == 0 &&
 			!a.recovering && (!a.dirty || a.handingOver)
@@ -517,9 +402,6 @@ func (a *allocator) awaitHandOver(ctx workflow.Context) error {
 	for {
 		if err := workflow.Await(ctx, ready); err != nil {
 			return err
-		}
-		if !a.flags.settleHandOver {
-			return nil
 		}
 		a.settleAsked, a.settled = true, false
 		if err := workflow.Await(ctx, func() bool { return a.settled }); err != nil {
@@ -560,9 +442,7 @@ func (a *allocator) startSignalLoops(ctx workflow.Context) {
 			a.onRequest(ctx, req)
 		}
 	})
-	if a.flags.batched {
-		workflow.Go(ctx, a.passLoop)
-	}
+	workflow.Go(ctx, a.passLoop)
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		for {
 			var s protocol.ReleaseSignal
@@ -586,9 +466,7 @@ func (a *allocator) startSignalLoops(ctx workflow.Context) {
 		}
 	})
 	workflow.Go(ctx, a.reclaimLoop)
-	if a.flags.watchLoop {
-		workflow.Go(ctx, a.watchLoop)
-	}
+	workflow.Go(ctx, a.watchLoop)
 	workflow.Go(ctx, a.settle) // last: see awaitHandOver
 }
 
@@ -598,21 +476,19 @@ type watched struct {
 	done func(ctx workflow.Context, err error)
 }
 
-// watch has done run with f's error once f is ready: in the watch loop
-// (flags.watchLoop), else in a coroutine of its own that waits for f. done
-// must not block: the watch loop is what frees the budgets.
+// watch has done run with f's error once f is ready, in the watch loop.
+// done must not block: the watch loop is what frees the budgets.
 func (a *allocator) watch(ctx workflow.Context, f workflow.Future, done func(ctx workflow.Context, err error)) {
-	if !a.flags.watchLoop {
-		workflow.Go(ctx, func(ctx workflow.Context) { done(ctx, f.Get(ctx, nil)) })
-		return
-	}
 	a.watching = append(a.watching, watched{f: f, done: done})
 }
 
 // watchLoop waits until some watched future is ready, then runs the
 // completions of all that are, in the order they were watched. Its one
 // coroutine costs every workflow task a look at each future in flight, not a
-// coroutine switch each (see versionWatchLoop).
+// coroutine switch each: the SDK runs every blocked coroutine of a workflow
+// on every workflow task (a goroutine switch, a deadlock-detector ticker and
+// a stack walk each), which for hundreds of signals in flight made tasks, and
+// replays of whole runs, outlast protocol.AllocatorTaskTimeout.
 func (a *allocator) watchLoop(ctx workflow.Context) {
 	for {
 		if workflow.Await(ctx, a.anyWatchedReady) != nil {
@@ -690,18 +566,14 @@ func (a *allocator) shouldContinueAsNew(ctx workflow.Context) bool {
 	if limit <= 0 {
 		limit = maxUpdatesPerRun
 	}
-	events := oldMaxEventsPerRun
-	if a.flags.shorterRuns {
-		events = maxEventsPerRun
-	}
-	return info.GetContinueAsNewSuggested() || a.updates >= limit || info.GetCurrentHistoryLength() >= events || a.gaveUp
+	return info.GetContinueAsNewSuggested() || a.updates >= limit || info.GetCurrentHistoryLength() >= maxEventsPerRun || a.gaveUp
 }
 
 // Every signal counts towards the server's per-run limits (a.updates).
 
 func (a *allocator) onRequest(ctx workflow.Context, req protocol.CapacityRequest) {
 	a.updates++
-	a.execute(ctx, a.st.Request(req, workflow.Now(ctx), gates{ctx}))
+	a.execute(ctx, a.st.Request(req, workflow.Now(ctx)))
 }
 
 func (a *allocator) onRelease(ctx workflow.Context, s protocol.ReleaseSignal) {
@@ -789,14 +661,10 @@ func (a *allocator) checkReset(ctx workflow.Context, req protocol.CapacityReques
 // its record still shows an older one (1 s, 2 s, ... 32 s apart).
 const resetCheckTries = 6
 
-// schedule runs a scheduling pass, or, in batched mode, asks for one at the
-// end of the workflow task.
-func (a *allocator) schedule(ctx workflow.Context) {
-	if a.flags.batched {
-		a.dirty = true
-		return
-	}
-	a.schedulePass(ctx)
+// schedule asks for a scheduling pass at the end of the workflow task (see
+// passLoop): one pass however many messages the task brought.
+func (a *allocator) schedule(workflow.Context) {
+	a.dirty = true
 }
 
 // schedulePass runs one scheduling pass and sends its decisions.
@@ -812,17 +680,14 @@ func (a *allocator) schedulePass(ctx workflow.Context) {
 	// replay-aware handler drops the sample while replaying.
 	//workflowcheck:ignore
 	passStart := time.Now()
+	// Decide no more than can be sent at once: the rest of the queue waits
+	// for the next pass (passOn), so that what this run has decided and not
+	// yet delivered stays within the budget, and the run can hand over
+	// however many jobs one release lets start.
 	var cmds []allocation.Command
-	if a.flags.passWithinBudget {
-		// Decide no more than can be sent at once: the rest of the queue
-		// waits for the next pass (passOn), so that what this run has
-		// decided and not yet delivered stays within the budget.
-		room := a.signalBudget() - a.inFlight - len(a.outbox)
-		if a.passCut = room <= 0; !a.passCut {
-			cmds, a.passCut = a.st.PassAtMost(now, room)
-		}
-	} else {
-		cmds = a.st.Pass(now)
+	room := signalBudget - a.inFlight - len(a.outbox)
+	if a.passCut = room <= 0; !a.passCut {
+		cmds, a.passCut = a.st.PassAtMost(now, room)
 	}
 	a.metrics(ctx).Timer(metrics.SchedulingPassInstrument).Record(time.Since(passStart)) //workflowcheck:ignore
 	a.execute(ctx, cmds)
@@ -838,26 +703,19 @@ func (a *allocator) schedulePass(ctx workflow.Context) {
 	}
 }
 
-// signalBudget is how many signals this run may have in flight.
-func (a *allocator) signalBudget() int {
-	if a.flags.fewerSignals {
-		return protocol.AllocatorSignalsInFlight
-	}
-	return protocol.AllocatorSignalBudget
-}
+// signalBudget is how many signals a run may have in flight.
+const signalBudget = protocol.AllocatorSignalsInFlight
 
 // send signals a job workflow; if the workflow no longer exists, what the
 // signal's IfGone says is done.
 // At most signalBudget signals are in flight: Temporal fails every workflow
 // task that would have more than TemporalPendingSignalsLimit, or during which
 // more than TemporalBufferedEventsLimit events came in, and a pass can decide
-// more than the budget (refusals, the victims of a large preemptor; before
-// versionPassWithinBudget, thousands of grants when a big job ended while many
-// small ones waited). The rest wait in the outbox, in order, and each
+// more than the budget (refusals, the victims of a large preemptor). The rest wait in the outbox, in order, and each
 // delivery sends the next, so that they go out over the following workflow
 // tasks with no outside event needed.
 func (a *allocator) send(ctx workflow.Context, o allocation.Signal) {
-	if a.inFlight >= a.signalBudget() || len(a.outbox) > 0 {
+	if a.inFlight >= signalBudget || len(a.outbox) > 0 {
 		a.outbox = append(a.outbox, o)
 		return
 	}
@@ -884,7 +742,7 @@ func (a *allocator) signal(ctx workflow.Context, o allocation.Signal) {
 // budget stays nearly full. (A pass that stops early costs little: it walks
 // the queue only up to its cut.)
 func (a *allocator) passOn(ctx workflow.Context) {
-	if budget := a.signalBudget(); a.passCut && a.inFlight+len(a.outbox) <= budget-budget/10 {
+	if a.passCut && a.inFlight+len(a.outbox) <= signalBudget-signalBudget/10 {
 		a.passCut = false
 		a.schedule(ctx)
 	}
@@ -904,7 +762,7 @@ func (a *allocator) jobGone(ctx workflow.Context, o allocation.Signal) {
 
 // flushOutbox sends waiting signals while the budget allows.
 func (a *allocator) flushOutbox(ctx workflow.Context) {
-	for len(a.outbox) > 0 && a.inFlight < a.signalBudget() {
+	for len(a.outbox) > 0 && a.inFlight < signalBudget {
 		o := a.outbox[0]
 		a.outbox[0] = allocation.Signal{}
 		a.outbox = a.outbox[1:]
@@ -978,7 +836,7 @@ const reclaimCheckLife = 5 * time.Minute
 // set, not at the run's start, so that a run started by older code and reset
 // after the upgrade is guarded from then on.
 func (a *allocator) guarded(ctx workflow.Context) bool {
-	return a.flags.watchLoop && workflow.GetVersion(ctx, versionGuardedActivities, workflow.DefaultVersion, 1) >= 1
+	return workflow.GetVersion(ctx, versionGuardedActivities, workflow.DefaultVersion, 1) >= 1
 }
 
 // guardSlack is how long past its own timeouts an activity is waited for
@@ -1061,7 +919,7 @@ func (a *allocator) reclaimLoop(ctx workflow.Context) {
 		// Ghost requests are rare (the withdrawal list catches the race
 		// that makes them), so the queue is walked at a tenth of the pace.
 		if a.reclaimTicks++; a.reclaimTicks%ghostCheckEvery == 0 {
-			a.dropGhostRequests(ctx, a.st.GhostBatch(gates{ctx}))
+			a.dropGhostRequests(ctx, a.st.GhostBatch())
 		}
 	}
 }
@@ -1182,7 +1040,7 @@ func (a *allocator) reclaim(ctx workflow.Context, job string) {
 				a.execute(ctx, a.st.ReclaimStopFailed(job, plan.Nodes[i]))
 			}
 		}
-		cmds, counted := a.st.ReclaimDone(job, plan, gates{ctx})
+		cmds, counted := a.st.ReclaimDone(job, plan)
 		if !counted {
 			return
 		}
@@ -1205,9 +1063,6 @@ func (a *allocator) details() string { return a.st.Details(a.recovering, a.lastE
 // is armed: a waiting job may become able to preempt, or to reserve nodes,
 // with no event to trigger a pass.
 func (a *allocator) armWake(ctx workflow.Context, now time.Time) {
-	if !a.flags.wakeTimers {
-		return
-	}
 	wake, ok := a.st.Pool.NextWake()
 	if !ok || (!a.wakeAt.IsZero() && !wake.Before(a.wakeAt)) {
 		return

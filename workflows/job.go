@@ -101,15 +101,6 @@ type job struct {
 	nodeTimeout time.Duration
 	// runAttempts counts the attempts of this run (not of the whole job).
 	runAttempts int
-	// shortPath: this run follows versionShortPath.
-	shortPath bool
-	// nodeReleases: this run follows versionShortPath 2, where a release
-	// the node activity reported is not reported again by the job.
-	nodeReleases bool
-	// checksRequests: a waiting attempt makes sure, every
-	// requestCheckInterval, that the allocator has its request
-	// (versionCheckRequest).
-	checksRequests bool
 	// requestCheck is how long a waiting attempt waits before it checks:
 	// requestCheckInterval, unless the input sets another (tests).
 	requestCheck time.Duration
@@ -200,8 +191,7 @@ func (j *job) onRegister(ctx workflow.Context, r protocol.RegisterRequest) (prot
 		}
 		j.takeGrant(ctx, g)
 	}
-	if protocol.NewerEpoch(j.epoch, r.Epoch) &&
-		workflow.GetVersion(ctx, versionNewerEpoch, workflow.DefaultVersion, 1) >= 1 {
+	if protocol.NewerEpoch(j.epoch, r.Epoch) {
 		// A dead allocator run's recovery (its activity outlives the run by
 		// a few seconds) must not move the job back from its successor.
 		workflow.GetLogger(ctx).Warn("a register update of an older allocator epoch; the job keeps its epoch", "register_epoch", r.Epoch, "epoch", j.epoch)
@@ -221,9 +211,6 @@ func validateRegister(r protocol.RegisterRequest) error {
 
 // run runs attempts until one ends the job (or the run continues as new).
 func (j *job) run(ctx workflow.Context, in protocol.JobInput) (*protocol.JobStatus, error) {
-	v := workflow.GetVersion(ctx, versionShortPath, workflow.DefaultVersion, 2)
-	j.shortPath, j.nodeReleases = v >= 1, v >= 2
-	j.checksRequests = workflow.GetVersion(ctx, versionCheckRequest, workflow.DefaultVersion, 1) >= 1
 	for attempt := j.status.Attempt + 1; ; attempt++ {
 		j.status.Attempt = attempt
 		now := workflow.Now(ctx)
@@ -327,55 +314,9 @@ func (j *job) afterNodeLost(ctx workflow.Context, in protocol.JobInput, out outc
 	return true, j.finish(ctx, protocol.StateFailed, temporal.NewNonRetryableApplicationError(j.status.Message, ErrTypeJobFailed, nil))
 }
 
-// Versions of the job workflow's code (workflow.GetVersion).
+// Versions of the job workflow's code (workflow.GetVersion). Each lives as
+// long as the upgrade window needs it (see gates.go).
 const (
-	// versionJobContinueAsNew: a job whose history has grown long continues
-	// as new between attempts.
-	versionJobContinueAsNew = "job-continue-as-new"
-	// versionNotebookURL: a Jupyter server's worker is started with
-	// WorkerSpec.Notebook, so that the backend gives it a port and a URL.
-	versionNotebookURL = "job-notebook-url"
-	// versionShortPath, read once per run (each GetVersion costs a marker
-	// and a search-attribute upsert): the capacity request is a local
-	// activity (a signal-with-start from the workflow's own worker), not an
-	// activity task that travels through the server first; the node
-	// activity that sees a worker gone (WatchWorker, StopWorker) reports the
-	// release to the allocator itself, a workflow task before the job does
-	// (the job still reports it); a one-worker attempt picks its rendezvous
-	// inside StartWorker instead of in a Rendezvous activity first.
-	// Version 2: the job no longer reports a release the node activity says
-	// it reported (see releaseAfterNode), which saves the job a signal, a
-	// workflow task and the allocator an event per worker.
-	versionShortPath = "job-short-path"
-	// versionRetryRelease: a release signal the server refused is sent
-	// again until the allocator has it (before, it was logged and dropped).
-	versionRetryRelease = "job-retry-release"
-	// versionNewerEpoch: a grant or preemption of a newer allocator epoch
-	// than the job's moves the job to it (see movesToEpoch); before, any
-	// other epoch was ignored.
-	versionNewerEpoch = "job-newer-epoch"
-	// versionBoundedStops: an attempt's stops in flight are bounded beside
-	// its pending watches (see stopAndRelease); asked only for an attempt
-	// large enough for the bound to matter.
-	versionBoundedStops = "job-bounded-stops"
-	// versionCheckRequest: a waiting attempt checks now and then that the
-	// allocator has its request, and sends it again if not.
-	versionCheckRequest = "job-check-request"
-	// versionNoticeStops: an attempt whose grant gives a notice tells its
-	// workers before its own stops too (a cancel, its time limit, stuck),
-	// and its watches outlive a cancellation to see them exit; asked only
-	// for such an attempt.
-	versionNoticeStops = "job-notice-stops"
-	// versionNoticeStands: during a notice, a watch that finds the workers
-	// silent (they save) does not end the attempt as stuck, and the time
-	// limit makes the end of a preemption's or drain's notice a time limit
-	// (the job ends Stopped, not rerun); asked only when that happens.
-	versionNoticeStands = "job-notice-stands"
-	// versionStopsBesideNotices: an attempt small enough for its watches,
-	// notices and stops to be pending together stops its workers at the
-	// deadline without waiting for notices still in flight; asked only when
-	// some are.
-	versionStopsBesideNotices = "job-stops-beside-notices"
 	// versionLearnedEstimate: a training job that completes records its
 	// shape and runtime for the jobs after it to learn their estimates from
 	// (see recordRuntime; learning one is in the capacity request's local
@@ -394,9 +335,6 @@ const defaultJobEventsPerRun = 4000
 // preemptors, restarts), its queue sequence and its allocator epoch. It
 // returns the continue-as-new error to end this run with, or nil to go on.
 func (j *job) continueAsNewIfLong(ctx workflow.Context, in protocol.JobInput) error {
-	if workflow.GetVersion(ctx, versionJobContinueAsNew, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
-		return nil // a run that began before this code keeps its history as it was
-	}
 	limit := in.MaxEventsPerRun
 	if limit <= 0 {
 		limit = defaultJobEventsPerRun
@@ -578,17 +516,13 @@ func (j *job) awaitGrant(ctx workflow.Context, attempt int) (protocol.GrantSigna
 		// Grants arrive through takeGrant. A refusal says the allocation was
 		// reconfigured and can no longer run this job; the allocator has
 		// already dropped the request.
+		// Every requestCheck the attempt makes sure the allocator has its
+		// request (a recovered allocator may not).
 		settled := func() bool { return j.grant != nil || j.refusals.Len() > 0 }
-		var err error
-		if j.checksRequests {
-			var ok bool
-			ok, err = workflow.AwaitWithTimeout(ctx, j.requestCheck, settled)
-			if err == nil && !ok {
-				j.checkRequest(ctx, attempt)
-				continue
-			}
-		} else {
-			err = workflow.Await(ctx, settled)
+		ok, err := workflow.AwaitWithTimeout(ctx, j.requestCheck, settled)
+		if err == nil && !ok {
+			j.checkRequest(ctx, attempt)
+			continue
 		}
 		if j.grant != nil {
 			return *j.grant, outcome{}, true
@@ -633,14 +567,12 @@ func (j *job) checkRequest(ctx workflow.Context, attempt int) {
 	}
 }
 
-// requestCapacity sends the attempt's capacity request: a local activity
-// (versionShortPath), or an activity on the main task queue. The
-// request is a signal the allocator takes once per attempt, so a local
-// activity run again after a worker crash does no harm.
+// requestCapacity sends the attempt's capacity request as a local activity:
+// a signal-with-start from the workflow's own worker, without a round trip
+// through the server's activity queue. The request is a signal the allocator
+// takes once per attempt, so a local activity run again after a worker crash
+// does no harm.
 func (j *job) requestCapacity(ctx, actx workflow.Context, req activities.RequestCapacityInput) workflow.Future {
-	if !j.shortPath {
-		return workflow.ExecuteActivity(actx, (*activities.Activities).RequestCapacity, req)
-	}
 	opts := workflow.GetActivityOptions(actx)
 	req.Brief = true
 	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
@@ -652,12 +584,10 @@ func (j *job) requestCapacity(ctx, actx workflow.Context, req activities.Request
 	return workflow.ExecuteLocalActivity(lctx, activities.RequestCapacityName, req)
 }
 
-// releaseTo names the allocator the node activities report releases to
-// (versionShortPath), or "" when the job alone reports them.
+// releaseTo names the allocator the node activities report releases to: the
+// node activity that sees a worker gone reports its release a workflow task
+// before the job could.
 func (j *job) releaseTo() string {
-	if !j.shortPath {
-		return ""
-	}
 	return j.allocator
 }
 
@@ -671,7 +601,7 @@ func (j *job) takeGrant(ctx workflow.Context, g protocol.GrantSignal) {
 		// A grant for an older attempt arrived late; that capacity was
 		// already released, so it is ignored.
 		return
-	case g.Epoch != "" && j.epoch != "" && g.Epoch != j.epoch && !j.movesToEpoch(ctx, g.Epoch):
+	case g.Epoch != "" && j.epoch != "" && g.Epoch != j.epoch && !j.movesToEpoch(g.Epoch):
 		workflow.GetLogger(ctx).Warn("ignoring a grant of a replaced allocator", "attempt", g.Attempt, "grant_epoch", g.Epoch, "epoch", j.epoch)
 		return
 	}
@@ -692,9 +622,8 @@ func (j *job) takeGrant(ctx workflow.Context, g protocol.GrantSignal) {
 // arrive just before the capacity reply that names the new epoch, be
 // ignored, and leave the job waiting while the allocator holds its GPUs. A
 // message of an older epoch is a dead allocator's and stays ignored.
-func (j *job) movesToEpoch(ctx workflow.Context, e string) bool {
-	return protocol.NewerEpoch(e, j.epoch) &&
-		workflow.GetVersion(ctx, versionNewerEpoch, workflow.DefaultVersion, 1) >= 1
+func (j *job) movesToEpoch(e string) bool {
+	return protocol.NewerEpoch(e, j.epoch)
 }
 
 // hold says what the job holds or waits for (the register update's answer).
@@ -764,8 +693,7 @@ func (j *job) startWorkers(ctx workflow.Context, attempt int, grant protocol.Gra
 	if !ok {
 		return out, false
 	}
-	notebook := j.spec.Kind == scheduler.KindNotebook &&
-		workflow.GetVersion(ctx, versionNotebookURL, workflow.DefaultVersion, 1) == 1
+	notebook := j.spec.Kind == scheduler.KindNotebook
 	var starts []workflow.Future
 	for _, p := range grant.Placement {
 		spec := cluster.WorkerSpec{
@@ -818,11 +746,11 @@ func (j *job) startWorkers(ctx workflow.Context, attempt int, grant protocol.Gra
 }
 
 // rendezvous picks the attempt's MASTER_ADDR and MASTER_PORT on worker 0's
-// node. A one-worker attempt leaves them empty (versionShortPath): its
-// StartWorker picks them on its own node, saving a round trip.
+// node. A one-worker attempt leaves them empty: its StartWorker picks them on
+// its own node, saving a round trip.
 func (j *job) rendezvous(ctx workflow.Context, attempt int, grant protocol.GrantSignal, o workflow.ActivityOptions) (activities.Rendezvous, outcome, bool) {
 	var rv activities.Rendezvous
-	if len(grant.Placement) == 1 && j.shortPath {
+	if len(grant.Placement) == 1 {
 		return rv, outcome{}, true
 	}
 	master := grant.Placement[0].Node
@@ -867,7 +795,7 @@ func (j *job) addInterrupts(ctx workflow.Context, sel workflow.Selector, attempt
 			return // meant for an attempt that has already ended
 		}
 		if p.Epoch != "" && j.epoch != "" && p.Epoch != j.epoch {
-			if !j.movesToEpoch(ctx, p.Epoch) {
+			if !j.movesToEpoch(p.Epoch) {
 				return // from an allocator that has since been replaced
 			}
 			j.epoch = p.Epoch
@@ -922,18 +850,12 @@ func (j *job) addInterrupts(ctx workflow.Context, sel workflow.Selector, attempt
 	})
 }
 
-// noticeStops says whether this attempt's own stops (a cancel, its time
-// limit, stuck) give its workers a notice first: the grant gives one, and
-// this code is in effect for the run. A grant without a notice asks
-// nothing, so histories from before notices replay as they were.
-func (j *job) noticeStops(ctx workflow.Context, grant protocol.GrantSignal) bool {
-	return grant.Notice > 0 && workflow.GetVersion(ctx, versionNoticeStops, workflow.DefaultVersion, 1) >= 1
-}
-
 // watch waits until every worker exits, one fails, or the attempt is
 // interrupted.
 func (j *job) watch(ctx workflow.Context, attempt int, grant protocol.GrantSignal) outcome {
-	noticeStops := j.noticeStops(ctx, grant)
+	// The attempt's own stops (a cancel, its time limit, stuck) give its
+	// workers a notice first when the grant gives one.
+	noticeStops := grant.Notice > 0
 	base := ctx
 	if noticeStops {
 		// A cancellation must not cancel the watches: they see the workers
@@ -1004,8 +926,7 @@ func (j *job) watch(ctx workflow.Context, attempt int, grant protocol.GrantSigna
 			}
 			continue
 		}
-		if st.deadline != nil && isStuck(last.err) &&
-			workflow.GetVersion(ctx, versionNoticeStands, workflow.DefaultVersion, 1) >= 1 {
+		if st.deadline != nil && isStuck(last.err) {
 			// Silent while acting on the notice (saving takes a while): the
 			// notice's deadline stands. The worker is watched again, only
 			// for its exit.
@@ -1148,9 +1069,7 @@ func (j *job) addTimeLimit(ctx workflow.Context, sel workflow.Selector, st *atte
 			// end that would rerun the job becomes the time limit's: the
 			// job has no time left to rerun in.
 			if st.out.kind == outcomePreempted || st.out.kind == outcomeNodeDrained || (st.out.kind == outcomeFailed && !st.out.final) {
-				if workflow.GetVersion(ctx, versionNoticeStands, workflow.DefaultVersion, 1) >= 1 {
-					st.out = limited
-				}
+				st.out = limited
 			}
 			return
 		}
@@ -1265,15 +1184,15 @@ func (j *job) release(ctx workflow.Context, attempt, worker int) {
 }
 
 // releaseAfterNode takes in a worker the node activity saw gone. When that
-// activity says it reported the release to the allocator itself
-// (versionShortPath 2), the job only records it; otherwise, or when a
+// activity says it reported the release to the allocator itself, the job
+// only records it; otherwise, or when a
 // recovering allocator registered the job since the activity was
 // scheduled (registrations then moved: the report may have gone to the
 // allocator it replaced, and the register answer said the worker still
 // held its capacity), the job reports the release, which the allocator
 // applies once.
 func (j *job) releaseAfterNode(ctx workflow.Context, attempt, worker int, reported bool, registrations int) {
-	if !j.nodeReleases || !reported || j.registrations != registrations {
+	if !reported || j.registrations != registrations {
 		j.release(ctx, attempt, worker)
 		return
 	}
@@ -1347,7 +1266,7 @@ func (j *job) deliverRelease(ctx workflow.Context, r sentRelease) {
 			return
 		}
 		var gone *temporal.UnknownExternalWorkflowExecutionError
-		if errors.As(err, &gone) || !retriesReleases(ctx) {
+		if errors.As(err, &gone) {
 			workflow.GetLogger(ctx).Warn("could not report a release to the allocator", "error", err)
 			return
 		}
@@ -1357,12 +1276,6 @@ func (j *job) deliverRelease(ctx workflow.Context, r sentRelease) {
 		}
 		r.delivered = workflow.SignalExternalWorkflow(ctx, j.allocator, "", protocol.SignalRelease, r.signal)
 	}
-}
-
-// retriesReleases is asked only once a release has been refused, so that
-// histories without a refusal record no marker.
-func retriesReleases(ctx workflow.Context) bool {
-	return workflow.GetVersion(ctx, versionRetryRelease, workflow.DefaultVersion, 1) >= 1
 }
 
 // stopAndRelease stops the attempt's remaining workers and releases their
@@ -1375,9 +1288,8 @@ func (j *job) stopAndRelease(ctx workflow.Context, attempt int, grant protocol.G
 	// pass the pending-activities budget (a job without notices waits for
 	// nothing). An attempt of up to a third of the budget has room for its
 	// watches, notices and stops together: a slow notice must not put off
-	// the deadline's stops (versionStopsBesideNotices, asked only then).
-	if (j.notices > 0 || j.noticing) && (3*len(grant.Placement) > jobActivityBudget ||
-		workflow.GetVersion(ctx, versionStopsBesideNotices, workflow.DefaultVersion, 1) == workflow.DefaultVersion) {
+	// the deadline's stops.
+	if (j.notices > 0 || j.noticing) && 3*len(grant.Placement) > jobActivityBudget {
 		_ = workflow.Await(dctx, func() bool { return j.notices == 0 && !j.noticing })
 	}
 	if !j.stopping {
@@ -1395,10 +1307,6 @@ func (j *job) stopAndRelease(ctx workflow.Context, attempt int, grant protocol.G
 	// are bounded to what JobActivityBudget leaves, the next one scheduled as
 	// each ends. An attempt of up to half the budget stops all at once.
 	stopsAtOnce := max(jobActivityBudget-len(grant.Placement), 1)
-	if toStop := len(grant.Placement) - len(j.released); toStop > stopsAtOnce &&
-		workflow.GetVersion(ctx, versionBoundedStops, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
-		stopsAtOnce = toStop // how runs before the bound stopped: all at once
-	}
 	var queued []func()
 	var stop func(worker int, node string)
 	stop = func(worker int, node string) {

@@ -124,10 +124,7 @@ func (a *allocator) fence(ctx workflow.Context, node string) {
 	current := func() bool { return a.fencing[node] == generation && a.st.Counters.Recoveries == generation }
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		for current() {
-			var err error
-			if a.flags.registersStrangers {
-				err = a.registerStrangers(ctx, node)
-			}
+			err := a.registerStrangers(ctx, node)
 			var reply activities.FenceNodeReply
 			if err == nil && current() {
 				keep := a.st.WorkersOn(node)
@@ -142,7 +139,7 @@ func (a *allocator) fence(ctx workflow.Context, node string) {
 				err = a.executeFenceActivity(actx, (*activities.Activities).FenceNode,
 					activities.FenceNodeInput{Keep: keep, Grace: a.st.Config.StopGracePeriod}).Get(ctx, &reply)
 				if err == nil {
-					if cmds, stale := a.st.FenceAnswerStale(node, keep, gates{ctx}); stale {
+					if cmds, stale := a.st.FenceAnswerStale(node, keep); stale {
 						a.execute(ctx, cmds)
 						continue
 					}
