@@ -427,8 +427,3 @@ func selectedNode(name string) kubetest.Node {
 	return kubetest.Node{Name: name, GPUs: 2, CPU: 16, MemoryGi: 128,
 		Labels: map[string]string{"trainq.io/allocation": "selected", kubeb.FamilyLabel: "a100"}}
 }
-
-func jobSpec(alloc, class string, workers int, env map[string]string) protocol.JobSpec {
-	return protocol.JobSpec{Script: "python3 train.py", InstanceType: "a100.2gpu", Region: "K", AllocationName: alloc,
-		PriorityClass: class, NWorkers: workers, Type: "binary", MaxRetry: 0, EnvVariables: env}
-}

@@ -14,6 +14,7 @@ import (
 
 	trainq "github.com/trainq/trainq/client"
 	kubeb "github.com/trainq/trainq/cluster/kube"
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
 )
 
@@ -30,7 +31,7 @@ func envOf(p *corev1.Pod) map[string]string {
 func TestKubePodsOfAJob(t *testing.T) {
 	pw := watchPods(t)
 	startWorker(t)
-	spec := jobSpec("basic", "medium", 2, map[string]string{"KWOK_EXIT_AFTER": "2s"})
+	spec := fixture.Job{Region: "K", Allocation: "basic", Class: "medium", Workers: 2, Script: "python3 train.py", Env: map[string]string{"KWOK_EXIT_AFTER": "2s"}}.Spec()
 	spec.BaseImage = "registry.example/train:1"
 	job := submit(t, spec)
 	w0, w1 := podName(job, 1, 0), podName(job, 1, 1)
@@ -74,7 +75,7 @@ func TestKubePodsOfAJob(t *testing.T) {
 // attempt with that code.
 func TestKubeFailingPodExitCode(t *testing.T) {
 	startWorker(t)
-	job := submit(t, jobSpec("basic", "medium", 1, map[string]string{"KWOK_EXIT_AFTER": "1s", "KWOK_EXIT_CODE": "3"}))
+	job := submit(t, fixture.Job{Region: "K", Allocation: "basic", Class: "medium", Script: "python3 train.py", Env: map[string]string{"KWOK_EXIT_AFTER": "1s", "KWOK_EXIT_CODE": "3"}}.Spec())
 	st := waitState(t, job, protocol.StateFailed, long)
 	require.NotEmpty(t, st.Attempts)
 	assert.Contains(t, st.Attempts[0].EndReason, "worker 0 exited with code 3")
@@ -87,7 +88,7 @@ func TestKubeFailingPodExitCode(t *testing.T) {
 func TestKubeImagePullFailure(t *testing.T) {
 	pw := watchPods(t)
 	startWorker(t)
-	job := submit(t, jobSpec("basic", "medium", 1, map[string]string{"KWOK_IMAGE_PULL": "fail"}))
+	job := submit(t, fixture.Job{Region: "K", Allocation: "basic", Class: "medium", Script: "python3 train.py", Env: map[string]string{"KWOK_IMAGE_PULL": "fail"}}.Spec())
 	st := waitState(t, job, protocol.StateFailed, long)
 	require.NotEmpty(t, st.Attempts)
 	assert.Contains(t, st.Attempts[0].EndReason, "ErrImagePull")
@@ -101,7 +102,7 @@ func TestKubeImagePullFailure(t *testing.T) {
 func TestKubeCancel(t *testing.T) {
 	pw := watchPods(t)
 	startWorker(t)
-	job := submit(t, jobSpec("basic", "high", 2, nil))
+	job := submit(t, fixture.Job{Region: "K", Allocation: "basic", Class: "high", Workers: 2, Script: "python3 train.py"}.Spec())
 	w0, w1 := podName(job, 1, 0), podName(job, 1, 1)
 	pw.waitRunning(t, w0, w1)
 	waitState(t, job, protocol.StateRunning, long)
@@ -126,7 +127,7 @@ func TestKubeSeedWorkedExample(t *testing.T) {
 	pw := watchPods(t)
 	startWorker(t)
 	spec := func(class string, workers int, env map[string]string) protocol.JobSpec {
-		return jobSpec("seed", class, workers, env)
+		return fixture.Job{Region: "K", Allocation: "seed", Class: class, Workers: workers, Script: "python3 train.py", Env: env}.Spec()
 	}
 	job0 := submit(t, spec("low", 2, nil))
 	pw.waitRunning(t, podName(job0, 1, 0), podName(job0, 1, 1))
@@ -212,13 +213,13 @@ func TestKubeSeedWorkedExample(t *testing.T) {
 func TestKubePreemptionReruns(t *testing.T) {
 	pw := watchPods(t)
 	startWorker(t)
-	low := jobSpec("preempt", "low", 1, nil)
+	low := fixture.Job{Region: "K", Allocation: "preempt", Class: "low", Script: "python3 train.py"}.Spec()
 	low.MaxRetry = 1
 	victim := submit(t, low)
 	pw.waitRunning(t, podName(victim, 1, 0))
 	waitState(t, victim, protocol.StateRunning, long)
 
-	preemptor := submit(t, jobSpec("preempt", "high", 1, map[string]string{"KWOK_EXIT_AFTER": "2s"}))
+	preemptor := submit(t, fixture.Job{Region: "K", Allocation: "preempt", Class: "high", Script: "python3 train.py", Env: map[string]string{"KWOK_EXIT_AFTER": "2s"}}.Spec())
 	pw.waitGone(t, podName(victim, 1, 0))
 	pw.mu.Lock()
 	marked, gone := pw.marked[podName(victim, 1, 0)], pw.gone[podName(victim, 1, 0)]
@@ -258,7 +259,7 @@ func TestKubePreemptionReruns(t *testing.T) {
 func TestKubeWorkerRestartReattaches(t *testing.T) {
 	pw := watchPods(t)
 	w := startWorker(t)
-	job := submit(t, jobSpec("basic", "medium", 2, nil))
+	job := submit(t, fixture.Job{Region: "K", Allocation: "basic", Class: "medium", Workers: 2, Script: "python3 train.py"}.Spec())
 	w0, w1 := podName(job, 1, 0), podName(job, 1, 1)
 	pw.waitRunning(t, w0, w1)
 	waitState(t, job, protocol.StateRunning, long)
@@ -285,7 +286,7 @@ func TestKubeWorkerRestartReattaches(t *testing.T) {
 func TestKubeNodeNotReadyIsNodeLoss(t *testing.T) {
 	pw := watchPods(t)
 	startWorker(t)
-	job := submit(t, jobSpec("lost", "medium", 1, nil))
+	job := submit(t, fixture.Job{Region: "K", Allocation: "lost", Class: "medium", Script: "python3 train.py"}.Spec())
 	first := podName(job, 1, 0)
 	pw.waitRunning(t, first)
 	waitState(t, job, protocol.StateRunning, long)
