@@ -126,17 +126,14 @@ func TestKubeCancel(t *testing.T) {
 func TestKubeSeedWorkedExample(t *testing.T) {
 	pw := watchPods(t)
 	startWorker(t)
-	spec := func(class string, workers int, env map[string]string) protocol.JobSpec {
-		return fixture.Job{Region: "K", Allocation: "seed", Class: class, Workers: workers, Script: "python3 train.py", Env: env}.Spec()
-	}
-	job0 := submit(t, spec("low", 2, nil))
+	job0 := submit(t, fixture.Job{Region: "K", Allocation: "seed", Class: "low", Workers: 2, Script: "python3 train.py"}.Spec())
 	pw.waitRunning(t, podName(job0, 1, 0), podName(job0, 1, 1))
 	waitState(t, job0, protocol.StateRunning, long)
 	// Job 0's containers take their time to stop once told to.
 	holdPod(t, podName(job0, 1, 0))
 	holdPod(t, podName(job0, 1, 1))
 
-	job1 := submit(t, spec("high", 2, nil))
+	job1 := submit(t, fixture.Job{Region: "K", Allocation: "seed", Class: "high", Workers: 2, Script: "python3 train.py"}.Spec())
 	pw.waitRunning(t, podName(job1, 1, 0), podName(job1, 1, 1))
 	st1 := waitState(t, job1, protocol.StateRunning, long)
 	var lastRunning time.Time
@@ -149,12 +146,12 @@ func TestKubeSeedWorkedExample(t *testing.T) {
 	pw.mu.Unlock()
 	t.Logf("FIGURE grant → all pods Running (2 pods): %v", lastRunning.Sub(*st1.Attempts[0].StartedAt).Round(time.Millisecond))
 
-	job2 := submit(t, spec("low", 1, map[string]string{"KWOK_EXIT_AFTER": "1s"}))
+	job2 := submit(t, fixture.Job{Region: "K", Allocation: "seed", Class: "low", Script: "python3 train.py", Env: map[string]string{"KWOK_EXIT_AFTER": "1s"}}.Spec())
 	eventually(t, long, "Job 2 to wait with a reason", func() bool { return status(t, job2).Reason != "" })
 
 	// Job 3 (medium) preempts Job 0 (low), whose pods are marked and deleted
 	// but stay until their containers stop.
-	job3 := submit(t, spec("medium", 2, nil))
+	job3 := submit(t, fixture.Job{Region: "K", Allocation: "seed", Class: "medium", Workers: 2, Script: "python3 train.py"}.Spec())
 	pw.wait(t, "Job 0's pods to be marked as preempted by Job 3", func(pw *podWatch) bool {
 		for w := range 2 {
 			p := pw.pods[podName(job0, 1, w)]
@@ -175,7 +172,7 @@ func TestKubeSeedWorkedExample(t *testing.T) {
 	})
 
 	// Job 4 (high) arrives; nothing is free.
-	job4 := submit(t, spec("high", 1, nil))
+	job4 := submit(t, fixture.Job{Region: "K", Allocation: "seed", Class: "high", Script: "python3 train.py"}.Spec())
 	eventually(t, long, "Job 4 to wait with a reason", func() bool { return status(t, job4).Reason != "" })
 
 	// Job 1's first container ends: Job 4 starts on that node, before Job 3.
