@@ -116,39 +116,19 @@ func TestMain(m *testing.M) {
 	if env.why != "" {
 		os.Exit(m.Run())
 	}
-	os.Exit(run(m))
+	testenv.Bootstrap{Package: "api", Root: "..", TestsWithoutServer: true,
+		Build: map[string]string{"trainq-worker": "./worker", "trainq-supervise": "./supervise"}}.Main(m, run)
 }
 
-func run(m *testing.M) int {
-	root, err := filepath.Abs("..")
-	if err != nil {
-		panic(err)
-	}
-	temporalBin, skip, err := testenv.TemporalCLI(root)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "api:", err)
-		return 1
-	}
-	if skip != "" {
-		// The tests that need no server still run.
-		fmt.Println(testenv.SkipMessage("api", skip))
-		env.why = skip
+func run(m *testing.M, h *testenv.Harness) int {
+	if h.Skip != "" {
+		env.why = h.Skip
 		return m.Run()
 	}
-	env.dir, err = os.MkdirTemp("", "trainq-api-")
-	if err != nil {
-		panic(err)
-	}
-	defer os.RemoveAll(env.dir)
-	workerBin := filepath.Join(env.dir, "bin", "trainq-worker")
-	if err := testenv.Build(root, workerBin, "./worker"); err != nil {
-		fmt.Fprintln(os.Stderr, "api: build failed:", err)
-		return 1
-	}
-	if err := testenv.Build(root, filepath.Join(env.dir, "bin", "trainq-supervise"), "./supervise"); err != nil {
-		fmt.Fprintln(os.Stderr, "api: build failed:", err)
-		return 1
-	}
+	root, temporalBin := h.Root, h.TemporalBin
+	env.dir = h.Dir
+	var err error
+	workerBin := filepath.Join(h.BinDir, "trainq-worker")
 	configPath := filepath.Join(env.dir, "client.yaml")
 	dataDir := filepath.Join(env.dir, "data")
 	if err := os.WriteFile(configPath, []byte(fmt.Sprintf(testConfig, dataDir)), 0o644); err != nil {
@@ -161,16 +141,14 @@ func run(m *testing.M) int {
 	if os.Getenv("TRAINQ_TEST_CLUSTER") != "" {
 		cl, addr, stop, err := startTestCluster(root, env.dir)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "api: Temporal cluster:", err)
-			return 1
+			return h.Fail("Temporal cluster", err)
 		}
 		defer stop()
 		env.client, hostPort, env.cluster = cl, addr, true
 	} else {
 		srv, err := testenv.StartDevServer(temporalBin)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "api: dev server:", err)
-			return 1
+			return h.Fail("dev server", err)
 		}
 		defer srv.Stop()
 		env.client, hostPort = srv.Client(), srv.FrontendHostPort()
@@ -191,8 +169,7 @@ func run(m *testing.M) int {
 	for _, args := range roles {
 		worker, err := testenv.StartWorker(workerBin, args, []string{"TEMPORAL_ADDRESS=" + hostPort})
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "api: trainq-worker:", err)
-			return 1
+			return h.Fail("trainq-worker", err)
 		}
 		workers = append(workers, worker)
 	}
@@ -221,8 +198,7 @@ func run(m *testing.M) int {
 		// Two trainq-api processes behind one address, alternating.
 		proxy, stop, err := startAPIReplicas(root, configPath, tokensPath, hostPort)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "api: trainq-api:", err)
-			return 1
+			return h.Fail("trainq-api", err)
 		}
 		defer stop()
 		env.server = proxy

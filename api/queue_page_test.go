@@ -185,3 +185,12 @@ func TestJobExpectedStart(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, a.Code)
 	assert.Contains(t, string(a.Body), `"expected_start"`)
 }
+
+func TestInstanceTypes(t *testing.T) {
+	s, _, _ := fuzzServer(t)
+	for _, a := range s.config().Allocations() {
+		for _, it := range instanceTypes(a.Allocation.Nodes) {
+			assert.Positive(t, it.MaxWorkers, it.Name)
+		}
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
 )
 
@@ -114,11 +115,11 @@ func preemptionRounds(t *testing.T, n int) preemptionFigures {
 	for round := 0; round < n; round++ {
 		termFile := filepath.Join(t.TempDir(), "term")
 		submitted := time.Now()
-		low := submit(t, preemptSpec("low", 0, `trap 'date +%s%N > `+termFile+`; exit 143' TERM; while true; do sleep 0.02; done`))
+		low := submit(t, fixture.Job{Allocation: "preempt", Class: "low", Script: `trap 'date +%s%N > ` + termFile + `; exit 143' TERM; while true; do sleep 0.02; done`}.Spec())
 		lowSt := waitState(t, low, protocol.StateRunning, long)
 		f.unloaded = append(f.unloaded, lowSt.RunningAt.Sub(submitted))
 		t0 := time.Now()
-		high := submit(t, preemptSpec("high", 0, "true"))
+		high := submit(t, fixture.Job{Allocation: "preempt", Class: "high", Script: "true"}.Spec())
 		var ns int64
 		eventually(t, long, "the victim to get SIGTERM", func() bool {
 			v, err := strconv.ParseInt(strings.TrimSpace(readFile(t, termFile)), 10, 64)

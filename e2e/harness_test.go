@@ -150,35 +150,14 @@ regions:
 `
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
+	testenv.Bootstrap{Package: "e2e", Root: "..",
+		Build: map[string]string{"trainq-worker": "./worker", "trainq-supervise": "./supervise", "trainq": "./starter"}}.Main(m, run)
 }
 
-func run(m *testing.M) int {
-	root, err := filepath.Abs("..")
-	if err != nil {
-		panic(err)
-	}
-	temporalBin, skip, err := testenv.TemporalCLI(root)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e:", err)
-		return 1
-	}
-	if skip != "" {
-		fmt.Println(testenv.SkipMessage("e2e", skip))
-		return 0
-	}
-	env.dir, err = os.MkdirTemp("", "trainq-e2e-")
-	if err != nil {
-		panic(err)
-	}
-	defer os.RemoveAll(env.dir)
-	env.binDir = filepath.Join(env.dir, "bin")
-	for pkg, name := range map[string]string{"./worker": "trainq-worker", "./supervise": "trainq-supervise", "./starter": "trainq"} {
-		if err := testenv.Build(root, filepath.Join(env.binDir, name), pkg); err != nil {
-			fmt.Fprintln(os.Stderr, "e2e: build failed:", err)
-			return 1
-		}
-	}
+func run(m *testing.M, h *testenv.Harness) int {
+	root, temporalBin := h.Root, h.TemporalBin
+	env.dir, env.binDir = h.Dir, h.BinDir
+	var err error
 	env.configPath = filepath.Join(env.dir, "trainq.yaml")
 	if err := os.WriteFile(env.configPath, []byte(fmt.Sprintf(testConfig, filepath.Join(env.dir, "data"))), 0o644); err != nil {
 		panic(err)
@@ -189,15 +168,13 @@ func run(m *testing.M) int {
 	if os.Getenv("TRAINQ_TEST_CLUSTER") != "" {
 		stop, err := startTestCluster(root)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "e2e: Temporal cluster:", err)
-			return 1
+			return h.Fail("Temporal cluster", err)
 		}
 		defer stop()
 	} else {
 		srv, err := testenv.StartDevServer(temporalBin)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "e2e: dev server:", err)
-			return 1
+			return h.Fail("dev server", err)
 		}
 		defer srv.Stop()
 		env.hostPort = srv.FrontendHostPort()

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
 )
 
@@ -38,20 +39,15 @@ func waitVictimReady(t *testing.T, dir string) {
 	})
 }
 
-func preemptSpec(class string, maxRetry int, script string) protocol.JobSpec {
-	return protocol.JobSpec{Script: script, InstanceType: "a100.2gpu", Region: "T", AllocationName: "preempt",
-		PriorityClass: class, NWorkers: 1, Type: "binary", MaxRetry: maxRetry}
-}
-
 func TestPreemptedJobRerunsAndCompletes(t *testing.T) {
 	startWorker(t)
 	dir := t.TempDir()
-	low := submit(t, preemptSpec("low", 1, victimScript(dir)))
+	low := submit(t, fixture.Job{Allocation: "preempt", Class: "low", MaxRetry: 1, Script: victimScript(dir)}.Spec())
 	waitState(t, low, protocol.StateRunning, long)
 	waitVictimReady(t, dir)
 
 	gateHigh := gate(filepath.Join(dir, "high"))
-	high := submit(t, preemptSpec("high", 0, gateHigh.waitFor()))
+	high := submit(t, fixture.Job{Allocation: "preempt", Class: "high", Script: gateHigh.waitFor()}.Spec())
 	waitState(t, high, protocol.StateRunning, long)
 	st := waitState(t, low, protocol.StatePending, long)
 	require.Equal(t, 2, st.Attempt)
@@ -72,11 +68,11 @@ func TestPreemptedJobRerunsAndCompletes(t *testing.T) {
 func TestPreemptedJobWithoutRetriesEndsPreempted(t *testing.T) {
 	startWorker(t)
 	dir := t.TempDir()
-	low := submit(t, preemptSpec("low", 0, victimScript(dir)))
+	low := submit(t, fixture.Job{Allocation: "preempt", Class: "low", Script: victimScript(dir)}.Spec())
 	waitState(t, low, protocol.StateRunning, long)
 	waitVictimReady(t, dir)
 	gateHigh := gate(filepath.Join(dir, "high"))
-	high := submit(t, preemptSpec("high", 0, gateHigh.waitFor()))
+	high := submit(t, fixture.Job{Allocation: "preempt", Class: "high", Script: gateHigh.waitFor()}.Spec())
 
 	st := waitState(t, low, protocol.StatePreempted, long)
 	require.Len(t, st.Preemptors, 1)
@@ -99,9 +95,9 @@ func TestEqualClassNeverPreempts(t *testing.T) {
 	startWorker(t)
 	dir := t.TempDir()
 	g1, g2 := gate(filepath.Join(dir, "a")), gate(filepath.Join(dir, "b"))
-	first := submit(t, preemptSpec("medium", 0, g1.waitFor()))
+	first := submit(t, fixture.Job{Allocation: "preempt", Class: "medium", Script: g1.waitFor()}.Spec())
 	waitState(t, first, protocol.StateRunning, long)
-	second := submit(t, preemptSpec("medium", 0, g2.waitFor()))
+	second := submit(t, fixture.Job{Allocation: "preempt", Class: "medium", Script: g2.waitFor()}.Spec())
 	eventually(t, long, "the second job to wait with a reason", func() bool {
 		st := status(t, second)
 		return st.State == protocol.StatePending && st.Reason != ""
@@ -129,11 +125,6 @@ func processGone(pid int) bool {
 	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
 }
 
-func basicSpec(script string) protocol.JobSpec {
-	return protocol.JobSpec{Script: script, InstanceType: "a100.1gpu", Region: "T", AllocationName: "basic",
-		PriorityClass: "medium", NWorkers: 1, Type: "binary"}
-}
-
 func allFree(t *testing.T, allocation string) bool {
 	v := queue(t, allocation)
 	for _, n := range v.Nodes {
@@ -147,7 +138,7 @@ func allFree(t *testing.T, allocation string) bool {
 func TestCancelRunningJobStopsProcessesAndFreesGPUs(t *testing.T) {
 	startWorker(t)
 	dir := t.TempDir()
-	job := submit(t, basicSpec("echo $$ > "+dir+"/pid; while true; do sleep 0.05; done"))
+	job := submit(t, fixture.Job{GPUs: 1, Script: "echo $$ > " + dir + "/pid; while true; do sleep 0.05; done"}.Spec())
 	waitState(t, job, protocol.StateRunning, long)
 	pid := pidOf(t, filepath.Join(dir, "pid"))
 
@@ -171,7 +162,7 @@ func TestWorkerRestartMidJob(t *testing.T) {
 	w := startWorker(t)
 	dir := t.TempDir()
 	g := gate(filepath.Join(dir, "go"))
-	job := submit(t, basicSpec("echo started >> "+dir+"/starts; echo $$ > "+dir+"/pid; "+g.waitFor()+"; echo finished"))
+	job := submit(t, fixture.Job{GPUs: 1, Script: "echo started >> " + dir + "/starts; echo $$ > " + dir + "/pid; " + g.waitFor() + "; echo finished"}.Spec())
 	waitState(t, job, protocol.StateRunning, long)
 	pid := pidOf(t, filepath.Join(dir, "pid"))
 
@@ -189,7 +180,7 @@ func TestWorkerRestartMidJob(t *testing.T) {
 func TestTerminatedJobIsReclaimed(t *testing.T) {
 	startWorker(t)
 	dir := t.TempDir()
-	job := submit(t, basicSpec("echo $$ > "+dir+"/pid; while true; do sleep 0.05; done"))
+	job := submit(t, fixture.Job{GPUs: 1, Script: "echo $$ > " + dir + "/pid; while true; do sleep 0.05; done"}.Spec())
 	waitState(t, job, protocol.StateRunning, long)
 	pid := pidOf(t, filepath.Join(dir, "pid"))
 	before := queue(t, "basic").Counters.Reclaimed

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
 )
 
@@ -20,7 +21,7 @@ import (
 func TestLogsThroughTheCLI(t *testing.T) {
 	startWorker(t)
 	g := gate(filepath.Join(t.TempDir(), "go"))
-	job := submit(t, basicSpec("echo one; echo two; echo three; "+g.waitFor()+"; echo four"))
+	job := submit(t, fixture.Job{GPUs: 1, Script: "echo one; echo two; echo three; " + g.waitFor() + "; echo four"}.Spec())
 	waitState(t, job, protocol.StateRunning, long)
 	eventually(t, long, "the first lines in the log", func() bool {
 		out, _, _ := trainq(t, "logs", job)

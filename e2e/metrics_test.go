@@ -20,6 +20,7 @@ import (
 
 	tqclient "github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/config"
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/metrics"
 	"github.com/trainq/trainq/protocol"
 )
@@ -187,10 +188,6 @@ func TestMetricsAfterPreemptionAndWorkerRestart(t *testing.T) {
 		}
 		return m
 	}
-	spec := func(class string, maxRetry int, script string) protocol.JobSpec {
-		return protocol.JobSpec{Script: script, InstanceType: "a100.2gpu", Region: "O", AllocationName: "metrics",
-			PriorityClass: class, NWorkers: 1, Type: "binary", MaxRetry: maxRetry}
-	}
 	labels := map[string]map[string]string{
 		"up":                     alloc,
 		"gpus free":              with(metrics.LabelState, "free"),
@@ -229,7 +226,7 @@ func TestMetricsAfterPreemptionAndWorkerRestart(t *testing.T) {
 		metrics.AllocatorUp + " up": 1, metrics.GPUs + " gpus free": 2, metrics.GPUs + " gpus allocated": 0,
 	})
 
-	low := submitWith(t, cfg, spec("low", 1, victimScript(dir)))
+	low := submitWith(t, cfg, fixture.Job{Region: "O", Allocation: "metrics", Class: "low", MaxRetry: 1, Script: victimScript(dir)}.Spec())
 	waitState(t, low, protocol.StateRunning, long)
 	expect("the low job running", map[string]float64{
 		metrics.GPUs + " gpus allocated": 2, metrics.GPUs + " gpus free": 0,
@@ -237,7 +234,7 @@ func TestMetricsAfterPreemptionAndWorkerRestart(t *testing.T) {
 	})
 
 	gateHigh := gate(filepath.Join(dir, "high"))
-	high := submitWith(t, cfg, spec("high", 0, gateHigh.waitFor()))
+	high := submitWith(t, cfg, fixture.Job{Region: "O", Allocation: "metrics", Class: "high", Script: gateHigh.waitFor()}.Spec())
 	waitState(t, high, protocol.StateRunning, long)
 	st := waitState(t, low, protocol.StatePending, long)
 	require.Equal(t, 2, st.Attempt)

@@ -24,6 +24,7 @@ import (
 	"github.com/trainq/trainq/activities"
 	tqclient "github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/cluster/local"
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
 	"github.com/trainq/trainq/workflows"
@@ -182,9 +183,9 @@ func recordMidFlight(t *testing.T, dir string) {
 func recordRecovered(t *testing.T, dir string) {
 	work := t.TempDir()
 	hold := gate(filepath.Join(work, "hold"))
-	holder := submit(t, recoverSpec("high", 3, hold.waitFor()))
+	holder := submit(t, fixture.Job{Allocation: "recover", Class: "high", Workers: 3, MaxRetry: 1, Script: hold.waitFor()}.Spec())
 	waitState(t, holder, protocol.StateRunning, long)
-	waiter := submit(t, recoverSpec("medium", 1, "true"))
+	waiter := submit(t, fixture.Job{Allocation: "recover", Class: "medium", MaxRetry: 1, Script: "true"}.Spec())
 	eventually(t, long, "the second job to wait", func() bool { return len(queue(t, "recover").Waiting) == 1 })
 	terminateAllocator(t, "recover")
 	_, errOut, code := trainq(t, "allocator", "recover", "recover", "--region", "T")
@@ -200,10 +201,10 @@ func recordRecovered(t *testing.T, dir string) {
 // completes; the allocator's history of the whole scenario goes with it.
 func recordPreemptedAndRerun(t *testing.T, dir string) {
 	work := t.TempDir()
-	low := submit(t, preemptSpec("low", 1, victimScript(work)))
+	low := submit(t, fixture.Job{Allocation: "preempt", Class: "low", MaxRetry: 1, Script: victimScript(work)}.Spec())
 	waitState(t, low, protocol.StateRunning, long)
 	gateHigh := gate(filepath.Join(work, "high"))
-	high := submit(t, preemptSpec("high", 0, gateHigh.waitFor()))
+	high := submit(t, fixture.Job{Allocation: "preempt", Class: "high", Script: gateHigh.waitFor()}.Spec())
 	waitState(t, high, protocol.StateRunning, long)
 	st := waitState(t, low, protocol.StatePending, long)
 	require.Equal(t, 2, st.Attempt)
@@ -224,7 +225,7 @@ func recordPreemptedAndRerun(t *testing.T, dir string) {
 // (b) A running job is cancelled.
 func recordCancelled(t *testing.T, dir string) {
 	work := t.TempDir()
-	job := submit(t, basicSpec("echo $$ > "+work+"/pid; while true; do sleep 0.05; done"))
+	job := submit(t, fixture.Job{GPUs: 1, Script: "echo $$ > " + work + "/pid; while true; do sleep 0.05; done"}.Spec())
 	waitState(t, job, protocol.StateRunning, long)
 	pid := pidOf(t, filepath.Join(work, "pid"))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/trainq/trainq/config"
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/internal/testenv"
 	"github.com/trainq/trainq/protocol"
 )
@@ -52,11 +53,6 @@ func terminateAllocator(t *testing.T, allocation string) {
 	require.NoError(t, env.client.TerminateWorkflow(ctx, protocol.AllocatorWorkflowID("T", allocation), "", "e2e: the allocator is lost"))
 }
 
-func recoverSpec(class string, workers int, script string) protocol.JobSpec {
-	return protocol.JobSpec{Script: script, InstanceType: "a100.2gpu", Region: "T", AllocationName: "recover",
-		PriorityClass: class, NWorkers: workers, Type: "binary", MaxRetry: 1}
-}
-
 // TestTerminatedAllocatorRecovers terminates the allocator while jobs run,
 // one releases and two wait; a fresh allocator must rebuild that picture
 // from the jobs, grant nothing that is still held, and start every waiting job.
@@ -66,15 +62,15 @@ func TestTerminatedAllocatorRecovers(t *testing.T) {
 	records := filepath.Join(dir, "records")
 	runGate, stopGate := gate(filepath.Join(dir, "run")), gate(filepath.Join(dir, "stop"))
 	// running holds two of the three nodes until runGate opens.
-	running := submit(t, recoverSpec("high", 2, recordingScript(records, runGate.waitFor())))
+	running := submit(t, fixture.Job{Allocation: "recover", Class: "high", Workers: 2, MaxRetry: 1, Script: recordingScript(records, runGate.waitFor())}.Spec())
 	// releasing takes the third node and, once cancelled, stops only when
 	// stopGate opens (the allocation's stop_grace_period is 30s).
-	releasing := submit(t, recoverSpec("medium", 1, recordingScript(records,
-		"trap '"+stopGate.waitFor()+"; exit 0' TERM; while true; do sleep 0.05; done")))
+	releasing := submit(t, fixture.Job{Allocation: "recover", Class: "medium", MaxRetry: 1, Script: recordingScript(records,
+		"trap '"+stopGate.waitFor()+"; exit 0' TERM; while true; do sleep 0.05; done")}.Spec())
 	waitState(t, running, protocol.StateRunning, long)
 	waitState(t, releasing, protocol.StateRunning, long)
-	waiting2 := submit(t, recoverSpec("medium", 2, recordingScript(records, "sleep 0.2")))
-	waiting1 := submit(t, recoverSpec("low", 1, recordingScript(records, "sleep 0.2")))
+	waiting2 := submit(t, fixture.Job{Allocation: "recover", Class: "medium", Workers: 2, MaxRetry: 1, Script: recordingScript(records, "sleep 0.2")}.Spec())
+	waiting1 := submit(t, fixture.Job{Allocation: "recover", Class: "low", MaxRetry: 1, Script: recordingScript(records, "sleep 0.2")}.Spec())
 	eventually(t, long, "both new jobs to wait", func() bool { return len(queue(t, "recover").Waiting) == 2 })
 
 	terminateAllocator(t, "recover")
@@ -115,9 +111,9 @@ func TestTerminatedAllocatorIsRestartedByTheWorker(t *testing.T) {
 	startWorker(t)
 	dir := t.TempDir()
 	blocker := gate(filepath.Join(dir, "blocker"))
-	first := submit(t, recoverSpec("medium", 3, blocker.waitFor()))
+	first := submit(t, fixture.Job{Allocation: "recover", Class: "medium", Workers: 3, MaxRetry: 1, Script: blocker.waitFor()}.Spec())
 	waitState(t, first, protocol.StateRunning, long)
-	pending := submit(t, recoverSpec("medium", 1, "true"))
+	pending := submit(t, fixture.Job{Allocation: "recover", Class: "medium", MaxRetry: 1, Script: "true"}.Spec())
 	eventually(t, long, "the job to wait", func() bool { return len(queue(t, "recover").Waiting) == 1 })
 	terminateAllocator(t, "recover")
 	blocker.open(t)
@@ -205,14 +201,9 @@ func startProcess(t *testing.T, args ...string) *testenv.WorkerProcess {
 
 func (c *agentCluster) submit(t *testing.T, script string) string {
 	t.Helper()
-	spec := agentSpec(script)
+	spec := fixture.Job{Allocation: "agents", Script: script}.Spec()
 	spec.AllocationName = c.allocation
 	return submitWith(t, c.cfg, spec)
-}
-
-func agentSpec(script string) protocol.JobSpec {
-	return protocol.JobSpec{Script: script, InstanceType: "a100.2gpu", Region: "T", AllocationName: "agents",
-		PriorityClass: "medium", NWorkers: 1, Type: "binary", MaxRetry: 0}
 }
 
 func nodeOfJob(t *testing.T, job string) string {

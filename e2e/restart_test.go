@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
 )
 
@@ -14,7 +15,7 @@ import (
 // client.Restart; a name no job has is a plain sentence.
 func TestRestartThroughTheCLI(t *testing.T) {
 	startWorker(t)
-	old := submit(t, basicSpec("echo restarted"))
+	old := submit(t, fixture.Job{GPUs: 1, Script: "echo restarted"}.Spec())
 	waitState(t, old, protocol.StateCompleted, long)
 
 	out, errOut, code := trainq(t, "restart", old, "--output", "json")

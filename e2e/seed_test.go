@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
 )
 
@@ -26,21 +27,17 @@ func TestSeedWorkedExample(t *testing.T) {
 	}
 	// Job 0's workers run until SIGTERM, then shut down when their gate opens.
 	slowToStop := "trap '" + untilGate("job0") + "; exit 143' TERM; while true; do sleep 0.05; done"
-	spec := func(class string, workers int, script string) protocol.JobSpec {
-		return protocol.JobSpec{Script: script, InstanceType: "a100.2gpu", Region: "T", AllocationName: "seed",
-			PriorityClass: class, NWorkers: workers, Type: "binary", MaxRetry: 0}
-	}
 
-	job0 := submit(t, spec("low", 2, slowToStop))
+	job0 := submit(t, fixture.Job{Allocation: "seed", Class: "low", Workers: 2, Script: slowToStop}.Spec())
 	waitState(t, job0, protocol.StateRunning, long)
-	job1 := submit(t, spec("high", 2, untilGate("job1")))
+	job1 := submit(t, fixture.Job{Allocation: "seed", Class: "high", Workers: 2, Script: untilGate("job1")}.Spec())
 	waitState(t, job1, protocol.StateRunning, long)
-	job2 := submit(t, spec("low", 1, "echo job 2 ran"))
+	job2 := submit(t, fixture.Job{Allocation: "seed", Class: "low", Script: "echo job 2 ran"}.Spec())
 	names := map[string]string{job0: "Job 0", job1: "Job 1", job2: "Job 2"}
 	eventually(t, long, "Job 2 to wait with a reason", func() bool { return status(t, job2).Reason != "" })
 
 	// Job 3 (medium) claims the capacity of Job 0 (low), which stops slowly.
-	job3 := submit(t, spec("medium", 2, untilGate("job3")))
+	job3 := submit(t, fixture.Job{Allocation: "seed", Class: "medium", Workers: 2, Script: untilGate("job3")}.Spec())
 	names[job3] = "Job 3"
 	eventually(t, long, "Job 3 to wait on Job 0's releasing capacity", func() bool {
 		st := status(t, job3)
@@ -55,7 +52,7 @@ func TestSeedWorkedExample(t *testing.T) {
 	assert.Equal(t, job3, status(t, job0).Attempts[0].Preemptor.Job)
 
 	// Job 4 (high) arrives; nothing is free, and Job 1 is not preemptible by it.
-	job4 := submit(t, spec("high", 1, untilGate("job4")))
+	job4 := submit(t, fixture.Job{Allocation: "seed", Class: "high", Script: untilGate("job4")}.Spec())
 	names[job4] = "Job 4"
 	eventually(t, long, "Job 4 to wait with a reason", func() bool { return status(t, job4).Reason != "" })
 	assert.Equal(t, protocol.StatePending, status(t, job2).State)

@@ -17,6 +17,7 @@ import (
 
 	tqclient "github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/config"
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/internal/testenv"
 	"github.com/trainq/trainq/protocol"
 )
@@ -61,7 +62,7 @@ func TestUpgradeKeepsJobsOnTheirBuild(t *testing.T) {
 	submitHere := func(script string) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		sub, err := tqclient.New(c, cfg).Submit(ctx, agentSpec(script), tqclient.SubmitOptions{})
+		sub, err := tqclient.New(c, cfg).Submit(ctx, fixture.Job{Allocation: "agents", Script: script}.Spec(), tqclient.SubmitOptions{})
 		require.NoError(t, err)
 		return sub.JobName
 	}

@@ -12,15 +12,10 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/trainq/trainq/activities"
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
 )
-
-func notebookSpec(a *protocol.NotebookShutdown) protocol.JobSpec {
-	spec := jobSpec("high", 1, 0)
-	spec.Kind, spec.Autoshutdown = scheduler.KindNotebook, a
-	return spec
-}
 
 var idleRule = &protocol.NotebookShutdown{IdleTimeout: 30 * time.Minute, IdleRule: "allocation basic"}
 
@@ -55,7 +50,7 @@ func TestIdleNotebookIsStoppedAfterAWarning(t *testing.T) {
 	var during protocol.JobStatus
 	h.env.RegisterDelayedCallback(func() { during = h.status() }, 28*time.Minute)
 	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 48*time.Hour)
-	h.run(notebookSpec(idleRule))
+	h.run(fixture.Job{Class: "high", Kind: scheduler.KindNotebook, Autoshutdown: idleRule}.Spec())
 	require.NoError(t, h.env.GetWorkflowError(), "an idle stop ends the job without error")
 
 	assert.Equal(t, protocol.StateRunning, during.State)
@@ -91,7 +86,7 @@ func TestUsedNotebookIsNotStopped(t *testing.T) {
 	h.env.RegisterDelayedCallback(func() { warned = h.status() }, 27*time.Minute)
 	h.env.RegisterDelayedCallback(func() { used = h.status() }, 29*time.Minute)
 	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 10*time.Hour)
-	h.run(notebookSpec(idleRule))
+	h.run(fixture.Job{Class: "high", Kind: scheduler.KindNotebook, Autoshutdown: idleRule}.Spec())
 
 	assert.NotEmpty(t, warned.Warning)
 	assert.Equal(t, protocol.StateRunning, used.State)
@@ -112,7 +107,7 @@ func TestNotebookIdleWatchThatCannotReadRunsOn(t *testing.T) {
 	h.env.OnActivity(h.acts.WatchNotebookIdle, mock.Anything, mock.Anything).Return(activities.NotebookIdleReply{},
 		temporal.NewNonRetryableApplicationError("the cluster backend cannot read a Jupyter server's status", activities.ErrTypeUnsupported, nil)).Once()
 	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 10*time.Hour)
-	h.run(notebookSpec(idleRule))
+	h.run(fixture.Job{Class: "high", Kind: scheduler.KindNotebook, Autoshutdown: idleRule}.Spec())
 	assert.Equal(t, "stopped by the user", h.status().Message)
 }
 
@@ -126,7 +121,7 @@ func TestNotebookShutdownIn(t *testing.T) {
 	h.env.RegisterDelayedCallback(func() { warned = h.status() }, 57*time.Minute)
 	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 48*time.Hour)
 	secs := int64(3600)
-	h.run(notebookSpec(&protocol.NotebookShutdown{ShutdownIn: &secs}))
+	h.run(fixture.Job{Class: "high", Kind: scheduler.KindNotebook, Autoshutdown: &protocol.NotebookShutdown{ShutdownIn: &secs}}.Spec())
 	require.NoError(t, h.env.GetWorkflowError())
 
 	assert.Equal(t, "this Jupyter server will be stopped at 10:01:00 UTC, in 5m0s (shutdown_in 3600s)", warned.Warning)
@@ -147,7 +142,7 @@ func TestNotebookShutdownAt(t *testing.T) {
 	h.grantAt(time.Minute, 1, 1)
 	h.watch(1, -1, forever, 0)
 	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 48*time.Hour)
-	h.run(notebookSpec(&protocol.NotebookShutdown{ShutdownAt: "30 9 * * *"}))
+	h.run(fixture.Job{Class: "high", Kind: scheduler.KindNotebook, Autoshutdown: &protocol.NotebookShutdown{ShutdownAt: "30 9 * * *"}}.Spec())
 	require.NoError(t, h.env.GetWorkflowError())
 
 	st := h.status()

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
 )
@@ -29,7 +30,7 @@ func TestJobLearnsItsRuntimeEstimate(t *testing.T) {
 	h.preemptAt(11*time.Minute, 1, "lm-mpi-job-high")
 	h.grantAt(2*time.Hour, 2, 2)
 	h.watch(2, -1, 10*time.Minute, 0)
-	spec := jobSpec("low", 2, 1)
+	spec := fixture.Job{Class: "low", Workers: 2, MaxRetry: 1}.Spec()
 	h.run(spec)
 	require.NoError(t, h.env.GetWorkflowError())
 	st := h.status()
@@ -77,7 +78,7 @@ func TestJobWithoutAnEstimate(t *testing.T) {
 			h := newJobHarness(t)
 			h.grantAt(time.Minute, 1, 1)
 			h.watch(1, -1, 10*time.Minute, 0)
-			spec := jobSpec("medium", 1, 0)
+			spec := fixture.Job{Class: "medium"}.Spec()
 			tc.edit(&spec)
 			h.run(spec)
 			require.NoError(t, h.env.GetWorkflowError())
@@ -98,7 +99,7 @@ func TestRerunLearnsNothingNew(t *testing.T) {
 	h.preemptAt(11*time.Minute, 1, "lm-mpi-job-high")
 	h.grantAt(2*time.Hour, 2, 1)
 	h.watch(2, -1, 10*time.Minute, 0)
-	h.run(jobSpec("low", 1, 1))
+	h.run(fixture.Job{Class: "low", MaxRetry: 1}.Spec())
 	require.NoError(t, h.env.GetWorkflowError())
 	require.Len(t, h.requests, 2)
 	assert.Len(t, h.estimates, 1, "the first request asked, the rerun's did not")

@@ -20,6 +20,7 @@ import (
 
 	"github.com/trainq/trainq/activities"
 	"github.com/trainq/trainq/cluster"
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/metrics"
 	"github.com/trainq/trainq/protocol"
 )
@@ -62,7 +63,7 @@ func TestJobRegisterAnswersWhatItWaitsForAndHolds(t *testing.T) {
 	h.watch(1, 1, forever, 0)
 	h.register(10*time.Minute, "e2", &held)
 	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 20*time.Minute)
-	h.run(jobSpec("medium", 2, 3))
+	h.run(fixture.Job{Class: "medium", Workers: 2, MaxRetry: 3}.Spec())
 
 	assert.Equal(t, protocol.HoldWaiting, waiting.Phase)
 	assert.Equal(t, 1, waiting.Request.Attempt)
@@ -84,7 +85,7 @@ func TestJobIgnoresGrantOfReplacedAllocator(t *testing.T) {
 	h.grantFrom(2*time.Minute, "old", 1, 1)
 	h.grantFrom(5*time.Minute, "new", 1, 1)
 	h.watch(1, -1, time.Minute, 0)
-	h.run(jobSpec("medium", 1, 0))
+	h.run(fixture.Job{Class: "medium"}.Spec())
 	require.NoError(t, h.env.GetWorkflowError())
 	st := h.status()
 	require.NotNil(t, st.RunningAt)
@@ -99,7 +100,7 @@ func TestJobNodeLossRerunsWithoutSpendingRetries(t *testing.T) {
 	h.lostWatch(1, 1, 2*time.Minute)
 	h.grantFrom(10*time.Minute, "e", 2, 2)
 	h.watch(2, -1, time.Minute, 0)
-	h.run(jobSpec("medium", 2, 0))
+	h.run(fixture.Job{Class: "medium", Workers: 2}.Spec())
 	require.NoError(t, h.env.GetWorkflowError())
 
 	st := h.status()
@@ -133,7 +134,7 @@ func TestJobWhoseGPUsAreBusyHasTheNodeFencedAndRuns(t *testing.T) {
 	h.grantFrom(time.Minute, "e", 1, 2)
 	h.grantFrom(10*time.Minute, "e", 2, 2)
 	h.watch(2, -1, time.Minute, 0)
-	h.run(jobSpec("medium", 2, 0))
+	h.run(fixture.Job{Class: "medium", Workers: 2}.Spec())
 	require.NoError(t, h.env.GetWorkflowError())
 
 	st := h.status()
@@ -159,7 +160,7 @@ func TestJobLosingNodesTooOftenFails(t *testing.T) {
 		h.grantFrom(time.Duration(attempt)*10*time.Minute, "e", attempt, 1)
 		h.lostWatch(attempt, 0, time.Minute)
 	}
-	h.run(jobSpec("medium", 1, 5))
+	h.run(fixture.Job{Class: "medium", MaxRetry: 5}.Spec())
 	assert.Equal(t, ErrTypeJobFailed, appErrType(t, h.env.GetWorkflowError()))
 	st := h.status()
 	assert.Equal(t, protocol.StateFailed, st.State)
@@ -195,7 +196,7 @@ func TestJobStuckRestartsThenDeletes(t *testing.T) {
 			h.watch(1, 1, forever, 0)
 			h.grantFrom(10*time.Minute, "e", 2, 2)
 			h.watch(2, -1, time.Minute, 0)
-			spec := jobSpec("medium", 2, 1)
+			spec := fixture.Job{Class: "medium", Workers: 2, MaxRetry: 1}.Spec()
 			spec.Health = &protocol.JobHealth{LogPeriod: 10 * time.Minute, Action: tc.action, Notify: tc.notify}
 			h.run(spec)
 			stuck := int64(0)
@@ -221,7 +222,7 @@ func TestJobStuckRestartsThenDeletes(t *testing.T) {
 // again and again, and the last run still knows the whole job.
 func TestJobContinuesAsNewThroughFiftyAttempts(t *testing.T) {
 	const attempts = 50
-	spec := jobSpec("medium", 1, attempts)
+	spec := fixture.Job{Class: "medium", MaxRetry: attempts}.Spec()
 	in := protocol.JobInput{Name: testJob, Spec: spec, MaxEventsPerRun: 150}
 	runs, longest := 0, 0
 	var final protocol.JobStatus
@@ -281,7 +282,7 @@ func TestJobRerunKeepsTheSeqItsGrantNamed(t *testing.T) {
 	h.watch(1, -1, time.Minute, 1)
 	h.grantFrom(10*time.Minute, "e", 2, 1)
 	h.watch(2, -1, time.Minute, 0)
-	h.run(jobSpec("medium", 1, 1))
+	h.run(fixture.Job{Class: "medium", MaxRetry: 1}.Spec())
 	require.NoError(t, h.env.GetWorkflowError())
 	require.Len(t, h.requests, 2)
 	assert.Equal(t, int64(0), h.requests[0].Seq)
@@ -302,7 +303,7 @@ func TestJobTakesAGrantOfANewerEpoch(t *testing.T) {
 	h.grantFrom(2*time.Minute, e0, 1, 1)
 	h.grantFrom(3*time.Minute, e2, 1, 1)
 	h.watch(1, -1, time.Minute, 0)
-	h.run(jobSpec("medium", 1, 0))
+	h.run(fixture.Job{Class: "medium"}.Spec())
 	require.NoError(t, h.env.GetWorkflowError())
 	st := h.status()
 	require.NotNil(t, st.RunningAt)
@@ -322,7 +323,7 @@ func TestJobIgnoresARegisterOfAnOlderEpoch(t *testing.T) {
 	h.grantFrom(3*time.Minute, older, 1, 1)
 	h.grantFrom(4*time.Minute, newer, 1, 1)
 	h.watch(1, -1, time.Minute, 0)
-	h.run(jobSpec("medium", 1, 0))
+	h.run(fixture.Job{Class: "medium"}.Spec())
 	require.NoError(t, h.env.GetWorkflowError())
 	st := h.status()
 	require.NotNil(t, st.RunningAt)
@@ -345,7 +346,7 @@ func TestWaitingJobSendsItsRequestAgainWhenTheAllocatorLostIt(t *testing.T) {
 		})
 	h.grantAt(requestCheckInterval+time.Minute, 1, 1)
 	h.watch(1, -1, time.Minute, 0)
-	h.run(jobSpec("medium", 1, 0))
+	h.run(fixture.Job{Class: "medium"}.Spec())
 	require.NoError(t, h.env.GetWorkflowError())
 	assert.Equal(t, protocol.StateCompleted, h.status().State)
 	require.Len(t, checks, 1, "one check, after requestCheckInterval")
@@ -369,7 +370,7 @@ func TestRequestCheckIntervalFromInput(t *testing.T) {
 		})
 	h.grantAt(35*time.Second, 1, 1)
 	h.watch(1, -1, time.Minute, 0)
-	h.env.ExecuteWorkflow(protocol.JobWorkflowName, protocol.JobInput{Name: testJob, Spec: jobSpec("medium", 1, 0),
+	h.env.ExecuteWorkflow(protocol.JobWorkflowName, protocol.JobInput{Name: testJob, Spec: fixture.Job{Class: "medium"}.Spec(),
 		RequestCheckInterval: 10 * time.Second})
 	require.True(t, h.env.IsWorkflowCompleted())
 	require.NoError(t, h.env.GetWorkflowError())
@@ -389,7 +390,7 @@ func TestJobResetBeforeItsGrantIsGrantedAgain(t *testing.T) {
 	h.grantAt(time.Minute, 1, 1)
 	h.grantAt(2*time.Minute, 1, 1) // the copy a repeated request gets
 	h.watch(1, -1, 10*time.Minute, 0)
-	h.run(jobSpec("medium", 1, 0))
+	h.run(fixture.Job{Class: "medium"}.Spec())
 	require.NoError(t, h.env.GetWorkflowError())
 	st := h.status()
 	assert.Equal(t, protocol.StateCompleted, st.State)

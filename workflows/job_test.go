@@ -18,6 +18,7 @@ import (
 
 	"github.com/trainq/trainq/activities"
 	"github.com/trainq/trainq/cluster"
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
 )
@@ -38,11 +39,6 @@ const (
 var testStart = time.Date(2025, 3, 1, 9, 0, 0, 0, time.UTC)
 
 func workflowOpts(name string) workflow.RegisterOptions { return workflow.RegisterOptions{Name: name} }
-
-func jobSpec(class string, workers, maxRetry int) protocol.JobSpec {
-	return protocol.JobSpec{Script: "python train.py", InstanceType: "a100.2gpu", Region: "T", AllocationName: "basic",
-		NWorkers: workers, Type: "binary", PriorityClass: class, MaxRetry: maxRetry}
-}
 
 // sentSignal is one signal the job sent to its allocator.
 type sentSignal struct {
@@ -247,7 +243,7 @@ func TestJobGrantRunComplete(t *testing.T) {
 	h := newJobHarness(t)
 	h.grantAt(time.Minute, 1, 2)
 	h.watch(1, -1, 10*time.Minute, 0)
-	h.run(jobSpec("medium", 2, 0))
+	h.run(fixture.Job{Class: "medium", Workers: 2}.Spec())
 	require.NoError(t, h.env.GetWorkflowError())
 
 	st := h.status()
@@ -306,7 +302,7 @@ func TestOneWorkerAttemptStartsInOneStepAndNodesReportReleases(t *testing.T) {
 			return cluster.WorkerStatus{ID: in.WorkerID, Phase: cluster.PhaseExited}, nil
 		})
 	h.grantAt(time.Minute, 1, 1)
-	h.run(jobSpec("medium", 1, 0))
+	h.run(fixture.Job{Class: "medium"}.Spec())
 	require.NoError(t, h.env.GetWorkflowError())
 
 	require.Len(t, h.starts, 1)
@@ -325,7 +321,7 @@ func TestGrantInTheFirstTaskCounts(t *testing.T) {
 	h := newJobHarness(t)
 	h.grantAt(0, 1, 1)
 	h.watch(1, -1, time.Minute, 0)
-	h.run(jobSpec("medium", 1, 0))
+	h.run(fixture.Job{Class: "medium"}.Spec())
 	require.NoError(t, h.env.GetWorkflowError())
 	assert.Equal(t, protocol.StateCompleted, h.status().State)
 }
@@ -337,7 +333,7 @@ func TestJobPreemptedAndRerun(t *testing.T) {
 	h.preemptAt(30*time.Minute, 1, "lm-mpi-job-high")
 	h.grantAt(2*time.Hour, 2, 2)
 	h.watch(2, -1, 10*time.Minute, 0)
-	h.run(jobSpec("low", 2, 1))
+	h.run(fixture.Job{Class: "low", Workers: 2, MaxRetry: 1}.Spec())
 	require.NoError(t, h.env.GetWorkflowError())
 
 	st := h.status()
@@ -391,7 +387,7 @@ func TestJobPreemptedRetriesExhausted(t *testing.T) {
 	h.grantAt(2*time.Hour, 2, 1)
 	h.watch(2, -1, forever, 0)
 	h.preemptAt(3*time.Hour, 2, "lm-mpi-job-high2")
-	h.run(jobSpec("low", 1, 1))
+	h.run(fixture.Job{Class: "low", MaxRetry: 1}.Spec())
 
 	assert.Equal(t, ErrTypeJobPreempted, appErrType(t, h.env.GetWorkflowError()))
 	st := h.status()
@@ -412,7 +408,7 @@ func TestJobPreemptedWithoutRetries(t *testing.T) {
 	h.grantAt(time.Minute, 1, 1)
 	h.watch(1, -1, forever, 0)
 	h.preemptAt(30*time.Minute, 1, "lm-mpi-job-high")
-	h.run(jobSpec("low", 1, 0))
+	h.run(fixture.Job{Class: "low"}.Spec())
 	assert.Equal(t, ErrTypeJobPreempted, appErrType(t, h.env.GetWorkflowError()))
 	st := h.status()
 	assert.Equal(t, protocol.StatePreempted, st.State)
@@ -427,7 +423,7 @@ func TestJobWorkerFailureRerunsThenSucceeds(t *testing.T) {
 	h.watch(1, 1, forever, 0)       // worker 1 still runs: it must be stopped
 	h.grantAt(time.Hour, 2, 2)
 	h.watch(2, -1, 10*time.Minute, 0)
-	h.run(jobSpec("medium", 2, 2))
+	h.run(fixture.Job{Class: "medium", Workers: 2, MaxRetry: 2}.Spec())
 	require.NoError(t, h.env.GetWorkflowError())
 
 	st := h.status()
@@ -458,7 +454,7 @@ func TestJobFailureWithoutRetriesFails(t *testing.T) {
 	h := newJobHarness(t)
 	h.grantAt(time.Minute, 1, 1)
 	h.watch(1, -1, 5*time.Minute, 3)
-	h.run(jobSpec("medium", 1, 0))
+	h.run(fixture.Job{Class: "medium"}.Spec())
 	assert.Equal(t, ErrTypeJobFailed, appErrType(t, h.env.GetWorkflowError()))
 	st := h.status()
 	assert.Equal(t, protocol.StateFailed, st.State)
@@ -475,7 +471,7 @@ func TestJobCancelWhileRunning(t *testing.T) {
 	h.grantAt(time.Minute, 1, 2)
 	h.watch(1, -1, forever, 0)
 	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 20*time.Minute)
-	h.run(jobSpec("medium", 2, 3))
+	h.run(fixture.Job{Class: "medium", Workers: 2, MaxRetry: 3}.Spec())
 
 	var canceled *temporal.CanceledError
 	require.True(t, errors.As(h.env.GetWorkflowError(), &canceled), "got %v", h.env.GetWorkflowError())
@@ -500,7 +496,7 @@ func TestJobCancelWhileRunning(t *testing.T) {
 func TestJobCancelWhilePending(t *testing.T) {
 	h := newJobHarness(t)
 	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 20*time.Minute)
-	h.run(jobSpec("medium", 2, 3))
+	h.run(fixture.Job{Class: "medium", Workers: 2, MaxRetry: 3}.Spec())
 
 	var canceled *temporal.CanceledError
 	require.True(t, errors.As(h.env.GetWorkflowError(), &canceled), "got %v", h.env.GetWorkflowError())
@@ -519,7 +515,7 @@ func TestJobCapacityRefusedFailsAtOnce(t *testing.T) {
 	h := newJobHarness(t)
 	h.refuse = temporal.NewNonRetryableApplicationError("allocation T/basic cannot run it: the job needs 9 workers",
 		activities.ErrTypeCapacityRefused, nil)
-	h.run(jobSpec("medium", 2, 5))
+	h.run(fixture.Job{Class: "medium", Workers: 2, MaxRetry: 5}.Spec())
 
 	assert.Equal(t, ErrTypeJobFailed, appErrType(t, h.env.GetWorkflowError()))
 	st := h.status()
@@ -536,7 +532,7 @@ func TestNotebookIsHighClass(t *testing.T) {
 	h.grantAt(time.Minute, 1, 1)
 	h.watch(1, -1, forever, 0)
 	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 48*time.Hour)
-	spec := jobSpec("low", 1, 0)
+	spec := fixture.Job{Class: "low"}.Spec()
 	spec.Kind = scheduler.KindNotebook
 	h.run(spec)
 
@@ -550,7 +546,7 @@ func TestNotebookIsHighClass(t *testing.T) {
 
 func TestJobBadSpecFails(t *testing.T) {
 	h := newJobHarness(t)
-	spec := jobSpec("urgent", 1, 0)
+	spec := fixture.Job{Class: "urgent"}.Spec()
 	h.run(spec)
 	assert.Equal(t, ErrTypeBadJob, appErrType(t, h.env.GetWorkflowError()))
 	assert.Empty(t, h.requests)
@@ -567,7 +563,7 @@ func TestJobRefusedWhileWaitingFails(t *testing.T) {
 		h.env.SignalWorkflow(protocol.SignalRefuse, protocol.RefuseSignal{Attempt: 1,
 			Reason: "allocation T/basic was reconfigured and can no longer run this job: the job needs 2 workers"})
 	}, 10*time.Minute)
-	h.run(jobSpec("medium", 2, 5))
+	h.run(fixture.Job{Class: "medium", Workers: 2, MaxRetry: 5}.Spec())
 
 	assert.Equal(t, ErrTypeJobFailed, appErrType(t, h.env.GetWorkflowError()))
 	st := h.status()
@@ -613,7 +609,7 @@ func TestReleaseTheNodeReportedIsNotSentAgain(t *testing.T) {
 	h := newJobHarness(t)
 	h.grantAt(time.Minute, 1, 1)
 	h.watchReported(1, 0, 5*time.Minute)
-	h.run(jobSpec("medium", 1, 0))
+	h.run(fixture.Job{Class: "medium"}.Spec())
 	require.NoError(t, h.env.GetWorkflowError())
 	assert.Equal(t, protocol.StateCompleted, h.status().State)
 	assert.Empty(t, h.releaseSignals())
@@ -633,7 +629,7 @@ func TestReleaseAfterARegisterIsSentByTheJob(t *testing.T) {
 	h.register(3*time.Minute, "e1", &during)
 	h.register(7*time.Minute, "e2", &after)
 	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 20*time.Minute)
-	h.run(jobSpec("medium", 2, 0))
+	h.run(fixture.Job{Class: "medium", Workers: 2}.Spec())
 
 	assert.Empty(t, during.Released, "worker 0 still ran at the first register")
 	assert.Equal(t, []int{0}, after.Released, "the node's report counts in the register answer")
@@ -651,7 +647,7 @@ func TestOnlyUnreportedReleasesAreSent(t *testing.T) {
 	h.watch(1, 1, forever, 0)
 	h.register(7*time.Minute, "e1", &after)
 	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 20*time.Minute)
-	h.run(jobSpec("medium", 2, 0))
+	h.run(fixture.Job{Class: "medium", Workers: 2}.Spec())
 
 	assert.Equal(t, []int{0}, after.Released)
 	rs := h.releaseSignals()
@@ -668,7 +664,7 @@ func TestRefusedReleaseIsSentAgain(t *testing.T) {
 	h.refuseReleases = 3
 	h.grantAt(time.Minute, 1, 2)
 	h.watch(1, -1, 10*time.Minute, 0)
-	h.run(jobSpec("medium", 2, 0))
+	h.run(fixture.Job{Class: "medium", Workers: 2}.Spec())
 	require.NoError(t, h.env.GetWorkflowError())
 	assert.Equal(t, protocol.StateCompleted, h.status().State)
 	assert.Zero(t, h.refuseReleases, "the server refused three releases")
@@ -692,7 +688,7 @@ func TestLargestJobStopsWithinThePendingActivitiesLimit(t *testing.T) {
 	h.grantAt(time.Minute, 1, workers)
 	h.watch(1, -1, forever, 0)
 	h.preemptAt(30*time.Minute, 1, "lm-mpi-job-high")
-	h.run(jobSpec("low", workers, 0))
+	h.run(fixture.Job{Class: "low", Workers: workers}.Spec())
 	require.Error(t, h.env.GetWorkflowError(), "preempted with no retries left")
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -720,7 +716,7 @@ func TestStopTimerStopsTheJobAfterItsRunningTime(t *testing.T) {
 	h.preemptAt(21*time.Minute, 1, "lm-mpi-job-high")
 	h.grantAt(2*time.Hour, 2, 1)
 	h.watch(2, -1, forever, 0)
-	spec := jobSpec("low", 1, 3)
+	spec := fixture.Job{Class: "low", MaxRetry: 3}.Spec()
 	spec.TimeLimit = 30 * time.Minute
 	h.run(spec)
 	require.NoError(t, h.env.GetWorkflowError(), "a job its stop_timer stopped ends without error")
@@ -749,7 +745,7 @@ func TestWorkersGetTheRequestsMLSpaceSettings(t *testing.T) {
 	h := newJobHarness(t)
 	h.grantAt(time.Minute, 1, 2)
 	h.watch(1, -1, time.Minute, 0)
-	spec := jobSpec("medium", 2, 0)
+	spec := fixture.Job{Class: "medium", Workers: 2}.Spec()
 	no := false
 	spec.Type, spec.CondaEnv, spec.ShmSizeClass, spec.Internet = "pytorch_elastic", "torch", "large", &no
 	spec.ElasticMinWorkers, spec.ElasticMaxWorkers, spec.ElasticMaxRestarts = 1, 2, 5
@@ -796,7 +792,7 @@ func TestPreemptionNoticeThenExit(t *testing.T) {
 	h.preemptWithNoticeAt(30*time.Minute, 1, time.Minute)
 	h.grantAt(2*time.Hour, 2, 2)
 	h.watch(2, -1, time.Minute, 0)
-	h.run(jobSpec("low", 2, 1))
+	h.run(fixture.Job{Class: "low", Workers: 2, MaxRetry: 1}.Spec())
 	require.NoError(t, h.env.GetWorkflowError())
 
 	st := h.status()
@@ -827,7 +823,7 @@ func TestPreemptionNoticeIgnored(t *testing.T) {
 	h.preemptWithNoticeAt(30*time.Minute, 1, time.Minute)
 	h.grantAt(2*time.Hour, 2, 1)
 	h.watch(2, -1, time.Minute, 0)
-	h.run(jobSpec("low", 1, 1))
+	h.run(fixture.Job{Class: "low", MaxRetry: 1}.Spec())
 	require.NoError(t, h.env.GetWorkflowError())
 	require.Len(t, *notices, 1)
 	var stopAt []time.Time
@@ -860,7 +856,7 @@ func TestNoticesStayWithinThePendingActivitiesLimit(t *testing.T) {
 	h.grantAt(time.Minute, 1, workers)
 	h.watch(1, -1, forever, 0)
 	h.preemptWithNoticeAt(30*time.Minute, 1, time.Minute)
-	h.run(jobSpec("low", workers, 0))
+	h.run(fixture.Job{Class: "low", Workers: workers}.Spec())
 	require.Error(t, h.env.GetWorkflowError(), "preempted with no retries left")
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/trainq/trainq/activities"
 	"github.com/trainq/trainq/cluster"
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
 )
 
@@ -67,7 +68,7 @@ func TestStuckDuringANoticeKeepsItsEnd(t *testing.T) {
 			tc.interrupt(h)
 			h.grantAt(time.Hour, 2, 1)
 			h.watch(2, -1, time.Minute, 0)
-			spec := jobSpec("low", 1, 1)
+			spec := fixture.Job{Class: "low", MaxRetry: 1}.Spec()
 			spec.Health = &protocol.JobHealth{LogPeriod: 10 * time.Minute, Action: protocol.HealthActionDelete}
 			h.run(spec)
 
@@ -103,7 +104,7 @@ func TestTimeLimitDuringANoticeEndsTheJob(t *testing.T) {
 			tc.interrupt(h) // notice 29 min to 34 min; the time limit at 31 min
 			h.grantAt(2*time.Hour, 2, 1)
 			h.watch(2, -1, forever, 0)
-			spec := jobSpec("low", 1, 3)
+			spec := fixture.Job{Class: "low", MaxRetry: 3}.Spec()
 			spec.TimeLimit = 30 * time.Minute
 			h.run(spec)
 
@@ -129,7 +130,7 @@ func TestASlowNoticeDoesNotPutOffTheDeadline(t *testing.T) {
 	h.grantAt(time.Minute, 1, 2)
 	h.watch(1, -1, forever, 0)
 	h.preemptWithNoticeAt(20*time.Minute, 1, 10*time.Second)
-	h.run(jobSpec("low", 2, 0))
+	h.run(fixture.Job{Class: "low", Workers: 2}.Spec())
 
 	stops := h.stopsOf(1)
 	require.Len(t, stops, 2)

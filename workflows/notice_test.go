@@ -13,6 +13,7 @@ import (
 
 	"github.com/trainq/trainq/activities"
 	"github.com/trainq/trainq/cluster"
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
 )
 
@@ -51,7 +52,7 @@ func TestCancelWithNoticeThenExit(t *testing.T) {
 	h.grantWithNoticeAt(time.Minute, 1, 2, time.Minute, "SIGUSR1")
 	h.watch(1, -1, 19*time.Minute+10*time.Second, 143) // both exit 10 s after the cancel
 	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 20*time.Minute)
-	h.run(jobSpec("medium", 2, 3))
+	h.run(fixture.Job{Class: "medium", Workers: 2, MaxRetry: 3}.Spec())
 
 	var canceled *temporal.CanceledError
 	require.True(t, errors.As(h.env.GetWorkflowError(), &canceled), "got %v", h.env.GetWorkflowError())
@@ -85,7 +86,7 @@ func TestCancelWithNoticeIgnored(t *testing.T) {
 	h.grantWithNoticeAt(time.Minute, 1, 1, 2*time.Minute, "")
 	h.watch(1, -1, forever, 0)
 	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 20*time.Minute)
-	h.run(jobSpec("medium", 1, 3))
+	h.run(fixture.Job{Class: "medium", MaxRetry: 3}.Spec())
 
 	assert.Equal(t, protocol.StateStopped, h.status().State)
 	require.Len(t, *notices, 1)
@@ -105,7 +106,7 @@ func TestCancelWithoutNoticeStopsAtOnce(t *testing.T) {
 	h.grantWithNoticeAt(time.Minute, 1, 1, 0, "SIGUSR1")
 	h.watch(1, -1, forever, 0)
 	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 20*time.Minute)
-	h.run(jobSpec("medium", 1, 3))
+	h.run(fixture.Job{Class: "medium", MaxRetry: 3}.Spec())
 
 	assert.Empty(t, *notices)
 	stops := h.stopsOf(1)
@@ -123,7 +124,7 @@ func TestCancelDuringAPreemptionNotice(t *testing.T) {
 	h.watch(1, -1, forever, 0)
 	h.preemptWithNoticeAt(20*time.Minute, 1, time.Minute)
 	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 20*time.Minute+30*time.Second)
-	h.run(jobSpec("low", 1, 3))
+	h.run(fixture.Job{Class: "low", MaxRetry: 3}.Spec())
 
 	st := h.status()
 	assert.Equal(t, protocol.StateStopped, st.State)
@@ -143,7 +144,7 @@ func TestTimeLimitWithNotice(t *testing.T) {
 	notices := h.notices()
 	h.grantWithNoticeAt(time.Minute, 1, 1, 2*time.Minute, "")
 	h.watch(1, -1, forever, 0)
-	spec := jobSpec("medium", 1, 3)
+	spec := fixture.Job{Class: "medium", MaxRetry: 3}.Spec()
 	spec.TimeLimit = 30 * time.Minute
 	h.run(spec)
 
@@ -181,7 +182,7 @@ func TestStuckWithNotice(t *testing.T) {
 	})
 	h.grantAt(10*time.Minute, 2, 1)
 	h.watch(2, -1, time.Minute, 0)
-	spec := jobSpec("medium", 1, 1)
+	spec := fixture.Job{Class: "medium", MaxRetry: 1}.Spec()
 	spec.Health = &protocol.JobHealth{LogPeriod: 10 * time.Minute, Action: protocol.HealthActionRestart}
 	h.run(spec)
 	require.NoError(t, h.env.GetWorkflowError())
@@ -215,7 +216,7 @@ func TestCheckpointWithinTheNoticeHonoursIt(t *testing.T) {
 	}, 20*time.Minute+10*time.Second)
 	h.grantAt(time.Hour, 2, 1)
 	h.watch(2, -1, time.Minute, 0)
-	h.run(jobSpec("low", 1, 1))
+	h.run(fixture.Job{Class: "low", MaxRetry: 1}.Spec())
 	require.NoError(t, h.env.GetWorkflowError())
 
 	st := h.status()
@@ -241,7 +242,7 @@ func TestDrainMovesTheJobWithANotice(t *testing.T) {
 	}, 20*time.Minute)
 	h.grantAt(time.Hour, 2, 1)
 	h.watch(2, -1, time.Minute, 0)
-	h.run(jobSpec("medium", 1, 0))
+	h.run(fixture.Job{Class: "medium"}.Spec())
 	require.NoError(t, h.env.GetWorkflowError())
 
 	st := h.status()
@@ -280,7 +281,7 @@ func TestRerunSaysItHonoursItsNotices(t *testing.T) {
 			}
 			h.grantAt(time.Hour, 2, 1)
 			h.watch(2, -1, time.Minute, 0)
-			h.run(jobSpec("low", 1, 1))
+			h.run(fixture.Job{Class: "low", MaxRetry: 1}.Spec())
 			require.NoError(t, h.env.GetWorkflowError())
 			h.mu.Lock()
 			defer h.mu.Unlock()

@@ -26,6 +26,7 @@ import (
 
 	trainq "github.com/trainq/trainq/client"
 	kubeb "github.com/trainq/trainq/cluster/kube"
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
 )
 
@@ -662,7 +663,7 @@ func (r *kcRun) play() {
 }
 
 func (r *kcRun) submitSpec(j kcJob, why string) string {
-	spec := jobSpec(j.alloc, j.class, 1, nil)
+	spec := fixture.Job{Region: "K", Allocation: j.alloc, Class: j.class, Script: "python3 train.py"}.Spec()
 	spec.InstanceType = fmt.Sprintf("a100.%dgpu", j.gpus)
 	spec.MaxRetry = j.maxRetry
 	if j.exitAfter > 0 {

@@ -15,6 +15,7 @@ import (
 
 	trainq "github.com/trainq/trainq/client"
 	kubeb "github.com/trainq/trainq/cluster/kube"
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
 )
 
@@ -156,11 +157,11 @@ func TestKubeRepeatedPreemption(t *testing.T) {
 	pw := watchPods(t)
 	startWorker(t)
 	for round := range 5 {
-		victim := submit(t, jobSpec("basic", "low", 2, nil))
+		victim := submit(t, fixture.Job{Region: "K", Allocation: "basic", Class: "low", Workers: 2, Script: "python3 train.py"}.Spec())
 		v0, v1 := podName(victim, 1, 0), podName(victim, 1, 1)
 		pw.waitRunning(t, v0, v1)
 		waitState(t, victim, protocol.StateRunning, long)
-		preemptor := submit(t, jobSpec("basic", "high", 2, map[string]string{"KWOK_EXIT_AFTER": "1s"}))
+		preemptor := submit(t, fixture.Job{Region: "K", Allocation: "basic", Class: "high", Workers: 2, Script: "python3 train.py", Env: map[string]string{"KWOK_EXIT_AFTER": "1s"}}.Spec())
 		pw.waitGone(t, v0, v1)
 		pw.mu.Lock()
 		for _, v := range []string{v0, v1} {

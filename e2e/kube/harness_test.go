@@ -130,40 +130,19 @@ func TestMain(m *testing.M) {
 		fmt.Println("e2e/kube: skipped:", err)
 		os.Exit(0)
 	}
-	os.Exit(run(m))
+	testenv.Bootstrap{Package: "e2e/kube", Root: "../..", Build: map[string]string{"trainq-worker": "./worker"}}.Main(m, run)
 }
 
-func run(m *testing.M) int {
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		panic(err)
-	}
-	temporalBin, skip, err := testenv.TemporalCLI(root)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e/kube:", err)
-		return 1
-	}
-	if skip != "" {
-		fmt.Println(testenv.SkipMessage("e2e/kube", skip))
-		return 0
-	}
-	env.dir, err = os.MkdirTemp("", "trainq-e2e-kube-")
-	if err != nil {
-		panic(err)
-	}
-	defer os.RemoveAll(env.dir)
-	env.binDir = filepath.Join(env.dir, "bin")
-	if err := testenv.Build(root, filepath.Join(env.binDir, "trainq-worker"), "./worker"); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e/kube: build failed:", err)
-		return 1
-	}
+func run(m *testing.M, h *testenv.Harness) int {
+	temporalBin := h.TemporalBin
+	env.dir, env.binDir = h.Dir, h.BinDir
+	var err error
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	begin := time.Now()
 	env.cluster, err = kubetest.Run(ctx, filepath.Join(env.dir, "cluster"))
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e/kube: test cluster:", err)
-		return 1
+		return h.Fail("test cluster", err)
 	}
 	defer env.cluster.Stop()
 	if err := env.cluster.CreateNamespace(ctx, namespace); err != nil {
@@ -189,8 +168,7 @@ func run(m *testing.M) int {
 	fmt.Printf("e2e/kube: test cluster with %d nodes ready in %v\n", len(env.cfg.Nodes()), time.Since(begin).Round(time.Millisecond))
 	srv, err := testenv.StartDevServer(temporalBin)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e/kube: dev server:", err)
-		return 1
+		return h.Fail("dev server", err)
 	}
 	defer srv.Stop()
 	env.hostPort = srv.FrontendHostPort()
@@ -426,9 +404,4 @@ func events(t *testing.T, pod string) []corev1.Event {
 func selectedNode(name string) kubetest.Node {
 	return kubetest.Node{Name: name, GPUs: 2, CPU: 16, MemoryGi: 128,
 		Labels: map[string]string{"trainq.io/allocation": "selected", kubeb.FamilyLabel: "a100"}}
-}
-
-func jobSpec(alloc, class string, workers int, env map[string]string) protocol.JobSpec {
-	return protocol.JobSpec{Script: "python3 train.py", InstanceType: "a100.2gpu", Region: "K", AllocationName: alloc,
-		PriorityClass: class, NWorkers: workers, Type: "binary", MaxRetry: 0, EnvVariables: env}
 }

@@ -14,6 +14,7 @@ import (
 
 	trainq "github.com/trainq/trainq/client"
 	kubeb "github.com/trainq/trainq/cluster/kube"
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
 )
 
@@ -30,7 +31,7 @@ func envOf(p *corev1.Pod) map[string]string {
 func TestKubePodsOfAJob(t *testing.T) {
 	pw := watchPods(t)
 	startWorker(t)
-	spec := jobSpec("basic", "medium", 2, map[string]string{"KWOK_EXIT_AFTER": "2s"})
+	spec := fixture.Job{Region: "K", Allocation: "basic", Class: "medium", Workers: 2, Script: "python3 train.py", Env: map[string]string{"KWOK_EXIT_AFTER": "2s"}}.Spec()
 	spec.BaseImage = "registry.example/train:1"
 	job := submit(t, spec)
 	w0, w1 := podName(job, 1, 0), podName(job, 1, 1)
@@ -74,7 +75,7 @@ func TestKubePodsOfAJob(t *testing.T) {
 // attempt with that code.
 func TestKubeFailingPodExitCode(t *testing.T) {
 	startWorker(t)
-	job := submit(t, jobSpec("basic", "medium", 1, map[string]string{"KWOK_EXIT_AFTER": "1s", "KWOK_EXIT_CODE": "3"}))
+	job := submit(t, fixture.Job{Region: "K", Allocation: "basic", Class: "medium", Script: "python3 train.py", Env: map[string]string{"KWOK_EXIT_AFTER": "1s", "KWOK_EXIT_CODE": "3"}}.Spec())
 	st := waitState(t, job, protocol.StateFailed, long)
 	require.NotEmpty(t, st.Attempts)
 	assert.Contains(t, st.Attempts[0].EndReason, "worker 0 exited with code 3")
@@ -87,7 +88,7 @@ func TestKubeFailingPodExitCode(t *testing.T) {
 func TestKubeImagePullFailure(t *testing.T) {
 	pw := watchPods(t)
 	startWorker(t)
-	job := submit(t, jobSpec("basic", "medium", 1, map[string]string{"KWOK_IMAGE_PULL": "fail"}))
+	job := submit(t, fixture.Job{Region: "K", Allocation: "basic", Class: "medium", Script: "python3 train.py", Env: map[string]string{"KWOK_IMAGE_PULL": "fail"}}.Spec())
 	st := waitState(t, job, protocol.StateFailed, long)
 	require.NotEmpty(t, st.Attempts)
 	assert.Contains(t, st.Attempts[0].EndReason, "ErrImagePull")
@@ -101,7 +102,7 @@ func TestKubeImagePullFailure(t *testing.T) {
 func TestKubeCancel(t *testing.T) {
 	pw := watchPods(t)
 	startWorker(t)
-	job := submit(t, jobSpec("basic", "high", 2, nil))
+	job := submit(t, fixture.Job{Region: "K", Allocation: "basic", Class: "high", Workers: 2, Script: "python3 train.py"}.Spec())
 	w0, w1 := podName(job, 1, 0), podName(job, 1, 1)
 	pw.waitRunning(t, w0, w1)
 	waitState(t, job, protocol.StateRunning, long)
@@ -125,17 +126,14 @@ func TestKubeCancel(t *testing.T) {
 func TestKubeSeedWorkedExample(t *testing.T) {
 	pw := watchPods(t)
 	startWorker(t)
-	spec := func(class string, workers int, env map[string]string) protocol.JobSpec {
-		return jobSpec("seed", class, workers, env)
-	}
-	job0 := submit(t, spec("low", 2, nil))
+	job0 := submit(t, fixture.Job{Region: "K", Allocation: "seed", Class: "low", Workers: 2, Script: "python3 train.py"}.Spec())
 	pw.waitRunning(t, podName(job0, 1, 0), podName(job0, 1, 1))
 	waitState(t, job0, protocol.StateRunning, long)
 	// Job 0's containers take their time to stop once told to.
 	holdPod(t, podName(job0, 1, 0))
 	holdPod(t, podName(job0, 1, 1))
 
-	job1 := submit(t, spec("high", 2, nil))
+	job1 := submit(t, fixture.Job{Region: "K", Allocation: "seed", Class: "high", Workers: 2, Script: "python3 train.py"}.Spec())
 	pw.waitRunning(t, podName(job1, 1, 0), podName(job1, 1, 1))
 	st1 := waitState(t, job1, protocol.StateRunning, long)
 	var lastRunning time.Time
@@ -148,12 +146,12 @@ func TestKubeSeedWorkedExample(t *testing.T) {
 	pw.mu.Unlock()
 	t.Logf("FIGURE grant → all pods Running (2 pods): %v", lastRunning.Sub(*st1.Attempts[0].StartedAt).Round(time.Millisecond))
 
-	job2 := submit(t, spec("low", 1, map[string]string{"KWOK_EXIT_AFTER": "1s"}))
+	job2 := submit(t, fixture.Job{Region: "K", Allocation: "seed", Class: "low", Script: "python3 train.py", Env: map[string]string{"KWOK_EXIT_AFTER": "1s"}}.Spec())
 	eventually(t, long, "Job 2 to wait with a reason", func() bool { return status(t, job2).Reason != "" })
 
 	// Job 3 (medium) preempts Job 0 (low), whose pods are marked and deleted
 	// but stay until their containers stop.
-	job3 := submit(t, spec("medium", 2, nil))
+	job3 := submit(t, fixture.Job{Region: "K", Allocation: "seed", Class: "medium", Workers: 2, Script: "python3 train.py"}.Spec())
 	pw.wait(t, "Job 0's pods to be marked as preempted by Job 3", func(pw *podWatch) bool {
 		for w := range 2 {
 			p := pw.pods[podName(job0, 1, w)]
@@ -174,7 +172,7 @@ func TestKubeSeedWorkedExample(t *testing.T) {
 	})
 
 	// Job 4 (high) arrives; nothing is free.
-	job4 := submit(t, spec("high", 1, nil))
+	job4 := submit(t, fixture.Job{Region: "K", Allocation: "seed", Class: "high", Script: "python3 train.py"}.Spec())
 	eventually(t, long, "Job 4 to wait with a reason", func() bool { return status(t, job4).Reason != "" })
 
 	// Job 1's first container ends: Job 4 starts on that node, before Job 3.
@@ -212,13 +210,13 @@ func TestKubeSeedWorkedExample(t *testing.T) {
 func TestKubePreemptionReruns(t *testing.T) {
 	pw := watchPods(t)
 	startWorker(t)
-	low := jobSpec("preempt", "low", 1, nil)
+	low := fixture.Job{Region: "K", Allocation: "preempt", Class: "low", Script: "python3 train.py"}.Spec()
 	low.MaxRetry = 1
 	victim := submit(t, low)
 	pw.waitRunning(t, podName(victim, 1, 0))
 	waitState(t, victim, protocol.StateRunning, long)
 
-	preemptor := submit(t, jobSpec("preempt", "high", 1, map[string]string{"KWOK_EXIT_AFTER": "2s"}))
+	preemptor := submit(t, fixture.Job{Region: "K", Allocation: "preempt", Class: "high", Script: "python3 train.py", Env: map[string]string{"KWOK_EXIT_AFTER": "2s"}}.Spec())
 	pw.waitGone(t, podName(victim, 1, 0))
 	pw.mu.Lock()
 	marked, gone := pw.marked[podName(victim, 1, 0)], pw.gone[podName(victim, 1, 0)]
@@ -258,7 +256,7 @@ func TestKubePreemptionReruns(t *testing.T) {
 func TestKubeWorkerRestartReattaches(t *testing.T) {
 	pw := watchPods(t)
 	w := startWorker(t)
-	job := submit(t, jobSpec("basic", "medium", 2, nil))
+	job := submit(t, fixture.Job{Region: "K", Allocation: "basic", Class: "medium", Workers: 2, Script: "python3 train.py"}.Spec())
 	w0, w1 := podName(job, 1, 0), podName(job, 1, 1)
 	pw.waitRunning(t, w0, w1)
 	waitState(t, job, protocol.StateRunning, long)
@@ -285,7 +283,7 @@ func TestKubeWorkerRestartReattaches(t *testing.T) {
 func TestKubeNodeNotReadyIsNodeLoss(t *testing.T) {
 	pw := watchPods(t)
 	startWorker(t)
-	job := submit(t, jobSpec("lost", "medium", 1, nil))
+	job := submit(t, fixture.Job{Region: "K", Allocation: "lost", Class: "medium", Script: "python3 train.py"}.Spec())
 	first := podName(job, 1, 0)
 	pw.waitRunning(t, first)
 	waitState(t, job, protocol.StateRunning, long)

@@ -24,6 +24,7 @@ import (
 
 	trainq "github.com/trainq/trainq/client"
 	kubeb "github.com/trainq/trainq/cluster/kube"
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/internal/kubetest"
 	"github.com/trainq/trainq/internal/testenv"
 	"github.com/trainq/trainq/protocol"
@@ -411,7 +412,7 @@ func TestKubeLargestJob(t *testing.T) {
 		largestNodes, knows.Round(time.Millisecond), time.Since(begin).Round(time.Millisecond))
 
 	// The big job: every node, 1 GPU each, lowest class, no retry.
-	spec := jobSpec(largestLabel, "low", largestNodes, nil)
+	spec := fixture.Job{Region: "K", Allocation: largestLabel, Class: "low", Workers: largestNodes, Script: "python3 train.py"}.Spec()
 	spec.InstanceType = "a100.1gpu"
 	spec.MaxRetry = 0
 	require.NoError(t, protocol.CheckLimits(spec), "the API accepts the job")
@@ -450,7 +451,7 @@ func TestKubeLargestJob(t *testing.T) {
 		lastPod.Sub(submitted).Round(time.Millisecond))
 
 	// A high job needing one node preempts the big one.
-	hspec := jobSpec(largestLabel, "high", 1, nil)
+	hspec := fixture.Job{Region: "K", Allocation: largestLabel, Class: "high", Script: "python3 train.py"}.Spec()
 	hspec.InstanceType = "a100.1gpu"
 	high := submit(t, hspec)
 	pw.waitPods(t, largestTimeout, fmt.Sprintf("the %d pods of %s to be gone", largestNodes, big), func(pw *podWatch) bool {

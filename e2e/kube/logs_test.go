@@ -12,6 +12,7 @@ import (
 	trainq "github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/cluster"
 	kubeb "github.com/trainq/trainq/cluster/kube"
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/internal/kubetest"
 	"github.com/trainq/trainq/protocol"
 )
@@ -23,7 +24,7 @@ import (
 func TestKubeLogs(t *testing.T) {
 	pw := watchPods(t)
 	startWorker(t)
-	job := submit(t, jobSpec("basic", "medium", 1, nil))
+	job := submit(t, fixture.Job{Region: "K", Allocation: "basic", Class: "medium", Script: "python3 train.py"}.Spec())
 	pod := podName(job, 1, 0)
 	pw.waitRunning(t, pod)
 	waitState(t, job, protocol.StateRunning, long)

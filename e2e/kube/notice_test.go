@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	kubeb "github.com/trainq/trainq/cluster/kube"
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
 )
 
@@ -49,7 +50,7 @@ func noticeVolume(p *corev1.Pod) *corev1.DownwardAPIVolumeSource {
 func TestKubePreemptionNotice(t *testing.T) {
 	pw := watchPods(t)
 	startWorker(t)
-	low := jobSpec("notice", "low", 1, nil)
+	low := fixture.Job{Region: "K", Allocation: "notice", Class: "low", Script: "python3 train.py"}.Spec()
 	low.MaxRetry = 1
 	victim := submit(t, low)
 	victimPod := podName(victim, 1, 0)
@@ -57,7 +58,7 @@ func TestKubePreemptionNotice(t *testing.T) {
 	waitState(t, victim, protocol.StateRunning, long)
 	require.NotNil(t, noticeVolume(pw.pod(victimPod)), "the pod shows its notice annotation at $TRAINQ_NOTICE_FILE")
 
-	preemptor := submit(t, jobSpec("notice", "high", 1, map[string]string{"KWOK_EXIT_AFTER": "2s"}))
+	preemptor := submit(t, fixture.Job{Region: "K", Allocation: "notice", Class: "high", Script: "python3 train.py", Env: map[string]string{"KWOK_EXIT_AFTER": "2s"}}.Spec())
 	n := pw.waitNotice(t, victimPod)
 	assert.Equal(t, protocol.NoticeReasonPreempted, n.Reason)
 	require.NotNil(t, n.By)
@@ -93,7 +94,7 @@ func TestKubePreemptionNotice(t *testing.T) {
 func TestKubeCancelNoticeThenDeadline(t *testing.T) {
 	pw := watchPods(t)
 	startWorker(t)
-	job := submit(t, jobSpec("notice", "medium", 1, nil))
+	job := submit(t, fixture.Job{Region: "K", Allocation: "notice", Class: "medium", Script: "python3 train.py"}.Spec())
 	pod := podName(job, 1, 0)
 	pw.waitRunning(t, pod)
 	waitState(t, job, protocol.StateRunning, long)

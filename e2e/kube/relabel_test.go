@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kubeb "github.com/trainq/trainq/cluster/kube"
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/internal/kubetest"
 	"github.com/trainq/trainq/protocol"
 )
@@ -36,11 +37,11 @@ func TestKubeRelabelledNodeMovesOnlyWhenFree(t *testing.T) {
 		a, b := queueNodes("relabel-a"), queueNodes("relabel-b")
 		return len(a) == 1 && a[0].Name == "rl-1" && len(b) == 1 && b[0].Name == "rl-2"
 	})
-	holder := submit(t, jobSpec("relabel-a", "medium", 1, nil))
+	holder := submit(t, fixture.Job{Region: "K", Allocation: "relabel-a", Class: "medium", Script: "python3 train.py"}.Spec())
 	pw.waitRunning(t, podName(holder, 1, 0))
-	first := submit(t, jobSpec("relabel-b", "medium", 1, nil))
+	first := submit(t, fixture.Job{Region: "K", Allocation: "relabel-b", Class: "medium", Script: "python3 train.py"}.Spec())
 	pw.waitRunning(t, podName(first, 1, 0))
-	waiter := submit(t, jobSpec("relabel-b", "medium", 1, nil))
+	waiter := submit(t, fixture.Job{Region: "K", Allocation: "relabel-b", Class: "medium", Script: "python3 train.py"}.Spec())
 	waitState(t, waiter, protocol.StatePending, long)
 
 	node, err := env.cluster.Client.CoreV1().Nodes().Get(ctx, "rl-1", metav1.GetOptions{})

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	trainq "github.com/trainq/trainq/client"
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
 )
@@ -35,11 +36,11 @@ func TestKubeNodeSelector(t *testing.T) {
 		nodes := queueNodes("selected")
 		return len(nodes) == 1 && nodes[0].Name == "sel-1" && nodes[0].GPUs == 2
 	})
-	first := submit(t, jobSpec("selected", "medium", 1, nil))
+	first := submit(t, fixture.Job{Region: "K", Allocation: "selected", Class: "medium", Script: "python3 train.py"}.Spec())
 	pw.waitRunning(t, podName(first, 1, 0))
 	assert.Equal(t, "sel-1", pw.pod(podName(first, 1, 0)).Spec.NodeName)
 
-	second := submit(t, jobSpec("selected", "medium", 1, nil))
+	second := submit(t, fixture.Job{Region: "K", Allocation: "selected", Class: "medium", Script: "python3 train.py"}.Spec())
 	st := waitState(t, second, protocol.StatePending, long)
 	assert.Equal(t, protocol.StatePending, st.State, "one selected node, held by the first job")
 
@@ -55,7 +56,7 @@ func TestKubeNodeSelector(t *testing.T) {
 	assert.Equal(t, []string{"sel-1", "sel-2"}, names)
 	// A job no selected node can ever hold is refused by the allocator,
 	// which alone knows the nodes picked now.
-	big := jobSpec("selected", "medium", 1, nil)
+	big := fixture.Job{Region: "K", Allocation: "selected", Class: "medium", Script: "python3 train.py"}.Spec()
 	big.InstanceType = "a100.4gpu"
 	refused := waitState(t, submit(t, big), protocol.StateFailed, long)
 	assert.Contains(t, refused.Message, "the largest a100 node in this allocation has 2")

@@ -14,6 +14,7 @@ import (
 
 	trainq "github.com/trainq/trainq/client"
 	kubeb "github.com/trainq/trainq/cluster/kube"
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
 )
 
@@ -89,7 +90,7 @@ func stuckEvent(t *testing.T, pod string) string {
 func TestKubeCancelWithPodStuckTerminating(t *testing.T) {
 	pw := watchPods(t)
 	startWorker(t)
-	job := submit(t, jobSpec("stuck", "high", 1, nil))
+	job := submit(t, fixture.Job{Region: "K", Allocation: "stuck", Class: "high", Script: "python3 train.py"}.Spec())
 	pod := podName(job, 1, 0)
 	pw.waitRunning(t, pod)
 	waitState(t, job, protocol.StateRunning, long)
@@ -109,7 +110,7 @@ func TestKubeCancelWithPodStuckTerminating(t *testing.T) {
 	assert.Contains(t, msg, holdFinalizer)
 
 	// The node's two GPUs are free: the next job gets them.
-	next := submit(t, jobSpec("stuck", "high", 1, nil))
+	next := submit(t, fixture.Job{Region: "K", Allocation: "stuck", Class: "high", Script: "python3 train.py"}.Spec())
 	pw.waitRunning(t, podName(next, 1, 0))
 	assert.Equal(t, p.Spec.NodeName, pw.pod(podName(next, 1, 0)).Spec.NodeName)
 	exitPod(t, podName(next, 1, 0), 0)
@@ -122,7 +123,7 @@ func TestKubeCancelWithPodStuckTerminating(t *testing.T) {
 func TestKubePreemptionWithPodStuckTerminating(t *testing.T) {
 	pw := watchPods(t)
 	startWorker(t)
-	low := jobSpec("stuck", "low", 1, nil)
+	low := fixture.Job{Region: "K", Allocation: "stuck", Class: "low", Script: "python3 train.py"}.Spec()
 	low.MaxRetry = 1
 	victim := submit(t, low)
 	first := podName(victim, 1, 0)
@@ -130,7 +131,7 @@ func TestKubePreemptionWithPodStuckTerminating(t *testing.T) {
 	waitState(t, victim, protocol.StateRunning, long)
 	holdForever(t, first)
 
-	preemptor := submit(t, jobSpec("stuck", "high", 1, nil))
+	preemptor := submit(t, fixture.Job{Region: "K", Allocation: "stuck", Class: "high", Script: "python3 train.py"}.Spec())
 	pw.endTerminating(t, first)
 	pw.waitRunning(t, podName(preemptor, 1, 0))
 	assert.NotNil(t, pw.pod(first), "the victim's pod is still Terminating")
@@ -156,7 +157,7 @@ func TestKubePreemptionWithPodStuckTerminating(t *testing.T) {
 func TestKubeFenceWithPodStuckTerminating(t *testing.T) {
 	pw := watchPods(t)
 	startWorker(t)
-	job := submit(t, jobSpec("fenced", "medium", 1, nil))
+	job := submit(t, fixture.Job{Region: "K", Allocation: "fenced", Class: "medium", Script: "python3 train.py"}.Spec())
 	first := podName(job, 1, 0)
 	pw.waitRunning(t, first)
 	waitState(t, job, protocol.StateRunning, long)
@@ -179,7 +180,7 @@ func TestKubeFenceWithPodStuckTerminating(t *testing.T) {
 	endContainers(t, first)
 
 	// Both GPUs of the other node are taken: a job gets the fenced node's.
-	third := submit(t, jobSpec("fenced", "medium", 1, nil))
+	third := submit(t, fixture.Job{Region: "K", Allocation: "fenced", Class: "medium", Script: "python3 train.py"}.Spec())
 	pw.waitRunning(t, podName(third, 1, 0))
 	assert.Equal(t, node, pw.pod(podName(third, 1, 0)).Spec.NodeName, "the fenced node is used again")
 	assert.NotNil(t, pw.pod(first), "the fenced pod is still Terminating")

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
 )
 
@@ -17,7 +18,7 @@ import (
 func TestKubeOOMKilled(t *testing.T) {
 	pw := watchPods(t)
 	startWorker(t)
-	job := submit(t, jobSpec("basic", "medium", 1, nil))
+	job := submit(t, fixture.Job{Region: "K", Allocation: "basic", Class: "medium", Script: "python3 train.py"}.Spec())
 	pod := podName(job, 1, 0)
 	pw.waitRunning(t, pod)
 	exitPodWith(t, pod, 137, "OOMKilled")
@@ -32,7 +33,7 @@ func TestKubeOOMKilled(t *testing.T) {
 func TestKubePodUnknownIsNodeLoss(t *testing.T) {
 	pw := watchPods(t)
 	startWorker(t)
-	job := submit(t, jobSpec("unknown", "medium", 1, nil))
+	job := submit(t, fixture.Job{Region: "K", Allocation: "unknown", Class: "medium", Script: "python3 train.py"}.Spec())
 	first := podName(job, 1, 0)
 	pw.waitRunning(t, first)
 	waitState(t, job, protocol.StateRunning, long)

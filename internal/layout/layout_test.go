@@ -34,6 +34,7 @@ var rules = []rule{
 	{pkg: "workflows", never: []string{"client", "api", "starter", "worker"}, why: "workflow code"},
 	{pkg: "client", never: []string{"activities", "workflows", "allocation", "worker", "api", "starter"}, why: "the SDK reaches trainq through Temporal, not through the server's code"},
 	{pkg: "starter", never: []string{"activities", "workflows", "allocation", "worker", "api"}, why: "the CLI reaches trainq through client/"},
+	{pkg: "internal/fixture", only: []string{"protocol", "scheduler"}, noTemporal: true, why: "the tests' builders, importable by the tests of every package above protocol"},
 	{pkg: "api", never: []string{"activities", "workflows", "allocation", "worker", "starter"}, why: "the REST API reaches trainq through client/"},
 }
 
