@@ -68,7 +68,7 @@ func TestBurstOfGrantsAfterOneRelease(t *testing.T) {
 
 	// 2. The small jobs queue behind it.
 	// Four at a time: requests that come faster than ~100 within one allocator task get the
-	// task force-closed (docs/operating.md, When things fail: Bursts, still open), which is not what this test measures.
+	// task force-closed (docs/failures.md: Bursts, still open), which is not what this test measures.
 	small := makeScaleJobs(waiting, 0)
 	submitScaleJobsAtOnce(t, allocator, small, 4)
 	eventually(t, 10*time.Minute, fmt.Sprintf("%d jobs to wait", waiting), func() bool {

@@ -283,7 +283,7 @@ func (r *chaosRun) reset(id, run string, event int64, reason string) error {
 
 // resetAllocator resets the allocator's current run to its depth-th latest
 // completed workflow task, then asks it to recover at once with `trainq
-// allocator recover`, as docs/operating.md (When things fail) tells an operator to.
+// allocator recover`, as docs/failures.md tells an operator to.
 func (r *chaosRun) resetAllocator(f chaosFault) (string, bool) {
 	id := protocol.AllocatorWorkflowID(chaosRegion, chaosAllocation)
 	run, err := r.runOf(id)

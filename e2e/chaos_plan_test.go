@@ -160,7 +160,7 @@ const (
 	faultAllocatorTerminate
 	// faultAllocatorReset: `temporal workflow reset` of the allocator to an
 	// earlier workflow task of its current run, followed at once by
-	// `trainq allocator recover` (what docs/operating.md, When things fail, tells an operator to do).
+	// `trainq allocator recover` (what docs/failures.md tells an operator to do).
 	faultAllocatorReset
 	// faultAgentPair: two jobs pinned to the pair node run there; its agent
 	// is killed, and started again as soon as the allocator has taken the

@@ -21,7 +21,7 @@ import (
 	"github.com/trainq/trainq/protocol"
 )
 
-// The worked example of docs/operating.md's preemption notice section,
+// The worked example of docs/configuration.md's preemption notice section,
 // examples/train_on_notice.py, and what it prints.
 var (
 	exampleStart   = regexp.MustCompile(`(?m)^attempt 1: starting from scratch, (\d+) steps to go$`)
@@ -75,7 +75,7 @@ func cancelIfFailed(t *testing.T, jobs ...string) {
 	})
 }
 
-// TestNoticeExampleSavesExitsAndResumes plays docs/operating.md's worked example with
+// TestNoticeExampleSavesExitsAndResumes plays docs/configuration.md's worked example with
 // real processes on allocation notice (preemption_notice 30s): the example
 // runs as a low job, checkpointing every 50 steps; a high job preempts it;
 // the example reads its notice (reason preempted, the deadline the attempt

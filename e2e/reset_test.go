@@ -37,7 +37,7 @@ func TestResetAllocatorRecoversFromTheJobs(t *testing.T) {
 			PriorityClass: "medium", NWorkers: 1, Type: "binary"}
 	}
 	// Its fence of the node is over too: an activity pending at the reset
-	// point runs again after the reset with its old input (see docs/operating.md, When things fail).
+	// point runs again after the reset with its old input (see docs/failures.md).
 	eventually(t, long, "the allocator to recover at its start and fence its node", func() bool {
 		c := counts(t, allocation)
 		return !c.Recovering && c.RecoveredAt.After(time.Time{}) && len(queue(t, allocation).Fenced) == 0

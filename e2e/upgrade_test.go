@@ -22,13 +22,13 @@ import (
 	"github.com/trainq/trainq/protocol"
 )
 
-// TestUpgradeKeepsJobsOnTheirBuild upgrades trainq as docs/operating.md's
-// "Upgrading trainq" says: a second build joins the Worker Deployment and
-// becomes current while a job of the first build runs. The running job stays
-// on its build and completes there, new jobs and the allocator move to the
-// new build (the allocator's run hands over to a run of the new build), and
-// the old workers can then stop. It runs its own dev server:
-// the deployment's routing would otherwise outlive the test.
+// TestUpgradeKeepsJobsOnTheirBuild upgrades trainq as docs/upgrading.md says:
+// a second build joins the Worker Deployment and becomes current while a job
+// of the first build runs. The running job stays on its build and completes
+// there, new jobs and the allocator move to the new build (the allocator's
+// run hands over to a run of the new build), and the old workers can then
+// stop. It runs its own dev server: the deployment's routing would otherwise
+// outlive the test.
 func TestUpgradeKeepsJobsOnTheirBuild(t *testing.T) {
 	temporalBin := os.Getenv("TRAINQ_TEMPORAL_BIN_RESOLVED")
 	srv, err := testenv.StartDevServer(temporalBin)

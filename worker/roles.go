@@ -61,7 +61,7 @@ const usage = `Usage:
       --agents=false runs no node agent: the agents then run apart.
       --build-id (or $TRAINQ_BUILD_ID) runs the workflows as version ID of the
       Worker Deployment "trainq": jobs stay on the build they started on,
-      allocators follow the current version (see docs/operating.md, Upgrading trainq).
+      allocators follow the current version (see docs/upgrading.md).
   trainq-worker agent --node NAME [--node NAME ...] [--config FILE] [--metrics-addr ADDR]
   trainq-worker agent --nodes-from-host [--config FILE] [--metrics-addr ADDR]
       Only the node agents of the named nodes: no workflows, no allocator.

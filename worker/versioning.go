@@ -111,7 +111,7 @@ func registerWorkflows(w worker.Worker, jobWorkflow, allocatorWorkflow any, vers
 // adoptFirstVersion makes buildID the deployment's current version when the
 // deployment has none yet (its first versioned start), so that a fresh
 // install needs no manual step. An existing current version is left alone:
-// moving to a new build is the operator's decision (docs/operating.md, Upgrading trainq).
+// moving to a new build is the operator's decision (docs/upgrading.md).
 func adoptFirstVersion(ctx context.Context, c client.Client, buildID string, logger *slog.Logger) {
 	h := c.WorkerDeploymentClient().GetHandle(DeploymentName)
 	// The version exists once this worker's pollers have reached the server.

@@ -58,7 +58,7 @@ func keepAllocatorsRunning(ctx context.Context, c client.Client, cfg *config.Con
 // epoch it had then: it may believe free what running jobs hold since, and
 // grant it. Only the jobs know what they hold now, so the state is rebuilt
 // from them. Between the reset and this check (one interval at most) the
-// reset run may grant; docs/operating.md (When things fail, A workflow is
+// reset run may grant; docs/failures.md (A workflow is
 // reset) says so.
 func recoverIfReset(ctx context.Context, c client.Client, id string, logger *slog.Logger) {
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
