@@ -367,8 +367,10 @@ func (a *allocator) awaitTimeToHandOver(ctx workflow.Context) error {
 		build := workflow.GetInfo(ctx).GetCurrentBuildID()
 		a.st.NoteBuild(build)
 		// Asked only when a new build runs the workflow: a history recorded
-		// by code that went on through a new build records no marker there,
-		// and replays as it ran.
+		// by code that went on through a new build has no marker there, and
+		// replays as it ran. (Such a run then keeps going on later builds
+		// too, the SDK answering the gate once per run; it hands over at its
+		// event limit as before.)
 		if workflow.GetVersion(ctx, versionHandOverOnNewBuild, workflow.DefaultVersion, 1) >= 1 {
 			workflow.GetLogger(ctx).Info("allocator hands over to a run on its new build", "build", build)
 			return nil
