@@ -201,7 +201,7 @@ type dryRunAnswer struct {
 	Allocation string `json:"allocation"`
 	// WouldStart: it would start at the allocator's next pass, on Placement.
 	WouldStart bool                        `json:"would_start"`
-	Placement  []scheduler.WorkerPlacement `json:"placement,omitempty"`
+	Placement  []placementView             `json:"placement,omitempty"`
 	// Preempts are the running jobs it would preempt, and wait for.
 	Preempts []string `json:"preempts,omitempty"`
 	// Position and Reason say where it would wait and why, when it would
@@ -227,7 +227,7 @@ func (s *Server) dryRun(w http.ResponseWriter, r *http.Request, p Principal, che
 		s.fail(w, r, err)
 		return
 	}
-	out := dryRunAnswer{DryRun: true, Region: d.Region, Allocation: d.Allocation, WouldStart: d.Start, Placement: d.Placement,
+	out := dryRunAnswer{DryRun: true, Region: d.Region, Allocation: d.Allocation, WouldStart: d.Start, Placement: placementOf(d.Placement),
 		Preempts: d.Preempts, Notes: notes, Warnings: checked.Warnings}
 	if d.Waiting != nil {
 		out.Position, out.Reason = d.Waiting.Position, d.Waiting.Reason
@@ -375,7 +375,7 @@ type jobView struct {
 	WaitingFor []string                 `json:"waiting_for,omitempty"`
 	Preemptor  *preemptorView           `json:"preemptor,omitempty"`
 	Preemptors []preemptorView          `json:"preemptors"`
-	Attempts   []protocol.AttemptRecord `json:"attempts"`
+	Attempts   []attemptView            `json:"attempts"`
 	Warnings   []string                 `json:"warnings,omitempty"`
 	// ExpectedStartAt and ExpectedStart, for a pending job with
 	// ?expected_start=true: when it is expected to start (absent: unknown)
@@ -439,17 +439,12 @@ func preemptorList(st protocol.JobStatus, rd *redactor) []preemptorView {
 	return out
 }
 
-// hidePreemptors hides, in a copy of attempts, the preemptors rd hides.
-func hidePreemptors(attempts []protocol.AttemptRecord, rd *redactor) []protocol.AttemptRecord {
-	out := slices.Clone(attempts)
-	if out == nil {
-		out = []protocol.AttemptRecord{}
-	}
+// hidePreemptors shows attempts with the preemptors rd hides hidden.
+func hidePreemptors(attempts []protocol.AttemptRecord, rd *redactor) []attemptView {
+	out := attemptsOf(attempts)
 	for i := range out {
 		if pr := out[i].Preemptor; pr != nil && !rd.shows(pr.Job) {
-			hidden := *pr
-			hidden.Job = hiddenName
-			out[i].Preemptor = &hidden
+			pr.Job = hiddenName
 		}
 	}
 	return out
