@@ -97,8 +97,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, p Principal, spe
 	if spec.Workspace == "" {
 		spec.Workspace = p.Workspace
 	}
-	checked := spec
-	more, err := client.Check(s.config(), &checked)
+	checked, more, err := client.CheckSpec(s.config(), spec)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -111,7 +110,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, p Principal, spe
 		}
 	}
 	if err == nil {
-		err = protocol.CheckLimits(checked)
+		err = checked.CheckLimits()
 	}
 	if err != nil {
 		s.fail(w, r, err)
@@ -133,11 +132,11 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, p Principal, spe
 			return
 		}
 		opts.Name = idempotentName(checked.Kind, checked.Workspace, key)
-		opts.RequestHash = requestHash(r.Pattern+" "+answer.RestartedFrom, checked)
+		opts.RequestHash = requestHash(r.Pattern+" "+answer.RestartedFrom, checked.JobSpec)
 	}
 	ctx, cancel := s.call(r)
 	defer cancel()
-	sub, err := s.backend.Submit(ctx, checked, opts)
+	sub, err := s.backend.SubmitChecked(ctx, checked, opts)
 	if errors.Is(err, client.ErrJobExists) && key != "" {
 		err = nil // a retry after the job ended: compared below
 		sub.JobName = opts.Name
@@ -219,7 +218,7 @@ type dryRunAnswer struct {
 
 // dryRun asks the allocator what the checked job would get, and answers
 // without starting anything (as sbatch --test-only does).
-func (s *Server) dryRun(w http.ResponseWriter, r *http.Request, p Principal, checked protocol.JobSpec, notes []string) {
+func (s *Server) dryRun(w http.ResponseWriter, r *http.Request, p Principal, checked protocol.CheckedSpec, notes []string) {
 	ctx, cancel := s.call(r)
 	defer cancel()
 	d, err := s.backend.DryRun(ctx, checked)

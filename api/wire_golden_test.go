@@ -26,7 +26,7 @@ var updateWire = flag.Bool("update-wire", false, "rewrite api/testdata/wire/*.js
 // place in the queue, so that every field of the answer has a value.
 type placedBackend struct{ *fakeBackend }
 
-func (b placedBackend) DryRun(ctx context.Context, spec protocol.JobSpec) (client.DryRunAnswer, error) {
+func (b placedBackend) DryRun(ctx context.Context, spec protocol.CheckedSpec) (client.DryRunAnswer, error) {
 	return client.DryRunAnswer{Region: spec.Region, Allocation: spec.AllocationName, DryRun: scheduler.DryRun{
 		Placement: []scheduler.WorkerPlacement{{Worker: 0, Node: "sr006-a100plus-1", GPUs: []int{2, 3}}},
 		Preempts:  []string{jobA},
