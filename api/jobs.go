@@ -199,8 +199,8 @@ type dryRunAnswer struct {
 	Region     string `json:"region"`
 	Allocation string `json:"allocation"`
 	// WouldStart: it would start at the allocator's next pass, on Placement.
-	WouldStart bool                        `json:"would_start"`
-	Placement  []placementView             `json:"placement,omitempty"`
+	WouldStart bool            `json:"would_start"`
+	Placement  []placementView `json:"placement,omitempty"`
 	// Preempts are the running jobs it would preempt, and wait for.
 	Preempts []string `json:"preempts,omitempty"`
 	// Position and Reason say where it would wait and why, when it would
@@ -367,15 +367,15 @@ type jobView struct {
 	Message        string     `json:"message,omitempty"`
 	// Warning says the running job is about to be stopped, and why (an
 	// idle Jupyter server, its shutdown_in or shutdown_at).
-	Warning    string                   `json:"warning,omitempty"`
-	URL        string                   `json:"url,omitempty"`
-	Position   int                      `json:"position,omitempty"`
-	Reason     string                   `json:"reason,omitempty"`
-	WaitingFor []string                 `json:"waiting_for,omitempty"`
-	Preemptor  *preemptorView           `json:"preemptor,omitempty"`
-	Preemptors []preemptorView          `json:"preemptors"`
-	Attempts   []attemptView            `json:"attempts"`
-	Warnings   []string                 `json:"warnings,omitempty"`
+	Warning    string          `json:"warning,omitempty"`
+	URL        string          `json:"url,omitempty"`
+	Position   int             `json:"position,omitempty"`
+	Reason     string          `json:"reason,omitempty"`
+	WaitingFor []string        `json:"waiting_for,omitempty"`
+	Preemptor  *preemptorView  `json:"preemptor,omitempty"`
+	Preemptors []preemptorView `json:"preemptors"`
+	Attempts   []attemptView   `json:"attempts"`
+	Warnings   []string        `json:"warnings,omitempty"`
 	// ExpectedStartAt and ExpectedStart, for a pending job with
 	// ?expected_start=true: when it is expected to start (absent: unknown)
 	// and the assumption, or why it is unknown.

@@ -18,18 +18,18 @@ import (
 
 // waitingView is a waiting job, in ML Space's awaiting-launch words.
 type waitingView struct {
-	LaunchOrder  int              `json:"launch_order"`
-	JobName      string           `json:"job_name"`
-	Type         string           `json:"type"` // job or notebook
-	Priority     string           `json:"priority"`
-	GPUCount     int              `json:"gpu_count"`
-	NWorkers     int              `json:"n_workers"`
-	Demand       perWorkerView    `json:"per_worker"`
-	Attempt      int              `json:"attempt"`
-	Reason       string           `json:"reason"`
-	WaitingFor   []string         `json:"waiting_for,omitempty"`
-	Nominated    []string         `json:"nominated,omitempty"`
-	WaitingSince time.Time        `json:"waiting_since"`
+	LaunchOrder  int           `json:"launch_order"`
+	JobName      string        `json:"job_name"`
+	Type         string        `json:"type"` // job or notebook
+	Priority     string        `json:"priority"`
+	GPUCount     int           `json:"gpu_count"`
+	NWorkers     int           `json:"n_workers"`
+	Demand       perWorkerView `json:"per_worker"`
+	Attempt      int           `json:"attempt"`
+	Reason       string        `json:"reason"`
+	WaitingFor   []string      `json:"waiting_for,omitempty"`
+	Nominated    []string      `json:"nominated,omitempty"`
+	WaitingSince time.Time     `json:"waiting_since"`
 	// ExpectedStartAt and ExpectedStart, with ?expected_start=true: when it
 	// is expected to start (absent: unknown) and the assumption, or why it
 	// is unknown.
@@ -38,16 +38,16 @@ type waitingView struct {
 }
 
 type runningView struct {
-	JobName         string                      `json:"job_name"`
-	Type            string                      `json:"type"`
-	Priority        string                      `json:"priority"`
-	GPUCount        int                         `json:"gpu_count"`
-	Attempt         int                         `json:"attempt"`
-	StartedAt       time.Time                   `json:"started_at"`
-	Releasing       bool                        `json:"releasing"`
-	ReleasedWorkers []int                       `json:"released_workers,omitempty"`
-	PreemptedBy     string                      `json:"preempted_by,omitempty"`
-	Placement       []placementView             `json:"placement,omitempty"`
+	JobName         string          `json:"job_name"`
+	Type            string          `json:"type"`
+	Priority        string          `json:"priority"`
+	GPUCount        int             `json:"gpu_count"`
+	Attempt         int             `json:"attempt"`
+	StartedAt       time.Time       `json:"started_at"`
+	Releasing       bool            `json:"releasing"`
+	ReleasedWorkers []int           `json:"released_workers,omitempty"`
+	PreemptedBy     string          `json:"preempted_by,omitempty"`
+	Placement       []placementView `json:"placement,omitempty"`
 }
 
 type queueView struct {
@@ -57,13 +57,13 @@ type queueView struct {
 	// WaitingTotal counts every waiting job; Waiting lists those from
 	// Offset, at most Limit of them (of those the filters keep, when set:
 	// WaitingMatched counts them).
-	WaitingTotal   int                  `json:"waiting_total"`
-	WaitingMatched *int                 `json:"waiting_matched,omitempty"`
-	Offset         int                  `json:"offset"`
-	Limit          int                  `json:"limit"`
-	Waiting        []waitingView        `json:"waiting"`
-	Running        []runningView        `json:"running"`
-	Nodes          []nodeUsageView      `json:"nodes"`
+	WaitingTotal   int             `json:"waiting_total"`
+	WaitingMatched *int            `json:"waiting_matched,omitempty"`
+	Offset         int             `json:"offset"`
+	Limit          int             `json:"limit"`
+	Waiting        []waitingView   `json:"waiting"`
+	Running        []runningView   `json:"running"`
+	Nodes          []nodeUsageView `json:"nodes"`
 	// FairShare, under the fair-share ordering, is each workspace's recent
 	// usage, least first (the order its jobs are taken in within a class).
 	FairShare []fairShareView `json:"fair_share,omitempty"`

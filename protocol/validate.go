@@ -73,7 +73,9 @@ func (c *CheckedSpec) GPUs() int { return c.demand.GPUs * c.NWorkers }
 func (c *CheckedSpec) ShmGB() int { return shmGB(c.ShmSizeClass, c.demand) }
 
 // SetClass gives the job another priority class (its queue's default).
-func (c *CheckedSpec) SetClass(class scheduler.Class) { c.class, c.PriorityClass = class, class.String() }
+func (c *CheckedSpec) SetClass(class scheduler.Class) {
+	c.class, c.PriorityClass = class, class.String()
+}
 
 // CheckLimits checks what needs the whole request (see CheckLimits), with
 // the instance type parsed.
