@@ -65,5 +65,5 @@ func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request, p Principal)
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, reply)
+	writeJSON(w, http.StatusOK, checkpointOf(reply))
 }

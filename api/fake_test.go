@@ -81,10 +81,7 @@ func (f *fakeBackend) started() int {
 	return f.subs
 }
 
-func (f *fakeBackend) Submit(ctx context.Context, spec protocol.JobSpec, opts client.SubmitOptions) (client.Submission, error) {
-	if _, err := client.Check(f.cfg, &spec); err != nil {
-		return client.Submission{}, err
-	}
+func (f *fakeBackend) SubmitChecked(ctx context.Context, spec protocol.CheckedSpec, opts client.SubmitOptions) (client.Submission, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	name := opts.Name
@@ -97,7 +94,7 @@ func (f *fakeBackend) Submit(ctx context.Context, spec protocol.JobSpec, opts cl
 		f.jobs[name] = &fakeJob{
 			info: client.JobInfo{JobName: name, Status: string(protocol.StatePending), Kind: string(spec.Kind),
 				Author: spec.Author, Workspace: spec.Workspace, Running: true, RequestHash: opts.RequestHash},
-			status: protocol.JobStatus{JobName: name, State: protocol.StatePending, Kind: spec.Kind, Spec: spec,
+			status: protocol.JobStatus{JobName: name, State: protocol.StatePending, Kind: spec.Kind, Spec: spec.JobSpec,
 				Priority: spec.PriorityClass, Region: spec.Region, Allocation: spec.AllocationName, InstanceType: spec.InstanceType,
 				NWorkers: spec.NWorkers, MaxRetry: spec.MaxRetry, Attempt: 1},
 			created: time.Unix(1_700_000_000+int64(f.seq), 0),
@@ -231,7 +228,7 @@ func (f *fakeBackend) QueuePage(ctx context.Context, region, allocation string, 
 func (f *fakeBackend) Health(ctx context.Context) error { return nil }
 
 // DryRun answers that the job would start on the first node of its allocation (the fake has no allocator).
-func (f *fakeBackend) DryRun(ctx context.Context, spec protocol.JobSpec) (client.DryRunAnswer, error) {
+func (f *fakeBackend) DryRun(ctx context.Context, spec protocol.CheckedSpec) (client.DryRunAnswer, error) {
 	return client.DryRunAnswer{Region: spec.Region, Allocation: spec.AllocationName, DryRun: scheduler.DryRun{Start: true}}, nil
 }
 

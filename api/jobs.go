@@ -97,8 +97,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, p Principal, spe
 	if spec.Workspace == "" {
 		spec.Workspace = p.Workspace
 	}
-	checked := spec
-	more, err := client.Check(s.config(), &checked)
+	checked, more, err := client.CheckSpec(s.config(), spec)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -111,7 +110,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, p Principal, spe
 		}
 	}
 	if err == nil {
-		err = protocol.CheckLimits(checked)
+		err = checked.CheckLimits()
 	}
 	if err != nil {
 		s.fail(w, r, err)
@@ -133,11 +132,11 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, p Principal, spe
 			return
 		}
 		opts.Name = idempotentName(checked.Kind, checked.Workspace, key)
-		opts.RequestHash = requestHash(r.Pattern+" "+answer.RestartedFrom, checked)
+		opts.RequestHash = requestHash(r.Pattern+" "+answer.RestartedFrom, checked.JobSpec)
 	}
 	ctx, cancel := s.call(r)
 	defer cancel()
-	sub, err := s.backend.Submit(ctx, checked, opts)
+	sub, err := s.backend.SubmitChecked(ctx, checked, opts)
 	if errors.Is(err, client.ErrJobExists) && key != "" {
 		err = nil // a retry after the job ended: compared below
 		sub.JobName = opts.Name
@@ -200,8 +199,8 @@ type dryRunAnswer struct {
 	Region     string `json:"region"`
 	Allocation string `json:"allocation"`
 	// WouldStart: it would start at the allocator's next pass, on Placement.
-	WouldStart bool                        `json:"would_start"`
-	Placement  []scheduler.WorkerPlacement `json:"placement,omitempty"`
+	WouldStart bool            `json:"would_start"`
+	Placement  []placementView `json:"placement,omitempty"`
 	// Preempts are the running jobs it would preempt, and wait for.
 	Preempts []string `json:"preempts,omitempty"`
 	// Position and Reason say where it would wait and why, when it would
@@ -219,7 +218,7 @@ type dryRunAnswer struct {
 
 // dryRun asks the allocator what the checked job would get, and answers
 // without starting anything (as sbatch --test-only does).
-func (s *Server) dryRun(w http.ResponseWriter, r *http.Request, p Principal, checked protocol.JobSpec, notes []string) {
+func (s *Server) dryRun(w http.ResponseWriter, r *http.Request, p Principal, checked protocol.CheckedSpec, notes []string) {
 	ctx, cancel := s.call(r)
 	defer cancel()
 	d, err := s.backend.DryRun(ctx, checked)
@@ -227,7 +226,7 @@ func (s *Server) dryRun(w http.ResponseWriter, r *http.Request, p Principal, che
 		s.fail(w, r, err)
 		return
 	}
-	out := dryRunAnswer{DryRun: true, Region: d.Region, Allocation: d.Allocation, WouldStart: d.Start, Placement: d.Placement,
+	out := dryRunAnswer{DryRun: true, Region: d.Region, Allocation: d.Allocation, WouldStart: d.Start, Placement: placementOf(d.Placement),
 		Preempts: d.Preempts, Notes: notes, Warnings: checked.Warnings}
 	if d.Waiting != nil {
 		out.Position, out.Reason = d.Waiting.Position, d.Waiting.Reason
@@ -368,15 +367,15 @@ type jobView struct {
 	Message        string     `json:"message,omitempty"`
 	// Warning says the running job is about to be stopped, and why (an
 	// idle Jupyter server, its shutdown_in or shutdown_at).
-	Warning    string                   `json:"warning,omitempty"`
-	URL        string                   `json:"url,omitempty"`
-	Position   int                      `json:"position,omitempty"`
-	Reason     string                   `json:"reason,omitempty"`
-	WaitingFor []string                 `json:"waiting_for,omitempty"`
-	Preemptor  *preemptorView           `json:"preemptor,omitempty"`
-	Preemptors []preemptorView          `json:"preemptors"`
-	Attempts   []protocol.AttemptRecord `json:"attempts"`
-	Warnings   []string                 `json:"warnings,omitempty"`
+	Warning    string          `json:"warning,omitempty"`
+	URL        string          `json:"url,omitempty"`
+	Position   int             `json:"position,omitempty"`
+	Reason     string          `json:"reason,omitempty"`
+	WaitingFor []string        `json:"waiting_for,omitempty"`
+	Preemptor  *preemptorView  `json:"preemptor,omitempty"`
+	Preemptors []preemptorView `json:"preemptors"`
+	Attempts   []attemptView   `json:"attempts"`
+	Warnings   []string        `json:"warnings,omitempty"`
 	// ExpectedStartAt and ExpectedStart, for a pending job with
 	// ?expected_start=true: when it is expected to start (absent: unknown)
 	// and the assumption, or why it is unknown.
@@ -439,17 +438,12 @@ func preemptorList(st protocol.JobStatus, rd *redactor) []preemptorView {
 	return out
 }
 
-// hidePreemptors hides, in a copy of attempts, the preemptors rd hides.
-func hidePreemptors(attempts []protocol.AttemptRecord, rd *redactor) []protocol.AttemptRecord {
-	out := slices.Clone(attempts)
-	if out == nil {
-		out = []protocol.AttemptRecord{}
-	}
+// hidePreemptors shows attempts with the preemptors rd hides hidden.
+func hidePreemptors(attempts []protocol.AttemptRecord, rd *redactor) []attemptView {
+	out := attemptsOf(attempts)
 	for i := range out {
 		if pr := out[i].Preemptor; pr != nil && !rd.shows(pr.Job) {
-			hidden := *pr
-			hidden.Job = hiddenName
-			out[i].Preemptor = &hidden
+			pr.Job = hiddenName
 		}
 	}
 	return out

@@ -18,18 +18,18 @@ import (
 
 // waitingView is a waiting job, in ML Space's awaiting-launch words.
 type waitingView struct {
-	LaunchOrder  int              `json:"launch_order"`
-	JobName      string           `json:"job_name"`
-	Type         string           `json:"type"` // job or notebook
-	Priority     string           `json:"priority"`
-	GPUCount     int              `json:"gpu_count"`
-	NWorkers     int              `json:"n_workers"`
-	Demand       scheduler.Demand `json:"per_worker"`
-	Attempt      int              `json:"attempt"`
-	Reason       string           `json:"reason"`
-	WaitingFor   []string         `json:"waiting_for,omitempty"`
-	Nominated    []string         `json:"nominated,omitempty"`
-	WaitingSince time.Time        `json:"waiting_since"`
+	LaunchOrder  int           `json:"launch_order"`
+	JobName      string        `json:"job_name"`
+	Type         string        `json:"type"` // job or notebook
+	Priority     string        `json:"priority"`
+	GPUCount     int           `json:"gpu_count"`
+	NWorkers     int           `json:"n_workers"`
+	Demand       perWorkerView `json:"per_worker"`
+	Attempt      int           `json:"attempt"`
+	Reason       string        `json:"reason"`
+	WaitingFor   []string      `json:"waiting_for,omitempty"`
+	Nominated    []string      `json:"nominated,omitempty"`
+	WaitingSince time.Time     `json:"waiting_since"`
 	// ExpectedStartAt and ExpectedStart, with ?expected_start=true: when it
 	// is expected to start (absent: unknown) and the assumption, or why it
 	// is unknown.
@@ -38,32 +38,32 @@ type waitingView struct {
 }
 
 type runningView struct {
-	JobName         string                      `json:"job_name"`
-	Type            string                      `json:"type"`
-	Priority        string                      `json:"priority"`
-	GPUCount        int                         `json:"gpu_count"`
-	Attempt         int                         `json:"attempt"`
-	StartedAt       time.Time                   `json:"started_at"`
-	Releasing       bool                        `json:"releasing"`
-	ReleasedWorkers []int                       `json:"released_workers,omitempty"`
-	PreemptedBy     string                      `json:"preempted_by,omitempty"`
-	Placement       []scheduler.WorkerPlacement `json:"placement,omitempty"`
+	JobName         string          `json:"job_name"`
+	Type            string          `json:"type"`
+	Priority        string          `json:"priority"`
+	GPUCount        int             `json:"gpu_count"`
+	Attempt         int             `json:"attempt"`
+	StartedAt       time.Time       `json:"started_at"`
+	Releasing       bool            `json:"releasing"`
+	ReleasedWorkers []int           `json:"released_workers,omitempty"`
+	PreemptedBy     string          `json:"preempted_by,omitempty"`
+	Placement       []placementView `json:"placement,omitempty"`
 }
 
 type queueView struct {
 	Region     string `json:"region"`
 	Allocation string `json:"allocation_name"`
-	protocol.GPUTotals
+	gpuTotalsView
 	// WaitingTotal counts every waiting job; Waiting lists those from
 	// Offset, at most Limit of them (of those the filters keep, when set:
 	// WaitingMatched counts them).
-	WaitingTotal   int                  `json:"waiting_total"`
-	WaitingMatched *int                 `json:"waiting_matched,omitempty"`
-	Offset         int                  `json:"offset"`
-	Limit          int                  `json:"limit"`
-	Waiting        []waitingView        `json:"waiting"`
-	Running        []runningView        `json:"running"`
-	Nodes          []scheduler.NodeInfo `json:"nodes"`
+	WaitingTotal   int             `json:"waiting_total"`
+	WaitingMatched *int            `json:"waiting_matched,omitempty"`
+	Offset         int             `json:"offset"`
+	Limit          int             `json:"limit"`
+	Waiting        []waitingView   `json:"waiting"`
+	Running        []runningView   `json:"running"`
+	Nodes          []nodeUsageView `json:"nodes"`
 	// FairShare, under the fair-share ordering, is each workspace's recent
 	// usage, least first (the order its jobs are taken in within a class).
 	FairShare []fairShareView `json:"fair_share,omitempty"`
@@ -175,18 +175,15 @@ func redactedQueue(v protocol.QueueView, page protocol.QueuePage, rd *redactor) 
 }
 
 func redactedJobs(v protocol.QueueView, page protocol.QueuePage, rd *redactor) queueView {
-	out := queueView{Region: v.Region, Allocation: v.Allocation, GPUTotals: v.GPUTotals(), WaitingTotal: max(v.WaitingTotal, len(v.Waiting)),
-		Offset: page.Offset, Limit: page.WithDefaults().Limit, Waiting: []waitingView{}, Running: []runningView{}, Nodes: v.Nodes}
+	out := queueView{Region: v.Region, Allocation: v.Allocation, gpuTotalsView: gpuTotalsOf(v.GPUTotals()), WaitingTotal: max(v.WaitingTotal, len(v.Waiting)),
+		Offset: page.Offset, Limit: page.WithDefaults().Limit, Waiting: []waitingView{}, Running: []runningView{}, Nodes: nodeUsageOf(v.Nodes)}
 	if page.Filtered() {
 		matched := v.WaitingMatched
 		out.WaitingMatched = &matched // 0 matched is an answer too
 	}
-	if out.Nodes == nil {
-		out.Nodes = []scheduler.NodeInfo{}
-	}
 	for _, q := range v.Waiting {
 		out.Waiting = append(out.Waiting, waitingView{LaunchOrder: q.Position, JobName: rd.name(q.Job), Type: string(q.Kind),
-			Priority: q.Class.String(), GPUCount: q.GPUs, NWorkers: q.Workers, Demand: q.Demand, Attempt: q.Attempt,
+			Priority: q.Class.String(), GPUCount: q.GPUs, NWorkers: q.Workers, Demand: perWorkerOf(q.Demand), Attempt: q.Attempt,
 			Reason: q.Reason, WaitingFor: rd.names(q.WaitingFor), Nominated: rd.names(q.Nominated), WaitingSince: q.SubmittedAt,
 			ExpectedStartAt: expectedAt(q.ExpectedStart), ExpectedStart: expectedText(q.ExpectedStart)})
 	}
@@ -194,7 +191,7 @@ func redactedJobs(v protocol.QueueView, page protocol.QueuePage, rd *redactor) q
 		rv := runningView{JobName: rd.name(run.Job), Type: string(run.Kind), Priority: run.Class.String(), GPUCount: run.GPUs,
 			Attempt: run.Attempt, StartedAt: run.StartedAt, Releasing: run.Releasing, ReleasedWorkers: run.Released}
 		if rd.shows(run.Job) {
-			rv.Placement = run.Placement
+			rv.Placement = placementOf(run.Placement)
 		}
 		if run.PreemptedBy != nil {
 			rv.PreemptedBy = rd.name(run.PreemptedBy.Job)
@@ -296,7 +293,7 @@ type allocationView struct {
 	MinRuntimeBeforePreemption string             `json:"min_runtime_before_preemption"`
 	StopGracePeriod            string             `json:"stop_grace_period"`
 	TotalGPUs                  int                `json:"total_gpus"`
-	Nodes                      []scheduler.Node   `json:"nodes"`
+	Nodes                      []nodeView         `json:"nodes"`
 	InstanceTypes              []instanceTypeView `json:"instance_types"`
 }
 
@@ -316,7 +313,7 @@ func (s *Server) configs(w http.ResponseWriter, r *http.Request, _ Principal) {
 		rv := regionView{Name: reg.Name}
 		for _, a := range reg.Allocations {
 			av := allocationView{Name: a.Name, Queueing: string(a.Queueing), MinRuntimeBeforePreemption: a.MinRuntimeBeforePreemption.D().String(),
-				StopGracePeriod: a.StopGracePeriod.D().String(), Nodes: a.Nodes, InstanceTypes: instanceTypes(a.Nodes)}
+				StopGracePeriod: a.StopGracePeriod.D().String(), Nodes: nodesOf(a.Nodes), InstanceTypes: instanceTypes(a.Nodes)}
 			for _, n := range a.Nodes {
 				av.TotalGPUs += n.GPUs
 			}

@@ -47,7 +47,7 @@ func New(c sdkclient.Client, cfg *config.Config) *Client {
 // Jobs is what the REST API needs of trainq: *Client is the real one, and
 // the API's tests put a fake in its place.
 type Jobs interface {
-	Submit(ctx context.Context, spec protocol.JobSpec, opts SubmitOptions) (Submission, error)
+	SubmitChecked(ctx context.Context, spec protocol.CheckedSpec, opts SubmitOptions) (Submission, error)
 	Describe(ctx context.Context, name string) (JobInfo, error)
 	Status(ctx context.Context, name string) (protocol.JobStatus, error)
 	Cancel(ctx context.Context, name string) error
@@ -57,7 +57,7 @@ type Jobs interface {
 	QueuePage(ctx context.Context, region, allocation string, page protocol.QueuePage) (protocol.QueueView, error)
 	LogSource() (LogSource, error)
 	Health(ctx context.Context) error
-	DryRun(ctx context.Context, spec protocol.JobSpec) (DryRunAnswer, error)
+	DryRun(ctx context.Context, spec protocol.CheckedSpec) (DryRunAnswer, error)
 	ExpectedStart(ctx context.Context, region, allocation, job string) (*scheduler.ExpectedStart, error)
 }
 

@@ -30,7 +30,7 @@ const dryRunJob = "dry-run"
 // would get if it were submitted now: where it would start, whom it would
 // preempt, or why it would wait (as sbatch --test-only answers). Nothing is
 // started or queued.
-func (c *Client) DryRun(ctx context.Context, spec protocol.JobSpec) (DryRunAnswer, error) {
+func (c *Client) DryRun(ctx context.Context, spec protocol.CheckedSpec) (DryRunAnswer, error) {
 	out := DryRunAnswer{Region: spec.Region, Allocation: spec.AllocationName}
 	most, least := spec.GangSize()
 	req := protocol.CapacityRequest{Job: dryRunJob, Attempt: 1, Kind: spec.Kind, Class: spec.Class(), InstanceType: spec.InstanceType,
@@ -48,7 +48,7 @@ func (c *Client) DryRun(ctx context.Context, spec protocol.JobSpec) (DryRunAnswe
 
 // idleDryRun answers for an allocation whose allocator has not started:
 // its pool is empty.
-func (c *Client) idleDryRun(out DryRunAnswer, spec protocol.JobSpec, req protocol.CapacityRequest) (DryRunAnswer, error) {
+func (c *Client) idleDryRun(out DryRunAnswer, spec protocol.CheckedSpec, req protocol.CapacityRequest) (DryRunAnswer, error) {
 	if c.config() == nil {
 		return out, fmt.Errorf("allocation %s/%s has no allocator yet, and no config to answer from", spec.Region, spec.AllocationName)
 	}
@@ -60,12 +60,8 @@ func (c *Client) idleDryRun(out DryRunAnswer, spec protocol.JobSpec, req protoco
 	if err != nil {
 		return out, err
 	}
-	demand, err := scheduler.ParseInstanceType(req.InstanceType)
-	if err != nil {
-		return out, err
-	}
 	out.Idle = true
-	out.DryRun, err = pool.DryRun(scheduler.Request{Job: req.Job, Attempt: 1, Kind: req.Kind, Class: req.Class, Demand: demand,
+	out.DryRun, err = pool.DryRun(scheduler.Request{Job: req.Job, Attempt: 1, Kind: req.Kind, Class: req.Class, Demand: spec.Demand(),
 		Workers: req.Workers, MinWorkers: req.MinWorkers, Nodes: req.Nodes, Workspace: req.Workspace, Seq: 1, SubmittedAt: req.SubmittedAt}, req.SubmittedAt)
 	return out, err
 }

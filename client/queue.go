@@ -58,7 +58,7 @@ const countsTimeout = 2 * time.Second
 
 // checkQueueRoom refuses a submission to an allocation whose queue is full,
 // before anything starts.
-func (c *Client) checkQueueRoom(ctx context.Context, spec protocol.JobSpec) error {
+func (c *Client) checkQueueRoom(ctx context.Context, spec protocol.CheckedSpec) error {
 	_, alloc, err := c.config().Allocation(spec.Region, spec.AllocationName)
 	if err != nil {
 		return err

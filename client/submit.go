@@ -58,14 +58,35 @@ const memoJobDescMax = 1024
 // jobTaskTimeout is a job workflow's task timeout.
 const jobTaskTimeout = 5 * time.Second
 
-// Check validates spec against the configuration and fills in defaults. It
-// returns a *protocol.FieldError naming the field for bad input.
+// Check validates spec against the configuration and fills in defaults
+// (CheckSpec, for a caller that keeps the spec only).
 func Check(cfg *config.Config, spec *protocol.JobSpec) (notes []string, err error) {
-	namedClass := spec.PriorityClass != ""
-	notes, err = spec.Normalize()
-	if err != nil {
-		return nil, err
+	checked, notes, err := CheckSpec(cfg, *spec)
+	if err == nil {
+		*spec = checked.JobSpec
 	}
+	return notes, err
+}
+
+// CheckSpec is the edge of a submission: it decodes spec's strings once
+// (protocol.ParseSpec), checks its limits (protocol.CheckLimits), validates
+// it against the configuration and fills in defaults, and returns the checked spec the rest of the way
+// takes (SubmitChecked, DryRun). It returns a *protocol.FieldError naming
+// the field for bad input.
+func CheckSpec(cfg *config.Config, raw protocol.JobSpec) (checked protocol.CheckedSpec, notes []string, err error) {
+	namedClass := raw.PriorityClass != ""
+	c, notes, err := protocol.ParseSpec(raw)
+	if err == nil {
+		err = c.CheckLimits() // what cannot start anywhere, before what this configuration allows
+	}
+	if err != nil {
+		return c, nil, err
+	}
+	notes, err = applyConfig(cfg, &c, notes, namedClass)
+	return c, notes, err
+}
+
+func applyConfig(cfg *config.Config, spec *protocol.CheckedSpec, notes []string, namedClass bool) ([]string, error) {
 	if spec.Region == "" {
 		spec.Region = cfg.DefaultRegion
 	}
@@ -88,15 +109,15 @@ func Check(cfg *config.Config, spec *protocol.JobSpec) (notes []string, err erro
 	if note != "" {
 		notes = append(notes, note)
 	}
-	if err := checkPlacementFields(cfg, spec, alloc); err != nil {
+	if err := checkPlacementFields(cfg, &spec.JobSpec, alloc); err != nil {
 		return nil, err
 	}
-	if note, err := applyTimeLimit(spec, alloc); err != nil {
+	if note, err := applyTimeLimit(&spec.JobSpec, alloc); err != nil {
 		return nil, err
 	} else if note != "" {
 		notes = append(notes, note)
 	}
-	if note := applyIdleRule(spec, alloc); note != "" {
+	if note := applyIdleRule(&spec.JobSpec, alloc); note != "" {
 		notes = append(notes, note)
 	}
 	if len(alloc.NodeSelector) > 0 && len(alloc.Nodes) == 0 {
@@ -122,7 +143,7 @@ func Check(cfg *config.Config, spec *protocol.JobSpec) (notes []string, err erro
 	}
 	if req.Nodes = spec.AllowedNodes; len(req.Nodes) > 0 {
 		if err := pool.Admit(req); err != nil {
-			return nil, &protocol.FieldError{Field: constraintField(spec), Message: err.Error()}
+			return nil, &protocol.FieldError{Field: constraintField(&spec.JobSpec), Message: err.Error()}
 		}
 	}
 	return notes, nil
@@ -195,7 +216,7 @@ func applyIdleRule(spec *protocol.JobSpec, alloc *config.Allocation) (note strin
 // workspace and allow its class; a request that names no class gets the
 // queue's default. A caller with no workspace (an operator's CLI) may use
 // any queue.
-func applyQueue(spec *protocol.JobSpec, alloc *config.Allocation, namedClass bool) (note string, err error) {
+func applyQueue(spec *protocol.CheckedSpec, alloc *config.Allocation, namedClass bool) (note string, err error) {
 	q, err := alloc.QueueNamed(spec.QueueName)
 	if err != nil {
 		return "", &protocol.FieldError{Field: "queue_name", Message: err.Error()}
@@ -207,7 +228,7 @@ func applyQueue(spec *protocol.JobSpec, alloc *config.Allocation, namedClass boo
 	spec.QueueName = q.Name
 	if !namedClass && spec.Kind != scheduler.KindNotebook {
 		if c := q.DefaultClass(spec.Kind); c != spec.Class() {
-			spec.PriorityClass = c.String()
+			spec.SetClass(c)
 			note = fmt.Sprintf("priority_class is queue %s's default for jobs: %s", q.Name, c)
 		}
 	}
@@ -321,10 +342,18 @@ func (c *Client) Submit(ctx context.Context, spec protocol.JobSpec, opts SubmitO
 	if c.config() == nil {
 		return Submission{}, errors.New("submit: the client has no configuration to check the job against")
 	}
-	notes, err := Check(c.config(), &spec)
+	checked, notes, err := CheckSpec(c.config(), spec)
 	if err != nil {
 		return Submission{}, err
 	}
+	sub, err := c.SubmitChecked(ctx, checked, opts)
+	sub.Notes = append(notes, sub.Notes...)
+	return sub, err
+}
+
+// SubmitChecked starts the job of a spec CheckSpec returned, after the
+// queue-length check; it answers no notes of its own.
+func (c *Client) SubmitChecked(ctx context.Context, spec protocol.CheckedSpec, opts SubmitOptions) (Submission, error) {
 	if err := c.checkQueueRoom(ctx, spec); err != nil {
 		return Submission{}, err
 	}
@@ -332,7 +361,7 @@ func (c *Client) Submit(ctx context.Context, spec protocol.JobSpec, opts SubmitO
 	if name == "" {
 		name = NewJobName(spec.Kind)
 	}
-	_, err = c.Temporal.ExecuteWorkflow(ctx, jobStartOptions(name, spec, opts), protocol.JobWorkflowName, protocol.JobInput{Name: name, Spec: spec, RequestCheckInterval: opts.RequestCheckInterval})
+	_, err := c.Temporal.ExecuteWorkflow(ctx, jobStartOptions(name, spec, opts), protocol.JobWorkflowName, protocol.JobInput{Name: name, Spec: spec.JobSpec, RequestCheckInterval: opts.RequestCheckInterval})
 	if err != nil {
 		var started *serviceerror.WorkflowExecutionAlreadyStarted
 		if errors.As(err, &started) {
@@ -340,12 +369,12 @@ func (c *Client) Submit(ctx context.Context, spec protocol.JobSpec, opts SubmitO
 		}
 		return Submission{}, fmt.Errorf("could not start job %s: %w", name, err)
 	}
-	return Submission{JobName: name, Status: string(protocol.StatePending), Notes: notes}, nil
+	return Submission{JobName: name, Status: string(protocol.StatePending)}, nil
 }
 
 // jobStartOptions start a job's workflow: its search attributes say what
 // lists filter on, its memo what they show.
-func jobStartOptions(name string, spec protocol.JobSpec, opts SubmitOptions) sdkclient.StartWorkflowOptions {
+func jobStartOptions(name string, spec protocol.CheckedSpec, opts SubmitOptions) sdkclient.StartWorkflowOptions {
 	desc := spec.JobDesc
 	if len(desc) > memoJobDescMax {
 		desc = strings.ToValidUTF8(desc[:memoJobDescMax], "")
@@ -372,8 +401,8 @@ func jobStartOptions(name string, spec protocol.JobSpec, opts SubmitOptions) sdk
 			protocol.KeyAttempt.ValueSet(1),
 			protocol.KeyGPUs.ValueSet(int64(spec.GPUs())),
 		),
-		StaticSummary: Summary(spec),
-		StaticDetails: Details(spec),
+		StaticSummary: Summary(spec.JobSpec),
+		StaticDetails: Details(spec.JobSpec),
 		// A task lost with a killed trainq-worker is retried after this
 		// (the default is 10s); a job's tasks take milliseconds.
 		WorkflowTaskTimeout: jobTaskTimeout,

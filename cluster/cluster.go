@@ -1,7 +1,7 @@
 // Package cluster defines how trainq starts, watches and stops the workers of
 // a training job on GPU nodes. Temporal activities call a Backend; the local
 // backend (package cluster/local) runs each worker as an OS process group on
-// this machine, and a Kubernetes backend can implement the same interface.
+// this machine, and the Kubernetes backend (package cluster/kube) runs each as a pod.
 package cluster
 
 import (
@@ -359,6 +359,9 @@ type Backend interface {
 	Stop(ctx context.Context, id WorkerID, grace time.Duration) (WorkerStatus, error)
 	// Logs copies the worker's log (tail lines, 0 = all) to w.
 	Logs(ctx context.Context, id WorkerID, tail int, w io.Writer) error
+	// ReadLog reads a chunk of the worker's log where the backend keeps it,
+	// for the node agent's log-read activity (see LogReader).
+	LogReader
 }
 
 // Lister is implemented by backends that can enumerate the workers they know

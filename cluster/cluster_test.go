@@ -56,6 +56,9 @@ func (f *fakeNode) Status(context.Context, WorkerID) (WorkerStatus, error) {
 	return WorkerStatus{}, nil
 }
 func (f *fakeNode) Logs(context.Context, WorkerID, int, io.Writer) error { return nil }
+func (f *fakeNode) ReadLog(context.Context, LogRequest) (LogChunk, error) {
+	return LogChunk{}, nil
+}
 
 func placed(job string, attempt int, gpus ...int) PlacedWorker {
 	id := WorkerID{Job: job, Attempt: attempt}

@@ -79,6 +79,16 @@ type LogReader interface {
 	ReadLog(ctx context.Context, req LogRequest) (LogChunk, error)
 }
 
+// LogSource is what a process that does not run the backend (the CLI, the
+// REST API) reads workers' logs through: a LogReader that can say, before
+// the first read, whether it can read anything from where it runs.
+type LogSource interface {
+	LogReader
+	// Reachable is nil when reads may find logs; otherwise it says what is
+	// missing here and where the logs live.
+	Reachable() error
+}
+
 // ReadChunk answers req from a log of size bytes read through r.
 func ReadChunk(r io.ReaderAt, size int64, req LogRequest) (LogChunk, error) {
 	start := req.Offset

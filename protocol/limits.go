@@ -71,12 +71,21 @@ const workerEnvReserve = 2048
 //
 // The edge (the REST API, the CLI's file decoding) calls it; the workflow
 // does not, so a limit can change without touching running jobs.
-func CheckLimits(s JobSpec) error {
+func CheckLimits(s JobSpec) error { return checkLimits(s, nil) }
+
+// checkLimits is CheckLimits with the instance type parsed (nil: parse it
+// here; a bad one is reported by Normalize).
+func checkLimits(s JobSpec, demand *scheduler.Demand) error {
 	nWorkers := max(s.NWorkers, 1)
 	if nWorkers > MaxNWorkers {
 		return fieldErr("n_workers", "must be between 1 and %d, got %d", MaxNWorkers, s.NWorkers)
 	}
-	if err := checkProcesses(s); err != nil {
+	if demand == nil {
+		if d, err := scheduler.ParseInstanceType(s.InstanceType); err == nil {
+			demand = &d
+		}
+	}
+	if err := checkProcesses(s, demand); err != nil {
 		return err
 	}
 	for _, d := range []struct{ field, dir string }{{"checkpoint_dir", s.CheckpointDir}} {
@@ -92,7 +101,7 @@ func CheckLimits(s JobSpec) error {
 
 // checkProcesses: at most MaxProcessesPerWorker, and at most the GPUs or
 // cores (whichever is more) of an instance type that names its cores.
-func checkProcesses(s JobSpec) error {
+func checkProcesses(s JobSpec, d *scheduler.Demand) error {
 	n := s.ProcessesPerWorker
 	if n < 0 {
 		return fieldErr("processes_per_worker", "must be a positive number or \"default\", got %d", n)
@@ -100,8 +109,7 @@ func checkProcesses(s JobSpec) error {
 	if n > MaxProcessesPerWorker {
 		return fieldErr("processes_per_worker", "%d is too many; at most %d processes per worker are allowed", n, MaxProcessesPerWorker)
 	}
-	d, err := scheduler.ParseInstanceType(s.InstanceType)
-	if err != nil || d.CPU == 0 {
+	if d == nil || d.CPU == 0 {
 		return nil // a bad instance type is reported by Normalize
 	}
 	if limit := max(d.CPU, d.GPUs); n > limit {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/trainq/trainq/cluster"
+	"github.com/trainq/trainq/scheduler"
 )
 
 // The RunJobRequest fields past trainq's first sixteen: what ML Space users
@@ -27,12 +28,14 @@ var ShmSizeClasses = map[string]int{"small": 16, "medium": 32, "large": 64}
 // ShmGB is the /dev/shm a worker of the spec gets: shm_size_class's size
 // per GPU times the worker's GPUs (one for a CPU-only worker); 0 when the
 // request named no class.
-func (s *JobSpec) ShmGB() int {
-	per, ok := ShmSizeClasses[s.ShmSizeClass]
+func (s *JobSpec) ShmGB() int { return shmGB(s.ShmSizeClass, s.Demand()) }
+
+func shmGB(class string, d scheduler.Demand) int {
+	per, ok := ShmSizeClasses[class]
 	if !ok {
 		return 0
 	}
-	return per * max(s.Demand().GPUs, 1)
+	return per * max(d.GPUs, 1)
 }
 
 // DeprecatedFields are RunJobRequest fields ML Space keeps for old scripts

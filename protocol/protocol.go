@@ -1,7 +1,12 @@
 // Package protocol holds what trainq's workflows, activities and clients
 // exchange: task queues, workflow, signal, update and query names, workflow
-// IDs, and the messages themselves. It has no behaviour, so every side can
-// import it without import cycles.
+// IDs, and the messages themselves; and, because a job request is one of
+// those messages, how a request is read and checked where it comes in: the
+// strict RunJobRequest decoder (DecodeRunJob), the checks that need no
+// configuration (ParseSpec, CheckLimits) and the confinement of its
+// directories (ConfineDir). It imports only the policy (scheduler) and the
+// backend seam (cluster), so every side can import it without import
+// cycles.
 package protocol
 
 import (

@@ -124,9 +124,13 @@ func (e *JSONError) Error() string { return e.Message }
 
 // DecodeRunJobRequest strictly decodes one RunJobRequest JSON object into a
 // JobSpec. Errors are *JSONError for malformed input and *FieldError for a
-// bad value; both name the field. Notes say which fields are ignored.
+// bad value; both name the field. Notes say which fields are ignored. It
+// checks the limits (CheckLimits) too.
 func DecodeRunJobRequest(data []byte) (spec JobSpec, notes []string, err error) {
 	d, err := DecodeRunJob(data)
+	if err == nil {
+		err = CheckLimits(d.Spec)
+	}
 	return d.Spec, d.Notes, err
 }
 
@@ -139,7 +143,9 @@ type DecodedRunJob struct {
 	LogsDir string
 }
 
-// DecodeRunJob is DecodeRunJobRequest that also returns logs_dir.
+// DecodeRunJob is DecodeRunJobRequest that also returns logs_dir, and leaves
+// the limits to the caller: they need the instance type parsed, which
+// ParseSpec does once (CheckedSpec.CheckLimits).
 func DecodeRunJob(data []byte) (DecodedRunJob, error) {
 	spec, notes, err := decodeRunJob(data)
 	d := DecodedRunJob{Spec: spec, Notes: notes}
@@ -213,9 +219,6 @@ func decodeRunJob(data []byte) (spec JobSpec, notes []string, err error) {
 		return spec, nil, err
 	}
 	if err := CheckStrings(spec); err != nil {
-		return spec, nil, err
-	}
-	if err := CheckLimits(spec); err != nil {
 		return spec, nil, err
 	}
 	if r.LogsDir != "" {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/trainq/trainq/scheduler"
+	"github.com/trainq/trainq/simulate"
 )
 
 func newTable(w io.Writer) *tabwriter.Writer {
@@ -34,19 +35,12 @@ func stampPtr(t *time.Time) string {
 	return stamp(*t)
 }
 
-// human formats a duration roughly: 42s, 3m05s, 2h03m, 3d04h.
+// human formats a duration roughly: 42s, 3m05s, 2h03m as the simulator
+// does (simulate.Dur), and from two days on in days and hours, 3d04h.
 func human(d time.Duration) string {
-	if d < 0 {
-		d = 0
-	}
-	d = d.Round(time.Second)
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	d = max(d, 0).Round(time.Second)
+	if d < 48*time.Hour {
+		return simulate.Dur(d)
 	}
 	return fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
 }

@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/cluster"
-	"github.com/trainq/trainq/cluster/local/logfile"
 	"github.com/trainq/trainq/joblogs"
 	"github.com/trainq/trainq/protocol"
 )
@@ -62,10 +60,8 @@ func runLogs(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
-	if files, ok := source.(logfile.Source); ok {
-		if _, err := os.Stat(files.DataDir); err != nil {
-			return fmt.Errorf("no logs on this machine: the data dir %s does not exist; logs live where trainq-worker runs, under its data_dir (run trainq from the same directory, or set data_dir to an absolute path)", files.DataDir)
-		}
+	if err := source.Reachable(); err != nil {
+		return err
 	}
 	st, err := jobStatus(ctx, c, name)
 	if err != nil {

@@ -223,8 +223,7 @@ func submit(ctx context.Context, g *globals, o submitOptions) error {
 			return usageErr("--name: %v", err)
 		}
 	}
-	checked := o.spec
-	notes, err := client.Check(cfg, &checked)
+	checked, notes, err := client.CheckSpec(cfg, o.spec)
 	if err != nil {
 		return err
 	}
@@ -236,7 +235,7 @@ func submit(ctx context.Context, g *globals, o submitOptions) error {
 			return g.printJSON(checked)
 		}
 		fmt.Fprintf(g.Stdout, "the job is valid (dry run, nothing started):\n")
-		printSpec(g.Stdout, checked)
+		printSpec(g.Stdout, checked.JobSpec)
 		return nil
 	}
 	c, err := g.Client(ctx)
@@ -246,11 +245,11 @@ func submit(ctx context.Context, g *globals, o submitOptions) error {
 	if o.testOnly {
 		return testOnly(ctx, g, c, checked, append(o.notes, notes...))
 	}
-	sub, err := c.Submit(ctx, o.spec, client.SubmitOptions{Name: o.name})
+	sub, err := c.SubmitChecked(ctx, checked, client.SubmitOptions{Name: o.name})
 	if err != nil {
 		return err
 	}
-	sub.Notes = append(o.notes, sub.Notes...)
+	sub.Notes = append(append(o.notes, notes...), sub.Notes...)
 	if g.json() {
 		if err := g.printJSON(sub); err != nil {
 			return err
@@ -268,7 +267,7 @@ func submit(ctx context.Context, g *globals, o submitOptions) error {
 }
 
 // testOnly prints what the allocator says the checked job would get now.
-func testOnly(ctx context.Context, g *globals, c *client.Client, checked protocol.JobSpec, notes []string) error {
+func testOnly(ctx context.Context, g *globals, c *client.Client, checked protocol.CheckedSpec, notes []string) error {
 	d, err := c.DryRun(ctx, checked)
 	if err != nil {
 		return err

@@ -36,7 +36,11 @@ type Reader struct {
 	Timeout time.Duration
 }
 
-var _ cluster.LogReader = (*Reader)(nil)
+var _ cluster.LogSource = (*Reader)(nil)
+
+// Reachable is nil: every node's agent is reached through Temporal, from
+// any machine (a node whose agent is down says so on its first read).
+func (r *Reader) Reachable() error { return nil }
 
 // ReadLog reads one chunk of the worker's log on req.Node.
 func (r *Reader) ReadLog(ctx context.Context, req cluster.LogRequest) (cluster.LogChunk, error) {

@@ -115,7 +115,6 @@ var (
 	_ cluster.Lister      = (*Backend)(nil)
 	_ cluster.Inventory   = (*Backend)(nil)
 	_ cluster.OutputClock = (*Backend)(nil)
-	_ cluster.LogReader   = (*Backend)(nil)
 )
 
 const nodeIndex = "node"

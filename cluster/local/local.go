@@ -95,7 +95,7 @@ var (
 	_ cluster.Lister         = (*Backend)(nil)
 	_ cluster.Inventory      = (*Backend)(nil)
 	_ cluster.OutputClock    = (*Backend)(nil)
-	_ cluster.LogReader      = (*Backend)(nil)
+	_ cluster.LogSource      = (*Backend)(nil)
 	_ cluster.NotebookProber = (*Backend)(nil)
 	_ cluster.LogNoter       = (*Backend)(nil)
 )
@@ -558,6 +558,10 @@ func (b *Backend) Logs(ctx context.Context, id cluster.WorkerID, tail int, w io.
 func (b *Backend) ReadLog(ctx context.Context, req cluster.LogRequest) (cluster.LogChunk, error) {
 	return logfile.Source{DataDir: b.opts.DataDir}.ReadLog(ctx, req)
 }
+
+// Reachable says whether the backend's data dir exists (see
+// cluster.LogSource): the backend is a log source of its own workers.
+func (b *Backend) Reachable() error { return logfile.Source{DataDir: b.opts.DataDir}.Reachable() }
 
 // List returns the status of every worker of every attempt of job found on
 // disk, ordered by attempt then worker.

@@ -14,7 +14,9 @@ import (
 const module = "github.com/trainq/trainq/"
 
 // rule says what one package may not import: trainq packages outside only (when only is not
-// nil), any trainq package in never, and Temporal when noTemporal.
+// nil; a top-level name there admits its subpackages), any trainq package in never (a
+// top-level name there forbids its subpackages too, a path only that package), and Temporal
+// when noTemporal.
 type rule struct {
 	pkg        string
 	only       []string
@@ -32,11 +34,18 @@ var rules = []rule{
 	{pkg: "config", only: []string{"protocol", "scheduler"}, noTemporal: true, why: "loading and validation"},
 	{pkg: "activities", never: []string{"client", "api", "starter", "workflows", "worker"}, why: "the server side does not lean on the user-facing SDK"},
 	{pkg: "workflows", never: []string{"client", "api", "starter", "worker"}, why: "workflow code"},
-	{pkg: "client", never: []string{"activities", "workflows", "allocation", "worker", "api", "starter"}, why: "the SDK reaches trainq through Temporal, not through the server's code"},
-	{pkg: "starter", never: []string{"activities", "workflows", "allocation", "worker", "api"}, why: "the CLI reaches trainq through client/"},
+	{pkg: "client", only: []string{"cluster", "config", "protocol", "scheduler"}, never: backends,
+		why: "the SDK reaches trainq through Temporal, not through the server's code; it reads logs through the backend seam"},
+	{pkg: "starter", only: []string{"client", "cluster", "config", "joblogs", "protocol", "scheduler", "simulate"}, never: backends,
+		why: "the CLI reaches trainq through client/, and reads types, logs (joblogs) and simulations (simulate), never the server's code"},
+	{pkg: "api", only: []string{"client", "cluster", "config", "joblogs", "protocol", "scheduler"}, never: backends,
+		why: "the REST API reaches trainq through client/, and reads types and logs (joblogs), never the server's code"},
 	{pkg: "internal/fixture", only: []string{"protocol", "scheduler"}, noTemporal: true, why: "the tests' builders, importable by the tests of every package above protocol"},
-	{pkg: "api", never: []string{"activities", "workflows", "allocation", "worker", "starter"}, why: "the REST API reaches trainq through client/"},
 }
+
+// backends are the backends' process code, which only trainq-worker runs; a client reads
+// their logs through cluster.LogSource (cluster/agentlogs, cluster/local/logfile).
+var backends = []string{"cluster/local", "cluster/kube"}
 
 type listed struct {
 	ImportPath string
@@ -83,7 +92,7 @@ func TestImportRules(t *testing.T) {
 			if r.only != nil && !slices.Contains(r.only, own) && !slices.Contains(r.only, top) {
 				t.Errorf("%s imports %s: it may import only %v of trainq (%s)", r.pkg, own, r.only, r.why)
 			}
-			if slices.Contains(r.never, top) {
+			if slices.Contains(r.never, top) || slices.Contains(r.never, own) {
 				t.Errorf("%s imports %s, which it must not (%s)", r.pkg, own, r.why)
 			}
 		}

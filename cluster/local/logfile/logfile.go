@@ -60,7 +60,16 @@ type Source struct {
 	DataDir string
 }
 
-var _ cluster.LogReader = Source{}
+var _ cluster.LogSource = Source{}
+
+// Reachable says whether this machine has the data dir: logs live where
+// trainq-worker runs, under its data dir.
+func (s Source) Reachable() error {
+	if _, err := os.Stat(s.DataDir); err != nil {
+		return fmt.Errorf("no logs on this machine: the data dir %s does not exist; logs live where trainq-worker runs, under its data_dir (run trainq from the same directory, or set data_dir to an absolute path)", s.DataDir)
+	}
+	return nil
+}
 
 // ReadLog reads a chunk of the worker's log. A worker without a directory
 // is cluster.ErrNotFound (wrapped); one that has not written yet gives an
