@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
 )
@@ -28,8 +29,7 @@ func benchState(b *testing.B) *State {
 }
 
 func benchReq(i int) protocol.CapacityRequest {
-	return protocol.CapacityRequest{Job: fmt.Sprintf("job-%d", i), Attempt: 1, Kind: scheduler.KindJob, Class: scheduler.Medium,
-		InstanceType: "a100.1gpu", Workers: 1, SubmittedAt: t0}
+	return fixture.Request{Job: fmt.Sprintf("job-%d", i), Class: scheduler.Medium, GPUs: 1}.Capacity()
 }
 
 func BenchmarkJobLifeThroughRules(b *testing.B) {

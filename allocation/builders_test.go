@@ -7,15 +7,17 @@ import (
 	"time"
 
 	"github.com/trainq/trainq/cluster"
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
 )
 
-// The builders the rule tables share: a state of n 8-GPU nodes, requests of
-// 2-GPU workers, steps that bring the state where a case starts, and a
+// The builders the rule tables share: a state of n 8-GPU nodes (requests
+// are fixture.Request's, of 2-GPU workers unless they say otherwise), steps that bring the state where a case starts, and a
 // compact rendering of the commands a rule returns.
 
-var t0 = time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
+// t0 is when the cases happen, and when their requests were submitted.
+var t0 = fixture.Start
 
 func nodes(n int) []scheduler.Node {
 	out := make([]scheduler.Node, n)
@@ -37,26 +39,6 @@ func newState(t *testing.T, n int) *State {
 		t.Fatal(err)
 	}
 	return s
-}
-
-// req is a request of job's attempt for workers 2-GPU workers.
-func req(job string, attempt int, class scheduler.Class, workers int) protocol.CapacityRequest {
-	return protocol.CapacityRequest{Job: job, Attempt: attempt, Kind: scheduler.KindJob, Class: class,
-		InstanceType: "a100.2gpu", Workers: workers, SubmittedAt: t0}
-}
-
-// one is a request of job's attempt for one worker of gpus GPUs.
-func one(job string, attempt int, class scheduler.Class, gpus int) protocol.CapacityRequest {
-	r := req(job, attempt, class, 1)
-	r.InstanceType = fmt.Sprintf("a100.%dgpu", gpus)
-	return r
-}
-
-// notebook is a Jupyter server's request for one worker of gpus GPUs (high).
-func notebook(job string, gpus int) protocol.CapacityRequest {
-	r := one(job, 1, scheduler.High, gpus)
-	r.Kind = scheduler.KindNotebook
-	return r
 }
 
 // step brings a state one message closer to where a case starts.
@@ -125,7 +107,7 @@ func configured(in protocol.AllocatorInput) step {
 // holding is a job's register answer: it holds one 2-GPU worker on node
 // (GPUs 0 and 1).
 func holding(job string, attempt int, node string) protocol.JobHold {
-	h := protocol.JobHold{Job: job, Phase: protocol.HoldHolding, Request: req(job, attempt, scheduler.Medium, 1), StartedAt: t0}
+	h := protocol.JobHold{Job: job, Phase: protocol.HoldHolding, Request: fixture.Request{Job: job, Attempt: attempt, Class: scheduler.Medium, Workers: 1}.Capacity(), StartedAt: t0}
 	h.Request.Seq = 1
 	h.Placement = []scheduler.WorkerPlacement{{Worker: 0, Node: node, GPUs: []int{0, 1}}}
 	return h

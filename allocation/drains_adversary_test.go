@@ -5,16 +5,19 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/trainq/trainq/internal/fixture"
 )
 
 func TestDrainedJobsAreLeaving(t *testing.T) {
-	wide := one("a", 1, low, 8)
-	wide.Workers = 2 // on n1 and n2
+	wide := fixture.Request{Job: "a", Attempt: 1, Class: low, Workers: 2, GPUs: 8}.Capacity() // on n1 and n2
 	runRules(t, []ruleCase{
 		{name: "a job told to leave a drained node is leaving: a high request waits for its capacity elsewhere instead of preempting another job",
 			nodes: 3,
-			given: []step{granted(wide), granted(one("c", 1, low, 8)), drained("n1"),
-				func(t *testing.T, s *State) { s.Request(one("hi", 1, high, 8), t0.Add(time.Hour)) }},
+			given: []step{granted(wide), granted(fixture.Request{Job: "c", Attempt: 1, Class: low, GPUs: 8}.Capacity()), drained("n1"),
+				func(t *testing.T, s *State) {
+					s.Request(fixture.Request{Job: "hi", Attempt: 1, Class: high, GPUs: 8}.Capacity(), t0.Add(time.Hour))
+				}},
 			when: func(s *State) []Command { return s.Pass(t0.Add(time.Hour)) }, want: []string{},
 			then: func(t *testing.T, s *State) {
 				r, _ := s.Pool.Running("a")

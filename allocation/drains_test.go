@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
 )
@@ -34,7 +35,7 @@ func undrain(node string) func(s *State) []Command {
 func grantsNothingOn(node string) func(t *testing.T, s *State) {
 	return func(t *testing.T, s *State) {
 		t.Helper()
-		s.Request(one("probe", 1, high, 8), t0)
+		s.Request(fixture.Request{Job: "probe", Attempt: 1, Class: high, GPUs: 8}.Capacity(), t0)
 		s.Pass(t0)
 		if r, ok := s.Pool.Running("probe"); ok {
 			for _, p := range r.Placement {
@@ -48,7 +49,7 @@ func TestDrainRules(t *testing.T) {
 	runRules(t, []ruleCase{
 		{name: "a drain tells the jobs on the node to leave, with their class's notice, and nothing starts there",
 			nodes: 2,
-			given: []step{granted(one("a", 1, low, 8)), granted(one("b", 1, medium, 8)),
+			given: []step{granted(fixture.Request{Job: "a", Attempt: 1, Class: low, GPUs: 8}.Capacity()), granted(fixture.Request{Job: "b", Attempt: 1, Class: medium, GPUs: 8}.Capacity()),
 				func(t *testing.T, s *State) {
 					s.Config.PreemptionNotice = time.Minute
 					s.Config.ClassPreemptionNotice = map[string]time.Duration{"low": 10 * time.Second}
@@ -62,7 +63,7 @@ func TestDrainRules(t *testing.T) {
 				grantsNothingOn("n1")(t, s)
 			}},
 		{name: "the preempt signal of a drain names the node and carries the notice, no preemptor",
-			given: []step{granted(one("a", 1, low, 8)), func(t *testing.T, s *State) { s.Config.PreemptionNotice = time.Minute }},
+			given: []step{granted(fixture.Request{Job: "a", Attempt: 1, Class: low, GPUs: 8}.Capacity()), func(t *testing.T, s *State) { s.Config.PreemptionNotice = time.Minute }},
 			when: func(s *State) []Command {
 				cmds := drain("n1")(s)
 				for _, c := range cmds {
@@ -76,13 +77,13 @@ func TestDrainRules(t *testing.T) {
 				return cmds
 			}, want: []string{"preempt a#1", "schedule"}},
 		{name: "draining a drained node tells nobody again",
-			given: []step{granted(one("a", 1, low, 8)), drained("n1")},
+			given: []step{granted(fixture.Request{Job: "a", Attempt: 1, Class: low, GPUs: 8}.Capacity()), drained("n1")},
 			when:  drain("n1"), want: []string{}},
 		{name: "a releasing job is not told",
-			given: []step{granted(one("a", 1, low, 8)), stopping("a", 1)},
+			given: []step{granted(fixture.Request{Job: "a", Attempt: 1, Class: low, GPUs: 8}.Capacity()), stopping("a", 1)},
 			when:  drain("n1"), want: []string{"schedule"}},
 		{name: "an undrained node grants again",
-			given: []step{drained("n1"), queued(one("w", 1, medium, 8))},
+			given: []step{drained("n1"), queued(fixture.Request{Job: "w", Attempt: 1, Class: medium, GPUs: 8}.Capacity())},
 			when:  undrain("n1"), want: []string{"schedule"},
 			then: func(t *testing.T, s *State) {
 				assert.Empty(t, s.Pool.LostNodes())
@@ -162,7 +163,7 @@ func TestNoticeChangesAreListedOnce(t *testing.T) {
 // drain, not a lost agent, also after continue-as-new.
 func TestAJobWaitingForADrainedNodeSaysSo(t *testing.T) {
 	s := newState(t, 1)
-	given(t, s, drained("n1"), queued(one("w", 1, medium, 8)))
+	given(t, s, drained("n1"), queued(fixture.Request{Job: "w", Attempt: 1, Class: medium, GPUs: 8}.Capacity()))
 	s.Pass(t0)
 	reason := func(s *State) string {
 		info, ok := s.Pool.Explain("w")

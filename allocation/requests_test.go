@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/scheduler"
 )
 
@@ -24,7 +25,7 @@ func TestRequestForCarriesTheRunEstimate(t *testing.T) {
 		{"a learned estimate", 0, 40 * time.Minute, 40 * time.Minute, true},
 		{"a limit wins", time.Hour, 40 * time.Minute, time.Hour, false},
 	} {
-		in := one("j", 1, scheduler.Medium, 2)
+		in := fixture.Request{Job: "j", Attempt: 1, Class: scheduler.Medium, GPUs: 2}.Capacity()
 		in.RunLimit, in.RunEstimate = tc.limit, tc.estimate
 		r, err := RequestFor(pool, in)
 		if err != nil {
@@ -40,12 +41,11 @@ func TestRequestForCarriesTheRunEstimate(t *testing.T) {
 // start when one was projected, known or not, and say as of when.
 func TestDetailsShowExpectedStarts(t *testing.T) {
 	s := newState(t, 1)
-	held := one("held", 1, scheduler.Medium, 8)
-	held.RunLimit = time.Hour
+	held := fixture.Request{Job: "held", Attempt: 1, Class: scheduler.Medium, GPUs: 8, RunLimit: time.Hour}.Capacity()
 	s.Request(held, t0)
 	s.Pass(t0)
-	s.Request(one("next", 1, scheduler.Medium, 8), t0)
-	s.Request(one("last", 1, scheduler.Medium, 8), t0)
+	s.Request(fixture.Request{Job: "next", Attempt: 1, Class: scheduler.Medium, GPUs: 8}.Capacity(), t0)
+	s.Request(fixture.Request{Job: "last", Attempt: 1, Class: scheduler.Medium, GPUs: 8}.Capacity(), t0)
 	s.Pass(t0)
 	now := t0.Add(time.Minute)
 	d := s.Details(false, "", s.DetailStarts(now))
@@ -60,13 +60,12 @@ func TestDetailsShowExpectedStarts(t *testing.T) {
 // interval, or as soon as the details list a waiting job they lack or drop one they have.
 func TestDetailStartsGoStale(t *testing.T) {
 	s := newState(t, 1)
-	held := one("held", 1, scheduler.Medium, 8)
-	held.RunLimit = time.Hour
+	held := fixture.Request{Job: "held", Attempt: 1, Class: scheduler.Medium, GPUs: 8, RunLimit: time.Hour}.Capacity()
 	s.Request(held, t0)
 	s.Pass(t0)
 	none := s.DetailStarts(t0)
 	assert.False(t, none.Stale(s, t0.Add(time.Second), 10*time.Second), "nothing waits, nothing changed")
-	s.Request(one("next", 1, scheduler.Medium, 8), t0)
+	s.Request(fixture.Request{Job: "next", Attempt: 1, Class: scheduler.Medium, GPUs: 8}.Capacity(), t0)
 	s.Pass(t0)
 	assert.True(t, none.Stale(s, t0.Add(time.Second), 10*time.Second), "a job the starts lack is listed")
 	some := s.DetailStarts(t0.Add(time.Second))

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/trainq/trainq/cluster"
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
 )
@@ -98,53 +99,53 @@ func all(checks ...func(t *testing.T, s *State)) func(t *testing.T, s *State) {
 }
 
 func TestRequestRules(t *testing.T) {
-	fullPool := []step{granted(one("big", 1, high, 8))} // one node, all 8 GPUs held
+	fullPool := []step{granted(fixture.Request{Job: "big", Attempt: 1, Class: high, GPUs: 8}.Capacity())} // one node, all 8 GPUs held
 	runRules(t, []ruleCase{
 		{name: "a new request is queued and a pass asked for",
-			when: request(req("j", 1, medium, 1)), want: []string{"schedule"}, then: isWaiting("j", 1)},
+			when: request(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity()), want: []string{"schedule"}, then: isWaiting("j", 1)},
 		{name: "a request its job withdrew first is refused, not queued",
 			given: []step{withdrawn("j", 1)},
-			when:  request(req("j", 1, medium, 1)), want: []string{"refuse j#1"}, then: notWaiting("j")},
+			when:  request(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity()), want: []string{"refuse j#1"}, then: notWaiting("j")},
 		{name: "a withdrawal of an earlier attempt does not refuse a later one",
 			given: []step{withdrawn("j", 1)},
-			when:  request(req("j", 2, medium, 1)), want: []string{"schedule"}, then: isWaiting("j", 2)},
+			when:  request(fixture.Request{Job: "j", Attempt: 2, Class: medium, Workers: 1}.Capacity()), want: []string{"schedule"}, then: isWaiting("j", 2)},
 		{name: "a request that can never fit is refused",
-			when: request(req("huge", 1, medium, 5)), want: []string{"refuse huge#1"}, then: notWaiting("huge")},
+			when: request(fixture.Request{Job: "huge", Attempt: 1, Class: medium, Workers: 5}.Capacity()), want: []string{"refuse huge#1"}, then: notWaiting("huge")},
 		{name: "a request without a job is dropped without an answer",
-			when: request(req("", 1, medium, 1)), want: []string{}},
+			when: request(fixture.Request{Job: "", Attempt: 1, Class: medium, Workers: 1}.Capacity()), want: []string{}},
 		{name: "a repeated request of a waiting attempt keeps its place",
-			given: append(slices.Clone(fullPool), queued(req("a", 1, medium, 1)), queued(req("b", 1, medium, 1))),
-			when:  request(req("a", 1, medium, 1)), want: []string{"schedule"},
+			given: append(slices.Clone(fullPool), queued(fixture.Request{Job: "a", Attempt: 1, Class: medium, Workers: 1}.Capacity()), queued(fixture.Request{Job: "b", Attempt: 1, Class: medium, Workers: 1}.Capacity())),
+			when:  request(fixture.Request{Job: "a", Attempt: 1, Class: medium, Workers: 1}.Capacity()), want: []string{"schedule"},
 			then: func(t *testing.T, s *State) {
 				a, _ := s.Pool.Waiting("a")
 				b, _ := s.Pool.Waiting("b")
 				assert.Less(t, a.Seq, b.Seq, "a keeps the place before b")
 			}},
 		{name: "a repeated request of a granted attempt gets its grant again",
-			given: []step{granted(req("j", 1, medium, 1))},
-			when:  request(req("j", 1, medium, 1)), want: []string{"grant j#1"}, then: isHeld("j", 1)},
+			given: []step{granted(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity())},
+			when:  request(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity()), want: []string{"grant j#1"}, then: isHeld("j", 1)},
 		{name: "a repeated request of a stopping attempt gets no grant",
-			given: []step{granted(req("j", 1, medium, 1)), stopping("j", 1)},
-			when:  request(req("j", 1, medium, 1)), want: []string{"schedule"}, then: isHeld("j", 1)},
+			given: []step{granted(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity()), stopping("j", 1)},
+			when:  request(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity()), want: []string{"schedule"}, then: isHeld("j", 1)},
 		{name: "a request older than the held attempt asks the job whether it was reset",
-			given: []step{granted(req("j", 2, medium, 1))},
-			when:  request(req("j", 1, medium, 1)), want: []string{"check-reset j#1"}, then: isHeld("j", 2)},
+			given: []step{granted(fixture.Request{Job: "j", Attempt: 2, Class: medium, Workers: 1}.Capacity())},
+			when:  request(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity()), want: []string{"check-reset j#1"}, then: isHeld("j", 2)},
 		{name: "a request older than the waiting attempt asks the job too",
-			given: append(slices.Clone(fullPool), queued(req("j", 2, medium, 1))),
-			when:  request(req("j", 1, medium, 1)), want: []string{"check-reset j#1"}, then: isWaiting("j", 2)},
+			given: append(slices.Clone(fullPool), queued(fixture.Request{Job: "j", Attempt: 2, Class: medium, Workers: 1}.Capacity())),
+			when:  request(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity()), want: []string{"check-reset j#1"}, then: isWaiting("j", 2)},
 	})
 }
 
 func TestQueueCapRules(t *testing.T) {
 	capped := func(t *testing.T, s *State) { s.Config.MaxWaiting = 1 }
-	fullPool := []step{granted(one("big", 1, high, 8)), capped, queued(req("first", 1, medium, 1))}
+	fullPool := []step{granted(fixture.Request{Job: "big", Attempt: 1, Class: high, GPUs: 8}.Capacity()), capped, queued(fixture.Request{Job: "first", Attempt: 1, Class: medium, Workers: 1}.Capacity())}
 	runRules(t, []ruleCase{
 		{name: "a new job past max_waiting is refused",
-			given: fullPool, when: request(req("late", 1, medium, 1)), want: []string{"refuse late#1"}, then: notWaiting("late")},
+			given: fullPool, when: request(fixture.Request{Job: "late", Attempt: 1, Class: medium, Workers: 1}.Capacity()), want: []string{"refuse late#1"}, then: notWaiting("late")},
 		{name: "a rerun of an admitted job is not",
-			given: fullPool, when: request(req("rerun", 2, medium, 1)), want: []string{"schedule"}, then: isWaiting("rerun", 2)},
+			given: fullPool, when: request(fixture.Request{Job: "rerun", Attempt: 2, Class: medium, Workers: 1}.Capacity()), want: []string{"schedule"}, then: isWaiting("rerun", 2)},
 		{name: "nor a repeated request of a waiting job",
-			given: fullPool, when: request(req("first", 1, medium, 1)), want: []string{"schedule"}, then: isWaiting("first", 1)},
+			given: fullPool, when: request(fixture.Request{Job: "first", Attempt: 1, Class: medium, Workers: 1}.Capacity()), want: []string{"schedule"}, then: isWaiting("first", 1)},
 	})
 }
 
@@ -154,25 +155,25 @@ func TestWorkspaceWaitingLimitRules(t *testing.T) {
 	limited := func(t *testing.T, s *State) {
 		s.Config.WaitingLimits = protocol.WaitingLimits{{Workspace: "team-a", Class: medium, MaxWaiting: 1}}
 	}
-	fullPool := []step{granted(one("big", 1, high, 8)), limited, queued(of("team-a", req("first", 1, medium, 1)))}
+	fullPool := []step{granted(fixture.Request{Job: "big", Attempt: 1, Class: high, GPUs: 8}.Capacity()), limited, queued(of("team-a", fixture.Request{Job: "first", Attempt: 1, Class: medium, Workers: 1}.Capacity()))}
 	refused := func(t *testing.T, s *State) {
-		err := s.Validate(of("team-a", req("late", 1, medium, 1)))
+		err := s.Validate(of("team-a", fixture.Request{Job: "late", Attempt: 1, Class: medium, Workers: 1}.Capacity()))
 		var full *protocol.WorkspaceQueueFullError
 		require.ErrorAs(t, err, &full)
 		assert.Equal(t, "team-a has 1 medium job waiting in T/a, its limit (medium.max_waiting 1); try later", full.Error())
 	}
 	runRules(t, []ruleCase{
 		{name: "team-a's second waiting medium job is refused",
-			given: fullPool, when: request(of("team-a", req("late", 1, medium, 1))), want: []string{"refuse late#1"}, then: refused},
+			given: fullPool, when: request(of("team-a", fixture.Request{Job: "late", Attempt: 1, Class: medium, Workers: 1}.Capacity())), want: []string{"refuse late#1"}, then: refused},
 		{name: "another workspace's is not",
-			given: fullPool, when: request(of("team-b", req("other", 1, medium, 1))), want: []string{"schedule"}, then: isWaiting("other", 1)},
+			given: fullPool, when: request(of("team-b", fixture.Request{Job: "other", Attempt: 1, Class: medium, Workers: 1}.Capacity())), want: []string{"schedule"}, then: isWaiting("other", 1)},
 		{name: "nor team-a's job of another class",
-			given: fullPool, when: request(of("team-a", req("low", 1, low, 1))), want: []string{"schedule"}, then: isWaiting("low", 1)},
+			given: fullPool, when: request(of("team-a", fixture.Request{Job: "low", Attempt: 1, Class: low, Workers: 1}.Capacity())), want: []string{"schedule"}, then: isWaiting("low", 1)},
 		{name: "nor a rerun of team-a's admitted job",
-			given: fullPool, when: request(of("team-a", req("rerun", 2, medium, 1))), want: []string{"schedule"}, then: isWaiting("rerun", 2)},
+			given: fullPool, when: request(of("team-a", fixture.Request{Job: "rerun", Attempt: 2, Class: medium, Workers: 1}.Capacity())), want: []string{"schedule"}, then: isWaiting("rerun", 2)},
 		{name: "once its job starts, team-a may queue another",
 			given: append(slices.Clone(fullPool), func(t *testing.T, s *State) { s.Pool.Cancel("big"); s.Pool.Schedule(t0) }),
-			when:  request(of("team-a", req("next", 1, medium, 1))), want: []string{"schedule"}, then: isWaiting("next", 1)},
+			when:  request(of("team-a", fixture.Request{Job: "next", Attempt: 1, Class: medium, Workers: 1}.Capacity())), want: []string{"schedule"}, then: isWaiting("next", 1)},
 	})
 }
 
@@ -180,26 +181,26 @@ func TestResetRules(t *testing.T) {
 	answered := func(r protocol.CapacityRequest, attempts []int, err error) func(s *State) []Command {
 		return func(s *State) []Command { return s.ResetAnswered(r, attempts, err) }
 	}
-	fullPool := granted(one("big", 1, high, 8))
+	fullPool := granted(fixture.Request{Job: "big", Attempt: 1, Class: high, GPUs: 8}.Capacity())
 	runRules(t, []ruleCase{
 		{name: "a job back at its attempt: the newer held attempt is reclaimed and the request waits for it",
-			given: []step{granted(req("j", 2, medium, 1))},
-			when:  answered(req("j", 1, medium, 1), []int{1}, nil), want: []string{"reclaim j"},
+			given: []step{granted(fixture.Request{Job: "j", Attempt: 2, Class: medium, Workers: 1}.Capacity())},
+			when:  answered(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity(), []int{1}, nil), want: []string{"reclaim j"},
 			then: func(t *testing.T, s *State) {
 				require.Len(t, s.AfterReclaim, 1)
 				assert.Equal(t, 1, s.AfterReclaim[0].Attempt)
 			}},
 		{name: "a job at another attempt sent a late duplicate: dropped",
-			given: []step{granted(req("j", 2, medium, 1))},
-			when:  answered(req("j", 1, medium, 1), []int{2}, nil), want: []string{}, then: isHeld("j", 2)},
+			given: []step{granted(fixture.Request{Job: "j", Attempt: 2, Class: medium, Workers: 1}.Capacity())},
+			when:  answered(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity(), []int{2}, nil), want: []string{}, then: isHeld("j", 2)},
 		{name: "no answer: dropped, the newer attempt keeps its capacity",
-			given: []step{granted(req("j", 2, medium, 1))},
-			when:  answered(req("j", 1, medium, 1), nil, assert.AnError), want: []string{}, then: isHeld("j", 2)},
+			given: []step{granted(fixture.Request{Job: "j", Attempt: 2, Class: medium, Workers: 1}.Capacity())},
+			when:  answered(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity(), nil, assert.AnError), want: []string{}, then: isHeld("j", 2)},
 		{name: "the newer attempt ended meanwhile: the request is taken as new",
-			when: answered(req("j", 1, medium, 1), []int{1}, nil), want: []string{"requeue j#1"}},
+			when: answered(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity(), []int{1}, nil), want: []string{"requeue j#1"}},
 		{name: "a newer waiting attempt is dropped and the request taken",
-			given: []step{fullPool, queued(req("j", 2, medium, 1))},
-			when:  answered(req("j", 1, medium, 1), []int{1}, nil), want: []string{"requeue j#1"}, then: notWaiting("j")},
+			given: []step{fullPool, queued(fixture.Request{Job: "j", Attempt: 2, Class: medium, Workers: 1}.Capacity())},
+			when:  answered(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity(), []int{1}, nil), want: []string{"requeue j#1"}, then: notWaiting("j")},
 	})
 }
 
@@ -207,22 +208,22 @@ func TestWithdrawRules(t *testing.T) {
 	withdraw := func(job string, attempt int) func(s *State) []Command {
 		return func(s *State) []Command { return s.Withdraw(protocol.WithdrawSignal{Job: job, Attempt: attempt}) }
 	}
-	fullPool := granted(one("big", 1, high, 8))
+	fullPool := granted(fixture.Request{Job: "big", Attempt: 1, Class: high, GPUs: 8}.Capacity())
 	runRules(t, []ruleCase{
 		{name: "a waiting request is dropped",
-			given: []step{fullPool, queued(req("j", 1, medium, 1))},
+			given: []step{fullPool, queued(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity())},
 			when:  withdraw("j", 1), want: []string{}, then: notWaiting("j")},
 		{name: "a grant the job never used is freed at once",
-			given: []step{granted(req("j", 1, medium, 1))},
+			given: []step{granted(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity())},
 			when:  withdraw("j", 1), want: []string{}, then: notHeld("j")},
 		{name: "a withdrawal before its request is remembered",
 			when: withdraw("j", 1), want: []string{},
 			then: func(t *testing.T, s *State) {
-				assert.Error(t, s.WithdrawnFirst(req("j", 1, medium, 1)))
-				assert.NoError(t, s.WithdrawnFirst(req("j", 2, medium, 1)))
+				assert.Error(t, s.WithdrawnFirst(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity()))
+				assert.NoError(t, s.WithdrawnFirst(fixture.Request{Job: "j", Attempt: 2, Class: medium, Workers: 1}.Capacity()))
 			}},
 		{name: "a withdrawal of another attempt leaves the held one alone",
-			given: []step{granted(req("j", 2, medium, 1))},
+			given: []step{granted(fixture.Request{Job: "j", Attempt: 2, Class: medium, Workers: 1}.Capacity())},
 			when:  withdraw("j", 1), want: []string{}, then: isHeld("j", 2)},
 	})
 }
@@ -240,18 +241,18 @@ func TestReleaseAndLostNodeRules(t *testing.T) {
 	runRules(t, []ruleCase{
 		{name: "a release frees the released workers only",
 			nodes: 2,
-			given: []step{granted(req("j", 1, medium, 2))},
+			given: []step{granted(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 2}.Capacity())},
 			when:  release(protocol.ReleaseSignal{Job: "j", Attempt: 1, Workers: []int{0}}), want: []string{},
 			then: func(t *testing.T, s *State) {
 				r, _ := s.Pool.Running("j")
 				assert.Equal(t, []int{0}, r.Released)
 			}},
 		{name: "a release of an attempt not held is ignored",
-			given: []step{granted(req("j", 2, medium, 1))},
+			given: []step{granted(fixture.Request{Job: "j", Attempt: 2, Class: medium, Workers: 1}.Capacity())},
 			when:  release(protocol.ReleaseSignal{Job: "j", Attempt: 1, Workers: []int{0}, LostNodes: []string{"n1"}}),
 			want:  []string{}, then: func(t *testing.T, s *State) { assert.Empty(t, s.Pool.LostNodes()) }},
 		{name: "a node where workers could not be confirmed stopped is fenced before the release",
-			given: []step{granted(req("j", 1, medium, 1))},
+			given: []step{granted(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity())},
 			when:  release(protocol.ReleaseSignal{Job: "j", Attempt: 1, Workers: []int{0}, LostNodes: []string{"n1"}}),
 			want:  []string{"fence n1"},
 			then: all(fenced("n1", FenceLost), func(t *testing.T, s *State) {
@@ -259,7 +260,7 @@ func TestReleaseAndLostNodeRules(t *testing.T) {
 				assert.Empty(t, s.Pool.Schedule(t0).Grants, "nothing is granted on the fenced node")
 			})},
 		{name: "a node where the job found its GPUs in use is fenced, saying so",
-			given: []step{granted(req("j", 1, medium, 1))},
+			given: []step{granted(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity())},
 			when: release(protocol.ReleaseSignal{Job: "j", Attempt: 1, Workers: []int{0}, Stopping: true,
 				LostNodes: []string{"n1"}, GPUsBusy: []string{"n1"}}),
 			want: []string{"fence n1"},
@@ -267,7 +268,7 @@ func TestReleaseAndLostNodeRules(t *testing.T) {
 				assert.Contains(t, s.FenceOf("n1").Why, "used by a live worker the allocation did not know of")
 			})},
 		{name: "a node already lost is not fenced twice",
-			given: []step{granted(req("j", 1, medium, 1)), granted(req("k", 1, medium, 1)),
+			given: []step{granted(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity()), granted(fixture.Request{Job: "k", Attempt: 1, Class: medium, Workers: 1}.Capacity()),
 				func(t *testing.T, s *State) { s.NodeLost("n1", "first") }},
 			when: func(s *State) []Command { return s.NodeLost("n1", "second") }, want: []string{},
 			then: func(t *testing.T, s *State) { assert.EqualValues(t, 1, s.Counters.NodesLost) }},
@@ -282,14 +283,14 @@ func TestPassRules(t *testing.T) {
 	pass := func(s *State) []Command { return s.Pass(t0) }
 	runRules(t, []ruleCase{
 		{name: "what fits is granted, in queue order",
-			given: []step{queued(one("a", 1, medium, 6)), queued(one("b", 1, medium, 2)), queued(one("c", 1, medium, 2))},
+			given: []step{queued(fixture.Request{Job: "a", Attempt: 1, Class: medium, GPUs: 6}.Capacity()), queued(fixture.Request{Job: "b", Attempt: 1, Class: medium, GPUs: 2}.Capacity()), queued(fixture.Request{Job: "c", Attempt: 1, Class: medium, GPUs: 2}.Capacity())},
 			when:  pass, want: []string{"grant a#1", "grant b#1"}, then: isWaiting("c", 1)},
 		{name: "a higher class waiting preempts a lower one running",
-			given: []step{granted(one("lo", 1, low, 8)), queued(one("hi", 1, high, 2))},
+			given: []step{granted(fixture.Request{Job: "lo", Attempt: 1, Class: low, GPUs: 8}.Capacity()), queued(fixture.Request{Job: "hi", Attempt: 1, Class: high, GPUs: 2}.Capacity())},
 			when:  pass, want: []string{"preempt lo#1"},
 			then: func(t *testing.T, s *State) { assert.EqualValues(t, 1, s.Counters.Preemptions) }},
 		{name: "a preemption carries the allocation's notice",
-			given: []step{granted(one("lo", 1, low, 8)), queued(one("hi", 1, high, 2)),
+			given: []step{granted(fixture.Request{Job: "lo", Attempt: 1, Class: low, GPUs: 8}.Capacity()), queued(fixture.Request{Job: "hi", Attempt: 1, Class: high, GPUs: 2}.Capacity()),
 				func(t *testing.T, s *State) { s.Config.PreemptionNotice = time.Minute }},
 			when: func(s *State) []Command {
 				cmds := s.Pass(t0)
@@ -301,7 +302,7 @@ func TestPassRules(t *testing.T) {
 				return cmds
 			}, want: []string{"preempt lo#1"}},
 		{name: "a class's own notice goes to its victims, and to its grants for its own stops",
-			given: []step{granted(one("lo", 1, low, 8)), queued(one("hi", 1, high, 2)),
+			given: []step{granted(fixture.Request{Job: "lo", Attempt: 1, Class: low, GPUs: 8}.Capacity()), queued(fixture.Request{Job: "hi", Attempt: 1, Class: high, GPUs: 2}.Capacity()),
 				func(t *testing.T, s *State) {
 					s.Config.PreemptionNotice, s.Config.NoticeSignal = time.Minute, "SIGUSR1"
 					s.Config.ClassPreemptionNotice = map[string]time.Duration{"low": 10 * time.Second, "high": 0}
@@ -327,7 +328,7 @@ func TestPassRules(t *testing.T) {
 				}
 			}},
 		{name: "a grant carries the notice of the job's class; a Jupyter server's none",
-			given: []step{queued(one("job", 1, medium, 2)), queued(notebook("nb", 2)),
+			given: []step{queued(fixture.Request{Job: "job", Attempt: 1, Class: medium, GPUs: 2}.Capacity()), queued(fixture.Request{Job: "nb", Kind: scheduler.KindNotebook, Class: scheduler.High, GPUs: 2}.Capacity()),
 				func(t *testing.T, s *State) { s.Config.PreemptionNotice = time.Minute }},
 			when: func(s *State) []Command {
 				cmds := s.Pass(t0)
@@ -345,7 +346,7 @@ func TestPassRules(t *testing.T) {
 				return cmds
 			}, want: []string{"grant nb#1", "grant job#1"}},
 		{name: "nothing on a fenced node",
-			given: []step{func(t *testing.T, s *State) { s.NodeLost("n1", "gone") }, queued(req("a", 1, medium, 1))},
+			given: []step{func(t *testing.T, s *State) { s.NodeLost("n1", "gone") }, queued(fixture.Request{Job: "a", Attempt: 1, Class: medium, Workers: 1}.Capacity())},
 			when:  pass, want: []string{}, then: isWaiting("a", 1)},
 	})
 }
@@ -356,7 +357,7 @@ func TestPassRules(t *testing.T) {
 func TestPassAtMost(t *testing.T) {
 	s := newState(t, 1)
 	for _, j := range []string{"a", "b", "c", "d", "e"} {
-		s.Request(one(j, 1, medium, 2), t0)
+		s.Request(fixture.Request{Job: j, Attempt: 1, Class: medium, GPUs: 2}.Capacity(), t0)
 	}
 	cmds, more := s.PassAtMost(t0, 0)
 	assert.Equal(t, []string{}, rendered(cmds))
@@ -373,8 +374,8 @@ func TestPassAtMost(t *testing.T) {
 	assert.EqualValues(t, 4, s.Counters.Grants)
 	isWaiting("e", 1)(t, s)
 
-	s.Request(one("hi", 1, high, 2), t0)
-	s.Request(one("hi2", 1, high, 2), t0)
+	s.Request(fixture.Request{Job: "hi", Attempt: 1, Class: high, GPUs: 2}.Capacity(), t0)
+	s.Request(fixture.Request{Job: "hi2", Attempt: 1, Class: high, GPUs: 2}.Capacity(), t0)
 	cmds, more = s.PassAtMost(t0, 1)
 	assert.Equal(t, []string{"preempt a#1"}, rendered(cmds), "hi preempts one of the four, all alike: the first by job id")
 	assert.True(t, more, "hi2 is yet to be looked at")
@@ -383,10 +384,10 @@ func TestPassAtMost(t *testing.T) {
 func TestGrantNotDeliveredRules(t *testing.T) {
 	runRules(t, []ruleCase{
 		{name: "a grant whose job is gone is freed and a pass asked for",
-			given: []step{granted(req("j", 1, medium, 1))},
+			given: []step{granted(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity())},
 			when:  func(s *State) []Command { return s.GrantNotDelivered("j", 1) }, want: []string{"schedule"}, then: notHeld("j")},
 		{name: "a later attempt is left alone",
-			given: []step{granted(req("j", 2, medium, 1))},
+			given: []step{granted(fixture.Request{Job: "j", Attempt: 2, Class: medium, Workers: 1}.Capacity())},
 			when:  func(s *State) []Command { return s.GrantNotDelivered("j", 1) }, want: []string{}, then: isHeld("j", 2)},
 	})
 }
@@ -400,16 +401,16 @@ func TestReclaimRules(t *testing.T) {
 	}
 	runRules(t, []ruleCase{
 		{name: "a vanished job that holds nothing is done at once, and what waited for it is taken",
-			given: []step{func(t *testing.T, s *State) { s.Orphans = []string{"j"} }, waitsForReclaim(req("j", 1, medium, 1))},
+			given: []step{func(t *testing.T, s *State) { s.Orphans = []string{"j"} }, waitsForReclaim(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity())},
 			when:  begin("j"), want: []string{"requeue j#1"},
 			then: func(t *testing.T, s *State) { assert.Empty(t, s.Orphans); assert.Empty(t, s.AfterReclaim) }},
 		{name: "a held one becomes an orphan until its workers stop",
 			nodes: 2,
-			given: []step{granted(req("j", 1, medium, 2))},
+			given: []step{granted(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 2}.Capacity())},
 			when:  begin("j"), want: []string{},
 			then: func(t *testing.T, s *State) { assert.Equal(t, []string{"j"}, s.Orphans) }},
 		{name: "once stopped its capacity is freed and what waited is taken",
-			given: []step{granted(req("j", 2, medium, 1)), waitsForReclaim(req("j", 1, medium, 1))},
+			given: []step{granted(fixture.Request{Job: "j", Attempt: 2, Class: medium, Workers: 1}.Capacity()), waitsForReclaim(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity())},
 			when: func(s *State) []Command {
 				plan, _, _ := s.BeginReclaim("j")
 				cmds, counted := s.ReclaimDone("j", plan)
@@ -424,7 +425,7 @@ func TestReclaimRules(t *testing.T) {
 				assert.EqualValues(t, 1, s.Counters.Reclaimed)
 			})},
 		{name: "a reclaim that outlived a recovery changes nothing in the rebuilt pool",
-			given: []step{granted(req("j", 1, medium, 1))},
+			given: []step{granted(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity())},
 			when: func(s *State) []Command {
 				plan, _, _ := s.BeginReclaim("j")
 				// The recovery finds j holding attempt 1 again (a new
@@ -442,7 +443,7 @@ func TestReclaimRules(t *testing.T) {
 	})
 	t.Run("the plan skips released workers", func(t *testing.T) {
 		s := newState(t, 3)
-		given(t, s, granted(req("j", 1, medium, 3)))
+		given(t, s, granted(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 3}.Capacity()))
 		s.Release(protocol.ReleaseSignal{Job: "j", Attempt: 1, Stopping: true, Workers: []int{1}})
 		plan, _, ok := s.BeginReclaim("j")
 		require.True(t, ok)
@@ -454,7 +455,7 @@ func TestReclaimRules(t *testing.T) {
 func TestFenceRules(t *testing.T) {
 	t.Run("an answer that kept a worker no longer held is stale", func(t *testing.T) {
 		s := newState(t, 1)
-		given(t, s, granted(req("a", 1, medium, 1)), granted(req("b", 1, medium, 1)))
+		given(t, s, granted(fixture.Request{Job: "a", Attempt: 1, Class: medium, Workers: 1}.Capacity()), granted(fixture.Request{Job: "b", Attempt: 1, Class: medium, Workers: 1}.Capacity()))
 		s.NodeLost("n1", "a's watch lost")
 		keep := s.WorkersOn("n1")
 		require.ElementsMatch(t, keep, []any{worker("a", 1, 0), worker("b", 1, 0)})
@@ -513,7 +514,7 @@ func TestReconfigureRules(t *testing.T) {
 			when:  reconfigure(twoNodes), want: []string{"fence n2", "schedule"}},
 		{name: "a waiting job that no longer fits is refused",
 			nodes: 2,
-			given: []step{queued(req("j", 1, medium, 2))},
+			given: []step{queued(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 2}.Capacity())},
 			when:  reconfigure(oneNode),
 			want:  []string{"refuse j#1", "schedule"}, then: notWaiting("j")},
 		{name: "a changed preemption_notice takes effect",
@@ -556,7 +557,7 @@ func TestRegisterRules(t *testing.T) {
 			nodes: 2,
 			when: func(s *State) []Command {
 				_, cmds, err := s.Recovered("e2", t0, Registered{Holds: []protocol.JobHold{
-					holding("a", 1, "n1"), waitingHold(req("w", 1, medium, 1)), waitingHold(req("never", 1, medium, 5)),
+					holding("a", 1, "n1"), waitingHold(fixture.Request{Job: "w", Attempt: 1, Class: medium, Workers: 1}.Capacity()), waitingHold(fixture.Request{Job: "never", Attempt: 1, Class: medium, Workers: 5}.Capacity()),
 				}})
 				if err != nil {
 					panic(err)
@@ -572,7 +573,7 @@ func TestRegisterRules(t *testing.T) {
 		{name: "a recovery supersedes the old orphans and requests waiting for a reclaim",
 			given: []step{func(t *testing.T, s *State) {
 				s.Orphans = []string{"x"}
-				s.AfterReclaim = []protocol.CapacityRequest{req("x", 1, medium, 1)}
+				s.AfterReclaim = []protocol.CapacityRequest{fixture.Request{Job: "x", Attempt: 1, Class: medium, Workers: 1}.Capacity()}
 			}, recovered()},
 			when: func(s *State) []Command { return nil }, want: []string{},
 			then: func(t *testing.T, s *State) { assert.Empty(t, s.Orphans); assert.Empty(t, s.AfterReclaim) }},
@@ -586,13 +587,13 @@ func TestRegisterRules(t *testing.T) {
 			},
 			want: []string{}, then: notHeld("s")},
 		{name: "a stranger the pool already has is left to the fence",
-			given: []step{granted(req("s", 2, medium, 1))},
+			given: []step{granted(fixture.Request{Job: "s", Attempt: 2, Class: medium, Workers: 1}.Capacity())},
 			when:  adopt("n1", holding("s", 1, "n1"), 0), want: []string{}, then: isHeld("s", 2)},
 		{name: "a stranger that waits is queued and a pass asked for",
-			when: adopt("", waitingHold(req("w", 1, medium, 1))), want: []string{"schedule"}, then: isWaiting("w", 1)},
+			when: adopt("", waitingHold(fixture.Request{Job: "w", Attempt: 1, Class: medium, Workers: 1}.Capacity())), want: []string{"schedule"}, then: isWaiting("w", 1)},
 		{name: "a stranger that withdrew first is not adopted",
 			given: []step{withdrawn("w", 1)},
-			when:  adopt("", waitingHold(req("w", 1, medium, 1))), want: []string{}, then: notWaiting("w")},
+			when:  adopt("", waitingHold(fixture.Request{Job: "w", Attempt: 1, Class: medium, Workers: 1}.Capacity())), want: []string{}, then: notWaiting("w")},
 	})
 }
 
@@ -600,7 +601,7 @@ func TestRegisterRules(t *testing.T) {
 // same state, fences and all.
 func TestCarryRestoresTheSameState(t *testing.T) {
 	s := newState(t, 2)
-	given(t, s, granted(one("a", 1, medium, 2)), granted(one("b", 1, medium, 4)), queued(one("c", 1, high, 8)),
+	given(t, s, granted(fixture.Request{Job: "a", Attempt: 1, Class: medium, GPUs: 2}.Capacity()), granted(fixture.Request{Job: "b", Attempt: 1, Class: medium, GPUs: 4}.Capacity()), queued(fixture.Request{Job: "c", Attempt: 1, Class: high, GPUs: 8}.Capacity()),
 		withdrawn("late", 1), func(t *testing.T, s *State) { s.NodeLost("n2", "gone"); s.Orphans = []string{"b"} })
 	next, packed, err := s.Carry()
 	require.NoError(t, err)
@@ -631,7 +632,7 @@ func TestRulesDoNotImportTemporal(t *testing.T) {
 
 func TestOrphansToResume(t *testing.T) {
 	s := newState(t, 1)
-	given(t, s, granted(one("y", 1, medium, 2)), granted(one("z", 1, medium, 2)))
+	given(t, s, granted(fixture.Request{Job: "y", Attempt: 1, Class: medium, GPUs: 2}.Capacity()), granted(fixture.Request{Job: "z", Attempt: 1, Class: medium, GPUs: 2}.Capacity()))
 	s.Orphans = []string{"x", "y", "z"} // x's capacity was freed meanwhile
 	resumed := s.OrphansToResume()
 	assert.Equal(t, []string{"x", "y", "z"}, resumed, "every orphan is reclaimed")

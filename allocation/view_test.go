@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
 )
@@ -16,12 +17,12 @@ func TestViewFiltersTheQueue(t *testing.T) {
 	s := newState(t, 1)
 	inWorkspace := func(r protocol.CapacityRequest, ws string) protocol.CapacityRequest { r.Workspace = ws; return r }
 	given(t, s,
-		granted(one("run", 1, scheduler.High, 8)), // the node is full: the others wait
-		queued(inWorkspace(notebook("nb-a", 1), "a")),
-		queued(inWorkspace(one("hi-b", 1, scheduler.High, 8), "b")),
-		queued(inWorkspace(one("med-a", 1, scheduler.Medium, 4), "a")),
-		queued(inWorkspace(one("med-b", 1, scheduler.Medium, 4), "b")),
-		queued(inWorkspace(one("low-b", 1, scheduler.Low, 1), "b")),
+		granted(fixture.Request{Job: "run", Attempt: 1, Class: scheduler.High, GPUs: 8}.Capacity()), // the node is full: the others wait
+		queued(inWorkspace(fixture.Request{Job: "nb-a", Kind: scheduler.KindNotebook, Class: scheduler.High, GPUs: 1}.Capacity(), "a")),
+		queued(inWorkspace(fixture.Request{Job: "hi-b", Attempt: 1, Class: scheduler.High, GPUs: 8}.Capacity(), "b")),
+		queued(inWorkspace(fixture.Request{Job: "med-a", Attempt: 1, Class: scheduler.Medium, GPUs: 4}.Capacity(), "a")),
+		queued(inWorkspace(fixture.Request{Job: "med-b", Attempt: 1, Class: scheduler.Medium, GPUs: 4}.Capacity(), "b")),
+		queued(inWorkspace(fixture.Request{Job: "low-b", Attempt: 1, Class: scheduler.Low, GPUs: 1}.Capacity(), "b")),
 	)
 	whole := s.View(protocol.QueuePage{Limit: 10}, false, t0)
 	positions := map[string]int{}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
 )
 
@@ -78,8 +79,7 @@ func TestCheckpointedJobIsTheCheaperVictim(t *testing.T) {
 	startWorker(t)
 	older, newer := t.TempDir(), t.TempDir()
 	lowSpec := func(script string) protocol.JobSpec {
-		return protocol.JobSpec{Script: script, InstanceType: "a100.1gpu", Region: "T", AllocationName: "preempt",
-			PriorityClass: "low", NWorkers: 1, Type: "binary"}
+		return fixture.Job{Script: script, Allocation: "preempt", Class: "low", GPUs: 1}.Spec()
 	}
 	first := submit(t, lowSpec(checkpointingScript(older)))
 	st := waitState(t, first, protocol.StateRunning, long)

@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/trainq/trainq/activities"
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
 )
@@ -30,8 +31,7 @@ func TestExpectedStarts(t *testing.T) {
 	hold := gate(filepath.Join(t.TempDir(), "hold"))
 	spec := func(script string) protocol.JobSpec {
 		// A workspace of its own: no job completed in it gives the unlimited jobs a learned estimate.
-		return protocol.JobSpec{Script: script, InstanceType: "a100.2gpu", Region: "T", AllocationName: "eta",
-			PriorityClass: "medium", NWorkers: 1, Type: "binary", Workspace: "eta-limits"}
+		return fixture.Job{Script: script, Allocation: "eta", Workspace: "eta-limits"}.Spec()
 	}
 	s := spec(hold.waitFor())
 	s.TimeLimit = 10 * time.Minute

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
 )
 
@@ -19,15 +20,11 @@ func TestFairShareServesTheLighterWorkspaceFirst(t *testing.T) {
 	startWorker(t)
 	dir := t.TempDir()
 	runGate, nextGate := gate(filepath.Join(dir, "run")), gate(filepath.Join(dir, "next"))
-	spec := func(workspace, author, script string) protocol.JobSpec {
-		return protocol.JobSpec{Script: script, InstanceType: "a100.2gpu", Region: "T", AllocationName: "fair",
-			NWorkers: 1, Type: "binary", Workspace: workspace, Author: author}
-	}
-	first := submit(t, spec("team-a", "ann", runGate.waitFor()))
+	first := submit(t, fixture.Job{Allocation: "fair", Workspace: "team-a", Author: "ann", Script: runGate.waitFor()}.Spec())
 	waitState(t, first, protocol.StateRunning, long)
-	heavier := submit(t, spec("team-a", "ann", "true"))
+	heavier := submit(t, fixture.Job{Allocation: "fair", Workspace: "team-a", Author: "ann", Script: "true"}.Spec())
 	eventually(t, long, "team-a's second job to be queued", func() bool { return queue(t, "fair").WaitingTotal == 1 })
-	lighter := submit(t, spec("team-b", "bob", nextGate.waitFor()))
+	lighter := submit(t, fixture.Job{Allocation: "fair", Workspace: "team-b", Author: "bob", Script: nextGate.waitFor()}.Spec())
 	eventually(t, long, "team-b's job to be queued", func() bool { return queue(t, "fair").WaitingTotal == 2 })
 
 	order := func() []string {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
 )
 
@@ -17,14 +18,10 @@ import (
 func TestWorkspaceAtItsHighCapWaits(t *testing.T) {
 	startWorker(t)
 	hold := gate(filepath.Join(t.TempDir(), "hold"))
-	spec := func(workspace, script string) protocol.JobSpec {
-		return protocol.JobSpec{Script: script, InstanceType: "a100.2gpu", Region: "T", AllocationName: "limited",
-			PriorityClass: "high", NWorkers: 1, Type: "binary", Workspace: workspace}
-	}
-	first := submit(t, spec("team-a", hold.waitFor()))
+	first := submit(t, fixture.Job{Allocation: "limited", Class: "high", Workspace: "team-a", Script: hold.waitFor()}.Spec())
 	waitState(t, first, protocol.StateRunning, long)
 
-	second := submit(t, spec("team-a", "true"))
+	second := submit(t, fixture.Job{Allocation: "limited", Class: "high", Workspace: "team-a", Script: "true"}.Spec())
 	want := "team-a holds 2 of its 2 high GPUs (limit high.max_gpus)"
 	eventually(t, long, "team-a's second high job to wait for its cap", func() bool {
 		st := status(t, second)
@@ -41,7 +38,7 @@ func TestWorkspaceAtItsHighCapWaits(t *testing.T) {
 	assert.Contains(t, out, "would start now in T/limited on limited-2 (GPUs 0,1) (test only, nothing started)")
 	assert.Equal(t, 1, queue(t, "limited").WaitingTotal, "the test runs queued nothing")
 
-	other := submit(t, spec("team-b", "true"))
+	other := submit(t, fixture.Job{Allocation: "limited", Class: "high", Workspace: "team-b", Script: "true"}.Spec())
 	waitState(t, other, protocol.StateCompleted, long)
 	st := status(t, second)
 	assert.Equal(t, protocol.StatePending, st.State, "team-b's job started on the free node; team-a's still waits: %s", st.Reason)

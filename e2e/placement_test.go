@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
 )
 
@@ -23,8 +24,7 @@ func TestIncludeExcludeAndQueueNodesBindPlacement(t *testing.T) {
 	dir := t.TempDir()
 	hold := gate(filepath.Join(dir, "hold"))
 	spec := func(script string) protocol.JobSpec {
-		return protocol.JobSpec{Script: script, InstanceType: "a100.2gpu", Region: "T", AllocationName: "placed",
-			PriorityClass: "medium", NWorkers: 1, Type: "binary"}
+		return fixture.Job{Script: script, Allocation: "placed"}.Spec()
 	}
 	nodeOf := func(st protocol.JobStatus) string {
 		require.NotEmpty(t, st.Attempts)

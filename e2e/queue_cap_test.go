@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	tqclient "github.com/trainq/trainq/client"
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
 )
 
@@ -19,8 +20,7 @@ func TestFullQueueRefusesSubmissions(t *testing.T) {
 	startWorker(t)
 	hold := gate(filepath.Join(t.TempDir(), "hold"))
 	spec := func(script string) protocol.JobSpec {
-		return protocol.JobSpec{Script: script, InstanceType: "a100.2gpu", Region: "T", AllocationName: "capped",
-			PriorityClass: "medium", NWorkers: 1, Type: "binary"}
+		return fixture.Job{Script: script, Allocation: "capped"}.Spec()
 	}
 	running := submit(t, spec(hold.waitFor()))
 	waitState(t, running, protocol.StateRunning, long)
@@ -49,13 +49,9 @@ func TestFullQueueRefusesSubmissions(t *testing.T) {
 func TestWorkspaceWaitingLimitRefusesSubmissions(t *testing.T) {
 	startWorker(t)
 	hold := gate(filepath.Join(t.TempDir(), "hold"))
-	spec := func(workspace, script string) protocol.JobSpec {
-		return protocol.JobSpec{Script: script, InstanceType: "a100.2gpu", Region: "T", AllocationName: "capped",
-			PriorityClass: "medium", NWorkers: 1, Type: "binary", Workspace: workspace}
-	}
-	running := submit(t, spec("team-a", hold.waitFor()))
+	running := submit(t, fixture.Job{Allocation: "capped", Workspace: "team-a", Script: hold.waitFor()}.Spec())
 	waitState(t, running, protocol.StateRunning, long)
-	waiting := submit(t, spec("team-a", "true"))
+	waiting := submit(t, fixture.Job{Allocation: "capped", Workspace: "team-a", Script: "true"}.Spec())
 	eventually(t, long, "team-a's second job to wait", func() bool { return len(queue(t, "capped").Waiting) == 1 })
 	want := "team-a has 1 medium job waiting in T/capped, its limit (medium.max_waiting 1); try later"
 	_, errOut, code := trainq(t, "submit", "--region", "T", "--allocation", "capped", "--workspace", "team-a",
@@ -64,7 +60,8 @@ func TestWorkspaceWaitingLimitRefusesSubmissions(t *testing.T) {
 	assert.Contains(t, errOut, want)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err := tqclient.New(env.client, env.cfg).Submit(ctx, spec("team-a", "true"), tqclient.SubmitOptions{})
+	third := fixture.Job{Allocation: "capped", Workspace: "team-a", Script: "true"}.Spec()
+	_, err := tqclient.New(env.client, env.cfg).Submit(ctx, third, tqclient.SubmitOptions{})
 	var full *protocol.WorkspaceQueueFullError
 	require.ErrorAs(t, err, &full, "the client refuses it too")
 	assert.Equal(t, want, full.Error())
@@ -72,7 +69,7 @@ func TestWorkspaceWaitingLimitRefusesSubmissions(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(2), n, "a refused submission starts nothing")
 
-	other := submit(t, spec("team-b", "true"))
+	other := submit(t, fixture.Job{Allocation: "capped", Workspace: "team-b", Script: "true"}.Spec())
 	hold.open(t)
 	for _, job := range []string{running, waiting, other} {
 		waitState(t, job, protocol.StateCompleted, long)

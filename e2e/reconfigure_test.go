@@ -15,6 +15,7 @@ import (
 
 	tqclient "github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/config"
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
 )
 
@@ -92,8 +93,7 @@ func TestReconfigureOnWorkerRestart(t *testing.T) {
 	twoNodes, _ := reconfSetup(t, "two", reconfNode1, reconfNode2)
 	dir := t.TempDir()
 	spec := func(g gate) protocol.JobSpec {
-		return protocol.JobSpec{Script: g.waitFor(), InstanceType: "a100.2gpu", Region: "R", AllocationName: "reconf",
-			PriorityClass: "medium", NWorkers: 1, Type: "binary"}
+		return fixture.Job{Script: g.waitFor(), Region: "R", Allocation: "reconf"}.Spec()
 	}
 	logHas := func(w interface{ LogTail(int) string }, s string) bool { return strings.Contains(w.LogTail(100000), s) }
 

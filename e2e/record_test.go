@@ -86,15 +86,11 @@ func recordNotebookAutoshutdown(t *testing.T, dir string) {
 // team-b's goes first, and all complete. Recorded: the allocator's run so far.
 func recordFairShare(t *testing.T, dir string) {
 	hold := gate(filepath.Join(t.TempDir(), "hold"))
-	spec := func(workspace, script string) protocol.JobSpec {
-		return protocol.JobSpec{Script: script, InstanceType: "a100.2gpu", Region: "T", AllocationName: "fair",
-			NWorkers: 1, Type: "binary", Workspace: workspace, Author: workspace + "-user"}
-	}
-	first := submit(t, spec("team-a", hold.waitFor()))
+	first := submit(t, fixture.Job{Allocation: "fair", Workspace: "team-a", Author: "team-a-user", Script: hold.waitFor()}.Spec())
 	waitState(t, first, protocol.StateRunning, long)
-	heavier := submit(t, spec("team-a", "true"))
+	heavier := submit(t, fixture.Job{Allocation: "fair", Workspace: "team-a", Author: "team-a-user", Script: "true"}.Spec())
 	eventually(t, long, "team-a's second job to be queued", func() bool { return queue(t, "fair").WaitingTotal == 1 })
-	lighter := submit(t, spec("team-b", "true"))
+	lighter := submit(t, fixture.Job{Allocation: "fair", Workspace: "team-b", Author: "team-b-user", Script: "true"}.Spec())
 	eventually(t, long, "team-b's job to go first", func() bool {
 		w := queue(t, "fair").Waiting
 		return len(w) == 2 && w[0].Job == lighter
@@ -141,14 +137,11 @@ func recordNotice(t *testing.T, dir string) {
 func recordMidFlight(t *testing.T, dir string) {
 	work := t.TempDir()
 	hold := gate(filepath.Join(work, "hold"))
-	spec := func(instance string, workers int, script string) protocol.JobSpec {
-		return protocol.JobSpec{Script: script, InstanceType: instance, Region: "T", AllocationName: "seed",
-			PriorityClass: "high", NWorkers: workers, Type: "binary"}
-	}
-	running := submit(t, spec("a100.1gpu", 4, hold.waitFor()))
+	running := submit(t, fixture.Job{Allocation: "seed", Class: "high", Workers: 4, GPUs: 1, Script: hold.waitFor()}.Spec())
 	waitState(t, running, protocol.StateRunning, long)
 	terming := filepath.Join(work, "terming")
-	releasing := submit(t, spec("a100.1gpu", 1, "trap 'touch "+terming+"; sleep 30' TERM; "+hold.waitFor()))
+	releasing := submit(t, fixture.Job{Allocation: "seed", Class: "high", GPUs: 1,
+		Script: "trap 'touch " + terming + "; sleep 30' TERM; " + hold.waitFor()}.Spec())
 	waitState(t, releasing, protocol.StateRunning, long)
 	_, _, code := trainq(t, "cancel", releasing)
 	require.Equal(t, 0, code)

@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
 )
 
@@ -33,8 +34,7 @@ func TestResetAllocatorRecoversFromTheJobs(t *testing.T) {
 	records := filepath.Join(dir, "records")
 	runGate := gate(filepath.Join(dir, "run"))
 	spec := func(script string) protocol.JobSpec {
-		return protocol.JobSpec{Script: script, InstanceType: "a100.2gpu", Region: "T", AllocationName: allocation,
-			PriorityClass: "medium", NWorkers: 1, Type: "binary"}
+		return fixture.Job{Script: script, Allocation: allocation}.Spec()
 	}
 	// Its fence of the node is over too: an activity pending at the reset
 	// point runs again after the reset with its old input (see docs/failures.md).

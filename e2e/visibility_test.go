@@ -12,6 +12,7 @@ import (
 	sdkpb "go.temporal.io/api/sdk/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/internal/testenv"
 	"github.com/trainq/trainq/protocol"
 )
@@ -44,8 +45,7 @@ func TestVisibilitySearchAttributesAndCurrentDetails(t *testing.T) {
 	startWorkerWith(t, cfgPath)
 	dir := t.TempDir()
 	spec := func(script string) protocol.JobSpec {
-		return protocol.JobSpec{Script: script, InstanceType: "a100.2gpu", Region: "O", AllocationName: "visibility",
-			PriorityClass: "medium", NWorkers: 1, Type: "binary", MaxRetry: 2, Author: "alice", Workspace: "ws-42"}
+		return fixture.Job{Script: script, Region: "O", Allocation: "visibility", MaxRetry: 2, Author: "alice", Workspace: "ws-42"}.Spec()
 	}
 	gateRun, gateWait := gate(filepath.Join(dir, "run")), gate(filepath.Join(dir, "wait"))
 	running := submitWith(t, cfg, spec(gateRun.waitFor()))

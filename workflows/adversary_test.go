@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
 )
@@ -22,9 +23,8 @@ import (
 func TestResetRequestWaitsForTheJobsAttemptToShow(t *testing.T) {
 	h := newAllocHarness(t)
 	h.attempts["j"] = 3
-	h.signalRequest(time.Minute, capReq("j", 3, scheduler.Medium, 1))
-	reset := capReq("j", 2, scheduler.Medium, 1)
-	reset.Seq = 1
+	h.signalRequest(time.Minute, fixture.Request{Job: "j", Attempt: 3, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
+	reset := fixture.Request{Job: "j", Attempt: 2, Class: scheduler.Medium, Workers: 1, Seq: 1, SubmittedAt: testStart}.Capacity()
 	h.at(3*time.Minute, func() {
 		h.mu.Lock()
 		h.attempts["j"] = 1 // Describe: the reset run's upsert of 2 is not recorded yet
@@ -56,9 +56,8 @@ func TestReclaimOutlivingARecoveryChangesNothing(t *testing.T) {
 	h := newAllocHarness(t)
 	h.stopDelay = 50 * time.Second
 	h.attempts["j"] = 2
-	h.signalRequest(time.Minute, capReq("j", 2, scheduler.Medium, 1))
-	reset := capReq("j", 1, scheduler.Medium, 1)
-	reset.Seq = 1
+	h.signalRequest(time.Minute, fixture.Request{Job: "j", Attempt: 2, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
+	reset := fixture.Request{Job: "j", Attempt: 1, Class: scheduler.Medium, Workers: 1, Seq: 1, SubmittedAt: testStart}.Capacity()
 	h.at(3*time.Minute, func() {
 		h.mu.Lock()
 		h.attempts["j"] = 1
@@ -79,8 +78,7 @@ func TestReclaimOutlivingARecoveryChangesNothing(t *testing.T) {
 		h.mu.Unlock()
 		h.env.SignalWorkflow(protocol.SignalRelease, protocol.ReleaseSignal{Job: "j", Attempt: 1, Workers: []int{0}, Stopping: true})
 	})
-	a2 := capReq("j", 2, scheduler.Medium, 1)
-	a2.Seq = 1
+	a2 := fixture.Request{Job: "j", Attempt: 2, Class: scheduler.Medium, Workers: 1, Seq: 1, SubmittedAt: testStart}.Capacity()
 	h.signalRequest(3*time.Minute+21*time.Second, a2)
 	var mid protocol.QueueView
 	h.at(3*time.Minute+30*time.Second, func() { mid = h.queue() })
@@ -108,8 +106,7 @@ func TestReclaimOutlivingARecoveryChangesNothing(t *testing.T) {
 // waits for ever although the pool is empty.
 func TestWaitingJobThatDidNotAnswerIsAskedAgain(t *testing.T) {
 	h := newAllocHarness(t)
-	w := capReq("w", 1, scheduler.Medium, 1)
-	w.Seq = 1
+	w := fixture.Request{Job: "w", Attempt: 1, Class: scheduler.Medium, Workers: 1, Seq: 1, SubmittedAt: testStart}.Capacity()
 	h.holds = []protocol.JobHold{{Job: "w", Phase: protocol.HoldWaiting, Request: w}}
 	h.silent["w"] = true
 	h.at(2*time.Minute, func() { // its worker is back: it would answer now

@@ -23,6 +23,7 @@ import (
 
 	"github.com/trainq/trainq/activities"
 	"github.com/trainq/trainq/cluster"
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
 )
@@ -44,11 +45,6 @@ func allocNodes(n, gpus int) []scheduler.Node {
 func allocInput(nodes []scheduler.Node) protocol.AllocatorInput {
 	return protocol.AllocatorInput{Region: "T", Allocation: "basic", Nodes: nodes,
 		StopGracePeriod: 5 * time.Second, ReclaimInterval: 30 * time.Second}
-}
-
-func capReq(job string, attempt int, class scheduler.Class, workers int) protocol.CapacityRequest {
-	return protocol.CapacityRequest{Job: job, Attempt: attempt, Kind: scheduler.KindJob, Class: class,
-		InstanceType: "a100.2gpu", Workers: workers, SubmittedAt: testStart}
 }
 
 type sentTo struct {
@@ -420,9 +416,9 @@ func freeGPUs(v protocol.QueueView) int {
 
 func TestAllocatorGrantsQueuesAndReleases(t *testing.T) {
 	h := newAllocHarness(t)
-	h.request(time.Minute, capReq("job-a", 1, scheduler.Medium, 2))
-	h.request(2*time.Minute, capReq("job-b", 1, scheduler.Medium, 1))
-	h.request(3*time.Minute, capReq("job-a", 1, scheduler.Medium, 2)) // a retried request is a no-op
+	h.request(time.Minute, fixture.Request{Job: "job-a", Attempt: 1, Class: scheduler.Medium, Workers: 2, SubmittedAt: testStart}.Capacity())
+	h.request(2*time.Minute, fixture.Request{Job: "job-b", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
+	h.request(3*time.Minute, fixture.Request{Job: "job-a", Attempt: 1, Class: scheduler.Medium, Workers: 2, SubmittedAt: testStart}.Capacity()) // a retried request is a no-op
 	var mid protocol.QueueView
 	h.at(4*time.Minute, func() { mid = h.queue() })
 	// job-a stops: worker 0 first (job-b fits there), then worker 1.
@@ -487,14 +483,14 @@ func TestAllocatorGrantsQueuesAndReleases(t *testing.T) {
 
 func TestAllocatorRejectsImpossibleRequests(t *testing.T) {
 	h := newAllocHarness(t)
-	h.request(time.Minute, capReq("too-many", 1, scheduler.Medium, 3))
-	unknown := capReq("unknown-family", 1, scheduler.Medium, 1)
+	h.request(time.Minute, fixture.Request{Job: "too-many", Attempt: 1, Class: scheduler.Medium, Workers: 3, SubmittedAt: testStart}.Capacity())
+	unknown := fixture.Request{Job: "unknown-family", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity()
 	unknown.InstanceType = "h100.1gpu"
 	h.request(2*time.Minute, unknown)
-	bad := capReq("bad-type", 1, scheduler.Medium, 1)
+	bad := fixture.Request{Job: "bad-type", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity()
 	bad.InstanceType = "a100"
 	h.request(3*time.Minute, bad)
-	h.request(4*time.Minute, capReq("", 1, scheduler.Medium, 1))
+	h.request(4*time.Minute, fixture.Request{Job: "", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
 	h.runAllocator(allocInput(allocNodes(2, 2)), time.Hour)
 
 	for _, job := range []string{"too-many", "unknown-family", "bad-type", ""} {
@@ -511,16 +507,16 @@ func TestAllocatorRejectsImpossibleRequests(t *testing.T) {
 
 func TestAllocatorPreemptsLowerClassForHigh(t *testing.T) {
 	h := newAllocHarness(t)
-	h.request(time.Minute, capReq("low", 1, scheduler.Low, 1))
-	h.request(2*time.Minute, capReq("high", 1, scheduler.High, 1))
+	h.request(time.Minute, fixture.Request{Job: "low", Attempt: 1, Class: scheduler.Low, Workers: 1, SubmittedAt: testStart}.Capacity())
+	h.request(2*time.Minute, fixture.Request{Job: "high", Attempt: 1, Class: scheduler.High, Workers: 1, SubmittedAt: testStart}.Capacity())
 	var mid protocol.QueueView
 	h.at(3*time.Minute, func() { mid = h.queue() })
 	// The victim stops, releases, and comes back with its Seq.
 	h.release(5*time.Minute, protocol.ReleaseSignal{Job: "low", Attempt: 1, Stopping: true})
 	h.release(6*time.Minute, protocol.ReleaseSignal{Job: "low", Attempt: 1, Workers: []int{0}})
-	h.request(7*time.Minute, protocol.CapacityRequest{Job: "low", Attempt: 2, Kind: scheduler.KindJob, Class: scheduler.Low,
-		InstanceType: "a100.2gpu", Workers: 1, Seq: 1, SubmittedAt: testStart})
-	h.request(8*time.Minute, capReq("low-later", 1, scheduler.Low, 1))
+	h.request(7*time.Minute, fixture.Request{Job: "low", Attempt: 2, Class: scheduler.Low, Seq: 1,
+		SubmittedAt: testStart}.Capacity())
+	h.request(8*time.Minute, fixture.Request{Job: "low-later", Attempt: 1, Class: scheduler.Low, Workers: 1, SubmittedAt: testStart}.Capacity())
 	var end protocol.QueueView
 	h.at(9*time.Minute, func() { end = h.queue() })
 	h.runAllocator(allocInput(allocNodes(1, 2)), time.Hour)
@@ -550,10 +546,9 @@ func TestAllocatorPreemptsLowerClassForHigh(t *testing.T) {
 
 func TestAllocatorNeverPreemptsNotebooks(t *testing.T) {
 	h := newAllocHarness(t)
-	nb := capReq("jupyter-1", 1, scheduler.Low, 1) // a notebook is high whatever it asks
-	nb.Kind = scheduler.KindNotebook
+	nb := fixture.Request{Job: "jupyter-1", Attempt: 1, Kind: scheduler.KindNotebook, Class: scheduler.Low, Workers: 1, SubmittedAt: testStart}.Capacity() // a notebook is high whatever it asks
 	h.request(time.Minute, nb)
-	h.request(2*time.Minute, capReq("high-1", 1, scheduler.High, 1))
+	h.request(2*time.Minute, fixture.Request{Job: "high-1", Attempt: 1, Class: scheduler.High, Workers: 1, SubmittedAt: testStart}.Capacity())
 	h.runAllocator(allocInput(allocNodes(1, 2)), time.Hour)
 
 	require.Len(t, h.grantsTo("jupyter-1"), 1)
@@ -567,8 +562,8 @@ func TestAllocatorNeverPreemptsNotebooks(t *testing.T) {
 
 func TestAllocatorEqualClassWaits(t *testing.T) {
 	h := newAllocHarness(t)
-	h.request(time.Minute, capReq("first", 1, scheduler.Medium, 1))
-	h.request(2*time.Minute, capReq("second", 1, scheduler.Medium, 1))
+	h.request(time.Minute, fixture.Request{Job: "first", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
+	h.request(2*time.Minute, fixture.Request{Job: "second", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
 	h.runAllocator(allocInput(allocNodes(1, 2)), time.Hour)
 	assert.Empty(t, h.preempts)
 	assert.Empty(t, h.grantsTo("second"))
@@ -579,9 +574,9 @@ func TestAllocatorEqualClassWaits(t *testing.T) {
 
 func TestAllocatorWithdraw(t *testing.T) {
 	h := newAllocHarness(t)
-	h.request(time.Minute, capReq("first", 1, scheduler.Medium, 1))
-	h.request(2*time.Minute, capReq("second", 1, scheduler.Medium, 1))
-	h.request(3*time.Minute, capReq("third", 1, scheduler.Medium, 1))
+	h.request(time.Minute, fixture.Request{Job: "first", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
+	h.request(2*time.Minute, fixture.Request{Job: "second", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
+	h.request(3*time.Minute, fixture.Request{Job: "third", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
 	h.at(4*time.Minute, func() {
 		h.env.SignalWorkflow(protocol.SignalWithdraw, protocol.WithdrawSignal{Job: "second", Attempt: 1})
 	})
@@ -597,8 +592,8 @@ func TestAllocatorWithdraw(t *testing.T) {
 func TestAllocatorGrantToVanishedJobReturnsCapacity(t *testing.T) {
 	h := newAllocHarness(t)
 	h.gone["ghost"] = true
-	h.request(time.Minute, capReq("ghost", 1, scheduler.Medium, 2))
-	h.request(2*time.Minute, capReq("next", 1, scheduler.Low, 2))
+	h.request(time.Minute, fixture.Request{Job: "ghost", Attempt: 1, Class: scheduler.Medium, Workers: 2, SubmittedAt: testStart}.Capacity())
+	h.request(2*time.Minute, fixture.Request{Job: "next", Attempt: 1, Class: scheduler.Low, Workers: 2, SubmittedAt: testStart}.Capacity())
 	h.runAllocator(allocInput(allocNodes(2, 2)), time.Hour)
 
 	assert.True(t, h.outcome("ghost", 1).reply.Granted)
@@ -612,7 +607,7 @@ func TestAllocatorGrantToVanishedJobReturnsCapacity(t *testing.T) {
 func TestAllocatorGrantSignalFailureFreesCapacity(t *testing.T) {
 	h := newAllocHarness(t)
 	h.gone["ghost"] = true
-	h.request(time.Minute, capReq("ghost", 1, scheduler.Medium, 2))
+	h.request(time.Minute, fixture.Request{Job: "ghost", Attempt: 1, Class: scheduler.Medium, Workers: 2, SubmittedAt: testStart}.Capacity())
 	h.runAllocator(allocInput(allocNodes(2, 2)), time.Hour)
 	v := h.queue()
 	assert.Empty(t, v.Running)
@@ -623,8 +618,8 @@ func TestAllocatorGrantSignalFailureFreesCapacity(t *testing.T) {
 func TestAllocatorReclaimsVanishedJob(t *testing.T) {
 	h := newAllocHarness(t)
 	in := allocInput(allocNodes(2, 2))
-	h.request(time.Minute, capReq("victim", 1, scheduler.Medium, 2))
-	h.request(2*time.Minute, capReq("waiter", 1, scheduler.Medium, 2))
+	h.request(time.Minute, fixture.Request{Job: "victim", Attempt: 1, Class: scheduler.Medium, Workers: 2, SubmittedAt: testStart}.Capacity())
+	h.request(2*time.Minute, fixture.Request{Job: "waiter", Attempt: 1, Class: scheduler.Medium, Workers: 2, SubmittedAt: testStart}.Capacity())
 	var before protocol.QueueView
 	h.at(10*time.Minute, func() {
 		before = h.queue()
@@ -675,7 +670,7 @@ func TestAllocatorContinuesAsNewAtMaxEventsPerRun(t *testing.T) {
 	for _, events := range []int{maxEventsPerRun - 1, maxEventsPerRun} {
 		t.Run(fmt.Sprint(events), func(t *testing.T) {
 			h := newAllocHarness(t)
-			h.signalRequest(time.Minute, capReq("j", 1, scheduler.Medium, 1))
+			h.signalRequest(time.Minute, fixture.Request{Job: "j", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
 			h.at(2*time.Minute, func() { h.env.SetCurrentHistoryLength(events) })
 			h.runAllocator(allocInput(allocNodes(1, 2)), time.Hour)
 			if events < maxEventsPerRun {
@@ -694,14 +689,14 @@ func TestAllocatorContinuesAsNewAtMaxEventsPerRun(t *testing.T) {
 func TestAllocatorContinuesAsNewWithWaitingJobs(t *testing.T) {
 	h := newAllocHarness(t)
 	in := allocInput(allocNodes(1, 2))
-	h.request(time.Second, capReq("holder", 1, scheduler.High, 1))
+	h.request(time.Second, fixture.Request{Job: "holder", Attempt: 1, Class: scheduler.High, Workers: 1, SubmittedAt: testStart}.Capacity())
 	classes := []scheduler.Class{scheduler.Low, scheduler.Medium, scheduler.High}
 	// holder's request and n others make maxUpdatesPerRun updates: the run
 	// hands over right after the last one.
 	n := maxUpdatesPerRun - 1
 	h.at(2*time.Second, func() {
 		for i := 0; i < n; i++ {
-			h.sendRequest(capReq(fmt.Sprintf("lm-mpi-job-%05d", i), 1, classes[i%3], 1))
+			h.sendRequest(fixture.Request{Job: fmt.Sprintf("lm-mpi-job-%05d", i), Attempt: 1, Class: classes[i%3], Workers: 1, SubmittedAt: testStart}.Capacity())
 		}
 	})
 	h.env.ExecuteWorkflow(protocol.AllocatorWorkflowName, in)
@@ -749,7 +744,7 @@ func TestAllocatorContinuesAsNewWithWaitingJobs(t *testing.T) {
 
 	// The resumed run keeps counting Seqs where the old one stopped.
 	h3 := newAllocHarness(t)
-	h3.request(time.Second, capReq("newcomer", 1, scheduler.Low, 1))
+	h3.request(time.Second, fixture.Request{Job: "newcomer", Attempt: 1, Class: scheduler.Low, Workers: 1, SubmittedAt: testStart}.Capacity())
 	h3.runAllocatorFrom(carried, time.Minute)
 	assert.Equal(t, int64(n+2), h3.outcome("newcomer", 1).reply.Seq)
 	assert.Equal(t, n+1, h3.outcome("newcomer", 1).reply.Position)
@@ -763,17 +758,12 @@ func TestAllocatorRestoresTenThousandWaitingJobs(t *testing.T) {
 	in := allocInput(allocNodes(1, 2))
 	pool, err := scheduler.NewPool(in.Nodes, in.Policy)
 	require.NoError(t, err)
-	demand, err := scheduler.ParseInstanceType("a100.2gpu")
-	require.NoError(t, err)
-	req := func(job string, class scheduler.Class, seq int64) scheduler.Request {
-		return scheduler.Request{Job: job, Attempt: 1, Kind: scheduler.KindJob, Class: class, Demand: demand, Workers: 1,
-			Seq: seq, SubmittedAt: testStart}
-	}
-	require.NoError(t, pool.Enqueue(req("holder", scheduler.High, 1)))
+	require.NoError(t, pool.Enqueue(fixture.Request{Job: "holder", Class: scheduler.High, Seq: 1, SubmittedAt: testStart}.Scheduler()))
 	require.Len(t, pool.Schedule(testStart).Grants, 1)
 	classes := []scheduler.Class{scheduler.Low, scheduler.Medium, scheduler.High}
 	for i := 0; i < n; i++ {
-		require.NoError(t, pool.Enqueue(req(fmt.Sprintf("lm-mpi-job-%08d-0000-0000-0000-000000000000", i), classes[i%3], int64(i+2))))
+		job := fmt.Sprintf("lm-mpi-job-%08d-0000-0000-0000-000000000000", i)
+		require.NoError(t, pool.Enqueue(fixture.Request{Job: job, Class: classes[i%3], Seq: int64(i + 2), SubmittedAt: testStart}.Scheduler()))
 	}
 	require.Empty(t, pool.Schedule(testStart).Preemptions, "nothing preempts a high job")
 	in.State = &protocol.AllocatorState{Pool: pool.Snapshot(), NextSeq: n + 2}
@@ -789,7 +779,7 @@ func TestAllocatorRestoresTenThousandWaitingJobs(t *testing.T) {
 		_, badOffset = h.env.QueryWorkflow(protocol.QueryQueue, protocol.QueuePage{Offset: -1})
 	})
 	h.release(2*time.Minute, protocol.ReleaseSignal{Job: "holder", Attempt: 1, Workers: []int{0}, Stopping: true})
-	h.request(3*time.Minute, capReq("newcomer", 1, scheduler.High, 1))
+	h.request(3*time.Minute, fixture.Request{Job: "newcomer", Attempt: 1, Class: scheduler.High, Workers: 1, SubmittedAt: testStart}.Capacity())
 	start := time.Now()
 	h.runAllocator(in, 10*time.Minute)
 	t.Logf("10,000 waiting jobs: %s", time.Since(start))
@@ -867,8 +857,8 @@ func TestAllocatorReconfigureAddsNode(t *testing.T) {
 	h := newAllocHarness(t)
 	in := allocInput(allocNodes(1, 2))
 	in.MaxUpdatesPerRun = 4 // two requests, the reconfigure and a late request: then continue as new
-	h.request(time.Minute, capReq("job-a", 1, scheduler.Medium, 1))
-	h.request(2*time.Minute, capReq("job-b", 1, scheduler.Medium, 1))
+	h.request(time.Minute, fixture.Request{Job: "job-a", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
+	h.request(2*time.Minute, fixture.Request{Job: "job-b", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
 	var before protocol.QueueView
 	h.at(3*time.Minute, func() { before = h.queue() })
 	next := in
@@ -879,7 +869,7 @@ func TestAllocatorReconfigureAddsNode(t *testing.T) {
 	out := h.reconfigure(4*time.Minute, next)
 	// n2 is fenced until its agent answers (at once here); then job-b runs
 	// there, and job-c waits.
-	h.request(5*time.Minute, capReq("job-c", 1, scheduler.Medium, 1))
+	h.request(5*time.Minute, fixture.Request{Job: "job-c", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
 	h.env.ExecuteWorkflow(protocol.AllocatorWorkflowName, in)
 	require.True(t, h.env.IsWorkflowCompleted())
 
@@ -948,7 +938,7 @@ func TestAllocatorReconfigurePolicyKnobs(t *testing.T) {
 func TestAllocatorReconfigureRefusedChangesNothing(t *testing.T) {
 	h := newAllocHarness(t)
 	in := allocInput(allocNodes(2, 2))
-	h.request(time.Minute, capReq("job-a", 1, scheduler.Medium, 1))
+	h.request(time.Minute, fixture.Request{Job: "job-a", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
 	var before, after protocol.QueueView
 	h.at(2*time.Minute, func() { before = h.queue() })
 	bad := in
@@ -957,7 +947,7 @@ func TestAllocatorReconfigureRefusedChangesNothing(t *testing.T) {
 	out := h.reconfigure(3*time.Minute, bad)
 	same := h.reconfigure(4*time.Minute, in)
 	h.at(5*time.Minute, func() { after = h.queue() })
-	h.request(6*time.Minute, capReq("job-b", 1, scheduler.Medium, 1))
+	h.request(6*time.Minute, fixture.Request{Job: "job-b", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
 	h.runAllocator(in, time.Hour)
 
 	require.True(t, out.done)
@@ -979,8 +969,8 @@ func TestAllocatorReconfigureRefusedChangesNothing(t *testing.T) {
 func TestAllocatorReconfigureRefusesJobsThatNoLongerFit(t *testing.T) {
 	h := newAllocHarness(t)
 	in := allocInput(allocNodes(2, 2))
-	h.request(time.Minute, capReq("job-a", 1, scheduler.Medium, 1))
-	h.request(2*time.Minute, capReq("wide", 1, scheduler.Medium, 2))
+	h.request(time.Minute, fixture.Request{Job: "job-a", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
+	h.request(2*time.Minute, fixture.Request{Job: "wide", Attempt: 1, Class: scheduler.Medium, Workers: 2, SubmittedAt: testStart}.Capacity())
 	smaller := in
 	smaller.Nodes = allocNodes(1, 2) // n2 is idle
 	out := h.reconfigure(3*time.Minute, smaller)
@@ -1012,8 +1002,7 @@ func TestAllocatorReconfigureRefusesJobsThatNoLongerFit(t *testing.T) {
 func TestAllocatorSendsABurstOfGrantsWithinTheSignalBudget(t *testing.T) {
 	const nodes, waiting = 375, 3000 // 8 GPUs a node: the holder takes all 3,000
 	h := newAllocHarnessOpts(t, harnessOpts{signalDelay: time.Second})
-	holder := capReq("holder", 1, scheduler.Medium, nodes)
-	holder.InstanceType = "a100.8gpu"
+	holder := fixture.Request{Job: "holder", Attempt: 1, Class: scheduler.Medium, Workers: nodes, GPUs: 8, SubmittedAt: testStart}.Capacity()
 	h.signalRequest(time.Minute, holder)
 	// The test environment queues at most 1,000 callbacks and signals: send
 	// the requests in slices, each slice from one callback.
@@ -1021,9 +1010,8 @@ func TestAllocatorSendsABurstOfGrantsWithinTheSignalBudget(t *testing.T) {
 	for first := 0; first < waiting; first += slice {
 		h.at(2*time.Minute+time.Duration(first)*10*time.Millisecond, func() {
 			for i := first; i < min(first+slice, waiting); i++ {
-				r := capReq(fmt.Sprintf("small-%04d", i), 1, scheduler.Medium, 1)
-				r.InstanceType = "a100.1gpu"
-				h.env.SignalWorkflow(protocol.SignalRequest, r)
+				r := fixture.Request{Job: fmt.Sprintf("small-%04d", i), Attempt: 1, Class: scheduler.Medium, Workers: 1, GPUs: 1, SubmittedAt: testStart}
+				h.env.SignalWorkflow(protocol.SignalRequest, r.Capacity())
 			}
 		})
 	}
@@ -1078,10 +1066,9 @@ func TestAllocatorSendsABurstOfGrantsWithinTheSignalBudget(t *testing.T) {
 // while the abandoned workers keep their GPUs.
 func TestJobResetToAnEarlierAttemptIsServed(t *testing.T) {
 	h := newAllocHarness(t)
-	h.signalRequest(time.Minute, capReq("j", 2, scheduler.Medium, 1))
-	h.signalRequest(2*time.Minute, capReq("other", 1, scheduler.Medium, 1))
-	reset := capReq("j", 1, scheduler.Medium, 1)
-	reset.Seq = 1 // the place its first grant gave it, which the reset run carries
+	h.signalRequest(time.Minute, fixture.Request{Job: "j", Attempt: 2, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
+	h.signalRequest(2*time.Minute, fixture.Request{Job: "other", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
+	reset := fixture.Request{Job: "j", Attempt: 1, Class: scheduler.Medium, Workers: 1, Seq: 1, SubmittedAt: testStart}.Capacity() // the place its first grant gave it, which the reset run carries
 	h.at(3*time.Minute, func() {
 		h.mu.Lock()
 		h.attempts["j"] = 1 // the workflow was reset
@@ -1111,8 +1098,8 @@ func TestJobResetToAnEarlierAttemptIsServed(t *testing.T) {
 func TestLateDuplicateOfAnOldRequestIsDropped(t *testing.T) {
 	h := newAllocHarness(t)
 	h.attempts["j"] = 2
-	h.signalRequest(time.Minute, capReq("j", 2, scheduler.Medium, 1))
-	h.signalRequest(3*time.Minute, capReq("j", 1, scheduler.Medium, 1))
+	h.signalRequest(time.Minute, fixture.Request{Job: "j", Attempt: 2, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
+	h.signalRequest(3*time.Minute, fixture.Request{Job: "j", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
 	h.runAllocator(allocInput(allocNodes(1, 2)), time.Hour)
 
 	require.Len(t, h.grantsTo("j"), 1)

@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/trainq/trainq/cluster"
+	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
 )
@@ -21,14 +22,12 @@ import (
 // capacity (their answers to the register update are h.holds).
 
 func holding(job string, attempt int, seq int64, p ...scheduler.WorkerPlacement) protocol.JobHold {
-	req := capReq(job, attempt, scheduler.Medium, len(p))
-	req.Seq = seq
+	req := fixture.Request{Job: job, Attempt: attempt, Class: scheduler.Medium, Workers: len(p), Seq: seq, SubmittedAt: testStart}.Capacity()
 	return protocol.JobHold{Job: job, Phase: protocol.HoldHolding, Request: req, Placement: p, StartedAt: testStart}
 }
 
 func waitingHold(job string, class scheduler.Class, seq int64) protocol.JobHold {
-	req := capReq(job, 1, class, 1)
-	req.Seq = seq
+	req := fixture.Request{Job: job, Attempt: 1, Class: class, Workers: 1, Seq: seq, SubmittedAt: testStart}.Capacity()
 	return protocol.JobHold{Job: job, Phase: protocol.HoldWaiting, Request: req}
 }
 
@@ -44,7 +43,7 @@ func TestRecoveryNeverGrantsWhatAJobStillHolds(t *testing.T) {
 		holding("held", 1, 3, on("n1", 0, 0, 1)),
 		waitingHold("old-waiter", scheduler.Medium, 5),
 	}
-	h.request(0, capReq("newcomer", 1, scheduler.Medium, 1))
+	h.request(0, fixture.Request{Job: "newcomer", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
 	h.runAllocator(allocInput(allocNodes(2, 2)), time.Hour)
 
 	require.Len(t, h.registerCalls, 1)
@@ -80,7 +79,7 @@ func TestRecoveryAppliesReleasesThatArriveMeanwhile(t *testing.T) {
 	var during protocol.QueueView
 	h.at(6*time.Second, func() { during = h.queue() })
 	h.release(5*time.Second, protocol.ReleaseSignal{Job: "held", Attempt: 1, Workers: []int{1}, Stopping: true})
-	h.request(6*time.Second, capReq("next", 1, scheduler.Low, 1))
+	h.request(6*time.Second, fixture.Request{Job: "next", Attempt: 1, Class: scheduler.Low, Workers: 1, SubmittedAt: testStart}.Capacity())
 	h.runAllocator(allocInput(allocNodes(2, 2)), time.Hour)
 
 	assert.True(t, during.Recovering, "the release and the request came while the allocator recovered")
@@ -115,7 +114,7 @@ func TestRecoveryReportsConflictingHolds(t *testing.T) {
 
 func TestLostNodeIsFencedUntilItsAgentAnswers(t *testing.T) {
 	h := newAllocHarness(t)
-	h.request(time.Minute, capReq("victim", 1, scheduler.Medium, 1))
+	h.request(time.Minute, fixture.Request{Job: "victim", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
 	// victim's node stops answering: the job releases its worker as lost.
 	h.at(2*time.Minute, func() {
 		h.mu.Lock()
@@ -123,7 +122,7 @@ func TestLostNodeIsFencedUntilItsAgentAnswers(t *testing.T) {
 		h.mu.Unlock()
 	})
 	h.release(3*time.Minute, protocol.ReleaseSignal{Job: "victim", Attempt: 1, Workers: []int{0}, Stopping: true, LostNodes: []string{"n1"}})
-	h.request(4*time.Minute, capReq("next", 1, scheduler.Medium, 1))
+	h.request(4*time.Minute, fixture.Request{Job: "next", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
 	var during protocol.QueueView
 	h.at(5*time.Minute, func() { during = h.queue() })
 	h.at(6*time.Minute, func() {
@@ -131,7 +130,7 @@ func TestLostNodeIsFencedUntilItsAgentAnswers(t *testing.T) {
 		delete(h.deadNodes, "n1")
 		h.mu.Unlock()
 	})
-	h.request(7*time.Minute, capReq("later", 1, scheduler.Medium, 1))
+	h.request(7*time.Minute, fixture.Request{Job: "later", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
 	h.runAllocator(allocInput(allocNodes(1, 2)), time.Hour)
 
 	require.Len(t, during.Fenced, 1)
@@ -147,13 +146,13 @@ func TestLostNodeIsFencedUntilItsAgentAnswers(t *testing.T) {
 
 func TestWithdrawBeforeRequestLeavesNoGhost(t *testing.T) {
 	h := newAllocHarness(t)
-	h.request(time.Minute, capReq("low", 1, scheduler.Low, 1))
+	h.request(time.Minute, fixture.Request{Job: "low", Attempt: 1, Class: scheduler.Low, Workers: 1, SubmittedAt: testStart}.Capacity())
 	// The job was cancelled while its request was on its way: the withdraw
 	// signal overtakes the update.
 	h.at(2*time.Minute, func() {
 		h.env.SignalWorkflow(protocol.SignalWithdraw, protocol.WithdrawSignal{Job: "ghost", Attempt: 1})
 	})
-	h.request(3*time.Minute, capReq("ghost", 1, scheduler.High, 1))
+	h.request(3*time.Minute, fixture.Request{Job: "ghost", Attempt: 1, Class: scheduler.High, Workers: 1, SubmittedAt: testStart}.Capacity())
 	h.runAllocator(allocInput(allocNodes(1, 2)), time.Hour)
 
 	out := h.outcome("ghost", 1)
@@ -167,14 +166,14 @@ func TestWithdrawBeforeRequestLeavesNoGhost(t *testing.T) {
 
 func TestWithdrawCancelsOnlyItsAttempt(t *testing.T) {
 	h := newAllocHarness(t)
-	h.request(time.Minute, capReq("job", 1, scheduler.Medium, 2))
+	h.request(time.Minute, fixture.Request{Job: "job", Attempt: 1, Class: scheduler.Medium, Workers: 2, SubmittedAt: testStart}.Capacity())
 	// Attempt 1 stops; worker 0 is gone, worker 1 still stops.
 	h.release(2*time.Minute, protocol.ReleaseSignal{Job: "job", Attempt: 1, Workers: []int{0}, Stopping: true})
-	h.request(3*time.Minute, capReq("job", 2, scheduler.Medium, 2))
+	h.request(3*time.Minute, fixture.Request{Job: "job", Attempt: 2, Class: scheduler.Medium, Workers: 2, SubmittedAt: testStart}.Capacity())
 	h.at(4*time.Minute, func() {
 		h.env.SignalWorkflow(protocol.SignalWithdraw, protocol.WithdrawSignal{Job: "job", Attempt: 2})
 	})
-	h.request(5*time.Minute, capReq("other", 1, scheduler.Medium, 2))
+	h.request(5*time.Minute, fixture.Request{Job: "other", Attempt: 1, Class: scheduler.Medium, Workers: 2, SubmittedAt: testStart}.Capacity())
 	h.runAllocator(allocInput(allocNodes(2, 2)), time.Hour)
 
 	assert.Empty(t, h.grantsTo("other"), "attempt 1's worker 1 still holds its GPUs")
@@ -187,9 +186,9 @@ func TestWithdrawCancelsOnlyItsAttempt(t *testing.T) {
 
 func TestGhostRequestsAreDropped(t *testing.T) {
 	h := newAllocHarness(t)
-	h.request(time.Minute, capReq("runner", 1, scheduler.Low, 1))
-	h.request(2*time.Minute, capReq("ghost", 1, scheduler.Medium, 1))
-	h.request(3*time.Minute, capReq("alive", 1, scheduler.Low, 1))
+	h.request(time.Minute, fixture.Request{Job: "runner", Attempt: 1, Class: scheduler.Low, Workers: 1, SubmittedAt: testStart}.Capacity())
+	h.request(2*time.Minute, fixture.Request{Job: "ghost", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
+	h.request(3*time.Minute, fixture.Request{Job: "alive", Attempt: 1, Class: scheduler.Low, Workers: 1, SubmittedAt: testStart}.Capacity())
 	// ghost's job ended without a withdrawal reaching the allocator.
 	h.ghosts = []protocol.WithdrawSignal{{Job: "ghost", Attempt: 1}}
 	h.runAllocator(allocInput(allocNodes(1, 2)), time.Hour)
@@ -213,10 +212,10 @@ func TestUnreadableStateFailsTheTaskNotTheAllocator(t *testing.T) {
 
 func TestAllocatorTakesRequestsAsSignals(t *testing.T) {
 	h := newAllocHarness(t)
-	h.signalRequest(time.Minute, capReq("first", 1, scheduler.Medium, 2))
-	h.signalRequest(time.Minute, capReq("second", 1, scheduler.Medium, 1))
-	h.signalRequest(time.Minute, capReq("first", 1, scheduler.Medium, 2)) // a retried activity signals twice
-	tooBig := capReq("too-big", 1, scheduler.High, 3)
+	h.signalRequest(time.Minute, fixture.Request{Job: "first", Attempt: 1, Class: scheduler.Medium, Workers: 2, SubmittedAt: testStart}.Capacity())
+	h.signalRequest(time.Minute, fixture.Request{Job: "second", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
+	h.signalRequest(time.Minute, fixture.Request{Job: "first", Attempt: 1, Class: scheduler.Medium, Workers: 2, SubmittedAt: testStart}.Capacity()) // a retried activity signals twice
+	tooBig := fixture.Request{Job: "too-big", Attempt: 1, Class: scheduler.High, Workers: 3, SubmittedAt: testStart}.Capacity()
 	h.signalRequest(2*time.Minute, tooBig)
 	h.runAllocator(allocInput(allocNodes(2, 2)), time.Hour)
 
@@ -238,12 +237,11 @@ func TestFullQueueRefusesNewJobsButNotReruns(t *testing.T) {
 	h := newAllocHarness(t)
 	in := allocInput(allocNodes(1, 2))
 	in.MaxWaiting = 2
-	h.signalRequest(time.Minute, capReq("running", 1, scheduler.Medium, 1))
-	h.signalRequest(2*time.Minute, capReq("w1", 1, scheduler.Medium, 1))
-	h.signalRequest(3*time.Minute, capReq("w2", 1, scheduler.Medium, 1))
-	h.signalRequest(4*time.Minute, capReq("w3", 1, scheduler.Medium, 1)) // one too many
-	rerun := capReq("back", 2, scheduler.Medium, 1)
-	rerun.Seq = 1
+	h.signalRequest(time.Minute, fixture.Request{Job: "running", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
+	h.signalRequest(2*time.Minute, fixture.Request{Job: "w1", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
+	h.signalRequest(3*time.Minute, fixture.Request{Job: "w2", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
+	h.signalRequest(4*time.Minute, fixture.Request{Job: "w3", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity()) // one too many
+	rerun := fixture.Request{Job: "back", Attempt: 2, Class: scheduler.Medium, Workers: 1, Seq: 1, SubmittedAt: testStart}.Capacity()
 	h.signalRequest(5*time.Minute, rerun) // a rerun had its place already
 	var counts protocol.QueueCounts
 	h.at(6*time.Minute, func() { counts = query[protocol.QueueCounts](t, h.env, protocol.QueryCounts) })
@@ -282,7 +280,7 @@ func TestAllocatorLosesNothingAcrossContinueAsNew(t *testing.T) {
 				h.env.SignalWorkflow(protocol.SignalRelease, protocol.ReleaseSignal{Job: job, Attempt: 1, Workers: []int{0}, Stopping: true})
 			}
 			for i := 0; i < batch; i++ {
-				h.env.SignalWorkflow(protocol.SignalRequest, capReq(fmt.Sprintf("job-%05d", first+i), 1, classes[(first+i)%3], 1))
+				h.env.SignalWorkflow(protocol.SignalRequest, fixture.Request{Job: fmt.Sprintf("job-%05d", first+i), Attempt: 1, Class: classes[(first+i)%3], Workers: 1, SubmittedAt: testStart}.Capacity())
 			}
 			// Releases of nobody's capacity are no-ops that make up the
 			// run's messages, so that every run hands over.
@@ -316,8 +314,8 @@ func TestAllocatorWakesWhenMinRuntimePasses(t *testing.T) {
 	h := newAllocHarness(t)
 	in := allocInput(allocNodes(1, 2))
 	in.Policy.MinRuntimeBeforePreemption = 10 * time.Minute
-	h.request(time.Minute, capReq("low", 1, scheduler.Low, 1))
-	h.request(2*time.Minute, capReq("high", 1, scheduler.High, 1))
+	h.request(time.Minute, fixture.Request{Job: "low", Attempt: 1, Class: scheduler.Low, Workers: 1, SubmittedAt: testStart}.Capacity())
+	h.request(2*time.Minute, fixture.Request{Job: "high", Attempt: 1, Class: scheduler.High, Workers: 1, SubmittedAt: testStart}.Capacity())
 	var early int
 	h.at(10*time.Minute, func() {
 		h.mu.Lock()
@@ -371,11 +369,11 @@ func (h *allocHarness) recoverAt(d time.Duration) *protocol.RecoverReply {
 // while its worker still runs.
 func TestFenceAnswerKeepingAReleasedWorkerDoesNotBringTheNodeBack(t *testing.T) {
 	h := newAllocHarnessOpts(t, harnessOpts{fenceDelay: 2 * time.Minute})
-	h.request(time.Minute, capReq("a", 1, scheduler.Medium, 1))
-	h.request(time.Minute, capReq("b", 1, scheduler.Medium, 1))
+	h.request(time.Minute, fixture.Request{Job: "a", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
+	h.request(time.Minute, fixture.Request{Job: "b", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
 	h.release(3*time.Minute, protocol.ReleaseSignal{Job: "a", Attempt: 1, Workers: []int{0}, Stopping: true, LostNodes: []string{"n1"}})
 	h.release(4*time.Minute, protocol.ReleaseSignal{Job: "b", Attempt: 1, Workers: []int{0}, Stopping: true, LostNodes: []string{"n1"}})
-	h.request(4*time.Minute+30*time.Second, capReq("next", 1, scheduler.Medium, 1))
+	h.request(4*time.Minute+30*time.Second, fixture.Request{Job: "next", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
 	var afterStale protocol.QueueView
 	h.at(5*time.Minute+30*time.Second, func() { afterStale = h.queue() })
 	h.runAllocator(allocInput(allocNodes(1, 4)), time.Hour)
@@ -403,8 +401,8 @@ func TestRecoveryAdoptsAJobVisibilityMissed(t *testing.T) {
 	h.unlisted = []protocol.JobHold{holding("missed", 1, 3, on("n1", 0, 0, 1))}
 	h.live["n1"] = []cluster.WorkerID{{Job: "missed", Attempt: 1, Worker: 0}}
 	h.live["n2"] = []cluster.WorkerID{{Job: "ended", Attempt: 2, Worker: 0}} // its job answers nothing: it has ended
-	h.request(time.Minute, capReq("newcomer", 1, scheduler.Medium, 1))
-	h.request(time.Minute, capReq("second", 1, scheduler.Medium, 1))
+	h.request(time.Minute, fixture.Request{Job: "newcomer", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
+	h.request(time.Minute, fixture.Request{Job: "second", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
 	h.runAllocator(allocInput(allocNodes(2, 2)), time.Hour)
 
 	v := h.queue()
@@ -431,8 +429,8 @@ func TestJobThatDoesNotAnswerKeepsOnlyItsNodeFenced(t *testing.T) {
 	h.unlisted = []protocol.JobHold{holding("stuck", 1, 3, on("n1", 0, 0, 1))}
 	h.silent["stuck"] = true
 	h.live["n1"] = []cluster.WorkerID{{Job: "stuck", Attempt: 1, Worker: 0}}
-	h.request(time.Minute, capReq("newcomer", 1, scheduler.Medium, 1))
-	h.request(time.Minute, capReq("second", 1, scheduler.Medium, 1))
+	h.request(time.Minute, fixture.Request{Job: "newcomer", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
+	h.request(time.Minute, fixture.Request{Job: "second", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
 	var during protocol.QueueView
 	h.at(5*time.Minute, func() { during = h.queue() })
 	h.at(6*time.Minute, func() {
@@ -462,7 +460,7 @@ func TestJobThatDoesNotAnswerKeepsOnlyItsNodeFenced(t *testing.T) {
 func TestNodeFencedWhenRemovedIsFencedWhenAddedBack(t *testing.T) {
 	h := newAllocHarness(t)
 	in := allocInput(allocNodes(2, 2))
-	h.request(time.Minute, capReq("victim", 1, scheduler.Medium, 1))
+	h.request(time.Minute, fixture.Request{Job: "victim", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
 	h.at(2*time.Minute, func() {
 		h.mu.Lock()
 		h.deadNodes["n1"] = true
@@ -473,8 +471,8 @@ func TestNodeFencedWhenRemovedIsFencedWhenAddedBack(t *testing.T) {
 	without.Nodes = allocNodes(2, 2)[1:]
 	removed := h.reconfigure(4*time.Minute, without)
 	added := h.reconfigure(6*time.Minute, in)
-	h.request(7*time.Minute, capReq("a", 1, scheduler.Medium, 1))
-	h.request(7*time.Minute, capReq("b", 1, scheduler.Medium, 1))
+	h.request(7*time.Minute, fixture.Request{Job: "a", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
+	h.request(7*time.Minute, fixture.Request{Job: "b", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
 	var during protocol.QueueView
 	h.at(8*time.Minute, func() { during = h.queue() })
 	h.runAllocator(in, 10*time.Minute)
