@@ -47,6 +47,8 @@ func req(job string, attempt int, class scheduler.Class, workers int) protocol.C
 }
 
 // one is a request of job's attempt for one worker of gpus GPUs.
+//
+//nolint:unparam // a builder's call names every field of the request it builds; the tests all use attempt 1 today
 func one(job string, attempt int, class scheduler.Class, gpus int) protocol.CapacityRequest {
 	r := req(job, attempt, class, 1)
 	r.InstanceType = fmt.Sprintf("a100.%dgpu", gpus)
@@ -89,6 +91,8 @@ func granted(r protocol.CapacityRequest) step {
 }
 
 // withdrawn: the job withdraws the attempt.
+//
+//nolint:unparam // the call names the attempt withdrawn, as the signal does; the tests all use attempt 1 today
 func withdrawn(job string, attempt int) step {
 	return func(t *testing.T, s *State) { s.Withdraw(protocol.WithdrawSignal{Job: job, Attempt: attempt}) }
 }
@@ -125,6 +129,8 @@ func configured(in protocol.AllocatorInput) step {
 
 // holding is a job's register answer: it holds one 2-GPU worker on node
 // (GPUs 0 and 1).
+//
+//nolint:unparam // a builder's call names where the hold is; the tests all use node n1 today
 func holding(job string, attempt int, node string) protocol.JobHold {
 	h := protocol.JobHold{Job: job, Phase: protocol.HoldHolding, Request: req(job, attempt, scheduler.Medium, 1), StartedAt: t0}
 	h.Request.Seq = 1

@@ -139,7 +139,7 @@ func run(m *testing.M) int {
 	if err != nil {
 		panic(err)
 	}
-	defer os.RemoveAll(env.dir)
+	defer func() { _ = os.RemoveAll(env.dir) }()
 	workerBin := filepath.Join(env.dir, "bin", "trainq-worker")
 	if err := testenv.Build(root, workerBin, "./worker"); err != nil {
 		fmt.Fprintln(os.Stderr, "api: build failed:", err)
@@ -172,7 +172,7 @@ func run(m *testing.M) int {
 			fmt.Fprintln(os.Stderr, "api: dev server:", err)
 			return 1
 		}
-		defer srv.Stop()
+		defer func() { _ = srv.Stop() }()
 		env.client, hostPort = srv.Client(), srv.FrontendHostPort()
 	}
 
@@ -338,6 +338,7 @@ func jobStatus(t *testing.T, user, name string) jobView {
 
 const long = 90 * time.Second
 
+//nolint:unparam // the call shows how long it waits, as testenv.Eventually's does
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	testenv.Eventually(t, timeout, what, cond)

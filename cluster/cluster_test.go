@@ -57,6 +57,7 @@ func (f *fakeNode) Status(context.Context, WorkerID) (WorkerStatus, error) {
 }
 func (f *fakeNode) Logs(context.Context, WorkerID, int, io.Writer) error { return nil }
 
+//nolint:unparam // a builder's call names every field of the worker it builds; the tests all use attempt 1 today
 func placed(job string, attempt int, gpus ...int) PlacedWorker {
 	id := WorkerID{Job: job, Attempt: attempt}
 	return PlacedWorker{WorkerStatus: WorkerStatus{ID: id, Phase: PhaseRunning}, Node: "n", GPUs: gpus}

@@ -171,7 +171,7 @@ func run(m *testing.M) int {
 	if err != nil {
 		panic(err)
 	}
-	defer os.RemoveAll(env.dir)
+	defer func() { _ = os.RemoveAll(env.dir) }()
 	env.binDir = filepath.Join(env.dir, "bin")
 	for pkg, name := range map[string]string{"./worker": "trainq-worker", "./supervise": "trainq-supervise", "./starter": "trainq"} {
 		if err := testenv.Build(root, filepath.Join(env.binDir, name), pkg); err != nil {
@@ -199,13 +199,20 @@ func run(m *testing.M) int {
 			fmt.Fprintln(os.Stderr, "e2e: dev server:", err)
 			return 1
 		}
-		defer srv.Stop()
+		defer func() { _ = srv.Stop() }()
 		env.hostPort = srv.FrontendHostPort()
 		env.client = srv.Client()
 	}
-	os.Setenv("TEMPORAL_ADDRESS", env.hostPort)
-	os.Setenv("TRAINQ_TEMPORAL_BIN_RESOLVED", temporalBin)
-	os.Setenv("TRAINQ_CONFIG", env.configPath)
+	for _, kv := range [][2]string{
+		{"TEMPORAL_ADDRESS", env.hostPort},
+		{"TRAINQ_TEMPORAL_BIN_RESOLVED", temporalBin},
+		{"TRAINQ_CONFIG", env.configPath},
+	} {
+		if err := os.Setenv(kv[0], kv[1]); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+			return 1
+		}
+	}
 	code := m.Run()
 	testenv.KillLeftoverWorkers(filepath.Join(env.dir, "data"))
 	return code

@@ -291,11 +291,11 @@ func (sc *scratch) unhide(p *Pool, i int32) {
 	x.hidden, x.held = resources{}, resources{}
 }
 
-func adjustCnt(c []int32, old, new int) {
-	for g := new + 1; g <= old; g++ {
+func adjustCnt(c []int32, from, to int) {
+	for g := to + 1; g <= from; g++ {
 		c[g]--
 	}
-	for g := old + 1; g <= new; g++ {
+	for g := from + 1; g <= to; g++ {
 		c[g]++
 	}
 }

@@ -20,6 +20,7 @@ import (
 // `temporal workflow terminate`, with jobs that still hold or wait for
 // capacity (their answers to the register update are h.holds).
 
+//nolint:unparam // a builder's call names every field of the hold it builds; the tests all use attempt 1 today
 func holding(job string, attempt int, seq int64, p ...scheduler.WorkerPlacement) protocol.JobHold {
 	req := capReq(job, attempt, scheduler.Medium, len(p))
 	req.Seq = seq

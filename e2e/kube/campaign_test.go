@@ -661,7 +661,7 @@ func (r *kcRun) play() {
 	}
 }
 
-func (r *kcRun) submitSpec(j kcJob, why string) string {
+func (r *kcRun) submitSpec(j kcJob, why string) {
 	spec := jobSpec(j.alloc, j.class, 1, nil)
 	spec.InstanceType = fmt.Sprintf("a100.%dgpu", j.gpus)
 	spec.MaxRetry = j.maxRetry
@@ -675,7 +675,6 @@ func (r *kcRun) submitSpec(j kcJob, why string) string {
 	r.jobs = append(r.jobs, name)
 	r.jobSpec[name] = j
 	r.note("submit %s (%s): %s %s %d GPU", name, why, j.alloc, j.class, j.gpus)
-	return name
 }
 
 func (r *kcRun) submit(i int, j kcJob) { r.submitSpec(j, fmt.Sprintf("job %d", i)) }

@@ -151,7 +151,7 @@ func run(m *testing.M) int {
 	if err != nil {
 		panic(err)
 	}
-	defer os.RemoveAll(env.dir)
+	defer func() { _ = os.RemoveAll(env.dir) }()
 	env.binDir = filepath.Join(env.dir, "bin")
 	if err := testenv.Build(root, filepath.Join(env.binDir, "trainq-worker"), "./worker"); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e/kube: build failed:", err)
@@ -192,7 +192,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e/kube: dev server:", err)
 		return 1
 	}
-	defer srv.Stop()
+	defer func() { _ = srv.Stop() }()
 	env.hostPort = srv.FrontendHostPort()
 	env.client = srv.Client()
 	code := m.Run()
