@@ -171,8 +171,8 @@ type GhostRequest struct {
 // how many slices a whole sweep takes at most (with the defaults, 30 s x 10 x
 // 12: an hour), so a slice grows with the queue, up to ghostBatchMax (one
 // activity that describes that many workflows in a few seconds): a
-// 50,000-job queue is swept in about an hour and a quarter, not the two days
-// fixed slices of 64 took.
+// 50,000-job queue is swept in about an hour and a quarter, where slices of a
+// fixed 64 would take two days.
 const (
 	ghostBatch       = 64
 	ghostSweepSlices = 12

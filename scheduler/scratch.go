@@ -4,8 +4,8 @@ import "time"
 
 // scratch is per-pass working state. The pass never mutates the Pool: it works on these copies,
 // so the same code serves Schedule (which applies the plan) and View/Explain (which only read it).
-// Its parts are embedded, so that the hot path reads a field at a fixed offset, as before the
-// split; each part says what it is for.
+// Its parts are embedded, not pointed to, so that the hot path reads a field at a fixed offset
+// with no pointer to follow; each part says what it is for.
 type scratch struct {
 	passCapacity
 	passNominations
