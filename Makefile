@@ -4,7 +4,7 @@ TEMPORAL_CLI_VERSION := v1.5.1
 TEMPORAL := $(CURDIR)/bin/temporal
 export TRAINQ_TEMPORAL_BIN := $(TEMPORAL)
 
-.PHONY: all build docs-check demo dev dev-k8s dev-cluster kube-bins cluster-bins test test-cluster test-cluster-run test-cluster-ci test-race test-unit bench simulate chaos scale fuzz histories vet clean
+.PHONY: all build lint lint-tools docs-check demo dev dev-k8s dev-cluster kube-bins cluster-bins test test-cluster test-cluster-run test-cluster-ci test-race test-unit bench simulate chaos scale fuzz histories vet clean
 
 all: build
 
@@ -31,13 +31,21 @@ $(STATICCHECK):
 $(WORKFLOWCHECK):
 	GOBIN=$(CURDIR)/bin/lint/tmp $(GO) install go.temporal.io/sdk/contrib/tools/workflowcheck@$(WORKFLOWCHECK_VERSION)
 	mv $(CURDIR)/bin/lint/tmp/workflowcheck $@
-lint-tools: $(STATICCHECK) $(WORKFLOWCHECK)
+## trainq-lint (tools/lint, its own module, pinned in tools/lint/go.mod): errcheck, unparam and a shadowed-builtin
+## check in one program; rebuilt when its sources change
+TRAINQ_LINT := $(CURDIR)/bin/lint/trainq-lint
+$(TRAINQ_LINT): tools/lint/go.mod tools/lint/go.sum $(wildcard tools/lint/*.go tools/lint/*/*.go)
+	cd tools/lint && $(GO) build -o $@ .
+lint-tools: $(STATICCHECK) $(WORKFLOWCHECK) $(TRAINQ_LINT)
 
-## lint: go vet, staticcheck, and Temporal's workflowcheck on the workflow code (exceptions:
-## workflowcheck.config.yaml, and //workflowcheck:ignore with its reason next to the code)
+## lint: go vet, staticcheck, trainq-lint (unchecked errors, unused parameters, shadowed builtins; exceptions:
+## tools/lint/errcheck.exclude, and //nolint:NAME // reason next to the code), and Temporal's workflowcheck on the
+## workflow code (exceptions: workflowcheck.config.yaml, and //workflowcheck:ignore with its reason next to the code)
 lint: lint-tools
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
+	$(TRAINQ_LINT) -errcheck.exclude=tools/lint/errcheck.exclude ./...
+	cd tools/lint && $(GO) test -count=1 ./...
 	$(WORKFLOWCHECK) -config workflowcheck.config.yaml ./workflows/...
 
 ## kube-bins: the test cluster's kube-apiserver, etcd and kwok, built from the Go module proxy into

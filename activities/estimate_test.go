@@ -43,6 +43,7 @@ func TestEstimateCacheListsOnceForABurst(t *testing.T) {
 	var calls atomic.Int32
 	release := make(chan struct{})
 	want := []time.Duration{time.Minute, 2 * time.Minute, 3 * time.Minute}
+	//nolint:unparam // its signature is EstimateCache.runs' list parameter
 	list := func() ([]time.Duration, error) {
 		calls.Add(1)
 		<-release

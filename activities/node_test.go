@@ -60,7 +60,7 @@ func workerSpec(job string, attempt, worker int, node string, gpus []int, script
 // start starts a worker and stops it when the test ends.
 func start(t *testing.T, b cluster.Backend, spec cluster.WorkerSpec) cluster.WorkerStatus {
 	t.Helper()
-	t.Cleanup(func() { b.Stop(context.Background(), spec.ID, 0) })
+	t.Cleanup(func() { _, _ = b.Stop(context.Background(), spec.ID, 0) })
 	st, err := b.Start(testCtx(t), spec)
 	require.NoError(t, err)
 	return st

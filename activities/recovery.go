@@ -105,8 +105,9 @@ func (a *Activities) RegisterJobs(ctx context.Context, in RegisterJobsInput) (Re
 		// A job that did not answer the first pass is not asked again
 		// here: every grant of the allocation waits for this recovery, and a
 		// second register timeout for one job that cannot answer would cost
-		// them all another 30 s (the fault campaign's recoveries took a
-		// minute). The allocator asks it again every reclaim_interval.
+		// them all another 30 s, and a recovery is already at least one
+		// timeout long when a job cannot answer. The allocator asks it again
+		// every reclaim_interval.
 		got, missed, err := a.registerAll(ctx, fresh, in.Epoch, registerUpdateID(in))
 		if err != nil {
 			return RegisterJobsReply{}, err

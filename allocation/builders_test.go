@@ -70,6 +70,8 @@ func granted(r protocol.CapacityRequest) step {
 }
 
 // withdrawn: the job withdraws the attempt.
+//
+//nolint:unparam // the call names the attempt withdrawn, as the signal does; the tests all use attempt 1 today
 func withdrawn(job string, attempt int) step {
 	return func(t *testing.T, s *State) { s.Withdraw(protocol.WithdrawSignal{Job: job, Attempt: attempt}) }
 }
@@ -106,6 +108,8 @@ func configured(in protocol.AllocatorInput) step {
 
 // holding is a job's register answer: it holds one 2-GPU worker on node
 // (GPUs 0 and 1).
+//
+//nolint:unparam // a builder's call names where the hold is; the tests all use node n1 today
 func holding(job string, attempt int, node string) protocol.JobHold {
 	h := protocol.JobHold{Job: job, Phase: protocol.HoldHolding, Request: fixture.Request{Job: job, Attempt: attempt, Class: scheduler.Medium, Workers: 1}.Capacity(), StartedAt: t0}
 	h.Request.Seq = 1

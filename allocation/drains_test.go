@@ -17,6 +17,7 @@ func drained(node string) step {
 	return func(t *testing.T, s *State) { s.Drain(protocol.DrainRequest{Node: node, Reason: "disk swap"}) }
 }
 
+//nolint:unparam // the call names the node drained; the tests all drain n1 today
 func drain(node string) func(s *State) []Command {
 	return func(s *State) []Command {
 		_, cmds := s.Drain(protocol.DrainRequest{Node: node, Reason: "disk swap"})

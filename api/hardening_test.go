@@ -203,8 +203,9 @@ func serveReal(t *testing.T, s *Server, o ServerOptions) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	hs := NewHTTPServer(s, o)
-	go hs.Serve(Listener(ln, o, s.ConnectionRefused))
-	t.Cleanup(func() { hs.Close() })
+	limited := Listener(ln, o, s.ConnectionRefused)
+	go func() { _ = hs.Serve(limited) }() // http.ErrServerClosed once the test's cleanup closes it
+	t.Cleanup(func() { _ = hs.Close() })
 	return ln.Addr().String()
 }
 
@@ -324,12 +325,12 @@ func TestConnectionsPerClient(t *testing.T) {
 	status, err := bufio.NewReader(held[0]).ReadString('\n')
 	require.NoError(t, err)
 	assert.Equal(t, "HTTP/1.1 200 OK\r\n", status)
-	held[1].Close()
+	require.NoError(t, held[1].Close())
 	time.Sleep(100 * time.Millisecond)
 	line, _ = rawRequest(t, addr, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", "", 0)
 	assert.Equal(t, "HTTP/1.1 200 OK", line)
 	for _, c := range held {
-		c.Close()
+		_ = c.Close()
 	}
 	m := recorderDo(s, "")("GET", "/metrics", "")
 	assert.Contains(t, string(m.Body), "trainq_api_connections_refused_total 1")

@@ -150,7 +150,7 @@ func run(m *testing.M, h *testenv.Harness) int {
 		if err != nil {
 			return h.Fail("dev server", err)
 		}
-		defer srv.Stop()
+		defer func() { _ = srv.Stop() }()
 		env.client, hostPort = srv.Client(), srv.FrontendHostPort()
 	}
 
@@ -314,6 +314,7 @@ func jobStatus(t *testing.T, user, name string) jobView {
 
 const long = 90 * time.Second
 
+//nolint:unparam // the call shows how long it waits, as testenv.Eventually's does
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	testenv.Eventually(t, timeout, what, cond)

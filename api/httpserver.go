@@ -133,7 +133,7 @@ func (l *clientLimit) refuse(c net.Conn) {
 	select {
 	case l.refusing <- struct{}{}:
 	default:
-		c.Close()
+		_ = c.Close()
 		return
 	}
 	go func() {

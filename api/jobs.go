@@ -270,11 +270,11 @@ func (s *Server) noSymlinkOut(root string, dirs map[string]string) error {
 	for _, field := range slices.Sorted(maps.Keys(dirs)) {
 		dir := dirs[field]
 		for p := dir; strings.HasPrefix(p, root); p = filepath.Dir(p) {
-			real, err := filepath.EvalSymlinks(p)
+			resolved, err := filepath.EvalSymlinks(p)
 			if err != nil {
 				continue // does not exist (yet): look at its parent
 			}
-			if real != realRoot && !strings.HasPrefix(real, realRoot+string(filepath.Separator)) {
+			if resolved != realRoot && !strings.HasPrefix(resolved, realRoot+string(filepath.Separator)) {
 				return &protocol.FieldError{Field: field, Message: fmt.Sprintf("%q leads outside your workspace's directory %s through a symbolic link", dir, root)}
 			}
 			break

@@ -191,7 +191,7 @@ func (l *logStream) header(a *protocol.AttemptRecord, worker int) {
 	if err := l.rd.learn(l.ctx, names); err != nil {
 		l.rd.hide(names...) // cannot look them up now: hide them
 	}
-	fmt.Fprintln(l.w, l.rd.text(line)+" <==")
+	_, _ = fmt.Fprintln(l.w, l.rd.text(line)+" <==")
 }
 
 // out writes the header of a worker's log and returns where its lines go.
@@ -241,7 +241,7 @@ func (l *logStream) follow(ctx context.Context, st protocol.JobStatus) error {
 		Flush: l.flush,
 		End: func(st protocol.JobStatus) {
 			if l.verbose {
-				fmt.Fprintf(l.w, "==> job %s ended %s <==\n", l.r.Job, st.State)
+				_, _ = fmt.Fprintf(l.w, "==> job %s ended %s <==\n", l.r.Job, st.State)
 			}
 		},
 	})

@@ -326,7 +326,7 @@ func requireJSON(r *http.Request) error {
 // readBody reads a request body of at most MaxBodyBytes, which must arrive
 // within BodyTimeout of the request (ServeHTTP set the read deadline).
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	defer http.NewResponseController(w).SetReadDeadline(time.Time{})
+	defer func() { _ = http.NewResponseController(w).SetReadDeadline(time.Time{}) }() // not every ResponseWriter has deadlines (httptest)
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError

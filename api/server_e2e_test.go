@@ -450,7 +450,7 @@ func TestTemporalDown(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := ln.Addr().String()
-	ln.Close() // a closed port
+	require.NoError(t, ln.Close()) // a closed port
 	c, err := sdkclient.NewLazyClient(sdkclient.Options{HostPort: addr})
 	require.NoError(t, err)
 	defer c.Close()
@@ -478,7 +478,7 @@ func TestTemporalDown(t *testing.T) {
 		require.NoError(t, err)
 		var e struct{ Error Error }
 		_ = json.NewDecoder(resp.Body).Decode(&e)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		assert.Equal(t, 503, resp.StatusCode, ep)
 		assert.NotEmpty(t, resp.Header.Get("Retry-After"), ep)
 		assert.Equal(t, codeUnavailable, e.Error.Code, ep)
@@ -490,7 +490,7 @@ func TestTemporalDown(t *testing.T) {
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	assert.Equal(t, 400, resp.StatusCode)
 }
 

@@ -1,7 +1,8 @@
 // Package cluster defines how trainq starts, watches and stops the workers of
-// a training job on GPU nodes. Temporal activities call a Backend; the local
-// backend (package cluster/local) runs each worker as an OS process group on
-// this machine, and the Kubernetes backend (package cluster/kube) runs each as a pod.
+// a training job on GPU nodes. Temporal activities call a Backend, of which
+// there are two: package cluster/local runs each worker as an OS process group
+// on this machine, and package cluster/kube runs each worker as a pod, bound
+// to its granted node, on a Kubernetes cluster.
 package cluster
 
 import (

@@ -60,6 +60,7 @@ func (f *fakeNode) ReadLog(context.Context, LogRequest) (LogChunk, error) {
 	return LogChunk{}, nil
 }
 
+//nolint:unparam // a builder's call names every field of the worker it builds; the tests all use attempt 1 today
 func placed(job string, attempt int, gpus ...int) PlacedWorker {
 	id := WorkerID{Job: job, Attempt: attempt}
 	return PlacedWorker{WorkerStatus: WorkerStatus{ID: id, Phase: PhaseRunning}, Node: "n", GPUs: gpus}

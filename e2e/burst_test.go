@@ -100,7 +100,7 @@ func TestBurstOfGrantsAfterOneRelease(t *testing.T) {
 	// workflow task of its own (3 events), and the requests that come in
 	// meanwhile; 2,000 events leave room for those. Beyond that the run's
 	// history, which a worker without it cached replays in a single workflow
-	// task, grows with the burst (before, by 12,000 events).
+	// task, grows with the burst (by about 12,000 events for this one).
 	assert.LessOrEqual(t, h.mostPastSuggestion, 2000,
 		"events a run recorded after the server suggested continue-as-new")
 

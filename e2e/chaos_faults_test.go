@@ -727,7 +727,7 @@ const chaosDeadQueue = "trainq-chaos-nobody-polls"
 // allocator is asked to recover: the recovery must complete without it,
 // name it unanswered, and ask it again later (askUnansweredAgain); then it
 // is terminated, as an operator would.
-func (r *chaosRun) deadJob(f chaosFault, n int) (string, bool) {
+func (r *chaosRun) deadJob(n int) (string, bool) {
 	name := fmt.Sprintf("chaos-dead-%d", n)
 	j := chaosJob{name: name, class: "low", workers: 1, gpus: 1, sleeps: []float64{1}}
 	spec := r.spec(j)

@@ -58,6 +58,7 @@ func (h *chaosEvents) activity(t *testing.T, name, queue string, in any, started
 	}
 }
 
+//nolint:unparam // the call names the node, as refusedStart's does; the tests all use n1 today
 func (h *chaosEvents) start(t *testing.T, id cluster.WorkerID, node string, gpus []int, ms int) {
 	h.activity(t, "StartWorker", protocol.NodeTaskQueue(node), cluster.WorkerSpec{ID: id, Node: node, GPUs: gpus}, ms, ms+10)
 }
@@ -82,7 +83,7 @@ func TestChaosServerSeesGPUsHandedOnTooEarly(t *testing.T) {
 	a := cluster.WorkerID{Job: "a", Attempt: 1, Worker: 0}
 	b := cluster.WorkerID{Job: "b", Attempt: 1, Worker: 0}
 	c := cluster.WorkerID{Job: "c", Attempt: 1, Worker: 0}
-	run := func(t *testing.T, build func(jobs, alloc *chaosEvents)) *chaosServer {
+	run := func(build func(jobs, alloc *chaosEvents)) *chaosServer {
 		jobs, alloc := &chaosEvents{t0: t0}, &chaosEvents{t0: t0}
 		build(jobs, alloc)
 		s := newChaosServer()
@@ -93,7 +94,7 @@ func TestChaosServerSeesGPUsHandedOnTooEarly(t *testing.T) {
 	}
 
 	t.Run("a watch saw the worker end first", func(t *testing.T) {
-		s := run(t, func(jobs, _ *chaosEvents) {
+		s := run(func(jobs, _ *chaosEvents) {
 			jobs.start(t, a, "n1", []int{0, 1}, 1000)
 			jobs.watchEnds(t, a, "n1", 1100, 5000)
 			jobs.start(t, b, "n1", []int{1}, 6000)
@@ -104,7 +105,7 @@ func TestChaosServerSeesGPUsHandedOnTooEarly(t *testing.T) {
 		assert.Len(t, s.neverEnded, 2, "b and c run on")
 	})
 	t.Run("a start its node refused held nothing", func(t *testing.T) {
-		s := run(t, func(jobs, _ *chaosEvents) {
+		s := run(func(jobs, _ *chaosEvents) {
 			jobs.start(t, a, "n1", []int{0}, 1000)
 			jobs.refusedStart(t, b, "n1", []int{0}, 3000)
 			jobs.watchEnds(t, a, "n1", 1100, 5000)
@@ -114,7 +115,7 @@ func TestChaosServerSeesGPUsHandedOnTooEarly(t *testing.T) {
 		assert.Empty(t, s.neverEnded, "the refused worker never ran")
 	})
 	t.Run("started before the watch saw the worker end", func(t *testing.T) {
-		s := run(t, func(jobs, _ *chaosEvents) {
+		s := run(func(jobs, _ *chaosEvents) {
 			jobs.start(t, a, "n1", []int{0}, 1000)
 			jobs.start(t, b, "n1", []int{0}, 3000)
 			jobs.watchEnds(t, a, "n1", 1100, 5000)
@@ -123,7 +124,7 @@ func TestChaosServerSeesGPUsHandedOnTooEarly(t *testing.T) {
 		assert.Contains(t, s.unconfirmed[0], "b/attempt-1/worker-0 started")
 	})
 	t.Run("a release without lost nodes is seen first", func(t *testing.T) {
-		s := run(t, func(jobs, alloc *chaosEvents) {
+		s := run(func(jobs, alloc *chaosEvents) {
 			jobs.start(t, a, "n1", []int{0}, 1000)
 			alloc.add(2000, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED, func(e *historypb.HistoryEvent) {
 				e.Attributes = &historypb.HistoryEvent_WorkflowExecutionSignaledEventAttributes{WorkflowExecutionSignaledEventAttributes: &historypb.WorkflowExecutionSignaledEventAttributes{
@@ -134,7 +135,7 @@ func TestChaosServerSeesGPUsHandedOnTooEarly(t *testing.T) {
 		assert.Empty(t, s.unconfirmed)
 	})
 	t.Run("a lost release proves nothing; a fence that kept the worker neither", func(t *testing.T) {
-		s := run(t, func(jobs, alloc *chaosEvents) {
+		s := run(func(jobs, alloc *chaosEvents) {
 			jobs.start(t, a, "n1", []int{0}, 1000)
 			alloc.add(2000, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED, func(e *historypb.HistoryEvent) {
 				e.Attributes = &historypb.HistoryEvent_WorkflowExecutionSignaledEventAttributes{WorkflowExecutionSignaledEventAttributes: &historypb.WorkflowExecutionSignaledEventAttributes{
@@ -147,7 +148,7 @@ func TestChaosServerSeesGPUsHandedOnTooEarly(t *testing.T) {
 		assert.Contains(t, s.unconfirmed[0], "no history shows it gone")
 	})
 	t.Run("a fence that did not keep the worker is seen first", func(t *testing.T) {
-		s := run(t, func(jobs, alloc *chaosEvents) {
+		s := run(func(jobs, alloc *chaosEvents) {
 			jobs.start(t, a, "n1", []int{0}, 1000)
 			alloc.activity(t, "FenceNode", protocol.NodeTaskQueue("n2"), activities.FenceNodeInput{}, 2000, 2100) // another node
 			alloc.activity(t, "FenceNode", protocol.NodeTaskQueue("n1"), activities.FenceNodeInput{Keep: []cluster.WorkerID{c}}, 2500, 2600)
@@ -156,7 +157,7 @@ func TestChaosServerSeesGPUsHandedOnTooEarly(t *testing.T) {
 		assert.Empty(t, s.unconfirmed)
 	})
 	t.Run("a fence that began before the worker started does not cover it", func(t *testing.T) {
-		s := run(t, func(jobs, alloc *chaosEvents) {
+		s := run(func(jobs, alloc *chaosEvents) {
 			alloc.activity(t, "FenceNode", protocol.NodeTaskQueue("n1"), activities.FenceNodeInput{}, 500, 2600)
 			jobs.start(t, a, "n1", []int{0}, 1000)
 			jobs.start(t, b, "n1", []int{0}, 3000)

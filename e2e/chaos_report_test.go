@@ -422,7 +422,7 @@ func (r *chaosRun) check(final map[string]chaosJobInfo) *chaosReport {
 		rep.holds.Anomalies = append(rep.holds.Anomalies, err.Error())
 	default:
 		evs, anomalies, err := testenv.ParseHoldRecords(f)
-		f.Close()
+		_ = f.Close()
 		if err != nil {
 			anomalies = append(anomalies, "reading the records: "+err.Error())
 		}
@@ -554,7 +554,7 @@ func chaosCampaignSummary(size chaosSize, seeds []uint64, reports []*chaosReport
 				}
 				n := 0
 				if !f.ok {
-					fmt.Sscan(f.value, &n)
+					_, _ = fmt.Sscan(f.value, &n)
 					n = max(n, 1)
 				}
 				sums[f.name] += n

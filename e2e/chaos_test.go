@@ -564,7 +564,7 @@ func (r *chaosRun) injectAll() {
 			go func() {
 				defer aside.Done()
 				start := time.Now()
-				desc, ok := r.deadJob(f, n)
+				desc, ok := r.deadJob(n)
 				r.logFault(i, f, n, start, desc, ok)
 			}()
 			continue

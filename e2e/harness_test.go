@@ -176,13 +176,20 @@ func run(m *testing.M, h *testenv.Harness) int {
 		if err != nil {
 			return h.Fail("dev server", err)
 		}
-		defer srv.Stop()
+		defer func() { _ = srv.Stop() }()
 		env.hostPort = srv.FrontendHostPort()
 		env.client = srv.Client()
 	}
-	os.Setenv("TEMPORAL_ADDRESS", env.hostPort)
-	os.Setenv("TRAINQ_TEMPORAL_BIN_RESOLVED", temporalBin)
-	os.Setenv("TRAINQ_CONFIG", env.configPath)
+	for _, kv := range [][2]string{
+		{"TEMPORAL_ADDRESS", env.hostPort},
+		{"TRAINQ_TEMPORAL_BIN_RESOLVED", temporalBin},
+		{"TRAINQ_CONFIG", env.configPath},
+	} {
+		if err := os.Setenv(kv[0], kv[1]); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+			return 1
+		}
+	}
 	code := m.Run()
 	testenv.KillLeftoverWorkers(filepath.Join(env.dir, "data"))
 	return code

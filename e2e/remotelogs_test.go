@@ -161,7 +161,7 @@ func TestRemoteNotebookURL(t *testing.T) {
 		if err != nil {
 			return false
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
 	out, _, code := trainq(t, "status", job)

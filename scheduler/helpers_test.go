@@ -12,7 +12,7 @@ import (
 
 var t0 = time.Date(2025, 1, 1, 10, 0, 0, 0, time.UTC)
 
-func at(min int) time.Time { return t0.Add(time.Duration(min) * time.Minute) }
+func at(minute int) time.Time { return t0.Add(time.Duration(minute) * time.Minute) }
 
 func nodesOf(prefix, fam string, n, gpus, cpu, ram int) []Node {
 	out := make([]Node, n)
@@ -50,8 +50,8 @@ func (b jobBuilder) Attempt(n int) jobBuilder       { b.r.Attempt = n; return b 
 func (b jobBuilder) HonorsNotice() jobBuilder       { b.r.HonorsNotice = true; return b }
 func (b jobBuilder) Workspace(ws string) jobBuilder { b.r.Workspace = ws; return b }
 
-// Elastic lets the gang start with as few as min of its workers (Request.MinWorkers).
-func (b jobBuilder) Elastic(min int) jobBuilder { b.r.MinWorkers = min; return b }
+// Elastic lets the gang start with as few as minWorkers of its workers (Request.MinWorkers).
+func (b jobBuilder) Elastic(minWorkers int) jobBuilder { b.r.MinWorkers = minWorkers; return b }
 
 // Nodes holds the request to these nodes (Request.Nodes: include_nodes minus exclude_nodes).
 func (b jobBuilder) Nodes(names ...string) jobBuilder { b.r.Nodes = names; return b }

@@ -151,7 +151,7 @@ func (sc *scratch) capRoom(p *Pool, w *waitReq, sh *shape) (workers int, capped 
 
 // countCapUse adds what the walker took in the pass (granted, held or nominated on the picked
 // nodes) to its workspace's count, in place of what was nominated to it before.
-func (sc *scratch) countCapUse(p *Pool, w *waitReq, sh *shape, own int) {
+func (sc *scratch) countCapUse(w *waitReq, sh *shape, own int) {
 	if sc.caps.on && w.ws != noWorkspace {
 		sc.caps.used[w.ws][w.r.Class] += len(sc.pick)*sh.need.gpu - own
 	}

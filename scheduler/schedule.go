@@ -99,7 +99,7 @@ func (fc *failureCache) newPass(nShapes int) {
 // nothing from releasing capacity, so the order is the fewest free GPUs that fit, then the fewest
 // free CPU cores, then config order, and only the first bucket with a fit (exactly that many free
 // GPUs) is looked at. (A request held to some nodes takes pickOne, over those nodes alone.)
-func (sc *scratch) grantOne(p *Pool, sh *shape) bool {
+func (sc *scratch) grantOne(sh *shape) bool {
 	buckets := sc.freeBuckets[sh.fam]
 	best := nodeCandidate{n: -1}
 	for g := sh.need.gpu; g < len(buckets) && best.n < 0; g++ {
@@ -144,7 +144,7 @@ func cmpNodeCandidate(a, b nodeCandidate) int {
 func (sc *scratch) pickNodes(p *Pool, sh *shape, withRel bool) bool {
 	if sh.workers == 1 {
 		if !withRel && len(sc.walkerNoms) == 0 && sh.allowed == nil {
-			return sc.grantOne(p, sh)
+			return sc.grantOne(sh)
 		}
 		return sc.pickOne(p, sh, withRel)
 	}
@@ -570,7 +570,7 @@ func (p *Pool) decide(now time.Time, sc *scratch, pl *plan, i int, key waitKey, 
 		sc.capWorkers = workers
 		kind, victims = p.decideFor(now, sc, pl, w, key, first)
 		if kind.tookCapacity() {
-			sc.countCapUse(p, w, sh, own)
+			sc.countCapUse(w, sh, own)
 		}
 	}
 	if len(sc.walkerNoms) > 0 { // (no defer: this runs for every waiting request)

@@ -4,8 +4,8 @@ import "time"
 
 // scratch is per-pass working state. The pass never mutates the Pool: it works on these copies,
 // so the same code serves Schedule (which applies the plan) and View/Explain (which only read it).
-// Its parts are embedded, so that the hot path reads a field at a fixed offset, as before the
-// split; each part says what it is for.
+// Its parts are embedded, not pointed to, so that the hot path reads a field at a fixed offset
+// with no pointer to follow; each part says what it is for.
 type scratch struct {
 	passCapacity
 	passNominations
@@ -291,11 +291,11 @@ func (sc *scratch) unhide(p *Pool, i int32) {
 	x.hidden, x.held = resources{}, resources{}
 }
 
-func adjustCnt(c []int32, old, new int) {
-	for g := new + 1; g <= old; g++ {
+func adjustCnt(c []int32, from, to int) {
+	for g := to + 1; g <= from; g++ {
 		c[g]--
 	}
-	for g := old + 1; g <= new; g++ {
+	for g := from + 1; g <= to; g++ {
 		c[g]++
 	}
 }

@@ -30,8 +30,8 @@ func seedExample(t *testing.T, policy Policy, preempt bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := func(name string, c Class, workers int, seq int64, min int) Request {
-		return Request{Job: name, Kind: KindJob, Class: c, Demand: a100x2, Workers: workers, Seq: seq, SubmittedAt: at(min)}
+	req := func(name string, c Class, workers int, seq int64, minute int) Request {
+		return Request{Job: name, Kind: KindJob, Class: c, Demand: a100x2, Workers: workers, Seq: seq, SubmittedAt: at(minute)}
 	}
 	now := 0
 	step := func(wantGrants ...string) Decisions {

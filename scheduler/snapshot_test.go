@@ -30,8 +30,8 @@ func v1Scenario(t testing.TB) *Pool {
 	d2, _ := ParseInstanceType("a100.2gpu.40vG.8C.64G")
 	d1, _ := ParseInstanceType("a100.1gpu")
 	dc, _ := ParseInstanceType("cpu.8C.32G")
-	req := func(name string, kind Kind, c Class, d Demand, workers int, seq int64, min int) Request {
-		return Request{Job: name, Kind: kind, Class: c, Demand: d, Workers: workers, Seq: seq, SubmittedAt: at(min)}
+	req := func(name string, kind Kind, c Class, d Demand, workers int, seq int64, minute int) Request {
+		return Request{Job: name, Kind: kind, Class: c, Demand: d, Workers: workers, Seq: seq, SubmittedAt: at(minute)}
 	}
 	mustEnqueue(t, p,
 		req("low-2w", KindJob, Low, d4, 2, 1, 0),

@@ -164,7 +164,7 @@ func (a *acc) finish() Row {
 	return a.row
 }
 
-func (s *sim) result(first time.Duration) (*Result, error) {
+func (s *sim) result(first time.Duration) *Result {
 	names := []string{scheduler.High.String(), scheduler.Medium.String(), scheduler.Low.String(), RowNoGPU, Row1GPU, Row2GPU, Row4GPU, RowAll}
 	accs := make([]acc, len(names))
 	for i := range accs {
@@ -215,9 +215,9 @@ func (s *sim) result(first time.Duration) (*Result, error) {
 		}
 	}
 	res.Makespan = Seconds(end - first)
-	if cap := float64(res.GPUs) * (end - first).Seconds(); cap > 0 {
-		res.Utilisation = s.heldArea / cap
-		res.UsefulUtilisation = res.Row(RowAll).UsefulGPUHours * 3600 / cap
+	if gpuSeconds := float64(res.GPUs) * (end - first).Seconds(); gpuSeconds > 0 {
+		res.Utilisation = s.heldArea / gpuSeconds
+		res.UsefulUtilisation = res.Row(RowAll).UsefulGPUHours * 3600 / gpuSeconds
 	}
 	res.Schedule = timing(s.schedTimes)
 	res.PreemptorWait = waitsOf(s.preemptorWaits)
@@ -225,7 +225,7 @@ func (s *sim) result(first time.Duration) (*Result, error) {
 		res.Honor = s.pol.HonorShare(s.opt)
 	}
 	res.Teams, res.CapExplains = s.teams.rows(s), s.teams.explains
-	return res, nil
+	return res
 }
 
 // quantile is the nearest-rank quantile of sorted values.

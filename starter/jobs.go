@@ -464,7 +464,7 @@ func watch(ctx context.Context, g *globals, name string, eta bool) error {
 	started := time.Now()
 	frame := 0
 	spinning := false
-	clear := func() {
+	clearSpinner := func() {
 		if spinning {
 			fmt.Fprint(g.Stdout, "\r\033[K")
 			spinning = false
@@ -476,12 +476,12 @@ func watch(ctx context.Context, g *globals, name string, eta bool) error {
 		switch {
 		case errors.Is(err, errNoAnswer):
 			if !warned {
-				clear()
+				clearSpinner()
 				fmt.Fprintf(g.Stderr, "note: %v; still trying\n", strings.TrimPrefix(err.Error(), errNoAnswer.Error()+": "))
 				warned = true
 			}
 		case err != nil:
-			clear()
+			clearSpinner()
 			return err
 		default:
 			warned = false
@@ -497,7 +497,7 @@ func watch(ctx context.Context, g *globals, name string, eta bool) error {
 			ev := watchEvent{Time: time.Now(), JobName: name, Status: st.State, Attempt: st.Attempt, Restarts: st.Restarts,
 				Position: st.Position, Reason: st.Reason, Message: st.Message}.withExpectedStart(expected)
 			if last == nil || !ev.same(*last) {
-				clear()
+				clearSpinner()
 				if g.json() {
 					if err := g.printJSONLine(ev); err != nil {
 						return err
@@ -508,7 +508,7 @@ func watch(ctx context.Context, g *globals, name string, eta bool) error {
 				last = &ev
 			}
 			if st.State.Terminal() {
-				clear()
+				clearSpinner()
 				if st.State == protocol.StateCompleted {
 					return nil
 				}
@@ -536,7 +536,7 @@ func watch(ctx context.Context, g *globals, name string, eta bool) error {
 			}
 			select {
 			case <-ctx.Done():
-				clear()
+				clearSpinner()
 				return ctx.Err()
 			case <-time.After(step):
 			}

@@ -1113,7 +1113,7 @@ func (j *job) judgeExit(ctx workflow.Context, last workerExit, grant protocol.Gr
 		return j.nodeLost(nodeOf(grant, last.worker)), true
 	case isStuck(last.err):
 		j.notifyStuck(ctx)
-		return j.stuck(last.err), true
+		return j.stuck(), true
 	case isNodeLost(last.err):
 		lost := j.nodeLost(nodeOf(grant, last.worker))
 		lost.message = fmt.Sprintf("node %s lost: %s", nodeOf(grant, last.worker), errorText(last.err))
@@ -1156,7 +1156,7 @@ func isStuck(err error) bool {
 // stuck is the outcome of an attempt whose workers all stopped writing logs
 // (health_params): with action restart it reruns, counting against
 // max_retry; with action delete the job ends Failed.
-func (j *job) stuck(err error) outcome {
+func (j *job) stuck() outcome {
 	msg := fmt.Sprintf("stuck: no worker wrote a log line for %s (health_params.log_period)", j.spec.Health.LogPeriod)
 	if j.spec.Health.Action == protocol.HealthActionDelete {
 		return outcome{kind: outcomeFailed, message: msg + "; health_params.action is delete, so the job is stopped", final: true}

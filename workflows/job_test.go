@@ -760,6 +760,7 @@ func TestWorkersGetTheRequestsMLSpaceSettings(t *testing.T) {
 	}
 }
 
+//nolint:unparam // the call names the attempt preempted, as the signal does; the tests all use attempt 1 today
 func (h *jobHarness) preemptWithNoticeAt(d time.Duration, attempt int, notice time.Duration) {
 	h.env.RegisterDelayedCallback(func() {
 		h.env.SignalWorkflow(protocol.SignalPreempt, protocol.PreemptSignal{Attempt: attempt,

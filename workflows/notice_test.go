@@ -23,6 +23,8 @@ import (
 
 // grantWithNoticeAt grants attempt with a notice (and notice signal) on
 // workers workers.
+//
+//nolint:unparam // the call names when and which attempt is granted, as grantAt's does; the tests all use 1 minute and attempt 1 today
 func (h *jobHarness) grantWithNoticeAt(d time.Duration, attempt, workers int, notice time.Duration, signal string) {
 	h.env.RegisterDelayedCallback(func() {
 		h.env.SignalWorkflow(protocol.SignalGrant, protocol.GrantSignal{Attempt: attempt, Placement: placement(workers),
@@ -31,6 +33,8 @@ func (h *jobHarness) grantWithNoticeAt(d time.Duration, attempt, workers int, no
 }
 
 // stopsOf are the times the attempt's workers were stopped (SIGTERM).
+//
+//nolint:unparam // the call names the attempt; the tests all look at attempt 1 today
 func (h *jobHarness) stopsOf(attempt int) []time.Time {
 	h.mu.Lock()
 	defer h.mu.Unlock()

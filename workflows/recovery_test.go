@@ -21,6 +21,7 @@ import (
 // `temporal workflow terminate`, with jobs that still hold or wait for
 // capacity (their answers to the register update are h.holds).
 
+//nolint:unparam // a builder's call names every field of the hold it builds; the tests all use attempt 1 today
 func holding(job string, attempt int, seq int64, p ...scheduler.WorkerPlacement) protocol.JobHold {
 	req := fixture.Request{Job: job, Attempt: attempt, Class: scheduler.Medium, Workers: len(p), Seq: seq, SubmittedAt: testStart}.Capacity()
 	return protocol.JobHold{Job: job, Phase: protocol.HoldHolding, Request: req, Placement: p, StartedAt: testStart}

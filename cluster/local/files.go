@@ -101,7 +101,7 @@ func writeFileAtomic(path string, data []byte) error {
 		err = os.Rename(tmp, path)
 	}
 	if err != nil {
-		os.Remove(tmp)
+		_ = os.Remove(tmp) // err, returned, is what went wrong
 	}
 	return err
 }
@@ -192,12 +192,12 @@ func lockDir(dir string) (unlock func(), err error) {
 		}
 	}
 	if err != nil {
-		f.Close()
+		_ = f.Close()
 		return nil, err
 	}
 	return func() {
-		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		f.Close()
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		_ = f.Close() // releases the lock too, if Flock could not
 	}, nil
 }
 

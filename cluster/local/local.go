@@ -191,7 +191,7 @@ func (b *Backend) Rendezvous(ctx context.Context, job string, attempt int) (stri
 		return "", 0, fmt.Errorf("find a free port: %w", err)
 	}
 	rv = rendezvous{Addr: "127.0.0.1", Port: l.Addr().(*net.TCPAddr).Port}
-	l.Close()
+	_ = l.Close()
 	if err := writeJSONAtomic(path, rv); err != nil {
 		return "", 0, err
 	}
@@ -321,7 +321,7 @@ func (b *Backend) Start(ctx context.Context, spec cluster.WorkerSpec) (cluster.W
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	startedAt := time.Now()
 	err = cmd.Start()
-	logf.Close()
+	_ = logf.Close() // the supervisor has its own descriptor
 	if err != nil {
 		return cluster.WorkerStatus{ID: spec.ID}, fmt.Errorf("start supervisor %v: %w", argv, err)
 	}
@@ -332,7 +332,7 @@ func (b *Backend) Start(ctx context.Context, spec cluster.WorkerSpec) (cluster.W
 	b.done[key] = done
 	b.mu.Unlock()
 	go func() {
-		cmd.Wait()
+		_ = cmd.Wait() // reaps it: how the worker ended is in its files
 		close(done)
 		b.mu.Lock()
 		if b.done[key] == done {
@@ -342,7 +342,7 @@ func (b *Backend) Start(ctx context.Context, spec cluster.WorkerSpec) (cluster.W
 	}()
 	if err := recordLaunch(dir, cmd.Process.Pid, startedAt); err != nil {
 		// Without a pid file nobody could find or stop it: kill it.
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		return cluster.WorkerStatus{ID: spec.ID}, fmt.Errorf("record worker pid: %w", err)
 	}
 	// A process that could not be started at all (exec failed) is an error
@@ -503,7 +503,7 @@ func (b *Backend) Stop(ctx context.Context, id cluster.WorkerID, grace time.Dura
 			}
 		}
 		if groupAlive(info) {
-			syscall.Kill(-info.PID, syscall.SIGTERM)
+			_ = syscall.Kill(-info.PID, syscall.SIGTERM)
 		}
 		deadline := time.Now().Add(grace)
 		for groupAlive(info) && time.Now().Before(deadline) {
@@ -518,7 +518,7 @@ func (b *Backend) Stop(ctx context.Context, id cluster.WorkerID, grace time.Dura
 	}
 	// SIGKILL whatever is left (also leftovers of an exited worker).
 	for groupAlive(info) {
-		syscall.Kill(-info.PID, syscall.SIGKILL)
+		_ = syscall.Kill(-info.PID, syscall.SIGKILL)
 		select {
 		case <-ctx.Done():
 			return st, ctx.Err()

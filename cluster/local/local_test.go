@@ -102,7 +102,7 @@ func waitFile(t *testing.T, path string) string {
 
 // cleanupWorker makes sure no test process survives a failed test.
 func cleanupWorker(t *testing.T, b *Backend, id cluster.WorkerID) {
-	t.Cleanup(func() { b.Stop(context.Background(), id, 0) })
+	t.Cleanup(func() { _, _ = b.Stop(context.Background(), id, 0) })
 }
 
 func logOf(t *testing.T, b *Backend, id cluster.WorkerID) string {

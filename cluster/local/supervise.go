@@ -60,7 +60,9 @@ func Supervise(workerDir string) int {
 	// The backend records the pid right after starting us; do it too in case
 	// it crashed in between, so that a restarted backend re-attaches.
 	if pid, _ := readPID(workerDir); pid == 0 {
-		recordLaunch(workerDir, os.Getpid(), time.Now())
+		if err := recordLaunch(workerDir, os.Getpid(), time.Now()); err != nil {
+			fmt.Fprintf(os.Stderr, "[trainq-supervisor] record pid: %v\n", err)
+		}
 	}
 	logf, err := os.OpenFile(plan.Log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
@@ -68,7 +70,7 @@ func Supervise(workerDir string) int {
 	}
 	defer logf.Close()
 	logln := func(format string, args ...any) {
-		fmt.Fprintf(logf, "[trainq-supervisor] "+format+"\n", args...)
+		_, _ = fmt.Fprintf(logf, "[trainq-supervisor] "+format+"\n", args...)
 	}
 	logln("%s: starting %d process(es) at %s", plan.ID, len(plan.Procs), time.Now().UTC().Format(time.RFC3339))
 
@@ -88,7 +90,7 @@ func Supervise(workerDir string) int {
 	terminateOthers := func(sig syscall.Signal) {
 		for i, c := range cmds {
 			if c != nil && !done[i] {
-				c.Process.Signal(sig) // safe even if it has just been reaped
+				_ = c.Process.Signal(sig) // safe even if it has just been reaped
 			}
 		}
 	}
@@ -126,7 +128,9 @@ func Supervise(workerDir string) int {
 			results <- result{idx: i, code: code, err: err}
 		}(i, c)
 	}
-	writeJSONAtomic(filepath.Join(workerDir, filePIDs), exits)
+	if err := writeJSONAtomic(filepath.Join(workerDir, filePIDs), exits); err != nil {
+		logln("record process ids: %v", err)
+	}
 	if failed >= 0 && running > 0 {
 		terminateOthers(syscall.SIGTERM)
 		termTimer = time.After(plan.SiblingGrace)
@@ -196,7 +200,7 @@ func killStrays(logln func(string, ...any)) {
 		return
 	}
 	logln("terminating %d leftover process(es) %v", len(left), left)
-	syscall.Kill(-pgid, syscall.SIGTERM)
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
 	deadline := time.Now().Add(strayGrace)
 	for len(left) > 0 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
@@ -207,7 +211,7 @@ func killStrays(logln func(string, ...any)) {
 			return
 		}
 		for _, p := range left {
-			syscall.Kill(p, syscall.SIGKILL)
+			_ = syscall.Kill(p, syscall.SIGKILL)
 		}
 		time.Sleep(20 * time.Millisecond)
 		left = strays()

@@ -662,7 +662,7 @@ func (r *kcRun) play() {
 	}
 }
 
-func (r *kcRun) submitSpec(j kcJob, why string) string {
+func (r *kcRun) submitSpec(j kcJob, why string) {
 	spec := fixture.Job{Region: "K", Allocation: j.alloc, Class: j.class, Script: "python3 train.py"}.Spec()
 	spec.InstanceType = fmt.Sprintf("a100.%dgpu", j.gpus)
 	spec.MaxRetry = j.maxRetry
@@ -676,7 +676,6 @@ func (r *kcRun) submitSpec(j kcJob, why string) string {
 	r.jobs = append(r.jobs, name)
 	r.jobSpec[name] = j
 	r.note("submit %s (%s): %s %s %d GPU", name, why, j.alloc, j.class, j.gpus)
-	return name
 }
 
 func (r *kcRun) submit(i int, j kcJob) { r.submitSpec(j, fmt.Sprintf("job %d", i)) }

@@ -170,7 +170,7 @@ func run(m *testing.M, h *testenv.Harness) int {
 	if err != nil {
 		return h.Fail("dev server", err)
 	}
-	defer srv.Stop()
+	defer func() { _ = srv.Stop() }()
 	env.hostPort = srv.FrontendHostPort()
 	env.client = srv.Client()
 	code := m.Run()

@@ -129,7 +129,7 @@ func ownDevServer(t *testing.T) {
 	logPath := filepath.Join(os.TempDir(), "trainq-kube-largest-temporal.log")
 	logf, err := os.Create(logPath)
 	require.NoError(t, err)
-	t.Cleanup(func() { logf.Close() })
+	t.Cleanup(func() { _ = logf.Close() })
 	srv, err := testsuite.StartDevServer(context.Background(), testsuite.DevServerOptions{ExistingPath: bin, LogLevel: "error", ExtraArgs: args, Stdout: logf, Stderr: logf})
 	require.NoError(t, err)
 	t.Logf("the test's dev server logs to %s", logPath)

@@ -330,7 +330,7 @@ func waitReady(ctx context.Context, host string) error {
 		resp, err := hc.Do(req)
 		if err == nil {
 			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return nil
 			}
@@ -356,10 +356,10 @@ func (c *Cluster) start(logPath, bin string, args ...string) error {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		logf.Close()
+		_ = logf.Close()
 		return fmt.Errorf("start %s: %w", bin, err)
 	}
-	logf.Close()
+	_ = logf.Close() // the child has its own descriptor
 	c.procs = append(c.procs, cmd)
 	return nil
 }

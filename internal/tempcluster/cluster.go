@@ -389,18 +389,18 @@ func (c *Cluster) StartService(ctx context.Context, name string) error {
 		s.mu.Unlock()
 		return err
 	}
-	fmt.Fprintf(logf, "=== start %s at %s\n", name, time.Now().Format(time.RFC3339Nano))
+	_, _ = fmt.Fprintf(logf, "=== start %s at %s\n", name, time.Now().Format(time.RFC3339Nano))
 	cmd := exec.Command(c.bin.Server, "--root", c.opts.Dir, "--config", "config", "--env", "development",
 		"--allow-no-auth", "start", "--service", name)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		logf.Close()
+		_ = logf.Close()
 		s.mu.Unlock()
 		return fmt.Errorf("start %s: %w", name, err)
 	}
 	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
+	go func() { _ = cmd.Wait(); _ = logf.Close(); close(done) }()
 	s.cmd, s.done = cmd, done
 	s.mu.Unlock()
 	return c.ready(ctx, name, done)
@@ -439,7 +439,7 @@ func (c *Cluster) probe(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	conn.Close()
+	_ = conn.Close()
 	if name == Worker {
 		return nil
 	}

@@ -42,8 +42,8 @@ func postgresBinDir() (string, error) {
 		}
 	}
 	if p, err := exec.LookPath("postgres"); err == nil {
-		if real, err := filepath.EvalSymlinks(p); err == nil {
-			return filepath.Dir(real), nil
+		if resolved, err := filepath.EvalSymlinks(p); err == nil {
+			return filepath.Dir(resolved), nil
 		}
 		return filepath.Dir(p), nil
 	}

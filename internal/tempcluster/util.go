@@ -30,7 +30,7 @@ func freeLowPort() (int, error) {
 		if err != nil {
 			continue
 		}
-		l.Close()
+		_ = l.Close()
 		return port, nil
 	}
 	return 0, errors.New("no free port in 20000-31999")
