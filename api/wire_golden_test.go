@@ -58,7 +58,7 @@ func wireServer(t *testing.T) *Server {
 	q.FairShareHalfLife = 6 * time.Hour
 	// A running notebook whose first attempt has every field of an attempt set.
 	nb := fb.jobs[nbB]
-	at := func(min int) *time.Time { t := now.Add(time.Duration(min) * time.Minute); return &t }
+	at := func(minute int) *time.Time { t := now.Add(time.Duration(minute) * time.Minute); return &t }
 	exit := 0
 	nb.status.Attempts[0].Number = 2
 	nb.status.Attempts = append([]protocol.AttemptRecord{{Number: 1, QueuedAt: *at(10), StartedAt: at(11), EndedAt: at(20),

@@ -480,7 +480,7 @@ type watched struct {
 
 // watch has done run with f's error once f is ready, in the watch loop.
 // done must not block: the watch loop is what frees the budgets.
-func (a *allocator) watch(ctx workflow.Context, f workflow.Future, done func(ctx workflow.Context, err error)) {
+func (a *allocator) watch(f workflow.Future, done func(ctx workflow.Context, err error)) {
 	a.watching = append(a.watching, watched{f: f, done: done})
 }
 
@@ -727,7 +727,7 @@ func (a *allocator) send(ctx workflow.Context, o allocation.Signal) {
 func (a *allocator) signal(ctx workflow.Context, o allocation.Signal) {
 	f := workflow.SignalExternalWorkflow(ctx, o.Job, "", o.Name, o.Arg)
 	a.inFlight++
-	a.watch(ctx, f, func(ctx workflow.Context, err error) {
+	a.watch(f, func(ctx workflow.Context, err error) {
 		a.inFlight--
 		a.flushOutbox(ctx)
 		if err != nil {
@@ -805,7 +805,7 @@ func (a *allocator) executeActivityOf(ctx workflow.Context, share int, activity 
 	// that had not started; one that had may stay pending on its side, but
 	// not for long: a run whose guard gave up hands over (gaveUp), and the
 	// server drops its pending activities then.
-	a.watch(ctx, f, func(workflow.Context, error) { a.activities[share]-- })
+	a.watch(f, func(workflow.Context, error) { a.activities[share]-- })
 	return result
 }
 
@@ -873,13 +873,13 @@ func (a *allocator) guard(ctx workflow.Context, f workflow.Future, giveUp workfl
 	result, settle := workflow.NewFuture(ctx)
 	tctx, stopTimer := workflow.WithCancel(ctx)
 	timer := workflow.NewTimerWithOptions(tctx, bound, workflow.TimerOptions{Summary: "give up on an activity the server has not closed"})
-	a.watch(ctx, f, func(workflow.Context, error) {
+	a.watch(f, func(workflow.Context, error) {
 		stopTimer()
 		if !result.IsReady() {
 			settle.Chain(f)
 		}
 	})
-	a.watch(ctx, timer, func(_ workflow.Context, err error) {
+	a.watch(timer, func(_ workflow.Context, err error) {
 		if err != nil || result.IsReady() {
 			return
 		}

@@ -74,7 +74,7 @@ func (b Bootstrap) main(m *testing.M, run func(m *testing.M, h *Harness) int) in
 	if err != nil {
 		return h.Fail("temporary directory", err)
 	}
-	defer os.RemoveAll(h.Dir)
+	defer func() { _ = os.RemoveAll(h.Dir) }()
 	h.BinDir = filepath.Join(h.Dir, "bin")
 	names := make([]string, 0, len(b.Build))
 	for name := range b.Build {
