@@ -158,16 +158,22 @@ func TestNotFoundTimingTemporal(t *testing.T) {
 	assert.InDelta(t, float64(f[15]), float64(n[15]), float64(3*time.Millisecond))
 }
 
-// TestStartFailureReason: a job the API would refuse, started past it (as
-// the CLI's flags can), fails its attempt with the real reason its worker
-// could not start, not a bare exit code.
+// TestStartFailureReason: a job every edge refuses (the API, the CLI and
+// client.Submit check the limits), started past them (as a program that
+// starts the workflow through Temporal's own API can), fails its attempt
+// with the real reason its worker could not start, not a bare exit code.
 func TestStartFailureReason(t *testing.T) {
 	needServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	spec := protocol.JobSpec{Script: "echo " + strings.Repeat("x", 140<<10), BaseImage: "b", InstanceType: "a100.1gpu",
 		AllocationName: "t", Workspace: "team-a", Author: "alice"}
-	sub, err := client.New(env.client, env.cfg).Submit(ctx, spec, client.SubmitOptions{})
+	tq := client.New(env.client, env.cfg)
+	_, err := tq.Submit(ctx, spec, client.SubmitOptions{})
+	require.ErrorContains(t, err, "Linux accepts at most", "the edge refuses it")
+	parsed, _, err := protocol.ParseSpec(spec)
+	require.NoError(t, err, "it parses: only the limits refuse it")
+	sub, err := tq.SubmitChecked(ctx, parsed, client.SubmitOptions{})
 	require.NoError(t, err)
 	v := waitStatus(t, "alice", sub.JobName, "Failed")
 	require.NotEmpty(t, v.Attempts)
