@@ -48,7 +48,7 @@ func runAllocator(ctx context.Context, g *globals, args []string) error {
 		return err
 	}
 	if g.json() {
-		return g.printJSON(reply)
+		return g.printJSON(recoverOutput(reply))
 	}
 	w := g.Stdout
 	fmt.Fprintf(w, "Allocation %s/%s recovered (epoch %s): %s listed; %d holding capacity, %d waiting.\n",
@@ -97,7 +97,7 @@ func runDrain(ctx context.Context, g *globals, undrain bool, args []string) erro
 		return err
 	}
 	if g.json() {
-		return g.printJSON(reply)
+		return g.printJSON(drainOutput(reply))
 	}
 	w := g.Stdout
 	switch {

@@ -47,7 +47,7 @@ func runCheckpoint(ctx context.Context, g *globals, args []string) error {
 		return notFound(job, err)
 	}
 	if g.json() {
-		return g.printJSON(reply)
+		return g.printJSON(checkpointOutput(reply))
 	}
 	fmt.Fprintf(g.Stdout, "Checkpoint of %s (attempt %d) recorded at %s: a preemption from now on loses only the work done since.\n",
 		reply.Job, reply.Attempt, reply.At.UTC().Format(time.RFC3339))

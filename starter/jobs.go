@@ -72,7 +72,7 @@ func runStatus(ctx context.Context, g *globals, args []string) error {
 		}
 	}
 	if g.json() {
-		return g.printJSON(statusWithStart{JobStatus: st, ExpectedStart: expected})
+		return g.printJSON(statusOutput(st, expected))
 	}
 	printStatus(g.Stdout, st)
 	if expected != nil {
@@ -282,10 +282,7 @@ func runList(ctx context.Context, g *globals, args []string) error {
 		return fmt.Errorf("listing jobs: %w", err)
 	}
 	if g.json() {
-		if jobs == nil {
-			jobs = []client.JobSummary{}
-		}
-		return g.printJSON(jobs)
+		return g.printJSON(listOutput(jobs))
 	}
 	if len(jobs) == 0 {
 		fmt.Fprintln(g.Stdout, "no jobs")

@@ -71,7 +71,7 @@ func readNotice(path string) (n protocol.WorkerNotice, ok bool, err error) {
 
 func printNotice(g *globals, n protocol.WorkerNotice) error {
 	if g.json() {
-		return g.printJSON(n)
+		return g.printJSON(noticeOutput(n))
 	}
 	by := ""
 	if n.By != nil {

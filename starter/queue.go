@@ -40,7 +40,7 @@ func runQueue(ctx context.Context, g *globals, args []string) error {
 		return err
 	}
 	if g.json() {
-		return g.printJSON(v)
+		return g.printJSON(queueOutput(v))
 	}
 	printQueue(g, v)
 	return nil

@@ -273,7 +273,7 @@ func testOnly(ctx context.Context, g *globals, c *client.Client, checked protoco
 		return err
 	}
 	if g.json() {
-		return g.printJSON(d)
+		return g.printJSON(dryRunOutput(d))
 	}
 	for _, n := range notes {
 		g.note("%s", n)

@@ -69,7 +69,7 @@ func (t *top) run(ctx context.Context) error {
 			return err
 		}
 		if t.g.json() {
-			return t.g.printJSON(v)
+			return t.g.printJSON(queueOutput(v))
 		}
 		renderTop(t.g.Stdout, v, time.Now(), 0, 0)
 		return nil
