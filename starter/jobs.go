@@ -81,13 +81,6 @@ func runStatus(ctx context.Context, g *globals, args []string) error {
 	return nil
 }
 
-// statusWithStart is trainq status --output json: the status, and with
-// --eta the expected start of a pending job.
-type statusWithStart struct {
-	protocol.JobStatus
-	ExpectedStart *scheduler.ExpectedStart `json:"expected_start,omitempty"`
-}
-
 // printExpectedStart is the status's expected-start line.
 func printExpectedStart(w io.Writer, e *scheduler.ExpectedStart) {
 	fmt.Fprintf(w, "  expected start  %s; %s\n", expectedWhen(e), e.Because)
