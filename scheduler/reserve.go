@@ -142,6 +142,13 @@ func (p *Pool) nextWake(now time.Time) time.Time {
 			}
 		}
 	}
+	if sa := p.policy.StarvationAfter; sa > 0 {
+		for c := Medium; c <= High; c++ {
+			if h := &p.heads[c]; h.job != "" {
+				upd(h.since.Add(sa))
+			}
+		}
+	}
 	if p.fs.on && len(p.waiting) > 1 {
 		upd(p.fs.next)
 	}
