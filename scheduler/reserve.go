@@ -71,7 +71,11 @@ func (p *Pool) maybeReserve(now time.Time, sc *scratch, pl *plan, w *waitReq, sh
 	}
 	slices.Sort(nodes)
 	if p.policy.Backfill {
-		if start, spare, ok := p.resvStart(now, sc, sh, nodes); ok {
+		starving := Class(-1)
+		if sc.starving {
+			starving = w.r.Class
+		}
+		if start, spare, ok := p.resvStart(now, sc, sh, nodes, starving); ok {
 			sc.resvs = append(sc.resvs, resv{job: w.r.Job, class: w.r.Class, start: start, nodes: nodes, spare: spare})
 			sc.applyResv(p, &sc.resvs[len(sc.resvs)-1])
 			pl.reserves = append(pl.reserves, planReserve{w: w, nodes: nodes})

@@ -89,3 +89,47 @@ func TestStarvationWakes(t *testing.T) {
 		t.Fatalf("restored pool at 180: preempted %v, want [long]", got)
 	}
 }
+
+// TestStarvingReservation: with Backfill, a starving request's reservation counts the jobs it
+// may preempt as gone now, so it gets a start (when the jobs it may not preempt end) and holds
+// its node against the requests that would not end by then, of its own class too.
+func TestStarvingReservation(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		starve      time.Duration
+		smallLimit  time.Duration
+		wantStarted bool
+	}{
+		{"a high job that would not end by the start waits", 2 * time.Hour, 10 * time.Hour, false},
+		{"one that ends by the start runs", 2 * time.Hour, time.Hour, true},
+		// Without the bound the medium job never ends by its RunLimit (it has none), so the start
+		// is unknown, a high request does not reserve, and the freed GPU goes to the next one.
+		{"without starvation_after the high job takes the freed GPU", 0, 10 * time.Hour, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := mustPool(t, nodesOf("n", "a", 1, 8, 0, 0), Policy{ReserveAfter: 30 * time.Minute, Backfill: true, MaxLossGPUHours: 1, StarvationAfter: tc.starve})
+			mustEnqueue(t, p, bfJob("hi-a", High, 2, 300*time.Minute, 1), bfJob("hi-b", High, 1, 400*time.Minute, 2), bfJob("med", Medium, 5, 0, 3))
+			if got := grantedJobs(sched(t, p, at(0))); len(got) != 3 {
+				t.Fatalf("want 3 jobs started at 0, got %v", got)
+			}
+			mustEnqueue(t, p, bfJob("big", High, 8, time.Hour, 4))
+			for _, m := range []int{60, 180} {
+				if d := sched(t, p, at(m)); len(d.Grants)+len(d.Preemptions) > 0 {
+					t.Fatalf("at %d: want nothing decided, got %s", m, mustJSON(t, d))
+				}
+			}
+			bfEnd(t, p, "hi-b")
+			mustEnqueue(t, p, bfJob("small", High, 1, tc.smallLimit, 5))
+			if got := grantedJobs(sched(t, p, at(190))); slices.Contains(got, "small") != tc.wantStarted {
+				t.Fatalf("at 190 (hi-a ends at 300): started %v, want small started %v", got, tc.wantStarted)
+			}
+			if tc.starve == 0 || tc.wantStarted {
+				return
+			}
+			bfEnd(t, p, "hi-a")
+			if got := victims(sched(t, p, at(300))); !slices.Equal(got, []string{"med"}) {
+				t.Fatalf("at 300, hi-a gone: preempted %v, want [med]", got)
+			}
+		})
+	}
+}
