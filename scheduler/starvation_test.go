@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -83,6 +84,9 @@ func TestStarvationWakes(t *testing.T) {
 		[]Request{makeJob("long", "a").Class(Medium).GPUs(4).Seq(1).Obj()}, makeJob("h", "a").Class(High).GPUs(4).Seq(2).Obj())
 	if wake, ok := p.NextWake(); !ok || !wake.Equal(at(180)) {
 		t.Fatalf("NextWake = %v %v, want minute 180", wake, ok)
+	}
+	if wi, _ := p.Explain("h"); !strings.Contains(wi.Reason, "only until it has been the first of its class for 2h0m0s") {
+		t.Fatalf("the reason should name the bound: %q", wi.Reason)
 	}
 	q := roundTrip(t, p) // the head's clock survives a snapshot
 	if got := victims(sched(t, q, at(180))); !slices.Equal(got, []string{"long"}) {
