@@ -65,9 +65,10 @@ func simulateWith(t testing.TB, data []byte, check, backfill bool) []string {
 		pol.Ordering, pol.FairShareHalfLife = FairShare, 10*time.Minute
 	}
 	// A third of the streams bound starvation (read from no byte, so that the streams stay as
-	// they were), with a loss limit low enough to protect victims within a stream's hours.
+	// they were), with limits that protect victims within a stream's hours: a loss limit of one
+	// GPU-hour and 20 minutes of run time.
 	if len(data)%3 == 0 {
-		pol.StarvationAfter, pol.MaxLossGPUHours = 6*time.Minute, 1
+		pol.StarvationAfter, pol.MaxLossGPUHours, pol.MinRuntimeBeforePreemption = 2*time.Minute, 1, 20*time.Minute
 	}
 	nodes := slices.Clone(layouts[(cfg>>2)%len(layouts)])
 	p := mustPool(t, nodes, pol)
@@ -223,7 +224,7 @@ func simulateWith(t testing.TB, data []byte, check, backfill bool) []string {
 					npol.PreemptionNotice = 2*time.Minute - npol.PreemptionNotice
 				}
 				if step%5 == 4 { // and the starvation bound comes or goes
-					npol.StarvationAfter = 6*time.Minute - npol.StarvationAfter
+					npol.StarvationAfter = 2*time.Minute - npol.StarvationAfter
 				}
 				if step%3 == 2 { // and fair share comes or goes
 					if npol.Ordering == FairShare {
@@ -352,7 +353,7 @@ func TestPropertyRandomEvents(t *testing.T) {
 		t.Run(fmt.Sprint(i), func(t *testing.T) { checkReplay(t, data) })
 	}
 	// The streams must exercise it: preemptions that only the starvation bound allowed.
-	if n >= 50 && starvedPreemptions == 0 {
+	if n >= 400 && starvedPreemptions == 0 {
 		t.Fatalf("no preemption of %d streams was one that only StarvationAfter allowed", n)
 	}
 	t.Logf("%d preemptions were allowed only by StarvationAfter", starvedPreemptions)
