@@ -87,8 +87,9 @@ type Allocation struct {
 	// reserved nodes only if they end by then (scheduler.Policy.Backfill; default off).
 	Backfill bool `json:"backfill,omitempty"`
 	// StarvationAfter: the first waiting job of a class that has been so for this long may
-	// preempt lower-class jobs that max_loss_gpu_hours and min_runtime_before_preemption protect
-	// (scheduler.Policy.StarvationAfter; 0, the default: never).
+	// preempt lower-class jobs that max_loss_gpu_hours and min_runtime_before_preemption protect,
+	// and those at max_preemptions once more (scheduler.Policy.StarvationAfter; 0, the
+	// default: never).
 	StarvationAfter Duration `json:"starvation_after,omitempty"`
 	// MaxPreemptions: a job already preempted this many times is not preempted again (default
 	// scheduler.DefaultMaxPreemptions; -1: no limit).

@@ -256,6 +256,15 @@ func (sc *scratch) resvWalk(p *Pool, now time.Time, w *waitReq) bool {
 			}
 			sc.ownerNodes = append(sc.ownerNodes, rv.nodes...)
 			extra = true
+		case sc.starving && rv.class < w.r.Class:
+			// A starving walker takes no account of a lower class's reservation: it is gone for
+			// the rest of the pass (its owner may reserve anew in its own walk).
+			sc.unhideResv(p, rv)
+			rv.active = false
+			for _, n := range rv.nodes {
+				sc.reserved[n] = false
+			}
+			extra = true
 		case endsBy(now, w.r.RunLimit, rv.start):
 			sc.unhideResv(p, rv)
 			extra = true
@@ -312,12 +321,12 @@ func (p *Pool) backfillWake(now time.Time) time.Time {
 }
 
 // starvingVictim reports whether a starving request of class c may preempt rj, running, at some
-// moment from now on: of a strictly lower class, not a notebook, not past MaxPreemptions (the
-// limits StarvationAfter waives aside; see Starvation in the package doc).
+// moment from now on: of a strictly lower class, not a notebook, preempted at most
+// MaxPreemptions times so far (see Starvation in the package doc).
 func (p *Pool) starvingVictim(rj *runJob, c Class) bool {
 	if rj.releasing || rj.r.Kind == KindNotebook || rj.r.Class >= c {
 		return false
 	}
 	m := p.policy.maxPreemptions()
-	return m < 0 || rj.preemptions < m
+	return m < 0 || rj.preemptions <= m
 }

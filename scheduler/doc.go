@@ -118,8 +118,9 @@
 //     max_loss_gpu_hours in the config, -1 for no limit): their GPUs × the time since their
 //     attempt started or since their last checkpoint (Pool.Checkpointed), whichever is later.
 //
-// The second and fourth of these do not hold against a starving request (see Starvation), nor
-// against the owner of a backfill reservation for a job that overran on its nodes (see Backfill).
+// The second and fourth of these do not hold against a starving request (see Starvation; nor
+// the third, once), nor against the owner of a backfill reservation for a job that overran on
+// its nodes (see Backfill).
 //
 // The work at stake of a job that honours its preemption notice is counted from the notice's
 // deadline instead: with Policy.PreemptionNotice > 0 (the allocation's preemption_notice), a
@@ -230,22 +231,28 @@
 //
 // With Policy.StarvationAfter > 0 (starvation_after in the config; 0, the default, turns it
 // off), a medium or high request that has been the first waiting request of its class
-// (Pool.heads, the clock of ReserveAfter) for StarvationAfter or longer is starving: in its
-// walk, MinRuntimeBeforePreemption and MaxLossGPUHours protect no victim from it. Everything
-// else about preemption holds: only running jobs of a strictly lower class, never notebooks,
-// never a job preempted MaxPreemptions times, never at the instant it started under Backfill,
-// each stopped gracefully and its capacity nominated to the request and freed worker by worker;
-// the victims are chosen in victim order, so the work lost is the least that makes room. So a
-// waiting request's wait as first of its class is bounded by StarvationAfter plus its victims'
-// stop, unless it waits for its own class or a higher one, for notebooks, or for jobs at
-// MaxPreemptions. Only the first request of each class starves, so at most one per class at a
-// time may throw away more work than MaxLossGPUHours. The clock starts again when another
-// request goes first (a preempted job of the class returns to the front). With Backfill, the
-// start of a starving request's reservation counts every job there it may preempt so (strictly
-// lower class, not a notebook, not at MaxPreemptions) as gone now: the start is when the jobs it
-// may not preempt end, and a job without a RunLimit that it may preempt no longer makes the
-// start unknown. NextWake includes the moment the first request of a class starts to starve.
-// Nothing of this is new state.
+// (Pool.heads, the clock of ReserveAfter) for StarvationAfter or longer is starving. In its walk:
+//
+//   - MinRuntimeBeforePreemption and MaxLossGPUHours protect no victim from it, and a job
+//     preempted MaxPreemptions times may be preempted once more (never a job preempted more
+//     often than that);
+//   - a reservation of a strictly lower class (Backfill) holds nothing from it: the reservation
+//     is dropped for the rest of the pass (its owner may reserve anew in its own walk), so the
+//     starving request may preempt and reserve on its nodes;
+//   - with Backfill, the start of its own reservation counts every job there it may preempt
+//     (strictly lower class, not a notebook, preempted at most MaxPreemptions times) as gone
+//     now: the start is when the jobs it may not preempt end, and a job without a RunLimit that
+//     it may preempt no longer leaves the start unknown.
+//
+// Everything else holds: only running jobs of a strictly lower class, never notebooks, never at
+// the instant they started under Backfill; each stopped gracefully, its capacity nominated to
+// the request and freed worker by worker; the victims are chosen in victim order, so the work
+// lost is the least that makes room. So a request waits as first of its class at most
+// StarvationAfter plus its victims' stop, plus what it waits for jobs of its own or a higher
+// class and notebooks. Only the first request of each class starves, so at most one per class
+// at a time overrides the limits. The clock starts again when another request goes first (a
+// preempted job of the class returns to the front). NextWake includes the moment the first
+// request of a class starts to starve. Nothing of this is new state.
 //
 // # Fair share
 //
@@ -331,6 +338,6 @@
 //   - account: a workspace, or a user in one, whose usage the fair share ranks (see Fair share).
 //   - overrun: a running job past its RunLimit (see Backfill).
 //   - starving: the walker, when it has been the first waiting request of its class for
-//     Policy.StarvationAfter; MinRuntimeBeforePreemption and MaxLossGPUHours then protect no
-//     victim from it (see Starvation).
+//     Policy.StarvationAfter; MinRuntimeBeforePreemption, MaxLossGPUHours and lower classes'
+//     reservations then hold nothing from it (see Starvation).
 package scheduler

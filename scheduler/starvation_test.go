@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -53,8 +54,10 @@ func TestStarvation(t *testing.T) {
 			limits, []Request{job("long", High, 1)}, []Request{job("m", Medium, 2)}, 60 * 24, nil},
 		{"a low request preempts nobody",
 			limits, []Request{job("long", Low, 1)}, []Request{job("l", Low, 2)}, 60 * 24, nil},
-		{"never a victim already preempted max_preemptions times",
-			limits, []Request{makeJob("long", "a").Class(Medium).GPUs(4).Seq(1).Preemptions(3).Obj()}, []Request{job("h", High, 2)}, 60 * 24, nil},
+		{"a victim already preempted max_preemptions times, once more",
+			limits, []Request{makeJob("long", "a").Class(Medium).GPUs(4).Seq(1).Preemptions(3).Obj()}, []Request{job("h", High, 2)}, 180, []string{"long"}},
+		{"never a victim preempted more than max_preemptions times",
+			limits, []Request{makeJob("long", "a").Class(Medium).GPUs(4).Seq(1).Preemptions(4).Obj()}, []Request{job("h", High, 2)}, 60 * 24, nil},
 		{"min_runtime_before_preemption no longer protects either",
 			Policy{MaxLossGPUHours: -1, MinRuntimeBeforePreemption: 10 * time.Hour, StarvationAfter: 2 * time.Hour},
 			[]Request{job("long", Medium, 1)}, []Request{job("h", High, 2)}, 180, []string{"long"}},
@@ -133,6 +136,37 @@ func TestStarvingReservation(t *testing.T) {
 			bfEnd(t, p, "hi-a")
 			if got := victims(sched(t, p, at(300))); !slices.Equal(got, []string{"med"}) {
 				t.Fatalf("at 300, hi-a gone: preempted %v, want [med]", got)
+			}
+		})
+	}
+}
+
+// TestStarvingIgnoresLowerReservations: a lower class's reservation (with a start) keeps a
+// starving request neither from preempting on its nodes nor from reserving them.
+func TestStarvingIgnoresLowerReservations(t *testing.T) {
+	for _, starve := range []time.Duration{0, 2 * time.Hour} {
+		t.Run(fmt.Sprint(starve), func(t *testing.T) {
+			p := mustPool(t, nodesOf("n", "a", 1, 8, 0, 0), Policy{ReserveAfter: 30 * time.Minute, Backfill: true, MaxLossGPUHours: 1, StarvationAfter: starve})
+			mustEnqueue(t, p, bfJob("hi-a", High, 2, 300*time.Minute, 1), bfJob("med-r", Medium, 6, 10000*time.Minute, 2))
+			if got := grantedJobs(sched(t, p, at(0))); len(got) != 2 {
+				t.Fatalf("want 2 jobs started at 0, got %v", got)
+			}
+			mustEnqueue(t, p, bfJob("medw", Medium, 8, time.Hour, 3))
+			sched(t, p, at(1))
+			sched(t, p, at(31))
+			if wi, _ := p.Explain("medw"); !slices.Equal(wi.Reserved, []string{"n-1"}) {
+				t.Fatalf("medw should have reserved n-1: %+v", wi)
+			}
+			mustEnqueue(t, p, bfJob("big", High, 8, time.Hour, 4))
+			for _, m := range []int{60, 180} {
+				if d := sched(t, p, at(m)); len(d.Grants)+len(d.Preemptions) > 0 {
+					t.Fatalf("at %d: want nothing decided, got %s", m, mustJSON(t, d))
+				}
+			}
+			bfEnd(t, p, "hi-a")
+			got := victims(sched(t, p, at(300)))
+			if want := starve > 0; slices.Equal(got, []string{"med-r"}) != want {
+				t.Fatalf("at 300, hi-a gone: preempted %v, want med-r preempted %v", got, want)
 			}
 		})
 	}

@@ -226,10 +226,11 @@ type Policy struct {
 	// backfill), and lets high requests reserve too (see Backfill in the package doc). Off:
 	// reservations drain as before.
 	Backfill bool `json:"backfill,omitempty"`
-	// StarvationAfter bounds how long MaxLossGPUHours and MinRuntimeBeforePreemption may keep a
-	// request waiting: a medium or high request that has been the first waiting request of its
-	// class for this long may preempt strictly lower-class jobs that those two limits protect
-	// (not notebooks, not past MaxPreemptions; see Starvation in the package doc). 0: off.
+	// StarvationAfter bounds how long the preemption limits may keep a request waiting: a medium
+	// or high request that has been the first waiting request of its class for this long may
+	// preempt strictly lower-class jobs that MaxLossGPUHours and MinRuntimeBeforePreemption
+	// protect, and those at MaxPreemptions once more, and lower classes' reservations hold
+	// nothing from it (never notebooks; see Starvation in the package doc). 0: off.
 	StarvationAfter time.Duration `json:"starvation_after,omitempty"`
 	// MaxPreemptions: a job already preempted this many times is not preempted again, so that no
 	// job is restarted over and over. 0 means DefaultMaxPreemptions; negative means no limit.
