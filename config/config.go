@@ -86,6 +86,11 @@ type Allocation struct {
 	// Backfill gives reservations a start from the jobs' time limits and lets other jobs run on
 	// reserved nodes only if they end by then (scheduler.Policy.Backfill; default off).
 	Backfill bool `json:"backfill,omitempty"`
+	// StarvationAfter: the first waiting job of a class that has been so for this long may
+	// preempt lower-class jobs that max_loss_gpu_hours and min_runtime_before_preemption protect,
+	// and those at max_preemptions once more (scheduler.Policy.StarvationAfter; 0, the
+	// default: never).
+	StarvationAfter Duration `json:"starvation_after,omitempty"`
 	// MaxPreemptions: a job already preempted this many times is not preempted again (default
 	// scheduler.DefaultMaxPreemptions; -1: no limit).
 	MaxPreemptions int `json:"max_preemptions"`
@@ -177,7 +182,7 @@ const (
 
 // Policy is the scheduler policy of the allocation.
 func (a Allocation) Policy() scheduler.Policy {
-	return scheduler.Policy{Queueing: a.Queueing, MinRuntimeBeforePreemption: a.MinRuntimeBeforePreemption.D(), ReserveAfter: a.ReserveAfter.D(), Backfill: a.Backfill,
+	return scheduler.Policy{Queueing: a.Queueing, MinRuntimeBeforePreemption: a.MinRuntimeBeforePreemption.D(), ReserveAfter: a.ReserveAfter.D(), Backfill: a.Backfill, StarvationAfter: a.StarvationAfter.D(),
 		MaxPreemptions: a.MaxPreemptions, MaxLossGPUHours: a.MaxLossGPUHours, PreemptionNotice: a.longestNotice(), Limits: a.policyLimits(),
 		Ordering: a.Ordering, FairShareHalfLife: a.FairShareHalfLife.D(), FairShareInterval: a.FairShareInterval.D()}
 }
@@ -467,6 +472,9 @@ func (a Allocation) validatePolicy(field string) error {
 	}
 	if a.ReserveAfter < Duration(time.Minute) {
 		return fmt.Errorf("%s.reserve_after: must be at least 1m (the first request of a class waits that long before nodes are drained for it), got %s", field, a.ReserveAfter.D())
+	}
+	if a.StarvationAfter != 0 && a.StarvationAfter < Duration(time.Hour) {
+		return fmt.Errorf("%s.starvation_after: must be 0 (off) or at least 1h (the first job of a class waits that long before max_loss_gpu_hours and min_runtime_before_preemption stop protecting lower-class jobs from it), got %s", field, a.StarvationAfter.D())
 	}
 	if a.MaxPreemptions < -1 {
 		return fmt.Errorf("%s.max_preemptions: must be at least 1 (a job preempted that many times is not preempted again), or -1 for no limit; got %d", field, a.MaxPreemptions)

@@ -106,6 +106,29 @@ func TestReserveAfter(t *testing.T) {
 	}
 }
 
+func TestStarvationAfter(t *testing.T) {
+	for _, tc := range []struct {
+		line    string
+		want    time.Duration
+		wantErr string
+	}{
+		{"", 0, ""},
+		{"        starvation_after: 24h\n", 24 * time.Hour, ""},
+		{"        starvation_after: 0s\n", 0, ""},
+		{"        starvation_after: 10m\n", 0, "regions[0].allocations[0].starvation_after: must be 0 (off) or at least 1h"},
+		{"        starvation_after: -1h\n", 0, "regions[0].allocations[0].starvation_after: must be 0 (off) or at least 1h"},
+		{"        starvation_after: later\n", 0, `regions[0].allocations[0].starvation_after: "later" is not a duration`},
+	} {
+		a := loadAllocation(t, tc.line, tc.wantErr)
+		if a == nil {
+			continue
+		}
+		if a.StarvationAfter.D() != tc.want || a.Policy().StarvationAfter != tc.want {
+			t.Errorf("%q: starvation_after %s (policy %s), want %s", tc.line, a.StarvationAfter.D(), a.Policy().StarvationAfter, tc.want)
+		}
+	}
+}
+
 func TestPreemptionLimits(t *testing.T) {
 	for _, tc := range []struct {
 		name      string

@@ -66,8 +66,10 @@ func overran(rj *runJob, now time.Time) bool {
 // resvStart is when a worker of sh is expected to fit on each of nodes, from the capacity in
 // sight now (free and releasing, nominated to nobody else) and the running jobs there ending by
 // their RunLimits (jobEnd); ok is false if that is never (a job it needs gone has no RunLimit).
-// spare is, per node, what the node will have at that start beyond the worker's demand.
-func (p *Pool) resvStart(now time.Time, sc *scratch, sh *shape, nodes []int32) (start time.Time, spare []resources, ok bool) {
+// For a starving owner (starving: its class; else -1), a job it may preempt whatever the loss
+// and run-time limits say (starvingVictim) counts as gone now. spare is, per node, what the
+// node will have at that start beyond the worker's demand.
+func (p *Pool) resvStart(now time.Time, sc *scratch, sh *shape, nodes []int32, starving Class) (start time.Time, spare []resources, ok bool) {
 	need := sh.need
 	start = now
 	haves := make([]resources, len(nodes))
@@ -80,7 +82,11 @@ func (p *Pool) resvStart(now time.Time, sc *scratch, sh *shape, nodes []int32) (
 			if rj.releasing || rj.released[nj.w] || sc.victims[rj] {
 				continue // (its capacity is releasing: in sight, or nominated to another)
 			}
-			es = append(es, resvEnd{at: jobEnd(rj, now), amt: demandOf(&rj.r.Demand)})
+			end := jobEnd(rj, now)
+			if starving >= 0 && p.starvingVictim(rj, starving) {
+				end = now
+			}
+			es = append(es, resvEnd{at: end, amt: demandOf(&rj.r.Demand)})
 		}
 		slices.SortStableFunc(es, func(a, b resvEnd) int {
 			switch {
@@ -201,7 +207,11 @@ func (p *Pool) startResvs(now time.Time, sc *scratch) {
 		}) {
 			continue
 		}
-		start, spare, ok := p.resvStart(now, sc, sh, h.nodes)
+		starving := Class(-1)
+		if i := p.firstOf(c); i >= 0 && p.waiting[i] == w && p.starving(now, w) {
+			starving = c
+		}
+		start, spare, ok := p.resvStart(now, sc, sh, h.nodes, starving)
 		if !ok {
 			continue // an unknown start binds nobody ahead of its owner: it drains as without backfill
 		}
@@ -245,6 +255,15 @@ func (sc *scratch) resvWalk(p *Pool, now time.Time, w *waitReq) bool {
 				sc.reserved[n] = false
 			}
 			sc.ownerNodes = append(sc.ownerNodes, rv.nodes...)
+			extra = true
+		case sc.starving && rv.class < w.r.Class:
+			// A starving walker takes no account of a lower class's reservation: it is gone for
+			// the rest of the pass (its owner may reserve anew in its own walk).
+			sc.unhideResv(p, rv)
+			rv.active = false
+			for _, n := range rv.nodes {
+				sc.reserved[n] = false
+			}
 			extra = true
 		case endsBy(now, w.r.RunLimit, rv.start):
 			sc.unhideResv(p, rv)
@@ -299,4 +318,15 @@ func (p *Pool) backfillWake(now time.Time) time.Time {
 		}
 	}
 	return wake
+}
+
+// starvingVictim reports whether a starving request of class c may preempt rj, running, at some
+// moment from now on: of a strictly lower class, not a notebook, preempted at most
+// MaxPreemptions times so far (see Starvation in the package doc).
+func (p *Pool) starvingVictim(rj *runJob, c Class) bool {
+	if rj.releasing || rj.r.Kind == KindNotebook || rj.r.Class >= c {
+		return false
+	}
+	m := p.policy.maxPreemptions()
+	return m < 0 || rj.preemptions <= m
 }

@@ -487,12 +487,18 @@ func BenchmarkScheduleWaitingFairShare(b *testing.B) {
 // BenchmarkScheduleWaitingBackfill is a full pass over 10,000 waiting requests (1,000 full
 // nodes) with reservations made (ReserveAfter 30m, the heads first since an hour), without and
 // with Policy.Backfill: every running job and two waiting requests in three carry a RunLimit,
-// so that the backfilled pass sees reservations with a start and requests that end by it.
+// so that the backfilled pass sees reservations with a start and requests that end by it. The
+// last variant adds StarvationAfter 1h: the heads, first since an hour, starve.
 func BenchmarkScheduleWaitingBackfill(b *testing.B) {
-	for _, backfill := range []bool{false, true} {
-		b.Run(fmt.Sprintf("backfill=%v", backfill), func(b *testing.B) {
+	for _, v := range []struct {
+		name     string
+		backfill bool
+		starve   time.Duration
+	}{{"backfill=false", false, 0}, {"backfill=true", true, 0}, {"backfill=true,starvation_after=1h", true, time.Hour}} {
+		backfill := v.backfill
+		b.Run(v.name, func(b *testing.B) {
 			p := benchPool(b, 10000, false, mixedClass)
-			p.policy.ReserveAfter, p.policy.Backfill = 30*time.Minute, backfill
+			p.policy.ReserveAfter, p.policy.Backfill, p.policy.StarvationAfter = 30*time.Minute, backfill, v.starve
 			for _, job := range p.RunningJobs() {
 				rj := p.running[job]
 				rj.r.RunLimit = time.Duration(1+len(job)%7) * time.Hour

@@ -65,7 +65,7 @@
 //   - A second pass at the same instant, with no event in between, decides nothing. A pass with no
 //     event since a pass that decided nothing returns at once, unless Pool.NextWake has come (a
 //     running job reached MinRuntimeBeforePreemption, or a class's first request reached
-//     ReserveAfter); the allocator should call Schedule then. A pass that runs keeps its working
+//     ReserveAfter or StarvationAfter); the allocator should call Schedule then. A pass that runs keeps its working
 //     copy of the nodes' capacity from the last pass and restores only the nodes that changed
 //     since, so its cost grows with the waiting requests it walks and the nodes touched, not with
 //     the pool's size.
@@ -117,6 +117,10 @@
 //   - such that preempting them loses at most Policy.MaxLossGPUHours of work (default 24;
 //     max_loss_gpu_hours in the config, -1 for no limit): their GPUs × the time since their
 //     attempt started or since their last checkpoint (Pool.Checkpointed), whichever is later.
+//
+// The second and fourth of these do not hold against a starving request (see Starvation; nor
+// the third, once), nor against the owner of a backfill reservation for a job that overran on
+// its nodes (see Backfill).
 //
 // The work at stake of a job that honours its preemption notice is counted from the notice's
 // deadline instead: with Policy.PreemptionNotice > 0 (the allocation's preemption_notice), a
@@ -223,6 +227,33 @@
 // (Pool.heads, in the snapshot), and the starts are recomputed each pass from the running jobs'
 // starts and RunLimits, which the snapshot keeps.
 //
+// # Starvation
+//
+// With Policy.StarvationAfter > 0 (starvation_after in the config; 0, the default, turns it
+// off), a medium or high request that has been the first waiting request of its class
+// (Pool.heads, the clock of ReserveAfter) for StarvationAfter or longer is starving. In its walk:
+//
+//   - MinRuntimeBeforePreemption and MaxLossGPUHours protect no victim from it, and a job
+//     preempted MaxPreemptions times may be preempted once more (never a job preempted more
+//     often than that);
+//   - a reservation of a strictly lower class (Backfill) holds nothing from it: the reservation
+//     is dropped for the rest of the pass (its owner may reserve anew in its own walk), so the
+//     starving request may preempt and reserve on its nodes;
+//   - with Backfill, the start of its own reservation counts every job there it may preempt
+//     (strictly lower class, not a notebook, preempted at most MaxPreemptions times) as gone
+//     now: the start is when the jobs it may not preempt end, and a job without a RunLimit that
+//     it may preempt no longer leaves the start unknown.
+//
+// Everything else holds: only running jobs of a strictly lower class, never notebooks, never at
+// the instant they started under Backfill; each stopped gracefully, its capacity nominated to
+// the request and freed worker by worker; the victims are chosen in victim order, so the work
+// lost is the least that makes room. So a request waits as first of its class at most
+// StarvationAfter plus its victims' stop, plus what it waits for jobs of its own or a higher
+// class and notebooks. Only the first request of each class starves, so at most one per class
+// at a time overrides the limits. The clock starts again when another request goes first (a
+// preempted job of the class returns to the front). NextWake includes the moment the first
+// request of a class starts to starve. Nothing of this is new state.
+//
 // # Fair share
 //
 // With Policy.Ordering fair-share (opt-in per allocation), the waiting requests of one class are
@@ -306,4 +337,7 @@
 //     requests before it that took capacity (consumers); it applies nothing.
 //   - account: a workspace, or a user in one, whose usage the fair share ranks (see Fair share).
 //   - overrun: a running job past its RunLimit (see Backfill).
+//   - starving: the walker, when it has been the first waiting request of its class for
+//     Policy.StarvationAfter; MinRuntimeBeforePreemption, MaxLossGPUHours and lower classes'
+//     reservations then hold nothing from it (see Starvation).
 package scheduler

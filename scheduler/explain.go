@@ -412,6 +412,9 @@ func (ex *explainer) noPreemptionText(c Class) string {
 	if m := ex.p.policy.MinRuntimeBeforePreemption; m > 0 {
 		why += fmt.Sprintf(", or running for less than %s", m)
 	}
+	if sa := ex.p.policy.StarvationAfter; sa > 0 {
+		why += fmt.Sprintf("; max_loss_gpu_hours and min_runtime_before_preemption protect lower-class jobs only until it has been the first of its class for %s", sa)
+	}
 	return why + ")"
 }
 

@@ -124,6 +124,7 @@ func sched(t testing.TB, p *Pool, now time.Time) Decisions {
 	}
 	checkSyncedCapacity(t, p)
 	checkVictimOrder(t, p, now)
+	heads := p.heads // (the pass reads the heads the last pass left)
 	epoch := p.sc.failed.epoch
 	d := p.Schedule(now)
 	if p.sc.failed.epoch != epoch { // the pass ran in full
@@ -186,23 +187,31 @@ func sched(t testing.TB, p *Pool, now time.Time) Decisions {
 		if rj := p.running[pe.Victim]; p.policy.Backfill && rj != nil && rj.r.RunLimit > 0 && now.Sub(v.StartedAt) >= rj.r.RunLimit {
 			overran = true
 		}
-		if now.Sub(v.StartedAt) < p.policy.MinRuntimeBeforePreemption && !overran {
-			t.Fatalf("preemption of %s after only %s", pe.Victim, now.Sub(v.StartedAt))
-		}
-		if m := p.policy.MaxPreemptionsInEffect(); m >= 0 && v.Preemptions >= m {
+		// With StarvationAfter, so may the first request of its class once it has been so for
+		// that long.
+		hd := heads[pe.Preemptor.Class]
+		starved := p.policy.StarvationAfter > 0 && hd.job == pe.Preemptor.Job && now.Sub(hd.since) >= p.policy.StarvationAfter
+		tooYoung := now.Sub(v.StartedAt) < p.policy.MinRuntimeBeforePreemption
+		if m := p.policy.MaxPreemptionsInEffect(); m >= 0 && v.Preemptions >= m && !(starved && v.Preemptions == m) {
 			t.Fatalf("preemption of %s, already preempted %d times (max_preemptions %d)", pe.Victim, v.Preemptions, m)
 		}
 		// The work at stake, recomputed from what the pool shows: none for a job that saves on
 		// its notice, else its GPUs × the time since its start or last checkpoint.
-		if l := p.policy.MaxLossGPUHoursInEffect(); l >= 0 && !(v.HonorsNotice && p.policy.PreemptionNotice > 0) && !overran {
+		tooCostly := false
+		if l := p.policy.MaxLossGPUHoursInEffect(); l >= 0 && !(v.HonorsNotice && p.policy.PreemptionNotice > 0) {
 			from := v.StartedAt
 			if v.CheckpointAt.After(from) {
 				from = v.CheckpointAt
 			}
 			gpus := v.GPUs - len(v.Released)*(v.GPUs/len(v.Placement))
-			if lost := time.Duration(gpus) * now.Sub(from); lost > time.Duration(l)*time.Hour+time.Duration(gpus)*time.Second {
-				t.Fatalf("preemption of %s loses %.2f GPU-hours, more than max_loss_gpu_hours %d", pe.Victim, lost.Hours(), l)
-			}
+			tooCostly = time.Duration(gpus)*now.Sub(from) > time.Duration(l)*time.Hour+time.Duration(gpus)*time.Second
+		}
+		switch {
+		case (tooYoung || tooCostly) && !overran && !starved:
+			t.Fatalf("preemption of %s after %s, too young (min_runtime_before_preemption %s) or losing more than max_loss_gpu_hours %d (%t, %t)",
+				pe.Victim, now.Sub(v.StartedAt), p.policy.MinRuntimeBeforePreemption, p.policy.MaxLossGPUHoursInEffect(), tooYoung, tooCostly)
+		case (tooYoung || tooCostly) && starved:
+			starvedPreemptions++
 		}
 		if pe.Reason == "" {
 			t.Fatalf("preemption without reason")

@@ -222,6 +222,9 @@ func NewPool(nodes []Node, policy Policy) (*Pool, error) {
 	if policy.ReserveAfter < 0 {
 		return nil, fmt.Errorf("reserve_after must not be negative, got %s", policy.ReserveAfter)
 	}
+	if policy.StarvationAfter < 0 {
+		return nil, fmt.Errorf("starvation_after must not be negative (0: off), got %s", policy.StarvationAfter)
+	}
 	if policy.PreemptionNotice < 0 {
 		return nil, fmt.Errorf("preemption_notice must not be negative, got %s", policy.PreemptionNotice)
 	}

@@ -64,6 +64,12 @@ func simulateWith(t testing.TB, data []byte, check, backfill bool) []string {
 	if cfg&64 != 0 {
 		pol.Ordering, pol.FairShareHalfLife = FairShare, 10*time.Minute
 	}
+	// A third of the streams bound starvation (read from no byte, so that the streams stay as
+	// they were), with limits that protect victims within a stream's hours: a loss limit of one
+	// GPU-hour and 20 minutes of run time.
+	if len(data)%3 == 0 {
+		pol.StarvationAfter, pol.MaxLossGPUHours, pol.MinRuntimeBeforePreemption = 2*time.Minute, 1, 20*time.Minute
+	}
 	nodes := slices.Clone(layouts[(cfg>>2)%len(layouts)])
 	p := mustPool(t, nodes, pol)
 	var q *Pool
@@ -217,6 +223,9 @@ func simulateWith(t testing.TB, data []byte, check, backfill bool) []string {
 				if step%2 == 1 { // and the notice comes or goes
 					npol.PreemptionNotice = 2*time.Minute - npol.PreemptionNotice
 				}
+				if step%5 == 4 { // and the starvation bound comes or goes
+					npol.StarvationAfter = 2*time.Minute - npol.StarvationAfter
+				}
 				if step%3 == 2 { // and fair share comes or goes
 					if npol.Ordering == FairShare {
 						npol.Ordering = ""
@@ -328,6 +337,7 @@ func TestPropertyRandomEvents(t *testing.T) {
 		seed += uint64(v)
 	}
 	rng := rand.New(rand.NewPCG(seed, 7))
+	starvedPreemptions = 0
 	n := 400
 	if testing.Short() {
 		n = 50
@@ -342,7 +352,16 @@ func TestPropertyRandomEvents(t *testing.T) {
 		}
 		t.Run(fmt.Sprint(i), func(t *testing.T) { checkReplay(t, data) })
 	}
+	// The streams must exercise it: preemptions that only the starvation bound allowed.
+	if n >= 400 && starvedPreemptions == 0 {
+		t.Fatalf("no preemption of %d streams was one that only StarvationAfter allowed", n)
+	}
+	t.Logf("%d preemptions were allowed only by StarvationAfter", starvedPreemptions)
 }
+
+// starvedPreemptions counts the checked preemptions that MinRuntimeBeforePreemption or
+// MaxLossGPUHours would have forbidden but for StarvationAfter.
+var starvedPreemptions int
 
 func FuzzEvents(f *testing.F) {
 	f.Add([]byte{0, 0, 1, 2, 3, 4, 5, 2, 0, 0, 9, 1, 2, 2, 2, 1, 4, 0, 0, 3, 3})

@@ -71,7 +71,11 @@ func (p *Pool) maybeReserve(now time.Time, sc *scratch, pl *plan, w *waitReq, sh
 	}
 	slices.Sort(nodes)
 	if p.policy.Backfill {
-		if start, spare, ok := p.resvStart(now, sc, sh, nodes); ok {
+		starving := Class(-1)
+		if sc.starving {
+			starving = w.r.Class
+		}
+		if start, spare, ok := p.resvStart(now, sc, sh, nodes, starving); ok {
 			sc.resvs = append(sc.resvs, resv{job: w.r.Job, class: w.r.Class, start: start, nodes: nodes, spare: spare})
 			sc.applyResv(p, &sc.resvs[len(sc.resvs)-1])
 			pl.reserves = append(pl.reserves, planReserve{w: w, nodes: nodes})
@@ -139,6 +143,13 @@ func (p *Pool) nextWake(now time.Time) time.Time {
 		for c := range p.heads {
 			if h := &p.heads[c]; h.job != "" && h.nodes == nil {
 				upd(h.since.Add(ra))
+			}
+		}
+	}
+	if sa := p.policy.StarvationAfter; sa > 0 {
+		for c := Medium; c <= High; c++ {
+			if h := &p.heads[c]; h.job != "" {
+				upd(h.since.Add(sa))
 			}
 		}
 	}

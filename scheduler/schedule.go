@@ -437,7 +437,9 @@ func (p *Pool) plan(now time.Time, sc *scratch, explain span, maxDecisions int) 
 	blocker := -1
 	prevClass := Class(-1)
 	strict := p.strict()
-	reserving := p.policy.ReserveAfter > 0 && !strict
+	// The first request of a class may do more than its shape did before it (reserve, or
+	// preempt as a starving request), so the failure caches do not skip it.
+	headsDoMore := (p.policy.ReserveAfter > 0 && !strict) || p.policy.StarvationAfter > 0
 	for i, key := range p.waitKeys {
 		if maxDecisions >= 0 && len(pl.grants)+len(pl.preempts) >= maxDecisions {
 			pl.cut = true
@@ -456,7 +458,7 @@ func (p *Pool) plan(now time.Time, sc *scratch, explain span, maxDecisions int) 
 		}
 		var kind outcome
 		var victims []*runJob
-		if sc.knownToFail(i, key) && (!first || !reserving) && (len(sc.resvs) == 0 || !sc.mayBackfill(now, p.waiting[i])) {
+		if sc.knownToFail(i, key) && (!first || !headsDoMore) && (len(sc.resvs) == 0 || !sc.mayBackfill(now, p.waiting[i])) {
 			kind = sc.failFast(p, i) // the fast path of a long queue: a shape that already failed in this pass
 		} else {
 			kind, victims = p.decide(now, sc, pl, i, key, first)
@@ -548,6 +550,7 @@ func (p *Pool) decide(now time.Time, sc *scratch, pl *plan, i int, key waitKey, 
 	}
 	sc.walkerNoms = sc.walkerNoms[:0]
 	w := p.waiting[i]
+	sc.starving = first && p.starving(now, w)
 	sc.walkerExtra = len(sc.resvs) > 0 && sc.resvWalk(p, now, w)
 	if sc.hasNominations[i] {
 		sc.walkerNoms = append(sc.walkerNoms, sc.byJob[p.waiting[i].r.Job]...)
@@ -580,7 +583,20 @@ func (p *Pool) decide(now time.Time, sc *scratch, pl *plan, i int, key waitKey, 
 		sc.resvRehide(p)
 		sc.walkerExtra = false
 	}
+	sc.starving = false
 	return kind, victims
+}
+
+// starving reports whether w, the first waiting request of its class, has been so for
+// Policy.StarvationAfter: the limits that protect victims from work loss then hold no more for
+// it (see Starvation in the package doc). Low requests preempt nobody, so they never starve so.
+func (p *Pool) starving(now time.Time, w *waitReq) bool {
+	sa := p.policy.StarvationAfter
+	if sa <= 0 || w.r.Class == Low {
+		return false
+	}
+	hd := &p.heads[w.r.Class]
+	return hd.job == w.r.Job && now.Sub(hd.since) >= sa
 }
 
 // failFast is the outcome of waiting request i, whose shape already failed in this pass and
@@ -605,7 +621,7 @@ func (p *Pool) decideFor(now time.Time, sc *scratch, pl *plan, w *waitReq, key w
 	// The failure caches hold only for requests that see no capacity of their own, and whose
 	// cap leaves room for the whole gang.
 	whole := sc.capWorkers >= sh.workers
-	cacheable := len(sc.walkerNoms) == 0 && !sc.walkerExtra
+	cacheable := len(sc.walkerNoms) == 0 && !sc.walkerExtra && !sc.starving
 	if len(sc.walkerNoms) > 0 && whole {
 		if kind, ok := sc.waitForOwnVictims(p, pl, w, sh); ok {
 			return kind, nil

@@ -75,6 +75,10 @@ type walkerState struct {
 	// cached).
 	ownerNodes  []int32
 	walkerExtra bool
+	// starving: the walker has been the first waiting request of its class for
+	// Policy.StarvationAfter, so MaxLossGPUHours and MinRuntimeBeforePreemption protect no victim
+	// from it (and its failures are not cached).
+	starving bool
 	// capWorkers is how many workers the walker's cap leaves room for (all of them without
 	// one), and capUsed what its workspace held when it was capped (for the reason).
 	capWorkers int

@@ -226,6 +226,12 @@ type Policy struct {
 	// backfill), and lets high requests reserve too (see Backfill in the package doc). Off:
 	// reservations drain as before.
 	Backfill bool `json:"backfill,omitempty"`
+	// StarvationAfter bounds how long the preemption limits may keep a request waiting: a medium
+	// or high request that has been the first waiting request of its class for this long may
+	// preempt strictly lower-class jobs that MaxLossGPUHours and MinRuntimeBeforePreemption
+	// protect, and those at MaxPreemptions once more, and lower classes' reservations hold
+	// nothing from it (never notebooks; see Starvation in the package doc). 0: off.
+	StarvationAfter time.Duration `json:"starvation_after,omitempty"`
 	// MaxPreemptions: a job already preempted this many times is not preempted again, so that no
 	// job is restarted over and over. 0 means DefaultMaxPreemptions; negative means no limit.
 	MaxPreemptions int `json:"max_preemptions,omitempty"`
@@ -308,6 +314,9 @@ func (p Policy) Changes(next Policy) []string {
 	}
 	if p.Backfill != next.Backfill {
 		out = append(out, fmt.Sprintf("backfill %t -> %t", p.Backfill, next.Backfill))
+	}
+	if p.StarvationAfter != next.StarvationAfter {
+		out = append(out, fmt.Sprintf("starvation_after %s -> %s", p.StarvationAfter, next.StarvationAfter))
 	}
 	if a, b := p.MaxPreemptionsInEffect(), next.MaxPreemptionsInEffect(); a != b {
 		out = append(out, fmt.Sprintf("max_preemptions %s -> %s", limitText(a), limitText(b)))

@@ -132,14 +132,17 @@ func (p *Pool) preemptible(rj *runJob, cl Class, now time.Time, sc *scratch) boo
 	if rj.releasing || rj.r.Kind == KindNotebook || rj.r.Class >= cl || sc.victims[rj] {
 		return false
 	}
-	if m := p.policy.maxPreemptions(); m >= 0 && rj.preemptions >= m {
-		return false
+	if m := p.policy.maxPreemptions(); m >= 0 && rj.preemptions >= m && !(sc.starving && rj.preemptions == m) {
+		return false // (a starving walker may preempt a job once more: see Starvation in the package doc)
 	}
 	if p.policy.Backfill && !rj.startedAt.Before(now) {
 		return false // (Backfill: a job is not preempted at the instant it started, see the package doc)
 	}
 	if sc.overrunVictim(rj, now) {
 		return true // (Backfill: it ran past its RunLimit on the walker's reserved nodes)
+	}
+	if sc.starving {
+		return true // (StarvationAfter: the walker starved; see Starvation in the package doc)
 	}
 	if l := p.policy.maxLossGPUSec(); l >= 0 {
 		if g, _ := lostWork(rj, now); g > l {
@@ -331,8 +334,8 @@ const droppedVictim = -2
 // every one out, never false when one qualifies.
 func (p *Pool) anyPreemptibleBelow(now time.Time, sc *scratch, fam int32, cl Class) bool {
 	m := p.policy.MinRuntimeBeforePreemption
-	if len(sc.ownerNodes) > 0 {
-		m = 0 // (an overrun job on its reserved nodes ignores it: see overrunVictim)
+	if len(sc.ownerNodes) > 0 || sc.starving {
+		m = 0 // (an overrun job on its reserved nodes, or a starving walker, ignores it)
 	}
 	for c := Low; c < cl; c++ {
 		if p.nPreemptible[fam][c] == 0 {

@@ -221,7 +221,9 @@ func TestLongestWaiters(t *testing.T) {
 	if x.Holders["high"] != 1 || x.Holders["medium"] != 1 {
 		t.Fatalf("holders %+v", x.Holders)
 	}
-	if len(r.SizeWaits) != 2 || r.SizeWaits[1].Class != "medium" || r.SizeWaits[1].Size != "4-7 GPUs" || r.SizeWaits[1].P95.D() != 88*time.Minute {
+	// Per class: the 4-7 GPUs bucket, then 4+ GPUs (the same jobs here).
+	if len(r.SizeWaits) != 4 || r.SizeWaits[2].Class != "medium" || r.SizeWaits[2].Size != "4-7 GPUs" || r.SizeWaits[2].P95.D() != 88*time.Minute ||
+		r.SizeWaits[3].Size != Row4GPU || r.SizeWaits[3].P95.D() != 88*time.Minute || r.SizeWaits[1].Size != Row4GPU || r.SizeWaits[1].Class != "high" {
 		t.Fatalf("size waits %+v", r.SizeWaits)
 	}
 }

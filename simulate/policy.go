@@ -26,6 +26,7 @@ var Knobs = []struct{ Name, Help string }{
 	{"cap.CLASS@WORKSPACE", "that workspace's own cap in CLASS, over cap.CLASS, e.g. cap.high@team-1=14"},
 	{"ordering", "fifo (submission order within a class) or fair-share (least recently used workspace first; give jobs workspaces with --teams)"},
 	{"half_life", "fair_share_half_life: how fast fair-share forgets usage (e.g. 24h; default 168h)"},
+	{"starvation_after", "the first request of a class that waited this long may preempt lower-class jobs that max_loss and min_runtime protect, and those at max_preemptions once more (0: never, the default)"},
 	{"backfill", "on: a reservation gets a start from the RunLimits of --estimates (give one model) and others start on its nodes only if they end by then; off (default)"},
 }
 
@@ -114,6 +115,8 @@ func setKnob(p *Policy, k, v string) error {
 		p.Scheduler.MaxLossGPUHours = n
 	case "reserve_after":
 		p.Scheduler.ReserveAfter, err = knobDuration(v)
+	case "starvation_after":
+		p.Scheduler.StarvationAfter, err = knobDuration(v)
 	case "backfill":
 		switch v {
 		case "on":
@@ -223,6 +226,9 @@ func policyKnobs(p scheduler.Policy) []string {
 	}
 	if p.Backfill {
 		out = append(out, "backfill")
+	}
+	if p.StarvationAfter > 0 {
+		out = append(out, "starvation_after "+Dur(p.StarvationAfter))
 	}
 	if p.PreemptionNotice > 0 {
 		out = append(out, "preemption_notice "+Dur(p.PreemptionNotice))

@@ -407,6 +407,25 @@ func writeSummary(w io.Writer, rs []*Result) {
 	line("low wait p95", func(r *Result) string { return Dur(r.Row("low").WaitP95.D()) })
 	line("1-GPU wait p95", func(r *Result) string { return Dur(r.Row(Row1GPU).WaitP95.D()) })
 	line("4+-GPU wait p95", func(r *Result) string { return Dur(r.Row(Row4GPU).WaitP95.D()) })
+	perClass := func(f func(r *Result, class string) string) func(r *Result) string {
+		return func(r *Result) string {
+			var out []string
+			for _, c := range []string{"high", "medium", "low"} {
+				out = append(out, f(r, c))
+			}
+			return strings.Join(out, " / ")
+		}
+	}
+	line("longest wait high / medium / low", perClass(func(r *Result, c string) string { return Dur(r.Row(c).WaitMax.D()) }))
+	if len(base.SizeWaits) > 0 {
+		line("4+-GPU wait p95 high / medium / low", perClass(func(r *Result, c string) string {
+			k := slices.IndexFunc(r.SizeWaits, func(x SizeWaits) bool { return x.Class == c && x.Size == Row4GPU })
+			if k < 0 {
+				return "-"
+			}
+			return Dur(r.SizeWaits[k].P95.D())
+		}))
+	}
 	line("4+-GPU / 1-GPU p95", func(r *Result) string {
 		a, b := r.Row(Row4GPU).WaitP95.D(), r.Row(Row1GPU).WaitP95.D()
 		if b == 0 {

@@ -30,15 +30,19 @@ type SizeWaits struct {
 	Waits
 }
 
-// sizeWaits is the waits per class (the job's own) and size bucket, of the buckets with jobs.
+// sizeWaits is the waits per class (the job's own) and size bucket, of the buckets with jobs,
+// and per class the 4+ GPUs bucket (4-7 and 8+ together: Row4GPU), which the summary compares.
 func (s *sim) sizeWaits() []SizeWaits {
 	var out []SizeWaits
 	for c := scheduler.High; c >= scheduler.Low; c-- {
-		for _, b := range sizeBuckets {
+		for _, b := range append(slices.Clone(sizeBuckets), Row4GPU) {
 			var ws []time.Duration
 			for i := range s.jobs {
 				j := &s.w.Jobs[i]
-				if j.Class == c && s.jobs[i].phase != phRejected && sizeBucket(j.GPUs()) == b {
+				if j.Class != c || s.jobs[i].phase == phRejected {
+					continue
+				}
+				if g := j.GPUs(); sizeBucket(g) == b || (b == Row4GPU && g >= 4) {
 					ws = append(ws, s.jobs[i].waited)
 				}
 			}

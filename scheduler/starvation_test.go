@@ -1,0 +1,173 @@
+package scheduler
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// starveSetup is one node of 4 GPUs per job in running (each started at minute 0, one node
+// each, in order), and then, at minute 60, the requests in waiting, first scheduled then: by
+// minute 60 each running job would lose 4 GPU-hours, more than MaxLossGPUHours 1 allows.
+func starveSetup(t *testing.T, pol Policy, running []Request, waiting ...Request) *Pool {
+	t.Helper()
+	p := mustPool(t, nodesOf("n", "a", len(running), 4, 0, 0), pol)
+	mustEnqueue(t, p, running...)
+	if got := grantedJobs(sched(t, p, at(0))); len(got) != len(running) {
+		t.Fatalf("want %d jobs started at 0, got %v", len(running), got)
+	}
+	mustEnqueue(t, p, waiting...)
+	if d := sched(t, p, at(60)); len(d.Grants)+len(d.Preemptions) > 0 {
+		t.Fatalf("at 60: want nothing decided (every victim protected), got %s", mustJSON(t, d))
+	}
+	return p
+}
+
+func TestStarvation(t *testing.T) {
+	limits := Policy{MaxLossGPUHours: 1, StarvationAfter: 2 * time.Hour}
+	job := func(name string, c Class, seq int64) Request {
+		return makeJob(name, "a").Class(c).GPUs(4).Seq(seq).Obj()
+	}
+	for _, tc := range []struct {
+		name    string
+		pol     Policy
+		running []Request
+		waiting []Request
+		now     int // minute of the pass that is checked
+		want    []string
+	}{
+		// The request became the first of its class at minute 60: from minute 180 on, the loss
+		// limit no longer protects a strictly lower-class victim from it.
+		{"after starvation_after as the first of its class, it preempts a victim max_loss protects",
+			limits, []Request{job("long", Medium, 1)}, []Request{job("h", High, 2)}, 180, []string{"long"}},
+		{"not a moment before",
+			limits, []Request{job("long", Medium, 1)}, []Request{job("h", High, 2)}, 179, nil},
+		{"off (0), never",
+			Policy{MaxLossGPUHours: 1}, []Request{job("long", Medium, 1)}, []Request{job("h", High, 2)}, 60 * 24, nil},
+		{"a medium request preempts a low victim",
+			limits, []Request{job("long", Low, 1)}, []Request{job("m", Medium, 2)}, 180, []string{"long"}},
+		{"never a victim of its own class",
+			limits, []Request{job("long", High, 1)}, []Request{job("h", High, 2)}, 60 * 24, nil},
+		{"never a victim of a higher class",
+			limits, []Request{job("long", High, 1)}, []Request{job("m", Medium, 2)}, 60 * 24, nil},
+		{"a low request preempts nobody",
+			limits, []Request{job("long", Low, 1)}, []Request{job("l", Low, 2)}, 60 * 24, nil},
+		{"a victim already preempted max_preemptions times, once more",
+			limits, []Request{makeJob("long", "a").Class(Medium).GPUs(4).Seq(1).Preemptions(3).Obj()}, []Request{job("h", High, 2)}, 180, []string{"long"}},
+		{"never a victim preempted more than max_preemptions times",
+			limits, []Request{makeJob("long", "a").Class(Medium).GPUs(4).Seq(1).Preemptions(4).Obj()}, []Request{job("h", High, 2)}, 60 * 24, nil},
+		{"min_runtime_before_preemption no longer protects either",
+			Policy{MaxLossGPUHours: -1, MinRuntimeBeforePreemption: 10 * time.Hour, StarvationAfter: 2 * time.Hour},
+			[]Request{job("long", Medium, 1)}, []Request{job("h", High, 2)}, 180, []string{"long"}},
+		{"only the first of its class: the second high request does not preempt",
+			limits, []Request{job("long1", Medium, 1), job("long2", Medium, 2)}, []Request{job("h1", High, 3), job("h2", High, 4)}, 180, []string{"long1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := starveSetup(t, tc.pol, tc.running, tc.waiting...)
+			if tc.now > 179 { // the passes before it decide nothing
+				if d := sched(t, p, at(179)); len(d.Preemptions) > 0 {
+					t.Fatalf("at 179: want no preemption, got %v", victims(d))
+				}
+			}
+			got := victims(sched(t, p, at(tc.now)))
+			slices.Sort(got)
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("at minute %d: preempted %v, want %v", tc.now, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestStarvationWakes: the pool asks for a pass when the first request of a class reaches
+// StarvationAfter, since no event may come then.
+func TestStarvationWakes(t *testing.T) {
+	p := starveSetup(t, Policy{MaxLossGPUHours: 1, StarvationAfter: 2 * time.Hour},
+		[]Request{makeJob("long", "a").Class(Medium).GPUs(4).Seq(1).Obj()}, makeJob("h", "a").Class(High).GPUs(4).Seq(2).Obj())
+	if wake, ok := p.NextWake(); !ok || !wake.Equal(at(180)) {
+		t.Fatalf("NextWake = %v %v, want minute 180", wake, ok)
+	}
+	if wi, _ := p.Explain("h"); !strings.Contains(wi.Reason, "only until it has been the first of its class for 2h0m0s") {
+		t.Fatalf("the reason should name the bound: %q", wi.Reason)
+	}
+	q := roundTrip(t, p) // the head's clock survives a snapshot
+	if got := victims(sched(t, q, at(180))); !slices.Equal(got, []string{"long"}) {
+		t.Fatalf("restored pool at 180: preempted %v, want [long]", got)
+	}
+}
+
+// TestStarvingReservation: with Backfill, a starving request's reservation counts the jobs it
+// may preempt as gone now, so it gets a start (when the jobs it may not preempt end) and holds
+// its node against the requests that would not end by then, of its own class too.
+func TestStarvingReservation(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		starve      time.Duration
+		smallLimit  time.Duration
+		wantStarted bool
+	}{
+		{"a high job that would not end by the start waits", 2 * time.Hour, 10 * time.Hour, false},
+		{"one that ends by the start runs", 2 * time.Hour, time.Hour, true},
+		// Without the bound the medium job never ends by its RunLimit (it has none), so the start
+		// is unknown, a high request does not reserve, and the freed GPU goes to the next one.
+		{"without starvation_after the high job takes the freed GPU", 0, 10 * time.Hour, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := mustPool(t, nodesOf("n", "a", 1, 8, 0, 0), Policy{ReserveAfter: 30 * time.Minute, Backfill: true, MaxLossGPUHours: 1, StarvationAfter: tc.starve})
+			mustEnqueue(t, p, bfJob("hi-a", High, 2, 300*time.Minute, 1), bfJob("hi-b", High, 1, 400*time.Minute, 2), bfJob("med", Medium, 5, 0, 3))
+			if got := grantedJobs(sched(t, p, at(0))); len(got) != 3 {
+				t.Fatalf("want 3 jobs started at 0, got %v", got)
+			}
+			mustEnqueue(t, p, bfJob("big", High, 8, time.Hour, 4))
+			for _, m := range []int{60, 180} {
+				if d := sched(t, p, at(m)); len(d.Grants)+len(d.Preemptions) > 0 {
+					t.Fatalf("at %d: want nothing decided, got %s", m, mustJSON(t, d))
+				}
+			}
+			bfEnd(t, p, "hi-b")
+			mustEnqueue(t, p, bfJob("small", High, 1, tc.smallLimit, 5))
+			if got := grantedJobs(sched(t, p, at(190))); slices.Contains(got, "small") != tc.wantStarted {
+				t.Fatalf("at 190 (hi-a ends at 300): started %v, want small started %v", got, tc.wantStarted)
+			}
+			if tc.starve == 0 || tc.wantStarted {
+				return
+			}
+			bfEnd(t, p, "hi-a")
+			if got := victims(sched(t, p, at(300))); !slices.Equal(got, []string{"med"}) {
+				t.Fatalf("at 300, hi-a gone: preempted %v, want [med]", got)
+			}
+		})
+	}
+}
+
+// TestStarvingIgnoresLowerReservations: a lower class's reservation (with a start) keeps a
+// starving request neither from preempting on its nodes nor from reserving them.
+func TestStarvingIgnoresLowerReservations(t *testing.T) {
+	for _, starve := range []time.Duration{0, 2 * time.Hour} {
+		t.Run(fmt.Sprint(starve), func(t *testing.T) {
+			p := mustPool(t, nodesOf("n", "a", 1, 8, 0, 0), Policy{ReserveAfter: 30 * time.Minute, Backfill: true, MaxLossGPUHours: 1, StarvationAfter: starve})
+			mustEnqueue(t, p, bfJob("hi-a", High, 2, 300*time.Minute, 1), bfJob("med-r", Medium, 6, 10000*time.Minute, 2))
+			if got := grantedJobs(sched(t, p, at(0))); len(got) != 2 {
+				t.Fatalf("want 2 jobs started at 0, got %v", got)
+			}
+			mustEnqueue(t, p, bfJob("medw", Medium, 8, time.Hour, 3))
+			sched(t, p, at(1))
+			sched(t, p, at(31))
+			if wi, _ := p.Explain("medw"); !slices.Equal(wi.Reserved, []string{"n-1"}) {
+				t.Fatalf("medw should have reserved n-1: %+v", wi)
+			}
+			mustEnqueue(t, p, bfJob("big", High, 8, time.Hour, 4))
+			for _, m := range []int{60, 180} {
+				if d := sched(t, p, at(m)); len(d.Grants)+len(d.Preemptions) > 0 {
+					t.Fatalf("at %d: want nothing decided, got %s", m, mustJSON(t, d))
+				}
+			}
+			bfEnd(t, p, "hi-a")
+			got := victims(sched(t, p, at(300)))
+			if want := starve > 0; slices.Equal(got, []string{"med-r"}) != want {
+				t.Fatalf("at 300, hi-a gone: preempted %v, want med-r preempted %v", got, want)
+			}
+		})
+	}
+}
