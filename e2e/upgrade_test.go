@@ -12,14 +12,18 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
 
 	tqclient "github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/config"
 	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/internal/testenv"
 	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/workflows"
 )
 
 // TestUpgradeKeepsJobsOnTheirBuild upgrades trainq as docs/upgrading.md says:
@@ -141,6 +145,19 @@ func TestUpgradeKeepsJobsOnTheirBuild(t *testing.T) {
 	d, err := c.DescribeWorkflow(ctx, allocator, firstRun)
 	require.NoError(t, err)
 	assert.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW, d.RawResponse.GetWorkflowExecutionInfo().GetStatus())
+	// That run replays as it ran, on a worker of neither build: the decision
+	// to hand over rests on what its history recorded (the build of each
+	// task), not on which worker replays it.
+	it := c.GetWorkflowHistory(ctx, allocator, firstRun, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	var events []*historypb.HistoryEvent
+	for it.HasNext() {
+		e, err := it.Next()
+		require.NoError(t, err)
+		events = append(events, e)
+	}
+	replayer := worker.NewWorkflowReplayer()
+	replayer.RegisterWorkflowWithOptions(workflows.AllocatorWorkflow, workflow.RegisterOptions{Name: protocol.AllocatorWorkflowName})
+	require.NoError(t, replayer.ReplayWorkflowHistory(nil, &historypb.History{Events: events}), "the run that handed over does not replay")
 
 	gateOld.open(t)
 	waitFor(old, protocol.StateCompleted)

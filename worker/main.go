@@ -230,6 +230,7 @@ func newWorkers(ctx context.Context, c client.Client, opts options, nodes []stri
 	backend cluster.Backend, logger *slog.Logger) []worker.Worker {
 	var workers []worker.Worker
 	if opts.role != roleAgent {
+		workflows.SetWorkerBuild(buildIdentity(opts.buildID, logger))
 		main := worker.New(c, protocol.TaskQueue, mainWorkerOptions(opts.buildID))
 		// The main queue keeps the allocator too: a run started before the
 		// allocators had a queue of their own moves over at its next

@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -144,4 +148,28 @@ func adoptFirstVersion(ctx context.Context, c client.Client, buildID string, log
 	}
 	logger.Warn("could not make this build the deployment's current version; run `temporal worker deployment set-current-version`",
 		"deployment", DeploymentName, "build_id", buildID)
+}
+
+// buildIdentity names this worker's build for the allocator's hand-over on a
+// new build (workflows.SetWorkerBuild): the build ID when versioned, else a
+// checksum of the executable, so that a rebuilt binary counts as a new build
+// and the same binary on many hosts as one. "" (never a new build) if the
+// executable cannot be read.
+func buildIdentity(buildID string, logger *slog.Logger) string {
+	if buildID != "" {
+		return buildID
+	}
+	exe, err := os.Executable()
+	if err == nil {
+		var f *os.File
+		if f, err = os.Open(exe); err == nil {
+			defer f.Close()
+			h := sha256.New()
+			if _, err = io.Copy(h, f); err == nil {
+				return "sha256:" + hex.EncodeToString(h.Sum(nil))[:16]
+			}
+		}
+	}
+	logger.Warn("could not checksum the executable; allocators will not hand over on a new build of it", "error", err)
+	return ""
 }

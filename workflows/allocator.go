@@ -98,6 +98,10 @@ type allocator struct {
 	// (see guard): the run hands over, so that the next one starts on fresh
 	// server-side state.
 	gaveUp bool
+	// tracksBuilds says this run notes the builds it runs on, and newBuild
+	// that one it had not run on took a task: the run hands over (see
+	// checkBuild).
+	tracksBuilds, newBuild bool
 }
 
 // Versions of the allocator's workflow code (workflow.GetVersion). Each
@@ -109,9 +113,9 @@ const (
 	// time (see guard): the server may fire none of a reset run's activity
 	// timeouts.
 	versionGuardedActivities = "allocator-guarded-activities"
-	// versionHandOverOnNewBuild: a run hands over at its first workflow task
-	// on a build it has not run on (see awaitNewBuild), so that no run
-	// outlives the upgrade window.
+	// versionHandOverOnNewBuild: a run records the builds it runs on, and
+	// hands over once a build it has not run on takes its workflow task (see
+	// checkBuild), so that no run outlives the upgrade window.
 	versionHandOverOnNewBuild = "allocator-hand-over-on-new-build"
 )
 
@@ -318,6 +322,9 @@ func (a *allocator) awaitRecovered(ctx workflow.Context) error {
 // run takes signals until this run should hand over to a fresh one, then
 // drains and continues as new.
 func (a *allocator) run(ctx workflow.Context) error {
+	// Runs of code before versionHandOverOnNewBuild recorded no build.
+	a.tracksBuilds = workflow.GetVersion(ctx, versionHandOverOnNewBuild, workflow.DefaultVersion, 1) >= 1
+	a.checkBuild(ctx, true)
 	a.startSignalLoops(ctx)
 	if a.recovering {
 		a.recoverState(ctx)
@@ -330,7 +337,7 @@ func (a *allocator) run(ctx workflow.Context) error {
 	a.execute(ctx, a.st.FencesCarried())
 	a.schedule(ctx)
 
-	if err := a.awaitTimeToHandOver(ctx); err != nil {
+	if err := workflow.Await(ctx, func() bool { return a.shouldContinueAsNew(ctx) }); err != nil {
 		return err
 	}
 	if err := a.awaitHandOver(ctx); err != nil {
@@ -349,33 +356,34 @@ func (a *allocator) run(ctx workflow.Context) error {
 	return workflow.NewContinueAsNewError(ctx, AllocatorWorkflow, next, packed)
 }
 
-// awaitTimeToHandOver waits until this run should hand over to a fresh one:
-// its history has grown long (shouldContinueAsNew), or a worker build it has
-// not run on took its workflow task. Handing over on a new build bounds how
-// old a live run can be to one upgrade, which is what lets a release retire
-// the version gates of releases before its upgrade window (see gates.go).
-func (a *allocator) awaitTimeToHandOver(ctx workflow.Context) error {
-	a.st.NoteBuild(workflow.GetInfo(ctx).GetCurrentBuildID())
-	for {
-		newBuild := func() bool { return !a.st.RanOn(workflow.GetInfo(ctx).GetCurrentBuildID()) }
-		if err := workflow.Await(ctx, func() bool { return a.shouldContinueAsNew(ctx) || newBuild() }); err != nil {
-			return err
-		}
-		if a.shouldContinueAsNew(ctx) {
-			return nil
-		}
-		build := workflow.GetInfo(ctx).GetCurrentBuildID()
-		a.st.NoteBuild(build)
-		// Asked only when a new build runs the workflow: a history recorded
-		// by code that went on through a new build has no marker there, and
-		// replays as it ran. (Such a run then keeps going on later builds
-		// too, the SDK answering the gate once per run; it hands over at its
-		// event limit as before.)
-		if workflow.GetVersion(ctx, versionHandOverOnNewBuild, workflow.DefaultVersion, 1) >= 1 {
-			workflow.GetLogger(ctx).Info("allocator hands over to a run on its new build", "build", build)
-			return nil
-		}
+// checkBuild notes the build of the worker that runs this workflow task, and
+// has the run hand over (newBuild) the first time it is a build the
+// allocation has not run on: handing over on a new build bounds how old a live
+// run can be to one upgrade, which is what lets a release retire the version
+// gates of releases before its upgrade window (see gates.go). The build is read
+// through workflow.MutableSideEffect, which records it whenever it changes, so
+// a replay takes each decision where the original run took it. (The SDK's
+// GetCurrentBuildID does not serve: a worker that replays the run for its first
+// task reports the previous task's build for it, and a replay the task's own.)
+// It runs at the run's start, which only notes the build (the run's own code
+// is that build's), and at every reclaim tick.
+func (a *allocator) checkBuild(ctx workflow.Context, atStart bool) {
+	if !a.tracksBuilds {
+		return
 	}
+	var build string
+	same := func(x, y any) bool { return x == y }
+	if workflow.MutableSideEffect(ctx, "worker-build", func(workflow.Context) any { return thisWorkerBuild() }, same).Get(&build) != nil {
+		return
+	}
+	if a.st.RanOn(build) {
+		return
+	}
+	if !atStart && !a.newBuild {
+		workflow.GetLogger(ctx).Info("allocator hands over to a run on its new build", "build", build)
+		a.newBuild = true
+	}
+	a.st.NoteBuild(build)
 }
 
 // awaitHandOver lets handlers and outgoing signals finish before the run
@@ -399,7 +407,7 @@ func (a *allocator) awaitHandOver(ctx workflow.Context) error {
 	a.handingOver = true
 	ready := func() bool {
 		return workflow.AllHandlersFinished(ctx) && a.inFlight == 0 && len(a.outbox) == 0 && a.resetChecks == 0 &&
-			!a.recovering && (!a.dirty || a.handingOver)
+			!a.recovering
 	}
 	for {
 		if err := workflow.Await(ctx, ready); err != nil {
@@ -568,7 +576,8 @@ func (a *allocator) shouldContinueAsNew(ctx workflow.Context) bool {
 	if limit <= 0 {
 		limit = maxUpdatesPerRun
 	}
-	return info.GetContinueAsNewSuggested() || a.updates >= limit || info.GetCurrentHistoryLength() >= maxEventsPerRun || a.gaveUp
+	return info.GetContinueAsNewSuggested() || a.updates >= limit || info.GetCurrentHistoryLength() >= maxEventsPerRun ||
+		a.gaveUp || a.newBuild
 }
 
 // Every signal counts towards the server's per-run limits (a.updates).
@@ -913,6 +922,7 @@ func (a *allocator) reclaimLoop(ctx workflow.Context) {
 		if err := workflow.NewTimerWithOptions(ctx, a.st.ReclaimInterval(), workflow.TimerOptions{Summary: "look for vanished jobs"}).Get(ctx, nil); err != nil {
 			return
 		}
+		a.checkBuild(ctx, false)
 		if a.recovering {
 			continue
 		}

@@ -20,10 +20,13 @@ const Release = "v0.10.0"
 //     Deployment versioning), so its history only ever meets its own code.
 //     Workers without a build ID run every job on the newest code: let the
 //     jobs that a release before the window started end first.
-//   - An allocator run hands over to a fresh run at its first workflow task
-//     on a build it has not run on (versionHandOverOnNewBuild), so once an
-//     upgrade is done every live allocator run was started by the current
-//     build.
+//   - An allocator run hands over to a fresh run within a reclaim interval
+//     of a build it has not run on taking its workflow tasks
+//     (versionHandOverOnNewBuild), so once an upgrade is done every live
+//     allocator run was started by the current build. Runs started before
+//     v0.10.0 had no such bound: upgrading to v0.10.0, an allocator run that
+//     older code started fails its task and is terminated to recover
+//     (docs/upgrading.md).
 //
 // A version gate that every release in the window already had guards no
 // history a release can meet: it is retired, with its old path. The recorded
