@@ -544,6 +544,45 @@ func TestAllocatorPreemptsLowerClassForHigh(t *testing.T) {
 	assert.Equal(t, int64(1), end.Counters.Preemptions)
 }
 
+// TestAllocatorStarvingJobPreemptsAProtectedVictim plays starvation_after
+// through the allocator workflow: a low job that min_runtime_before_preemption
+// protects holds the only node; the medium job behind it may preempt it only
+// once it has been first of its class for StarvationAfter, and never without
+// the bound. Nothing but the allocator's own wake-up timer makes the pass at
+// that moment.
+func TestAllocatorStarvingJobPreemptsAProtectedVictim(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		starvationAfter time.Duration
+		preempted       bool
+	}{
+		{name: "with the bound, after it", starvationAfter: time.Hour, preempted: true},
+		{name: "without the bound, never", starvationAfter: 0, preempted: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newAllocHarness(t)
+			h.request(time.Minute, fixture.Request{Job: "protected", Attempt: 1, Class: scheduler.Low, Workers: 1, SubmittedAt: testStart}.Capacity())
+			h.request(2*time.Minute, fixture.Request{Job: "medium", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
+			var before protocol.QueueView
+			preemptedBefore := -1
+			h.at(61*time.Minute, func() { before = h.queue(); preemptedBefore = len(h.preemptsTo("protected")) })
+			in := allocInput(allocNodes(1, 2))
+			in.Policy = scheduler.Policy{MinRuntimeBeforePreemption: 100 * time.Hour, StarvationAfter: tc.starvationAfter}
+			h.runAllocator(in, 3*time.Hour)
+
+			assert.Equal(t, 0, preemptedBefore, "not before the medium job has been first of its class for an hour")
+			assert.Equal(t, []string{"medium"}, waitingJobs(before))
+			p := h.preemptsTo("protected")
+			if !tc.preempted {
+				assert.Empty(t, p, "min_runtime_before_preemption protects the low job")
+				return
+			}
+			require.Len(t, p, 1)
+			assert.Equal(t, "medium", p[0].Preemptor.Job)
+		})
+	}
+}
+
 func TestAllocatorNeverPreemptsNotebooks(t *testing.T) {
 	h := newAllocHarness(t)
 	nb := fixture.Request{Job: "jupyter-1", Attempt: 1, Kind: scheduler.KindNotebook, Class: scheduler.Low, Workers: 1, SubmittedAt: testStart}.Capacity() // a notebook is high whatever it asks
