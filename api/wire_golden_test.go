@@ -5,9 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
-	"fmt"
+	"github.com/trainq/trainq/internal/golden"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -118,41 +117,14 @@ func TestWireJSON(t *testing.T) {
 			if err := json.Indent(&pretty, rec.Body.Bytes(), "", "  "); err != nil {
 				t.Fatalf("not JSON: %v: %s", err, rec.Body)
 			}
-			golden := filepath.Join("testdata", "wire", tc.name+".json")
-			if *updateWire {
-				if err := os.MkdirAll(filepath.Dir(golden), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(golden, pretty.Bytes(), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
+			path := filepath.Join("testdata", "wire", tc.name+".json")
+			diff, err := golden.Compare(path, pretty.Bytes(), *updateWire)
 			if err != nil {
 				t.Fatalf("%v (run go test ./api/ -run TestWireJSON -update-wire to write it)", err)
 			}
-			if got := pretty.String(); got != string(want) {
-				t.Errorf("%s %s answers other JSON than %s:\n%s", tc.method, tc.path, golden, lineDiff(string(want), got))
+			if diff != "" {
+				t.Errorf("%s %s answers other JSON than %s:\n%s", tc.method, tc.path, path, diff)
 			}
 		})
 	}
-}
-
-// lineDiff lists the lines of want and got that differ, by line number.
-func lineDiff(want, got string) string {
-	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
-	var b strings.Builder
-	for i := range max(len(w), len(g)) {
-		var wl, gl string
-		if i < len(w) {
-			wl = w[i]
-		}
-		if i < len(g) {
-			gl = g[i]
-		}
-		if wl != gl {
-			fmt.Fprintf(&b, "line %d:\n  want %s\n  got  %s\n", i+1, wl, gl)
-		}
-	}
-	return b.String()
 }

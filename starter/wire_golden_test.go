@@ -5,10 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"github.com/trainq/trainq/internal/golden"
 	"os"
 	"path/filepath"
 	"reflect"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -217,15 +217,11 @@ func TestCLIJSON(t *testing.T) {
 				require.NoError(t, g.printJSON(tc.printed()))
 				got = out.String()
 			}
-			golden := filepath.Join("testdata", "json", tc.name+".json")
-			if *updateJSON {
-				require.NoError(t, os.MkdirAll(filepath.Dir(golden), 0o755))
-				require.NoError(t, os.WriteFile(golden, []byte(got), 0o644))
-			}
-			want, err := os.ReadFile(golden)
+			path := filepath.Join("testdata", "json", tc.name+".json")
+			diff, err := golden.Compare(path, []byte(got), *updateJSON)
 			require.NoError(t, err, "run go test ./starter/ -run TestCLIJSON -update-json to write it")
-			if got != string(want) {
-				t.Errorf("trainq %s --output json prints other JSON than %s:\n%s", tc.name, golden, lineDiff(string(want), got))
+			if diff != "" {
+				t.Errorf("trainq %s --output json prints other JSON than %s:\n%s", tc.name, path, diff)
 			}
 		})
 	}
@@ -244,23 +240,4 @@ func wireList() []client.JobSummary {
 	return []client.JobSummary{{JobName: "lm-mpi-job-s", Status: "Pending", Kind: "job", Priority: "medium", Region: "SR006",
 		Allocation: "default", Author: "alice", Workspace: "team-a", Queue: "q1", GPUs: 4, Attempt: 2, CreatedAt: *at(-120),
 		ClosedAt: at(-1), InstanceType: "a100plus.2gpu", JobDesc: "a test job", RunID: "run-1"}}
-}
-
-// lineDiff lists the lines of want and got that differ, by line number.
-func lineDiff(want, got string) string {
-	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
-	var b strings.Builder
-	for i := range max(len(w), len(g)) {
-		var wl, gl string
-		if i < len(w) {
-			wl = w[i]
-		}
-		if i < len(g) {
-			gl = g[i]
-		}
-		if wl != gl {
-			b.WriteString("line " + strconv.Itoa(i+1) + ":\n  want " + wl + "\n  got  " + gl + "\n")
-		}
-	}
-	return b.String()
 }
