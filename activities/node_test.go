@@ -21,6 +21,7 @@ import (
 
 	"github.com/trainq/trainq/cluster"
 	"github.com/trainq/trainq/cluster/local"
+	"github.com/trainq/trainq/internal/testenv"
 	"github.com/trainq/trainq/protocol"
 )
 
@@ -339,7 +340,7 @@ func TestNodeInventoryAndFenceNode(t *testing.T) {
 	}
 
 	var s testsuite.WorkflowTestSuite
-	env := s.NewTestWorkflowEnvironment()
+	env := testenv.NewWorkflowEnv(&s)
 	env.RegisterWorkflow(fenceWorkflow)
 	env.RegisterActivity(&Activities{Backend: b})
 	var mu sync.Mutex

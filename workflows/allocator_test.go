@@ -24,6 +24,7 @@ import (
 	"github.com/trainq/trainq/activities"
 	"github.com/trainq/trainq/cluster"
 	"github.com/trainq/trainq/internal/fixture"
+	"github.com/trainq/trainq/internal/testenv"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
 )
@@ -124,7 +125,7 @@ func newAllocHarnessWith(t *testing.T, registerDelay time.Duration) *allocHarnes
 func newAllocHarnessOpts(t *testing.T, o harnessOpts) *allocHarness {
 	registerDelay := o.registerDelay
 	var s testsuite.WorkflowTestSuite
-	h := &allocHarness{t: t, env: s.NewTestWorkflowEnvironment(), acts: &activities.Activities{},
+	h := &allocHarness{t: t, env: testenv.NewWorkflowEnv(&s), acts: &activities.Activities{},
 		updates: map[string]*updateOutcome{}, gone: map[string]bool{}, deadNodes: map[string]bool{},
 		silent: map[string]bool{}, live: map[string][]cluster.WorkerID{}, attempts: map[string]int{}}
 	h.env.SetStartTime(testStart)

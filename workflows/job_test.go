@@ -19,6 +19,7 @@ import (
 	"github.com/trainq/trainq/activities"
 	"github.com/trainq/trainq/cluster"
 	"github.com/trainq/trainq/internal/fixture"
+	"github.com/trainq/trainq/internal/testenv"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
 )
@@ -84,7 +85,7 @@ func newJobHarnessStopDelay(t *testing.T, stopDelay time.Duration, setup ...func
 	for _, f := range setup {
 		f(&s)
 	}
-	h := &jobHarness{t: t, env: s.NewTestWorkflowEnvironment(), acts: &activities.Activities{}, seq: 7}
+	h := &jobHarness{t: t, env: testenv.NewWorkflowEnv(&s), acts: &activities.Activities{}, seq: 7}
 	h.env.SetStartTime(testStart)
 	h.env.RegisterWorkflowWithOptions(JobWorkflow, workflowOpts(protocol.JobWorkflowName))
 	h.env.RegisterActivity(h.acts)
