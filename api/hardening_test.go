@@ -241,8 +241,14 @@ func rawRequest(t *testing.T, addr, head, body string, gap time.Duration) (strin
 // a chunked body that never ends, headers that never end.
 func TestSlowClientsAreAnswered(t *testing.T) {
 	s, fb := twoWorkspaceServer(t)
-	s.opts.BodyTimeout = time.Second
-	o := ServerOptions{HeaderTimeout: time.Second, BodyTimeout: time.Second, MaxConnsPerClient: 100}
+	// An answer that must not wait for the body comes before the timeout
+	// (now); one that waits for the timeout comes after it, within slack.
+	// Both are generous, so that a busy machine's slowness is never taken
+	// for the server's.
+	const timeout = 5 * time.Second
+	const now, slack = timeout - time.Second, timeout + 10*time.Second
+	s.opts.BodyTimeout = timeout
+	o := ServerOptions{HeaderTimeout: timeout, BodyTimeout: timeout, MaxConnsPerClient: 100}
 	addr := serveReal(t, s, o)
 	auth := "Authorization: Bearer " + bobToken + "\r\n"
 	json := "Content-Type: application/json\r\n"
@@ -252,16 +258,16 @@ func TestSlowClientsAreAnswered(t *testing.T) {
 		want             string
 		within           time.Duration
 	}{
-		{"declared body, none sent, no token, /healthz", "GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n", "", 0, "HTTP/1.1 200 OK", 500 * time.Millisecond},
-		{"declared body, none sent, no token, POST", "POST /public/v2/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n", "", 0, "HTTP/1.1 401 Unauthorized", 500 * time.Millisecond},
-		{"declared body, none sent, wrong type", "POST /public/v2/jobs HTTP/1.1\r\nHost: x\r\n" + auth + "Content-Length: 100000\r\n\r\n", "", 0, "HTTP/1.1 415 Unsupported Media Type", 500 * time.Millisecond},
-		{"declared body, none sent, GET with token", "GET /public/v2/configs HTTP/1.1\r\nHost: x\r\n" + auth + "Content-Length: 100\r\n\r\n", "", 0, "HTTP/1.1 200 OK", 500 * time.Millisecond},
-		{"declared body, none sent", "POST /public/v2/jobs HTTP/1.1\r\nHost: x\r\n" + auth + json + "Content-Length: 100000\r\n\r\n", "", 0, "HTTP/1.1 408 Request Timeout", 3 * time.Second},
-		{"a byte every 200ms", "POST /public/v2/jobs HTTP/1.1\r\nHost: x\r\n" + auth + json + "Content-Length: 1000\r\n\r\n", strings.Repeat(" ", 1000), 200 * time.Millisecond, "HTTP/1.1 408 Request Timeout", 3 * time.Second},
-		{"a byte every 200ms, no token", "POST /public/v2/jobs/restart HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n", strings.Repeat(" ", 1000), 200 * time.Millisecond, "HTTP/1.1 401 Unauthorized", 500 * time.Millisecond},
-		{"chunked, never ends", "POST /public/v2/jobs HTTP/1.1\r\nHost: x\r\n" + auth + json + "Transfer-Encoding: chunked\r\n\r\n1\r\n{\r\n", "", 0, "HTTP/1.1 408 Request Timeout", 3 * time.Second},
-		{"headers never end", "GET /healthz HTTP/1.1\r\nHost: x\r\n", "", 0, "closed", 3 * time.Second},
-		{"headers trickle", "", "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: " + strings.Repeat("s", 100), 100 * time.Millisecond, "closed", 3 * time.Second},
+		{"declared body, none sent, no token, /healthz", "GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n", "", 0, "HTTP/1.1 200 OK", now},
+		{"declared body, none sent, no token, POST", "POST /public/v2/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n", "", 0, "HTTP/1.1 401 Unauthorized", now},
+		{"declared body, none sent, wrong type", "POST /public/v2/jobs HTTP/1.1\r\nHost: x\r\n" + auth + "Content-Length: 100000\r\n\r\n", "", 0, "HTTP/1.1 415 Unsupported Media Type", now},
+		{"declared body, none sent, GET with token", "GET /public/v2/configs HTTP/1.1\r\nHost: x\r\n" + auth + "Content-Length: 100\r\n\r\n", "", 0, "HTTP/1.1 200 OK", now},
+		{"declared body, none sent", "POST /public/v2/jobs HTTP/1.1\r\nHost: x\r\n" + auth + json + "Content-Length: 100000\r\n\r\n", "", 0, "HTTP/1.1 408 Request Timeout", slack},
+		{"a byte every 200ms", "POST /public/v2/jobs HTTP/1.1\r\nHost: x\r\n" + auth + json + "Content-Length: 1000\r\n\r\n", strings.Repeat(" ", 1000), 200 * time.Millisecond, "HTTP/1.1 408 Request Timeout", slack},
+		{"a byte every 200ms, no token", "POST /public/v2/jobs/restart HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n", strings.Repeat(" ", 1000), 200 * time.Millisecond, "HTTP/1.1 401 Unauthorized", now},
+		{"chunked, never ends", "POST /public/v2/jobs HTTP/1.1\r\nHost: x\r\n" + auth + json + "Transfer-Encoding: chunked\r\n\r\n1\r\n{\r\n", "", 0, "HTTP/1.1 408 Request Timeout", slack},
+		{"headers never end", "GET /healthz HTTP/1.1\r\nHost: x\r\n", "", 0, "closed", slack},
+		{"headers trickle", "", "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: " + strings.Repeat("s", 100), 100 * time.Millisecond, "closed", slack},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
