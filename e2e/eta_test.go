@@ -113,7 +113,7 @@ func TestExpectedStartComesTrue(t *testing.T) {
 	started := waitState(t, next, protocol.StateCompleted, long).Attempts[0].StartedAt
 	require.NotNil(t, started)
 	// The projection counts the stop (notice + grace period, 3s here) as the longest it may take.
-	assert.WithinDuration(t, told.At, *started, 5*time.Second, "expected %s, started %s", told.At, *started)
+	assertStartedAsExpected(t, told.At, *started)
 }
 
 // TestProgressReportsRefineTheExpectedStart, with real processes, on
@@ -145,7 +145,7 @@ func TestProgressReportsRefineTheExpectedStart(t *testing.T) {
 	assert.Contains(t, after.Because, "if "+reporting+" ends when its progress reports say (50% done at ")
 	started := waitState(t, next, protocol.StateCompleted, long).Attempts[0].StartedAt
 	require.NotNil(t, started)
-	assert.WithinDuration(t, after.At, *started, 5*time.Second, "expected %s, started %s", after.At, *started)
+	assertStartedAsExpected(t, after.At, *started)
 	waitState(t, reporting, protocol.StateCompleted, long)
 }
 
@@ -206,7 +206,7 @@ func TestLearnedEstimateGivesAnExpectedStart(t *testing.T) {
 	assert.Contains(t, told.Because, "if "+estimated+" ends by its estimated run time")
 	started := waitState(t, next, protocol.StateCompleted, long).Attempts[0].StartedAt
 	require.NotNil(t, started)
-	assert.WithinDuration(t, told.At, *started, 5*time.Second, "expected %s, started %s", told.At, *started)
+	assertStartedAsExpected(t, told.At, *started)
 	waitState(t, estimated, protocol.StateCompleted, long)
 
 	var lines []byte
@@ -244,4 +244,14 @@ func expectedStartOf(t *testing.T, job string) scheduler.ExpectedStart {
 	require.NoError(t, json.Unmarshal([]byte(out), &v), out)
 	require.NotNil(t, v.ExpectedStart, out)
 	return *v.ExpectedStart
+}
+
+// assertStartedAsExpected checks a start against the expected start the job
+// was told: at most 5s early (the estimate is of when capacity frees), and
+// at most 15s late, since what follows a worker's exit (its release, the next
+// pass, the next worker's start) is slower on a busy machine.
+func assertStartedAsExpected(t *testing.T, expected, started time.Time) {
+	t.Helper()
+	assert.False(t, started.Before(expected.Add(-5*time.Second)), "expected %s, started %s: too early", expected, started)
+	assert.False(t, started.After(expected.Add(15*time.Second)), "expected %s, started %s: too late", expected, started)
 }
