@@ -35,13 +35,20 @@ func binariesOrSkip(t *testing.T) Binaries {
 		}
 		t.Skip(err)
 	}
+	postgresOrSkip(t)
+	return bin
+}
+
+// postgresOrSkip skips the test without PostgreSQL's server binaries, unless
+// CI or TRAINQ_REQUIRE_CLUSTER is set (then it fails).
+func postgresOrSkip(t *testing.T) {
+	t.Helper()
 	if _, err := postgresBinDir(); err != nil {
 		if os.Getenv("CI") != "" || os.Getenv("TRAINQ_REQUIRE_CLUSTER") != "" {
 			t.Fatal(err)
 		}
 		t.Skip(err)
 	}
-	return bin
 }
 
 // upsertState is a workflow that sets trainq's state search attribute.
