@@ -369,7 +369,13 @@ func (r *chaosRun) check(final map[string]chaosJobInfo) *chaosReport {
 			rep.lost = append(rep.lost, fmt.Sprintf("%s: the workflow closed as %s in state %s", name, ji.status, chaosOrNone(ji.state)))
 		case !ji.closed:
 			state = chaosOrNone(state) + " (open)"
-			rep.stuck = append(rep.stuck, name+": "+chaosStuckText(ji))
+			text := name + ": " + chaosStuckText(ji)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			for _, l := range chaosDiagnose(ctx, r.c, name, time.Now()) {
+				text += "\n  " + l
+			}
+			cancel()
+			rep.stuck = append(rep.stuck, text)
 		}
 		rep.states[state]++
 		if ji.st == nil {
