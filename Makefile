@@ -4,7 +4,7 @@ TEMPORAL_CLI_VERSION := v1.5.1
 TEMPORAL := $(CURDIR)/bin/temporal
 export TRAINQ_TEMPORAL_BIN := $(TEMPORAL)
 
-.PHONY: all build lint lint-tools docs-check demo dev dev-k8s dev-cluster kube-bins cluster-bins test test-cluster test-cluster-run test-cluster-ci test-race test-unit bench simulate chaos scale fuzz histories vet clean
+.PHONY: all build lint lint-tools race-build test-side-builds test-main test-lint test-kube test-tools test-deps temporal-bins kube-apiserver kube-etcd kube-kwok docs-check demo dev dev-k8s dev-cluster kube-bins cluster-bins test test-cluster test-cluster-run test-cluster-ci test-race test-unit bench simulate chaos scale fuzz histories vet clean
 
 all: build
 
@@ -15,10 +15,10 @@ build:
 	$(GO) build -o bin/trainq-supervise ./supervise
 	@if [ -d api/cmd/trainq-api ]; then $(GO) build -o bin/trainq-api ./api/cmd/trainq-api; fi
 
-## bin/temporal: the pinned Temporal CLI (dev server and Web UI)
+## bin/temporal: the pinned Temporal CLI (dev server and Web UI), built from the Go module proxy (tools/temporal)
 $(TEMPORAL):
 	@echo "Installing the Temporal CLI $(TEMPORAL_CLI_VERSION) into bin/ (a few minutes, once)..."
-	GOBIN=$(CURDIR)/bin $(GO) install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI_VERSION)
+	tools/temporal/install.sh cli
 
 ## lint-tools: the pinned linters, installed into bin/ from the Go module proxy (once per version)
 STATICCHECK_VERSION := v0.8.2
@@ -26,17 +26,28 @@ WORKFLOWCHECK_VERSION := v0.6.0
 STATICCHECK := $(CURDIR)/bin/lint/staticcheck-$(STATICCHECK_VERSION)
 WORKFLOWCHECK := $(CURDIR)/bin/lint/workflowcheck-$(WORKFLOWCHECK_VERSION)
 $(STATICCHECK):
-	GOBIN=$(CURDIR)/bin/lint/tmp $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
-	mv $(CURDIR)/bin/lint/tmp/staticcheck $@
+	GOBIN=$(CURDIR)/bin/lint/tmp-staticcheck $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	mv $(CURDIR)/bin/lint/tmp-staticcheck/staticcheck $@
+	rmdir $(CURDIR)/bin/lint/tmp-staticcheck
 $(WORKFLOWCHECK):
-	GOBIN=$(CURDIR)/bin/lint/tmp $(GO) install go.temporal.io/sdk/contrib/tools/workflowcheck@$(WORKFLOWCHECK_VERSION)
-	mv $(CURDIR)/bin/lint/tmp/workflowcheck $@
+	GOBIN=$(CURDIR)/bin/lint/tmp-workflowcheck $(GO) install go.temporal.io/sdk/contrib/tools/workflowcheck@$(WORKFLOWCHECK_VERSION)
+	mv $(CURDIR)/bin/lint/tmp-workflowcheck/workflowcheck $@
+	rmdir $(CURDIR)/bin/lint/tmp-workflowcheck
 ## trainq-lint (tools/lint, its own module, pinned in tools/lint/go.mod): errcheck, unparam and a shadowed-builtin
 ## check in one program; rebuilt when its sources change
 TRAINQ_LINT := $(CURDIR)/bin/lint/trainq-lint
 $(TRAINQ_LINT): tools/lint/go.mod tools/lint/go.sum $(wildcard tools/lint/*.go tools/lint/*/*.go)
 	cd tools/lint && $(GO) build -o $@ .
 lint-tools: $(STATICCHECK) $(WORKFLOWCHECK) $(TRAINQ_LINT)
+
+## gotestsum runs make test's go test commands: a line per package as it ends, and at the end of each command
+## the failed tests with their output, so that a failure is the last thing a CI log shows
+GOTESTSUM_VERSION := v1.13.0
+GOTESTSUM := $(CURDIR)/bin/lint/gotestsum-$(GOTESTSUM_VERSION)
+$(GOTESTSUM):
+	GOBIN=$(CURDIR)/bin/lint/tmp-gotestsum $(GO) install gotest.tools/gotestsum@$(GOTESTSUM_VERSION)
+	mv $(CURDIR)/bin/lint/tmp-gotestsum/gotestsum $@
+	rmdir $(CURDIR)/bin/lint/tmp-gotestsum
 
 ## lint: go vet, staticcheck, trainq-lint (unchecked errors, unused parameters, shadowed builtins; exceptions:
 ## tools/lint/errcheck.exclude, and //nolint:NAME // reason next to the code), and Temporal's workflowcheck on the
@@ -49,14 +60,27 @@ lint: lint-tools
 	$(WORKFLOWCHECK) -config workflowcheck.config.yaml ./workflows/...
 
 ## kube-bins: the test cluster's kube-apiserver, etcd and kwok, built from the Go module proxy into
-## bin/kube/ once per version (tools/kube/install.sh; about 12 minutes cold, nothing when cached)
-kube-bins:
-	tools/kube/install.sh
+## bin/kube/ once per version (tools/kube/install.sh; about 12 minutes cold, nothing when cached; make -j builds
+## the three side by side)
+kube-bins: kube-apiserver kube-etcd kube-kwok
+kube-apiserver kube-etcd kube-kwok:
+	tools/kube/install.sh $(@:kube-%=%)
 
 ## cluster-bins: the production-shaped test cluster's Temporal server v1.29.1 and temporal-sql-tool, built from the
-## Go module proxy into bin/temporal-server/ once per version, with the module's schema files (tools/temporal-server/install.sh)
-cluster-bins:
-	tools/temporal-server/install.sh
+## Go module proxy into bin/temporal-server/ once per version, with the module's schema files (tools/temporal/install.sh)
+cluster-bins: | $(TEMPORAL)
+	tools/temporal/install.sh cluster
+## temporal-bins: bin/temporal and cluster-bins in one build (the cluster's server is the one the CLI embeds)
+temporal-bins:
+	tools/temporal/install.sh all
+
+## test-deps: the system packages the tests use for real (PostgreSQL, Python 3.9+, Debian's Jupyter server and
+## Chromium), installed with apt-get where this user may, else named in one line with how to get them
+test-deps:
+	tools/test-deps.sh
+
+## test-tools: everything make test needs besides Go and the sources, at once (make -j4 test-tools builds it side by side)
+test-tools: test-deps temporal-bins kube-bins lint-tools $(GOTESTSUM)
 
 ## dev-cluster: like dev, on a Temporal cluster (PostgreSQL, 4 history shards, frontend/history/matching/worker apart)
 dev-cluster: build cluster-bins
@@ -76,10 +100,12 @@ test-cluster-run:
 ## database restarted under a job, the API through two replicas, one chaos seed), to keep a warm CI run short
 CLUSTER_E2E_CI := TestSeedWorkedExample|TestWorkerRestartMidJob|TestClusterServicesRestartUnderAJob
 CLUSTER_API_CI := TestJobLifecycle|TestAPIReplicasAlternate
-test-cluster-ci:
-	TRAINQ_TEST_CLUSTER=1 $(GO) test -count=1 -timeout 15m -run '^($(CLUSTER_E2E_CI))$$' ./e2e/
-	TRAINQ_TEST_CLUSTER=1 $(GO) test -count=1 -timeout 10m -run '^($(CLUSTER_API_CI))$$' ./api/
-	TRAINQ_CHAOS=cluster TRAINQ_CHAOS_SEEDS=1 $(GO) test -count=1 -timeout 15m -run 'TestChaos$$' ./e2e/
+test-cluster-ci: $(TEMPORAL) cluster-bins test-deps $(GOTESTSUM) build
+	@mkdir -p $(TEST_RESULTS)
+	TRAINQ_REQUIRE_CLUSTER=1 $(call gotest_step,$@-pkgs) -count=1 -timeout 10m $$($(GO) list ./... | grep -E '$(CLUSTER_PKGS)')
+	TRAINQ_TEST_CLUSTER=1 $(call gotest_step,$@-e2e) -count=1 -timeout 15m -run '^($(CLUSTER_E2E_CI))$$' ./e2e/
+	TRAINQ_TEST_CLUSTER=1 $(call gotest_step,$@-api) -count=1 -timeout 10m -run '^($(CLUSTER_API_CI))$$' ./api/
+	TRAINQ_CHAOS=cluster TRAINQ_CHAOS_SEEDS=1 $(call gotest_step,$@-chaos) -count=1 -timeout 15m -run 'TestChaos$$' ./e2e/
 
 ## demo: start a dev server and a worker, play the priorities page's worked example; Ctrl-C stops all
 demo: build $(TEMPORAL)
@@ -94,14 +120,35 @@ dev-k8s: build $(TEMPORAL) kube-bins
 	$(GO) run ./internal/kubetest/cmd/dev-k8s
 
 ## test: every test, including the ones against a real Temporal dev server, a real kube-apiserver and the
-## production-shaped Temporal cluster, and the packages that need no server once more under the race detector
-test: docs-check lint build $(TEMPORAL) kube-bins cluster-bins
-	TRAINQ_REQUIRE_KUBE=1 TRAINQ_REQUIRE_CLUSTER=1 $(GO) test -count=1 -timeout 18m $$($(GO) list ./... | grep -v -E '/e2e/kube$$|/internal/docscheck$$')
-	@# The Kubernetes end-to-end tests run alone: beside the other end-to-end tests they would slow them down.
-	TRAINQ_REQUIRE_KUBE=1 $(GO) test -count=1 -timeout 10m ./e2e/kube/
-	@# The production-shaped cluster's smaller set, alone for the same reason (make test-cluster runs more).
-	$(MAKE) --no-print-directory test-cluster-ci
-	$(MAKE) --no-print-directory test-race
+## production-shaped Temporal cluster, and the packages that need no server once more under the race detector.
+## Its steps, each alone since end-to-end tests side by side would slow each other down: the main run on a dev
+## server (test-main), the Kubernetes tests (test-kube), the cluster's set (test-cluster-ci), the race detector
+## (test-race), then go vet, the linters and the docs check (test-lint). The main run starts once the Temporal CLI
+## is built, and what the later steps need (test-side-builds) is built beside it, its output in
+## $(TEST_RESULTS)/side-builds.log: the main run's end-to-end tests mostly wait on timers and processes.
+## TEST_RESULTS (bin/test-results) keeps each step's go test -json; tools/test-recap.sh prints its failures again.
+TEST_RESULTS ?= $(CURDIR)/bin/test-results
+gotest_step = $(GOTESTSUM) --jsonfile $(TEST_RESULTS)/$(1).json --format pkgname-and-test-fails --format-hide-empty-pkg --
+KUBE_PKGS := /e2e/kube$$|/deploy/kubernetes$$|/internal/kubetest$$
+CLUSTER_PKGS := /internal/tempcluster$$
+test: $(TEMPORAL) test-deps $(GOTESTSUM) build
+	@mkdir -p $(TEST_RESULTS); start=$$(date +%s); \
+	echo "make test: building the later steps' tools beside the main run ($(TEST_RESULTS)/side-builds.log)"; \
+	setsid $(MAKE) --no-print-directory -j1 test-side-builds > $(TEST_RESULTS)/side-builds.log 2>&1 & side=$$!; \
+	$(MAKE) --no-print-directory -j1 test-main; main=$$?; \
+	if [ $$main -ne 0 ]; then kill -TERM -- -$$side 2>/dev/null; exit $$main; fi; \
+	if ! wait $$side; then echo "make test: building the later steps' tools failed:"; tail -n 30 $(TEST_RESULTS)/side-builds.log; exit 1; fi; \
+	echo "make test: the later steps' tools were ready $$(( $$(date +%s) - start ))s after the main run began"; \
+	$(MAKE) --no-print-directory -j1 test-kube test-cluster-ci test-race test-lint
+## test-side-builds: what test-kube, test-cluster-ci, test-race and test-lint need, in the order they need it
+test-side-builds: kube-bins cluster-bins race-build lint-tools
+test-main: $(TEMPORAL) test-deps $(GOTESTSUM) build
+	@mkdir -p $(TEST_RESULTS)
+	$(call gotest_step,$@) -count=1 -timeout 18m $$($(GO) list ./... | grep -v -E '$(KUBE_PKGS)|$(CLUSTER_PKGS)|/internal/docscheck$$')
+test-kube: kube-bins $(GOTESTSUM)
+	@mkdir -p $(TEST_RESULTS)
+	TRAINQ_REQUIRE_KUBE=1 $(call gotest_step,$@) -count=1 -timeout 10m $$($(GO) list ./... | grep -E '$(KUBE_PKGS)')
+test-lint: docs-check lint
 
 ## test-race: under the race detector, the packages that run goroutines and need no server (their tests that
 ## need a dev server skip, as in test-unit). The pure packages (scheduler, simulate, allocation, protocol,
@@ -109,14 +156,20 @@ test: docs-check lint build $(TEMPORAL) kube-bins cluster-bins
 ## is skipped: it compares two latencies to 5ms, which the detector's slowdown on a busy machine exceeds (it
 ## ran in test, without -race).
 RACE_SKIP_PKGS := /(e2e|e2e/kube|scheduler|simulate|allocation|protocol|config|internal/docscheck)$$
-test-race:
-	TRAINQ_SKIP_E2E=1 $(GO) test -race -count=1 -timeout 30m -skip '^TestNotFoundTakesAlike$$' $$($(GO) list ./... | grep -v -E '$(RACE_SKIP_PKGS)')
+## race-build compiles test-race's packages into the build cache (the test binaries it links are thrown away):
+## make -j2 test does it beside the main run, so that test-race then mostly runs them
+race-build:
+	@dir=$$(mktemp -d) && $(GO) test -race -c -o $$dir/ $$($(GO) list ./... | grep -v -E '$(RACE_SKIP_PKGS)') && rm -rf $$dir
+test-race: $(GOTESTSUM)
+	@mkdir -p $(TEST_RESULTS)
+	TRAINQ_SKIP_E2E=1 $(call gotest_step,$@) -race -count=1 -timeout 30m -skip '^TestNotFoundTakesAlike$$' $$($(GO) list ./... | grep -v -E '$(RACE_SKIP_PKGS)')
 
 ## docs-check: every make target, go test and trainq command shown in README.md and docs/*.md exists, with the
 ## flags it uses (internal/docscheck; builds the binaries, asks them for --help, needs no server; make test runs it
 ## first, and leaves it out of its go test list so that it runs once)
-docs-check:
-	$(GO) test -count=1 ./internal/docscheck/
+docs-check: $(GOTESTSUM)
+	@mkdir -p $(TEST_RESULTS)
+	$(call gotest_step,$@) -count=1 ./internal/docscheck/
 
 ## test-unit: the tests that need no server
 test-unit:
