@@ -23,6 +23,7 @@ type resv struct {
 	active    bool
 	unhidden  bool // the walker sees it all (it ends by start, or it is the owner)
 	ownerWalk bool // the owner is the walker
+	lent      bool // the walker sees it all because it ends by start: what it takes there is a loan
 }
 
 // resvEnd is a job's worker on a node, with when the pass expects it to end.
@@ -32,9 +33,9 @@ type resvEnd struct {
 }
 
 // jobEnd is when rj is expected to end: when its attempt has run for its RunLimit; if it has
-// run longer (it overran), now for an enforced limit, or one more RunLimit from now for an
-// estimate (Request.RunEstimated: nobody stops it, and "at once" is what it already failed to
-// do); never (zero) without a RunLimit.
+// run longer (it overran), now for an enforced limit or a loan (a reservation's owner takes it
+// back: see Loans), or one more RunLimit from now for an estimate (Request.RunEstimated: nobody
+// stops it, and "at once" is what it already failed to do); never (zero) without a RunLimit.
 //
 // A job that reported its progress (Pool.Progressed) is expected to end when its progress says,
 // or by its limit (not an estimate) if that is sooner; never before now.
@@ -52,7 +53,7 @@ func limitEnd(rj *runJob, now time.Time) time.Time {
 		return time.Time{}
 	}
 	end := rj.startedAt.Add(rj.r.RunLimit)
-	if !end.After(now) && rj.r.RunEstimated {
+	if !end.After(now) && rj.r.RunEstimated && !rj.onLoan {
 		return now.Add(rj.r.RunLimit)
 	}
 	return maxTime(now, end)
@@ -63,19 +64,20 @@ func overran(rj *runJob, now time.Time) bool {
 	return rj.r.RunLimit > 0 && !rj.releasing && now.Sub(rj.startedAt) >= rj.r.RunLimit
 }
 
-// resvStart is when a worker of sh is expected to fit on each of nodes, from the capacity in
-// sight now (free and releasing, nominated to nobody else) and the running jobs there ending by
+// resvStart is when a worker of sh, of request owner, is expected to fit on each of nodes, from
+// the capacity in its sight now (free and releasing, nominated to nobody else; and what is
+// nominated to it, as when a loan yields to it) and the running jobs there ending by
 // their RunLimits (jobEnd); ok is false if that is never (a job it needs gone has no RunLimit).
 // For a starving owner (starving: its class; else -1), a job it may preempt whatever the loss
 // and run-time limits say (starvingVictim) counts as gone now. spare is, per node, what the
 // node will have at that start beyond the worker's demand.
-func (p *Pool) resvStart(now time.Time, sc *scratch, sh *shape, nodes []int32, starving Class) (start time.Time, spare []resources, ok bool) {
+func (p *Pool) resvStart(now time.Time, sc *scratch, owner string, sh *shape, nodes []int32, starving Class) (start time.Time, spare []resources, ok bool) {
 	need := sh.need
 	start = now
 	haves := make([]resources, len(nodes))
 	ends := make([][]resvEnd, len(nodes))
 	for k, n := range nodes {
-		have := sc.free[n].add(sc.rel[n])
+		have := sc.free[n].add(sc.rel[n]).add(sc.nominatedTo(owner, n))
 		var es []resvEnd
 		for _, nj := range p.nodes[n].jobs {
 			rj := nj.rj
@@ -124,6 +126,27 @@ func (p *Pool) resvStart(now time.Time, sc *scratch, sh *shape, nodes []int32, s
 		spare[k] = s.sub(need)
 	}
 	return start, spare, true
+}
+
+// spareInSight is, per node, what is in sight there beyond a worker of sh: the spare of a
+// reservation whose start is unknown (no request ends by it).
+func (sc *scratch) spareInSight(sh *shape, nodes []int32) []resources {
+	spare := make([]resources, len(nodes))
+	for k, n := range nodes {
+		spare[k] = sc.free[n].add(sc.rel[n]).sub(sh.need).nonNegative()
+	}
+	return spare
+}
+
+// nominatedTo is the capacity on node n nominated to request job in this pass.
+func (sc *scratch) nominatedTo(job string, n int32) resources {
+	var r resources
+	for _, k := range sc.byJob[job] {
+		if x := &sc.nominations[k]; x.node == n {
+			r = r.add(x.hidden)
+		}
+	}
+	return r
 }
 
 func boolInt(b bool) int {
@@ -211,9 +234,12 @@ func (p *Pool) startResvs(now time.Time, sc *scratch) {
 		if i := p.firstOf(c); i >= 0 && p.waiting[i] == w && p.starving(now, w) {
 			starving = c
 		}
-		start, spare, ok := p.resvStart(now, sc, sh, h.nodes, starving)
-		if !ok {
+		start, spare, ok := p.resvStart(now, sc, h.job, sh, h.nodes, starving)
+		if !ok && starving < 0 {
 			continue // an unknown start binds nobody ahead of its owner: it drains as without backfill
+		}
+		if !ok {
+			spare = sc.spareInSight(sh, h.nodes) // a starving owner's binds all, and lends nothing
 		}
 		sc.resvs = append(sc.resvs, resv{job: h.job, class: c, start: start, nodes: h.nodes, spare: spare})
 		sc.applyResv(p, &sc.resvs[len(sc.resvs)-1])
@@ -227,9 +253,9 @@ func endsBy(now time.Time, rl time.Duration, t time.Time) bool {
 
 // mayBackfill reports whether w sees more than the others in this pass: it owns an active
 // reservation, or it ends by the start of one.
-func (sc *scratch) mayBackfill(now time.Time, w *waitReq) bool {
+func (sc *scratch) mayBackfill(p *Pool, now time.Time, w *waitReq) bool {
 	for k := range sc.resvs {
-		if rv := &sc.resvs[k]; rv.active && (rv.job == w.r.Job || endsBy(now, w.r.RunLimit, rv.start)) {
+		if rv := &sc.resvs[k]; rv.active && (rv.job == w.r.Job || p.mayBorrow(now, w, rv)) {
 			return true
 		}
 	}
@@ -265,12 +291,54 @@ func (sc *scratch) resvWalk(p *Pool, now time.Time, w *waitReq) bool {
 				sc.reserved[n] = false
 			}
 			extra = true
-		case endsBy(now, w.r.RunLimit, rv.start):
+		case p.mayBorrow(now, w, rv):
 			sc.unhideResv(p, rv)
-			extra = true
+			rv.lent, extra = true, true
 		}
 	}
 	return extra
+}
+
+// mayBorrow reports whether w may start on rv's capacity on loan: started now, its RunLimit ends
+// it by rv's start, and it can be made to yield there if it runs longer: it is not a notebook
+// (never preempted), and it is not at MaxPreemptions (a yield counts as a preemption, so that a
+// job yields at most so often, then waits for capacity of its own).
+func (p *Pool) mayBorrow(now time.Time, w *waitReq, rv *resv) bool {
+	if !endsBy(now, w.r.RunLimit, rv.start) || w.r.Kind == KindNotebook {
+		return false
+	}
+	m := p.policy.maxPreemptions()
+	return m < 0 || w.r.Preemptions < m
+}
+
+// borrows reports whether the walker, granted on nodes, took capacity of a reservation lent to
+// it (mayBorrow): it starts on loan.
+func (sc *scratch) borrows(nodes []int32) bool {
+	for k := range sc.resvs {
+		if rv := &sc.resvs[k]; rv.lent && slices.ContainsFunc(nodes, func(n int32) bool { return slices.Contains(rv.nodes, n) }) {
+			return true
+		}
+	}
+	return false
+}
+
+// keepOwnResv keeps the walker's reservation for the next pass when it preempts or holds
+// capacity on the nodes it reserved, so that what is free there stays hidden from the others
+// until its victims (a yielding loan, say) have stopped, as it was while it waited.
+func (sc *scratch) keepOwnResv(pl *plan, w *waitReq) {
+	for k := range sc.resvs {
+		rv := &sc.resvs[k]
+		if rv.ownerWalk && rv.job == w.r.Job && !slices.ContainsFunc(sc.pick, func(n int32) bool { return !slices.Contains(rv.nodes, n) }) {
+			pl.reserves = append(pl.reserves, planReserve{w: w, nodes: rv.nodes})
+			return
+		}
+	}
+}
+
+// loanDue reports whether rj, running, is on loan past its RunLimit on a node the walker had
+// reserved: the walker may take it back whatever rj's class (see Loans).
+func (sc *scratch) loanDue(rj *runJob, now time.Time) bool {
+	return rj.onLoan && sc.overrunVictim(rj, now)
 }
 
 // resvRehide hides again, after the walker, what the reservations it saw whole keep from the
@@ -279,6 +347,7 @@ func (sc *scratch) resvRehide(p *Pool) {
 	for k := range sc.resvs {
 		if rv := &sc.resvs[k]; rv.active && rv.unhidden {
 			sc.hideResv(p, rv)
+			rv.lent = false
 		}
 	}
 	sc.ownerNodes = sc.ownerNodes[:0]

@@ -206,18 +206,34 @@
 //     as its spare leaves (what is held back is taken from releasing capacity first), nobody but
 //     R preempts or takes over there, and each request's take there lowers the spare; but a
 //     request with a RunLimit that, started now, ends by the start (now + RunLimit ≤ start) sees
-//     all of it, and its take leaves the spare as it was. A request without a RunLimit never ends
-//     by a start. (So a higher-class request ahead of R waits, at most until the start, unless it
-//     ends by then, fits the spare, or goes elsewhere.)
+//     all of it, and its take leaves the spare as it was (it starts on loan, below), unless it is
+//     a notebook or has been preempted MaxPreemptions times. A request without a RunLimit never
+//     ends by a start. (So a higher-class request ahead of R waits, at most until the start,
+//     unless it ends by then, fits the spare, or goes elsewhere.)
 //   - R sees all of its reservation in its own walk and gives it up: it starts, holds, preempts
 //     or reserves anew under rules (a) to (e) as without backfill; what it reserves then is the
 //     reservation of the next pass. Reservations are made and bound in class order, high first;
 //     a node is in at most one.
-//   - Overruns: a running job that has run for its RunLimit or longer counts as ending now, so it
-//     never pushes a start later and nothing is started in what R needs while it runs; and if it
-//     holds a node of R's reservation and its class is strictly lower than R's, R may preempt it
-//     whatever MinRuntimeBeforePreemption and MaxLossGPUHours say (not a notebook, and not past
-//     MaxPreemptions); it is then ordered as any other victim.
+//   - Overruns: a running job that has run for its RunLimit or longer counts as ending now if
+//     the RunLimit is enforced or it runs on loan, else (an estimate) one more RunLimit from now;
+//     and if it holds a node of R's reservation and its class is strictly lower than R's, R may
+//     preempt it whatever MinRuntimeBeforePreemption and MaxLossGPUHours say (not a notebook,
+//     and not past MaxPreemptions); it is then ordered as any other victim.
+//   - Loans: a request granted on a node of a reservation whose capacity it saw only because it
+//     ends by the start runs on loan (Grant.OnLoan, RunningInfo.OnLoan, kept in the snapshot).
+//     Its RunLimit counts as enforced for every reservation's start, so an estimate that proves
+//     too short never moves a start later nor lets another borrower in behind it. Once it has
+//     run for its RunLimit, the owner of a reservation that holds one of its nodes may take the
+//     node back in its walk whatever the borrower's class: the due loans there come first among
+//     the victims (they cost the node no class), then the others in victim order, and only if
+//     the owner then fits (no preemption for nothing). The borrower gets a Preemption with Loan
+//     set, a reason that says so, and the allocation's notice; the yield counts as a preemption
+//     (MaxPreemptions bounds how often a job borrows) but its rerun spends no retry. A loan
+//     inside its RunLimit is never taken back, even when the owner could start sooner than
+//     planned. A low owner takes its loans back too, although low requests preempt nobody else.
+//   - While R preempts or holds capacity on the nodes it reserved, it keeps its reservation for
+//     the next pass, and the capacity nominated to it there counts as in its sight for the
+//     start: what frees there meanwhile stays hidden from the others as it was while R waited.
 //   - A job is never preempted at the instant it started (with MinRuntimeBeforePreemption 0, a
 //     request a reservation held back would otherwise preempt R in a second pass at the same
 //     time, and that pass must decide nothing).
@@ -242,14 +258,21 @@
 //   - with Backfill, the start of its own reservation counts every job there it may preempt
 //     (strictly lower class, not a notebook, preempted at most MaxPreemptions times) as gone
 //     now: the start is when the jobs it may not preempt end, and a job without a RunLimit that
-//     it may preempt no longer leaves the start unknown.
+//     it may preempt no longer leaves the start unknown;
+//   - with Backfill, its reservation binds every request of the pass, whatever its class, even
+//     when its start is unknown (a job of its own or a higher class there has no RunLimit): then
+//     nobody ends by the start, so nobody borrows, and each node shows the others only what is
+//     in sight beyond its demand.
 //
 // Everything else holds: only running jobs of a strictly lower class, never notebooks, never at
 // the instant they started under Backfill; each stopped gracefully, its capacity nominated to
 // the request and freed worker by worker; the victims are chosen in victim order, so the work
-// lost is the least that makes room. So a request waits as first of its class at most
-// StarvationAfter plus its victims' stop, plus what it waits for jobs of its own or a higher
-// class and notebooks. Only the first request of each class starves, so at most one per class
+// lost is the least that makes room. So, with Backfill, a request waits as first of its class at
+// most StarvationAfter, plus the time the jobs of its own or a higher class and the notebooks
+// running on the nodes it reserves when it starves take to end (a loan there: at most its
+// RunLimit), plus its victims' stop: nothing starts on those nodes meanwhile that could keep it
+// waiting longer. Without Backfill only the lower classes are bound; requests of higher classes
+// ahead of it may keep taking what frees. Only the first request of each class starves, so at most one per class
 // at a time overrides the limits. The clock starts again when another request goes first (a
 // preempted job of the class returns to the front). NextWake includes the moment the first
 // request of a class starts to starve. Nothing of this is new state.

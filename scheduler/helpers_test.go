@@ -178,7 +178,13 @@ func sched(t testing.TB, p *Pool, now time.Time) Decisions {
 		if !ok || v.Releasing || v.Attempt != pe.VictimAttempt {
 			t.Fatalf("preemption of %s which was not running", pe.Victim)
 		}
-		if v.Class >= pe.Preemptor.Class || v.Kind == KindNotebook {
+		if v.Kind == KindNotebook || (pe.Loan && !(v.OnLoan && rjOverran(p, pe.Victim, now))) {
+			t.Fatalf("preemption of %s (%s %s, on loan %v) by %s: loan %v is wrong", pe.Victim, v.Class, v.Kind, v.OnLoan, pe.Preemptor.Job, pe.Loan)
+		}
+		if pe.Loan {
+			continue // (a loan past its RunLimit yields whatever its class and the limits: see Loans)
+		}
+		if v.Class >= pe.Preemptor.Class {
 			t.Fatalf("preemption of %s (%s %s) by %s (%s): not allowed", pe.Victim, v.Class, v.Kind, pe.Preemptor.Job, pe.Preemptor.Class)
 		}
 		// With Backfill, a job past its RunLimit may be preempted by the request whose reserved
@@ -413,6 +419,12 @@ func checkPages(t testing.TB, p *Pool, v View) {
 			t.Fatalf("Explain(%s) = %+v, differs from the view's %+v", wi.Job, ex, wi)
 		}
 	}
+}
+
+// rjOverran reports whether running job name has run for its RunLimit or longer at now.
+func rjOverran(p *Pool, name string, now time.Time) bool {
+	rj := p.running[name]
+	return rj != nil && rj.r.RunLimit > 0 && now.Sub(rj.startedAt) >= rj.r.RunLimit
 }
 
 func mustJSON(t testing.TB, v any) string {

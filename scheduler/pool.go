@@ -108,6 +108,7 @@ type runJob struct {
 	nReleased   int
 	releasing   bool
 	saves       bool // preempting it loses no work: it will save on the notice (see place)
+	onLoan      bool // it started on a reservation's capacity by its RunLimit (Grant.OnLoan)
 	preemptedBy *Preemptor
 	// nominee is, per worker, who the capacity of this preempted attempt is nominated to: its
 	// preemptor, or a strictly better request that took it over. Nil unless preempted.
@@ -883,7 +884,7 @@ func (p *Pool) runningInfo(rj *runJob) RunningInfo {
 		Job: rj.r.Job, Attempt: rj.r.Attempt, Kind: rj.r.Kind, Class: rj.r.Class, Seq: rj.r.Seq,
 		GPUs: rj.r.Demand.GPUs * len(rj.nodes), StartedAt: rj.startedAt, Releasing: rj.releasing,
 		Placement: p.placement(rj.nodes, rj.gpus), Preemptions: rj.preemptions, CheckpointAt: rj.ckpt,
-		HonorsNotice: rj.r.HonorsNotice, Workspace: rj.r.Workspace,
+		HonorsNotice: rj.r.HonorsNotice, Workspace: rj.r.Workspace, OnLoan: rj.onLoan,
 	}
 	for _, nb := range rj.nominee {
 		name := ""

@@ -75,7 +75,11 @@ func (p *Pool) maybeReserve(now time.Time, sc *scratch, pl *plan, w *waitReq, sh
 		if sc.starving {
 			starving = w.r.Class
 		}
-		if start, spare, ok := p.resvStart(now, sc, sh, nodes, starving); ok {
+		start, spare, ok := p.resvStart(now, sc, w.r.Job, sh, nodes, starving)
+		if !ok && sc.starving {
+			spare, ok = sc.spareInSight(sh, nodes), true // (its start unknown: it binds all, lends nothing)
+		}
+		if ok {
 			sc.resvs = append(sc.resvs, resv{job: w.r.Job, class: w.r.Class, start: start, nodes: nodes, spare: spare})
 			sc.applyResv(p, &sc.resvs[len(sc.resvs)-1])
 			pl.reserves = append(pl.reserves, planReserve{w: w, nodes: nodes})

@@ -312,6 +312,7 @@ type planGrant struct {
 	w                  *waitReq
 	nodesFrom, nodesTo int       // its nodes: plan.grantNodes[nodesFrom:nodesTo]
 	holds              []holdUse // what it used of the free capacity held for it
+	onLoan             bool      // it took capacity of a reservation it ends before (Grant.OnLoan)
 }
 
 type holdUse struct {
@@ -335,6 +336,7 @@ func (sc *scratch) grant(pl *plan, w *waitReq) {
 type planPreempt struct {
 	victim *runJob
 	by     *waitReq
+	loan   bool // the victim yields a loan that ran past its RunLimit (Preemption.Loan)
 }
 
 // planTakeover hands nominated capacity over to a strictly better request.
@@ -458,7 +460,7 @@ func (p *Pool) plan(now time.Time, sc *scratch, explain span, maxDecisions int) 
 		}
 		var kind outcome
 		var victims []*runJob
-		if sc.knownToFail(i, key) && (!first || !headsDoMore) && (len(sc.resvs) == 0 || !sc.mayBackfill(now, p.waiting[i])) {
+		if sc.knownToFail(i, key) && (!first || !headsDoMore) && (len(sc.resvs) == 0 || !sc.mayBackfill(p, now, p.waiting[i])) {
 			kind = sc.failFast(p, i) // the fast path of a long queue: a shape that already failed in this pass
 		} else {
 			kind, victims = p.decide(now, sc, pl, i, key, first)
@@ -575,6 +577,12 @@ func (p *Pool) decide(now time.Time, sc *scratch, pl *plan, i int, key waitKey, 
 		if kind.tookCapacity() {
 			sc.countCapUse(w, sh, own)
 		}
+		switch {
+		case kind == outGranted && sc.walkerExtra && sc.borrows(sc.pick):
+			pl.grants[len(pl.grants)-1].onLoan = true
+		case (kind == outPreempting || kind == outNominated) && len(sc.ownerNodes) > 0:
+			sc.keepOwnResv(pl, w)
+		}
 	}
 	if len(sc.walkerNoms) > 0 { // (no defer: this runs for every waiting request)
 		sc.rehide(p)
@@ -647,7 +655,7 @@ func (p *Pool) decideFor(now time.Time, sc *scratch, pl *plan, w *waitReq, key w
 			}
 		}
 	}
-	if key.class == Low {
+	if key.class == Low && len(sc.ownerNodes) == 0 { // (an owner takes its loans back whatever its class)
 		return p.maybeReserve(now, sc, pl, w, least, first), nil
 	}
 	var victims []*runJob
@@ -664,7 +672,7 @@ func (p *Pool) decideFor(now time.Time, sc *scratch, pl *plan, w *waitReq, key w
 		return p.maybeReserve(now, sc, pl, w, least, first), nil
 	}
 	sc.takeOver(p, pl, w, takeovers)
-	sc.nominateVictims(p, pl, w, victims)
+	sc.nominateVictims(p, pl, w, victims, now)
 	if !sc.pickNodes(p, sh, true) {
 		panic("scheduler: preemption chose victims that do not make room") // unreachable
 	}
@@ -750,7 +758,7 @@ func (sc *scratch) takeOver(p *Pool, pl *plan, w *waitReq, takeovers []int32) {
 }
 
 // nominateVictims makes the victims' capacity releasing and nominated to w.
-func (sc *scratch) nominateVictims(p *Pool, pl *plan, w *waitReq, victims []*runJob) {
+func (sc *scratch) nominateVictims(p *Pool, pl *plan, w *waitReq, victims []*runJob, now time.Time) {
 	for _, v := range victims {
 		sc.victims[v] = true
 		d := demandOf(&v.r.Demand)
@@ -764,7 +772,7 @@ func (sc *scratch) nominateVictims(p *Pool, pl *plan, w *waitReq, victims []*run
 			sc.setCapacity(p, n, sc.free[n], sc.rel[n].add(d))
 		}
 		sc.nextSeq++
-		pl.preempts = append(pl.preempts, planPreempt{victim: v, by: w})
+		pl.preempts = append(pl.preempts, planPreempt{victim: v, by: w, loan: sc.loanDue(v, now)})
 	}
 }
 
@@ -845,7 +853,7 @@ func (p *Pool) applyGrants(now time.Time, pl *plan) []Grant {
 	grants := make([]Grant, len(pl.grants))
 	for i, g := range pl.grants {
 		rj := p.start(now, pl, g, &ar.jobs[i], ar)
-		grants[i] = Grant{Job: rj.r.Job, Attempt: rj.r.Attempt, Placement: ar.placement(p, rj)}
+		grants[i] = Grant{Job: rj.r.Job, Attempt: rj.r.Attempt, Placement: ar.placement(p, rj), OnLoan: rj.onLoan}
 	}
 	k := 0
 	for i, w := range p.waiting {
@@ -911,7 +919,7 @@ func (p *Pool) start(now time.Time, pl *plan, g planGrant, rj *runJob, ar *grant
 	nodes := splitOff(&ar.nodes, g.nodesTo-g.nodesFrom)
 	copy(nodes, pl.grantNodes[g.nodesFrom:g.nodesTo])
 	*rj = runJob{r: w.r, ws: w.ws, user: w.user, fam: p.shapes[w.shape].fam, startedAt: now, nodes: nodes,
-		gpus: splitOff(&ar.gpus, len(nodes)), released: splitOff(&ar.released, len(nodes)), preemptions: w.r.Preemptions}
+		gpus: splitOff(&ar.gpus, len(nodes)), released: splitOff(&ar.released, len(nodes)), preemptions: w.r.Preemptions, onLoan: g.onLoan}
 	rj.r.Workers, rj.r.MinWorkers = len(nodes), 0 // an elastic gang keeps the size it started with
 	for i, n := range nodes {
 		nd := &p.nodes[n]
@@ -952,11 +960,13 @@ func (p *Pool) applyPreemptions(pl *plan) []Preemption {
 		p.preemptSeq++
 		v.preemptSeq = p.preemptSeq
 		p.victims = append(p.victims, v)
-		out = append(out, Preemption{
-			Victim: v.r.Job, VictimAttempt: v.r.Attempt, Preemptor: *v.preemptedBy,
-			Reason: fmt.Sprintf("preempted to make room for %s-priority %s %s, which needs %s; %s-priority jobs give way to higher classes, those that would lose the least work first",
-				by.r.Class, by.r.Kind, by.r.Job, needText(by.r.Demand, by.r.Workers), v.r.Class),
-		})
+		reason := fmt.Sprintf("preempted to make room for %s-priority %s %s, which needs %s; %s-priority jobs give way to higher classes, those that would lose the least work first",
+			by.r.Class, by.r.Kind, by.r.Job, needText(by.r.Demand, by.r.Workers), v.r.Class)
+		if pp.loan {
+			reason = fmt.Sprintf("its time on loan is up: it started on capacity reserved for %s-priority %s %s because its run limit of %s would end it before that job's start, and it ran past it; it yields and reruns without spending a retry",
+				by.r.Class, by.r.Kind, by.r.Job, v.r.RunLimit)
+		}
+		out = append(out, Preemption{Victim: v.r.Job, VictimAttempt: v.r.Attempt, Preemptor: *v.preemptedBy, Reason: reason, Loan: pp.loan})
 	}
 	return out
 }

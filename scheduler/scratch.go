@@ -74,6 +74,7 @@ type walkerState struct {
 	// walk), and whether the walker sees more than the others (so that its failures are not
 	// cached).
 	ownerNodes  []int32
+	loansListed bool // candidates listed the due loans of the node it looks at (dueLoans)
 	walkerExtra bool
 	// starving: the walker has been the first waiting request of its class for
 	// Policy.StarvationAfter, so MaxLossGPUHours and MinRuntimeBeforePreemption protect no victim

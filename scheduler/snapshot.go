@@ -159,6 +159,7 @@ type SnapshotRunning struct {
 	// HonorsNotice is the request's Request.HonorsNotice (beside Releasing: it takes no room).
 	HonorsNotice bool       `json:"hn,omitempty"`
 	PreemptedBy  *Preemptor `json:"pb,omitempty"`
+	OnLoan       bool       `json:"ol,omitempty"` // Grant.OnLoan of this attempt
 	Preemptions  int        `json:"pn,omitempty"`
 	PreemptSeq   int64      `json:"ps,omitempty"` // > 0: this attempt was preempted, as the PreemptSeq-th preemption
 	// Nominees is, per worker, who its capacity is nominated to, when a better request took some
@@ -376,7 +377,7 @@ func snapshotRunning(rj *runJob, demands *demandTable) SnapshotRunning {
 		Nodes: append([]int32(nil), rj.nodes...), GPUs: append([]uint64(nil), rj.gpus...), Releasing: rj.releasing,
 		Preemptions: rj.preemptions, PreemptSeq: rj.preemptSeq, Checkpoint: tn(rj.ckpt), HonorsNotice: rj.r.HonorsNotice,
 		NodeSet: demands.nodeSet(rj.r.Nodes), Workspace: demands.workspace(rj.r.Workspace), RunLimit: rj.r.RunLimit.Milliseconds(),
-		User: demands.user(rj.r.User), RunEstimated: rj.r.RunEstimated}
+		User: demands.user(rj.r.User), RunEstimated: rj.r.RunEstimated, OnLoan: rj.onLoan}
 	if !rj.progLast.at.IsZero() {
 		sr.Progress = &SnapshotProgress{FirstAt: tn(rj.progFirst.at), FirstDone: rj.progFirst.done, LastAt: tn(rj.progLast.at), LastDone: rj.progLast.done}
 	}
@@ -581,7 +582,7 @@ func (rs *restorer) runningJob(sr *SnapshotRunning) error {
 		return fmt.Errorf("snapshot: running job %q: %w", sr.Job, err)
 	}
 	rj := &runJob{r: r, ws: p.workspaceOf(r.Workspace), user: p.userOf(r.Workspace, r.User), fam: p.famIdx[r.Demand.Family], startedAt: nt(sr.StartedAt), nodes: slices.Clone(sr.Nodes), gpus: slices.Clone(sr.GPUs),
-		released: make([]bool, len(sr.Nodes)), preemptions: sr.Preemptions, preemptSeq: sr.PreemptSeq, ckpt: nt(sr.Checkpoint)}
+		released: make([]bool, len(sr.Nodes)), preemptions: sr.Preemptions, preemptSeq: sr.PreemptSeq, ckpt: nt(sr.Checkpoint), onLoan: sr.OnLoan}
 	if pg := sr.Progress; pg != nil {
 		if !(pg.FirstDone > 0 && pg.FirstDone <= 1 && pg.LastDone > 0 && pg.LastDone <= 1) || pg.FirstAt == 0 || pg.LastAt < pg.FirstAt {
 			return fmt.Errorf("snapshot: running job %q: bad progress reports", sr.Job)

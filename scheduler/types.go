@@ -432,6 +432,11 @@ type Grant struct {
 	Job       string            `json:"job"`
 	Attempt   int               `json:"attempt"`
 	Placement []WorkerPlacement `json:"placement"` // len == Workers, distinct nodes
+	// OnLoan says the job starts on capacity reserved for a request that waits longer, because
+	// its RunLimit ends it before that request's start (Policy.Backfill): if it runs past its
+	// RunLimit there, it yields to the reservation whatever its class (see Loans in the package
+	// doc), and its rerun spends no retry (Preemption.Loan).
+	OnLoan bool `json:"on_loan,omitempty"`
 }
 
 // Preemptor identifies the request a job was preempted for.
@@ -447,6 +452,10 @@ type Preemption struct {
 	VictimAttempt int       `json:"victim_attempt"`
 	Preemptor     Preemptor `json:"preemptor"`
 	Reason        string    `json:"reason"` // plain sentence
+	// Loan says the victim ran on loan (Grant.OnLoan) past its RunLimit and yields to the
+	// reservation it borrowed from: it broke no rule of its own class, so its rerun spends no
+	// retry.
+	Loan bool `json:"loan,omitempty"`
 }
 
 // Decisions is the outcome of one Schedule pass.
@@ -495,6 +504,8 @@ type RunningInfo struct {
 	Placement    []WorkerPlacement `json:"placement"`
 	Released     []int             `json:"released,omitempty"` // workers already released
 	PreemptedBy  *Preemptor        `json:"preempted_by,omitempty"`
+	// OnLoan is Grant.OnLoan of this attempt.
+	OnLoan bool `json:"on_loan,omitempty"`
 	// Preemptions counts the preemptions of this job, this attempt's included.
 	Preemptions int `json:"preemptions,omitempty"`
 	// CheckpointAt is the last checkpoint this attempt reported (see Pool.Checkpointed).

@@ -11,6 +11,7 @@ import (
 // victimKey is what the victim ordering compares (see the package doc): the candidate with the
 // smaller key is preempted first.
 type victimKey struct {
+	yields    bool // it is on loan past its RunLimit on the walker's reserved node (scratch.loanDue)
 	class     Class
 	protected bool          // it restarted after a preemption less than protectFor(preemptions) ago
 	saves     bool          // it saves on its notice: it loses nothing (lost is 0)
@@ -170,6 +171,12 @@ type victimCand struct {
 }
 
 func cmpVictimCand(a, b victimCand) int {
+	if a.key.yields != b.key.yields { // a loan that is due goes first, whatever its class
+		if a.key.yields {
+			return -1
+		}
+		return 1
+	}
 	if c := cmp.Compare(a.key.class, b.key.class); c != 0 {
 		return c
 	}
@@ -212,6 +219,10 @@ func (p *Pool) candidates(now time.Time, sc *scratch, n int32, cl Class) []victi
 	sc.takeoverCands = takes
 	out := sc.nodeVictimCands[:0]
 	list := p.nodes[n].victimList // by class, then GPUs
+	sc.loansListed = len(sc.ownerNodes) > 0 && slices.Contains(sc.ownerNodes, n)
+	if sc.loansListed {
+		out = sc.dueLoans(now, list, out)
+	}
 	for c := Low; c < cl; c++ {
 		for len(takes) > 0 && takes[0].key.class == c {
 			out, takes = append(out, takes[0]), takes[1:]
@@ -226,6 +237,21 @@ func (p *Pool) candidates(now time.Time, sc *scratch, n int32, cl Class) []victi
 		}
 	}
 	sc.nodeVictimCands = out
+	return out
+}
+
+// dueLoans appends the jobs of a node's victim list that are on loan past their RunLimit there
+// (the walker reserved the node: see scratch.loanDue), whatever their class, in victim order.
+func (sc *scratch) dueLoans(now time.Time, list []listedVictim, out []victimCand) []victimCand {
+	from := len(out)
+	for _, lv := range list {
+		if rj := lv.rj; !sc.victims[rj] && sc.loanDue(rj, now) {
+			k := keyOf(rj, now)
+			k.yields = true
+			out = append(out, victimCandOf(rj, k))
+		}
+	}
+	slices.SortFunc(out[from:], cmpVictimCand)
 	return out
 }
 
@@ -299,7 +325,7 @@ func cmpNodeCost(a, b nodeCost) int {
 // that sh fits on free + visible releasing + their capacity (see the package doc for the exact
 // rules); ok is false if nothing does. Nodes reserved in this pass are left alone.
 func (p *Pool) chooseVictims(now time.Time, sc *scratch, sh *shape, cl Class) (victims []*runJob, takeovers []int32, ok bool) {
-	if !sc.takeable(cl) && !p.anyPreemptibleBelow(now, sc, sh.fam, cl) {
+	if len(sc.ownerNodes) == 0 && !sc.takeable(cl) && !p.anyPreemptibleBelow(now, sc, sh.fam, cl) {
 		return nil, nil, false // nothing below its class may be preempted, and nothing is nominated below it
 	}
 	fit := p.costNodes(now, sc, sh, cl)
@@ -391,7 +417,9 @@ func (p *Pool) costNodes(now time.Time, sc *scratch, sh *shape, cl Class) (fit i
 		}
 		c := nodeCost{n: n, count: len(sc.perNodeVictims) - start, start: start, end: len(sc.perNodeVictims)}
 		for _, v := range sc.perNodeVictims[start:] {
-			c.maxClass = max(c.maxClass, v.key.class)
+			if !v.key.yields { // (a due loan costs a node no class)
+				c.maxClass = max(c.maxClass, v.key.class)
+			}
 			if v.key.protected {
 				c.protected++
 			}

@@ -80,6 +80,12 @@ type Result struct {
 	// PreemptorWait is how long the jobs that preempted others waited for them: from the first
 	// preemption made for a job to its start, per start.
 	PreemptorWait Waits `json:"preemptor_wait"`
+	// Loans counts the attempts started on loan on a reservation's capacity; Yields those that
+	// ran past their RunLimit there and gave it back, throwing away YieldLostGPUHours of work
+	// (counted in the rows' preemptions and lost GPU-hours too).
+	Loans             int     `json:"loans"`
+	Yields            int     `json:"yields"`
+	YieldLostGPUHours float64 `json:"yield_lost_gpu_hours"`
 	// Honor is the share of jobs that honoured preemption notices in this run (see Options.Honor).
 	Honor float64 `json:"honor,omitempty"`
 	// Teams are the figures per workspace, when the jobs have workspaces.
@@ -221,6 +227,7 @@ func (s *sim) result(first time.Duration) *Result {
 	}
 	res.Schedule = timing(s.schedTimes)
 	res.PreemptorWait = waitsOf(s.preemptorWaits)
+	res.Loans, res.Yields, res.YieldLostGPUHours = s.loans, s.yields, s.yieldLost/3600
 	if s.pol.Scheduler.PreemptionNotice > 0 {
 		res.Honor = s.pol.HonorShare(s.opt)
 	}
@@ -362,6 +369,10 @@ func WriteMarkdown(w io.Writer, rs []*Result) {
 				fmt.Fprintf(w, "; %d of %d victims saved on the notice", all.Honoured, all.Preemptions)
 			}
 			fmt.Fprint(w, ".\n")
+		}
+		if r.Loans > 0 {
+			fmt.Fprintf(w, "Loans: %d attempts started on a reservation's capacity by their run limits; %d ran past them and yielded, losing %.1f GPU-h (in the preemptions and lost GPU-h above).\n",
+				r.Loans, r.Yields, r.YieldLostGPUHours)
 		}
 		fmt.Fprintln(w)
 		writeTeams(w, r)

@@ -222,7 +222,9 @@ type jobState struct {
 	remaining time.Duration
 	waited    time.Duration
 	preempted int
-	stopped   int // workers of the preempted attempt that have stopped
+	yields    int  // of its preemptions, loans it gave back (scheduler.Preemption.Loan): no retry spent
+	yielding  bool // the preempted attempt yields a loan
+	stopped   int  // workers of the preempted attempt that have stopped
 	nodes     []string
 	lost      float64 // GPU-seconds of work thrown away
 	pending   []int32 // preemptions made for this job, judged at its next grant
@@ -272,6 +274,10 @@ type sim struct {
 	// preemption decision to its start.
 	preemptorWaits []time.Duration
 	teams          teamState
+	// loans counts the attempts started on loan (scheduler.Grant.OnLoan); yields those that
+	// gave their loan back, and yieldLost the GPU-seconds of work they threw away.
+	loans, yields int
+	yieldLost     float64
 
 	est       Estimates       // the model requests' RunLimits follow
 	learn     *learner        // EstimateLearned
@@ -433,7 +439,7 @@ func (s *sim) apply(e event) bool {
 		if st.stopped < j.Workers {
 			return true
 		}
-		if s.opt.MaxRetry >= 0 && st.preempted > s.opt.MaxRetry {
+		if s.opt.MaxRetry >= 0 && st.preempted-st.yields > s.opt.MaxRetry {
 			st.phase, st.endedAt = phGivenUp, s.now
 			return true
 		}
@@ -552,6 +558,9 @@ func (s *sim) start(g scheduler.Grant) error {
 		st.nodes = append(st.nodes, p.Node)
 	}
 	s.held += j.GPUs()
+	if g.OnLoan {
+		s.loans++
+	}
 	s.teams.started(s, i)
 	s.push(s.now+st.remaining, evFinish, i, st.attempt, 0)
 	if s.opt.Checkpoint > 0 && s.ckpt != nil && s.opt.Checkpoint < st.remaining {
@@ -584,6 +593,11 @@ func (s *sim) preempt(p scheduler.Preemption) error {
 		return fmt.Errorf("preemption of %s for %s, which may not use its nodes %v", p.Victim, p.Preemptor.Job, st.nodes)
 	}
 	st.preempted++
+	if p.Loan {
+		st.yields++
+		s.yields++
+	}
+	st.yielding = p.Loan
 	st.phase, st.noticeAt = phNotice, s.now
 	s.teams.releasing += s.w.Jobs[vi].GPUs()
 	s.preempts = append(s.preempts, preemptRec{victim: vi, nodes: slices.Clone(st.nodes), at: s.now})
@@ -619,7 +633,11 @@ func (s *sim) stop(vi int32) {
 			saved = progress / s.opt.Checkpoint * s.opt.Checkpoint
 		}
 		st.remaining -= saved
-		st.lost += (progress - saved).Seconds() * float64(j.GPUs())
+		lost := (progress - saved).Seconds() * float64(j.GPUs())
+		st.lost += lost
+		if st.yielding {
+			s.yieldLost += lost
+		}
 	}
 	st.ran += s.now - st.startedAt
 	st.phase, st.stopped = phStopping, 0

@@ -1,0 +1,168 @@
+package scheduler
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// loanJob is bfJob with an estimated run limit (Request.RunEstimated): nobody stops it there.
+func loanJob(name string, c Class, kind Kind, gpus int, rl time.Duration, seq int64) Request {
+	r := bfJob(name, c, gpus, rl, seq)
+	r.Kind, r.RunEstimated = kind, true
+	return r
+}
+
+// TestLoans: on bfSetup's node, reserved for "big" (medium, 4 GPUs) from minute 100, one GPU is
+// free from minute 40. A job whose 30m estimate ends it before then starts there on loan; if it
+// is still running past its estimate when big could otherwise start, big takes the GPU back
+// whatever the borrower's class, as a yield that spends no retry.
+func TestLoans(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// given: the job that comes at minute 40 (one GPU, estimate 30m) and how often it was
+		// preempted before
+		class       Class
+		kind        Kind
+		preemptions int
+		// want: whether it starts on loan at 40 and yields to big at 100
+		wantLoan bool
+	}{
+		{name: "a low job borrows and yields", class: Low, kind: KindJob, wantLoan: true},
+		{name: "a job of the owner's class borrows and yields", class: Medium, kind: KindJob, wantLoan: true},
+		{name: "a higher-class job borrows and yields", class: High, kind: KindJob, wantLoan: true},
+		{name: "a notebook never borrows: it could not be made to yield", class: High, kind: KindNotebook, wantLoan: false},
+		{name: "a job at max_preemptions never borrows", class: High, kind: KindJob, preemptions: 3, wantLoan: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := bfSetup(t, true)
+			r := loanJob("x", tc.class, tc.kind, 1, 30*time.Minute, 9)
+			r.Preemptions = tc.preemptions
+			mustEnqueue(t, p, r)
+			d := sched(t, p, at(40))
+			started := slices.ContainsFunc(d.Grants, func(g Grant) bool { return g.Job == "x" && g.OnLoan })
+			if started != tc.wantLoan {
+				t.Fatalf("at 40: want x started on loan %v, got %s", tc.wantLoan, mustJSON(t, d))
+			}
+			if !tc.wantLoan {
+				return
+			}
+			// It overruns its estimate (70) and is still running when "hold" ends at 100.
+			if d := sched(t, p, at(70)); len(d.Preemptions) > 0 {
+				t.Fatalf("at 70: big cannot start yet, want no yield, got %s", mustJSON(t, d))
+			}
+			bfEnd(t, p, "hold")
+			d = sched(t, p, at(100))
+			if len(d.Preemptions) != 1 || d.Preemptions[0].Victim != "x" || !d.Preemptions[0].Loan || d.Preemptions[0].Preemptor.Job != "big" {
+				t.Fatalf("at 100: want x to yield its loan to big, got %s", mustJSON(t, d))
+			}
+			if why := d.Preemptions[0].Reason; !strings.Contains(why, "loan") || !strings.Contains(why, "without spending a retry") {
+				t.Fatalf("the yield's reason should tell the user why: %q", why)
+			}
+		})
+	}
+}
+
+// TestLoanIsNotTakenBackEarly: a borrower inside its estimate keeps the capacity even when the
+// reservation's owner could start sooner than planned: the owner waits for the estimate.
+func TestLoanIsNotTakenBackEarly(t *testing.T) {
+	p := bfSetup(t, true)
+	mustEnqueue(t, p, loanJob("x", High, KindJob, 1, 30*time.Minute, 9))
+	if d := sched(t, p, at(40)); len(d.Grants) != 1 || !d.Grants[0].OnLoan {
+		t.Fatalf("at 40: want x started on loan, got %s", mustJSON(t, d))
+	}
+	bfEnd(t, p, "hold") // at 50, long before its 100
+	if d := sched(t, p, at(50)); len(d.Preemptions)+len(d.Grants) > 0 {
+		t.Fatalf("at 50: x is within its estimate, want nothing decided, got %s", mustJSON(t, d))
+	}
+	if d := sched(t, p, at(70)); len(d.Preemptions) != 1 || !d.Preemptions[0].Loan {
+		t.Fatalf("at 70: x's estimate is up, want it to yield, got %s", mustJSON(t, d))
+	}
+}
+
+// TestLoanKeepsTheStart: a borrower that overruns its estimate does not move the reservation's
+// start later, so it lets no further borrower in behind it (an estimate that is "one more
+// estimate from now" once overrun would push the start on with every overrun).
+func TestLoanKeepsTheStart(t *testing.T) {
+	p := bfSetup(t, true)
+	mustEnqueue(t, p, loanJob("x", High, KindJob, 1, 30*time.Minute, 9))
+	sched(t, p, at(40))
+	bfEnd(t, p, "hold") // big's start is x's estimate, 70
+	sched(t, p, at(60))
+	// At 90 x has overrun; a 1-GPU job with a 15m estimate would end at 105: after the start.
+	mustEnqueue(t, p, loanJob("y", High, KindJob, 1, 15*time.Minute, 10))
+	d := sched(t, p, at(90))
+	if slices.ContainsFunc(d.Grants, func(g Grant) bool { return g.Job == "y" }) {
+		t.Fatalf("at 90: y must not borrow behind an overrun loan, got %s", mustJSON(t, d))
+	}
+	if len(d.Preemptions) != 1 || d.Preemptions[0].Victim != "x" {
+		t.Fatalf("at 90: want x to yield to big, got %s", mustJSON(t, d))
+	}
+}
+
+// TestLoanSurvivesSnapshot: a running job's loan is part of the snapshot (the allocator
+// continues as new with it).
+func TestLoanSurvivesSnapshot(t *testing.T) {
+	p := bfSetup(t, true)
+	mustEnqueue(t, p, loanJob("x", Low, KindJob, 1, 30*time.Minute, 9))
+	sched(t, p, at(40))
+	data, err := json.Marshal(p.Snapshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s Snapshot
+	if err := json.Unmarshal(data, &s); err != nil {
+		t.Fatal(err)
+	}
+	q, err := Restore(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ri, ok := q.Running("x"); !ok || !ri.OnLoan {
+		t.Fatalf("restored: want x running on loan, got %+v", ri)
+	}
+	bfEnd(t, q, "hold")
+	if d := sched(t, q, at(100)); len(d.Preemptions) != 1 || !d.Preemptions[0].Loan {
+		t.Fatalf("restored, at 100: want x to yield, got %s", mustJSON(t, d))
+	}
+}
+
+// TestStarvingReservationBindsEveryClass: a medium request that starves behind high jobs with no
+// run limit (its start is unknown) still holds what frees up on its node against a stream of
+// high jobs: with StarvationAfter, its reservation binds every request of the pass, not only
+// those after it; without, the stream takes each GPU as it frees.
+func TestStarvingReservationBindsEveryClass(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		starvation    time.Duration
+		wantStreamRun bool
+	}{
+		{"starving: the high stream waits", time.Hour, false},
+		{"no starvation bound: the high stream takes the GPU", 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := mustPool(t, nodesOf("n", "a", 1, 4, 0, 0), Policy{ReserveAfter: 30 * time.Minute, Backfill: true, StarvationAfter: tc.starvation})
+			mustEnqueue(t, p, bfJob("hi1", High, 2, 0, 1), bfJob("hi2", High, 2, 0, 2))
+			sched(t, p, at(0))
+			mustEnqueue(t, p, bfJob("med", Medium, 4, 0, 3))
+			sched(t, p, at(1))
+			sched(t, p, at(31))
+			sched(t, p, at(62)) // med has been first of its class for an hour: it starves
+			bfEnd(t, p, "hi1")
+			mustEnqueue(t, p, bfJob("hi3", High, 1, 0, 4))
+			got := grantedJobs(sched(t, p, at(70)))
+			if ran := slices.Contains(got, "hi3"); ran != tc.wantStreamRun {
+				t.Fatalf("at 70: started %v; want hi3 started %v", got, tc.wantStreamRun)
+			}
+			if tc.wantStreamRun {
+				return
+			}
+			bfEnd(t, p, "hi2")
+			if got := grantedJobs(sched(t, p, at(80))); !slices.Equal(got, []string{"med"}) {
+				t.Fatalf("at 80: want med started once hi2 ended, got %v", got)
+			}
+		})
+	}
+}
