@@ -199,7 +199,7 @@ func (s *State) resendGrant(req protocol.CapacityRequest) ([]Command, bool) {
 }
 
 func (s *State) grantSignal(r scheduler.RunningInfo) protocol.GrantSignal {
-	return protocol.GrantSignal{Epoch: s.Epoch, Seq: r.Seq, Attempt: r.Attempt, Placement: r.Placement,
+	return protocol.GrantSignal{Epoch: s.Epoch, Seq: r.Seq, Attempt: r.Attempt, Placement: r.Placement, OnLoan: r.OnLoan,
 		StopGracePeriod: s.Config.StopGracePeriod, NodeTimeout: s.NodeTimeout(),
 		Notice: s.Config.NoticeFor(r.Class, r.Kind), NoticeSignal: s.Config.NoticeSignal}
 }
@@ -354,7 +354,7 @@ func (s *State) decided(d scheduler.Decisions) []Command {
 		}
 		cmds.add(Count{Metric: MetricPreemption, VictimClass: victimClass, PreemptorClass: p.Preemptor.Class.String()})
 		cmds.note("preempting %s for %s", p.Victim, p.Preemptor.Job)
-		sig := protocol.PreemptSignal{Epoch: s.Epoch, Attempt: p.VictimAttempt, Preemptor: p.Preemptor, Reason: p.Reason, Notice: notice}
+		sig := protocol.PreemptSignal{Epoch: s.Epoch, Attempt: p.VictimAttempt, Preemptor: p.Preemptor, Reason: p.Reason, Notice: notice, Loan: p.Loan}
 		cmds.add(Signal{Job: p.Victim, Name: protocol.SignalPreempt, Arg: sig, IfGone: GoneReclaim})
 	}
 	return cmds

@@ -333,6 +333,10 @@ type AttemptRecord struct {
 	ExitCode  *int                        `json:"exit_code,omitempty"`
 	Preemptor *scheduler.Preemptor        `json:"preemptor,omitempty"`
 	Placement []scheduler.WorkerPlacement `json:"placement,omitempty"`
+	// OnLoan says the attempt started on capacity reserved for a job that
+	// waits longer, because its time limit or runtime estimate ends it
+	// first (GrantSignal.OnLoan): past that, it may have to yield.
+	OnLoan bool `json:"on_loan,omitempty"`
 	// URL is where a Jupyter server of this attempt serves.
 	URL string `json:"url,omitempty"`
 	// NoticeDeadline is when the attempt's workers, told they were to be
@@ -485,6 +489,10 @@ type GrantSignal struct {
 	Seq       int64                       `json:"seq,omitempty"`
 	Attempt   int                         `json:"attempt"`
 	Placement []scheduler.WorkerPlacement `json:"placement"`
+	// OnLoan is scheduler.Grant.OnLoan: the attempt runs on another job's
+	// reservation until its time limit or estimate; past it, it yields
+	// (PreemptSignal.Loan).
+	OnLoan bool `json:"on_loan,omitempty"`
 	// StopGracePeriod is the allocation's time between SIGTERM and SIGKILL.
 	StopGracePeriod time.Duration `json:"stop_grace_period"`
 	// NodeTimeout is how long a node's agent may leave an activity waiting
@@ -514,6 +522,10 @@ type PreemptSignal struct {
 	// told (WorkerNotice) and get this long to save their work and exit
 	// before they are stopped. 0: stopped at once, as before.
 	Notice time.Duration `json:"notice,omitempty"`
+	// Loan says the attempt ran on loan past its time limit or estimate and
+	// yields to the job whose reservation it borrowed (Preemptor): notice
+	// reason loan_due; the rerun does not spend max_retry.
+	Loan bool `json:"loan,omitempty"`
 	// Drain, when set, names the node an operator drains: the job is not
 	// preempted but moved (notice reason node_drain; the rerun does not
 	// spend max_retry). Preemptor is empty then.
@@ -563,6 +575,10 @@ const (
 	NoticeReasonStuck = "stuck"
 	// NoticeReasonNodeDrain: an operator drains the node the worker runs on.
 	NoticeReasonNodeDrain = "node_drain"
+	// NoticeReasonLoanDue: the job started on capacity reserved for another
+	// (By names its class and kind) because it was to end first, and ran
+	// longer: it gives the capacity back and reruns without spending max_retry.
+	NoticeReasonLoanDue = "loan_due"
 )
 
 // RefuseSignal tells a job that its waiting Attempt can never be granted.

@@ -44,6 +44,10 @@ const (
 	// outcomeNodeDrained: an operator drained a node of the attempt; the
 	// job reruns on other nodes without spending max_retry.
 	outcomeNodeDrained
+	// outcomeYielded: the attempt ran on loan past its time limit or
+	// estimate and gave the capacity back; the job reruns without spending
+	// max_retry.
+	outcomeYielded
 )
 
 // maxNodeLossReruns is how many times a job reruns after losing a node
@@ -246,8 +250,12 @@ func (j *job) afterAttempt(ctx workflow.Context, in protocol.JobInput, out outco
 		return j.afterNodeLost(ctx, in, out)
 	case outcomeTimeLimit:
 		return true, j.finish(ctx, protocol.StateStopped, nil)
-	case outcomeNodeDrained:
-		j.metrics(ctx).WithTags(map[string]string{metrics.LabelReason: metrics.ReasonNodeDrained}).Counter(metrics.JobRestartsInstrument).Inc(1)
+	case outcomeNodeDrained, outcomeYielded:
+		reason := metrics.ReasonNodeDrained
+		if out.kind == outcomeYielded {
+			reason = metrics.ReasonPreempted
+		}
+		j.metrics(ctx).WithTags(map[string]string{metrics.LabelReason: reason}).Counter(metrics.JobRestartsInstrument).Inc(1)
 		j.setState(ctx, protocol.StateRestarting)
 		if err := j.continueAsNewIfLong(ctx, in); err != nil {
 			return true, err
@@ -289,7 +297,7 @@ func (j *job) reruns(out outcome) bool {
 	switch out.kind {
 	case outcomeCompleted, outcomeCancelled, outcomeTimeLimit:
 		return false
-	case outcomeNodeDrained:
+	case outcomeNodeDrained, outcomeYielded:
 		return true
 	case outcomeNodeLost:
 		return j.status.NodeLosses < maxNodeLossReruns
@@ -417,7 +425,7 @@ func (j *job) runAttempt(ctx workflow.Context, attempt int) outcome {
 	}
 	rec := j.current()
 	now := workflow.Now(ctx)
-	rec.StartedAt, rec.Placement = &now, grant.Placement
+	rec.StartedAt, rec.Placement, rec.OnLoan = &now, grant.Placement, grant.OnLoan
 	j.setState(ctx, protocol.StateStarting)
 
 	out, started := j.startWorkers(ctx, attempt, grant)
@@ -812,10 +820,14 @@ func (j *job) addInterrupts(ctx workflow.Context, sel workflow.Selector, attempt
 			return
 		}
 		pre := p.Preemptor
-		st.out, st.decided, *done = outcome{kind: outcomePreempted, message: fmt.Sprintf("preempted by %s (%s %s): %s", pre.Job, pre.Class, pre.Kind, p.Reason), preemptor: &pre}, true, true
+		kind, verb, reason := outcomePreempted, "preempted by", protocol.NoticeReasonPreempted
+		if p.Loan {
+			kind, verb, reason = outcomeYielded, "yielded its loan to", protocol.NoticeReasonLoanDue
+		}
+		st.out, st.decided, *done = outcome{kind: kind, message: fmt.Sprintf("%s %s (%s %s): %s", verb, pre.Job, pre.Class, pre.Kind, p.Reason), preemptor: &pre}, true, true
 		if p.Notice > 0 && notice != nil {
 			*done = false
-			notice(protocol.NoticeReasonPreempted, &protocol.NoticeBy{Class: pre.Class.String(), Kind: pre.Kind}, p.Notice)
+			notice(reason, &protocol.NoticeBy{Class: pre.Class.String(), Kind: pre.Kind}, p.Notice)
 		}
 	})
 	cancelled := func() {
@@ -1068,7 +1080,7 @@ func (j *job) addTimeLimit(ctx workflow.Context, sel workflow.Selector, st *atte
 			// The attempt is already ending, at its notice's deadline. An
 			// end that would rerun the job becomes the time limit's: the
 			// job has no time left to rerun in.
-			if st.out.kind == outcomePreempted || st.out.kind == outcomeNodeDrained || (st.out.kind == outcomeFailed && !st.out.final) {
+			if st.out.kind == outcomePreempted || st.out.kind == outcomeNodeDrained || st.out.kind == outcomeYielded || (st.out.kind == outcomeFailed && !st.out.final) {
 				st.out = limited
 			}
 			return

@@ -15,6 +15,7 @@ import (
 	"github.com/trainq/trainq/cluster"
 	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/scheduler"
 )
 
 // The job's own stops (a cancel, its time limit, stuck) give the workers a
@@ -294,4 +295,41 @@ func TestRerunSaysItHonoursItsNotices(t *testing.T) {
 			assert.Equal(t, tc.want, h.requests[1].HonorsNotice)
 		})
 	}
+}
+
+// TestLoanYieldRerunsWithoutSpendingARetry: an attempt granted on loan says
+// so in its record; when its loan is up it gets the allocation's notice
+// (reason loan_due, naming the reserved job's class) and reruns without
+// spending max_retry (it has none).
+func TestLoanYieldRerunsWithoutSpendingARetry(t *testing.T) {
+	h := newJobHarness(t)
+	notices := h.notices()
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(protocol.SignalGrant, protocol.GrantSignal{Attempt: 1, Placement: placement(1),
+			StopGracePeriod: 5 * time.Second, Notice: time.Minute, OnLoan: true})
+	}, time.Minute)
+	h.watch(1, -1, 19*time.Minute+5*time.Second, 0)
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(protocol.SignalPreempt, protocol.PreemptSignal{Attempt: 1, Loan: true,
+			Preemptor: scheduler.Preemptor{Job: "big", Class: scheduler.Medium, Kind: scheduler.KindJob},
+			Reason:    "its time on loan is up", Notice: 30 * time.Second})
+	}, 20*time.Minute)
+	h.grantAt(time.Hour, 2, 1)
+	h.watch(2, -1, time.Minute, 0)
+	h.run(fixture.Job{Class: "high"}.Spec())
+	require.NoError(t, h.env.GetWorkflowError())
+
+	st := h.status()
+	assert.Equal(t, protocol.StateCompleted, st.State)
+	assert.Equal(t, 0, st.Restarts, "a yield does not spend max_retry")
+	require.Len(t, st.Attempts, 2)
+	first := st.Attempts[0]
+	assert.True(t, first.OnLoan, "the first attempt ran on loan")
+	assert.False(t, st.Attempts[1].OnLoan)
+	assert.Equal(t, protocol.NoticeReasonLoanDue, first.NoticeReason)
+	require.NotNil(t, first.Preemptor)
+	assert.Equal(t, "big", first.Preemptor.Job)
+	assert.Contains(t, first.EndReason, "yielded its loan to big (medium job): its time on loan is up")
+	require.Len(t, *notices, 1)
+	assert.Equal(t, protocol.NoticeReasonLoanDue, (*notices)[0].Notice.Reason)
 }
