@@ -155,6 +155,55 @@ func (l *learner) estimate(keys [2]string) (d time.Duration, level int, ok bool)
 	return 0, 0, false
 }
 
+// EstimateAccuracy is how a run's runtime estimates compared with the jobs' true runtimes.
+type EstimateAccuracy struct {
+	Jobs int `json:"jobs"` // the jobs with a runtime that carried an estimate
+	// Below is the share of them whose estimate was shorter than the true runtime: each such
+	// job, backfilled, runs past its estimate.
+	Below float64 `json:"below"`
+	// MedianRatio and P10Ratio are the median and 10th percentile of estimate ÷ true runtime.
+	MedianRatio float64 `json:"median_ratio"`
+	P10Ratio    float64 `json:"p10_ratio"`
+}
+
+// estimateAccuracy compares the estimate each job carried at submission under the run's model
+// with its true runtime; nil for a model without estimates.
+func (s *sim) estimateAccuracy() *EstimateAccuracy {
+	var ratios []float64
+	below := 0
+	for i := range s.w.Jobs {
+		j, st := &s.w.Jobs[i], &s.jobs[i]
+		if j.Runtime <= 0 {
+			continue
+		}
+		var est time.Duration
+		switch s.est.Kind {
+		case EstimateExact:
+			est = j.Runtime
+		case EstimateLimit:
+			est = time.Duration(s.est.Factor * float64(j.Runtime))
+		case EstimateLearned:
+			if !st.hasEst {
+				continue
+			}
+			est = st.estimate
+		default:
+			return nil
+		}
+		r := float64(est) / float64(j.Runtime)
+		ratios = append(ratios, r)
+		if r < 1 {
+			below++
+		}
+	}
+	if len(ratios) == 0 {
+		return nil
+	}
+	slices.Sort(ratios)
+	q := func(p float64) float64 { return ratios[min(len(ratios)-1, int(p*float64(len(ratios))))] }
+	return &EstimateAccuracy{Jobs: len(ratios), Below: float64(below) / float64(len(ratios)), MedianRatio: q(0.5), P10Ratio: q(0.1)}
+}
+
 // runLimit is the RunLimit job i's current attempt carries under the run's estimates model.
 func (s *sim) runLimit(i int32) time.Duration {
 	j, st := &s.w.Jobs[i], &s.jobs[i]

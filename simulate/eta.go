@@ -56,6 +56,9 @@ type ETAModel struct {
 	BeforeStart  ETAErrors `json:"before_start"`
 	// WithEstimate (learned) is the measured jobs that carried an estimate at submission.
 	WithEstimate int `json:"with_estimate,omitempty"`
+	// Accuracy is how the model's estimates compared with the true runtimes, over every job
+	// that carried one (not only the measured jobs).
+	Accuracy *EstimateAccuracy `json:"accuracy,omitempty"`
 	// Projections counts the Pool.Project calls, ProjectWall what they cost in wall-clock time.
 	Projections int     `json:"projections,omitempty"`
 	ProjectWall Seconds `json:"project_wall,omitempty"`
@@ -295,7 +298,7 @@ func (e *etaRun) models(r *sim, name string) (ETAModel, ETAModel) {
 			with++
 		}
 	}
-	m := ETAModel{Name: name, AtSubmission: etaErrors(ms), BeforeStart: etaErrors(mb), Projections: e.calls, ProjectWall: Seconds(e.wall)}
+	m := ETAModel{Name: name, AtSubmission: etaErrors(ms), BeforeStart: etaErrors(mb), Projections: e.calls, ProjectWall: Seconds(e.wall), Accuracy: r.estimateAccuracy()}
 	if r.est.Kind == EstimateLearned {
 		m.WithEstimate = with
 	}

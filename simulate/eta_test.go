@@ -227,3 +227,37 @@ func TestLongestWaiters(t *testing.T) {
 		t.Fatalf("size waits %+v", r.SizeWaits)
 	}
 }
+
+// TestEstimateAccuracy: the report says how each model's estimates compare with the true
+// runtimes: exact is right, limit:2x twice as long; learned (3 earlier runs of 1h of the same
+// shape, then one of 4h) is short for the 4h job only.
+func TestEstimateAccuracy(t *testing.T) {
+	w := &Workload{Name: "t", Nodes: nodes(1, 4), Jobs: []Job{
+		jb("a", 0, scheduler.Medium, 1, time.Hour),
+		jb("b", 0, scheduler.Medium, 1, time.Hour),
+		jb("c", 0, scheduler.Medium, 1, time.Hour),
+		jb("d", 2*time.Hour, scheduler.Medium, 1, 4*time.Hour),
+	}}
+	opt := Options{StopDelay: time.Second, MaxRetry: -1, Estimates: []Estimates{{Kind: EstimateExact}, {Kind: EstimateLimit, Factor: 2}, {Kind: EstimateLearned}}}
+	r := run(t, w, prio, opt)
+	if r.ETA == nil || len(r.ETA.Models) != 4 {
+		t.Fatalf("eta %+v", r.ETA)
+	}
+	for k, want := range []EstimateAccuracy{
+		{Jobs: 4, Below: 0, MedianRatio: 1, P10Ratio: 1},
+		{Jobs: 4, Below: 0, MedianRatio: 2, P10Ratio: 2},
+		{Jobs: 1, Below: 1, MedianRatio: 0.25, P10Ratio: 0.25},
+	} {
+		if got := r.ETA.Models[k].Accuracy; got == nil || *got != want {
+			t.Errorf("%s: accuracy %+v, want %+v", r.ETA.Models[k].Name, got, want)
+		}
+	}
+	if r.ETA.Models[3].Accuracy != nil {
+		t.Errorf("the baseline carries no estimates: %+v", r.ETA.Models[3].Accuracy)
+	}
+	var b strings.Builder
+	WriteMarkdown(&b, []*Result{r})
+	if want := "Estimates learned: 1 jobs carried one; 100% were shorter than the true runtime"; !strings.Contains(b.String(), want) {
+		t.Errorf("want %q in\n%s", want, b.String())
+	}
+}

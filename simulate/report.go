@@ -638,6 +638,17 @@ func writeETA(w io.Writer, r *Result) {
 	if calls > 0 {
 		fmt.Fprintf(w, "%d projections, %s in all (mean %s).\n\n", calls, wall(wallT), wall(wallT/time.Duration(calls)))
 	}
+	accuracy := false
+	for _, m := range e.Models {
+		if a := m.Accuracy; a != nil {
+			fmt.Fprintf(w, "Estimates %s: %d jobs carried one; %.0f%% were shorter than the true runtime; estimate ÷ true runtime: median %.2f, p10 %.2f.\n",
+				m.Name, a.Jobs, 100*a.Below, a.MedianRatio, a.P10Ratio)
+			accuracy = true
+		}
+	}
+	if accuracy {
+		fmt.Fprintln(w)
+	}
 }
 
 func unknownText(x ETAErrors) string {

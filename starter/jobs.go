@@ -133,6 +133,9 @@ func printStatus(w io.Writer, st protocol.JobStatus) {
 	if st.Warning != "" {
 		row("warning", "%s", st.Warning)
 	}
+	if n := len(st.Attempts); n > 0 && st.Attempts[n-1].OnLoan && st.Attempts[n-1].EndedAt == nil {
+		row("on loan", "%s", "it started on capacity reserved for a job that has waited longer, because its time limit or runtime estimate ends it first; if it is still running past that, it gets a notice and gives the capacity back, then reruns without spending max_retry")
+	}
 	if u := st.URL(); u != "" {
 		row("url", "%s", u)
 	}

@@ -369,6 +369,13 @@ func TestFormatting(t *testing.T) {
 		assert.Contains(t, out, want)
 	}
 	assert.NotContains(t, out, "warning")
+	assert.NotContains(t, out, "on loan")
+
+	buf.Reset()
+	printStatus(&buf, protocol.JobStatus{JobName: "lm-mpi-job-2", State: protocol.StateRunning, Kind: scheduler.KindJob,
+		Attempts: []protocol.AttemptRecord{{Number: 1, QueuedAt: now, StartedAt: &now, OnLoan: true}}})
+	assert.Contains(t, buf.String(), "on loan", "a running attempt on loan says so")
+	assert.Contains(t, buf.String(), "without spending max_retry")
 
 	buf.Reset()
 	printStatus(&buf, protocol.JobStatus{JobName: "jupyter-1", State: protocol.StateRunning, Kind: scheduler.KindNotebook,

@@ -56,7 +56,7 @@ func defineSimFlags(fs *flag.FlagSet) *simFlags {
 		teams:      fs.Int("teams", 0, "put every job without a workspace in one of `N` synthetic teams, team-1..team-N, by a hash of --team-seed and its id (the policies' cap.CLASS knobs cap each)"),
 		teamSeed:   fs.Uint64("team-seed", 1, "which team each job is in (--teams): a hash of this `seed` and the job id"),
 		flood:      fs.String("flood-team", "", "this `workspace` (e.g. team-1) submits all its jobs high"),
-		estimates:  fs.String("estimates", "none", "runtime estimates whose expected starts are measured, comma-separated `models`: exact (the true runtime), limit:Kx (a time limit K × the true runtime, e.g. limit:2x), learned (p90 of the last 20 completed jobs of the same shape); none: no estimates, nothing measured"),
+		estimates:  fs.String("estimates", "learned", "runtime estimates that backfill decides by and whose expected starts are measured, comma-separated `models`: learned (p90 of the last 20 completed jobs of the same shape, what a cluster has; the default), limit:Kx (a time limit K × the true runtime, e.g. limit:2x), exact (the true runtime: an upper bound no cluster reaches); none: no estimates, nothing measured"),
 		etaSample:  fs.Float64("eta-sample", 1, "measure the expected starts of this `share` of the jobs (0 to 1), drawn from a hash of --eta-seed and the job id"),
 		etaSeed:    fs.Uint64("eta-seed", 1, "which jobs --eta-sample measures: a hash of this `seed` and the job id"),
 		rateWindow: fs.Duration("rate-window", simulate.DefaultRateWindow, "the position÷rate baseline's admission rate is the starts over this last `window`"),

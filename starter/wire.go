@@ -53,7 +53,7 @@ func queueOutput(v protocol.QueueView) queueView {
 		for i, r := range v.Running {
 			out.Running[i] = runningView{Job: r.Job, Attempt: r.Attempt, Kind: string(r.Kind), Class: r.Class.String(), Seq: r.Seq, GPUs: r.GPUs,
 				StartedAt: r.StartedAt, Releasing: r.Releasing, HonorsNotice: r.HonorsNotice, Placement: placementOf(r.Placement),
-				Released: r.Released, PreemptedBy: preemptorOf(r.PreemptedBy), Preemptions: r.Preemptions, CheckpointAt: r.CheckpointAt,
+				Released: r.Released, PreemptedBy: preemptorOf(r.PreemptedBy), OnLoan: r.OnLoan, Preemptions: r.Preemptions, CheckpointAt: r.CheckpointAt,
 				Workspace: r.Workspace, Nominees: r.Nominees}
 		}
 	}
@@ -127,6 +127,7 @@ type runningView struct {
 	Placement    []placementView `json:"placement"`
 	Released     []int           `json:"released,omitempty"` // workers already released
 	PreemptedBy  *preemptorView  `json:"preempted_by,omitempty"`
+	OnLoan       bool            `json:"on_loan,omitempty"` // started on another job's reservation until its limit or estimate
 	Preemptions  int             `json:"preemptions,omitempty"`
 	CheckpointAt time.Time       `json:"checkpoint_at,omitzero"`
 	Workspace    string          `json:"workspace,omitempty"`
@@ -291,6 +292,7 @@ type attemptView struct {
 	ExitCode         *int                `json:"exit_code,omitempty"`
 	Preemptor        *preemptorView      `json:"preemptor,omitempty"`
 	Placement        []placementView     `json:"placement,omitempty"`
+	OnLoan           bool                `json:"on_loan,omitempty"`
 	URL              string              `json:"url,omitempty"`
 	NoticeDeadline   *time.Time          `json:"notice_deadline,omitempty"`
 	NoticeReason     string              `json:"notice_reason,omitempty"`
@@ -316,7 +318,7 @@ func attemptsOf(attempts []protocol.AttemptRecord) []attemptView {
 	out := make([]attemptView, len(attempts))
 	for i, a := range attempts {
 		v := attemptView{Number: a.Number, QueuedAt: a.QueuedAt, StartedAt: a.StartedAt, EndedAt: a.EndedAt, EndReason: a.EndReason,
-			ExitCode: a.ExitCode, Preemptor: preemptorOf(a.Preemptor), Placement: placementOf(a.Placement), URL: a.URL,
+			ExitCode: a.ExitCode, Preemptor: preemptorOf(a.Preemptor), Placement: placementOf(a.Placement), OnLoan: a.OnLoan, URL: a.URL,
 			NoticeDeadline: a.NoticeDeadline, NoticeReason: a.NoticeReason, NoticedAt: a.NoticedAt, CheckpointAt: a.CheckpointAt,
 			ExitedOnNoticeAt: a.ExitedOnNoticeAt, Warning: a.Warning, WarnedAt: a.WarnedAt}
 		for _, r := range a.Released {

@@ -48,7 +48,7 @@ func wireQueue() protocol.QueueView {
 		Waiting: []scheduler.WaitingInfo{wireWaiting()},
 		Running: []scheduler.RunningInfo{{Job: "lm-mpi-job-r", Attempt: 1, Kind: scheduler.KindNotebook, Class: scheduler.Low, Seq: 4, GPUs: 2,
 			StartedAt: *at(-90), Releasing: true, HonorsNotice: true, Placement: wirePlacement(), Released: []int{1},
-			PreemptedBy: &scheduler.Preemptor{Job: "lm-mpi-job-w", Class: scheduler.High, Kind: scheduler.KindJob}, Preemptions: 2,
+			PreemptedBy: &scheduler.Preemptor{Job: "lm-mpi-job-w", Class: scheduler.High, Kind: scheduler.KindJob}, OnLoan: true, Preemptions: 2,
 			CheckpointAt: *at(-5), Workspace: "team-a", Nominees: []string{"lm-mpi-job-w"}}},
 		Nodes: []scheduler.NodeInfo{{Name: "sr006-a100plus-1", Family: "a100plus", GPUs: 8, FreeGPUs: 1, AllocatedGPUs: 5, ReleasingGPUs: 2,
 			Lost: true, ReservedFor: "lm-mpi-job-w", HeldGPUs: 1, HeldFor: "lm-mpi-job-v"}},
@@ -82,7 +82,7 @@ func wireStatus() protocol.JobStatus {
 		Warning:    "idle for 50 minutes", Estimate: &protocol.RuntimeEstimate{Runtime: 90 * time.Minute, Runs: 4, Basis: "jobs of this shape", Workspace: "team-a"},
 		Attempts: []protocol.AttemptRecord{{Number: 1, QueuedAt: *at(-120), StartedAt: at(-100), EndedAt: at(-21), EndReason: "preempted",
 			ExitCode: &exit, Preemptor: &scheduler.Preemptor{Job: "lm-mpi-job-p", Class: scheduler.High, Kind: scheduler.KindNotebook},
-			Placement: wirePlacement(), URL: "http://127.0.0.1:8888/", NoticeDeadline: at(-21), NoticeReason: protocol.NoticeReasonPreempted,
+			Placement: wirePlacement(), OnLoan: true, URL: "http://127.0.0.1:8888/", NoticeDeadline: at(-21), NoticeReason: protocol.NoticeReasonPreempted,
 			NoticedAt: at(-23), CheckpointAt: at(-22), ExitedOnNoticeAt: at(-21), Warning: "idle for 50 minutes", WarnedAt: at(-40),
 			Released: []protocol.WorkerRelease{{Worker: 1, At: *at(-21)}}}},
 		Spec: spec}
