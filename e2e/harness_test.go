@@ -109,6 +109,13 @@ regions:
         stop_grace_period: 3s
         nodes:
           - {name: eta-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+      - name: loan
+        stop_grace_period: 3s
+        preemption_notice: 5s
+        reserve_after: 1m
+        backfill: true
+        nodes:
+          - {name: loan-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
       - name: limited
         stop_grace_period: 3s
         limits:
