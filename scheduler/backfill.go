@@ -66,12 +66,13 @@ func overran(rj *runJob, now time.Time) bool {
 
 // resvStart is when a worker of sh, of request owner, is expected to fit on each of nodes, from
 // the capacity in its sight now (free and releasing, nominated to nobody else; and what is
-// nominated to it, as when a loan yields to it) and the running jobs there ending by
+// nominated to it, as when a loan yields to it), the jobs granted earlier in the pass pl (nil:
+// none) as if they ran already and the running jobs there ending by
 // their RunLimits (jobEnd); ok is false if that is never (a job it needs gone has no RunLimit).
 // For a starving owner (starving: its class; else -1), a job it may preempt whatever the loss
 // and run-time limits say (starvingVictim) counts as gone now. spare is, per node, what the
 // node will have at that start beyond the worker's demand.
-func (p *Pool) resvStart(now time.Time, sc *scratch, owner string, sh *shape, nodes []int32, starving Class) (start time.Time, spare []resources, ok bool) {
+func (p *Pool) resvStart(now time.Time, sc *scratch, pl *plan, owner string, sh *shape, nodes []int32, starving Class) (start time.Time, spare []resources, ok bool) {
 	need := sh.need
 	start = now
 	haves := make([]resources, len(nodes))
@@ -89,6 +90,9 @@ func (p *Pool) resvStart(now time.Time, sc *scratch, owner string, sh *shape, no
 				end = now
 			}
 			es = append(es, resvEnd{at: end, amt: demandOf(&rj.r.Demand)})
+		}
+		if pl != nil {
+			es = pl.grantEnds(now, n, es)
 		}
 		slices.SortStableFunc(es, func(a, b resvEnd) int {
 			switch {
@@ -136,6 +140,22 @@ func (sc *scratch) spareInSight(sh *shape, nodes []int32) []resources {
 		spare[k] = sc.free[n].add(sc.rel[n]).sub(sh.need).nonNegative()
 	}
 	return spare
+}
+
+// grantEnds appends to es the workers granted on node n earlier in the pass, with when their
+// RunLimits end them: the next pass counts them as running jobs, and must find the same start.
+func (pl *plan) grantEnds(now time.Time, n int32, es []resvEnd) []resvEnd {
+	for _, g := range pl.grants {
+		if !slices.Contains(pl.grantNodes[g.nodesFrom:g.nodesTo], n) {
+			continue
+		}
+		var end time.Time
+		if rl := g.w.r.RunLimit; rl > 0 {
+			end = now.Add(rl)
+		}
+		es = append(es, resvEnd{at: end, amt: demandOf(&g.w.r.Demand)})
+	}
+	return es
 }
 
 // nominatedTo is the capacity on node n nominated to request job in this pass.
@@ -234,7 +254,7 @@ func (p *Pool) startResvs(now time.Time, sc *scratch) {
 		if i := p.firstOf(c); i >= 0 && p.waiting[i] == w && p.starving(now, w) {
 			starving = c
 		}
-		start, spare, ok := p.resvStart(now, sc, h.job, sh, h.nodes, starving)
+		start, spare, ok := p.resvStart(now, sc, nil, h.job, sh, h.nodes, starving)
 		if !ok && starving < 0 {
 			continue // an unknown start binds nobody ahead of its owner: it drains as without backfill
 		}

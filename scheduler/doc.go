@@ -198,6 +198,8 @@
 //     drains exactly as without backfill (rule (e), Reservations), binding only the requests
 //     after R; a high request then does not reserve at all. Pool.Project ends running jobs by the
 //     same count.
+//     A reservation made in a pass counts the jobs granted earlier in that pass as running from
+//     now, ending by their RunLimits, as the next pass will.
 //   - The spare of a node of N is what it will have at that start, by the same count, beyond
 //     R's worker's demand (per GPU, CPU and RAM).
 //   - A reservation with a known start binds the pass that makes it from R on, and the next pass
@@ -234,10 +236,17 @@
 //   - While R preempts or holds capacity on the nodes it reserved, it keeps its reservation for
 //     the next pass, and the capacity nominated to it there counts as in its sight for the
 //     start: what frees there meanwhile stays hidden from the others as it was while R waited.
+//     When R reserves nodes it did not own as the pass began, it takes back the due loans and
+//     preempts the overrun jobs there at once, as its walk in the next pass would.
 //   - A job is never preempted at the instant it started (with MinRuntimeBeforePreemption 0, a
 //     request a reservation held back would otherwise preempt R in a second pass at the same
 //     time, and that pass must decide nothing).
-//   - NextWake includes the next time a running job on a reserved node reaches its RunLimit.
+//   - NextWake includes the next time a running job on a reserved node reaches its RunLimit,
+//     and, after a pass that started a job or in which a head moved its reservation to other
+//     nodes (the requests walked before it saw the old ones reserved), the next instant: so a
+//     pass that no event follows still decides there what it may from then on. A second pass at
+//     the same instant may decide such preemptions already (Schedule's promise that it decides
+//     nothing holds without Backfill).
 //
 // Nothing of this is new state: the reserved nodes are those the last pass reserved
 // (Pool.heads, in the snapshot), and the starts are recomputed each pass from the running jobs'

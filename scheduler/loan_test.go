@@ -2,6 +2,8 @@ package scheduler
 
 import (
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -165,4 +167,83 @@ func TestStarvingReservationBindsEveryClass(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPropertyLoansWithUndershootingEstimates plays random streams of learned-style estimates
+// (RunEstimated), a third of them shorter than the true runtime, on a small backfilling pool
+// with 4-GPU requests that reserve: schedChecked checks every invariant after every pass (a
+// yield only of a loan past its estimate, never of a notebook, nothing over-allocated); here,
+// no job yields more often than MaxPreemptions allows. The streams must exercise loans and
+// yields. They do not check that a second pass at the same instant decides nothing: a
+// reservation's owner that moves its reservation to other nodes in its walk frees the old ones
+// for the requests walked before it only from the next instant (NextWake says so).
+func TestPropertyLoansWithUndershootingEstimates(t *testing.T) {
+	grants, yields := 0, 0
+	for seed := range uint64(60) {
+		rng := rand.New(rand.NewPCG(seed, 36))
+		p := mustPool(t, nodesOf("n", "a", 2, 4, 0, 0), Policy{ReserveAfter: 4 * time.Minute, Backfill: true, StarvationAfter: 0})
+		now := t0
+		ends := map[string]time.Time{} // true end of each running attempt
+		yieldsOf := map[string]int{}
+		attempt := map[string]int{}
+		pending := map[string]Request{}
+		for step := range 400 {
+			now = now.Add(time.Duration(rng.IntN(3)) * time.Minute)
+			if rng.IntN(3) == 0 {
+				name := fmt.Sprintf("j%d", step)
+				r := bfJob(name, Class(rng.IntN(3)), 1, time.Duration(1+rng.IntN(10))*time.Minute, int64(step))
+				r.RunEstimated = true
+				if rng.IntN(10) == 0 {
+					r.Kind = KindNotebook
+				}
+				if rng.IntN(8) == 0 {
+					r.Demand.GPUs, r.RunLimit, r.RunEstimated = 4, 0, false // a big one, with no estimate
+				}
+				pending[name] = r
+				mustEnqueue(t, p, r)
+			}
+			for _, job := range p.RunningJobs() {
+				ri, _ := p.Running(job)
+				if !ri.Releasing && !now.Before(ends[job]) {
+					bfEnd(t, p, job)
+				}
+			}
+			d := schedChecked(t, p, now, false)
+			for _, g := range d.Grants {
+				r := pending[g.Job]
+				// The true runtime: 0.3 to 3 times the estimate (no estimate: 5 to 40 minutes).
+				run := time.Duration(float64(r.RunLimit) * (0.3 + 2.7*rng.Float64()))
+				if r.RunLimit == 0 {
+					run = time.Duration(5+rng.IntN(36)) * time.Minute
+				}
+				ends[g.Job] = now.Add(run)
+				if g.OnLoan {
+					grants++
+				}
+			}
+			for _, pe := range d.Preemptions {
+				if pe.Loan {
+					yields++
+					yieldsOf[pe.Victim]++
+					if yieldsOf[pe.Victim] > 3 {
+						t.Fatalf("seed %d: %s yielded %d times, more than max_preemptions", seed, pe.Victim, yieldsOf[pe.Victim])
+					}
+				}
+				// The victim reruns as its next attempt once it has stopped.
+				ri, _ := p.Running(pe.Victim)
+				for w := range ri.Placement {
+					p.Release(pe.Victim, ri.Attempt, w)
+				}
+				r := pending[pe.Victim]
+				attempt[pe.Victim]++
+				r.Attempt, r.Preemptions = attempt[pe.Victim], r.Preemptions+1
+				pending[pe.Victim] = r
+				mustEnqueue(t, p, r)
+			}
+		}
+	}
+	if grants == 0 || yields == 0 {
+		t.Fatalf("the streams started %d jobs on loan and %d yielded: too few to test loans", grants, yields)
+	}
+	t.Logf("%d jobs started on loan, %d yielded", grants, yields)
 }

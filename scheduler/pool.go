@@ -180,6 +180,12 @@ type Pool struct {
 	wake  time.Time // zero: no time-driven change pending
 
 	lastNow time.Time
+	// lastGrant is when the last pass that granted anything ran: with Backfill, the jobs it
+	// started may be preempted from just after it (see nextWake).
+	lastGrant time.Time
+	// movedAt is when a pass last saw a head move its reservation to other nodes: the requests
+	// walked before it in that pass saw the old ones reserved (see nextWake).
+	movedAt time.Time
 	sc      *scratch
 }
 

@@ -75,7 +75,7 @@ func (p *Pool) maybeReserve(now time.Time, sc *scratch, pl *plan, w *waitReq, sh
 		if sc.starving {
 			starving = w.r.Class
 		}
-		start, spare, ok := p.resvStart(now, sc, w.r.Job, sh, nodes, starving)
+		start, spare, ok := p.resvStart(now, sc, pl, w.r.Job, sh, nodes, starving)
 		if !ok && sc.starving {
 			spare, ok = sc.spareInSight(sh, nodes), true // (its start unknown: it binds all, lends nothing)
 		}
@@ -121,11 +121,15 @@ func (p *Pool) updateHeads(now time.Time, pl *plan) {
 		if p.heads[c].job != job {
 			p.heads[c] = head{job: job, since: now}
 		}
+		old := p.heads[c].nodes
 		p.heads[c].nodes = nil
 		for _, r := range pl.reserves {
 			if r.w.r.Job == job {
 				p.heads[c].nodes = r.nodes
 			}
+		}
+		if len(old) > 0 && !slices.Equal(old, p.heads[c].nodes) {
+			p.movedAt = now
 		}
 	}
 }
@@ -142,6 +146,12 @@ func (p *Pool) nextWake(now time.Time) time.Time {
 	}
 	if t := p.backfillWake(now); !t.IsZero() {
 		upd(t)
+	}
+	if p.policy.Backfill && (p.lastGrant.Equal(now) || p.movedAt.Equal(now)) && len(p.waiting) > 0 && p.waiting[0].r.Class > Low {
+		// A job is never preempted at the instant it started (see Backfill), and the requests
+		// walked before a head that moved its reservation saw its old nodes reserved: from the
+		// next instant on they may preempt there, with no event to say so.
+		upd(now.Add(time.Nanosecond))
 	}
 	if ra := p.policy.ReserveAfter; ra > 0 && !p.strict() {
 		for c := range p.heads {

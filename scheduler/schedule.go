@@ -656,7 +656,7 @@ func (p *Pool) decideFor(now time.Time, sc *scratch, pl *plan, w *waitReq, key w
 		}
 	}
 	if key.class == Low && len(sc.ownerNodes) == 0 { // (an owner takes its loans back whatever its class)
-		return p.maybeReserve(now, sc, pl, w, least, first), nil
+		return p.reserveOrReclaim(now, sc, pl, w, key, least, first)
 	}
 	var victims []*runJob
 	var takeovers []int32
@@ -669,8 +669,14 @@ func (p *Pool) decideFor(now time.Time, sc *scratch, pl *plan, w *waitReq, key w
 		sh = least
 	}
 	if !ok {
-		return p.maybeReserve(now, sc, pl, w, least, first), nil
+		return p.reserveOrReclaim(now, sc, pl, w, key, least, first)
 	}
+	return p.preemptAndTake(now, sc, pl, w, sh, victims, takeovers)
+}
+
+// preemptAndTake makes the victims and takeovers that make room for w's shape sh its own, and
+// starts w if that room is free already, else holds it.
+func (p *Pool) preemptAndTake(now time.Time, sc *scratch, pl *plan, w *waitReq, sh *shape, victims []*runJob, takeovers []int32) (outcome, []*runJob) {
 	sc.takeOver(p, pl, w, takeovers)
 	sc.nominateVictims(p, pl, w, victims, now)
 	if !sc.pickNodes(p, sh, true) {
@@ -686,6 +692,40 @@ func (p *Pool) decideFor(now time.Time, sc *scratch, pl *plan, w *waitReq, key w
 		return outNominated, nil
 	}
 	return outPreempting, victims
+}
+
+// reserveOrReclaim is rule (e); then, with Backfill, if w reserved other nodes than it owned
+// when the pass began, it does at once what its walk in the next pass would do as their owner:
+// take back the loans due there and preempt the overrun jobs there (see Loans), so that a
+// second pass at the same time decides nothing new.
+func (p *Pool) reserveOrReclaim(now time.Time, sc *scratch, pl *plan, w *waitReq, key waitKey, least *shape, first bool) (outcome, []*runJob) {
+	kind := p.maybeReserve(now, sc, pl, w, least, first)
+	if kind != outReserving || !p.policy.Backfill || len(sc.resvs) == 0 {
+		return kind, nil
+	}
+	rv := &sc.resvs[len(sc.resvs)-1]
+	if rv.job != w.r.Job || !rv.active || slices.Equal(rv.nodes, sc.ownerNodes) {
+		return kind, nil
+	}
+	sc.unhideResv(p, rv)
+	rv.active, rv.ownerWalk = false, true
+	for _, n := range rv.nodes {
+		sc.reserved[n] = false
+	}
+	prevOwned := slices.Clone(sc.ownerNodes)
+	sc.ownerNodes = append(sc.ownerNodes[:0], rv.nodes...)
+	victims, takeovers, ok := p.chooseVictims(now, sc, least, key.class)
+	if !ok {
+		sc.ownerNodes = append(sc.ownerNodes[:0], prevOwned...)
+		rv.active, rv.ownerWalk = true, false
+		for _, n := range rv.nodes {
+			sc.reserved[n] = true
+		}
+		sc.hideResv(p, rv)
+		return kind, nil
+	}
+	sc.walkerExtra = true // (decide gives back what the walk saw: resvRehide)
+	return p.preemptAndTake(now, sc, pl, w, least, victims, takeovers)
 }
 
 // preemptFor is rule (d) for one shape: the victims (and the nominated capacity to take over)
@@ -788,7 +828,9 @@ func (sc *scratch) rehide(p *Pool) {
 // Schedule makes all decisions possible now. Grants are applied to the state (the job is running
 // from now on); preempted victims become "releasing" (their capacity is not free until Release).
 //
-// A second call at the same time with no event in between decides nothing. A call when no event
+// A second call at the same time with no event in between decides nothing (with Policy.Backfill
+// it may decide what a pass at the next instant would: see NextWake under Backfill in the
+// package doc). A call when no event
 // changed the pool since a pass that decided nothing, before NextWake, costs O(1).
 func (p *Pool) Schedule(now time.Time) Decisions { return p.ScheduleAtMost(now, -1) }
 
@@ -849,6 +891,7 @@ func (p *Pool) applyGrants(now time.Time, pl *plan) []Grant {
 	if len(pl.grants) == 0 {
 		return nil
 	}
+	p.lastGrant = now
 	ar := p.newGrantArena(pl)
 	grants := make([]Grant, len(pl.grants))
 	for i, g := range pl.grants {
