@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -110,18 +109,7 @@ func TestLoanSurvivesSnapshot(t *testing.T) {
 	p := bfSetup(t, true)
 	mustEnqueue(t, p, loanJob("x", Low, KindJob, 1, 30*time.Minute, 9))
 	sched(t, p, at(40))
-	data, err := json.Marshal(p.Snapshot())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var s Snapshot
-	if err := json.Unmarshal(data, &s); err != nil {
-		t.Fatal(err)
-	}
-	q, err := Restore(s)
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := roundTrip(t, p)
 	if ri, ok := q.Running("x"); !ok || !ri.OnLoan {
 		t.Fatalf("restored: want x running on loan, got %+v", ri)
 	}
