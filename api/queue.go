@@ -47,6 +47,7 @@ type runningView struct {
 	Releasing       bool            `json:"releasing"`
 	ReleasedWorkers []int           `json:"released_workers,omitempty"`
 	PreemptedBy     string          `json:"preempted_by,omitempty"`
+	OnLoan          bool            `json:"on_loan,omitempty"` // started on another job's reservation until its limit or estimate
 	Placement       []placementView `json:"placement,omitempty"`
 }
 
@@ -189,7 +190,7 @@ func redactedJobs(v protocol.QueueView, page protocol.QueuePage, rd *redactor) q
 	}
 	for _, run := range v.Running {
 		rv := runningView{JobName: rd.name(run.Job), Type: string(run.Kind), Priority: run.Class.String(), GPUCount: run.GPUs,
-			Attempt: run.Attempt, StartedAt: run.StartedAt, Releasing: run.Releasing, ReleasedWorkers: run.Released}
+			Attempt: run.Attempt, StartedAt: run.StartedAt, Releasing: run.Releasing, ReleasedWorkers: run.Released, OnLoan: run.OnLoan}
 		if rd.shows(run.Job) {
 			rv.Placement = placementOf(run.Placement)
 		}

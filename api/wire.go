@@ -121,7 +121,8 @@ type attemptView struct {
 	ExitCode         *int                  `json:"exit_code,omitempty"`
 	Preemptor        *attemptPreemptorView `json:"preemptor,omitempty"`
 	Placement        []placementView       `json:"placement,omitempty"`
-	URL              string                `json:"url,omitempty"` // where its Jupyter server serves
+	OnLoan           bool                  `json:"on_loan,omitempty"` // it started on another job's reservation until its limit or estimate
+	URL              string                `json:"url,omitempty"`     // where its Jupyter server serves
 	NoticeDeadline   *time.Time            `json:"notice_deadline,omitempty"`
 	NoticeReason     string                `json:"notice_reason,omitempty"`
 	NoticedAt        *time.Time            `json:"noticed_at,omitempty"`
@@ -143,7 +144,7 @@ func attemptsOf(attempts []protocol.AttemptRecord) []attemptView {
 	out := make([]attemptView, len(attempts))
 	for i, a := range attempts {
 		v := attemptView{Number: a.Number, QueuedAt: a.QueuedAt, StartedAt: a.StartedAt, EndedAt: a.EndedAt, EndReason: a.EndReason,
-			ExitCode: a.ExitCode, Placement: placementOf(a.Placement), URL: a.URL, NoticeDeadline: a.NoticeDeadline,
+			ExitCode: a.ExitCode, Placement: placementOf(a.Placement), OnLoan: a.OnLoan, URL: a.URL, NoticeDeadline: a.NoticeDeadline,
 			NoticeReason: a.NoticeReason, NoticedAt: a.NoticedAt, CheckpointAt: a.CheckpointAt, ExitedOnNoticeAt: a.ExitedOnNoticeAt,
 			Warning: a.Warning, WarnedAt: a.WarnedAt}
 		if pr := a.Preemptor; pr != nil {

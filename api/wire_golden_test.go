@@ -47,6 +47,7 @@ func wireServer(t *testing.T) *Server {
 	q.Waiting[1].Demand = scheduler.Demand{Family: "a100plus", GPUs: 2}
 	q.Waiting[1].ExpectedStart = &scheduler.ExpectedStart{Because: jobA + " has no time limit"}
 	q.Running[1].Released = []int{0}
+	q.Running[1].OnLoan = true
 	q.Nodes = []scheduler.NodeInfo{
 		{Name: "sr006-a100plus-1", Family: "a100plus", GPUs: 8, FreeGPUs: 1, AllocatedGPUs: 5, ReleasingGPUs: 2,
 			ReservedFor: jobA2, HeldGPUs: 1, HeldFor: jobB},
@@ -64,7 +65,7 @@ func wireServer(t *testing.T) *Server {
 		EndReason: "preempted", ExitCode: &exit, Preemptor: &scheduler.Preemptor{Job: jobB, Class: scheduler.High, Kind: scheduler.KindJob},
 		Placement: []scheduler.WorkerPlacement{{Worker: 0, Node: "sr006-a100plus-2", GPUs: []int{4}}, {Worker: 1, Node: "sr006-a100plus-1", GPUs: []int{5}}},
 		URL:       "http://127.0.0.1:8888/", NoticeDeadline: at(19), NoticeReason: protocol.NoticeReasonPreempted, NoticedAt: at(18), CheckpointAt: at(18),
-		ExitedOnNoticeAt: at(19), Warning: "idle for 50 minutes", WarnedAt: at(15),
+		ExitedOnNoticeAt: at(19), Warning: "idle for 50 minutes", WarnedAt: at(15), OnLoan: true,
 		Released: []protocol.WorkerRelease{{Worker: 1, At: *at(19)}, {Worker: 0, At: *at(20)}}}}, nb.status.Attempts...)
 	fb.seal()
 	s.backend = placedBackend{fb}

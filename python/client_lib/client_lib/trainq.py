@@ -146,6 +146,17 @@ class JobStatus:
         return self.preemptors[-1] if self.preemptors else None
 
     @property
+    def on_loan(self):
+        """Whether the running attempt started on capacity reserved for a job
+        that has waited longer, because its time limit or runtime estimate
+        ends it first: past that, it gets a notice (reason ``loan_due``) and
+        gives the capacity back, then reruns without spending max_retry."""
+        if not self.attempts:
+            return False
+        last = self.attempts[-1]
+        return bool(last.get("on_loan")) and not last.get("ended_at")
+
+    @property
     def started(self):
         """Whether an attempt of the job has started on its nodes."""
         return any(a.get("started_at") for a in self.attempts) or self.running_at is not None

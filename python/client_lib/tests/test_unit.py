@@ -147,6 +147,16 @@ class TestJobRequest(Base):
         trainq.status(NAME)
         self.assertEqual(self.api.requests[-1].query, {}, "not asked unless wanted")
 
+    def test_status_says_a_running_attempt_is_on_loan(self):
+        body = status_body("Running")
+        body.update(attempts=[{"number": 1, "queued_at": "2026-11-30T12:00:00Z", "started_at": "2026-11-30T12:01:00Z", "on_loan": True}])
+        self.api.route("GET", "/jobs/" + NAME, body=body)
+        self.assertTrue(trainq.status(NAME).on_loan)
+        body["attempts"][0]["ended_at"] = "2026-11-30T12:30:00Z"
+        self.assertFalse(trainq.status(NAME).on_loan, "an ended attempt is no longer on loan")
+        body["attempts"] = [{"number": 1, "queued_at": "2026-11-30T12:00:00Z", "started_at": "2026-11-30T12:01:00Z"}]
+        self.assertFalse(trainq.status(NAME).on_loan)
+
     def test_each_submit_is_a_new_job_and_a_retry_keeps_its_key(self):
         answers = [(503, {"Retry-After": "1"}, {"error": {"code": "temporal_unavailable", "message": "try again"}})]
 
