@@ -248,9 +248,11 @@
 //     the same instant may decide such preemptions already (Schedule's promise that it decides
 //     nothing holds without Backfill).
 //
-// Nothing of this is new state: the reserved nodes are those the last pass reserved
-// (Pool.heads, in the snapshot), and the starts are recomputed each pass from the running jobs'
-// starts and RunLimits, which the snapshot keeps.
+// The only state this adds is a running job's loan (in the snapshot): the reserved nodes are
+// those the last pass reserved (Pool.heads, in the snapshot), and the starts are recomputed each
+// pass from the running jobs' starts and RunLimits, which the snapshot keeps. (When the last
+// grant was and when a head last moved its reservation serve only NextWake; a restored pool
+// runs its first pass in full anyway.)
 //
 // # Starvation
 //
