@@ -194,7 +194,8 @@ func walkAsOtherWorkspace(t *testing.T, do func(method, path, body string) answe
 }
 
 // recorderDo sends requests to s with token, as httptest requests; a
-// followed log is cut after a moment.
+// followed log is cut after a moment (any other answer may take as long as a
+// busy machine makes it).
 func recorderDo(s *Server, token string) func(method, path, body string) answer {
 	return func(method, path, body string) answer {
 		req := httptest.NewRequest(method, path, strings.NewReader(body))
@@ -202,7 +203,11 @@ func recorderDo(s *Server, token string) func(method, path, body string) answer 
 		if body != "" {
 			req.Header.Set("Content-Type", "application/json")
 		}
-		ctx, cancel := context.WithTimeout(req.Context(), 300*time.Millisecond)
+		limit := 30 * time.Second
+		if strings.Contains(path, "follow=true") {
+			limit = 300 * time.Millisecond
+		}
+		ctx, cancel := context.WithTimeout(req.Context(), limit)
 		defer cancel()
 		rec := httptest.NewRecorder()
 		s.ServeHTTP(rec, req.WithContext(ctx))
