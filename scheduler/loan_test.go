@@ -9,9 +9,10 @@ import (
 	"time"
 )
 
-// loanJob is bfJob with an estimated run limit (Request.RunEstimated): nobody stops it there.
-func loanJob(name string, c Class, kind Kind, gpus int, rl time.Duration, seq int64) Request {
-	r := bfJob(name, c, gpus, rl, seq)
+// loanJob is a 1-GPU bfJob with an estimated run limit (Request.RunEstimated): nobody stops it
+// there.
+func loanJob(name string, c Class, kind Kind, rl time.Duration, seq int64) Request {
+	r := bfJob(name, c, 1, rl, seq)
 	r.Kind, r.RunEstimated = kind, true
 	return r
 }
@@ -39,7 +40,7 @@ func TestLoans(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := bfSetup(t, true)
-			r := loanJob("x", tc.class, tc.kind, 1, 30*time.Minute, 9)
+			r := loanJob("x", tc.class, tc.kind, 30*time.Minute, 9)
 			r.Preemptions = tc.preemptions
 			mustEnqueue(t, p, r)
 			d := sched(t, p, at(40))
@@ -70,7 +71,7 @@ func TestLoans(t *testing.T) {
 // reservation's owner could start sooner than planned: the owner waits for the estimate.
 func TestLoanIsNotTakenBackEarly(t *testing.T) {
 	p := bfSetup(t, true)
-	mustEnqueue(t, p, loanJob("x", High, KindJob, 1, 30*time.Minute, 9))
+	mustEnqueue(t, p, loanJob("x", High, KindJob, 30*time.Minute, 9))
 	if d := sched(t, p, at(40)); len(d.Grants) != 1 || !d.Grants[0].OnLoan {
 		t.Fatalf("at 40: want x started on loan, got %s", mustJSON(t, d))
 	}
@@ -88,12 +89,12 @@ func TestLoanIsNotTakenBackEarly(t *testing.T) {
 // estimate from now" once overrun would push the start on with every overrun).
 func TestLoanKeepsTheStart(t *testing.T) {
 	p := bfSetup(t, true)
-	mustEnqueue(t, p, loanJob("x", High, KindJob, 1, 30*time.Minute, 9))
+	mustEnqueue(t, p, loanJob("x", High, KindJob, 30*time.Minute, 9))
 	sched(t, p, at(40))
 	bfEnd(t, p, "hold") // big's start is x's estimate, 70
 	sched(t, p, at(60))
 	// At 90 x has overrun; a 1-GPU job with a 15m estimate would end at 105: after the start.
-	mustEnqueue(t, p, loanJob("y", High, KindJob, 1, 15*time.Minute, 10))
+	mustEnqueue(t, p, loanJob("y", High, KindJob, 15*time.Minute, 10))
 	d := sched(t, p, at(90))
 	if slices.ContainsFunc(d.Grants, func(g Grant) bool { return g.Job == "y" }) {
 		t.Fatalf("at 90: y must not borrow behind an overrun loan, got %s", mustJSON(t, d))
@@ -107,7 +108,7 @@ func TestLoanKeepsTheStart(t *testing.T) {
 // continues as new with it).
 func TestLoanSurvivesSnapshot(t *testing.T) {
 	p := bfSetup(t, true)
-	mustEnqueue(t, p, loanJob("x", Low, KindJob, 1, 30*time.Minute, 9))
+	mustEnqueue(t, p, loanJob("x", Low, KindJob, 30*time.Minute, 9))
 	sched(t, p, at(40))
 	q := roundTrip(t, p)
 	if ri, ok := q.Running("x"); !ok || !ri.OnLoan {
