@@ -295,21 +295,14 @@ func (sc *scratch) resvWalk(p *Pool, now time.Time, w *waitReq) bool {
 		}
 		switch {
 		case rv.job == w.r.Job:
-			sc.unhideResv(p, rv)
-			rv.active, rv.ownerWalk = false, true
-			for _, n := range rv.nodes {
-				sc.reserved[n] = false
-			}
+			sc.dropResv(p, rv)
+			rv.ownerWalk = true
 			sc.ownerNodes = append(sc.ownerNodes, rv.nodes...)
 			extra = true
 		case sc.starving && rv.class < w.r.Class:
 			// A starving walker takes no account of a lower class's reservation: it is gone for
 			// the rest of the pass (its owner may reserve anew in its own walk).
-			sc.unhideResv(p, rv)
-			rv.active = false
-			for _, n := range rv.nodes {
-				sc.reserved[n] = false
-			}
+			sc.dropResv(p, rv)
 			extra = true
 		case p.mayBorrow(now, w, rv):
 			sc.unhideResv(p, rv)
@@ -317,6 +310,16 @@ func (sc *scratch) resvWalk(p *Pool, now time.Time, w *waitReq) bool {
 		}
 	}
 	return extra
+}
+
+// dropResv ends rv for the rest of the pass: its capacity is in sight again and its nodes are
+// no longer reserved.
+func (sc *scratch) dropResv(p *Pool, rv *resv) {
+	sc.unhideResv(p, rv)
+	rv.active = false
+	for _, n := range rv.nodes {
+		sc.reserved[n] = false
+	}
 }
 
 // mayBorrow reports whether w may start on rv's capacity on loan: started now, its RunLimit ends

@@ -707,11 +707,8 @@ func (p *Pool) reserveOrReclaim(now time.Time, sc *scratch, pl *plan, w *waitReq
 	if rv.job != w.r.Job || !rv.active || slices.Equal(rv.nodes, sc.ownerNodes) {
 		return kind, nil
 	}
-	sc.unhideResv(p, rv)
-	rv.active, rv.ownerWalk = false, true
-	for _, n := range rv.nodes {
-		sc.reserved[n] = false
-	}
+	sc.dropResv(p, rv)
+	rv.ownerWalk = true
 	prevOwned := slices.Clone(sc.ownerNodes)
 	sc.ownerNodes = append(sc.ownerNodes[:0], rv.nodes...)
 	victims, takeovers, ok := p.chooseVictims(now, sc, least, key.class)
