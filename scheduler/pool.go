@@ -186,7 +186,9 @@ type Pool struct {
 	// movedAt is when a pass last saw a head move its reservation to other nodes: the requests
 	// walked before it in that pass saw the old ones reserved (see nextWake).
 	movedAt time.Time
-	sc      *scratch
+	// forecast is the record of how wrong the expected starts have been (see Forecast).
+	forecast forecastRecord
+	sc       *scratch
 }
 
 type hold struct {
@@ -599,6 +601,7 @@ func (p *Pool) Enqueue(r Request) error {
 		delete(p.memo, r.Job)
 	}
 	p.insertWaiting(p.newWaitReq(r))
+	p.forecast.enqueued(r.Job)
 	p.touch()
 	return nil
 }

@@ -15,6 +15,14 @@ type ExpectedStart struct {
 	// Because is the assumption ("if lm-mpi-job-… ends by its time limit at 14:05") or, with
 	// At zero, why there is no expected start ("lm-mpi-job-… has no time limit").
 	Because string `json:"because"`
+	// Earliest and Latest are the range 8 in 10 jobs of the allocation have started in, from
+	// its record of how wrong its expected starts were (Pool.Forecast); zero until it has one.
+	Earliest time.Time `json:"earliest,omitempty"`
+	Latest   time.Time `json:"latest,omitempty"`
+	// Projected is the projection's own start where the record corrected it (At differs).
+	Projected time.Time `json:"projected,omitempty"`
+	// Samples is how many past expected starts the correction and range rest on.
+	Samples int `json:"samples,omitempty"`
 }
 
 // Projection bounds: the events a projection plays and how far it looks ahead. A pool that
@@ -40,6 +48,7 @@ func (p *Pool) Project(now time.Time, stop time.Duration, want []string) (map[st
 	if err != nil {
 		return nil, err
 	}
+	q.forecast = forecastRecord{} // the copy's starts are not the pool's
 	if now.Before(p.lastNow) {
 		now = p.lastNow
 	}

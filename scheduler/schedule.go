@@ -894,6 +894,7 @@ func (p *Pool) applyGrants(now time.Time, pl *plan) []Grant {
 	for i, g := range pl.grants {
 		rj := p.start(now, pl, g, &ar.jobs[i], ar)
 		grants[i] = Grant{Job: rj.r.Job, Attempt: rj.r.Attempt, Placement: ar.placement(p, rj), OnLoan: rj.onLoan}
+		p.forecast.started(now, rj.r.Job, rj.r.Attempt)
 	}
 	k := 0
 	for i, w := range p.waiting {

@@ -30,7 +30,8 @@ import (
 // (SnapshotWaiting.RunLimit, SnapshotRunning.RunLimit); absent, none has one. Whether it is an
 // estimate (SnapshotWaiting.RunEstimated, SnapshotRunning.RunEstimated); absent, every RunLimit
 // is a limit. The requests' users and the fair-share accounts (Snapshot.Users,
-// Snapshot.FairShare); absent, nobody has a user and nobody has used anything.
+// Snapshot.FairShare); absent, nobody has a user and nobody has used anything. The record of the
+// expected starts' errors (Snapshot.Forecast); absent, the pool has none yet.
 const SnapshotVersion = 3
 
 // Snapshot is the whole pool state for continue-as-new: waiting requests are stored column-wise
@@ -65,6 +66,9 @@ type Snapshot struct {
 	Users []string `json:"users,omitempty"`
 	// FairShare is the usage the fair-share ordering keeps; absent when it is off.
 	FairShare *SnapshotFairShare `json:"fs,omitempty"`
+	// Forecast is the record of how wrong the expected starts have been; absent, there is none
+	// yet.
+	Forecast *SnapshotForecast `json:"fc,omitempty"`
 }
 
 // SnapshotFairShare is the state of the fair-share ordering (see Policy.Ordering).
@@ -243,6 +247,7 @@ func (p *Pool) Snapshot() Snapshot {
 		}
 	}
 	s.FairShare = p.snapshotFairShare()
+	s.Forecast = p.forecast.snapshot()
 	demands := &demandTable{s: &s, index: map[Demand]int32{}, sets: map[string]int32{}, workspaces: map[string]int32{}, users: map[string]int32{}}
 	s.Waiting = p.snapshotWaiting(demands)
 	if len(p.running) > 0 {
@@ -408,6 +413,7 @@ func Restore(s Snapshot) (*Pool, error) {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
 	p.lastNow = nt(s.Now)
+	p.forecast.restore(s.Forecast)
 	rs := &restorer{p: p, s: &s, admitted: map[admitKey]bool{}, sets: map[int32][]string{}}
 	for _, step := range []func() error{rs.fairShare, rs.lostNodes, rs.runningJobs, rs.victimOrder, rs.waitingRequests, rs.classHeads, rs.holds, rs.memo} {
 		if err := step(); err != nil {

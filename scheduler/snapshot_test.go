@@ -206,7 +206,7 @@ func TestSnapshotV1Restores(t *testing.T) {
 		t.Fatalf("restored view differs from the scenario's:\n%s\n%s", a, b)
 	}
 	migrated, qs := p.Snapshot(), q.Snapshot()
-	qs.Heads, qs.Waiting.Preemptions, qs.Holds = nil, nil, nil
+	qs.Heads, qs.Waiting.Preemptions, qs.Holds, qs.Forecast = nil, nil, nil, nil
 	for i := range qs.Running {
 		qs.Running[i].Preemptions = 0
 	}
@@ -238,7 +238,7 @@ func TestSnapshotV2Restores(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := v2Scenario(t)
-	if a, b := mustJSON(t, p.Snapshot()), mustJSON(t, want.Snapshot()); a != b {
+	if a, b := mustJSON(t, p.Snapshot()), mustJSON(t, withoutForecast(want.Snapshot())); a != b {
 		t.Fatalf("restored version-2 snapshot differs from the scenario:\n%s\n%s", a, b)
 	}
 	if a, b := mustJSON(t, p.View()), mustJSON(t, want.View()); a != b {
@@ -398,4 +398,11 @@ func TestSnapshotCarriesHonorsNotice(t *testing.T) {
 	if d := sched(t, q, at(10)); !slices.Equal(victims(d), []string{"old"}) {
 		t.Fatalf("victims %v, want old (it honours its notice: it loses nothing)", victims(d))
 	}
+}
+
+// withoutForecast is s without the record of the expected starts' errors, which snapshots written
+// before it lack.
+func withoutForecast(s Snapshot) Snapshot {
+	s.Forecast = nil
+	return s
 }
