@@ -19,8 +19,12 @@ const (
 	DefaultRateWindow = time.Hour
 )
 
-// BaselineName names the baseline model in ETAReport.Models.
-const BaselineName = "position÷rate"
+// BaselineName names the baseline model in ETAReport.Models, ForecastName the estimates model's
+// projection corrected by the pool's record of its errors (scheduler.Pool.Forecast).
+const (
+	BaselineName = "position÷rate"
+	ForecastName = "forecast"
+)
 
 // ETAErrors is how far one model's expected starts were from the actual starts, over the
 // measured jobs (ETAReport.Measured).
@@ -59,6 +63,12 @@ type ETAModel struct {
 	// Accuracy is how the model's estimates compared with the true runtimes, over every job
 	// that carried one (not only the measured jobs).
 	Accuracy *EstimateAccuracy `json:"accuracy,omitempty"`
+	// RangeAtSubmission and RangeBeforeStart say how the forecast's ranges held.
+	RangeAtSubmission *ETARange `json:"range_at_submission,omitempty"`
+	RangeBeforeStart  *ETARange `json:"range_before_start,omitempty"`
+	// RangeEveryWaiter is RangeAtSubmission over every job that waited after its submission's
+	// pass, however briefly (in the sample): whether a job will wait long is not known when asked.
+	RangeEveryWaiter *ETARange `json:"range_every_waiter,omitempty"`
 	// Projections counts the Pool.Project calls, ProjectWall what they cost in wall-clock time.
 	Projections int     `json:"projections,omitempty"`
 	ProjectWall Seconds `json:"project_wall,omitempty"`
@@ -85,6 +95,9 @@ type etaPred struct {
 	asked   time.Duration // when it was asked
 	set     bool
 	unknown uint8 // 0 known, 1 no estimate, 2 beyond the projection's bounds
+	// lo and hi are the forecast's range (Pool.Forecast), when ranged.
+	lo, hi time.Duration
+	ranged bool
 }
 
 // etaRun measures expected starts in a replay of a run (plain) whose waits it knows.
@@ -92,6 +105,8 @@ type etaRun struct {
 	measured   []bool
 	submitAt   []time.Duration // the first attempt's queueing, from the plain run
 	sub, bef   []etaPred       // the model's
+	fsub, fbef []etaPred       // the forecast's (the model's projection corrected by the pool's record)
+	fall       []etaPred       // the forecast's at submission, of the jobs that waited but are not measured
 	bsub, bbef []etaPred       // the baseline's
 	calls      int
 	wall       time.Duration
@@ -111,7 +126,8 @@ func sampled(seed uint64, id string, p float64) bool {
 func newETARun(s, r *sim) *etaRun {
 	n := len(s.jobs)
 	e := &etaRun{measured: make([]bool, n), submitAt: make([]time.Duration, n),
-		sub: make([]etaPred, n), bef: make([]etaPred, n), bsub: make([]etaPred, n), bbef: make([]etaPred, n)}
+		sub: make([]etaPred, n), bef: make([]etaPred, n), fsub: make([]etaPred, n), fbef: make([]etaPred, n), fall: make([]etaPred, n),
+		bsub: make([]etaPred, n), bbef: make([]etaPred, n)}
 	for i := range s.jobs {
 		st := &s.jobs[i]
 		if st.firstAt < 0 || len(st.spans) == 0 {
@@ -129,28 +145,47 @@ func newETARun(s, r *sim) *etaRun {
 	return e
 }
 
-// project asks the pool when job i is expected to start.
-func (e *etaRun) project(s *sim, i int32) etaPred {
+// stopBound is how long the projection lets a stopping job take.
+func (s *sim) stopBound() time.Duration { return s.pol.Scheduler.PreemptionNotice + s.opt.StopDelay }
+
+// project asks the pool when job i is expected to start: by the projection, and by the forecast
+// that corrects it (Pool.Forecast).
+func (e *etaRun) project(s *sim, i int32) (proj, forecast etaPred) {
 	id := s.w.Jobs[i].ID
 	start := s.opt.Clock()
-	m, err := s.pool.Project(Epoch.Add(s.now), s.pol.Scheduler.PreemptionNotice+s.opt.StopDelay, []string{id})
+	m, err := s.pool.Forecast(Epoch.Add(s.now), s.stopBound(), []string{id})
 	e.wall += s.opt.Clock().Sub(start)
 	e.calls++
 	if err != nil {
 		e.err = cmpOr(e.err, fmt.Errorf("project %s: %w", id, err))
-		return etaPred{set: true, unknown: 2}
+		return etaPred{set: true, unknown: 2}, etaPred{set: true, unknown: 2}
 	}
 	x, ok := m[id]
-	switch {
-	case !ok:
+	if !ok {
 		e.err = cmpOr(e.err, fmt.Errorf("project %s: no answer for a waiting job", id))
-		return etaPred{set: true, unknown: 2}
-	case x.At.IsZero() && strings.Contains(x.Because, "without a time limit"):
-		return etaPred{set: true, unknown: 1}
-	case x.At.IsZero():
-		return etaPred{set: true, unknown: 2}
+		return etaPred{set: true, unknown: 2}, etaPred{set: true, unknown: 2}
 	}
-	return etaPred{at: x.At.Sub(Epoch), asked: s.now, set: true}
+	raw := x.At
+	if !x.Projected.IsZero() || !x.Earliest.IsZero() && strings.HasPrefix(x.Because, "from its place") {
+		raw = x.Projected
+	}
+	proj = etaPred{set: true, asked: s.now}
+	switch {
+	case raw.IsZero() && strings.Contains(x.Because, "without a time limit"):
+		proj.unknown = 1
+	case raw.IsZero():
+		proj.unknown = 2
+	default:
+		proj.at = raw.Sub(Epoch)
+	}
+	forecast = etaPred{set: true, asked: s.now, at: x.At.Sub(Epoch), ranged: !x.Earliest.IsZero()}
+	if x.At.IsZero() {
+		forecast = proj
+	}
+	if forecast.ranged {
+		forecast.lo, forecast.hi = x.Earliest.Sub(Epoch), x.Latest.Sub(Epoch)
+	}
+	return proj, forecast
 }
 
 func cmpOr(a, b error) error {
@@ -204,19 +239,27 @@ func (s *sim) position(i int32) int {
 
 // submitted measures job i just after its submission's pass.
 func (e *etaRun) submitted(s *sim, i int32) {
-	if !e.measured[i] || s.jobs[i].phase != phWaiting {
+	if s.jobs[i].phase != phWaiting || s.jobs[i].attempt != 1 {
 		return
 	}
-	e.sub[i], e.bsub[i] = e.project(s, i), e.baseline(s, i)
+	if !e.measured[i] {
+		if sampled(s.opt.ETASeed, s.w.Jobs[i].ID, s.opt.ETASample) {
+			_, e.fall[i] = e.project(s, i) // for the ranges' calibration over every job that waited
+		}
+		return
+	}
+	e.sub[i], e.fsub[i] = e.project(s, i)
+	e.bsub[i] = e.baseline(s, i)
 	if s.jobs[i].firstAt < 0 && !e.bef[i].set && e.submitAt[i]+ETALead >= s.firstAtPlan(i) {
-		e.bef[i], e.bbef[i] = e.sub[i], e.bsub[i] // it starts ETALead after its submission: no later probe
+		e.bef[i], e.fbef[i], e.bbef[i] = e.sub[i], e.fsub[i], e.bsub[i] // it starts ETALead after its submission: no later probe
 	}
 }
 
 // probe measures job i ETALead before its start.
 func (e *etaRun) probe(s *sim, i int32) {
 	if st := &s.jobs[i]; st.phase == phWaiting && st.attempt == 1 {
-		e.bef[i], e.bbef[i] = e.project(s, i), e.baseline(s, i)
+		e.bef[i], e.fbef[i] = e.project(s, i)
+		e.bbef[i] = e.baseline(s, i)
 	}
 }
 
@@ -281,8 +324,13 @@ func quantileF(sorted []float64, q float64) float64 {
 }
 
 // models is what e measured in run r: the model's errors and the baseline's.
-func (e *etaRun) models(r *sim, name string) (ETAModel, ETAModel) {
-	var ms, mb, bs, bb []etaRec
+func (e *etaRun) models(r *sim, name string) (ETAModel, ETAModel, ETAModel) {
+	var ms, mb, fs, fb, fa, bs, bb []etaRec
+	for i := range r.jobs {
+		if p := e.fall[i]; p.set && r.jobs[i].firstAt >= 0 {
+			fa = append(fa, etaRec{p, r.jobs[i].firstAt, r.jobs[i].firstAt - r.jobs[i].spans[0].from})
+		}
+	}
 	with := 0
 	for i := range r.jobs {
 		if !e.measured[i] {
@@ -292,6 +340,9 @@ func (e *etaRun) models(r *sim, name string) (ETAModel, ETAModel) {
 		actual, wait := st.firstAt, st.firstAt-e.submitAt[i]
 		ms = append(ms, etaRec{e.sub[i], actual, wait})
 		mb = append(mb, etaRec{e.bef[i], actual, wait})
+		fs = append(fs, etaRec{e.fsub[i], actual, wait})
+		fa = append(fa, etaRec{e.fsub[i], actual, wait})
+		fb = append(fb, etaRec{e.fbef[i], actual, wait})
 		bs = append(bs, etaRec{e.bsub[i], actual, wait})
 		bb = append(bb, etaRec{e.bbef[i], actual, wait})
 		if st.hasEst {
@@ -302,8 +353,51 @@ func (e *etaRun) models(r *sim, name string) (ETAModel, ETAModel) {
 	if r.est.Kind == EstimateLearned {
 		m.WithEstimate = with
 	}
+	f := ETAModel{Name: fmt.Sprintf("%s (%s)", ForecastName, name), AtSubmission: etaErrors(fs), BeforeStart: etaErrors(fb),
+		RangeAtSubmission: etaRange(fs), RangeBeforeStart: etaRange(fb), RangeEveryWaiter: etaRange(fa)}
 	b := ETAModel{Name: fmt.Sprintf("%s (%s)", BaselineName, Dur(r.rateWindow())), AtSubmission: etaErrors(bs), BeforeStart: etaErrors(bb)}
-	return m, b
+	return m, f, b
+}
+
+// ETARange is how well a model's ranges held: Ranged is the known expected starts that came with
+// a range, InsidePct the share of them whose job started inside it, WidthP50 the median width of
+// the range ÷ the job's wait, in percent.
+type ETARange struct {
+	Ranged      int     `json:"ranged"`
+	RangedPct   float64 `json:"ranged_pct"`
+	InsidePct   float64 `json:"inside_pct"`
+	WidthP50Pct float64 `json:"width_p50_pct"`
+}
+
+// etaRange summarises the ranges of recs.
+func etaRange(recs []etaRec) *ETARange {
+	var out ETARange
+	var widths []float64
+	inside, known := 0, 0
+	for _, r := range recs {
+		if !r.pred.set || r.pred.unknown != 0 {
+			continue
+		}
+		known++
+		if !r.pred.ranged {
+			continue
+		}
+		out.Ranged++
+		if r.actual >= r.pred.lo && r.actual <= r.pred.hi {
+			inside++
+		}
+		if r.wait > 0 {
+			widths = append(widths, 100*float64(r.pred.hi-r.pred.lo)/float64(r.wait))
+		}
+	}
+	if out.Ranged == 0 {
+		return nil
+	}
+	slices.Sort(widths)
+	out.RangedPct = 100 * float64(out.Ranged) / float64(known)
+	out.InsidePct = 100 * float64(inside) / float64(out.Ranged)
+	out.WidthP50Pct = quantileF(widths, 0.5)
+	return &out
 }
 
 // measure replays the run s (which has played) once per estimates model, or once without, to
@@ -353,8 +447,8 @@ func (s *sim) measure(res *Result) error {
 		if r.eta.err != nil {
 			return r.eta.err
 		}
-		mm, bm := r.eta.models(r, m.String())
-		rep.Models = append(rep.Models, mm)
+		mm, fm, bm := r.eta.models(r, m.String())
+		rep.Models = append(rep.Models, mm, fm)
 		if k == 0 {
 			baseline = bm
 			for i := range r.eta.measured {

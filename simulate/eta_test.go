@@ -170,10 +170,17 @@ func TestETAMeasured(t *testing.T) {
 	opt := Options{StopDelay: time.Second, MaxRetry: -1, Estimates: []Estimates{{Kind: EstimateExact}, {Kind: EstimateLimit, Factor: 2}}}
 	r := run(t, w, prio, opt)
 	e := r.ETA
-	if e == nil || e.Waited != 2 || e.Measured != 2 || len(e.Models) != 3 {
+	if e == nil || e.Waited != 2 || e.Measured != 2 || len(e.Models) != 5 {
 		t.Fatalf("eta %+v", e)
 	}
-	ex, lim, base := e.Models[0], e.Models[1], e.Models[2]
+	ex, lim, base := e.Models[0], e.Models[2], e.Models[4]
+	// With fewer samples than a forecast needs, it is the projection, without a range.
+	for _, k := range []int{0, 2} {
+		m, f := e.Models[k], e.Models[k+1]
+		if f.Name != "forecast ("+m.Name+")" || f.AtSubmission != m.AtSubmission || f.BeforeStart != m.BeforeStart || f.RangeAtSubmission != nil {
+			t.Errorf("%s: %+v, want the projection's errors %+v and no range", f.Name, f, m)
+		}
+	}
 	// Exact: at its submission h is expected at 1h (it is first in line) and starts then; b is
 	// expected at 1h when it is submitted (h is not there yet) but starts at 1h10m: 10m late.
 	if a := ex.AtSubmission; a.Known != 2 || a.AbsP50 != 0 || a.AbsP90.D() != 10*time.Minute || a.Late != 1 {
@@ -240,7 +247,7 @@ func TestEstimateAccuracy(t *testing.T) {
 	}}
 	opt := Options{StopDelay: time.Second, MaxRetry: -1, Estimates: []Estimates{{Kind: EstimateExact}, {Kind: EstimateLimit, Factor: 2}, {Kind: EstimateLearned}}}
 	r := run(t, w, prio, opt)
-	if r.ETA == nil || len(r.ETA.Models) != 4 {
+	if r.ETA == nil || len(r.ETA.Models) != 7 {
 		t.Fatalf("eta %+v", r.ETA)
 	}
 	for k, want := range []EstimateAccuracy{
@@ -248,12 +255,12 @@ func TestEstimateAccuracy(t *testing.T) {
 		{Jobs: 4, Below: 0, MedianRatio: 2, P10Ratio: 2},
 		{Jobs: 1, Below: 1, MedianRatio: 0.25, P10Ratio: 0.25},
 	} {
-		if got := r.ETA.Models[k].Accuracy; got == nil || *got != want {
-			t.Errorf("%s: accuracy %+v, want %+v", r.ETA.Models[k].Name, got, want)
+		if got := r.ETA.Models[2*k].Accuracy; got == nil || *got != want {
+			t.Errorf("%s: accuracy %+v, want %+v", r.ETA.Models[2*k].Name, got, want)
 		}
 	}
-	if r.ETA.Models[3].Accuracy != nil {
-		t.Errorf("the baseline carries no estimates: %+v", r.ETA.Models[3].Accuracy)
+	if r.ETA.Models[6].Accuracy != nil {
+		t.Errorf("the baseline carries no estimates: %+v", r.ETA.Models[6].Accuracy)
 	}
 	var b strings.Builder
 	WriteMarkdown(&b, []*Result{r})

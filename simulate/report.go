@@ -629,6 +629,13 @@ func writeETA(w io.Writer, r *Result) {
 			Dur(b.AbsP50.D()), Dur(b.AbsP90.D()), relText(b.RelP50), relText(b.RelP90), unknownText(b))
 	}
 	fmt.Fprintln(w)
+	for _, m := range e.Models {
+		if a, b := m.RangeAtSubmission, m.RangeBeforeStart; a != nil || b != nil {
+			fmt.Fprintf(w, "Ranges of %s (10th to 90th percentile): at submission %s; %s before the start %s; at submission, over every job that waited at all, %s.\n",
+				m.Name, rangeText(a), Dur(e.Lead.D()), rangeText(b), rangeText(m.RangeEveryWaiter))
+		}
+	}
+	fmt.Fprintln(w)
 	var calls int
 	var wallT time.Duration
 	for _, m := range e.Models {
@@ -649,6 +656,14 @@ func writeETA(w io.Writer, r *Result) {
 	if accuracy {
 		fmt.Fprintln(w)
 	}
+}
+
+// rangeText says how one set of ranges held.
+func rangeText(r *ETARange) string {
+	if r == nil {
+		return "none"
+	}
+	return fmt.Sprintf("%.0f%% of %d ranged starts inside (%.0f%% of the known had one), median width %.0f%% of the wait", r.InsidePct, r.Ranged, r.RangedPct, r.WidthP50Pct)
 }
 
 func unknownText(x ETAErrors) string {

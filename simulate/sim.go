@@ -386,6 +386,9 @@ func (s *sim) loop() (time.Duration, error) {
 		if err := s.schedule(); err != nil {
 			return 0, err
 		}
+		if s.eta != nil {
+			s.pool.SampleForecasts(Epoch.Add(s.now), s.stopBound())
+		}
 		if e.kind == evArrive && s.eta != nil {
 			s.eta.submitted(s, e.job)
 		}
