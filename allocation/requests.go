@@ -332,6 +332,7 @@ func (s *State) Pass(now time.Time) []Command {
 // that a pass never decides much more than it can deliver.
 func (s *State) PassAtMost(now time.Time, maxSignals int) (cmds []Command, more bool) {
 	d := s.Pool.ScheduleAtMost(now, maxSignals)
+	s.Pool.SampleForecasts(now, s.stopBound())
 	return s.decided(d), d.More
 }
 

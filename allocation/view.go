@@ -104,8 +104,9 @@ func (s *State) View(page protocol.QueuePage, recovering bool, now time.Time) pr
 	return v
 }
 
-// ExpectedStart is when job, if it waits, is expected to start (see
-// scheduler.Pool.Project); nil if it does not wait.
+// ExpectedStart is when job, if it waits, is expected to start, with the
+// range it will likely start in (see scheduler.Pool.Forecast); nil if it does
+// not wait.
 func (s *State) ExpectedStart(job string, now time.Time) *scheduler.ExpectedStart {
 	if _, ok := s.Pool.Waiting(job); !ok {
 		return nil
@@ -116,11 +117,16 @@ func (s *State) ExpectedStart(job string, now time.Time) *scheduler.ExpectedStar
 	return nil
 }
 
-// expectedStarts projects the pool for the waiting jobs listed; a failed
-// projection answers unknown, with why.
+// stopBound is how long a stopping worker takes at most: its notice, then its
+// grace period.
+func (s *State) stopBound() time.Duration {
+	return s.Pool.Policy().PreemptionNotice + s.Config.StopGracePeriod
+}
+
+// expectedStarts forecasts the waiting jobs listed; a failed projection
+// answers unknown, with why.
 func (s *State) expectedStarts(now time.Time, jobs []string) map[string]scheduler.ExpectedStart {
-	// A stopping worker takes its notice, then its grace period, at most.
-	expected, err := s.Pool.Project(now, s.Pool.Policy().PreemptionNotice+s.Config.StopGracePeriod, jobs)
+	expected, err := s.Pool.Forecast(now, s.stopBound(), jobs)
 	if err != nil {
 		expected = map[string]scheduler.ExpectedStart{}
 		for _, job := range jobs {

@@ -212,6 +212,10 @@ type dryRunAnswer struct {
 	// why it is unknown.
 	ExpectedStartAt *time.Time `json:"expected_start_at,omitempty"`
 	ExpectedStart   string     `json:"expected_start,omitempty"`
+	// ExpectedStartEarliest and ExpectedStartLatest: the range it will
+	// likely start in (8 in 10 jobs do), once the allocation can say it.
+	ExpectedStartEarliest *time.Time `json:"expected_start_earliest,omitempty"`
+	ExpectedStartLatest   *time.Time `json:"expected_start_latest,omitempty"`
 	Notes           []string   `json:"notes,omitempty"`
 	Warnings        []string   `json:"warnings,omitempty"`
 }
@@ -233,6 +237,7 @@ func (s *Server) dryRun(w http.ResponseWriter, r *http.Request, p Principal, che
 	}
 	if e := d.ExpectedStart; e != nil {
 		out.ExpectedStartAt, out.ExpectedStart = expectedAt(e), expectedText(e)
+		out.ExpectedStartEarliest, out.ExpectedStartLatest = expectedRange(e)
 	}
 	if d.Idle {
 		out.Notes = append(out.Notes, "the allocation has no allocator yet: this is the answer of the empty allocation")
@@ -381,6 +386,10 @@ type jobView struct {
 	// and the assumption, or why it is unknown.
 	ExpectedStartAt *time.Time `json:"expected_start_at,omitempty"`
 	ExpectedStart   string     `json:"expected_start,omitempty"`
+	// ExpectedStartEarliest and ExpectedStartLatest: the range it will
+	// likely start in (8 in 10 jobs do), once the allocation can say it.
+	ExpectedStartEarliest *time.Time `json:"expected_start_earliest,omitempty"`
+	ExpectedStartLatest   *time.Time `json:"expected_start_latest,omitempty"`
 	// StopTimer is ML Space's stop_timer in minutes (0: none).
 	StopTimer int `json:"stop_timer,omitempty"`
 	// RuntimeEstimateSeconds and RuntimeEstimate, for a job without a
@@ -504,6 +513,7 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request, p Principal) {
 			e = &scheduler.ExpectedStart{Because: "unknown: the allocator did not answer: " + err.Error()}
 		}
 		v.ExpectedStartAt, v.ExpectedStart = expectedAt(e), expectedText(e)
+		v.ExpectedStartEarliest, v.ExpectedStartLatest = expectedRange(e)
 	}
 	if ml {
 		out := mlspaceJobOf(info.RunID, &v)

@@ -35,6 +35,11 @@ type waitingView struct {
 	// is unknown.
 	ExpectedStartAt *time.Time `json:"expected_start_at,omitempty"`
 	ExpectedStart   string     `json:"expected_start,omitempty"`
+	// ExpectedStartEarliest and ExpectedStartLatest: the range it will
+	// likely start in (8 in 10 jobs do), once the allocation has a record of
+	// how wrong its expected starts were.
+	ExpectedStartEarliest *time.Time `json:"expected_start_earliest,omitempty"`
+	ExpectedStartLatest   *time.Time `json:"expected_start_latest,omitempty"`
 }
 
 type runningView struct {
@@ -187,6 +192,8 @@ func redactedJobs(v protocol.QueueView, page protocol.QueuePage, rd *redactor) q
 			Priority: q.Class.String(), GPUCount: q.GPUs, NWorkers: q.Workers, Demand: perWorkerOf(q.Demand), Attempt: q.Attempt,
 			Reason: q.Reason, WaitingFor: rd.names(q.WaitingFor), Nominated: rd.names(q.Nominated), WaitingSince: q.SubmittedAt,
 			ExpectedStartAt: expectedAt(q.ExpectedStart), ExpectedStart: expectedText(q.ExpectedStart)})
+		last := &out.Waiting[len(out.Waiting)-1]
+		last.ExpectedStartEarliest, last.ExpectedStartLatest = expectedRange(q.ExpectedStart)
 	}
 	for _, run := range v.Running {
 		rv := runningView{JobName: rd.name(run.Job), Type: string(run.Kind), Priority: run.Class.String(), GPUCount: run.GPUs,
@@ -368,6 +375,17 @@ func expectedAt(e *scheduler.ExpectedStart) *time.Time {
 	}
 	at := e.At
 	return &at
+}
+
+// expectedRange is the range the job will likely start in (8 in 10 jobs of the
+// allocation have started in theirs), or nils while the allocation has no
+// record to say it.
+func expectedRange(e *scheduler.ExpectedStart) (earliest, latest *time.Time) {
+	if e == nil || e.Earliest.IsZero() || e.Latest.IsZero() {
+		return nil, nil
+	}
+	lo, hi := e.Earliest, e.Latest
+	return &lo, &hi
 }
 
 func expectedText(e *scheduler.ExpectedStart) string {

@@ -31,7 +31,8 @@ func (b placedBackend) DryRun(ctx context.Context, spec protocol.CheckedSpec) (c
 		Preempts:  []string{jobA},
 		Waiting:   &scheduler.WaitingInfo{Job: "dry-run", Position: 3, Reason: "waiting for " + jobA + " to release 2 GPUs"},
 		ExpectedStart: &scheduler.ExpectedStart{At: time.Date(2026, 11, 30, 14, 0, 0, 0, time.UTC),
-			Because: "if " + jobA + " ends by its time limit at 14:00"},
+			Because:  "if " + jobA + " ends by its time limit at 14:00",
+			Earliest: time.Date(2026, 11, 30, 13, 40, 0, 0, time.UTC), Latest: time.Date(2026, 11, 30, 15, 10, 0, 0, time.UTC)},
 	}}, nil
 }
 
@@ -43,7 +44,8 @@ func wireServer(t *testing.T) *Server {
 	now := time.Unix(1_700_000_500, 0).UTC()
 	q := &fb.queue
 	q.Waiting[0].Demand = scheduler.Demand{Family: "a100plus", GPUs: 2, VRAMGB: 80, CPU: 24, RAMGB: 192}
-	q.Waiting[0].ExpectedStart = &scheduler.ExpectedStart{At: now.Add(time.Hour), Because: "if " + jobA + " ends by its time limit"}
+	q.Waiting[0].ExpectedStart = &scheduler.ExpectedStart{At: now.Add(time.Hour), Because: "if " + jobA + " ends by its time limit",
+		Earliest: now.Add(40 * time.Minute), Latest: now.Add(2 * time.Hour), Projected: now.Add(50 * time.Minute), Samples: 120}
 	q.Waiting[1].Demand = scheduler.Demand{Family: "a100plus", GPUs: 2}
 	q.Waiting[1].ExpectedStart = &scheduler.ExpectedStart{Because: jobA + " has no time limit"}
 	q.Running[1].Released = []int{0}

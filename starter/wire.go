@@ -213,13 +213,22 @@ func preemptorOf(p *scheduler.Preemptor) *preemptorView {
 type expectedStartView struct {
 	At      time.Time `json:"at,omitempty"`
 	Because string    `json:"because"`
+	// Earliest and Latest are the range it will likely start in (8 in 10
+	// jobs of the allocation do), once the allocation can say it.
+	Earliest *time.Time `json:"earliest,omitempty"`
+	Latest   *time.Time `json:"latest,omitempty"`
 }
 
 func expectedStartOf(e *scheduler.ExpectedStart) *expectedStartView {
 	if e == nil {
 		return nil
 	}
-	return &expectedStartView{At: e.At, Because: e.Because}
+	v := &expectedStartView{At: e.At, Because: e.Because}
+	if !e.Earliest.IsZero() && !e.Latest.IsZero() {
+		lo, hi := e.Earliest, e.Latest
+		v.Earliest, v.Latest = &lo, &hi
+	}
+	return v
 }
 
 // statusView is trainq status's answer: the job's status, its attempts and

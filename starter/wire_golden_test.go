@@ -39,7 +39,8 @@ func wireWaiting() scheduler.WaitingInfo {
 		Demand: scheduler.Demand{Family: "a100plus", GPUs: 2, VRAMGB: 80, CPU: 24, RAMGB: 192}, GPUs: 4, Position: 3,
 		Reason: "waiting for lm-mpi-job-r to release 2 GPUs", WaitingFor: []string{"lm-mpi-job-r"}, Nominated: []string{"lm-mpi-job-v"},
 		Reserved: []string{"sr006-a100plus-2"}, Nodes: []string{"sr006-a100plus-1", "sr006-a100plus-2"}, SubmittedAt: *at(-30), Seq: 17,
-		ExpectedStart: &scheduler.ExpectedStart{At: *at(60), Because: "if lm-mpi-job-r ends by its time limit at 13:00"}}
+		ExpectedStart: &scheduler.ExpectedStart{At: *at(60), Because: "if lm-mpi-job-r ends by its time limit at 13:00",
+			Earliest: *at(40), Latest: *at(120), Projected: *at(50), Samples: 120}}
 }
 
 // wireQueue is a queue view with every field set.
@@ -91,7 +92,8 @@ func wireStatus() protocol.JobStatus {
 func wireDryRun() client.DryRunAnswer {
 	w := wireWaiting()
 	return client.DryRunAnswer{DryRun: scheduler.DryRun{Start: true, Placement: wirePlacement(), Preempts: []string{"lm-mpi-job-r"},
-		Waiting: &w, ExpectedStart: &scheduler.ExpectedStart{At: *at(60), Because: "if lm-mpi-job-r ends by its time limit at 13:00"}},
+		Waiting: &w, ExpectedStart: &scheduler.ExpectedStart{At: *at(60), Because: "if lm-mpi-job-r ends by its time limit at 13:00",
+			Earliest: *at(40), Latest: *at(120), Projected: *at(50), Samples: 120}},
 		Region: "SR006", Allocation: "default", Idle: true}
 }
 

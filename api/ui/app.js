@@ -333,7 +333,10 @@ async function queueView(seq) {
       el("td", {}, el("i", { class: w.priority, "aria-hidden": "true" }), " ", w.priority), el("td", { text: w.type }),
       el("td", { class: "num", text: w.gpu_count }), el("td", { title: fmtTime(w.waiting_since), text: fmtAgo(w.waiting_since) }),
       el("td", { class: "reason", text: w.reason }),
-      el("td", { class: "reason" }, w.expected_start_at ? el("strong", { text: fmtTime(w.expected_start_at) }) : "", w.expected_start_at ? el("br") : "",
+      el("td", { class: "reason" }, w.expected_start_at ? el("strong", { text: fmtTime(w.expected_start_at) }) : "",
+        w.expected_start_earliest ? el("span", { class: "eta-range", title: "8 in 10 jobs of this allocation start within their range",
+          text: " likely " + fmtTime(w.expected_start_earliest) + " – " + fmtTime(w.expected_start_latest) }) : "",
+        w.expected_start_at ? el("br") : "",
         el("span", { class: "muted", text: w.expected_start || "" })))));
   const running = el("table", { id: "running-table", "aria-label": "running jobs" },
     el("tr", {}, ["job", "class", "GPUs", "attempt", "running", "state"].map((h) => el("th", { text: h }))),

@@ -127,6 +127,11 @@ class JobStatus:
     #: is expected to start (None: unknown) and the assumption, or why unknown.
     expected_start_at: Optional[datetime.datetime] = None
     expected_start: str = ""
+    #: The range it will likely start in (8 in 10 jobs of the allocation do),
+    #: once the allocation has a record of how wrong its expected starts were;
+    #: None until then.
+    expected_start_earliest: Optional[datetime.datetime] = None
+    expected_start_latest: Optional[datetime.datetime] = None
     #: ML Space's stop_timer in minutes (0: none).
     stop_timer: int = 0
     #: For a job without a stop_timer: how long it is expected to run, learned
@@ -176,6 +181,8 @@ class JobStatus:
                    pending_at=parse_time(d.get("pending_at")), running_at=parse_time(d.get("running_at")),
                    completed_at=parse_time(d.get("completed_at")), attempts=list(d.get("attempts") or []),
                    expected_start_at=parse_time(d.get("expected_start_at")), expected_start=d.get("expected_start") or "",
+                   expected_start_earliest=parse_time(d.get("expected_start_earliest")),
+                   expected_start_latest=parse_time(d.get("expected_start_latest")),
                    stop_timer=d.get("stop_timer") or 0, runtime_estimate_seconds=d.get("runtime_estimate_seconds"),
                    runtime_estimate=d.get("runtime_estimate") or "", raw=d)
 

@@ -144,6 +144,16 @@ class TestJobRequest(Base):
         self.assertEqual(self.api.requests[-1].query, {"expected_start": ["true"]})
         self.assertEqual(st.expected_start_at, datetime.datetime(2026, 11, 30, 13, 0, tzinfo=datetime.timezone.utc))
         self.assertIn("ends by its time limit", st.expected_start)
+        self.assertIsNone(st.expected_start_earliest)  # no range until the allocation has a record
+
+    def test_status_with_expected_start_range(self):
+        body = status_body("Pending")
+        body.update(expected_start_at="2026-11-30T13:00:00Z", expected_start="if lm-mpi-job-x ends by its time limit at 13:00",
+                    expected_start_earliest="2026-11-30T12:40:00Z", expected_start_latest="2026-11-30T15:10:00Z")
+        self.api.route("GET", "/jobs/" + NAME, body=body)
+        st = trainq.status(NAME, expected_start=True)
+        self.assertEqual(st.expected_start_earliest, datetime.datetime(2026, 11, 30, 12, 40, tzinfo=datetime.timezone.utc))
+        self.assertEqual(st.expected_start_latest, datetime.datetime(2026, 11, 30, 15, 10, tzinfo=datetime.timezone.utc))
         trainq.status(NAME)
         self.assertEqual(self.api.requests[-1].query, {}, "not asked unless wanted")
 
