@@ -333,11 +333,12 @@ func (p *Pool) Forecast(now time.Time, stop time.Duration, want []string) (map[s
 		now = p.lastNow
 	}
 	fc := &p.forecast
-	for job, e := range out {
-		w := p.waitIdx[job]
-		if w == nil {
+	for _, w := range p.waiting { // in launch order, not the map's: the allocator's passes replay
+		e, asked := out[w.r.Job]
+		if !asked {
 			continue
 		}
+		job := w.r.Job
 		naive := p.naiveWait(w, now)
 		var proj time.Duration = -1
 		if !e.At.IsZero() {
