@@ -326,6 +326,18 @@
 // forgets it). Pool.Adopt cannot know it; Pool.CarryUsage gives a rebuilt pool the usage of the
 // pool it replaces. Pool.Usage lists each workspace's usage, share and GPUs held.
 //
+// # Expected starts
+//
+// Pool.Project plays the pool forward by its own rules on a copy, running jobs ending by their
+// RunLimits. Pool.Forecast corrects that by the pool's record of how wrong it has been (see
+// ForecastSampleEvery in forecast.go): it changes no decision, only what a waiting job is told.
+// A forecast blends the projection with the job's place in the queue ÷ the last hour's starts
+// in the proportion that erred least on the samples most like it, shifts by their median
+// error, and gives as its range their 10th to 90th percentile errors, whose levels move by how
+// the samples' own ranges held (so that about 1 in 10 starts falls on each side, even when
+// waits drift). With fewer than ForecastMinSamples comparable samples it is the projection,
+// without a range. Measured by trainq simulate (the report's "forecast" rows).
+//
 // # Terms
 //
 // The comments in this package use these words in these senses only:

@@ -6,7 +6,7 @@ import (
 )
 
 // DryRunStart is when r, which must pass Admit and be new to the pool, would be expected to
-// start if it were enqueued now: Project, with stop, on a copy of the pool that holds r. The
+// start if it were enqueued now: Forecast, with stop, on a copy of the pool that holds r. The
 // pool itself is not changed. A dry run that starts at once needs no projection; one that
 // waits (or preempts, and waits for its victims to stop) answers when, as sbatch --test-only
 // does.
@@ -25,7 +25,7 @@ func (p *Pool) DryRunStart(r Request, now time.Time, stop time.Duration) (Expect
 	if err := q.Enqueue(r); err != nil {
 		return ExpectedStart{}, err
 	}
-	starts, err := q.Project(now, stop, []string{r.Job})
+	starts, err := q.Forecast(now, stop, []string{r.Job})
 	if err != nil {
 		return ExpectedStart{}, err
 	}
