@@ -216,8 +216,8 @@ type dryRunAnswer struct {
 	// likely start in (8 in 10 jobs do), once the allocation can say it.
 	ExpectedStartEarliest *time.Time `json:"expected_start_earliest,omitempty"`
 	ExpectedStartLatest   *time.Time `json:"expected_start_latest,omitempty"`
-	Notes           []string   `json:"notes,omitempty"`
-	Warnings        []string   `json:"warnings,omitempty"`
+	Notes                 []string   `json:"notes,omitempty"`
+	Warnings              []string   `json:"warnings,omitempty"`
 }
 
 // dryRun asks the allocator what the checked job would get, and answers

@@ -118,6 +118,9 @@ type uiCell struct {
 	Since       *time.Time `json:"since,omitempty"`
 	NominatedTo string     `json:"nominated_to,omitempty"`
 	ReservedFor string     `json:"reserved_for,omitempty"`
+	// OnLoan: its job started on another job's reservation and gives the
+	// GPU back if it is still running when that job may start.
+	OnLoan bool `json:"on_loan,omitempty"`
 }
 
 // uiGPUs answers the GPU grid of an allocation.
@@ -228,7 +231,7 @@ func gpuGrid(v protocol.QueueView, p Principal, rd *redactor) uiGPUsView {
 				if g < 0 || g >= len(out.Nodes[ni].Cells) {
 					continue
 				}
-				c := uiCell{Index: g, State: state, Job: rd.name(run.Job), Class: class, Type: string(run.Kind), JobGPUs: run.GPUs, NominatedTo: to}
+				c := uiCell{Index: g, State: state, Job: rd.name(run.Job), Class: class, Type: string(run.Kind), JobGPUs: run.GPUs, NominatedTo: to, OnLoan: run.OnLoan}
 				if shown {
 					worker, since := pl.Worker, run.StartedAt
 					c.Attempt, c.Worker, c.Since = run.Attempt, &worker, &since

@@ -24,7 +24,7 @@ func TestGPUGridStates(t *testing.T) {
 		{Name: "n4", GPUs: 2, ReservedFor: "lm-mpi-job-big"}, {Name: "n5", GPUs: 2, Lost: true},
 	}
 	v.Running = []scheduler.RunningInfo{
-		{Job: "lm-mpi-job-mine", Attempt: 2, Kind: scheduler.KindJob, Class: scheduler.High, GPUs: 2, StartedAt: at, Workspace: "team-a",
+		{Job: "lm-mpi-job-mine", Attempt: 2, Kind: scheduler.KindJob, Class: scheduler.High, GPUs: 2, StartedAt: at, Workspace: "team-a", OnLoan: true,
 			Placement: []scheduler.WorkerPlacement{{Worker: 0, Node: "n1", GPUs: []int{0, 1}}}},
 		{Job: "lm-mpi-job-theirs", Attempt: 1, Kind: scheduler.KindJob, Class: scheduler.Low, GPUs: 4, StartedAt: at, Workspace: "team-b",
 			Releasing: true, Released: []int{1}, PreemptedBy: &scheduler.Preemptor{Job: "lm-mpi-job-pre", Class: scheduler.Medium},
@@ -56,6 +56,8 @@ func TestGPUGridStates(t *testing.T) {
 	assert.Equal(t, 2, mine.Attempt)
 	require.NotNil(t, mine.Worker)
 	require.NotNil(t, mine.Since)
+	assert.True(t, mine.OnLoan, "a job started on a reservation: its GPUs say it is on loan")
+	assert.False(t, g.Nodes[1].Cells[0].OnLoan)
 	theirs := g.Nodes[1].Cells[0]
 	assert.Equal(t, hiddenName, theirs.Job)
 	assert.Equal(t, "low", theirs.Class)

@@ -174,6 +174,7 @@ function cellText(c, node) {
   if (c.since) s += ", since " + fmtTime(c.since) + " (" + fmtAgo(c.since) + ")";
   if (c.nominated_to) s += ", nominated to " + c.nominated_to;
   if (c.reserved_for) s += ", reserved for " + c.reserved_for;
+  if (c.on_loan) s += ", on loan (gives it back when the reserved job may start)";
   return s;
 }
 
@@ -199,9 +200,9 @@ async function gpusView(seq) {
     for (const c of n.cells) {
       const label = cellText(c, n.name);
       const b = el("button", {
-        type: "button", class: "gpu " + c.state + (c.class ? " " + c.class : ""), title: label, "aria-label": label,
+        type: "button", class: "gpu " + c.state + (c.class ? " " + c.class : "") + (c.on_loan ? " on-loan" : ""), title: label, "aria-label": label,
         "data-node": n.name, "data-gpu": c.index, "data-state": c.state, "data-job": c.job || "", "data-cell": n.name + "/" + c.index,
-        "data-nominated-to": c.nominated_to || "",
+        "data-nominated-to": c.nominated_to || "", "data-on-loan": c.on_loan ? "true" : "",
         onfocus: show(c, n.name), onmouseenter: show(c, n.name),
         onclick: () => { if (c.job && c.job !== HIDDEN) location.hash = "#/job/" + encodeURIComponent(c.job); },
       }, el("span", { class: "ix", text: c.index + " " + c.state }), c.job ? (c.job === HIDDEN ? "other ws" : c.job.replace(/^lm-mpi-job-/, "")) : "");
@@ -249,7 +250,8 @@ async function gpusView(seq) {
     g.by_workspace.map((w) => el("tr", {}, el("td", { text: w.workspace }), el("td", { class: "num", text: w.gpus }), el("td", { class: "num", text: w.running }))));
   const legend = el("div", { class: "legend", "aria-label": "legend" },
     ["high", "medium", "low"].map((c) => el("span", {}, el("i", { class: c }), "held: " + c)),
-    ["free", "releasing", "nominated", "reserved", "lost"].map((s) => el("span", {}, el("i", { class: s }), s)));
+    ["free", "releasing", "nominated", "reserved", "lost"].map((s) => el("span", {}, el("i", { class: s }), s)),
+    el("span", {}, el("i", { class: "medium on-loan" }), "on loan"));
   $("view").replaceChildren(
     el("h1", { text: "GPUs of " + g.region + "/" + g.allocation_name + (g.recovering ? " (recovering)" : "") }),
     el("div", { class: "cols" }, totals, byClass, byWs),
