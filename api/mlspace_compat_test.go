@@ -65,6 +65,17 @@ func TestPostAnswersWarnings(t *testing.T) {
 	assert.Equal(t, 422, code, out)
 	assert.Equal(t, "shm_size_class", out["error"].(map[string]any)["field"])
 	assert.Equal(t, 1, fb.started(), "a rejected request starts nothing")
+
+	// A binary job as ML Space's client_lib builds it, with the elastic
+	// fields' defaults it sends for every type.
+	code, out = post(`{"script":"s","base_image":"i","instance_type":"a100plus.1gpu","type":"binary","n_workers":1,
+		"elastic_min_workers":"default","elastic_max_workers":"default","elastic_max_restarts":5,"pytorch_use_env":false}`)
+	assert.Equal(t, 200, code, out)
+	assert.Equal(t, 2, fb.started())
+	code, out = post(`{"script":"s","base_image":"i","instance_type":"a100plus.1gpu","type":"binary","elastic_max_restarts":3}`)
+	assert.Equal(t, 422, code, out)
+	assert.Equal(t, "elastic_max_restarts", out["error"].(map[string]any)["field"])
+	assert.Equal(t, 2, fb.started(), "a rejected request starts nothing")
 }
 
 // getAs sends one GET as the holder of token, with optional headers.

@@ -48,6 +48,8 @@ const (
 	MLSpaceMaxLogPeriod   = 720
 	MaxStopTimerMinutes   = 365 * 24 * 60
 	MaxElasticMaxRestarts = 1000
+	// DefaultElasticMaxRestarts is ML Space's elastic_max_restarts when a request has none.
+	DefaultElasticMaxRestarts = 5
 	MaxNodeListLen        = 1024
 )
 
@@ -194,15 +196,22 @@ func applyElastic(f mlspaceFields, spec *JobSpec) error {
 	if f.ElasticMinWorkers == nil && f.ElasticMaxWorkers == nil && f.ElasticMaxRestarts == nil {
 		return nil
 	}
-	field := "elastic_min_workers"
-	switch {
-	case f.ElasticMaxWorkers != nil && f.ElasticMinWorkers == nil:
-		field = "elastic_max_workers"
-	case f.ElasticMaxRestarts != nil && f.ElasticMinWorkers == nil && f.ElasticMaxWorkers == nil:
-		field = "elastic_max_restarts"
-	}
 	if spec.Type != cluster.TypePyTorchElastic {
-		return fieldErr(field, "is only for type pytorch_elastic, not %q", typeOrDefault(spec.Type))
+		// client_lib sends the elastic fields' defaults with every job, whatever its type: they
+		// ask for nothing, so only a value of its own is an error.
+		for _, d := range []struct {
+			field string
+			own   bool
+		}{
+			{"elastic_min_workers", f.ElasticMinWorkers != nil && *f.ElasticMinWorkers != 0},
+			{"elastic_max_workers", f.ElasticMaxWorkers != nil && *f.ElasticMaxWorkers != 0},
+			{"elastic_max_restarts", f.ElasticMaxRestarts != nil && *f.ElasticMaxRestarts != DefaultElasticMaxRestarts},
+		} {
+			if d.own {
+				return fieldErr(d.field, "is only for type pytorch_elastic, not %q (its default is accepted for every type)", typeOrDefault(spec.Type))
+			}
+		}
+		return nil
 	}
 	n := max(spec.NWorkers, 1)
 	lo, hi := n, n
@@ -219,7 +228,7 @@ func applyElastic(f mlspaceFields, spec *JobSpec) error {
 		return fieldErr("elastic_min_workers", "%d is more than elastic_max_workers (%d)", lo, hi)
 	}
 	spec.ElasticMinWorkers, spec.ElasticMaxWorkers = lo, hi
-	spec.ElasticMaxRestarts = 5
+	spec.ElasticMaxRestarts = DefaultElasticMaxRestarts
 	if f.ElasticMaxRestarts != nil {
 		if *f.ElasticMaxRestarts < 0 || *f.ElasticMaxRestarts > MaxElasticMaxRestarts {
 			return fieldErr("elastic_max_restarts", "must be between 0 and %d, got %d", MaxElasticMaxRestarts, *f.ElasticMaxRestarts)

@@ -76,6 +76,11 @@ func TestMLSpaceFieldErrors(t *testing.T) {
 		{`,"queue_name":"a b"`, "queue_name", "is not a name"},
 		{`,"conda_env":"a\nb"`, "conda_env", "on one line"},
 		{`,"priority_class":"shared-high"`, "priority_class", "shared-low, shared-medium"},
+		// client_lib's defaults come with every job, whatever its type: accepted.
+		{`,"type":"binary","elastic_min_workers":"default","elastic_max_workers":"default","elastic_max_restarts":5`, "", ""},
+		{`,"elastic_min_workers":"default","elastic_max_workers":"default","elastic_max_restarts":5`, "", ""},
+		{`,"type":"pytorch2","pytorch_use_env":false,"elastic_max_workers":"default"`, "", ""},
+		{`,"type":"binary","elastic_min_workers":"default","elastic_max_workers":2`, "elastic_max_workers", "only for type pytorch_elastic"},
 	} {
 		spec, _, err := DecodeRunJobRequest(runJobWith(tc.extra))
 		if err == nil {
