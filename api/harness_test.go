@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -188,6 +189,11 @@ func run(m *testing.M, h *testenv.Harness) int {
 		panic(err)
 	}
 	env.backend = client.New(env.client, env.cfg)
+	// The worker starts the allocators after it is up: a test that asks one
+	// first would get "no running allocator" on a busy machine.
+	if err := waitForAllocators(env.backend, env.cfg); err != nil {
+		return h.Fail("allocators", err)
+	}
 	s, err := New(Options{Config: env.cfg, Backend: env.backend, Tokens: tokens,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), CallTimeout: 15 * time.Second, PollInterval: 100 * time.Millisecond})
 	if err != nil {
@@ -361,4 +367,24 @@ func listNames(t *testing.T, user, q string) (int, []string) {
 		names = append(names, j.JobName)
 	}
 	return out.Count, names
+}
+
+// waitForAllocators waits until every configured allocation answers.
+func waitForAllocators(c *client.Client, cfg *config.Config) error {
+	deadline := time.Now().Add(3 * time.Minute)
+	for _, a := range cfg.Allocations() {
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, err := c.Counts(ctx, a.Region, a.Allocation.Name)
+			cancel()
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("allocation %s/%s: %w", a.Region, a.Allocation.Name, err)
+			}
+			time.Sleep(200 * time.Millisecond) // polling a process that starts on its own
+		}
+	}
+	return nil
 }
