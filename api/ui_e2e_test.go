@@ -139,6 +139,14 @@ func (tb *tab) until(what, js string) {
 	}
 }
 
+// choose sets a select's value and tells the page, in one step inside the
+// page: the views redraw on a timer, so a node chromedp looked up a moment
+// before may be gone by the time it acts on it ("No node with given id").
+func (tb *tab) choose(id, value string) error {
+	return chromedp.Do(tb.ctx, chromedp.Evaluate[chromedp.Void](fmt.Sprintf(
+		`(() => { const s = document.getElementById(%q); s.value = %q; s.dispatchEvent(new Event("change")); })()`, id, value)))
+}
+
 // html is the whole document as it is now.
 func (tb *tab) html() string {
 	tb.t.Helper()
@@ -201,27 +209,25 @@ func TestUIViewsFake(t *testing.T) {
 	bob.until("the grid's cells", `document.querySelectorAll(".gpu").length > 0`)
 	// Without a mouse: one tab stop, arrows move, focus shows the holder.
 	bob.until("one tab stop in the grid", `document.querySelectorAll(".gpu[tabindex='0']").length == 1`)
-	require.NoError(t, chromedp.Do(bob.ctx, chromedp.Focus(chromedp.CSS(".gpu[data-gpu='0']")), chromedp.KeyEvent(kb.ArrowRight)))
+	require.NoError(t, chromedp.Do(bob.ctx, chromedp.Evaluate[chromedp.Void](`document.querySelector(".gpu[data-gpu='0']").focus()`), chromedp.KeyEvent(kb.ArrowRight)))
 	bob.until("the next GPU focused and described", `document.activeElement.dataset.gpu == "1" && document.getElementById("gpu-detail").textContent.includes("GPU 1: held, `+nbB+`")`)
 	page := bob.html()
 	bob.open("#/queue", "#queue-table")
 	bob.until("the queue's rows", `document.querySelectorAll("#queue-table tr[data-job]").length == 2`)
 	page += bob.html()
 	// The class filter is the server's: choosing low asks for class=low and lists bob's low job only.
-	require.NoError(t, chromedp.Do(bob.ctx, chromedp.SetValue(chromedp.CSS("#f-class"), "low"),
-		chromedp.Evaluate[chromedp.Void](`document.getElementById("f-class").dispatchEvent(new Event("change"))`)))
+	require.NoError(t, bob.choose("f-class", "low"))
 	bob.until("only the low job listed", `(() => { const rows = [...document.querySelectorAll("#queue-table tr[data-job]")];
 		return rows.length == 1 && rows[0].dataset.job == `+js(jobB)+` && rows[0].textContent.includes("low") &&
 			document.getElementById("q-page").textContent.includes("1 of 2 waiting match") })()`)
 	page += bob.html()
-	require.NoError(t, chromedp.Do(bob.ctx, chromedp.SetValue(chromedp.CSS("#f-class"), ""),
-		chromedp.Evaluate[chromedp.Void](`document.getElementById("f-class").dispatchEvent(new Event("change"))`)))
+	require.NoError(t, bob.choose("f-class", ""))
 	bob.until("every class again", `document.querySelectorAll("#queue-table tr[data-job]").length == 2`)
 	// "my workspace only" asks for bob's workspace, and lists his job only.
-	require.NoError(t, chromedp.Do(bob.ctx, chromedp.Click(chromedp.CSS("#f-mine"))))
+	require.NoError(t, chromedp.Do(bob.ctx, chromedp.Evaluate[chromedp.Void](`document.getElementById("f-mine").click()`)))
 	bob.until("only bob's job listed", `(() => { const rows = [...document.querySelectorAll("#queue-table tr[data-job]")];
 		return rows.length == 1 && rows[0].dataset.job == `+js(jobB)+` && document.getElementById("f-mine").checked })()`)
-	require.NoError(t, chromedp.Do(bob.ctx, chromedp.Click(chromedp.CSS("#f-mine"))))
+	require.NoError(t, chromedp.Do(bob.ctx, chromedp.Evaluate[chromedp.Void](`document.getElementById("f-mine").click()`)))
 	bob.until("every workspace again", `document.querySelectorAll("#queue-table tr[data-job]").length == 2`)
 	bob.open("#/job/"+jobB, "#attempts")
 	bob.until("bob's job page", `document.getElementById("job-name").textContent == `+js(jobB)+` && document.querySelectorAll("#attempts tr").length == 3`)
@@ -285,8 +291,7 @@ func TestUIPlaysThePrioritiesExample(t *testing.T) {
 	admin := newTab(t, browser, env.server.URL, "admin", env.tokens["root"])
 	alice := newTab(t, browser, env.server.URL, "alice", env.tokens["alice"])
 	for _, tb := range []*tab{admin, alice} {
-		require.NoError(t, chromedp.Do(tb.ctx, chromedp.SetValue(chromedp.CSS("#alloc"), "SR006/ui"),
-			chromedp.Evaluate[chromedp.Void](`document.getElementById("alloc").dispatchEvent(new Event("change"))`)))
+		require.NoError(t, tb.choose("alloc", "SR006/ui"))
 	}
 
 	job0 := submitJob(t, "bob", spec("low", 2, slowToStop))
