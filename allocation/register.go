@@ -29,8 +29,10 @@ func (s *State) Recovered(epoch string, now time.Time, reg Registered) (protocol
 	if err != nil {
 		return protocol.RecoverReply{}, nil, err
 	}
-	// The jobs cannot say how much their workspaces used: the old pool can.
+	// The jobs cannot say how much their workspaces used, nor how wrong the
+	// expected starts have been: the old pool can.
 	pool.CarryUsage(s.Pool)
+	pool.CarryForecast(s.Pool)
 	s.Epoch, s.RecoveredAt = epoch, now
 	reply := protocol.RecoverReply{Epoch: epoch, Listed: reg.Listed, Unanswered: reg.Unanswered}
 	var refused []protocol.JobHold

@@ -52,7 +52,7 @@ func sameHoldings(t testing.TB, p, q *Pool) {
 		// Nor can it know how often jobs were preempted, their checkpoints and progress, nor
 		// what the passes remembered.
 		s.Heads, s.Memo, s.PreemptSeq, s.Holds = nil, nil, 0, nil
-		s.Forecast = nil // nor the record of its expected starts' errors: a rebuilt pool starts a new one
+		s.Forecast = nil // the record of the expected starts' errors: CarryForecast's (TestCarryForecast)
 		for i := range s.Running {
 			sr := &s.Running[i]
 			sr.PreemptedBy, sr.PreemptSeq, sr.Preemptions, sr.Checkpoint, sr.Nominees, sr.Progress = nil, 0, 0, 0, nil, nil

@@ -370,6 +370,15 @@ func (p *Pool) Forecast(now time.Time, stop time.Duration, want []string) (map[s
 	return out, nil
 }
 
+// CarryForecast gives p the record of from's expected starts (the allocator rebuilt from its jobs
+// keeps what it learned of its own errors): the finished samples, the levels and the recent
+// starts. The samples still waiting stay behind: the requests they follow are queued again.
+func (p *Pool) CarryForecast(from *Pool) {
+	fc := &from.forecast
+	p.forecast = forecastRecord{last: fc.last, turn: fc.turn, done: slices.Clone(fc.done), starts: slices.Clone(fc.starts),
+		dropped: fc.dropped, shift: fc.shift}
+}
+
 // SnapshotForecast is the record of how wrong the expected starts have been (see Pool.Forecast).
 type SnapshotForecast struct {
 	Last    int64                    `json:"last,omitempty"`

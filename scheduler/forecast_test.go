@@ -208,3 +208,41 @@ func TestForecastSurvivesSnapshot(t *testing.T) {
 		t.Fatalf("restored pool forecasts %s, the original %s", mustJSON(t, got), mustJSON(t, want))
 	}
 }
+
+// TestCarryForecast: a pool rebuilt from the jobs (the allocator's recovery) keeps what the old
+// one learned of its errors, and forecasts with a range at once.
+func TestCarryForecast(t *testing.T) {
+	p := mustPool(t, nodesOf("n", "a", 1, 1, 8, 64), Policy{})
+	now := at(0)
+	for i := range 60 {
+		for k := range 2 {
+			r := makeJob(fmt.Sprintf("j%02d-%d", i, k), "a").GPUs(1).Seq(int64(2*i + k + 1)).Obj()
+			r.RunLimit, r.RunEstimated = 10*time.Minute, true
+			mustEnqueue(t, p, r)
+		}
+		sched(t, p, now)
+		p.SampleForecasts(now, 0)
+		now = now.Add(20 * time.Minute)
+		for _, job := range p.RunningJobs() {
+			p.BeginRelease(job)
+			p.Release(job, 0, 0)
+		}
+		sched(t, p, now)
+		p.SampleForecasts(now, 0)
+	}
+	job := p.waiting[0].r.Job
+	want, _ := p.Forecast(now, 0, []string{job})
+	if want[job].Earliest.IsZero() {
+		t.Fatalf("the stream left no range: %+v (%d samples)", want[job], len(p.forecast.done))
+	}
+	fresh := rebuilt(t, p, true)
+	if got, _ := fresh.Forecast(now, 0, []string{job}); !got[job].Earliest.IsZero() {
+		t.Fatalf("a pool rebuilt without the record has a range: %+v", got[job])
+	}
+	q := rebuilt(t, p, true)
+	q.CarryForecast(p)
+	got, _ := q.Forecast(now, 0, []string{job})
+	if !got[job].Earliest.Equal(want[job].Earliest) || !got[job].Latest.Equal(want[job].Latest) {
+		t.Fatalf("carried: %+v, the old pool's %+v", got[job], want[job])
+	}
+}
