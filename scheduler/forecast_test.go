@@ -172,24 +172,7 @@ func TestForecastCorrectsAndRanges(t *testing.T) {
 // TestForecastSurvivesSnapshot: the record goes through continue-as-new whole, and a pool
 // restored from it forecasts as the original does.
 func TestForecastSurvivesSnapshot(t *testing.T) {
-	p := mustPool(t, nodesOf("n", "a", 1, 1, 8, 64), Policy{})
-	now := at(0)
-	for i := range 60 {
-		for k := range 2 { // one of each two waits
-			r := makeJob(fmt.Sprintf("j%02d-%d", i, k), "a").GPUs(1).Seq(int64(2*i + k + 1)).Obj()
-			r.RunLimit, r.RunEstimated = 10*time.Minute, true
-			mustEnqueue(t, p, r)
-		}
-		sched(t, p, now)
-		p.SampleForecasts(now, 0)
-		now = now.Add(20 * time.Minute)
-		for _, job := range p.RunningJobs() {
-			p.BeginRelease(job)
-			p.Release(job, 0, 0)
-		}
-		sched(t, p, now)
-		p.SampleForecasts(now, 0)
-	}
+	p, now := sampledPool(t)
 	for i := range 3 {
 		mustEnqueue(t, p, makeJob(fmt.Sprintf("w%d", i), "a").GPUs(1).Seq(int64(1000+i)).Obj())
 	}
@@ -212,24 +195,7 @@ func TestForecastSurvivesSnapshot(t *testing.T) {
 // TestCarryForecast: a pool rebuilt from the jobs (the allocator's recovery) keeps what the old
 // one learned of its errors, and forecasts with a range at once.
 func TestCarryForecast(t *testing.T) {
-	p := mustPool(t, nodesOf("n", "a", 1, 1, 8, 64), Policy{})
-	now := at(0)
-	for i := range 60 {
-		for k := range 2 {
-			r := makeJob(fmt.Sprintf("j%02d-%d", i, k), "a").GPUs(1).Seq(int64(2*i + k + 1)).Obj()
-			r.RunLimit, r.RunEstimated = 10*time.Minute, true
-			mustEnqueue(t, p, r)
-		}
-		sched(t, p, now)
-		p.SampleForecasts(now, 0)
-		now = now.Add(20 * time.Minute)
-		for _, job := range p.RunningJobs() {
-			p.BeginRelease(job)
-			p.Release(job, 0, 0)
-		}
-		sched(t, p, now)
-		p.SampleForecasts(now, 0)
-	}
+	p, now := sampledPool(t)
 	job := p.waiting[0].r.Job
 	want, _ := p.Forecast(now, 0, []string{job})
 	if want[job].Earliest.IsZero() {
@@ -245,4 +211,30 @@ func TestCarryForecast(t *testing.T) {
 	if !got[job].Earliest.Equal(want[job].Earliest) || !got[job].Latest.Equal(want[job].Latest) {
 		t.Fatalf("carried: %+v, the old pool's %+v", got[job], want[job])
 	}
+}
+
+// sampledPool is a one-GPU pool after 60 rounds of two 10-minute jobs every 20 minutes (one of
+// each two waits), sampled as the allocator samples: its record has finished samples. It
+// returns the pool and the time of its last pass.
+func sampledPool(t *testing.T) (*Pool, time.Time) {
+	t.Helper()
+	p := mustPool(t, nodesOf("n", "a", 1, 1, 8, 64), Policy{})
+	now := at(0)
+	for i := range 60 {
+		for k := range 2 { // one of each two waits
+			r := makeJob(fmt.Sprintf("j%02d-%d", i, k), "a").GPUs(1).Seq(int64(2*i + k + 1)).Obj()
+			r.RunLimit, r.RunEstimated = 10*time.Minute, true
+			mustEnqueue(t, p, r)
+		}
+		sched(t, p, now)
+		p.SampleForecasts(now, 0)
+		now = now.Add(20 * time.Minute)
+		for _, job := range p.RunningJobs() {
+			p.BeginRelease(job)
+			p.Release(job, 0, 0)
+		}
+		sched(t, p, now)
+		p.SampleForecasts(now, 0)
+	}
+	return p, now
 }
