@@ -22,6 +22,7 @@ import (
 	"github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/cluster"
 	"github.com/trainq/trainq/config"
+	"github.com/trainq/trainq/jobview"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
 )
@@ -199,8 +200,8 @@ type dryRunAnswer struct {
 	Region     string `json:"region"`
 	Allocation string `json:"allocation"`
 	// WouldStart: it would start at the allocator's next pass, on Placement.
-	WouldStart bool            `json:"would_start"`
-	Placement  []placementView `json:"placement,omitempty"`
+	WouldStart bool                `json:"would_start"`
+	Placement  []jobview.Placement `json:"placement,omitempty"`
 	// Preempts are the running jobs it would preempt, and wait for.
 	Preempts []string `json:"preempts,omitempty"`
 	// Position and Reason say where it would wait and why, when it would
@@ -230,7 +231,7 @@ func (s *Server) dryRun(w http.ResponseWriter, r *http.Request, p Principal, che
 		s.fail(w, r, err)
 		return
 	}
-	out := dryRunAnswer{DryRun: true, Region: d.Region, Allocation: d.Allocation, WouldStart: d.Start, Placement: placementOf(d.Placement),
+	out := dryRunAnswer{DryRun: true, Region: d.Region, Allocation: d.Allocation, WouldStart: d.Start, Placement: jobview.PlacementOf(d.Placement),
 		Preempts: d.Preempts, Notes: notes, Warnings: checked.Warnings}
 	if d.Waiting != nil {
 		out.Position, out.Reason = d.Waiting.Position, d.Waiting.Reason
@@ -372,15 +373,15 @@ type jobView struct {
 	Message        string     `json:"message,omitempty"`
 	// Warning says the running job is about to be stopped, and why (an
 	// idle Jupyter server, its shutdown_in or shutdown_at).
-	Warning    string          `json:"warning,omitempty"`
-	URL        string          `json:"url,omitempty"`
-	Position   int             `json:"position,omitempty"`
-	Reason     string          `json:"reason,omitempty"`
-	WaitingFor []string        `json:"waiting_for,omitempty"`
-	Preemptor  *preemptorView  `json:"preemptor,omitempty"`
-	Preemptors []preemptorView `json:"preemptors"`
-	Attempts   []attemptView   `json:"attempts"`
-	Warnings   []string        `json:"warnings,omitempty"`
+	Warning    string            `json:"warning,omitempty"`
+	URL        string            `json:"url,omitempty"`
+	Position   int               `json:"position,omitempty"`
+	Reason     string            `json:"reason,omitempty"`
+	WaitingFor []string          `json:"waiting_for,omitempty"`
+	Preemptor  *preemptorView    `json:"preemptor,omitempty"`
+	Preemptors []preemptorView   `json:"preemptors"`
+	Attempts   []jobview.Attempt `json:"attempts"`
+	Warnings   []string          `json:"warnings,omitempty"`
 	// ExpectedStartAt and ExpectedStart, for a pending job with
 	// ?expected_start=true: when it is expected to start (absent: unknown)
 	// and the assumption, or why it is unknown.
@@ -448,8 +449,11 @@ func preemptorList(st protocol.JobStatus, rd *redactor) []preemptorView {
 }
 
 // hidePreemptors shows attempts with the preemptors rd hides hidden.
-func hidePreemptors(attempts []protocol.AttemptRecord, rd *redactor) []attemptView {
-	out := attemptsOf(attempts)
+func hidePreemptors(attempts []protocol.AttemptRecord, rd *redactor) []jobview.Attempt {
+	out := jobview.AttemptsOf(attempts)
+	if out == nil {
+		out = []jobview.Attempt{} // a job without attempts lists none
+	}
 	for i := range out {
 		if pr := out[i].Preemptor; pr != nil && !rd.shows(pr.Job) {
 			pr.Job = hiddenName

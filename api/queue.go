@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/trainq/trainq/config"
+	"github.com/trainq/trainq/jobview"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
 )
@@ -43,17 +44,17 @@ type waitingView struct {
 }
 
 type runningView struct {
-	JobName         string          `json:"job_name"`
-	Type            string          `json:"type"`
-	Priority        string          `json:"priority"`
-	GPUCount        int             `json:"gpu_count"`
-	Attempt         int             `json:"attempt"`
-	StartedAt       time.Time       `json:"started_at"`
-	Releasing       bool            `json:"releasing"`
-	ReleasedWorkers []int           `json:"released_workers,omitempty"`
-	PreemptedBy     string          `json:"preempted_by,omitempty"`
-	OnLoan          bool            `json:"on_loan,omitempty"` // started on another job's reservation until its limit or estimate
-	Placement       []placementView `json:"placement,omitempty"`
+	JobName         string              `json:"job_name"`
+	Type            string              `json:"type"`
+	Priority        string              `json:"priority"`
+	GPUCount        int                 `json:"gpu_count"`
+	Attempt         int                 `json:"attempt"`
+	StartedAt       time.Time           `json:"started_at"`
+	Releasing       bool                `json:"releasing"`
+	ReleasedWorkers []int               `json:"released_workers,omitempty"`
+	PreemptedBy     string              `json:"preempted_by,omitempty"`
+	OnLoan          bool                `json:"on_loan,omitempty"` // started on another job's reservation until its limit or estimate
+	Placement       []jobview.Placement `json:"placement,omitempty"`
 }
 
 type queueView struct {
@@ -199,7 +200,7 @@ func redactedJobs(v protocol.QueueView, page protocol.QueuePage, rd *redactor) q
 		rv := runningView{JobName: rd.name(run.Job), Type: string(run.Kind), Priority: run.Class.String(), GPUCount: run.GPUs,
 			Attempt: run.Attempt, StartedAt: run.StartedAt, Releasing: run.Releasing, ReleasedWorkers: run.Released, OnLoan: run.OnLoan}
 		if rd.shows(run.Job) {
-			rv.Placement = placementOf(run.Placement)
+			rv.Placement = jobview.PlacementOf(run.Placement)
 		}
 		if run.PreemptedBy != nil {
 			rv.PreemptedBy = rd.name(run.PreemptedBy.Job)

@@ -26,26 +26,6 @@ func perWorkerOf(d scheduler.Demand) perWorkerView {
 	return perWorkerView{Family: d.Family, GPUs: d.GPUs, VRAMGB: d.VRAMGB, CPU: d.CPU, RAMGB: d.RAMGB}
 }
 
-// placementView is where one worker of a job runs: its node and the GPU
-// indices it holds there.
-type placementView struct {
-	Worker int    `json:"worker"`
-	Node   string `json:"node"`
-	GPUs   []int  `json:"gpus"`
-}
-
-// placementOf is nil for no placement, so that omitempty leaves it out.
-func placementOf(ps []scheduler.WorkerPlacement) []placementView {
-	if ps == nil {
-		return nil
-	}
-	out := make([]placementView, len(ps))
-	for i, p := range ps {
-		out[i] = placementView{Worker: p.Worker, Node: p.Node, GPUs: p.GPUs}
-	}
-	return out
-}
-
 // nodeUsageView is one node's GPUs as the allocator uses them now.
 type nodeUsageView struct {
 	Name          string `json:"name"`
@@ -99,61 +79,6 @@ func nodesOf(nodes []scheduler.Node) []nodeView {
 	out := make([]nodeView, len(nodes))
 	for i, n := range nodes {
 		out[i] = nodeView{Name: n.Name, Family: n.Family, GPUs: n.GPUs, CPU: n.CPU, RAMGB: n.RAMGB, Address: n.Address}
-	}
-	return out
-}
-
-// attemptPreemptorView is the job an attempt was preempted for.
-type attemptPreemptorView struct {
-	Job   string `json:"job"`
-	Class string `json:"class"` // low, medium or high
-	Kind  string `json:"kind"`
-}
-
-// attemptView is one attempt of a job: when it queued, ran and ended, where,
-// and what stopped it.
-type attemptView struct {
-	Number           int                   `json:"number"`
-	QueuedAt         time.Time             `json:"queued_at"`
-	StartedAt        *time.Time            `json:"started_at,omitempty"`
-	EndedAt          *time.Time            `json:"ended_at,omitempty"`
-	EndReason        string                `json:"end_reason,omitempty"`
-	ExitCode         *int                  `json:"exit_code,omitempty"`
-	Preemptor        *attemptPreemptorView `json:"preemptor,omitempty"`
-	Placement        []placementView       `json:"placement,omitempty"`
-	OnLoan           bool                  `json:"on_loan,omitempty"` // it started on another job's reservation until its limit or estimate
-	URL              string                `json:"url,omitempty"`     // where its Jupyter server serves
-	NoticeDeadline   *time.Time            `json:"notice_deadline,omitempty"`
-	NoticeReason     string                `json:"notice_reason,omitempty"`
-	NoticedAt        *time.Time            `json:"noticed_at,omitempty"`
-	CheckpointAt     *time.Time            `json:"checkpoint_at,omitempty"`
-	ExitedOnNoticeAt *time.Time            `json:"exited_on_notice_at,omitempty"`
-	Warning          string                `json:"warning,omitempty"`
-	WarnedAt         *time.Time            `json:"warned_at,omitempty"`
-	Released         []workerReleaseView   `json:"released,omitempty"`
-}
-
-// workerReleaseView is when one worker of an attempt released its capacity.
-type workerReleaseView struct {
-	Worker int       `json:"worker"`
-	At     time.Time `json:"at"`
-}
-
-// attemptsOf is never nil: a job without attempts lists none.
-func attemptsOf(attempts []protocol.AttemptRecord) []attemptView {
-	out := make([]attemptView, len(attempts))
-	for i, a := range attempts {
-		v := attemptView{Number: a.Number, QueuedAt: a.QueuedAt, StartedAt: a.StartedAt, EndedAt: a.EndedAt, EndReason: a.EndReason,
-			ExitCode: a.ExitCode, Placement: placementOf(a.Placement), OnLoan: a.OnLoan, URL: a.URL, NoticeDeadline: a.NoticeDeadline,
-			NoticeReason: a.NoticeReason, NoticedAt: a.NoticedAt, CheckpointAt: a.CheckpointAt, ExitedOnNoticeAt: a.ExitedOnNoticeAt,
-			Warning: a.Warning, WarnedAt: a.WarnedAt}
-		if pr := a.Preemptor; pr != nil {
-			v.Preemptor = &attemptPreemptorView{Job: pr.Job, Class: pr.Class.String(), Kind: string(pr.Kind)}
-		}
-		for _, r := range a.Released {
-			v.Released = append(v.Released, workerReleaseView{Worker: r.Worker, At: r.At})
-		}
-		out[i] = v
 	}
 	return out
 }

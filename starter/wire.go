@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/trainq/trainq/client"
+	"github.com/trainq/trainq/jobview"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
 )
@@ -52,8 +53,8 @@ func queueOutput(v protocol.QueueView) queueView {
 		out.Running = make([]runningView, len(v.Running))
 		for i, r := range v.Running {
 			out.Running[i] = runningView{Job: r.Job, Attempt: r.Attempt, Kind: string(r.Kind), Class: r.Class.String(), Seq: r.Seq, GPUs: r.GPUs,
-				StartedAt: r.StartedAt, Releasing: r.Releasing, HonorsNotice: r.HonorsNotice, Placement: placementOf(r.Placement),
-				Released: r.Released, PreemptedBy: preemptorOf(r.PreemptedBy), OnLoan: r.OnLoan, Preemptions: r.Preemptions, CheckpointAt: r.CheckpointAt,
+				StartedAt: r.StartedAt, Releasing: r.Releasing, HonorsNotice: r.HonorsNotice, Placement: jobview.PlacementOf(r.Placement),
+				Released: r.Released, PreemptedBy: jobview.PreemptorOf(r.PreemptedBy), OnLoan: r.OnLoan, Preemptions: r.Preemptions, CheckpointAt: r.CheckpointAt,
 				Workspace: r.Workspace, Nominees: r.Nominees}
 		}
 	}
@@ -115,23 +116,23 @@ type perWorkerView struct {
 
 // runningView is one running or releasing job.
 type runningView struct {
-	Job          string          `json:"job"`
-	Attempt      int             `json:"attempt"`
-	Kind         string          `json:"kind"`
-	Class        string          `json:"class"`
-	Seq          int64           `json:"seq,omitempty"`
-	GPUs         int             `json:"gpus"`
-	StartedAt    time.Time       `json:"started_at"`
-	Releasing    bool            `json:"releasing"`
-	HonorsNotice bool            `json:"honors_notice,omitempty"`
-	Placement    []placementView `json:"placement"`
-	Released     []int           `json:"released,omitempty"` // workers already released
-	PreemptedBy  *preemptorView  `json:"preempted_by,omitempty"`
-	OnLoan       bool            `json:"on_loan,omitempty"` // started on another job's reservation until its limit or estimate
-	Preemptions  int             `json:"preemptions,omitempty"`
-	CheckpointAt time.Time       `json:"checkpoint_at,omitzero"`
-	Workspace    string          `json:"workspace,omitempty"`
-	Nominees     []string        `json:"nominees,omitempty"` // per worker, who its capacity goes to once preempted
+	Job          string              `json:"job"`
+	Attempt      int                 `json:"attempt"`
+	Kind         string              `json:"kind"`
+	Class        string              `json:"class"`
+	Seq          int64               `json:"seq,omitempty"`
+	GPUs         int                 `json:"gpus"`
+	StartedAt    time.Time           `json:"started_at"`
+	Releasing    bool                `json:"releasing"`
+	HonorsNotice bool                `json:"honors_notice,omitempty"`
+	Placement    []jobview.Placement `json:"placement"`
+	Released     []int               `json:"released,omitempty"` // workers already released
+	PreemptedBy  *jobview.Preemptor  `json:"preempted_by,omitempty"`
+	OnLoan       bool                `json:"on_loan,omitempty"` // started on another job's reservation until its limit or estimate
+	Preemptions  int                 `json:"preemptions,omitempty"`
+	CheckpointAt time.Time           `json:"checkpoint_at,omitzero"`
+	Workspace    string              `json:"workspace,omitempty"`
+	Nominees     []string            `json:"nominees,omitempty"` // per worker, who its capacity goes to once preempted
 }
 
 // nodeView is one node's GPUs as the allocator uses them now.
@@ -174,40 +175,6 @@ type fairShareView struct {
 	Waiting        int     `json:"waiting"`
 }
 
-// placementView is where one worker of a job runs: its node and the GPU
-// indices it holds there.
-type placementView struct {
-	Worker int    `json:"worker"`
-	Node   string `json:"node"`
-	GPUs   []int  `json:"gpus"`
-}
-
-// placementOf is nil for no placement, so that omitempty leaves it out.
-func placementOf(ps []scheduler.WorkerPlacement) []placementView {
-	if ps == nil {
-		return nil
-	}
-	out := make([]placementView, len(ps))
-	for i, p := range ps {
-		out[i] = placementView{Worker: p.Worker, Node: p.Node, GPUs: p.GPUs}
-	}
-	return out
-}
-
-// preemptorView is the job another was preempted for.
-type preemptorView struct {
-	Job   string `json:"job"`
-	Class string `json:"class"`
-	Kind  string `json:"kind"`
-}
-
-func preemptorOf(p *scheduler.Preemptor) *preemptorView {
-	if p == nil {
-		return nil
-	}
-	return &preemptorView{Job: p.Job, Class: p.Class.String(), Kind: string(p.Kind)}
-}
-
 // expectedStartView is when a waiting job is expected to start and on what
 // assumption, or with At zero why that is unknown.
 type expectedStartView struct {
@@ -236,33 +203,33 @@ func expectedStartOf(e *scheduler.ExpectedStart) *expectedStartView {
 // the request as submitted (protocol.JobSpec, the form trainq submit -f
 // reads), printed as it is.
 type statusView struct {
-	JobName       string             `json:"job_name"`
-	State         string             `json:"status"`
-	Kind          string             `json:"type"`
-	Priority      string             `json:"priority_class"`
-	Region        string             `json:"region"`
-	Allocation    string             `json:"allocation_name"`
-	InstanceType  string             `json:"instance_type"`
-	NWorkers      int                `json:"n_workers"`
-	GPUs          int                `json:"gpu_count"`
-	MaxRetry      int                `json:"max_retry"`
-	Attempt       int                `json:"attempt"`
-	Restarts      int                `json:"restarts"`
-	NodeLosses    int                `json:"node_losses,omitempty"`
-	Message       string             `json:"message,omitempty"`
-	CreatedAt     time.Time          `json:"created_at"`
-	PendingAt     *time.Time         `json:"pending_at,omitempty"`
-	RunningAt     *time.Time         `json:"running_at,omitempty"`
-	CompletedAt   *time.Time         `json:"completed_at,omitempty"`
-	Position      int                `json:"position,omitempty"`
-	Reason        string             `json:"reason,omitempty"`
-	WaitingFor    []string           `json:"waiting_for,omitempty"`
-	Preemptors    []preemptorView    `json:"preemptors,omitempty"`
-	Warning       string             `json:"warning,omitempty"`
-	Estimate      *estimateView      `json:"runtime_estimate,omitempty"`
-	Attempts      []attemptView      `json:"attempts"`
-	Spec          protocol.JobSpec   `json:"spec"`
-	ExpectedStart *expectedStartView `json:"expected_start,omitempty"`
+	JobName       string              `json:"job_name"`
+	State         string              `json:"status"`
+	Kind          string              `json:"type"`
+	Priority      string              `json:"priority_class"`
+	Region        string              `json:"region"`
+	Allocation    string              `json:"allocation_name"`
+	InstanceType  string              `json:"instance_type"`
+	NWorkers      int                 `json:"n_workers"`
+	GPUs          int                 `json:"gpu_count"`
+	MaxRetry      int                 `json:"max_retry"`
+	Attempt       int                 `json:"attempt"`
+	Restarts      int                 `json:"restarts"`
+	NodeLosses    int                 `json:"node_losses,omitempty"`
+	Message       string              `json:"message,omitempty"`
+	CreatedAt     time.Time           `json:"created_at"`
+	PendingAt     *time.Time          `json:"pending_at,omitempty"`
+	RunningAt     *time.Time          `json:"running_at,omitempty"`
+	CompletedAt   *time.Time          `json:"completed_at,omitempty"`
+	Position      int                 `json:"position,omitempty"`
+	Reason        string              `json:"reason,omitempty"`
+	WaitingFor    []string            `json:"waiting_for,omitempty"`
+	Preemptors    []jobview.Preemptor `json:"preemptors,omitempty"`
+	Warning       string              `json:"warning,omitempty"`
+	Estimate      *estimateView       `json:"runtime_estimate,omitempty"`
+	Attempts      []jobview.Attempt   `json:"attempts"`
+	Spec          protocol.JobSpec    `json:"spec"`
+	ExpectedStart *expectedStartView  `json:"expected_start,omitempty"`
 }
 
 func statusOutput(st protocol.JobStatus, expected *scheduler.ExpectedStart) statusView {
@@ -270,10 +237,10 @@ func statusOutput(st protocol.JobStatus, expected *scheduler.ExpectedStart) stat
 		Allocation: st.Allocation, InstanceType: st.InstanceType, NWorkers: st.NWorkers, GPUs: st.GPUs, MaxRetry: st.MaxRetry,
 		Attempt: st.Attempt, Restarts: st.Restarts, NodeLosses: st.NodeLosses, Message: st.Message, CreatedAt: st.CreatedAt,
 		PendingAt: st.PendingAt, RunningAt: st.RunningAt, CompletedAt: st.CompletedAt, Position: st.Position, Reason: st.Reason,
-		WaitingFor: st.WaitingFor, Warning: st.Warning, Attempts: attemptsOf(st.Attempts), Spec: st.Spec,
+		WaitingFor: st.WaitingFor, Warning: st.Warning, Attempts: jobview.AttemptsOf(st.Attempts), Spec: st.Spec,
 		ExpectedStart: expectedStartOf(expected)}
 	for i := range st.Preemptors {
-		out.Preemptors = append(out.Preemptors, *preemptorOf(&st.Preemptors[i]))
+		out.Preemptors = append(out.Preemptors, *jobview.PreemptorOf(&st.Preemptors[i]))
 	}
 	if e := st.Estimate; e != nil {
 		out.Estimate = &estimateView{Runtime: e.Runtime, Runs: e.Runs, Basis: e.Basis, Workspace: e.Workspace}
@@ -290,69 +257,21 @@ type estimateView struct {
 	Workspace string        `json:"workspace,omitempty"`
 }
 
-// attemptView is one attempt of a job: when it queued, ran and ended,
-// where, and what stopped it.
-type attemptView struct {
-	Number           int                 `json:"number"`
-	QueuedAt         time.Time           `json:"queued_at"`
-	StartedAt        *time.Time          `json:"started_at,omitempty"`
-	EndedAt          *time.Time          `json:"ended_at,omitempty"`
-	EndReason        string              `json:"end_reason,omitempty"`
-	ExitCode         *int                `json:"exit_code,omitempty"`
-	Preemptor        *preemptorView      `json:"preemptor,omitempty"`
-	Placement        []placementView     `json:"placement,omitempty"`
-	OnLoan           bool                `json:"on_loan,omitempty"`
-	URL              string              `json:"url,omitempty"`
-	NoticeDeadline   *time.Time          `json:"notice_deadline,omitempty"`
-	NoticeReason     string              `json:"notice_reason,omitempty"`
-	NoticedAt        *time.Time          `json:"noticed_at,omitempty"`
-	CheckpointAt     *time.Time          `json:"checkpoint_at,omitempty"`
-	ExitedOnNoticeAt *time.Time          `json:"exited_on_notice_at,omitempty"`
-	Warning          string              `json:"warning,omitempty"`
-	WarnedAt         *time.Time          `json:"warned_at,omitempty"`
-	Released         []workerReleaseView `json:"released,omitempty"`
-}
-
-// workerReleaseView is when one worker of an attempt released its capacity.
-type workerReleaseView struct {
-	Worker int       `json:"worker"`
-	At     time.Time `json:"at"`
-}
-
-// attemptsOf is nil for no attempts: the status prints null then.
-func attemptsOf(attempts []protocol.AttemptRecord) []attemptView {
-	if attempts == nil {
-		return nil
-	}
-	out := make([]attemptView, len(attempts))
-	for i, a := range attempts {
-		v := attemptView{Number: a.Number, QueuedAt: a.QueuedAt, StartedAt: a.StartedAt, EndedAt: a.EndedAt, EndReason: a.EndReason,
-			ExitCode: a.ExitCode, Preemptor: preemptorOf(a.Preemptor), Placement: placementOf(a.Placement), OnLoan: a.OnLoan, URL: a.URL,
-			NoticeDeadline: a.NoticeDeadline, NoticeReason: a.NoticeReason, NoticedAt: a.NoticedAt, CheckpointAt: a.CheckpointAt,
-			ExitedOnNoticeAt: a.ExitedOnNoticeAt, Warning: a.Warning, WarnedAt: a.WarnedAt}
-		for _, r := range a.Released {
-			v.Released = append(v.Released, workerReleaseView{Worker: r.Worker, At: r.At})
-		}
-		out[i] = v
-	}
-	return out
-}
-
 // dryRunView is trainq submit --test-only's answer: whether the job would
 // start now and where, whom it would preempt, or why it would wait.
 type dryRunView struct {
-	Start         bool               `json:"start"`
-	Placement     []placementView    `json:"placement,omitempty"`
-	Preempts      []string           `json:"preempts,omitempty"`
-	Waiting       *waitingView       `json:"waiting,omitempty"`
-	ExpectedStart *expectedStartView `json:"expected_start,omitempty"`
-	Region        string             `json:"region"`
-	Allocation    string             `json:"allocation"`
-	Idle          bool               `json:"idle,omitempty"` // the allocation has no allocator yet
+	Start         bool                `json:"start"`
+	Placement     []jobview.Placement `json:"placement,omitempty"`
+	Preempts      []string            `json:"preempts,omitempty"`
+	Waiting       *waitingView        `json:"waiting,omitempty"`
+	ExpectedStart *expectedStartView  `json:"expected_start,omitempty"`
+	Region        string              `json:"region"`
+	Allocation    string              `json:"allocation"`
+	Idle          bool                `json:"idle,omitempty"` // the allocation has no allocator yet
 }
 
 func dryRunOutput(d client.DryRunAnswer) dryRunView {
-	out := dryRunView{Start: d.Start, Placement: placementOf(d.Placement), Preempts: d.Preempts, ExpectedStart: expectedStartOf(d.ExpectedStart),
+	out := dryRunView{Start: d.Start, Placement: jobview.PlacementOf(d.Placement), Preempts: d.Preempts, ExpectedStart: expectedStartOf(d.ExpectedStart),
 		Region: d.Region, Allocation: d.Allocation, Idle: d.Idle}
 	if d.Waiting != nil {
 		w := waitingOf(*d.Waiting)

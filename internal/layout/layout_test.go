@@ -36,10 +36,11 @@ var rules = []rule{
 	{pkg: "workflows", never: []string{"client", "api", "starter", "worker"}, why: "workflow code"},
 	{pkg: "client", only: []string{"cluster", "config", "protocol", "scheduler"}, never: backends,
 		why: "the SDK reaches trainq through Temporal, not through the server's code; it reads logs through the backend seam"},
-	{pkg: "starter", only: []string{"client", "cluster", "config", "joblogs", "protocol", "scheduler", "simulate"}, never: backends,
-		why: "the CLI reaches trainq through client/, and reads types, logs (joblogs) and simulations (simulate), never the server's code"},
-	{pkg: "api", only: []string{"client", "cluster", "config", "joblogs", "protocol", "scheduler"}, never: backends,
-		why: "the REST API reaches trainq through client/, and reads types and logs (joblogs), never the server's code"},
+	{pkg: "jobview", only: []string{"protocol", "scheduler"}, noTemporal: true, why: "the shapes of a job the REST API and the CLI print alike"},
+	{pkg: "starter", only: []string{"client", "cluster", "config", "joblogs", "jobview", "protocol", "scheduler", "simulate"}, never: backends,
+		why: "the CLI reaches trainq through client/, and reads types, logs (joblogs), job views (jobview) and simulations (simulate), never the server's code"},
+	{pkg: "api", only: []string{"client", "cluster", "config", "joblogs", "jobview", "protocol", "scheduler"}, never: backends,
+		why: "the REST API reaches trainq through client/, and reads types, logs (joblogs) and job views (jobview), never the server's code"},
 	{pkg: "internal/fixture", only: []string{"protocol", "scheduler"}, noTemporal: true, why: "the tests' builders, importable by the tests of every package above protocol"},
 }
 
