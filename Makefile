@@ -49,10 +49,11 @@ $(GOTESTSUM):
 	mv $(CURDIR)/bin/lint/tmp-gotestsum/gotestsum $@
 	rmdir $(CURDIR)/bin/lint/tmp-gotestsum
 
-## lint: go vet, staticcheck, trainq-lint (unchecked errors, unused parameters, shadowed builtins; exceptions:
+## lint: gofmt (every Go file formatted), go vet, staticcheck, trainq-lint (unchecked errors, unused parameters, shadowed builtins; exceptions:
 ## tools/lint/errcheck.exclude, and //nolint:NAME // reason next to the code), and Temporal's workflowcheck on the
 ## workflow code (exceptions: workflowcheck.config.yaml, and //workflowcheck:ignore with its reason next to the code)
 lint: lint-tools
+	@unformatted=$$("$$($(GO) env GOROOT)/bin/gofmt" -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt -l: not formatted (run gofmt -w):"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
 	$(TRAINQ_LINT) -errcheck.exclude=tools/lint/errcheck.exclude ./...

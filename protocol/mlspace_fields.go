@@ -50,7 +50,7 @@ const (
 	MaxElasticMaxRestarts = 1000
 	// DefaultElasticMaxRestarts is ML Space's elastic_max_restarts when a request has none.
 	DefaultElasticMaxRestarts = 5
-	MaxNodeListLen        = 1024
+	MaxNodeListLen            = 1024
 )
 
 // HealthSubActionNotify is health_params.sub_actions' one value.
