@@ -83,6 +83,9 @@ func (a *Activities) RequestCapacity(ctx context.Context, in RequestCapacityInpu
 	} else {
 		err = admit(start, in.Request)
 	}
+	if err == nil {
+		err = admitCap(start, in.Request)
+	}
 	if err != nil {
 		return protocol.CapacityReply{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("allocation %s/%s cannot run %s: %v", in.Region, in.Allocation, in.Request.Job, err), ErrTypeCapacityRefused, nil)
@@ -223,6 +226,17 @@ func admit(in protocol.AllocatorInput, req protocol.CapacityRequest) error {
 	}
 	return pool.Admit(scheduler.Request{Job: req.Job, Attempt: req.Attempt, Kind: req.Kind, Class: req.Class,
 		Demand: demand, Workers: req.Workers, MinWorkers: req.MinWorkers})
+}
+
+// admitCap refuses a request its workspace's cap in its class could never
+// let start (scheduler.Policy.AdmitCap), whatever the allocation's nodes.
+func admitCap(in protocol.AllocatorInput, req protocol.CapacityRequest) error {
+	demand, err := scheduler.ParseInstanceType(req.InstanceType)
+	if err != nil {
+		return err
+	}
+	return in.Policy.AdmitCap(scheduler.Request{Job: req.Job, Attempt: req.Attempt, Kind: req.Kind, Class: req.Class,
+		Demand: demand, Workers: req.Workers, MinWorkers: req.MinWorkers, Workspace: req.Workspace})
 }
 
 // describeConcurrency bounds the DescribeWorkflowExecution calls that one

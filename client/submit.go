@@ -120,6 +120,11 @@ func applyConfig(cfg *config.Config, spec *protocol.CheckedSpec, notes []string,
 	if note := applyIdleRule(&spec.JobSpec, alloc); note != "" {
 		notes = append(notes, note)
 	}
+	capped := scheduler.Request{Job: "check", Attempt: 1, Kind: spec.Kind, Class: spec.Class(), Demand: spec.Demand(), Workspace: spec.Workspace}
+	capped.Workers, capped.MinWorkers = spec.GangSize()
+	if err := alloc.Policy().AdmitCap(capped); err != nil {
+		return nil, &protocol.FieldError{Field: "priority_class", Message: err.Error()}
+	}
 	if len(alloc.NodeSelector) > 0 && len(alloc.Nodes) == 0 {
 		// The nodes are picked in the cluster by trainq-worker, which
 		// refuses a request that can never fit them.

@@ -123,3 +123,26 @@ func TestAllowedNodesMustHoldTheGang(t *testing.T) {
 	_, err = Check(cfg, &spec)
 	require.NoError(t, err)
 }
+
+// TestJobOverItsWorkspaceCapIsRefused: a job its workspace's cap in its
+// class could never let start is refused at submission naming
+// priority_class and the cap, instead of waiting for ever; under the cap
+// it is accepted.
+func TestJobOverItsWorkspaceCapIsRefused(t *testing.T) {
+	cfg := config.Default()
+	one := 1
+	cfg.Regions[0].Allocations[0].Limits = []config.Limit{{Class: "high", MaxGPUs: &one}}
+	alloc := cfg.Regions[0].Allocations[0].Name
+	spec := protocol.JobSpec{Script: "s", InstanceType: "a100plus.2gpu", AllocationName: alloc, PriorityClass: "high", Workspace: "team-a"}
+	_, err := Check(cfg, &spec)
+	var fe *protocol.FieldError
+	require.True(t, errors.As(err, &fe), "%v", err)
+	assert.Equal(t, "priority_class", fe.Field)
+	assert.Contains(t, fe.Message, "workspace team-a may hold at most 1 high GPUs")
+	spec = protocol.JobSpec{Script: "s", InstanceType: "a100plus.1gpu", AllocationName: alloc, PriorityClass: "high", Workspace: "team-a"}
+	_, err = Check(cfg, &spec)
+	require.NoError(t, err)
+	spec = protocol.JobSpec{Script: "s", InstanceType: "a100plus.2gpu", AllocationName: alloc, PriorityClass: "medium", Workspace: "team-a"}
+	_, err = Check(cfg, &spec)
+	require.NoError(t, err, "another class is not capped")
+}

@@ -60,6 +60,24 @@ func LimitOf(ls []Limit, ws string, c Class) int {
 	return out
 }
 
+// AdmitCap says why r could never start under its workspace's cap in its class
+// (Policy.Limits): even holding nothing else, the workspace may not hold the GPUs the request
+// needs at least (an elastic gang: its least size). Such a request would wait for ever, so the
+// edge and the job's capacity request refuse it. Admit does not check it, nor does Restore: a
+// cap may be lowered under jobs already queued or running, which the allocator then judges.
+func (pol Policy) AdmitCap(r Request) error {
+	r = normalize(r)
+	if r.Workspace == "" {
+		return nil
+	}
+	limit, need := LimitOf(pol.Limits, r.Workspace, r.Class), r.leastWorkers()*r.Demand.GPUs
+	if limit < 0 || need <= limit {
+		return nil
+	}
+	return fmt.Errorf("workspace %s may hold at most %d %s GPUs in this allocation (limit %s.max_gpus), and the job needs %d (%s of %d): it could never start; use another priority class or a smaller job",
+		r.Workspace, limit, r.Class, r.Class, need, workersText(&r), r.Demand.GPUs)
+}
+
 // noWorkspace is the index of a request without a workspace: no limit applies to it.
 const noWorkspace int32 = -1
 

@@ -209,3 +209,40 @@ func TestLimitsChangeIsListed(t *testing.T) {
 		t.Fatalf("changes %q", got)
 	}
 }
+
+// TestAdmitCap: a request its workspace's cap in its class could never let start is refused,
+// naming the workspace, the cap and the need; what fits the cap, a class without one, a request
+// without a workspace and a job without GPUs pass.
+func TestAdmitCap(t *testing.T) {
+	pol := Policy{Limits: []Limit{{Class: High, MaxGPUs: 4}, {Workspace: "big", Class: High, MaxGPUs: 16}, {Workspace: "interns", Class: Medium, MaxGPUs: 0}}}
+	for _, tc := range []struct {
+		name string
+		r    Request
+		want string // "" admitted
+	}{
+		{"over the cap for every workspace", makeJob("j", "a").Class(High).GPUs(8).Workspace("team-a").Obj(),
+			"workspace team-a may hold at most 4 high GPUs in this allocation (limit high.max_gpus), and the job needs 8 (1 worker of 8): it could never start"},
+		{"a gang over it", makeJob("j", "a").Class(High).GPUs(2).Workers(3).Workspace("team-a").Obj(), "the job needs 6 (3 workers of 2)"},
+		{"an elastic gang whose least size fits", makeJob("j", "a").Class(High).GPUs(2).Workers(3).Elastic(2).Workspace("team-a").Obj(), ""},
+		{"at the cap", makeJob("j", "a").Class(High).GPUs(4).Workspace("team-a").Obj(), ""},
+		{"the workspace's own cap is higher", makeJob("j", "a").Class(High).GPUs(8).Workspace("big").Obj(), ""},
+		{"a notebook is high", makeJob("j", "a").Notebook().GPUs(8).Workspace("team-a").Obj(), "at most 4 high GPUs"},
+		{"a class capped at 0", makeJob("j", "a").Class(Medium).GPUs(1).Workspace("interns").Obj(), "at most 0 medium GPUs"},
+		{"a job without GPUs under a 0 cap", makeJob("j", "a").Class(Medium).GPUs(0).Workspace("interns").Obj(), ""},
+		{"a class without a cap", makeJob("j", "a").Class(Low).GPUs(8).Workspace("team-a").Obj(), ""},
+		{"no workspace", makeJob("j", "a").Class(High).GPUs(8).Obj(), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := pol.AdmitCap(tc.r)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
