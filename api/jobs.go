@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -511,6 +512,14 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request, p Principal) {
 		last := v.Preemptors[n-1]
 		v.Preemptor = &last
 	}
+	if author := cmp.Or(st.Spec.Author, info.Author); !p.Admin() && p.User != author {
+		// A Jupyter server's token lets whoever holds it run code as its
+		// author: the workspace sees where it serves, not the token.
+		v.URL = withoutToken(v.URL)
+		for i := range v.Attempts {
+			v.Attempts[i].URL = withoutToken(v.Attempts[i].URL)
+		}
+	}
 	if wantStart && st.State == protocol.StatePending {
 		e, err := s.backend.ExpectedStart(ctx, st.Region, st.Allocation, st.JobName)
 		if err != nil {
@@ -819,4 +828,23 @@ type listView struct {
 	Offset int      `json:"offset"`
 	Limit  int      `json:"limit"`
 	Jobs   []jobRow `json:"jobs"`
+}
+
+// withoutToken is a Jupyter server's URL without its token query parameter
+// ("" if it does not parse: better nothing than the token).
+func withoutToken(raw string) string {
+	if raw == "" {
+		return ""
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	q := u.Query()
+	if !q.Has("token") {
+		return raw
+	}
+	q.Del("token")
+	u.RawQuery = q.Encode()
+	return u.String()
 }
