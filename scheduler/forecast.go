@@ -36,6 +36,10 @@ const (
 	// the record thins them evenly as they come (a burst of thousands is sampled across).
 	forecastFresh     = 8
 	forecastFreshKept = 64
+	// forecastSampleEvents bounds a sample's projection: the allocator samples inside its
+	// workflow task, and a projection that plays all of ProjectEvents on a long queue takes about
+	// a second there. A sampled job the bound does not reach counts by its place in the queue.
+	forecastSampleEvents = ProjectEvents / 5
 	// forecastStarts bounds the start times kept for the admission rate.
 	forecastStarts = 1024
 	// forecastFloor is the scale below which two waits count as equally short: errors are ratios
@@ -142,7 +146,7 @@ func (p *Pool) SampleForecasts(now time.Time, stop time.Duration) {
 	if room := forecastPending - len(fc.pending); len(jobs) > room {
 		jobs = jobs[:room]
 	}
-	proj, err := p.Project(now, stop, jobs)
+	proj, err := p.project(now, stop, jobs, forecastSampleEvents)
 	if err != nil {
 		return
 	}

@@ -44,6 +44,11 @@ const (
 // request), since a pass over a long queue costs the most: ask only for the jobs shown. It
 // returns an ExpectedStart per job of want, by job.
 func (p *Pool) Project(now time.Time, stop time.Duration, want []string) (map[string]ExpectedStart, error) {
+	return p.project(now, stop, want, ProjectEvents)
+}
+
+// project is Project playing at most events events.
+func (p *Pool) project(now time.Time, stop time.Duration, want []string, events int) (map[string]ExpectedStart, error) {
 	q, err := Restore(p.Snapshot())
 	if err != nil {
 		return nil, err
@@ -82,8 +87,8 @@ func (p *Pool) Project(now time.Time, stop time.Duration, want []string) (map[st
 		case !ok:
 			pr.unknown("the capacity it needs is held by jobs without a time limit (%s)", pr.unlimited())
 			return pr.out, nil
-		case steps >= ProjectEvents || next.Sub(now) > ProjectHorizon:
-			pr.unknown("it starts, if at all, beyond what the projection looks at (%d events, %s)", ProjectEvents, durText(ProjectHorizon))
+		case steps >= events || next.Sub(now) > ProjectHorizon:
+			pr.unknown("it starts, if at all, beyond what the projection looks at (%d events, %s)", events, durText(ProjectHorizon))
 			return pr.out, nil
 		}
 		t, because = next, pr.release(next)
