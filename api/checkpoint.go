@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/trainq/trainq/jobview"
 	"github.com/trainq/trainq/protocol"
 )
 
@@ -65,5 +66,5 @@ func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request, p Principal)
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, checkpointOf(reply))
+	writeJSON(w, http.StatusOK, jobview.CheckpointOf(reply))
 }

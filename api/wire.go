@@ -1,8 +1,6 @@
 package api
 
 import (
-	"time"
-
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
 )
@@ -81,16 +79,4 @@ func nodesOf(nodes []scheduler.Node) []nodeView {
 		out[i] = nodeView{Name: n.Name, Family: n.Family, GPUs: n.GPUs, CPU: n.CPU, RAMGB: n.RAMGB, Address: n.Address}
 	}
 	return out
-}
-
-// checkpointView answers POST /jobs/{job_name}/checkpoint: the attempt the
-// checkpoint was booked on, and when.
-type checkpointView struct {
-	Job     string    `json:"job"`
-	Attempt int       `json:"attempt"`
-	At      time.Time `json:"at"`
-}
-
-func checkpointOf(r protocol.CheckpointReply) checkpointView {
-	return checkpointView{Job: r.Job, Attempt: r.Attempt, At: r.At}
 }

@@ -1,4 +1,4 @@
-// Package jobview holds the shapes of a job's attempts and placement that the REST API and the
+// Package jobview holds the shapes of a job's attempts, placement and checkpoints that the REST API and the
 // CLI's --output json print alike, so that the two answer with the same fields and one change
 // reaches both (api/testdata/wire and starter/testdata/json pin them).
 package jobview
@@ -89,4 +89,16 @@ func AttemptsOf(attempts []protocol.AttemptRecord) []Attempt {
 		out[i] = v
 	}
 	return out
+}
+
+// Checkpoint is a checkpoint the allocator booked: on which attempt, and when.
+type Checkpoint struct {
+	Job     string    `json:"job"`
+	Attempt int       `json:"attempt"`
+	At      time.Time `json:"at"`
+}
+
+// CheckpointOf is the answer to a checkpoint.
+func CheckpointOf(r protocol.CheckpointReply) Checkpoint {
+	return Checkpoint{Job: r.Job, Attempt: r.Attempt, At: r.At}
 }

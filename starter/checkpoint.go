@@ -6,6 +6,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/trainq/trainq/jobview"
 )
 
 // runCheckpoint runs `trainq checkpoint [JOB] [--attempt N]`. A training
@@ -47,7 +49,7 @@ func runCheckpoint(ctx context.Context, g *globals, args []string) error {
 		return notFound(job, err)
 	}
 	if g.json() {
-		return g.printJSON(checkpointOutput(reply))
+		return g.printJSON(jobview.CheckpointOf(reply))
 	}
 	fmt.Fprintf(g.Stdout, "Checkpoint of %s (attempt %d) recorded at %s: a preemption from now on loses only the work done since.\n",
 		reply.Job, reply.Attempt, reply.At.UTC().Format(time.RFC3339))

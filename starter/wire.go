@@ -280,18 +280,6 @@ func dryRunOutput(d client.DryRunAnswer) dryRunView {
 	return out
 }
 
-// checkpointView is trainq checkpoint's answer: the checkpoint the
-// allocator recorded.
-type checkpointView struct {
-	Job     string    `json:"job"`
-	Attempt int       `json:"attempt"`
-	At      time.Time `json:"at"`
-}
-
-func checkpointOutput(r protocol.CheckpointReply) checkpointView {
-	return checkpointView{Job: r.Job, Attempt: r.Attempt, At: r.At}
-}
-
 // recoverView is trainq allocator recover's answer: what the recovery found.
 type recoverView struct {
 	Epoch      string   `json:"epoch"`

@@ -17,6 +17,7 @@ import (
 
 	"github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/cluster"
+	"github.com/trainq/trainq/jobview"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
 )
@@ -200,7 +201,7 @@ func TestCLIJSON(t *testing.T) {
 		{name: "submit-dry-run", out: specDryRun},
 		{name: "checkpoint", fixture: protocol.CheckpointReply{Job: "lm-mpi-job-r", Attempt: 2, At: *at(1)},
 			printed: func() any {
-				return checkpointOutput(protocol.CheckpointReply{Job: "lm-mpi-job-r", Attempt: 2, At: *at(1)})
+				return jobview.CheckpointOf(protocol.CheckpointReply{Job: "lm-mpi-job-r", Attempt: 2, At: *at(1)})
 			}},
 		{name: "allocator-recover", fixture: wireRecover(), printed: func() any { return recoverOutput(wireRecover()) }},
 		{name: "allocator-drain", fixture: wireDrain(), printed: func() any { return drainOutput(wireDrain()) }},
