@@ -2,8 +2,10 @@ package scheduler
 
 import (
 	"cmp"
+	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -365,7 +367,8 @@ func (p *Pool) Forecast(now time.Time, stop time.Duration, want []string) (map[s
 		}
 		switch {
 		case proj < 0:
-			c.Because = "from its place in the queue and the last hour's starts (" + e.Because + ")"
+			c.Because = fmt.Sprintf("from its place in the queue (%s) and the starts of the last hour; the projection has none: %s",
+				ordinal(p.waitPos(w)+1), strings.TrimPrefix(e.Because, "unknown: "))
 		case f.weight < 1:
 			c.Because += "; blended with its place in the queue and the last hour's starts"
 		}
@@ -457,4 +460,20 @@ func (fc *forecastRecord) restore(s *SnapshotForecast) {
 	for i, ms := range s.Starts {
 		fc.starts[i] = time.UnixMilli(ms).UTC()
 	}
+}
+
+// ordinal is 1st, 2nd, 3rd, 4th, 11th, 21st…
+func ordinal(n int) string {
+	suffix := "th"
+	if n%100 < 11 || n%100 > 13 {
+		switch n % 10 {
+		case 1:
+			suffix = "st"
+		case 2:
+			suffix = "nd"
+		case 3:
+			suffix = "rd"
+		}
+	}
+	return fmt.Sprintf("%d%s", n, suffix)
 }

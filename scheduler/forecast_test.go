@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -237,4 +238,40 @@ func sampledPool(t *testing.T) (*Pool, time.Time) {
 		p.SampleForecasts(now, 0)
 	}
 	return p, now
+}
+
+// TestForecastWithoutTimeLimits: when no job has a time limit the projection knows no start, and
+// once the record has seen how the queue moved, a waiting job gets an expected start and a range
+// from its place in the queue, and says so.
+func TestForecastWithoutTimeLimits(t *testing.T) {
+	p := mustPool(t, nodesOf("n", "a", 2, 1, 8, 64), Policy{})
+	now := at(0)
+	for i := range 120 {
+		for k := range 3 { // two start, one waits
+			mustEnqueue(t, p, makeJob(fmt.Sprintf("j%03d-%d", i, k), "a").GPUs(1).Seq(int64(3*i+k+1)).Obj())
+		}
+		sched(t, p, now)
+		p.SampleForecasts(now, 0)
+		now = now.Add(15 * time.Minute)
+		for _, job := range p.RunningJobs() {
+			p.BeginRelease(job)
+			p.Release(job, 0, 0)
+		}
+		sched(t, p, now)
+		p.SampleForecasts(now, 0)
+	}
+	job := p.waiting[len(p.waiting)-1].r.Job
+	proj, _ := p.Project(now, 0, []string{job})
+	if !proj[job].At.IsZero() {
+		t.Fatalf("the projection knows a start without time limits: %+v", proj[job])
+	}
+	got, _ := p.Forecast(now, 0, []string{job})
+	e := got[job]
+	if e.At.IsZero() || e.Earliest.IsZero() || e.At.Before(e.Earliest) || e.Latest.Before(e.At) {
+		t.Fatalf("forecast %+v, want a start inside a range", e)
+	}
+	t.Log(e.Because)
+	if !strings.Contains(e.Because, "from its place in the queue (") || !strings.Contains(e.Because, "the projection has none: the capacity it needs is held by jobs without a time limit") {
+		t.Errorf("because %q", e.Because)
+	}
 }
