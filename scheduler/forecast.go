@@ -166,7 +166,7 @@ func (p *Pool) SampleForecasts(now time.Time, stop time.Duration) {
 	}
 }
 
-// forecastStarted notes a start: the admission rate's, and the wait of any sample of it.
+// started notes a start: for the admission rate, and as the wait of any sample of it.
 func (fc *forecastRecord) started(now time.Time, job string, attempt int) {
 	if len(fc.starts) == forecastStarts { // drop the older half at once: a pass may start thousands
 		fc.starts = slices.Delete(fc.starts, 0, forecastStarts/2)
