@@ -219,17 +219,25 @@ func TestCarryForecast(t *testing.T) {
 // returns the pool and the time of its last pass.
 func sampledPool(t *testing.T) (*Pool, time.Time) {
 	t.Helper()
-	p := mustPool(t, nodesOf("n", "a", 1, 1, 8, 64), Policy{})
+	return playRounds(t, 1, 60, 2, 20*time.Minute, 10*time.Minute)
+}
+
+// playRounds plays rounds of perRound one-GPU jobs (each with an estimated runLimit; 0: none)
+// on a pool of nodes one-GPU nodes: each round queues them, passes, waits every and releases
+// every running job, then passes again, sampling after each pass as the allocator does.
+func playRounds(t *testing.T, nodes, rounds, perRound int, every, runLimit time.Duration) (*Pool, time.Time) {
+	t.Helper()
+	p := mustPool(t, nodesOf("n", "a", nodes, 1, 8, 64), Policy{})
 	now := at(0)
-	for i := range 60 {
-		for k := range 2 { // one of each two waits
-			r := makeJob(fmt.Sprintf("j%02d-%d", i, k), "a").GPUs(1).Seq(int64(2*i + k + 1)).Obj()
-			r.RunLimit, r.RunEstimated = 10*time.Minute, true
+	for i := range rounds {
+		for k := range perRound {
+			r := makeJob(fmt.Sprintf("j%03d-%d", i, k), "a").GPUs(1).Seq(int64(perRound*i + k + 1)).Obj()
+			r.RunLimit, r.RunEstimated = runLimit, runLimit > 0
 			mustEnqueue(t, p, r)
 		}
 		sched(t, p, now)
 		p.SampleForecasts(now, 0)
-		now = now.Add(20 * time.Minute)
+		now = now.Add(every)
 		for _, job := range p.RunningJobs() {
 			p.BeginRelease(job)
 			p.Release(job, 0, 0)
@@ -244,22 +252,7 @@ func sampledPool(t *testing.T) (*Pool, time.Time) {
 // once the record has seen how the queue moved, a waiting job gets an expected start and a range
 // from its place in the queue, and says so.
 func TestForecastWithoutTimeLimits(t *testing.T) {
-	p := mustPool(t, nodesOf("n", "a", 2, 1, 8, 64), Policy{})
-	now := at(0)
-	for i := range 120 {
-		for k := range 3 { // two start, one waits
-			mustEnqueue(t, p, makeJob(fmt.Sprintf("j%03d-%d", i, k), "a").GPUs(1).Seq(int64(3*i+k+1)).Obj())
-		}
-		sched(t, p, now)
-		p.SampleForecasts(now, 0)
-		now = now.Add(15 * time.Minute)
-		for _, job := range p.RunningJobs() {
-			p.BeginRelease(job)
-			p.Release(job, 0, 0)
-		}
-		sched(t, p, now)
-		p.SampleForecasts(now, 0)
-	}
+	p, now := playRounds(t, 2, 120, 3, 15*time.Minute, 0) // two start, one waits
 	job := p.waiting[len(p.waiting)-1].r.Job
 	proj, _ := p.Project(now, 0, []string{job})
 	if !proj[job].At.IsZero() {
