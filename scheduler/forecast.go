@@ -57,6 +57,8 @@ type forecastRecord struct {
 	last    time.Time // when the last sample was taken
 	turn    int       // which waiting request the next sample takes besides the newest
 	pending []forecastSample
+	// sampled counts the pending samples per job (derived from pending: see reindex).
+	sampled map[string]int
 	done    []forecastSample // oldest first, at most ForecastKept
 	starts  []time.Time      // the latest starts, oldest first, at most forecastStarts
 	// dropped: starts older than the first kept were dropped.
@@ -121,6 +123,7 @@ func (p *Pool) SampleForecasts(now time.Time, stop time.Duration) {
 		return
 	}
 	fc.last = now
+	defer fc.reindex()
 	live := fc.pending[:0]
 	for _, s := range fc.pending {
 		if w := p.waitIdx[s.job]; w != nil && w.r.Attempt == s.attempt {
@@ -166,6 +169,17 @@ func (p *Pool) SampleForecasts(now time.Time, stop time.Duration) {
 	}
 }
 
+// reindex derives sampled from pending.
+func (fc *forecastRecord) reindex() {
+	clear(fc.sampled)
+	for _, s := range fc.pending {
+		if fc.sampled == nil {
+			fc.sampled = map[string]int{}
+		}
+		fc.sampled[s.job]++
+	}
+}
+
 // started notes a start: for the admission rate, and as the wait of any sample of it.
 func (fc *forecastRecord) started(now time.Time, job string, attempt int) {
 	if len(fc.starts) == forecastStarts { // drop the older half at once: a pass may start thousands
@@ -173,6 +187,9 @@ func (fc *forecastRecord) started(now time.Time, job string, attempt int) {
 		fc.dropped = true
 	}
 	fc.starts = append(fc.starts, now)
+	if fc.sampled[job] == 0 { // most starts: no scan of the samples on the grant path
+		return
+	}
 	for i := 0; i < len(fc.pending); {
 		s := fc.pending[i]
 		if s.job != job || s.attempt != attempt {
@@ -181,6 +198,7 @@ func (fc *forecastRecord) started(now time.Time, job string, attempt int) {
 		}
 		s.actual = now.Sub(s.asked)
 		fc.pending = slices.Delete(fc.pending, i, i+1)
+		fc.sampled[job]--
 		if s.ranged {
 			a := logWait(s.actual)
 			for _, k := range []int{0, 2} { // the range's ends; the point stays the median
@@ -362,9 +380,7 @@ func (p *Pool) Forecast(now time.Time, stop time.Duration, want []string) (map[s
 		c.At = now.Add(waitOfLog(b + f.q[1]))
 		c.Earliest, c.Latest = now.Add(waitOfLog(b+f.q[0])), now.Add(waitOfLog(b+f.q[2]))
 		c.Samples = f.samples
-		if !e.At.IsZero() && !e.At.Equal(c.At) {
-			c.Projected = e.At
-		}
+		c.Projected = e.At
 		switch {
 		case proj < 0:
 			c.Because = fmt.Sprintf("from its place in the queue (%s) and the starts of the last hour; the projection has none: %s",
@@ -453,6 +469,7 @@ func (fc *forecastRecord) restore(s *SnapshotForecast) {
 		fs.ranged = copy(fs.bounds[:], x.Bounds) == len(fs.bounds)
 		fc.pending = append(fc.pending, fs)
 	}
+	fc.reindex()
 	for _, x := range s.Done {
 		fc.done = append(fc.done, forecastSample{asked: nt(x.Asked), proj: time.Duration(x.Proj), naive: time.Duration(x.Naive), actual: time.Duration(x.Actual)})
 	}
