@@ -19,7 +19,8 @@ type ExpectedStart struct {
 	// its record of how wrong its expected starts were (Pool.Forecast); zero until it has one.
 	Earliest time.Time `json:"earliest,omitempty"`
 	Latest   time.Time `json:"latest,omitempty"`
-	// Projected is the projection's own start where the record corrected it (At differs).
+	// Projected is the projection's own start (zero: it has none) once the record corrected
+	// it (Samples > 0).
 	Projected time.Time `json:"projected,omitempty"`
 	// Samples is how many past expected starts the correction and range rest on.
 	Samples int `json:"samples,omitempty"`
@@ -49,11 +50,10 @@ func (p *Pool) Project(now time.Time, stop time.Duration, want []string) (map[st
 
 // project is Project playing at most events events.
 func (p *Pool) project(now time.Time, stop time.Duration, want []string, events int) (map[string]ExpectedStart, error) {
-	q, err := Restore(p.Snapshot())
+	q, err := Restore(p.snapshotScheduling()) // the copy's starts are not the pool's: no record
 	if err != nil {
 		return nil, err
 	}
-	q.forecast = forecastRecord{} // the copy's starts are not the pool's
 	if now.Before(p.lastNow) {
 		now = p.lastNow
 	}

@@ -227,6 +227,14 @@ func fromKindClass(kc int8) (Kind, Class, error) {
 
 // Snapshot captures the state (see Restore).
 func (p *Pool) Snapshot() Snapshot {
+	s := p.snapshotScheduling()
+	s.Forecast = p.forecast.snapshot()
+	return s
+}
+
+// snapshotScheduling is Snapshot without the record of the expected starts' errors, which
+// decides nothing: what a projection copies.
+func (p *Pool) snapshotScheduling() Snapshot {
 	s := Snapshot{Version: SnapshotVersion, Nodes: p.Nodes(), Policy: p.policy, Now: tn(p.lastNow), PreemptSeq: p.preemptSeq}
 	for c := High; c >= Low; c-- {
 		if h := &p.heads[c]; h.job != "" {
@@ -247,7 +255,6 @@ func (p *Pool) Snapshot() Snapshot {
 		}
 	}
 	s.FairShare = p.snapshotFairShare()
-	s.Forecast = p.forecast.snapshot()
 	demands := &demandTable{s: &s, index: map[Demand]int32{}, sets: map[string]int32{}, workspaces: map[string]int32{}, users: map[string]int32{}}
 	s.Waiting = p.snapshotWaiting(demands)
 	if len(p.running) > 0 {

@@ -166,7 +166,7 @@ func (e *etaRun) project(s *sim, i int32) (proj, forecast etaPred) {
 		return etaPred{set: true, unknown: 2}, etaPred{set: true, unknown: 2}
 	}
 	raw := x.At
-	if !x.Projected.IsZero() || !x.Earliest.IsZero() && strings.HasPrefix(x.Because, "from its place") {
+	if x.Samples > 0 { // corrected: the projection's own is beside it
 		raw = x.Projected
 	}
 	proj = etaPred{set: true, asked: s.now}
