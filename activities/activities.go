@@ -78,14 +78,8 @@ func (a *Activities) RequestCapacity(ctx context.Context, in RequestCapacityInpu
 	}
 	// The nodes of a node_selector allocation change while this process
 	// runs (only its allocator has the current list): the allocator judges.
-	if _, alloc, _ := a.Config.Allocation(in.Region, in.Allocation); alloc != nil && len(alloc.NodeSelector) > 0 {
-		err = nil
-	} else {
-		err = admit(start, in.Request)
-	}
-	if err == nil {
-		err = admitCap(start, in.Request)
-	}
+	_, alloc, _ := a.Config.Allocation(in.Region, in.Allocation)
+	err = admit(start, in.Request, alloc == nil || len(alloc.NodeSelector) == 0)
 	if err != nil {
 		return protocol.CapacityReply{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("allocation %s/%s cannot run %s: %v", in.Region, in.Allocation, in.Request.Job, err), ErrTypeCapacityRefused, nil)
@@ -213,30 +207,25 @@ func replyFor(where protocol.ExplainReply, attempt int) (protocol.CapacityReply,
 // allocator answers in milliseconds; a busy one is not waited for.
 const briefQueryTimeout = 300 * time.Millisecond
 
-// admit checks a request against the allocation's configured nodes, as the
-// allocator's own admission does.
-func admit(in protocol.AllocatorInput, req protocol.CapacityRequest) error {
+// admit refuses a request its workspace's cap could never let start and,
+// with nodesKnown, one the allocation's configured nodes could never hold,
+// as the allocator's own admission does.
+func admit(in protocol.AllocatorInput, req protocol.CapacityRequest, nodesKnown bool) error {
+	demand, err := scheduler.ParseInstanceType(req.InstanceType)
+	if err != nil {
+		return err
+	}
+	r := scheduler.Request{Job: req.Job, Attempt: req.Attempt, Kind: req.Kind, Class: req.Class,
+		Demand: demand, Workers: req.Workers, MinWorkers: req.MinWorkers, Workspace: req.Workspace}
+	// A workspace's cap could never let it start, whatever the nodes (scheduler.Policy.AdmitCap).
+	if err := in.Policy.AdmitCap(r); err != nil || !nodesKnown {
+		return err
+	}
 	pool, err := scheduler.NewPool(in.Nodes, in.Policy)
 	if err != nil {
 		return err
 	}
-	demand, err := scheduler.ParseInstanceType(req.InstanceType)
-	if err != nil {
-		return err
-	}
-	return pool.Admit(scheduler.Request{Job: req.Job, Attempt: req.Attempt, Kind: req.Kind, Class: req.Class,
-		Demand: demand, Workers: req.Workers, MinWorkers: req.MinWorkers})
-}
-
-// admitCap refuses a request its workspace's cap in its class could never
-// let start (scheduler.Policy.AdmitCap), whatever the allocation's nodes.
-func admitCap(in protocol.AllocatorInput, req protocol.CapacityRequest) error {
-	demand, err := scheduler.ParseInstanceType(req.InstanceType)
-	if err != nil {
-		return err
-	}
-	return in.Policy.AdmitCap(scheduler.Request{Job: req.Job, Attempt: req.Attempt, Kind: req.Kind, Class: req.Class,
-		Demand: demand, Workers: req.Workers, MinWorkers: req.MinWorkers, Workspace: req.Workspace})
+	return pool.Admit(r)
 }
 
 // describeConcurrency bounds the DescribeWorkflowExecution calls that one

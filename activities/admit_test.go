@@ -17,11 +17,11 @@ import (
 func TestCapacityRequestOverItsWorkspaceCapIsRefused(t *testing.T) {
 	in := protocol.AllocatorInput{Policy: scheduler.Policy{Limits: []scheduler.Limit{{Class: scheduler.High, MaxGPUs: 4}}}}
 	req := protocol.CapacityRequest{Job: "j", Attempt: 1, Kind: scheduler.KindJob, Class: scheduler.High, InstanceType: "a100.8gpu", Workers: 1, Workspace: "team-a"}
-	err := admitCap(in, req)
+	err := admit(in, req, false)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "workspace team-a may hold at most 4 high GPUs")
 	req.InstanceType = "a100.4gpu"
-	assert.NoError(t, admitCap(in, req))
+	assert.NoError(t, admit(in, req, false))
 	req.InstanceType, req.Workspace = "a100.8gpu", ""
-	assert.NoError(t, admitCap(in, req), "a request without a workspace is capped by nothing")
+	assert.NoError(t, admit(in, req, false), "a request without a workspace is capped by nothing")
 }

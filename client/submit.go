@@ -120,9 +120,10 @@ func applyConfig(cfg *config.Config, spec *protocol.CheckedSpec, notes []string,
 	if note := applyIdleRule(&spec.JobSpec, alloc); note != "" {
 		notes = append(notes, note)
 	}
-	capped := scheduler.Request{Job: "check", Attempt: 1, Kind: spec.Kind, Class: spec.Class(), Demand: spec.Demand(), Workspace: spec.Workspace}
-	capped.Workers, capped.MinWorkers = spec.GangSize()
-	if err := alloc.Policy().AdmitCap(capped); err != nil {
+	req := scheduler.Request{Job: "check", Attempt: 1, Kind: spec.Kind, Class: spec.Class(), Demand: spec.Demand(), Workers: 1, Workspace: spec.Workspace}
+	gang := req
+	gang.Workers, gang.MinWorkers = spec.GangSize()
+	if err := alloc.Policy().AdmitCap(gang); err != nil {
 		return nil, &protocol.FieldError{Field: "priority_class", Message: err.Error()}
 	}
 	if len(alloc.NodeSelector) > 0 && len(alloc.Nodes) == 0 {
@@ -134,11 +135,10 @@ func applyConfig(cfg *config.Config, spec *protocol.CheckedSpec, notes []string,
 	if err != nil {
 		return nil, err
 	}
-	req := scheduler.Request{Job: "check", Attempt: 1, Kind: spec.Kind, Class: spec.Class(), Demand: spec.Demand(), Workers: 1}
 	if err := pool.Admit(req); err != nil {
 		return nil, &protocol.FieldError{Field: "instance_type", Message: err.Error()}
 	}
-	req.Workers, req.MinWorkers = spec.GangSize()
+	req = gang
 	if err := pool.Admit(req); err != nil {
 		field := "n_workers"
 		if req.MinWorkers > 0 {
