@@ -3,7 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/trainq/trainq/config"
 	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
 )
@@ -216,4 +219,144 @@ func pendingAcrossATask(events []*historypb.HistoryEvent, activityType, queue st
 		}
 	}
 	return 0
+}
+
+// resetCANConfig is TestResetAllocatorThatContinuesAsNew's own config: an
+// allocation no other config has, with the default reclaim_interval (30 s),
+// so that trainq-worker's own look at the allocator comes too late to matter.
+const resetCANConfig = `
+data_dir: %s
+default_region: T
+default_allocation: reset-can
+metrics_addr: ""
+regions:
+  - name: T
+    allocations:
+      - name: reset-can
+        stop_grace_period: 3s
+        nodes:
+          - {name: reset-can-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+`
+
+// TestResetAllocatorThatContinuesAsNew: an allocator reset to before a
+// running job's request, which then continues as new at once (here: its
+// per-run message limit, reached by the newcomers' requests), must not hand
+// the reset run's pool to the next run. The next run is no reset run:
+// Temporal keeps the last reset time for the reset run alone, so nothing
+// outside the allocator could tell it to recover. The reset run notices
+// the reset itself at its first task after the reset point and recovers
+// before it decides anything: the running job is held again, and the
+// newcomers wait in the runs that follow instead of being granted its GPUs.
+func TestResetAllocatorThatContinuesAsNew(t *testing.T) {
+	const allocation = "reset-can"
+	dir := t.TempDir()
+	path := filepath.Join(dir, "trainq-reset-can.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(fmt.Sprintf(resetCANConfig, filepath.Join(env.dir, "data"))), 0o644))
+	cfg, err := config.Load(path)
+	require.NoError(t, err)
+	require.Equal(t, 30*time.Second, cfg.ReclaimInterval.D(), "the default reclaim_interval")
+
+	// The allocator starts before the worker, with a per-run message limit
+	// that the worker's start (its reconfigure update) keeps.
+	in, err := cfg.AllocatorInput("T", allocation)
+	require.NoError(t, err)
+	in.MaxUpdatesPerRun = 5
+	id := protocol.AllocatorWorkflowID("T", allocation)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = env.client.ExecuteWorkflow(ctx, protocol.AllocatorStartOptions("T", allocation), protocol.AllocatorWorkflowName, in)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = env.client.TerminateWorkflow(ctx, id, "", "e2e: test over")
+	})
+	startWorkerWith(t, path)
+
+	records := filepath.Join(dir, "records")
+	runGate := gate(filepath.Join(dir, "run"))
+	spec := func(script string) protocol.JobSpec {
+		return fixture.Job{Script: script, Allocation: allocation}.Spec()
+	}
+	eventually(t, long, "the allocator to recover at its start and fence its node", func() bool {
+		c := counts(t, allocation)
+		return !c.Recovering && c.RecoveredAt.After(time.Time{}) && len(queue(t, allocation).Fenced) == 0
+	})
+	running := submitWith(t, cfg, spec(recordingScript(records, runGate.waitFor())))
+	waitState(t, running, protocol.StateRunning, long)
+	before := counts(t, allocation).RecoveredAt
+
+	point := resetAllocatorBefore(t, allocation, running)
+	resetRun := currentRunOf(t, id)
+	t.Logf("reset the allocator to event %d (run %s); it had recovered at %s", point, resetRun, before.Format(time.RFC3339Nano))
+	var newcomers []string
+	for currentRunOf(t, id) == resetRun {
+		require.Less(t, len(newcomers), 2*in.MaxUpdatesPerRun, "the reset run should have continued as new")
+		job := submitWith(t, cfg, spec(recordingScript(records, "sleep 0.2")))
+		newcomers = append(newcomers, job)
+		eventually(t, long, "the newcomer's request to reach the allocator", func() bool {
+			return inQueue(queue(t, allocation), job) || currentRunOf(t, id) != resetRun
+		})
+	}
+	t.Logf("the allocator continued as new after %d newcomers", len(newcomers))
+
+	eventually(t, long, "the allocator to hold the running job again, the newcomers waiting", func() bool {
+		c := counts(t, allocation)
+		v := queue(t, allocation)
+		return !c.Recovering && c.RecoveredAt.After(before) && len(v.Fenced) == 0 &&
+			len(v.Running) == 1 && v.Running[0].Job == running && v.WaitingTotal == len(newcomers)
+	})
+	for _, job := range newcomers {
+		assert.Equal(t, protocol.StatePending, status(t, job).State, job)
+	}
+	runGate.open(t)
+	waitState(t, running, protocol.StateCompleted, long)
+	for _, job := range newcomers {
+		waitState(t, job, protocol.StateCompleted, long)
+	}
+	checkNoDoubleHolds(t, records, filepath.Join(env.dir, "data"))
+
+	// A reset to a run's first task runs that task afresh, with the state
+	// the previous run handed over then: the run must notice that too, of
+	// itself (trainq-worker's look, every 30 s, would send the recover
+	// update).
+	before = counts(t, allocation).RecoveredAt
+	var first int64
+	for _, e := range fetchHistory(t, id) {
+		if e.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED {
+			first = e.GetEventId()
+			break
+		}
+	}
+	require.NotZero(t, first)
+	resetAllocatorTo(t, allocation, first)
+	eventually(t, long, "the allocator reset to its first task to recover", func() bool {
+		c := counts(t, allocation)
+		return !c.Recovering && c.RecoveredAt.After(before)
+	})
+	for _, e := range fetchHistory(t, id) {
+		if a := e.GetWorkflowExecutionUpdateAcceptedEventAttributes(); a != nil {
+			assert.NotEqual(t, protocol.UpdateRecover, a.GetAcceptedRequest().GetInput().GetName(), "the reset run recovered when asked, not of itself")
+		}
+	}
+}
+
+// currentRunOf is the run ID of workflow id's current run.
+func currentRunOf(t *testing.T, id string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	d, err := env.client.DescribeWorkflow(ctx, id, "")
+	require.NoError(t, err)
+	return d.RawResponse.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+}
+
+// inQueue tells whether job waits or runs in v.
+func inQueue(v protocol.QueueView, job string) bool {
+	for _, w := range v.Waiting {
+		if w.Job == job {
+			return true
+		}
+	}
+	return slices.Contains(runningJobs(v), job)
 }

@@ -53,13 +53,11 @@ func keepAllocatorsRunning(ctx context.Context, c client.Client, cfg *config.Con
 }
 
 // recoverIfReset sends the recover update to an allocator whose current run
-// was reset (`temporal workflow reset`) after its last recovery. A reset
-// rebuilds the allocator's state from a point in its own history, under the
-// epoch it had then: it may believe free what running jobs hold since, and
-// grant it. Only the jobs know what they hold now, so the state is rebuilt
-// from them. Between the reset and this check (one interval at most) the
-// reset run may grant; docs/failures.md (A workflow is
-// reset) says so.
+// was reset (`temporal workflow reset`) after its last recovery. Runs of this
+// release notice their own resets (see resetSince in workflows/allocator.go)
+// and have recovered by the time this looks; it serves runs that older code
+// started, which do not. Temporal keeps the reset time only on the reset run
+// itself, so a reset run that continued as new before this looked escapes it.
 func recoverIfReset(ctx context.Context, c client.Client, id string, logger *slog.Logger) {
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

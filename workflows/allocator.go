@@ -102,6 +102,10 @@ type allocator struct {
 	// that one it had not run on took a task: the run hands over (see
 	// checkBuild).
 	tracksBuilds, newBuild bool
+	// noticesResets says this run looks for resets of itself, and runID is
+	// the run it last found itself in (see resetSince).
+	noticesResets bool
+	runID         string
 }
 
 // Versions of the allocator's workflow code (workflow.GetVersion). Each
@@ -117,6 +121,9 @@ const (
 	// hands over once a build it has not run on takes its workflow task (see
 	// checkBuild), so that no run outlives the upgrade window.
 	versionHandOverOnNewBuild = "allocator-hand-over-on-new-build"
+	// versionNoticeResets: a run notices that it was reset (see resetSince)
+	// before its next pass, hand-over or reclaim tick, and recovers.
+	versionNoticeResets = "allocator-notice-resets"
 )
 
 // AllocatorWorkflow owns the capacity of one allocation. Jobs ask it for
@@ -325,6 +332,15 @@ func (a *allocator) run(ctx workflow.Context) error {
 	// Runs of code before versionHandOverOnNewBuild recorded no build.
 	a.tracksBuilds = workflow.GetVersion(ctx, versionHandOverOnNewBuild, workflow.DefaultVersion, 1) >= 1
 	a.checkBuild(ctx, true)
+	if a.noticesResets = workflow.GetVersion(ctx, versionNoticeResets, workflow.DefaultVersion, 1) >= 1; a.noticesResets {
+		a.runID = a.currentRun(ctx)
+		// A reset to the run's first task runs that task afresh, so the
+		// run ID it reads is its own: only the original run ID tells (the
+		// SDK's test environment has none).
+		if info := workflow.GetInfo(ctx); a.runID == info.WorkflowExecution.RunID && info.OriginalRunID != "" && info.OriginalRunID != info.WorkflowExecution.RunID {
+			a.recovering = true
+		}
+	}
 	a.startSignalLoops(ctx)
 	if a.recovering {
 		a.recoverState(ctx)
@@ -340,8 +356,16 @@ func (a *allocator) run(ctx workflow.Context) error {
 	if err := workflow.Await(ctx, func() bool { return a.shouldContinueAsNew(ctx) }); err != nil {
 		return err
 	}
-	if err := a.awaitHandOver(ctx); err != nil {
-		return err
+	for {
+		if err := a.awaitHandOver(ctx); err != nil {
+			return err
+		}
+		// A reset run must not hand its pool to the next: that run would
+		// carry no mark of the reset at all.
+		if !a.resetSince(ctx) {
+			break
+		}
+		a.recoverState(ctx)
 	}
 	a.drainSignals(ctx)
 	workflow.GetLogger(ctx).Info("allocator continues as new", "waiting", a.st.Pool.WaitingCount(), "running", len(a.st.Pool.RunningJobs()))
@@ -384,6 +408,39 @@ func (a *allocator) checkBuild(ctx workflow.Context, atStart bool) {
 		a.newBuild = true
 	}
 	a.st.NoteBuild(build)
+}
+
+// resetSince tells whether the run was reset (`temporal workflow reset`)
+// since it last looked. A reset run replays its history up to the reset point
+// and goes on from there under a new run ID, with the pool and the epoch it
+// had then: it may believe free what jobs have held since, and grant it. The
+// run ID is read through workflow.MutableSideEffect, which records it when it
+// changes, so that the replay before the reset point reads the run ID it had
+// then, the first task after it reads the new one, and a later replay of
+// either takes each decision where the run took it. (Temporal's
+// LastResetTime does not serve: it is kept only for the reset run itself, and
+// the reset run may continue as new before anyone reads it.)
+func (a *allocator) resetSince(ctx workflow.Context) bool {
+	if !a.noticesResets {
+		return false
+	}
+	run := a.currentRun(ctx)
+	if run == a.runID {
+		return false
+	}
+	workflow.GetLogger(ctx).Warn("the allocator was reset; rebuilding its state from the jobs", "from_run", a.runID, "run", run)
+	a.runID = run
+	return true
+}
+
+// currentRun reads the run ID (see resetSince).
+func (a *allocator) currentRun(ctx workflow.Context) string {
+	var run string
+	same := func(x, y any) bool { return x == y }
+	if err := workflow.MutableSideEffect(ctx, "run-id", func(ctx workflow.Context) any { return workflow.GetInfo(ctx).WorkflowExecution.RunID }, same).Get(&run); err != nil {
+		panic(fmt.Sprintf("read the allocator's run ID: %v", err))
+	}
+	return run
 }
 
 // awaitHandOver lets handlers and outgoing signals finish before the run
@@ -683,6 +740,10 @@ func (a *allocator) schedulePass(ctx workflow.Context) {
 	if a.recovering || a.handingOver {
 		return
 	}
+	if a.resetSince(ctx) {
+		a.recoverState(ctx)
+		return
+	}
 	now := workflow.Now(ctx)
 	// The pass's wall-clock duration feeds only the scheduling-pass
 	// histogram. Reading the clock here is safe although workflow code must
@@ -924,6 +985,10 @@ func (a *allocator) reclaimLoop(ctx workflow.Context) {
 		}
 		a.checkBuild(ctx, false)
 		if a.recovering {
+			continue
+		}
+		if a.resetSince(ctx) {
+			a.recoverState(ctx)
 			continue
 		}
 		a.findVanishedJobs(ctx)

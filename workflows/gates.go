@@ -42,6 +42,7 @@ var gateIntroduced = map[string]string{
 	versionLearnedEstimate:    "v0.10.0",
 	versionGuardedActivities:  "v0.10.0",
 	versionHandOverOnNewBuild: "v0.10.0",
+	versionNoticeResets:       "v0.10.0",
 }
 
 // releaseWindow is the window of Release among known releases: the
