@@ -198,3 +198,21 @@ func waitingLimitsText(ls protocol.WaitingLimits) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// RefuseOverCap ends the waiting jobs that their workspace's cap, lowered by
+// a reconfigure, could never let start (scheduler.Pool.DropOverCap), each
+// with the reason, and returns their names.
+func (s *State) RefuseOverCap() ([]string, []Command) {
+	over := s.Pool.DropOverCap()
+	if len(over) == 0 {
+		return nil, nil
+	}
+	var cmds commands
+	jobs := make([]string, 0, len(over))
+	for _, u := range over {
+		jobs = append(jobs, u.Job)
+		cmds.add(refuse(u.Job, u.Attempt, fmt.Sprintf("allocation %s was reconfigured and can no longer run this job: %s", s.Name(), u.Reason)))
+	}
+	cmds.add(Note{Text: fmt.Sprintf("refused %d waiting job(s) over a lowered workspace cap", len(over))}, Schedule{})
+	return jobs, cmds
+}

@@ -517,6 +517,28 @@ func TestReconfigureRules(t *testing.T) {
 			given: []step{queued(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 2}.Capacity())},
 			when:  reconfigure(oneNode),
 			want:  []string{"refuse j#1", "schedule"}, then: notWaiting("j")},
+		{name: "a waiting job over a lowered workspace cap is refused; other workspaces and classes wait on",
+			given: []step{
+				queued(fixture.Request{Job: "j", Attempt: 1, Class: medium, GPUs: 4, Workspace: "team-a"}.Capacity()),
+				queued(fixture.Request{Job: "k", Attempt: 1, Class: medium, GPUs: 4, Workspace: "team-b"}.Capacity()),
+				queued(fixture.Request{Job: "l", Attempt: 1, Class: high, GPUs: 4, Workspace: "team-a"}.Capacity()),
+			},
+			when: func(s *State) []Command {
+				in := input(1)
+				in.Policy.Limits = []scheduler.Limit{{Workspace: "team-a", Class: medium, MaxGPUs: 2}}
+				_, cmds, err := s.Reconfigure(in)
+				if err != nil {
+					panic(err)
+				}
+				_, refused := s.RefuseOverCap()
+				return append(cmds, refused...)
+			},
+			want: []string{"schedule", "refuse j#1", "schedule"},
+			then: func(t *testing.T, s *State) {
+				notWaiting("j")(t, s)
+				isWaiting("k", 1)(t, s)
+				isWaiting("l", 1)(t, s)
+			}},
 		{name: "a changed preemption_notice takes effect",
 			when: func(s *State) []Command {
 				in := input(1)

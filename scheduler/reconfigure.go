@@ -45,6 +45,26 @@ func (p *Pool) Reconfigure(nodes []Node, policy Policy) ([]Unfit, error) {
 	return unfit, nil
 }
 
+// DropOverCap removes, in queue order, the waiting requests that their workspace's cap in their
+// class (Policy.Limits) could never let start (AdmitCap), and returns them with the reason. A
+// reconfigure that lowers a cap under a waiting job calls it, so that the job ends with the reason
+// instead of waiting for ever; running jobs keep running (a cap bounds starts).
+func (p *Pool) DropOverCap() []Unfit {
+	if len(p.policy.Limits) == 0 {
+		return nil
+	}
+	var over []Unfit
+	for _, w := range p.waiting {
+		if err := p.policy.AdmitCap(w.r); err != nil {
+			over = append(over, Unfit{Job: w.r.Job, Attempt: w.r.Attempt, Reason: err.Error()})
+		}
+	}
+	for _, u := range over {
+		p.CancelAttempt(u.Job, u.Attempt)
+	}
+	return over
+}
+
 // planReconfigure builds the reconfigured pool without touching p: it checks that every node
 // that goes or changes is unused, carries the state over through a snapshot on the new node set
 // (Restore re-checks it all), and drops the waiting requests the new node set cannot admit.

@@ -124,6 +124,10 @@ const (
 	// versionNoticeResets: a run notices that it was reset (see resetSince)
 	// before its next pass, hand-over or reclaim tick, and recovers.
 	versionNoticeResets = "allocator-notice-resets"
+	// versionRefuseOverLoweredCap: a reconfigure that lowers a workspace's
+	// cap under a waiting job refuses the job (see
+	// allocation.State.RefuseOverCap) instead of leaving it waiting for ever.
+	versionRefuseOverLoweredCap = "allocator-refuse-over-lowered-cap"
 )
 
 // AllocatorWorkflow owns the capacity of one allocation. Jobs ask it for
@@ -273,6 +277,11 @@ func (a *allocator) onReconfigure(ctx workflow.Context, in protocol.AllocatorInp
 	reply, cmds, err := a.st.Reconfigure(in)
 	if err != nil || !reply.Changed {
 		return reply, err
+	}
+	if workflow.GetVersion(ctx, versionRefuseOverLoweredCap, workflow.DefaultVersion, 1) >= 1 {
+		refused, more := a.st.RefuseOverCap()
+		reply.Refused = append(reply.Refused, refused...)
+		cmds = append(cmds, more...)
 	}
 	workflow.GetLogger(ctx).Info("allocator reconfigured", "changes", reply.Summary, "refused", reply.Refused)
 	a.execute(ctx, cmds)

@@ -1032,6 +1032,35 @@ func TestAllocatorReconfigureRefusesJobsThatNoLongerFit(t *testing.T) {
 	assert.Len(t, v.Nodes, 1)
 }
 
+// TestAllocatorReconfigureRefusesJobsOverALoweredCap: a reconfigure that
+// lowers a workspace's cap below what a waiting job needs ends that job with
+// the cap's name and value, instead of leaving it waiting for ever; a job the
+// cap still lets start waits on.
+func TestAllocatorReconfigureRefusesJobsOverALoweredCap(t *testing.T) {
+	h := newAllocHarness(t)
+	in := allocInput(allocNodes(1, 2))
+	h.request(time.Minute, fixture.Request{Job: "holder", Attempt: 1, Class: scheduler.Medium, GPUs: 2, SubmittedAt: testStart}.Capacity())
+	h.request(2*time.Minute, fixture.Request{Job: "wide", Attempt: 1, Class: scheduler.High, GPUs: 2, Workspace: "team-a", SubmittedAt: testStart}.Capacity())
+	h.request(2*time.Minute, fixture.Request{Job: "narrow", Attempt: 1, Class: scheduler.Low, GPUs: 1, Workspace: "team-a", SubmittedAt: testStart}.Capacity())
+	capped := in
+	capped.Policy.Limits = []scheduler.Limit{{Workspace: "team-a", Class: scheduler.High, MaxGPUs: 1}, {Workspace: "team-a", Class: scheduler.Low, MaxGPUs: 1}}
+	out := h.reconfigure(3*time.Minute, capped)
+	h.runAllocator(in, time.Hour)
+
+	require.True(t, out.done)
+	require.NoError(t, out.rejected)
+	require.NoError(t, out.err)
+	assert.Equal(t, []string{"wide"}, out.reply.Refused)
+	r := h.refusalsTo("wide")
+	require.Len(t, r, 1)
+	assert.Contains(t, r[0].Reason, "allocation T/basic was reconfigured and can no longer run this job")
+	assert.Contains(t, r[0].Reason, "limit high.max_gpus")
+	assert.Empty(t, h.refusalsTo("narrow"))
+	v := h.queue()
+	assert.Equal(t, []string{"narrow"}, waitingJobs(v))
+	assert.Equal(t, []string{"holder"}, runningJobs(v))
+}
+
 // TestAllocatorSendsABurstOfGrantsWithinTheSignalBudget: one release frees
 // capacity for 3,000 waiting jobs. Temporal fails a workflow task that would
 // leave more than 2,000 signals undelivered, or during which more than 100
