@@ -145,7 +145,7 @@ test: $(TEMPORAL) test-deps $(GOTESTSUM) build
 test-side-builds: kube-bins cluster-bins race-build lint-tools
 test-main: $(TEMPORAL) test-deps $(GOTESTSUM) build
 	@mkdir -p $(TEST_RESULTS)
-	$(call gotest_step,$@) -count=1 -timeout 18m $$($(GO) list ./... | grep -v -E '$(KUBE_PKGS)|$(CLUSTER_PKGS)|/internal/docscheck$$')
+	$(call gotest_step,$@) -count=1 -timeout 40m $$($(GO) list ./... | grep -v -E '$(KUBE_PKGS)|$(CLUSTER_PKGS)|/internal/docscheck$$')
 test-kube: kube-bins $(GOTESTSUM)
 	@mkdir -p $(TEST_RESULTS)
 	TRAINQ_REQUIRE_KUBE=1 $(call gotest_step,$@) -count=1 -timeout 10m $$($(GO) list ./... | grep -E '$(KUBE_PKGS)')

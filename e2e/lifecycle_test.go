@@ -19,7 +19,11 @@ import (
 	"github.com/trainq/trainq/protocol"
 )
 
-const long = 90 * time.Second
+// long is how long a test waits for what should happen in seconds. It bounds
+// a wait that would otherwise hang, never a speed: on a busy 2-core machine
+// (the tests' own builds, another job beside them) a status query alone has
+// taken 30 s, and a 90 s bound failed a test that was right.
+const long = 3 * time.Minute
 
 // victimScript runs until SIGTERM on its first attempt, recording that it
 // was asked to stop gracefully; later attempts finish at once. Once its trap

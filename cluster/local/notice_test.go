@@ -18,11 +18,15 @@ import (
 func TestNoticeReachesTheWorker(t *testing.T) {
 	ctx := ctxT(t)
 	b := newBackend(t, t.TempDir())
-	spec := binarySpec("notice-job", `test ! -e "$TRAINQ_NOTICE_FILE" && echo no notice yet; `+
+	spec := binarySpec("notice-job", `test ! -e "$TRAINQ_NOTICE_FILE" && echo no notice yet; echo looked; `+
 		`while [ ! -e "$TRAINQ_NOTICE_FILE" ]; do sleep 0.02; done; echo "got $(cat "$TRAINQ_NOTICE_FILE")"; exit 0`)
 	cleanupWorker(t, b, spec.ID)
 	_, err := b.Start(ctx, spec)
 	require.NoError(t, err)
+	// The notice comes once the worker has looked: on a busy machine the
+	// shell may start after a notice sent at once.
+	require.Eventually(t, func() bool { return strings.Contains(logOf(t, b, spec.ID), "looked") }, time.Minute, 20*time.Millisecond,
+		"the script looked for a notice")
 	require.NoError(t, b.Notice(ctx, spec.ID, []byte(`{"reason":"preempted","deadline":"2026-12-01T00:00:00Z"}`+"\n")))
 	st, err := b.Wait(ctx, spec.ID, nil)
 	require.NoError(t, err)
