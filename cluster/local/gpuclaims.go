@@ -40,13 +40,19 @@ func (b *Backend) claimGPUs(spec cluster.WorkerSpec) (unlock func(), err error) 
 		return nil, err
 	}
 	busy := &cluster.GPUsBusy{Node: spec.Node}
+	uses := map[cluster.WorkerID]bool{} // one look per holder: usesGPUs may read every process's environment
 	for _, g := range spec.GPUs {
 		var holder cluster.WorkerID
 		found, err := readJSON(claimPath(dir, g), &holder)
 		if err != nil || !found || holder == spec.ID {
 			continue // an unreadable claim is a torn write of a start that never launched
 		}
-		if b.usesGPUs(holder) {
+		used, seen := uses[holder]
+		if !seen {
+			used = b.usesGPUs(holder)
+			uses[holder] = used
+		}
+		if used {
 			busy.GPUs, busy.Holder = append(busy.GPUs, g), holder
 		}
 	}
@@ -70,12 +76,17 @@ func claimPath(dir string, gpu int) string {
 // usesGPUs says whether a worker may still use its GPUs: its process group
 // is alive and its supervisor has not written the exit record, which it
 // writes only once the worker's processes, strays included, are gone (the
-// moment a watch reports the worker exited and its GPUs released).
+// moment a watch reports the worker exited and its GPUs released); or a
+// process that left the group still carries the worker's mark (see
+// workerMark): its supervisor was killed before it could end it.
 func (b *Backend) usesGPUs(id cluster.WorkerID) bool {
 	dir, err := b.WorkerDir(id)
 	if err != nil {
 		return false
 	}
 	info, err := readProcInfo(dir)
-	return err == nil && groupAlive(info) && !exists(filepath.Join(dir, fileExit))
+	if err == nil && groupAlive(info) && !exists(filepath.Join(dir, fileExit)) {
+		return true
+	}
+	return markedAlive(dir)
 }

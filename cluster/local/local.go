@@ -229,7 +229,7 @@ func (b *Backend) plan(spec cluster.WorkerSpec, logPath, notebookToken string) l
 				env = append(env, cluster.JupyterTokenEnv+"="+notebookToken)
 			}
 		}
-		env = append(env, cluster.NoticeFileEnv+"="+filepath.Join(filepath.Dir(logPath), fileNotice))
+		env = append(env, workerMark(filepath.Dir(logPath)))
 		p.Procs = append(p.Procs, procPlan{LocalRank: r, Argv: []string{"/bin/sh", "-c", spec.InConda(line)}, Env: env})
 	}
 	return p
@@ -429,6 +429,16 @@ func (b *Backend) Status(ctx context.Context, id cluster.WorkerID) (cluster.Work
 		return st, nil
 	}
 	if !hasExit {
+		// The supervisor died without ending what left the group (see
+		// workerMark): end that first, so that an exit record always means
+		// the worker's GPUs are free.
+		if escaped := workerProcesses(0, 0, 0, workerMark(dir)); len(escaped) > 0 {
+			for _, pid := range escaped {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+			st.Phase = cluster.PhaseRunning
+			return st, nil
+		}
 		rec = exitRecord{ExitCode: 128 + int(syscall.SIGKILL), EndedAt: time.Now().UTC(), Killed: true,
 			Error: "process group gone without an exit record (killed)"}
 		if err := writeJSONAtomic(filepath.Join(dir, fileExit), rec); err != nil {
@@ -516,9 +526,20 @@ func (b *Backend) Stop(ctx context.Context, id cluster.WorkerID, grace time.Dura
 			}
 		}
 	}
-	// SIGKILL whatever is left (also leftovers of an exited worker).
-	for groupAlive(info) {
-		_ = syscall.Kill(-info.PID, syscall.SIGKILL)
+	// SIGKILL whatever is left (also leftovers of an exited worker), and
+	// what escaped the group (see workerMark).
+	for {
+		alive := groupAlive(info)
+		if alive {
+			_ = syscall.Kill(-info.PID, syscall.SIGKILL)
+		}
+		escaped := workerProcesses(0, 0, 0, workerMark(dir))
+		for _, pid := range escaped {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		if !alive && len(escaped) == 0 {
+			break
+		}
 		select {
 		case <-ctx.Done():
 			return st, ctx.Err()

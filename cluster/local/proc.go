@@ -3,9 +3,12 @@ package local
 import (
 	"bytes"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/trainq/trainq/cluster"
 )
 
 // Process inspection. Liveness is checked with kill(pid, 0) / kill(-pgid, 0);
@@ -15,6 +18,7 @@ import (
 
 type procStat struct {
 	state      byte
+	ppid       int
 	pgrp       int
 	startTicks uint64
 }
@@ -35,12 +39,13 @@ func readStat(pid int) (procStat, bool) {
 	if len(f) < 20 || len(f[0]) != 1 {
 		return procStat{}, false
 	}
+	ppid, err0 := strconv.Atoi(f[1])
 	pgrp, err1 := strconv.Atoi(f[2])
 	start, err2 := strconv.ParseUint(f[19], 10, 64)
-	if err1 != nil || err2 != nil {
+	if err0 != nil || err1 != nil || err2 != nil {
 		return procStat{}, false
 	}
-	return procStat{state: f[0][0], pgrp: pgrp, startTicks: start}, true
+	return procStat{state: f[0][0], ppid: ppid, pgrp: pgrp, startTicks: start}, true
 }
 
 func (s procStat) dead() bool { return s.state == 'Z' || s.state == 'X' }
@@ -63,6 +68,89 @@ func groupMembers(pgid int) (pids []int, ok bool) {
 		}
 	}
 	return pids, true
+}
+
+// A worker's processes are those of its supervisor's process group, but a
+// process can leave the group (setsid, a daemonising launcher) and outlive
+// the supervisor's exit record, keeping its GPUs. Two more marks find it:
+//   - it descends from the supervisor, which is a child subreaper: an orphan
+//     of the worker is re-parented to the supervisor, not to init, while the
+//     supervisor lives;
+//   - its environment carries the worker's own $TRAINQ_NOTICE_FILE
+//     (workerMark), which every process of the worker inherits unless it
+//     clears its environment, and which outlives the supervisor.
+
+// workerMark is the environment entry that marks the processes of the worker
+// whose directory is dir.
+func workerMark(dir string) string {
+	return cluster.NoticeFileEnv + "=" + filepath.Join(dir, fileNotice)
+}
+
+// workerProcesses lists the live processes that belong to a worker, other
+// than self: those of process group pgid (0: none), those that descend from
+// ancestor (0: none) and those whose environment carries mark ("": none).
+// Without /proc it finds none.
+func workerProcesses(self, pgid, ancestor int, mark string) (pids []int) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	parent := map[int]int{}
+	var live []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		st, ok := readStat(pid)
+		if !ok || st.dead() {
+			continue
+		}
+		parent[pid] = st.ppid
+		if pgid > 0 && st.pgrp == pgid {
+			pids = append(pids, pid)
+			continue
+		}
+		live = append(live, pid)
+	}
+	descends := func(pid int) bool {
+		for range 64 { // a chain longer than that is not worth following
+			pp, ok := parent[pid]
+			if !ok || pp <= 1 {
+				return false
+			}
+			if pp == ancestor {
+				return true
+			}
+			pid = pp
+		}
+		return false
+	}
+	for _, pid := range live {
+		if (ancestor > 0 && descends(pid)) || (mark != "" && carries(pid, mark)) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// carries says whether process pid's environment holds the entry mark.
+func carries(pid int, mark string) bool {
+	env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		return false
+	}
+	for entry := range bytes.SplitSeq(env, []byte{0}) {
+		if string(entry) == mark {
+			return true
+		}
+	}
+	return false
+}
+
+// markedAlive says whether a live process carries the worker's mark.
+func markedAlive(dir string) bool {
+	return len(workerProcesses(0, 0, 0, workerMark(dir))) > 0
 }
 
 // pgroupAlive reports whether any live process is in process group pgid.

@@ -7,8 +7,13 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/trainq/trainq/cluster"
 )
 
 // strayGrace is how long the supervisor waits, after the worker's processes
@@ -73,6 +78,9 @@ func Supervise(workerDir string) int {
 		_, _ = fmt.Fprintf(logf, "[trainq-supervisor] "+format+"\n", args...)
 	}
 	logln("%s: starting %d process(es) at %s", plan.ID, len(plan.Procs), time.Now().UTC().Format(time.RFC3339))
+	if err := becomeSubreaper(); err != nil {
+		logln("cannot adopt the worker's orphans (%v): a process that leaves the group is found by its environment only", err)
+	}
 
 	type result struct {
 		idx  int
@@ -164,7 +172,7 @@ func Supervise(workerDir string) int {
 		}
 	}
 
-	killStrays(logln)
+	killStrays(logln, markOf(plan))
 
 	rec := exitRecord{EndedAt: time.Now().UTC(), Processes: exits, TermReceived: termReceived}
 	if failed >= 0 {
@@ -178,22 +186,17 @@ func Supervise(workerDir string) int {
 	return rec.ExitCode
 }
 
-// killStrays ends processes the worker left behind in our process group
-// (daemons, background jobs), so that "exited" means the GPUs are free:
-// SIGTERM to the group (the supervisor catches it), then SIGKILL.
+// killStrays ends processes the worker left behind (daemons, background
+// jobs, processes that left the group with setsid), so that "exited" means
+// the GPUs are free: SIGTERM to the group and to each of them (the supervisor
+// catches it), then SIGKILL; then it reaps those the subreaper adopted.
 // Linux only (needs /proc to find them); elsewhere Stop handles leftovers.
-func killStrays(logln func(string, ...any)) {
+func killStrays(logln func(string, ...any), mark string) {
 	self := os.Getpid()
 	pgid := syscall.Getpgrp()
+	defer reapAdopted()
 	strays := func() []int {
-		members, _ := groupMembers(pgid)
-		out := members[:0]
-		for _, p := range members {
-			if p != self {
-				out = append(out, p)
-			}
-		}
-		return out
+		return workerProcesses(self, pgid, self, mark)
 	}
 	left := strays()
 	if len(left) == 0 {
@@ -201,9 +204,13 @@ func killStrays(logln func(string, ...any)) {
 	}
 	logln("terminating %d leftover process(es) %v", len(left), left)
 	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	for _, p := range left {
+		_ = syscall.Kill(p, syscall.SIGTERM)
+	}
 	deadline := time.Now().Add(strayGrace)
 	for len(left) > 0 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
+		reapAdopted()
 		left = strays()
 	}
 	for range 50 {
@@ -214,6 +221,40 @@ func killStrays(logln func(string, ...any)) {
 			_ = syscall.Kill(p, syscall.SIGKILL)
 		}
 		time.Sleep(20 * time.Millisecond)
+		reapAdopted()
 		left = strays()
 	}
+}
+
+// becomeSubreaper makes the supervisor the parent of the worker's orphans
+// (PR_SET_CHILD_SUBREAPER), so that a process that daemonises is still found
+// among its descendants (see killStrays).
+func becomeSubreaper() error {
+	return unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+}
+
+// reapAdopted waits for the supervisor's children that have ended: once the
+// worker's own processes are waited for, the only children left are orphans
+// it adopted as subreaper.
+func reapAdopted() {
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if pid <= 0 || err != nil {
+			return
+		}
+	}
+}
+
+// markOf is the mark of the worker's processes (see workerMark), as its plan
+// gives it to them.
+func markOf(plan launchPlan) string {
+	for _, p := range plan.Procs {
+		for _, kv := range p.Env {
+			if strings.HasPrefix(kv, cluster.NoticeFileEnv+"=") {
+				return kv
+			}
+		}
+	}
+	return ""
 }

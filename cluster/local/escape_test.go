@@ -1,0 +1,115 @@
+package local
+
+import (
+	"errors"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/trainq/trainq/cluster"
+)
+
+// escapeScript starts two processes that leave the worker's process group
+// and session (setsid), one of them with an emptied environment, writes
+// their pids to dir, and then runs body.
+func escapeScript(dir, body string) string {
+	return `setsid sh -c 'echo $$ > ` + dir + `/marked.pid.tmp; mv ` + dir + `/marked.pid.tmp ` + dir + `/marked.pid; exec sleep 600' & ` +
+		`setsid env -i /bin/sh -c 'echo $$ > ` + dir + `/bare.pid.tmp; mv ` + dir + `/bare.pid.tmp ` + dir + `/bare.pid; exec sleep 600' & ` +
+		`while [ ! -e ` + dir + `/marked.pid ] || [ ! -e ` + dir + `/bare.pid ]; do sleep 0.02; done; ` + body
+}
+
+func pidIn(t *testing.T, path string) int {
+	t.Helper()
+	pid, err := strconv.Atoi(strings.TrimSpace(waitFile(t, path)))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	return pid
+}
+
+func alive(pid int) bool {
+	st, ok := readStat(pid)
+	return ok && !st.dead()
+}
+
+// TestWorkerProcessesThatLeaveTheGroupEndWithIt: a worker whose script
+// starts processes in a session of their own (setsid, as daemonising
+// launchers do), one of them with an empty environment, and exits: the
+// supervisor ends them before it records the exit, so that an exited worker
+// has freed its GPUs, and the next worker on them starts.
+func TestWorkerProcessesThatLeaveTheGroupEndWithIt(t *testing.T) {
+	ctx := ctxT(t)
+	b := newBackend(t, t.TempDir())
+	dir := t.TempDir()
+	spec := gpuSpec("escapes", 1, 0)
+	spec.Script = escapeScript(dir, "exit 0")
+	cleanupWorker(t, b, spec.ID)
+	_, err := b.Start(ctx, spec)
+	require.NoError(t, err)
+	marked, bare := pidIn(t, filepath.Join(dir, "marked.pid")), pidIn(t, filepath.Join(dir, "bare.pid"))
+	st, err := b.Wait(ctx, spec.ID, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 0, st.ExitCode)
+	assert.False(t, alive(marked), "the process that left the group outlived the worker's exit")
+	assert.False(t, alive(bare), "the process that left the group and cleared its environment outlived the worker's exit")
+	assert.Contains(t, logOf(t, b, spec.ID), "terminating 2 leftover process(es)")
+
+	next := gpuSpec("next", 1, 0)
+	cleanupWorker(t, b, next.ID)
+	_, err = b.Start(ctx, next)
+	assert.NoError(t, err)
+}
+
+// TestAProcessThatLeftTheGroupKeepsItsGPUs: when the whole process group of
+// a worker is killed (its supervisor too, as the OOM killer or a SIGKILL to
+// the group does), a process that had left the group lives on: its GPUs are
+// refused to the next worker until it is ended, by Stop or by the first look
+// at the worker's status, before the worker is reported exited. (One that
+// also cleared its environment is not found once its supervisor is gone; the
+// docs say so.)
+func TestAProcessThatLeftTheGroupKeepsItsGPUs(t *testing.T) {
+	for _, end := range []string{"stopped", "watched"} {
+		t.Run(end, func(t *testing.T) {
+			ctx := ctxT(t)
+			b := newBackend(t, t.TempDir())
+			dir := t.TempDir()
+			spec := gpuSpec("killed-"+end, 1, 0)
+			spec.Script = escapeScript(dir, "sleep 600")
+			cleanupWorker(t, b, spec.ID)
+			_, err := b.Start(ctx, spec)
+			require.NoError(t, err)
+			marked := pidIn(t, filepath.Join(dir, "marked.pid"))
+			wdir, err := b.WorkerDir(spec.ID)
+			require.NoError(t, err)
+			info, err := readProcInfo(wdir)
+			require.NoError(t, err)
+			require.NoError(t, syscall.Kill(-info.PID, syscall.SIGKILL))
+			require.Eventually(t, func() bool { return !groupAlive(info) }, time.Minute, 20*time.Millisecond)
+			require.True(t, alive(marked))
+
+			next := gpuSpec("next-"+end, 1, 0)
+			cleanupWorker(t, b, next.ID)
+			_, err = b.Start(ctx, next)
+			var busy *cluster.GPUsBusy
+			require.True(t, errors.As(err, &busy), "GPU 0 is still used by a process of %s: %v", spec.ID, err)
+			assert.Equal(t, spec.ID, busy.Holder)
+
+			if end == "stopped" {
+				_, err = b.Stop(ctx, spec.ID, 0)
+				require.NoError(t, err)
+			} else {
+				st, err := b.Wait(ctx, spec.ID, nil)
+				require.NoError(t, err)
+				assert.Equal(t, 137, st.ExitCode)
+			}
+			assert.False(t, alive(marked), "the process that left the group is ended before the worker counts as ended")
+			_, err = b.Start(ctx, next)
+			assert.NoError(t, err)
+		})
+	}
+}
