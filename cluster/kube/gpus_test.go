@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/trainq/trainq/cluster"
 )
@@ -70,6 +72,42 @@ func TestConcurrentStartsOnOneGPUCreateOnePod(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 1, created, "errors: %v", errs)
+}
+
+// TestStartYieldsToAPodItsCacheMissed: another agent creates a pod on the
+// same GPU between this start's cache check and its create (a stale agent
+// during a partition, or a cache that lags): the start lists the node's pods
+// from the API server after its create, finds the other pod, deletes its own
+// and is refused, so that one pod is left on the GPU.
+func TestStartYieldsToAPodItsCacheMissed(t *testing.T) {
+	b, cs := newFake(t, fakeJobs{})
+	ctx := context.Background()
+	other := spec("other", 1, 0, 1) // GPUs 4 and 5 of gpu-3
+	otherPod := b.Pod(other, JobMeta{}, nil)
+	raced := false
+	cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if p := a.(k8stesting.CreateAction).GetObject().(*corev1.Pod); p.Name != otherPod.Name && !raced {
+			raced = true
+			if err := cs.Tracker().Add(otherPod.DeepCopy()); err != nil {
+				return true, nil, err
+			}
+		}
+		return false, nil, nil
+	})
+	late := spec("late", 1, 0, 1)
+	late.GPUs = []int{5, 6}
+	_, err := b.Start(ctx, late)
+	var busy *cluster.GPUsBusy
+	require.True(t, errors.As(err, &busy), "late shares GPU 5 with other's pod: %v", err)
+	assert.Equal(t, []int{5}, busy.GPUs)
+	assert.Equal(t, other.ID, busy.Holder)
+	pods, err := cs.CoreV1().Pods("jobs").List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	var names []string
+	for _, p := range pods.Items {
+		names = append(names, p.Name)
+	}
+	assert.Equal(t, []string{otherPod.Name}, names, "the start that yielded deleted its pod")
 }
 
 // TestPodCarriesMLSpaceSettings: shm_size_class sizes a memory /dev/shm,

@@ -35,6 +35,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
@@ -86,6 +87,9 @@ type Options struct {
 	// a pod within a second or two; one held longer has a finalizer nobody
 	// removes or a volume that does not unmount. Default 15s.
 	TerminatingTimeout time.Duration
+	// BeforeCreate, if set, runs in a start between its check of the pod
+	// cache and its create: tests race another agent's start there.
+	BeforeCreate func()
 }
 
 // Backend is the Kubernetes backend. It is safe for concurrent use.
@@ -442,6 +446,25 @@ func (b *Backend) lookup(ctx context.Context, name string) (pod *corev1.Pod, gon
 	return p, false, nil
 }
 
+// placedWorker is the worker of a pod on node that has not ended, with the
+// GPUs its annotation gives it.
+func placedWorker(p *corev1.Pod, node string) (cluster.PlacedWorker, bool) {
+	if p.Spec.NodeName != node || podEnded(p) {
+		return cluster.PlacedWorker{}, false
+	}
+	id, ok := idOf(p)
+	if !ok {
+		return cluster.PlacedWorker{}, false
+	}
+	var gpus []int
+	for _, g := range strings.Split(p.Annotations[AnnotationGPUs], ",") {
+		if n, err := strconv.Atoi(g); err == nil {
+			gpus = append(gpus, n)
+		}
+	}
+	return cluster.PlacedWorker{WorkerStatus: StatusOf(id, p), Node: node, GPUs: gpus}, true
+}
+
 // idOf reads the worker a pod belongs to from its labels and annotations.
 func idOf(p *corev1.Pod) (cluster.WorkerID, bool) {
 	job := p.Annotations[AnnotationJobName]
@@ -682,12 +705,18 @@ func (b *Backend) Start(ctx context.Context, spec cluster.WorkerSpec) (cluster.W
 	}
 	cached, unsubscribe := b.subscribe(name) // before the create: its event must not be missed
 	defer unsubscribe()
+	if b.opts.BeforeCreate != nil {
+		b.opts.BeforeCreate()
+	}
 	created, err := b.opts.Client.CoreV1().Pods(b.opts.Namespace).Create(ctx, pod, metav1.CreateOptions{FieldManager: "trainq"})
 	if apierrors.IsAlreadyExists(err) {
 		created, err = b.opts.Client.CoreV1().Pods(b.opts.Namespace).Get(ctx, name, metav1.GetOptions{})
 	}
 	if err != nil {
 		return cluster.WorkerStatus{ID: spec.ID}, fmt.Errorf("create pod %s/%s on node %s: %w", b.opts.Namespace, name, spec.Node, err)
+	}
+	if err := b.confirmGPUs(ctx, spec, created); err != nil {
+		return cluster.WorkerStatus{ID: spec.ID}, err
 	}
 	b.awaitCached(ctx, name, cached)
 	return StatusOf(spec.ID, created), nil
@@ -703,10 +732,11 @@ func (b *Backend) lockStarts(node string) (unlock func()) {
 
 // gpusFree refuses (cluster.GPUsBusy) a start whose GPUs a live pod of
 // another job or attempt on the node uses, whatever the allocator decided.
-// It reads the pod cache: starts by this process are serialized per node and
-// each waits until the cache has its pod (awaitCached), so they see each
-// other; a pod another trainq-worker created within the cache's lag can be
-// missed, so this is the node's last line of defence, not the protocol.
+// It reads the pod cache, before anything is created: starts by this process
+// are serialized per node and each waits until the cache has its pod
+// (awaitCached), so they see each other. A pod another trainq-worker created
+// within the cache's lag can be missed here; confirmGPUs, after the create,
+// does not miss it.
 func (b *Backend) gpusFree(ctx context.Context, spec cluster.WorkerSpec) error {
 	if len(spec.GPUs) == 0 {
 		return nil
@@ -715,6 +745,53 @@ func (b *Backend) gpusFree(ctx context.Context, spec cluster.WorkerSpec) error {
 	if err != nil {
 		return err
 	}
+	return busyWith(spec, live)
+}
+
+// confirmGPUs is the authoritative check of a start, made once its pod is
+// created: a consistent read of the node's pods from the API server, not the
+// cache. A live pod of another worker on one of the start's GPUs (created by
+// another agent, a stale one during a partition, or missed by a lagging
+// cache) makes the start yield: its pod is deleted and the start refused
+// (GPUsBusy). Of two starts that race, the one that lists second sees the
+// other's pod, so at most one keeps its pod (both may yield: the allocator
+// fences the node and tries again). A start that cannot list yields too.
+func (b *Backend) confirmGPUs(ctx context.Context, spec cluster.WorkerSpec, created *corev1.Pod) error {
+	if len(spec.GPUs) == 0 {
+		return nil
+	}
+	list, err := b.opts.Client.CoreV1().Pods(b.opts.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.Set{LabelManagedBy: ManagedBy}.String(),
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", spec.Node).String(),
+	})
+	var refusal error
+	if err != nil {
+		refusal = fmt.Errorf("confirm GPUs %v on node %s: %w", spec.GPUs, spec.Node, err)
+	} else {
+		var live []cluster.PlacedWorker
+		for i := range list.Items {
+			if w, ok := placedWorker(&list.Items[i], spec.Node); ok {
+				live = append(live, w)
+			}
+		}
+		refusal = busyWith(spec, live)
+	}
+	if refusal == nil {
+		return nil
+	}
+	secs, uid := int64(1), created.UID // 0 would force the deletion while a container may start
+	err = b.opts.Client.CoreV1().Pods(b.opts.Namespace).Delete(ctx, created.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: &secs, Preconditions: &metav1.Preconditions{UID: &uid},
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
+		b.opts.Logger.Warn("a start that yielded its GPUs could not delete its pod; its next start or a fence will", "pod", created.Name, "error", err)
+	}
+	return refusal
+}
+
+// busyWith refuses (cluster.GPUsBusy) spec's start if one of live, another
+// worker, uses one of its GPUs.
+func busyWith(spec cluster.WorkerSpec, live []cluster.PlacedWorker) error {
 	busy := &cluster.GPUsBusy{Node: spec.Node}
 	for _, w := range live {
 		if w.ID == spec.ID {
@@ -1190,21 +1267,9 @@ func (b *Backend) LiveWorkers(ctx context.Context, node string) ([]cluster.Place
 	}
 	var out []cluster.PlacedWorker
 	for _, o := range objs {
-		p := o.(*corev1.Pod)
-		if podEnded(p) {
-			continue
+		if w, ok := placedWorker(o.(*corev1.Pod), node); ok {
+			out = append(out, w)
 		}
-		id, ok := idOf(p)
-		if !ok {
-			continue
-		}
-		var gpus []int
-		for _, g := range strings.Split(p.Annotations[AnnotationGPUs], ",") {
-			if n, err := strconv.Atoi(g); err == nil {
-				gpus = append(gpus, n)
-			}
-		}
-		out = append(out, cluster.PlacedWorker{WorkerStatus: StatusOf(id, p), Node: node, GPUs: gpus})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		a, c := out[i].ID, out[j].ID
