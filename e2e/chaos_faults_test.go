@@ -304,15 +304,25 @@ func (r *chaosRun) resetAllocator(f chaosFault) (string, bool) {
 		return fmt.Sprintf("%s run %s has no completed workflow task; not reset", id, run), false
 	}
 	event := completed[max(len(completed)-f.depth, 0)]
+	asked := time.Now()
 	if err := r.reset(id, run, event, "chaos test: allocator reset"); err != nil {
 		r.problem("reset %s to event %d: %v", id, event, err)
 		return fmt.Sprintf("reset of %s to event %d FAILED: %v", id, event, err), false
 	}
 	reset := time.Now()
+	back := len(completed) - max(len(completed)-f.depth, 0)
+	if f.unattended {
+		desc := fmt.Sprintf("`temporal workflow reset --workflow-id %s --event-id %d` (back %d of the %d completed workflow tasks of run %s, %d events), "+
+			"no `trainq allocator recover`", id, event, back, len(completed), run, len(events))
+		if after, ok := r.awaitSelfRecovery(asked); ok {
+			return desc + fmt.Sprintf("; the allocator recovered of itself %s after the reset", after.Round(10*time.Millisecond)), true
+		}
+		r.problem("the reset allocator did not recover of itself within %s", chaosSelfRecovery)
+		return desc + fmt.Sprintf("; the allocator did NOT recover of itself within %s", chaosSelfRecovery), false
+	}
 	cmd := exec.Command(filepath.Join(env.binDir, "trainq"), "allocator", "recover", chaosAllocation, "--region", chaosRegion)
 	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+r.hostPort(), "TRAINQ_CONFIG="+r.configPath)
 	out, err := cmd.CombinedOutput()
-	back := len(completed) - max(len(completed)-f.depth, 0)
 	desc := fmt.Sprintf("`temporal workflow reset --workflow-id %s --event-id %d` (back %d of the %d completed workflow tasks of run %s, %d events); "+
 		"`trainq allocator recover %s`", id, event, back, len(completed), run, len(events), chaosAllocation)
 	r.mu.Lock()
@@ -327,6 +337,30 @@ func (r *chaosRun) resetAllocator(f chaosFault) (string, bool) {
 		return desc + fmt.Sprintf(" FAILED: %v", err), false
 	}
 	return desc + fmt.Sprintf(" answered %s after the reset", time.Since(reset).Round(10*time.Millisecond)), true
+}
+
+// chaosSelfRecovery bounds the wait for a reset allocator to notice its reset
+// and recover without being asked: it notices at its next pass or reclaim
+// tick (every reclaim_interval), so a minute is ample even for a busy machine.
+const chaosSelfRecovery = 2 * time.Minute
+
+// awaitSelfRecovery waits until the allocator has recovered since the reset
+// was asked for, and says how long after that it was.
+func (r *chaosRun) awaitSelfRecovery(asked time.Time) (time.Duration, bool) {
+	id := protocol.AllocatorWorkflowID(chaosRegion, chaosAllocation)
+	for deadline := time.Now().Add(chaosSelfRecovery); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		v, err := r.c.QueryWorkflow(ctx, id, "", protocol.QueryCounts)
+		cancel()
+		var c protocol.QueueCounts
+		if err != nil || v.Get(&c) != nil {
+			continue // between runs, or busy
+		}
+		if !c.Recovering && c.RecoveredAt.After(asked) {
+			return time.Since(asked), true
+		}
+	}
+	return 0, false
 }
 
 // resetJob resets a running job (the pick-th, by name, of the jobs the

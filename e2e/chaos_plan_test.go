@@ -159,8 +159,9 @@ const (
 	faultServerKill
 	faultAllocatorTerminate
 	// faultAllocatorReset: `temporal workflow reset` of the allocator to an
-	// earlier workflow task of its current run, followed at once by
-	// `trainq allocator recover` (what docs/failures.md tells an operator to do).
+	// earlier workflow task of its current run; half the time followed at
+	// once by `trainq allocator recover`, half the time left to the
+	// allocator, which must notice the reset itself (unattended).
 	faultAllocatorReset
 	// faultAgentPair: two jobs pinned to the pair node run there; its agent
 	// is killed, and started again as soon as the allocator has taken the
@@ -214,7 +215,7 @@ func (k chaosFaultKind) String() string {
 	case faultAllocatorTerminate:
 		return "terminate allocator"
 	case faultAllocatorReset:
-		return "reset allocator (then recover)"
+		return "reset allocator"
 	case faultAgentPair:
 		return "agent outage, two jobs on its node"
 	case faultJobReset:
@@ -248,6 +249,9 @@ type chaosFault struct {
 	// current run it goes back to (1 = the latest); for a job reset, 0 =
 	// the task that began the job's latest attempt, 1 = its previous one.
 	depth int
+	// unattended: an allocator reset is not followed by
+	// `trainq allocator recover`.
+	unattended bool
 	// pick chooses the running job a job reset resets (modulo their number).
 	pick int
 	// stagger: the pair's second job is submitted this long after the
@@ -406,6 +410,7 @@ func makeChaosPlan(size chaosSize, seed uint64) chaosPlan {
 			f.down = time.Duration(500+rng.IntN(2501)) * time.Millisecond
 		case faultAllocatorReset:
 			f.depth = 1 + rng.IntN(8)
+			f.unattended = rng.IntN(2) == 0
 		case faultJobReset:
 			f.depth, f.pick = rng.IntN(2), rng.IntN(1000)
 		case faultAgentPair:
@@ -610,7 +615,8 @@ func TestChaosCampaignDrawsEveryFault(t *testing.T) {
 	size := chaosCampaign
 	seen := map[chaosFaultKind]int{}
 	short, long := 0, 0
-	for seed := uint64(1); seed <= 6; seed++ {
+	var attended, unattended []uint64 // seeds whose allocator reset is followed by a recover, or not
+	for seed := uint64(1); seed <= 12; seed++ {
 		p := makeChaosPlan(size, seed)
 		count := p.faultCounts()
 		t.Logf("seed %d: %s", seed, chaosKindCounts(count))
@@ -634,6 +640,11 @@ func TestChaosCampaignDrawsEveryFault(t *testing.T) {
 				}
 			case faultAllocatorReset:
 				assert.True(t, f.depth >= 1 && f.depth <= 8)
+				if f.unattended {
+					unattended = append(unattended, seed)
+				} else {
+					attended = append(attended, seed)
+				}
 			case faultJobReset:
 				assert.True(t, f.depth == 0 || f.depth == 1)
 			case faultAgentPair:
@@ -658,8 +669,11 @@ func TestChaosCampaignDrawsEveryFault(t *testing.T) {
 		}
 	}
 	for k := chaosFaultKind(0); k < firstClusterFault; k++ {
-		assert.Positive(t, seen[k], "no seed of 1..6 draws %s", k)
+		assert.Positive(t, seen[k], "no seed of 1..12 draws %s", k)
 	}
+	t.Logf("allocator resets followed by a recover: seeds %v; left to the allocator: seeds %v", attended, unattended)
+	assert.NotEmpty(t, attended, "a reset followed by `trainq allocator recover`")
+	assert.NotEmpty(t, unattended, "a reset the allocator must notice itself")
 	for k := firstClusterFault; k < chaosFaultKinds; k++ {
 		assert.Zero(t, seen[k], "only the cluster size draws %s", k)
 	}
