@@ -203,6 +203,9 @@ func waitingLimitsText(ls protocol.WaitingLimits) string {
 // a reconfigure, could never let start (scheduler.Pool.DropOverCap), each
 // with the reason, and returns their names.
 func (s *State) RefuseOverCap() ([]string, []Command) {
+	if !s.RefusesOverCap {
+		return nil, nil
+	}
 	over := s.Pool.DropOverCap()
 	if len(over) == 0 {
 		return nil, nil

@@ -45,7 +45,11 @@ func (s *State) toRequest(req protocol.CapacityRequest) (scheduler.Request, erro
 	if req.Attempt < 1 {
 		return scheduler.Request{}, fmt.Errorf("attempt: must be at least 1, got %d", req.Attempt)
 	}
-	return RequestFor(s.Pool, req)
+	r, err := RequestFor(s.Pool, req)
+	if err == nil && s.RefusesOverCap {
+		err = s.Pool.Policy().AdmitCap(r)
+	}
+	return r, err
 }
 
 // Validate refuses a request that can never fit, one its job has already

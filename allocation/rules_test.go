@@ -524,6 +524,7 @@ func TestReconfigureRules(t *testing.T) {
 				queued(fixture.Request{Job: "l", Attempt: 1, Class: high, GPUs: 4, Workspace: "team-a"}.Capacity()),
 			},
 			when: func(s *State) []Command {
+				s.RefusesOverCap = true
 				in := input(1)
 				in.Policy.Limits = []scheduler.Limit{{Workspace: "team-a", Class: medium, MaxGPUs: 2}}
 				_, cmds, err := s.Reconfigure(in)

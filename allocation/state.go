@@ -52,6 +52,12 @@ type State struct {
 	// Builds are the worker builds this allocation's runs have run on, the
 	// latest last, at most maxBuildsKept (see NoteBuild).
 	Builds []string
+	// RefusesOverCap says the rules refuse a request that its workspace's
+	// cap could never let start (scheduler.Policy.AdmitCap), wherever it
+	// comes from, and a reconfigure that lowers a cap refuses the waiting
+	// requests it leaves over (RefuseOverCap). Not carried: the workflow sets
+	// it for each run (a version gate).
+	RefusesOverCap bool
 }
 
 // New is the state of a fresh allocation: nothing held, nothing waiting.

@@ -124,10 +124,12 @@ const (
 	// versionNoticeResets: a run notices that it was reset (see resetSince)
 	// before its next pass, hand-over or reclaim tick, and recovers.
 	versionNoticeResets = "allocator-notice-resets"
-	// versionRefuseOverLoweredCap: a reconfigure that lowers a workspace's
-	// cap under a waiting job refuses the job (see
-	// allocation.State.RefuseOverCap) instead of leaving it waiting for ever.
-	versionRefuseOverLoweredCap = "allocator-refuse-over-lowered-cap"
+	// versionRefuseOverCap: the allocator refuses a request that its
+	// workspace's cap could never let start, however it arrives (a signal
+	// sent before a reconfigure, a requeue, a recovery), and a reconfigure
+	// that lowers a cap under a waiting job refuses the job, instead of
+	// leaving it waiting for ever (see allocation.State.RefusesOverCap).
+	versionRefuseOverCap = "allocator-refuse-over-cap"
 )
 
 // AllocatorWorkflow owns the capacity of one allocation. Jobs ask it for
@@ -278,11 +280,9 @@ func (a *allocator) onReconfigure(ctx workflow.Context, in protocol.AllocatorInp
 	if err != nil || !reply.Changed {
 		return reply, err
 	}
-	if workflow.GetVersion(ctx, versionRefuseOverLoweredCap, workflow.DefaultVersion, 1) >= 1 {
-		refused, more := a.st.RefuseOverCap()
-		reply.Refused = append(reply.Refused, refused...)
-		cmds = append(cmds, more...)
-	}
+	refused, more := a.st.RefuseOverCap()
+	reply.Refused = append(reply.Refused, refused...)
+	cmds = append(cmds, more...)
 	workflow.GetLogger(ctx).Info("allocator reconfigured", "changes", reply.Summary, "refused", reply.Refused)
 	a.execute(ctx, cmds)
 	return reply, nil
@@ -341,6 +341,7 @@ func (a *allocator) run(ctx workflow.Context) error {
 	// Runs of code before versionHandOverOnNewBuild recorded no build.
 	a.tracksBuilds = workflow.GetVersion(ctx, versionHandOverOnNewBuild, workflow.DefaultVersion, 1) >= 1
 	a.checkBuild(ctx, true)
+	a.st.RefusesOverCap = workflow.GetVersion(ctx, versionRefuseOverCap, workflow.DefaultVersion, 1) >= 1
 	if a.noticesResets = workflow.GetVersion(ctx, versionNoticeResets, workflow.DefaultVersion, 1) >= 1; a.noticesResets {
 		a.runID = a.currentRun(ctx)
 		// A reset to the run's first task runs that task afresh, so the

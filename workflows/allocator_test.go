@@ -1061,6 +1061,31 @@ func TestAllocatorReconfigureRefusesJobsOverALoweredCap(t *testing.T) {
 	assert.Equal(t, []string{"holder"}, runningJobs(v))
 }
 
+// TestAllocatorRefusesARequestOverALoweredCap: a request the edge let
+// through under the old config (sent before the reconfigure, or queued again
+// after it) reaches the allocator once the cap is lowered under it: it is
+// refused with the cap, not queued for ever.
+func TestAllocatorRefusesARequestOverALoweredCap(t *testing.T) {
+	h := newAllocHarness(t)
+	in := allocInput(allocNodes(1, 2))
+	h.request(time.Minute, fixture.Request{Job: "holder", Attempt: 1, Class: scheduler.Medium, GPUs: 2, SubmittedAt: testStart}.Capacity())
+	capped := in
+	capped.Policy.Limits = []scheduler.Limit{{Workspace: "team-a", Class: scheduler.High, MaxGPUs: 1}}
+	out := h.reconfigure(3*time.Minute, capped)
+	h.request(4*time.Minute, fixture.Request{Job: "wide", Attempt: 1, Class: scheduler.High, GPUs: 2, Workspace: "team-a", SubmittedAt: testStart}.Capacity())
+	h.signalRequest(5*time.Minute, fixture.Request{Job: "wide-signal", Attempt: 1, Class: scheduler.High, GPUs: 2, Workspace: "team-a", SubmittedAt: testStart}.Capacity())
+	h.runAllocator(in, time.Hour)
+
+	require.True(t, out.done)
+	update := h.outcome("wide", 1)
+	require.Error(t, update.rejected, "the request-capacity update of older clients is rejected")
+	assert.Contains(t, update.rejected.Error(), "limit high.max_gpus")
+	r := h.refusalsTo("wide-signal")
+	require.Len(t, r, 1, "the signalled request is refused")
+	assert.Contains(t, r[0].Reason, "limit high.max_gpus")
+	assert.Empty(t, waitingJobs(h.queue()))
+}
+
 // TestAllocatorSendsABurstOfGrantsWithinTheSignalBudget: one release frees
 // capacity for 3,000 waiting jobs. Temporal fails a workflow task that would
 // leave more than 2,000 signals undelivered, or during which more than 100
