@@ -110,6 +110,54 @@ func TestStartYieldsToAPodItsCacheMissed(t *testing.T) {
 	assert.Equal(t, []string{otherPod.Name}, names, "the start that yielded deleted its pod")
 }
 
+// TestARetriedStartConfirmsItsGPUs: a start that created its pod but could
+// not confirm its GPUs (the API server did not answer its list, nor its
+// deletion) fails; tried again, it finds its pod and confirms it then: the
+// other worker's pod on the GPU makes it yield, and one pod is left.
+func TestARetriedStartConfirmsItsGPUs(t *testing.T) {
+	b, cs := newFake(t, fakeJobs{})
+	ctx := context.Background()
+	other := spec("other", 1, 0, 1)
+	otherPod := b.Pod(other, JobMeta{}, nil)
+	raced := false
+	cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if p := a.(k8stesting.CreateAction).GetObject().(*corev1.Pod); p.Name != otherPod.Name && !raced {
+			raced = true
+			if err := cs.Tracker().Add(otherPod.DeepCopy()); err != nil {
+				return true, nil, err
+			}
+		}
+		return false, nil, nil
+	})
+	listFails, deleteFails := 1, 1
+	unavailable := errors.New("the server is currently unable to handle the request")
+	cs.PrependReactor("list", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.(k8stesting.ListAction).GetListRestrictions().Fields.String() != "" && listFails > 0 {
+			listFails--
+			return true, nil, unavailable
+		}
+		return false, nil, nil
+	})
+	cs.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if deleteFails > 0 {
+			deleteFails--
+			return true, nil, unavailable
+		}
+		return false, nil, nil
+	})
+	late := spec("late", 1, 0, 1)
+	late.GPUs = []int{5, 6}
+	_, err := b.Start(ctx, late)
+	require.ErrorContains(t, err, "unable to handle the request")
+	_, err = b.Start(ctx, late)
+	var busy *cluster.GPUsBusy
+	require.True(t, errors.As(err, &busy), "the start tried again confirms its GPUs: %v", err)
+	pods, err := cs.CoreV1().Pods("jobs").List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	require.Len(t, pods.Items, 1, "one pod on GPU 5")
+	assert.Equal(t, otherPod.Name, pods.Items[0].Name)
+}
+
 // TestPodCarriesMLSpaceSettings: shm_size_class sizes a memory /dev/shm,
 // internet false labels the pod for a NetworkPolicy, conda_env wraps the
 // command, and a pytorch_elastic worker gets torchrun's --nnodes range.

@@ -682,6 +682,11 @@ func (b *Backend) Start(ctx context.Context, spec cluster.WorkerSpec) (cluster.W
 	if p, gone, err := b.lookup(ctx, name); err != nil {
 		return cluster.WorkerStatus{ID: spec.ID}, err
 	} else if p != nil && !gone {
+		// A start tried again may have created the pod and then failed to
+		// confirm its GPUs: confirm them now.
+		if err := b.confirmGPUs(ctx, spec, p); err != nil {
+			return cluster.WorkerStatus{ID: spec.ID}, err
+		}
 		return StatusOf(spec.ID, p), nil
 	}
 	if spec.MasterAddr == "" || spec.MasterPort == 0 {
@@ -760,9 +765,14 @@ func (b *Backend) confirmGPUs(ctx context.Context, spec cluster.WorkerSpec, crea
 	if len(spec.GPUs) == 0 {
 		return nil
 	}
+	// Not older than the pod itself: every pod created before it is in the
+	// answer (and one created after it sees it in its own), and the API
+	// server may answer from its watch cache instead of a quorum read.
 	list, err := b.opts.Client.CoreV1().Pods(b.opts.Namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: labels.Set{LabelManagedBy: ManagedBy}.String(),
-		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", spec.Node).String(),
+		LabelSelector:        labels.Set{LabelManagedBy: ManagedBy}.String(),
+		FieldSelector:        fields.OneTermEqualSelector("spec.nodeName", spec.Node).String(),
+		ResourceVersion:      created.ResourceVersion,
+		ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
 	})
 	var refusal error
 	if err != nil {
@@ -779,8 +789,12 @@ func (b *Backend) confirmGPUs(ctx context.Context, spec cluster.WorkerSpec, crea
 	if refusal == nil {
 		return nil
 	}
+	// The deletion must not end with the start's context: a pod left behind
+	// would be found by the start tried again, which confirms it anew.
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
 	secs, uid := int64(1), created.UID // 0 would force the deletion while a container may start
-	err = b.opts.Client.CoreV1().Pods(b.opts.Namespace).Delete(ctx, created.Name, metav1.DeleteOptions{
+	err = b.opts.Client.CoreV1().Pods(b.opts.Namespace).Delete(dctx, created.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: &secs, Preconditions: &metav1.Preconditions{UID: &uid},
 	})
 	if err != nil && !apierrors.IsNotFound(err) {

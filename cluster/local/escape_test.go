@@ -2,6 +2,7 @@ package local
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -112,4 +113,98 @@ func TestAProcessThatLeftTheGroupKeepsItsGPUs(t *testing.T) {
 			assert.NoError(t, err)
 		})
 	}
+}
+
+// TestStopPastGraceEndsWhatLeftTheGroup: a worker that ignores SIGTERM
+// outlasts Stop's grace, so Stop SIGKILLs its group, supervisor included,
+// before the supervisor could end what left the group. Stop ends those
+// first, while they still descend from the supervisor: even the process
+// that cleared its environment is gone when Stop returns, and the next
+// worker starts on the GPU.
+func TestStopPastGraceEndsWhatLeftTheGroup(t *testing.T) {
+	ctx := ctxT(t)
+	b := newBackend(t, t.TempDir())
+	dir := t.TempDir()
+	spec := gpuSpec("stop-grace", 1, 0)
+	spec.Script = escapeScript(dir, "trap '' TERM; while true; do sleep 0.05; done")
+	cleanupWorker(t, b, spec.ID)
+	_, err := b.Start(ctx, spec)
+	require.NoError(t, err)
+	marked, bare := pidIn(t, filepath.Join(dir, "marked.pid")), pidIn(t, filepath.Join(dir, "bare.pid"))
+	st, err := b.Stop(ctx, spec.ID, 300*time.Millisecond)
+	require.NoError(t, err)
+	assert.Equal(t, cluster.PhaseExited, st.Phase)
+	assert.False(t, alive(marked), "the process that left the group")
+	assert.False(t, alive(bare), "the process that left the group and cleared its environment")
+	next := gpuSpec("next-after-stop", 1, 0)
+	cleanupWorker(t, b, next.ID)
+	_, err = b.Start(ctx, next)
+	assert.NoError(t, err)
+}
+
+// TestSupervisorReapsTheOrphansItAdopts: the supervisor adopts the worker's
+// orphans (it is a child subreaper); those that end while the worker runs
+// are reaped at once, not left as zombies for the worker's whole life.
+func TestSupervisorReapsTheOrphansItAdopts(t *testing.T) {
+	ctx := ctxT(t)
+	b := newBackend(t, t.TempDir())
+	dir := t.TempDir()
+	spec := gpuSpec("orphans", 1, 0)
+	spec.Script = "for i in 1 2 3 4 5 6 7 8 9 10; do sh -c 'sleep 0.01 &'; done; echo x > " + dir + "/done; sleep 600"
+	cleanupWorker(t, b, spec.ID)
+	_, err := b.Start(ctx, spec)
+	require.NoError(t, err)
+	waitFile(t, filepath.Join(dir, "done"))
+	wdir, err := b.WorkerDir(spec.ID)
+	require.NoError(t, err)
+	info, err := readProcInfo(wdir)
+	require.NoError(t, err)
+	zombies := func() int {
+		n := 0
+		for _, pid := range allProcesses(t) {
+			if st, ok := readStat(pid); ok && st.ppid == info.PID && st.state == 'Z' {
+				n++
+			}
+		}
+		return n
+	}
+	// Every orphan ends within 10 ms of its start; give the reaping time.
+	assert.Eventually(t, func() bool { return zombies() == 0 }, time.Minute, 50*time.Millisecond,
+		"the orphans the supervisor adopted are reaped while the worker runs")
+}
+
+// allProcesses lists every process of the machine, zombies included.
+func allProcesses(t *testing.T) []int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	var pids []int
+	for _, e := range ents {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// TestAStartAfterACleanExitLooksThroughNoProcess: a worker whose supervisor
+// recorded its exit left no process behind, so the next start on its GPU
+// does not look through the node's processes (a good part of a second on a
+// node with thousands) to find out.
+func TestAStartAfterACleanExitLooksThroughNoProcess(t *testing.T) {
+	ctx := ctxT(t)
+	b := newBackend(t, t.TempDir())
+	first := gpuSpec("clean", 1, 0, 1)
+	first.Script = "true"
+	cleanupWorker(t, b, first.ID)
+	_, err := b.Start(ctx, first)
+	require.NoError(t, err)
+	_, err = b.Wait(ctx, first.ID, nil)
+	require.NoError(t, err)
+	before := processScans.Load()
+	next := gpuSpec("after-clean", 1, 0, 1)
+	cleanupWorker(t, b, next.ID)
+	_, err = b.Start(ctx, next)
+	require.NoError(t, err)
+	assert.Equal(t, before, processScans.Load(), "the start looked through the node's processes")
 }

@@ -72,6 +72,9 @@ type exitRecord struct {
 	Killed       bool   `json:"killed,omitempty"`
 	TermReceived bool   `json:"term_received,omitempty"`
 	Error        string `json:"error,omitempty"`
+	// Leftovers are processes of the worker the supervisor could not end
+	// (see killStrays); while one lives, the worker's GPUs stay claimed.
+	Leftovers []int `json:"leftovers,omitempty"`
 }
 
 type stopRecord struct {

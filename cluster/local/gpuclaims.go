@@ -78,15 +78,22 @@ func claimPath(dir string, gpu int) string {
 // writes only once the worker's processes, strays included, are gone (the
 // moment a watch reports the worker exited and its GPUs released); or a
 // process that left the group still carries the worker's mark (see
-// workerMark): its supervisor was killed before it could end it.
+// workerMark): its supervisor was killed before it could end it, or could
+// not end it. Only then are the node's processes looked through.
 func (b *Backend) usesGPUs(id cluster.WorkerID) bool {
 	dir, err := b.WorkerDir(id)
 	if err != nil {
 		return false
 	}
+	var rec exitRecord
+	if ended, err := readJSON(filepath.Join(dir, fileExit), &rec); err == nil && ended {
+		// The supervisor ended the worker's processes before it wrote the
+		// record; look further only for those it could not end.
+		return len(rec.Leftovers) > 0 && markedAlive(dir)
+	}
 	info, err := readProcInfo(dir)
-	if err == nil && groupAlive(info) && !exists(filepath.Join(dir, fileExit)) {
+	if err == nil && groupAlive(info) {
 		return true
 	}
-	return markedAlive(dir)
+	return markedAlive(dir) // the supervisor was killed
 }

@@ -527,15 +527,21 @@ func (b *Backend) Stop(ctx context.Context, id cluster.WorkerID, grace time.Dura
 		}
 	}
 	// SIGKILL whatever is left (also leftovers of an exited worker), and
-	// what escaped the group (see workerMark).
+	// what escaped the group (see workerMark): while the supervisor lives,
+	// its descendants first, since once it is killed they are init's and
+	// only the mark in their environment still tells them.
 	for {
 		alive := groupAlive(info)
+		ancestor := 0
 		if alive {
-			_ = syscall.Kill(-info.PID, syscall.SIGKILL)
+			ancestor = info.PID
 		}
-		escaped := workerProcesses(0, 0, 0, workerMark(dir))
+		escaped := workerProcesses(0, 0, ancestor, workerMark(dir))
 		for _, pid := range escaped {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		if alive {
+			_ = syscall.Kill(-info.PID, syscall.SIGKILL)
 		}
 		if !alive && len(escaped) == 0 {
 			break

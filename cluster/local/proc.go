@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/trainq/trainq/cluster"
@@ -91,6 +92,7 @@ func workerMark(dir string) string {
 // ancestor (0: none) and those whose environment carries mark ("": none).
 // Without /proc it finds none.
 func workerProcesses(self, pgid, ancestor int, mark string) (pids []int) {
+	processScans.Add(1)
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
@@ -133,6 +135,10 @@ func workerProcesses(self, pgid, ancestor int, mark string) (pids []int) {
 	}
 	return pids
 }
+
+// processScans counts workerProcesses' looks through every process: on a node
+// with thousands of them each costs a good part of a second.
+var processScans atomic.Int64
 
 // carries says whether process pid's environment holds the entry mark.
 func carries(pid int, mark string) bool {

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -144,9 +145,22 @@ func Supervise(workerDir string) int {
 		termTimer = time.After(plan.SiblingGrace)
 	}
 
+	// As subreaper the supervisor adopts the worker's orphans; those that
+	// end are reaped as they do, not left as zombies for the worker's life.
+	chldc := make(chan os.Signal, 1)
+	signal.Notify(chldc, syscall.SIGCHLD)
+	defer signal.Stop(chldc)
+	own := map[int]bool{}
+	for _, c := range cmds {
+		if c != nil {
+			own[c.Process.Pid] = true
+		}
+	}
 	termReceived := false
 	for running > 0 {
 		select {
+		case <-chldc:
+			reapAdoptedBut(own)
 		case r := <-results:
 			running--
 			done[r.idx] = true
@@ -172,9 +186,9 @@ func Supervise(workerDir string) int {
 		}
 	}
 
-	killStrays(logln, markOf(plan))
+	leftovers := killStrays(logln, markOf(plan))
 
-	rec := exitRecord{EndedAt: time.Now().UTC(), Processes: exits, TermReceived: termReceived}
+	rec := exitRecord{EndedAt: time.Now().UTC(), Processes: exits, TermReceived: termReceived, Leftovers: leftovers}
 	if failed >= 0 {
 		rec.ExitCode = exits[failed].ExitCode
 		rec.Error = exits[failed].Error
@@ -191,7 +205,7 @@ func Supervise(workerDir string) int {
 // the GPUs are free: SIGTERM to the group and to each of them (the supervisor
 // catches it), then SIGKILL; then it reaps those the subreaper adopted.
 // Linux only (needs /proc to find them); elsewhere Stop handles leftovers.
-func killStrays(logln func(string, ...any), mark string) {
+func killStrays(logln func(string, ...any), mark string) (leftovers []int) {
 	self := os.Getpid()
 	pgid := syscall.Getpgrp()
 	defer reapAdopted()
@@ -200,7 +214,7 @@ func killStrays(logln func(string, ...any), mark string) {
 	}
 	left := strays()
 	if len(left) == 0 {
-		return
+		return nil
 	}
 	logln("terminating %d leftover process(es) %v", len(left), left)
 	_ = syscall.Kill(-pgid, syscall.SIGTERM)
@@ -215,7 +229,7 @@ func killStrays(logln func(string, ...any), mark string) {
 	}
 	for range 50 {
 		if len(left) == 0 {
-			return
+			return nil
 		}
 		for _, p := range left {
 			_ = syscall.Kill(p, syscall.SIGKILL)
@@ -224,6 +238,10 @@ func killStrays(logln func(string, ...any), mark string) {
 		reapAdopted()
 		left = strays()
 	}
+	if len(left) > 0 {
+		logln("%d process(es) %v outlived SIGKILL (uninterruptible?); the worker's GPUs stay claimed while they live", len(left), left)
+	}
+	return left
 }
 
 // becomeSubreaper makes the supervisor the parent of the worker's orphans
@@ -242,6 +260,26 @@ func reapAdopted() {
 		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
 		if pid <= 0 || err != nil {
 			return
+		}
+	}
+}
+
+// reapAdoptedBut reaps the supervisor's ended children that are not its own
+// processes (own, which their exec.Cmd waits for): the orphans it adopted.
+func reapAdoptedBut(own map[int]bool) {
+	self := os.Getpid()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || own[pid] {
+			continue
+		}
+		if st, ok := readStat(pid); ok && st.ppid == self && st.dead() {
+			var ws syscall.WaitStatus
+			_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
 		}
 	}
 }
