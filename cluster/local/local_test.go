@@ -448,17 +448,26 @@ func TestReattach(t *testing.T) {
 
 	var beats int
 	var mu sync.Mutex
-	waitDone := make(chan struct{})
+	waitDone, beating := make(chan struct{}), make(chan struct{})
 	var wst cluster.WorkerStatus
 	var werr error
 	go func() {
 		defer close(waitDone)
 		wst, werr = b.Wait(ctx, spec.ID, func(s cluster.WorkerStatus) {
 			mu.Lock()
-			beats++
+			if beats++; beats == 1 {
+				close(beating)
+			}
 			mu.Unlock()
 		})
 	}()
+	// The worker ends once the watch has beaten: on a busy machine a worker
+	// released at once could end before the first beat.
+	select {
+	case <-beating:
+	case <-waitDone:
+		t.Fatalf("the watch ended before its first heartbeat: %v", werr)
+	}
 	require.NoError(t, os.WriteFile(filepath.Join(work, "release"), nil, 0o644))
 	<-waitDone
 	require.NoError(t, werr)
