@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -156,6 +157,36 @@ func TestARetriedStartConfirmsItsGPUs(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, pods.Items, 1, "one pod on GPU 5")
 	assert.Equal(t, otherPod.Name, pods.Items[0].Name)
+}
+
+// TestARetriedStartKeepsItsPodBesideAYieldedOne: a worker's pod runs; a
+// later start of another worker on its GPU yielded (its pod is being
+// deleted). The running worker's start tried again (after a trainq-worker
+// restart) confirms its GPUs, and keeps its pod: the other pod is the one
+// that yields.
+func TestARetriedStartKeepsItsPodBesideAYieldedOne(t *testing.T) {
+	b, cs := newFake(t, fakeJobs{})
+	ctx := context.Background()
+	running := spec("running", 1, 0, 1) // GPUs 4 and 5 of gpu-3
+	_, err := b.Start(ctx, running)
+	require.NoError(t, err)
+	p, err := cs.CoreV1().Pods("jobs").Get(ctx, PodName(running.ID), metav1.GetOptions{})
+	require.NoError(t, err)
+	p.CreationTimestamp = metav1.NewTime(time.Now().Add(-time.Hour).Truncate(time.Second))
+	_, err = cs.CoreV1().Pods("jobs").Update(ctx, p, metav1.UpdateOptions{})
+	require.NoError(t, err)
+
+	yielded := spec("yielded", 1, 0, 1)
+	yp := b.Pod(yielded, JobMeta{}, nil)
+	yp.CreationTimestamp = metav1.NewTime(time.Now().Truncate(time.Second))
+	deleting := metav1.NewTime(time.Now())
+	yp.DeletionTimestamp = &deleting
+	require.NoError(t, cs.Tracker().Add(yp))
+
+	_, err = b.Start(ctx, running)
+	require.NoError(t, err, "the running worker keeps its GPUs")
+	_, err = cs.CoreV1().Pods("jobs").Get(ctx, PodName(running.ID), metav1.GetOptions{})
+	assert.NoError(t, err, "its pod was not deleted")
 }
 
 // TestPodCarriesMLSpaceSettings: shm_size_class sizes a memory /dev/shm,

@@ -780,7 +780,14 @@ func (b *Backend) confirmGPUs(ctx context.Context, spec cluster.WorkerSpec, crea
 	} else {
 		var live []cluster.PlacedWorker
 		for i := range list.Items {
-			if w, ok := placedWorker(&list.Items[i], spec.Node); ok {
+			p := &list.Items[i]
+			// A pod created after this one and already being deleted is a
+			// start that yielded to it: this one keeps its GPUs (a start
+			// tried again must not end a worker that runs for nothing).
+			if p.DeletionTimestamp != nil && created.CreationTimestamp.Before(&p.CreationTimestamp) {
+				continue
+			}
+			if w, ok := placedWorker(p, spec.Node); ok {
 				live = append(live, w)
 			}
 		}
