@@ -268,13 +268,8 @@ func reapAdopted() {
 // processes (own, which their exec.Cmd waits for): the orphans it adopted.
 func reapAdoptedBut(own map[int]bool) {
 	self := os.Getpid()
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || own[pid] {
+	for _, pid := range childrenOf(self) {
+		if own[pid] {
 			continue
 		}
 		if st, ok := readStat(pid); ok && st.ppid == self && st.dead() {
@@ -282,6 +277,37 @@ func reapAdoptedBut(own map[int]bool) {
 			_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
 		}
 	}
+}
+
+// childrenOf lists pid's children from /proc/<pid>/task/*/children, or, where
+// the kernel has no such file, every process (the caller checks the parent).
+func childrenOf(pid int) []int {
+	var out []int
+	tasks, err := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/children")
+	if err == nil && len(tasks) > 0 {
+		for _, t := range tasks {
+			data, err := os.ReadFile(t)
+			if err != nil {
+				continue
+			}
+			for _, f := range strings.Fields(string(data)) {
+				if c, err := strconv.Atoi(f); err == nil {
+					out = append(out, c)
+				}
+			}
+		}
+		return out
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	for _, e := range ents {
+		if c, err := strconv.Atoi(e.Name()); err == nil {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // markOf is the mark of the worker's processes (see workerMark), as its plan
