@@ -208,3 +208,26 @@ func TestAStartAfterACleanExitLooksThroughNoProcess(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, before, processScans.Load(), "the start looked through the node's processes")
 }
+
+// TestStopGivesWhatLeftTheGroupItsSIGTERM: a stop's SIGTERM reaches the
+// processes that left the worker's group too, so that they can stop
+// gracefully (write their checkpoint, say they ended) within the grace.
+func TestStopGivesWhatLeftTheGroupItsSIGTERM(t *testing.T) {
+	ctx := ctxT(t)
+	b := newBackend(t, t.TempDir())
+	dir := t.TempDir()
+	spec := gpuSpec("stop-term", 1, 0)
+	spec.Script = `setsid sh -c 'trap "echo graceful > ` + dir + `/stray-ended; exit 0" TERM; echo $$ > ` + dir + `/stray.pid.tmp; mv ` + dir + `/stray.pid.tmp ` + dir + `/stray.pid; while true; do sleep 0.05; done' & ` +
+		`while [ ! -e ` + dir + `/stray.pid ]; do sleep 0.02; done; trap '' TERM; while [ ! -e ` + dir + `/stray-ended ]; do sleep 0.05; done`
+	cleanupWorker(t, b, spec.ID)
+	_, err := b.Start(ctx, spec)
+	require.NoError(t, err)
+	stray := pidIn(t, filepath.Join(dir, "stray.pid"))
+	// The worker's own process ignores SIGTERM and ends once the stray has:
+	// only a SIGTERM to the stray ends the worker within the grace.
+	_, err = b.Stop(ctx, spec.ID, 5*time.Second)
+	require.NoError(t, err)
+	assert.False(t, alive(stray))
+	ended, _ := os.ReadFile(filepath.Join(dir, "stray-ended"))
+	assert.Equal(t, "graceful\n", string(ended), "the stray stopped on its SIGTERM")
+}

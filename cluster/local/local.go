@@ -513,6 +513,13 @@ func (b *Backend) Stop(ctx context.Context, id cluster.WorkerID, grace time.Dura
 			}
 		}
 		if groupAlive(info) {
+			// What left the group is the worker's too: it gets the
+			// same chance to stop gracefully.
+			for _, pid := range workerProcesses(info.PID, 0, info.PID, workerMark(dir)) {
+				if st, ok := readStat(pid); ok && st.pgrp != info.PID { // the group's get it once, below
+					_ = syscall.Kill(pid, syscall.SIGTERM)
+				}
+			}
 			_ = syscall.Kill(-info.PID, syscall.SIGTERM)
 		}
 		deadline := time.Now().Add(grace)
