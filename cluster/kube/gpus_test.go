@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/trainq/trainq/cluster"
@@ -75,6 +76,24 @@ func TestConcurrentStartsOnOneGPUCreateOnePod(t *testing.T) {
 	assert.Equal(t, 1, created, "errors: %v", errs)
 }
 
+// raceAPod has another agent create worker's pod right before the next
+// create of any other pod (after that start's cache check), once, and
+// returns the pod.
+func raceAPod(b *Backend, cs *fake.Clientset, worker cluster.WorkerSpec) *corev1.Pod {
+	pod := b.Pod(worker, JobMeta{}, nil)
+	raced := false
+	cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if p := a.(k8stesting.CreateAction).GetObject().(*corev1.Pod); p.Name != pod.Name && !raced {
+			raced = true
+			if err := cs.Tracker().Add(pod.DeepCopy()); err != nil {
+				return true, nil, err
+			}
+		}
+		return false, nil, nil
+	})
+	return pod
+}
+
 // TestStartYieldsToAPodItsCacheMissed: another agent creates a pod on the
 // same GPU between this start's cache check and its create (a stale agent
 // during a partition, or a cache that lags): the start lists the node's pods
@@ -84,17 +103,7 @@ func TestStartYieldsToAPodItsCacheMissed(t *testing.T) {
 	b, cs := newFake(t, fakeJobs{})
 	ctx := context.Background()
 	other := spec("other", 1, 0, 1) // GPUs 4 and 5 of gpu-3
-	otherPod := b.Pod(other, JobMeta{}, nil)
-	raced := false
-	cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		if p := a.(k8stesting.CreateAction).GetObject().(*corev1.Pod); p.Name != otherPod.Name && !raced {
-			raced = true
-			if err := cs.Tracker().Add(otherPod.DeepCopy()); err != nil {
-				return true, nil, err
-			}
-		}
-		return false, nil, nil
-	})
+	otherPod := raceAPod(b, cs, other)
 	late := spec("late", 1, 0, 1)
 	late.GPUs = []int{5, 6}
 	_, err := b.Start(ctx, late)
@@ -118,18 +127,7 @@ func TestStartYieldsToAPodItsCacheMissed(t *testing.T) {
 func TestARetriedStartConfirmsItsGPUs(t *testing.T) {
 	b, cs := newFake(t, fakeJobs{})
 	ctx := context.Background()
-	other := spec("other", 1, 0, 1)
-	otherPod := b.Pod(other, JobMeta{}, nil)
-	raced := false
-	cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		if p := a.(k8stesting.CreateAction).GetObject().(*corev1.Pod); p.Name != otherPod.Name && !raced {
-			raced = true
-			if err := cs.Tracker().Add(otherPod.DeepCopy()); err != nil {
-				return true, nil, err
-			}
-		}
-		return false, nil, nil
-	})
+	otherPod := raceAPod(b, cs, spec("other", 1, 0, 1))
 	listFails, deleteFails := 1, 1
 	unavailable := errors.New("the server is currently unable to handle the request")
 	cs.PrependReactor("list", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {

@@ -25,6 +25,23 @@ func escapeScript(dir, body string) string {
 		`while [ ! -e ` + dir + `/marked.pid ] || [ ! -e ` + dir + `/bare.pid ]; do sleep 0.02; done; ` + body
 }
 
+// startWorker starts spec on b, to be stopped at the test's end.
+func startWorker(t *testing.T, b *Backend, spec cluster.WorkerSpec) {
+	t.Helper()
+	cleanupWorker(t, b, spec.ID)
+	_, err := b.Start(ctxT(t), spec)
+	require.NoError(t, err)
+}
+
+// startsOnGPU0 says whether a worker of another job can start on GPU 0.
+func startsOnGPU0(t *testing.T, b *Backend, job string) error {
+	t.Helper()
+	next := gpuSpec(job, 1, 0)
+	cleanupWorker(t, b, next.ID)
+	_, err := b.Start(ctxT(t), next)
+	return err
+}
+
 func pidIn(t *testing.T, path string) int {
 	t.Helper()
 	pid, err := strconv.Atoi(strings.TrimSpace(waitFile(t, path)))
@@ -49,9 +66,7 @@ func TestWorkerProcessesThatLeaveTheGroupEndWithIt(t *testing.T) {
 	dir := t.TempDir()
 	spec := gpuSpec("escapes", 1, 0)
 	spec.Script = escapeScript(dir, "exit 0")
-	cleanupWorker(t, b, spec.ID)
-	_, err := b.Start(ctx, spec)
-	require.NoError(t, err)
+	startWorker(t, b, spec)
 	marked, bare := pidIn(t, filepath.Join(dir, "marked.pid")), pidIn(t, filepath.Join(dir, "bare.pid"))
 	st, err := b.Wait(ctx, spec.ID, nil)
 	require.NoError(t, err)
@@ -60,10 +75,7 @@ func TestWorkerProcessesThatLeaveTheGroupEndWithIt(t *testing.T) {
 	assert.False(t, alive(bare), "the process that left the group and cleared its environment outlived the worker's exit")
 	assert.Contains(t, logOf(t, b, spec.ID), "terminating 2 leftover process(es)")
 
-	next := gpuSpec("next", 1, 0)
-	cleanupWorker(t, b, next.ID)
-	_, err = b.Start(ctx, next)
-	assert.NoError(t, err)
+	assert.NoError(t, startsOnGPU0(t, b, "next"))
 }
 
 // TestAProcessThatLeftTheGroupKeepsItsGPUs: when the whole process group of
@@ -81,9 +93,7 @@ func TestAProcessThatLeftTheGroupKeepsItsGPUs(t *testing.T) {
 			dir := t.TempDir()
 			spec := gpuSpec("killed-"+end, 1, 0)
 			spec.Script = escapeScript(dir, "sleep 600")
-			cleanupWorker(t, b, spec.ID)
-			_, err := b.Start(ctx, spec)
-			require.NoError(t, err)
+			startWorker(t, b, spec)
 			marked := pidIn(t, filepath.Join(dir, "marked.pid"))
 			wdir, err := b.WorkerDir(spec.ID)
 			require.NoError(t, err)
@@ -127,33 +137,25 @@ func TestStopPastGraceEndsWhatLeftTheGroup(t *testing.T) {
 	dir := t.TempDir()
 	spec := gpuSpec("stop-grace", 1, 0)
 	spec.Script = escapeScript(dir, "trap '' TERM; while true; do sleep 0.05; done")
-	cleanupWorker(t, b, spec.ID)
-	_, err := b.Start(ctx, spec)
-	require.NoError(t, err)
+	startWorker(t, b, spec)
 	marked, bare := pidIn(t, filepath.Join(dir, "marked.pid")), pidIn(t, filepath.Join(dir, "bare.pid"))
 	st, err := b.Stop(ctx, spec.ID, 300*time.Millisecond)
 	require.NoError(t, err)
 	assert.Equal(t, cluster.PhaseExited, st.Phase)
 	assert.False(t, alive(marked), "the process that left the group")
 	assert.False(t, alive(bare), "the process that left the group and cleared its environment")
-	next := gpuSpec("next-after-stop", 1, 0)
-	cleanupWorker(t, b, next.ID)
-	_, err = b.Start(ctx, next)
-	assert.NoError(t, err)
+	assert.NoError(t, startsOnGPU0(t, b, "next-after-stop"))
 }
 
 // TestSupervisorReapsTheOrphansItAdopts: the supervisor adopts the worker's
 // orphans (it is a child subreaper); those that end while the worker runs
 // are reaped at once, not left as zombies for the worker's whole life.
 func TestSupervisorReapsTheOrphansItAdopts(t *testing.T) {
-	ctx := ctxT(t)
 	b := newBackend(t, t.TempDir())
 	dir := t.TempDir()
 	spec := gpuSpec("orphans", 1, 0)
 	spec.Script = "for i in 1 2 3 4 5 6 7 8 9 10; do sh -c 'sleep 0.01 &'; done; echo x > " + dir + "/done; sleep 600"
-	cleanupWorker(t, b, spec.ID)
-	_, err := b.Start(ctx, spec)
-	require.NoError(t, err)
+	startWorker(t, b, spec)
 	waitFile(t, filepath.Join(dir, "done"))
 	wdir, err := b.WorkerDir(spec.ID)
 	require.NoError(t, err)
@@ -196,10 +198,8 @@ func TestAStartAfterACleanExitLooksThroughNoProcess(t *testing.T) {
 	b := newBackend(t, t.TempDir())
 	first := gpuSpec("clean", 1, 0, 1)
 	first.Script = "true"
-	cleanupWorker(t, b, first.ID)
-	_, err := b.Start(ctx, first)
-	require.NoError(t, err)
-	_, err = b.Wait(ctx, first.ID, nil)
+	startWorker(t, b, first)
+	_, err := b.Wait(ctx, first.ID, nil)
 	require.NoError(t, err)
 	before := processScans.Load()
 	next := gpuSpec("after-clean", 1, 0, 1)
@@ -219,13 +219,11 @@ func TestStopGivesWhatLeftTheGroupItsSIGTERM(t *testing.T) {
 	spec := gpuSpec("stop-term", 1, 0)
 	spec.Script = `setsid sh -c 'trap "echo graceful > ` + dir + `/stray-ended; exit 0" TERM; echo $$ > ` + dir + `/stray.pid.tmp; mv ` + dir + `/stray.pid.tmp ` + dir + `/stray.pid; while true; do sleep 0.05; done' & ` +
 		`while [ ! -e ` + dir + `/stray.pid ]; do sleep 0.02; done; trap '' TERM; while [ ! -e ` + dir + `/stray-ended ]; do sleep 0.05; done`
-	cleanupWorker(t, b, spec.ID)
-	_, err := b.Start(ctx, spec)
-	require.NoError(t, err)
+	startWorker(t, b, spec)
 	stray := pidIn(t, filepath.Join(dir, "stray.pid"))
 	// The worker's own process ignores SIGTERM and ends once the stray has:
 	// only a SIGTERM to the stray ends the worker within the grace.
-	_, err = b.Stop(ctx, spec.ID, 5*time.Second)
+	_, err := b.Stop(ctx, spec.ID, 5*time.Second)
 	require.NoError(t, err)
 	assert.False(t, alive(stray))
 	ended, _ := os.ReadFile(filepath.Join(dir, "stray-ended"))
