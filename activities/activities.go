@@ -211,12 +211,10 @@ const briefQueryTimeout = 300 * time.Millisecond
 // with nodesKnown, one the allocation's configured nodes could never hold,
 // as the allocator's own admission does.
 func admit(in protocol.AllocatorInput, req protocol.CapacityRequest, nodesKnown bool) error {
-	demand, err := scheduler.ParseInstanceType(req.InstanceType)
+	r, err := req.SchedulerRequest()
 	if err != nil {
 		return err
 	}
-	r := scheduler.Request{Job: req.Job, Attempt: req.Attempt, Kind: req.Kind, Class: req.Class,
-		Demand: demand, Workers: req.Workers, MinWorkers: req.MinWorkers, Workspace: req.Workspace}
 	// A workspace's cap could never let it start, whatever the nodes (scheduler.Policy.AdmitCap).
 	if err := in.Policy.AdmitCap(r); err != nil || !nodesKnown {
 		return err

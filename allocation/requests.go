@@ -22,18 +22,9 @@ const maxWithdrawn = 1000
 // RequestFor turns a job's capacity request into the scheduler's form,
 // checked against pool.
 func RequestFor(pool *scheduler.Pool, req protocol.CapacityRequest) (scheduler.Request, error) {
-	demand, err := scheduler.ParseInstanceType(req.InstanceType)
+	r, err := req.SchedulerRequest()
 	if err != nil {
 		return scheduler.Request{}, err
-	}
-	r := scheduler.Request{
-		Job: req.Job, Attempt: req.Attempt, Kind: req.Kind, Class: req.Class,
-		Demand: demand, Workers: req.Workers, Seq: req.Seq, SubmittedAt: req.SubmittedAt, Preemptions: req.Preemptions,
-		HonorsNotice: req.HonorsNotice, Nodes: req.Nodes, MinWorkers: req.MinWorkers, Workspace: req.Workspace, RunLimit: req.RunLimit,
-		User: req.User,
-	}
-	if req.RunLimit == 0 && req.RunEstimate > 0 {
-		r.RunLimit, r.RunEstimated = req.RunEstimate, true
 	}
 	return r, pool.Admit(r)
 }

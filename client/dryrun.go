@@ -61,7 +61,8 @@ func (c *Client) idleDryRun(out DryRunAnswer, spec protocol.CheckedSpec, req pro
 		return out, err
 	}
 	out.Idle = true
-	out.DryRun, err = pool.DryRun(scheduler.Request{Job: req.Job, Attempt: 1, Kind: req.Kind, Class: req.Class, Demand: spec.Demand(),
-		Workers: req.Workers, MinWorkers: req.MinWorkers, Nodes: req.Nodes, Workspace: req.Workspace, Seq: 1, SubmittedAt: req.SubmittedAt}, req.SubmittedAt)
+	r := req.SchedulerRequestOf(spec.Demand())
+	r.Seq = 1
+	out.DryRun, err = pool.DryRun(r, req.SubmittedAt)
 	return out, err
 }

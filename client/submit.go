@@ -120,7 +120,7 @@ func applyConfig(cfg *config.Config, spec *protocol.CheckedSpec, notes []string,
 	if note := applyIdleRule(&spec.JobSpec, alloc); note != "" {
 		notes = append(notes, note)
 	}
-	req := scheduler.Request{Job: "check", Attempt: 1, Kind: spec.Kind, Class: spec.Class(), Demand: spec.Demand(), Workers: 1, Workspace: spec.Workspace}
+	req := protocol.CapacityRequest{Job: "check", Attempt: 1, Kind: spec.Kind, Class: spec.Class(), Workers: 1, Workspace: spec.Workspace}.SchedulerRequestOf(spec.Demand())
 	gang := req
 	gang.Workers, gang.MinWorkers = spec.GangSize()
 	if err := alloc.Policy().AdmitCap(gang); err != nil {

@@ -48,6 +48,33 @@ type CapacityRequest struct {
 	RunEstimate time.Duration `json:"run_estimate,omitempty"`
 }
 
+// SchedulerRequest is the request in the scheduler's form, its instance type
+// parsed (see SchedulerRequestOf).
+func (r CapacityRequest) SchedulerRequest() (scheduler.Request, error) {
+	demand, err := scheduler.ParseInstanceType(r.InstanceType)
+	if err != nil {
+		return scheduler.Request{}, err
+	}
+	return r.SchedulerRequestOf(demand), nil
+}
+
+// SchedulerRequestOf is the request in the scheduler's form, with demand, its
+// instance type already parsed: the one conversion from a capacity request,
+// which the allocator, the job's own admission and the dry run share. A
+// learned estimate stands in for a time limit the job does not have.
+func (r CapacityRequest) SchedulerRequestOf(demand scheduler.Demand) scheduler.Request {
+	s := scheduler.Request{
+		Job: r.Job, Attempt: r.Attempt, Kind: r.Kind, Class: r.Class,
+		Demand: demand, Workers: r.Workers, Seq: r.Seq, SubmittedAt: r.SubmittedAt, Preemptions: r.Preemptions,
+		HonorsNotice: r.HonorsNotice, Nodes: r.Nodes, MinWorkers: r.MinWorkers, Workspace: r.Workspace, RunLimit: r.RunLimit,
+		User: r.User,
+	}
+	if r.RunLimit == 0 && r.RunEstimate > 0 {
+		s.RunLimit, s.RunEstimated = r.RunEstimate, true
+	}
+	return s
+}
+
 // CapacityReply tells a job its place in the queue.
 type CapacityReply struct {
 	// Estimate is the runtime estimate the request learned and carried
