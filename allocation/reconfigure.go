@@ -200,22 +200,27 @@ func waitingLimitsText(ls protocol.WaitingLimits) string {
 }
 
 // RefuseOverCap ends the waiting jobs that their workspace's cap, lowered by
-// a reconfigure, could never let start (scheduler.Pool.DropOverCap), each
-// with the reason, and returns their names.
+// a reconfigure, could never let start, each with the reason, and returns
+// their names.
 func (s *State) RefuseOverCap() ([]string, []Command) {
+	jobs, cmds := s.refuseOverCap("was reconfigured and can no longer run this job")
+	if len(jobs) == 0 {
+		return nil, nil
+	}
+	cmds.add(Note{Text: fmt.Sprintf("refused %d waiting job(s) over a lowered workspace cap", len(jobs))}, Schedule{})
+	return jobs, cmds
+}
+
+// refuseOverCap drops the waiting requests that their workspace's cap could
+// never let start (scheduler.Pool.DropOverCap), when RefusesOverCap, and
+// refuses each: "allocation <name> <why>: <the cap's reason>".
+func (s *State) refuseOverCap(why string) (jobs []string, cmds commands) {
 	if !s.RefusesOverCap {
 		return nil, nil
 	}
-	over := s.Pool.DropOverCap()
-	if len(over) == 0 {
-		return nil, nil
-	}
-	var cmds commands
-	jobs := make([]string, 0, len(over))
-	for _, u := range over {
+	for _, u := range s.Pool.DropOverCap() {
 		jobs = append(jobs, u.Job)
-		cmds.add(refuse(u.Job, u.Attempt, fmt.Sprintf("allocation %s was reconfigured and can no longer run this job: %s", s.Name(), u.Reason)))
+		cmds.add(refuse(u.Job, u.Attempt, fmt.Sprintf("allocation %s %s: %s", s.Name(), why, u.Reason)))
 	}
-	cmds.add(Note{Text: fmt.Sprintf("refused %d waiting job(s) over a lowered workspace cap", len(over))}, Schedule{})
 	return jobs, cmds
 }

@@ -43,11 +43,8 @@ func (s *State) Recovered(epoch string, now time.Time, reg Registered) (protocol
 	for _, h := range refused {
 		cmds.add(refuse(h.Job, h.Request.Attempt, fmt.Sprintf("allocation %s can no longer run this job", s.Name())))
 	}
-	if s.RefusesOverCap {
-		for _, u := range pool.DropOverCap() {
-			cmds.add(refuse(u.Job, u.Attempt, fmt.Sprintf("allocation %s can no longer run this job: %s", s.Name(), u.Reason)))
-		}
-	}
+	_, over := s.refuseOverCap("can no longer run this job")
+	cmds.add(over...)
 	s.Orphans, s.AfterReclaim = nil, nil
 	s.Unanswered = reg.Unanswered
 	s.Counters.Recoveries++

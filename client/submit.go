@@ -120,10 +120,10 @@ func applyConfig(cfg *config.Config, spec *protocol.CheckedSpec, notes []string,
 	if note := applyIdleRule(&spec.JobSpec, alloc); note != "" {
 		notes = append(notes, note)
 	}
-	req := protocol.CapacityRequest{Job: "check", Attempt: 1, Kind: spec.Kind, Class: spec.Class(), Workers: 1, Workspace: spec.Workspace}.SchedulerRequestOf(spec.Demand())
-	gang := req
-	gang.Workers, gang.MinWorkers = spec.GangSize()
-	if err := alloc.Policy().AdmitCap(gang); err != nil {
+	most, least := spec.GangSize()
+	req := protocol.CapacityRequest{Job: "check", Attempt: 1, Kind: spec.Kind, Class: spec.Class(), Workers: most, MinWorkers: least,
+		Workspace: spec.Workspace}.SchedulerRequestOf(spec.Demand())
+	if err := alloc.Policy().AdmitCap(req); err != nil {
 		return nil, &protocol.FieldError{Field: "priority_class", Message: err.Error()}
 	}
 	if len(alloc.NodeSelector) > 0 && len(alloc.Nodes) == 0 {
@@ -135,10 +135,11 @@ func applyConfig(cfg *config.Config, spec *protocol.CheckedSpec, notes []string,
 	if err != nil {
 		return nil, err
 	}
-	if err := pool.Admit(req); err != nil {
+	one := req
+	one.Workers, one.MinWorkers = 1, 0
+	if err := pool.Admit(one); err != nil {
 		return nil, &protocol.FieldError{Field: "instance_type", Message: err.Error()}
 	}
-	req = gang
 	if err := pool.Admit(req); err != nil {
 		field := "n_workers"
 		if req.MinWorkers > 0 {

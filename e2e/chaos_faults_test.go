@@ -341,7 +341,8 @@ func (r *chaosRun) resetAllocator(f chaosFault) (string, bool) {
 
 // chaosSelfRecovery bounds the wait for a reset allocator to notice its reset
 // and recover without being asked: it notices at its next pass or reclaim
-// tick (every reclaim_interval), so a minute is ample even for a busy machine.
+// tick (the plan's reclaim_interval is 1–2 s), so two minutes are ample even
+// for a busy machine.
 const chaosSelfRecovery = 2 * time.Minute
 
 // awaitSelfRecovery waits until the allocator has recovered since the reset

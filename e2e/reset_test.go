@@ -16,6 +16,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
 	"github.com/trainq/trainq/config"
@@ -287,15 +288,15 @@ func TestResetAllocatorThatContinuesAsNew(t *testing.T) {
 	before := counts(t, allocation).RecoveredAt
 
 	point := resetAllocatorBefore(t, allocation, running)
-	resetRun := currentRunOf(t, id)
+	resetRun := currentRunOf(t, env.client, id)
 	t.Logf("reset the allocator to event %d (run %s); it had recovered at %s", point, resetRun, before.Format(time.RFC3339Nano))
 	var newcomers []string
-	for currentRunOf(t, id) == resetRun {
+	for currentRunOf(t, env.client, id) == resetRun {
 		require.Less(t, len(newcomers), 2*in.MaxUpdatesPerRun, "the reset run should have continued as new")
 		job := submitWith(t, cfg, spec(recordingScript(records, "sleep 0.2")))
 		newcomers = append(newcomers, job)
 		eventually(t, long, "the newcomer's request to reach the allocator", func() bool {
-			return inQueue(queue(t, allocation), job) || currentRunOf(t, id) != resetRun
+			return inQueue(queue(t, allocation), job) || currentRunOf(t, env.client, id) != resetRun
 		})
 	}
 	t.Logf("the allocator continued as new after %d newcomers", len(newcomers))
@@ -342,21 +343,16 @@ func TestResetAllocatorThatContinuesAsNew(t *testing.T) {
 }
 
 // currentRunOf is the run ID of workflow id's current run.
-func currentRunOf(t *testing.T, id string) string {
+func currentRunOf(t *testing.T, c client.Client, id string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	d, err := env.client.DescribeWorkflow(ctx, id, "")
+	d, err := c.DescribeWorkflow(ctx, id, "")
 	require.NoError(t, err)
 	return d.RawResponse.GetWorkflowExecutionInfo().GetExecution().GetRunId()
 }
 
 // inQueue tells whether job waits or runs in v.
 func inQueue(v protocol.QueueView, job string) bool {
-	for _, w := range v.Waiting {
-		if w.Job == job {
-			return true
-		}
-	}
-	return slices.Contains(runningJobs(v), job)
+	return slices.Contains(waitingJobs(v), job) || slices.Contains(runningJobs(v), job)
 }

@@ -92,13 +92,7 @@ func TestUpgradeKeepsJobsOnTheirBuild(t *testing.T) {
 	}
 
 	allocator := protocol.AllocatorWorkflowID("T", "agents")
-	runOf := func() string {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		d, err := c.DescribeWorkflow(ctx, allocator, "")
-		require.NoError(t, err)
-		return d.RawResponse.GetWorkflowExecutionInfo().GetExecution().GetRunId()
-	}
+	runOf := func() string { return currentRunOf(t, c, allocator) }
 	runsOfAllocator := func() int {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

@@ -63,8 +63,9 @@ func LimitOf(ls []Limit, ws string, c Class) int {
 // AdmitCap says why r could never start under its workspace's cap in its class
 // (Policy.Limits): even holding nothing else, the workspace may not hold the GPUs the request
 // needs at least (an elastic gang: its least size). Such a request would wait for ever, so the
-// edge and the job's capacity request refuse it. Admit does not check it, nor does Restore: a
-// cap may be lowered under jobs already queued or running, which the allocator then judges.
+// edge, the job's capacity request and the allocator refuse it, and DropOverCap ends the waiting
+// ones a lowered cap leaves over. Admit does not check it, nor does Restore: a cap may be lowered
+// under jobs already queued or running, which the allocator then judges.
 func (pol Policy) AdmitCap(r Request) error {
 	r = normalize(r)
 	if r.Workspace == "" {

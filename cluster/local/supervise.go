@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/trainq/trainq/cluster"
 )
 
 // strayGrace is how long the supervisor waits, after the worker's processes
@@ -160,7 +158,7 @@ func Supervise(workerDir string) int {
 	for running > 0 {
 		select {
 		case <-chldc:
-			reapAdoptedBut(own)
+			reapAdopted(own)
 		case r := <-results:
 			running--
 			done[r.idx] = true
@@ -186,7 +184,7 @@ func Supervise(workerDir string) int {
 		}
 	}
 
-	leftovers := killStrays(logln, markOf(plan))
+	leftovers := killStrays(logln, workerMark(filepath.Dir(plan.Log))) // the mark plan gave the processes
 
 	rec := exitRecord{EndedAt: time.Now().UTC(), Processes: exits, TermReceived: termReceived, Leftovers: leftovers}
 	if failed >= 0 {
@@ -208,7 +206,7 @@ func Supervise(workerDir string) int {
 func killStrays(logln func(string, ...any), mark string) (leftovers []int) {
 	self := os.Getpid()
 	pgid := syscall.Getpgrp()
-	defer reapAdopted()
+	defer reapAdopted(nil)
 	strays := func() []int {
 		return workerProcesses(self, pgid, self, mark)
 	}
@@ -224,7 +222,7 @@ func killStrays(logln func(string, ...any), mark string) (leftovers []int) {
 	deadline := time.Now().Add(strayGrace)
 	for len(left) > 0 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
-		reapAdopted()
+		reapAdopted(nil)
 		left = strays()
 	}
 	for range 50 {
@@ -235,7 +233,7 @@ func killStrays(logln func(string, ...any), mark string) (leftovers []int) {
 			_ = syscall.Kill(p, syscall.SIGKILL)
 		}
 		time.Sleep(20 * time.Millisecond)
-		reapAdopted()
+		reapAdopted(nil)
 		left = strays()
 	}
 	if len(left) > 0 {
@@ -251,22 +249,10 @@ func becomeSubreaper() error {
 	return unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 }
 
-// reapAdopted waits for the supervisor's children that have ended: once the
-// worker's own processes are waited for, the only children left are orphans
-// it adopted as subreaper.
-func reapAdopted() {
-	for {
-		var ws syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
-		if pid <= 0 || err != nil {
-			return
-		}
-	}
-}
-
-// reapAdoptedBut reaps the supervisor's ended children that are not its own
-// processes (own, which their exec.Cmd waits for): the orphans it adopted.
-func reapAdoptedBut(own map[int]bool) {
+// reapAdopted reaps the supervisor's ended children that are not its own
+// processes (own, which their exec.Cmd waits for; nil once they are all
+// waited for): the orphans it adopted as subreaper.
+func reapAdopted(own map[int]bool) {
 	self := os.Getpid()
 	for _, pid := range childrenOf(self) {
 		if own[pid] {
@@ -308,17 +294,4 @@ func childrenOf(pid int) []int {
 		}
 	}
 	return out
-}
-
-// markOf is the mark of the worker's processes (see workerMark), as its plan
-// gives it to them.
-func markOf(plan launchPlan) string {
-	for _, p := range plan.Procs {
-		for _, kv := range p.Env {
-			if strings.HasPrefix(kv, cluster.NoticeFileEnv+"=") {
-				return kv
-			}
-		}
-	}
-	return ""
 }
