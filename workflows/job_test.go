@@ -206,23 +206,28 @@ func (h *jobHarness) releases(attempt int) []protocol.ReleaseSignal {
 	return out
 }
 
-// releasedWorkers checks that every release names one worker (the first may
-// be a bare "stopping" notice) and returns the workers in release order.
+// releasedWorkers checks that exactly one release of an attempt marks the job
+// stopping, that every other names one worker (the stopping one may name none)
+// and returns the workers in the order the releases were recorded. The test
+// environment records signals sent at the same moment in any order, as the
+// server may deliver them: the allocator takes them in any order.
 func releasedWorkers(t *testing.T, rs []protocol.ReleaseSignal) []int {
 	t.Helper()
 	var out []int
-	for i, r := range rs {
+	stopping := 0
+	for _, r := range rs {
 		assert.Equal(t, testJob, r.Job)
-		if i == 0 {
-			assert.True(t, r.Stopping, "the first release of an attempt marks the job stopping")
-		} else {
-			assert.False(t, r.Stopping, "only the first release marks the job stopping")
-		}
-		if len(r.Workers) == 0 && i == 0 {
-			continue
+		if r.Stopping {
+			stopping++
+			if len(r.Workers) == 0 {
+				continue
+			}
 		}
 		require.Len(t, r.Workers, 1, "releases go worker by worker: %+v", r)
 		out = append(out, r.Workers[0])
+	}
+	if len(rs) > 0 {
+		assert.Equal(t, 1, stopping, "one release of an attempt marks the job stopping: %+v", rs)
 	}
 	return out
 }
@@ -365,7 +370,6 @@ func TestJobPreemptedAndRerun(t *testing.T) {
 	// on their nodes and released one by one.
 	rs := h.releases(1)
 	require.Len(t, rs, 3)
-	assert.Empty(t, rs[0].Workers)
 	assert.Equal(t, []int{0, 1}, sorted(releasedWorkers(t, rs)))
 	var stopped []int
 	for i, s := range h.stops {
