@@ -8,6 +8,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/trainq/trainq/activities"
+	"github.com/trainq/trainq/attempts"
 	"github.com/trainq/trainq/cluster"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
@@ -35,7 +36,7 @@ var idleWatchOptions = workflow.ActivityOptions{
 // or at the next shutdown_at, and once its server has been idle for
 // idle_timeout. Each stop is warned of first (see warn). stop decides the
 // attempt's end unless something else did first.
-func (j *job) addAutoshutdown(ctx workflow.Context, sel workflow.Selector, attempt int, grant protocol.GrantSignal, st *attemptStop, done *bool) {
+func (j *job) addAutoshutdown(ctx workflow.Context, sel workflow.Selector, attempt int, grant protocol.GrantSignal, on func(attempts.Event)) {
 	a := j.spec.Autoshutdown
 	if j.spec.Kind != scheduler.KindNotebook || !a.Any() || len(grant.Placement) == 0 {
 		return
@@ -43,12 +44,7 @@ func (j *job) addAutoshutdown(ctx workflow.Context, sel workflow.Selector, attem
 	if workflow.GetVersion(ctx, versionAutoshutdown, workflow.DefaultVersion, 1) < 1 {
 		return
 	}
-	stop := func(message string) {
-		if st.decided {
-			return
-		}
-		st.out, st.decided, *done = outcome{kind: outcomeTimeLimit, message: message}, true, true
-	}
+	stop := func(message string) { on(attempts.Shutdown{Message: message}) }
 	j.addShutdownTimer(ctx, sel, stop)
 	if a.IdleTimeout > 0 {
 		j.watchIdle(ctx, sel, attempt, grant.Placement[0], stop)

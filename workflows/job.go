@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/trainq/trainq/activities"
+	"github.com/trainq/trainq/attempts"
 	"github.com/trainq/trainq/cluster"
 	"github.com/trainq/trainq/metrics"
 	"github.com/trainq/trainq/protocol"
@@ -27,45 +28,6 @@ const (
 	ErrTypeJobPreempted = "JobPreempted"
 	ErrTypeBadJob       = "BadJob"
 )
-
-// How one attempt ended.
-type outcomeKind int
-
-const (
-	outcomeCompleted outcomeKind = iota
-	outcomeFailed
-	outcomePreempted
-	outcomeCancelled
-	// outcomeNodeLost: a node's agent did not answer; the job reruns on
-	// other nodes without spending max_retry (see maxNodeLossReruns).
-	outcomeNodeLost
-	// outcomeTimeLimit: the job ran for its stop_timer; it ends Stopped.
-	outcomeTimeLimit
-	// outcomeNodeDrained: an operator drained a node of the attempt; the
-	// job reruns on other nodes without spending max_retry.
-	outcomeNodeDrained
-	// outcomeYielded: the attempt ran on loan past its time limit or
-	// estimate and gave the capacity back; the job reruns without spending
-	// max_retry.
-	outcomeYielded
-)
-
-// maxNodeLossReruns is how many times a job reruns after losing a node
-// before it ends Failed: a lost node is not the job's fault (Slurm requeues
-// on node failure, Kubernetes' pod failure policy ignores disruptions), but
-// a job that keeps losing nodes may be what breaks them.
-const maxNodeLossReruns = 3
-
-type outcome struct {
-	kind      outcomeKind
-	message   string
-	exitCode  *int
-	preemptor *scheduler.Preemptor
-	// final means a rerun cannot help (the allocation refused the job).
-	final bool
-	// stuck marks a failed attempt that was stopped for writing no logs.
-	stuck bool
-}
 
 // job is the state of one job workflow.
 type job struct {
@@ -238,21 +200,21 @@ func (j *job) run(ctx workflow.Context, in protocol.JobInput) (*protocol.JobStat
 
 // afterAttempt ends the job or prepares the next attempt. end says the
 // workflow returns err (a continue-as-new error included).
-func (j *job) afterAttempt(ctx workflow.Context, in protocol.JobInput, out outcome) (end bool, err error) {
-	switch out.kind {
-	case outcomeCompleted:
+func (j *job) afterAttempt(ctx workflow.Context, in protocol.JobInput, out attempts.Outcome) (end bool, err error) {
+	switch out.Kind {
+	case attempts.Completed:
 		j.recordRuntime(ctx)
 		return true, j.finish(ctx, protocol.StateCompleted, nil)
-	case outcomeCancelled:
+	case attempts.Cancelled:
 		_ = j.finish(ctx, protocol.StateStopped, nil)
 		return true, temporal.NewCanceledError(j.status.Message)
-	case outcomeNodeLost:
+	case attempts.NodeLost:
 		return j.afterNodeLost(ctx, in, out)
-	case outcomeTimeLimit:
+	case attempts.TimeLimit:
 		return true, j.finish(ctx, protocol.StateStopped, nil)
-	case outcomeNodeDrained, outcomeYielded:
+	case attempts.NodeDrained, attempts.Yielded:
 		reason := metrics.ReasonNodeDrained
-		if out.kind == outcomeYielded {
+		if out.Kind == attempts.Yielded {
 			reason = metrics.ReasonPreempted
 		}
 		j.metrics(ctx).WithTags(map[string]string{metrics.LabelReason: reason}).Counter(metrics.JobRestartsInstrument).Inc(1)
@@ -264,20 +226,20 @@ func (j *job) afterAttempt(ctx workflow.Context, in protocol.JobInput, out outco
 	}
 	if !j.reruns(out) {
 		state, errType := protocol.StateFailed, ErrTypeJobFailed
-		if out.kind == outcomePreempted {
+		if out.Kind == attempts.Preempted {
 			state, errType = protocol.StatePreempted, ErrTypeJobPreempted
 		}
-		if !out.final {
-			j.status.Message = fmt.Sprintf("%s; no retries left (max_retry %d)", out.message, j.spec.MaxRetry)
+		if !out.Final {
+			j.status.Message = fmt.Sprintf("%s; no retries left (max_retry %d)", out.Message, j.spec.MaxRetry)
 		}
 		return true, j.finish(ctx, state, temporal.NewNonRetryableApplicationError(j.status.Message, errType, nil))
 	}
 	j.status.Restarts++
 	reason := metrics.ReasonFailed
 	switch {
-	case out.kind == outcomePreempted:
+	case out.Kind == attempts.Preempted:
 		reason = metrics.ReasonPreempted
-	case out.stuck:
+	case out.Stuck:
 		reason = metrics.ReasonStuck
 	}
 	j.metrics(ctx).WithTags(map[string]string{metrics.LabelReason: reason}).Counter(metrics.JobRestartsInstrument).Inc(1)
@@ -288,26 +250,15 @@ func (j *job) afterAttempt(ctx workflow.Context, in protocol.JobInput, out outco
 	return false, nil
 }
 
-// reruns says whether another attempt follows the one that ended with out: the one place that
-// decides it, for the state while the attempt stops and for what comes after. A lost node reruns
-// the job without spending max_retry up to maxNodeLossReruns times (NodeLosses counts the
-// earlier ones: this loss is not counted yet); a drained node always; a completion, a
-// cancellation and a time limit never; anything else while max_retry allows.
-func (j *job) reruns(out outcome) bool {
-	switch out.kind {
-	case outcomeCompleted, outcomeCancelled, outcomeTimeLimit:
-		return false
-	case outcomeNodeDrained, outcomeYielded:
-		return true
-	case outcomeNodeLost:
-		return j.status.NodeLosses < maxNodeLossReruns
-	}
-	return !out.final && j.status.Restarts < j.spec.MaxRetry
+// reruns says whether another attempt follows the one that ended with out
+// (see attempts.Reruns).
+func (j *job) reruns(out attempts.Outcome) bool {
+	return attempts.Reruns(out, attempts.Record{Restarts: j.status.Restarts, MaxRetry: j.spec.MaxRetry, NodeLosses: j.status.NodeLosses})
 }
 
 // afterNodeLost reruns a job that lost a node, without spending max_retry,
-// up to maxNodeLossReruns times.
-func (j *job) afterNodeLost(ctx workflow.Context, in protocol.JobInput, out outcome) (end bool, err error) {
+// up to attempts.MaxNodeLossReruns times.
+func (j *job) afterNodeLost(ctx workflow.Context, in protocol.JobInput, out attempts.Outcome) (end bool, err error) {
 	rerun := j.reruns(out)
 	j.status.NodeLosses++
 	if rerun {
@@ -318,7 +269,7 @@ func (j *job) afterNodeLost(ctx workflow.Context, in protocol.JobInput, out outc
 		}
 		return false, nil
 	}
-	j.status.Message = fmt.Sprintf("%s; the job lost a node %d times, more than the %d reruns allowed for node losses", out.message, j.status.NodeLosses, maxNodeLossReruns)
+	j.status.Message = fmt.Sprintf("%s; the job lost a node %d times, more than the %d reruns allowed for node losses", out.Message, j.status.NodeLosses, attempts.MaxNodeLossReruns)
 	return true, j.finish(ctx, protocol.StateFailed, temporal.NewNonRetryableApplicationError(j.status.Message, ErrTypeJobFailed, nil))
 }
 
@@ -379,13 +330,13 @@ func (j *job) countFinished(ctx workflow.Context, state protocol.JobState) {
 }
 
 // noteOutcome records why the current attempt ends.
-func (j *job) noteOutcome(out outcome) {
+func (j *job) noteOutcome(out attempts.Outcome) {
 	rec := j.current()
-	rec.EndReason, rec.ExitCode, rec.Preemptor = out.message, out.exitCode, out.preemptor
-	if out.preemptor != nil {
-		j.status.Preemptors = append(j.status.Preemptors, *out.preemptor)
+	rec.EndReason, rec.ExitCode, rec.Preemptor = out.Message, out.ExitCode, out.Preemptor
+	if out.Preemptor != nil {
+		j.status.Preemptors = append(j.status.Preemptors, *out.Preemptor)
 	}
-	j.status.Message = out.message
+	j.status.Message = out.Message
 }
 
 // checkpointed records a checkpoint the allocator recorded for one of the
@@ -412,7 +363,7 @@ func (j *job) finish(ctx workflow.Context, state protocol.JobState, err error) e
 
 // runAttempt takes one attempt from queueing to the moment all its workers
 // have stopped and their capacity is released.
-func (j *job) runAttempt(ctx workflow.Context, attempt int) outcome {
+func (j *job) runAttempt(ctx workflow.Context, attempt int) attempts.Outcome {
 	grant, out, ok := j.waitForCapacity(ctx, attempt)
 	if !ok {
 		j.noteOutcome(out)
@@ -431,7 +382,7 @@ func (j *job) runAttempt(ctx workflow.Context, attempt int) outcome {
 	out, started := j.startWorkers(ctx, attempt, grant)
 	if errors.Is(ctx.Err(), workflow.ErrCanceled) {
 		// Cancelled while starting: whatever did start is stopped below.
-		out = outcome{kind: outcomeCancelled, message: "stopped by the user"}
+		out = attempts.Outcome{Kind: attempts.Cancelled, Message: "stopped by the user"}
 	} else if started {
 		now := workflow.Now(ctx)
 		if j.status.RunningAt == nil {
@@ -449,7 +400,7 @@ func (j *job) runAttempt(ctx workflow.Context, attempt int) outcome {
 	j.status.Warning = ""
 	j.noteOutcome(out)
 	switch {
-	case out.kind == outcomeCompleted:
+	case out.Kind == attempts.Completed:
 		j.setState(ctx, protocol.StateCompleting)
 	case j.reruns(out):
 		j.setState(ctx, protocol.StateRestarting)
@@ -463,7 +414,7 @@ func (j *job) runAttempt(ctx workflow.Context, attempt int) outcome {
 
 // waitForCapacity queues the attempt and waits for the grant. ok is false if
 // the attempt ended before it started (refused, or cancelled while waiting).
-func (j *job) waitForCapacity(ctx workflow.Context, attempt int) (protocol.GrantSignal, outcome, bool) {
+func (j *job) waitForCapacity(ctx workflow.Context, attempt int) (protocol.GrantSignal, attempts.Outcome, bool) {
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: time.Minute,
 		RetryPolicy:         &temporal.RetryPolicy{MaximumInterval: 30 * time.Second, NonRetryableErrorTypes: []string{activities.ErrTypeCapacityRefused}},
@@ -496,7 +447,7 @@ func (j *job) waitForCapacity(ctx workflow.Context, attempt int) (protocol.Grant
 		if errors.As(err, &appErr) {
 			msg = appErr.Message()
 		}
-		return protocol.GrantSignal{}, outcome{kind: outcomeFailed, message: msg, final: true}, false
+		return protocol.GrantSignal{}, attempts.Outcome{Kind: attempts.Failed, Message: msg, Final: true}, false
 	}
 	if j.seq == 0 {
 		j.seq = reply.Seq
@@ -519,7 +470,7 @@ func (j *job) waitForCapacity(ctx workflow.Context, attempt int) (protocol.Grant
 }
 
 // awaitGrant waits for the attempt's grant, a refusal, or a cancellation.
-func (j *job) awaitGrant(ctx workflow.Context, attempt int) (protocol.GrantSignal, outcome, bool) {
+func (j *job) awaitGrant(ctx workflow.Context, attempt int) (protocol.GrantSignal, attempts.Outcome, bool) {
 	for {
 		// Grants arrive through takeGrant. A refusal says the allocation was
 		// reconfigured and can no longer run this job; the allocator has
@@ -533,7 +484,7 @@ func (j *job) awaitGrant(ctx workflow.Context, attempt int) (protocol.GrantSigna
 			continue
 		}
 		if j.grant != nil {
-			return *j.grant, outcome{}, true
+			return *j.grant, attempts.Outcome{}, true
 		}
 		if err != nil {
 			return j.withdraw(ctx, attempt)
@@ -542,7 +493,7 @@ func (j *job) awaitGrant(ctx workflow.Context, attempt int) (protocol.GrantSigna
 		j.refusals.ReceiveAsync(&refusal)
 		if refusal.Attempt == attempt {
 			j.phase = protocol.HoldNone
-			return protocol.GrantSignal{}, outcome{kind: outcomeFailed, message: refusal.Reason, final: true}, false
+			return protocol.GrantSignal{}, attempts.Outcome{Kind: attempts.Failed, Message: refusal.Reason, Final: true}, false
 		}
 		// Otherwise meant for an attempt that has already ended.
 	}
@@ -655,12 +606,12 @@ func (j *job) hold() protocol.JobHold {
 
 // withdraw tells the allocator that this attempt holds nothing any more: it
 // was cancelled while pending.
-func (j *job) withdraw(ctx workflow.Context, attempt int) (protocol.GrantSignal, outcome, bool) {
+func (j *job) withdraw(ctx workflow.Context, attempt int) (protocol.GrantSignal, attempts.Outcome, bool) {
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	_ = workflow.SignalExternalWorkflow(dctx, j.allocator, "", protocol.SignalWithdraw,
 		protocol.WithdrawSignal{Job: j.name, Attempt: attempt}).Get(dctx, nil)
 	j.phase, j.grant = protocol.HoldNone, nil
-	return protocol.GrantSignal{}, outcome{kind: outcomeCancelled, message: "stopped by the user while pending"}, false
+	return protocol.GrantSignal{}, attempts.Outcome{Kind: attempts.Cancelled, Message: "stopped by the user while pending"}, false
 }
 
 func (j *job) nodeOptions(ctx workflow.Context, node, summary string, o workflow.ActivityOptions) workflow.Context {
@@ -673,9 +624,9 @@ func (j *job) nodeOptions(ctx workflow.Context, node, summary string, o workflow
 }
 
 // nodeLost is the outcome of an attempt whose node's agent did not answer.
-func (j *job) nodeLost(node string) outcome {
+func (j *job) nodeLost(node string) attempts.Outcome {
 	j.lostNodes[node] = true
-	return outcome{kind: outcomeNodeLost, message: fmt.Sprintf("node %s lost: its agent did not answer for %s", node, j.nodeTimeout)}
+	return attempts.NodeLostAfter(node, j.nodeTimeout)
 }
 
 // isNodeTimeout tells whether an activity failed because no agent of its
@@ -689,7 +640,7 @@ func isNodeTimeout(err error) bool {
 // never abandoned half-way, even on cancellation: a start still in flight
 // could otherwise launch a worker after it was stopped. A preemption or
 // cancellation that arrives meanwhile is seen by watch.
-func (j *job) startWorkers(ctx workflow.Context, attempt int, grant protocol.GrantSignal) (outcome, bool) {
+func (j *job) startWorkers(ctx workflow.Context, attempt int, grant protocol.GrantSignal) (attempts.Outcome, bool) {
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	short := workflow.ActivityOptions{StartToCloseTimeout: 2 * time.Minute, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 5}}
 	// The start heartbeats: an agent that dies mid-start is noticed after
@@ -716,7 +667,7 @@ func (j *job) startWorkers(ctx workflow.Context, attempt int, grant protocol.Gra
 		summary := fmt.Sprintf("start worker %d on %s (GPUs %v)", p.Worker, p.Node, p.GPUs)
 		starts = append(starts, workflow.ExecuteActivity(j.nodeOptions(dctx, p.Node, summary, startOptions), (*activities.Activities).StartWorker, spec))
 	}
-	var failure *outcome
+	var failure *attempts.Outcome
 	for i, f := range starts {
 		var st cluster.WorkerStatus
 		err := f.Get(dctx, &st)
@@ -727,7 +678,7 @@ func (j *job) startWorkers(ctx workflow.Context, attempt int, grant protocol.Gra
 			}
 		case isNodeTimeout(err):
 			lost := j.nodeLost(grant.Placement[i].Node)
-			if failure == nil || failure.kind != outcomeNodeLost {
+			if failure == nil || failure.Kind != attempts.NodeLost {
 				failure = &lost
 			}
 		case isGPUsBusy(err):
@@ -738,28 +689,28 @@ func (j *job) startWorkers(ctx workflow.Context, attempt int, grant protocol.Gra
 			// runs there, and this attempt reruns like one that lost a node.
 			lost := j.nodeLost(grant.Placement[i].Node)
 			j.busyNodes[grant.Placement[i].Node] = true
-			lost.message = fmt.Sprintf("worker %d could not start: %s; the node is fenced until its agent says who uses them",
+			lost.Message = fmt.Sprintf("worker %d could not start: %s; the node is fenced until its agent says who uses them",
 				grant.Placement[i].Worker, errorText(err))
-			if failure == nil || failure.kind != outcomeNodeLost {
+			if failure == nil || failure.Kind != attempts.NodeLost {
 				failure = &lost
 			}
 		case failure == nil:
-			failure = &outcome{kind: outcomeFailed, message: fmt.Sprintf("worker %d could not start on %s: %s", grant.Placement[i].Worker, grant.Placement[i].Node, errorText(err))}
+			failure = &attempts.Outcome{Kind: attempts.Failed, Message: fmt.Sprintf("worker %d could not start on %s: %s", grant.Placement[i].Worker, grant.Placement[i].Node, errorText(err))}
 		}
 	}
 	if failure != nil {
 		return *failure, false
 	}
-	return outcome{}, true
+	return attempts.Outcome{}, true
 }
 
 // rendezvous picks the attempt's MASTER_ADDR and MASTER_PORT on worker 0's
 // node. A one-worker attempt leaves them empty: its StartWorker picks them on
 // its own node, saving a round trip.
-func (j *job) rendezvous(ctx workflow.Context, attempt int, grant protocol.GrantSignal, o workflow.ActivityOptions) (activities.Rendezvous, outcome, bool) {
+func (j *job) rendezvous(ctx workflow.Context, attempt int, grant protocol.GrantSignal, o workflow.ActivityOptions) (activities.Rendezvous, attempts.Outcome, bool) {
 	var rv activities.Rendezvous
 	if len(grant.Placement) == 1 {
-		return rv, outcome{}, true
+		return rv, attempts.Outcome{}, true
 	}
 	master := grant.Placement[0].Node
 	err := workflow.ExecuteActivity(j.nodeOptions(ctx, master, "pick MASTER_ADDR and MASTER_PORT on "+master, o),
@@ -768,34 +719,18 @@ func (j *job) rendezvous(ctx workflow.Context, attempt int, grant protocol.Grant
 		return rv, j.nodeLost(master), false
 	}
 	if err != nil {
-		return rv, outcome{kind: outcomeFailed, message: "could not pick a rendezvous address: " + errorText(err)}, false
+		return rv, attempts.Outcome{Kind: attempts.Failed, Message: "could not pick a rendezvous address: " + errorText(err)}, false
 	}
-	return rv, outcome{}, true
-}
-
-// attemptStop is how a running attempt is to end, once something decided
-// it should: the outcome, and the notice its workers were given, if any.
-type attemptStop struct {
-	out      outcome
-	decided  bool
-	deadline *time.Time // the notice's, once the workers were told
-}
-
-// noticeTo says what a stop for reason gives the workers: a notice of d
-// (then the attempt ends when they have exited or at the deadline), or, for
-// d 0 or a second stop during a notice, nothing more.
-func (st *attemptStop) noticeTo(d time.Duration) bool {
-	return d > 0 && st.deadline == nil
+	return rv, attempts.Outcome{}, true
 }
 
 // addInterrupts makes sel wake up for a preemption of this attempt or a
-// cancellation. A preemption that comes with a notice, and a cancellation
-// when the grant gives a notice (noticeStops), are handed to notice, which
-// tells the workers and ends the attempt later. During a notice a further
-// preemption changes nothing and a cancellation makes the attempt's end a
-// cancellation.
-func (j *job) addInterrupts(ctx workflow.Context, sel workflow.Selector, attempt int, st *attemptStop, done *bool,
-	noticeStops bool, watchEnded workflow.ReceiveChannel, notice func(reason string, by *protocol.NoticeBy, d time.Duration)) {
+// cancellation, and hands them to on. When the attempt's stops give notices
+// (noticeStops) it goes on after a cancellation while its workers act on
+// their notice, and a closed Done channel is ready at every Select: the
+// cancellation then comes through a channel that carries it once.
+func (j *job) addInterrupts(ctx workflow.Context, sel workflow.Selector, attempt int, noticeStops bool,
+	watchEnded workflow.ReceiveChannel, on func(attempts.Event)) {
 	sel.AddReceive(j.preempts, func(c workflow.ReceiveChannel, _ bool) {
 		var p protocol.PreemptSignal
 		c.Receive(ctx, &p)
@@ -808,46 +743,12 @@ func (j *job) addInterrupts(ctx workflow.Context, sel workflow.Selector, attempt
 			}
 			j.epoch = p.Epoch
 		}
-		if noticeStops && st.decided {
-			return // the attempt is already ending
-		}
-		if p.Drain != "" {
-			st.out, st.decided, *done = outcome{kind: outcomeNodeDrained, message: "moved: " + p.Reason}, true, true
-			if p.Notice > 0 && notice != nil {
-				*done = false
-				notice(protocol.NoticeReasonNodeDrain, nil, p.Notice)
-			}
-			return
-		}
-		pre := p.Preemptor
-		kind, verb, reason := outcomePreempted, "preempted by", protocol.NoticeReasonPreempted
-		if p.Loan {
-			kind, verb, reason = outcomeYielded, "yielded its loan to", protocol.NoticeReasonLoanDue
-		}
-		st.out, st.decided, *done = outcome{kind: kind, message: fmt.Sprintf("%s %s (%s %s): %s", verb, pre.Job, pre.Class, pre.Kind, p.Reason), preemptor: &pre}, true, true
-		if p.Notice > 0 && notice != nil {
-			*done = false
-			notice(reason, &protocol.NoticeBy{Class: pre.Class.String(), Kind: pre.Kind}, p.Notice)
-		}
+		on(attempts.Preempt{Preemptor: p.Preemptor, Reason: p.Reason, Drain: p.Drain, Loan: p.Loan, Notice: p.Notice})
 	})
-	cancelled := func() {
-		st.out, st.decided, *done = outcome{kind: outcomeCancelled, message: "stopped by the user"}, true, true
-		if noticeStops && st.deadline != nil {
-			*done = false // the workers were told already; they keep their deadline
-			return
-		}
-		if noticeStops && notice != nil {
-			*done = false
-			notice(protocol.NoticeReasonCancelled, nil, 0)
-		}
-	}
 	if !noticeStops {
-		sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) { cancelled() })
+		sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) { on(attempts.Cancel{}) })
 		return
 	}
-	// The attempt goes on after a cancellation while its workers act on
-	// their notice, and a closed Done channel is ready at every Select: the
-	// cancellation comes through a channel that carries it once.
 	once := workflow.NewBufferedChannel(ctx, 1)
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	workflow.Go(dctx, func(gctx workflow.Context) {
@@ -858,13 +759,16 @@ func (j *job) addInterrupts(ctx workflow.Context, sel workflow.Selector, attempt
 	})
 	sel.AddReceive(once, func(c workflow.ReceiveChannel, _ bool) {
 		c.Receive(dctx, nil)
-		cancelled()
+		on(attempts.Cancel{})
 	})
 }
 
-// watch waits until every worker exits, one fails, or the attempt is
-// interrupted.
-func (j *job) watch(ctx workflow.Context, attempt int, grant protocol.GrantSignal) outcome {
+// watch runs the attempt while its workers run: it turns preemptions, a
+// cancellation, the time limit, notices' deadlines, autoshutdown and each
+// worker's watch into events for the attempt's rules (attempts.Running) and
+// carries out the commands they return, in order, until the attempt ends.
+func (j *job) watch(ctx workflow.Context, attempt int, grant protocol.GrantSignal) attempts.Outcome {
+	run := attempts.NewRunning(workersOf(grant), grant.Notice, j.nodeTimeout, j.spec.Health)
 	// The attempt's own stops (a cancel, its time limit, stuck) give its
 	// workers a notice first when the grant gives one.
 	noticeStops := grant.Notice > 0
@@ -876,7 +780,7 @@ func (j *job) watch(ctx workflow.Context, attempt int, grant protocol.GrantSigna
 	}
 	wctx, stopWatching := workflow.WithCancel(base)
 	defer stopWatching()
-	var exits []workerExit
+	var ended []attempts.WatchEnded
 	sel := workflow.NewSelector(ctx)
 	releaseTo := j.releaseTo()
 	registrations := j.registrations
@@ -892,81 +796,82 @@ func (j *job) watch(ctx workflow.Context, attempt int, grant protocol.GrantSigna
 		sel.AddFuture(f, func(f workflow.Future) {
 			var st cluster.WorkerStatus
 			err := f.Get(ctx, &st)
-			exits = append(exits, workerExit{worker: worker, status: st, err: err})
+			ended = append(ended, watchEnd(worker, st, err, errors.Is(ctx.Err(), workflow.ErrCanceled)))
 		})
 	}
 	for _, p := range grant.Placement {
 		watchWorker(p, p.Worker == 0)
 	}
-	var st attemptStop
-	done := false
-	notice := func(reason string, by *protocol.NoticeBy, d time.Duration) {
-		if d == 0 {
-			d = grant.Notice
-		}
-		if st.noticeTo(d) {
-			st.deadline = j.giveNotice(wctx, sel, attempt, grant, reason, by, d, &done)
-		}
-	}
-	j.addInterrupts(ctx, sel, attempt, &st, &done, noticeStops, wctx.Done(), notice)
-	j.addTimeLimit(wctx, sel, &st, &done, noticeStops, notice)
-	j.addAutoshutdown(wctx, sel, attempt, grant, &st, &done)
-	for !done {
-		sel.Select(ctx)
-		if done {
-			break
-		}
-		if len(exits) == 0 {
-			continue
-		}
-		last := exits[len(exits)-1]
-		exits = exits[:len(exits)-1]
-		if last.err == nil {
-			// The worker's processes are gone: its capacity is free now,
-			// whatever the other workers do.
-			j.releaseAfterNode(ctx, attempt, last.worker, last.status.ReleaseReported, registrations)
-		}
-		if st.deadline != nil && last.err == nil {
-			// After a notice, a worker that exits (whatever its code) did
-			// what it was asked: the attempt ends as the notice said.
-			if j.allExited(grant) {
+	var on func(attempts.Event)
+	execute := func(cmds []attempts.Command) {
+		for _, c := range cmds {
+			switch c := c.(type) {
+			case attempts.GiveNotice:
+				j.giveNotice(wctx, sel, attempt, grant, c, func() { on(attempts.DeadlinePassed{}) })
+			case attempts.Release:
+				// The worker's processes are gone: its capacity is free
+				// now, whatever the other workers do.
+				j.releaseAfterNode(ctx, attempt, c.Worker, c.Reported, registrations)
+			case attempts.WatchForExit:
+				for _, p := range grant.Placement {
+					if p.Worker == c.Worker {
+						watchWorker(p, false)
+					}
+				}
+			case attempts.MarkNodeLost:
+				j.lostNodes[c.Node] = true
+			case attempts.NotifyStuck:
+				j.notifyStuck(ctx)
+			case attempts.ExitedOnNotice:
 				now := workflow.Now(ctx)
 				j.current().ExitedOnNoticeAt = &now
-				st.out.message += fmt.Sprintf("; its workers exited on the notice, %s before the deadline",
-					st.deadline.Sub(now).Round(time.Second))
-				done = true
 			}
-			continue
-		}
-		if st.deadline != nil && isStuck(last.err) {
-			// Silent while acting on the notice (saving takes a while): the
-			// notice's deadline stands. The worker is watched again, only
-			// for its exit.
-			for _, p := range grant.Placement {
-				if p.Worker == last.worker {
-					watchWorker(p, false)
-				}
-			}
-			continue
-		}
-		out, ends := j.judgeExit(ctx, last, grant, j.allExited(grant))
-		if ends && noticeStops && isStuck(last.err) && st.deadline == nil && !st.decided {
-			// Stuck: the workers are told, and worker 0 is watched again,
-			// only for its exit, until they go or the deadline comes.
-			st.out, st.decided = out, true
-			notice(protocol.NoticeReasonStuck, nil, 0)
-			for _, p := range grant.Placement {
-				if p.Worker == last.worker {
-					watchWorker(p, false)
-				}
-			}
-			continue
-		}
-		if ends {
-			st.out, done = out, true
 		}
 	}
-	return st.out
+	on = func(e attempts.Event) { execute(run.On(workflow.Now(ctx), e)) }
+	j.addInterrupts(ctx, sel, attempt, noticeStops, wctx.Done(), on)
+	j.addTimeLimit(wctx, sel, on)
+	j.addAutoshutdown(wctx, sel, attempt, grant, on)
+	for !run.Done {
+		sel.Select(ctx)
+		if run.Done || len(ended) == 0 {
+			continue
+		}
+		last := ended[len(ended)-1]
+		ended = ended[:len(ended)-1]
+		on(last)
+	}
+	return run.Out
+}
+
+// workersOf lists the grant's workers and their nodes for the attempt's rules.
+func workersOf(grant protocol.GrantSignal) []attempts.Worker {
+	ws := make([]attempts.Worker, 0, len(grant.Placement))
+	for _, p := range grant.Placement {
+		ws = append(ws, attempts.Worker{ID: p.Worker, Node: p.Node})
+	}
+	return ws
+}
+
+// watchEnd says how a worker's watch ended, for the attempt's rules;
+// cancelled says the job was being cancelled then.
+func watchEnd(worker int, st cluster.WorkerStatus, err error, cancelled bool) attempts.WatchEnded {
+	w := attempts.WatchEnded{Worker: worker, Cancelled: cancelled}
+	switch {
+	case err == nil:
+		w.End, w.Code, w.Reason, w.Reported = attempts.WorkerGone, st.ExitCode, st.Reason, st.ReleaseReported
+		return w
+	case isNodeTimeout(err):
+		w.End = attempts.NodeSilent
+	case isStuck(err):
+		w.End = attempts.Silent
+	case isNodeLost(err):
+		w.End = attempts.NodeLostTrack
+	default:
+		w.End = attempts.WatchFailed
+	}
+	w.Error = errorText(err)
+	return w
 }
 
 // watchOptions are a worker watch's: it lasts as long as the worker.
@@ -976,22 +881,13 @@ var watchOptions = workflow.ActivityOptions{
 	RetryPolicy:         &temporal.RetryPolicy{MaximumInterval: 10 * time.Second, NonRetryableErrorTypes: []string{"WorkerNotFound"}},
 }
 
-// allExited says whether every worker of the attempt is gone (released).
-func (j *job) allExited(grant protocol.GrantSignal) bool {
-	for _, p := range grant.Placement {
-		if !j.released[p.Worker] {
-			return false
-		}
-	}
-	return true
-}
-
 // giveNotice tells the attempt's running workers that they are to be
 // stopped, why, and by when they must have exited (the notice file, see
 // activities.NoticeWorker), and makes sel end the attempt at that deadline,
-// when whatever still runs is stopped as usual. It returns the deadline.
+// when whatever still runs is stopped as usual (sel calls atDeadline).
 func (j *job) giveNotice(ctx workflow.Context, sel workflow.Selector, attempt int, grant protocol.GrantSignal,
-	reason string, by *protocol.NoticeBy, d time.Duration, done *bool) *time.Time {
+	g attempts.GiveNotice, atDeadline func()) {
+	reason, by, d := g.Reason, g.By, g.Notice
 	now := workflow.Now(ctx)
 	deadline := now.Add(d)
 	rec := j.current()
@@ -1036,10 +932,9 @@ func (j *job) giveNotice(ctx workflow.Context, sel workflow.Selector, attempt in
 	timer := workflow.NewTimerWithOptions(ctx, d, workflow.TimerOptions{Summary: summary})
 	sel.AddFuture(timer, func(f workflow.Future) {
 		if f.Get(ctx, nil) == nil {
-			*done = true
+			atDeadline()
 		}
 	})
-	return &deadline
 }
 
 // noticeSummary names a notice's reason in the activity and timer
@@ -1062,8 +957,7 @@ func noticeSummary(reason string) string {
 // (JobSpec.TimeLimit), counting every attempt's time since its start. A job
 // without one arms nothing, so histories from before the field replay as
 // they were.
-func (j *job) addTimeLimit(ctx workflow.Context, sel workflow.Selector, st *attemptStop, done *bool,
-	noticeStops bool, notice func(reason string, by *protocol.NoticeBy, d time.Duration)) {
+func (j *job) addTimeLimit(ctx workflow.Context, sel workflow.Selector, on func(attempts.Event)) {
 	limit := j.spec.TimeLimit
 	if limit <= 0 {
 		return
@@ -1075,21 +969,7 @@ func (j *job) addTimeLimit(ctx workflow.Context, sel workflow.Selector, st *atte
 		if f.Get(ctx, nil) != nil {
 			return // the watch ended first
 		}
-		limited := outcome{kind: outcomeTimeLimit, message: fmt.Sprintf("stopped by its stop_timer after %d minutes of running", minutes)}
-		if noticeStops && st.decided {
-			// The attempt is already ending, at its notice's deadline. An
-			// end that would rerun the job becomes the time limit's: the
-			// job has no time left to rerun in.
-			if st.out.kind == outcomePreempted || st.out.kind == outcomeNodeDrained || st.out.kind == outcomeYielded || (st.out.kind == outcomeFailed && !st.out.final) {
-				st.out = limited
-			}
-			return
-		}
-		st.out, st.decided, *done = limited, true, true
-		if noticeStops {
-			*done = false
-			notice(protocol.NoticeReasonTimeLimit, nil, 0)
-		}
+		on(attempts.TimeLimitReached{Minutes: minutes})
 	})
 }
 
@@ -1106,44 +986,6 @@ func (j *job) runTime(now time.Time) time.Duration {
 		}
 	}
 	return d
-}
-
-// workerExit is how one worker's watch ended.
-type workerExit struct {
-	worker int
-	status cluster.WorkerStatus
-	err    error
-}
-
-// judgeExit says whether a worker's exit ends the attempt, and how; all
-// says every worker of the attempt has exited.
-func (j *job) judgeExit(ctx workflow.Context, last workerExit, grant protocol.GrantSignal, all bool) (outcome, bool) {
-	switch {
-	case last.err != nil && errors.Is(ctx.Err(), workflow.ErrCanceled):
-		return outcome{kind: outcomeCancelled, message: "stopped by the user"}, true
-	case isNodeTimeout(last.err):
-		return j.nodeLost(nodeOf(grant, last.worker)), true
-	case isStuck(last.err):
-		j.notifyStuck(ctx)
-		return j.stuck(), true
-	case isNodeLost(last.err):
-		lost := j.nodeLost(nodeOf(grant, last.worker))
-		lost.message = fmt.Sprintf("node %s lost: %s", nodeOf(grant, last.worker), errorText(last.err))
-		return lost, true
-	case last.err != nil:
-		return outcome{kind: outcomeFailed, message: fmt.Sprintf("lost track of worker %d: %s", last.worker, errorText(last.err))}, true
-	case last.status.ExitCode != 0:
-		code := last.status.ExitCode
-		msg := fmt.Sprintf("worker %d exited with code %d", last.worker, code)
-		if last.status.Reason != "" {
-			msg += " (" + last.status.Reason + ")"
-		}
-		return outcome{kind: outcomeFailed, message: msg, exitCode: &code}, true
-	case all:
-		zero := 0
-		return outcome{kind: outcomeCompleted, message: "all workers exited with code 0", exitCode: &zero}, true
-	}
-	return outcome{}, false
 }
 
 // isNodeLost tells whether a watch ended because the worker's node lost
@@ -1163,17 +1005,6 @@ func isGPUsBusy(err error) bool {
 func isStuck(err error) bool {
 	var appErr *temporal.ApplicationError
 	return errors.As(err, &appErr) && appErr.Type() == activities.ErrTypeWorkerStuck
-}
-
-// stuck is the outcome of an attempt whose workers all stopped writing logs
-// (health_params): with action restart it reruns, counting against
-// max_retry; with action delete the job ends Failed.
-func (j *job) stuck() outcome {
-	msg := fmt.Sprintf("stuck: no worker wrote a log line for %s (health_params.log_period)", j.spec.Health.LogPeriod)
-	if j.spec.Health.Action == protocol.HealthActionDelete {
-		return outcome{kind: outcomeFailed, message: msg + "; health_params.action is delete, so the job is stopped", final: true}
-	}
-	return outcome{kind: outcomeFailed, message: msg + "; health_params.action is restart", stuck: true}
 }
 
 // notifyStuck reports a stuck job as an event when its health_params ask
@@ -1369,15 +1200,6 @@ func (j *job) stopAndRelease(ctx workflow.Context, attempt int, grant protocol.G
 	for _, r := range j.signals {
 		j.deliverRelease(dctx, r)
 	}
-}
-
-func nodeOf(grant protocol.GrantSignal, worker int) string {
-	for _, p := range grant.Placement {
-		if p.Worker == worker {
-			return p.Node
-		}
-	}
-	return ""
 }
 
 // setState records a state change in the status, the search attributes and

@@ -19,6 +19,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/trainq/trainq/activities"
+	"github.com/trainq/trainq/attempts"
 	"github.com/trainq/trainq/cluster"
 	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/metrics"
@@ -156,7 +157,7 @@ func TestJobWhoseGPUsAreBusyHasTheNodeFencedAndRuns(t *testing.T) {
 
 func TestJobLosingNodesTooOftenFails(t *testing.T) {
 	h := newJobHarness(t)
-	for attempt := 1; attempt <= maxNodeLossReruns+1; attempt++ {
+	for attempt := 1; attempt <= attempts.MaxNodeLossReruns+1; attempt++ {
 		h.grantFrom(time.Duration(attempt)*10*time.Minute, "e", attempt, 1)
 		h.lostWatch(attempt, 0, time.Minute)
 	}
@@ -164,7 +165,7 @@ func TestJobLosingNodesTooOftenFails(t *testing.T) {
 	assert.Equal(t, ErrTypeJobFailed, appErrType(t, h.env.GetWorkflowError()))
 	st := h.status()
 	assert.Equal(t, protocol.StateFailed, st.State)
-	assert.Equal(t, maxNodeLossReruns+1, st.NodeLosses)
+	assert.Equal(t, attempts.MaxNodeLossReruns+1, st.NodeLosses)
 	assert.Equal(t, 0, st.Restarts)
 	assert.Contains(t, st.Message, "lost a node 4 times")
 }

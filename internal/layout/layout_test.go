@@ -31,6 +31,7 @@ var rules = []rule{
 	{pkg: "cluster", only: []string{}, noTemporal: true, why: "the backend seam"},
 	{pkg: "protocol", only: []string{"cluster", "scheduler"}, why: "names and messages shared by every side"},
 	{pkg: "allocation", only: []string{"cluster", "protocol", "scheduler"}, noTemporal: true, why: "the allocator's state and rules, table-tested without Temporal"},
+	{pkg: "attempts", only: []string{"protocol", "scheduler"}, noTemporal: true, why: "a running attempt's rules, table-tested without Temporal"},
 	{pkg: "config", only: []string{"protocol", "scheduler"}, noTemporal: true, why: "loading and validation"},
 	{pkg: "activities", never: []string{"client", "api", "starter", "workflows", "worker"}, why: "the server side does not lean on the user-facing SDK"},
 	{pkg: "workflows", never: []string{"client", "api", "starter", "worker"}, why: "workflow code"},

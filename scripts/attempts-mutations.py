@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""Mutation check of a running attempt's rule tables (package attempts).
+
+Each mutation removes one rule's condition; the tables must fail for every
+one. Run from the repository root: python3 scripts/attempts-mutations.py
+It restores every file it touches, and exits 1 if a mutation survives.
+"""
+import subprocess, sys
+
+R, O = 'attempts/running.go', 'attempts/outcome.go'
+# (file, text, replacement, which occurrence: 1 = the first)
+muts = [
+    (R, 'if d == 0 {', 'if false {', 1),
+    (R, 'if d <= 0 || r.Deadline != nil {', 'if d <= 0 {', 1),
+    (R, 'if r.noticeStops() && r.Decided {', 'if false {', 1),
+    (R, 'if p.Drain != "" {', 'if false {', 1),
+    (R, 'if p.Notice > 0 {', 'if false {', 1),
+    (R, 'if p.Loan {', 'if false {', 1),
+    (R, 'if p.Notice > 0 {', 'if false {', 2),
+    (R, 'if !r.noticeStops() {\n\t\treturn nil\n\t}\n\tr.Done = false\n\treturn r.notice(now, protocol.NoticeReasonCancelled', 'if false {\n\t\treturn nil\n\t}\n\tr.Done = false\n\treturn r.notice(now, protocol.NoticeReasonCancelled', 1),
+    (R, 'if r.noticeStops() && r.Decided {', 'if false {', 2),
+    (R, ', r.Out.Kind == Failed && !r.Out.Final:', ':', 1),
+    (R, ', r.Out.Kind == Yielded,', ',', 1),
+    (R, 'if !r.noticeStops() {\n\t\treturn nil\n\t}\n\tr.Done = false\n\treturn r.notice(now, protocol.NoticeReasonTimeLimit', 'if false {\n\t\treturn nil\n\t}\n\tr.Done = false\n\treturn r.notice(now, protocol.NoticeReasonTimeLimit', 1),
+    (R, 'if !r.Decided {', 'if true {', 1),
+    (R, 'if r.Deadline != nil {\n\t\t\tif r.allExited() {', 'if false {\n\t\t\tif r.allExited() {', 1),
+    (R, '\t\t\tif r.allExited() {', '\t\t\tif true {', 1),
+    (R, 'if r.Deadline != nil && w.End == Silent {', 'if false {', 1),
+    (R, 'case r.noticeStops() && w.End == Silent && r.Deadline == nil && !r.Decided:', 'case false:', 1),
+    (R, 'case w.End != WorkerGone && w.Cancelled:', 'case false:', 1),
+    (R, 'if r.Health != nil && r.Health.Notify {', 'if r.Health != nil {', 1),
+    (R, 'case w.Code != 0:', 'case false:', 1),
+    (R, 'if w.Reason != "" {', 'if false {', 1),
+    (R, 'case r.allExited():', 'case true:', 1),
+    (R, 'if h.Action == protocol.HealthActionDelete {', 'if false {', 1),
+    (O, 'return r.NodeLosses < MaxNodeLossReruns', 'return true', 1),
+    (O, 'return !out.Final && r.Restarts < r.MaxRetry', 'return r.Restarts < r.MaxRetry', 1),
+    (O, 'case NodeDrained, Yielded:\n\t\treturn true', 'case NodeDrained:\n\t\treturn true', 1),
+]
+
+def replace_nth(src, a, b, n):
+    at = -1
+    for _ in range(n):
+        at = src.index(a, at + 1)
+    return src[:at] + b + src[at + len(a):]
+
+survived = 0
+for f, a, b, n in muts:
+    src = open(f).read()
+    assert src.count(a) >= n, (f, a, n)
+    open(f, 'w').write(replace_nth(src, a, b, n))
+    try:
+        r = subprocess.run(['go', 'test', '-count=1', './attempts/'], capture_output=True, text=True)
+    finally:
+        open(f, 'w').write(src)
+    fails = [l.strip() for l in r.stdout.splitlines() if l.strip().startswith('--- FAIL') and '/' in l]
+    print('KILLED' if r.returncode else 'SURVIVED', f, a.strip().replace('\n', ' ')[:70], n, fails[:2])
+    survived += r.returncode == 0
+sys.exit(1 if survived else 0)
