@@ -30,7 +30,7 @@ func (j *job) learned(e *protocol.RuntimeEstimate) {
 		return
 	}
 	j.status.Estimate = e
-	j.request.RunEstimate = scheduler.EstimatedRunLimit(e.Runtime, 0)
+	j.cur.request.RunEstimate = scheduler.EstimatedRunLimit(e.Runtime, 0)
 }
 
 // recordRuntime records, on a training job that completed, its shape and how long it ran in

@@ -35,29 +35,42 @@ type job struct {
 	spec      protocol.JobSpec
 	status    protocol.JobStatus
 	seq       int64
-	grants    workflow.ReceiveChannel
-	preempts  workflow.ReceiveChannel
-	refusals  workflow.ReceiveChannel
 	allocator string
-	// released marks the workers of the current attempt whose capacity was
-	// given back; releases are reported as each worker stops.
-	released map[int]bool
-	stopping bool
-	signals  []sentRelease
-
-	// What the job holds or waits for, as a recovering allocator asks it
-	// (see hold). phase moves none -> waiting -> holding -> none per attempt.
-	phase   protocol.HoldPhase
-	request protocol.CapacityRequest
-	grant   *protocol.GrantSignal
+	// grants, preempts and refusals are the allocator's signals.
+	grants, preempts, refusals workflow.ReceiveChannel
 	// epoch is the allocator state this job answers to: grants and
 	// preemptions of any other epoch come from an allocator that is gone.
 	epoch string
 	// registrations counts register updates, so that a capacity reply sent
 	// before the latest registration cannot move epoch back.
 	registrations int
-	// lostNodes are the nodes of the current attempt whose agent did not
-	// answer; busyNodes those where the attempt's GPUs were found in use.
+	// runAttempts counts the attempts of this run (not of the whole job).
+	runAttempts int
+	// requestCheck is how long a waiting attempt waits before it checks:
+	// requestCheckInterval, unless the input sets another (tests).
+	requestCheck time.Duration
+	// cur is the current attempt's.
+	cur *attemptRun
+}
+
+// attemptRun is what the job keeps of one attempt while it runs. Each
+// attempt starts from a fresh one, so that nothing the previous attempt
+// released or lost is taken for the new one's (a register answer given
+// between a rerun's grant and its start would otherwise report the new
+// placement as released).
+type attemptRun struct {
+	// What the attempt holds or waits for, as a recovering allocator asks
+	// it (see hold). phase moves none -> waiting -> holding -> none.
+	phase   protocol.HoldPhase
+	request protocol.CapacityRequest
+	grant   *protocol.GrantSignal
+	// released marks the workers whose capacity was given back; releases
+	// are reported as each worker stops.
+	released map[int]bool
+	stopping bool
+	signals  []sentRelease
+	// lostNodes are the nodes whose agent did not answer; busyNodes those
+	// where the attempt's GPUs were found in use.
 	lostNodes, busyNodes map[string]bool
 	// notices counts the stop notices in flight, and noticing says some
 	// are still to be sent (see giveNotice).
@@ -65,11 +78,10 @@ type job struct {
 	noticing bool
 	// nodeTimeout bounds how long a node's agent may leave work waiting.
 	nodeTimeout time.Duration
-	// runAttempts counts the attempts of this run (not of the whole job).
-	runAttempts int
-	// requestCheck is how long a waiting attempt waits before it checks:
-	// requestCheckInterval, unless the input sets another (tests).
-	requestCheck time.Duration
+}
+
+func newAttemptRun() *attemptRun {
+	return &attemptRun{phase: protocol.HoldNone, released: map[int]bool{}, lostNodes: map[string]bool{}, busyNodes: map[string]bool{}}
 }
 
 // JobWorkflow runs one training job or Jupyter server: it asks the
@@ -97,7 +109,6 @@ func JobWorkflow(ctx workflow.Context, in protocol.JobInput) (*protocol.JobStatu
 	j.grants = workflow.GetSignalChannel(ctx, protocol.SignalGrant)
 	j.preempts = workflow.GetSignalChannel(ctx, protocol.SignalPreempt)
 	j.refusals = workflow.GetSignalChannel(ctx, protocol.SignalRefuse)
-	j.phase = protocol.HoldNone
 	// Registering an update handler yields to the other coroutines, so the
 	// grant loop starts after it: a grant already in this task's history
 	// (the capacity request is a local activity, so the grant can come
@@ -128,7 +139,7 @@ func JobWorkflow(ctx workflow.Context, in protocol.JobInput) (*protocol.JobStatu
 }
 
 func newJob(ctx workflow.Context, in protocol.JobInput) *job {
-	j := &job{name: in.Name, spec: in.Spec, requestCheck: requestCheckInterval}
+	j := &job{name: in.Name, spec: in.Spec, requestCheck: requestCheckInterval, cur: newAttemptRun()}
 	if in.RequestCheckInterval > 0 {
 		j.requestCheck = in.RequestCheckInterval
 	}
@@ -364,15 +375,15 @@ func (j *job) finish(ctx workflow.Context, state protocol.JobState, err error) e
 // runAttempt takes one attempt from queueing to the moment all its workers
 // have stopped and their capacity is released.
 func (j *job) runAttempt(ctx workflow.Context, attempt int) attempts.Outcome {
+	j.cur = newAttemptRun()
 	grant, out, ok := j.waitForCapacity(ctx, attempt)
 	if !ok {
 		j.noteOutcome(out)
 		return out
 	}
-	j.released, j.stopping, j.signals, j.lostNodes, j.busyNodes = map[int]bool{}, false, nil, map[string]bool{}, map[string]bool{}
-	j.nodeTimeout = grant.NodeTimeout
-	if j.nodeTimeout <= 0 {
-		j.nodeTimeout = protocol.DefaultNodeTimeout
+	j.cur.nodeTimeout = grant.NodeTimeout
+	if j.cur.nodeTimeout <= 0 {
+		j.cur.nodeTimeout = protocol.DefaultNodeTimeout
 	}
 	rec := j.current()
 	now := workflow.Now(ctx)
@@ -408,7 +419,7 @@ func (j *job) runAttempt(ctx workflow.Context, attempt int) attempts.Outcome {
 		j.setState(ctx, protocol.StateStopping)
 	}
 	j.stopAndRelease(ctx, attempt, grant)
-	j.phase, j.grant = protocol.HoldNone, nil
+	j.cur.phase, j.cur.grant = protocol.HoldNone, nil
 	return out
 }
 
@@ -427,21 +438,21 @@ func (j *job) waitForCapacity(ctx workflow.Context, attempt int) (protocol.Grant
 	} else if e := j.status.Estimate; e != nil {
 		runEstimate = scheduler.EstimatedRunLimit(e.Runtime, j.runTime(workflow.Now(ctx)))
 	}
-	j.request = protocol.CapacityRequest{
+	j.cur.request = protocol.CapacityRequest{
 		Job: j.name, Attempt: attempt, Kind: j.spec.Kind, Class: j.spec.Class(), InstanceType: j.spec.InstanceType,
 		Workers: most, Seq: j.seq, SubmittedAt: j.status.CreatedAt, Preemptions: j.preemptions(),
 		HonorsNotice: j.honorsNotices(), Nodes: j.spec.AllowedNodes, MinWorkers: least, Workspace: j.spec.Workspace, RunLimit: runLimit,
 		RunEstimate: runEstimate, User: j.spec.Author,
 	}
-	j.phase, j.grant = protocol.HoldWaiting, nil
-	req := activities.RequestCapacityInput{Region: j.spec.Region, Allocation: j.spec.AllocationName, Request: j.request, Learn: j.learnInput()}
+	j.cur.phase, j.cur.grant = protocol.HoldWaiting, nil
+	req := activities.RequestCapacityInput{Region: j.spec.Region, Allocation: j.spec.AllocationName, Request: j.cur.request, Learn: j.learnInput()}
 	registrations := j.registrations
 	var reply protocol.CapacityReply
 	if err := j.requestCapacity(ctx, actx, req).Get(ctx, &reply); err != nil {
 		if errors.Is(ctx.Err(), workflow.ErrCanceled) {
 			return j.withdraw(ctx, attempt)
 		}
-		j.phase = protocol.HoldNone
+		j.cur.phase = protocol.HoldNone
 		var appErr *temporal.ApplicationError
 		msg := err.Error()
 		if errors.As(err, &appErr) {
@@ -451,15 +462,15 @@ func (j *job) waitForCapacity(ctx workflow.Context, attempt int) (protocol.Grant
 	}
 	if j.seq == 0 {
 		j.seq = reply.Seq
-		j.request.Seq = reply.Seq
+		j.cur.request.Seq = reply.Seq
 	}
 	j.learned(reply.Estimate)
 	// A recovering allocator that registered this job meanwhile is newer
 	// than the one that answered.
-	if reply.Epoch != "" && j.registrations == registrations && j.grant == nil {
+	if reply.Epoch != "" && j.registrations == registrations && j.cur.grant == nil {
 		j.epoch = reply.Epoch
 	}
-	if !reply.Granted && reply.Reason != "" && j.grant == nil {
+	if !reply.Granted && reply.Reason != "" && j.cur.grant == nil {
 		// Show where the attempt was queued and why it waits. The job is not
 		// told when its place changes; the allocator's current details and
 		// `trainq status` have the live position.
@@ -477,14 +488,14 @@ func (j *job) awaitGrant(ctx workflow.Context, attempt int) (protocol.GrantSigna
 		// already dropped the request.
 		// Every requestCheck the attempt makes sure the allocator has its
 		// request (a recovered allocator may not).
-		settled := func() bool { return j.grant != nil || j.refusals.Len() > 0 }
+		settled := func() bool { return j.cur.grant != nil || j.refusals.Len() > 0 }
 		ok, err := workflow.AwaitWithTimeout(ctx, j.requestCheck, settled)
 		if err == nil && !ok {
 			j.checkRequest(ctx, attempt)
 			continue
 		}
-		if j.grant != nil {
-			return *j.grant, attempts.Outcome{}, true
+		if j.cur.grant != nil {
+			return *j.cur.grant, attempts.Outcome{}, true
 		}
 		if err != nil {
 			return j.withdraw(ctx, attempt)
@@ -492,7 +503,7 @@ func (j *job) awaitGrant(ctx workflow.Context, attempt int) (protocol.GrantSigna
 		var refusal protocol.RefuseSignal
 		j.refusals.ReceiveAsync(&refusal)
 		if refusal.Attempt == attempt {
-			j.phase = protocol.HoldNone
+			j.cur.phase = protocol.HoldNone
 			return protocol.GrantSignal{}, attempts.Outcome{Kind: attempts.Failed, Message: refusal.Reason, Final: true}, false
 		}
 		// Otherwise meant for an attempt that has already ended.
@@ -515,7 +526,7 @@ func (j *job) checkRequest(ctx workflow.Context, attempt int) {
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
 		Summary:             fmt.Sprintf("make sure %s/%s still has attempt %d's request", j.spec.Region, j.spec.AllocationName, attempt),
 	})
-	in := activities.RequestCapacityInput{Region: j.spec.Region, Allocation: j.spec.AllocationName, Request: j.request}
+	in := activities.RequestCapacityInput{Region: j.spec.Region, Allocation: j.spec.AllocationName, Request: j.cur.request}
 	var check activities.RequestCheck
 	if err := workflow.ExecuteActivity(actx, (*activities.Activities).CheckRequest, in).Get(ctx, &check); err != nil {
 		workflow.GetLogger(ctx).Warn("could not make sure the allocator has the request; asking again later", "attempt", attempt, "error", err)
@@ -556,7 +567,7 @@ func (j *job) releaseTo() string {
 // was never known to its successor, so using it would double-book GPUs.
 func (j *job) takeGrant(ctx workflow.Context, g protocol.GrantSignal) {
 	switch {
-	case j.phase != protocol.HoldWaiting || g.Attempt != j.status.Attempt:
+	case j.cur.phase != protocol.HoldWaiting || g.Attempt != j.status.Attempt:
 		// A grant for an older attempt arrived late; that capacity was
 		// already released, so it is ignored.
 		return
@@ -569,9 +580,9 @@ func (j *job) takeGrant(ctx workflow.Context, g protocol.GrantSignal) {
 	}
 	if j.seq == 0 && g.Seq != 0 {
 		// A rerun asks with it, to keep its place in the queue.
-		j.seq, j.request.Seq = g.Seq, g.Seq
+		j.seq, j.cur.request.Seq = g.Seq, g.Seq
 	}
-	j.grant, j.phase = &g, protocol.HoldHolding
+	j.cur.grant, j.cur.phase = &g, protocol.HoldHolding
 }
 
 // movesToEpoch says whether a grant or preemption of epoch e, which is not
@@ -587,17 +598,17 @@ func (j *job) movesToEpoch(e string) bool {
 
 // hold says what the job holds or waits for (the register update's answer).
 func (j *job) hold() protocol.JobHold {
-	h := protocol.JobHold{Job: j.name, Phase: j.phase, Request: j.request}
-	if j.phase != protocol.HoldHolding || j.grant == nil {
+	h := protocol.JobHold{Job: j.name, Phase: j.cur.phase, Request: j.cur.request}
+	if j.cur.phase != protocol.HoldHolding || j.cur.grant == nil {
 		return h
 	}
-	h.Placement = j.grant.Placement
+	h.Placement = j.cur.grant.Placement
 	if rec := j.current(); rec.StartedAt != nil {
 		h.StartedAt = *rec.StartedAt
 	}
-	h.Releasing = j.stopping
-	for _, p := range j.grant.Placement {
-		if j.released[p.Worker] {
+	h.Releasing = j.cur.stopping
+	for _, p := range j.cur.grant.Placement {
+		if j.cur.released[p.Worker] {
 			h.Released = append(h.Released, p.Worker)
 		}
 	}
@@ -610,7 +621,7 @@ func (j *job) withdraw(ctx workflow.Context, attempt int) (protocol.GrantSignal,
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	_ = workflow.SignalExternalWorkflow(dctx, j.allocator, "", protocol.SignalWithdraw,
 		protocol.WithdrawSignal{Job: j.name, Attempt: attempt}).Get(dctx, nil)
-	j.phase, j.grant = protocol.HoldNone, nil
+	j.cur.phase, j.cur.grant = protocol.HoldNone, nil
 	return protocol.GrantSignal{}, attempts.Outcome{Kind: attempts.Cancelled, Message: "stopped by the user while pending"}, false
 }
 
@@ -619,14 +630,14 @@ func (j *job) nodeOptions(ctx workflow.Context, node, summary string, o workflow
 	o.Summary = summary
 	// A node's agent that does not pick up its work within the node
 	// timeout is lost: the activity fails instead of waiting for ever.
-	o.ScheduleToStartTimeout = j.nodeTimeout
+	o.ScheduleToStartTimeout = j.cur.nodeTimeout
 	return workflow.WithActivityOptions(ctx, o)
 }
 
 // nodeLost is the outcome of an attempt whose node's agent did not answer.
 func (j *job) nodeLost(node string) attempts.Outcome {
-	j.lostNodes[node] = true
-	return attempts.NodeLostAfter(node, j.nodeTimeout)
+	j.cur.lostNodes[node] = true
+	return attempts.NodeLostAfter(node, j.cur.nodeTimeout)
 }
 
 // isNodeTimeout tells whether an activity failed because no agent of its
@@ -688,7 +699,7 @@ func (j *job) startWorkers(ctx workflow.Context, attempt int, grant protocol.Gra
 			// release, so the allocator fences it and its agent says who
 			// runs there, and this attempt reruns like one that lost a node.
 			lost := j.nodeLost(grant.Placement[i].Node)
-			j.busyNodes[grant.Placement[i].Node] = true
+			j.cur.busyNodes[grant.Placement[i].Node] = true
 			lost.Message = fmt.Sprintf("worker %d could not start: %s; the node is fenced until its agent says who uses them",
 				grant.Placement[i].Worker, errorText(err))
 			if failure == nil || failure.Kind != attempts.NodeLost {
@@ -768,7 +779,7 @@ func (j *job) addInterrupts(ctx workflow.Context, sel workflow.Selector, attempt
 // worker's watch into events for the attempt's rules (attempts.Running) and
 // carries out the commands they return, in order, until the attempt ends.
 func (j *job) watch(ctx workflow.Context, attempt int, grant protocol.GrantSignal) attempts.Outcome {
-	run := attempts.NewRunning(workersOf(grant), grant.Notice, j.nodeTimeout, j.spec.Health)
+	run := attempts.NewRunning(workersOf(grant), grant.Notice, j.cur.nodeTimeout, j.spec.Health)
 	// The attempt's own stops (a cancel, its time limit, stuck) give its
 	// workers a notice first when the grant gives one.
 	noticeStops := grant.Notice > 0
@@ -819,7 +830,7 @@ func (j *job) watch(ctx workflow.Context, attempt int, grant protocol.GrantSigna
 					}
 				}
 			case attempts.MarkNodeLost:
-				j.lostNodes[c.Node] = true
+				j.cur.lostNodes[c.Node] = true
 			case attempts.NotifyStuck:
 				j.notifyStuck(ctx)
 			case attempts.ExitedOnNotice:
@@ -901,24 +912,24 @@ func (j *job) giveNotice(ctx workflow.Context, sel workflow.Selector, attempt in
 	// stopAndRelease), so notices and stops are never pending together.
 	atOnce := max(jobActivityBudget-len(grant.Placement), 1)
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
-	j.noticing = true
+	j.cur.noticing = true
 	workflow.Go(dctx, func(gctx workflow.Context) {
-		defer func() { j.noticing = false }()
+		defer func() { j.cur.noticing = false }()
 		for _, pl := range grant.Placement {
-			if j.released[pl.Worker] {
+			if j.cur.released[pl.Worker] {
 				continue
 			}
-			if workflow.Await(gctx, func() bool { return j.notices < atOnce }) != nil {
+			if workflow.Await(gctx, func() bool { return j.cur.notices < atOnce }) != nil {
 				return
 			}
 			in := activities.NoticeWorkerInput{ID: cluster.WorkerID{Job: j.name, Attempt: attempt, Worker: pl.Worker}, Notice: notice, Signal: grant.NoticeSignal}
 			f := workflow.ExecuteActivity(j.nodeOptions(gctx, pl.Node, fmt.Sprintf("tell worker %d on %s %s (deadline in %s)", pl.Worker, pl.Node, noticeSummary(reason), d), opts),
 				(*activities.Activities).NoticeWorker, in)
-			j.notices++
+			j.cur.notices++
 			worker := pl.Worker
 			workflow.Go(gctx, func(fctx workflow.Context) {
 				err := f.Get(fctx, nil)
-				j.notices--
+				j.cur.notices--
 				if err != nil {
 					workflow.GetLogger(fctx).Warn("could not give a worker its notice; it is stopped at the deadline", "worker", worker, "error", err)
 				}
@@ -1040,13 +1051,13 @@ func (j *job) releaseAfterNode(ctx workflow.Context, attempt, worker int, report
 		return
 	}
 	j.markReleased(ctx, attempt, worker)
-	j.stopping = true
+	j.cur.stopping = true
 }
 
 // markReleased records that a worker's capacity is released, and when (the
 // attempt's Released, which the UI's timeline draws worker by worker).
 func (j *job) markReleased(ctx workflow.Context, attempt, worker int) {
-	j.released[worker] = true
+	j.cur.released[worker] = true
 	for i := len(j.status.Attempts) - 1; i >= 0; i-- {
 		if a := &j.status.Attempts[i]; a.Number == attempt {
 			a.Released = append(a.Released, protocol.WorkerRelease{Worker: worker, At: workflow.Now(ctx).UTC()})
@@ -1063,7 +1074,7 @@ func (j *job) releaseLost(ctx workflow.Context, attempt int, workers []int, node
 }
 
 func (j *job) releaseWorkers(ctx workflow.Context, attempt int, workers []int, lostNodes []string) {
-	workers = slices.DeleteFunc(slices.Clone(workers), func(w int) bool { return j.released[w] })
+	workers = slices.DeleteFunc(slices.Clone(workers), func(w int) bool { return j.cur.released[w] })
 	if len(workers) == 0 {
 		return
 	}
@@ -1071,13 +1082,13 @@ func (j *job) releaseWorkers(ctx workflow.Context, attempt int, workers []int, l
 		j.markReleased(ctx, attempt, w)
 	}
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
-	s := protocol.ReleaseSignal{Job: j.name, Attempt: attempt, Workers: workers, Stopping: !j.stopping, LostNodes: lostNodes}
+	s := protocol.ReleaseSignal{Job: j.name, Attempt: attempt, Workers: workers, Stopping: !j.cur.stopping, LostNodes: lostNodes}
 	for _, node := range lostNodes {
-		if j.busyNodes[node] {
+		if j.cur.busyNodes[node] {
 			s.GPUsBusy = append(s.GPUsBusy, node)
 		}
 	}
-	j.stopping = true
+	j.cur.stopping = true
 	j.sendRelease(dctx, s)
 }
 
@@ -1092,7 +1103,7 @@ type sentRelease struct {
 }
 
 func (j *job) sendRelease(ctx workflow.Context, s protocol.ReleaseSignal) {
-	j.signals = append(j.signals, sentRelease{signal: s,
+	j.cur.signals = append(j.cur.signals, sentRelease{signal: s,
 		delivered: workflow.SignalExternalWorkflow(ctx, j.allocator, "", protocol.SignalRelease, s)})
 }
 
@@ -1132,11 +1143,11 @@ func (j *job) stopAndRelease(ctx workflow.Context, attempt int, grant protocol.G
 	// nothing). An attempt of up to a third of the budget has room for its
 	// watches, notices and stops together: a slow notice must not put off
 	// the deadline's stops.
-	if (j.notices > 0 || j.noticing) && 3*len(grant.Placement) > jobActivityBudget {
-		_ = workflow.Await(dctx, func() bool { return j.notices == 0 && !j.noticing })
+	if (j.cur.notices > 0 || j.cur.noticing) && 3*len(grant.Placement) > jobActivityBudget {
+		_ = workflow.Await(dctx, func() bool { return j.cur.notices == 0 && !j.cur.noticing })
 	}
-	if !j.stopping {
-		j.stopping = true
+	if !j.cur.stopping {
+		j.cur.stopping = true
 		j.sendRelease(dctx, protocol.ReleaseSignal{Job: j.name, Attempt: attempt, Stopping: true})
 	}
 	grace := grant.StopGracePeriod
@@ -1177,7 +1188,7 @@ func (j *job) stopAndRelease(ctx workflow.Context, attempt int, grant protocol.G
 				// (or the stop cannot be expressed): the worker may still
 				// run, so its node is fenced rather than its GPUs freed.
 				workflow.GetLogger(dctx).Error("could not stop worker; fencing its node", "worker", worker, "node", node, "error", err)
-				j.lostNodes[node] = true
+				j.cur.lostNodes[node] = true
 				j.releaseLost(dctx, attempt, []int{worker}, node)
 				return
 			}
@@ -1185,10 +1196,10 @@ func (j *job) stopAndRelease(ctx workflow.Context, attempt int, grant protocol.G
 		})
 	}
 	for _, p := range grant.Placement {
-		if j.released[p.Worker] {
+		if j.cur.released[p.Worker] {
 			continue
 		}
-		if j.lostNodes[p.Node] {
+		if j.cur.lostNodes[p.Node] {
 			j.releaseLost(dctx, attempt, []int{p.Worker}, p.Node)
 			continue
 		}
@@ -1197,7 +1208,7 @@ func (j *job) stopAndRelease(ctx workflow.Context, attempt int, grant protocol.G
 	for pending > 0 {
 		sel.Select(dctx)
 	}
-	for _, r := range j.signals {
+	for _, r := range j.cur.signals {
 		j.deliverRelease(dctx, r)
 	}
 }

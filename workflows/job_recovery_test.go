@@ -433,3 +433,48 @@ func (c countingCounter) Inc(n int64) {
 	defer c.m.mu.Unlock()
 	c.m.counts[c.name] += n
 }
+
+// A register update answered while a rerun's capacity request is in flight,
+// after its grant came (the allocator grants before the request's reply is
+// recorded), says the new attempt holds its placement and has released
+// nothing: the previous attempt's releases of the same workers are not the
+// new one's, and a recovering allocator told otherwise would free GPUs the
+// new attempt is about to start on.
+func TestRegisterDuringARerunsRequestReportsNothingReleased(t *testing.T) {
+	h := newJobHarness(t)
+	var hold protocol.JobHold
+	answered := make(chan struct{})
+	h.duringRequest = func(in activities.RequestCapacityInput) {
+		if in.Request.Attempt != 2 {
+			return
+		}
+		h.env.SignalWorkflow(protocol.SignalGrant, protocol.GrantSignal{Attempt: 2, Placement: placement(2), StopGracePeriod: 5 * time.Second})
+		h.env.UpdateWorkflow(protocol.UpdateRegister, "register/e1", &testsuite.TestUpdateCallback{
+			OnAccept: func() {},
+			OnReject: func(err error) { t.Errorf("register rejected: %v", err) },
+			OnComplete: func(v any, err error) {
+				assert.NoError(t, err)
+				hold = decodeUpdateResult[protocol.JobHold](t, v)
+				close(answered)
+			},
+		}, protocol.RegisterRequest{Epoch: "e1"})
+		select {
+		case <-answered:
+		case <-time.After(time.Minute):
+			t.Error("the register update was not answered while the request was in flight")
+		}
+	}
+	h.grantAt(time.Minute, 1, 2)
+	h.watch(1, -1, forever, 0)
+	h.preemptAt(30*time.Minute, 1, "lm-mpi-job-high")
+	h.watch(2, -1, 10*time.Minute, 0)
+	h.run(fixture.Job{Class: "low", Workers: 2, MaxRetry: 1}.Spec())
+	require.NoError(t, h.env.GetWorkflowError())
+
+	assert.Equal(t, []int{0, 1}, sorted(releasedWorkers(t, h.releases(1))), "attempt 1 released both workers")
+	assert.Equal(t, protocol.HoldHolding, hold.Phase)
+	assert.Equal(t, 2, hold.Request.Attempt)
+	assert.Len(t, hold.Placement, 2)
+	assert.Empty(t, hold.Released, "attempt 2 released nothing yet")
+	assert.False(t, hold.Releasing, "attempt 2 is not stopping")
+}

@@ -74,6 +74,9 @@ type jobHarness struct {
 	// jobs like it); estimates are what the requests asked to learn.
 	estimate  *protocol.RuntimeEstimate
 	estimates []protocol.EstimateRuntimeInput
+	// duringRequest, when set, runs inside each capacity request, while
+	// its local activity is in flight.
+	duringRequest func(activities.RequestCapacityInput)
 }
 
 func newJobHarness(t *testing.T) *jobHarness { return newJobHarnessStopDelay(t, 0) }
@@ -91,6 +94,9 @@ func newJobHarnessStopDelay(t *testing.T, stopDelay time.Duration, setup ...func
 	h.env.RegisterActivity(h.acts)
 	h.env.OnActivity(h.acts.RequestCapacity, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.RequestCapacityInput) (protocol.CapacityReply, error) {
+			if h.duringRequest != nil {
+				h.duringRequest(in)
+			}
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			var learned *protocol.RuntimeEstimate
