@@ -7,7 +7,7 @@ It restores every file it touches, and exits 1 if a mutation survives.
 """
 import subprocess, sys
 
-R, O = 'attempts/running.go', 'attempts/outcome.go'
+R, O, A, S = 'attempts/running.go', 'attempts/outcome.go', 'attempts/after.go', 'attempts/start.go'
 # (file, text, replacement, which occurrence: 1 = the first)
 muts = [
     (R, 'if d == 0 {', 'if false {', 1),
@@ -36,6 +36,16 @@ muts = [
     (O, 'return r.NodeLosses < MaxNodeLossReruns', 'return true', 1),
     (O, 'return !out.Final && r.Restarts < r.MaxRetry', 'return r.Restarts < r.MaxRetry', 1),
     (O, 'case NodeDrained, Yielded:\n\t\treturn true', 'case NodeDrained:\n\t\treturn true', 1),
+    (A, '\t\tif rerun {\n', '\t\tif true {\n', 1),
+    (A, '\tif !rerun {\n', '\tif false {\n', 1),
+    (A, 'if out.Kind == Preempted {', 'if false {', 1),
+    (A, 'if !out.Final {', 'if true {', 1),
+    (A, 'case out.Kind == Preempted:', 'case false:', 1),
+    (A, 'case out.Stuck:', 'case false:', 1),
+    (S, 'if failure == nil || (o.Kind == NodeLost && failure.Kind != NodeLost) {', 'if failure == nil {', 1),
+    (S, 'if failure == nil || (o.Kind == NodeLost && failure.Kind != NodeLost) {', 'if failure == nil || o.Kind == NodeLost {', 1),
+    (S, 'lost, busy = append(lost, r.Node), append(busy, r.Node)', 'lost = append(lost, r.Node)', 1),
+    (S, '\t\t\tlost = append(lost, r.Node)\n\t\tcase StartGPUsBusy:', '\t\tcase StartGPUsBusy:', 1),
 ]
 
 def replace_nth(src, a, b, n):

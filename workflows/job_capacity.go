@@ -1,0 +1,245 @@
+package workflows
+
+// An attempt asks its allocator for capacity and waits for the grant, a
+// refusal or a cancellation; a recovering allocator asks it what it holds.
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/trainq/trainq/activities"
+	"github.com/trainq/trainq/attempts"
+	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/scheduler"
+)
+
+// waitForCapacity queues the attempt and waits for the grant. ok is false if
+// the attempt ended before it started (refused, or cancelled while waiting).
+func (j *job) waitForCapacity(ctx workflow.Context, attempt int) (protocol.GrantSignal, attempts.Outcome, bool) {
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: time.Minute,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumInterval: 30 * time.Second, NonRetryableErrorTypes: []string{activities.ErrTypeCapacityRefused}},
+		Summary:             fmt.Sprintf("queue attempt %d in %s/%s", attempt, j.spec.Region, j.spec.AllocationName),
+	})
+	most, least := j.spec.GangSize()
+	var runLimit, runEstimate time.Duration
+	if j.spec.TimeLimit > 0 {
+		runLimit = max(j.spec.TimeLimit-j.runTime(workflow.Now(ctx)), time.Millisecond)
+	} else if e := j.status.Estimate; e != nil {
+		runEstimate = scheduler.EstimatedRunLimit(e.Runtime, j.runTime(workflow.Now(ctx)))
+	}
+	j.cur.request = protocol.CapacityRequest{
+		Job: j.name, Attempt: attempt, Kind: j.spec.Kind, Class: j.spec.Class(), InstanceType: j.spec.InstanceType,
+		Workers: most, Seq: j.seq, SubmittedAt: j.status.CreatedAt, Preemptions: j.preemptions(),
+		HonorsNotice: j.honorsNotices(), Nodes: j.spec.AllowedNodes, MinWorkers: least, Workspace: j.spec.Workspace, RunLimit: runLimit,
+		RunEstimate: runEstimate, User: j.spec.Author,
+	}
+	j.cur.phase, j.cur.grant = protocol.HoldWaiting, nil
+	req := activities.RequestCapacityInput{Region: j.spec.Region, Allocation: j.spec.AllocationName, Request: j.cur.request, Learn: j.learnInput()}
+	registrations := j.registrations
+	var reply protocol.CapacityReply
+	if err := j.requestCapacity(ctx, actx, req).Get(ctx, &reply); err != nil {
+		if errors.Is(ctx.Err(), workflow.ErrCanceled) {
+			return j.withdraw(ctx, attempt)
+		}
+		j.cur.phase = protocol.HoldNone
+		var appErr *temporal.ApplicationError
+		msg := err.Error()
+		if errors.As(err, &appErr) {
+			msg = appErr.Message()
+		}
+		return protocol.GrantSignal{}, attempts.Outcome{Kind: attempts.Failed, Message: msg, Final: true}, false
+	}
+	if j.seq == 0 {
+		j.seq = reply.Seq
+		j.cur.request.Seq = reply.Seq
+	}
+	j.learned(reply.Estimate)
+	// A recovering allocator that registered this job meanwhile is newer
+	// than the one that answered.
+	if reply.Epoch != "" && j.registrations == registrations && j.cur.grant == nil {
+		j.epoch = reply.Epoch
+	}
+	if !reply.Granted && reply.Reason != "" && j.cur.grant == nil {
+		// Show where the attempt was queued and why it waits. The job is not
+		// told when its place changes; the allocator's current details and
+		// `trainq status` have the live position.
+		j.status.Position, j.status.Reason = reply.Position, reply.Reason
+		workflow.SetCurrentDetails(ctx, j.details())
+	}
+	return j.awaitGrant(ctx, attempt)
+}
+
+// awaitGrant waits for the attempt's grant, a refusal, or a cancellation.
+func (j *job) awaitGrant(ctx workflow.Context, attempt int) (protocol.GrantSignal, attempts.Outcome, bool) {
+	for {
+		// Grants arrive through takeGrant. A refusal says the allocation was
+		// reconfigured and can no longer run this job; the allocator has
+		// already dropped the request.
+		// Every requestCheck the attempt makes sure the allocator has its
+		// request (a recovered allocator may not).
+		settled := func() bool { return j.cur.grant != nil || j.refusals.Len() > 0 }
+		ok, err := workflow.AwaitWithTimeout(ctx, j.requestCheck, settled)
+		if err == nil && !ok {
+			j.checkRequest(ctx, attempt)
+			continue
+		}
+		if j.cur.grant != nil {
+			return *j.cur.grant, attempts.Outcome{}, true
+		}
+		if err != nil {
+			return j.withdraw(ctx, attempt)
+		}
+		var refusal protocol.RefuseSignal
+		j.refusals.ReceiveAsync(&refusal)
+		if refusal.Attempt == attempt {
+			j.cur.phase = protocol.HoldNone
+			return protocol.GrantSignal{}, attempts.Outcome{Kind: attempts.Failed, Message: refusal.Reason, Final: true}, false
+		}
+		// Otherwise meant for an attempt that has already ended.
+	}
+}
+
+// requestCheckInterval is how long a job waits for its grant before it makes
+// sure the allocator still has its request (see checkRequest).
+const requestCheckInterval = 30 * time.Minute
+
+// checkRequest asks the allocator whether it has the attempt's request and
+// sends it again if not: a recovering allocator that missed this job (its
+// listing lagged, the job did not answer in time) never queues it otherwise,
+// and the job would wait for ever.
+func (j *job) checkRequest(ctx workflow.Context, attempt int) {
+	// The check is a query (10 s at most) and perhaps one signal: 20 s is
+	// ample, and a check whose worker died is tried again that soon.
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 20 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
+		Summary:             fmt.Sprintf("make sure %s/%s still has attempt %d's request", j.spec.Region, j.spec.AllocationName, attempt),
+	})
+	in := activities.RequestCapacityInput{Region: j.spec.Region, Allocation: j.spec.AllocationName, Request: j.cur.request}
+	var check activities.RequestCheck
+	if err := workflow.ExecuteActivity(actx, (*activities.Activities).CheckRequest, in).Get(ctx, &check); err != nil {
+		workflow.GetLogger(ctx).Warn("could not make sure the allocator has the request; asking again later", "attempt", attempt, "error", err)
+		return
+	}
+	if check.Resent {
+		workflow.GetLogger(ctx).Warn("the allocator did not have the request; sent it again", "attempt", attempt)
+	}
+}
+
+// requestCapacity sends the attempt's capacity request as a local activity:
+// a signal-with-start from the workflow's own worker, without a round trip
+// through the server's activity queue. The request is a signal the allocator
+// takes once per attempt, so a local activity run again after a worker crash
+// does no harm.
+func (j *job) requestCapacity(ctx, actx workflow.Context, req activities.RequestCapacityInput) workflow.Future {
+	opts := workflow.GetActivityOptions(actx)
+	req.Brief = true
+	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		StartToCloseTimeout: opts.StartToCloseTimeout, RetryPolicy: opts.RetryPolicy, Summary: opts.Summary,
+	})
+	// By name: the replayer, which registers no activities, then replays
+	// the local activity from its marker (a method expression would need
+	// the registration).
+	return workflow.ExecuteLocalActivity(lctx, activities.RequestCapacityName, req)
+}
+
+// takeGrant takes in a grant signal. A grant counts only for the attempt
+// that waits for it, and only from the allocator epoch the job answers to:
+// a grant of an allocator that has since been replaced by a recovered one
+// was never known to its successor, so using it would double-book GPUs.
+func (j *job) takeGrant(ctx workflow.Context, g protocol.GrantSignal) {
+	switch {
+	case j.cur.phase != protocol.HoldWaiting || g.Attempt != j.status.Attempt:
+		// A grant for an older attempt arrived late; that capacity was
+		// already released, so it is ignored.
+		return
+	case g.Epoch != "" && j.epoch != "" && g.Epoch != j.epoch && !j.movesToEpoch(g.Epoch):
+		workflow.GetLogger(ctx).Warn("ignoring a grant of a replaced allocator", "attempt", g.Attempt, "grant_epoch", g.Epoch, "epoch", j.epoch)
+		return
+	}
+	if g.Epoch != "" {
+		j.epoch = g.Epoch
+	}
+	if j.seq == 0 && g.Seq != 0 {
+		// A rerun asks with it, to keep its place in the queue.
+		j.seq, j.cur.request.Seq = g.Seq, g.Seq
+	}
+	j.cur.grant, j.cur.phase = &g, protocol.HoldHolding
+}
+
+// movesToEpoch says whether a grant or preemption of epoch e, which is not
+// the job's, comes from a newer allocator state: the allocator that drew e
+// knows the job (it grants only requests it has, and preempts only holds it
+// has), so the job answers to it from now on. Its grant could otherwise
+// arrive just before the capacity reply that names the new epoch, be
+// ignored, and leave the job waiting while the allocator holds its GPUs. A
+// message of an older epoch is a dead allocator's and stays ignored.
+func (j *job) movesToEpoch(e string) bool {
+	return protocol.NewerEpoch(e, j.epoch)
+}
+
+// hold says what the job holds or waits for (the register update's answer).
+func (j *job) hold() protocol.JobHold {
+	h := protocol.JobHold{Job: j.name, Phase: j.cur.phase, Request: j.cur.request}
+	if j.cur.phase != protocol.HoldHolding || j.cur.grant == nil {
+		return h
+	}
+	h.Placement = j.cur.grant.Placement
+	if rec := j.current(); rec.StartedAt != nil {
+		h.StartedAt = *rec.StartedAt
+	}
+	h.Releasing = j.cur.stopping
+	for _, p := range j.cur.grant.Placement {
+		if j.cur.released[p.Worker] {
+			h.Released = append(h.Released, p.Worker)
+		}
+	}
+	return h
+}
+
+// withdraw tells the allocator that this attempt holds nothing any more: it
+// was cancelled while pending.
+func (j *job) withdraw(ctx workflow.Context, attempt int) (protocol.GrantSignal, attempts.Outcome, bool) {
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	_ = workflow.SignalExternalWorkflow(dctx, j.allocator, "", protocol.SignalWithdraw,
+		protocol.WithdrawSignal{Job: j.name, Attempt: attempt}).Get(dctx, nil)
+	j.cur.phase, j.cur.grant = protocol.HoldNone, nil
+	return protocol.GrantSignal{}, attempts.Outcome{Kind: attempts.Cancelled, Message: "stopped by the user while pending"}, false
+}
+
+// honorsNotices says whether the job honoured every preemption notice it
+// was given, and was given at least one: each such attempt saved a
+// checkpoint within the notice's window and its workers exited before the
+// deadline. The policy then counts the job as losing nothing when preempted
+// (scheduler.Request.HonorsNotice).
+func (j *job) honorsNotices() bool {
+	given := false
+	for _, a := range j.status.Attempts {
+		if a.Preemptor == nil || a.NoticeDeadline == nil {
+			continue
+		}
+		if !a.HonouredNotice() || a.ExitedOnNoticeAt == nil {
+			return false
+		}
+		given = true
+	}
+	return given
+}
+
+// preemptions counts the job's attempts that ended preempted. The request
+// carries it, so that the policy's limit on preemptions of one job holds
+// even after the allocator has forgotten the job (a recovery, or a long wait).
+func (j *job) preemptions() int {
+	n := 0
+	for _, a := range j.status.Attempts {
+		if a.Preemptor != nil {
+			n++
+		}
+	}
+	return n
+}
