@@ -10,10 +10,10 @@ all: build
 
 ## build: compile bin/trainq (the CLI), bin/trainq-worker (with bin/trainq-supervise, its workers' supervisor) and bin/trainq-api
 build:
-	$(GO) build -o bin/trainq ./starter
-	$(GO) build -o bin/trainq-worker ./worker
-	$(GO) build -o bin/trainq-supervise ./supervise
-	@if [ -d api/cmd/trainq-api ]; then $(GO) build -o bin/trainq-api ./api/cmd/trainq-api; fi
+	$(GO) build -o bin/trainq ./cmd/trainq
+	$(GO) build -o bin/trainq-worker ./cmd/trainq-worker
+	$(GO) build -o bin/trainq-supervise ./cmd/trainq-supervise
+	$(GO) build -o bin/trainq-api ./cmd/trainq-api
 
 ## bin/temporal: the pinned Temporal CLI (dev server and Web UI), built from the Go module proxy (tools/temporal)
 $(TEMPORAL):

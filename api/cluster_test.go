@@ -65,7 +65,7 @@ var apiServed [2]atomic.Int64
 // in turn (a load balancer's round robin; streams are flushed at once).
 func startAPIReplicas(root, configPath, tokensPath, hostPort string) (*httptest.Server, func(), error) {
 	bin := filepath.Join(env.dir, "bin", "trainq-api")
-	if err := testenv.Build(root, bin, "./api/cmd/trainq-api"); err != nil {
+	if err := testenv.Build(root, bin, "./cmd/trainq-api"); err != nil {
 		return nil, nil, err
 	}
 	var procs []*testenv.WorkerProcess

@@ -118,7 +118,7 @@ func TestMain(m *testing.M) {
 		os.Exit(m.Run())
 	}
 	testenv.Bootstrap{Package: "api", Root: "..", TestsWithoutServer: true,
-		Build: map[string]string{"trainq-worker": "./worker", "trainq-supervise": "./supervise"}}.Main(m, run)
+		Build: map[string]string{"trainq-worker": "./cmd/trainq-worker", "trainq-supervise": "./cmd/trainq-supervise"}}.Main(m, run)
 }
 
 func run(m *testing.M, h *testenv.Harness) int {

@@ -287,7 +287,7 @@ func TestRejectedRequestStartsNothing(t *testing.T) {
 // it then fails and reruns; that is not the API's business).
 func TestSeedRequestBody(t *testing.T) {
 	needServer(t)
-	body, err := os.ReadFile("../starter/testdata/seed-job.json")
+	body, err := os.ReadFile("../cmd/trainq/testdata/seed-job.json")
 	require.NoError(t, err)
 	r := call(t, "alice", "POST", "/public/v2/jobs", body)
 	require.Equal(t, 200, r.Code, string(r.Body))

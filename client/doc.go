@@ -1,4 +1,4 @@
-// Package client is trainq's Go SDK: what the CLI (starter/), the REST API
+// Package client is trainq's Go SDK: what the CLI (cmd/trainq/), the REST API
 // (api/) and the tests call to submit, inspect and stop jobs. It talks to
 // Temporal only (dial, start, query, cancel, visibility), never runs
 // workflow or activity code, and validates at the edge, so a rejected

@@ -158,7 +158,7 @@ regions:
 
 func TestMain(m *testing.M) {
 	testenv.Bootstrap{Package: "e2e", Root: "..",
-		Build: map[string]string{"trainq-worker": "./worker", "trainq-supervise": "./supervise", "trainq": "./starter"}}.Main(m, run)
+		Build: map[string]string{"trainq-worker": "./cmd/trainq-worker", "trainq-supervise": "./cmd/trainq-supervise", "trainq": "./cmd/trainq"}}.Main(m, run)
 }
 
 func run(m *testing.M, h *testenv.Harness) int {

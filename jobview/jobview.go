@@ -1,6 +1,6 @@
 // Package jobview holds the shapes of a job's attempts, placement and checkpoints that the REST API and the
 // CLI's --output json print alike, so that the two answer with the same fields and one change
-// reaches both (api/testdata/wire and starter/testdata/json pin them).
+// reaches both (api/testdata/wire and cmd/trainq/testdata/json pin them).
 package jobview
 
 import (

@@ -130,7 +130,7 @@ func TestMain(m *testing.M) {
 		fmt.Println("e2e/kube: skipped:", err)
 		os.Exit(0)
 	}
-	testenv.Bootstrap{Package: "e2e/kube", Root: "../..", Build: map[string]string{"trainq-worker": "./worker"}}.Main(m, run)
+	testenv.Bootstrap{Package: "e2e/kube", Root: "../..", Build: map[string]string{"trainq-worker": "./cmd/trainq-worker"}}.Main(m, run)
 }
 
 func run(m *testing.M, h *testenv.Harness) int {

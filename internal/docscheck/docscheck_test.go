@@ -201,9 +201,9 @@ func dropAssignments(words []string) []string {
 
 // binaries maps how the docs name trainq's programs to their packages.
 var binaries = map[string]string{
-	"trainq":        "./starter",
-	"trainq-worker": "./worker",
-	"trainq-api":    "./api/cmd/trainq-api",
+	"trainq":        "./cmd/trainq",
+	"trainq-worker": "./cmd/trainq-worker",
+	"trainq-api":    "./cmd/trainq-api",
 }
 
 // subcommands lists the words that name a subcommand after a program's first

@@ -1,5 +1,5 @@
 // Package golden compares what a test renders with its golden file, for the
-// tests that pin a public JSON (api's TestWireJSON, starter's TestCLIJSON).
+// tests that pin a public JSON (api's TestWireJSON, cmd/trainq's TestCLIJSON).
 package golden
 
 import (

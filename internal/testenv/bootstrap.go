@@ -21,7 +21,7 @@ type Bootstrap struct {
 	// Root is the module root, relative to the package: ".." or "../..".
 	Root string
 	// Build maps the name of a binary to the Go package it is built from
-	// ("trainq-worker": "./worker"), built into BinDir.
+	// ("trainq-worker": "./cmd/trainq-worker"), built into BinDir.
 	Build map[string]string
 	// TestsWithoutServer: when no server can run, run is called all the
 	// same, with only Harness.Package, Root and Skip set, to run the tests

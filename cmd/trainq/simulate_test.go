@@ -190,7 +190,7 @@ func TestSimulateUsage(t *testing.T) {
 func TestSimulateTrace(t *testing.T) {
 	dir := os.Getenv("TRAINQ_TRACE_DIR")
 	if dir == "" {
-		dir = "../../shared/traces/alibaba-gpu-v2023"
+		dir = "../../../shared/traces/alibaba-gpu-v2023"
 	}
 	if _, err := os.Stat(filepath.Join(dir, "openb_pod_list_default.csv")); err != nil {
 		t.Skip("no openb trace at", dir)

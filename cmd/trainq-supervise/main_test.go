@@ -20,10 +20,10 @@ import (
 // with the worker's directory, it runs the worker's processes, and their
 // exit code and output reach the backend.
 func TestTheBinarySupervisesAWorker(t *testing.T) {
-	root, err := filepath.Abs("..")
+	root, err := filepath.Abs("../..")
 	require.NoError(t, err)
 	bin := filepath.Join(t.TempDir(), local.SupervisorBinary)
-	require.NoError(t, testenv.Build(root, bin, "./supervise"))
+	require.NoError(t, testenv.Build(root, bin, "./cmd/trainq-supervise"))
 	b, err := local.New(local.Options{DataDir: t.TempDir(), SupervisorArgv: []string{bin}, PollInterval: 20 * time.Millisecond})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -1,4 +1,4 @@
-// Command trainq is trainq's starter CLI: it submits training jobs and
+// Command trainq is trainq's CLI: it submits training jobs and
 // Jupyter servers, shows their status, logs and the queue of an allocation,
 // and cancels them. It talks to Temporal with the standard TEMPORAL_*
 // environment variables (see client.Dial).

@@ -22,9 +22,9 @@ import (
 	"github.com/trainq/trainq/scheduler"
 )
 
-// updateJSON rewrites starter/testdata/json from the output of the code as
+// updateJSON rewrites cmd/trainq/testdata/json from the output of the code as
 // it is: run it only when a change of the CLI's JSON is intended.
-var updateJSON = flag.Bool("update-json", false, "rewrite starter/testdata/json/*.json")
+var updateJSON = flag.Bool("update-json", false, "rewrite cmd/trainq/testdata/json/*.json")
 
 // wireTime is the fixtures' clock: minute m after it is at(m).
 var wireTime = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -222,7 +222,7 @@ func TestCLIJSON(t *testing.T) {
 			}
 			path := filepath.Join("testdata", "json", tc.name+".json")
 			diff, err := golden.Compare(path, []byte(got), *updateJSON)
-			require.NoError(t, err, "run go test ./starter/ -run TestCLIJSON -update-json to write it")
+			require.NoError(t, err, "run go test ./cmd/trainq/ -run TestCLIJSON -update-json to write it")
 			if diff != "" {
 				t.Errorf("trainq %s --output json prints other JSON than %s:\n%s", tc.name, path, diff)
 			}
