@@ -46,11 +46,18 @@ type CapacityRequest struct {
 	// is expected to run: its learned runtime estimate less what its
 	// earlier attempts ran (0: none). Nobody stops it there.
 	RunEstimate time.Duration `json:"run_estimate,omitempty"`
+	// Demand is one worker's demand, InstanceType as the job parsed it from
+	// its spec, so that neither the job's admission nor the allocator parses
+	// it again (nil from jobs older than the field: they parse it).
+	Demand *scheduler.Demand `json:"demand,omitempty"`
 }
 
-// SchedulerRequest is the request in the scheduler's form, its instance type
-// parsed (see SchedulerRequestOf).
+// SchedulerRequest is the request in the scheduler's form: with the demand
+// the job parsed, else its instance type parsed (see SchedulerRequestOf).
 func (r CapacityRequest) SchedulerRequest() (scheduler.Request, error) {
+	if r.Demand != nil {
+		return r.SchedulerRequestOf(*r.Demand), nil
+	}
 	demand, err := scheduler.ParseInstanceType(r.InstanceType)
 	if err != nil {
 		return scheduler.Request{}, err

@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -34,4 +35,26 @@ func TestSchedulerRequest(t *testing.T) {
 	req.InstanceType = "a100.many"
 	_, err = req.SchedulerRequest()
 	assert.Error(t, err)
+}
+
+// A request that carries the demand its job parsed is not parsed again: the
+// allocator and the job's admission take the demand as it came (a request
+// from a job older than the field is parsed, and a bad instance type is
+// refused).
+func TestSchedulerRequestTakesTheCarriedDemand(t *testing.T) {
+	d := scheduler.Demand{GPUs: 8, Family: "a100plus", VRAMGB: 80, CPU: 96, RAMGB: 768}
+	req := CapacityRequest{Job: "j", Attempt: 1, Class: scheduler.Medium, InstanceType: "not parsed here", Workers: 1, Demand: &d}
+	r, err := req.SchedulerRequest()
+	require.NoError(t, err)
+	assert.Equal(t, d, r.Demand)
+
+	req.Demand = nil
+	_, err = req.SchedulerRequest()
+	assert.Error(t, err, "without a carried demand the instance type is parsed")
+
+	var back CapacityRequest
+	b, err := json.Marshal(CapacityRequest{Job: "j", InstanceType: "a100.1gpu", Demand: &d})
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &back))
+	assert.Equal(t, &d, back.Demand, "the demand survives the signal's and the activity's JSON")
 }

@@ -24,8 +24,9 @@ const (
 
 // job is the state of one job workflow.
 type job struct {
-	name      string
-	spec      protocol.JobSpec
+	name string
+	// spec is the job's, parsed once (its instance type, its class).
+	spec      protocol.CheckedSpec
 	status    protocol.JobStatus
 	seq       int64
 	allocator string
@@ -89,15 +90,18 @@ func JobWorkflow(ctx workflow.Context, in protocol.JobInput) (*protocol.JobStatu
 		return nil, err
 	}
 	// The spec was checked at the edge; checking again keeps a workflow
-	// started by hand from running something malformed.
-	if _, err := j.spec.Normalize(); err != nil {
+	// started by hand from running something malformed, and the demand and
+	// class parsed here are the ones the job's requests carry.
+	checked, _, err := protocol.ParseSpec(j.spec.JobSpec)
+	if err != nil {
 		j.status.Message = err.Error()
 		j.setState(ctx, protocol.StateFailed)
 		j.countFinished(ctx, protocol.StateFailed)
 		return &j.status, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeBadJob, nil)
 	}
+	j.spec = checked
 	j.status.Priority, j.status.NWorkers, j.status.GPUs = j.spec.PriorityClass, j.spec.NWorkers, j.spec.GPUs()
-	j.status.Spec = j.spec
+	j.status.Spec = j.spec.JobSpec
 	j.allocator = protocol.AllocatorWorkflowID(j.spec.Region, j.spec.AllocationName)
 	j.grants = workflow.GetSignalChannel(ctx, protocol.SignalGrant)
 	j.preempts = workflow.GetSignalChannel(ctx, protocol.SignalPreempt)
@@ -132,7 +136,7 @@ func JobWorkflow(ctx workflow.Context, in protocol.JobInput) (*protocol.JobStatu
 }
 
 func newJob(ctx workflow.Context, in protocol.JobInput) *job {
-	j := &job{name: in.Name, spec: in.Spec, requestCheck: requestCheckInterval, cur: newAttemptRun()}
+	j := &job{name: in.Name, spec: protocol.CheckedSpec{JobSpec: in.Spec}, requestCheck: requestCheckInterval, cur: newAttemptRun()}
 	if in.RequestCheckInterval > 0 {
 		j.requestCheck = in.RequestCheckInterval
 	}

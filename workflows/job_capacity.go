@@ -36,7 +36,7 @@ func (j *job) waitForCapacity(ctx workflow.Context, attempt int) (protocol.Grant
 		Job: j.name, Attempt: attempt, Kind: j.spec.Kind, Class: j.spec.Class(), InstanceType: j.spec.InstanceType,
 		Workers: most, Seq: j.seq, SubmittedAt: j.status.CreatedAt, Preemptions: j.preemptions(),
 		HonorsNotice: j.honorsNotices(), Nodes: j.spec.AllowedNodes, MinWorkers: least, Workspace: j.spec.Workspace, RunLimit: runLimit,
-		RunEstimate: runEstimate, User: j.spec.Author,
+		RunEstimate: runEstimate, User: j.spec.Author, Demand: new(j.spec.Demand()),
 	}
 	j.cur.phase, j.cur.grant = protocol.HoldWaiting, nil
 	req := activities.RequestCapacityInput{Region: j.spec.Region, Allocation: j.spec.AllocationName, Request: j.cur.request, Learn: j.learnInput()}

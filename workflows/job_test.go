@@ -284,7 +284,8 @@ func TestJobGrantRunComplete(t *testing.T) {
 	// One request, attempt 1, Seq 0 (first request), class medium.
 	require.Len(t, h.requests, 1)
 	assert.Equal(t, protocol.CapacityRequest{Job: testJob, Attempt: 1, Kind: scheduler.KindJob, Class: scheduler.Medium,
-		InstanceType: "a100.2gpu", Workers: 2, Seq: 0, SubmittedAt: h.requests[0].SubmittedAt}, h.requests[0])
+		InstanceType: "a100.2gpu", Workers: 2, Seq: 0, SubmittedAt: h.requests[0].SubmittedAt,
+		Demand: &scheduler.Demand{Family: "a100", GPUs: 2}}, h.requests[0])
 	assert.Equal(t, testStart, h.requests[0].SubmittedAt.UTC())
 	// Workers start on their nodes' queues, with the rendezvous address.
 	require.Len(t, h.starts, 2)
@@ -886,5 +887,28 @@ func TestNoticesStayWithinThePendingActivitiesLimit(t *testing.T) {
 	require.Len(t, h.stops, workers)
 	for _, at := range h.stopAt {
 		assert.False(t, at.Before(noticeAt[len(noticeAt)-1]), "no stop is pending beside a notice")
+	}
+}
+
+// The job parses its spec once, and its capacity requests carry the demand
+// parsed there, for every attempt, so that neither its admission nor the
+// allocator parses the instance type again.
+func TestRequestsCarryTheParsedDemand(t *testing.T) {
+	h := newJobHarness(t)
+	h.grantAt(time.Minute, 1, 2)
+	h.watch(1, -1, forever, 0)
+	h.preemptAt(30*time.Minute, 1, "lm-mpi-job-high")
+	h.grantAt(2*time.Hour, 2, 2)
+	h.watch(2, -1, 10*time.Minute, 0)
+	spec := fixture.Job{Class: "low", Workers: 2, MaxRetry: 1}.Spec()
+	h.run(spec)
+	require.NoError(t, h.env.GetWorkflowError())
+
+	want, err := scheduler.ParseInstanceType(spec.InstanceType)
+	require.NoError(t, err)
+	require.Len(t, h.requests, 2)
+	for _, r := range h.requests {
+		require.NotNil(t, r.Demand, "attempt %d", r.Attempt)
+		assert.Equal(t, want, *r.Demand, "attempt %d", r.Attempt)
 	}
 }
