@@ -26,12 +26,10 @@ const (
 type job struct {
 	name string
 	// spec is the job's, parsed once (its instance type, its class).
-	spec      protocol.CheckedSpec
-	status    protocol.JobStatus
-	seq       int64
-	allocator string
-	// grants, preempts and refusals are the allocator's signals.
-	grants, preempts, refusals workflow.ReceiveChannel
+	spec   protocol.CheckedSpec
+	status protocol.JobStatus
+	seq    int64
+	alloc  allocatorLink
 	// epoch is the allocator state this job answers to: grants and
 	// preemptions of any other epoch come from an allocator that is gone.
 	epoch string
@@ -43,8 +41,26 @@ type job struct {
 	// requestCheck is how long a waiting attempt waits before it checks:
 	// requestCheckInterval, unless the input sets another (tests).
 	requestCheck time.Duration
+	// notices are the stop notices in flight, of whichever attempt: Temporal
+	// bounds a workflow's pending activities, not an attempt's, so a notice
+	// that outlives its attempt still counts (see giveNotice).
+	notices pendingNotices
 	// cur is the current attempt's.
 	cur *attemptRun
+}
+
+// allocatorLink is the allocator workflow the job asks and the channels of
+// the signals it sends the job.
+type allocatorLink struct {
+	id                         string
+	grants, preempts, refusals workflow.ReceiveChannel
+}
+
+// pendingNotices counts the stop notices in flight (pending), and says some
+// are still to be sent (sending).
+type pendingNotices struct {
+	pending int
+	sending bool
 }
 
 // attemptRun is what the job keeps of one attempt while it runs. Each
@@ -66,10 +82,6 @@ type attemptRun struct {
 	// lostNodes are the nodes whose agent did not answer; busyNodes those
 	// where the attempt's GPUs were found in use.
 	lostNodes, busyNodes map[string]bool
-	// notices counts the stop notices in flight, and noticing says some
-	// are still to be sent (see giveNotice).
-	notices  int
-	noticing bool
 	// nodeTimeout bounds how long a node's agent may leave work waiting.
 	nodeTimeout time.Duration
 }
@@ -102,10 +114,10 @@ func JobWorkflow(ctx workflow.Context, in protocol.JobInput) (*protocol.JobStatu
 	j.spec = checked
 	j.status.Priority, j.status.NWorkers, j.status.GPUs = j.spec.PriorityClass, j.spec.NWorkers, j.spec.GPUs()
 	j.status.Spec = j.spec.JobSpec
-	j.allocator = protocol.AllocatorWorkflowID(j.spec.Region, j.spec.AllocationName)
-	j.grants = workflow.GetSignalChannel(ctx, protocol.SignalGrant)
-	j.preempts = workflow.GetSignalChannel(ctx, protocol.SignalPreempt)
-	j.refusals = workflow.GetSignalChannel(ctx, protocol.SignalRefuse)
+	j.alloc.id = protocol.AllocatorWorkflowID(j.spec.Region, j.spec.AllocationName)
+	j.alloc.grants = workflow.GetSignalChannel(ctx, protocol.SignalGrant)
+	j.alloc.preempts = workflow.GetSignalChannel(ctx, protocol.SignalPreempt)
+	j.alloc.refusals = workflow.GetSignalChannel(ctx, protocol.SignalRefuse)
 	// Registering an update handler yields to the other coroutines, so the
 	// grant loop starts after it: a grant already in this task's history
 	// (the capacity request is a local activity, so the grant can come
@@ -120,7 +132,7 @@ func JobWorkflow(ctx workflow.Context, in protocol.JobInput) (*protocol.JobStatu
 	workflow.Go(gctx, func(ctx workflow.Context) {
 		for {
 			var g protocol.GrantSignal
-			j.grants.Receive(ctx, &g)
+			j.alloc.grants.Receive(ctx, &g)
 			j.takeGrant(ctx, g)
 		}
 	})
@@ -160,7 +172,7 @@ func (j *job) onRegister(ctx workflow.Context, r protocol.RegisterRequest) (prot
 	// count in the answer.
 	for {
 		var g protocol.GrantSignal
-		if !j.grants.ReceiveAsync(&g) {
+		if !j.alloc.grants.ReceiveAsync(&g) {
 			break
 		}
 		j.takeGrant(ctx, g)

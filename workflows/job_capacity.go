@@ -82,7 +82,7 @@ func (j *job) awaitGrant(ctx workflow.Context, attempt int) (protocol.GrantSigna
 		// already dropped the request.
 		// Every requestCheck the attempt makes sure the allocator has its
 		// request (a recovered allocator may not).
-		settled := func() bool { return j.cur.grant != nil || j.refusals.Len() > 0 }
+		settled := func() bool { return j.cur.grant != nil || j.alloc.refusals.Len() > 0 }
 		ok, err := workflow.AwaitWithTimeout(ctx, j.requestCheck, settled)
 		if err == nil && !ok {
 			j.checkRequest(ctx, attempt)
@@ -95,7 +95,7 @@ func (j *job) awaitGrant(ctx workflow.Context, attempt int) (protocol.GrantSigna
 			return j.withdraw(ctx, attempt)
 		}
 		var refusal protocol.RefuseSignal
-		j.refusals.ReceiveAsync(&refusal)
+		j.alloc.refusals.ReceiveAsync(&refusal)
 		if refusal.Attempt == attempt {
 			j.cur.phase = protocol.HoldNone
 			return protocol.GrantSignal{}, attempts.Outcome{Kind: attempts.Failed, Message: refusal.Reason, Final: true}, false
@@ -206,7 +206,7 @@ func (j *job) hold() protocol.JobHold {
 // was cancelled while pending.
 func (j *job) withdraw(ctx workflow.Context, attempt int) (protocol.GrantSignal, attempts.Outcome, bool) {
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
-	_ = workflow.SignalExternalWorkflow(dctx, j.allocator, "", protocol.SignalWithdraw,
+	_ = workflow.SignalExternalWorkflow(dctx, j.alloc.id, "", protocol.SignalWithdraw,
 		protocol.WithdrawSignal{Job: j.name, Attempt: attempt}).Get(dctx, nil)
 	j.cur.phase, j.cur.grant = protocol.HoldNone, nil
 	return protocol.GrantSignal{}, attempts.Outcome{Kind: attempts.Cancelled, Message: "stopped by the user while pending"}, false

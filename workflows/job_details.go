@@ -53,7 +53,7 @@ func (j *job) details() string {
 		} else {
 			fmt.Fprintf(&b, "**Waiting** since%s: %s\n\n", queued, st.Reason)
 		}
-		fmt.Fprintf(&b, "Live position: the current details of %s, or `trainq status %s`; expected start: `trainq status --eta %s`.\n\n", j.allocator, j.name, j.name)
+		fmt.Fprintf(&b, "Live position: the current details of %s, or `trainq status %s`; expected start: `trainq status --eta %s`.\n\n", j.alloc.id, j.name, j.name)
 	}
 	if st.Estimate != nil && !st.State.Terminal() {
 		fmt.Fprintf(&b, "**Runtime estimate** %s.\n\n", st.Estimate)

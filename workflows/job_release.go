@@ -20,7 +20,7 @@ import (
 // node activity that sees a worker gone reports its release a workflow task
 // before the job could.
 func (j *job) releaseTo() string {
-	return j.allocator
+	return j.alloc.id
 }
 
 // release reports one stopped worker to the allocator. The first report of
@@ -97,7 +97,7 @@ type sentRelease struct {
 
 func (j *job) sendRelease(ctx workflow.Context, s protocol.ReleaseSignal) {
 	j.cur.signals = append(j.cur.signals, sentRelease{signal: s,
-		delivered: workflow.SignalExternalWorkflow(ctx, j.allocator, "", protocol.SignalRelease, s)})
+		delivered: workflow.SignalExternalWorkflow(ctx, j.alloc.id, "", protocol.SignalRelease, s)})
 }
 
 // deliverRelease waits until the allocator has r. The server refuses a
@@ -121,7 +121,7 @@ func (j *job) deliverRelease(ctx workflow.Context, r sentRelease) {
 		if workflow.NewTimerWithOptions(ctx, delay, workflow.TimerOptions{Summary: "report a release again"}).Get(ctx, nil) != nil {
 			return
 		}
-		r.delivered = workflow.SignalExternalWorkflow(ctx, j.allocator, "", protocol.SignalRelease, r.signal)
+		r.delivered = workflow.SignalExternalWorkflow(ctx, j.alloc.id, "", protocol.SignalRelease, r.signal)
 	}
 }
 
@@ -136,8 +136,8 @@ func (j *job) stopAndRelease(ctx workflow.Context, attempt int, grant protocol.G
 	// nothing). An attempt of up to a third of the budget has room for its
 	// watches, notices and stops together: a slow notice must not put off
 	// the deadline's stops.
-	if (j.cur.notices > 0 || j.cur.noticing) && 3*len(grant.Placement) > jobActivityBudget {
-		_ = workflow.Await(dctx, func() bool { return j.cur.notices == 0 && !j.cur.noticing })
+	if (j.notices.pending > 0 || j.notices.sending) && 3*len(grant.Placement) > jobActivityBudget {
+		_ = workflow.Await(dctx, func() bool { return j.notices.pending == 0 && !j.notices.sending })
 	}
 	if !j.cur.stopping {
 		j.cur.stopping = true

@@ -26,7 +26,7 @@ import (
 // cancellation then comes through a channel that carries it once.
 func (j *job) addInterrupts(ctx workflow.Context, sel workflow.Selector, attempt int, noticeStops bool,
 	watchEnded workflow.ReceiveChannel, on func(attempts.Event)) {
-	sel.AddReceive(j.preempts, func(c workflow.ReceiveChannel, _ bool) {
+	sel.AddReceive(j.alloc.preempts, func(c workflow.ReceiveChannel, _ bool) {
 		var p protocol.PreemptSignal
 		c.Receive(ctx, &p)
 		if p.Attempt != attempt {
@@ -218,24 +218,25 @@ func (j *job) giveNotice(ctx workflow.Context, sel workflow.Selector, attempt in
 	// stopAndRelease), so notices and stops are never pending together.
 	atOnce := max(jobActivityBudget-len(grant.Placement), 1)
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
-	j.cur.noticing = true
+	run := j.cur // this attempt's, whenever the loop below runs
+	j.notices.sending = true
 	workflow.Go(dctx, func(gctx workflow.Context) {
-		defer func() { j.cur.noticing = false }()
+		defer func() { j.notices.sending = false }()
 		for _, pl := range grant.Placement {
-			if j.cur.released[pl.Worker] {
+			if run.released[pl.Worker] {
 				continue
 			}
-			if workflow.Await(gctx, func() bool { return j.cur.notices < atOnce }) != nil {
+			if workflow.Await(gctx, func() bool { return j.notices.pending < atOnce }) != nil {
 				return
 			}
 			in := activities.NoticeWorkerInput{ID: cluster.WorkerID{Job: j.name, Attempt: attempt, Worker: pl.Worker}, Notice: notice, Signal: grant.NoticeSignal}
 			f := workflow.ExecuteActivity(j.nodeOptions(gctx, pl.Node, fmt.Sprintf("tell worker %d on %s %s (deadline in %s)", pl.Worker, pl.Node, noticeSummary(reason), d), opts),
 				(*activities.Activities).NoticeWorker, in)
-			j.cur.notices++
+			j.notices.pending++
 			worker := pl.Worker
 			workflow.Go(gctx, func(fctx workflow.Context) {
 				err := f.Get(fctx, nil)
-				j.cur.notices--
+				j.notices.pending--
 				if err != nil {
 					workflow.GetLogger(fctx).Warn("could not give a worker its notice; it is stopped at the deadline", "worker", worker, "error", err)
 				}

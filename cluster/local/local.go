@@ -59,7 +59,7 @@ type Options struct {
 }
 
 // SupervisorBinary is the small binary that runs Supervise alone
-// (./supervise): it starts in a fraction of the CPU and memory that the
+// (./cmd/trainq-supervise): it starts in a fraction of the CPU and memory that the
 // whole trainq-worker takes, once per worker started.
 const SupervisorBinary = "trainq-supervise"
 
