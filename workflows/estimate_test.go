@@ -25,12 +25,7 @@ func TestJobLearnsItsRuntimeEstimate(t *testing.T) {
 	h.env.OnUpsertTypedSearchAttributes(mock.Anything).Run(func(args mock.Arguments) {
 		recorded = append(recorded, args.Get(0).(temporal.SearchAttributes))
 	}).Return(nil).Maybe()
-	h.grantAt(time.Minute, 1, 2)
-	h.watch(1, -1, forever, 0)
-	h.preemptAt(11*time.Minute, 1, "lm-mpi-job-high")
-	h.grantAt(2*time.Hour, 2, 2)
-	h.watch(2, -1, 10*time.Minute, 0)
-	spec := fixture.Job{Class: "low", Workers: 2, MaxRetry: 1}.Spec()
+	spec := h.preemptedThenRerun(11 * time.Minute)
 	h.run(spec)
 	require.NoError(t, h.env.GetWorkflowError())
 	st := h.status()

@@ -339,14 +339,21 @@ func TestGrantInTheFirstTaskCounts(t *testing.T) {
 	assert.Equal(t, protocol.StateCompleted, h.status().State)
 }
 
-func TestJobPreemptedAndRerun(t *testing.T) {
-	h := newJobHarness(t)
+// preemptedThenRerun sets a two-worker low job's story: granted at 1 minute,
+// preempted by a high job at preemptAfter, granted again at 2 hours, and
+// done 10 minutes later. It returns the job's spec, for run.
+func (h *jobHarness) preemptedThenRerun(preemptAfter time.Duration) protocol.JobSpec {
 	h.grantAt(time.Minute, 1, 2)
 	h.watch(1, -1, forever, 0)
-	h.preemptAt(30*time.Minute, 1, "lm-mpi-job-high")
+	h.preemptAt(preemptAfter, 1, "lm-mpi-job-high")
 	h.grantAt(2*time.Hour, 2, 2)
 	h.watch(2, -1, 10*time.Minute, 0)
-	h.run(fixture.Job{Class: "low", Workers: 2, MaxRetry: 1}.Spec())
+	return fixture.Job{Class: "low", Workers: 2, MaxRetry: 1}.Spec()
+}
+
+func TestJobPreemptedAndRerun(t *testing.T) {
+	h := newJobHarness(t)
+	h.run(h.preemptedThenRerun(30 * time.Minute))
 	require.NoError(t, h.env.GetWorkflowError())
 
 	st := h.status()
@@ -895,12 +902,7 @@ func TestNoticesStayWithinThePendingActivitiesLimit(t *testing.T) {
 // allocator parses the instance type again.
 func TestRequestsCarryTheParsedDemand(t *testing.T) {
 	h := newJobHarness(t)
-	h.grantAt(time.Minute, 1, 2)
-	h.watch(1, -1, forever, 0)
-	h.preemptAt(30*time.Minute, 1, "lm-mpi-job-high")
-	h.grantAt(2*time.Hour, 2, 2)
-	h.watch(2, -1, 10*time.Minute, 0)
-	spec := fixture.Job{Class: "low", Workers: 2, MaxRetry: 1}.Spec()
+	spec := h.preemptedThenRerun(30 * time.Minute)
 	h.run(spec)
 	require.NoError(t, h.env.GetWorkflowError())
 
