@@ -46,13 +46,21 @@ func (s *State) toRequest(req protocol.CapacityRequest) (scheduler.Request, erro
 // Validate refuses a request that can never fit, one its job has already
 // withdrawn, and a new job when the queue is full.
 func (s *State) Validate(req protocol.CapacityRequest) error {
-	if _, err := s.toRequest(req); err != nil {
-		return fmt.Errorf("allocation %s cannot run %s: %w", s.Name(), req.Job, err)
+	_, err := s.admit(req)
+	return err
+}
+
+// admit is Validate, returning the request converted to the pool's form,
+// so that a rule that goes on to queue it converts it once.
+func (s *State) admit(req protocol.CapacityRequest) (scheduler.Request, error) {
+	r, err := s.toRequest(req)
+	if err != nil {
+		return r, fmt.Errorf("allocation %s cannot run %s: %w", s.Name(), req.Job, err)
 	}
 	if err := s.WithdrawnFirst(req); err != nil {
-		return err
+		return r, err
 	}
-	return s.queueFull(req)
+	return r, s.queueFull(req)
 }
 
 // queueFull refuses a new job when the queue holds max_waiting requests, or
@@ -108,7 +116,8 @@ func (s *State) Request(req protocol.CapacityRequest, now time.Time) []Command {
 	if s.hasNewerAttempt(req) {
 		return []Command{CheckReset{Request: req}}
 	}
-	if err := s.Validate(req); err != nil {
+	r, err := s.admit(req)
+	if err != nil {
 		if req.Job == "" {
 			return nil
 		}
@@ -117,7 +126,7 @@ func (s *State) Request(req protocol.CapacityRequest, now time.Time) []Command {
 	if cmds, ok := s.resendGrant(req); ok {
 		return cmds
 	}
-	_, cmds := s.Enqueue(req, now)
+	_, cmds := s.enqueue(r, now)
 	return append(cmds, Schedule{})
 }
 
@@ -130,6 +139,11 @@ func (s *State) Enqueue(req protocol.CapacityRequest, now time.Time) (protocol.C
 		// changed since only through continue-as-new, so report and move on.
 		return protocol.CapacityReply{Epoch: s.Epoch, Reason: err.Error()}, nil
 	}
+	return s.enqueue(r, now)
+}
+
+// enqueue queues a request already converted and admitted.
+func (s *State) enqueue(r scheduler.Request, now time.Time) (protocol.CapacityReply, []Command) {
 	if running, ok := s.Pool.Running(r.Job); ok && running.Attempt == r.Attempt {
 		// A repeated request for an attempt already granted (the update ID
 		// deduplicates only within one run): nothing to do.
