@@ -4,7 +4,7 @@ TEMPORAL_CLI_VERSION := v1.5.1
 TEMPORAL := $(CURDIR)/bin/temporal
 export TRAINQ_TEMPORAL_BIN := $(TEMPORAL)
 
-.PHONY: all build lint lint-tools race-build test-side-builds test-main test-lint test-kube test-tools test-deps temporal-bins kube-apiserver kube-etcd kube-kwok docs-check demo dev dev-k8s dev-cluster kube-bins cluster-bins test test-cluster test-cluster-run test-cluster-ci test-race test-unit bench simulate chaos scale fuzz histories vet clean
+.PHONY: all build lint lint-tools race-build test-side-builds test-main test-lint test-kube test-tools test-deps temporal-bins kube-apiserver kube-etcd kube-kwok docs-check demo dev dev-k8s dev-cluster kube-bins cluster-bins test test-cluster test-cluster-run test-cluster-ci test-race test-unit bench simulate chaos scale fuzz histories vet clean mutations
 
 all: build
 
@@ -59,6 +59,14 @@ lint: lint-tools
 	$(TRAINQ_LINT) -errcheck.exclude=tools/lint/errcheck.exclude ./...
 	cd tools/lint && $(GO) test -count=1 ./...
 	$(WORKFLOWCHECK) -config workflowcheck.config.yaml ./workflows/...
+	python3 scripts/allocation-mutations.py --check
+	python3 scripts/attempts-mutations.py --check
+
+## mutations: remove each condition of the allocator's and a running attempt's rules in turn; their
+## tables must fail for every one (a minute or two)
+mutations:
+	python3 scripts/allocation-mutations.py
+	python3 scripts/attempts-mutations.py
 
 ## kube-bins: the test cluster's kube-apiserver, etcd and kwok, built from the Go module proxy into
 ## bin/kube/ once per version (tools/kube/install.sh; about 12 minutes cold, nothing when cached; make -j builds

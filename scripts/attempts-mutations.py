@@ -4,6 +4,8 @@
 Each mutation removes one rule's condition; the tables must fail for every
 one. Run from the repository root: python3 scripts/attempts-mutations.py
 It restores every file it touches, and exits 1 if a mutation survives.
+With --check it only makes sure every mutation still finds its condition
+(make lint runs that, so that the list cannot go stale unnoticed).
 """
 import subprocess, sys
 
@@ -58,6 +60,12 @@ def replace_nth(src, a, b, n):
     for _ in range(n):
         at = src.index(a, at + 1)
     return src[:at] + b + src[at + len(a):]
+
+if '--check' in sys.argv[1:]:
+    stale = [(f, a, n) for f, a, b, n in muts if open(f).read().count(a) < n]
+    for f, a, n in stale:
+        print(f'stale mutation: {f} has no occurrence {n} of {a!r}')
+    sys.exit(1 if stale else 0)
 
 survived = 0
 for f, a, b, n in muts:
