@@ -14,8 +14,10 @@ import (
 // are told to leave (a notice with reason node_drain, then a stop at its
 // deadline) and rerun elsewhere without spending max_retry. A drain
 // outlasts fences: the node grants again only when it is undrained and no
-// fence holds it. Drains travel through continue-as-new; a recovery, which
-// rebuilds the state from the jobs and the node agents, does not know them.
+// fence holds it. Drains travel through continue-as-new and through a
+// recovery, which tells the jobs it adopts on a drained node to leave (the
+// drain's own signal may have been lost with the run that sent it), as does
+// the adoption of a job a recovery missed (see State.TellsAdoptedToLeave).
 
 // FenceDrained is the cause a drained node shows in the views (it is kept
 // apart from the fences, see State.Drains).
@@ -63,23 +65,46 @@ func (s *State) Drain(r protocol.DrainRequest) (protocol.DrainReply, []Command) 
 	s.Pool.SetNodeNote(r.Node, drainNote(why))
 	reply.Changed = true
 	var cmds commands
-	for _, job := range s.Pool.RunningJobs() {
-		info, _ := s.Pool.Running(job)
-		if info.Releasing || !placedOn(info, r.Node) {
-			continue
-		}
-		notice := s.Config.NoticeFor(info.Class, info.Kind)
-		reply.Jobs = append(reply.Jobs, job)
-		// Releasing from now on: a pass must not preempt another job for
-		// capacity this one is about to free.
-		s.Pool.BeginRelease(job)
-		cmds.add(Signal{Job: job, Name: protocol.SignalPreempt, IfGone: GoneReclaim, Arg: protocol.PreemptSignal{
-			Epoch: s.Epoch, Attempt: info.Attempt, Drain: r.Node, Notice: notice,
-			Reason: fmt.Sprintf("node %s is drained (%s)", r.Node, why)}})
-	}
+	reply.Jobs = s.tellToLeave(&cmds, r.Node)
 	cmds.note("node %s drained (%s): %d job(s) told to leave", r.Node, why, len(reply.Jobs))
 	cmds.add(Schedule{})
 	return reply, cmds
+}
+
+// tellToLeave tells the running jobs placed on a drained node that are not
+// releasing yet to leave, and returns them. A job told is releasing from
+// then on, as a preemption's victim is: a pass must not preempt another job
+// for capacity it is about to free, and it is not told twice.
+func (s *State) tellToLeave(cmds *commands, node string) []string {
+	why := s.Drains[node]
+	var told []string
+	for _, job := range s.Pool.RunningJobs() {
+		info, _ := s.Pool.Running(job)
+		if info.Releasing || !placedOn(info, node) {
+			continue
+		}
+		told = append(told, job)
+		s.Pool.BeginRelease(job)
+		cmds.add(Signal{Job: job, Name: protocol.SignalPreempt, IfGone: GoneReclaim, Arg: protocol.PreemptSignal{
+			Epoch: s.Epoch, Attempt: info.Attempt, Drain: node, Notice: s.Config.NoticeFor(info.Class, info.Kind),
+			Reason: fmt.Sprintf("node %s is drained (%s)", node, why)}})
+	}
+	return told
+}
+
+// tellAdoptedToLeave tells the jobs a recovery or an adoption took in on a
+// drained node to leave (with State.TellsAdoptedToLeave).
+func (s *State) tellAdoptedToLeave(cmds *commands) {
+	if !s.TellsAdoptedToLeave {
+		return
+	}
+	for _, n := range s.Pool.Nodes() {
+		if _, drained := s.Drains[n.Name]; drained {
+			if told := s.tellToLeave(cmds, n.Name); len(told) > 0 {
+				cmds.note("node %s is drained: %d adopted job(s) told to leave", n.Name, len(told))
+			}
+		}
+	}
 }
 
 func (s *State) undrain(node string) (protocol.DrainReply, []Command) {

@@ -182,3 +182,57 @@ func TestAJobWaitingForADrainedNodeSaysSo(t *testing.T) {
 	r.NodeLost("n1", "gone")
 	assert.Contains(t, reason(r), "not answering", "an undrained node that is lost is lost")
 }
+
+// tellsAdopted: the run's gate for telling adopted jobs on a drained node to leave.
+func tellsAdopted(t *testing.T, s *State) { s.TellsAdoptedToLeave = true }
+
+// signals keeps the signals of a rule's commands.
+func signals(cmds []Command) []Command {
+	var out []Command
+	for _, c := range cmds {
+		if _, ok := c.(Signal); ok {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// A drain's signal can be lost with the run that sent it (a recovery empties
+// the allocator's outbox; a reset run never sent it) or never sent to a job a
+// recovery missed: the jobs a recovery or an adoption takes in on a drained
+// node are told to leave then, once.
+func TestAdoptedJobsOnADrainedNodeAreToldToLeave(t *testing.T) {
+	recover := func(holds ...protocol.JobHold) func(s *State) []Command {
+		return func(s *State) []Command {
+			_, cmds, err := s.Recovered("e2", t0, Registered{Holds: holds, Listed: len(holds)})
+			if err != nil {
+				panic(err)
+			}
+			return signals(cmds)
+		}
+	}
+	runRules(t, []ruleCase{
+		{name: "a recovery that adopts a job on a drained node tells it to leave",
+			nodes: 2, given: []step{tellsAdopted, drained("n1")},
+			when: recover(holding("k", 1, "n1")), want: []string{"preempt k#1"},
+			then: func(t *testing.T, s *State) {
+				r, ok := s.Pool.Running("k")
+				require.True(t, ok)
+				assert.True(t, r.Releasing, "k is leaving: a pass does not preempt for its capacity")
+			}},
+		{name: "a recovery leaves the jobs on other nodes alone",
+			nodes: 2, given: []step{tellsAdopted, drained("n1")},
+			when: recover(holding("k", 1, "n2")), want: []string{}},
+		{name: "a job a recovery missed, adopted on a drained node, is told to leave",
+			nodes: 2, given: []step{tellsAdopted, recovered(), drained("n1")},
+			when: func(s *State) []Command { return signals(s.AdoptStranger("n1", holding("k", 1, "n1"), nil)) },
+			want: []string{"preempt k#1"}},
+		{name: "an adoption tells nobody twice",
+			nodes: 2, given: []step{tellsAdopted, drained("n1"), recovered(holding("k", 1, "n1"))},
+			when: func(s *State) []Command { return signals(s.AdoptStranger("n1", holding("m", 1, "n2"), nil)) },
+			want: []string{}},
+		{name: "runs of older code (no gate) tell nobody",
+			nodes: 2, given: []step{drained("n1")},
+			when: recover(holding("k", 1, "n1")), want: []string{}},
+	})
+}

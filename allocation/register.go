@@ -45,6 +45,7 @@ func (s *State) Recovered(epoch string, now time.Time, reg Registered) (protocol
 	}
 	_, over := s.refuseOverCap("can no longer run this job")
 	cmds.add(over...)
+	s.tellAdoptedToLeave(&cmds)
 	s.Orphans, s.AfterReclaim = nil, nil
 	s.Unanswered = reg.Unanswered
 	s.Counters.Recoveries++
@@ -149,6 +150,7 @@ func (s *State) AdoptStranger(node string, h protocol.JobHold, workers []cluster
 		if _, ok := s.Pool.Running(h.Job); ok {
 			cmds.note("adopted %s attempt %d, found through its worker on %s", h.Job, h.Request.Attempt, node)
 			cmds.warn("adopted a job recovery missed", "job", h.Job, "attempt", h.Request.Attempt, "node", node)
+			s.tellAdoptedToLeave(&cmds)
 		}
 	case h.Phase == protocol.HoldWaiting:
 		cmds.add(Schedule{})

@@ -58,6 +58,12 @@ type State struct {
 	// requests it leaves over (RefuseOverCap). Not carried: the workflow sets
 	// it for each run (a version gate).
 	RefusesOverCap bool
+	// TellsAdoptedToLeave says a recovery, and the adoption of a job a
+	// recovery missed, tell the jobs they take in on a drained node to leave
+	// (a drain's signal can be lost with the run that sent it, or never sent
+	// to a job the recovery had missed). Not carried: the workflow sets it for
+	// each run (a version gate).
+	TellsAdoptedToLeave bool
 }
 
 // New is the state of a fresh allocation: nothing held, nothing waiting.

@@ -19,6 +19,8 @@ muts=[
 ('allocation/requests.go','if s.hasNewerAttempt(req) {','if false {'),
 ('allocation/requests.go','\tcase attempts[0] != req.Attempt:\n','\tcase false:\n'),
 ('allocation/reclaims.go','\t\ts.dropOrphan(job)\n\t\treturn ReclaimPlan{}','\t\treturn ReclaimPlan{}'),
+('allocation/drains.go','\tif !s.TellsAdoptedToLeave {\n','\tif false {\n'),
+('allocation/drains.go','\t\tif _, drained := s.Drains[n.Name]; drained {\n\t\t\tif told','\t\tif true {\n\t\t\tif told'),
 ]
 if '--check' in sys.argv[1:]:
     stale=[(f,a) for f,a,b in muts if a not in open(f).read()]

@@ -130,6 +130,10 @@ const (
 	// that lowers a cap under a waiting job refuses the job, instead of
 	// leaving it waiting for ever (see allocation.State.RefusesOverCap).
 	versionRefuseOverCap = "allocator-refuse-over-cap"
+	// versionTellAdoptedToLeave: a recovery, and the adoption of a job a
+	// recovery missed, tell the jobs taken in on a drained node to leave
+	// (see allocation.State.TellsAdoptedToLeave).
+	versionTellAdoptedToLeave = "allocator-tell-adopted-to-leave"
 )
 
 // AllocatorWorkflow owns the capacity of one allocation. Jobs ask it for
@@ -342,6 +346,7 @@ func (a *allocator) run(ctx workflow.Context) error {
 	a.tracksBuilds = workflow.GetVersion(ctx, versionHandOverOnNewBuild, workflow.DefaultVersion, 1) >= 1
 	a.checkBuild(ctx, true)
 	a.st.RefusesOverCap = workflow.GetVersion(ctx, versionRefuseOverCap, workflow.DefaultVersion, 1) >= 1
+	a.st.TellsAdoptedToLeave = workflow.GetVersion(ctx, versionTellAdoptedToLeave, workflow.DefaultVersion, 1) >= 1
 	if a.noticesResets = workflow.GetVersion(ctx, versionNoticeResets, workflow.DefaultVersion, 1) >= 1; a.noticesResets {
 		a.runID = a.currentRun(ctx)
 		// A reset to the run's first task runs that task afresh, so the

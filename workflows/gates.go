@@ -44,6 +44,7 @@ var gateIntroduced = map[string]string{
 	versionHandOverOnNewBuild: "v0.10.0",
 	versionNoticeResets:       "v0.10.0",
 	versionRefuseOverCap:      "v0.10.0",
+	versionTellAdoptedToLeave: "v0.10.0",
 }
 
 // releaseWindow is the window of Release among known releases: the
