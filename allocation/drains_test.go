@@ -202,7 +202,7 @@ func signals(cmds []Command) []Command {
 // recovery missed: the jobs a recovery or an adoption takes in on a drained
 // node are told to leave then, once.
 func TestAdoptedJobsOnADrainedNodeAreToldToLeave(t *testing.T) {
-	recover := func(holds ...protocol.JobHold) func(s *State) []Command {
+	recovery := func(holds ...protocol.JobHold) func(s *State) []Command {
 		return func(s *State) []Command {
 			_, cmds, err := s.Recovered("e2", t0, Registered{Holds: holds, Listed: len(holds)})
 			if err != nil {
@@ -214,7 +214,7 @@ func TestAdoptedJobsOnADrainedNodeAreToldToLeave(t *testing.T) {
 	runRules(t, []ruleCase{
 		{name: "a recovery that adopts a job on a drained node tells it to leave",
 			nodes: 2, given: []step{tellsAdopted, drained("n1")},
-			when: recover(holding("k", 1, "n1")), want: []string{"preempt k#1"},
+			when: recovery(holding("k", 1, "n1")), want: []string{"preempt k#1"},
 			then: func(t *testing.T, s *State) {
 				r, ok := s.Pool.Running("k")
 				require.True(t, ok)
@@ -222,7 +222,7 @@ func TestAdoptedJobsOnADrainedNodeAreToldToLeave(t *testing.T) {
 			}},
 		{name: "a recovery leaves the jobs on other nodes alone",
 			nodes: 2, given: []step{tellsAdopted, drained("n1")},
-			when: recover(holding("k", 1, "n2")), want: []string{}},
+			when: recovery(holding("k", 1, "n2")), want: []string{}},
 		{name: "a job a recovery missed, adopted on a drained node, is told to leave",
 			nodes: 2, given: []step{tellsAdopted, recovered(), drained("n1")},
 			when: func(s *State) []Command { return signals(s.AdoptStranger("n1", holding("k", 1, "n1"), nil)) },
@@ -233,6 +233,6 @@ func TestAdoptedJobsOnADrainedNodeAreToldToLeave(t *testing.T) {
 			want: []string{}},
 		{name: "runs of older code (no gate) tell nobody",
 			nodes: 2, given: []step{drained("n1")},
-			when: recover(holding("k", 1, "n1")), want: []string{}},
+			when: recovery(holding("k", 1, "n1")), want: []string{}},
 	})
 }
