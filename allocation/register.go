@@ -37,6 +37,9 @@ func (s *State) Recovered(epoch string, now time.Time, reg Registered) (protocol
 	reply := protocol.RecoverReply{Epoch: epoch, Listed: reg.Listed, Unanswered: reg.Unanswered}
 	var refused []protocol.JobHold
 	reply.Conflicts, refused = s.rebuild(pool, reg.Holds)
+	if s.ChargesAdopted {
+		pool.ChargeAdopted(now)
+	}
 	s.Pool = pool
 	s.noteDrains()
 	var cmds commands

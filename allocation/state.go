@@ -64,6 +64,11 @@ type State struct {
 	// to a job the recovery had missed). Not carried: the workflow sets it for
 	// each run (a version gate).
 	TellsAdoptedToLeave bool
+	// ChargesAdopted says a recovery charges fair-share usage from the jobs
+	// it adopts (scheduler.Pool.ChargeAdopted), not from what the old pool
+	// was charging: after a reset the old pool is the reset point's. Not
+	// carried: the workflow sets it for each run (a version gate).
+	ChargesAdopted bool
 }
 
 // New is the state of a fresh allocation: nothing held, nothing waiting.

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
 	"time"
 )
@@ -237,6 +238,54 @@ func (p *Pool) CarryUsage(from *Pool) {
 		b.usage, b.charged, b.key = a.usage, a.charged, a.key
 	}
 	p.sortWaiting()
+}
+
+// ChargeAdopted is for a pool that CarryUsage gave another pool's usage and that then adopted
+// its running jobs from what the jobs said (a recovery): instead of charging, until now, what the
+// other pool was charging when it last accrued, it charges each adopted job what it held from
+// its start, or from that last accrual if later, to now. The other pool may be the one of a
+// reset point: what held GPUs then may have ended long before now, and what runs now started
+// since. Jobs that started and ended between the two are not known, and not charged.
+func (p *Pool) ChargeAdopted(now time.Time) {
+	fs := &p.fs
+	if !fs.on {
+		return
+	}
+	since := fs.at
+	for _, accts := range [][]account{fs.ws, fs.users} {
+		for i := range accts {
+			accts[i].charged = 0
+		}
+	}
+	fs.accrue(now) // decays what was carried to now, charging nothing
+	if since.IsZero() || !now.After(since) {
+		fs.settle()
+		return
+	}
+	hl := float64(fs.halfLife)
+	for _, job := range p.RunningJobs() { // sorted: the sums come out the same on every replay
+		rj := p.running[job]
+		start := rj.startedAt
+		if start.Before(since) {
+			start = since
+		}
+		if !start.Before(now) {
+			continue
+		}
+		gpus := 0
+		for w, m := range rj.gpus {
+			if !rj.released[w] {
+				gpus += bits.OnesCount64(m)
+			}
+		}
+		// ∫ gpus·2^-((now-s)/H) ds over [start, now], as accrue charges it.
+		gain := float64(float64(fs.halfLife.Seconds()/math.Ln2) * float64(1-halfPow(float64(now.Sub(start))/hl)))
+		charge := float64(float64(gpus) * gain)
+		ws, user := &fs.ws[rj.ws+1], &fs.users[rj.user]
+		ws.usage = float64(ws.usage + charge)
+		user.usage = float64(user.usage + charge)
+	}
+	fs.settle()
 }
 
 // sortWaiting puts the queue in launch order again after the ordering keys changed, and reports

@@ -134,6 +134,9 @@ const (
 	// recovery missed, tell the jobs taken in on a drained node to leave
 	// (see allocation.State.TellsAdoptedToLeave).
 	versionTellAdoptedToLeave = "allocator-tell-adopted-to-leave"
+	// versionChargeAdopted: a recovery charges fair-share usage from the
+	// jobs it adopts (see allocation.State.ChargesAdopted).
+	versionChargeAdopted = "allocator-charge-adopted"
 )
 
 // AllocatorWorkflow owns the capacity of one allocation. Jobs ask it for
@@ -347,6 +350,7 @@ func (a *allocator) run(ctx workflow.Context) error {
 	a.checkBuild(ctx, true)
 	a.st.RefusesOverCap = workflow.GetVersion(ctx, versionRefuseOverCap, workflow.DefaultVersion, 1) >= 1
 	a.st.TellsAdoptedToLeave = workflow.GetVersion(ctx, versionTellAdoptedToLeave, workflow.DefaultVersion, 1) >= 1
+	a.st.ChargesAdopted = workflow.GetVersion(ctx, versionChargeAdopted, workflow.DefaultVersion, 1) >= 1
 	if a.noticesResets = workflow.GetVersion(ctx, versionNoticeResets, workflow.DefaultVersion, 1) >= 1; a.noticesResets {
 		a.runID = a.currentRun(ctx)
 		// A reset to the run's first task runs that task afresh, so the

@@ -45,6 +45,7 @@ var gateIntroduced = map[string]string{
 	versionNoticeResets:       "v0.10.0",
 	versionRefuseOverCap:      "v0.10.0",
 	versionTellAdoptedToLeave: "v0.10.0",
+	versionChargeAdopted:      "v0.10.0",
 }
 
 // releaseWindow is the window of Release among known releases: the

@@ -1,0 +1,90 @@
+package allocation
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/trainq/trainq/internal/fixture"
+	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/scheduler"
+)
+
+// A recovery after a reset rebuilds from the pool of the reset point: the
+// usage it charges for the time since must be that of the jobs it adopts,
+// not that of whatever held GPUs at the reset point. Light held 8 GPUs at
+// the reset point and ended a minute later; heavy then ran 16 GPUs for two
+// days in the history the reset threw away.
+func TestARecoveryChargesTheJobsItAdopts(t *testing.T) {
+	usageAfterReset := func(t *testing.T, charges bool) map[string]float64 {
+		in := input(2)
+		in.Policy.Ordering = scheduler.FairShare
+		s, err := New(in)
+		require.NoError(t, err)
+		s.ChargesAdopted = charges
+		s.Request(fixture.Request{Job: "l", Attempt: 1, Class: medium, GPUs: 8, Workspace: "light", User: "u"}.Capacity(), t0)
+		s.Pass(t0) // the reset point: light holds n1
+		h := fixture.Request{Job: "h", Attempt: 1, Class: medium, Workers: 2, GPUs: 8, Workspace: "heavy", User: "v"}.Capacity()
+		h.Seq = 2
+		all := []int{0, 1, 2, 3, 4, 5, 6, 7}
+		hold := protocol.JobHold{Job: "h", Phase: protocol.HoldHolding, Request: h, StartedAt: t0.Add(time.Minute),
+			Placement: []scheduler.WorkerPlacement{{Worker: 0, Node: "n1", GPUs: all}, {Worker: 1, Node: "n2", GPUs: all}}}
+		now := t0.Add(48 * time.Hour)
+		_, _, err = s.Recovered("e2", now, Registered{Holds: []protocol.JobHold{hold}, Listed: 1})
+		require.NoError(t, err)
+		s.Pass(now)
+		out := map[string]float64{}
+		for _, u := range s.Pool.Usage() {
+			out[u.Workspace] = u.GPUHours
+		}
+		return out
+	}
+	got := usageAfterReset(t, true)
+	// 16 GPUs for 48 h less a minute, decayed with the default half-life,
+	// against nothing: heavy's is the usage, light's none.
+	assert.Greater(t, got["heavy"], 300.0, "heavy ran 16 GPUs for two days: %v", got)
+	assert.Less(t, got["light"], 1.0, "light held 8 GPUs for a minute before the reset point's pass: %v", got)
+
+	old := usageAfterReset(t, false)
+	assert.Less(t, old["heavy"], 1.0, "runs of older code (no gate) charge the reset point's holders: %v", old)
+	assert.Greater(t, old["light"], 300.0, "%v", old)
+}
+
+// A live recovery (the old pool was current) charges what the old pool would
+// have: the same jobs held the same GPUs since it last accrued.
+func TestALiveRecoveryChargesAsTheOldPoolWould(t *testing.T) {
+	build := func() *State {
+		in := input(2)
+		in.Policy.Ordering = scheduler.FairShare
+		s, err := New(in)
+		require.NoError(t, err)
+		s.ChargesAdopted = true
+		s.Request(fixture.Request{Job: "x", Attempt: 1, Class: medium, GPUs: 8, Workspace: "team", User: "u"}.Capacity(), t0)
+		s.Pass(t0)
+		s.Pass(t0.Add(time.Hour))
+		return s
+	}
+	now := t0.Add(5 * time.Hour)
+	kept := build()
+	kept.Pass(now)
+
+	recovered := build()
+	x, ok := recovered.Pool.Running("x")
+	require.True(t, ok)
+	hold := protocol.JobHold{Job: "x", Phase: protocol.HoldHolding, Request: fixture.Request{Job: "x", Attempt: 1, Class: medium, GPUs: 8, Workspace: "team", User: "u"}.Capacity(),
+		StartedAt: x.StartedAt, Placement: x.Placement}
+	hold.Request.Seq = x.Seq
+	_, _, err := recovered.Recovered("e2", now, Registered{Holds: []protocol.JobHold{hold}, Listed: 1})
+	require.NoError(t, err)
+	recovered.Pass(now)
+
+	want, got := kept.Pool.Usage(), recovered.Pool.Usage()
+	require.Len(t, got, len(want))
+	for i := range want {
+		assert.Equal(t, want[i].Workspace, got[i].Workspace)
+		assert.InDelta(t, want[i].GPUHours, got[i].GPUHours, 1e-6, "%s", want[i].Workspace)
+	}
+	assert.InDelta(t, 40.0, got[0].GPUHours, 2.0, "8 GPUs for 5 hours, a little decayed")
+}
