@@ -324,7 +324,10 @@
 // Usage is part of the snapshot, so it survives continue-as-new and Reconfigure while the
 // ordering stays fair-share (switching it on starts every account at none; switching it off
 // forgets it). Pool.Adopt cannot know it; Pool.CarryUsage gives a rebuilt pool the usage of the
-// pool it replaces. Pool.Usage lists each workspace's usage, share and GPUs held.
+// pool it replaces, and Pool.ChargeAdopted then charges the time since that pool last accrued
+// to the jobs the rebuilt pool adopted, each from its start (the pool replaced may be the one of
+// a reset point, whose holders have long ended; jobs that started and ended in between are not
+// known). Pool.Usage lists each workspace's usage, share and GPUs held.
 //
 // # Expected starts
 //
