@@ -46,6 +46,7 @@ var gateIntroduced = map[string]string{
 	versionRefuseOverCap:      "v0.10.0",
 	versionTellAdoptedToLeave: "v0.10.0",
 	versionChargeAdopted:      "v0.10.0",
+	versionReleaseStaleGrant:  "v0.10.0",
 }
 
 // releaseWindow is the window of Release among known releases: the

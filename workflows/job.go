@@ -274,6 +274,9 @@ const (
 	// (see recordRuntime; learning one is in the capacity request's local
 	// activity, which replays from its marker).
 	versionLearnedEstimate = "job-learned-estimate"
+	// versionReleaseStaleGrant: a grant for an attempt that has ended is
+	// given back, its nodes named lost (see releaseStaleGrant).
+	versionReleaseStaleGrant = "job-release-stale-grant"
 )
 
 // defaultJobEventsPerRun is the history length past which a job continues

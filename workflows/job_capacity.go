@@ -6,6 +6,7 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -154,9 +155,12 @@ func (j *job) requestCapacity(ctx, actx workflow.Context, req activities.Request
 // was never known to its successor, so using it would double-book GPUs.
 func (j *job) takeGrant(ctx workflow.Context, g protocol.GrantSignal) {
 	switch {
+	case g.Attempt < j.status.Attempt:
+		j.releaseStaleGrant(ctx, g)
+		return
 	case j.cur.phase != protocol.HoldWaiting || g.Attempt != j.status.Attempt:
-		// A grant for an older attempt arrived late; that capacity was
-		// already released, so it is ignored.
+		// A grant repeated for the attempt that holds it, or one for an
+		// attempt that has ended: nothing to take.
 		return
 	case g.Epoch != "" && j.epoch != "" && g.Epoch != j.epoch && !j.movesToEpoch(g.Epoch):
 		workflow.GetLogger(ctx).Warn("ignoring a grant of a replaced allocator", "attempt", g.Attempt, "grant_epoch", g.Epoch, "epoch", j.epoch)
@@ -170,6 +174,31 @@ func (j *job) takeGrant(ctx workflow.Context, g protocol.GrantSignal) {
 		j.seq, j.cur.request.Seq = g.Seq, g.Seq
 	}
 	j.cur.grant, j.cur.phase = &g, protocol.HoldHolding
+}
+
+// releaseStaleGrant gives back a grant for an attempt that has already
+// ended. Most such grants are late copies of capacity released already (the
+// allocator ignores the release then), but an allocator whose view lagged (a
+// reset of it or of the job, a recovery) can grant an attempt after the job
+// moved on; it would hold that capacity for ever while the job's next attempt
+// waits "for its previous attempt to release". The job started nothing for
+// this grant, but workers of that attempt may have run on its nodes earlier,
+// so the release names every node of the grant as lost: the allocator fences
+// them until their agents say what runs there.
+func (j *job) releaseStaleGrant(ctx workflow.Context, g protocol.GrantSignal) {
+	if len(g.Placement) == 0 || workflow.GetVersion(ctx, versionReleaseStaleGrant, workflow.DefaultVersion, 1) < 1 {
+		return
+	}
+	r := protocol.ReleaseSignal{Job: j.name, Attempt: g.Attempt, Stopping: true}
+	for _, p := range g.Placement {
+		r.Workers = append(r.Workers, p.Worker)
+		if !slices.Contains(r.LostNodes, p.Node) {
+			r.LostNodes = append(r.LostNodes, p.Node)
+		}
+	}
+	workflow.GetLogger(ctx).Warn("a grant for an attempt that has ended; giving it back", "attempt", g.Attempt, "current", j.status.Attempt)
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	workflow.SignalExternalWorkflow(dctx, j.alloc.id, "", protocol.SignalRelease, r)
 }
 
 // movesToEpoch says whether a grant or preemption of epoch e, which is not

@@ -478,3 +478,34 @@ func TestRegisterDuringARerunsRequestReportsNothingReleased(t *testing.T) {
 	assert.Empty(t, hold.Released, "attempt 2 released nothing yet")
 	assert.False(t, hold.Releasing, "attempt 2 is not stopping")
 }
+
+// A grant for an attempt that has ended is given back: an allocator whose
+// view lagged (a reset, a recovery) can grant an attempt after the job moved
+// on, and would hold that capacity for ever while the next attempt waits for
+// it. The release names the grant's nodes lost, so that the allocator fences
+// them until their agents say what runs there.
+func TestAGrantForAnEndedAttemptIsGivenBack(t *testing.T) {
+	h := newJobHarness(t)
+	h.grantAt(time.Minute, 1, 2)
+	h.watch(1, -1, forever, 0)
+	h.preemptAt(30*time.Minute, 1, "lm-mpi-job-high")
+	h.grantAt(time.Hour, 1, 2) // attempt 1 again, while attempt 2 waits
+	h.grantAt(2*time.Hour, 2, 2)
+	h.watch(2, -1, 10*time.Minute, 0)
+	h.run(fixture.Job{Class: "low", Workers: 2, MaxRetry: 1}.Spec())
+	require.NoError(t, h.env.GetWorkflowError())
+
+	rs := h.releases(1)
+	var given []protocol.ReleaseSignal
+	for _, r := range rs {
+		if len(r.LostNodes) > 0 {
+			given = append(given, r)
+		}
+	}
+	require.Len(t, given, 1, "the late grant of attempt 1 is given back once: %+v", rs)
+	assert.True(t, given[0].Stopping)
+	assert.Equal(t, []int{0, 1}, sorted(given[0].Workers))
+	assert.Equal(t, []string{"basic-1", "basic-2"}, given[0].LostNodes)
+	assert.Len(t, h.starts, 4, "nothing started for the late grant")
+	assert.Equal(t, protocol.StateCompleted, h.status().State)
+}
