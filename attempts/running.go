@@ -314,13 +314,13 @@ func (r *Running) judge(w WatchEnded) (Outcome, bool, []Command) {
 	case w.End != WorkerGone && w.Cancelled:
 		return stoppedByTheUser, true, nil
 	case w.End == NodeSilent:
-		return r.NodeLostOutcome(node), true, []Command{MarkNodeLost{Node: node}}
+		return NodeLostAfter(node, r.NodeTimeout), true, []Command{MarkNodeLost{Node: node}}
 	case w.End == Silent:
 		var cmds []Command
 		if r.Health != nil && r.Health.Notify {
 			cmds = append(cmds, NotifyStuck{})
 		}
-		return Stuck(r.Health), true, cmds
+		return stuck(r.Health), true, cmds
 	case w.End == NodeLostTrack:
 		return Outcome{Kind: NodeLost, Message: fmt.Sprintf("node %s lost: %s", node, w.Error)}, true, []Command{MarkNodeLost{Node: node}}
 	case w.End == WatchFailed:
@@ -339,22 +339,16 @@ func (r *Running) judge(w WatchEnded) (Outcome, bool, []Command) {
 	return Outcome{}, false, nil
 }
 
-// NodeLostOutcome is the outcome of an attempt whose node's agent did not
-// answer within the node timeout.
-func (r *Running) NodeLostOutcome(node string) Outcome {
-	return NodeLostAfter(node, r.NodeTimeout)
-}
-
 // NodeLostAfter is the outcome of an attempt whose node's agent did not
 // answer for timeout.
 func NodeLostAfter(node string, timeout time.Duration) Outcome {
 	return Outcome{Kind: NodeLost, Message: fmt.Sprintf("node %s lost: its agent did not answer for %s", node, timeout)}
 }
 
-// Stuck is the outcome of an attempt whose workers all stopped writing logs
+// stuck is the outcome of an attempt whose workers all stopped writing logs
 // (health_params): with action restart it reruns, counting against
 // max_retry; with action delete the job ends Failed.
-func Stuck(h *protocol.JobHealth) Outcome {
+func stuck(h *protocol.JobHealth) Outcome {
 	msg := fmt.Sprintf("stuck: no worker wrote a log line for %s (health_params.log_period)", h.LogPeriod)
 	if h.Action == protocol.HealthActionDelete {
 		return Outcome{Kind: Failed, Message: msg + "; health_params.action is delete, so the job is stopped", Final: true}

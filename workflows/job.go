@@ -221,7 +221,7 @@ func (j *job) run(ctx workflow.Context, in protocol.JobInput) (*protocol.JobStat
 // afterAttempt ends the job or prepares the next attempt. end says the
 // workflow returns err (a continue-as-new error included).
 func (j *job) afterAttempt(ctx workflow.Context, in protocol.JobInput, out attempts.Outcome) (end bool, err error) {
-	next := attempts.After(out, attempts.Record{Restarts: j.status.Restarts, MaxRetry: j.spec.MaxRetry, NodeLosses: j.status.NodeLosses})
+	next := attempts.After(out, j.record())
 	if next.NodeLoss {
 		j.status.NodeLosses++
 	}
@@ -262,8 +262,11 @@ var restartReasons = map[attempts.Restart]string{
 
 // reruns says whether another attempt follows the one that ended with out
 // (see attempts.Reruns).
-func (j *job) reruns(out attempts.Outcome) bool {
-	return attempts.Reruns(out, attempts.Record{Restarts: j.status.Restarts, MaxRetry: j.spec.MaxRetry, NodeLosses: j.status.NodeLosses})
+func (j *job) reruns(out attempts.Outcome) bool { return attempts.Reruns(out, j.record()) }
+
+// record is what the job has spent of its reruns, for the attempts' rules.
+func (j *job) record() attempts.Record {
+	return attempts.Record{Restarts: j.status.Restarts, MaxRetry: j.spec.MaxRetry, NodeLosses: j.status.NodeLosses}
 }
 
 // Versions of the job workflow's code (workflow.GetVersion). Each lives as
