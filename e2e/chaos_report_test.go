@@ -8,7 +8,6 @@ import (
 	"os"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	commonpb "go.temporal.io/api/common/v1"
@@ -335,27 +334,32 @@ func (r *chaosRun) check(final map[string]chaosJobInfo) *chaosReport {
 			names = append(names, j.name)
 		}
 	}
-	var mu sync.Mutex
+	// Each describe writes its own slot; final is written back after, so no
+	// goroutine reads the map while another writes it.
+	fresh := make([]chaosJobInfo, len(names))
+	for i, name := range names {
+		fresh[i] = final[name]
+	}
 	parallel(len(names), 8, func(i int) {
-		name := names[i]
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		ji := final[name]
-		if fresh, err := r.describeJob(ctx, name); err == nil {
-			ji = fresh
+		ji := fresh[i]
+		if described, err := r.describeJob(ctx, names[i]); err == nil {
+			ji = described
 		}
 		if ji.found {
-			st, err := tqclient.New(r.c, nil).Status(ctx, name)
+			st, err := tqclient.New(r.c, nil).Status(ctx, names[i])
 			if err == nil {
 				ji.st = &st
 			} else {
 				ji.queryErr = err
 			}
 		}
-		mu.Lock()
-		final[name] = ji
-		mu.Unlock()
+		fresh[i] = ji
 	})
+	for i, name := range names {
+		final[name] = fresh[i]
+	}
 	for _, name := range names {
 		ji := final[name]
 		state := ji.state
