@@ -393,7 +393,8 @@ func (c *Cluster) StartService(ctx context.Context, name string) error {
 	cmd := exec.Command(c.bin.Server, "--root", c.opts.Dir, "--config", "config", "--env", "development",
 		"--allow-no-auth", "start", "--service", name)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Pdeathsig: a test binary that crashes takes its services with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		_ = logf.Close()
 		s.mu.Unlock()

@@ -110,7 +110,8 @@ func newPostgres(ctx context.Context, dir string) (*Postgres, error) {
 func (p *Postgres) command(ctx context.Context, name string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, filepath.Join(p.binDir, name), args...)
 	cmd.Dir = "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred, Setpgid: true}
+	// Pdeathsig: a test binary that crashes takes its database with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred, Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	return cmd
 }
 

@@ -89,6 +89,8 @@ func (s *PersistentDevServer) Start(ctx context.Context) error {
 	}
 	args = append(args, protocol.DevServerArgs()...)
 	cmd := exec.Command(s.bin, args...)
+	// A test binary that crashes takes its server with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	log := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {

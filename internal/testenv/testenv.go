@@ -117,6 +117,9 @@ func StartWorker(bin string, args, env []string) (*WorkerProcess, error) {
 	w.cmd = exec.Command(bin, args...)
 	w.cmd.Env = append(os.Environ(), env...)
 	w.cmd.Stdout, w.cmd.Stderr = &w.log, &w.log
+	// A test binary that crashes takes its workers with it (the jobs they
+	// started end with their own process groups).
+	w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := w.cmd.Start(); err != nil {
 		return nil, err
 	}
