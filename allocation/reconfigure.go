@@ -100,7 +100,7 @@ func (s *State) configChanges(in protocol.AllocatorInput) string {
 		switch {
 		case !ok:
 			added = append(added, n.Name)
-		case o != n:
+		case !o.Equal(n):
 			changed = append(changed, n.Name)
 		}
 		delete(old, n.Name)
@@ -119,7 +119,7 @@ func (s *State) configChanges(in protocol.AllocatorInput) string {
 			parts = append(parts, fmt.Sprintf("%s node(s) %s", c.what, strings.Join(c.nodes, ", ")))
 		}
 	}
-	if len(parts) == 0 && !slices.Equal(s.Pool.Nodes(), in.Nodes) {
+	if len(parts) == 0 && !slices.EqualFunc(s.Pool.Nodes(), in.Nodes, scheduler.Node.Equal) {
 		parts = append(parts, "reordered the nodes")
 	}
 	classNotices := s.classNoticeChanges(in)

@@ -117,9 +117,14 @@ type Allocation struct {
 	PreemptionNoticeByClass map[string]Duration `json:"preemption_notice_by_class,omitempty"`
 	// NoticeSignal is a signal the workers also get with every notice
 	// (one of NoticeSignals; "": none).
-	NoticeSignal string           `json:"notice_signal,omitempty"`
-	MaxTimeLimit Duration         `json:"max_time_limit,omitempty"`
-	Nodes        []scheduler.Node `json:"nodes"`
+	NoticeSignal string   `json:"notice_signal,omitempty"`
+	MaxTimeLimit Duration `json:"max_time_limit,omitempty"`
+	// Topology names the levels of the allocation's network, coarsest first ([block, rack]);
+	// each node names its domain at every level (its topology: {block: b1, rack: r3}; with
+	// node_selector, the node's label of the level's name). Gangs are placed in the fewest
+	// domains they can (scheduler.Policy.Topology).
+	Topology []string         `json:"topology,omitempty"`
+	Nodes    []scheduler.Node `json:"nodes"`
 	// NodeSelector (backend kubernetes only, instead of nodes) picks the
 	// allocation's nodes by their labels: every Kubernetes node with all of
 	// them, its GPUs, CPU and memory read from its allocatable and its
@@ -184,7 +189,7 @@ const (
 func (a Allocation) Policy() scheduler.Policy {
 	return scheduler.Policy{Queueing: a.Queueing, MinRuntimeBeforePreemption: a.MinRuntimeBeforePreemption.D(), ReserveAfter: a.ReserveAfter.D(), Backfill: a.Backfill, StarvationAfter: a.StarvationAfter.D(),
 		MaxPreemptions: a.MaxPreemptions, MaxLossGPUHours: a.MaxLossGPUHours, PreemptionNotice: a.longestNotice(), Limits: a.policyLimits(),
-		Ordering: a.Ordering, FairShareHalfLife: a.FairShareHalfLife.D(), FairShareInterval: a.FairShareInterval.D()}
+		Ordering: a.Ordering, FairShareHalfLife: a.FairShareHalfLife.D(), FairShareInterval: a.FairShareInterval.D(), Topology: a.Topology}
 }
 
 // Duration is a time.Duration written as "30s" or "5m" in the file.

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -267,5 +268,45 @@ func TestBackfill(t *testing.T) {
 		if a == nil || a.Backfill != tc.want || a.Policy().Backfill != tc.want {
 			t.Fatalf("%q: want backfill %v, got %+v", tc.line, tc.want, a)
 		}
+	}
+}
+
+// TestTopology: an allocation's topology levels and its nodes' domains reach the policy and the
+// nodes; a node that leaves a level out, or names one the allocation does not list, is refused
+// naming the allocation, the node and the level.
+func TestTopology(t *testing.T) {
+	const head = "default_allocation: a\nregions:\n  - name: R\n    allocations:\n      - name: a\n"
+	for _, tc := range []struct {
+		name, body, wantErr string
+	}{
+		{"levels and domains", "        topology: [block, rack]\n        nodes:\n" +
+			"          - {name: n1, family: a100, gpus: 8, topology: {block: b1, rack: r1}}\n" +
+			"          - {name: n2, family: a100, gpus: 8, topology: {block: b1, rack: r2}}\n", ""},
+		{"a node without a rack", "        topology: [block, rack]\n        nodes:\n" +
+			"          - {name: n1, family: a100, gpus: 8, topology: {block: b1}}\n",
+			`regions[0].allocations[0]: node "n1" has no topology.rack`},
+		{"a level the allocation does not list", "        topology: [rack]\n        nodes:\n" +
+			"          - {name: n1, family: a100, gpus: 8, topology: {rack: r1, row: x}}\n",
+			`regions[0].allocations[0]: node "n1": topology.row is not one of the allocation's topology levels (rack)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := Load(writeConfig(t, head+tc.body))
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("want an error containing %q, got %v", tc.wantErr, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := cfg.Regions[0].Allocations[0]
+			if got := a.Policy().Topology; !slices.Equal(got, []string{"block", "rack"}) {
+				t.Fatalf("policy topology %v", got)
+			}
+			if got := a.Nodes[1].Topology; got["block"] != "b1" || got["rack"] != "r2" {
+				t.Fatalf("n2's topology %v", got)
+			}
+		})
 	}
 }

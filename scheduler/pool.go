@@ -132,6 +132,7 @@ type Pool struct {
 	fams    []family
 	famIdx  map[string]int32
 	nodeIdx map[string]int32
+	topo    topology
 
 	waiting  []*waitReq // launch order: class desc, Seq asc, Job asc
 	waitKeys []waitKey  // parallel to waiting
@@ -285,6 +286,11 @@ func NewPool(nodes []Node, policy Policy) (*Pool, error) {
 		p.nodeIdx[n.Name] = int32(i)
 		p.nodes = append(p.nodes, node{Node: n, fam: f, free: capacityOf(&n)})
 	}
+	topo, err := newTopology(policy.Topology, nodes)
+	if err != nil {
+		return nil, err
+	}
+	p.topo = topo
 	p.nPreemptible = make([]perClass, len(p.fams))
 	p.sc = newScratch()
 	p.sizeVictimLists()

@@ -125,7 +125,7 @@ func (p *Pool) checkChangedNodesUnused(empty *Pool, nodes []Node) error {
 		what := "removed"
 		if kept {
 			nw := nodes[ni]
-			if nw == old {
+			if sameCapacity(nw, old) {
 				continue
 			}
 			what = "changed (" + nodeChange(old, nw) + ")"

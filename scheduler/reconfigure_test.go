@@ -139,7 +139,7 @@ func TestReconfigureRules(t *testing.T) {
 			if !slices.Equal(dropped, tc.unfit) {
 				t.Fatalf("unfit %v, want %v", dropped, tc.unfit)
 			}
-			if !slices.Equal(p.Nodes(), tc.nodes) {
+			if !slices.EqualFunc(p.Nodes(), tc.nodes, Node.Equal) {
 				t.Fatalf("nodes %v", p.Nodes())
 			}
 			for _, j := range []string{"big", "cpu"} {

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -203,6 +204,22 @@ type Node struct {
 	// 0's node address is the MASTER_ADDR of a multi-node job. The scheduler
 	// does not use it; "" means the node is this machine (127.0.0.1).
 	Address string `json:"address,omitempty"`
+	// Topology places the node in the allocation's topology (Policy.Topology): its domain at
+	// each level, by level name ({"block": "b1", "rack": "r3"}). A domain is named within the
+	// domain one level up, so rack r3 of block b1 and rack r3 of block b2 are two racks. It
+	// only steers where gangs go (see Topology in the package doc): a node relabelled while
+	// jobs run on it keeps them.
+	Topology map[string]string `json:"topology,omitempty"`
+}
+
+// Equal reports whether two configurations of a node are the same, topology included.
+func (n Node) Equal(o Node) bool { return sameCapacity(n, o) && maps.Equal(n.Topology, o.Topology) }
+
+// sameCapacity reports whether two configurations of a node hold the same workers: everything
+// but where it sits in the topology.
+func sameCapacity(a, b Node) bool {
+	return a.Name == b.Name && a.Family == b.Family && a.GPUs == b.GPUs && a.CPU == b.CPU && a.RAMGB == b.RAMGB &&
+		a.Address == b.Address
 }
 
 // Queueing is the pool's queueing strategy.
@@ -256,6 +273,11 @@ type Policy struct {
 	// FairShareInterval is how often FairShare ranks the accounts by their usage. 0 means
 	// DefaultFairShareInterval.
 	FairShareInterval time.Duration `json:"fair_share_interval,omitempty"`
+	// Topology names the levels of the allocation's network, coarsest first (["block",
+	// "rack"]); each node names its domain at every level (Node.Topology). A gang is then placed
+	// in the fewest domains it can: within one domain of the finest level if one has room, else
+	// of the next level up (see Topology in the package doc). Empty: no topology.
+	Topology []string `json:"topology,omitempty"`
 }
 
 // DefaultMaxLossGPUHours is Policy.MaxLossGPUHours when it is 0.

@@ -30,7 +30,7 @@ func TestLoadOpenB(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(w.Nodes) != 4 || w.Nodes[1] != (scheduler.Node{Name: "n1", Family: OpenBFamily, GPUs: 8, CPU: 96000, RAMGB: 393216}) {
+	if len(w.Nodes) != 4 || !w.Nodes[1].Equal(scheduler.Node{Name: "n1", Family: OpenBFamily, GPUs: 8, CPU: 96000, RAMGB: 393216}) {
 		t.Fatalf("nodes %+v", w.Nodes)
 	}
 	want := []Job{
@@ -102,7 +102,7 @@ func TestShrink(t *testing.T) {
 			got = append(got, n.Name)
 		}
 		want := strings.Fields(tc.want)
-		slices.SortFunc(want, func(a, b string) int { return slices.Index(ns, nodeNamed(ns, a)) - slices.Index(ns, nodeNamed(ns, b)) })
+		slices.SortFunc(want, func(a, b string) int { return nodeIndex(ns, a) - nodeIndex(ns, b) })
 		if !slices.Equal(got, want) {
 			t.Errorf("Shrink(%d) = %v, want %v", tc.n, got, want)
 		}
@@ -148,13 +148,8 @@ func TestKeep(t *testing.T) {
 	}
 }
 
-func nodeNamed(ns []scheduler.Node, name string) scheduler.Node {
-	for _, n := range ns {
-		if n.Name == name {
-			return n
-		}
-	}
-	return scheduler.Node{}
+func nodeIndex(ns []scheduler.Node, name string) int {
+	return slices.IndexFunc(ns, func(n scheduler.Node) bool { return n.Name == name })
 }
 
 func TestLoadOwn(t *testing.T) {

@@ -433,7 +433,7 @@ func TestSelectNodesReadsAllocatable(t *testing.T) {
 		node("nofamily", map[string]string{"trainq.io/allocation": "demo"}, 8, 1000, 1),
 		node("other", map[string]string{"trainq.io/allocation": "prod", FamilyLabel: "h100"}, 8, 1000, 1),
 	)
-	nodes, skipped := b.SelectNodes(map[string]string{"trainq.io/allocation": "demo"})
+	nodes, skipped := b.SelectNodes(map[string]string{"trainq.io/allocation": "demo"}, nil)
 	assert.Equal(t, []scheduler.Node{
 		{Name: "gpu-a", Family: "a100", GPUs: 4, CPU: 16, RAMGB: 128},
 		{Name: "gpu-b", Family: "a100", GPUs: 8, CPU: 95, RAMGB: 700},
@@ -441,6 +441,29 @@ func TestSelectNodesReadsAllocatable(t *testing.T) {
 	require.Len(t, skipped, 1)
 	assert.Equal(t, "nofamily", skipped[0].Name)
 	assert.Contains(t, skipped[0].Why, FamilyLabel)
+}
+
+// An allocation with topology levels reads each node's domains from its
+// labels of the levels' names, and skips, saying why, a node without one.
+func TestSelectNodesReadsTopologyLabels(t *testing.T) {
+	node := func(name string, lbls map[string]string) *corev1.Node {
+		lbls["trainq.io/allocation"], lbls[FamilyLabel] = "demo", "a100"
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: lbls},
+			Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{GPUResource: *resource.NewQuantity(8, resource.DecimalSI)}}}
+	}
+	const block, rack = "example.com/block", "example.com/rack"
+	b, _ := newFake(t, nil,
+		node("gpu-1", map[string]string{block: "b1", rack: "r1"}),
+		node("gpu-2", map[string]string{block: "b1", rack: "r2"}),
+		node("norack", map[string]string{block: "b1"}),
+	)
+	nodes, skipped := b.SelectNodes(map[string]string{"trainq.io/allocation": "demo"}, []string{block, rack})
+	require.Len(t, nodes, 2)
+	assert.Equal(t, map[string]string{block: "b1", rack: "r1"}, nodes[0].Topology)
+	assert.Equal(t, map[string]string{block: "b1", rack: "r2"}, nodes[1].Topology)
+	require.Len(t, skipped, 1)
+	assert.Equal(t, "norack", skipped[0].Name)
+	assert.Contains(t, skipped[0].Why, rack)
 }
 
 // The pod log API has no offsets: ReadLog keeps the end of the first

@@ -22,9 +22,10 @@ type SkippedNode struct {
 // SelectNodes returns the nodes, as last seen, whose labels match all of
 // selector, ordered by name, as trainq schedules them: GPUs, CPU (whole
 // cores) and memory (whole GiB) from the node's allocatable, and the family
-// from its FamilyLabel. A matching node without a family or with a name
-// trainq cannot use is skipped, and said why.
-func (b *Backend) SelectNodes(selector map[string]string) ([]scheduler.Node, []SkippedNode) {
+// from its FamilyLabel, and its domain at each topology level from its label
+// of the level's name. A matching node without a family or a topology label,
+// or with a name trainq cannot use, is skipped, and said why.
+func (b *Backend) SelectNodes(selector map[string]string, topology []string) ([]scheduler.Node, []SkippedNode) {
 	sel := labels.SelectorFromSet(selector)
 	var out []scheduler.Node
 	var skipped []SkippedNode
@@ -33,7 +34,7 @@ func (b *Backend) SelectNodes(selector map[string]string) ([]scheduler.Node, []S
 		if !sel.Matches(labels.Set(n.Labels)) {
 			continue
 		}
-		sn, why := SchedulerNode(n)
+		sn, why := SchedulerNode(n, topology)
 		if why != "" {
 			skipped = append(skipped, SkippedNode{Name: n.Name, Why: why})
 			continue
@@ -45,9 +46,9 @@ func (b *Backend) SelectNodes(selector map[string]string) ([]scheduler.Node, []S
 	return out, skipped
 }
 
-// SchedulerNode is a Kubernetes node as trainq schedules it, or why it
-// cannot be one.
-func SchedulerNode(n *corev1.Node) (scheduler.Node, string) {
+// SchedulerNode is a Kubernetes node as trainq schedules it, in an
+// allocation with these topology levels (label keys), or why it cannot be one.
+func SchedulerNode(n *corev1.Node, topology []string) (scheduler.Node, string) {
 	if len(n.Name) > 63 {
 		return scheduler.Node{}, "its name is longer than the 63 characters trainq allows"
 	}
@@ -55,13 +56,25 @@ func SchedulerNode(n *corev1.Node) (scheduler.Node, string) {
 	if family == "" {
 		return scheduler.Node{}, fmt.Sprintf("it has no %s label (such as a100), which instance types name", FamilyLabel)
 	}
+	var domains map[string]string
+	for _, level := range topology {
+		d := n.Labels[level]
+		if d == "" {
+			return scheduler.Node{}, fmt.Sprintf("it has no %s label, which the allocation's topology names", level)
+		}
+		if domains == nil {
+			domains = map[string]string{}
+		}
+		domains[level] = d
+	}
 	alloc := n.Status.Allocatable
 	gpus := alloc[corev1.ResourceName(GPUResource)]
 	return scheduler.Node{
-		Name:   n.Name,
-		Family: family,
-		GPUs:   int(gpus.Value()),
-		CPU:    int(alloc.Cpu().MilliValue() / 1000),
-		RAMGB:  int(alloc.Memory().Value() >> 30),
+		Name:     n.Name,
+		Family:   family,
+		GPUs:     int(gpus.Value()),
+		CPU:      int(alloc.Cpu().MilliValue() / 1000),
+		RAMGB:    int(alloc.Memory().Value() >> 30),
+		Topology: domains,
 	}, ""
 }

@@ -34,7 +34,7 @@ func selectedNodes(cfg *config.Config, kb *kube.Backend, logger *slog.Logger) ma
 			continue
 		}
 		name := ref.Region + "/" + ref.Allocation.Name
-		nodes, skipped := kb.SelectNodes(ref.Allocation.NodeSelector)
+		nodes, skipped := kb.SelectNodes(ref.Allocation.NodeSelector, ref.Allocation.Topology)
 		for _, s := range skipped {
 			logger.Warn("a node the allocation's node_selector matches is left out: "+s.Why, "allocation", name, "node", s.Name)
 		}
@@ -167,7 +167,7 @@ func (h *handover) next(picked map[config.AllocationRef][]scheduler.Node, logger
 			}
 			nodes = append(nodes, n)
 		}
-		if slices.Equal(h.current[name], nodes) {
+		if slices.EqualFunc(h.current[name], nodes, scheduler.Node.Equal) {
 			continue
 		}
 		step := handoverStep{ref: ref, name: name, nodes: nodes}
