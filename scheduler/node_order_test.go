@@ -19,11 +19,19 @@ func TestEveryPlacementPathOrdersNodesAlike(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 5))
 	for round := range 300 {
 		var nodes []Node
+		var pol Policy
+		racks := round%2 == 1 // half the rounds on nodes in racks of one to three
+		if racks {
+			pol.Topology = []string{"rack"}
+		}
 		for i := range 3 + rng.IntN(10) {
 			gpus := []int{2, 4, 8}[rng.IntN(3)]
 			nodes = append(nodes, Node{Name: fmt.Sprintf("n%d", i), Family: "a", GPUs: gpus, CPU: 8 * gpus * (1 + rng.IntN(2)), RAMGB: 64 * gpus})
+			if racks {
+				nodes[i].Topology = map[string]string{"rack": fmt.Sprint(rng.IntN(1 + len(nodes)/2))}
+			}
 		}
-		p := mustPool(t, nodes, Policy{})
+		p := mustPool(t, nodes, pol)
 		for j := range rng.IntN(3 * len(nodes)) {
 			r := makeJob(fmt.Sprintf("r%d-%d", round, j), "a").GPUs(1 + rng.IntN(4)).Obj()
 			r.Seq = int64(j + 1)
@@ -76,9 +84,12 @@ func TestEveryPlacementPathOrdersNodesAlike(t *testing.T) {
 					}
 				}
 				slices.SortFunc(cands, cmpNodeCandidate)
+				// The first k in that order; for a gang on racked nodes, the first k of one rack
+				// where a rack holds them (topology.gang, TestGangPlacementByTopology).
 				first := func(k int) []int32 {
 					var out []int32
-					for _, c := range cands[:k] {
+					var counts []int32
+					for _, c := range p.topo.gang(slices.Clone(cands), k, &counts) {
 						out = append(out, c.n)
 					}
 					slices.Sort(out)

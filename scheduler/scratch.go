@@ -92,9 +92,9 @@ type placementBuffers struct {
 	nodeCands []nodeCandidate
 	// domainCounts counts a gang's candidates per topology domain (topology.gang).
 	domainCounts []int32
-	pick      []int32
-	relTake   []int32 // per picked node: GPUs taken from releasing capacity
-	relUsed   []bool  // per picked node: anything taken from releasing capacity
+	pick         []int32
+	relTake      []int32 // per picked node: GPUs taken from releasing capacity
+	relUsed      []bool  // per picked node: anything taken from releasing capacity
 }
 
 // victimSearch is the working state of rule (d)'s search for victims (see chooseVictims).

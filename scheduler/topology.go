@@ -104,17 +104,6 @@ func (t *topology) gang(cands []nodeCandidate, k int, counts *[]int32) []nodeCan
 	return cands[:k]
 }
 
-// domainsOf counts the domains of level l that the nodes span.
-func (t *topology) domainsOf(l int, nodes []int32) int {
-	var seen []int32
-	for _, n := range nodes {
-		if d := t.domain[l][n]; !slices.Contains(seen, d) {
-			seen = append(seen, d)
-		}
-	}
-	return len(seen)
-}
-
 func growZero(s *[]int32, n int) []int32 {
 	if cap(*s) < n {
 		*s = make([]int32, n)

@@ -27,6 +27,7 @@ var Knobs = []struct{ Name, Help string }{
 	{"ordering", "fifo (submission order within a class) or fair-share (least recently used workspace first; give jobs workspaces with --teams)"},
 	{"half_life", "fair_share_half_life: how fast fair-share forgets usage (e.g. 24h; default 168h)"},
 	{"starvation_after", "the first request of a class that waited this long may preempt lower-class jobs that max_loss and min_runtime protect, and those at max_preemptions once more (0: never, the default)"},
+	{"topology", "on (default, with --racks): gangs are placed in the fewest racks, then blocks; off: as if the nodes had no topology"},
 	{"backfill", "on: a reservation gets a start from the RunLimits of --estimates (give one model) and others start on its nodes only if they end by then; off (default)"},
 }
 
@@ -153,6 +154,15 @@ func setKnob(p *Policy, k, v string) error {
 			p.NoHonorsNotice = false
 		case "off":
 			p.NoHonorsNotice = true
+		default:
+			return fmt.Errorf("%q is not on or off", v)
+		}
+	case "topology":
+		switch v {
+		case "on":
+			p.NoTopology = false
+		case "off":
+			p.NoTopology = true
 		default:
 			return fmt.Errorf("%q is not on or off", v)
 		}

@@ -98,6 +98,8 @@ type Result struct {
 	Longest []Waiter `json:"longest_waiters,omitempty"`
 	// ETA is the expected-start measurement (Options.Estimates).
 	ETA *ETAReport `json:"eta,omitempty"`
+	// Gangs are the figures of the jobs of two or more workers, if any.
+	Gangs *GangStats `json:"gangs,omitempty"`
 }
 
 // Waits summarises a set of waits.
@@ -228,6 +230,7 @@ func (s *sim) result(first time.Duration) *Result {
 	res.Schedule = timing(s.schedTimes)
 	res.PreemptorWait = waitsOf(s.preemptorWaits)
 	res.Loans, res.Yields, res.YieldLostGPUHours = s.loans, s.yields, s.yieldLost/3600
+	res.Gangs = s.gangStats()
 	if s.pol.Scheduler.PreemptionNotice > 0 {
 		res.Honor = s.pol.HonorShare(s.opt)
 	}
@@ -464,6 +467,21 @@ func writeSummary(w io.Writer, rs []*Result) {
 		line("victims that saved on the notice", func(r *Result) string {
 			a := r.Row(RowAll)
 			return fmt.Sprintf("%d (%s)", a.Honoured, pct(a.Honoured, a.Preemptions))
+		})
+	}
+	if slices.ContainsFunc(rs, func(r *Result) bool { return r.Gangs != nil }) {
+		line("gangs in one rack / block", func(r *Result) string {
+			g := r.Gangs
+			if g == nil || g.Started == 0 {
+				return "-"
+			}
+			return pct(g.OneRack, g.Started) + " / " + pct(g.OneBlock, g.Started)
+		})
+		line("gang wait p95 / longest", func(r *Result) string {
+			if r.Gangs == nil || r.Gangs.Wait.N == 0 {
+				return "-"
+			}
+			return Dur(r.Gangs.Wait.P95.D()) + " / " + Dur(r.Gangs.Wait.Max.D())
 		})
 	}
 	line("preemptor wait p50 / p95", func(r *Result) string {

@@ -47,6 +47,8 @@ type Policy struct {
 	// HonorsNotice), as trainq did before it counted lost work from the notice: the jobs honour
 	// them all the same, but the policy counts every victim's loss from its last checkpoint.
 	NoHonorsNotice bool `json:"no_honors_notice,omitempty"`
+	// NoTopology places gangs as if the workload had no topology (Workload.Topology).
+	NoTopology bool `json:"no_topology,omitempty"`
 }
 
 // HonorShare is the share of jobs that honour a notice under p: p.Honor, or opt.Honor.
@@ -226,20 +228,22 @@ type jobState struct {
 	yielding  bool // the preempted attempt yields a loan
 	stopped   int  // workers of the preempted attempt that have stopped
 	nodes     []string
-	lost      float64 // GPU-seconds of work thrown away
-	pending   []int32 // preemptions made for this job, judged at its next grant
-	endedAt   time.Duration
-	honours   bool          // it honours notices (see honours)
-	honoured  int           // notices it saved and exited on
-	noticeAt  time.Duration // when its preemption told it (phNotice)
-	capHit    bool          // the pool explained its wait by its workspace's cap, at least once
-	capPos    int32         // its index in sim.capWait while it waits in a capped class
-	ran       time.Duration // run time of its earlier (preempted) attempts
-	estimate  time.Duration // learned estimate given at submission (hasEst)
-	hasEst    bool
-	estLevel  int8          // which shape key gave it (0 fine, 1 coarse)
-	firstAt   time.Duration // when the first attempt started (-1: never)
-	spans     []waitSpan    // its waits: each attempt's queueing to start
+	// firstNodes are where the first attempt ran (GangStats).
+	firstNodes []string
+	lost       float64 // GPU-seconds of work thrown away
+	pending    []int32 // preemptions made for this job, judged at its next grant
+	endedAt    time.Duration
+	honours    bool          // it honours notices (see honours)
+	honoured   int           // notices it saved and exited on
+	noticeAt   time.Duration // when its preemption told it (phNotice)
+	capHit     bool          // the pool explained its wait by its workspace's cap, at least once
+	capPos     int32         // its index in sim.capWait while it waits in a capped class
+	ran        time.Duration // run time of its earlier (preempted) attempts
+	estimate   time.Duration // learned estimate given at submission (hasEst)
+	hasEst     bool
+	estLevel   int8          // which shape key gave it (0 fine, 1 coarse)
+	firstAt    time.Duration // when the first attempt started (-1: never)
+	spans      []waitSpan    // its waits: each attempt's queueing to start
 }
 
 // waitSpan is one attempt's wait, from queueing to start.
@@ -339,7 +343,12 @@ func newSim(w *Workload, pol Policy, opt Options, est Estimates) (*sim, error) {
 	if opt.Clock == nil {
 		opt.Clock = time.Now
 	}
-	pool, err := scheduler.NewPool(w.Nodes, pol.Scheduler)
+	nodes := w.Nodes
+	pol.Scheduler.Topology = w.Topology
+	if pol.NoTopology {
+		nodes, pol.Scheduler.Topology = withoutTopology(w.Nodes), nil
+	}
+	pool, err := scheduler.NewPool(nodes, pol.Scheduler)
 	if err != nil {
 		return nil, err
 	}
@@ -559,6 +568,9 @@ func (s *sim) start(g scheduler.Grant) error {
 			return fmt.Errorf("grant for %s on %s, which is not one of its nodes %v", g.Job, p.Node, j.Nodes)
 		}
 		st.nodes = append(st.nodes, p.Node)
+	}
+	if st.attempt == 1 && j.Workers > 1 {
+		st.firstNodes = slices.Clone(st.nodes)
 	}
 	s.held += j.GPUs()
 	if g.OnLoan {

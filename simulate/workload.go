@@ -45,6 +45,9 @@ type Workload struct {
 	Name  string           `json:"name"`
 	Nodes []scheduler.Node `json:"nodes"`
 	Jobs  []Job            `json:"jobs"`
+	// Topology names the levels the nodes' Topology places them in (see Rack); the policies
+	// place gangs by it unless they turn it off.
+	Topology []string `json:"topology,omitempty"`
 	// Notes say what the loader assumed (rounded GPU shares, borrowed times, units).
 	Notes []string `json:"notes,omitempty"`
 }

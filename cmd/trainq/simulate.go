@@ -20,8 +20,9 @@ type simFlags struct {
 	etaSample                                                                   *float64
 	etaSeed                                                                     *uint64
 	rateWindow                                                                  *time.Duration
-	nodes, minGPUs, teams                                                       *int
-	frac                                                                        *float64
+	nodes, minGPUs, teams, racks, blocks                                        *int
+	frac, gangs                                                                 *float64
+	gangSeed                                                                    *uint64
 	stop, ckpt, notice, save                                                    *time.Duration
 	honor                                                                       *float64
 	honorSeed, teamSeed                                                         *uint64
@@ -55,6 +56,10 @@ func defineSimFlags(fs *flag.FlagSet) *simFlags {
 		wake:       fs.Bool("wake-timer", false, "also schedule at the pool's NextWake, as an allocator with a timer would (today's allocator schedules on events only)"),
 		teams:      fs.Int("teams", 0, "put every job without a workspace in one of `N` synthetic teams, team-1..team-N, by a hash of --team-seed and its id (the policies' cap.CLASS knobs cap each)"),
 		teamSeed:   fs.Uint64("team-seed", 1, "which team each job is in (--teams): a hash of this `seed` and the job id"),
+		racks:      fs.Int("racks", 0, "put the nodes in racks of up to `N` nodes of one family, and the racks in blocks (--blocks): the policies place gangs in the fewest racks, then blocks (knob topology=off: as without)"),
+		blocks:     fs.Int("blocks", 4, "racks per block, with --racks"),
+		gangs:      fs.Float64("gangs", 0, "make this `share` of the whole-node jobs gangs of 2 to 4 workers, each running for its runtime ÷ workers (the same GPU-hours)"),
+		gangSeed:   fs.Uint64("gang-seed", 1, "which jobs --gangs makes gangs, and their sizes: a hash of this `seed` and the job id"),
 		flood:      fs.String("flood-team", "", "this `workspace` (e.g. team-1) submits all its jobs high"),
 		estimates:  fs.String("estimates", "learned", "runtime estimates that backfill decides by and whose expected starts are measured, comma-separated `models`: learned (p90 of the last 20 completed jobs of the same shape, what a cluster has; the default), limit:Kx (a time limit K × the true runtime, e.g. limit:2x), exact (the true runtime: an upper bound no cluster reaches); none: no estimates, nothing measured"),
 		etaSample:  fs.Float64("eta-sample", 1, "measure the expected starts of this `share` of the jobs (0 to 1), drawn from a hash of --eta-seed and the job id"),
@@ -81,6 +86,18 @@ func runSimulate(ctx context.Context, g *globals, args []string) error {
 	}
 	if set["team-seed"] && !set["teams"] {
 		return usageErr("simulate: --team-seed needs --teams")
+	}
+	if set["racks"] && *f.racks < 1 || *f.blocks < 1 {
+		return usageErr("simulate: --racks and --blocks must be at least 1, got %d and %d", *f.racks, *f.blocks)
+	}
+	if set["blocks"] && !set["racks"] {
+		return usageErr("simulate: --blocks needs --racks")
+	}
+	if !(*f.gangs >= 0 && *f.gangs <= 1) {
+		return usageErr("simulate: --gangs must be a share from 0 to 1, got %g", *f.gangs)
+	}
+	if set["gang-seed"] && !set["gangs"] {
+		return usageErr("simulate: --gang-seed needs --gangs")
 	}
 	if err := f.checkNotice(); err != nil {
 		return err
@@ -210,6 +227,16 @@ func (f *simFlags) loadWorkload(g *globals, allocNodes []scheduler.Node, set map
 	}
 	if err != nil {
 		return nil, usageErr("simulate: %v", err)
+	}
+	if *f.racks > 0 {
+		if err := w.Rack(*f.racks, *f.blocks); err != nil {
+			return nil, usageErr("simulate: --racks: %v", err)
+		}
+	}
+	if *f.gangs > 0 {
+		if err := w.Gangs(*f.gangs, *f.gangSeed); err != nil {
+			return nil, usageErr("simulate: --gangs: %v", err)
+		}
 	}
 	if *f.teams > 0 {
 		if err := w.AssignTeams(*f.teams, *f.teamSeed); err != nil {
