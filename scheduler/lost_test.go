@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -160,7 +161,7 @@ func TestLostNodeLifecycle(t *testing.T) {
 		if !slices.Equal(grant, step.grant) {
 			t.Fatalf("%s: granted %+v, want w on %v", step.name, d.Grants, step.grant)
 		}
-		if got := nodeN2(); got != step.n2 {
+		if got := nodeN2(); !reflect.DeepEqual(got, step.n2) {
 			t.Fatalf("%s: n-2 %+v, want %+v", step.name, got, step.n2)
 		}
 	}

@@ -954,7 +954,7 @@ func (p *Pool) nodeInfos() []NodeInfo {
 	out := make([]NodeInfo, len(p.nodes))
 	for i := range p.nodes {
 		nd := &p.nodes[i]
-		out[i] = NodeInfo{Name: nd.Name, Family: nd.Family, GPUs: nd.GPUs, FreeGPUs: nd.free.gpu,
+		out[i] = NodeInfo{Name: nd.Name, Family: nd.Family, GPUs: nd.GPUs, FreeGPUs: nd.free.gpu, Topology: nd.Topology,
 			AllocatedGPUs: nd.GPUs - nd.free.gpu - nd.rel.gpu, ReleasingGPUs: nd.rel.gpu, Lost: nd.lost}
 	}
 	for _, h := range p.holds {

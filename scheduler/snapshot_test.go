@@ -112,7 +112,7 @@ func TestSnapshotV1Restores(t *testing.T) {
 		{Name: "n-3", Family: "a100", GPUs: 4, ReleasingGPUs: 4},              // low-2w's worker 1
 		{Name: "c-1", Family: "cpu"},                                          // cpu-run holds CPU only
 	}
-	if !slices.Equal(v.Nodes, wantNodes) {
+	if !reflect.DeepEqual(v.Nodes, wantNodes) {
 		t.Errorf("nodes\n%+v\nwant\n%+v", v.Nodes, wantNodes)
 	}
 

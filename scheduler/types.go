@@ -555,6 +555,8 @@ type NodeInfo struct {
 	// of those preemptors.
 	HeldGPUs int    `json:"held_gpus,omitempty"`
 	HeldFor  string `json:"held_for,omitempty"`
+	// Topology is the node's domain at each topology level (Node.Topology).
+	Topology map[string]string `json:"topology,omitempty"`
 }
 
 // View is the whole state of the allocation, for the UI/API.

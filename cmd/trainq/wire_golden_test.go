@@ -53,7 +53,7 @@ func wireQueue() protocol.QueueView {
 			PreemptedBy: &scheduler.Preemptor{Job: "lm-mpi-job-w", Class: scheduler.High, Kind: scheduler.KindJob}, OnLoan: true, Preemptions: 2,
 			CheckpointAt: *at(-5), Workspace: "team-a", Nominees: []string{"lm-mpi-job-w"}}},
 		Nodes: []scheduler.NodeInfo{{Name: "sr006-a100plus-1", Family: "a100plus", GPUs: 8, FreeGPUs: 1, AllocatedGPUs: 5, ReleasingGPUs: 2,
-			Lost: true, ReservedFor: "lm-mpi-job-w", HeldGPUs: 1, HeldFor: "lm-mpi-job-v"}},
+			Lost: true, ReservedFor: "lm-mpi-job-w", HeldGPUs: 1, HeldFor: "lm-mpi-job-v", Topology: map[string]string{"rack": "r1"}}},
 	}, Offset: 2, Limit: 5, WaitingTotal: 9, WaitingMatched: 7, WaitingByClass: map[string]int{"low": 2, "medium": 4, "high": 3},
 		Counters:   protocol.AllocatorCounters{Grants: 11, Preemptions: 3, Reclaimed: 2, Recoveries: 1, NodesLost: 1},
 		Recovering: true, Fenced: []protocol.FencedNode{{Node: "sr006-a100plus-1", Reason: "its agent has not answered for 2m", Cause: "lost"}},

@@ -87,6 +87,10 @@ regions:
       - name: relabel-b
         stop_grace_period: 5s
         node_selector: {trainq.io/allocation: relabel-b}
+      - name: racked
+        stop_grace_period: 5s
+        topology: [example.com/rack]
+        node_selector: {trainq.io/allocation: racked}
       - name: largest
         stop_grace_period: 5s
         max_loss_gpu_hours: -1

@@ -1,0 +1,77 @@
+package kube
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	kubeb "github.com/trainq/trainq/cluster/kube"
+	"github.com/trainq/trainq/internal/fixture"
+	"github.com/trainq/trainq/internal/kubetest"
+	"github.com/trainq/trainq/protocol"
+)
+
+const rackLabel = "example.com/rack"
+
+func rackedNode(name, rack string) kubetest.Node {
+	return kubetest.Node{Name: name, GPUs: 2, CPU: 16, MemoryGi: 128,
+		Labels: map[string]string{"trainq.io/allocation": "racked", kubeb.FamilyLabel: "a100", rackLabel: rack}}
+}
+
+// TestKubeGangStaysInOneRack: allocation "racked" reads each node's rack from its
+// example.com/rack label. rk-1 is in r1, rk-2 and rk-3 in r2: best fit alone would put a
+// two-node gang on rk-1 and rk-2, across racks; it lands on rk-2 and rk-3. Then rk-1 and rk-3
+// swap racks while nothing runs: the allocator learns it from the labels, and the next gang
+// lands on rk-1 and rk-2.
+func TestKubeGangStaysInOneRack(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, n := range []kubetest.Node{rackedNode("rk-1", "r1"), rackedNode("rk-2", "r2"), rackedNode("rk-3", "r2")} {
+		require.NoError(t, env.cluster.AddNode(ctx, n))
+	}
+	pw := watchPods(t)
+	startWorker(t)
+	racks := func() map[string]string {
+		out := map[string]string{}
+		for _, n := range queueNodes("racked") {
+			out[n.Name] = n.Topology[rackLabel]
+		}
+		return out
+	}
+	eventually(t, long, "the allocator to know the three nodes' racks", func() bool {
+		return assert.ObjectsAreEqual(map[string]string{"rk-1": "r1", "rk-2": "r2", "rk-3": "r2"}, racks())
+	})
+	gangOn := func(want ...string) {
+		t.Helper()
+		job := submit(t, fixture.Job{Region: "K", Allocation: "racked", Class: "medium", Workers: 2, GPUs: 2, Script: "python3 train.py"}.Spec())
+		var got []string
+		for w := range 2 {
+			pw.waitRunning(t, podName(job, 1, w))
+			got = append(got, pw.pod(podName(job, 1, w)).Spec.NodeName)
+		}
+		slices.Sort(got)
+		assert.Equal(t, want, got, "the gang's nodes")
+		for w := range 2 {
+			exitPod(t, podName(job, 1, w), 0)
+		}
+		waitState(t, job, protocol.StateCompleted, long)
+	}
+	gangOn("rk-2", "rk-3")
+
+	for name, rack := range map[string]string{"rk-1": "r2", "rk-3": "r1"} {
+		node, err := env.cluster.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		require.NoError(t, err)
+		node.Labels[rackLabel] = rack
+		_, err = env.cluster.Client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+		require.NoError(t, err)
+	}
+	eventually(t, long, "the allocator to know the new racks", func() bool {
+		return assert.ObjectsAreEqual(map[string]string{"rk-1": "r2", "rk-2": "r2", "rk-3": "r1"}, racks())
+	})
+	gangOn("rk-1", "rk-2")
+}
