@@ -523,3 +523,49 @@ func BenchmarkScheduleWaitingBackfill(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkScheduleGangs: one pass over 10,000 waiting requests (a third of them gangs of two
+// to four 8-GPU workers) on 1,000 empty 8-GPU nodes, granting what fits; flat without a
+// topology, topology with three levels (zones of 8 blocks of 4 racks of 8 nodes) beside it.
+func BenchmarkScheduleGangs(b *testing.B) {
+	for _, levels := range [][]string{nil, {"zone", "block", "rack"}} {
+		name := "flat"
+		if levels != nil {
+			name = "topology"
+		}
+		b.Run(name, func(b *testing.B) {
+			nodes := nodesOf("node", "a100plus", 1000, 8, 96, 768)
+			if levels != nil {
+				for i := range nodes {
+					rack := i / 8
+					nodes[i].Topology = map[string]string{"zone": strconv.Itoa(rack / 32), "block": strconv.Itoa(rack / 4), "rack": strconv.Itoa(rack)}
+				}
+			}
+			p := mustPool(b, nodes, Policy{Topology: levels})
+			rng := rand.New(rand.NewPCG(7, 9))
+			for i := range 10000 {
+				d, _ := ParseInstanceType(benchTypes[rng.IntN(3)])
+				workers := 1
+				if i%3 == 0 {
+					d, _ = ParseInstanceType(benchTypes[3])
+					workers = 2 + rng.IntN(3)
+				}
+				mustEnqueue(b, p, Request{Job: fmt.Sprintf("j-%05d", i), Kind: KindJob, Class: Class(i % 3), Demand: d, Workers: workers, Seq: int64(i)})
+			}
+			snap := p.Snapshot()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				b.StopTimer()
+				q, err := Restore(snap)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				if d := q.Schedule(t0); len(d.Grants) == 0 {
+					b.Fatal("no grants")
+				}
+			}
+		})
+	}
+}

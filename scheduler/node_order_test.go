@@ -89,7 +89,8 @@ func TestEveryPlacementPathOrdersNodesAlike(t *testing.T) {
 				first := func(k int) []int32 {
 					var out []int32
 					var counts []int32
-					for _, c := range p.topo.gang(slices.Clone(cands), k, &counts) {
+					var chosen []nodeCandidate
+					for _, c := range p.topo.gang(cands, k, &counts, &chosen) {
 						out = append(out, c.n)
 					}
 					slices.Sort(out)

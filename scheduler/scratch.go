@@ -90,8 +90,10 @@ type walkerState struct {
 // what is taken on each from releasing capacity.
 type placementBuffers struct {
 	nodeCands []nodeCandidate
-	// domainCounts counts a gang's candidates per topology domain (topology.gang).
+	// domainCounts counts a gang's candidates per topology domain, and gangPick holds the
+	// chosen ones (topology.gang).
 	domainCounts []int32
+	gangPick     []nodeCandidate
 	pick         []int32
 	relTake      []int32 // per picked node: GPUs taken from releasing capacity
 	relUsed      []bool  // per picked node: anything taken from releasing capacity

@@ -70,36 +70,36 @@ func newTopology(levels []string, nodes []Node) (topology, error) {
 // gang: the first k of the domain of the finest level that holds k of them and whose k-th
 // candidate comes earliest in that order; if no domain of that level holds k, the same one level
 // up; else the first k. So a gang goes where it would without a topology whenever that keeps it in
-// one domain, and otherwise stays as tight as the order allows. counts is scratch space.
-func (t *topology) gang(cands []nodeCandidate, k int, counts *[]int32) []nodeCandidate {
+// one domain, and otherwise stays as tight as the order allows. counts and chosen are scratch
+// space; the result may be either cands or chosen.
+func (t *topology) gang(cands []nodeCandidate, k int, counts *[]int32, chosen *[]nodeCandidate) []nodeCandidate {
 	if k < 2 || len(t.levels) == 0 {
 		return cands[:k]
 	}
 	for l := len(t.levels) - 1; l >= 0; l-- {
 		c := growZero(counts, t.domains[l])
 		dom := t.domain[l]
-		chosen := int32(-1)
+		in := int32(-1)
 		for _, cand := range cands {
 			d := dom[cand.n]
 			if c[d]++; c[d] == int32(k) {
-				chosen = d
+				in = d
 				break
 			}
 		}
-		if chosen < 0 {
+		if in < 0 {
 			continue
 		}
-		// Move the chosen domain's first k to the front, keeping their order and the others'.
-		var front, back []nodeCandidate
+		out := (*chosen)[:0]
 		for _, cand := range cands {
-			if dom[cand.n] == chosen && len(front) < k {
-				front = append(front, cand)
-			} else {
-				back = append(back, cand)
+			if dom[cand.n] == in {
+				if out = append(out, cand); len(out) == k {
+					break
+				}
 			}
 		}
-		copy(cands, append(front, back...))
-		return cands[:k]
+		*chosen = out
+		return out
 	}
 	return cands[:k]
 }
