@@ -133,6 +133,11 @@ func (c *Config) checkNodeSelector(field string, a Allocation) error {
 			return fmt.Errorf("%s.node_selector.%s: %q is not a label value: %s", field, k, a.NodeSelector[k], strings.Join(errs, "; "))
 		}
 	}
+	for i, level := range a.Topology {
+		if errs := validation.IsQualifiedName(level); len(errs) > 0 {
+			return fmt.Errorf("%s.topology[%d]: %q is not a label key (with node_selector each level is the node label that names the node's domain there): %s", field, i, level, strings.Join(errs, "; "))
+		}
+	}
 	return nil
 }
 

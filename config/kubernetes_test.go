@@ -75,6 +75,8 @@ regions:
 		{"backend: kubernetes\n" + strings.Replace(sel, "demo}", "demo}\n        nodes: [{name: gpu-1, family: a100, gpus: 8}]", 1), "either nodes or node_selector"},
 		{"backend: kubernetes\n" + strings.Replace(sel, "trainq.io/allocation: demo", "bad key!: demo", 1), `regions[0].allocations[0].node_selector: "bad key!" is not a label key`},
 		{"backend: kubernetes\n" + strings.Replace(sel, ": demo", ": not a value", 1), `node_selector.trainq.io/allocation: "not a value" is not a label value`},
+		{"backend: kubernetes\n" + strings.Replace(sel, "demo}", "demo}\n        topology: [example.com/rack, bad key!]", 1),
+			`regions[0].allocations[0].topology[1]: "bad key!" is not a label key`},
 	} {
 		if _, err := parse([]byte(tc.doc), "t.yaml"); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("want an error with %q, got %v", tc.want, err)

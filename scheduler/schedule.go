@@ -159,7 +159,7 @@ func (sc *scratch) pickNodes(p *Pool, sh *shape, withRel bool) bool {
 	}
 	slices.SortFunc(sc.nodeCands, cmpNodeCandidate)
 	sc.pick = sc.pick[:0]
-	for _, c := range p.topo.gang(sc.nodeCands, sh.workers, &sc.domainCounts, &sc.gangPick) {
+	for _, c := range p.topo.gang(sc.nodeCands, sh.workers, withRel, &sc.domainCounts, &sc.gangPick) {
 		sc.pick = append(sc.pick, c.n)
 	}
 	slices.Sort(sc.pick)
@@ -182,7 +182,7 @@ func (sc *scratch) pickSome(p *Pool, sh *shape) bool {
 	}
 	slices.SortFunc(sc.nodeCands, cmpNodeCandidate)
 	sc.pick = sc.pick[:0]
-	for _, c := range p.topo.gang(sc.nodeCands, k, &sc.domainCounts, &sc.gangPick) {
+	for _, c := range p.topo.gang(sc.nodeCands, k, false, &sc.domainCounts, &sc.gangPick) {
 		sc.pick = append(sc.pick, c.n)
 	}
 	slices.Sort(sc.pick)

@@ -19,7 +19,9 @@ import (
 //   - 3: the same fields as version 2, written packed (PackSnapshot) for continue-as-new, with
 //     times to the millisecond.
 //
-// Later optional additions, in every version: Policy.PreemptionNotice and the requests'
+// Later optional additions, in every version: Node.Topology and Policy.Topology (absent: no
+// topology; a build older than them drops them and places gangs as without one).
+// Policy.PreemptionNotice and the requests'
 // HonorsNotice (SnapshotWaiting.HonorsNotice, SnapshotRunning.HonorsNotice); absent, they are 0
 // and false, as every snapshot written before them meant. The requests' allowed nodes
 // (Request.Nodes: Snapshot.NodeSets, SnapshotWaiting.NodeSet, SnapshotRunning.NodeSet); absent,

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -12,7 +13,6 @@ type topology struct {
 	levels  []string
 	domain  [][]int32 // domain[l][n]: node n's domain at level l
 	domains []int     // domains[l]: how many domains level l has
-	names   [][]string
 }
 
 // newTopology indexes the nodes' domains. Every node names a domain at every level, and no
@@ -28,7 +28,9 @@ func newTopology(levels []string, nodes []Node) (topology, error) {
 		}
 	}
 	for _, n := range nodes {
-		for l := range n.Topology {
+		// Sorted keys: with two stray levels the error names the same one on every replay.
+		//workflowcheck:ignore
+		for _, l := range slices.Sorted(maps.Keys(n.Topology)) {
 			if !slices.Contains(levels, l) {
 				if len(levels) == 0 {
 					return topology{}, fmt.Errorf("node %q: topology.%s is set, but the allocation has no topology levels", n.Name, l)
@@ -39,29 +41,31 @@ func newTopology(levels []string, nodes []Node) (topology, error) {
 	}
 	t.domain = make([][]int32, len(levels))
 	t.domains = make([]int, len(levels))
-	t.names = make([][]string, len(levels))
+	type domainKey struct {
+		parent int32 // the domain one level up (-1 at the coarsest)
+		name   string
+	}
 	for l, level := range levels {
-		idx := map[string]int32{}
+		idx := map[domainKey]int32{}
 		t.domain[l] = make([]int32, len(nodes))
 		for i, n := range nodes {
 			name := n.Topology[level]
 			if name == "" {
 				return topology{}, fmt.Errorf("node %q has no topology.%s (every node names its domain at each of the levels %s)", n.Name, level, strings.Join(levels, ", "))
 			}
-			// A domain is named within its parent: the key carries every coarser level.
-			key := name
+			// A domain is named within its parent.
+			key := domainKey{parent: -1, name: name}
 			if l > 0 {
-				key = t.names[l-1][t.domain[l-1][i]] + "/" + name
+				key.parent = t.domain[l-1][i]
 			}
 			d, ok := idx[key]
 			if !ok {
-				d = int32(len(t.names[l]))
+				d = int32(len(idx))
 				idx[key] = d
-				t.names[l] = append(t.names[l], key)
 			}
 			t.domain[l][i] = d
 		}
-		t.domains[l] = len(t.names[l])
+		t.domains[l] = len(idx)
 	}
 	return t, nil
 }
@@ -70,11 +74,22 @@ func newTopology(levels []string, nodes []Node) (topology, error) {
 // gang: the first k of the domain of the finest level that holds k of them and whose k-th
 // candidate comes earliest in that order; if no domain of that level holds k, the same one level
 // up; else the first k. So a gang goes where it would without a topology whenever that keeps it in
-// one domain, and otherwise stays as tight as the order allows. counts and chosen are scratch
-// space; the result may be either cands or chosen.
-func (t *topology) gang(cands []nodeCandidate, k int, counts *[]int32, chosen *[]nodeCandidate) []nodeCandidate {
-	if k < 2 || len(t.levels) == 0 {
+// one domain, and otherwise stays as tight as the order allows. The rule never turns a start
+// into a wait nor leaves capacity preempted for the gang unused: a gang with capacity nominated
+// to it (its victims', chosen as without a topology) takes the first k, and, counting releasing
+// capacity (withRel), a candidate that needs some competes only if the k-th does. counts and
+// chosen are scratch space; the result may be either cands or chosen.
+func (t *topology) gang(cands []nodeCandidate, k int, withRel bool, counts *[]int32, chosen *[]nodeCandidate) []nodeCandidate {
+	if k < 2 || len(t.levels) == 0 || cands[0].elsewhere == 0 {
 		return cands[:k]
+	}
+	if withRel && cands[k-1].gpuFit == 0 {
+		// Sorted by GPUs taken from releasing capacity: those that take none are a prefix.
+		m := k
+		for m < len(cands) && cands[m].gpuFit == 0 {
+			m++
+		}
+		cands = cands[:m]
 	}
 	for l := len(t.levels) - 1; l >= 0; l-- {
 		c := growZero(counts, t.domains[l])

@@ -181,3 +181,44 @@ func TestRelabelledNodeKeepsItsJobs(t *testing.T) {
 	}
 	checkInvariants(t, p)
 }
+
+// TestTopologyKeepsAPreemptorsStart: given a gang that preempted v1 on n1 (rack r1) and v2 on
+// n2 (rack r2), and m on n3 (rack r1) releasing for nobody, when both victims are gone, then
+// the gang starts on n1 and n2, its own capacity, as it would without a topology: the rack rule
+// must not trade its free nodes for one that is still releasing (found by a review: it held n1
+// and n3 and waited).
+func TestTopologyKeepsAPreemptorsStart(t *testing.T) {
+	for _, pol := range []Policy{{}, blockRack} {
+		nodes := racked("b1/r1", "b1/r2", "b1/r1")
+		if len(pol.Topology) == 0 {
+			nodes = unracked(nodes)
+		}
+		p := mustPool(t, nodes, pol)
+		for i, run := range []struct {
+			job, node string
+			class     Class
+		}{{"v1", "n1", Low}, {"v2", "n2", Low}, {"m", "n3", Medium}} {
+			mustEnqueue(t, p, makeJob(run.job, "a").Class(run.class).GPUs(8).Seq(int64(-100+i)).Nodes(run.node).Obj())
+			if d := sched(t, p, at(0)); len(d.Grants) != 1 {
+				t.Fatalf("setup: %s not granted", run.job)
+			}
+		}
+		mustEnqueue(t, p, makeJob("P", "a").Class(High).GPUs(8).Workers(2).Seq(1).Obj())
+		if got := victims(sched(t, p, at(5))); !slices.Equal(got, []string{"v1", "v2"}) {
+			t.Fatalf("topology %v: victims %v, want v1 and v2", pol.Topology, got)
+		}
+		p.Release("v1", 0, 0)
+		sched(t, p, at(6))
+		p.BeginRelease("m")
+		p.Release("v2", 0, 0)
+		d := sched(t, p, at(7))
+		if len(d.Grants) != 1 || d.Grants[0].Job != "P" {
+			wi, _ := p.Explain("P")
+			t.Fatalf("topology %v: P's own capacity on n1 and n2 is free, yet it waits: %s", pol.Topology, wi.Reason)
+		}
+		if got := grantNodes(d.Grants[0]); !slices.Equal(got, []string{"n1", "n2"}) {
+			t.Fatalf("topology %v: P on %v, want n1 and n2", pol.Topology, got)
+		}
+		checkInvariants(t, p)
+	}
+}

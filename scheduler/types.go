@@ -213,7 +213,11 @@ type Node struct {
 }
 
 // Equal reports whether two configurations of a node are the same, topology included.
-func (n Node) Equal(o Node) bool { return sameCapacity(n, o) && maps.Equal(n.Topology, o.Topology) }
+func (n Node) Equal(o Node) bool {
+	// maps.Equal's answer does not depend on the maps' order.
+	//workflowcheck:ignore
+	return sameCapacity(n, o) && maps.Equal(n.Topology, o.Topology)
+}
 
 // sameCapacity reports whether two configurations of a node hold the same workers: everything
 // but where it sits in the topology.
@@ -360,6 +364,9 @@ func (p Policy) Changes(next Policy) []string {
 	}
 	if !slices.Equal(p.Limits, next.Limits) {
 		out = append(out, fmt.Sprintf("limits %s -> %s", limitsText(p.Limits), limitsText(next.Limits)))
+	}
+	if !slices.Equal(p.Topology, next.Topology) {
+		out = append(out, fmt.Sprintf("topology [%s] -> [%s]", strings.Join(p.Topology, ", "), strings.Join(next.Topology, ", ")))
 	}
 	return out
 }

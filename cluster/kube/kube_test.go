@@ -444,7 +444,7 @@ func TestSelectNodesReadsAllocatable(t *testing.T) {
 }
 
 // An allocation with topology levels reads each node's domains from its
-// labels of the levels' names, and skips, saying why, a node without one.
+// labels of the levels' names; a node without one is a domain of its own.
 func TestSelectNodesReadsTopologyLabels(t *testing.T) {
 	node := func(name string, lbls map[string]string) *corev1.Node {
 		lbls["trainq.io/allocation"], lbls[FamilyLabel] = "demo", "a100"
@@ -458,12 +458,11 @@ func TestSelectNodesReadsTopologyLabels(t *testing.T) {
 		node("norack", map[string]string{block: "b1"}),
 	)
 	nodes, skipped := b.SelectNodes(map[string]string{"trainq.io/allocation": "demo"}, []string{block, rack})
-	require.Len(t, nodes, 2)
+	require.Len(t, nodes, 3)
+	assert.Empty(t, skipped)
 	assert.Equal(t, map[string]string{block: "b1", rack: "r1"}, nodes[0].Topology)
 	assert.Equal(t, map[string]string{block: "b1", rack: "r2"}, nodes[1].Topology)
-	require.Len(t, skipped, 1)
-	assert.Equal(t, "norack", skipped[0].Name)
-	assert.Contains(t, skipped[0].Why, rack)
+	assert.Equal(t, map[string]string{block: "b1", rack: "~norack"}, nodes[2].Topology)
 }
 
 // The pod log API has no offsets: ReadLog keeps the end of the first

@@ -23,8 +23,8 @@ type SkippedNode struct {
 // selector, ordered by name, as trainq schedules them: GPUs, CPU (whole
 // cores) and memory (whole GiB) from the node's allocatable, and the family
 // from its FamilyLabel, and its domain at each topology level from its label
-// of the level's name. A matching node without a family or a topology label,
-// or with a name trainq cannot use, is skipped, and said why.
+// of the level's name (without it, a domain of its own). A matching node
+// without a family or with a name trainq cannot use is skipped, and said why.
 func (b *Backend) SelectNodes(selector map[string]string, topology []string) ([]scheduler.Node, []SkippedNode) {
 	sel := labels.SelectorFromSet(selector)
 	var out []scheduler.Node
@@ -46,6 +46,10 @@ func (b *Backend) SelectNodes(selector map[string]string, topology []string) ([]
 	return out, skipped
 }
 
+// UnlabelledDomain is the domain of a node without the label of a topology level: its own, named
+// so that no label value can be the same ("~" is not allowed in one).
+func UnlabelledDomain(node string) string { return "~" + node }
+
 // SchedulerNode is a Kubernetes node as trainq schedules it, in an
 // allocation with these topology levels (label keys), or why it cannot be one.
 func SchedulerNode(n *corev1.Node, topology []string) (scheduler.Node, string) {
@@ -60,7 +64,10 @@ func SchedulerNode(n *corev1.Node, topology []string) (scheduler.Node, string) {
 	for _, level := range topology {
 		d := n.Labels[level]
 		if d == "" {
-			return scheduler.Node{}, fmt.Sprintf("it has no %s label, which the allocation's topology names", level)
+			// Without the label the node is a domain of its own: it serves single workers and
+			// gangs that fit nowhere else. Leaving it out would remove it, which the allocator
+			// refuses while jobs run there, holding back every other node change.
+			d = UnlabelledDomain(n.Name)
 		}
 		if domains == nil {
 			domains = map[string]string{}
