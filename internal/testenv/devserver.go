@@ -35,8 +35,9 @@ type PersistentDevServer struct {
 }
 
 // StartPersistentDevServer starts `temporal server start-dev` from the CLI
-// temporalBin, headless, with its state in dbFile, on a free port of
-// 127.0.0.1, and returns once it serves the default namespace.
+// temporalBin, headless, with its state in dbFile (""; in memory, gone with
+// the process), on a free port of 127.0.0.1, and returns once it serves the
+// default namespace.
 func StartPersistentDevServer(ctx context.Context, temporalBin, dbFile string) (*PersistentDevServer, error) {
 	port, err := FreePort()
 	if err != nil {
@@ -84,8 +85,11 @@ func (s *PersistentDevServer) Start(ctx context.Context) error {
 	}
 	args := []string{"server", "start-dev", "--headless",
 		"--ip", "127.0.0.1", "--port", strconv.Itoa(s.port), "--ui-port", strconv.Itoa(uiPort),
-		"--db-filename", s.dbFile, "--log-level", "error",
+		"--log-level", "error",
 		"--dynamic-config-value", "frontend.enableServerVersionCheck=false",
+	}
+	if s.dbFile != "" {
+		args = append(args, "--db-filename", s.dbFile)
 	}
 	args = append(args, protocol.DevServerArgs()...)
 	cmd := exec.Command(s.bin, args...)

@@ -19,9 +19,7 @@ import (
 	"syscall"
 	"time"
 
-	"go.temporal.io/sdk/testsuite"
-
-	"github.com/trainq/trainq/protocol"
+	"go.temporal.io/sdk/client"
 )
 
 // TemporalCLI returns the Temporal CLI the dev server runs from:
@@ -68,23 +66,44 @@ func Build(root, out, pkg string) error {
 	return cmd.Run()
 }
 
-// StartDevServer starts a Temporal dev server from the CLI temporalBin with
-// trainq's custom search attributes registered, without which the
-// workflows' upserts and the list filters fail. Its output is kept only to
-// explain a failed start.
-func StartDevServer(temporalBin string) (*testsuite.DevServer, error) {
-	var log syncBuffer
-	srv, err := testsuite.StartDevServer(context.Background(), testsuite.DevServerOptions{
-		ExistingPath: temporalBin,
-		LogLevel:     "error",
-		ExtraArgs:    protocol.DevServerArgs(),
-		Stdout:       &log,
-		Stderr:       &log,
-	})
+// DevServer is a Temporal dev server for one test binary, its state in
+// memory, with trainq's custom search attributes registered (without them the
+// workflows' upserts and the list filters fail), and a client connected to
+// it. It dies with the test binary, even one that crashes (a parent-death
+// signal), so a failed run leaves no server behind.
+type DevServer struct {
+	srv    *PersistentDevServer
+	client client.Client
+}
+
+// StartDevServer starts a DevServer from the CLI temporalBin. Its output is
+// kept only to explain a failed start.
+func StartDevServer(temporalBin string) (*DevServer, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv, err := StartPersistentDevServer(ctx, temporalBin, "")
 	if err != nil {
-		return nil, fmt.Errorf("%w %s", err, log.String())
+		return nil, err
 	}
-	return srv, nil
+	c, err := client.DialContext(ctx, client.Options{HostPort: srv.HostPort()})
+	if err != nil {
+		srv.Kill()
+		return nil, fmt.Errorf("dial the dev server: %w", err)
+	}
+	return &DevServer{srv: srv, client: c}, nil
+}
+
+// Client is connected to the server; Stop closes it.
+func (s *DevServer) Client() client.Client { return s.client }
+
+// FrontendHostPort is the server's address.
+func (s *DevServer) FrontendHostPort() string { return s.srv.HostPort() }
+
+// Stop closes the client and ends the server (SIGTERM, then SIGKILL after 10s).
+func (s *DevServer) Stop() error {
+	s.client.Close()
+	s.srv.Stop(10 * time.Second)
+	return nil
 }
 
 // KillLeftoverWorkers ends the process groups of the job workers recorded
