@@ -174,8 +174,11 @@
 //   - A gang (two or more workers) takes, of the candidates it would take without a topology
 //     (the same nodes, in cmpNodeCandidate order), the first k of one domain of the finest level,
 //     the domain whose k-th candidate comes earliest in that order; if no such domain holds k,
-//     the same one level up; else the first k, as without a topology. So a gang starts exactly
-//     when it would without a topology, on the same nodes whenever those are one domain. An
+//     the same one level up; else the first k, as without a topology. A gang with capacity
+//     nominated to it (its victims') takes the first k, those nodes first; and where releasing
+//     capacity counts (a request that will wait), a node that needs some competes only if the
+//     k-th does. So a gang starts exactly when it would without a topology, on the same nodes
+//     whenever those are one domain, and never leaves what was preempted for it unused. An
 //     elastic gang that does not fit whole takes as many workers as fit first, then the same rule.
 //   - A single worker is placed by best fit alone. (Filling the busiest rack first among nodes
 //     that fit alike kept more racks whole for gangs in trainq simulate, but made the 4+-GPU
