@@ -36,6 +36,8 @@ type nodeUsageView struct {
 	ReservedFor   string `json:"reserved_for,omitempty"` // the waiting job it drains for
 	HeldGPUs      int    `json:"held_gpus,omitempty"`    // free GPUs still nominated to a preemptor
 	HeldFor       string `json:"held_for,omitempty"`
+	// Topology is the node's domain at each of the allocation's topology levels.
+	Topology map[string]string `json:"topology,omitempty"`
 }
 
 // nodeUsageOf is never nil: an allocation without nodes lists none.
@@ -43,7 +45,7 @@ func nodeUsageOf(nodes []scheduler.NodeInfo) []nodeUsageView {
 	out := make([]nodeUsageView, len(nodes))
 	for i, n := range nodes {
 		out[i] = nodeUsageView{Name: n.Name, Family: n.Family, GPUs: n.GPUs, FreeGPUs: n.FreeGPUs, AllocatedGPUs: n.AllocatedGPUs,
-			ReleasingGPUs: n.ReleasingGPUs, Lost: n.Lost, ReservedFor: n.ReservedFor, HeldGPUs: n.HeldGPUs, HeldFor: n.HeldFor}
+			ReleasingGPUs: n.ReleasingGPUs, Lost: n.Lost, ReservedFor: n.ReservedFor, HeldGPUs: n.HeldGPUs, HeldFor: n.HeldFor, Topology: n.Topology}
 	}
 	return out
 }

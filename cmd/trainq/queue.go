@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -116,7 +118,12 @@ func printQueue(g *globals, v protocol.QueueView) {
 		fenced[f.Node] = why
 	}
 	tw := newTable(w)
-	fmt.Fprintln(tw, "NODE\tFAMILY\tGPUS\tFREE\tALLOCATED\tRELEASING\tSTATE")
+	racked := slices.ContainsFunc(v.Nodes, func(n scheduler.NodeInfo) bool { return len(n.Topology) > 0 })
+	place := ""
+	if racked {
+		place = "\tPLACE"
+	}
+	fmt.Fprintln(tw, "NODE\tFAMILY\tGPUS\tFREE\tALLOCATED\tRELEASING"+place+"\tSTATE")
 	for _, n := range v.Nodes {
 		state := "ok"
 		if n.ReservedFor != "" {
@@ -125,7 +132,11 @@ func printQueue(g *globals, v protocol.QueueView) {
 		if why, ok := fenced[n.Name]; ok {
 			state = why
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\n", n.Name, n.Family, n.GPUs, n.FreeGPUs, n.AllocatedGPUs, n.ReleasingGPUs, state)
+		where := ""
+		if racked {
+			where = "\t" + placeText(n.Topology)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d%s\t%s\n", n.Name, n.Family, n.GPUs, n.FreeGPUs, n.AllocatedGPUs, n.ReleasingGPUs, where, state)
 	}
 	tw.Flush()
 
@@ -243,4 +254,16 @@ func waited(t time.Time) string {
 // waitingTotal counts every waiting job; the view lists only the head of a long queue.
 func waitingTotal(v protocol.QueueView) int {
 	return max(v.WaitingTotal, len(v.Waiting))
+}
+
+// placeText is a node's domains, level=domain by level name ("block=b1 rack=r3"); "-" for none.
+func placeText(topology map[string]string) string {
+	if len(topology) == 0 {
+		return "-"
+	}
+	parts := make([]string, 0, len(topology))
+	for _, level := range slices.Sorted(maps.Keys(topology)) {
+		parts = append(parts, level+"="+topology[level])
+	}
+	return strings.Join(parts, " ")
 }

@@ -32,6 +32,27 @@ func TestQueueShowsReservedNodes(t *testing.T) {
 	}
 }
 
+// An allocation with a topology shows each node's place; one without shows no such column.
+func TestQueueShowsWhereNodesSit(t *testing.T) {
+	for _, racked := range []bool{true, false} {
+		var out bytes.Buffer
+		g := newGlobals(strings.NewReader(""), &out, &out)
+		nodes := []scheduler.NodeInfo{{Name: "n-1", Family: "a100", GPUs: 8, FreeGPUs: 8}, {Name: "n-2", Family: "a100", GPUs: 8, FreeGPUs: 8}}
+		if racked {
+			nodes[0].Topology = map[string]string{"rack": "r1", "block": "b1"}
+			nodes[1].Topology = map[string]string{"rack": "r2", "block": "b1"}
+		}
+		printQueue(g, protocol.QueueView{Region: "R", Allocation: "a", View: scheduler.View{Nodes: nodes}})
+		text := out.String()
+		if got := strings.Contains(text, "PLACE"); got != racked {
+			t.Errorf("racked=%v: PLACE column shown %v in\n%s", racked, got, text)
+		}
+		if racked && !strings.Contains(text, "block=b1 rack=r2") {
+			t.Errorf("n-2's place missing in\n%s", text)
+		}
+	}
+}
+
 // --limit and --offset are checked before anything is asked, naming the flag.
 func TestQueuePageFlags(t *testing.T) {
 	for args, want := range map[string]string{

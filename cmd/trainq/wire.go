@@ -62,7 +62,7 @@ func queueOutput(v protocol.QueueView) queueView {
 		out.Nodes = make([]nodeView, len(v.Nodes))
 		for i, n := range v.Nodes {
 			out.Nodes[i] = nodeView{Name: n.Name, Family: n.Family, GPUs: n.GPUs, FreeGPUs: n.FreeGPUs, AllocatedGPUs: n.AllocatedGPUs,
-				ReleasingGPUs: n.ReleasingGPUs, Lost: n.Lost, ReservedFor: n.ReservedFor, HeldGPUs: n.HeldGPUs, HeldFor: n.HeldFor}
+				ReleasingGPUs: n.ReleasingGPUs, Lost: n.Lost, ReservedFor: n.ReservedFor, HeldGPUs: n.HeldGPUs, HeldFor: n.HeldFor, Topology: n.Topology}
 		}
 	}
 	for _, f := range v.Fenced {
@@ -147,6 +147,8 @@ type nodeView struct {
 	ReservedFor   string `json:"reserved_for,omitempty"`
 	HeldGPUs      int    `json:"held_gpus,omitempty"`
 	HeldFor       string `json:"held_for,omitempty"`
+	// Topology is the node's domain at each of the allocation's topology levels.
+	Topology map[string]string `json:"topology,omitempty"`
 }
 
 // countersView is an allocator's lifetime totals.
