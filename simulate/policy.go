@@ -90,6 +90,17 @@ func knobDuration(v string) (time.Duration, error) {
 	return d, nil
 }
 
+// knobOnOff reads a knob that is on or off.
+func knobOnOff(v string) (bool, error) {
+	switch v {
+	case "on":
+		return true, nil
+	case "off":
+		return false, nil
+	}
+	return false, fmt.Errorf("%q is not on or off", v)
+}
+
 func setKnob(p *Policy, k, v string) error {
 	var err error
 	switch k {
@@ -119,14 +130,7 @@ func setKnob(p *Policy, k, v string) error {
 	case "starvation_after":
 		p.Scheduler.StarvationAfter, err = knobDuration(v)
 	case "backfill":
-		switch v {
-		case "on":
-			p.Scheduler.Backfill = true
-		case "off":
-			p.Scheduler.Backfill = false
-		default:
-			return fmt.Errorf("%q is not on or off", v)
-		}
+		p.Scheduler.Backfill, err = knobOnOff(v)
 	case "ordering":
 		switch o := scheduler.Ordering(v); o {
 		case scheduler.SubmissionOrder, scheduler.FairShare:
@@ -149,32 +153,17 @@ func setKnob(p *Policy, k, v string) error {
 		}
 		p.Honor = &f
 	case "honors_notice":
-		switch v {
-		case "on":
-			p.NoHonorsNotice = false
-		case "off":
-			p.NoHonorsNotice = true
-		default:
-			return fmt.Errorf("%q is not on or off", v)
-		}
+		var on bool
+		on, err = knobOnOff(v)
+		p.NoHonorsNotice = !on
 	case "topology":
-		switch v {
-		case "on":
-			p.NoTopology = false
-		case "off":
-			p.NoTopology = true
-		default:
-			return fmt.Errorf("%q is not on or off", v)
-		}
+		var on bool
+		on, err = knobOnOff(v)
+		p.NoTopology = !on
 	case "priorities":
-		switch v {
-		case "on":
-			p.NoPriorities = false
-		case "off":
-			p.NoPriorities = true
-		default:
-			return fmt.Errorf("%q is not on or off", v)
-		}
+		var on bool
+		on, err = knobOnOff(v)
+		p.NoPriorities = !on
 	default:
 		if class, ok := strings.CutPrefix(k, "cap."); ok {
 			return setCap(p, class, v)
