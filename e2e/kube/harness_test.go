@@ -141,13 +141,13 @@ func run(m *testing.M, h *testenv.Harness) int {
 	temporalBin := h.TemporalBin
 	env.dir, env.binDir = h.Dir, h.BinDir
 	var err error
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	begin := time.Now()
-	env.cluster, err = kubetest.Run(ctx, filepath.Join(env.dir, "cluster"))
+	env.cluster, err = kubetest.RunRetried(filepath.Join(env.dir, "cluster"), func(format string, args ...any) { fmt.Printf(format+"\n", args...) })
 	if err != nil {
 		return h.Fail("test cluster", err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	defer env.cluster.Stop()
 	if err := env.cluster.CreateNamespace(ctx, namespace); err != nil {
 		panic(err)

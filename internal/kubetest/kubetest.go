@@ -148,9 +148,7 @@ func Start(t testing.TB) *Cluster {
 		}
 		t.Skip(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	c, err := Run(ctx, t.TempDir())
+	c, err := RunRetried(t.TempDir(), t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,6 +315,31 @@ contexts:
   context: {cluster: trainq-test, user: admin}
 current-context: trainq-test
 `, host, token))
+}
+
+// RunRetried is Run with up to three tries, each in its own directory under dir and given two
+// minutes. Run picks its ports free and binds them a moment later, so a process of a test running
+// beside it may take one first, and then the cluster never serves: a failed start is tried again
+// on new ports, and logf shows the tail of its logs.
+func RunRetried(dir string, logf func(format string, args ...any)) (*Cluster, error) {
+	for try := 1; ; try++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		tryDir := filepath.Join(dir, fmt.Sprintf("try-%d", try))
+		c, err := Run(ctx, tryDir)
+		cancel()
+		if err == nil {
+			return c, nil
+		}
+		for _, name := range []string{"etcd.log", "kube-apiserver.log", "kwok.log"} {
+			if b, rerr := os.ReadFile(filepath.Join(tryDir, name)); rerr == nil {
+				logf("test cluster start %d failed; last lines of %s:\n%s", try, name, tailBytes(b, 2000))
+			}
+		}
+		if try == 3 {
+			return nil, err
+		}
+		logf("test cluster start %d failed (%v); trying again on new ports", try, err)
+	}
 }
 
 // waitReady polls /readyz until the API server says ok (there is nothing
