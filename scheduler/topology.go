@@ -92,7 +92,9 @@ func (t *topology) gang(cands []nodeCandidate, k int, withRel bool, counts *[]in
 		cands = cands[:m]
 	}
 	for l := len(t.levels) - 1; l >= 0; l-- {
-		c := growZero(counts, t.domains[l])
+		*counts = grow(*counts, t.domains[l])
+		c := *counts
+		clear(c)
 		dom := t.domain[l]
 		in := int32(-1)
 		for _, cand := range cands {
@@ -117,13 +119,4 @@ func (t *topology) gang(cands []nodeCandidate, k int, withRel bool, counts *[]in
 		return out
 	}
 	return cands[:k]
-}
-
-func growZero(s *[]int32, n int) []int32 {
-	if cap(*s) < n {
-		*s = make([]int32, n)
-	}
-	*s = (*s)[:n]
-	clear(*s)
-	return *s
 }
