@@ -50,7 +50,9 @@
 //     (c) else, if it fits on free plus releasing capacity, it holds that capacity and waits: the
 //     nodes with capacity nominated to it first, then those that need the least releasing
 //     capacity, then config order (no best fit here, so that a second pass holds what the first
-//     held); on each node free capacity is taken first;
+//     held); on each node free capacity is taken first. An elastic gang that cannot hold its
+//     whole size holds its least, as it would preempt for it, so that what frees there is not
+//     taken by a later request that the next pass would preempt;
 //     (d) else it may preempt (see below) or take over capacity nominated to a strictly
 //     lower-class request; the victims' capacity becomes releasing and nominated to it;
 //     an elastic gang preempts for the whole gang if that can be made, else for MinWorkers
@@ -169,24 +171,35 @@
 // # Topology
 //
 // With Policy.Topology (levels, coarsest first) and each node's domain at every level
-// (Node.Topology), placement keeps gangs together without ever making one wait:
+// (Node.Topology), placement keeps gangs together. How a gang shares the levels is its own
+// Request.Topology, else the allocation's Policy.GangTopology, else the finest level preferred:
 //
-//   - A gang (two or more workers) takes, of the candidates it would take without a topology
-//     (the same nodes, in cmpNodeCandidate order), the first k of one domain of the finest level,
-//     the domain whose k-th candidate comes earliest in that order; if no such domain holds k,
-//     the same one level up; else the first k, as without a topology. A gang with capacity
-//     nominated to it (its victims') takes the first k, those nodes first; and where releasing
-//     capacity counts (a request that will wait), a node that needs some competes only if the
-//     k-th does. So a gang starts exactly when it would without a topology, on the same nodes
-//     whenever those are one domain, and never leaves what was preempted for it unused. An
-//     elastic gang that does not fit whole takes as many workers as fit first, then the same rule.
+//   - A preferred level never makes a gang wait. The gang takes, of the candidates it would take
+//     without a topology (the same nodes, in cmpNodeCandidate order), the first k of one domain of
+//     that level, the domain whose k-th candidate comes earliest in that order; if no such domain
+//     holds k, the same one level up; else the first k, as without a topology. A gang with
+//     capacity nominated to it (its victims') takes the first k, those nodes first; and where
+//     releasing capacity counts (a request that will wait), a node that needs some competes only
+//     if the k-th does. So a gang starts exactly when it would without a topology, on the same
+//     nodes whenever those are one domain, and never leaves what was preempted for it unused. An
+//     elastic gang that does not fit whole takes as many workers as fit first, then the same
+//     rule. Preemption, reservations and backfill choose nodes as without a topology.
+//   - A required level binds every rule: the gang starts, holds releasing capacity and reserves
+//     only inside one domain of that level, by the same order (no level up, no fallback); an
+//     elastic gang starts with as many workers as one domain holds, at least its least size. When
+//     it preempts, it frees one domain: of the domains its victims could make hold it, the one
+//     whose cheapest nodes cost least (the node costs of the Victim ordering, added up: highest
+//     class, then protected victims, then lost work), so victims spread over several domains are
+//     never chosen. Admission refuses a required level that no domain (within the allowed nodes)
+//     has enough nodes for, naming the field; a reconfigure that leaves none ends the waiting
+//     request with that reason. While it waits, Explain says that the nodes with room are spread
+//     out, and how many one domain has.
 //   - A single worker is placed by best fit alone. (Filling the busiest rack first among nodes
 //     that fit alike kept more racks whole for gangs in trainq simulate, but made the 4+-GPU
 //     jobs' p95 wait worse by more than a tenth in 14 of 40 runs where gang placement alone did
 //     in 5.)
-//   - Preemption, reservations and backfill choose nodes as without a topology; a gang then
-//     starts on what they freed by the rules above. A node's topology steers only placement: a
-//     reconfigure may relabel a node while jobs run there.
+//   - A node's topology steers only placement: a reconfigure may relabel a node while jobs run
+//     there, even a gang that required its domain.
 //
 // # Reservations
 //

@@ -216,6 +216,13 @@ func (ex *explainer) needText(w *waitReq) string {
 	need, ok := ex.needs[w.shape]
 	if !ok {
 		need = needText(w.r.Demand, w.r.Workers)
+		if sh := &ex.p.shapes[w.shape]; sh.required {
+			by := w.r.Topology.Text()
+			if by == "" {
+				by = "the allocation's gang_topology"
+			}
+			need += fmt.Sprintf(" in one %s (%s)", ex.p.topo.levels[sh.level], by)
+		}
 		if w.r.elastic() {
 			need += fmt.Sprintf(" (or at least %d of them: it is elastic)", w.r.MinWorkers)
 		}
@@ -372,6 +379,10 @@ func (ex *explainer) explainNoFit(wi *WaitingInfo, i int, o *planOut, need, behi
 	}
 	if sh.allowed != nil {
 		why = allowedRoomText(w, o, p.fams[sh.fam].name) + "; " + strings.Replace(why, "capacity", "capacity there", 1)
+	}
+	if sh.required && o.domainRoom < w.r.leastWorkers() && (sh.allowed == nil && o.room >= w.r.leastWorkers() || sh.allowed != nil && o.roomAllowed >= w.r.leastWorkers()) {
+		lv := p.topo.levels[sh.level]
+		why = fmt.Sprintf("nodes with room are spread out: no %s has more than %d", lv, o.domainRoom)
 	}
 	why += ex.noPreemptionText(wi.Class)
 	if fm := &p.fams[sh.fam]; len(fm.live) < len(fm.nodes) { // some node of its family is lost

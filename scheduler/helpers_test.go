@@ -54,8 +54,9 @@ func (b jobBuilder) Workspace(ws string) jobBuilder { b.r.Workspace = ws; return
 func (b jobBuilder) Elastic(minWorkers int) jobBuilder { b.r.MinWorkers = minWorkers; return b }
 
 // Nodes holds the request to these nodes (Request.Nodes: include_nodes minus exclude_nodes).
-func (b jobBuilder) Nodes(names ...string) jobBuilder { b.r.Nodes = names; return b }
-func (b jobBuilder) Obj() Request                     { return b.r }
+func (b jobBuilder) Nodes(names ...string) jobBuilder   { b.r.Nodes = names; return b }
+func (b jobBuilder) Topology(g GangTopology) jobBuilder { b.r.Topology = g; return b }
+func (b jobBuilder) Obj() Request                       { return b.r }
 
 // runSpec is a job running before a test's request arrives; build it with running(...).
 type runSpec struct {
@@ -260,6 +261,15 @@ func checkInvariants(t testing.TB, p *Pool) {
 		}
 		if rj.saves != (rj.r.HonorsNotice && p.policy.PreemptionNotice > 0) {
 			t.Fatalf("job %s: saves on its notice %v, but honours %v under notice %s", j, rj.saves, rj.r.HonorsNotice, p.policy.PreemptionNotice)
+		}
+		// A gang that requires a topology level runs in one domain of it (no test relabels the
+		// nodes under such a gang).
+		if level, required := p.gangLevel(&rj.r); required {
+			for _, n := range rj.nodes {
+				if dom := p.topo.domain[level]; dom[n] != dom[rj.nodes[0]] {
+					t.Fatalf("job %s requires one %s, but runs on %s and %s", j, p.topo.levels[level], p.nodes[rj.nodes[0]].Name, p.nodes[n].Name)
+				}
+			}
 		}
 		d := rj.r.Demand
 		for w, n := range rj.nodes {

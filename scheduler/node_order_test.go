@@ -90,7 +90,7 @@ func TestEveryPlacementPathOrdersNodesAlike(t *testing.T) {
 					var out []int32
 					var counts []int32
 					var chosen []nodeCandidate
-					for _, c := range p.topo.gang(cands, k, withRel, &counts, &chosen) {
+					for _, c := range p.topo.gang(cands, k, sh.level, sh.required, withRel, &counts, &chosen) {
 						out = append(out, c.n)
 					}
 					slices.Sort(out)

@@ -64,6 +64,10 @@ type shape struct {
 	allow   int32
 	allowed []uint64
 	live    []int32
+	// level is the topology level (index into Policy.Topology) whose domains the gang's workers
+	// should share, -1 for none (no topology, or one worker); required: they may only.
+	level    int8
+	required bool
 }
 
 // shapeKey is what makes two shapes the same.
@@ -73,6 +77,8 @@ type shapeKey struct {
 	workers    int
 	minWorkers int
 	allow      int32
+	level      int8
+	required   bool
 }
 
 // may reports whether a worker of the shape may be placed on node n.
@@ -290,6 +296,9 @@ func NewPool(nodes []Node, policy Policy) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := topo.checkGang(policy.GangTopology, "gang_topology"); err != nil {
+		return nil, err
+	}
 	p.topo = topo
 	p.nPreemptible = make([]perClass, len(p.fams))
 	p.sc = newScratch()
@@ -364,7 +373,60 @@ func (p *Pool) Admit(r Request) error {
 	if err := p.admitAnywhere(r); err != nil {
 		return err
 	}
-	return p.admitNodes(&r)
+	if err := p.admitNodes(&r); err != nil {
+		return err
+	}
+	return p.admitTopology(&r)
+}
+
+// admitTopology is Admit's check of a request's own gang topology: its level is one of the
+// pool's, and a required one has a domain with enough nodes, within its allowed nodes, large
+// enough for a worker.
+func (p *Pool) admitTopology(r *Request) error {
+	g := r.Topology
+	field := "preferred_topology"
+	if g.Required {
+		field = "required_topology"
+	}
+	if err := p.topo.checkGang(g, field); err != nil {
+		return err
+	}
+	if g == (GangTopology{}) {
+		field = "the allocation's gang_topology (a job may set its own preferred_topology)"
+	}
+	level, required := p.gangLevel(r)
+	if !required {
+		return nil
+	}
+	var allowed map[string]bool
+	if len(r.Nodes) > 0 {
+		allowed = make(map[string]bool, len(r.Nodes))
+		for _, n := range r.Nodes {
+			allowed[n] = true
+		}
+	}
+	d := demandOf(&r.Demand)
+	counts := make([]int, p.topo.domains[level])
+	most := 0
+	for _, n := range p.fams[p.famIdx[r.Demand.Family]].nodes {
+		nd := &p.nodes[n]
+		if (allowed != nil && !allowed[nd.Name]) || !d.lessEqual(capacityOf(&nd.Node)) {
+			continue
+		}
+		dom := p.topo.domain[level][n]
+		counts[dom]++
+		most = max(most, counts[dom])
+	}
+	if need := r.leastWorkers(); most < need {
+		lv := p.topo.levels[level]
+		where := "in this allocation"
+		if allowed != nil {
+			where = "among " + allowedNodesText
+		}
+		return fmt.Errorf("%s: the job needs %s in one %s, but no %s %s has more than %d %s %s large enough (%d GPUs, %d CPU cores, %d GB RAM each)",
+			field, workersText(r), lv, lv, where, most, r.Demand.Family, plural(most, "node", "nodes"), r.Demand.GPUs, r.Demand.CPU, r.Demand.RAMGB)
+	}
+	return nil
 }
 
 // admitAnywhere is Admit without the allowed nodes.
@@ -503,6 +565,7 @@ func (p *Pool) shapeOf(r *Request) int32 {
 	if len(r.Nodes) > 0 {
 		k.allow = p.allowOf(r.Nodes)
 	}
+	k.level, k.required = p.gangLevel(r)
 	if id, ok := p.shapeIdx[k]; ok {
 		return id
 	}
@@ -513,7 +576,8 @@ func (p *Pool) shapeOf(r *Request) int32 {
 		least = p.shapeOf(&rigid)
 	}
 	id := int32(len(p.shapes))
-	s := shape{fam: k.fam, need: k.need, workers: k.workers, minWorkers: k.minWorkers, least: least, allow: k.allow}
+	s := shape{fam: k.fam, need: k.need, workers: k.workers, minWorkers: k.minWorkers, least: least, allow: k.allow,
+		level: k.level, required: k.required}
 	if k.allow > 0 {
 		s.allowed = p.allows[k.allow-1]
 	}

@@ -71,6 +71,16 @@ func simulateWith(t testing.TB, data []byte, check, backfill bool) []string {
 		pol.StarvationAfter, pol.MaxLossGPUHours, pol.MinRuntimeBeforePreemption = 2*time.Minute, 1, 20*time.Minute
 	}
 	nodes := slices.Clone(layouts[(cfg>>2)%len(layouts)])
+	// A fifth of the streams put the nodes in two racks, and their gangs require a rack (or, in
+	// every other such stream, prefer one), read from no byte.
+	racks := len(data)%5 == 1
+	if racks {
+		pol.Topology = []string{"rack"}
+		pol.GangTopology = GangTopology{Level: "rack", Required: len(data)%10 == 1}
+		for i := range nodes {
+			nodes[i].Topology = map[string]string{"rack": fmt.Sprint("r", i%2)}
+		}
+	}
 	p := mustPool(t, nodes, pol)
 	var q *Pool
 	if check {
@@ -126,6 +136,9 @@ func simulateWith(t testing.TB, data []byte, check, backfill bool) []string {
 				req.Kind = KindNotebook
 			}
 			req.Nodes = allowedNodes(nodes, seqs[name], attempts[name], step)
+			if racks && seqs[name]%3 == 2 { // its own preference beats the default (from no byte)
+				req.Topology = GangTopology{Level: "rack"}
+			}
 			if backfill { // 0 (none) to 9 minutes, from no byte either
 				req.RunLimit = time.Duration((seqs[name]*7+int64(attempts[name])*3+int64(step))%10) * time.Minute
 				req.RunEstimated = seqs[name]%3 == 0 // some are estimates, which jobs overrun
@@ -209,6 +222,9 @@ func simulateWith(t testing.TB, data []byte, check, backfill bool) []string {
 				n := Node{Name: fmt.Sprintf("r%d", step), Family: fam, GPUs: 2 << (r.next() % 3), CPU: 32, RAMGB: 256}
 				if fam == "cpu" {
 					n.GPUs = 0
+				}
+				if racks {
+					n.Topology = map[string]string{"rack": fmt.Sprint("r", step%2)}
 				}
 				next = slices.Insert(next, r.next()%(len(next)+1), n)
 			case k == 2 && len(next) > 1:

@@ -204,6 +204,9 @@ func (p *Pool) admitWaiting(sw SnapshotWaiting, empty *Pool) (SnapshotWaiting, [
 		if sw.MinWorkers != nil {
 			key.mw = sw.MinWorkers[i]
 		}
+		if sw.Topology != nil {
+			key.tp = sw.Topology[i]
+		}
 		err, seen := verdict[key]
 		if !seen {
 			err = empty.Admit(w.r)
@@ -232,11 +235,20 @@ func (p *Pool) admitWaiting(sw SnapshotWaiting, empty *Pool) (SnapshotWaiting, [
 		if sw.MinWorkers != nil {
 			keep.MinWorkers = append(keep.MinWorkers, sw.MinWorkers[i])
 		}
+		if sw.Topology != nil {
+			keep.Topology = append(keep.Topology, sw.Topology[i])
+		}
 		if sw.Workspace != nil {
 			keep.Workspace = append(keep.Workspace, sw.Workspace[i])
 		}
 		if sw.RunLimit != nil {
 			keep.RunLimit = append(keep.RunLimit, sw.RunLimit[i])
+		}
+		if sw.User != nil {
+			keep.User = append(keep.User, sw.User[i])
+		}
+		if sw.RunEstimated != nil {
+			keep.RunEstimated = append(keep.RunEstimated, sw.RunEstimated[i])
 		}
 	}
 	if len(keep.Preemptions) > 0 && !slices.ContainsFunc(keep.Preemptions, func(n int32) bool { return n > 0 }) {
@@ -256,6 +268,15 @@ func (p *Pool) admitWaiting(sw SnapshotWaiting, empty *Pool) (SnapshotWaiting, [
 	}
 	if !slices.ContainsFunc(keep.RunLimit, func(k int64) bool { return k != 0 }) {
 		keep.RunLimit = nil
+	}
+	if !slices.ContainsFunc(keep.User, func(k int32) bool { return k != 0 }) {
+		keep.User = nil
+	}
+	if !slices.Contains(keep.RunEstimated, true) {
+		keep.RunEstimated = nil
+	}
+	if !slices.ContainsFunc(keep.Topology, func(k int32) bool { return k != 0 }) {
+		keep.Topology = nil
 	}
 	return keep, unfit
 }

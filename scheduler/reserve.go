@@ -69,6 +69,20 @@ func (p *Pool) maybeReserve(now time.Time, sc *scratch, pl *plan, w *waitReq, sh
 	for k := range nodes {
 		nodes[k] = cands[k].n
 	}
+	if sh.required {
+		// The first k of the domain of its required level whose k-th comes earliest.
+		order := make([]nodeCandidate, len(cands))
+		for i, c := range cands {
+			order[i].n = c.n
+		}
+		chosen := p.topo.inOneDomain(order, sh.workers, sh.level, true, &sc.domainCounts, &sc.gangPick)
+		if chosen == nil {
+			return outNoFit
+		}
+		for k, c := range chosen {
+			nodes[k] = c.n
+		}
+	}
 	slices.Sort(nodes)
 	if p.policy.Backfill {
 		starving := Class(-1)

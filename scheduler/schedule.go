@@ -158,8 +158,12 @@ func (sc *scratch) pickNodes(p *Pool, sh *shape, withRel bool) bool {
 		return false
 	}
 	slices.SortFunc(sc.nodeCands, cmpNodeCandidate)
+	chosen := p.topo.gang(sc.nodeCands, sh.workers, sh.level, sh.required, withRel, &sc.domainCounts, &sc.gangPick)
+	if chosen == nil {
+		return false // (no domain of its required level holds it)
+	}
 	sc.pick = sc.pick[:0]
-	for _, c := range p.topo.gang(sc.nodeCands, sh.workers, withRel, &sc.domainCounts, &sc.gangPick) {
+	for _, c := range chosen {
 		sc.pick = append(sc.pick, c.n)
 	}
 	slices.Sort(sc.pick)
@@ -181,8 +185,16 @@ func (sc *scratch) pickSome(p *Pool, sh *shape) bool {
 		return false
 	}
 	slices.SortFunc(sc.nodeCands, cmpNodeCandidate)
+	chosen := p.topo.gang(sc.nodeCands, k, sh.level, sh.required, false, &sc.domainCounts, &sc.gangPick)
+	for chosen == nil && k > sh.minWorkers { // a required level: as many as one domain holds
+		k--
+		chosen = p.topo.gang(sc.nodeCands, k, sh.level, sh.required, false, &sc.domainCounts, &sc.gangPick)
+	}
+	if chosen == nil {
+		return false
+	}
 	sc.pick = sc.pick[:0]
-	for _, c := range p.topo.gang(sc.nodeCands, k, false, &sc.domainCounts, &sc.gangPick) {
+	for _, c := range chosen {
 		sc.pick = append(sc.pick, c.n)
 	}
 	slices.Sort(sc.pick)
@@ -364,6 +376,9 @@ type planOut struct {
 	// family that answer have room for a worker in its sight (free or releasing), and how many of
 	// those it may use.
 	room, roomAllowed int
+	// domainRoom, for a gang of a required topology level that does not fit: the most nodes of
+	// one domain of that level with room for a worker (among its allowed nodes).
+	domainRoom int
 }
 
 // consumer is a waiting request that took capacity in the pass, and the nodes it took it on.
@@ -527,6 +542,19 @@ func (p *Pool) explainOutcome(sc *scratch, pl *plan, i int, kind outcome, victim
 				if sh.may(n) {
 					o.roomAllowed++
 				}
+			}
+		}
+	}
+	if kind == outNoFit && sh.required {
+		counts := make([]int, p.topo.domains[sh.level])
+		for _, n := range p.placeable(sh) {
+			if sh.need.lessEqual(sc.free[n].add(sc.rel[n])) {
+				if sh.allowed == nil {
+					o.room++
+				}
+				d := p.topo.domain[sh.level][n]
+				counts[d]++
+				o.domainRoom = max(o.domainRoom, counts[d])
 			}
 		}
 	}
@@ -775,6 +803,13 @@ func (sc *scratch) grantOrHold(p *Pool, pl *plan, w *waitReq, sh *shape, cacheab
 	}
 	if (!cacheable || sc.relVisible[sh.fam]) && int(sc.freeOrRelAtLeast[sh.fam][g]) >= sh.workers && sc.pickNodes(p, sh, true) {
 		sc.take(p, sh, false)
+		return outNominated, true
+	}
+	// An elastic gang that cannot hold its whole size holds its least, as it would preempt for
+	// it: else a later request takes what frees there, and the next pass preempts it.
+	if least := sh.least; least >= 0 && (!cacheable || sc.relVisible[sh.fam]) && int(sc.freeOrRelAtLeast[sh.fam][g]) >= sh.minWorkers &&
+		sc.pickNodes(p, &p.shapes[least], true) {
+		sc.take(p, &p.shapes[least], false)
 		return outNominated, true
 	}
 	return 0, false

@@ -114,12 +114,18 @@ type victimSearch struct {
 	costs           []nodeCost
 	perNodeVictims  []victimCand
 	seenVictims     map[victimRef]bool
+	fitNodes        []int32 // the nodes costNodes found fit a worker without victims
+	// scope, for a gang of a required topology level, is the one domain of that level the
+	// victims are chosen in (scopeLevel -1: every node); domainTally is scratch per domain.
+	scopeLevel  int8
+	scopeDomain int32
+	domainTally []domainCost
 }
 
 func newScratch() *scratch {
 	return &scratch{
 		passNominations: passNominations{byJob: map[string][]int32{}, byNode: map[int32][]int32{}},
-		victimSearch:    victimSearch{victims: map[*runJob]bool{}, seenVictims: map[victimRef]bool{}},
+		victimSearch:    victimSearch{victims: map[*runJob]bool{}, seenVictims: map[victimRef]bool{}, scopeLevel: -1},
 	}
 }
 

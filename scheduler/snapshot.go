@@ -33,7 +33,9 @@ import (
 // estimate (SnapshotWaiting.RunEstimated, SnapshotRunning.RunEstimated); absent, every RunLimit
 // is a limit. The requests' users and the fair-share accounts (Snapshot.Users,
 // Snapshot.FairShare); absent, nobody has a user and nobody has used anything. The record of the
-// expected starts' errors (Snapshot.Forecast); absent, the pool has none yet.
+// expected starts' errors (Snapshot.Forecast); absent, the pool has none yet. The waiting
+// requests' own gang topology (Snapshot.GangTopologies, SnapshotWaiting.Topology,
+// SnapshotRunning.Topology); absent, each follows the policy's, as before them.
 const SnapshotVersion = 3
 
 // Snapshot is the whole pool state for continue-as-new: waiting requests are stored column-wise
@@ -66,6 +68,9 @@ type Snapshot struct {
 	// Users are the requests' users (Request.User), each once, in order of first use;
 	// SnapshotWaiting.User and SnapshotRunning.User refer to them.
 	Users []string `json:"users,omitempty"`
+	// GangTopologies are the waiting requests' own Request.Topology, each once, in order of first
+	// use; SnapshotWaiting.Topology refers to them.
+	GangTopologies []GangTopology `json:"gang_topologies,omitempty"`
 	// FairShare is the usage the fair-share ordering keeps; absent when it is off.
 	FairShare *SnapshotFairShare `json:"fs,omitempty"`
 	// Forecast is the record of how wrong the expected starts have been; absent, there is none
@@ -147,6 +152,9 @@ type SnapshotWaiting struct {
 	User []int32 `json:"u,omitempty"`
 	// RunEstimated is each request's Request.RunEstimated; absent when every one is false.
 	RunEstimated []bool `json:"re,omitempty"`
+	// Topology is each request's Request.Topology: 0 for none, k for Snapshot.GangTopologies[k-1];
+	// absent when no request names one.
+	Topology []int32 `json:"tp,omitempty"`
 }
 
 // SnapshotRunning is one running or releasing job.
@@ -182,6 +190,8 @@ type SnapshotRunning struct {
 	User int32 `json:"u,omitempty"`
 	// RunEstimated is the request's Request.RunEstimated.
 	RunEstimated bool `json:"re,omitempty"`
+	// Topology is the request's own gang topology, as SnapshotWaiting.Topology.
+	Topology int32 `json:"tp,omitempty"`
 	// Progress is the attempt's first and last progress reports (Pool.Progressed); absent:
 	// none.
 	Progress *SnapshotProgress `json:"pr,omitempty"`
@@ -257,7 +267,7 @@ func (p *Pool) snapshotScheduling() Snapshot {
 		}
 	}
 	s.FairShare = p.snapshotFairShare()
-	demands := &demandTable{s: &s, index: map[Demand]int32{}, sets: map[string]int32{}, workspaces: map[string]int32{}, users: map[string]int32{}}
+	demands := &demandTable{s: &s, index: map[Demand]int32{}, sets: map[string]int32{}, workspaces: map[string]int32{}, users: map[string]int32{}, topologies: map[GangTopology]int32{}}
 	s.Waiting = p.snapshotWaiting(demands)
 	if len(p.running) > 0 {
 		s.Running = make([]SnapshotRunning, 0, len(p.running))
@@ -276,6 +286,22 @@ type demandTable struct {
 	sets       map[string]int32
 	workspaces map[string]int32
 	users      map[string]int32
+	topologies map[GangTopology]int32
+}
+
+// topology interns a request's own gang topology: 0 for none, else 1 + the index in
+// s.GangTopologies.
+func (t *demandTable) topology(g GangTopology) int32 {
+	if g == (GangTopology{}) {
+		return 0
+	}
+	if i, ok := t.topologies[g]; ok {
+		return i
+	}
+	t.s.GangTopologies = append(t.s.GangTopologies, g)
+	i := int32(len(t.s.GangTopologies))
+	t.topologies[g] = i
+	return i
 }
 
 // user interns a request's user: 0 for none, else 1 + the index in s.Users.
@@ -381,6 +407,12 @@ func (p *Pool) snapshotWaiting(demands *demandTable) SnapshotWaiting {
 			}
 			sw.RunLimit[i] = r.RunLimit.Milliseconds()
 		}
+		if r.Topology != (GangTopology{}) {
+			if sw.Topology == nil {
+				sw.Topology = make([]int32, n)
+			}
+			sw.Topology[i] = demands.topology(r.Topology)
+		}
 	}
 	return sw
 }
@@ -390,7 +422,7 @@ func snapshotRunning(rj *runJob, demands *demandTable) SnapshotRunning {
 		Seq: rj.r.Seq, SubmittedAt: tn(rj.r.SubmittedAt), StartedAt: tn(rj.startedAt),
 		Nodes: append([]int32(nil), rj.nodes...), GPUs: append([]uint64(nil), rj.gpus...), Releasing: rj.releasing,
 		Preemptions: rj.preemptions, PreemptSeq: rj.preemptSeq, Checkpoint: tn(rj.ckpt), HonorsNotice: rj.r.HonorsNotice,
-		NodeSet: demands.nodeSet(rj.r.Nodes), Workspace: demands.workspace(rj.r.Workspace), RunLimit: rj.r.RunLimit.Milliseconds(),
+		NodeSet: demands.nodeSet(rj.r.Nodes), Topology: demands.topology(rj.r.Topology), Workspace: demands.workspace(rj.r.Workspace), RunLimit: rj.r.RunLimit.Milliseconds(),
 		User: demands.user(rj.r.User), RunEstimated: rj.r.RunEstimated, OnLoan: rj.onLoan}
 	if !rj.progLast.at.IsZero() {
 		sr.Progress = &SnapshotProgress{FirstAt: tn(rj.progFirst.at), FirstDone: rj.progFirst.done, LastAt: tn(rj.progLast.at), LastDone: rj.progLast.done}
@@ -459,8 +491,8 @@ type restorer struct {
 // admitKey is what Admit looks at: demand, workers, kind and class, and allowed nodes (ns, as
 // SnapshotWaiting.NodeSet; -1 for a running job, whose allowed nodes are not checked).
 type admitKey struct {
-	d, w, mw, ns int32
-	kc           int8
+	d, w, mw, ns, tp int32
+	kc               int8
 }
 
 // admitOnce checks r against the pool, unless a request of the same shape was admitted already.
@@ -478,6 +510,17 @@ func (rs *restorer) admitOnce(r Request, key admitKey) error {
 	}
 	rs.admitted[key] = true
 	return nil
+}
+
+// gangTopology is the gang topology k of a snapshot's Topology column or field.
+func (rs *restorer) gangTopology(k int32) (GangTopology, error) {
+	switch {
+	case k == 0:
+		return GangTopology{}, nil
+	case k < 0 || int(k) > len(rs.s.GangTopologies):
+		return GangTopology{}, fmt.Errorf("snapshot: gang topology %d out of range", k)
+	}
+	return rs.s.GangTopologies[k-1], nil
 }
 
 // workspace is the workspace k of a snapshot's Workspace column or field.
@@ -574,6 +617,9 @@ func (rs *restorer) runningJob(sr *SnapshotRunning) error {
 	r.Attempt, r.Workers, r.Seq, r.SubmittedAt, r.Preemptions = sr.Attempt, len(sr.Nodes), sr.Seq, nt(sr.SubmittedAt), sr.Preemptions
 	r.HonorsNotice = sr.HonorsNotice
 	if r.Nodes, err = rs.nodeSet(sr.NodeSet); err != nil {
+		return err
+	}
+	if r.Topology, err = rs.gangTopology(sr.Topology); err != nil {
 		return err
 	}
 	if r.Workspace, err = rs.workspace(sr.Workspace); err != nil {
@@ -725,7 +771,7 @@ func (rs *restorer) waitingRequests() error {
 		(sw.HonorsNotice != nil && len(sw.HonorsNotice) != n) || (sw.NodeSet != nil && len(sw.NodeSet) != n) ||
 		(sw.MinWorkers != nil && len(sw.MinWorkers) != n) || (sw.Workspace != nil && len(sw.Workspace) != n) ||
 		(sw.RunLimit != nil && len(sw.RunLimit) != n) || (sw.User != nil && len(sw.User) != n) ||
-		(sw.RunEstimated != nil && len(sw.RunEstimated) != n) {
+		(sw.RunEstimated != nil && len(sw.RunEstimated) != n) || (sw.Topology != nil && len(sw.Topology) != n) {
 		return fmt.Errorf("snapshot: waiting columns have different lengths")
 	}
 	for i := 0; i < n; i++ {
@@ -773,6 +819,13 @@ func (rs *restorer) waitingRequest(i int) error {
 	if sw.RunEstimated != nil {
 		r.RunEstimated = sw.RunEstimated[i]
 	}
+	var tp int32
+	if sw.Topology != nil {
+		tp = sw.Topology[i]
+		if r.Topology, err = rs.gangTopology(tp); err != nil {
+			return err
+		}
+	}
 	var ns int32
 	if sw.NodeSet != nil {
 		ns = sw.NodeSet[i]
@@ -783,7 +836,7 @@ func (rs *restorer) waitingRequest(i int) error {
 	if r.Job == "" {
 		return fmt.Errorf("snapshot: waiting request %d has no job id", i)
 	}
-	if err := rs.admitOnce(r, admitKey{d: sw.Demand[i], w: sw.Workers[i], mw: int32(r.MinWorkers), ns: ns, kc: sw.KindClass[i]}); err != nil {
+	if err := rs.admitOnce(r, admitKey{d: sw.Demand[i], w: sw.Workers[i], mw: int32(r.MinWorkers), ns: ns, tp: tp, kc: sw.KindClass[i]}); err != nil {
 		return fmt.Errorf("snapshot: waiting job %q: %w", r.Job, err)
 	}
 	if p.waitIdx[r.Job] != nil {

@@ -282,6 +282,29 @@ type Policy struct {
 	// in the fewest domains it can: within one domain of the finest level if one has room, else
 	// of the next level up (see Topology in the package doc). Empty: no topology.
 	Topology []string `json:"topology,omitempty"`
+	// GangTopology is how a gang that names none of its own (Request.Topology) shares the
+	// levels of Topology: zero, the finest level preferred.
+	GangTopology GangTopology `json:"gang_topology,omitzero"`
+}
+
+// GangTopology asks that a gang's workers share one domain of a topology level (Policy.Topology):
+// Required, they start only so; else the level is preferred, and the gang goes to one domain
+// of it if one has room, else of the next level up, else anywhere (see Topology in the package
+// doc). Level "" is the finest level, preferred.
+type GangTopology struct {
+	Level    string `json:"level,omitempty"`
+	Required bool   `json:"required,omitempty"`
+}
+
+// Text is g as a request names it: "required_topology=rack", "preferred_topology=rack", or "".
+func (g GangTopology) Text() string {
+	switch {
+	case g.Level == "":
+		return ""
+	case g.Required:
+		return "required_topology=" + g.Level
+	}
+	return "preferred_topology=" + g.Level
 }
 
 // DefaultMaxLossGPUHours is Policy.MaxLossGPUHours when it is 0.
@@ -368,6 +391,9 @@ func (p Policy) Changes(next Policy) []string {
 	if !slices.Equal(p.Topology, next.Topology) {
 		out = append(out, fmt.Sprintf("topology [%s] -> [%s]", strings.Join(p.Topology, ", "), strings.Join(next.Topology, ", ")))
 	}
+	if p.GangTopology != next.GangTopology {
+		out = append(out, fmt.Sprintf("gang topology %q -> %q", p.GangTopology.Text(), next.GangTopology.Text()))
+	}
 	return out
 }
 
@@ -420,9 +446,13 @@ type Request struct {
 	// Workers, is a rigid gang of Workers; 1..Workers-1 lets it start with as many workers as
 	// fit on free capacity, at least MinWorkers (see the package doc, rule (b')). A started
 	// gang keeps its size: its grant's placement says how many workers it got.
-	MinWorkers  int       `json:"min_workers,omitempty"`
-	Seq         int64     `json:"seq"` // queue sequence; caller assigns, keeps it on re-queue
-	SubmittedAt time.Time `json:"submitted_at"`
+	MinWorkers int `json:"min_workers,omitempty"`
+	// Topology is how the gang's workers share the allocation's topology levels (ML Space has
+	// no such field: trainq's required_topology and preferred_topology); zero: the allocation's
+	// Policy.GangTopology. A single worker ignores it.
+	Topology    GangTopology `json:"topology,omitzero"`
+	Seq         int64        `json:"seq"` // queue sequence; caller assigns, keeps it on re-queue
+	SubmittedAt time.Time    `json:"submitted_at"`
 	// Preemptions is how many times earlier attempts of the job were preempted. The pool counts
 	// the preemptions it decides itself and keeps the larger of the two; a caller that knows
 	// more (e.g. after the allocator's state was rebuilt) may say so. Victims with fewer

@@ -330,10 +330,15 @@ func (p *Pool) chooseVictims(now time.Time, sc *scratch, sh *shape, cl Class) (v
 	}
 	fit := p.costNodes(now, sc, sh, cl)
 	need := sh.workers - fit
+	slices.SortFunc(sc.costs, cmpNodeCost)
+	if sh.required {
+		if need = sc.cheapestDomain(p, sh); need > 0 {
+			defer func() { sc.scopeLevel = -1 }()
+		}
+	}
 	if need <= 0 || len(sc.costs) < need {
 		return nil, nil, false
 	}
-	slices.SortFunc(sc.costs, cmpNodeCost)
 	vs := sc.cheapestNodesVictims(need)
 	sc.dropUnneeded(p, vs, sh)
 	for _, v := range vs {
@@ -402,7 +407,7 @@ func (sc *scratch) oldestStart(p *Pool, fam int32, c Class) time.Time {
 // (sc.perNodeVictims) and what they cost (sc.costs). It returns how many nodes fit a worker
 // without any. No other node is looked at: a request never preempts for capacity it may not use.
 func (p *Pool) costNodes(now time.Time, sc *scratch, sh *shape, cl Class) (fit int) {
-	sc.perNodeVictims, sc.costs = sc.perNodeVictims[:0], sc.costs[:0]
+	sc.perNodeVictims, sc.costs, sc.fitNodes = sc.perNodeVictims[:0], sc.costs[:0], sc.fitNodes[:0]
 	for _, n := range p.placeable(sh) {
 		if sc.reserved[n] {
 			continue
@@ -413,6 +418,7 @@ func (p *Pool) costNodes(now time.Time, sc *scratch, sh *shape, cl Class) (fit i
 		}
 		if len(sc.perNodeVictims) == start {
 			fit++
+			sc.fitNodes = append(sc.fitNodes, n)
 			continue
 		}
 		c := nodeCost{n: n, count: len(sc.perNodeVictims) - start, start: start, end: len(sc.perNodeVictims)}
@@ -429,6 +435,69 @@ func (p *Pool) costNodes(now time.Time, sc *scratch, sh *shape, cl Class) (fit i
 		sc.costs = append(sc.costs, c)
 	}
 	return fit
+}
+
+// domainCost is what making one domain hold a gang of a required level costs: the nodes of it
+// that fit a worker already, how many more it needs, and the costs of the cheapest of those, added
+// up as one nodeCost (its highest class, the sums of the rest).
+type domainCost struct {
+	fit, taken int
+	cost       nodeCost
+}
+
+// cheapestDomain narrows the victim search of a gang whose topology level is required to one
+// domain of that level: the one whose cheapest nodes make it hold the gang at the least cost
+// (cmpNodeCost on the sums; then the lowest domain), so that the victims free one domain rather
+// than several. It keeps in sc.costs (sorted) only those nodes, sets the scope (see
+// scratch.scopeLevel) and returns how many of them are needed; 0 if no domain can be made to
+// hold the gang, or one holds it without victims.
+func (sc *scratch) cheapestDomain(p *Pool, sh *shape) int {
+	dom := p.topo.domain[sh.level]
+	sc.domainTally = grow(sc.domainTally, p.topo.domains[sh.level])
+	tally := sc.domainTally
+	clear(tally)
+	for _, n := range sc.fitNodes {
+		tally[dom[n]].fit++
+	}
+	for _, c := range sc.costs { // sorted: the cheapest nodes of each domain first
+		t := &tally[dom[c.n]]
+		if t.fit+t.taken >= sh.workers {
+			continue
+		}
+		if t.taken == 0 {
+			t.cost = nodeCost{n: c.n}
+		}
+		t.taken++
+		t.cost.maxClass = max(t.cost.maxClass, c.maxClass)
+		t.cost.protected += c.protected
+		t.cost.lost += c.lost
+		t.cost.lostSec += c.lostSec
+		t.cost.count += c.count
+	}
+	best := int32(-1)
+	for d := range tally {
+		t := &tally[d]
+		if t.fit >= sh.workers {
+			return 0 // (it fits there without victims: nothing to preempt for)
+		}
+		if t.taken == 0 || t.fit+t.taken < sh.workers {
+			continue
+		}
+		if best < 0 || cmpNodeCost(t.cost, tally[best].cost) < 0 {
+			best = int32(d)
+		}
+	}
+	if best < 0 {
+		return 0
+	}
+	sc.costs = slices.DeleteFunc(sc.costs, func(c nodeCost) bool { return dom[c.n] != best })
+	sc.scopeLevel, sc.scopeDomain = sh.level, best
+	return tally[best].taken
+}
+
+// inScope reports whether node n counts in the victim search (see scratch.scopeLevel).
+func (sc *scratch) inScope(p *Pool, n int32) bool {
+	return sc.scopeLevel < 0 || p.topo.domain[sc.scopeLevel][n] == sc.scopeDomain
 }
 
 // cheapestNodesVictims is the union of the candidates of the need cheapest nodes (sc.costs is
@@ -454,7 +523,7 @@ func (sc *scratch) cheapestNodesVictims(need int) []victimCand {
 func (sc *scratch) dropUnneeded(p *Pool, vs []victimCand, sh *shape) {
 	cnt := 0
 	for _, n := range p.placeable(sh) {
-		if !sc.reserved[n] && sc.fitsEx(n, sh) {
+		if !sc.reserved[n] && sc.inScope(p, n) && sc.fitsEx(n, sh) {
 			cnt++
 		}
 	}
@@ -491,7 +560,7 @@ func (sc *scratch) addRef(p *Pool, r victimRef, sh *shape, sign int) int {
 	}
 	x := &sc.nominations[r.nom]
 	n := x.node
-	if p.nodes[n].fam != sh.fam || sc.reserved[n] || !sh.may(n) {
+	if p.nodes[n].fam != sh.fam || sc.reserved[n] || !sh.may(n) || !sc.inScope(p, n) {
 		return 0
 	}
 	before := sc.fitsEx(n, sh)
@@ -517,7 +586,7 @@ func (sc *scratch) fitsEx(n int32, sh *shape) bool {
 func (sc *scratch) addEx(p *Pool, rj *runJob, sh *shape, sign int) int {
 	d, delta := demandOf(&rj.r.Demand).times(sign), 0
 	for w, n := range rj.nodes {
-		if rj.released[w] || p.nodes[n].lost || sc.reserved[n] || p.nodes[n].fam != sh.fam || !sh.may(n) {
+		if rj.released[w] || p.nodes[n].lost || sc.reserved[n] || p.nodes[n].fam != sh.fam || !sh.may(n) || !sc.inScope(p, n) {
 			continue
 		}
 		before := sc.fitsEx(n, sh)
