@@ -34,7 +34,7 @@ func (c *Client) DryRun(ctx context.Context, spec protocol.CheckedSpec) (DryRunA
 	out := DryRunAnswer{Region: spec.Region, Allocation: spec.AllocationName}
 	most, least := spec.GangSize()
 	req := protocol.CapacityRequest{Job: dryRunJob, Attempt: 1, Kind: spec.Kind, Class: spec.Class(), InstanceType: spec.InstanceType,
-		Workers: most, MinWorkers: least, Nodes: spec.AllowedNodes, Workspace: spec.Workspace, SubmittedAt: time.Now().UTC()}
+		Workers: most, MinWorkers: least, Topology: spec.Topology, Nodes: spec.AllowedNodes, Workspace: spec.Workspace, SubmittedAt: time.Now().UTC()}
 	resp, err := c.Temporal.QueryWorkflow(ctx, protocol.AllocatorWorkflowID(spec.Region, spec.AllocationName), "", protocol.QueryDryRun, req)
 	var notFound *serviceerror.NotFound
 	if errors.As(err, &notFound) {

@@ -121,7 +121,7 @@ func applyConfig(cfg *config.Config, spec *protocol.CheckedSpec, notes []string,
 		notes = append(notes, note)
 	}
 	most, least := spec.GangSize()
-	req := protocol.CapacityRequest{Job: "check", Attempt: 1, Kind: spec.Kind, Class: spec.Class(), Workers: most, MinWorkers: least,
+	req := protocol.CapacityRequest{Job: "check", Attempt: 1, Kind: spec.Kind, Class: spec.Class(), Workers: most, MinWorkers: least, Topology: spec.Topology,
 		Workspace: spec.Workspace}.SchedulerRequestOf(spec.Demand())
 	if err := alloc.Policy().AdmitCap(req); err != nil {
 		return nil, &protocol.FieldError{Field: "priority_class", Message: err.Error()}
@@ -136,7 +136,7 @@ func applyConfig(cfg *config.Config, spec *protocol.CheckedSpec, notes []string,
 		return nil, err
 	}
 	one := req
-	one.Workers, one.MinWorkers = 1, 0
+	one.Workers, one.MinWorkers, one.Topology = 1, 0, scheduler.GangTopology{}
 	if err := pool.Admit(one); err != nil {
 		return nil, &protocol.FieldError{Field: "instance_type", Message: err.Error()}
 	}
@@ -145,7 +145,11 @@ func applyConfig(cfg *config.Config, spec *protocol.CheckedSpec, notes []string,
 		if req.MinWorkers > 0 {
 			field = "elastic_min_workers"
 		}
-		return nil, &protocol.FieldError{Field: field, Message: err.Error()}
+		msg := err.Error()
+		if te := (*scheduler.TopologyError)(nil); errors.As(err, &te) && te.Field != "" {
+			field, msg = te.Field, strings.TrimPrefix(msg, te.Field+": ")
+		}
+		return nil, &protocol.FieldError{Field: field, Message: msg}
 	}
 	if req.Nodes = spec.AllowedNodes; len(req.Nodes) > 0 {
 		if err := pool.Admit(req); err != nil {

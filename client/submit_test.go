@@ -2,6 +2,7 @@ package client
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -145,4 +146,40 @@ func TestJobOverItsWorkspaceCapIsRefused(t *testing.T) {
 	spec = protocol.JobSpec{Script: "s", InstanceType: "a100plus.2gpu", AllocationName: alloc, PriorityClass: "medium", Workspace: "team-a"}
 	_, err = Check(cfg, &spec)
 	require.NoError(t, err, "another class is not capped")
+}
+
+// TestRequiredTopologyMustFitADomain: a gang that requires a level no domain
+// of its allocation can hold is refused naming required_topology; a level the
+// allocation does not have is refused naming the field too; one that fits is
+// accepted.
+func TestRequiredTopologyMustFitADomain(t *testing.T) {
+	cfg := config.Default()
+	a := &cfg.Regions[0].Allocations[0]
+	a.Topology = []string{"rack"}
+	for i := range a.Nodes {
+		a.Nodes[i].Topology = map[string]string{"rack": fmt.Sprint("r", i/2)} // racks of two
+	}
+	for _, tc := range []struct {
+		workers  int
+		topology scheduler.GangTopology
+		field    string
+		message  string
+	}{
+		{3, scheduler.GangTopology{Level: "rack", Required: true}, "required_topology", "the job needs 3 workers in one rack, but no rack in this allocation has more than 2 a100plus nodes"},
+		{2, scheduler.GangTopology{Level: "row"}, "preferred_topology", `"row" is not one of the allocation's topology levels (rack)`},
+		{2, scheduler.GangTopology{Level: "rack", Required: true}, "", ""},
+		{3, scheduler.GangTopology{Level: "rack"}, "", ""},
+	} {
+		spec := protocol.JobSpec{Script: "s", InstanceType: "a100plus.1gpu", AllocationName: a.Name, NWorkers: tc.workers, Topology: tc.topology}
+		_, err := Check(cfg, &spec)
+		if tc.field == "" {
+			require.NoError(t, err, "%+v", tc)
+			continue
+		}
+		var fe *protocol.FieldError
+		require.True(t, errors.As(err, &fe), "%v", err)
+		assert.Equal(t, tc.field, fe.Field)
+		assert.Contains(t, fe.Message, tc.message)
+		assert.NotContains(t, fe.Message, tc.field+":", "the field is named once")
+	}
 }

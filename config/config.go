@@ -123,8 +123,14 @@ type Allocation struct {
 	// each node names its domain at every level (its topology: {block: b1, rack: r3}; with
 	// node_selector, the node's label of the level's name). Gangs are placed in the fewest
 	// domains they can (scheduler.Policy.Topology).
-	Topology []string         `json:"topology,omitempty"`
-	Nodes    []scheduler.Node `json:"nodes"`
+	Topology []string `json:"topology,omitempty"`
+	// RequiredTopology or PreferredTopology (one of them, a level of Topology) is how the
+	// allocation's gangs share the levels unless a job names its own (required_topology,
+	// preferred_topology): required, they start only inside one domain of that level; preferred,
+	// in one if one has room. Neither: the finest level, preferred.
+	RequiredTopology  string           `json:"required_topology,omitempty"`
+	PreferredTopology string           `json:"preferred_topology,omitempty"`
+	Nodes             []scheduler.Node `json:"nodes"`
 	// NodeSelector (backend kubernetes only, instead of nodes) picks the
 	// allocation's nodes by their labels: every Kubernetes node with all of
 	// them, its GPUs, CPU and memory read from its allocatable and its
@@ -189,7 +195,16 @@ const (
 func (a Allocation) Policy() scheduler.Policy {
 	return scheduler.Policy{Queueing: a.Queueing, MinRuntimeBeforePreemption: a.MinRuntimeBeforePreemption.D(), ReserveAfter: a.ReserveAfter.D(), Backfill: a.Backfill, StarvationAfter: a.StarvationAfter.D(),
 		MaxPreemptions: a.MaxPreemptions, MaxLossGPUHours: a.MaxLossGPUHours, PreemptionNotice: a.longestNotice(), Limits: a.policyLimits(),
-		Ordering: a.Ordering, FairShareHalfLife: a.FairShareHalfLife.D(), FairShareInterval: a.FairShareInterval.D(), Topology: a.Topology}
+		Ordering: a.Ordering, FairShareHalfLife: a.FairShareHalfLife.D(), FairShareInterval: a.FairShareInterval.D(), Topology: a.Topology,
+		GangTopology: a.gangTopology()}
+}
+
+// gangTopology is RequiredTopology or PreferredTopology as the policy's default.
+func (a Allocation) gangTopology() scheduler.GangTopology {
+	if a.RequiredTopology != "" {
+		return scheduler.GangTopology{Level: a.RequiredTopology, Required: true}
+	}
+	return scheduler.GangTopology{Level: a.PreferredTopology}
 }
 
 // Duration is a time.Duration written as "30s" or "5m" in the file.
@@ -435,6 +450,17 @@ func (c *Config) validate() error {
 // validatePolicy checks the allocation's scheduling settings; field is the allocation's path
 // in the file (regions[i].allocations[j]).
 func (a Allocation) validatePolicy(field string) error {
+	if a.RequiredTopology != "" && a.PreferredTopology != "" {
+		return fmt.Errorf("%s.preferred_topology: set required_topology or preferred_topology, not both", field)
+	}
+	for _, f := range []struct{ name, level string }{{"required_topology", a.RequiredTopology}, {"preferred_topology", a.PreferredTopology}} {
+		if f.level != "" && !slices.Contains(a.Topology, f.level) {
+			if len(a.Topology) == 0 {
+				return fmt.Errorf("%s.%s: %q names a topology level, but the allocation has no topology (set topology: [block, rack] and each node's place in it)", field, f.name, f.level)
+			}
+			return fmt.Errorf("%s.%s: %q is not one of the allocation's topology levels (%s)", field, f.name, f.level, strings.Join(a.Topology, ", "))
+		}
+	}
 	if a.Queueing != scheduler.BestEffortFIFO && a.Queueing != scheduler.StrictFIFO {
 		return fmt.Errorf("%s.queueing: %q is not allowed; use %q or %q", field, a.Queueing, scheduler.BestEffortFIFO, scheduler.StrictFIFO)
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/trainq/trainq/scheduler"
 )
 
 func writeConfig(t *testing.T, body string) string {
@@ -288,6 +290,15 @@ func TestTopology(t *testing.T) {
 		{"a level the allocation does not list", "        topology: [rack]\n        nodes:\n" +
 			"          - {name: n1, family: a100, gpus: 8, topology: {rack: r1, row: x}}\n",
 			`regions[0].allocations[0]: node "n1": topology.row is not one of the allocation's topology levels (rack)`},
+		{"a required level", "        topology: [block, rack]\n        required_topology: rack\n        nodes:\n" +
+			"          - {name: n1, family: a100, gpus: 8, topology: {block: b1, rack: r1}}\n" +
+			"          - {name: n2, family: a100, gpus: 8, topology: {block: b1, rack: r2}}\n", ""},
+		{"a required level it does not have", "        topology: [rack]\n        required_topology: row\n        nodes:\n" +
+			"          - {name: n1, family: a100, gpus: 8, topology: {rack: r1}}\n",
+			`regions[0].allocations[0].required_topology: "row" is not one of the allocation's topology levels (rack)`},
+		{"both", "        topology: [rack]\n        required_topology: rack\n        preferred_topology: rack\n        nodes:\n" +
+			"          - {name: n1, family: a100, gpus: 8, topology: {rack: r1}}\n",
+			`regions[0].allocations[0].preferred_topology: set required_topology or preferred_topology, not both`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := Load(writeConfig(t, head+tc.body))
@@ -301,6 +312,9 @@ func TestTopology(t *testing.T) {
 				t.Fatal(err)
 			}
 			a := cfg.Regions[0].Allocations[0]
+			if want := (a.RequiredTopology != ""); a.Policy().GangTopology != (scheduler.GangTopology{Level: a.RequiredTopology, Required: want}) {
+				t.Fatalf("policy gang topology %+v", a.Policy().GangTopology)
+			}
 			if got := a.Policy().Topology; !slices.Equal(got, []string{"block", "rack"}) {
 				t.Fatalf("policy topology %v", got)
 			}

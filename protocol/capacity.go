@@ -50,6 +50,9 @@ type CapacityRequest struct {
 	// its spec, so that neither the job's admission nor the allocator parses
 	// it again (nil from jobs older than the field: they parse it).
 	Demand *scheduler.Demand `json:"demand,omitempty"`
+	// Topology is how the gang's workers share the allocation's topology
+	// levels (JobSpec.Topology; zero: the allocation's default).
+	Topology scheduler.GangTopology `json:"topology,omitzero"`
 }
 
 // SchedulerRequest is the request in the scheduler's form: with the demand
@@ -74,7 +77,7 @@ func (r CapacityRequest) SchedulerRequestOf(demand scheduler.Demand) scheduler.R
 		Job: r.Job, Attempt: r.Attempt, Kind: r.Kind, Class: r.Class,
 		Demand: demand, Workers: r.Workers, Seq: r.Seq, SubmittedAt: r.SubmittedAt, Preemptions: r.Preemptions,
 		HonorsNotice: r.HonorsNotice, Nodes: r.Nodes, MinWorkers: r.MinWorkers, Workspace: r.Workspace, RunLimit: r.RunLimit,
-		User: r.User,
+		User: r.User, Topology: r.Topology,
 	}
 	if r.RunLimit == 0 && r.RunEstimate > 0 {
 		s.RunLimit, s.RunEstimated = r.RunEstimate, true

@@ -48,8 +48,12 @@ type JobSpec struct {
 	ElasticMaxWorkers  int      `json:"elastic_max_workers,omitempty"`
 	ElasticMaxRestarts int      `json:"elastic_max_restarts,omitempty"`
 	IncludeNodes       []string `json:"include_nodes,omitempty"`
-	ExcludeNodes       []string `json:"exclude_nodes,omitempty"`
-	TmpStorage         string   `json:"tmp_storage,omitempty"`
+	// Topology is the request's required_topology or preferred_topology
+	// (trainq's; ML Space has none): how the gang's workers share the
+	// allocation's topology levels. Zero: the allocation's default.
+	Topology     scheduler.GangTopology `json:"topology,omitzero"`
+	ExcludeNodes []string               `json:"exclude_nodes,omitempty"`
+	TmpStorage   string                 `json:"tmp_storage,omitempty"`
 	// TimeLimit is ML Space's stop_timer: the job is stopped after this
 	// long Running (0 = never).
 	TimeLimit time.Duration `json:"time_limit,omitempty"`

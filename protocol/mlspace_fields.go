@@ -99,6 +99,9 @@ type mlspaceFields struct {
 	ForbidS3           *bool         `json:"forbid_s3"`
 	InCommunalCluster  *bool         `json:"in_communal_cluster"`
 	PreflightCheck     *bool         `json:"preflight_check"`
+	// trainq's own: how a gang's workers share the allocation's topology.
+	RequiredTopology  string `json:"required_topology"`
+	PreferredTopology string `json:"preferred_topology"`
 }
 
 // applyMLSpaceFields checks the fields and writes them into spec, with a
@@ -136,6 +139,11 @@ func applyMLSpaceFields(r RunJobRequest, spec *JobSpec) error {
 	if err := applyElastic(f, spec); err != nil {
 		return err
 	}
+	topology, err := ParseGangTopology(f.RequiredTopology, f.PreferredTopology)
+	if err != nil {
+		return err
+	}
+	spec.Topology = topology
 	for _, l := range []struct {
 		field string
 		nodes []string
@@ -254,6 +262,27 @@ func checkName(field, v string) error {
 	return nil
 }
 
+// ParseGangTopology reads required_topology and preferred_topology (at most
+// one of them, a level name); whether the allocation has that level is
+// checked against its configuration (scheduler.Pool.Admit).
+func ParseGangTopology(required, preferred string) (scheduler.GangTopology, error) {
+	switch {
+	case required != "" && preferred != "":
+		return scheduler.GangTopology{}, fieldErr("preferred_topology", "set required_topology or preferred_topology, not both")
+	case required != "":
+		if err := checkName("required_topology", required); err != nil {
+			return scheduler.GangTopology{}, err
+		}
+		return scheduler.GangTopology{Level: required, Required: true}, nil
+	case preferred != "":
+		if err := checkName("preferred_topology", preferred); err != nil {
+			return scheduler.GangTopology{}, err
+		}
+		return scheduler.GangTopology{Level: preferred}, nil
+	}
+	return scheduler.GangTopology{}, nil
+}
+
 // MaxNameBytes bounds queue, node and preset names.
 const MaxNameBytes = 253
 
@@ -294,6 +323,8 @@ type RunJobParams struct {
 	ForbidS3           bool              `json:"forbid_s3"`
 	InCommunalCluster  bool              `json:"in_communal_cluster"`
 	PreflightCheck     bool              `json:"preflight_check"`
+	RequiredTopology   string            `json:"required_topology,omitempty"`
+	PreferredTopology  string            `json:"preferred_topology,omitempty"`
 }
 
 // ParamsHealth is health_params as RunJobParams shows it.
@@ -321,6 +352,11 @@ func (s JobSpec) Params() RunJobParams {
 	}
 	if s.QueueName == "" {
 		p.QueueName = "default"
+	}
+	if s.Topology.Required {
+		p.RequiredTopology = s.Topology.Level
+	} else {
+		p.PreferredTopology = s.Topology.Level
 	}
 	if s.ElasticMaxWorkers > 0 {
 		p.ElasticMinWorkers, p.ElasticMaxWorkers = s.ElasticMinWorkers, s.ElasticMaxWorkers

@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/trainq/trainq/scheduler"
 )
 
 // TestRunJobRequestHasEveryMLSpaceField: ML Space's RunJobRequest has 33
@@ -111,4 +113,33 @@ func TestPlainRequestHasNoWarnings(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, spec.Warnings)
 	assert.Empty(t, spec.RequestedClass)
+}
+
+// TestTopologyFields: required_topology and preferred_topology (trainq's own)
+// decode into the spec's typed topology; both at once, or a blank level, are
+// refused naming the field; a request without them keeps the allocation's.
+func TestTopologyFields(t *testing.T) {
+	const base = `{"script":"s","base_image":"img","instance_type":"a100.1gpu","region":"SR006","n_workers":2`
+	for _, tc := range []struct {
+		extra, field string
+		want         scheduler.GangTopology
+	}{
+		{`,"required_topology":"rack"}`, "", scheduler.GangTopology{Level: "rack", Required: true}},
+		{`,"preferred_topology":"block"}`, "", scheduler.GangTopology{Level: "block"}},
+		{`}`, "", scheduler.GangTopology{}},
+		{`,"required_topology":"rack","preferred_topology":"rack"}`, "preferred_topology", scheduler.GangTopology{}},
+		{`,"required_topology":"a b"}`, "required_topology", scheduler.GangTopology{}},
+	} {
+		spec, _, err := DecodeRunJobRequest([]byte(base + tc.extra))
+		if tc.field != "" {
+			var fe *FieldError
+			require.True(t, errors.As(err, &fe), "%s: %v", tc.extra, err)
+			assert.Equal(t, tc.field, fe.Field)
+			continue
+		}
+		require.NoError(t, err, tc.extra)
+		assert.Equal(t, tc.want, spec.Topology, tc.extra)
+		p := spec.Params()
+		assert.Equal(t, tc.want.Level, p.RequiredTopology+p.PreferredTopology, "params echo the field")
+	}
 }

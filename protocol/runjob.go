@@ -59,8 +59,14 @@ var RunJobRequestFieldNames = []string{"script", "base_image", "instance_type", 
 	"elastic_max_restarts", "include_nodes", "exclude_nodes", "tmp_storage", "stop_timer",
 	"cuda11", "forbid_internet", "forbid_s3", "in_communal_cluster", "preflight_check"}
 
+// TrainqFieldNames are the fields trainq accepts beyond ML Space's.
+var TrainqFieldNames = []string{"required_topology", "preferred_topology"}
+
+// acceptedFieldNames is ML Space's fields, then trainq's own.
+var acceptedFieldNames = slices.Concat(RunJobRequestFieldNames, TrainqFieldNames)
+
 // RunJobRequestFields lists the accepted fields, for the unknown-field message.
-var RunJobRequestFields = strings.Join(RunJobRequestFieldNames, ", ")
+var RunJobRequestFields = strings.Join(acceptedFieldNames, ", ")
 
 // ProcessesPerWorker is processes_per_worker in JSON: a number or "default"
 // (0 after decoding: one process per GPU).
@@ -161,7 +167,7 @@ func DecodeRunJob(data []byte) (DecodedRunJob, error) {
 
 func decodeRunJob(data []byte) (spec JobSpec, notes []string, err error) {
 	var r RunJobRequest
-	if err := DecodeStrictJSON(data, &r, RunJobRequestFieldNames, "RunJobRequest"); err != nil {
+	if err := DecodeStrictJSON(data, &r, acceptedFieldNames, "RunJobRequest"); err != nil {
 		return spec, nil, err
 	}
 	spec = JobSpec{

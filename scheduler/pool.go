@@ -389,10 +389,11 @@ func (p *Pool) admitTopology(r *Request) error {
 		field = "required_topology"
 	}
 	if err := p.topo.checkGang(g, field); err != nil {
-		return err
+		return &TopologyError{Field: field, Err: err}
 	}
+	own := field
 	if g == (GangTopology{}) {
-		field = "the allocation's gang_topology (a job may set its own preferred_topology)"
+		field, own = "the allocation's gang_topology (a job may set its own preferred_topology)", ""
 	}
 	level, required := p.gangLevel(r)
 	if !required {
@@ -423,11 +424,21 @@ func (p *Pool) admitTopology(r *Request) error {
 		if allowed != nil {
 			where = "among " + allowedNodesText
 		}
-		return fmt.Errorf("%s: the job needs %s in one %s, but no %s %s has more than %d %s %s large enough (%d GPUs, %d CPU cores, %d GB RAM each)",
-			field, workersText(r), lv, lv, where, most, r.Demand.Family, plural(most, "node", "nodes"), r.Demand.GPUs, r.Demand.CPU, r.Demand.RAMGB)
+		return &TopologyError{Field: own, Err: fmt.Errorf("%s: the job needs %s in one %s, but no %s %s has more than %d %s %s large enough (%d GPUs, %d CPU cores, %d GB RAM each)",
+			field, workersText(r), lv, lv, where, most, r.Demand.Family, plural(most, "node", "nodes"), r.Demand.GPUs, r.Demand.CPU, r.Demand.RAMGB)}
 	}
 	return nil
 }
+
+// TopologyError is Admit's refusal of a request's topology. Field is the request's field that
+// asked for it (required_topology or preferred_topology), or "" when the allocation's default did.
+type TopologyError struct {
+	Field string
+	Err   error
+}
+
+func (e *TopologyError) Error() string { return e.Err.Error() }
+func (e *TopologyError) Unwrap() error { return e.Err }
 
 // admitAnywhere is Admit without the allowed nodes.
 func (p *Pool) admitAnywhere(r Request) error {

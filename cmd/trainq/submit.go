@@ -104,6 +104,8 @@ func runSubmit(ctx context.Context, g *globals, args []string) error {
 		queue     = fs.String("queue", "", "the allocation's queue (ML Space's queue_name; default: its default queue)")
 		include   = fs.String("include-nodes", "", "comma-separated nodes the workers may run on (ML Space's include_nodes)")
 		exclude   = fs.String("exclude-nodes", "", "comma-separated nodes the workers must not run on (ML Space's exclude_nodes)")
+		requireTo = fs.String("required-topology", "", "a topology `level` (e.g. rack) the gang's workers must share: they start only inside one domain of it")
+		preferTo  = fs.String("preferred-topology", "", "a topology `level` the gang's workers should share where one domain has room")
 		dryRun    = fs.Bool("dry-run", false, "validate and print the normalized job, start nothing (offline)")
 		testOnly  = fs.Bool("test-only", false, "validate, then ask the allocator where the job would start now or whom it would preempt, or why it would wait; start nothing (as sbatch --test-only)")
 		wait      = fs.Bool("wait", false, "after submitting, watch the job until it ends (exit code as for trainq watch)")
@@ -156,6 +158,13 @@ func runSubmit(ctx context.Context, g *globals, args []string) error {
 				}
 			}
 		}
+	}
+	if set["required-topology"] || set["preferred-topology"] {
+		t, err := protocol.ParseGangTopology(*requireTo, *preferTo)
+		if err != nil {
+			return err
+		}
+		spec.Topology = t
 	}
 	if set["n-workers"] {
 		if *nWorkers < 1 {

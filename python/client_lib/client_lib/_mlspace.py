@@ -17,6 +17,9 @@ RUN_JOB_FIELDS = (
     "elastic_min_workers", "elastic_max_workers", "elastic_max_restarts", "include_nodes", "exclude_nodes",
     "tmp_storage", "stop_timer", "cuda11", "preflight_check", "forbid_internet", "forbid_s3", "in_communal_cluster",
 )
+# trainq's own fields beyond ML Space's: how a gang's workers share the
+# allocation's topology levels (a level name, e.g. "rack"; at most one of them).
+TRAINQ_FIELDS = ("required_topology", "preferred_topology")
 DEPRECATED_FIELDS = ("stop_timer", "cuda11", "preflight_check", "forbid_internet", "forbid_s3", "in_communal_cluster")
 
 
@@ -59,9 +62,10 @@ class Job:
                  health_params=None, shm_size_class=None, flags=None, env_variables=None, pytorch_use_env=None,
                  elastic_min_workers=None, elastic_max_workers=None, elastic_max_restarts=None, include_nodes=None,
                  exclude_nodes=None, tmp_storage=None, stop_timer=None, cuda11=None, preflight_check=None,
-                 forbid_internet=None, forbid_s3=None, in_communal_cluster=None, *, client=None):
+                 forbid_internet=None, forbid_s3=None, in_communal_cluster=None, *, required_topology=None,
+                 preferred_topology=None, client=None):
         given = dict(locals())
-        for f in RUN_JOB_FIELDS:
+        for f in RUN_JOB_FIELDS + TRAINQ_FIELDS:
             setattr(self, f, given[f])
         self.client = client
         self.job_name = None
@@ -72,7 +76,7 @@ class Job:
     def request(self):
         """The RunJobRequest this job sends: the fields given, and the region
         of TRAINQ_REGION when the job names none."""
-        fields = {f: getattr(self, f) for f in RUN_JOB_FIELDS}
+        fields = {f: getattr(self, f) for f in RUN_JOB_FIELDS + TRAINQ_FIELDS}
         if fields["region"] is None:
             c = self.client
             if c is None:
@@ -109,7 +113,7 @@ class Job:
         return kill(self._name(), region=self.region, client=self.client)
 
     def __repr__(self):
-        given = ", ".join("%s=%r" % (f, getattr(self, f)) for f in RUN_JOB_FIELDS if getattr(self, f) is not None)
+        given = ", ".join("%s=%r" % (f, getattr(self, f)) for f in RUN_JOB_FIELDS + TRAINQ_FIELDS if getattr(self, f) is not None)
         return "Job(%s)%s" % (given, " job_name=%s" % self.job_name if self.job_name else "")
 
 

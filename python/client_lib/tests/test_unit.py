@@ -92,6 +92,16 @@ class TestJobRequest(Base):
         self.assertEqual(req.headers["Content-Type"], "application/json")
         self.assertTrue(req.headers.get("Idempotency-Key"))
 
+    def test_topology_is_sent_by_keyword(self):
+        """trainq's required_topology / preferred_topology are keyword-only, so
+        ML Space's positional calls keep their meaning."""
+        self.api.route("POST", "/jobs", body={"job_name": NAME, "status": "Pending"})
+        client_lib.Job(script="s", base_image="b", instance_type="a100.8gpu", n_workers=2, required_topology="rack").submit()
+        self.assertEqual(self.api.requests[-1].json()["required_topology"], "rack")
+        self.assertNotIn("preferred_topology", self.api.requests[-1].json())
+        params = inspect.signature(client_lib.Job).parameters
+        self.assertIs(params["preferred_topology"].kind, inspect.Parameter.KEYWORD_ONLY)
+
     def test_priorities_page_request_and_typed_helpers_send_the_same_body(self):
         self.api.route("POST", "/jobs", body={"job_name": NAME, "status": "Pending"})
         client_lib.Job(**PAGE).submit()
