@@ -528,12 +528,14 @@ func BenchmarkScheduleWaitingBackfill(b *testing.B) {
 // to four 8-GPU workers) on 1,000 empty 8-GPU nodes, granting what fits; flat without a
 // topology, topology with three levels (zones of 8 blocks of 4 racks of 8 nodes) beside it.
 func BenchmarkScheduleGangs(b *testing.B) {
-	for _, levels := range [][]string{nil, {"zone", "block", "rack"}} {
-		name := "flat"
-		if levels != nil {
-			name = "topology"
-		}
-		b.Run(name, func(b *testing.B) {
+	for _, tc := range []struct {
+		name   string
+		levels []string
+		gang   GangTopology
+	}{{"flat", nil, GangTopology{}}, {"topology", []string{"zone", "block", "rack"}, GangTopology{}},
+		{"required-rack", []string{"zone", "block", "rack"}, GangTopology{Level: "rack", Required: true}}} {
+		levels := tc.levels
+		b.Run(tc.name, func(b *testing.B) {
 			nodes := nodesOf("node", "a100plus", 1000, 8, 96, 768)
 			if levels != nil {
 				for i := range nodes {
@@ -541,7 +543,7 @@ func BenchmarkScheduleGangs(b *testing.B) {
 					nodes[i].Topology = map[string]string{"zone": strconv.Itoa(rack / 32), "block": strconv.Itoa(rack / 4), "rack": strconv.Itoa(rack)}
 				}
 			}
-			p := mustPool(b, nodes, Policy{Topology: levels})
+			p := mustPool(b, nodes, Policy{Topology: levels, GangTopology: tc.gang})
 			rng := rand.New(rand.NewPCG(7, 9))
 			for i := range 10000 {
 				d, _ := ParseInstanceType(benchTypes[rng.IntN(3)])

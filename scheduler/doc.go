@@ -193,13 +193,33 @@
 //     never chosen. Admission refuses a required level that no domain (within the allowed nodes)
 //     has enough nodes for, naming the field; a reconfigure that leaves none ends the waiting
 //     request with that reason. While it waits, Explain says that the nodes with room are spread
-//     out, and how many one domain has.
+//     out, and how many one domain has; past DefragmentAfter it may move smaller jobs out of one
+//     domain (see Defragmentation).
 //   - A single worker is placed by best fit alone. (Filling the busiest rack first among nodes
 //     that fit alike kept more racks whole for gangs in trainq simulate, but made the 4+-GPU
 //     jobs' p95 wait worse by more than a tenth in 14 of 40 runs where gang placement alone did
 //     in 5.)
 //   - A node's topology steers only placement: a reconfigure may relabel a node while jobs run
 //     there, even a gang that required its domain.
+//
+// # Defragmentation
+//
+// A gang whose topology level is required, that has waited Policy.DefragmentAfter (default 15
+// minutes) since it was submitted and can neither start, hold capacity nor preempt, moves smaller
+// jobs out of one domain of that level instead of waiting for it to drain by chance. Per domain it
+// counts the nodes a worker fits on already (free and releasing capacity in its sight) and, for
+// the rest, what it takes to clear a node: the movable jobs there, fewest GPUs first, until a
+// worker fits. A job is movable if it runs one worker (it can rerun whole on one node), is not a
+// notebook, is of the gang's class or below, has run for an hour in its attempt (so no job moves
+// more than once an hour), is under MaxPreemptions (a move counts as a preemption) and has not
+// opted out (Request.NoMove). The gang takes the domain whose movers hold the fewest GPUs, then
+// are fewest, then the lowest domain, at most 16 movers, and only if every mover fits, one after
+// another, on free capacity of its family outside that domain within its allowed nodes: a move
+// only helps if the moved job can start again at once. The movers are then told as victims are
+// (Preemption.Move: the allocation's notice, reason defragment), their capacity is nominated to
+// the gang, which waits for it by rule (a), and each reruns without spending a retry, keeping its
+// place in the queue. Moves come after preemption: a gang preempts strictly lower classes when it
+// can, and moves only when it cannot.
 //
 // # Reservations
 //

@@ -194,6 +194,15 @@ func schedChecked(t testing.TB, p *Pool, now time.Time, idempotent bool) Decisio
 		if pe.Loan {
 			continue // (a loan past its RunLimit yields whatever its class and the limits: see Loans)
 		}
+		if pe.Move {
+			// (a move is of a one-worker job of the gang's class or below that ran an hour: see
+			// Defragmentation)
+			if v.Class > pe.Preemptor.Class || len(v.Placement) != 1 || now.Sub(v.StartedAt) < moveAgainAfter {
+				t.Fatalf("move of %s (%s, %d workers, started %s) for %s (%s): not allowed", pe.Victim, v.Class, len(v.Placement), v.StartedAt, pe.Preemptor.Job, pe.Preemptor.Class)
+			}
+			movesChecked++
+			continue
+		}
 		if v.Class >= pe.Preemptor.Class {
 			t.Fatalf("preemption of %s (%s %s) by %s (%s): not allowed", pe.Victim, v.Class, v.Kind, pe.Preemptor.Job, pe.Preemptor.Class)
 		}

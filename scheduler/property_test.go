@@ -353,7 +353,7 @@ func TestPropertyRandomEvents(t *testing.T) {
 		seed += uint64(v)
 	}
 	rng := rand.New(rand.NewPCG(seed, 7))
-	starvedPreemptions = 0
+	starvedPreemptions, movesChecked = 0, 0
 	n := 400
 	if testing.Short() {
 		n = 50
@@ -372,8 +372,12 @@ func TestPropertyRandomEvents(t *testing.T) {
 	if n >= 400 && starvedPreemptions == 0 {
 		t.Fatalf("no preemption of %d streams was one that only StarvationAfter allowed", n)
 	}
+	t.Logf("%d jobs were moved for gangs that require a rack", movesChecked)
 	t.Logf("%d preemptions were allowed only by StarvationAfter", starvedPreemptions)
 }
+
+// movesChecked counts the moves (Preemption.Move) the checked passes decided.
+var movesChecked int
 
 // starvedPreemptions counts the checked preemptions that MinRuntimeBeforePreemption or
 // MaxLossGPUHours would have forbidden but for StarvationAfter.

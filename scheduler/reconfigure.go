@@ -238,6 +238,9 @@ func (p *Pool) admitWaiting(sw SnapshotWaiting, empty *Pool) (SnapshotWaiting, [
 		if sw.Topology != nil {
 			keep.Topology = append(keep.Topology, sw.Topology[i])
 		}
+		if sw.NoMove != nil {
+			keep.NoMove = append(keep.NoMove, sw.NoMove[i])
+		}
 		if sw.Workspace != nil {
 			keep.Workspace = append(keep.Workspace, sw.Workspace[i])
 		}
@@ -274,6 +277,9 @@ func (p *Pool) admitWaiting(sw SnapshotWaiting, empty *Pool) (SnapshotWaiting, [
 	}
 	if !slices.Contains(keep.RunEstimated, true) {
 		keep.RunEstimated = nil
+	}
+	if !slices.Contains(keep.NoMove, true) {
+		keep.NoMove = nil
 	}
 	if !slices.ContainsFunc(keep.Topology, func(k int32) bool { return k != 0 }) {
 		keep.Topology = nil

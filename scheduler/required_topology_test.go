@@ -234,3 +234,33 @@ func TestReconfigureKeepsWaitingRequestsWhole(t *testing.T) {
 		t.Fatalf("the waiting request changed in a reconfigure:\n%s\n%s", mustJSON(t, before), mustJSON(t, after))
 	}
 }
+
+// TestRequiredTopologyUsesItsVictimsDomain: given a gang that requires a rack and preempted v in
+// rack r1, when another rack fits it better by the time v has stopped, then it still starts in
+// r1, on v's capacity: starting elsewhere would have preempted v for nothing.
+func TestRequiredTopologyUsesItsVictimsDomain(t *testing.T) {
+	p := mustPool(t, racked("b1/r1", "b1/r1", "b1/r2", "b1/r2"), blockRack)
+	startRunning(t, p, []runSpec{running("v").Class(Low).GPUs(8).On("n1"), running("x").GPUs(8).On("n3"), running("y").GPUs(8).On("n4")})
+	mustEnqueue(t, p, makeJob("g", "a").GPUs(4).Workers(2).Seq(1).Topology(rackOf("rack", true)).Obj())
+	if d := sched(t, p, at(60)); !slices.Equal(victims(d), []string{"v"}) {
+		t.Fatalf("preempted %v, want [v]", victims(d))
+	}
+	// x and y end; two 4-GPU jobs take half of n3 and of n4, so that r2's nodes now fit a worker
+	// of g best.
+	p.Release("x", 0, 0)
+	p.Release("y", 0, 0)
+	mustEnqueue(t, p, makeJob("a", "a").Class(Low).GPUs(4).Seq(2).Nodes("n3").Obj())
+	mustEnqueue(t, p, makeJob("b", "a").Class(Low).GPUs(4).Seq(3).Nodes("n4").Obj())
+	if d := sched(t, p, at(61)); !slices.Equal(grantedJobs(d), []string{"a", "b"}) {
+		t.Fatalf("granted %v, want [a b]", grantedJobs(d))
+	}
+	p.Release("v", 0, 0)
+	d := sched(t, p, at(62))
+	if len(d.Grants) != 1 {
+		t.Fatalf("g did not start once v stopped: %+v", d)
+	}
+	if got := grantNodes(d.Grants[0]); !slices.Equal(got, []string{"n1", "n2"}) {
+		t.Fatalf("g started on %v, want [n1 n2] (v's rack)", got)
+	}
+	checkInvariants(t, p)
+}

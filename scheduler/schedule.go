@@ -67,6 +67,7 @@ type failureCache struct {
 	epoch         uint32
 	cannotFit     []uint32 // per shape
 	cannotPreempt []uint32 // per shape and class, at shapeClass
+	cannotMove    []uint32 // per shape and class, at shapeClass: no defragmentation starts it
 }
 
 func shapeClass(shape int32, c Class) int { return 3*int(shape) + int(c) }
@@ -85,11 +86,13 @@ func (fc *failureCache) newPass(nShapes int) {
 	if len(fc.cannotFit) < nShapes {
 		fc.cannotFit = append(fc.cannotFit, make([]uint32, nShapes-len(fc.cannotFit))...)
 		fc.cannotPreempt = append(fc.cannotPreempt, make([]uint32, 3*nShapes-len(fc.cannotPreempt))...)
+		fc.cannotMove = append(fc.cannotMove, make([]uint32, 3*nShapes-len(fc.cannotMove))...)
 	}
 	fc.epoch++
 	if fc.epoch == 0 {
 		clear(fc.cannotFit)
 		clear(fc.cannotPreempt)
+		clear(fc.cannotMove)
 		fc.epoch = 1
 	}
 }
@@ -349,6 +352,7 @@ type planPreempt struct {
 	victim *runJob
 	by     *waitReq
 	loan   bool // the victim yields a loan that ran past its RunLimit (Preemption.Loan)
+	move   bool // the victim moves out of a domain for a gang (Preemption.Move)
 }
 
 // planTakeover hands nominated capacity over to a strictly better request.
@@ -696,6 +700,11 @@ func (p *Pool) decideFor(now time.Time, sc *scratch, pl *plan, w *waitReq, key w
 		victims, takeovers, ok = p.preemptFor(now, sc, sh.least, key.class, cacheable)
 		sh = least
 	}
+	if !ok && whole {
+		if kind, victims, ok := p.defragment(now, sc, pl, w, key, cacheable); ok {
+			return kind, victims
+		}
+	}
 	if !ok {
 		return p.reserveOrReclaim(now, sc, pl, w, key, least, first)
 	}
@@ -844,7 +853,7 @@ func (sc *scratch) nominateVictims(p *Pool, pl *plan, w *waitReq, victims []*run
 			sc.setCapacity(p, n, sc.free[n], sc.rel[n].add(d))
 		}
 		sc.nextSeq++
-		pl.preempts = append(pl.preempts, planPreempt{victim: v, by: w, loan: sc.loanDue(v, now)})
+		pl.preempts = append(pl.preempts, planPreempt{victim: v, by: w, loan: sc.loanDue(v, now), move: sc.moving})
 	}
 }
 
@@ -1042,7 +1051,12 @@ func (p *Pool) applyPreemptions(pl *plan) []Preemption {
 			reason = fmt.Sprintf("its time on loan is up: it started on capacity reserved for %s-priority %s %s because its run limit of %s would end it before that job's start, and it ran past it; it yields and reruns without spending a retry",
 				by.r.Class, by.r.Kind, by.r.Job, v.r.RunLimit)
 		}
-		out = append(out, Preemption{Victim: v.r.Job, VictimAttempt: v.r.Attempt, Preemptor: *v.preemptedBy, Reason: reason, Loan: pp.loan})
+		if pp.move {
+			sh := &p.shapes[by.shape]
+			reason = fmt.Sprintf("moved out of %s %s to make room for %s-priority %s %s, which needs %s in one %s: it reruns on free capacity elsewhere without spending a retry",
+				p.topo.levels[sh.level], p.domainName(sh.level, v.nodes[0]), by.r.Class, by.r.Kind, by.r.Job, needText(by.r.Demand, by.r.Workers), p.topo.levels[sh.level])
+		}
+		out = append(out, Preemption{Victim: v.r.Job, VictimAttempt: v.r.Attempt, Preemptor: *v.preemptedBy, Reason: reason, Loan: pp.loan, Move: pp.move})
 	}
 	return out
 }

@@ -76,6 +76,8 @@ type walkerState struct {
 	ownerNodes  []int32
 	loansListed bool // candidates listed the due loans of the node it looks at (dueLoans)
 	walkerExtra bool
+	// moving: the victims the walker nominates are moved out of a domain (Preemption.Move).
+	moving bool
 	// starving: the walker has been the first waiting request of its class for
 	// Policy.StarvationAfter, so MaxLossGPUHours and MinRuntimeBeforePreemption protect no victim
 	// from it (and its failures are not cached).

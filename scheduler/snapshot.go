@@ -155,6 +155,8 @@ type SnapshotWaiting struct {
 	// Topology is each request's Request.Topology: 0 for none, k for Snapshot.GangTopologies[k-1];
 	// absent when no request names one.
 	Topology []int32 `json:"tp,omitempty"`
+	// NoMove is each request's Request.NoMove; absent when every one is false.
+	NoMove []bool `json:"nm,omitempty"`
 }
 
 // SnapshotRunning is one running or releasing job.
@@ -192,6 +194,7 @@ type SnapshotRunning struct {
 	RunEstimated bool `json:"re,omitempty"`
 	// Topology is the request's own gang topology, as SnapshotWaiting.Topology.
 	Topology int32 `json:"tp,omitempty"`
+	NoMove   bool  `json:"nm,omitempty"` // Request.NoMove
 	// Progress is the attempt's first and last progress reports (Pool.Progressed); absent:
 	// none.
 	Progress *SnapshotProgress `json:"pr,omitempty"`
@@ -407,6 +410,12 @@ func (p *Pool) snapshotWaiting(demands *demandTable) SnapshotWaiting {
 			}
 			sw.RunLimit[i] = r.RunLimit.Milliseconds()
 		}
+		if r.NoMove {
+			if sw.NoMove == nil {
+				sw.NoMove = make([]bool, n)
+			}
+			sw.NoMove[i] = true
+		}
 		if r.Topology != (GangTopology{}) {
 			if sw.Topology == nil {
 				sw.Topology = make([]int32, n)
@@ -422,7 +431,7 @@ func snapshotRunning(rj *runJob, demands *demandTable) SnapshotRunning {
 		Seq: rj.r.Seq, SubmittedAt: tn(rj.r.SubmittedAt), StartedAt: tn(rj.startedAt),
 		Nodes: append([]int32(nil), rj.nodes...), GPUs: append([]uint64(nil), rj.gpus...), Releasing: rj.releasing,
 		Preemptions: rj.preemptions, PreemptSeq: rj.preemptSeq, Checkpoint: tn(rj.ckpt), HonorsNotice: rj.r.HonorsNotice,
-		NodeSet: demands.nodeSet(rj.r.Nodes), Topology: demands.topology(rj.r.Topology), Workspace: demands.workspace(rj.r.Workspace), RunLimit: rj.r.RunLimit.Milliseconds(),
+		NodeSet: demands.nodeSet(rj.r.Nodes), Topology: demands.topology(rj.r.Topology), NoMove: rj.r.NoMove, Workspace: demands.workspace(rj.r.Workspace), RunLimit: rj.r.RunLimit.Milliseconds(),
 		User: demands.user(rj.r.User), RunEstimated: rj.r.RunEstimated, OnLoan: rj.onLoan}
 	if !rj.progLast.at.IsZero() {
 		sr.Progress = &SnapshotProgress{FirstAt: tn(rj.progFirst.at), FirstDone: rj.progFirst.done, LastAt: tn(rj.progLast.at), LastDone: rj.progLast.done}
@@ -622,6 +631,7 @@ func (rs *restorer) runningJob(sr *SnapshotRunning) error {
 	if r.Topology, err = rs.gangTopology(sr.Topology); err != nil {
 		return err
 	}
+	r.NoMove = sr.NoMove
 	if r.Workspace, err = rs.workspace(sr.Workspace); err != nil {
 		return err
 	}
@@ -771,7 +781,8 @@ func (rs *restorer) waitingRequests() error {
 		(sw.HonorsNotice != nil && len(sw.HonorsNotice) != n) || (sw.NodeSet != nil && len(sw.NodeSet) != n) ||
 		(sw.MinWorkers != nil && len(sw.MinWorkers) != n) || (sw.Workspace != nil && len(sw.Workspace) != n) ||
 		(sw.RunLimit != nil && len(sw.RunLimit) != n) || (sw.User != nil && len(sw.User) != n) ||
-		(sw.RunEstimated != nil && len(sw.RunEstimated) != n) || (sw.Topology != nil && len(sw.Topology) != n) {
+		(sw.RunEstimated != nil && len(sw.RunEstimated) != n) || (sw.Topology != nil && len(sw.Topology) != n) ||
+		(sw.NoMove != nil && len(sw.NoMove) != n) {
 		return fmt.Errorf("snapshot: waiting columns have different lengths")
 	}
 	for i := 0; i < n; i++ {
@@ -818,6 +829,9 @@ func (rs *restorer) waitingRequest(i int) error {
 	}
 	if sw.RunEstimated != nil {
 		r.RunEstimated = sw.RunEstimated[i]
+	}
+	if sw.NoMove != nil {
+		r.NoMove = sw.NoMove[i]
 	}
 	var tp int32
 	if sw.Topology != nil {

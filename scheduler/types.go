@@ -285,6 +285,10 @@ type Policy struct {
 	// GangTopology is how a gang that names none of its own (Request.Topology) shares the
 	// levels of Topology: zero, the finest level preferred.
 	GangTopology GangTopology `json:"gang_topology,omitzero"`
+	// DefragmentAfter: a gang whose topology level is required, that has waited this long and
+	// can neither start, hold nor preempt, moves smaller jobs out of one domain to start there
+	// (see Defragmentation in the package doc). 0 means DefaultDefragmentAfter; negative: never.
+	DefragmentAfter time.Duration `json:"defragment_after,omitempty"`
 }
 
 // GangTopology asks that a gang's workers share one domain of a topology level (Policy.Topology):
@@ -391,6 +395,9 @@ func (p Policy) Changes(next Policy) []string {
 	if !slices.Equal(p.Topology, next.Topology) {
 		out = append(out, fmt.Sprintf("topology [%s] -> [%s]", strings.Join(p.Topology, ", "), strings.Join(next.Topology, ", ")))
 	}
+	if a, b := p.defragmentAfter(), next.defragmentAfter(); a != b {
+		out = append(out, fmt.Sprintf("defragment_after %s -> %s", a, b))
+	}
 	if p.GangTopology != next.GangTopology {
 		out = append(out, fmt.Sprintf("gang topology %q -> %q", p.GangTopology.Text(), next.GangTopology.Text()))
 	}
@@ -450,9 +457,12 @@ type Request struct {
 	// Topology is how the gang's workers share the allocation's topology levels (ML Space has
 	// no such field: trainq's required_topology and preferred_topology); zero: the allocation's
 	// Policy.GangTopology. A single worker ignores it.
-	Topology    GangTopology `json:"topology,omitzero"`
-	Seq         int64        `json:"seq"` // queue sequence; caller assigns, keeps it on re-queue
-	SubmittedAt time.Time    `json:"submitted_at"`
+	Topology GangTopology `json:"topology,omitzero"`
+	// NoMove: the job is never moved out of a topology domain to make room for a gang (see
+	// Defragmentation in the package doc).
+	NoMove      bool      `json:"no_move,omitempty"`
+	Seq         int64     `json:"seq"` // queue sequence; caller assigns, keeps it on re-queue
+	SubmittedAt time.Time `json:"submitted_at"`
 	// Preemptions is how many times earlier attempts of the job were preempted. The pool counts
 	// the preemptions it decides itself and keeps the larger of the two; a caller that knows
 	// more (e.g. after the allocator's state was rebuilt) may say so. Victims with fewer
@@ -515,6 +525,10 @@ type Preemption struct {
 	// reservation it borrowed from: it broke no rule of its own class, so its rerun spends no
 	// retry.
 	Loan bool `json:"loan,omitempty"`
+	// Move says the victim is moved out of a topology domain so that a gang that requires one
+	// can start there (see Defragmentation in the package doc): it reruns elsewhere on free
+	// capacity, and its rerun spends no retry.
+	Move bool `json:"move,omitempty"`
 }
 
 // Decisions is the outcome of one Schedule pass.

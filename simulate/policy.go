@@ -28,6 +28,9 @@ var Knobs = []struct{ Name, Help string }{
 	{"half_life", "fair_share_half_life: how fast fair-share forgets usage (e.g. 24h; default 168h)"},
 	{"starvation_after", "the first request of a class that waited this long may preempt lower-class jobs that max_loss and min_runtime protect, and those at max_preemptions once more (0: never, the default)"},
 	{"topology", "on (default, with --racks): gangs are placed in the fewest racks, then blocks; off: as if the nodes had no topology"},
+	{"required_topology", "rack or block (with --racks): every gang starts only inside one domain of that level, and waits or preempts for it"},
+	{"defragment_after", "how long a gang that requires a level waits before it moves smaller jobs out of one domain (default 15m; never: it waits)"},
+	{"preferred_topology", "rack or block (with --racks): gangs go to one domain of that level where one has room (rack: the default)"},
 	{"backfill", "on: a reservation gets a start from the RunLimits of --estimates (give one model) and others start on its nodes only if they end by then; off (default)"},
 }
 
@@ -160,6 +163,19 @@ func setKnob(p *Policy, k, v string) error {
 		var on bool
 		on, err = knobOnOff(v)
 		p.NoTopology = !on
+	case "defragment_after":
+		if v == "never" {
+			p.Scheduler.DefragmentAfter = -1
+			break
+		}
+		if p.Scheduler.DefragmentAfter, err = knobDuration(v); err == nil && p.Scheduler.DefragmentAfter == 0 {
+			p.Scheduler.DefragmentAfter = scheduler.DefaultDefragmentAfter
+		}
+	case "required_topology", "preferred_topology":
+		if v != LevelRack && v != LevelBlock {
+			return fmt.Errorf("%q is not a level of --racks' topology: use %s or %s", v, LevelRack, LevelBlock)
+		}
+		p.GangTopology = scheduler.GangTopology{Level: v, Required: k == "required_topology"}
 	case "priorities":
 		var on bool
 		on, err = knobOnOff(v)
@@ -234,6 +250,9 @@ func policyKnobs(p scheduler.Policy) []string {
 	}
 	if p.Ordering == scheduler.FairShare {
 		out = append(out, "ordering fair-share, half-life "+Dur(p.FairShareHalfLifeInEffect()))
+	}
+	if t := p.GangTopology.Text(); t != "" {
+		out = append(out, t)
 	}
 	for _, l := range p.Limits {
 		who := "per workspace"

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -86,6 +87,11 @@ type Result struct {
 	Loans             int     `json:"loans"`
 	Yields            int     `json:"yields"`
 	YieldLostGPUHours float64 `json:"yield_lost_gpu_hours"`
+	// Moves counts the jobs moved out of a topology domain for a gang that requires one
+	// (scheduler.Preemption.Move), throwing away MoveLostGPUHours of work (none when they honour
+	// their notice).
+	Moves            int     `json:"moves,omitempty"`
+	MoveLostGPUHours float64 `json:"move_lost_gpu_hours,omitempty"`
 	// Honor is the share of jobs that honoured preemption notices in this run (see Options.Honor).
 	Honor float64 `json:"honor,omitempty"`
 	// Teams are the figures per workspace, when the jobs have workspaces.
@@ -230,6 +236,7 @@ func (s *sim) result(first time.Duration) *Result {
 	res.Schedule = timing(s.schedTimes)
 	res.PreemptorWait = waitsOf(s.preemptorWaits)
 	res.Loans, res.Yields, res.YieldLostGPUHours = s.loans, s.yields, s.yieldLost/3600
+	res.Moves, res.MoveLostGPUHours = s.moves, s.moveLost/3600
 	res.Gangs = s.gangStats()
 	if s.pol.Scheduler.PreemptionNotice > 0 {
 		res.Honor = s.pol.HonorShare(s.opt)
@@ -373,6 +380,10 @@ func WriteMarkdown(w io.Writer, rs []*Result) {
 			}
 			fmt.Fprint(w, ".\n")
 		}
+		if r.Moves > 0 {
+			fmt.Fprintf(w, "Moves: %d jobs moved out of a topology domain for gangs that require one, losing %.1f GPU-h (in the preemptions and lost GPU-h above).\n",
+				r.Moves, r.MoveLostGPUHours)
+		}
 		if r.Loans > 0 {
 			fmt.Fprintf(w, "Loans: %d attempts started on a reservation's capacity by their run limits; %d ran past them and yielded, losing %.1f GPU-h (in the preemptions and lost GPU-h above).\n",
 				r.Loans, r.Yields, r.YieldLostGPUHours)
@@ -482,6 +493,15 @@ func writeSummary(w io.Writer, rs []*Result) {
 				return "-"
 			}
 			return Dur(r.Gangs.Wait.P95.D()) + " / " + Dur(r.Gangs.Wait.Max.D())
+		})
+		line("gangs never started", func(r *Result) string {
+			if r.Gangs == nil {
+				return "-"
+			}
+			return strconv.Itoa(r.Gangs.Count - r.Gangs.Started)
+		})
+		line("moves (GPU-h lost)", func(r *Result) string {
+			return fmt.Sprintf("%d (%.1f)", r.Moves, r.MoveLostGPUHours)
 		})
 	}
 	line("preemptor wait p50 / p95", func(r *Result) string {

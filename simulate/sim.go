@@ -49,6 +49,10 @@ type Policy struct {
 	NoHonorsNotice bool `json:"no_honors_notice,omitempty"`
 	// NoTopology places gangs as if the workload had no topology (Workload.Topology).
 	NoTopology bool `json:"no_topology,omitempty"`
+	// GangTopology is how the gangs share the workload's topology levels (knobs
+	// required_topology, preferred_topology): the allocation's default, set once the workload's
+	// levels are known.
+	GangTopology scheduler.GangTopology `json:"gang_topology,omitzero"`
 }
 
 // HonorShare is the share of jobs that honour a notice under p: p.Honor, or opt.Honor.
@@ -226,6 +230,7 @@ type jobState struct {
 	preempted int
 	yields    int  // of its preemptions, loans it gave back (scheduler.Preemption.Loan): no retry spent
 	yielding  bool // the preempted attempt yields a loan
+	moving    bool // the preempted attempt is moved out of a domain for a gang
 	stopped   int  // workers of the preempted attempt that have stopped
 	nodes     []string
 	// firstNodes are where the first attempt ran (GangStats).
@@ -282,6 +287,10 @@ type sim struct {
 	// gave their loan back, and yieldLost the GPU-seconds of work they threw away.
 	loans, yields int
 	yieldLost     float64
+	// moves counts the jobs moved out of a domain for a gang (scheduler.Preemption.Move), and
+	// moveLost the GPU-seconds of work they threw away.
+	moves    int
+	moveLost float64
 
 	est       Estimates       // the model requests' RunLimits follow
 	learn     *learner        // EstimateLearned
@@ -344,9 +353,9 @@ func newSim(w *Workload, pol Policy, opt Options, est Estimates) (*sim, error) {
 		opt.Clock = time.Now
 	}
 	nodes := w.Nodes
-	pol.Scheduler.Topology = w.Topology
+	pol.Scheduler.Topology, pol.Scheduler.GangTopology = w.Topology, pol.GangTopology
 	if pol.NoTopology {
-		nodes, pol.Scheduler.Topology = withoutTopology(w.Nodes), nil
+		nodes, pol.Scheduler.Topology, pol.Scheduler.GangTopology = withoutTopology(w.Nodes), nil, scheduler.GangTopology{}
 	}
 	pool, err := scheduler.NewPool(nodes, pol.Scheduler)
 	if err != nil {
@@ -608,11 +617,16 @@ func (s *sim) preempt(p scheduler.Preemption) error {
 		return fmt.Errorf("preemption of %s for %s, which may not use its nodes %v", p.Victim, p.Preemptor.Job, st.nodes)
 	}
 	st.preempted++
+	if p.Loan || p.Move {
+		st.yields++ // (its rerun spends no retry)
+	}
 	if p.Loan {
-		st.yields++
 		s.yields++
 	}
-	st.yielding = p.Loan
+	if p.Move {
+		s.moves++
+	}
+	st.yielding, st.moving = p.Loan, p.Move
 	st.phase, st.noticeAt = phNotice, s.now
 	s.teams.releasing += s.w.Jobs[vi].GPUs()
 	s.preempts = append(s.preempts, preemptRec{victim: vi, nodes: slices.Clone(st.nodes), at: s.now})
@@ -650,8 +664,11 @@ func (s *sim) stop(vi int32) {
 		st.remaining -= saved
 		lost := (progress - saved).Seconds() * float64(j.GPUs())
 		st.lost += lost
-		if st.yielding {
+		switch {
+		case st.yielding:
 			s.yieldLost += lost
+		case st.moving:
+			s.moveLost += lost
 		}
 	}
 	st.ran += s.now - st.startedAt

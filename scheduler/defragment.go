@@ -1,0 +1,211 @@
+package scheduler
+
+import (
+	"cmp"
+	"slices"
+	"time"
+)
+
+// DefaultDefragmentAfter is Policy.DefragmentAfter when it is 0.
+const DefaultDefragmentAfter = 15 * time.Minute
+
+// moveAgainAfter: a job is moved only once its attempt has run this long, so that no job is
+// moved more than once an hour.
+const moveAgainAfter = time.Hour
+
+// maxMoves bounds the jobs one gang's defragmentation moves.
+const maxMoves = 16
+
+// defragmentAfter is DefragmentAfter in effect: negative for never.
+func (p Policy) defragmentAfter() time.Duration {
+	if p.DefragmentAfter == 0 {
+		return DefaultDefragmentAfter
+	}
+	return p.DefragmentAfter
+}
+
+// movable reports whether rj may be moved out of a domain for a walker of class cl: a running
+// job of one worker (it can rerun whole on one node elsewhere), not a notebook, not of a higher
+// class than the walker, that opted in (Request.NoMove unset), under MaxPreemptions, not chosen
+// in this pass already, whose attempt has run for moveAgainAfter, and that would lose no more
+// work than MaxLossGPUHours allows a preemption to (none if it saves on its notice).
+func (p *Pool) movable(rj *runJob, cl Class, now time.Time, sc *scratch) bool {
+	if rj.releasing || rj.r.Kind == KindNotebook || rj.r.Class > cl || rj.r.NoMove || len(rj.nodes) != 1 || sc.victims[rj] {
+		return false
+	}
+	if m := p.policy.maxPreemptions(); m >= 0 && rj.preemptions >= m {
+		return false
+	}
+	if l := p.policy.maxLossGPUSec(); l >= 0 {
+		if g, _ := lostWork(rj, now); g > l {
+			return false
+		}
+	}
+	return now.Sub(rj.startedAt) >= moveAgainAfter
+}
+
+// clearable is a node of a domain that one worker of the gang fits on once movers leave it.
+type clearable struct {
+	n      int32
+	movers []*runJob
+	lost   int64 // the work moving them throws away, in GPU-seconds (lostWork)
+	gpus   int   // the movers' GPUs
+}
+
+// defragment is the Defragmentation rule of the package doc for the walker w, a gang whose
+// topology level is required and that could neither start, hold nor preempt: if it has waited
+// DefragmentAfter, it finds the domain of that level where it starts once the fewest GPUs of
+// movable jobs leave, each of which fits on free capacity outside the domain now, and moves them
+// (Preemption.Move) as it would preempt victims; ok is false if none does.
+func (p *Pool) defragment(now time.Time, sc *scratch, pl *plan, w *waitReq, key waitKey, cacheable bool) (outcome, []*runJob, bool) {
+	sh := &p.shapes[key.shape]
+	after := p.policy.defragmentAfter()
+	if !sh.required || after < 0 || now.Sub(w.r.SubmittedAt) < after || len(sc.ownerNodes) > 0 {
+		return 0, nil, false
+	}
+	sk := shapeClass(key.shape, key.class)
+	if cacheable && sc.failed.cannotMove[sk] == sc.failed.epoch {
+		return 0, nil, false
+	}
+	movers, ok := p.chooseMoves(now, sc, sh, key.class)
+	if !ok {
+		if cacheable {
+			sc.failed.cannotMove[sk] = sc.failed.epoch
+		}
+		return 0, nil, false
+	}
+	sc.moving = true
+	kind, victims := p.preemptAndTake(now, sc, pl, w, sh, movers, nil)
+	sc.moving = false
+	return kind, victims, true
+}
+
+// chooseMoves finds the domain to clear for sh and the jobs to move out of it: per domain, the
+// nodes a worker fits on already (free and releasing capacity in sight), then the clearable nodes
+// whose movers lose the least work, then hold the fewest GPUs; the domain whose movers lose the
+// least work in all (then hold the fewest GPUs, then are fewest, then the lowest domain) among
+// those whose every mover fits on free capacity outside it, at most maxMoves of them.
+func (p *Pool) chooseMoves(now time.Time, sc *scratch, sh *shape, cl Class) ([]*runJob, bool) {
+	level := sh.level
+	dom := p.topo.domain[level]
+	fit := make([]int, p.topo.domains[level])
+	var cands []clearable
+	for _, n := range p.placeable(sh) {
+		if sc.reserved[n] {
+			continue
+		}
+		have := sc.free[n].add(sc.rel[n])
+		if sh.need.lessEqual(have) {
+			fit[dom[n]]++
+			continue
+		}
+		if c, ok := p.clearNode(now, sc, n, sh, cl, have); ok {
+			cands = append(cands, c)
+		}
+	}
+	slices.SortStableFunc(cands, func(a, b clearable) int {
+		return cmp.Or(cmp.Compare(dom[a.n], dom[b.n]), cmp.Compare(a.lost, b.lost), cmp.Compare(a.gpus, b.gpus), cmp.Compare(len(a.movers), len(b.movers)))
+	})
+	type option struct {
+		d           int32
+		from, to    int // its nodes: cands[from:to]
+		lost        int64
+		gpus, count int
+	}
+	var opts []option
+	for i := 0; i < len(cands); {
+		d := dom[cands[i].n]
+		j := i
+		for j < len(cands) && dom[cands[j].n] == d {
+			j++
+		}
+		if need := sh.workers - fit[d]; need > 0 && j-i >= need {
+			o := option{d: d, from: i, to: i + need}
+			for _, c := range cands[i : i+need] {
+				o.lost += c.lost
+				o.gpus += c.gpus
+				o.count += len(c.movers)
+			}
+			if o.count <= maxMoves {
+				opts = append(opts, o)
+			}
+		}
+		i = j
+	}
+	slices.SortFunc(opts, func(a, b option) int {
+		return cmp.Or(cmp.Compare(a.lost, b.lost), cmp.Compare(a.gpus, b.gpus), cmp.Compare(a.count, b.count), cmp.Compare(a.d, b.d))
+	})
+	for _, o := range opts {
+		var movers []*runJob
+		for _, c := range cands[o.from:o.to] {
+			movers = append(movers, c.movers...)
+		}
+		if p.fitElsewhere(sc, movers, level, o.d) {
+			return movers, true
+		}
+	}
+	return nil, false
+}
+
+// clearNode finds the movable jobs on node n whose leaving makes one worker of sh fit there
+// (it has have in sight): those losing the least work first, then the fewest GPUs, skipping any
+// that frees nothing still lacking.
+func (p *Pool) clearNode(now time.Time, sc *scratch, n int32, sh *shape, cl Class, have resources) (clearable, bool) {
+	var jobs []*runJob
+	for _, nj := range p.nodes[n].jobs {
+		if p.movable(nj.rj, cl, now, sc) {
+			jobs = append(jobs, nj.rj)
+		}
+	}
+	slices.SortFunc(jobs, func(a, b *runJob) int {
+		la, _ := lostWork(a, now)
+		lb, _ := lostWork(b, now)
+		return cmp.Or(cmp.Compare(la, lb), cmp.Compare(a.r.Demand.GPUs, b.r.Demand.GPUs), cmp.Compare(a.r.Job, b.r.Job))
+	})
+	lack := sh.need.sub(have)
+	c := clearable{n: n}
+	for _, rj := range jobs {
+		d := demandOf(&rj.r.Demand)
+		if !d.meets(lack) {
+			continue
+		}
+		c.movers = append(c.movers, rj)
+		c.gpus += rj.r.Demand.GPUs
+		g, _ := lostWork(rj, now)
+		c.lost += g
+		if lack = lack.sub(d); fitsLack(lack) {
+			return c, true
+		}
+	}
+	return clearable{}, false
+}
+
+// fitElsewhere reports whether every mover fits, one after another, on free capacity of a node
+// of its family outside domain d of the level, within its allowed nodes, not reserved in this
+// pass: a move only helps if the moved job can start again at once.
+func (p *Pool) fitElsewhere(sc *scratch, movers []*runJob, level int8, d int32) bool {
+	taken := map[int32]resources{}
+	for _, rj := range movers {
+		need := demandOf(&rj.r.Demand)
+		placed := false
+		for _, n := range p.fams[rj.fam].live {
+			if p.topo.domain[level][n] == d || sc.reserved[n] || (len(rj.r.Nodes) > 0 && !slices.Contains(rj.r.Nodes, p.nodes[n].Name)) {
+				continue
+			}
+			if left := sc.free[n].sub(taken[n]); need.lessEqual(left) {
+				taken[n] = taken[n].add(need)
+				placed = true
+				break
+			}
+		}
+		if !placed {
+			return false
+		}
+	}
+	return true
+}
+
+// domainName is node n's domain at the level, as its labels name it.
+func (p *Pool) domainName(level int8, n int32) string {
+	return p.nodes[n].Topology[p.topo.levels[level]]
+}

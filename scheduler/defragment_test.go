@@ -1,0 +1,119 @@
+package scheduler
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestDefragment: given racks r1 (n1, n2) and r2 (n3, n4) of 8-GPU nodes, a 1-GPU job s on n1
+// and a medium gang of two 8-GPU workers that requires a rack, when the gang has waited long
+// enough, then s is moved out of r1 (it fits on r2) and the gang starts on n1 and n2 once s has
+// stopped; and in each case where a rule forbids the move, nothing is moved.
+func TestDefragment(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		pol      Policy
+		running  []runSpec
+		noMove   bool
+		gangAt   int // minute the gang is submitted; the pass is at minute 100
+		wantMove []string
+	}{{
+		name:     "a 1-GPU job is moved out of the rack the gang needs",
+		running:  []runSpec{running("s").GPUs(1).On("n1"), running("big").Class(High).GPUs(8).On("n3")},
+		gangAt:   80,
+		wantMove: []string{"s"},
+	}, {
+		name:    "not before the gang has waited defragment_after",
+		running: []runSpec{running("s").GPUs(1).On("n1"), running("big").Class(High).GPUs(8).On("n3")},
+		gangAt:  90,
+	}, {
+		name:    "never with defragment_after negative",
+		pol:     Policy{DefragmentAfter: -1},
+		running: []runSpec{running("s").GPUs(1).On("n1"), running("big").Class(High).GPUs(8).On("n3")},
+		gangAt:  80,
+	}, {
+		name:    "not a job that started less than an hour ago",
+		running: []runSpec{running("s").GPUs(1).On("n1").StartedAt(50), running("big").Class(High).GPUs(8).On("n3")},
+		gangAt:  80,
+	}, {
+		name:    "not a job that opted out",
+		running: []runSpec{running("s").GPUs(1).On("n1"), running("big").Class(High).GPUs(8).On("n3")},
+		noMove:  true,
+		gangAt:  80,
+	}, {
+		name:    "not a job of a higher class than the gang",
+		running: []runSpec{running("s").Class(High).GPUs(1).On("n1"), running("big").Class(High).GPUs(8).On("n3")},
+		gangAt:  80,
+	}, {
+		name:    "not a job that would find no free capacity outside the rack",
+		running: []runSpec{running("s").GPUs(1).On("n1"), running("big").Class(High).GPUs(8).On("n3"), running("big2").Class(High).GPUs(8).On("n4")},
+		gangAt:  80,
+	}, {
+		name: "the rack whose movers hold the fewest GPUs",
+		running: []runSpec{running("s2").GPUs(2).On("n1"), running("s1").GPUs(1).On("n3"),
+			running("t").GPUs(1).On("n2"), running("u").GPUs(1).On("n4")},
+		gangAt: 80,
+		// r1: s2 (2) and t (1); r2: s1 (1) and u (1); each mover fits in the other rack.
+		wantMove: []string{"s1", "u"},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			pol := tc.pol
+			pol.Topology = blockRack.Topology
+			p := mustPool(t, racked("b1/r1", "b1/r1", "b1/r2", "b1/r2"), pol)
+			for i, rs := range tc.running {
+				r := makeJob(rs.name, "a").Class(rs.class).GPUs(rs.gpus).Seq(int64(-100 + i)).Nodes(rs.on...).Obj()
+				r.NoMove = tc.noMove
+				mustEnqueue(t, p, r)
+				if d := sched(t, p, at(rs.started)); len(d.Grants) != 1 {
+					t.Fatalf("setup: %s not granted", rs.name)
+				}
+				p.running[rs.name].r.Nodes = nil // (placed by its allowed nodes; it may run anywhere)
+			}
+			g := makeJob("g", "a").GPUs(8).Workers(2).Seq(1).Topology(rackOf("rack", true)).Obj()
+			g.SubmittedAt = at(tc.gangAt)
+			mustEnqueue(t, p, g)
+			d := sched(t, p, at(100))
+			var moved []string
+			for _, pr := range d.Preemptions {
+				if !pr.Move || pr.Preemptor.Job != "g" || !strings.Contains(pr.Reason, "moved out of rack") {
+					t.Fatalf("a preemption that is not a move for g: %+v", pr)
+				}
+				moved = append(moved, pr.Victim)
+			}
+			slices.Sort(moved)
+			if !slices.Equal(moved, tc.wantMove) {
+				wi, _ := p.Explain("g")
+				t.Fatalf("moved %v, want %v (g: %s)", moved, tc.wantMove, wi.Reason)
+			}
+			checkInvariants(t, p)
+			roundTrip(t, p)
+			if len(moved) == 0 {
+				return
+			}
+			// The movers stop and rerun elsewhere; the gang starts in the rack they left.
+			for _, m := range moved {
+				p.Release(m, 0, 0)
+			}
+			d = sched(t, p, at(101))
+			var started []string
+			for _, gr := range d.Grants {
+				if gr.Job == "g" {
+					started = grantNodes(gr)
+				}
+			}
+			if len(started) != 2 || p.topo.domain[1][p.nodeIdx[started[0]]] != p.topo.domain[1][p.nodeIdx[started[1]]] {
+				t.Fatalf("g did not start in one rack once its movers stopped: %v", d.Grants)
+			}
+			for i, m := range moved {
+				r := makeJob(m, "a").GPUs(1).Seq(int64(-100 + i)).Attempt(1).Obj()
+				mustEnqueue(t, p, r)
+			}
+			d = sched(t, p, at(102))
+			if len(d.Grants) != len(moved) {
+				t.Fatalf("the moved jobs did not start again elsewhere: %v", d.Grants)
+			}
+			checkInvariants(t, p)
+		})
+	}
+}
