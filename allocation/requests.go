@@ -364,7 +364,7 @@ func (s *State) decided(d scheduler.Decisions) []Command {
 		}
 		cmds.add(Count{Metric: MetricPreemption, VictimClass: victimClass, PreemptorClass: p.Preemptor.Class.String()})
 		cmds.note("preempting %s for %s", p.Victim, p.Preemptor.Job)
-		sig := protocol.PreemptSignal{Epoch: s.Epoch, Attempt: p.VictimAttempt, Preemptor: p.Preemptor, Reason: p.Reason, Notice: notice, Loan: p.Loan}
+		sig := protocol.PreemptSignal{Epoch: s.Epoch, Attempt: p.VictimAttempt, Preemptor: p.Preemptor, Reason: p.Reason, Notice: notice, Loan: p.Loan, Move: p.Move}
 		cmds.add(Signal{Job: p.Victim, Name: protocol.SignalPreempt, Arg: sig, IfGone: GoneReclaim})
 	}
 	return cmds

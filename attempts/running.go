@@ -60,6 +60,7 @@ type Preempt struct {
 	Reason    string
 	Drain     string
 	Loan      bool
+	Move      bool
 	Notice    time.Duration
 }
 
@@ -207,8 +208,11 @@ func (r *Running) preempt(now time.Time, p Preempt) []Command {
 	}
 	pre := p.Preemptor
 	kind, verb, reason := Preempted, "preempted by", protocol.NoticeReasonPreempted
-	if p.Loan {
+	switch {
+	case p.Loan:
 		kind, verb, reason = Yielded, "yielded its loan to", protocol.NoticeReasonLoanDue
+	case p.Move:
+		kind, verb, reason = Yielded, "moved to make room for", protocol.NoticeReasonDefragment
 	}
 	r.Out = Outcome{Kind: kind, Message: fmt.Sprintf("%s %s (%s %s): %s", verb, pre.Job, pre.Class, pre.Kind, p.Reason), Preemptor: &pre}
 	r.Decided, r.Done = true, true

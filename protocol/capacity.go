@@ -50,6 +50,8 @@ type CapacityRequest struct {
 	// its spec, so that neither the job's admission nor the allocator parses
 	// it again (nil from jobs older than the field: they parse it).
 	Demand *scheduler.Demand `json:"demand,omitempty"`
+	// NoMove: the job opted out of being moved for a gang (JobSpec.NoMove).
+	NoMove bool `json:"no_move,omitempty"`
 	// Topology is how the gang's workers share the allocation's topology
 	// levels (JobSpec.Topology; zero: the allocation's default).
 	Topology scheduler.GangTopology `json:"topology,omitzero"`
@@ -77,7 +79,7 @@ func (r CapacityRequest) SchedulerRequestOf(demand scheduler.Demand) scheduler.R
 		Job: r.Job, Attempt: r.Attempt, Kind: r.Kind, Class: r.Class,
 		Demand: demand, Workers: r.Workers, Seq: r.Seq, SubmittedAt: r.SubmittedAt, Preemptions: r.Preemptions,
 		HonorsNotice: r.HonorsNotice, Nodes: r.Nodes, MinWorkers: r.MinWorkers, Workspace: r.Workspace, RunLimit: r.RunLimit,
-		User: r.User, Topology: r.Topology,
+		User: r.User, Topology: r.Topology, NoMove: r.NoMove,
 	}
 	if r.RunLimit == 0 && r.RunEstimate > 0 {
 		s.RunLimit, s.RunEstimated = r.RunEstimate, true
@@ -146,6 +148,10 @@ type PreemptSignal struct {
 	// yields to the job whose reservation it borrowed (Preemptor): notice
 	// reason loan_due; the rerun does not spend max_retry.
 	Loan bool `json:"loan,omitempty"`
+	// Move says the attempt is moved out of a topology domain so that a gang
+	// that requires one (Preemptor) can start there: notice reason
+	// defragment; the rerun does not spend max_retry.
+	Move bool `json:"move,omitempty"`
 	// Drain, when set, names the node an operator drains: the job is not
 	// preempted but moved (notice reason node_drain; the rerun does not
 	// spend max_retry). Preemptor is empty then.
@@ -199,6 +205,11 @@ const (
 	// (By names its class and kind) because it was to end first, and ran
 	// longer: it gives the capacity back and reruns without spending max_retry.
 	NoticeReasonLoanDue = "loan_due"
+	// NoticeReasonDefragment: the job is moved out of a rack (or another
+	// topology domain) so that a gang that needs the whole of one can start
+	// (By names its class and kind): it reruns elsewhere without spending
+	// max_retry.
+	NoticeReasonDefragment = "defragment"
 )
 
 // RefuseSignal tells a job that its waiting Attempt can never be granted.

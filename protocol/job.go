@@ -51,9 +51,12 @@ type JobSpec struct {
 	// Topology is the request's required_topology or preferred_topology
 	// (trainq's; ML Space has none): how the gang's workers share the
 	// allocation's topology levels. Zero: the allocation's default.
-	Topology     scheduler.GangTopology `json:"topology,omitzero"`
-	ExcludeNodes []string               `json:"exclude_nodes,omitempty"`
-	TmpStorage   string                 `json:"tmp_storage,omitempty"`
+	Topology scheduler.GangTopology `json:"topology,omitzero"`
+	// NoMove is the request's no_move (trainq's): the job is never moved out
+	// of a rack to make room for a gang that requires one.
+	NoMove       bool     `json:"no_move,omitempty"`
+	ExcludeNodes []string `json:"exclude_nodes,omitempty"`
+	TmpStorage   string   `json:"tmp_storage,omitempty"`
 	// TimeLimit is ML Space's stop_timer: the job is stopped after this
 	// long Running (0 = never).
 	TimeLimit time.Duration `json:"time_limit,omitempty"`

@@ -102,6 +102,7 @@ type mlspaceFields struct {
 	// trainq's own: how a gang's workers share the allocation's topology.
 	RequiredTopology  string `json:"required_topology"`
 	PreferredTopology string `json:"preferred_topology"`
+	NoMove            *bool  `json:"no_move"`
 }
 
 // applyMLSpaceFields checks the fields and writes them into spec, with a
@@ -144,6 +145,7 @@ func applyMLSpaceFields(r RunJobRequest, spec *JobSpec) error {
 		return err
 	}
 	spec.Topology = topology
+	spec.NoMove = f.NoMove != nil && *f.NoMove
 	for _, l := range []struct {
 		field string
 		nodes []string
@@ -325,6 +327,7 @@ type RunJobParams struct {
 	PreflightCheck     bool              `json:"preflight_check"`
 	RequiredTopology   string            `json:"required_topology,omitempty"`
 	PreferredTopology  string            `json:"preferred_topology,omitempty"`
+	NoMove             bool              `json:"no_move,omitempty"`
 }
 
 // ParamsHealth is health_params as RunJobParams shows it.
@@ -353,6 +356,7 @@ func (s JobSpec) Params() RunJobParams {
 	if s.QueueName == "" {
 		p.QueueName = "default"
 	}
+	p.NoMove = s.NoMove
 	if s.Topology.Required {
 		p.RequiredTopology = s.Topology.Level
 	} else {

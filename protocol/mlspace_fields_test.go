@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -129,6 +130,7 @@ func TestTopologyFields(t *testing.T) {
 		{`}`, "", scheduler.GangTopology{}},
 		{`,"required_topology":"rack","preferred_topology":"rack"}`, "preferred_topology", scheduler.GangTopology{}},
 		{`,"required_topology":"a b"}`, "required_topology", scheduler.GangTopology{}},
+		{`,"required_topology":"rack","no_move":true}`, "", scheduler.GangTopology{Level: "rack", Required: true}},
 	} {
 		spec, _, err := DecodeRunJobRequest([]byte(base + tc.extra))
 		if tc.field != "" {
@@ -141,5 +143,6 @@ func TestTopologyFields(t *testing.T) {
 		assert.Equal(t, tc.want, spec.Topology, tc.extra)
 		p := spec.Params()
 		assert.Equal(t, tc.want.Level, p.RequiredTopology+p.PreferredTopology, "params echo the field")
+		assert.Equal(t, strings.Contains(tc.extra, "no_move"), spec.NoMove && p.NoMove, "no_move is kept and echoed")
 	}
 }

@@ -60,7 +60,7 @@ var RunJobRequestFieldNames = []string{"script", "base_image", "instance_type", 
 	"cuda11", "forbid_internet", "forbid_s3", "in_communal_cluster", "preflight_check"}
 
 // TrainqFieldNames are the fields trainq accepts beyond ML Space's.
-var TrainqFieldNames = []string{"required_topology", "preferred_topology"}
+var TrainqFieldNames = []string{"required_topology", "preferred_topology", "no_move"}
 
 // acceptedFieldNames is ML Space's fields, then trainq's own.
 var acceptedFieldNames = slices.Concat(RunJobRequestFieldNames, TrainqFieldNames)

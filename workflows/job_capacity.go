@@ -36,7 +36,7 @@ func (j *job) waitForCapacity(ctx workflow.Context, attempt int) (protocol.Grant
 	j.cur.request = protocol.CapacityRequest{
 		Job: j.name, Attempt: attempt, Kind: j.spec.Kind, Class: j.spec.Class(), InstanceType: j.spec.InstanceType,
 		Workers: most, Seq: j.seq, SubmittedAt: j.status.CreatedAt, Preemptions: j.preemptions(),
-		HonorsNotice: j.honorsNotices(), Nodes: j.spec.AllowedNodes, MinWorkers: least, Topology: j.spec.Topology, Workspace: j.spec.Workspace, RunLimit: runLimit,
+		HonorsNotice: j.honorsNotices(), Nodes: j.spec.AllowedNodes, MinWorkers: least, Topology: j.spec.Topology, NoMove: j.spec.NoMove, Workspace: j.spec.Workspace, RunLimit: runLimit,
 		RunEstimate: runEstimate, User: j.spec.Author, Demand: new(j.spec.Demand()),
 	}
 	j.cur.phase, j.cur.grant = protocol.HoldWaiting, nil

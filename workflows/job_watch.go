@@ -38,7 +38,7 @@ func (j *job) addInterrupts(ctx workflow.Context, sel workflow.Selector, attempt
 			}
 			j.epoch = p.Epoch
 		}
-		on(attempts.Preempt{Preemptor: p.Preemptor, Reason: p.Reason, Drain: p.Drain, Loan: p.Loan, Notice: p.Notice})
+		on(attempts.Preempt{Preemptor: p.Preemptor, Reason: p.Reason, Drain: p.Drain, Loan: p.Loan, Move: p.Move, Notice: p.Notice})
 	})
 	if !noticeStops {
 		sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) { on(attempts.Cancel{}) })

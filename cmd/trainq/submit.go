@@ -106,6 +106,7 @@ func runSubmit(ctx context.Context, g *globals, args []string) error {
 		exclude   = fs.String("exclude-nodes", "", "comma-separated nodes the workers must not run on (ML Space's exclude_nodes)")
 		requireTo = fs.String("required-topology", "", "a topology `level` (e.g. rack) the gang's workers must share: they start only inside one domain of it")
 		preferTo  = fs.String("preferred-topology", "", "a topology `level` the gang's workers should share where one domain has room")
+		noMove    = fs.Bool("no-move", false, "never move this job out of a rack to make room for a gang that requires one (it then waits or runs where it is)")
 		dryRun    = fs.Bool("dry-run", false, "validate and print the normalized job, start nothing (offline)")
 		testOnly  = fs.Bool("test-only", false, "validate, then ask the allocator where the job would start now or whom it would preempt, or why it would wait; start nothing (as sbatch --test-only)")
 		wait      = fs.Bool("wait", false, "after submitting, watch the job until it ends (exit code as for trainq watch)")
@@ -165,6 +166,9 @@ func runSubmit(ctx context.Context, g *globals, args []string) error {
 			return err
 		}
 		spec.Topology = t
+	}
+	if set["no-move"] {
+		spec.NoMove = *noMove
 	}
 	if set["n-workers"] {
 		if *nWorkers < 1 {

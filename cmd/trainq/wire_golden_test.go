@@ -76,7 +76,7 @@ func wireStatus() protocol.JobStatus {
 			IdleRule: "allocation default", Warning: 5 * time.Minute},
 		Deprecated: map[string]bool{"stop_timer": true}, Warnings: []string{"internet is not enforced"}, Kind: scheduler.KindJob,
 		Author: "alice", Workspace: "team-a", AllowedNodes: []string{"sr006-a100plus-1"},
-		Topology: scheduler.GangTopology{Level: "rack", Required: true}}
+		Topology: scheduler.GangTopology{Level: "rack", Required: true}, NoMove: true}
 	return protocol.JobStatus{JobName: "lm-mpi-job-s", State: protocol.StatePending, Kind: scheduler.KindJob, Priority: "medium",
 		Region: "SR006", Allocation: "default", InstanceType: spec.InstanceType, NWorkers: 2, GPUs: 4, MaxRetry: 3, Attempt: 2, Restarts: 1,
 		NodeLosses: 1, Message: "attempt 1 was preempted", CreatedAt: *at(-120), PendingAt: at(-20), RunningAt: at(-100), CompletedAt: at(-21),

@@ -18,8 +18,9 @@ RUN_JOB_FIELDS = (
     "tmp_storage", "stop_timer", "cuda11", "preflight_check", "forbid_internet", "forbid_s3", "in_communal_cluster",
 )
 # trainq's own fields beyond ML Space's: how a gang's workers share the
-# allocation's topology levels (a level name, e.g. "rack"; at most one of them).
-TRAINQ_FIELDS = ("required_topology", "preferred_topology")
+# allocation's topology levels (a level name, e.g. "rack"; at most one of
+# them), and no_move=True to never be moved out of a rack for such a gang.
+TRAINQ_FIELDS = ("required_topology", "preferred_topology", "no_move")
 DEPRECATED_FIELDS = ("stop_timer", "cuda11", "preflight_check", "forbid_internet", "forbid_s3", "in_communal_cluster")
 
 
@@ -63,7 +64,7 @@ class Job:
                  elastic_min_workers=None, elastic_max_workers=None, elastic_max_restarts=None, include_nodes=None,
                  exclude_nodes=None, tmp_storage=None, stop_timer=None, cuda11=None, preflight_check=None,
                  forbid_internet=None, forbid_s3=None, in_communal_cluster=None, *, required_topology=None,
-                 preferred_topology=None, client=None):
+                 preferred_topology=None, no_move=None, client=None):
         given = dict(locals())
         for f in RUN_JOB_FIELDS + TRAINQ_FIELDS:
             setattr(self, f, given[f])
