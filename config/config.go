@@ -128,9 +128,13 @@ type Allocation struct {
 	// allocation's gangs share the levels unless a job names its own (required_topology,
 	// preferred_topology): required, they start only inside one domain of that level; preferred,
 	// in one if one has room. Neither: the finest level, preferred.
-	RequiredTopology  string           `json:"required_topology,omitempty"`
-	PreferredTopology string           `json:"preferred_topology,omitempty"`
-	Nodes             []scheduler.Node `json:"nodes"`
+	RequiredTopology  string `json:"required_topology,omitempty"`
+	PreferredTopology string `json:"preferred_topology,omitempty"`
+	// DefragmentAfter is how long a gang that requires a level waits before the allocation
+	// moves small jobs out of one domain for it (scheduler.Policy.DefragmentAfter; 0: 15m,
+	// negative: never).
+	DefragmentAfter Duration         `json:"defragment_after,omitempty"`
+	Nodes           []scheduler.Node `json:"nodes"`
 	// NodeSelector (backend kubernetes only, instead of nodes) picks the
 	// allocation's nodes by their labels: every Kubernetes node with all of
 	// them, its GPUs, CPU and memory read from its allocatable and its
@@ -196,7 +200,7 @@ func (a Allocation) Policy() scheduler.Policy {
 	return scheduler.Policy{Queueing: a.Queueing, MinRuntimeBeforePreemption: a.MinRuntimeBeforePreemption.D(), ReserveAfter: a.ReserveAfter.D(), Backfill: a.Backfill, StarvationAfter: a.StarvationAfter.D(),
 		MaxPreemptions: a.MaxPreemptions, MaxLossGPUHours: a.MaxLossGPUHours, PreemptionNotice: a.longestNotice(), Limits: a.policyLimits(),
 		Ordering: a.Ordering, FairShareHalfLife: a.FairShareHalfLife.D(), FairShareInterval: a.FairShareInterval.D(), Topology: a.Topology,
-		GangTopology: a.gangTopology()}
+		GangTopology: a.gangTopology(), DefragmentAfter: a.DefragmentAfter.D()}
 }
 
 // gangTopology is RequiredTopology or PreferredTopology as the policy's default.

@@ -290,7 +290,7 @@ func TestTopology(t *testing.T) {
 		{"a level the allocation does not list", "        topology: [rack]\n        nodes:\n" +
 			"          - {name: n1, family: a100, gpus: 8, topology: {rack: r1, row: x}}\n",
 			`regions[0].allocations[0]: node "n1": topology.row is not one of the allocation's topology levels (rack)`},
-		{"a required level", "        topology: [block, rack]\n        required_topology: rack\n        nodes:\n" +
+		{"a required level", "        topology: [block, rack]\n        required_topology: rack\n        defragment_after: 30m\n        nodes:\n" +
 			"          - {name: n1, family: a100, gpus: 8, topology: {block: b1, rack: r1}}\n" +
 			"          - {name: n2, family: a100, gpus: 8, topology: {block: b1, rack: r2}}\n", ""},
 		{"a required level it does not have", "        topology: [rack]\n        required_topology: row\n        nodes:\n" +
@@ -314,6 +314,9 @@ func TestTopology(t *testing.T) {
 			a := cfg.Regions[0].Allocations[0]
 			if want := (a.RequiredTopology != ""); a.Policy().GangTopology != (scheduler.GangTopology{Level: a.RequiredTopology, Required: want}) {
 				t.Fatalf("policy gang topology %+v", a.Policy().GangTopology)
+			}
+			if want := map[bool]time.Duration{true: 30 * time.Minute}[a.RequiredTopology != ""]; a.Policy().DefragmentAfter != want {
+				t.Fatalf("policy defragment_after %s, want %s", a.Policy().DefragmentAfter, want)
 			}
 			if got := a.Policy().Topology; !slices.Equal(got, []string{"block", "rack"}) {
 				t.Fatalf("policy topology %v", got)
