@@ -133,8 +133,10 @@ type Allocation struct {
 	// DefragmentAfter is how long a gang that requires a level waits before the allocation
 	// moves small jobs out of one domain for it (scheduler.Policy.DefragmentAfter; 0: 15m,
 	// negative: never).
-	DefragmentAfter Duration         `json:"defragment_after,omitempty"`
-	Nodes           []scheduler.Node `json:"nodes"`
+	DefragmentAfter Duration `json:"defragment_after,omitempty"`
+	// MinRuntimeBeforeMove: a job is moved for a gang only once it has run this long (0: 1h).
+	MinRuntimeBeforeMove Duration         `json:"min_runtime_before_move,omitempty"`
+	Nodes                []scheduler.Node `json:"nodes"`
 	// NodeSelector (backend kubernetes only, instead of nodes) picks the
 	// allocation's nodes by their labels: every Kubernetes node with all of
 	// them, its GPUs, CPU and memory read from its allocatable and its
@@ -200,7 +202,8 @@ func (a Allocation) Policy() scheduler.Policy {
 	return scheduler.Policy{Queueing: a.Queueing, MinRuntimeBeforePreemption: a.MinRuntimeBeforePreemption.D(), ReserveAfter: a.ReserveAfter.D(), Backfill: a.Backfill, StarvationAfter: a.StarvationAfter.D(),
 		MaxPreemptions: a.MaxPreemptions, MaxLossGPUHours: a.MaxLossGPUHours, PreemptionNotice: a.longestNotice(), Limits: a.policyLimits(),
 		Ordering: a.Ordering, FairShareHalfLife: a.FairShareHalfLife.D(), FairShareInterval: a.FairShareInterval.D(), Topology: a.Topology,
-		GangTopology: a.gangTopology(), DefragmentAfter: a.DefragmentAfter.D()}
+		GangTopology: a.gangTopology(), DefragmentAfter: a.DefragmentAfter.D(),
+		MinRuntimeBeforeMove: a.MinRuntimeBeforeMove.D()}
 }
 
 // gangTopology is RequiredTopology or PreferredTopology as the policy's default.

@@ -9,9 +9,16 @@ import (
 // DefaultDefragmentAfter is Policy.DefragmentAfter when it is 0.
 const DefaultDefragmentAfter = 15 * time.Minute
 
-// moveAgainAfter: a job is moved only once its attempt has run this long, so that no job is
-// moved more than once an hour.
-const moveAgainAfter = time.Hour
+// DefaultMinRuntimeBeforeMove is Policy.MinRuntimeBeforeMove when it is 0: no job is moved more
+// than once an hour.
+const DefaultMinRuntimeBeforeMove = time.Hour
+
+func (p Policy) minRuntimeBeforeMove() time.Duration {
+	if p.MinRuntimeBeforeMove <= 0 {
+		return DefaultMinRuntimeBeforeMove
+	}
+	return p.MinRuntimeBeforeMove
+}
 
 // maxMoves bounds the jobs one gang's defragmentation moves.
 const maxMoves = 16
@@ -27,7 +34,7 @@ func (p Policy) defragmentAfter() time.Duration {
 // movable reports whether rj may be moved out of a domain for a walker of class cl: a running
 // job of one worker (it can rerun whole on one node elsewhere), not a notebook, not of a higher
 // class than the walker, that opted in (Request.NoMove unset), under MaxPreemptions, not chosen
-// in this pass already, whose attempt has run for moveAgainAfter, and that would lose no more
+// in this pass already, whose attempt has run for MinRuntimeBeforeMove, and that would lose no more
 // work than MaxLossGPUHours allows a preemption to (none if it saves on its notice).
 func (p *Pool) movable(rj *runJob, cl Class, now time.Time, sc *scratch) bool {
 	if rj.releasing || rj.r.Kind == KindNotebook || rj.r.Class > cl || rj.r.NoMove || len(rj.nodes) != 1 || sc.victims[rj] {
@@ -37,11 +44,11 @@ func (p *Pool) movable(rj *runJob, cl Class, now time.Time, sc *scratch) bool {
 		return false
 	}
 	if l := p.policy.maxLossGPUSec(); l >= 0 {
-		if g, _ := lostWork(rj, now); g > l {
+		if lostWork(rj, now) > l {
 			return false
 		}
 	}
-	return now.Sub(rj.startedAt) >= moveAgainAfter
+	return now.Sub(rj.startedAt) >= p.policy.minRuntimeBeforeMove()
 }
 
 // clearable is a node of a domain that one worker of the gang fits on once movers leave it.
@@ -158,9 +165,7 @@ func (p *Pool) clearNode(now time.Time, sc *scratch, n int32, sh *shape, cl Clas
 		}
 	}
 	slices.SortFunc(jobs, func(a, b *runJob) int {
-		la, _ := lostWork(a, now)
-		lb, _ := lostWork(b, now)
-		return cmp.Or(cmp.Compare(la, lb), cmp.Compare(a.r.Demand.GPUs, b.r.Demand.GPUs), cmp.Compare(a.r.Job, b.r.Job))
+		return cmp.Or(cmp.Compare(lostWork(a, now), lostWork(b, now)), cmp.Compare(a.r.Demand.GPUs, b.r.Demand.GPUs), cmp.Compare(a.r.Job, b.r.Job))
 	})
 	lack := sh.need.sub(have)
 	c := clearable{n: n}
@@ -171,8 +176,7 @@ func (p *Pool) clearNode(now time.Time, sc *scratch, n int32, sh *shape, cl Clas
 		}
 		c.movers = append(c.movers, rj)
 		c.gpus += rj.r.Demand.GPUs
-		g, _ := lostWork(rj, now)
-		c.lost += g
+		c.lost += lostWork(rj, now)
 		if lack = lack.sub(d); fitsLack(lack) {
 			return c, true
 		}
@@ -208,4 +212,39 @@ func (p *Pool) fitElsewhere(sc *scratch, movers []*runJob, level int8, d int32) 
 // domainName is node n's domain at the level, as its labels name it.
 func (p *Pool) domainName(level int8, n int32) string {
 	return p.nodes[n].Topology[p.topo.levels[level]]
+}
+
+// defragmentWake is the earliest time after now at which a gang that requires a topology level
+// may move jobs with no event to say so: it reaches DefragmentAfter, or (one past it waiting) a
+// running job of one worker reaches MinRuntimeBeforeMove. Zero if none.
+func (p *Pool) defragmentWake(now time.Time) time.Time {
+	after := p.policy.defragmentAfter()
+	if after < 0 || !slices.ContainsFunc(p.shapes, func(s shape) bool { return s.required }) {
+		return time.Time{}
+	}
+	var wake time.Time
+	upd := func(t time.Time) {
+		if t.After(now) && (wake.IsZero() || t.Before(wake)) {
+			wake = t
+		}
+	}
+	due := false
+	for _, w := range p.waiting {
+		if p.shapes[w.shape].required {
+			t := w.r.SubmittedAt.Add(after)
+			due = due || !t.After(now)
+			upd(t)
+		}
+	}
+	if due {
+		m := p.policy.minRuntimeBeforeMove()
+		// The earliest time is the same in any map order.
+		//workflowcheck:ignore
+		for _, rj := range p.running {
+			if !rj.releasing && rj.r.Kind != KindNotebook && len(rj.nodes) == 1 {
+				upd(rj.startedAt.Add(m))
+			}
+		}
+	}
+	return wake
 }

@@ -117,3 +117,32 @@ func TestDefragment(t *testing.T) {
 		})
 	}
 }
+
+// TestDefragmentWakes: the pool asks to be woken when a gang that requires a rack reaches
+// defragment_after, and then when a job that could be moved reaches min_runtime_before_move:
+// no event need come for a move to happen.
+func TestDefragmentWakes(t *testing.T) {
+	p := mustPool(t, racked("b1/r1", "b1/r1", "b1/r2"), Policy{Topology: blockRack.Topology, GangTopology: rackOf("rack", true)})
+	startRunning(t, p, []runSpec{running("s").GPUs(1).On("n1").StartedAt(10)})
+	p.running["s"].r.Nodes = nil
+	g := makeJob("g", "a").GPUs(8).Workers(2).Seq(1).Obj()
+	g.SubmittedAt = at(20)
+	mustEnqueue(t, p, g)
+	if d := sched(t, p, at(20)); len(d.Preemptions)+len(d.Grants) > 0 {
+		t.Fatalf("decided %+v at once", d)
+	}
+	if got, _ := p.NextWake(); !got.Equal(at(20).Add(DefaultDefragmentAfter)) {
+		want := at(20).Add(DefaultDefragmentAfter)
+		t.Fatalf("next wake %s, want %s (the gang reaches defragment_after)", got, want)
+	}
+	if d := sched(t, p, at(35)); len(d.Preemptions) > 0 {
+		t.Fatalf("moved %v before s ran an hour", d.Preemptions)
+	}
+	if got, _ := p.NextWake(); !got.Equal(at(10).Add(DefaultMinRuntimeBeforeMove)) {
+		want := at(10).Add(DefaultMinRuntimeBeforeMove)
+		t.Fatalf("next wake %s, want %s (s reaches min_runtime_before_move)", got, want)
+	}
+	if d := sched(t, p, at(70)); !slices.Equal(victims(d), []string{"s"}) || !d.Preemptions[0].Move {
+		t.Fatalf("at the wake: %+v, want s moved", d.Preemptions)
+	}
+}

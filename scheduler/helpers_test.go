@@ -197,7 +197,7 @@ func schedChecked(t testing.TB, p *Pool, now time.Time, idempotent bool) Decisio
 		if pe.Move {
 			// (a move is of a one-worker job of the gang's class or below that ran an hour: see
 			// Defragmentation)
-			if v.Class > pe.Preemptor.Class || len(v.Placement) != 1 || now.Sub(v.StartedAt) < moveAgainAfter {
+			if v.Class > pe.Preemptor.Class || len(v.Placement) != 1 || now.Sub(v.StartedAt) < p.policy.minRuntimeBeforeMove() {
 				t.Fatalf("move of %s (%s, %d workers, started %s) for %s (%s): not allowed", pe.Victim, v.Class, len(v.Placement), v.StartedAt, pe.Preemptor.Job, pe.Preemptor.Class)
 			}
 			movesChecked++

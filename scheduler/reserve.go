@@ -184,6 +184,9 @@ func (p *Pool) nextWake(now time.Time) time.Time {
 	if p.fs.on && len(p.waiting) > 1 {
 		upd(p.fs.next)
 	}
+	if t := p.defragmentWake(now); !t.IsZero() {
+		upd(t)
+	}
 	if m := p.policy.MinRuntimeBeforePreemption; m > 0 && len(p.waiting) > 0 && p.waiting[0].r.Class > Low {
 		top := p.waiting[0].r.Class
 		// The earliest time is the same in any map order.

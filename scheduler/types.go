@@ -289,6 +289,9 @@ type Policy struct {
 	// can neither start, hold nor preempt, moves smaller jobs out of one domain to start there
 	// (see Defragmentation in the package doc). 0 means DefaultDefragmentAfter; negative: never.
 	DefragmentAfter time.Duration `json:"defragment_after,omitempty"`
+	// MinRuntimeBeforeMove: a job is moved for a gang only once its attempt has run this long,
+	// so that none is moved more often. 0 means DefaultMinRuntimeBeforeMove.
+	MinRuntimeBeforeMove time.Duration `json:"min_runtime_before_move,omitempty"`
 }
 
 // GangTopology asks that a gang's workers share one domain of a topology level (Policy.Topology):
@@ -394,6 +397,9 @@ func (p Policy) Changes(next Policy) []string {
 	}
 	if !slices.Equal(p.Topology, next.Topology) {
 		out = append(out, fmt.Sprintf("topology [%s] -> [%s]", strings.Join(p.Topology, ", "), strings.Join(next.Topology, ", ")))
+	}
+	if a, b := p.minRuntimeBeforeMove(), next.minRuntimeBeforeMove(); a != b {
+		out = append(out, fmt.Sprintf("min_runtime_before_move %s -> %s", a, b))
 	}
 	if a, b := p.defragmentAfter(), next.defragmentAfter(); a != b {
 		out = append(out, fmt.Sprintf("defragment_after %s -> %s", a, b))

@@ -25,16 +25,15 @@ type victimKey struct {
 func (k *victimKey) lostSec() int64    { return max(0, int64(k.lost/time.Second)) }
 func (k *victimKey) lostGPUSec() int64 { return k.gpus * k.lostSec() }
 
-// lostWork is the work preempting rj at now throws away: its GPUs × the seconds since its attempt
-// started or since its last checkpoint, whichever is later, and those seconds. A job that saves
+// lostWork is the work preempting rj at now throws away, in GPU-seconds: its GPUs × the seconds
+// since its attempt started or since its last checkpoint, whichever is later. A job that saves
 // on its notice throws away none: counted from the notice's deadline (now + the notice), after
 // which it no longer runs.
-func lostWork(rj *runJob, now time.Time) (gpuSec, sec int64) {
+func lostWork(rj *runJob, now time.Time) int64 {
 	if rj.saves {
-		return 0, 0
+		return 0
 	}
-	sec = max(0, int64(now.Sub(since(rj))/time.Second))
-	return gpusHeld(rj) * sec, sec
+	return gpusHeld(rj) * max(0, int64(now.Sub(since(rj))/time.Second))
 }
 
 // protectBase is how long a job that restarted after its first preemption is protected; each
@@ -146,7 +145,7 @@ func (p *Pool) preemptible(rj *runJob, cl Class, now time.Time, sc *scratch) boo
 		return true // (StarvationAfter: the walker starved; see Starvation in the package doc)
 	}
 	if l := p.policy.maxLossGPUSec(); l >= 0 {
-		if g, _ := lostWork(rj, now); g > l {
+		if lostWork(rj, now) > l {
 			return false
 		}
 	}

@@ -91,6 +91,14 @@ regions:
         stop_grace_period: 5s
         topology: [example.com/rack]
         node_selector: {trainq.io/allocation: racked}
+      - name: defrag
+        stop_grace_period: 5s
+        preemption_notice: 30s
+        topology: [example.com/rack]
+        required_topology: example.com/rack
+        defragment_after: 1s
+        min_runtime_before_move: 1s
+        node_selector: {trainq.io/allocation: defrag}
       - name: largest
         stop_grace_period: 5s
         max_loss_gpu_hours: -1

@@ -79,3 +79,64 @@ func TestKubeGangStaysInOneRack(t *testing.T) {
 	})
 	gangOn("rk-1", "rk-2")
 }
+
+// TestKubeDefragmentMoves: allocation "defrag" requires that a gang share a rack, and moves
+// small jobs after a second. df-1 and df-2 are rack r1, df-3 alone is r2. A one-GPU job s
+// lands on df-1; then a two-node gang of whole nodes can only run in r1 and cannot preempt s
+// (same class). s gets a notice with reason defragment, exits on it, and reruns on df-3
+// without spending a retry; the gang starts on df-1 and df-2; at no time does a node hold
+// more GPUs than it has.
+func TestKubeDefragmentMoves(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	node := func(name, rack string) kubetest.Node {
+		n := rackedNode(name, rack)
+		n.Labels["trainq.io/allocation"] = "defrag"
+		return n
+	}
+	for _, n := range []kubetest.Node{node("df-1", "r1"), node("df-2", "r1"), node("df-3", "r2")} {
+		require.NoError(t, env.cluster.AddNode(ctx, n))
+	}
+	pw := watchPods(t)
+	startWorker(t)
+	eventually(t, long, "the three nodes to serve", func() bool {
+		free := 0
+		for _, n := range queueNodes("defrag") {
+			if !n.Lost && n.FreeGPUs == n.GPUs {
+				free++
+			}
+		}
+		return free == 3
+	})
+	small := fixture.Job{Region: "K", Allocation: "defrag", Class: "medium", GPUs: 1, Script: "python3 train.py"}.Spec()
+	small.MaxRetry = 0 // a move must not spend a retry
+	s := submit(t, small)
+	pw.waitRunning(t, podName(s, 1, 0))
+	require.Equal(t, "df-1", pw.pod(podName(s, 1, 0)).Spec.NodeName, "best fit puts s on the first node")
+
+	gang := submit(t, fixture.Job{Region: "K", Allocation: "defrag", Class: "medium", Workers: 2, GPUs: 2, Script: "python3 train.py"}.Spec())
+	n := pw.waitNotice(t, podName(s, 1, 0))
+	assert.Equal(t, protocol.NoticeReasonDefragment, n.Reason)
+	assert.Nil(t, pw.pod(podName(gang, 1, 0)), "the gang does not start before s leaves")
+	exitPod(t, podName(s, 1, 0), 0) // s saved on the notice and left
+
+	pw.waitRunning(t, podName(gang, 1, 0), podName(gang, 1, 1), podName(s, 2, 0))
+	var gangNodes []string
+	for w := range 2 {
+		gangNodes = append(gangNodes, pw.pod(podName(gang, 1, w)).Spec.NodeName)
+	}
+	slices.Sort(gangNodes)
+	assert.Equal(t, []string{"df-1", "df-2"}, gangNodes, "the gang runs in rack r1")
+	assert.Equal(t, "df-3", pw.pod(podName(s, 2, 0)).Spec.NodeName, "s reruns outside r1")
+	for _, nd := range queueNodes("defrag") {
+		assert.GreaterOrEqual(t, nd.FreeGPUs, 0, "node %s holds more GPUs than it has", nd.Name)
+	}
+	exitPod(t, podName(s, 2, 0), 0)
+	st := waitState(t, s, protocol.StateCompleted, long)
+	require.Len(t, st.Attempts, 2)
+	assert.Contains(t, st.Attempts[0].EndReason, "moved to make room for "+gang)
+	for w := range 2 {
+		exitPod(t, podName(gang, 1, w), 0)
+	}
+	waitState(t, gang, protocol.StateCompleted, long)
+}
