@@ -571,3 +571,37 @@ func BenchmarkScheduleGangs(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkScheduleWaitingFullRacked is BenchmarkScheduleWaitingFull/10k (a full pass over 10,000
+// waiting on 1,000 full nodes) with the nodes in zones, blocks and racks of 8, beside the same
+// pool without a topology: gangs preferring a rack (the default), and gangs requiring one.
+func BenchmarkScheduleWaitingFullRacked(b *testing.B) {
+	levels := []string{"zone", "block", "rack"}
+	for _, tc := range []struct {
+		name   string
+		levels []string
+		gang   GangTopology
+	}{{"flat", nil, GangTopology{}}, {"preferred-rack", levels, GangTopology{}}, {"required-rack", levels, GangTopology{Level: "rack", Required: true}}} {
+		b.Run(tc.name, func(b *testing.B) {
+			s := benchPool(b, 10000, false, mixedClass).Snapshot()
+			if tc.levels != nil {
+				for i := range s.Nodes {
+					rack := i / 8
+					s.Nodes[i].Topology = map[string]string{"zone": strconv.Itoa(rack / 32), "block": strconv.Itoa(rack / 4), "rack": strconv.Itoa(rack)}
+				}
+				s.Policy.Topology, s.Policy.GangTopology = tc.levels, tc.gang
+			}
+			p, err := Restore(s)
+			if err != nil {
+				b.Fatal(err)
+			}
+			now := t0.Add(time.Hour)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				p.touch()
+				p.Schedule(now)
+			}
+		})
+	}
+}

@@ -61,24 +61,21 @@ type clearable struct {
 
 // defragment is the Defragmentation rule of the package doc for the walker w, a gang whose
 // topology level is required and that could neither start, hold nor preempt: if it has waited
-// DefragmentAfter, it finds the domain of that level where it starts once the fewest GPUs of
+// DefragmentAfter and is the first such gang of its class in the pass to look, it finds the domain of that level where it starts once the fewest GPUs of
 // movable jobs leave, each of which fits on free capacity outside the domain now, and moves them
 // (Preemption.Move) as it would preempt victims; ok is false if none does.
-func (p *Pool) defragment(now time.Time, sc *scratch, pl *plan, w *waitReq, key waitKey, cacheable bool) (outcome, []*runJob, bool) {
+func (p *Pool) defragment(now time.Time, sc *scratch, pl *plan, w *waitReq, key waitKey) (outcome, []*runJob, bool) {
 	sh := &p.shapes[key.shape]
 	after := p.policy.defragmentAfter()
 	if !sh.required || after < 0 || now.Sub(w.r.SubmittedAt) < after || len(sc.ownerNodes) > 0 {
 		return 0, nil, false
 	}
-	sk := shapeClass(key.shape, key.class)
-	if cacheable && sc.failed.cannotMove[sk] == sc.failed.epoch {
-		return 0, nil, false
+	if sc.defragTried[key.class] {
+		return 0, nil, false // (the first such gang of its class in the pass looks, as a head reserves)
 	}
+	sc.defragTried[key.class] = true
 	movers, ok := p.chooseMoves(now, sc, sh, key.class)
 	if !ok {
-		if cacheable {
-			sc.failed.cannotMove[sk] = sc.failed.epoch
-		}
 		return 0, nil, false
 	}
 	sc.moving = true
@@ -93,6 +90,16 @@ func (p *Pool) defragment(now time.Time, sc *scratch, pl *plan, w *waitReq, key 
 // least work in all (then hold the fewest GPUs, then are fewest, then the lowest domain) among
 // those whose every mover fits on free capacity outside it, at most maxMoves of them.
 func (p *Pool) chooseMoves(now time.Time, sc *scratch, sh *shape, cl Class) ([]*runJob, bool) {
+	// A mover must start again at once on free capacity: without any, nothing can move.
+	var spare []int32
+	for _, n := range p.fams[sh.fam].live {
+		if !sc.reserved[n] && sc.free[n].gpu > 0 {
+			spare = append(spare, n)
+		}
+	}
+	if len(spare) == 0 {
+		return nil, false
+	}
 	level := sh.level
 	dom := p.topo.domain[level]
 	fit := make([]int, p.topo.domains[level])
@@ -147,7 +154,7 @@ func (p *Pool) chooseMoves(now time.Time, sc *scratch, sh *shape, cl Class) ([]*
 		for _, c := range cands[o.from:o.to] {
 			movers = append(movers, c.movers...)
 		}
-		if p.fitElsewhere(sc, movers, level, o.d) {
+		if p.fitElsewhere(sc, spare, movers, level, o.d) {
 			return movers, true
 		}
 	}
@@ -158,25 +165,29 @@ func (p *Pool) chooseMoves(now time.Time, sc *scratch, sh *shape, cl Class) ([]*
 // (it has have in sight): those losing the least work first, then the fewest GPUs, skipping any
 // that frees nothing still lacking.
 func (p *Pool) clearNode(now time.Time, sc *scratch, n int32, sh *shape, cl Class, have resources) (clearable, bool) {
-	var jobs []*runJob
+	jobs := sc.moverBuf[:0]
 	for _, nj := range p.nodes[n].jobs {
 		if p.movable(nj.rj, cl, now, sc) {
-			jobs = append(jobs, nj.rj)
+			jobs = append(jobs, moverCand{rj: nj.rj, lost: lostWork(nj.rj, now)})
 		}
 	}
-	slices.SortFunc(jobs, func(a, b *runJob) int {
-		return cmp.Or(cmp.Compare(lostWork(a, now), lostWork(b, now)), cmp.Compare(a.r.Demand.GPUs, b.r.Demand.GPUs), cmp.Compare(a.r.Job, b.r.Job))
+	sc.moverBuf = jobs
+	if len(jobs) == 0 {
+		return clearable{}, false
+	}
+	slices.SortFunc(jobs, func(a, b moverCand) int {
+		return cmp.Or(cmp.Compare(a.lost, b.lost), cmp.Compare(a.rj.r.Demand.GPUs, b.rj.r.Demand.GPUs), cmp.Compare(a.rj.r.Job, b.rj.r.Job))
 	})
 	lack := sh.need.sub(have)
 	c := clearable{n: n}
-	for _, rj := range jobs {
-		d := demandOf(&rj.r.Demand)
+	for _, m := range jobs {
+		d := demandOf(&m.rj.r.Demand)
 		if !d.meets(lack) {
 			continue
 		}
-		c.movers = append(c.movers, rj)
-		c.gpus += rj.r.Demand.GPUs
-		c.lost += lostWork(rj, now)
+		c.movers = append(c.movers, m.rj)
+		c.gpus += m.rj.r.Demand.GPUs
+		c.lost += m.lost
 		if lack = lack.sub(d); fitsLack(lack) {
 			return c, true
 		}
@@ -184,16 +195,22 @@ func (p *Pool) clearNode(now time.Time, sc *scratch, n int32, sh *shape, cl Clas
 	return clearable{}, false
 }
 
-// fitElsewhere reports whether every mover fits, one after another, on free capacity of a node
-// of its family outside domain d of the level, within its allowed nodes, not reserved in this
-// pass: a move only helps if the moved job can start again at once.
-func (p *Pool) fitElsewhere(sc *scratch, movers []*runJob, level int8, d int32) bool {
+// moverCand is a movable job on a node, with the work moving it throws away.
+type moverCand struct {
+	rj   *runJob
+	lost int64
+}
+
+// fitElsewhere reports whether every mover fits, one after another, on free capacity of a spare
+// node (of the movers' family, with free GPUs, not reserved in this pass) outside domain d of the
+// level, within its allowed nodes: a move only helps if the moved job can start again at once.
+func (p *Pool) fitElsewhere(sc *scratch, spare []int32, movers []*runJob, level int8, d int32) bool {
 	taken := map[int32]resources{}
 	for _, rj := range movers {
 		need := demandOf(&rj.r.Demand)
 		placed := false
-		for _, n := range p.fams[rj.fam].live {
-			if p.topo.domain[level][n] == d || sc.reserved[n] || (len(rj.r.Nodes) > 0 && !slices.Contains(rj.r.Nodes, p.nodes[n].Name)) {
+		for _, n := range spare {
+			if p.topo.domain[level][n] == d || (len(rj.r.Nodes) > 0 && !slices.Contains(rj.r.Nodes, p.nodes[n].Name)) {
 				continue
 			}
 			if left := sc.free[n].sub(taken[n]); need.lessEqual(left) {

@@ -206,7 +206,9 @@
 //
 // A gang whose topology level is required, that has waited Policy.DefragmentAfter (default 15
 // minutes) since it was submitted and can neither start, hold capacity nor preempt, moves smaller
-// jobs out of one domain of that level instead of waiting for it to drain by chance. Per domain it
+// jobs out of one domain of that level instead of waiting for it to drain by chance: in each
+// pass the first such gang of each class looks (as the first request of a class reserves), so
+// that a long queue of them costs a pass three searches, not thousands. Per domain it
 // counts the nodes a worker fits on already (free and releasing capacity in its sight) and, for
 // the rest, what it takes to clear a node: the movable jobs there, fewest GPUs first, until a
 // worker fits. A job is movable if it runs one worker (it can rerun whole on one node), is not a

@@ -67,7 +67,6 @@ type failureCache struct {
 	epoch         uint32
 	cannotFit     []uint32 // per shape
 	cannotPreempt []uint32 // per shape and class, at shapeClass
-	cannotMove    []uint32 // per shape and class, at shapeClass: no defragmentation starts it
 }
 
 func shapeClass(shape int32, c Class) int { return 3*int(shape) + int(c) }
@@ -86,13 +85,11 @@ func (fc *failureCache) newPass(nShapes int) {
 	if len(fc.cannotFit) < nShapes {
 		fc.cannotFit = append(fc.cannotFit, make([]uint32, nShapes-len(fc.cannotFit))...)
 		fc.cannotPreempt = append(fc.cannotPreempt, make([]uint32, 3*nShapes-len(fc.cannotPreempt))...)
-		fc.cannotMove = append(fc.cannotMove, make([]uint32, 3*nShapes-len(fc.cannotMove))...)
 	}
 	fc.epoch++
 	if fc.epoch == 0 {
 		clear(fc.cannotFit)
 		clear(fc.cannotPreempt)
-		clear(fc.cannotMove)
 		fc.epoch = 1
 	}
 }
@@ -701,7 +698,7 @@ func (p *Pool) decideFor(now time.Time, sc *scratch, pl *plan, w *waitReq, key w
 		sh = least
 	}
 	if !ok && whole {
-		if kind, victims, ok := p.defragment(now, sc, pl, w, key, cacheable); ok {
+		if kind, victims, ok := p.defragment(now, sc, pl, w, key); ok {
 			return kind, victims
 		}
 	}
