@@ -23,6 +23,17 @@ func (p Policy) minRuntimeBeforeMove() time.Duration {
 // maxMoves bounds the jobs one gang's defragmentation moves.
 const maxMoves = 16
 
+// movesInFlight reports whether a job moved for a gang is still stopping.
+func (p *Pool) movesInFlight() bool {
+	return slices.ContainsFunc(p.victims, func(v *runJob) bool { return v.moved })
+}
+
+// mayDefragment reports whether the waiting request key may still look for moves in this pass,
+// so that the failure caches do not skip it.
+func (sc *scratch) mayDefragment(p *Pool, key waitKey) bool {
+	return !sc.defragTried && p.shapes[key.shape].required && p.policy.defragmentAfter() >= 0
+}
+
 // defragmentAfter is DefragmentAfter in effect: negative for never.
 func (p Policy) defragmentAfter() time.Duration {
 	if p.DefragmentAfter == 0 {
@@ -70,10 +81,10 @@ func (p *Pool) defragment(now time.Time, sc *scratch, pl *plan, w *waitReq, key 
 	if !sh.required || after < 0 || now.Sub(w.r.SubmittedAt) < after || len(sc.ownerNodes) > 0 {
 		return 0, nil, false
 	}
-	if sc.defragTried[key.class] {
-		return 0, nil, false // (the first such gang of its class in the pass looks, as a head reserves)
+	if sc.defragTried || p.movesInFlight() {
+		return 0, nil, false // (one gang at a time: see Defragmentation in the package doc)
 	}
-	sc.defragTried[key.class] = true
+	sc.defragTried = true
 	movers, ok := p.chooseMoves(now, sc, sh, key.class)
 	if !ok {
 		return 0, nil, false
@@ -245,20 +256,22 @@ func (p *Pool) defragmentWake(now time.Time) time.Time {
 			wake = t
 		}
 	}
-	due := false
+	due := Class(-1) // the highest class of a gang past DefragmentAfter
 	for _, w := range p.waiting {
 		if p.shapes[w.shape].required {
 			t := w.r.SubmittedAt.Add(after)
-			due = due || !t.After(now)
+			if !t.After(now) {
+				due = max(due, w.r.Class)
+			}
 			upd(t)
 		}
 	}
-	if due {
+	if due >= Low {
 		m := p.policy.minRuntimeBeforeMove()
 		// The earliest time is the same in any map order.
 		//workflowcheck:ignore
 		for _, rj := range p.running {
-			if !rj.releasing && rj.r.Kind != KindNotebook && len(rj.nodes) == 1 {
+			if !rj.releasing && rj.r.Kind != KindNotebook && !rj.r.NoMove && rj.r.Class <= due && len(rj.nodes) == 1 {
 				upd(rj.startedAt.Add(m))
 			}
 		}

@@ -146,3 +146,47 @@ func TestDefragmentWakes(t *testing.T) {
 		t.Fatalf("at the wake: %+v, want s moved", d.Preemptions)
 	}
 }
+
+// defragPool is racked nodes with the given jobs started (at minute 0 unless they say) and free
+// to move (their allowed nodes only placed them).
+func defragPool(t *testing.T, places []string, pol Policy, running []runSpec) *Pool {
+	t.Helper()
+	pol.Topology = blockRack.Topology
+	p := mustPool(t, racked(places...), pol)
+	startRunning(t, p, running)
+	for _, rs := range running {
+		p.running[rs.name].r.Nodes = nil
+	}
+	return p
+}
+
+// TestDefragmentOneGangAtATime: given two gangs that each could move a job out of a rack, when
+// the first has moved its job, then the second moves nothing, in this pass or the next at the same
+// instant (sched checks both), until the first's mover has stopped: no two gangs count one free
+// node as their movers' landing place (found by a review: the second pass moved s2).
+func TestDefragmentOneGangAtATime(t *testing.T) {
+	p := defragPool(t, []string{"b1/r1", "b1/r1", "b1/r2", "b1/r2", "b1/r3"}, Policy{},
+		[]runSpec{running("s1").GPUs(1).On("n1"), running("s2").GPUs(1).On("n3")})
+	for i, name := range []string{"g1", "g2"} {
+		mustEnqueue(t, p, makeJob(name, "a").GPUs(8).Workers(2).Seq(int64(1+i)).Topology(rackOf("rack", true)).Obj())
+	}
+	if d := sched(t, p, at(100)); !slices.Equal(victims(d), []string{"s1"}) {
+		t.Fatalf("moved %v, want [s1] for g1 alone", victims(d))
+	}
+	p.Release("s1", 0, 0)
+	d := sched(t, p, at(101))
+	if !slices.Equal(grantedJobs(d), []string{"g1"}) || !slices.Equal(victims(d), []string{"s2"}) {
+		t.Fatalf("once s1 stopped: granted %v, moved %v; want g1 started and s2 moved for g2", grantedJobs(d), victims(d))
+	}
+}
+
+// TestDefragmentLowGang: a low gang moves low jobs, as the rule says "of its class or below"
+// (found by a review: low gangs went straight to reservations).
+func TestDefragmentLowGang(t *testing.T) {
+	p := defragPool(t, []string{"b1/r1", "b1/r1", "b1/r2", "b1/r2"}, Policy{},
+		[]runSpec{running("s").Class(Low).GPUs(1).On("n1"), running("big").Class(High).GPUs(8).On("n3")})
+	mustEnqueue(t, p, makeJob("g", "a").Class(Low).GPUs(8).Workers(2).Seq(1).Topology(rackOf("rack", true)).Obj())
+	if d := sched(t, p, at(100)); !slices.Equal(victims(d), []string{"s"}) || !d.Preemptions[0].Move {
+		t.Fatalf("moved %v, want [s]", d.Preemptions)
+	}
+}

@@ -206,22 +206,26 @@
 //
 // A gang whose topology level is required, that has waited Policy.DefragmentAfter (default 15
 // minutes) since it was submitted and can neither start, hold capacity nor preempt, moves smaller
-// jobs out of one domain of that level instead of waiting for it to drain by chance: in each
-// pass the first such gang of each class looks (as the first request of a class reserves), so
-// that a long queue of them costs a pass three searches, not thousands. Per domain it
-// counts the nodes a worker fits on already (free and releasing capacity in its sight) and, for
-// the rest, what it takes to clear a node: the movable jobs there, fewest GPUs first, until a
-// worker fits. A job is movable if it runs one worker (it can rerun whole on one node), is not a
-// notebook, is of the gang's class or below, has run for an hour in its attempt (so no job moves
-// more than once an hour), is under MaxPreemptions (a move counts as a preemption) and has not
-// opted out (Request.NoMove). The gang takes the domain whose movers hold the fewest GPUs, then
-// are fewest, then the lowest domain, at most 16 movers, and only if every mover fits, one after
-// another, on free capacity of its family outside that domain within its allowed nodes: a move
-// only helps if the moved job can start again at once. The movers are then told as victims are
-// (Preemption.Move: the allocation's notice, reason defragment), their capacity is nominated to
-// the gang, which waits for it by rule (a), and each reruns without spending a retry, keeping its
-// place in the queue. Moves come after preemption: a gang preempts strictly lower classes when it
-// can, and moves only when it cannot.
+// jobs out of one domain of that level instead of waiting for it to drain by chance. One gang at
+// a time: in a pass, the first such gang in launch order looks, and none does while a job moved
+// for a gang is still stopping, so no two gangs count one free node as their movers' landing
+// place and a long queue of gangs costs a pass one search. Per domain it counts the nodes a worker
+// fits on already (free and releasing capacity in its sight) and, for the rest, what it takes to
+// clear a node: the movable jobs there, those losing the least work first, then the fewest GPUs,
+// until a worker fits. A job is movable if it runs one worker (it can rerun whole on one node), is
+// not a notebook, is of the gang's class or below, has run Policy.MinRuntimeBeforeMove in its
+// attempt (default an hour, so that none moves more often), would lose no more work than
+// MaxLossGPUHours allows a preemption to (none if it saves on its notice), is under
+// MaxPreemptions (a move counts as a preemption) and has not opted out (Request.NoMove). The gang
+// takes the domain whose movers lose the least work in all, then hold the fewest GPUs, then are
+// fewest, then the lowest domain, at most 16 movers, and only if every mover fits, one after
+// another, on free capacity of its family outside that domain within its allowed nodes. That
+// capacity is not held for the movers: a request ahead of one in the queue may take it first,
+// and the mover then waits in its place. The movers are told as victims are (Preemption.Move:
+// the allocation's notice, reason defragment), their capacity is nominated to the gang, which
+// waits for it by rule (a), and each reruns without spending a retry, keeping its place in the
+// queue. Moves come after preemption: a gang preempts strictly lower classes when it can, and
+// moves only when it cannot; a low gang moves low jobs.
 //
 // # Reservations
 //

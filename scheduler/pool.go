@@ -115,6 +115,7 @@ type runJob struct {
 	releasing   bool
 	saves       bool // preempting it loses no work: it will save on the notice (see place)
 	onLoan      bool // it started on a reservation's capacity by its RunLimit (Grant.OnLoan)
+	moved       bool // it was preempted as a move for a gang (Preemption.Move)
 	preemptedBy *Preemptor
 	// nominee is, per worker, who the capacity of this preempted attempt is nominated to: its
 	// preemptor, or a strictly better request that took it over. Nil unless preempted.

@@ -476,7 +476,7 @@ func (p *Pool) plan(now time.Time, sc *scratch, explain span, maxDecisions int) 
 		}
 		var kind outcome
 		var victims []*runJob
-		if sc.knownToFail(i, key) && (!first || !headsDoMore) && (len(sc.resvs) == 0 || !sc.mayBackfill(p, now, p.waiting[i])) {
+		if sc.knownToFail(i, key) && !sc.mayDefragment(p, key) && (!first || !headsDoMore) && (len(sc.resvs) == 0 || !sc.mayBackfill(p, now, p.waiting[i])) {
 			kind = sc.failFast(p, i) // the fast path of a long queue: a shape that already failed in this pass
 		} else {
 			kind, victims = p.decide(now, sc, pl, i, key, first)
@@ -685,6 +685,11 @@ func (p *Pool) decideFor(now time.Time, sc *scratch, pl *plan, w *waitReq, key w
 		}
 	}
 	if key.class == Low && len(sc.ownerNodes) == 0 { // (an owner takes its loans back whatever its class)
+		if whole {
+			if kind, victims, ok := p.defragment(now, sc, pl, w, key); ok { // (low jobs move for a low gang)
+				return kind, victims
+			}
+		}
 		return p.reserveOrReclaim(now, sc, pl, w, key, least, first)
 	}
 	var victims []*runJob
@@ -1042,6 +1047,7 @@ func (p *Pool) applyPreemptions(pl *plan) []Preemption {
 		p.preemptSeq++
 		v.preemptSeq = p.preemptSeq
 		p.victims = append(p.victims, v)
+		v.moved = pp.move
 		reason := fmt.Sprintf("preempted to make room for %s-priority %s %s, which needs %s; %s-priority jobs give way to higher classes, those that would lose the least work first",
 			by.r.Class, by.r.Kind, by.r.Job, needText(by.r.Demand, by.r.Workers), v.r.Class)
 		if pp.loan {

@@ -195,6 +195,7 @@ type SnapshotRunning struct {
 	// Topology is the request's own gang topology, as SnapshotWaiting.Topology.
 	Topology int32 `json:"tp,omitempty"`
 	NoMove   bool  `json:"nm,omitempty"` // Request.NoMove
+	Moved    bool  `json:"mv,omitempty"` // it is releasing as a move for a gang (Preemption.Move)
 	// Progress is the attempt's first and last progress reports (Pool.Progressed); absent:
 	// none.
 	Progress *SnapshotProgress `json:"pr,omitempty"`
@@ -431,7 +432,7 @@ func snapshotRunning(rj *runJob, demands *demandTable) SnapshotRunning {
 		Seq: rj.r.Seq, SubmittedAt: tn(rj.r.SubmittedAt), StartedAt: tn(rj.startedAt),
 		Nodes: append([]int32(nil), rj.nodes...), GPUs: append([]uint64(nil), rj.gpus...), Releasing: rj.releasing,
 		Preemptions: rj.preemptions, PreemptSeq: rj.preemptSeq, Checkpoint: tn(rj.ckpt), HonorsNotice: rj.r.HonorsNotice,
-		NodeSet: demands.nodeSet(rj.r.Nodes), Topology: demands.topology(rj.r.Topology), NoMove: rj.r.NoMove, Workspace: demands.workspace(rj.r.Workspace), RunLimit: rj.r.RunLimit.Milliseconds(),
+		NodeSet: demands.nodeSet(rj.r.Nodes), Topology: demands.topology(rj.r.Topology), NoMove: rj.r.NoMove, Moved: rj.moved && rj.releasing, Workspace: demands.workspace(rj.r.Workspace), RunLimit: rj.r.RunLimit.Milliseconds(),
 		User: demands.user(rj.r.User), RunEstimated: rj.r.RunEstimated, OnLoan: rj.onLoan}
 	if !rj.progLast.at.IsZero() {
 		sr.Progress = &SnapshotProgress{FirstAt: tn(rj.progFirst.at), FirstDone: rj.progFirst.done, LastAt: tn(rj.progLast.at), LastDone: rj.progLast.done}
@@ -653,7 +654,7 @@ func (rs *restorer) runningJob(sr *SnapshotRunning) error {
 		return fmt.Errorf("snapshot: running job %q: %w", sr.Job, err)
 	}
 	rj := &runJob{r: r, ws: p.workspaceOf(r.Workspace), user: p.userOf(r.Workspace, r.User), fam: p.famIdx[r.Demand.Family], startedAt: nt(sr.StartedAt), nodes: slices.Clone(sr.Nodes), gpus: slices.Clone(sr.GPUs),
-		released: make([]bool, len(sr.Nodes)), preemptions: sr.Preemptions, preemptSeq: sr.PreemptSeq, ckpt: nt(sr.Checkpoint), onLoan: sr.OnLoan}
+		released: make([]bool, len(sr.Nodes)), preemptions: sr.Preemptions, preemptSeq: sr.PreemptSeq, ckpt: nt(sr.Checkpoint), onLoan: sr.OnLoan, moved: sr.Moved}
 	if pg := sr.Progress; pg != nil {
 		if !(pg.FirstDone > 0 && pg.FirstDone <= 1 && pg.LastDone > 0 && pg.LastDone <= 1) || pg.FirstAt == 0 || pg.LastAt < pg.FirstAt {
 			return fmt.Errorf("snapshot: running job %q: bad progress reports", sr.Job)
