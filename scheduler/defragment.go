@@ -23,15 +23,15 @@ func (p Policy) minRuntimeBeforeMove() time.Duration {
 // maxMoves bounds the jobs one gang's defragmentation moves.
 const maxMoves = 16
 
-// movesInFlight reports whether a job moved for a gang is still stopping.
-func (p *Pool) movesInFlight() bool {
-	return slices.ContainsFunc(p.victims, func(v *runJob) bool { return v.moved })
+// movesInFlight reports whether a job moved for a gang of class c is still stopping.
+func (p *Pool) movesInFlight(c Class) bool {
+	return slices.ContainsFunc(p.victims, func(v *runJob) bool { return v.moved && v.preemptedBy.Class == c })
 }
 
 // mayDefragment reports whether the waiting request key may still look for moves in this pass,
 // so that the failure caches do not skip it.
 func (sc *scratch) mayDefragment(p *Pool, key waitKey) bool {
-	return !sc.defragTried && p.shapes[key.shape].required && p.policy.defragmentAfter() >= 0
+	return !sc.defragTried[key.class] && p.shapes[key.shape].required && p.policy.defragmentAfter() >= 0
 }
 
 // defragmentAfter is DefragmentAfter in effect: negative for never.
@@ -81,10 +81,10 @@ func (p *Pool) defragment(now time.Time, sc *scratch, pl *plan, w *waitReq, key 
 	if !sh.required || after < 0 || now.Sub(w.r.SubmittedAt) < after || len(sc.ownerNodes) > 0 {
 		return 0, nil, false
 	}
-	if sc.defragTried || p.movesInFlight() {
-		return 0, nil, false // (one gang at a time: see Defragmentation in the package doc)
+	if sc.defragTried[key.class] || p.movesInFlight(key.class) {
+		return 0, nil, false // (one gang of a class at a time: see Defragmentation in the package doc)
 	}
-	sc.defragTried = true
+	sc.defragTried[key.class] = true
 	movers, ok := p.chooseMoves(now, sc, sh, key.class)
 	if !ok {
 		return 0, nil, false

@@ -206,10 +206,11 @@
 //
 // A gang whose topology level is required, that has waited Policy.DefragmentAfter (default 15
 // minutes) since it was submitted and can neither start, hold capacity nor preempt, moves smaller
-// jobs out of one domain of that level instead of waiting for it to drain by chance. One gang at
-// a time: in a pass, the first such gang in launch order looks, and none does while a job moved
-// for a gang is still stopping, so no two gangs count one free node as their movers' landing
-// place and a long queue of gangs costs a pass one search. Per domain it counts the nodes a worker
+// jobs out of one domain of that level instead of waiting for it to drain by chance. One gang of
+// a class at a time: in a pass, the first such gang of each class in launch order looks, and none
+// of a class does while a job moved for a gang of that class is still stopping, so a second pass
+// decides no new move and a long queue of gangs costs a pass three searches. (Gangs of two classes
+// may count one free node as their movers' landing place in one pass.) Per domain it counts the nodes a worker
 // fits on already (free and releasing capacity in its sight) and, for the rest, what it takes to
 // clear a node: the movable jobs there, those losing the least work first, then the fewest GPUs,
 // until a worker fits. A job is movable if it runs one worker (it can rerun whole on one node), is

@@ -78,8 +78,8 @@ type walkerState struct {
 	walkerExtra bool
 	// moving: the victims the walker nominates are moved out of a domain (Preemption.Move).
 	moving bool
-	// defragTried: a gang looked for moves in this pass (one does).
-	defragTried bool
+	// defragTried: a gang of the class looked for moves in this pass (one per class does).
+	defragTried [3]bool
 	moverBuf    []moverCand // clearNode's scratch
 	// starving: the walker has been the first waiting request of its class for
 	// Policy.StarvationAfter, so MaxLossGPUHours and MinRuntimeBeforePreemption protect no victim
@@ -143,7 +143,7 @@ func grow[T any](s []T, n int) []T {
 
 // reset starts a pass: the pool's capacity, the per-family summaries, and the nominations.
 func (sc *scratch) reset(p *Pool) {
-	sc.defragTried = false
+	sc.defragTried = [3]bool{}
 	if sc.synced && len(sc.changedMark) == len(p.nodes) {
 		sc.restoreChanged(p)
 	} else {
