@@ -93,3 +93,45 @@ func TestGangStatsByTopology(t *testing.T) {
 		}
 	}
 }
+
+// TestGangRequiresItsRack: given a 3-node gang and racks r1 (n1 half taken, n2, n3) and r2 (n4,
+// n5 half taken, n6), when it requires a rack it waits until one holds it whole (r1, once the job
+// on n1 ends after 10 h), where the preference alone starts it at once across the racks; nothing
+// is moved (the jobs in its way are pinned).
+func TestGangRequiresItsRack(t *testing.T) {
+	w := &Workload{Nodes: nodes(6, 8)}
+	if err := w.Rack(3, 6); err != nil {
+		t.Fatal(err)
+	}
+	var jobs []Job
+	for i, n := range []string{"n1", "n4", "n5"} {
+		j := jb(fmt.Sprint("pinned", i), 0, scheduler.Medium, 4, 10*time.Hour)
+		j.Nodes = []string{n}
+		jobs = append(jobs, j)
+	}
+	gang := jb("gang", time.Minute, scheduler.Medium, 8, time.Hour)
+	gang.Workers = 3
+	w.Jobs = append(jobs, gang)
+	for _, tc := range []struct {
+		spec    string
+		oneRack int
+		atLeast time.Duration
+		atMost  time.Duration
+	}{{"pref:preferred_topology=rack", 0, 0, time.Minute}, {"req:required_topology=rack", 1, 9 * time.Hour, 11 * time.Hour}} {
+		pol, err := ParsePolicy(tc.spec, scheduler.Policy{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := run(t, w, pol, Options{})
+		g := r.Gangs
+		if g == nil || g.Started != 1 || g.OneRack != tc.oneRack {
+			t.Fatalf("%s: gangs %+v, want it started, %d in one rack", tc.spec, g, tc.oneRack)
+		}
+		if wait := g.Wait.Max.D(); wait < tc.atLeast || wait > tc.atMost {
+			t.Fatalf("%s: the gang waited %s, want %s to %s", tc.spec, wait, tc.atLeast, tc.atMost)
+		}
+		if r.Moves != 0 {
+			t.Fatalf("%s: %d moves, want none (the jobs in its way are pinned)", tc.spec, r.Moves)
+		}
+	}
+}

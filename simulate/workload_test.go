@@ -229,6 +229,9 @@ func TestParsePolicy(t *testing.T) {
 		{"x:min_runtime=-1m", Policy{}, "min_runtime"},
 		{"x:turbo=on", Policy{}, "unknown knob; the knobs are queueing"},
 		{"x:priorities", Policy{}, "is not knob=value"},
+		{"req:required_topology=rack,defragment_after=never", Policy{Name: "req", Scheduler: scheduler.Policy{Queueing: scheduler.BestEffortFIFO, MinRuntimeBeforePreemption: time.Minute, DefragmentAfter: -1},
+			GangTopology: scheduler.GangTopology{Level: "rack", Required: true}}, ""},
+		{"x:preferred_topology=row", Policy{}, `"row" is not a level of --racks' topology: use rack or block`},
 	} {
 		got, err := ParsePolicy(tc.spec, base)
 		if tc.err != "" {
