@@ -257,22 +257,26 @@ func (p *Pool) defragmentWake(now time.Time) time.Time {
 		}
 	}
 	due := Class(-1) // the highest class of a gang past DefragmentAfter
-	for _, w := range p.waiting {
-		if p.shapes[w.shape].required {
-			t := w.r.SubmittedAt.Add(after)
-			if !t.After(now) {
-				due = max(due, w.r.Class)
-			}
-			upd(t)
+	for i, key := range p.waitKeys { // (contiguous: a long queue of rigid jobs is read fast)
+		if !p.shapes[key.shape].required {
+			continue
 		}
+		t := p.waiting[i].r.SubmittedAt.Add(after)
+		if !t.After(now) {
+			due = max(due, key.class)
+		}
+		upd(t)
 	}
 	if due >= Low {
 		m := p.policy.minRuntimeBeforeMove()
-		// The earliest time is the same in any map order.
-		//workflowcheck:ignore
-		for _, rj := range p.running {
-			if !rj.releasing && rj.r.Kind != KindNotebook && !rj.r.NoMove && rj.r.Class <= due && len(rj.nodes) == 1 {
-				upd(rj.startedAt.Add(m))
+		// Only a job younger than m can become movable later; a one-worker job is on one node.
+		young := now.Add(-m)
+		for n := range p.nodes {
+			for _, nj := range p.nodes[n].jobs {
+				rj := nj.rj
+				if rj.startedAt.After(young) && !rj.releasing && rj.r.Kind != KindNotebook && !rj.r.NoMove && rj.r.Class <= due && len(rj.nodes) == 1 {
+					upd(rj.startedAt.Add(m))
+				}
 			}
 		}
 	}
