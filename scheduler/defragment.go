@@ -256,7 +256,7 @@ func (p *Pool) defragmentWake(now time.Time) time.Time {
 			wake = t
 		}
 	}
-	due := Class(-1) // the highest class of a gang past DefragmentAfter
+	due := Class(-1)                 // the highest class of a gang past DefragmentAfter
 	for i, key := range p.waitKeys { // (contiguous: a long queue of rigid jobs is read fast)
 		if !p.shapes[key.shape].required {
 			continue
