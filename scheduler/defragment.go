@@ -48,7 +48,7 @@ func (p Policy) defragmentAfter() time.Duration {
 // in this pass already, whose attempt has run for MinRuntimeBeforeMove, and that would lose no more
 // work than MaxLossGPUHours allows a preemption to (none if it saves on its notice).
 func (p *Pool) movable(rj *runJob, cl Class, now time.Time, sc *scratch) bool {
-	if rj.releasing || rj.r.Kind == KindNotebook || rj.r.Class > cl || rj.r.NoMove || len(rj.nodes) != 1 || sc.victims[rj] {
+	if !movableKind(rj, cl) || sc.victims[rj] {
 		return false
 	}
 	if m := p.policy.maxPreemptions(); m >= 0 && rj.preemptions >= m {
@@ -60,6 +60,12 @@ func (p *Pool) movable(rj *runJob, cl Class, now time.Time, sc *scratch) bool {
 		}
 	}
 	return now.Sub(rj.startedAt) >= p.policy.minRuntimeBeforeMove()
+}
+
+// movableKind is what of movable does not change while rj runs: running, one worker, not a
+// notebook, of class cl or below, not opted out. (defragmentWake wakes for such jobs only.)
+func movableKind(rj *runJob, cl Class) bool {
+	return !rj.releasing && rj.r.Kind != KindNotebook && rj.r.Class <= cl && !rj.r.NoMove && len(rj.nodes) == 1
 }
 
 // clearable is a node of a domain that one worker of the gang fits on once movers leave it.
@@ -274,7 +280,7 @@ func (p *Pool) defragmentWake(now time.Time) time.Time {
 		for n := range p.nodes {
 			for _, nj := range p.nodes[n].jobs {
 				rj := nj.rj
-				if rj.startedAt.After(young) && !rj.releasing && rj.r.Kind != KindNotebook && !rj.r.NoMove && rj.r.Class <= due && len(rj.nodes) == 1 {
+				if rj.startedAt.After(young) && movableKind(rj, due) {
 					upd(rj.startedAt.Add(m))
 				}
 			}

@@ -58,17 +58,9 @@ func TestDefragment(t *testing.T) {
 		wantMove: []string{"s1", "u"},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			pol := tc.pol
-			pol.Topology = blockRack.Topology
-			p := mustPool(t, racked("b1/r1", "b1/r1", "b1/r2", "b1/r2"), pol)
-			for i, rs := range tc.running {
-				r := makeJob(rs.name, "a").Class(rs.class).GPUs(rs.gpus).Seq(int64(-100 + i)).Nodes(rs.on...).Obj()
-				r.NoMove = tc.noMove
-				mustEnqueue(t, p, r)
-				if d := sched(t, p, at(rs.started)); len(d.Grants) != 1 {
-					t.Fatalf("setup: %s not granted", rs.name)
-				}
-				p.running[rs.name].r.Nodes = nil // (placed by its allowed nodes; it may run anywhere)
+			p := defragPool(t, []string{"b1/r1", "b1/r1", "b1/r2", "b1/r2"}, tc.pol, tc.running)
+			for _, rs := range tc.running {
+				p.running[rs.name].r.NoMove = tc.noMove
 			}
 			g := makeJob("g", "a").GPUs(8).Workers(2).Seq(1).Topology(rackOf("rack", true)).Obj()
 			g.SubmittedAt = at(tc.gangAt)

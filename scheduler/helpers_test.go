@@ -71,6 +71,19 @@ type runSpec struct {
 	workers int      // 0: 1
 }
 
+// startRunning starts each job on the nodes it names (its allowed nodes), in order, each at its
+// StartedAt minute (setup).
+func startRunning(t *testing.T, p *Pool, jobs []runSpec) {
+	t.Helper()
+	for i, rs := range jobs {
+		r := makeJob(rs.name, "a").Class(rs.class).GPUs(rs.gpus).Seq(int64(-100 + i)).Nodes(rs.on...).Obj()
+		mustEnqueue(t, p, r)
+		if d := sched(t, p, at(rs.started)); len(d.Grants) != 1 {
+			t.Fatalf("setup: %s not granted", rs.name)
+		}
+	}
+}
+
 // running is a medium job with all the GPUs it asks for, started at minute 0.
 func running(name string) runSpec { return runSpec{name: name, class: Medium, gpus: 1} }
 

@@ -10,18 +10,6 @@ func rackOf(level string, required bool) GangTopology {
 	return GangTopology{Level: level, Required: required}
 }
 
-// startRunning starts each job on the nodes it names, in order, at minute 0 (setup).
-func startRunning(t *testing.T, p *Pool, jobs []runSpec) {
-	t.Helper()
-	for i, rs := range jobs {
-		r := makeJob(rs.name, "a").Class(rs.class).GPUs(rs.gpus).Seq(int64(-100 + i)).Nodes(rs.on...).Obj()
-		mustEnqueue(t, p, r)
-		if d := sched(t, p, at(rs.started)); len(d.Grants) != 1 {
-			t.Fatalf("setup: %s not granted", rs.name)
-		}
-	}
-}
-
 // TestRequiredTopology: given racked nodes and jobs on some, when a gang that requires (or
 // prefers) a level arrives, then it starts only inside one domain of a required level, waits or
 // preempts inside one domain when none has room, and follows the allocation's default unless it

@@ -97,13 +97,7 @@ func TestGangPlacementByTopology(t *testing.T) {
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := mustPool(t, tc.nodes, tc.pol)
-			for i, rs := range tc.running {
-				r := makeJob(rs.name, "a").GPUs(rs.gpus).Seq(int64(-100 + i)).Nodes(rs.on...).Obj()
-				mustEnqueue(t, p, r)
-				if d := sched(t, p, at(0)); len(d.Grants) != 1 {
-					t.Fatalf("setup: %s not granted", rs.name)
-				}
-			}
+			startRunning(t, p, tc.running)
 			mustEnqueue(t, p, tc.gang)
 			d := sched(t, p, at(1))
 			if len(d.Grants) != 1 {
