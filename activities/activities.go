@@ -155,9 +155,10 @@ func (a *Activities) whereQueued(ctx context.Context, in RequestCapacityInput) p
 
 // RequestCheck is what CheckRequest found.
 type RequestCheck struct {
-	// Known: the allocator has the request (waiting, or granted).
+	// Known: the allocator has the request waiting.
 	Known bool `json:"known"`
-	// Resent: it did not, and the request was sent again.
+	// Resent: it did not, or it had granted it and the job never saw the
+	// grant, and the request was sent again.
 	Resent bool                   `json:"resent,omitempty"`
 	Reply  protocol.CapacityReply `json:"reply"`
 }
@@ -176,16 +177,25 @@ func (a *Activities) CheckRequest(ctx context.Context, in RequestCapacityInput) 
 	if err != nil && !errors.As(err, &notFound) {
 		return RequestCheck{}, err // busy or unreachable: ask again next time
 	}
+	why := "the allocator does not know a waiting job's request; sending it again"
 	if err == nil {
 		var where protocol.ExplainReply
 		if err := resp.Get(&where); err != nil {
 			return RequestCheck{}, err
 		}
-		if reply, ok := replyFor(where, in.Request.Attempt); ok {
+		reply, ok := replyFor(where, in.Request.Attempt)
+		if ok && !reply.Granted {
 			return RequestCheck{Known: true, Reply: reply}, nil
 		}
+		if ok {
+			// Only a waiting job checks, and it has not seen this grant: it
+			// went to a run that a reset replaced, or was dropped. Asked
+			// again, the allocator sends it again, or, if it is releasing
+			// that attempt, reclaims it and has the job rerun.
+			why = "the allocator holds capacity for a waiting job's attempt that the job never took; asking again"
+		}
 	}
-	activity.GetLogger(ctx).Warn("the allocator does not know a waiting job's request; sending it again", "job", in.Request.Job, "attempt", in.Request.Attempt)
+	activity.GetLogger(ctx).Warn(why, "job", in.Request.Job, "attempt", in.Request.Attempt)
 	in.Brief = true
 	reply, err := a.RequestCapacity(ctx, in)
 	return RequestCheck{Resent: true, Reply: reply}, err

@@ -83,6 +83,9 @@ func stopping(job string, attempt int) step {
 	}
 }
 
+// passed: a scheduling pass ran.
+func passed(t *testing.T, s *State) { s.Pass(t0) }
+
 // recovered: a recovery rebuilt the state from holds.
 func recovered(holds ...protocol.JobHold) step {
 	return func(t *testing.T, s *State) {

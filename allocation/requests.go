@@ -126,6 +126,9 @@ func (s *State) Request(req protocol.CapacityRequest, now time.Time) []Command {
 	if cmds, ok := s.resendGrant(req); ok {
 		return cmds
 	}
+	if cmds, ok := s.reclaimForgotten(req); ok {
+		return cmds
+	}
 	_, cmds := s.enqueue(r, now)
 	return append(cmds, Schedule{})
 }
@@ -204,6 +207,32 @@ func (s *State) resendGrant(req protocol.CapacityRequest) ([]Command, bool) {
 	var cmds commands
 	cmds.note("sent %s its grant of attempt %d again: it asked again", req.Job, req.Attempt)
 	cmds.add(Signal{Job: req.Job, Name: protocol.SignalGrant, Arg: s.grantSignal(r)})
+	return cmds, true
+}
+
+// reclaimForgotten answers a request for the attempt the pool is releasing
+// (preempted, drained, or stopping). Only a job that no longer knows it holds
+// that attempt asks for it again: one reset (`temporal workflow reset`) to
+// before it took the grant, while or before the release began. (A duplicate of
+// the request that was granted comes before its job starts anything, and so
+// before it could be preempted.) No run of the job will release the attempt's
+// workers, and granting it again would start workers on capacity already
+// promised to others: the allocator stops the workers itself (a reclaim) and
+// tells the job to rerun as its next attempt, which spends no retry. The rerun
+// is a new attempt, not this one again, because a node keeps what a worker
+// ran under its name: a worker started again under the old name would be
+// taken for the one that ran.
+func (s *State) reclaimForgotten(req protocol.CapacityRequest) ([]Command, bool) {
+	r, ok := s.Pool.Running(req.Job)
+	if !s.ReclaimsForgotten || !ok || r.Attempt != req.Attempt || !r.Releasing {
+		return nil, false
+	}
+	var cmds commands
+	cmds.note("%s asked again for attempt %d, which it holds and is releasing: reclaiming it, and the job reruns", req.Job, req.Attempt)
+	cmds.add(Reclaim{Job: req.Job})
+	cmds.add(Signal{Job: req.Job, Name: protocol.SignalRefuse, Arg: protocol.RefuseSignal{Attempt: req.Attempt, Rerun: true,
+		Reason: fmt.Sprintf("the job asked again for attempt %d while the allocation was releasing it (was its workflow reset?): "+
+			"the allocator stopped that attempt's workers, and the job reruns without spending max_retry", req.Attempt)}})
 	return cmds, true
 }
 

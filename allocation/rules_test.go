@@ -124,9 +124,29 @@ func TestRequestRules(t *testing.T) {
 		{name: "a repeated request of a granted attempt gets its grant again",
 			given: []step{granted(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity())},
 			when:  request(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity()), want: []string{"grant j#1"}, then: isHeld("j", 1)},
-		{name: "a repeated request of a stopping attempt gets no grant",
+		{name: "a repeated request of a stopping attempt gets no grant (runs before the gate: left waiting)",
 			given: []step{granted(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity()), stopping("j", 1)},
 			when:  request(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity()), want: []string{"schedule"}, then: isHeld("j", 1)},
+		{name: "a repeated request of a stopping attempt: the job lost track of it, so it is reclaimed and the job told to rerun",
+			given: []step{reclaimsForgotten, granted(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity()), stopping("j", 1)},
+			when:  request(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity()), want: []string{"reclaim j", "refuse j#1"},
+			then: all(isHeld("j", 1), notWaiting("j"), func(t *testing.T, s *State) {
+				var refusal protocol.RefuseSignal
+				for _, c := range s.Request(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity(), t0) {
+					if sig, ok := c.(Signal); ok {
+						refusal = sig.Arg.(protocol.RefuseSignal)
+					}
+				}
+				assert.True(t, refusal.Rerun, "the refusal tells the job to rerun, not to fail")
+			})},
+		{name: "a repeated request of a preempted attempt is reclaimed the same way",
+			nodes: 1,
+			given: []step{reclaimsForgotten, granted(fixture.Request{Job: "j", Attempt: 1, Class: low, GPUs: 8}.Capacity()),
+				queued(fixture.Request{Job: "h", Attempt: 1, Class: high, GPUs: 8}.Capacity()), passed},
+			when: request(fixture.Request{Job: "j", Attempt: 1, Class: low, GPUs: 8}.Capacity()), want: []string{"reclaim j", "refuse j#1"}, then: isWaiting("h", 1)},
+		{name: "a repeated request of a granted attempt is not reclaimed",
+			given: []step{reclaimsForgotten, granted(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity())},
+			when:  request(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity()), want: []string{"grant j#1"}, then: isHeld("j", 1)},
 		{name: "a request older than the held attempt asks the job whether it was reset",
 			given: []step{granted(fixture.Request{Job: "j", Attempt: 2, Class: medium, Workers: 1}.Capacity())},
 			when:  request(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity()), want: []string{"check-reset j#1"}, then: isHeld("j", 2)},
@@ -135,6 +155,8 @@ func TestRequestRules(t *testing.T) {
 			when:  request(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity()), want: []string{"check-reset j#1"}, then: isWaiting("j", 2)},
 	})
 }
+
+func reclaimsForgotten(t *testing.T, s *State) { s.ReclaimsForgotten = true }
 
 func TestQueueCapRules(t *testing.T) {
 	capped := func(t *testing.T, s *State) { s.Config.MaxWaiting = 1 }

@@ -58,6 +58,11 @@ type State struct {
 	// requests it leaves over (RefuseOverCap). Not carried: the workflow sets
 	// it for each run (a version gate).
 	RefusesOverCap bool
+	// ReclaimsForgotten says a request for the attempt the pool is releasing
+	// has that attempt reclaimed and its job told to rerun (see
+	// reclaimForgotten). Not carried: the workflow sets it for each run (a
+	// version gate).
+	ReclaimsForgotten bool
 	// TellsAdoptedToLeave says a recovery, and the adoption of a job a
 	// recovery missed, tell the jobs they take in on a drained node to leave
 	// (a drain's signal can be lost with the run that sent it, or never sent

@@ -32,8 +32,10 @@ const (
 	// NodeDrained: an operator drained a node of the attempt; the job reruns
 	// on other nodes without spending max_retry.
 	NodeDrained
-	// Yielded: the attempt ran on loan past its time limit or estimate and
-	// gave the capacity back; the job reruns without spending max_retry.
+	// Yielded: the attempt gave its capacity back for a reason that is not
+	// the job's (its loan was due, it was moved to make room for a gang, the
+	// allocator gave up an attempt a reset job no longer knew it held); the
+	// job reruns without spending max_retry.
 	Yielded
 )
 

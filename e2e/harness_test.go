@@ -89,6 +89,11 @@ regions:
         preemption_notice: 30s
         nodes:
           - {name: notice-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+      - name: resetjob
+        stop_grace_period: 3s
+        preemption_notice: 30s
+        nodes:
+          - {name: resetjob-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
       - name: signal
         stop_grace_period: 3s
         preemption_notice: 30s

@@ -356,3 +356,49 @@ func currentRunOf(t *testing.T, c client.Client, id string) string {
 func inQueue(v protocol.QueueView, job string) bool {
 	return slices.Contains(waitingJobs(v), job) || slices.Contains(runningJobs(v), job)
 }
+
+// TestJobResetWhileItsAttemptIsPreempted: `temporal workflow reset` of a job
+// to the task that began its attempt, while a preemption notice runs for
+// that attempt (the chaos campaign found it: a job reset, then preempted
+// before it was granted again). The reset run knows nothing of the attempt's
+// worker and asks for the attempt again; the allocator, which is releasing
+// that attempt, can neither grant it again nor wait for a release that no
+// run will send. It stops the worker itself and has the job rerun as its next
+// attempt, without spending max_retry (0 here): the preemptor starts, and
+// the job completes on its rerun.
+func TestJobResetWhileItsAttemptIsPreempted(t *testing.T) {
+	const allocation = "resetjob"
+	startWorker(t)
+	dir := t.TempDir()
+	records := filepath.Join(dir, "records")
+	// The first attempt ignores its notice; the rerun completes.
+	victimScript := `if [ -e ` + dir + `/ran ]; then exit 0; fi; touch ` + dir + `/ran; exec sleep 600`
+	victim := submit(t, protocol.JobSpec{Script: recordingScript(records, victimScript), InstanceType: "a100.2gpu", Region: "T",
+		AllocationName: allocation, PriorityClass: "low", NWorkers: 1, Type: "binary"})
+	waitState(t, victim, protocol.StateRunning, long)
+	high := submit(t, protocol.JobSpec{Script: recordingScript(records, "sleep 0.2"), InstanceType: "a100.2gpu", Region: "T",
+		AllocationName: allocation, PriorityClass: "high", NWorkers: 1, Type: "binary"})
+	eventually(t, long, "the allocator to preempt the victim", func() bool {
+		v := queue(t, allocation)
+		return len(v.Running) == 1 && v.Running[0].Job == victim && v.Running[0].Releasing
+	})
+
+	events := fetchHistory(t, victim)
+	point, target := jobResetPoint(events, 1)
+	require.NotZero(t, point)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := env.client.ResetWorkflowExecution(ctx, &workflowservice.ResetWorkflowExecutionRequest{
+		Namespace: "default", WorkflowExecution: &commonpb.WorkflowExecution{WorkflowId: victim},
+		Reason: "e2e: reset a preempted job", WorkflowTaskFinishEventId: point, RequestId: uuid.NewString(),
+	})
+	require.NoError(t, err)
+	t.Logf("reset %s to event %d (%s) during its notice", victim, point, target)
+
+	waitState(t, high, protocol.StateCompleted, long)
+	st := waitState(t, victim, protocol.StateCompleted, long)
+	require.Len(t, st.Attempts, 2, "the reset attempt, then the rerun")
+	assert.Contains(t, st.Attempts[0].EndReason, "reset")
+	assert.Zero(t, st.Restarts, "a reset attempt spends no retry")
+	checkNoDoubleHolds(t, records, filepath.Join(env.dir, "data"))
+}

@@ -216,6 +216,10 @@ const (
 type RefuseSignal struct {
 	Attempt int    `json:"attempt"`
 	Reason  string `json:"reason"`
+	// Rerun: the allocator gave the attempt up, not the job: the job reruns
+	// as its next attempt without spending max_retry (a job reset to before
+	// it took the grant of an attempt the allocator was already releasing).
+	Rerun bool `json:"rerun,omitempty"`
 }
 
 // ReconfigureReply says what a reconfigure update changed.

@@ -137,6 +137,10 @@ const (
 	// versionChargeAdopted: a recovery charges fair-share usage from the
 	// jobs it adopts (see allocation.State.ChargesAdopted).
 	versionChargeAdopted = "allocator-charge-adopted"
+	// versionReclaimForgotten: a request for the attempt the pool is
+	// releasing has it reclaimed and the job rerun (see
+	// allocation.State.ReclaimsForgotten).
+	versionReclaimForgotten = "allocator-reclaim-forgotten"
 )
 
 // AllocatorWorkflow owns the capacity of one allocation. Jobs ask it for
@@ -351,6 +355,7 @@ func (a *allocator) run(ctx workflow.Context) error {
 	a.st.RefusesOverCap = workflow.GetVersion(ctx, versionRefuseOverCap, workflow.DefaultVersion, 1) >= 1
 	a.st.TellsAdoptedToLeave = workflow.GetVersion(ctx, versionTellAdoptedToLeave, workflow.DefaultVersion, 1) >= 1
 	a.st.ChargesAdopted = workflow.GetVersion(ctx, versionChargeAdopted, workflow.DefaultVersion, 1) >= 1
+	a.st.ReclaimsForgotten = workflow.GetVersion(ctx, versionReclaimForgotten, workflow.DefaultVersion, 1) >= 1
 	if a.noticesResets = workflow.GetVersion(ctx, versionNoticeResets, workflow.DefaultVersion, 1) >= 1; a.noticesResets {
 		a.runID = a.currentRun(ctx)
 		// A reset to the run's first task runs that task afresh, so the

@@ -47,6 +47,7 @@ var gateIntroduced = map[string]string{
 	versionTellAdoptedToLeave: "v0.10.0",
 	versionChargeAdopted:      "v0.10.0",
 	versionReleaseStaleGrant:  "v0.10.0",
+	versionReclaimForgotten:   "v0.10.0",
 }
 
 // releaseWindow is the window of Release among known releases: the

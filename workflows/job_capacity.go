@@ -99,6 +99,9 @@ func (j *job) awaitGrant(ctx workflow.Context, attempt int) (protocol.GrantSigna
 		j.alloc.refusals.ReceiveAsync(&refusal)
 		if refusal.Attempt == attempt {
 			j.cur.phase = protocol.HoldNone
+			if refusal.Rerun {
+				return protocol.GrantSignal{}, attempts.Outcome{Kind: attempts.Yielded, Message: refusal.Reason}, false
+			}
 			return protocol.GrantSignal{}, attempts.Outcome{Kind: attempts.Failed, Message: refusal.Reason, Final: true}, false
 		}
 		// Otherwise meant for an attempt that has already ended.
@@ -128,7 +131,7 @@ func (j *job) checkRequest(ctx workflow.Context, attempt int) {
 		return
 	}
 	if check.Resent {
-		workflow.GetLogger(ctx).Warn("the allocator did not have the request; sent it again", "attempt", attempt)
+		workflow.GetLogger(ctx).Warn("the allocator did not have the request, or had granted it and the grant never came; sent it again", "attempt", attempt)
 	}
 }
 

@@ -599,6 +599,31 @@ func TestJobRefusedWhileWaitingFails(t *testing.T) {
 	assert.Empty(t, h.signals, "the allocator already dropped the request: nothing to withdraw")
 }
 
+// A refusal that says rerun (the allocator gave up an attempt the job no
+// longer knew it held, see allocation's reclaimForgotten) ends the waiting
+// attempt without spending max_retry: the job asks again as its next attempt.
+func TestJobToldToRerunWhileWaitingRerunsFree(t *testing.T) {
+	h := newJobHarness(t)
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(protocol.SignalRefuse, protocol.RefuseSignal{Attempt: 1, Rerun: true,
+			Reason: "the job asked again for attempt 1 while the allocation was releasing it (was its workflow reset?)"})
+	}, time.Minute)
+	h.grantAt(2*time.Minute, 2, 1)
+	h.watch(2, 0, time.Minute, 0)
+	h.run(fixture.Job{Class: "medium", Workers: 1, MaxRetry: 0}.Spec())
+
+	require.NoError(t, h.env.GetWorkflowError())
+	st := h.status()
+	assert.Equal(t, protocol.StateCompleted, st.State)
+	assert.Equal(t, 2, st.Attempt)
+	assert.Equal(t, 0, st.Restarts, "the allocator's giving up spends no retry")
+	require.Len(t, st.Attempts, 2)
+	assert.Contains(t, st.Attempts[0].EndReason, "was its workflow reset?")
+	require.Len(t, h.requests, 2)
+	assert.Equal(t, 2, h.requests[1].Attempt)
+	assert.Len(t, h.starts, 1, "nothing was started for the attempt given up")
+}
+
 // watchReported mocks WatchWorker for worker of attempt: it exits 0 after d,
 // and the node activity says it reported the release to the allocator.
 func (h *jobHarness) watchReported(attempt, worker int, d time.Duration) {
