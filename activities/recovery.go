@@ -280,6 +280,23 @@ func (a *Activities) register(ctx context.Context, job, epoch, updateID string) 
 	return &hold, nil
 }
 
+// JobHoldInput names the job whose hold is asked, the allocator epoch that
+// asks (the job's own: the answer moves it to no other allocator), and the
+// register update's ID, unique to the question.
+type JobHoldInput struct {
+	Job      string `json:"job"`
+	Epoch    string `json:"epoch"`
+	UpdateID string `json:"update_id"`
+}
+
+// JobHold asks one job what it holds or waits for, with the register update
+// (nil: its workflow has ended). An update, not a query, so that the answer
+// counts every grant delivered to the job before it, even one the job's
+// workflow has yet to take in.
+func (a *Activities) JobHold(ctx context.Context, in JobHoldInput) (*protocol.JobHold, error) {
+	return a.register(ctx, in.Job, in.Epoch, in.UpdateID)
+}
+
 // FindGhostRequests returns the waiting requests, among those given, whose job
 // no longer waits for them: its workflow has ended, or it has moved on to a
 // later attempt. Such a request can be left behind when a job is cancelled

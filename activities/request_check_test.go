@@ -55,7 +55,7 @@ func (c *explainingClient) SignalWithStartWorkflow(_ context.Context, _ string, 
 // granted (the job, which checks only while it waits, never saw that grant: it
 // went to a run a reset replaced): the request is sent again, so that the
 // allocator sends the grant again or, releasing that attempt, reclaims it and
-// has the job rerun (allocation's reclaimForgotten).
+// has the job rerun (allocation.State.ForgottenAnswered).
 func TestCheckRequestAsksAgainForAGrantTheJobNeverTook(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "trainq.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(`

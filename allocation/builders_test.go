@@ -143,6 +143,8 @@ func rendered(cmds []Command) []string {
 			out = append(out, "reclaim "+c.Job)
 		case CheckReset:
 			out = append(out, fmt.Sprintf("check-reset %s#%d", c.Request.Job, c.Request.Attempt))
+		case CheckForgotten:
+			out = append(out, fmt.Sprintf("check-forgotten %s#%d", c.Request.Job, c.Request.Attempt))
 		case Requeue:
 			out = append(out, fmt.Sprintf("requeue %s#%d", c.Request.Job, c.Request.Attempt))
 		case Schedule:

@@ -46,6 +46,11 @@ type Reclaim struct{ Job string }
 // for an older attempt than the pool's is served (see Request).
 type CheckReset struct{ Request protocol.CapacityRequest }
 
+// CheckForgotten asks a job's workflow what it holds before a request for
+// the attempt the pool is releasing is taken as forgotten (see Request and
+// ForgottenAnswered).
+type CheckForgotten struct{ Request protocol.CapacityRequest }
+
 // Requeue takes a request in again as if it had just come (a reset job's
 // request once its newer attempt is reclaimed).
 type Requeue struct{ Request protocol.CapacityRequest }
@@ -80,7 +85,8 @@ const (
 func (Signal) command()     {}
 func (FenceNode) command()  {}
 func (Reclaim) command()    {}
-func (CheckReset) command() {}
+func (CheckReset) command()     {}
+func (CheckForgotten) command() {}
 func (Requeue) command()    {}
 func (Schedule) command()   {}
 func (Note) command()       {}

@@ -73,6 +73,9 @@ func (s *State) queueFull(req protocol.CapacityRequest) error {
 	if _, ok := s.Pool.Waiting(req.Job); ok {
 		return nil // a repeated request
 	}
+	if _, ok := s.Pool.Running(req.Job); ok {
+		return nil // a job reset to before its grant: it has its place
+	}
 	if s.Config.MaxWaiting > 0 && s.Pool.WaitingCount() >= s.Config.MaxWaiting {
 		return &protocol.QueueFullError{Region: s.Config.Region, Allocation: s.Config.Allocation, Waiting: s.Pool.WaitingCount()}
 	}
@@ -110,7 +113,9 @@ func (s *State) rememberWithdrawal(w protocol.WithdrawSignal) {
 //   - an older attempt than the pool has for the job means the job may have
 //     been reset: its workflow is asked first (CheckReset, then ResetAnswered);
 //   - a request that cannot fit, or that its job withdrew, is refused;
-//   - a repeated request for a granted attempt gets its grant again;
+//   - a repeated request for a granted attempt gets its grant again, and
+//     one for an attempt being released asks the job whether it forgot it
+//     (CheckForgotten, then ForgottenAnswered);
 //   - anything else is queued, and a pass asked for.
 func (s *State) Request(req protocol.CapacityRequest, now time.Time) []Command {
 	if s.hasNewerAttempt(req) {
@@ -126,8 +131,8 @@ func (s *State) Request(req protocol.CapacityRequest, now time.Time) []Command {
 	if cmds, ok := s.resendGrant(req); ok {
 		return cmds
 	}
-	if cmds, ok := s.reclaimForgotten(req); ok {
-		return cmds
+	if s.releasingAgain(req) {
+		return []Command{CheckForgotten{Request: req}}
 	}
 	_, cmds := s.enqueue(r, now)
 	return append(cmds, Schedule{})
@@ -210,30 +215,51 @@ func (s *State) resendGrant(req protocol.CapacityRequest) ([]Command, bool) {
 	return cmds, true
 }
 
-// reclaimForgotten answers a request for the attempt the pool is releasing
-// (preempted, drained, or stopping). Only a job that no longer knows it holds
-// that attempt asks for it again: one reset (`temporal workflow reset`) to
-// before it took the grant, while or before the release began. (A duplicate of
-// the request that was granted comes before its job starts anything, and so
-// before it could be preempted.) No run of the job will release the attempt's
-// workers, and granting it again would start workers on capacity already
-// promised to others: the allocator stops the workers itself (a reclaim) and
-// tells the job to rerun as its next attempt, which spends no retry. The rerun
-// is a new attempt, not this one again, because a node keeps what a worker
-// ran under its name: a worker started again under the old name would be
-// taken for the one that ran.
-func (s *State) reclaimForgotten(req protocol.CapacityRequest) ([]Command, bool) {
+// releasingAgain says whether req asks for the attempt the pool holds and is
+// releasing (preempted, drained, or stopping). The job that holds it does not
+// ask for it again, but a copy of its request can still arrive (a retried
+// request, a check racing the grant); a job reset (`temporal workflow reset`)
+// to before it took the grant asks for it again and knows nothing of it. Only
+// the job can tell which, so it is asked first (CheckForgotten).
+func (s *State) releasingAgain(req protocol.CapacityRequest) bool {
 	r, ok := s.Pool.Running(req.Job)
-	if !s.ReclaimsForgotten || !ok || r.Attempt != req.Attempt || !r.Releasing {
-		return nil, false
-	}
+	return s.ReclaimsForgotten && s.Epoch != "" && ok && r.Attempt == req.Attempt && r.Releasing
+}
+
+// ForgottenAnswered acts on a job's answer to CheckForgotten: hold is what it
+// holds or waits for (nil: its workflow has ended). A job that waits for the
+// very attempt the pool is releasing has forgotten it: no run of the job will
+// release its workers, and granting it again would start workers on capacity
+// already promised to others. The allocator stops the workers itself (a
+// reclaim) and tells the job to rerun as its next attempt, which spends no
+// retry; the attempt is remembered as withdrawn, so that a late copy of the
+// request is refused rather than granted again. The rerun is a new attempt,
+// not this one again, because a node keeps what a worker ran under its name:
+// a worker started again under the old name would be taken for the one that
+// ran. A job that holds the attempt sent a copy, which is dropped; so is the
+// question once the pool no longer releases that attempt.
+func (s *State) ForgottenAnswered(req protocol.CapacityRequest, hold *protocol.JobHold, err error) []Command {
 	var cmds commands
-	cmds.note("%s asked again for attempt %d, which it holds and is releasing: reclaiming it, and the job reruns", req.Job, req.Attempt)
-	cmds.add(Reclaim{Job: req.Job})
-	cmds.add(Signal{Job: req.Job, Name: protocol.SignalRefuse, Arg: protocol.RefuseSignal{Attempt: req.Attempt, Rerun: true,
-		Reason: fmt.Sprintf("the job asked again for attempt %d while the allocation was releasing it (was its workflow reset?): "+
-			"the allocator stopped that attempt's workers, and the job reruns without spending max_retry", req.Attempt)}})
-	return cmds, true
+	switch {
+	case !s.releasingAgain(req):
+		cmds.note("%s attempt %d is no longer releasing; its request's question is moot", req.Job, req.Attempt)
+	case err != nil:
+		// The job checks its request again later, and asks anew.
+		cmds.warn("could not ask a job whether it forgot the attempt being released; dropping its request", "job", req.Job, "attempt", req.Attempt, "error", err)
+	case hold == nil:
+		cmds.note("%s ended while its attempt %d was being released: reclaiming it", req.Job, req.Attempt)
+		cmds.add(Reclaim{Job: req.Job})
+	case hold.Phase != protocol.HoldWaiting || hold.Request.Attempt != req.Attempt:
+		cmds.note("dropped a copy of %s's request for attempt %d: the job holds it or has moved on", req.Job, req.Attempt)
+	default:
+		s.rememberWithdrawal(protocol.WithdrawSignal{Job: req.Job, Attempt: req.Attempt})
+		cmds.note("%s waits for attempt %d, which it holds and the allocation is releasing: reclaiming it, and the job reruns", req.Job, req.Attempt)
+		cmds.add(Reclaim{Job: req.Job})
+		cmds.add(Signal{Job: req.Job, Name: protocol.SignalRefuse, Arg: protocol.RefuseSignal{Attempt: req.Attempt, Rerun: true,
+			Reason: fmt.Sprintf("the job asked again for attempt %d while the allocation was releasing it (was its workflow reset?): "+
+				"the allocator stopped that attempt's workers, and the job reruns without spending max_retry", req.Attempt)}})
+	}
+	return cmds
 }
 
 func (s *State) grantSignal(r scheduler.RunningInfo) protocol.GrantSignal {

@@ -1,6 +1,7 @@
 package allocation
 
 import (
+	"errors"
 	"fmt"
 	"go/parser"
 	"go/token"
@@ -127,26 +128,21 @@ func TestRequestRules(t *testing.T) {
 		{name: "a repeated request of a stopping attempt gets no grant (runs before the gate: left waiting)",
 			given: []step{granted(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity()), stopping("j", 1)},
 			when:  request(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity()), want: []string{"schedule"}, then: isHeld("j", 1)},
-		{name: "a repeated request of a stopping attempt: the job lost track of it, so it is reclaimed and the job told to rerun",
+		{name: "a repeated request of a stopping attempt asks the job whether it forgot it",
 			given: []step{reclaimsForgotten, granted(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity()), stopping("j", 1)},
-			when:  request(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity()), want: []string{"reclaim j", "refuse j#1"},
-			then: all(isHeld("j", 1), notWaiting("j"), func(t *testing.T, s *State) {
-				var refusal protocol.RefuseSignal
-				for _, c := range s.Request(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity(), t0) {
-					if sig, ok := c.(Signal); ok {
-						refusal = sig.Arg.(protocol.RefuseSignal)
-					}
-				}
-				assert.True(t, refusal.Rerun, "the refusal tells the job to rerun, not to fail")
-			})},
-		{name: "a repeated request of a preempted attempt is reclaimed the same way",
-			nodes: 1,
+			when:  request(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity()), want: []string{"check-forgotten j#1"}, then: isHeld("j", 1)},
+		{name: "so does one of a preempted attempt",
 			given: []step{reclaimsForgotten, granted(fixture.Request{Job: "j", Attempt: 1, Class: low, GPUs: 8}.Capacity()),
 				queued(fixture.Request{Job: "h", Attempt: 1, Class: high, GPUs: 8}.Capacity()), passed},
-			when: request(fixture.Request{Job: "j", Attempt: 1, Class: low, GPUs: 8}.Capacity()), want: []string{"reclaim j", "refuse j#1"}, then: isWaiting("h", 1)},
-		{name: "a repeated request of a granted attempt is not reclaimed",
+			when: request(fixture.Request{Job: "j", Attempt: 1, Class: low, GPUs: 8}.Capacity()), want: []string{"check-forgotten j#1"}, then: isWaiting("h", 1)},
+		{name: "a repeated request of a granted attempt is not asked about",
 			given: []step{reclaimsForgotten, granted(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity())},
 			when:  request(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity()), want: []string{"grant j#1"}, then: isHeld("j", 1)},
+		{name: "a repeated request of a held attempt is no new job: a full queue does not refuse it",
+			given: []step{func(t *testing.T, s *State) { s.Config.MaxWaiting = 1 }, reclaimsForgotten,
+				granted(fixture.Request{Job: "j", Attempt: 1, Class: low, GPUs: 8}.Capacity()),
+				queued(fixture.Request{Job: "h", Attempt: 1, Class: high, GPUs: 8}.Capacity()), passed},
+			when: request(fixture.Request{Job: "j", Attempt: 1, Class: low, GPUs: 8}.Capacity()), want: []string{"check-forgotten j#1"}},
 		{name: "a request older than the held attempt asks the job whether it was reset",
 			given: []step{granted(fixture.Request{Job: "j", Attempt: 2, Class: medium, Workers: 1}.Capacity())},
 			when:  request(fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity()), want: []string{"check-reset j#1"}, then: isHeld("j", 2)},
@@ -156,7 +152,52 @@ func TestRequestRules(t *testing.T) {
 	})
 }
 
-func reclaimsForgotten(t *testing.T, s *State) { s.ReclaimsForgotten = true }
+func reclaimsForgotten(t *testing.T, s *State) { s.ReclaimsForgotten, s.Epoch = true, "e1" }
+
+// TestForgottenRules: what a job's answer to CheckForgotten does, the pool
+// releasing its attempt 1 (it was told to stop).
+func TestForgottenRules(t *testing.T) {
+	req := fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity()
+	releasing := []step{reclaimsForgotten, granted(req), stopping("j", 1)}
+	answer := func(hold *protocol.JobHold, err error) func(s *State) []Command {
+		return func(s *State) []Command { return s.ForgottenAnswered(req, hold, err) }
+	}
+	waits := &protocol.JobHold{Job: "j", Phase: protocol.HoldWaiting, Request: req}
+	holds := &protocol.JobHold{Job: "j", Phase: protocol.HoldHolding, Request: req}
+	movedOn := &protocol.JobHold{Job: "j", Phase: protocol.HoldWaiting, Request: fixture.Request{Job: "j", Attempt: 2, Class: medium, Workers: 1}.Capacity()}
+	refusesLateCopies := func(t *testing.T, s *State) {
+		assert.Equal(t, []string{"refuse j#1"}, rendered(s.Request(req, t0)), "a late copy of the request is refused, not granted again")
+		assert.Equal(t, []string{"schedule"}, rendered(s.Request(fixture.Request{Job: "j", Attempt: 2, Class: medium, Workers: 1}.Capacity(), t0)), "the rerun is queued")
+	}
+	runRules(t, []ruleCase{
+		{name: "the job waits for the attempt: forgotten, so it is reclaimed and the job told to rerun",
+			given: releasing, when: answer(waits, nil), want: []string{"reclaim j", "refuse j#1"},
+			then: all(isHeld("j", 1), func(t *testing.T, s *State) {
+				var refusal protocol.RefuseSignal
+				for _, c := range s.ForgottenAnswered(req, waits, nil) {
+					if sig, ok := c.(Signal); ok {
+						refusal = sig.Arg.(protocol.RefuseSignal)
+					}
+				}
+				assert.True(t, refusal.Rerun, "the refusal tells the job to rerun, not to fail")
+			}, refusesLateCopies)},
+		{name: "the job holds the attempt: the request was a copy, dropped",
+			given: releasing, when: answer(holds, nil), want: []string{}, then: isHeld("j", 1)},
+		{name: "the job has moved on to another attempt: dropped",
+			given: releasing, when: answer(movedOn, nil), want: []string{}, then: isHeld("j", 1)},
+		{name: "the job's workflow has ended: reclaimed, nobody to tell",
+			given: releasing, when: answer(nil, nil), want: []string{"reclaim j"}},
+		{name: "no answer: dropped, the job's next request check asks again",
+			given: releasing, when: answer(nil, errors.New("update timed out")), want: []string{}, then: isHeld("j", 1)},
+		{name: "the attempt was released meanwhile: the question is moot",
+			given: append(slices.Clone(releasing), func(t *testing.T, s *State) {
+				s.Release(protocol.ReleaseSignal{Job: "j", Attempt: 1, Workers: []int{0}})
+			}), when: answer(waits, nil), want: []string{}},
+		{name: "an allocator before the gate does not ask",
+			given: []step{granted(req), stopping("j", 1)},
+			when:  request(req), want: []string{"schedule"}, then: isHeld("j", 1)},
+	})
+}
 
 func TestQueueCapRules(t *testing.T) {
 	capped := func(t *testing.T, s *State) { s.Config.MaxWaiting = 1 }

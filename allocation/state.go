@@ -59,9 +59,9 @@ type State struct {
 	// it for each run (a version gate).
 	RefusesOverCap bool
 	// ReclaimsForgotten says a request for the attempt the pool is releasing
-	// has that attempt reclaimed and its job told to rerun (see
-	// reclaimForgotten). Not carried: the workflow sets it for each run (a
-	// version gate).
+	// asks the job whether it forgot that attempt, and if it did, has the
+	// attempt reclaimed and the job told to rerun (see ForgottenAnswered). Not
+	// carried: the workflow sets it for each run (a version gate).
 	ReclaimsForgotten bool
 	// TellsAdoptedToLeave says a recovery, and the adoption of a job a
 	// recovery missed, tell the jobs they take in on a drained node to leave

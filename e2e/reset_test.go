@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/trainq/trainq/config"
 	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
+	"github.com/trainq/trainq/scheduler"
 )
 
 // TestResetAllocatorRecoversFromTheJobs: `temporal workflow reset` of an
@@ -358,9 +360,9 @@ func inQueue(v protocol.QueueView, job string) bool {
 }
 
 // TestJobResetWhileItsAttemptIsPreempted: `temporal workflow reset` of a job
-// to the task that began its attempt, while a preemption notice runs for
-// that attempt (the chaos campaign found it: a job reset, then preempted
-// before it was granted again). The reset run knows nothing of the attempt's
+// to the task that began its attempt, reapplying no signal, while a
+// preemption notice runs for that attempt (the chaos campaign found a job
+// stuck this way). The reset run knows nothing of the attempt's
 // worker and asks for the attempt again; the allocator, which is releasing
 // that attempt, can neither grant it again nor wait for a release that no
 // run will send. It stops the worker itself and has the job rerun as its next
@@ -391,6 +393,10 @@ func TestJobResetWhileItsAttemptIsPreempted(t *testing.T) {
 	_, err := env.client.ResetWorkflowExecution(ctx, &workflowservice.ResetWorkflowExecutionRequest{
 		Namespace: "default", WorkflowExecution: &commonpb.WorkflowExecution{WorkflowId: victim},
 		Reason: "e2e: reset a preempted job", WorkflowTaskFinishEventId: point, RequestId: uuid.NewString(),
+		// Reapplied, the grant and the preemption would let the reset run
+		// take its attempt back and stop it on the notice as if nothing had
+		// happened; without them it has truly forgotten the attempt.
+		ResetReapplyExcludeTypes: []enumspb.ResetReapplyExcludeType{enumspb.RESET_REAPPLY_EXCLUDE_TYPE_SIGNAL, enumspb.RESET_REAPPLY_EXCLUDE_TYPE_UPDATE},
 	})
 	require.NoError(t, err)
 	t.Logf("reset %s to event %d (%s) during its notice", victim, point, target)
@@ -400,5 +406,59 @@ func TestJobResetWhileItsAttemptIsPreempted(t *testing.T) {
 	require.Len(t, st.Attempts, 2, "the reset attempt, then the rerun")
 	assert.Contains(t, st.Attempts[0].EndReason, "reset")
 	assert.Zero(t, st.Restarts, "a reset attempt spends no retry")
+	checkNoDoubleHolds(t, records, filepath.Join(env.dir, "data"))
+}
+
+// TestCopyOfAPreemptedJobsRequestChangesNothing: a copy of a job's capacity
+// request (a retried request, a request check racing the grant) reaches the
+// allocator while it releases that job's attempt, which the job holds and is
+// stopping on its notice. The allocator asks the job, which still holds the
+// attempt, and drops the copy: the worker is not stopped under it, it exits
+// on its notice as it would have, and the attempt ends as a preemption.
+func TestCopyOfAPreemptedJobsRequestChangesNothing(t *testing.T) {
+	const allocation = "resetjob"
+	startWorker(t)
+	dir := t.TempDir()
+	records := filepath.Join(dir, "records")
+	saved := gate(filepath.Join(dir, "save"))
+	victimScript := `if [ -e ` + dir + `/saved ]; then exit 0; fi; ` + filepath.Join(env.binDir, "trainq") + ` notice --wait > /dev/null; ` +
+		saved.waitFor() + `; touch ` + dir + `/saved; exit 0`
+	victim := submit(t, protocol.JobSpec{Script: recordingScript(records, victimScript), InstanceType: "a100.2gpu", Region: "T",
+		AllocationName: allocation, PriorityClass: "low", NWorkers: 1, Type: "binary", MaxRetry: 1})
+	waitState(t, victim, protocol.StateRunning, long)
+	high := submit(t, protocol.JobSpec{Script: recordingScript(records, "sleep 0.2"), InstanceType: "a100.2gpu", Region: "T",
+		AllocationName: allocation, PriorityClass: "high", NWorkers: 1, Type: "binary"})
+	eventually(t, long, "the allocator to preempt the victim", func() bool {
+		v := queue(t, allocation)
+		return len(v.Running) == 1 && v.Running[0].Job == victim && v.Running[0].Releasing
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	copied := fixture.Request{Job: victim, Attempt: 1, Class: scheduler.Low, Workers: 1}.Capacity()
+	require.NoError(t, env.client.SignalWorkflow(ctx, protocol.AllocatorWorkflowID("T", allocation), "", protocol.SignalRequest, copied))
+	// Either the allocator has asked the victim (and so taken its answer),
+	// or the copy has already ended the attempt (which the asserts below fail).
+	eventually(t, long, "the allocator to act on the copy", func() bool {
+		if st := status(t, victim); st.Attempt > 1 || (len(st.Attempts) > 0 && st.Attempts[0].EndedAt != nil) {
+			return true
+		}
+		for _, e := range fetchHistory(t, victim) {
+			if a := e.GetWorkflowExecutionUpdateCompletedEventAttributes(); a != nil && strings.HasPrefix(a.GetMeta().GetUpdateId(), "forgotten/") {
+				return true
+			}
+		}
+		return false
+	})
+	saved.open(t)
+
+	waitState(t, high, protocol.StateCompleted, long)
+	st := waitState(t, victim, protocol.StateCompleted, long)
+	require.Len(t, st.Attempts, 2)
+	first := st.Attempts[0]
+	require.NotNil(t, first.Preemptor, "the first attempt ended as a preemption")
+	assert.Equal(t, high, first.Preemptor.Job)
+	assert.NotNil(t, first.ExitedOnNoticeAt, "its worker exited on the notice, not stopped by a reclaim")
+	assert.NotContains(t, first.EndReason, "reset")
 	checkNoDoubleHolds(t, records, filepath.Join(env.dir, "data"))
 }

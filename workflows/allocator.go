@@ -3,6 +3,7 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -74,6 +75,8 @@ type allocator struct {
 	reclaimTicks int
 	updates      int
 	inFlight     int // outgoing signals not yet delivered
+	// inFlightTo counts them by job (see signalsPendingTo).
+	inFlightTo map[string]int
 	// outbox holds the signals decided while the budget's worth were in
 	// flight (see signalBudget), oldest first; each delivery sends the next
 	// (see send).
@@ -179,7 +182,7 @@ func AllocatorWorkflow(ctx workflow.Context, in protocol.AllocatorInput, packedP
 
 func newAllocator(in protocol.AllocatorInput, packedPool []byte) (*allocator, error) {
 	// A run without carried state recovers it first.
-	a := &allocator{reclaims: map[string]bool{}, fencing: map[string]int64{}, recovering: in.State == nil}
+	a := &allocator{reclaims: map[string]bool{}, inFlightTo: map[string]int{}, fencing: map[string]int64{}, recovering: in.State == nil}
 	var err error
 	if in.State != nil {
 		a.st, err = allocation.Restore(in, packedPool)
@@ -690,6 +693,8 @@ func (a *allocator) execute(ctx workflow.Context, cmds []allocation.Command) {
 			a.reclaim(ctx, c.Job)
 		case allocation.CheckReset:
 			a.checkReset(ctx, c.Request)
+		case allocation.CheckForgotten:
+			a.checkForgotten(ctx, c.Request)
 		case allocation.Requeue:
 			a.onRequest(ctx, c.Request)
 		case allocation.Schedule:
@@ -747,6 +752,40 @@ func (a *allocator) checkReset(ctx workflow.Context, req protocol.CapacityReques
 		}
 		a.execute(ctx, a.st.ResetAnswered(req, attempts, err))
 	})
+}
+
+// checkForgotten asks the workflow of a job that requested the attempt the
+// pool is releasing what it holds (see allocation.State.ForgottenAnswered).
+// It asks once every signal this allocator sent the job has reached it: an
+// answer given before a grant of ours arrived would take a held attempt for a
+// forgotten one.
+func (a *allocator) checkForgotten(ctx workflow.Context, req protocol.CapacityRequest) {
+	a.resetChecks++
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		defer func() { a.resetChecks-- }()
+		if workflow.Await(ctx, func() bool { return !a.signalsPendingTo(req.Job) }) != nil {
+			return
+		}
+		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+			StartToCloseTimeout: time.Minute,
+			HeartbeatTimeout:    20 * time.Second,
+			// Bounded (see guard), as the reset checks are.
+			ScheduleToCloseTimeout: reclaimCheckLife,
+			RetryPolicy:            &temporal.RetryPolicy{MaximumInterval: 10 * time.Second, MaximumAttempts: 10},
+			Summary:                fmt.Sprintf("does %s still know it holds attempt %d?", req.Job, req.Attempt),
+		})
+		in := activities.JobHoldInput{Job: req.Job, Epoch: a.st.Epoch,
+			UpdateID: fmt.Sprintf("forgotten/%s/%d/%d", a.st.Epoch, req.Attempt, workflow.Now(ctx).UnixNano())}
+		var hold *protocol.JobHold
+		err := a.executeActivity(actx, (*activities.Activities).JobHold, in).Get(ctx, &hold)
+		a.execute(ctx, a.st.ForgottenAnswered(req, hold, err))
+	})
+}
+
+// signalsPendingTo says whether a signal to job waits in the outbox or is
+// on its way.
+func (a *allocator) signalsPendingTo(job string) bool {
+	return a.inFlightTo[job] > 0 || slices.ContainsFunc(a.outbox, func(o allocation.Signal) bool { return o.Job == job })
 }
 
 // resetCheckTries is how many more times a job is asked its attempt while
@@ -821,8 +860,12 @@ func (a *allocator) send(ctx workflow.Context, o allocation.Signal) {
 func (a *allocator) signal(ctx workflow.Context, o allocation.Signal) {
 	f := workflow.SignalExternalWorkflow(ctx, o.Job, "", o.Name, o.Arg)
 	a.inFlight++
+	a.inFlightTo[o.Job]++
 	a.watch(f, func(ctx workflow.Context, err error) {
 		a.inFlight--
+		if a.inFlightTo[o.Job]--; a.inFlightTo[o.Job] <= 0 {
+			delete(a.inFlightTo, o.Job)
+		}
 		a.flushOutbox(ctx)
 		if err != nil {
 			workflow.GetLogger(ctx).Warn("signal to job failed", "job", o.Job, "signal", o.Name, "error", err)

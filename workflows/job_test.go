@@ -600,7 +600,7 @@ func TestJobRefusedWhileWaitingFails(t *testing.T) {
 }
 
 // A refusal that says rerun (the allocator gave up an attempt the job no
-// longer knew it held, see allocation's reclaimForgotten) ends the waiting
+// longer knew it held, see allocation.State.ForgottenAnswered) ends the waiting
 // attempt without spending max_retry: the job asks again as its next attempt.
 func TestJobToldToRerunWhileWaitingRerunsFree(t *testing.T) {
 	h := newJobHarness(t)
