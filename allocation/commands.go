@@ -82,16 +82,16 @@ const (
 	MetricReclaimed
 )
 
-func (Signal) command()     {}
-func (FenceNode) command()  {}
-func (Reclaim) command()    {}
+func (Signal) command()         {}
+func (FenceNode) command()      {}
+func (Reclaim) command()        {}
 func (CheckReset) command()     {}
 func (CheckForgotten) command() {}
-func (Requeue) command()    {}
-func (Schedule) command()   {}
-func (Note) command()       {}
-func (Warn) command()       {}
-func (Count) command()      {}
+func (Requeue) command()        {}
+func (Schedule) command()       {}
+func (Note) command()           {}
+func (Warn) command()           {}
+func (Count) command()          {}
 
 // commands collects a rule's commands in order.
 type commands []Command
