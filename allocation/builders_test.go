@@ -77,6 +77,8 @@ func withdrawn(job string, attempt int) step {
 }
 
 // stopping: the job begins to stop its attempt (its workers still run).
+//
+//nolint:unparam // the call names the attempt stopping, as the signal does; the tests all use attempt 1 today
 func stopping(job string, attempt int) step {
 	return func(t *testing.T, s *State) {
 		s.Release(protocol.ReleaseSignal{Job: job, Attempt: attempt, Stopping: true})
