@@ -104,6 +104,12 @@ func (c *commands) note(format string, args ...any) {
 
 func (c *commands) warn(msg string, kv ...any) { *c = append(*c, Warn{Msg: msg, KV: kv}) }
 
+// rerun tells a job that its attempt was given up for it: it reruns as a
+// later attempt without spending max_retry.
+func rerun(job string, attempt int, reason string) Signal {
+	return Signal{Job: job, Name: protocol.SignalRefuse, Arg: protocol.RefuseSignal{Attempt: attempt, Reason: reason, Rerun: true}}
+}
+
 func refuse(job string, attempt int, reason string) Signal {
 	return Signal{Job: job, Name: protocol.SignalRefuse, Arg: protocol.RefuseSignal{Attempt: attempt, Reason: reason}}
 }

@@ -121,6 +121,10 @@ func (s *State) Request(req protocol.CapacityRequest, now time.Time) []Command {
 	if s.hasNewerAttempt(req) {
 		return []Command{CheckReset{Request: req}}
 	}
+	if n, ok := s.forgottenSince(req); ok {
+		return []Command{rerun(req.Job, req.Attempt, fmt.Sprintf("attempt %d was given up while the job did not know it held it "+
+			"(was its workflow reset?); its workers were stopped, and the job reruns as a later attempt without spending max_retry", n))}
+	}
 	r, err := s.admit(req)
 	if err != nil {
 		if req.Job == "" {
@@ -227,17 +231,18 @@ func (s *State) releasingAgain(req protocol.CapacityRequest) bool {
 }
 
 // ForgottenAnswered acts on a job's answer to CheckForgotten: hold is what it
-// holds or waits for (nil: its workflow has ended). A job that waits for the
-// very attempt the pool is releasing has forgotten it: no run of the job will
-// release its workers, and granting it again would start workers on capacity
-// already promised to others. The allocator stops the workers itself (a
-// reclaim) and tells the job to rerun as its next attempt, which spends no
-// retry; the attempt is remembered as withdrawn, so that a late copy of the
-// request is refused rather than granted again. The rerun is a new attempt,
-// not this one again, because a node keeps what a worker ran under its name:
-// a worker started again under the old name would be taken for the one that
-// ran. A job that holds the attempt sent a copy, which is dropped; so is the
-// question once the pool no longer releases that attempt.
+// holds or waits for (nil: its run has ended, or was replaced by a reset). A
+// job that waits for the very attempt the pool is releasing has forgotten it:
+// no run of the job will release its workers, and granting it again would
+// start workers on capacity already promised to others. The allocator stops
+// the workers itself (a reclaim) and tells the job to rerun as a later
+// attempt, which spends no retry; the attempt is remembered (Forgotten), so
+// that a late copy of its request, or a request of a run reset to it or to an
+// earlier attempt, is told the same instead of being granted again: a node
+// keeps what a worker ran under its name, and a worker started again under an
+// old name would be taken for the one that ran. A job that holds the attempt
+// sent a copy, which is dropped; so is the question once the pool no longer
+// releases that attempt.
 func (s *State) ForgottenAnswered(req protocol.CapacityRequest, hold *protocol.JobHold, err error) []Command {
 	var cmds commands
 	switch {
@@ -247,19 +252,39 @@ func (s *State) ForgottenAnswered(req protocol.CapacityRequest, hold *protocol.J
 		// The job checks its request again later, and asks anew.
 		cmds.warn("could not ask a job whether it forgot the attempt being released; dropping its request", "job", req.Job, "attempt", req.Attempt, "error", err)
 	case hold == nil:
-		cmds.note("%s ended while its attempt %d was being released: reclaiming it", req.Job, req.Attempt)
+		// Ended, or closed under the question by a reset whose run will ask
+		// for this attempt again.
+		s.rememberForgotten(req.Job, req.Attempt)
+		cmds.note("%s's run ended while its attempt %d was being released: reclaiming it", req.Job, req.Attempt)
 		cmds.add(Reclaim{Job: req.Job})
 	case hold.Phase != protocol.HoldWaiting || hold.Request.Attempt != req.Attempt:
 		cmds.note("dropped a copy of %s's request for attempt %d: the job holds it or has moved on", req.Job, req.Attempt)
 	default:
-		s.rememberWithdrawal(protocol.WithdrawSignal{Job: req.Job, Attempt: req.Attempt})
+		s.rememberForgotten(req.Job, req.Attempt)
 		cmds.note("%s waits for attempt %d, which it holds and the allocation is releasing: reclaiming it, and the job reruns", req.Job, req.Attempt)
 		cmds.add(Reclaim{Job: req.Job})
-		cmds.add(Signal{Job: req.Job, Name: protocol.SignalRefuse, Arg: protocol.RefuseSignal{Attempt: req.Attempt, Rerun: true,
-			Reason: fmt.Sprintf("the job asked again for attempt %d while the allocation was releasing it (was its workflow reset?): "+
-				"the allocator stopped that attempt's workers, and the job reruns without spending max_retry", req.Attempt)}})
+		cmds.add(rerun(req.Job, req.Attempt, fmt.Sprintf("the job asked again for attempt %d while the allocation was releasing it (was its workflow reset?): "+
+			"the allocator stopped that attempt's workers, and the job reruns without spending max_retry", req.Attempt)))
 	}
 	return cmds
+}
+
+// forgottenSince says whether req asks for an attempt the allocator gave up
+// as forgotten, or an earlier one, and which.
+func (s *State) forgottenSince(req protocol.CapacityRequest) (int, bool) {
+	for _, f := range s.Forgotten {
+		if f.Job == req.Job && f.Attempt >= req.Attempt {
+			return f.Attempt, true
+		}
+	}
+	return 0, false
+}
+
+func (s *State) rememberForgotten(job string, attempt int) {
+	s.Forgotten = append(s.Forgotten, protocol.WithdrawSignal{Job: job, Attempt: attempt})
+	if len(s.Forgotten) > maxWithdrawn {
+		s.Forgotten = slices.Delete(s.Forgotten, 0, len(s.Forgotten)-maxWithdrawn)
+	}
 }
 
 func (s *State) grantSignal(r scheduler.RunningInfo) protocol.GrantSignal {

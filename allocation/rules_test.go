@@ -158,6 +158,7 @@ func reclaimsForgotten(t *testing.T, s *State) { s.ReclaimsForgotten, s.Epoch = 
 // releasing its attempt 1 (it was told to stop).
 func TestForgottenRules(t *testing.T) {
 	req := fixture.Request{Job: "j", Attempt: 1, Class: medium, Workers: 1}.Capacity()
+	req2 := fixture.Request{Job: "j", Attempt: 2, Class: medium, Workers: 1}.Capacity()
 	releasing := []step{reclaimsForgotten, granted(req), stopping("j", 1)}
 	answer := func(hold *protocol.JobHold, err error) func(s *State) []Command {
 		return func(s *State) []Command { return s.ForgottenAnswered(req, hold, err) }
@@ -166,8 +167,16 @@ func TestForgottenRules(t *testing.T) {
 	holds := &protocol.JobHold{Job: "j", Phase: protocol.HoldHolding, Request: req}
 	movedOn := &protocol.JobHold{Job: "j", Phase: protocol.HoldWaiting, Request: fixture.Request{Job: "j", Attempt: 2, Class: medium, Workers: 1}.Capacity()}
 	refusesLateCopies := func(t *testing.T, s *State) {
-		assert.Equal(t, []string{"refuse j#1"}, rendered(s.Request(req, t0)), "a late copy of the request is refused, not granted again")
+		late := s.Request(req, t0)
+		assert.Equal(t, []string{"refuse j#1"}, rendered(late), "a late copy of the request is told to rerun, not granted again")
+		assert.True(t, late[0].(Signal).Arg.(protocol.RefuseSignal).Rerun, "told to rerun, not to fail")
 		assert.Equal(t, []string{"schedule"}, rendered(s.Request(fixture.Request{Job: "j", Attempt: 2, Class: medium, Workers: 1}.Capacity(), t0)), "the rerun is queued")
+	}
+	reclaimed := func(t *testing.T, s *State) {
+		t.Helper()
+		plan, _, ok := s.BeginReclaim("j")
+		require.True(t, ok)
+		s.ReclaimDone("j", plan)
 	}
 	runRules(t, []ruleCase{
 		{name: "the job waits for the attempt: forgotten, so it is reclaimed and the job told to rerun",
@@ -185,8 +194,25 @@ func TestForgottenRules(t *testing.T) {
 			given: releasing, when: answer(holds, nil), want: []string{}, then: isHeld("j", 1)},
 		{name: "the job has moved on to another attempt: dropped",
 			given: releasing, when: answer(movedOn, nil), want: []string{}, then: isHeld("j", 1)},
-		{name: "the job's workflow has ended: reclaimed, nobody to tell",
-			given: releasing, when: answer(nil, nil), want: []string{"reclaim j"}},
+		{name: "the job's run has ended (or a reset closed it under the question): reclaimed, and its attempt remembered",
+			given: releasing, when: answer(nil, nil), want: []string{"reclaim j"}, then: refusesLateCopies},
+		{name: "a run reset to an earlier attempt than one given up is told to rerun too, once the reclaim is done",
+			given: []step{reclaimsForgotten, granted(req2), stopping("j", 2), func(t *testing.T, s *State) {
+				s.ForgottenAnswered(req2, &protocol.JobHold{Job: "j", Phase: protocol.HoldWaiting, Request: req2}, nil)
+			}, reclaimed},
+			when: request(req), want: []string{"refuse j#1"},
+			then: func(t *testing.T, s *State) {
+				r := s.Request(req, t0)
+				assert.True(t, r[0].(Signal).Arg.(protocol.RefuseSignal).Rerun, "told to rerun as a later attempt, not to fail")
+				assert.Equal(t, []string{"schedule"}, rendered(s.Request(fixture.Request{Job: "j", Attempt: 3, Class: medium, Workers: 1}.Capacity(), t0)),
+					"an attempt past the one given up is queued")
+			}},
+		{name: "the job holds the attempt: the request was a copy, dropped",
+			given: releasing, when: answer(holds, nil), want: []string{}, then: isHeld("j", 1)},
+		{name: "the job has moved on to another attempt: dropped",
+			given: releasing, when: answer(movedOn, nil), want: []string{}, then: isHeld("j", 1)},
+		{name: "the job's run has ended (or a reset closed it under the question): reclaimed, and its attempt remembered",
+			given: releasing, when: answer(nil, nil), want: []string{"reclaim j"}, then: refusesLateCopies},
 		{name: "no answer: dropped, the job's next request check asks again",
 			given: releasing, when: answer(nil, errors.New("update timed out")), want: []string{}, then: isHeld("j", 1)},
 		{name: "the attempt was released meanwhile: the question is moot",

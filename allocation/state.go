@@ -36,6 +36,9 @@ type State struct {
 	Epoch string
 	// Withdrawn are withdrawals that came before their request, oldest first.
 	Withdrawn []protocol.WithdrawSignal
+	// Forgotten are the attempts given up because their job no longer knew
+	// it held them, oldest first (see ForgottenAnswered).
+	Forgotten []protocol.WithdrawSignal
 	// AfterReclaim are requests queued once their job's abandoned newer
 	// attempt is reclaimed (see serveReset).
 	AfterReclaim []protocol.CapacityRequest
@@ -108,7 +111,7 @@ func Restore(in protocol.AllocatorInput, packedPool []byte) (*State, error) {
 	in.State = nil
 	s := &State{
 		Config: in, Pool: pool, NextSeq: carried.NextSeq, Orphans: carried.Orphans, Counters: carried.Counters,
-		Epoch: carried.Epoch, Withdrawn: carried.Withdrawn, AfterReclaim: carried.AfterReclaim,
+		Epoch: carried.Epoch, Withdrawn: carried.Withdrawn, Forgotten: carried.Forgotten, AfterReclaim: carried.AfterReclaim,
 		Unanswered: carried.Unanswered, RecoveredAt: carried.RecoveredAt, Fences: map[string]Fence{},
 		Builds: carried.Builds,
 	}
@@ -135,6 +138,7 @@ func (s *State) Carry() (protocol.AllocatorInput, []byte, error) {
 		Counters:     s.Counters,
 		Epoch:        s.Epoch,
 		Withdrawn:    s.Withdrawn,
+		Forgotten:    s.Forgotten,
 		Fenced:       s.Fenced(),
 		Drained:      s.carriedDrains(),
 		AfterReclaim: s.AfterReclaim,

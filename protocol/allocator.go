@@ -60,6 +60,10 @@ type AllocatorState struct {
 	// Withdrawn remembers withdrawals that arrived before the request they
 	// withdraw, so that the late request is refused instead of queued.
 	Withdrawn []WithdrawSignal `json:"withdrawn,omitempty"`
+	// Forgotten remembers the attempts the allocator gave up because their
+	// job no longer knew it held them (a reset): a request for one of them,
+	// or an earlier one, is told to rerun as a later attempt.
+	Forgotten []WithdrawSignal `json:"forgotten,omitempty"`
 	// AfterReclaim are requests of jobs reset to an earlier attempt: each is
 	// queued once the newer attempt its job's reset abandoned (an orphan)
 	// has been reclaimed.

@@ -766,9 +766,10 @@ func (a *allocator) checkForgotten(ctx workflow.Context, req protocol.CapacityRe
 		if workflow.Await(ctx, func() bool { return !a.signalsPendingTo(req.Job) }) != nil {
 			return
 		}
+		// No heartbeat: the one update it sends waits up to 30 s for the
+		// job's workflow, and a minute bounds it.
 		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 			StartToCloseTimeout: time.Minute,
-			HeartbeatTimeout:    20 * time.Second,
 			// Bounded (see guard), as the reset checks are.
 			ScheduleToCloseTimeout: reclaimCheckLife,
 			RetryPolicy:            &temporal.RetryPolicy{MaximumInterval: 10 * time.Second, MaximumAttempts: 10},
