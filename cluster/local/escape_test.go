@@ -104,6 +104,11 @@ func TestAProcessThatLeftTheGroupKeepsItsGPUs(t *testing.T) {
 			spec.Script = escapeScript(dir, "sleep 600")
 			startWorker(t, b, spec)
 			marked := pidIn(t, filepath.Join(dir, "marked.pid"))
+			// The process that cleared its environment outlives the killed
+			// supervisor (nothing can tell it was the worker's); pidIn ends
+			// it with the test, or it would hold the test run's output pipe,
+			// and so make and CI, for its whole sleep.
+			pidIn(t, filepath.Join(dir, "bare.pid"))
 			wdir, err := b.WorkerDir(spec.ID)
 			require.NoError(t, err)
 			info, err := readProcInfo(wdir)
