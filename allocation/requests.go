@@ -103,10 +103,17 @@ func (s *State) WithdrawnFirst(req protocol.CapacityRequest) error {
 }
 
 func (s *State) rememberWithdrawal(w protocol.WithdrawSignal) {
-	s.Withdrawn = append(s.Withdrawn, w)
-	if len(s.Withdrawn) > maxWithdrawn {
-		s.Withdrawn = slices.Delete(s.Withdrawn, 0, len(s.Withdrawn)-maxWithdrawn)
+	s.Withdrawn = appendRemembered(s.Withdrawn, w)
+}
+
+// appendRemembered appends w to a memory of attempts, keeping the newest
+// maxWithdrawn.
+func appendRemembered(memory []protocol.WithdrawSignal, w protocol.WithdrawSignal) []protocol.WithdrawSignal {
+	memory = append(memory, w)
+	if len(memory) > maxWithdrawn {
+		memory = slices.Delete(memory, 0, len(memory)-maxWithdrawn)
 	}
+	return memory
 }
 
 // Request takes in a capacity request that came as a signal:
@@ -281,10 +288,7 @@ func (s *State) forgottenSince(req protocol.CapacityRequest) (int, bool) {
 }
 
 func (s *State) rememberForgotten(job string, attempt int) {
-	s.Forgotten = append(s.Forgotten, protocol.WithdrawSignal{Job: job, Attempt: attempt})
-	if len(s.Forgotten) > maxWithdrawn {
-		s.Forgotten = slices.Delete(s.Forgotten, 0, len(s.Forgotten)-maxWithdrawn)
-	}
+	s.Forgotten = appendRemembered(s.Forgotten, protocol.WithdrawSignal{Job: job, Attempt: attempt})
 }
 
 func (s *State) grantSignal(r scheduler.RunningInfo) protocol.GrantSignal {

@@ -207,12 +207,6 @@ func TestForgottenRules(t *testing.T) {
 				assert.Equal(t, []string{"schedule"}, rendered(s.Request(fixture.Request{Job: "j", Attempt: 3, Class: medium, Workers: 1}.Capacity(), t0)),
 					"an attempt past the one given up is queued")
 			}},
-		{name: "the job holds the attempt: the request was a copy, dropped",
-			given: releasing, when: answer(holds, nil), want: []string{}, then: isHeld("j", 1)},
-		{name: "the job has moved on to another attempt: dropped",
-			given: releasing, when: answer(movedOn, nil), want: []string{}, then: isHeld("j", 1)},
-		{name: "the job's run has ended (or a reset closed it under the question): reclaimed, and its attempt remembered",
-			given: releasing, when: answer(nil, nil), want: []string{"reclaim j"}, then: refusesLateCopies},
 		{name: "no answer: dropped, the job's next request check asks again",
 			given: releasing, when: answer(nil, errors.New("update timed out")), want: []string{}, then: isHeld("j", 1)},
 		{name: "the attempt was released meanwhile: the question is moot",

@@ -375,15 +375,7 @@ func TestJobResetWhileItsAttemptIsPreempted(t *testing.T) {
 	records := filepath.Join(dir, "records")
 	// The first attempt ignores its notice; the rerun completes.
 	victimScript := `if [ -e ` + dir + `/ran ]; then exit 0; fi; touch ` + dir + `/ran; exec sleep 600`
-	victim := submit(t, protocol.JobSpec{Script: recordingScript(records, victimScript), InstanceType: "a100.2gpu", Region: "T",
-		AllocationName: allocation, PriorityClass: "low", NWorkers: 1, Type: "binary"})
-	waitState(t, victim, protocol.StateRunning, long)
-	high := submit(t, protocol.JobSpec{Script: recordingScript(records, "sleep 0.2"), InstanceType: "a100.2gpu", Region: "T",
-		AllocationName: allocation, PriorityClass: "high", NWorkers: 1, Type: "binary"})
-	eventually(t, long, "the allocator to preempt the victim", func() bool {
-		v := queue(t, allocation)
-		return len(v.Running) == 1 && v.Running[0].Job == victim && v.Running[0].Releasing
-	})
+	victim, high := preemptedVictim(t, allocation, records, victimScript, 0)
 
 	events := fetchHistory(t, victim)
 	point, target := jobResetPoint(events, 1)
@@ -423,15 +415,7 @@ func TestCopyOfAPreemptedJobsRequestChangesNothing(t *testing.T) {
 	saved := gate(filepath.Join(dir, "save"))
 	victimScript := `if [ -e ` + dir + `/saved ]; then exit 0; fi; ` + filepath.Join(env.binDir, "trainq") + ` notice --wait > /dev/null; ` +
 		saved.waitFor() + `; touch ` + dir + `/saved; exit 0`
-	victim := submit(t, protocol.JobSpec{Script: recordingScript(records, victimScript), InstanceType: "a100.2gpu", Region: "T",
-		AllocationName: allocation, PriorityClass: "low", NWorkers: 1, Type: "binary", MaxRetry: 1})
-	waitState(t, victim, protocol.StateRunning, long)
-	high := submit(t, protocol.JobSpec{Script: recordingScript(records, "sleep 0.2"), InstanceType: "a100.2gpu", Region: "T",
-		AllocationName: allocation, PriorityClass: "high", NWorkers: 1, Type: "binary"})
-	eventually(t, long, "the allocator to preempt the victim", func() bool {
-		v := queue(t, allocation)
-		return len(v.Running) == 1 && v.Running[0].Job == victim && v.Running[0].Releasing
-	})
+	victim, high := preemptedVictim(t, allocation, records, victimScript, 1)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -461,4 +445,21 @@ func TestCopyOfAPreemptedJobsRequestChangesNothing(t *testing.T) {
 	assert.NotNil(t, first.ExitedOnNoticeAt, "its worker exited on the notice, not stopped by a reclaim")
 	assert.NotContains(t, first.EndReason, "reset")
 	checkNoDoubleHolds(t, records, filepath.Join(env.dir, "data"))
+}
+
+// preemptedVictim runs script as a low job on allocation (one node), then a
+// high job that preempts it, and returns once the allocator is releasing the
+// low job's attempt.
+func preemptedVictim(t *testing.T, allocation, records, script string, maxRetry int) (victim, high string) {
+	t.Helper()
+	victim = submit(t, protocol.JobSpec{Script: recordingScript(records, script), InstanceType: "a100.2gpu", Region: "T",
+		AllocationName: allocation, PriorityClass: "low", NWorkers: 1, Type: "binary", MaxRetry: maxRetry})
+	waitState(t, victim, protocol.StateRunning, long)
+	high = submit(t, protocol.JobSpec{Script: recordingScript(records, "sleep 0.2"), InstanceType: "a100.2gpu", Region: "T",
+		AllocationName: allocation, PriorityClass: "high", NWorkers: 1, Type: "binary"})
+	eventually(t, long, "the allocator to preempt the victim", func() bool {
+		v := queue(t, allocation)
+		return len(v.Running) == 1 && v.Running[0].Job == victim && v.Running[0].Releasing
+	})
+	return victim, high
 }
