@@ -335,9 +335,9 @@ func WriteMarkdown(w io.Writer, rs []*Result) {
 	if o.Burst {
 		arrivals = "all at once"
 	}
-	passes := "after every event"
-	if o.WakeTimer {
-		passes += " and at the pool's NextWake"
+	passes := "after every event and at the pool's NextWake, as the allocator's wake timer does"
+	if o.EventsOnly {
+		passes = "after every event only (no wake timer)"
 	}
 	notice := ""
 	if slices.ContainsFunc(rs, func(r *Result) bool { return r.Policy.Scheduler.PreemptionNotice > 0 }) {

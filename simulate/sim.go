@@ -76,10 +76,11 @@ type Options struct {
 	MaxRetry int `json:"max_retry"`
 	// Burst makes every job arrive at time 0, in arrival order.
 	Burst bool `json:"burst,omitempty"`
-	// WakeTimer also schedules at Pool.NextWake (when a running job passes
-	// min_runtime_before_preemption, or a class's first request reaches reserve_after), as an
-	// allocator with a timer would; without it, as today's allocator, only events schedule.
-	WakeTimer bool `json:"wake_timer,omitempty"`
+	// EventsOnly schedules after events alone. By default the simulator also schedules at
+	// Pool.NextWake (a running job passes min_runtime_before_preemption or a loan falls due, a
+	// class's first request reaches reserve_after or starvation_after), as the allocator's wake
+	// timer does; EventsOnly shows what a policy does without that timer.
+	EventsOnly bool `json:"events_only,omitempty"`
 	// Honor is the share of jobs (0 to 1) that honour a preemption notice: told, they save and
 	// exit SaveTime later (see the package doc). It matters only under a notice.
 	Honor float64 `json:"honor,omitempty"`
@@ -531,7 +532,7 @@ func (s *sim) schedule() error {
 	start := s.opt.Clock()
 	d := s.pool.Schedule(Epoch.Add(s.now))
 	s.schedTimes = append(s.schedTimes, s.opt.Clock().Sub(start))
-	if s.opt.WakeTimer {
+	if !s.opt.EventsOnly {
 		if at, ok := s.pool.NextWake(); ok {
 			if t := at.Sub(Epoch); t > s.now && t != s.wakeAt {
 				s.wakeAt = t

@@ -256,7 +256,7 @@ func TestWakeTimer(t *testing.T) {
 		{false, 9 * time.Minute},             // b waits for a to finish
 		{true, time.Minute + 30*time.Second}, // a is preempted at 2m and stops at 2m30s
 	} {
-		r := run(t, w, pol, Options{StopDelay: 30 * time.Second, MaxRetry: -1, WakeTimer: tc.wake})
+		r := run(t, w, pol, Options{StopDelay: 30 * time.Second, MaxRetry: -1, EventsOnly: !tc.wake})
 		if got := r.Row("high").WaitMax.D(); got != tc.want {
 			t.Errorf("wake timer %v: b waited %s, want %s", tc.wake, got, tc.want)
 		}

@@ -27,7 +27,7 @@ type simFlags struct {
 	honor                                                                       *float64
 	honorSeed, teamSeed                                                         *uint64
 	retry                                                                       *int
-	burst, wake                                                                 *bool
+	burst, eventsOnly                                                           *bool
 	policies                                                                    specsFlag
 }
 
@@ -53,7 +53,7 @@ func defineSimFlags(fs *flag.FlagSet) *simFlags {
 		honorSeed:  fs.Uint64("honor-seed", 1, "which jobs honour notices: a hash of this `seed` and the job id"),
 		retry:      fs.Int("max-retry", -1, "reruns a job gets after preemptions (negative: unlimited)"),
 		burst:      fs.Bool("burst", false, "every job arrives at time 0, in arrival order"),
-		wake:       fs.Bool("wake-timer", false, "also schedule at the pool's NextWake, as an allocator with a timer would (today's allocator schedules on events only)"),
+		eventsOnly: fs.Bool("events-only", false, "schedule after events only, without the allocator's wake timer (by default passes also run when the pool's next time-driven change comes, as in the allocator)"),
 		teams:      fs.Int("teams", 0, "put every job without a workspace in one of `N` synthetic teams, team-1..team-N, by a hash of --team-seed and its id (the policies' cap.CLASS knobs cap each)"),
 		teamSeed:   fs.Uint64("team-seed", 1, "which team each job is in (--teams): a hash of this `seed` and the job id"),
 		racks:      fs.Int("racks", 0, "put the nodes in racks of up to `N` nodes of one family, and the racks in blocks (--blocks): the policies place gangs in the fewest racks, then blocks (knob topology=off: as without)"),
@@ -127,7 +127,7 @@ func runSimulate(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
-	opt := simulate.Options{StopDelay: *f.stop, Checkpoint: *f.ckpt, MaxRetry: *f.retry, Burst: *f.burst, WakeTimer: *f.wake,
+	opt := simulate.Options{StopDelay: *f.stop, Checkpoint: *f.ckpt, MaxRetry: *f.retry, Burst: *f.burst, EventsOnly: *f.eventsOnly,
 		Honor: *f.honor, SaveTime: *f.save, HonorSeed: *f.honorSeed, Estimates: ests, RateWindow: *f.rateWindow}
 	if ests != nil {
 		opt.ETASample, opt.ETASeed = *f.etaSample, *f.etaSeed
