@@ -55,9 +55,6 @@ const (
 // every list answer carries.
 const memoJobDescMax = 1024
 
-// jobTaskTimeout is a job workflow's task timeout.
-const jobTaskTimeout = 5 * time.Second
-
 // Check validates spec against the configuration and fills in defaults
 // (CheckSpec, for a caller that keeps the spec only).
 func Check(cfg *config.Config, spec *protocol.JobSpec) (notes []string, err error) {
@@ -415,7 +412,7 @@ func jobStartOptions(name string, spec protocol.CheckedSpec, opts SubmitOptions)
 		StaticDetails: Details(spec.JobSpec),
 		// A task lost with a killed trainq-worker is retried after this
 		// (the default is 10s); a job's tasks take milliseconds.
-		WorkflowTaskTimeout: jobTaskTimeout,
+		WorkflowTaskTimeout: protocol.JobTaskTimeout,
 	}
 }
 

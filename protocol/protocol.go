@@ -32,6 +32,9 @@ const (
 // events by suggesting continue-as-new. An allocator task takes milliseconds.
 const AllocatorTaskTimeout = 2 * time.Second
 
+// JobTaskTimeout is a job workflow's task timeout.
+const JobTaskTimeout = 5 * time.Second
+
 // NodeTaskQueue is the task queue of the agent that runs workers on node.
 func NodeTaskQueue(node string) string { return NodeTaskQueuePrefix + node }
 

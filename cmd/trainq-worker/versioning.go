@@ -56,6 +56,15 @@ func validBuildID(id string) error {
 	return nil
 }
 
+// WorkflowStallLimit is how long a workflow task may run without yielding
+// before the SDK fails it as a deadlock. The SDK's default, one second, is
+// below the allocator's own task timeout (protocol.AllocatorTaskTimeout): on a
+// busy host, an allocator task that encoded a large snapshot for
+// continue-as-new ran 1.6 s, was failed at one second and ran again, where
+// the server would have accepted it. The server's task timeouts bound a slow
+// task; this only has to catch a workflow that never yields, and still does.
+const WorkflowStallLimit = 10 * time.Second
+
 // mainWorkerOptions are the options of the worker on the task queue "trainq".
 func mainWorkerOptions(buildID string) worker.Options {
 	// More pollers than the default two: one allocator serves many jobs, and a
@@ -65,7 +74,8 @@ func mainWorkerOptions(buildID string) worker.Options {
 		// shared queue after this, instead of the default 5s: scheduling
 		// resumes soon after a restart, at the price of a replay when a
 		// live worker is this slow to take its own task.
-		StickyScheduleToStartTimeout: 2 * time.Second}
+		StickyScheduleToStartTimeout: 2 * time.Second,
+		DeadlockDetectionTimeout:     WorkflowStallLimit}
 	if buildID != "" {
 		o.DeploymentOptions = worker.DeploymentOptions{
 			UseVersioning: true,
