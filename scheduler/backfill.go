@@ -59,6 +59,21 @@ func limitEnd(rj *runJob, now time.Time) time.Time {
 	return maxTime(now, end)
 }
 
+// outranItsEstimate reports whether rj has run past a RunLimit that is only an estimate
+// (Request.RunEstimated), not on loan, with no progress report to say when it ends: for the
+// start of a reservation whose owner is not starving it ends at an unknown time. "One more
+// estimate from now" is what the simulator's replays found to move a start later again and
+// again while the nodes stayed reserved, keeping their capacity from other jobs for a start
+// that never came. A starving owner's reservation binds every class whatever its start, so
+// there the provisional start only lets loans use the nodes meanwhile.
+func outranItsEstimate(rj *runJob, now time.Time) bool {
+	if !rj.r.RunEstimated || rj.onLoan || !overran(rj, now) {
+		return false
+	}
+	_, reported := progressEnd(rj)
+	return !reported
+}
+
 // overran reports whether rj has run for its RunLimit or longer.
 func overran(rj *runJob, now time.Time) bool {
 	return rj.r.RunLimit > 0 && !rj.releasing && now.Sub(rj.startedAt) >= rj.r.RunLimit
@@ -86,6 +101,9 @@ func (p *Pool) resvStart(now time.Time, sc *scratch, pl *plan, owner string, sh 
 				continue // (its capacity is releasing: in sight, or nominated to another)
 			}
 			end := jobEnd(rj, now)
+			if starving < 0 && outranItsEstimate(rj, now) {
+				end = time.Time{} // (no promise rests on an estimate that has proved wrong)
+			}
 			if starving >= 0 && p.starvingVictim(rj, starving) {
 				end = now
 			}

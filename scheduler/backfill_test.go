@@ -165,3 +165,57 @@ func TestBackfillHighReserves(t *testing.T) {
 		}
 	}
 }
+
+// TestAnOutrunEstimateGivesNoStart: a reservation's start that rests on a job which has run past
+// its estimate (Request.RunEstimated, not a limit) is unknown, so a high request, which reserves
+// only with a known start, stops holding capacity for it; a starving one keeps a provisional
+// start, one more estimate from now, and lends its nodes until then. On one node of 4 GPUs
+// "hold" (high, 3 GPUs, run limit 60m) runs from minute 0 and "bigh" (high, 4 GPUs) has
+// reserved the node from minute 31, with its start at hold's end. "h3" (high, 1 GPU) asks at
+// minute 50 or 70.
+func TestAnOutrunEstimateGivesNoStart(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// given: whether hold's run limit is only an estimate, its progress report (a share
+		// done at minute 50; 0: none), and the allocation's starvation_after (bigh is first of
+		// its class from minute 1)
+		estimated  bool
+		done       float64
+		starvation time.Duration
+		// when: the minute h3 asks, and its run limit
+		asks  int
+		limit time.Duration
+		// want: h3 started at once
+		wantStarted bool
+	}{
+		{"an estimate not yet outrun: the reservation binds", true, 0, 0, 50, 100 * time.Minute, false},
+		{"an outrun estimate: the start is unknown, nothing is held", true, 0, 0, 70, 100 * time.Minute, true},
+		{"an outrun estimate with progress: the start is known", true, 0.5, 0, 70, 100 * time.Minute, false},
+		{"an outrun limit: the job is stopped, the start is now", false, 0, 0, 70, 100 * time.Minute, false},
+		{"starving: the provisional start binds h3, which ends after it", true, 0, time.Hour, 70, 100 * time.Minute, false},
+		{"starving: the provisional start lends to h3, which ends before it", true, 0, time.Hour, 70, 30 * time.Minute, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := mustPool(t, nodesOf("n", "a", 1, 4, 0, 0), Policy{ReserveAfter: 30 * time.Minute, Backfill: true, StarvationAfter: tc.starvation})
+			hold := bfJob("hold", High, 3, 60*time.Minute, 1)
+			hold.RunEstimated = tc.estimated
+			mustEnqueue(t, p, hold)
+			sched(t, p, at(0))
+			mustEnqueue(t, p, bfJob("bigh", High, 4, 0, 2))
+			sched(t, p, at(1))
+			sched(t, p, at(31))
+			if wi, _ := p.Explain("bigh"); !slices.Equal(wi.Reserved, []string{"n-1"}) {
+				t.Fatalf("at 31: bigh should have reserved n-1: %+v", wi)
+			}
+			ri, _ := p.Running("hold")
+			if tc.done > 0 && !p.Progressed("hold", ri.Attempt, at(50), tc.done) {
+				t.Fatal("hold's progress was not taken")
+			}
+			mustEnqueue(t, p, bfJob("h3", High, 1, tc.limit, 3))
+			got := grantedJobs(sched(t, p, at(tc.asks)))
+			if started := slices.Contains(got, "h3"); started != tc.wantStarted {
+				t.Fatalf("at %d: started %v; want h3 started %v", tc.asks, got, tc.wantStarted)
+			}
+		})
+	}
+}
