@@ -74,6 +74,18 @@ func outranItsEstimate(rj *runJob, now time.Time) bool {
 	return !reported
 }
 
+// overrunTakeable reports whether the owner of a reservation, of class c, may take rj back once
+// rj has overrun on its nodes (overrunVictim): rj is of a strictly lower class, not a notebook,
+// and not at MaxPreemptions. Such a job ends when the owner preempts it, so its outrun estimate
+// leaves the start known.
+func (p *Pool) overrunTakeable(rj *runJob, c Class) bool {
+	if rj.r.Kind == KindNotebook || rj.r.Class >= c {
+		return false
+	}
+	m := p.policy.maxPreemptions()
+	return m < 0 || rj.preemptions < m
+}
+
 // overran reports whether rj has run for its RunLimit or longer.
 func overran(rj *runJob, now time.Time) bool {
 	return rj.r.RunLimit > 0 && !rj.releasing && now.Sub(rj.startedAt) >= rj.r.RunLimit
@@ -83,11 +95,12 @@ func overran(rj *runJob, now time.Time) bool {
 // the capacity in its sight now (free and releasing, nominated to nobody else; and what is
 // nominated to it, as when a loan yields to it), the jobs granted earlier in the pass pl (nil:
 // none) as if they ran already and the running jobs there ending by
-// their RunLimits (jobEnd); ok is false if that is never (a job it needs gone has no RunLimit).
+// their RunLimits (jobEnd); ok is false if that is never or unknown (a job it needs gone has no
+// RunLimit, or has outrun an estimate and may not be taken back by the owner, of class class).
 // For a starving owner (starving: its class; else -1), a job it may preempt whatever the loss
 // and run-time limits say (starvingVictim) counts as gone now. spare is, per node, what the
 // node will have at that start beyond the worker's demand.
-func (p *Pool) resvStart(now time.Time, sc *scratch, pl *plan, owner string, sh *shape, nodes []int32, starving Class) (start time.Time, spare []resources, ok bool) {
+func (p *Pool) resvStart(now time.Time, sc *scratch, pl *plan, owner string, class Class, sh *shape, nodes []int32, starving Class) (start time.Time, spare []resources, ok bool) {
 	need := sh.need
 	start = now
 	haves := make([]resources, len(nodes))
@@ -101,7 +114,7 @@ func (p *Pool) resvStart(now time.Time, sc *scratch, pl *plan, owner string, sh 
 				continue // (its capacity is releasing: in sight, or nominated to another)
 			}
 			end := jobEnd(rj, now)
-			if starving < 0 && outranItsEstimate(rj, now) {
+			if starving < 0 && outranItsEstimate(rj, now) && !p.overrunTakeable(rj, class) {
 				end = time.Time{} // (no promise rests on an estimate that has proved wrong)
 			}
 			if starving >= 0 && p.starvingVictim(rj, starving) {
@@ -272,7 +285,7 @@ func (p *Pool) startResvs(now time.Time, sc *scratch) {
 		if i := p.firstOf(c); i >= 0 && p.waiting[i] == w && p.starving(now, w) {
 			starving = c
 		}
-		start, spare, ok := p.resvStart(now, sc, nil, h.job, sh, h.nodes, starving)
+		start, spare, ok := p.resvStart(now, sc, nil, h.job, c, sh, h.nodes, starving)
 		if !ok && starving < 0 {
 			continue // an unknown start binds nobody ahead of its owner: it drains as without backfill
 		}

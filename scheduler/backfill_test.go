@@ -118,20 +118,26 @@ func TestBackfillSpare(t *testing.T) {
 // reserved for a request loses its protection against that request (here MaxLossGPUHours):
 // the reserved request preempts it rather than wait for it for ever.
 func TestBackfillOverrun(t *testing.T) {
-	p := mustPool(t, nodesOf("n", "a", 1, 4, 0, 0), Policy{ReserveAfter: 30 * time.Minute, Backfill: true, MaxLossGPUHours: 1})
-	mustEnqueue(t, p, bfJob("hold", High, 3, 100*time.Minute, 1), bfJob("one", Low, 1, 90*time.Minute, 2))
-	sched(t, p, at(0))
-	mustEnqueue(t, p, bfJob("big", Medium, 4, 60*time.Minute, 3))
-	sched(t, p, at(1))
-	sched(t, p, at(31))
-	bfEnd(t, p, "hold")
-	// At 100 "one" has overrun its 90m: big may preempt it although it would lose 1h40m of work.
-	d := sched(t, p, at(100))
-	if got := victims(d); !slices.Equal(got, []string{"one"}) {
-		t.Fatalf("at 100: want one preempted for big, got %s", mustJSON(t, d))
+	// At 100 "one" has overrun its 90m, a limit or a learned estimate: big may preempt it
+	// although it would lose 1h40m of work (an outrun estimate of a job big may take back
+	// leaves big's start known, so big keeps its reservation).
+	for _, estimated := range []bool{false, true} {
+		p := mustPool(t, nodesOf("n", "a", 1, 4, 0, 0), Policy{ReserveAfter: 30 * time.Minute, Backfill: true, MaxLossGPUHours: 1})
+		one := bfJob("one", Low, 1, 90*time.Minute, 2)
+		one.RunEstimated = estimated
+		mustEnqueue(t, p, bfJob("hold", High, 3, 100*time.Minute, 1), one)
+		sched(t, p, at(0))
+		mustEnqueue(t, p, bfJob("big", Medium, 4, 60*time.Minute, 3))
+		sched(t, p, at(1))
+		sched(t, p, at(31))
+		bfEnd(t, p, "hold")
+		d := sched(t, p, at(100))
+		if got := victims(d); !slices.Equal(got, []string{"one"}) {
+			t.Fatalf("estimated %v, at 100: want one preempted for big, got %s", estimated, mustJSON(t, d))
+		}
 	}
+	p := mustPool(t, nodesOf("n", "a", 1, 4, 0, 0), Policy{ReserveAfter: 30 * time.Minute, Backfill: true, MaxLossGPUHours: 1})
 	// A job within its limit is still protected: the same with a limit of 120m waits.
-	p = mustPool(t, nodesOf("n", "a", 1, 4, 0, 0), Policy{ReserveAfter: 30 * time.Minute, Backfill: true, MaxLossGPUHours: 1})
 	mustEnqueue(t, p, bfJob("hold", High, 3, 100*time.Minute, 1), bfJob("one", Low, 1, 120*time.Minute, 2))
 	sched(t, p, at(0))
 	mustEnqueue(t, p, bfJob("big", Medium, 4, 60*time.Minute, 3))

@@ -256,12 +256,12 @@
 //     the RunLimit is an estimate, Request.RunEstimated), or when its progress reports
 //     (Pool.Progressed) say, at the rate since its first report of the attempt (one report: since
 //     the attempt started, from nothing done), if that is sooner or it has no enforced
-//     RunLimit. If a job that R needs gone has neither, or (unless R is starving) has run past
-//     a RunLimit that is only an estimate and reports no progress, the start is unknown: the
-//     reservation
-//     drains exactly as without backfill (rule (e), Reservations), binding only the requests
-//     after R; a high request then does not reserve at all. Pool.Project ends running jobs by the
-//     same count.
+//     RunLimit. If a job that R needs gone has neither, or has run past a RunLimit that is only
+//     an estimate, reports no progress, and may not be taken back by R (see Overruns), the start
+//     is unknown (unless R is starving): the reservation drains exactly as without backfill
+//     (rule (e), Reservations), binding only the requests after R; a high request then does not
+//     reserve at all. Pool.Project ends running jobs by the same count, but for an outrun
+//     estimate, which it counts as one more RunLimit from now.
 //     A reservation made in a pass counts the jobs granted earlier in that pass as running from
 //     now, ending by their RunLimits, as the next pass will.
 //   - The spare of a node of N is what it will have at that start, by the same count, beyond
@@ -281,15 +281,14 @@
 //     reservation of the next pass. Reservations are made and bound in class order, high first;
 //     a node is in at most one.
 //   - Overruns: a running job that has run for its RunLimit or longer counts as ending now if
-//     the RunLimit is enforced or it runs on loan; past an estimate its end is unknown for a
-//     reservation's start (an estimate that proved wrong promises nothing: counted as one more
-//     estimate from now, it moved the start later pass after pass while the nodes stayed
-//     reserved), except for a starving R, whose reservation binds every class anyway and whose
-//     provisional start lets loans use its nodes meanwhile; one more RunLimit from now for
-//     Pool.Project;
-//     and if it holds a node of R's reservation and its class is strictly lower than R's, R may
-//     preempt it whatever MinRuntimeBeforePreemption and MaxLossGPUHours say (not a notebook,
-//     and not past MaxPreemptions); it is then ordered as any other victim.
+//     the RunLimit is enforced or it runs on loan. If it holds a node of R's reservation and its
+//     class is strictly lower than R's, R may preempt it whatever MinRuntimeBeforePreemption and
+//     MaxLossGPUHours say (not a notebook, and not past MaxPreemptions); it is then ordered as
+//     any other victim. Past an estimate, a job R may take back so counts as one more RunLimit
+//     from now; any other's end is unknown for R's start (an estimate that proved wrong
+//     promises nothing: counted as one more estimate from now, it moved the start later pass
+//     after pass while the nodes stayed reserved), except for a starving R, whose reservation
+//     binds every class anyway and whose provisional start lets loans use its nodes meanwhile.
 //   - Loans: a request granted on a node of a reservation whose capacity it saw only because it
 //     ends by the start runs on loan (Grant.OnLoan, RunningInfo.OnLoan, kept in the snapshot).
 //     Its RunLimit counts as enforced for every reservation's start, so an estimate that proves

@@ -89,7 +89,7 @@ func (p *Pool) maybeReserve(now time.Time, sc *scratch, pl *plan, w *waitReq, sh
 		if sc.starving {
 			starving = w.r.Class
 		}
-		start, spare, ok := p.resvStart(now, sc, pl, w.r.Job, sh, nodes, starving)
+		start, spare, ok := p.resvStart(now, sc, pl, w.r.Job, w.r.Class, sh, nodes, starving)
 		if !ok && sc.starving {
 			spare, ok = sc.spareInSight(sh, nodes), true // (its start unknown: it binds all, lends nothing)
 		}

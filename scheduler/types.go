@@ -491,7 +491,8 @@ type Request struct {
 	RunLimit time.Duration `json:"run_limit,omitempty"`
 	// RunEstimated says RunLimit is an estimate, not a limit anyone enforces: the attempt may
 	// run longer. One that has run past it is expected to run for one more RunLimit from now
-	// (see jobEnd), not to end at once.
+	// (see jobEnd), not to end at once; a backfill reservation it blocks may take its end as
+	// unknown (see Overruns in the package doc).
 	RunEstimated bool `json:"run_estimated,omitempty"`
 }
 

@@ -2,8 +2,9 @@
 // simulation, to judge scheduling policies on real traces before they reach an allocator.
 //
 // The simulated allocator does what the allocator workflow does: it calls Pool.Schedule after
-// every event (a job arriving, a job's workers exiting, a stopped worker of a preempted job), and
-// applies the decisions. A granted job runs for its remaining work and then its workers exit and
+// every event (a job arriving, a job's workers exiting, a stopped worker of a preempted job) and
+// at Pool.NextWake, as the allocator's wake timer does (Options.EventsOnly: after events alone),
+// and applies the decisions. A granted job runs for its remaining work and then its workers exit and
 // are released at once. A preempted job's workers stop Options.StopDelay later (SIGTERM, the
 // grace period, SIGKILL); once all have stopped the job is queued again, keeping its queue
 // sequence, while Options.MaxRetry allows, and reruns from zero or from its last checkpoint.
