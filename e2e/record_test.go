@@ -25,6 +25,7 @@ import (
 	tqclient "github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/cluster/local"
 	"github.com/trainq/trainq/internal/fixture"
+	"github.com/trainq/trainq/internal/testenv"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
 	"github.com/trainq/trainq/workflows"
@@ -370,7 +371,7 @@ func writeHistory(t *testing.T, path string, events []*historypb.HistoryEvent) {
 	require.NoError(t, os.WriteFile(path, append(b, '\n'), 0o644))
 	t.Logf("wrote %s: %d events, %d bytes", path, len(events), len(b))
 
-	r := worker.NewWorkflowReplayer()
+	r := testenv.NewReplayer()
 	r.RegisterWorkflowWithOptions(workflows.JobWorkflow, workflow.RegisterOptions{Name: protocol.JobWorkflowName})
 	r.RegisterWorkflowWithOptions(workflows.AllocatorWorkflow, workflow.RegisterOptions{Name: protocol.AllocatorWorkflowName})
 	require.NoError(t, r.ReplayWorkflowHistoryFromJSONFile(nil, path), "the recorded history %s does not replay", path)

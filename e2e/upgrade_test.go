@@ -15,7 +15,6 @@ import (
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	tqclient "github.com/trainq/trainq/client"
@@ -149,7 +148,7 @@ func TestUpgradeKeepsJobsOnTheirBuild(t *testing.T) {
 		require.NoError(t, err)
 		events = append(events, e)
 	}
-	replayer := worker.NewWorkflowReplayer()
+	replayer := testenv.NewReplayer()
 	replayer.RegisterWorkflowWithOptions(workflows.AllocatorWorkflow, workflow.RegisterOptions{Name: protocol.AllocatorWorkflowName})
 	require.NoError(t, replayer.ReplayWorkflowHistory(nil, &historypb.History{Events: events}), "the run that handed over does not replay")
 

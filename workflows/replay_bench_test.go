@@ -8,9 +8,9 @@ import (
 
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/trainq/trainq/internal/testenv"
 	"github.com/trainq/trainq/protocol"
 )
 
@@ -47,7 +47,7 @@ func BenchmarkReplayHistories(b *testing.B) {
 			for range b.N {
 				b.StopTimer()
 				hist := load(b) // the replay may keep or change what it is given
-				r := worker.NewWorkflowReplayer()
+				r := testenv.NewReplayer()
 				r.RegisterWorkflowWithOptions(AllocatorWorkflow, workflow.RegisterOptions{Name: protocol.AllocatorWorkflowName})
 				b.StartTimer()
 				if err := r.ReplayWorkflowHistory(nil, hist); err != nil {

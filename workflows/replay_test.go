@@ -6,9 +6,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/trainq/trainq/internal/testenv"
 	"github.com/trainq/trainq/protocol"
 )
 
@@ -72,7 +72,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 
 // replayHistoryFile replays one JSON history with both trainq workflows registered.
 func replayHistoryFile(file string) error {
-	r := worker.NewWorkflowReplayer()
+	r := testenv.NewReplayer()
 	r.RegisterWorkflowWithOptions(JobWorkflow, workflow.RegisterOptions{Name: protocol.JobWorkflowName})
 	r.RegisterWorkflowWithOptions(AllocatorWorkflow, workflow.RegisterOptions{Name: protocol.AllocatorWorkflowName})
 	return r.ReplayWorkflowHistoryFromJSONFile(nil, file)

@@ -31,3 +31,15 @@ func NewWorkflowEnv(s *testsuite.WorkflowTestSuite) *testsuite.TestWorkflowEnvir
 	env.SetTestTimeout(WorkflowIdleTimeout)
 	return env
 }
+
+// NewReplayer is a workflow replayer without the SDK's one-second deadlock
+// detector: a replay checks that the code makes the recorded decisions, and a
+// large task's replay beside another package's build may take longer than a
+// second without being stuck.
+func NewReplayer() worker.WorkflowReplayer {
+	r, err := worker.NewWorkflowReplayerWithOptions(worker.WorkflowReplayerOptions{DisableDeadlockDetection: true})
+	if err != nil {
+		panic(err) // (only invalid options fail, and these are fixed)
+	}
+	return r
+}
