@@ -225,3 +225,28 @@ func TestAnOutrunEstimateGivesNoStart(t *testing.T) {
 		})
 	}
 }
+
+// TestExplainSaysAnUnknownStartDrains: a medium request's reservation whose start rests on a
+// high job past its estimate drains, and its reason says so rather than promising backfill.
+func TestExplainSaysAnUnknownStartDrains(t *testing.T) {
+	p := mustPool(t, nodesOf("n", "a", 1, 4, 0, 0), Policy{ReserveAfter: 30 * time.Minute, Backfill: true})
+	hold := bfJob("hold", High, 3, 60*time.Minute, 1)
+	hold.RunEstimated = true
+	mustEnqueue(t, p, hold)
+	sched(t, p, at(0))
+	mustEnqueue(t, p, bfJob("big", Medium, 4, 0, 2))
+	sched(t, p, at(1))
+	for _, tc := range []struct {
+		minute     int
+		wantReason string
+	}{
+		{31, "only jobs whose time limits end them before then"},
+		{70, "when it will fit is unknown"},
+	} {
+		sched(t, p, at(tc.minute))
+		wi, ok := p.Explain("big")
+		if !ok || !slices.Equal(wi.Reserved, []string{"n-1"}) || !strings.Contains(wi.Reason, tc.wantReason) {
+			t.Fatalf("at %d: want n-1 reserved and a reason saying %q, got %+v", tc.minute, tc.wantReason, wi)
+		}
+	}
+}

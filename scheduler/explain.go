@@ -349,7 +349,10 @@ func (ex *explainer) explainReserving(wi *WaitingInfo, o *planOut, need, behind 
 	wi.Reserved = names
 	since := p.lastNow.Sub(p.heads[wi.Class].since)
 	rule := "no later job starts there until it fits"
-	if p.policy.Backfill {
+	switch {
+	case o.drains:
+		rule += " (when it will fit is unknown: a job there has no time limit, or has run past its estimate, so nothing may start there on loan)"
+	case p.policy.Backfill:
 		rule = "until it fits, only jobs whose time limits end them before then, or that fit beside it, start there (backfill)"
 	}
 	wi.Reason = fmt.Sprintf("waiting for %s; it has been the first %s-priority request for %s (reserve_after %s), so %s %s reserved for it: %s",

@@ -372,7 +372,8 @@ type planOut struct {
 	relTake []int32
 	relUsed []bool
 	victims []*runJob
-	capUsed int // outCapped: what its workspace held in its class
+	capUsed int  // outCapped: what its workspace held in its class
+	drains  bool // outReserving with Backfill: its start is unknown, so its nodes drain for it
 	// For a request held to some nodes that cannot start, hold or preempt: how many nodes of its
 	// family that answer have room for a worker in its sight (free or releasing), and how many of
 	// those it may use.
@@ -529,6 +530,8 @@ func (p *Pool) explainOutcome(sc *scratch, pl *plan, i int, kind outcome, victim
 		o.relUsed = slices.Clone(sc.relUsed)
 	case outReserving:
 		o.nodes = slices.Clone(pl.reserves[len(pl.reserves)-1].nodes)
+		job := p.waiting[i].r.Job
+		o.drains = p.policy.Backfill && !slices.ContainsFunc(sc.resvs, func(rv resv) bool { return rv.job == job })
 	case outCapped:
 		o.capUsed = sc.capUsed
 	}
