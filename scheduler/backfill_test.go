@@ -250,3 +250,41 @@ func TestExplainSaysAnUnknownStartDrains(t *testing.T) {
 		}
 	}
 }
+
+// A reservation's owner is told which running jobs it may not preempt hold its nodes, longest
+// expected first, with how long each has run against its limit: an overrunning job of its own
+// class on the only node that holds it is what a user waiting for weeks needs to see. A
+// lower-class job it will take back is not named. (A high request reserves with an unknown
+// start only once it starves.)
+func TestExplainNamesTheJobsAReservationWaitsFor(t *testing.T) {
+	p := mustPool(t, nodesOf("n", "a", 1, 8, 0, 0), Policy{ReserveAfter: 30 * time.Minute, Backfill: true, StarvationAfter: 2 * time.Hour})
+	for _, r := range []Request{
+		bfJob("over-a", High, 1, time.Hour, 1),
+		bfJob("over-b", High, 1, time.Hour, 2),
+		bfJob("within", High, 1, 20*time.Hour, 3),
+		bfJob("lowjob", Low, 1, 2*time.Hour, 4),
+		makeJob("nb", "a").Class(High).Notebook().GPUs(1).Seq(5).Obj(),
+	} {
+		if r.Job != "within" && r.Job != "lowjob" {
+			r.RunEstimated = r.RunLimit > 0
+		}
+		mustEnqueue(t, p, r)
+	}
+	sched(t, p, at(0))
+	mustEnqueue(t, p, bfJob("big", High, 8, 0, 6))
+	sched(t, p, at(1))
+	sched(t, p, at(600))
+	wi, ok := p.Explain("big")
+	if !ok || !slices.Equal(wi.Reserved, []string{"n-1"}) {
+		t.Fatalf("want n-1 reserved for big, got %+v", wi)
+	}
+	want := "it may not preempt the jobs there, and waits for them to end: nb (high notebook, running 10h, no time limit), " +
+		"over-a (high, running 10h, past its estimate of 1h), over-b (high, running 10h, past its estimate of 1h), " +
+		"within (high, running 10h, time limit 20h)"
+	if !strings.HasSuffix(wi.Reason, want) {
+		t.Fatalf("want the reason to end %q, got %q", want, wi.Reason)
+	}
+	if !slices.Equal(wi.WaitingFor, []string{"nb", "over-a", "over-b", "within"}) {
+		t.Fatalf("want it waiting for nb, over-a, over-b and within (not lowjob), got %v", wi.WaitingFor)
+	}
+}

@@ -114,6 +114,8 @@ type explainer struct {
 	planTaken  map[*runJob]*waitReq // stopping victims whose capacity a better request takes over
 	needs      map[int32]string     // needText per shape
 	lost       map[int32]lostFit
+	blocked    map[int]leastBlocked // per shapeClass
+	stuck      [3][]resources       // per class (stuckFor)
 }
 
 // lostFit is Pool.lostFit for one shape.
@@ -124,7 +126,7 @@ type lostFit struct {
 
 func (p *Pool) newExplainer(pl *plan) *explainer {
 	ex := &explainer{p: p, pl: pl, holders: map[int32][]*runJob{}, planVictim: map[*runJob]*waitReq{}, planTaken: map[*runJob]*waitReq{},
-		needs: map[int32]string{}, lost: map[int32]lostFit{}}
+		needs: map[int32]string{}, lost: map[int32]lostFit{}, blocked: map[int]leastBlocked{}}
 	for _, t := range pl.takeovers {
 		if t.v != nil {
 			ex.planTaken[t.v] = t.by
@@ -357,9 +359,178 @@ func (ex *explainer) explainReserving(wi *WaitingInfo, o *planOut, need, behind 
 	}
 	wi.Reason = fmt.Sprintf("waiting for %s; it has been the first %s-priority request for %s (reserve_after %s), so %s %s reserved for it: %s",
 		need, wi.Class, since.Round(time.Second), p.policy.ReserveAfter, plural(len(names), "node", "nodes")+" "+listText(names), plural(len(names), "is", "are"), rule)
+	if blockers := p.blockers(o.nodes, wi.Class); len(blockers) > 0 {
+		wi.Reason += fmt.Sprintf("; it may not preempt %s there, and waits for %s to end: %s",
+			plural(len(blockers), "the job", "the jobs"), plural(len(blockers), "it", "them"), p.blockersText(wi, blockers))
+	}
 	if behind != "" {
 		wi.Reason = behind + "; " + wi.Reason
 	}
+}
+
+// blockersText names the first blockers with how long each has run (blockerText), and adds
+// them to wi.WaitingFor.
+func (p *Pool) blockersText(wi *WaitingInfo, blockers []*runJob) string {
+	texts := make([]string, 0, min(len(blockers), 4))
+	for _, rj := range blockers[:min(len(blockers), 4)] {
+		texts = append(texts, p.blockerText(rj))
+		wi.WaitingFor = append(wi.WaitingFor, rj.r.Job)
+	}
+	if len(blockers) > 4 {
+		texts = append(texts, fmt.Sprintf("%d more", len(blockers)-4))
+	}
+	slices.Sort(wi.WaitingFor)
+	return strings.Join(texts, ", ")
+}
+
+// leastBlocked is, for a waiting request of shape sh and class c, the nodes where it fits with
+// the fewest GPUs (then CPU, then RAM) held by jobs it may never preempt, as many as it has
+// workers (config order breaks ties), and those jobs there (blockers); nothing if too few nodes
+// hold a worker even when empty. It depends on the shape and class alone, so the explainer keeps
+// it per pair: a view explains thousands of requests of a few shapes.
+func (ex *explainer) leastBlocked(sh int32, c Class) leastBlocked {
+	key := shapeClass(sh, c)
+	if lb, ok := ex.blocked[key]; ok {
+		return lb
+	}
+	p, shp := ex.p, &ex.p.shapes[sh]
+	stuck := ex.stuckFor(c)
+	less := func(a, b int32) bool {
+		if x, y := stuck[a], stuck[b]; x != y {
+			return x.gpu < y.gpu || x.gpu == y.gpu && (x.cpu < y.cpu || x.cpu == y.cpu && x.ram < y.ram)
+		}
+		return a < b
+	}
+	best := make([]int32, 0, shp.workers) // the least blocked so far, in less order
+	for _, n := range p.placeable(shp) {
+		if !shp.need.lessEqual(capacityOf(&p.nodes[n].Node)) {
+			continue
+		}
+		if len(best) == shp.workers && !less(n, best[len(best)-1]) {
+			continue
+		}
+		k := len(best)
+		if k < shp.workers {
+			best = append(best, n)
+		}
+		for k = min(k, len(best)-1); k > 0 && less(n, best[k-1]); k-- {
+			best[k] = best[k-1]
+		}
+		best[k] = n
+	}
+	var lb leastBlocked
+	if len(best) == shp.workers {
+		slices.Sort(best)
+		if blockers := p.blockers(best, c); len(blockers) > 0 {
+			names := make([]string, len(best))
+			for k, n := range best {
+				names[k] = p.nodes[n].Name
+			}
+			var named WaitingInfo
+			lb.text = fmt.Sprintf("; on %s, where the fewest jobs it may not preempt stand in its way, it waits for %s to end",
+				listText(names), p.blockersText(&named, blockers))
+			lb.jobs = named.WaitingFor
+		}
+	}
+	ex.blocked[key] = lb
+	return lb
+}
+
+// stuckFor is, per node, what the jobs there that a request of class c may never preempt hold
+// (see blockers), computed once per class.
+func (ex *explainer) stuckFor(c Class) []resources {
+	if ex.stuck[c] == nil {
+		p := ex.p
+		ex.stuck[c] = make([]resources, len(p.nodes))
+		for n := range p.nodes {
+			for _, nj := range p.nodes[n].jobs {
+				if !nj.rj.releasing && !p.overrunTakeable(nj.rj, c) {
+					ex.stuck[c][n] = ex.stuck[c][n].add(demandOf(&nj.rj.r.Demand))
+				}
+			}
+		}
+	}
+	return ex.stuck[c]
+}
+
+// leastBlocked is what explainer.leastBlocked finds, as leastBlockedText says it: the text and
+// the blockers it names (sorted), or nothing.
+type leastBlocked struct {
+	text string
+	jobs []string
+}
+
+// blockers are the jobs running on nodes (a reservation's) that a request of class c may never
+// preempt (of its own or a higher class, notebooks, jobs at MaxPreemptions): it waits for them
+// to end there, whatever it preempts. Those expected to end last come first (no known end: first
+// of all), then by job id.
+func (p *Pool) blockers(nodes []int32, c Class) []*runJob {
+	var out []*runJob
+	for _, n := range nodes {
+		for _, nj := range p.nodes[n].jobs {
+			if rj := nj.rj; !rj.releasing && !p.overrunTakeable(rj, c) && !slices.Contains(out, rj) {
+				out = append(out, rj)
+			}
+		}
+	}
+	now := p.lastNow
+	slices.SortFunc(out, func(a, b *runJob) int {
+		ea, eb := limitEnd(a, now), limitEnd(b, now)
+		if outranItsEstimate(a, now) {
+			ea = time.Time{}
+		}
+		if outranItsEstimate(b, now) {
+			eb = time.Time{}
+		}
+		switch {
+		case ea.IsZero() != eb.IsZero():
+			return boolInt(eb.IsZero()) - boolInt(ea.IsZero())
+		case !ea.Equal(eb):
+			return eb.Compare(ea)
+		}
+		return strings.Compare(a.r.Job, b.r.Job)
+	})
+	return out
+}
+
+// blockerText says who a reservation's blocker is and how long it has run against its limit, e.g.
+// "a (high, running 279h12m, past its estimate of 11h0m)".
+func (p *Pool) blockerText(rj *runJob) string {
+	// (A pool rebuilt from the workflows' records has no time until its first pass.)
+	ran, known := p.lastNow.Sub(rj.startedAt), !p.lastNow.IsZero() && !p.lastNow.Before(rj.startedAt)
+	who := rj.r.Class.String()
+	if rj.r.Kind == KindNotebook {
+		who += " notebook"
+	}
+	var limit string
+	switch rl := rj.r.RunLimit; {
+	case rl <= 0:
+		limit = "no time limit"
+	case rj.r.RunEstimated && known && ran >= rl:
+		limit = "past its estimate of " + minutesText(rl)
+	case rj.r.RunEstimated:
+		limit = "estimated " + minutesText(rl)
+	default:
+		limit = "time limit " + minutesText(rl)
+	}
+	if !known {
+		return fmt.Sprintf("%s (%s, %s)", rj.r.Job, who, limit)
+	}
+	return fmt.Sprintf("%s (%s, running %s, %s)", rj.r.Job, who, minutesText(ran), limit)
+}
+
+// minutesText is d to the minute for sentences ("279h12m", "11h", "45m"); under a minute, to
+// the second.
+func minutesText(d time.Duration) string {
+	r := d.Round(time.Minute)
+	if r == 0 {
+		return d.Round(time.Second).String()
+	}
+	s := strings.TrimSuffix(r.String(), "0s")
+	if r >= time.Hour {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // explainNoFit explains a request that can neither start, nor wait for releasing capacity, nor
@@ -388,6 +559,9 @@ func (ex *explainer) explainNoFit(wi *WaitingInfo, i int, o *planOut, need, behi
 		why = fmt.Sprintf("nodes with room are spread out: no %s has more than %d", lv, o.domainRoom)
 	}
 	why += ex.noPreemptionText(wi.Class)
+	if len(wi.WaitingFor) == 0 {
+		why += ex.leastBlockedText(wi, w.shape)
+	}
 	if fm := &p.fams[sh.fam]; len(fm.live) < len(fm.nodes) { // some node of its family is lost
 		why = ex.withLostNodes(wi, w, why)
 	}
@@ -396,6 +570,16 @@ func (ex *explainer) explainNoFit(wi *WaitingInfo, i int, o *planOut, need, behi
 		wi.Reason = behind + "; " + wi.Reason
 	}
 	slices.Sort(wi.WaitingFor)
+}
+
+// leastBlockedText says, for a request with no earlier request to wait for, which jobs it may
+// never preempt stand in its way on the nodes where the fewest do (leastBlocked), e.g. "; on n-3,
+// where the fewest jobs it may not preempt stand in its way, it waits for a (high, running 3h,
+// estimated 4h) to end", and adds them to wi.WaitingFor; nothing if none do.
+func (ex *explainer) leastBlockedText(wi *WaitingInfo, sh int32) string {
+	lb := ex.leastBlocked(sh, wi.Class)
+	wi.WaitingFor = append(wi.WaitingFor, lb.jobs...)
+	return lb.text
 }
 
 // allowedRoomText says what the allowed nodes of a request that cannot start, hold or preempt

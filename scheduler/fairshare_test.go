@@ -176,6 +176,7 @@ func TestFairShareSurvivesSnapshotAndRecovery(t *testing.T) {
 		t.Fatalf("usage after a snapshot:\n%s\nwant\n%s", b, a)
 	}
 	r := rebuilt(t, p, true)
+	sched(t, r, at(60)) // (the allocator's first pass after a rebuild: the time the reasons say how long jobs ran by)
 	if a, b := mustJSON(t, p.View().Waiting), mustJSON(t, r.View().Waiting); a != b {
 		t.Fatalf("queue after a rebuild that carried the usage:\n%s\nwant\n%s", b, a)
 	}

@@ -53,6 +53,7 @@ func TestLostNodeRules(t *testing.T) {
 		grant     []string // nodes of req's grant; nil: not granted
 		victims   []string
 		reason    []string // substrings of req's reason when it waits
+		waits     []string // its WaitingFor when it waits
 		waitFor   []string
 	}{
 		{name: "a worker is never placed on a lost node", nodes: two, lost: []string{"n-1"},
@@ -68,15 +69,15 @@ func TestLostNodeRules(t *testing.T) {
 			reason: []string{"only 1 of the 3 a nodes large enough for one of its workers is answering (nodes n-1, n-3 are lost: their agents are not answering)"}},
 		{name: "free capacity on a lost node is not counted", nodes: two, running: []runSpec{running("h").Class(High).GPUs(4)}, lost: []string{"n-2"},
 			req:    makeJob("r", "a").GPUs(4).Seq(1).Obj(),
-			reason: []string{"not enough capacity is free or being released", "node n-2 is lost: its agent is not answering, so its capacity is not counted"}},
+			reason: []string{"not enough capacity is free or being released", "node n-2 is lost: its agent is not answering, so its capacity is not counted"}, waits: []string{"h"}},
 		{name: "releasing capacity on a lost node is not nominated", nodes: two,
 			running: []runSpec{running("h1").Class(High).GPUs(4), running("h2").Class(High).GPUs(4).StartedAt(1)}, releasing: []string{"h2"}, lost: []string{"n-2"},
 			req:    makeJob("r", "a").GPUs(4).Seq(1).Obj(),
-			reason: []string{"not enough capacity is free or being released", "node n-2 is lost"}},
+			reason: []string{"not enough capacity is free or being released", "node n-2 is lost"}, waits: []string{"h1"}},
 		{name: "nobody is preempted for capacity on a lost node", nodes: two,
 			running: []runSpec{running("h").Class(High).GPUs(4), running("l").Class(Low).GPUs(4).StartedAt(1)}, lost: []string{"n-2"},
 			req:    makeJob("r", "a").Class(High).GPUs(4).Seq(1).Obj(),
-			reason: []string{"may not be preempted", "node n-2 is lost"}},
+			reason: []string{"may not be preempted", "node n-2 is lost"}, waits: []string{"h"}},
 		{name: "the victim is taken on a node that answers", nodes: two,
 			running: []runSpec{running("old").Class(Low).GPUs(4), running("new").Class(Low).GPUs(4).StartedAt(1)}, lost: []string{"n-2"},
 			req: makeJob("r", "a").Class(High).GPUs(4).Seq(1).Obj(), victims: []string{"old"}},
@@ -118,8 +119,8 @@ func TestLostNodeRules(t *testing.T) {
 					t.Errorf("reason %q\nwant it to contain %q", wi.Reason, want)
 				}
 			}
-			if len(tc.victims) == 0 && (len(wi.Nominated) != 0 || len(wi.WaitingFor) != 0) {
-				t.Errorf("waits for %v, nominated %v: nothing on a lost node can serve it", wi.WaitingFor, wi.Nominated)
+			if len(tc.victims) == 0 && (len(wi.Nominated) != 0 || !slices.Equal(wi.WaitingFor, tc.waits)) {
+				t.Errorf("waits for %v, nominated %v, want it waiting for %v (the jobs in its way on a node that answers) and nothing nominated: nothing on a lost node can serve it", wi.WaitingFor, wi.Nominated, tc.waits)
 			}
 		})
 	}
@@ -150,7 +151,7 @@ func TestLostNodeLifecycle(t *testing.T) {
 			NodeInfo{Name: "n-2", Family: "a", GPUs: 4, AllocatedGPUs: 4}},
 	} {
 		step.do()
-		if wi, ok := p.Explain("w"); ok && step.grant == nil && (len(wi.Nominated) != 0 || len(wi.WaitingFor) != 0 || !strings.Contains(wi.Reason, "node n-2 is lost")) {
+		if wi, ok := p.Explain("w"); ok && step.grant == nil && (len(wi.Nominated) != 0 || !slices.Equal(wi.WaitingFor, []string{"h"}) || !strings.Contains(wi.Reason, "node n-2 is lost")) {
 			t.Fatalf("%s: w %+v", step.name, wi)
 		}
 		d := sched(t, p, at(10))

@@ -559,7 +559,7 @@ type WaitingInfo struct {
 	GPUs        int       `json:"gpus"`                  // total = Workers*Demand.GPUs
 	Position    int       `json:"position"`              // 1-based launch order in the allocation
 	Reason      string    `json:"reason"`                // plain language, never empty
-	WaitingFor  []string  `json:"waiting_for,omitempty"` // jobs it waits on (better requests ahead, or jobs releasing nominated capacity)
+	WaitingFor  []string  `json:"waiting_for,omitempty"` // jobs it waits on (better requests ahead, jobs releasing nominated capacity, or running jobs it may not preempt in its way: on its reserved nodes, or where the fewest are)
 	Nominated   []string  `json:"nominated,omitempty"`   // victims whose capacity is nominated to it
 	Reserved    []string  `json:"reserved,omitempty"`    // nodes reserved for it (see Policy.ReserveAfter)
 	Nodes       []string  `json:"nodes,omitempty"`       // the only nodes it may run on (Request.Nodes); none: any of its family
