@@ -188,6 +188,16 @@ func (s *Server) awaitingLaunch(w http.ResponseWriter, r *http.Request, p Princi
 	if aq.offset < len(items) {
 		out.Items = items[aq.offset:min(aq.offset+aq.limit, len(items))]
 	}
+	// A reason names the jobs it waits for, whatever their names look like: learn them, so that
+	// another workspace's are hidden in it.
+	var named []string
+	for _, wi := range waiting {
+		named = append(named, wi.WaitingFor...)
+	}
+	if err := rd.learn(ctx, named); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	for i := range out.Items {
 		out.Items[i].Name = rd.name(out.Items[i].Name)
 	}

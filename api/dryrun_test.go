@@ -149,6 +149,10 @@ func TestAwaitingLaunchResources(t *testing.T) {
 	require.Len(t, a.Items, 2)
 	assert.Equal(t, hiddenName, a.Items[0].Name, "alice's job, to bob")
 	assert.Equal(t, bobWaits, a.Items[1].Name)
+	// Alice's waiting job's reason names the job in its way, alice's holder: to bob, hidden.
+	assert.Contains(t, get("alice", "priority=medium&limit=10&offset=0").Items[0].Reason, holder)
+	assert.NotContains(t, a.Items[0].Reason, holder, "bob does not learn the name of team-a's job from a reason")
+	assert.Contains(t, a.Items[0].Reason, hiddenName)
 
 	for query, field := range map[string]string{
 		"limit=10&offset=0":                                               "priority",

@@ -244,8 +244,12 @@ func (s *Server) dryRun(w http.ResponseWriter, r *http.Request, p Principal, che
 	if d.Idle {
 		out.Notes = append(out.Notes, "the allocation has no allocator yet: this is the answer of the empty allocation")
 	}
-	rd := s.redactor(p) // victims are named only to their own workspace
-	if err := rd.learn(ctx, out.Preempts); err != nil {
+	rd := s.redactor(p) // victims, and the jobs the reason names, are named only to their own workspace
+	learn := out.Preempts
+	if d.Waiting != nil {
+		learn = append(slices.Clone(learn), d.Waiting.WaitingFor...)
+	}
+	if err := rd.learn(ctx, learn); err != nil {
 		s.fail(w, r, err)
 		return
 	}

@@ -251,11 +251,11 @@ func TestExplainSaysAnUnknownStartDrains(t *testing.T) {
 	}
 }
 
-// A reservation's owner is told which running jobs it may not preempt hold its nodes, longest
-// expected first, with how long each has run against its limit: an overrunning job of its own
-// class on the only node that holds it is what a user waiting for weeks needs to see. A
-// lower-class job it will take back is not named. (A high request reserves with an unknown
-// start only once it starves.)
+// A reservation's owner is told which running jobs it may not preempt leave it no room on its
+// nodes, longest expected first, with how long each has run against its limit: an overrunning
+// job of its own class on the only node that holds it is what a user waiting for weeks needs to
+// see. A lower-class job it (starving) may preempt is not named. (A high request reserves with
+// an unknown start only once it starves.)
 func TestExplainNamesTheJobsAReservationWaitsFor(t *testing.T) {
 	p := mustPool(t, nodesOf("n", "a", 1, 8, 0, 0), Policy{ReserveAfter: 30 * time.Minute, Backfill: true, StarvationAfter: 2 * time.Hour})
 	for _, r := range []Request{
@@ -278,9 +278,9 @@ func TestExplainNamesTheJobsAReservationWaitsFor(t *testing.T) {
 	if !ok || !slices.Equal(wi.Reserved, []string{"n-1"}) {
 		t.Fatalf("want n-1 reserved for big, got %+v", wi)
 	}
-	want := "it may not preempt the jobs there, and waits for them to end: nb (high notebook, running 10h, no time limit), " +
-		"over-a (high, running 10h, past its estimate of 1h), over-b (high, running 10h, past its estimate of 1h), " +
-		"within (high, running 10h, time limit 20h)"
+	want := "; the jobs there that it may not preempt and that leave it no room are nb (high notebook, running 10h, no time limit), " +
+		"over-a (high, running 10h, past its estimate of 1h), over-b (high, running 10h, past its estimate of 1h) " +
+		"and within (high, running 10h, time limit 20h)"
 	if !strings.HasSuffix(wi.Reason, want) {
 		t.Fatalf("want the reason to end %q, got %q", want, wi.Reason)
 	}

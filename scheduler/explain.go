@@ -114,8 +114,8 @@ type explainer struct {
 	planTaken  map[*runJob]*waitReq // stopping victims whose capacity a better request takes over
 	needs      map[int32]string     // needText per shape
 	lost       map[int32]lostFit
-	blocked    map[int]leastBlocked // per shapeClass
-	stuck      [3][]resources       // per class (stuckFor)
+	blocked    map[int]leastBlocked // per leastBlocked key
+	held       map[int][]resources  // per leastBlocked key (heldBy)
 }
 
 // lostFit is Pool.lostFit for one shape.
@@ -126,7 +126,7 @@ type lostFit struct {
 
 func (p *Pool) newExplainer(pl *plan) *explainer {
 	ex := &explainer{p: p, pl: pl, holders: map[int32][]*runJob{}, planVictim: map[*runJob]*waitReq{}, planTaken: map[*runJob]*waitReq{},
-		needs: map[int32]string{}, lost: map[int32]lostFit{}, blocked: map[int]leastBlocked{}}
+		needs: map[int32]string{}, lost: map[int32]lostFit{}, blocked: map[int]leastBlocked{}, held: map[int][]resources{}}
 	for _, t := range pl.takeovers {
 		if t.v != nil {
 			ex.planTaken[t.v] = t.by
@@ -359,54 +359,93 @@ func (ex *explainer) explainReserving(wi *WaitingInfo, o *planOut, need, behind 
 	}
 	wi.Reason = fmt.Sprintf("waiting for %s; it has been the first %s-priority request for %s (reserve_after %s), so %s %s reserved for it: %s",
 		need, wi.Class, since.Round(time.Second), p.policy.ReserveAfter, plural(len(names), "node", "nodes")+" "+listText(names), plural(len(names), "is", "are"), rule)
-	if blockers := p.blockers(o.nodes, wi.Class); len(blockers) > 0 {
-		wi.Reason += fmt.Sprintf("; it may not preempt %s there, and waits for %s to end: %s",
-			plural(len(blockers), "the job", "the jobs"), plural(len(blockers), "it", "them"), p.blockersText(wi, blockers))
+	w := p.waitIdx[wi.Job]
+	in := p.inTheWay(wi.Class, p.starvingHead(w), o.nodes)
+	if blockers := p.blockers(o.nodes, p.shapes[w.shape].need, in); len(blockers) > 0 {
+		wi.Reason += "; the jobs there that it may not preempt and that leave it no room are " + p.blockersText(wi, blockers)
 	}
 	if behind != "" {
 		wi.Reason = behind + "; " + wi.Reason
 	}
 }
 
-// blockersText names the first blockers with how long each has run (blockerText), and adds
-// them to wi.WaitingFor.
+// blockersText names the first blockers with how long each has run (blockerText), "a (…), b
+// (…) and c (…)" or "… and 3 more", and adds them to wi.WaitingFor.
 func (p *Pool) blockersText(wi *WaitingInfo, blockers []*runJob) string {
-	texts := make([]string, 0, min(len(blockers), 4))
-	for _, rj := range blockers[:min(len(blockers), 4)] {
-		texts = append(texts, p.blockerText(rj))
+	shown := blockers[:min(len(blockers), 4)]
+	texts := make([]string, len(shown))
+	for k, rj := range shown {
+		texts[k] = p.blockerText(rj)
 		wi.WaitingFor = append(wi.WaitingFor, rj.r.Job)
 	}
-	if len(blockers) > 4 {
-		texts = append(texts, fmt.Sprintf("%d more", len(blockers)-4))
-	}
 	slices.Sort(wi.WaitingFor)
-	return strings.Join(texts, ", ")
+	if more := len(blockers) - len(shown); more > 0 {
+		return fmt.Sprintf("%s and %d more", strings.Join(texts, ", "), more)
+	}
+	if len(texts) == 1 {
+		return texts[0]
+	}
+	return strings.Join(texts[:len(texts)-1], ", ") + " and " + texts[len(texts)-1]
 }
 
-// leastBlocked is, for a waiting request of shape sh and class c, the nodes where it fits with
-// the fewest GPUs (then CPU, then RAM) held by jobs it may never preempt, as many as it has
-// workers (config order breaks ties), and those jobs there (blockers); nothing if too few nodes
-// hold a worker even when empty. It depends on the shape and class alone, so the explainer keeps
-// it per pair: a view explains thousands of requests of a few shapes.
-func (ex *explainer) leastBlocked(sh int32, c Class) leastBlocked {
-	key := shapeClass(sh, c)
+// starvingHead reports whether w is the first waiting request of its class and starving (see
+// Starvation in the package doc).
+func (p *Pool) starvingHead(w *waitReq) bool {
+	i := p.firstOf(w.r.Class)
+	return i >= 0 && p.waiting[i] == w && p.starving(p.lastNow, w)
+}
+
+// inTheWay is whether a request of class c (starving: see starvingHead), owner of a reservation
+// on ownNodes (nil: none), may not preempt rj now, by the same rule as the pass (preemptible):
+// its own or a higher class, a notebook, at MaxPreemptions, protected by MaxLossGPUHours or
+// MinRuntimeBeforePreemption. A releasing job is not in the way (it is going), nor is a loan on
+// the owner's nodes (the owner takes it back: see Loans).
+func (p *Pool) inTheWay(c Class, starving bool, ownNodes []int32) func(*runJob) bool {
+	sc := &scratch{walkerState: walkerState{starving: starving, ownerNodes: ownNodes}}
+	return func(rj *runJob) bool {
+		if rj.releasing || rj.onLoan && len(ownNodes) > 0 {
+			return false
+		}
+		return !p.preemptible(rj, c, p.lastNow, sc)
+	}
+}
+
+// leastBlocked is, for a waiting request of shape sh (an elastic gang: at its least size) and
+// class c, the nodes where what the jobs it may not preempt hold (inTheWay) leaves a worker the
+// least short, as many as it has workers (config order breaks ties), and those jobs there that
+// leave a worker no room (blockers), in the words of leastBlockedText; nothing if too few nodes
+// hold a worker even when empty, if those jobs leave every chosen node room for a worker (then
+// they are not what it waits for), or for a gang bound to one topology domain. It depends on the
+// shape, the class and whether the request starves, so the explainer keeps it per triple: a
+// view explains thousands of requests of a few shapes.
+func (ex *explainer) leastBlocked(sh int32, c Class, starving bool) leastBlocked {
+	key := 2*shapeClass(sh, c) + boolInt(starving)
 	if lb, ok := ex.blocked[key]; ok {
 		return lb
 	}
 	p, shp := ex.p, &ex.p.shapes[sh]
-	stuck := ex.stuckFor(c)
+	if shp.least >= 0 {
+		shp = &p.shapes[shp.least]
+	}
+	var lb leastBlocked
+	if shp.required {
+		ex.blocked[key] = lb
+		return lb
+	}
+	in := p.inTheWay(c, starving, nil)
+	held := ex.heldBy(key, in)
+	short := func(n int32) resources { // what a worker lacks on n once everything else has gone
+		return shp.need.sub(capacityOf(&p.nodes[n].Node).sub(held[n])).nonNegative()
+	}
 	less := func(a, b int32) bool {
-		if x, y := stuck[a], stuck[b]; x != y {
+		if x, y := short(a), short(b); x != y {
 			return x.gpu < y.gpu || x.gpu == y.gpu && (x.cpu < y.cpu || x.cpu == y.cpu && x.ram < y.ram)
 		}
 		return a < b
 	}
-	best := make([]int32, 0, shp.workers) // the least blocked so far, in less order
+	best := make([]int32, 0, shp.workers) // the least short so far, in less order
 	for _, n := range p.placeable(shp) {
-		if !shp.need.lessEqual(capacityOf(&p.nodes[n].Node)) {
-			continue
-		}
-		if len(best) == shp.workers && !less(n, best[len(best)-1]) {
+		if !shp.need.lessEqual(capacityOf(&p.nodes[n].Node)) || len(best) == shp.workers && !less(n, best[len(best)-1]) {
 			continue
 		}
 		k := len(best)
@@ -418,16 +457,17 @@ func (ex *explainer) leastBlocked(sh int32, c Class) leastBlocked {
 		}
 		best[k] = n
 	}
-	var lb leastBlocked
 	if len(best) == shp.workers {
 		slices.Sort(best)
-		if blockers := p.blockers(best, c); len(blockers) > 0 {
-			names := make([]string, len(best))
-			for k, n := range best {
-				names[k] = p.nodes[n].Name
+		if blockers := p.blockers(best, shp.need, in); len(blockers) > 0 {
+			var names []string
+			for _, n := range best {
+				if short(n) != (resources{}) {
+					names = append(names, p.nodes[n].Name)
+				}
 			}
 			var named WaitingInfo
-			lb.text = fmt.Sprintf("; on %s, where the fewest jobs it may not preempt stand in its way, it waits for %s to end",
+			lb.text = fmt.Sprintf("; on %s, where jobs it may not preempt leave it the least short, they are %s",
 				listText(names), p.blockersText(&named, blockers))
 			lb.jobs = named.WaitingFor
 		}
@@ -436,21 +476,22 @@ func (ex *explainer) leastBlocked(sh int32, c Class) leastBlocked {
 	return lb
 }
 
-// stuckFor is, per node, what the jobs there that a request of class c may never preempt hold
-// (see blockers), computed once per class.
-func (ex *explainer) stuckFor(c Class) []resources {
-	if ex.stuck[c] == nil {
-		p := ex.p
-		ex.stuck[c] = make([]resources, len(p.nodes))
-		for n := range p.nodes {
-			for _, nj := range p.nodes[n].jobs {
-				if !nj.rj.releasing && !p.overrunTakeable(nj.rj, c) {
-					ex.stuck[c][n] = ex.stuck[c][n].add(demandOf(&nj.rj.r.Demand))
-				}
+// heldBy is, per node, what the jobs in the way (in) hold there, kept per leastBlocked key.
+func (ex *explainer) heldBy(key int, in func(*runJob) bool) []resources {
+	if h, ok := ex.held[key]; ok {
+		return h
+	}
+	p := ex.p
+	h := make([]resources, len(p.nodes))
+	for n := range p.nodes {
+		for _, nj := range p.nodes[n].jobs {
+			if in(nj.rj) {
+				h[n] = h[n].add(demandOf(&nj.rj.r.Demand))
 			}
 		}
 	}
-	return ex.stuck[c]
+	ex.held[key] = h
+	return h
 }
 
 // leastBlocked is what explainer.leastBlocked finds, as leastBlockedText says it: the text and
@@ -460,28 +501,39 @@ type leastBlocked struct {
 	jobs []string
 }
 
-// blockers are the jobs running on nodes (a reservation's) that a request of class c may never
-// preempt (of its own or a higher class, notebooks, jobs at MaxPreemptions): it waits for them
-// to end there, whatever it preempts. Those expected to end last come first (no known end: first
-// of all), then by job id.
-func (p *Pool) blockers(nodes []int32, c Class) []*runJob {
+// blockers are the jobs in the way (in) on those of nodes where what they hold leaves a worker
+// needing need no room even when everything else there has gone: it waits for some of them to
+// end. Those expected to end last come first (no known end, or past an estimate: first of all),
+// then by job id.
+func (p *Pool) blockers(nodes []int32, need resources, in func(*runJob) bool) []*runJob {
 	var out []*runJob
 	for _, n := range nodes {
+		var held resources
+		var here []*runJob
 		for _, nj := range p.nodes[n].jobs {
-			if rj := nj.rj; !rj.releasing && !p.overrunTakeable(rj, c) && !slices.Contains(out, rj) {
+			if in(nj.rj) {
+				held = held.add(demandOf(&nj.rj.r.Demand))
+				here = append(here, nj.rj)
+			}
+		}
+		if need.lessEqual(capacityOf(&p.nodes[n].Node).sub(held)) {
+			continue // (they leave it room: what it waits for there is others)
+		}
+		for _, rj := range here {
+			if !slices.Contains(out, rj) {
 				out = append(out, rj)
 			}
 		}
 	}
 	now := p.lastNow
+	end := func(rj *runJob) time.Time {
+		if outranItsEstimate(rj, now) {
+			return time.Time{}
+		}
+		return jobEnd(rj, now)
+	}
 	slices.SortFunc(out, func(a, b *runJob) int {
-		ea, eb := limitEnd(a, now), limitEnd(b, now)
-		if outranItsEstimate(a, now) {
-			ea = time.Time{}
-		}
-		if outranItsEstimate(b, now) {
-			eb = time.Time{}
-		}
+		ea, eb := end(a), end(b)
 		switch {
 		case ea.IsZero() != eb.IsZero():
 			return boolInt(eb.IsZero()) - boolInt(ea.IsZero())
@@ -493,8 +545,8 @@ func (p *Pool) blockers(nodes []int32, c Class) []*runJob {
 	return out
 }
 
-// blockerText says who a reservation's blocker is and how long it has run against its limit, e.g.
-// "a (high, running 279h12m, past its estimate of 11h0m)".
+// blockerText says who a job in the way is and how long it has run against its limit, e.g.
+// "a (high, running 279h12m, past its estimate of 11h11m)".
 func (p *Pool) blockerText(rj *runJob) string {
 	// (A pool rebuilt from the workflows' records has no time until its first pass.)
 	ran, known := p.lastNow.Sub(rj.startedAt), !p.lastNow.IsZero() && !p.lastNow.Before(rj.startedAt)
@@ -523,14 +575,16 @@ func (p *Pool) blockerText(rj *runJob) string {
 // the second.
 func minutesText(d time.Duration) string {
 	r := d.Round(time.Minute)
-	if r == 0 {
+	h, m := int64(r/time.Hour), int64(r%time.Hour/time.Minute)
+	switch {
+	case r == 0:
 		return d.Round(time.Second).String()
+	case h == 0:
+		return fmt.Sprintf("%dm", m)
+	case m == 0:
+		return fmt.Sprintf("%dh", h)
 	}
-	s := strings.TrimSuffix(r.String(), "0s")
-	if r >= time.Hour {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
+	return fmt.Sprintf("%dh%dm", h, m)
 }
 
 // explainNoFit explains a request that can neither start, nor wait for releasing capacity, nor
@@ -560,7 +614,7 @@ func (ex *explainer) explainNoFit(wi *WaitingInfo, i int, o *planOut, need, behi
 	}
 	why += ex.noPreemptionText(wi.Class)
 	if len(wi.WaitingFor) == 0 {
-		why += ex.leastBlockedText(wi, w.shape)
+		why += ex.leastBlockedText(wi, w)
 	}
 	if fm := &p.fams[sh.fam]; len(fm.live) < len(fm.nodes) { // some node of its family is lost
 		why = ex.withLostNodes(wi, w, why)
@@ -573,11 +627,11 @@ func (ex *explainer) explainNoFit(wi *WaitingInfo, i int, o *planOut, need, behi
 }
 
 // leastBlockedText says, for a request with no earlier request to wait for, which jobs it may
-// never preempt stand in its way on the nodes where the fewest do (leastBlocked), e.g. "; on n-3,
-// where the fewest jobs it may not preempt stand in its way, it waits for a (high, running 3h,
-// estimated 4h) to end", and adds them to wi.WaitingFor; nothing if none do.
-func (ex *explainer) leastBlockedText(wi *WaitingInfo, sh int32) string {
-	lb := ex.leastBlocked(sh, wi.Class)
+// not preempt leave it no room on the nodes where they leave it the least short (leastBlocked),
+// e.g. "; on n-3, where jobs it may not preempt leave it the least short, they are a (high,
+// running 3h, estimated 4h)", and adds them to wi.WaitingFor; nothing if none do.
+func (ex *explainer) leastBlockedText(wi *WaitingInfo, w *waitReq) string {
+	lb := ex.leastBlocked(w.shape, wi.Class, ex.p.starvingHead(w))
 	wi.WaitingFor = append(wi.WaitingFor, lb.jobs...)
 	return lb.text
 }
