@@ -115,7 +115,7 @@ type explainer struct {
 	needs      map[int32]string     // needText per shape
 	lost       map[int32]lostFit
 	blocked    map[int]leastBlocked // per leastBlocked key
-	held       map[int][]resources  // per leastBlocked key (heldBy)
+	held       map[int][]resources  // per class and starving (heldBy)
 }
 
 // lostFit is Pool.lostFit for one shape.
@@ -433,7 +433,7 @@ func (ex *explainer) leastBlocked(sh int32, c Class, starving bool) leastBlocked
 		return lb
 	}
 	in := p.inTheWay(c, starving, nil)
-	held := ex.heldBy(key, in)
+	held := ex.heldBy(2*int(c)+boolInt(starving), in)
 	short := func(n int32) resources { // what a worker lacks on n once everything else has gone
 		return shp.need.sub(capacityOf(&p.nodes[n].Node).sub(held[n])).nonNegative()
 	}
@@ -476,7 +476,8 @@ func (ex *explainer) leastBlocked(sh int32, c Class, starving bool) leastBlocked
 	return lb
 }
 
-// heldBy is, per node, what the jobs in the way (in) hold there, kept per leastBlocked key.
+// heldBy is, per node, what the jobs in the way (in) hold there, kept per class and starving
+// (key): the same for every shape.
 func (ex *explainer) heldBy(key int, in func(*runJob) bool) []resources {
 	if h, ok := ex.held[key]; ok {
 		return h
