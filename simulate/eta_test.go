@@ -268,3 +268,20 @@ func TestEstimateAccuracy(t *testing.T) {
 		t.Errorf("want %q in\n%s", want, b.String())
 	}
 }
+
+// TestReasonKeyGroupsOneCause: the reasons a wait is given at two moments, with its blockers'
+// run times in other units and one past its estimate by then, are one reason; another cause is
+// another.
+func TestReasonKeyGroupsOneCause(t *testing.T) {
+	a := "it has been the first high-priority request for 25h14m15s (reserve_after 30m0s), so node n-1 is reserved for it; " +
+		"the jobs there that it may not preempt and that leave it no room are j-7 (high, running 45m, estimated 11h11m)"
+	b := "it has been the first high-priority request for 446h12m20s (reserve_after 30m0s), so node n-1 is reserved for it; " +
+		"the jobs there that it may not preempt and that leave it no room are j-7 (high, running 279h, past its estimate of 11h11m)"
+	other := "not enough capacity is free or being released, and low-priority jobs do not preempt others"
+	if reasonKey(a) != reasonKey(b) {
+		t.Fatalf("one cause, two keys:\n%s\n%s", reasonKey(a), reasonKey(b))
+	}
+	if reasonKey(a) == reasonKey(other) {
+		t.Fatal("two causes, one key")
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/trainq/trainq/scheduler"
@@ -123,10 +124,18 @@ type watchRun struct {
 	holders map[int32]map[int32]bool // jobs seen on the nodes it fits on
 }
 
-// reasonKey groups reasons that differ only in their numbers (how long, how many ahead).
-var reasonDigits = regexp.MustCompile(`[0-9]+(\.[0-9]+)?`)
+// reasonKey groups reasons that differ only in their numbers (how long, how many ahead): a
+// duration in any unit ("446h12m20s", "11h", "45m") is one number, and "past its estimate" or
+// not is the same reason at another moment.
+var (
+	reasonDurations = regexp.MustCompile(`\b([0-9]+(\.[0-9]+)?(h|ms|m|s))+\b`)
+	reasonDigits    = regexp.MustCompile(`[0-9]+(\.[0-9]+)?`)
+	reasonEstimate  = strings.NewReplacer("past its estimate of", "estimated")
+)
 
-func reasonKey(r string) string { return reasonDigits.ReplaceAllString(r, "N") }
+func reasonKey(r string) string {
+	return reasonDigits.ReplaceAllString(reasonDurations.ReplaceAllString(reasonEstimate.Replace(r), "D"), "N")
+}
 
 // newWatchRun plans the samples of r at the moments of the jobs' waits in the plain run s.
 func newWatchRun(s, r *sim, jobs []int32) *watchRun {
