@@ -350,7 +350,10 @@
 // most StarvationAfter, plus the time the jobs of its own or a higher class and the notebooks
 // running on the nodes it reserves when it starves take to end (a loan there: at most its
 // RunLimit), plus its victims' stop: nothing starts on those nodes meanwhile that could keep it
-// waiting longer. Without Backfill only the lower classes are bound; requests of higher classes
+// waiting longer, except a starving request of a higher class (a lower class's reservation holds
+// nothing from it), whose run there it then waits for too. trainq simulate checks this bound
+// for every request that starves (its report's starvation bound line). Without Backfill only the
+// lower classes are bound; requests of higher classes
 // ahead of it may keep taking what frees. Only the first request of each class starves, so at most one per class
 // at a time overrides the limits. The clock starts again when another request goes first (a
 // preempted job of the class returns to the front). NextWake includes the moment the first

@@ -226,6 +226,20 @@ type head struct {
 	nodes []int32 // reserved for it by the last pass
 }
 
+// Head is the first waiting request of class c as the last pass saw it, since when it has been
+// first (the clock of ReserveAfter and StarvationAfter), and the nodes that pass reserved for it
+// (none: it reserved nothing); ok is false if no request of c waited then.
+func (p *Pool) Head(c Class) (job string, since time.Time, reserved []string, ok bool) {
+	h := &p.heads[c]
+	if h.job == "" {
+		return "", time.Time{}, nil, false
+	}
+	for _, n := range h.nodes {
+		reserved = append(reserved, p.nodes[n].Name)
+	}
+	return h.job, h.since, reserved, true
+}
+
 // NewPool validates nodes (unique non-empty names, family, GPUs>=0) and policy.
 func NewPool(nodes []Node, policy Policy) (*Pool, error) {
 	switch policy.Queueing {

@@ -84,9 +84,11 @@ type Result struct {
 	// Loans counts the attempts started on loan on a reservation's capacity; Yields those that
 	// ran past their RunLimit there and gave it back, throwing away YieldLostGPUHours of work
 	// (counted in the rows' preemptions and lost GPU-hours too).
-	Loans             int     `json:"loans"`
-	Yields            int     `json:"yields"`
-	YieldLostGPUHours float64 `json:"yield_lost_gpu_hours"`
+	// Starvation is the check of the starvation bound (with backfill and starvation_after).
+	Starvation        *StarvationBound `json:"starvation_bound,omitempty"`
+	Loans             int              `json:"loans"`
+	Yields            int              `json:"yields"`
+	YieldLostGPUHours float64          `json:"yield_lost_gpu_hours"`
 	// Moves counts the jobs moved out of a topology domain for a gang that requires one
 	// (scheduler.Preemption.Move), throwing away MoveLostGPUHours of work (none when they honour
 	// their notice).
@@ -236,6 +238,10 @@ func (s *sim) result(first time.Duration) *Result {
 	res.Schedule = timing(s.schedTimes)
 	res.PreemptorWait = waitsOf(s.preemptorWaits)
 	res.Loans, res.Yields, res.YieldLostGPUHours = s.loans, s.yields, s.yieldLost/3600
+	if sp := s.pol.Scheduler; sp.Backfill && sp.StarvationAfter > 0 {
+		b := s.bound
+		res.Starvation = &b
+	}
 	res.Moves, res.MoveLostGPUHours = s.moves, s.moveLost/3600
 	res.Gangs = s.gangStats()
 	if s.pol.Scheduler.PreemptionNotice > 0 {
@@ -383,6 +389,17 @@ func WriteMarkdown(w io.Writer, rs []*Result) {
 		if r.Moves > 0 {
 			fmt.Fprintf(w, "Moves: %d jobs moved out of a topology domain for gangs that require one, losing %.1f GPU-h (in the preemptions and lost GPU-h above).\n",
 				r.Moves, r.MoveLostGPUHours)
+		}
+		if b := r.Starvation; b != nil && b.Starved > 0 {
+			fmt.Fprintf(w, "Starvation bound (scheduler/doc.go, Starvation): %d requests starved as first of their class; %d started within the bound, %d after it",
+				b.Starved, b.Held, b.Broken)
+			if b.Broken > 0 {
+				fmt.Fprintf(w, " (the worst %s late)", time.Duration(b.WorstExcess).Round(time.Second))
+			}
+			if b.Unchecked > 0 {
+				fmt.Fprintf(w, "; %d reserved nothing when they starved", b.Unchecked)
+			}
+			fmt.Fprintln(w, ".")
 		}
 		if r.Loans > 0 {
 			fmt.Fprintf(w, "Loans: %d attempts started on a reservation's capacity by their run limits; %d ran past them and yielded, losing %.1f GPU-h (in the preemptions and lost GPU-h above).\n",

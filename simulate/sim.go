@@ -300,6 +300,9 @@ type sim struct {
 	eta       *etaRun         // nil: not measuring expected starts
 	watch     *watchRun       // nil: not sampling longest waiters' reasons
 	firstPlan *sim            // the plain run this one replays (nil: none)
+
+	bound StarvationBound          // the starvation bound's check (checkStarving)
+	marks map[int32]starvationMark // the bounds of starving heads' attempts, by job
 }
 
 // checkpointer is the pool's optional checkpoint report (see Pool.Checkpointed).
@@ -552,6 +555,7 @@ func (s *sim) schedule() error {
 		}
 	}
 	s.teams.checkCaps(s)
+	s.checkStarving()
 	return nil
 }
 
@@ -583,6 +587,7 @@ func (s *sim) start(g scheduler.Grant) error {
 	if st.attempt == 1 && j.Workers > 1 {
 		st.firstNodes = slices.Clone(st.nodes)
 	}
+	s.boundAtStart(i)
 	s.held += j.GPUs()
 	if g.OnLoan {
 		s.loans++
