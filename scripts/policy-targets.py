@@ -130,10 +130,14 @@ def simulate(args, pods, n, est):
 def figures(res, t1_stat):
     rows = rows_of(res)
     stat = "max" if t1_stat == "wait_max" else "p99"
-    return "high/medium/low %s %s, 4+ p95 %.1fh, high p95 %.2fh, lost %.2f%%, loans %s, yields %s" % (
+    text = "high/medium/low %s %s, 4+ p95 %.1fh, high p95 %.2fh, lost %.2f%%, loans %s, yields %s" % (
         stat, "/".join("%.1fh" % hours(rows.get(c, {}).get(t1_stat, 0)) for c in ("high", "medium", "low")),
         hours(rows.get("4+ GPUs", {}).get("wait_p95", 0)), hours(rows.get("high", {}).get("wait_p95", 0)),
         rows["all"]["lost_pct"], res.get("loans"), res.get("yields"))
+    if b := res.get("starvation_bound"):
+        # The bound the scheduler's doc states, checked per starving request (T1 as restated).
+        text += ", starved %d (%d within the bound, %d after)" % (b.get("starved", 0), b.get("held", 0), b.get("broken", 0))
+    return text
 
 
 if __name__ == "__main__":
