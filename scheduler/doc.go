@@ -351,8 +351,12 @@
 // running on the nodes it reserves when it starves take to end (a loan there: at most its
 // RunLimit), plus its victims' stop: nothing starts on those nodes meanwhile that could keep it
 // waiting longer, except a starving request of a higher class (a lower class's reservation holds
-// nothing from it), whose run there it then waits for too. trainq simulate checks this bound
-// for every request that starves (its report's starvation bound line). Without Backfill only the
+// nothing from it), whose run there it then waits for too; and capacity there already being freed
+// for a request of its own or a higher class (it may not take that over) goes to that request,
+// whose run it waits for too; and a job that starts there on loan meanwhile, by a RunLimit ending
+// by the start the reservation has by the RunLimits of the jobs there (which may end before
+// them), is not taken back inside its RunLimit, so it waits for that loan too. trainq simulate
+// checks this bound for every request that starves (its report's starvation bound line). Without Backfill only the
 // lower classes are bound; requests of higher classes
 // ahead of it may keep taking what frees. Only the first request of each class starves, so at most one per class
 // at a time overrides the limits. The clock starts again when another request goes first (a

@@ -10,36 +10,61 @@ import (
 // StarvationBound checks, for a policy with backfill and starvation_after, the bound the
 // scheduler's package doc states (Starvation): a request that starves as the first of its class
 // starts at the latest when the jobs it may not preempt on the nodes it reserves then have ended
-// (by their true runtimes: loans ending sooner by their limits are counted at their true end,
-// which only widens the bound), plus its victims' stop (the stop delay, after any notice) and a
-// minute for the pass that notices. A request that stops being first restarts its clock, and its
-// bound with it.
+// (by their true runtimes: a loan is counted at its true end, not its limit, which only widens
+// the bound), and a job there already stopping for a request of its own or a higher class has
+// been followed by that request's run, plus its victims' stop (the stop delay, after any notice)
+// and a minute for the pass that notices; a starving request of a higher class that starts on
+// those nodes first adds its run. One that reserves nothing when it starves (it preempts, or
+// holds capacity being freed for it) gets its victims' stop and the minute. A request that stops
+// being first before it starts restarts its clock, and its bound with it.
 type StarvationBound struct {
-	Starved int `json:"starved"` // requests that starved as first of their class
-	// Held started within their bound; Broken after it, the worst by WorstExcess; Unchecked
-	// reserved no node when they starved (nothing to bound).
+	// Starved counts the times a request starved as first of its class (a request that lost
+	// first place and starved again counts again). Of those, Held started within their bound,
+	// Broken after it (the worst by WorstExcess), and Displaced stopped being first before they
+	// started (its clock restarted).
+	Starved     int     `json:"starved"`
 	Held        int     `json:"held"`
 	Broken      int     `json:"broken"`
 	WorstExcess Seconds `json:"worst_excess,omitempty"`
-	Unchecked   int     `json:"unchecked,omitempty"`
+	Displaced   int     `json:"displaced,omitempty"`
 }
 
-// starvationMark is the bound of a starving head's attempt.
+// starvationMark is the bound of a starving head.
 type starvationMark struct {
-	attempt int
-	class   scheduler.Class
-	by      time.Duration
-	nodes   []string // reserved when it starved
+	class scheduler.Class
+	by    time.Duration
+	nodes []string // reserved when it starved
 }
 
 // boundSlack is the pass that notices the capacity free, beyond the stop delay.
 const boundSlack = time.Minute
 
-// checkStarving, after a pass, marks the bound of each class's head when it has just starved,
-// and forgets the marks of requests no longer first of their class.
-func (s *sim) checkStarving() {
+// boundChecked reports whether the policy has the bound to check.
+func (s *sim) boundChecked() bool {
 	sp := s.pol.Scheduler
-	if !sp.Backfill || sp.StarvationAfter <= 0 {
+	return sp.Backfill && sp.StarvationAfter > 0
+}
+
+// starvingBefore notes, before a pass, the heads that starve in it (they were first of their
+// class for starvation_after by now): one the pass starts has starved and is judged at its start
+// (boundAtStart), although it is first no more after the pass.
+func (s *sim) starvingBefore() {
+	s.passStarving = s.passStarving[:0]
+	if !s.boundChecked() {
+		return
+	}
+	for _, c := range []scheduler.Class{scheduler.High, scheduler.Medium} {
+		if job, since, _, ok := s.pool.Head(c); ok && Epoch.Add(s.now).Sub(since) >= s.pol.Scheduler.StarvationAfter {
+			s.passStarving = append(s.passStarving, s.idx[job])
+		}
+	}
+}
+
+// checkStarving, after a pass (and its starts), marks the bound of each class's head when it
+// has just starved, and forgets, as displaced, the marks of requests no longer first of their
+// class.
+func (s *sim) checkStarving() {
+	if !s.boundChecked() {
 		return
 	}
 	if s.marks == nil {
@@ -50,39 +75,42 @@ func (s *sim) checkStarving() {
 		for i, m := range s.marks {
 			if m.class == c && (!ok || s.w.Jobs[i].ID != job) {
 				delete(s.marks, i)
+				s.bound.Displaced++
 			}
 		}
-		if !ok || Epoch.Add(s.now).Sub(since) < sp.StarvationAfter {
+		if !ok || Epoch.Add(s.now).Sub(since) < s.pol.Scheduler.StarvationAfter {
 			continue
 		}
 		i := s.idx[job]
-		if m, marked := s.marks[i]; marked && m.attempt == s.jobs[i].attempt {
+		if _, marked := s.marks[i]; marked {
 			continue
 		}
 		s.bound.Starved++
-		if len(reserved) == 0 {
-			s.bound.Unchecked++
-			s.marks[i] = starvationMark{attempt: s.jobs[i].attempt, class: c, by: -1}
-			continue
-		}
-		s.marks[i] = starvationMark{attempt: s.jobs[i].attempt, class: c, by: s.now + s.blockersLeft(c, reserved) + s.victimStop() + boundSlack, nodes: reserved}
+		s.marks[i] = starvationMark{class: c, by: s.now + s.blockersLeft(c, reserved) + s.victimStop() + boundSlack, nodes: reserved}
 	}
 }
 
-// blockersLeft is how long the running jobs on nodes that a starving request of class c may not
-// preempt (its own or a higher class, notebooks, preempted more than MaxPreemptions times) have
-// left to run.
+// blockersLeft is how long what a starving request of class c waits for on nodes has left: the
+// running jobs there it may not preempt (its own or a higher class, notebooks, preempted more
+// than MaxPreemptions times) until they end, and a job there stopping for a request of its own or
+// a higher class (whose capacity it may not take over) until that request has run too.
 func (s *sim) blockersLeft(c scheduler.Class, nodes []string) time.Duration {
 	var left time.Duration
 	maxP := s.pol.Scheduler.MaxPreemptionsInEffect()
 	for k := range s.jobs {
 		st := &s.jobs[k]
-		if st.phase != phRunning || !overlaps(st.nodes, nodes) {
+		if !overlaps(st.nodes, nodes) {
 			continue
 		}
-		j := &s.w.Jobs[k]
-		if s.class(int32(k)) >= c || j.Kind == scheduler.KindNotebook || maxP >= 0 && st.preempted > maxP {
-			left = max(left, st.startedAt+st.remaining-s.now)
+		switch st.phase {
+		case phRunning:
+			if s.class(int32(k)) >= c || s.w.Jobs[k].Kind == scheduler.KindNotebook || maxP >= 0 && st.preempted > maxP {
+				left = max(left, st.startedAt+st.remaining-s.now)
+			}
+		case phNotice, phStopping:
+			if by := st.preemptedBy; s.class(by) >= c && s.jobs[by].phase == phWaiting {
+				left = max(left, s.victimStop()+s.jobs[by].remaining)
+			}
 		}
 	}
 	return left
@@ -93,29 +121,47 @@ func (s *sim) victimStop() time.Duration {
 	return max(0, s.pol.Scheduler.PreemptionNotice) + s.opt.StopDelay
 }
 
-// boundAtStart judges a start against the bound of job i's attempt, if it starved as a head. A
-// starving head of a higher class may take a lower one's reserved nodes first (a lower class's
-// reservation holds nothing from it): the lower one's bound then waits for its run too.
-func (s *sim) boundAtStart(i int32) {
-	m, ok := s.marks[i]
-	if !ok {
-		return
-	}
+// boundAtStart judges the start of job i against its bound, if it starved as a head, and moves
+// the bounds its start may push back, of the starving heads whose reserved nodes it starts on
+// (unless they are late already):
+//   - a starving head of a higher class may take a lower one's nodes first (a lower class's
+//     reservation holds nothing from it): the lower one waits for its run;
+//   - a job that starts there on loan (its time limit ends it by the start the reservation had
+//     by the time limits of the jobs there, which may be later than their true ends) is never
+//     taken back inside its limit: the head waits until it ends, or its limit passes and it
+//     yields.
+func (s *sim) boundAtStart(i int32, onLoan bool) {
+	m, marked := s.marks[i]
+	starving := marked || slices.Contains(s.passStarving, i)
 	delete(s.marks, i)
-	if m.attempt != s.jobs[i].attempt || m.by < 0 {
-		return
-	}
 	st := &s.jobs[i]
+	c := s.class(i)
+	var until time.Duration // how long the start may keep a head waiting
+	switch {
+	case onLoan:
+		until = st.remaining
+		if rl := s.runLimit(i); rl < until {
+			until = rl + s.victimStop()
+		}
+	case starving:
+		until = st.remaining
+	}
 	for k, o := range s.marks {
-		if o.class < m.class && o.by >= 0 && slices.ContainsFunc(st.nodes, func(n string) bool { return slices.Contains(o.nodes, n) }) {
-			o.by = max(o.by, s.now+st.remaining+s.victimStop()+boundSlack)
+		if until > 0 && (onLoan || o.class < c) && s.now <= o.by && slices.ContainsFunc(st.nodes, func(n string) bool { return slices.Contains(o.nodes, n) }) {
+			o.by = max(o.by, s.now+until+s.victimStop()+boundSlack)
 			s.marks[k] = o
 		}
 	}
-	if s.now <= m.by {
-		s.bound.Held++
+	switch {
+	case !starving:
 		return
+	case !marked: // it starved in the pass that starts it
+		s.bound.Starved++
+		s.bound.Held++
+	case s.now <= m.by:
+		s.bound.Held++
+	default:
+		s.bound.Broken++
+		s.bound.WorstExcess = max(s.bound.WorstExcess, Seconds(s.now-m.by))
 	}
-	s.bound.Broken++
-	s.bound.WorstExcess = max(s.bound.WorstExcess, Seconds(s.now-m.by))
 }

@@ -391,13 +391,13 @@ func WriteMarkdown(w io.Writer, rs []*Result) {
 				r.Moves, r.MoveLostGPUHours)
 		}
 		if b := r.Starvation; b != nil && b.Starved > 0 {
-			fmt.Fprintf(w, "Starvation bound (scheduler/doc.go, Starvation): %d requests starved as first of their class; %d started within the bound, %d after it",
+			fmt.Fprintf(w, "Starvation bound (scheduler/doc.go, Starvation): requests starved as first of their class %d times; %d started within the bound, %d after it",
 				b.Starved, b.Held, b.Broken)
 			if b.Broken > 0 {
 				fmt.Fprintf(w, " (the worst %s late)", time.Duration(b.WorstExcess).Round(time.Second))
 			}
-			if b.Unchecked > 0 {
-				fmt.Fprintf(w, "; %d reserved nothing when they starved", b.Unchecked)
+			if b.Displaced > 0 {
+				fmt.Fprintf(w, "; %d stopped being first before they started (their clocks restarted)", b.Displaced)
 			}
 			fmt.Fprintln(w, ".")
 		}

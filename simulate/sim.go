@@ -232,9 +232,11 @@ type jobState struct {
 	preempted int
 	yields    int  // of its preemptions, loans it gave back (scheduler.Preemption.Loan): no retry spent
 	yielding  bool // the preempted attempt yields a loan
-	moving    bool // the preempted attempt is moved out of a domain for a gang
-	stopped   int  // workers of the preempted attempt that have stopped
-	nodes     []string
+	// preemptedBy is the request it was last preempted for (set with phNotice).
+	preemptedBy int32
+	moving      bool // the preempted attempt is moved out of a domain for a gang
+	stopped     int  // workers of the preempted attempt that have stopped
+	nodes       []string
 	// firstNodes are where the first attempt ran (GangStats).
 	firstNodes []string
 	lost       float64 // GPU-seconds of work thrown away
@@ -301,8 +303,9 @@ type sim struct {
 	watch     *watchRun       // nil: not sampling longest waiters' reasons
 	firstPlan *sim            // the plain run this one replays (nil: none)
 
-	bound StarvationBound          // the starvation bound's check (checkStarving)
-	marks map[int32]starvationMark // the bounds of starving heads' attempts, by job
+	bound        StarvationBound          // the starvation bound's check (checkStarving)
+	marks        map[int32]starvationMark // the bounds of starving heads, by job
+	passStarving []int32                  // the heads that starve in the current pass
 }
 
 // checkpointer is the pool's optional checkpoint report (see Pool.Checkpointed).
@@ -533,6 +536,7 @@ func (s *sim) request(i int32) scheduler.Request {
 }
 
 func (s *sim) schedule() error {
+	s.starvingBefore()
 	start := s.opt.Clock()
 	d := s.pool.Schedule(Epoch.Add(s.now))
 	s.schedTimes = append(s.schedTimes, s.opt.Clock().Sub(start))
@@ -587,7 +591,7 @@ func (s *sim) start(g scheduler.Grant) error {
 	if st.attempt == 1 && j.Workers > 1 {
 		st.firstNodes = slices.Clone(st.nodes)
 	}
-	s.boundAtStart(i)
+	s.boundAtStart(i, g.OnLoan)
 	s.held += j.GPUs()
 	if g.OnLoan {
 		s.loans++
@@ -633,7 +637,7 @@ func (s *sim) preempt(p scheduler.Preemption) error {
 	if p.Move {
 		s.moves++
 	}
-	st.yielding, st.moving = p.Loan, p.Move
+	st.yielding, st.moving, st.preemptedBy = p.Loan, p.Move, pi
 	st.phase, st.noticeAt = phNotice, s.now
 	s.teams.releasing += s.w.Jobs[vi].GPUs()
 	s.preempts = append(s.preempts, preemptRec{victim: vi, nodes: slices.Clone(st.nodes), at: s.now})
