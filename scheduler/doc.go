@@ -355,8 +355,13 @@
 // for a request of its own or a higher class (it may not take that over) goes to that request,
 // whose run it waits for too; and a job that starts there on loan meanwhile, by a RunLimit ending
 // by the start the reservation has by the RunLimits of the jobs there (which may end before
-// them), is not taken back inside its RunLimit, so it waits for that loan too. trainq simulate
-// checks this bound for every request that starves (its report's starvation bound line). Without Backfill only the
+// them), is not taken back inside its RunLimit, so it waits for that loan too. The bound is for
+// the nodes it reserves when it starves: each pass reserves anew where it will fit soonest by the
+// RunLimits, so a request that moves to nodes where estimates that prove wrong promised an
+// earlier start may wait longer. trainq simulate checks this bound for every request that
+// starves (its report's starvation bound line: on multigpu50 at 13 nodes with learned estimates
+// and starvation_after 24h, two of eleven started after it, by up to 136 h, both after such a
+// move). Without Backfill only the
 // lower classes are bound; requests of higher classes
 // ahead of it may keep taking what frees. Only the first request of each class starves, so at most one per class
 // at a time overrides the limits. The clock starts again when another request goes first (a

@@ -14,18 +14,21 @@ import (
 // the bound), and a job there already stopping for a request of its own or a higher class has
 // been followed by that request's run, plus its victims' stop (the stop delay, after any notice)
 // and a minute for the pass that notices; a starving request of a higher class that starts on
-// those nodes first adds its run. One that reserves nothing when it starves (it preempts, or
-// holds capacity being freed for it) gets its victims' stop and the minute. A request that stops
-// being first before it starts restarts its clock, and its bound with it.
+// those nodes first adds its run. One that reserves nothing when it starves has no bound in the
+// doc (it preempts, holds capacity being freed for it, or finds the nodes it needs reserved by a
+// starving request of a higher class): it is counted apart. A request that stops being first
+// before it starts restarts its clock, and its bound with it.
 type StarvationBound struct {
 	// Starved counts the times a request starved as first of its class (a request that lost
 	// first place and starved again counts again). Of those, Held started within their bound,
-	// Broken after it (the worst by WorstExcess), and Displaced stopped being first before they
-	// started (its clock restarted).
+	// Broken after it (the worst by WorstExcess), Unchecked reserved nothing when they starved
+	// (no bound to judge), and Displaced stopped being first before they started (its clock
+	// restarted).
 	Starved     int     `json:"starved"`
 	Held        int     `json:"held"`
 	Broken      int     `json:"broken"`
 	WorstExcess Seconds `json:"worst_excess,omitempty"`
+	Unchecked   int     `json:"unchecked,omitempty"`
 	Displaced   int     `json:"displaced,omitempty"`
 }
 
@@ -86,7 +89,11 @@ func (s *sim) checkStarving() {
 			continue
 		}
 		s.bound.Starved++
-		s.marks[i] = starvationMark{class: c, by: s.now + s.blockersLeft(c, reserved) + s.victimStop() + boundSlack, nodes: reserved}
+		by := time.Duration(-1) // (no bound: see StarvationBound)
+		if len(reserved) > 0 {
+			by = s.now + s.blockersLeft(c, reserved) + s.victimStop() + boundSlack
+		}
+		s.marks[i] = starvationMark{class: c, by: by, nodes: reserved}
 	}
 }
 
@@ -147,7 +154,7 @@ func (s *sim) boundAtStart(i int32, onLoan bool) {
 		until = st.remaining
 	}
 	for k, o := range s.marks {
-		if until > 0 && (onLoan || o.class < c) && s.now <= o.by && slices.ContainsFunc(st.nodes, func(n string) bool { return slices.Contains(o.nodes, n) }) {
+		if until > 0 && (onLoan || o.class < c) && o.by >= 0 && s.now <= o.by && slices.ContainsFunc(st.nodes, func(n string) bool { return slices.Contains(o.nodes, n) }) {
 			o.by = max(o.by, s.now+until+s.victimStop()+boundSlack)
 			s.marks[k] = o
 		}
@@ -158,6 +165,8 @@ func (s *sim) boundAtStart(i int32, onLoan bool) {
 	case !marked: // it starved in the pass that starts it
 		s.bound.Starved++
 		s.bound.Held++
+	case m.by < 0:
+		s.bound.Unchecked++
 	case s.now <= m.by:
 		s.bound.Held++
 	default:

@@ -396,6 +396,9 @@ func WriteMarkdown(w io.Writer, rs []*Result) {
 			if b.Broken > 0 {
 				fmt.Fprintf(w, " (the worst %s late)", time.Duration(b.WorstExcess).Round(time.Second))
 			}
+			if b.Unchecked > 0 {
+				fmt.Fprintf(w, "; %d reserved nothing when they starved (no bound to judge)", b.Unchecked)
+			}
 			if b.Displaced > 0 {
 				fmt.Fprintf(w, "; %d stopped being first before they started (their clocks restarted)", b.Displaced)
 			}
