@@ -438,8 +438,8 @@ func (ex *explainer) leastBlocked(sh int32, c Class, starving bool) leastBlocked
 		return shp.need.sub(capacityOf(&p.nodes[n].Node).sub(held[n])).nonNegative()
 	}
 	less := func(a, b int32) bool {
-		if x, y := short(a), short(b); x != y {
-			return x.gpu < y.gpu || x.gpu == y.gpu && (x.cpu < y.cpu || x.cpu == y.cpu && x.ram < y.ram)
+		if c := short(a).compare(short(b)); c != 0 {
+			return c < 0
 		}
 		return a < b
 	}

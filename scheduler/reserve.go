@@ -16,7 +16,7 @@ type resvCand struct {
 }
 
 func cmpResv(a, b resvCand) int {
-	if c := cmp.Or(cmp.Compare(a.lack.gpu, b.lack.gpu), cmp.Compare(a.lack.cpu, b.lack.cpu), cmp.Compare(a.lack.ram, b.lack.ram)); c != 0 {
+	if c := a.lack.compare(b.lack); c != 0 {
 		return c
 	}
 	if a.prev != b.prev {

@@ -1,5 +1,7 @@
 package scheduler
 
+import "cmp"
+
 // resources is an amount of the three resources the scheduler counts on a node: GPUs, CPU cores
 // and RAM in GB, in the units of Demand and Node. It is a demand, a capacity, or the difference
 // of two (then a field may be negative: what is lacking). It is the one type for such a triple,
@@ -35,6 +37,11 @@ func (a resources) atMost(b resources) resources {
 // nonNegative is a with each negative resource raised to 0.
 func (a resources) nonNegative() resources {
 	return resources{gpu: max(0, a.gpu), cpu: max(0, a.cpu), ram: max(0, a.ram)}
+}
+
+// compare orders a and b by GPUs, then CPU, then RAM: the order in which a shortfall matters.
+func (a resources) compare(b resources) int {
+	return cmp.Or(cmp.Compare(a.gpu, b.gpu), cmp.Compare(a.cpu, b.cpu), cmp.Compare(a.ram, b.ram))
 }
 
 // positive reports whether a has more than nothing of some resource.

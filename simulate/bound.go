@@ -48,6 +48,11 @@ func (s *sim) boundChecked() bool {
 	return sp.Backfill && sp.StarvationAfter > 0
 }
 
+// starvedSince reports whether a request first of its class since then starves now.
+func (s *sim) starvedSince(since time.Time) bool {
+	return Epoch.Add(s.now).Sub(since) >= s.pol.Scheduler.StarvationAfter
+}
+
 // starvingBefore notes, before a pass, the heads that starve in it (they were first of their
 // class for starvation_after by now): one the pass starts has starved and is judged at its start
 // (boundAtStart), although it is first no more after the pass.
@@ -57,7 +62,7 @@ func (s *sim) starvingBefore() {
 		return
 	}
 	for _, c := range []scheduler.Class{scheduler.High, scheduler.Medium} {
-		if job, since, _, ok := s.pool.Head(c); ok && Epoch.Add(s.now).Sub(since) >= s.pol.Scheduler.StarvationAfter {
+		if job, since, _, ok := s.pool.Head(c); ok && s.starvedSince(since) {
 			s.passStarving = append(s.passStarving, s.idx[job])
 		}
 	}
@@ -81,7 +86,7 @@ func (s *sim) checkStarving() {
 				s.bound.Displaced++
 			}
 		}
-		if !ok || Epoch.Add(s.now).Sub(since) < s.pol.Scheduler.StarvationAfter {
+		if !ok || !s.starvedSince(since) {
 			continue
 		}
 		i := s.idx[job]
@@ -154,7 +159,7 @@ func (s *sim) boundAtStart(i int32, onLoan bool) {
 		until = st.remaining
 	}
 	for k, o := range s.marks {
-		if until > 0 && (onLoan || o.class < c) && o.by >= 0 && s.now <= o.by && slices.ContainsFunc(st.nodes, func(n string) bool { return slices.Contains(o.nodes, n) }) {
+		if until > 0 && (onLoan || o.class < c) && o.by >= 0 && s.now <= o.by && overlaps(st.nodes, o.nodes) {
 			o.by = max(o.by, s.now+until+s.victimStop()+boundSlack)
 			s.marks[k] = o
 		}

@@ -238,7 +238,7 @@ func (s *sim) result(first time.Duration) *Result {
 	res.Schedule = timing(s.schedTimes)
 	res.PreemptorWait = waitsOf(s.preemptorWaits)
 	res.Loans, res.Yields, res.YieldLostGPUHours = s.loans, s.yields, s.yieldLost/3600
-	if sp := s.pol.Scheduler; sp.Backfill && sp.StarvationAfter > 0 {
+	if s.boundChecked() {
 		b := s.bound
 		res.Starvation = &b
 	}
