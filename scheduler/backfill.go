@@ -24,6 +24,9 @@ type resv struct {
 	unhidden  bool // the walker sees it all (it ends by start, or it is the owner)
 	ownerWalk bool // the owner is the walker
 	lent      bool // the walker sees it all because it ends by start: what it takes there is a loan
+	// suspended: the walker starves, and rv, of a lower class, holds nothing from it; rv holds
+	// again after its walk unless the walker took or reserved capacity on its nodes.
+	suspended bool
 }
 
 // resvEnd is a job's worker on a node, with when the pass expects it to end.
@@ -331,10 +334,9 @@ func (sc *scratch) resvWalk(p *Pool, now time.Time, w *waitReq) bool {
 			sc.ownerNodes = append(sc.ownerNodes, rv.nodes...)
 			extra = true
 		case sc.starving && rv.class < w.r.Class:
-			// A starving walker takes no account of a lower class's reservation: it is gone for
-			// the rest of the pass (its owner may reserve anew in its own walk).
+			// A starving walker takes no account of a lower class's reservation (resumeResvs).
 			sc.dropResv(p, rv)
-			extra = true
+			rv.suspended, extra = true, true
 		case p.mayBorrow(now, w, rv):
 			sc.unhideResv(p, rv)
 			rv.lent, extra = true, true
@@ -393,6 +395,33 @@ func (sc *scratch) keepOwnResv(pl *plan, w *waitReq) {
 // reserved: the walker may take it back whatever rj's class (see Loans).
 func (sc *scratch) loanDue(rj *runJob, now time.Time) bool {
 	return rj.onLoan && sc.overrunVictim(rj, now)
+}
+
+// resumeResvs, after a starving walker's walk, makes the lower classes' reservations it walked
+// past hold again for the rest of the pass, except those on whose nodes it took capacity (kind,
+// on nodes) or reserved: they are gone for the pass (their owners may reserve anew in their own
+// walks). Were they gone whatever it did, the requests after it would start on a starving
+// request's nodes, which nothing else may (see Starvation).
+func (sc *scratch) resumeResvs(p *Pool, nodes []int32) {
+	for k := range sc.resvs {
+		rv := &sc.resvs[k]
+		if !rv.suspended {
+			continue
+		}
+		rv.suspended = false
+		if overlapsNodes(rv.nodes, nodes) || slices.ContainsFunc(rv.nodes, func(n int32) bool { return sc.reserved[n] }) {
+			continue
+		}
+		rv.active = true
+		for _, n := range rv.nodes {
+			sc.reserved[n] = true
+		}
+	}
+}
+
+// overlapsNodes reports whether a and b share a node.
+func overlapsNodes(a, b []int32) bool {
+	return slices.ContainsFunc(a, func(n int32) bool { return slices.Contains(b, n) })
 }
 
 // resvRehide hides again, after the walker, what the reservations it saw whole keep from the

@@ -235,7 +235,8 @@
 // preempt, reserves nodes so that they drain for it: per node (of its allowed nodes, if it has
 // any) it counts what it would still lack once the free and releasing capacity in its sight and
 // every job it may preempt are gone, and takes the nodes that lack the fewest GPUs, then CPU,
-// then RAM, then those it reserved in the last pass, then config order. On each it holds the free
+// then RAM, then those it reserved in the last pass, then config order (a starving request puts the
+// nodes it reserved when it starved first: see Starvation). On each it holds the free
 // and releasing capacity up to its demand, and no later request of the pass may preempt there,
 // so nothing later in the queue starts on it (requests ahead of it, of higher classes, still
 // may). High requests do not reserve: they are blocked only by high-priority work and notebooks,
@@ -331,9 +332,10 @@
 //   - MinRuntimeBeforePreemption and MaxLossGPUHours protect no victim from it, and a job
 //     preempted MaxPreemptions times may be preempted once more (never a job preempted more
 //     often than that);
-//   - a reservation of a strictly lower class (Backfill) holds nothing from it: the reservation
-//     is dropped for the rest of the pass (its owner may reserve anew in its own walk), so the
-//     starving request may preempt and reserve on its nodes;
+//   - a reservation of a strictly lower class (Backfill) holds nothing from it: it walks as if
+//     the reservation were not there, so it may start, preempt and reserve on its nodes; if it
+//     does, the reservation is gone for the rest of the pass (its owner may reserve anew in its
+//     own walk), else it holds again for the requests after it;
 //   - with Backfill, the start of its own reservation counts every job there it may preempt
 //     (strictly lower class, not a notebook, preempted at most MaxPreemptions times) as gone
 //     now: the start is when the jobs it may not preempt end, and a job without a RunLimit that
@@ -355,18 +357,19 @@
 // for a request of its own or a higher class (it may not take that over) goes to that request,
 // whose run it waits for too; and a job that starts there on loan meanwhile, by a RunLimit ending
 // by the start the reservation has by the RunLimits of the jobs there (which may end before
-// them), is not taken back inside its RunLimit, so it waits for that loan too. The bound is for
-// the nodes it reserves when it starves: each pass reserves anew where it will fit soonest by the
-// RunLimits, so a request that moves to nodes where estimates that prove wrong promised an
-// earlier start may wait longer. trainq simulate checks this bound for every request that
-// starves (its report's starvation bound line: on multigpu50 at 13 nodes with learned estimates
-// and starvation_after 24h, two of eleven started after it, by up to 136 h, both after such a
-// move). Without Backfill only the
+// them), is not taken back inside its RunLimit, so it waits for that loan too. It keeps the
+// nodes it reserves when it starves (Reservations orders them first while it starves, and a
+// snapshot keeps them): a node where it lacks less now need not free sooner, and a move on
+// estimates that prove wrong could keep it waiting past the bound. In a
+// pass in which a higher class's starving request reserves one of them, it reserves elsewhere,
+// and returns once they are free of that request. trainq simulate checks this bound for every
+// request that starves (its report's starvation bound line). Without Backfill only the
 // lower classes are bound; requests of higher classes
 // ahead of it may keep taking what frees. Only the first request of each class starves, so at most one per class
 // at a time overrides the limits. The clock starts again when another request goes first (a
 // preempted job of the class returns to the front). NextWake includes the moment the first
-// request of a class starts to starve. Nothing of this is new state.
+// request of a class starts to starve. The nodes a starving request keeps are its only state
+// (SnapshotHead.Pinned).
 //
 // # Fair share
 //

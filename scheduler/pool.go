@@ -224,6 +224,9 @@ type head struct {
 	job   string
 	since time.Time
 	nodes []int32 // reserved for it by the last pass
+	// pinned is what it reserved in the first pass it starved in and reserved: it keeps those
+	// nodes while it starves, so that its bound (see Starvation) holds.
+	pinned []int32
 }
 
 // Head is the first waiting request of class c as the last pass saw it, since when it has been

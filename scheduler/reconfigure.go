@@ -177,15 +177,20 @@ func (p *Pool) remapSnapshotNodes(s *Snapshot, empty *Pool) {
 	s.Holds = holds
 	for i := range s.Heads {
 		h := &s.Heads[i]
-		var kept []int32
-		for _, n := range h.Nodes {
-			if ni, ok := empty.nodeIdx[p.nodes[n].Name]; ok {
-				kept = append(kept, ni)
-			}
-		}
-		slices.Sort(kept)
-		h.Nodes = kept
+		h.Nodes, h.Pinned = p.remapNodes(h.Nodes, empty), p.remapNodes(h.Pinned, empty)
 	}
+}
+
+// remapNodes rewrites node indices of p to those of empty's node set, dropping nodes that go.
+func (p *Pool) remapNodes(nodes []int32, empty *Pool) []int32 {
+	var kept []int32
+	for _, n := range nodes {
+		if ni, ok := empty.nodeIdx[p.nodes[n].Name]; ok {
+			kept = append(kept, ni)
+		}
+	}
+	slices.Sort(kept)
+	return kept
 }
 
 // admitWaiting keeps the waiting requests of sw (p's queue, in launch order) that the new node

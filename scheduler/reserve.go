@@ -15,17 +15,27 @@ type resvCand struct {
 	prev bool      // reserved for it by the last pass
 }
 
-func cmpResv(a, b resvCand) int {
-	if c := a.lack.compare(b.lack); c != 0 {
-		return c
+// byLack orders reservation candidates by what the request still lacks there, then the nodes it
+// reserved in the last pass, then config order.
+func byLack(a, b resvCand) int {
+	return cmp.Or(a.lack.compare(b.lack), byPrev(a, b), cmp.Compare(a.n, b.n))
+}
+
+// byPrevFirst orders the nodes a starving request reserved in the last pass first: its bound is
+// for the nodes it reserves when it starves, and a node where it lacks less now is no sooner by
+// the jobs' real runs.
+func byPrevFirst(a, b resvCand) int {
+	return cmp.Or(byPrev(a, b), a.lack.compare(b.lack), cmp.Compare(a.n, b.n))
+}
+
+func byPrev(a, b resvCand) int {
+	switch {
+	case a.prev == b.prev:
+		return 0
+	case a.prev:
+		return -1
 	}
-	if a.prev != b.prev {
-		if a.prev {
-			return -1
-		}
-		return 1
-	}
-	return cmp.Compare(a.n, b.n)
+	return 1
 }
 
 // maybeReserve is rule (e): a medium or low request that can neither start, wait for releasing
@@ -33,7 +43,8 @@ func cmpResv(a, b resvCand) int {
 // Policy.ReserveAfter, reserves
 // the nodes where it will fit soonest: those where it lacks the fewest GPUs, then CPU, then RAM
 // once it counts the free and releasing capacity in its sight and the jobs it may preempt; then
-// the nodes it reserved in the last pass; then config order. On each it holds the free and
+// the nodes it reserved in the last pass; then config order. A starving request takes the nodes
+// it reserved when it starved first (head.pinned), then the rest in that order. On each it holds the free and
 // releasing capacity up to its demand, and no later request of the pass may preempt there. It
 // returns outReserving, or outNoFit when it does not reserve.
 func (p *Pool) maybeReserve(now time.Time, sc *scratch, pl *plan, w *waitReq, sh *shape, first bool) outcome {
@@ -44,6 +55,10 @@ func (p *Pool) maybeReserve(now time.Time, sc *scratch, pl *plan, w *waitReq, sh
 	hd := &p.heads[w.r.Class]
 	if (w.r.Class == High && !p.policy.Backfill) || hd.job != w.r.Job || now.Sub(hd.since) < ra {
 		return outNoFit
+	}
+	prev := hd.nodes
+	if sc.starving && len(hd.pinned) > 0 {
+		prev = hd.pinned
 	}
 	var cands []resvCand
 	for _, n := range p.placeable(sh) { // only nodes it may use
@@ -59,12 +74,16 @@ func (p *Pool) maybeReserve(now time.Time, sc *scratch, pl *plan, w *waitReq, sh
 				}
 			}
 		}
-		cands = append(cands, resvCand{n: n, lack: l.nonNegative(), prev: slices.Contains(hd.nodes, n)})
+		cands = append(cands, resvCand{n: n, lack: l.nonNegative(), prev: slices.Contains(prev, n)})
 	}
 	if len(cands) < sh.workers {
 		return outNoFit
 	}
-	slices.SortFunc(cands, cmpResv)
+	if sc.starving {
+		slices.SortFunc(cands, byPrevFirst)
+	} else {
+		slices.SortFunc(cands, byLack)
+	}
 	nodes := make([]int32, sh.workers)
 	for k := range nodes {
 		nodes[k] = cands[k].n
@@ -144,6 +163,9 @@ func (p *Pool) updateHeads(now time.Time, pl *plan) {
 		}
 		if len(old) > 0 && !slices.Equal(old, p.heads[c].nodes) {
 			p.movedAt = now
+		}
+		if sa := p.policy.StarvationAfter; sa > 0 && c > Low && now.Sub(p.heads[c].since) >= sa && p.heads[c].pinned == nil {
+			p.heads[c].pinned = p.heads[c].nodes
 		}
 	}
 }

@@ -499,6 +499,17 @@ func (sc *scratch) knownToFail(i int, key waitKey) bool {
 		(key.class == Low || sc.failed.preemptFailed(key.shape, key.class))
 }
 
+// walkedNodes is where the walker took capacity (kind) or reserved in its walk.
+func walkedNodes(sc *scratch, pl *plan, kind outcome) []int32 {
+	switch {
+	case kind.tookCapacity():
+		return sc.pick
+	case kind == outReserving:
+		return pl.reserves[len(pl.reserves)-1].nodes
+	}
+	return nil
+}
+
 // recordOutcome keeps, in explain mode, which requests before the span's end took capacity, and
 // the outcome of the requests the span explains. The requests a filtered span skips count as
 // consumers as those before it do, so a request is explained the same whatever the page.
@@ -506,13 +517,7 @@ func (p *Pool) recordOutcome(sc *scratch, pl *plan, explain span, i int, kind ou
 	k, explained := explain.slot(i)
 	if !explained && i < explain.to && kind != outNoFit && kind != outPrevAttempt && kind != outCapped {
 		f := p.shapes[p.waiting[i].shape].fam
-		var nodes []int32
-		switch kind {
-		case outGranted, outNominated, outPreempting:
-			nodes = slices.Clone(sc.pick)
-		case outReserving:
-			nodes = pl.reserves[len(pl.reserves)-1].nodes
-		}
+		nodes := slices.Clone(walkedNodes(sc, pl, kind))
 		pl.consumers[f] = append(pl.consumers[f], consumer{int32(i), nodes})
 	}
 	if explained {
@@ -620,6 +625,9 @@ func (p *Pool) decide(now time.Time, sc *scratch, pl *plan, i int, key waitKey, 
 		sc.rehide(p)
 	}
 	if sc.walkerExtra {
+		if sc.starving {
+			sc.resumeResvs(p, walkedNodes(sc, pl, kind))
+		}
 		sc.resvRehide(p)
 		sc.walkerExtra = false
 	}

@@ -116,6 +116,8 @@ type SnapshotHead struct {
 	Job   string  `json:"job"`
 	Since int64   `json:"since"`
 	Nodes []int32 `json:"nodes,omitempty"` // indices into Snapshot.Nodes, ascending
+	// Pinned is what it reserved when it starved (indices, ascending): it keeps those nodes.
+	Pinned []int32 `json:"pinned,omitempty"`
 }
 
 // SnapshotMemo is a preempted job's preemption count, kept for its next attempt.
@@ -254,7 +256,7 @@ func (p *Pool) snapshotScheduling() Snapshot {
 	s := Snapshot{Version: SnapshotVersion, Nodes: p.Nodes(), Policy: p.policy, Now: tn(p.lastNow), PreemptSeq: p.preemptSeq}
 	for c := High; c >= Low; c-- {
 		if h := &p.heads[c]; h.job != "" {
-			s.Heads = append(s.Heads, SnapshotHead{Class: c, Job: h.job, Since: tn(h.since), Nodes: slices.Clone(h.nodes)})
+			s.Heads = append(s.Heads, SnapshotHead{Class: c, Job: h.job, Since: tn(h.since), Nodes: slices.Clone(h.nodes), Pinned: slices.Clone(h.pinned)})
 		}
 	}
 	for _, h := range p.holds {
@@ -872,12 +874,14 @@ func (rs *restorer) classHeads() error {
 		if !h.Class.valid() || h.Job == "" || p.heads[h.Class].job != "" {
 			return fmt.Errorf("snapshot: bad or repeated head of class %d", int(h.Class))
 		}
-		for i, n := range h.Nodes {
-			if n < 0 || int(n) >= len(p.nodes) || (i > 0 && n <= h.Nodes[i-1]) {
-				return fmt.Errorf("snapshot: head %q: reserved node index %d is out of range or out of order", h.Job, n)
+		for _, ns := range [][]int32{h.Nodes, h.Pinned} {
+			for i, n := range ns {
+				if n < 0 || int(n) >= len(p.nodes) || (i > 0 && n <= ns[i-1]) {
+					return fmt.Errorf("snapshot: head %q: reserved node index %d is out of range or out of order", h.Job, n)
+				}
 			}
 		}
-		p.heads[h.Class] = head{job: h.Job, since: nt(h.Since), nodes: slices.Clone(h.Nodes)}
+		p.heads[h.Class] = head{job: h.Job, since: nt(h.Since), nodes: slices.Clone(h.Nodes), pinned: slices.Clone(h.Pinned)}
 	}
 	return nil
 }

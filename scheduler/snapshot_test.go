@@ -326,6 +326,12 @@ func TestRestoreRefusesBadVersionsAndLostNodes(t *testing.T) {
 		{"negative lost node", func(s *Snapshot) { s.Lost = []int32{-1} }, "lost node index -1"},
 		{"lost node twice", func(s *Snapshot) { s.Lost = []int32{1, 1} }, "lost node index 1 is out of range or out of order"},
 		{"lost nodes out of order", func(s *Snapshot) { s.Lost = []int32{2, 0} }, "lost node index 0"},
+		{"kept (pinned) node out of range", func(s *Snapshot) {
+			s.Heads = []SnapshotHead{{Class: Medium, Job: "m", Since: 1, Nodes: []int32{0}, Pinned: []int32{3}}}
+		}, `head "m": reserved node index 3 is out of range or out of order`},
+		{"kept (pinned) nodes out of order", func(s *Snapshot) {
+			s.Heads = []SnapshotHead{{Class: Medium, Job: "m", Since: 1, Pinned: []int32{2, 0}}}
+		}, `head "m": reserved node index 0`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := good()

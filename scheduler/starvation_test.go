@@ -171,3 +171,109 @@ func TestStarvingIgnoresLowerReservations(t *testing.T) {
 		})
 	}
 }
+
+// TestStarvingKeepsItsNodes: once a request starves, its reservation stays on the nodes it
+// reserved then, although another node comes to lack less: its bound is for those nodes, and a
+// node where it lacks less now may free later. Before it starves it still moves.
+func TestStarvingKeepsItsNodes(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		starve       time.Duration
+		wantReserved string // at minute 200, once n-2 lacks less
+		wantStarted  bool   // at minute 300, when n-1's blocker ends
+	}{
+		{"starving, it keeps n-1 and starts when its blocker ends", 2 * time.Hour, "n-1", true},
+		{"not starving, it moves to n-2, and a later job takes n-1", 0, "n-2", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := mustPool(t, nodesOf("n", "a", 2, 8, 0, 0), Policy{ReserveAfter: 30 * time.Minute, Backfill: true, MaxLossGPUHours: 1, StarvationAfter: tc.starve})
+			// n-1: hi-a (6 GPUs, ends by minute 300); n-2: hi-b (4, ends at 200) and hi-c (3, by 1000).
+			mustEnqueue(t, p, bfJob("hi-a", High, 6, 300*time.Minute, 1), bfJob("hi-b", High, 4, 200*time.Minute, 2), bfJob("hi-c", High, 3, 1000*time.Minute, 3))
+			sched(t, p, at(0))
+			for job, node := range map[string]string{"hi-a": "n-1", "hi-b": "n-2", "hi-c": "n-2"} {
+				if ri, _ := p.Running(job); len(ri.Placement) != 1 || ri.Placement[0].Node != node {
+					t.Fatalf("%s placed on %+v, want %s", job, ri.Placement, node)
+				}
+			}
+			mustEnqueue(t, p, bfJob("big", Medium, 8, time.Hour, 4))
+			for _, m := range []int{1, 31, 121, 130} {
+				sched(t, p, at(m))
+			}
+			if wi, _ := p.Explain("big"); !slices.Equal(wi.Reserved, []string{"n-1"}) {
+				t.Fatalf("at 130: big reserved %v, want n-1 (it lacks 6 GPUs there, 7 on n-2)", wi.Reserved)
+			}
+			p = roundTrip(t, p) // what it keeps survives a snapshot
+			bfEnd(t, p, "hi-b")
+			sched(t, p, at(200))
+			if wi, _ := p.Explain("big"); !slices.Equal(wi.Reserved, []string{tc.wantReserved}) {
+				t.Fatalf("at 200, n-2 lacking 3: big reserved %v, want %s", wi.Reserved, tc.wantReserved)
+			}
+			mustEnqueue(t, p, bfJob("later", High, 2, 2000*time.Minute, 5))
+			sched(t, p, at(250))
+			bfEnd(t, p, "hi-a")
+			if got := grantedJobs(sched(t, p, at(300))); slices.Contains(got, "big") != tc.wantStarted {
+				t.Fatalf("at 300, hi-a gone: started %v, want big started %v", got, tc.wantStarted)
+			}
+		})
+	}
+}
+
+// TestStarvingReturnsToItsNodes: a starving request of a higher class takes the nodes a starving
+// lower one keeps (a lower class's reservation holds nothing from it); the lower one reserves
+// elsewhere meanwhile, and returns to its own nodes once they are free of it.
+func TestStarvingReturnsToItsNodes(t *testing.T) {
+	p := mustPool(t, nodesOf("n", "a", 2, 8, 0, 0), Policy{ReserveAfter: 30 * time.Minute, Backfill: true, MaxLossGPUHours: 1, StarvationAfter: 2 * time.Hour})
+	mustEnqueue(t, p, bfJob("hi-a", High, 6, 300*time.Minute, 1), bfJob("hi-b", High, 7, 1000*time.Minute, 2))
+	sched(t, p, at(0))
+	mustEnqueue(t, p, bfJob("big", Medium, 8, time.Hour, 3))
+	for _, m := range []int{1, 31, 121, 130} {
+		sched(t, p, at(m))
+	}
+	reserved := func(job string) []string { wi, _ := p.Explain(job); return wi.Reserved }
+	if got := reserved("big"); !slices.Equal(got, []string{"n-1"}) {
+		t.Fatalf("at 130: big reserved %v, want n-1 (it lacks 6 GPUs there, 7 on n-2)", got)
+	}
+	mustEnqueue(t, p, bfJob("hbig", High, 8, time.Hour, 4))
+	for _, m := range []int{131, 251} {
+		sched(t, p, at(m))
+	}
+	if got, other := reserved("hbig"), reserved("big"); !slices.Equal(got, []string{"n-1"}) || !slices.Equal(other, []string{"n-2"}) {
+		t.Fatalf("at 251, hbig starving: hbig reserved %v, big %v; want n-1 and n-2", got, other)
+	}
+	p = roundTrip(t, p)
+	p.Cancel("hbig")
+	sched(t, p, at(260))
+	if got := reserved("big"); !slices.Equal(got, []string{"n-1"}) {
+		t.Fatalf("at 260, hbig gone: big reserved %v, want n-1 again", got)
+	}
+}
+
+// TestStarvingWalkerLeavesLowerReservationsHolding: a starving request walks as if a lower
+// class's reservation were not there, but where it takes nothing the reservation still holds
+// against the requests after it: a later high job may not start on a starving medium request's
+// node just because a starving high request walked past it.
+func TestStarvingWalkerLeavesLowerReservationsHolding(t *testing.T) {
+	p := mustPool(t, nodesOf("n", "a", 2, 8, 0, 0), Policy{ReserveAfter: 30 * time.Minute, Backfill: true, MaxLossGPUHours: 1, StarvationAfter: 2 * time.Hour})
+	// n-1: hi-a (6 GPUs, ends by minute 300); n-2: hi-b (4) and med-x (3), which a high request may preempt.
+	mustEnqueue(t, p, bfJob("hi-a", High, 6, 300*time.Minute, 1), bfJob("hi-b", High, 4, 1000*time.Minute, 2), bfJob("med-x", Medium, 3, 1000*time.Minute, 3))
+	sched(t, p, at(0))
+	mustEnqueue(t, p, bfJob("big", Medium, 8, time.Hour, 4))
+	for _, m := range []int{1, 31, 121, 130} {
+		sched(t, p, at(m))
+	}
+	mustEnqueue(t, p, bfJob("hbig", High, 8, time.Hour, 5))
+	for _, m := range []int{131, 161, 251} {
+		sched(t, p, at(m))
+	}
+	reserved := func(job string) []string { wi, _ := p.Explain(job); return wi.Reserved }
+	if hb, b := reserved("hbig"), reserved("big"); !slices.Equal(hb, []string{"n-2"}) || !slices.Equal(b, []string{"n-1"}) {
+		t.Fatalf("at 251, both starving: hbig reserved %v, big %v; want n-2 (it lacks 4 GPUs there, 6 on n-1) and n-1", hb, b)
+	}
+	mustEnqueue(t, p, bfJob("small", High, 2, 2000*time.Minute, 6))
+	if got := grantedJobs(sched(t, p, at(255))); slices.Contains(got, "small") {
+		t.Fatalf("at 255: started %v; small (it would run past big's start) may not start on big's node n-1", got)
+	}
+	if got := reserved("big"); !slices.Equal(got, []string{"n-1"}) {
+		t.Fatalf("at 255: big reserved %v, want n-1", got)
+	}
+}
