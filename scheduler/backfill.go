@@ -402,7 +402,7 @@ func (sc *scratch) loanDue(rj *runJob, now time.Time) bool {
 // on nodes) or reserved: they are gone for the pass (their owners may reserve anew in their own
 // walks). Were they gone whatever it did, the requests after it would start on a starving
 // request's nodes, which nothing else may (see Starvation).
-func (sc *scratch) resumeResvs(p *Pool, nodes []int32) {
+func (sc *scratch) resumeResvs(nodes []int32) {
 	for k := range sc.resvs {
 		rv := &sc.resvs[k]
 		if !rv.suspended {

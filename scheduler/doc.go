@@ -75,7 +75,8 @@
 //     (the allocator sends each grant and preemption as a signal, at most
 //     protocol.AllocatorSignalsInFlight in flight): once it has decided that many grants and
 //     preemptions it stops before the next waiting request, deciding nothing for it or any after
-//     it (no grant, hold, preemption or reservation), and says so (Decisions.More); the victims
+//     it (no grant, hold, preemption or reservation; the first request of a class it did not
+//     reach keeps what it reserved), and says so (Decisions.More); the victims
 //     of its last request may take it past the limit. What it decided is what a full pass decides
 //     for the requests before the cut, and the pool counts as changed, so the next pass walks the
 //     queue again from its head; passes at the same time end where one full pass would (the
@@ -334,8 +335,8 @@
 //     often than that);
 //   - a reservation of a strictly lower class (Backfill) holds nothing from it: it walks as if
 //     the reservation were not there, so it may start, preempt and reserve on its nodes; if it
-//     does, the reservation is gone for the rest of the pass (its owner may reserve anew in its
-//     own walk), else it holds again for the requests after it;
+//     takes capacity or reserves there, the reservation is gone for the rest of the pass (its
+//     owner may reserve anew in its own walk), else it holds again for the requests after it;
 //   - with Backfill, the start of its own reservation counts every job there it may preempt
 //     (strictly lower class, not a notebook, preempted at most MaxPreemptions times) as gone
 //     now: the start is when the jobs it may not preempt end, and a job without a RunLimit that
@@ -362,8 +363,9 @@
 // snapshot keeps them): a node where it lacks less now need not free sooner, and a move on
 // estimates that prove wrong could keep it waiting past the bound. In a
 // pass in which a higher class's starving request reserves one of them, it reserves elsewhere,
-// and returns once they are free of that request. trainq simulate checks this bound for every
-// request that starves (its report's starvation bound line). Without Backfill only the
+// and returns once they are free of that request (if that request starts there, it waits for
+// its run, as the bound says). trainq simulate checks this bound for every request that starves
+// (its report's starvation bound line). Without Backfill only the
 // lower classes are bound; requests of higher classes
 // ahead of it may keep taking what frees. Only the first request of each class starves, so at most one per class
 // at a time overrides the limits. The clock starts again when another request goes first (a

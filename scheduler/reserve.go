@@ -21,9 +21,9 @@ func byLack(a, b resvCand) int {
 	return cmp.Or(a.lack.compare(b.lack), byPrev(a, b), cmp.Compare(a.n, b.n))
 }
 
-// byPrevFirst orders the nodes a starving request reserved in the last pass first: its bound is
-// for the nodes it reserves when it starves, and a node where it lacks less now is no sooner by
-// the jobs' real runs.
+// byPrevFirst orders first the nodes a starving request keeps (head.pinned; the nodes it
+// reserved in the last pass until it keeps some): its bound is for those, and a node where it
+// lacks less now need not free sooner.
 func byPrevFirst(a, b resvCand) int {
 	return cmp.Or(byPrev(a, b), a.lack.compare(b.lack), cmp.Compare(a.n, b.n))
 }
@@ -132,6 +132,12 @@ func (p *Pool) maybeReserve(now time.Time, sc *scratch, pl *plan, w *waitReq, sh
 	return outReserving
 }
 
+// starvedHead reports whether h, the first waiting request of class c, starves at now.
+func (p *Pool) starvedHead(now time.Time, h *head, c Class) bool {
+	sa := p.policy.StarvationAfter
+	return sa > 0 && c > Low && h.job != "" && now.Sub(h.since) >= sa
+}
+
 // firstOf is the index of the first waiting request of class c, or -1.
 func (p *Pool) firstOf(c Class) int {
 	i := sort.Search(len(p.waiting), func(i int) bool { return p.waiting[i].r.Class <= c })
@@ -153,6 +159,8 @@ func (p *Pool) updateHeads(now time.Time, pl *plan) {
 		job := p.waiting[i].r.Job
 		if p.heads[c].job != job {
 			p.heads[c] = head{job: job, since: now}
+		} else if pl.cut && (c < pl.cutClass || c == pl.cutClass && pl.cutAtHead) {
+			continue // the pass stopped before it: it keeps what it reserved (see ScheduleAtMost)
 		}
 		old := p.heads[c].nodes
 		p.heads[c].nodes = nil
@@ -164,8 +172,11 @@ func (p *Pool) updateHeads(now time.Time, pl *plan) {
 		if len(old) > 0 && !slices.Equal(old, p.heads[c].nodes) {
 			p.movedAt = now
 		}
-		if sa := p.policy.StarvationAfter; sa > 0 && c > Low && now.Sub(p.heads[c].since) >= sa && p.heads[c].pinned == nil {
-			p.heads[c].pinned = p.heads[c].nodes
+		switch h := &p.heads[c]; {
+		case !p.starvedHead(now, h, c):
+			h.pinned = nil // (StarvationAfter may have been raised or switched off)
+		case h.pinned == nil:
+			h.pinned = h.nodes
 		}
 	}
 }

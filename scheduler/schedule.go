@@ -396,8 +396,11 @@ type plan struct {
 	takeovers  []planTakeover
 	reserves   []planReserve
 	// cut says the pass stopped at its limit (see ScheduleAtMost): the
-	// requests from there on were not looked at.
+	// requests from there on were not looked at. The first of them was of class cutClass, and
+	// the first of its class if cutAtHead.
 	cut       bool
+	cutClass  Class
+	cutAtHead bool
 	outs      []planOut    // explain mode only: one per waiting request the span explains (see span.slot)
 	explained span         // explain mode only: which requests outs explains
 	consumers [][]consumer // explain mode only: per family, the waiting requests before the span's end that took capacity
@@ -461,7 +464,7 @@ func (p *Pool) plan(now time.Time, sc *scratch, explain span, maxDecisions int) 
 	headsDoMore := (p.policy.ReserveAfter > 0 && !strict) || p.policy.StarvationAfter > 0
 	for i, key := range p.waitKeys {
 		if maxDecisions >= 0 && len(pl.grants)+len(pl.preempts) >= maxDecisions {
-			pl.cut = true
+			pl.cut, pl.cutClass, pl.cutAtHead = true, key.class, key.class != prevClass
 			break
 		}
 		first := key.class != prevClass
@@ -626,7 +629,7 @@ func (p *Pool) decide(now time.Time, sc *scratch, pl *plan, i int, key waitKey, 
 	}
 	if sc.walkerExtra {
 		if sc.starving {
-			sc.resumeResvs(p, walkedNodes(sc, pl, kind))
+			sc.resumeResvs(walkedNodes(sc, pl, kind))
 		}
 		sc.resvRehide(p)
 		sc.walkerExtra = false

@@ -35,7 +35,8 @@ import (
 // Snapshot.FairShare); absent, nobody has a user and nobody has used anything. The record of the
 // expected starts' errors (Snapshot.Forecast); absent, the pool has none yet. The waiting
 // requests' own gang topology (Snapshot.GangTopologies, SnapshotWaiting.Topology,
-// SnapshotRunning.Topology); absent, each follows the policy's, as before them.
+// SnapshotRunning.Topology); absent, each follows the policy's, as before them. The nodes a
+// starving head keeps (SnapshotHead.Pinned); absent, it keeps those it reserves at its next pass.
 const SnapshotVersion = 3
 
 // Snapshot is the whole pool state for continue-as-new: waiting requests are stored column-wise

@@ -277,3 +277,27 @@ func TestStarvingWalkerLeavesLowerReservationsHolding(t *testing.T) {
 		t.Fatalf("at 255: big reserved %v, want n-1", got)
 	}
 }
+
+// TestCutPassKeepsTheHeadsReservation: a pass cut short (ScheduleAtMost) before the first
+// request of a class keeps that request's reservation, so that the next call at the same time
+// decides what one full pass would: no high job starts on a starving medium request's node.
+func TestCutPassKeepsTheHeadsReservation(t *testing.T) {
+	p := mustPool(t, nodesOf("n", "a", 2, 8, 0, 0), Policy{ReserveAfter: 30 * time.Minute, Backfill: true, MaxLossGPUHours: 1, StarvationAfter: 2 * time.Hour})
+	mustEnqueue(t, p, bfJob("hi-a", High, 6, 300*time.Minute, 1), bfJob("hi-b", High, 7, 1000*time.Minute, 2))
+	sched(t, p, at(0))
+	mustEnqueue(t, p, bfJob("big", Medium, 8, time.Hour, 3))
+	for _, m := range []int{1, 31, 121, 130} {
+		sched(t, p, at(m))
+	}
+	mustEnqueue(t, p, bfJob("g1", High, 1, 2000*time.Minute, 5), bfJob("small", High, 2, 2000*time.Minute, 6))
+	if d := p.ScheduleAtMost(at(200), 1); !slices.Equal(grantedJobs(d), []string{"g1"}) || !d.More {
+		t.Fatalf("first call at 200: %s, want g1 granted and more to decide", mustJSON(t, d))
+	}
+	if wi, _ := p.Explain("big"); !slices.Equal(wi.Reserved, []string{"n-1"}) {
+		t.Fatalf("after the cut pass: big reserved %v, want n-1", wi.Reserved)
+	}
+	p.ScheduleAtMost(at(200), 1)
+	if ri, ok := p.Running("small"); ok {
+		t.Fatalf("small started on %+v, on starving big's node", ri.Placement)
+	}
+}
