@@ -371,7 +371,7 @@ func (p *Pool) mayBorrow(now time.Time, w *waitReq, rv *resv) bool {
 // it (mayBorrow): it starts on loan.
 func (sc *scratch) borrows(nodes []int32) bool {
 	for k := range sc.resvs {
-		if rv := &sc.resvs[k]; rv.lent && slices.ContainsFunc(nodes, func(n int32) bool { return slices.Contains(rv.nodes, n) }) {
+		if rv := &sc.resvs[k]; rv.lent && overlapsNodes(nodes, rv.nodes) {
 			return true
 		}
 	}

@@ -218,10 +218,11 @@ func TestStarvingKeepsItsNodes(t *testing.T) {
 	}
 }
 
-// TestStarvingReturnsToItsNodes: a starving request of a higher class takes the nodes a starving
-// lower one keeps (a lower class's reservation holds nothing from it); the lower one reserves
-// elsewhere meanwhile, and returns to its own nodes once they are free of it.
-func TestStarvingReturnsToItsNodes(t *testing.T) {
+// starvingOnN1 is two nodes of 8 GPUs, n-1 holding hi-a (6 GPUs, ends by minute 300) and n-2
+// hi-b (7, by 1000), and a medium request big (8 GPUs) that has starved since minute 121 and
+// keeps n-1, where it lacks least.
+func starvingOnN1(t *testing.T) *Pool {
+	t.Helper()
 	p := mustPool(t, nodesOf("n", "a", 2, 8, 0, 0), Policy{ReserveAfter: 30 * time.Minute, Backfill: true, MaxLossGPUHours: 1, StarvationAfter: 2 * time.Hour})
 	mustEnqueue(t, p, bfJob("hi-a", High, 6, 300*time.Minute, 1), bfJob("hi-b", High, 7, 1000*time.Minute, 2))
 	sched(t, p, at(0))
@@ -229,10 +230,24 @@ func TestStarvingReturnsToItsNodes(t *testing.T) {
 	for _, m := range []int{1, 31, 121, 130} {
 		sched(t, p, at(m))
 	}
-	reserved := func(job string) []string { wi, _ := p.Explain(job); return wi.Reserved }
-	if got := reserved("big"); !slices.Equal(got, []string{"n-1"}) {
+	if got := reservedOf(p, "big"); !slices.Equal(got, []string{"n-1"}) {
 		t.Fatalf("at 130: big reserved %v, want n-1 (it lacks 6 GPUs there, 7 on n-2)", got)
 	}
+	return p
+}
+
+// reservedOf is the nodes job reserved in the last pass.
+func reservedOf(p *Pool, job string) []string {
+	wi, _ := p.Explain(job)
+	return wi.Reserved
+}
+
+// TestStarvingReturnsToItsNodes: a starving request of a higher class takes the nodes a starving
+// lower one keeps (a lower class's reservation holds nothing from it); the lower one reserves
+// elsewhere meanwhile, and returns to its own nodes once they are free of it.
+func TestStarvingReturnsToItsNodes(t *testing.T) {
+	p := starvingOnN1(t)
+	reserved := func(job string) []string { return reservedOf(p, job) }
 	mustEnqueue(t, p, bfJob("hbig", High, 8, time.Hour, 4))
 	for _, m := range []int{131, 251} {
 		sched(t, p, at(m))
@@ -265,7 +280,7 @@ func TestStarvingWalkerLeavesLowerReservationsHolding(t *testing.T) {
 	for _, m := range []int{131, 161, 251} {
 		sched(t, p, at(m))
 	}
-	reserved := func(job string) []string { wi, _ := p.Explain(job); return wi.Reserved }
+	reserved := func(job string) []string { return reservedOf(p, job) }
 	if hb, b := reserved("hbig"), reserved("big"); !slices.Equal(hb, []string{"n-2"}) || !slices.Equal(b, []string{"n-1"}) {
 		t.Fatalf("at 251, both starving: hbig reserved %v, big %v; want n-2 (it lacks 4 GPUs there, 6 on n-1) and n-1", hb, b)
 	}
@@ -282,19 +297,13 @@ func TestStarvingWalkerLeavesLowerReservationsHolding(t *testing.T) {
 // request of a class keeps that request's reservation, so that the next call at the same time
 // decides what one full pass would: no high job starts on a starving medium request's node.
 func TestCutPassKeepsTheHeadsReservation(t *testing.T) {
-	p := mustPool(t, nodesOf("n", "a", 2, 8, 0, 0), Policy{ReserveAfter: 30 * time.Minute, Backfill: true, MaxLossGPUHours: 1, StarvationAfter: 2 * time.Hour})
-	mustEnqueue(t, p, bfJob("hi-a", High, 6, 300*time.Minute, 1), bfJob("hi-b", High, 7, 1000*time.Minute, 2))
-	sched(t, p, at(0))
-	mustEnqueue(t, p, bfJob("big", Medium, 8, time.Hour, 3))
-	for _, m := range []int{1, 31, 121, 130} {
-		sched(t, p, at(m))
-	}
+	p := starvingOnN1(t)
 	mustEnqueue(t, p, bfJob("g1", High, 1, 2000*time.Minute, 5), bfJob("small", High, 2, 2000*time.Minute, 6))
 	if d := p.ScheduleAtMost(at(200), 1); !slices.Equal(grantedJobs(d), []string{"g1"}) || !d.More {
 		t.Fatalf("first call at 200: %s, want g1 granted and more to decide", mustJSON(t, d))
 	}
-	if wi, _ := p.Explain("big"); !slices.Equal(wi.Reserved, []string{"n-1"}) {
-		t.Fatalf("after the cut pass: big reserved %v, want n-1", wi.Reserved)
+	if got := reservedOf(p, "big"); !slices.Equal(got, []string{"n-1"}) {
+		t.Fatalf("after the cut pass: big reserved %v, want n-1", got)
 	}
 	p.ScheduleAtMost(at(200), 1)
 	if ri, ok := p.Running("small"); ok {
