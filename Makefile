@@ -130,11 +130,13 @@ dev-k8s: build $(TEMPORAL) kube-bins
 
 ## test: every test, including the ones against a real Temporal dev server, a real kube-apiserver and the
 ## production-shaped Temporal cluster, and the packages that need no server once more under the race detector.
-## Its steps, each alone since end-to-end tests side by side would slow each other down: the main run on a dev
-## server (test-main), the Kubernetes tests (test-kube), the cluster's set (test-cluster-ci), the race detector
-## (test-race), then go vet, the linters and the docs check (test-lint). The main run starts once the Temporal CLI
-## is built, and what the later steps need (test-side-builds) is built beside it, its output in
-## $(TEST_RESULTS)/side-builds.log: the main run's end-to-end tests mostly wait on timers and processes.
+## Its steps: the main run on a dev server (test-main); then the Kubernetes tests (test-kube) and the cluster's set
+## (test-cluster-ci), one after the other, while beside them the race detector (test-race), go vet, the linters and
+## the docs check (test-lint) run. End-to-end steps never run side by side: they would slow each other down; the
+## checks beside them need no server. The main run starts once the Temporal CLI is built, and what the later steps
+## need (test-side-builds) is built beside it, its output in $(TEST_RESULTS)/side-builds.log: the main run's
+## end-to-end tests mostly wait on timers and processes. The checks' output is kept in $(TEST_RESULTS)/checks.log
+## and printed once the server steps end, so that the two never interleave.
 ## TEST_RESULTS (bin/test-results) keeps each step's go test -json; tools/test-recap.sh prints its failures again.
 TEST_RESULTS ?= $(CURDIR)/bin/test-results
 gotest_step = $(GOTESTSUM) --jsonfile $(TEST_RESULTS)/$(1).json --format pkgname-and-test-fails --format-hide-empty-pkg --
@@ -148,7 +150,14 @@ test: $(TEMPORAL) test-deps $(GOTESTSUM) build
 	if [ $$main -ne 0 ]; then kill -TERM -- -$$side 2>/dev/null; exit $$main; fi; \
 	if ! wait $$side; then echo "make test: building the later steps' tools failed:"; tail -n 30 $(TEST_RESULTS)/side-builds.log; exit 1; fi; \
 	echo "make test: the later steps' tools were ready $$(( $$(date +%s) - start ))s after the main run began"; \
-	$(MAKE) --no-print-directory -j1 test-kube test-cluster-ci test-race test-lint
+	echo "make test: the race detector and the linters run beside the Kubernetes and cluster steps ($(TEST_RESULTS)/checks.log, printed when they end)"; \
+	setsid $(MAKE) --no-print-directory -j1 test-race test-lint > $(TEST_RESULTS)/checks.log 2>&1 & checks=$$!; \
+	$(MAKE) --no-print-directory -j1 test-kube test-cluster-ci; servers=$$?; \
+	if [ $$servers -ne 0 ]; then kill -TERM -- -$$checks 2>/dev/null; wait $$checks; exit $$servers; fi; \
+	wait $$checks; checked=$$?; \
+	echo "make test: the race detector and the linters ($(TEST_RESULTS)/checks.log):"; cat $(TEST_RESULTS)/checks.log; \
+	if [ $$checked -ne 0 ]; then echo "make test: the race detector or the linters failed (above)"; exit $$checked; fi; \
+	echo "make test: passed in $$(( $$(date +%s) - start ))s"
 ## test-side-builds: what test-kube, test-cluster-ci, test-race and test-lint need, in the order they need it
 test-side-builds: kube-bins cluster-bins race-build lint-tools
 test-main: $(TEMPORAL) test-deps $(GOTESTSUM) build
