@@ -94,6 +94,11 @@ type Result struct {
 	// their notice).
 	Moves            int     `json:"moves,omitempty"`
 	MoveLostGPUHours float64 `json:"move_lost_gpu_hours,omitempty"`
+	// MostMovesOfOneJob is the most times one job was moved, and ClosestMovesOfOneJob the
+	// shortest time between two moves of one job (absent while no job was moved twice): a job
+	// is moved only once its attempt has run min_runtime_before_move.
+	MostMovesOfOneJob    int     `json:"most_moves_of_one_job,omitempty"`
+	ClosestMovesOfOneJob Seconds `json:"closest_moves_of_one_job,omitempty"`
 	// Honor is the share of jobs that honoured preemption notices in this run (see Options.Honor).
 	Honor float64 `json:"honor,omitempty"`
 	// Teams are the figures per workspace, when the jobs have workspaces.
@@ -243,6 +248,7 @@ func (s *sim) result(first time.Duration) *Result {
 		res.Starvation = &b
 	}
 	res.Moves, res.MoveLostGPUHours = s.moves, s.moveLost/3600
+	res.MostMovesOfOneJob, res.ClosestMovesOfOneJob = s.mostMoves, Seconds(s.closestMoves)
 	res.Gangs = s.gangStats()
 	if s.pol.Scheduler.PreemptionNotice > 0 {
 		res.Honor = s.pol.HonorShare(s.opt)
@@ -387,8 +393,12 @@ func WriteMarkdown(w io.Writer, rs []*Result) {
 			fmt.Fprint(w, ".\n")
 		}
 		if r.Moves > 0 {
-			fmt.Fprintf(w, "Moves: %d jobs moved out of a topology domain for gangs that require one, losing %.1f GPU-h (in the preemptions and lost GPU-h above).\n",
-				r.Moves, r.MoveLostGPUHours)
+			fmt.Fprintf(w, "Moves: %d jobs moved out of a topology domain for gangs that require one, losing %.1f GPU-h (in the preemptions and lost GPU-h above); at most %d of one job",
+				r.Moves, r.MoveLostGPUHours, r.MostMovesOfOneJob)
+			if r.ClosestMovesOfOneJob > 0 {
+				fmt.Fprintf(w, ", its two closest %s apart", Dur(r.ClosestMovesOfOneJob.D()))
+			}
+			fmt.Fprint(w, ".\n")
 		}
 		if b := r.Starvation; b != nil && b.Starved > 0 {
 			fmt.Fprintf(w, "Starvation bound (scheduler/doc.go, Starvation): requests starved as first of their class %d times; %d started within the bound, %d after it",
@@ -522,6 +532,12 @@ func writeSummary(w io.Writer, rs []*Result) {
 		})
 		line("moves (GPU-h lost)", func(r *Result) string {
 			return fmt.Sprintf("%d (%.1f)", r.Moves, r.MoveLostGPUHours)
+		})
+		line("most moves of one job / closest two", func(r *Result) string {
+			if r.MostMovesOfOneJob < 2 {
+				return strconv.Itoa(r.MostMovesOfOneJob) + " / -"
+			}
+			return fmt.Sprintf("%d / %s", r.MostMovesOfOneJob, Dur(r.ClosestMovesOfOneJob.D()))
 		})
 	}
 	line("preemptor wait p50 / p95", func(r *Result) string {

@@ -234,8 +234,10 @@ type jobState struct {
 	yielding  bool // the preempted attempt yields a loan
 	// preemptedBy is the request it was last preempted for (set with phNotice).
 	preemptedBy int32
-	moving      bool // the preempted attempt is moved out of a domain for a gang
-	stopped     int  // workers of the preempted attempt that have stopped
+	moving      bool          // the preempted attempt is moved out of a domain for a gang
+	moved       int           // times it was moved out of a domain for a gang
+	movedAt     time.Duration // when it was last moved (moved > 0)
+	stopped     int           // workers of the preempted attempt that have stopped
 	nodes       []string
 	// firstNodes are where the first attempt ran (GangStats).
 	firstNodes []string
@@ -295,6 +297,10 @@ type sim struct {
 	// moveLost the GPU-seconds of work they threw away.
 	moves    int
 	moveLost float64
+	// mostMoves is the most times one job was moved, and closestMoves the shortest time
+	// between two moves of one job (0 while no job was moved twice).
+	mostMoves    int
+	closestMoves time.Duration
 
 	est       Estimates       // the model requests' RunLimits follow
 	learn     *learner        // EstimateLearned
@@ -636,6 +642,12 @@ func (s *sim) preempt(p scheduler.Preemption) error {
 	}
 	if p.Move {
 		s.moves++
+		if st.moved > 0 && (s.closestMoves == 0 || s.now-st.movedAt < s.closestMoves) {
+			s.closestMoves = s.now - st.movedAt
+		}
+		st.moved++
+		st.movedAt = s.now
+		s.mostMoves = max(s.mostMoves, st.moved)
 	}
 	st.yielding, st.moving, st.preemptedBy = p.Loan, p.Move, pi
 	st.phase, st.noticeAt = phNotice, s.now

@@ -135,3 +135,39 @@ func TestGangRequiresItsRack(t *testing.T) {
 		}
 	}
 }
+
+// TestMovesOfOneJobAreCounted: given racks r1 (n1, n2), r2 (n3, n4) and r3 (n5), a one-GPU job
+// on n1 and two gangs that each require a rack, when the first gang moves it out of r1 (to n4)
+// and the second, once n3 frees, out of r2 (to n5), then the report counts two moves of one job,
+// the closest two no less than min_runtime_before_move apart (its second attempt had to run
+// that long before it could be moved again).
+func TestMovesOfOneJobAreCounted(t *testing.T) {
+	w := &Workload{Nodes: nodes(5, 8)}
+	if err := w.Rack(2, 4); err != nil {
+		t.Fatal(err)
+	}
+	small := jb("small", 0, scheduler.Medium, 1, 100*time.Hour)
+	onN3 := jb("on-n3", 0, scheduler.Medium, 8, 3*time.Hour)
+	onN3.Nodes = []string{"n3"}
+	onN5 := jb("on-n5", 0, scheduler.Medium, 8, 2*time.Hour)
+	onN5.Nodes = []string{"n5"}
+	first := jb("first", time.Minute, scheduler.Medium, 8, 50*time.Hour)
+	second := jb("second", 90*time.Minute, scheduler.Medium, 8, time.Hour)
+	first.Workers, second.Workers = 2, 2
+	w.Jobs = []Job{small, onN3, onN5, first, second}
+	pol, err := ParsePolicy("req:required_topology=rack", scheduler.Policy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, w, pol, Options{})
+	if g := r.Gangs; g == nil || g.Started != 2 || g.OneRack != 2 {
+		t.Fatalf("gangs %+v, want both started in one rack", g)
+	}
+	if r.Moves != 2 || r.MostMovesOfOneJob != 2 {
+		t.Fatalf("%d moves, at most %d of one job; want 2 of the one-GPU job", r.Moves, r.MostMovesOfOneJob)
+	}
+	if least := scheduler.DefaultMinRuntimeBeforeMove; r.ClosestMovesOfOneJob.D() < least {
+		t.Fatalf("its two moves %s apart, want at least %s", r.ClosestMovesOfOneJob.D(), least)
+	}
+	t.Logf("two moves of one job, %s apart", r.ClosestMovesOfOneJob.D())
+}
