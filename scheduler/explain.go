@@ -357,9 +357,13 @@ func (ex *explainer) explainReserving(wi *WaitingInfo, o *planOut, need, behind 
 	case p.policy.Backfill:
 		rule = "until it fits, only jobs whose time limits end them before then, or that fit beside it, start there (backfill)"
 	}
-	wi.Reason = fmt.Sprintf("waiting for %s; it has been the first %s-priority request for %s (reserve_after %s), so %s %s reserved for it: %s",
-		need, wi.Class, since.Round(time.Second), p.policy.ReserveAfter, plural(len(names), "node", "nodes")+" "+listText(names), plural(len(names), "is", "are"), rule)
 	w := p.waitIdx[wi.Job]
+	where := plural(len(names), "node", "nodes") + " " + listText(names)
+	if sh := &p.shapes[w.shape]; sh.required && len(o.nodes) > 0 { // (the gang's nodes are one domain)
+		where += fmt.Sprintf(" (%s %s)", p.topo.levels[sh.level], p.domainName(sh.level, o.nodes[0]))
+	}
+	wi.Reason = fmt.Sprintf("waiting for %s; it has been the first %s-priority request for %s (reserve_after %s), so %s %s reserved for it: %s",
+		need, wi.Class, since.Round(time.Second), p.policy.ReserveAfter, where, plural(len(names), "is", "are"), rule)
 	in := p.inTheWay(wi.Class, p.starvingHead(w), o.nodes)
 	if blockers := p.blockers(o.nodes, p.shapes[w.shape].need, in); len(blockers) > 0 {
 		wi.Reason += "; the jobs there that it may not preempt and that leave it no room are " + p.blockersText(wi, blockers)

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -154,6 +155,10 @@ func TestRequiredTopologyReserves(t *testing.T) {
 	slices.Sort(res)
 	if !slices.Equal(res, []string{"n1", "n2"}) && !slices.Equal(res, []string{"n3", "n4"}) {
 		t.Fatalf("reserved %v, want the two nodes of one rack (%s)", res, wi.Reason)
+	}
+	rack := map[string]string{"n1": "r1", "n3": "r2"}[res[0]]
+	if want := fmt.Sprintf("nodes %s, %s (rack %s) are reserved for it", res[0], res[1], rack); !strings.Contains(wi.Reason, want) {
+		t.Fatalf("reason %q, want it to name the rack: %q", wi.Reason, want)
 	}
 }
 
