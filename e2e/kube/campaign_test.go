@@ -1121,18 +1121,44 @@ type kcFigures struct {
 	watchBroken   error
 }
 
-func (r *kcRun) figures(left []string) kcFigures {
-	f := kcFigures{left: left}
-	pods := r.led.snapshot()
-	r.led.mu.Lock()
-	f.watchBroken = r.led.broken
-	r.led.mu.Unlock()
+// overlaps says whether a and b held their node at overlapping times: a pod counts from its
+// appearance (bound there, it holds its GPUs) until its containers end, in the watch's order.
+func (a kcPod) overlaps(b kcPod) bool {
 	end := func(p kcPod) int64 {
 		if p.ended == 0 {
 			return 1 << 62
 		}
 		return p.ended
 	}
+	return a.node == b.node && a.appear < end(b) && b.appear < end(a)
+}
+
+// gpuOverlaps names every GPU that two of pods used at overlapping times ("node GPU g: a and b").
+func gpuOverlaps(pods []kcPod) []string {
+	var out []string
+	for i := range pods {
+		for j := i + 1; j < len(pods); j++ {
+			a, b := pods[i], pods[j]
+			if a.node == "" || !a.overlaps(b) {
+				continue
+			}
+			for _, g := range a.gpus {
+				if slices.Contains(b.gpus, g) {
+					out = append(out, fmt.Sprintf("%s GPU %d: %s and %s", a.node, g, a.name, b.name))
+				}
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (r *kcRun) figures(left []string) kcFigures {
+	f := kcFigures{left: left}
+	pods := r.led.snapshot()
+	r.led.mu.Lock()
+	f.watchBroken = r.led.broken
+	r.led.mu.Unlock()
 	byNode := map[string][]kcPod{}
 	for _, p := range pods {
 		if _, ours := r.jobSpec[p.job]; ours {
@@ -1145,17 +1171,13 @@ func (r *kcRun) figures(left []string) kcFigures {
 			byNode[p.node] = append(byNode[p.node], p)
 		}
 	}
+	f.gpuOverlaps = gpuOverlaps(pods)
 	for node, list := range byNode {
 		for i := range list {
 			for j := i + 1; j < len(list); j++ {
 				a, b := list[i], list[j]
-				if !(a.appear < end(b) && b.appear < end(a)) {
+				if !a.overlaps(b) {
 					continue
-				}
-				for _, g := range a.gpus {
-					if slices.Contains(b.gpus, g) {
-						f.gpuOverlaps = append(f.gpuOverlaps, fmt.Sprintf("%s GPU %d: %s and %s", node, g, a.name, b.name))
-					}
 				}
 				ja, oka := r.jobSpec[a.job]
 				jb, okb := r.jobSpec[b.job]
@@ -1165,7 +1187,6 @@ func (r *kcRun) figures(left []string) kcFigures {
 			}
 		}
 	}
-	sort.Strings(f.gpuOverlaps)
 	sort.Strings(f.podsTwoAllocs)
 	r.samp.mu.Lock()
 	f.samples, f.dualSamples, f.dualNodes = r.samp.samples, r.samp.dual, r.samp.dualOn
@@ -1246,4 +1267,16 @@ func (r *kcRun) report(seed uint64, wall time.Duration, left []string) string {
 	assert.Positive(t, f.samples, "the queue views were sampled")
 	assert.Positive(t, f.preemptions, "a job was preempted")
 	return rep
+}
+
+// TestGPUOverlaps: the overlap check names a GPU two pods of one node used at once, and no
+// other: not a GPU used in turn, nor one GPU number on two nodes.
+func TestGPUOverlaps(t *testing.T) {
+	pods := []kcPod{
+		{name: "first", node: "n1", gpus: []int{0, 1}, appear: 1, ended: 5},
+		{name: "after", node: "n1", gpus: []int{0}, appear: 6},               // after first ended
+		{name: "beside", node: "n1", gpus: []int{1, 2}, appear: 3, ended: 9}, // GPU 1 while first runs
+		{name: "elsewhere", node: "n2", gpus: []int{0}, appear: 2},
+	}
+	assert.Equal(t, []string{"n1 GPU 1: first and beside"}, gpuOverlaps(pods))
 }

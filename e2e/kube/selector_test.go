@@ -16,13 +16,32 @@ import (
 
 // queueNodes is the allocator's view of its nodes (none while it does not run).
 func queueNodes(alloc string) []scheduler.NodeInfo {
+	v, _ := queueView(alloc)
+	return v.Nodes
+}
+
+// queueView is allocation alloc's queue in region K (ok false: it did not answer).
+func queueView(alloc string) (v protocol.QueueView, ok bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	v, err := trainq.New(env.client, nil).Queue(ctx, "K", alloc)
-	if err != nil {
-		return nil
+	return v, err == nil
+}
+
+// servesEveryNode says whether allocation alloc grants on all its n nodes now: each known, not
+// lost and free, none fenced (a node that joins is fenced until its agent says what runs there,
+// and a recovery fences them all), and the allocator not recovering.
+func servesEveryNode(alloc string, n int) bool {
+	v, ok := queueView(alloc)
+	if !ok || v.Recovering || len(v.Fenced) > 0 || len(v.Nodes) != n {
+		return false
 	}
-	return v.Nodes
+	for _, nd := range v.Nodes {
+		if nd.Lost || nd.FreeGPUs != nd.GPUs {
+			return false
+		}
+	}
+	return true
 }
 
 // TestKubeNodeSelector: allocation "selected" lists no node; it picks the

@@ -36,14 +36,16 @@ func TestKubeGangStaysInOneRack(t *testing.T) {
 	}
 	pw := watchPods(t)
 	startWorker(t)
-	// Each node's rack, once the node serves (kwok marks a new node Ready a moment after it
-	// joins; until then the allocator counts it lost and places nothing there).
+	// Each node's rack, once every node serves (kwok marks a new node Ready a moment after it
+	// joins; until then the allocator counts it lost and places nothing there, and until its
+	// agent says what runs there it is fenced).
 	racks := func() map[string]string {
 		out := map[string]string{}
+		if !servesEveryNode("racked", 3) {
+			return out
+		}
 		for _, n := range queueNodes("racked") {
-			if !n.Lost && n.FreeGPUs == n.GPUs {
-				out[n.Name] = n.Topology[rackLabel]
-			}
+			out[n.Name] = n.Topology[rackLabel]
 		}
 		return out
 	}
@@ -84,8 +86,8 @@ func TestKubeGangStaysInOneRack(t *testing.T) {
 // small jobs after a second. df-1 and df-2 are rack r1, df-3 alone is r2. A one-GPU job s
 // lands on df-1; then a two-node gang of whole nodes can only run in r1 and cannot preempt s
 // (same class). s gets a notice with reason defragment, exits on it, and reruns on df-3
-// without spending a retry; the gang starts on df-1 and df-2; at no time does a node hold
-// more GPUs than it has.
+// without spending a retry; the gang starts on df-1 and df-2; no GPU is used by two pods at
+// overlapping times (the pod watch's order), and no node holds more GPUs than it has.
 func TestKubeDefragmentMoves(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -97,17 +99,9 @@ func TestKubeDefragmentMoves(t *testing.T) {
 	for _, n := range []kubetest.Node{node("df-1", "r1"), node("df-2", "r1"), node("df-3", "r2")} {
 		require.NoError(t, env.cluster.AddNode(ctx, n))
 	}
-	pw := watchPods(t)
+	pw, led := watchPods(t), startLedger(t)
 	startWorker(t)
-	eventually(t, long, "the three nodes to serve", func() bool {
-		free := 0
-		for _, n := range queueNodes("defrag") {
-			if !n.Lost && n.FreeGPUs == n.GPUs {
-				free++
-			}
-		}
-		return free == 3
-	})
+	eventually(t, long, "the three nodes to serve", func() bool { return servesEveryNode("defrag", 3) })
 	small := fixture.Job{Region: "K", Allocation: "defrag", Class: "medium", GPUs: 1, Script: "python3 train.py"}.Spec()
 	small.MaxRetry = 0 // a move must not spend a retry
 	s := submit(t, small)
@@ -131,6 +125,7 @@ func TestKubeDefragmentMoves(t *testing.T) {
 	for _, nd := range queueNodes("defrag") {
 		assert.GreaterOrEqual(t, nd.FreeGPUs, 0, "node %s holds more GPUs than it has", nd.Name)
 	}
+	assert.Empty(t, gpuOverlaps(led.snapshot()), "GPUs used by two pods at once")
 	exitPod(t, podName(s, 2, 0), 0)
 	st := waitState(t, s, protocol.StateCompleted, long)
 	require.Len(t, st.Attempts, 2)
