@@ -28,7 +28,7 @@ func TestDryRunStartsNothing(t *testing.T) {
 		require.True(t, d.DryRun)
 		return d
 	}
-	// The allocation has no allocator yet: the empty allocation answers.
+	// Nothing runs there yet: it would start on the first node.
 	d := dryRun("alice", onDry("medium"))
 	assert.True(t, d.WouldStart, "an empty allocation: %+v", d)
 	require.Len(t, d.Placement, 1)
