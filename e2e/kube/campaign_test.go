@@ -592,11 +592,18 @@ func runKubeCampaign(t *testing.T, seed uint64) string {
 	startWorker(t)
 	// Runs before the worker stops (cleanups run last in, first out).
 	t.Cleanup(r.retire)
-	eventually(t, long, "each allocation to list its two campaign nodes", func() bool {
+	// Serving them, too: a fresh allocator shows its nodes free for the moment before its
+	// recovery fences them, and a node that joins is fenced until its agent answers; a plan
+	// played meanwhile would find nothing running to hold, relabel or preempt.
+	eventually(t, long, "each allocation to serve its two campaign nodes", func() bool {
 		for _, alloc := range []string{kcAllocA, kcAllocB} {
+			v, ok := queueView(alloc)
+			if !ok || v.Recovering {
+				return false
+			}
 			got := 0
-			for _, n := range queueNodes(alloc) {
-				if r.side[n.Name] == alloc {
+			for _, n := range v.Nodes {
+				if r.side[n.Name] == alloc && !n.Lost && n.FreeGPUs == n.GPUs {
 					got++
 				}
 			}
