@@ -132,11 +132,12 @@ dev-k8s: build $(TEMPORAL) kube-bins
 ## production-shaped Temporal cluster, and the packages that need no server once more under the race detector.
 ## Its steps: the main run on a dev server (test-main); then the Kubernetes tests (test-kube) and the cluster's set
 ## (test-cluster-ci), one after the other, while beside them the race detector (test-race), go vet, the linters and
-## the docs check (test-lint) run. End-to-end steps never run side by side: they would slow each other down; the
-## checks beside them need no server. The main run starts once the Temporal CLI is built, and what the later steps
-## need (test-side-builds) is built beside it, its output in $(TEST_RESULTS)/side-builds.log: the main run's
-## end-to-end tests mostly wait on timers and processes. The checks' output is kept in $(TEST_RESULTS)/checks.log
-## and printed once the server steps end, so that the two never interleave.
+## the docs check (test-lint) run a package at a time (GOFLAGS=-p=1), so that they take about one of the two cores.
+## Steps with servers never run side by side: they would slow each other down; the checks beside them start none.
+## The main run starts once the Temporal CLI is built, and what the later steps need (test-side-builds) is built
+## beside it, its output in $(TEST_RESULTS)/side-builds.log: the main run's end-to-end tests mostly wait on timers and
+## processes. The checks' output is kept in $(TEST_RESULTS)/checks.log and printed once the server steps end, so that
+## the two never interleave (a failed check's output comes then, not as it fails).
 ## TEST_RESULTS (bin/test-results) keeps each step's go test -json; tools/test-recap.sh prints its failures again.
 TEST_RESULTS ?= $(CURDIR)/bin/test-results
 gotest_step = $(GOTESTSUM) --jsonfile $(TEST_RESULTS)/$(1).json --format pkgname-and-test-fails --format-hide-empty-pkg --
@@ -146,14 +147,19 @@ test: $(TEMPORAL) test-deps $(GOTESTSUM) build
 	@mkdir -p $(TEST_RESULTS); start=$$(date +%s); \
 	echo "make test: building the later steps' tools beside the main run ($(TEST_RESULTS)/side-builds.log)"; \
 	setsid $(MAKE) --no-print-directory -j1 test-side-builds > $(TEST_RESULTS)/side-builds.log 2>&1 & side=$$!; \
+	trap 'kill -TERM -- -$$side 2>/dev/null' INT TERM HUP; \
 	$(MAKE) --no-print-directory -j1 test-main; main=$$?; \
 	if [ $$main -ne 0 ]; then kill -TERM -- -$$side 2>/dev/null; exit $$main; fi; \
 	if ! wait $$side; then echo "make test: building the later steps' tools failed:"; tail -n 30 $(TEST_RESULTS)/side-builds.log; exit 1; fi; \
 	echo "make test: the later steps' tools were ready $$(( $$(date +%s) - start ))s after the main run began"; \
-	echo "make test: the race detector and the linters run beside the Kubernetes and cluster steps ($(TEST_RESULTS)/checks.log, printed when they end)"; \
-	setsid $(MAKE) --no-print-directory -j1 test-race test-lint > $(TEST_RESULTS)/checks.log 2>&1 & checks=$$!; \
+	echo "make test: the race detector and the linters run beside the Kubernetes and cluster steps, a package at a time ($(TEST_RESULTS)/checks.log, printed when they end)"; \
+	GOFLAGS="$$GOFLAGS -p=1" setsid $(MAKE) --no-print-directory -j1 test-race test-lint > $(TEST_RESULTS)/checks.log 2>&1 & checks=$$!; \
+	trap 'kill -TERM -- -$$checks 2>/dev/null' INT TERM HUP; \
 	$(MAKE) --no-print-directory -j1 test-kube test-cluster-ci; servers=$$?; \
-	if [ $$servers -ne 0 ]; then kill -TERM -- -$$checks 2>/dev/null; wait $$checks; exit $$servers; fi; \
+	if [ $$servers -ne 0 ]; then \
+		kill -TERM -- -$$checks 2>/dev/null; wait $$checks; \
+		echo "make test: the race detector and the linters were stopped; their output until then ($(TEST_RESULTS)/checks.log):"; tail -n 20 $(TEST_RESULTS)/checks.log; \
+		echo "make test: the Kubernetes or cluster step failed (above)"; exit $$servers; fi; \
 	wait $$checks; checked=$$?; \
 	echo "make test: the race detector and the linters ($(TEST_RESULTS)/checks.log):"; cat $(TEST_RESULTS)/checks.log; \
 	if [ $$checked -ne 0 ]; then echo "make test: the race detector or the linters failed (above)"; exit $$checked; fi; \
@@ -170,10 +176,12 @@ test-lint: docs-check lint
 
 ## test-race: under the race detector, the packages that run goroutines and need no server (their tests that
 ## need a dev server skip, as in test-unit). The pure packages (scheduler, simulate, allocation, protocol,
-## config) start none, so the detector has nothing to find there; they ran in test. api's TestNotFoundTakesAlike
+## config) start none, so the detector has nothing to find there; they ran in test. Nor the Kubernetes harness and
+## manifests (internal/kubetest, deploy/kubernetes): their tests start a kube-apiserver, and ran in test-kube, which
+## test-race runs beside. api's TestNotFoundTakesAlike
 ## is skipped: it compares two latencies to 5ms, which the detector's slowdown on a busy machine exceeds (it
 ## ran in test, without -race).
-RACE_SKIP_PKGS := /(e2e|e2e/kube|scheduler|simulate|allocation|protocol|config|internal/docscheck)$$
+RACE_SKIP_PKGS := /(e2e|e2e/kube|deploy/kubernetes|internal/kubetest|scheduler|simulate|allocation|protocol|config|internal/docscheck)$$
 ## race-build compiles test-race's packages into the build cache (the test binaries it links are thrown away):
 ## make -j2 test does it beside the main run, so that test-race then mostly runs them
 race-build:
