@@ -138,7 +138,9 @@ func TestIssueRequestsAgainstTemporal(t *testing.T) {
 }
 
 // TestNotFoundTimingTemporal measures a 404 for another workspace's job
-// against one for a name nobody has, on the real server.
+// against one for a name nobody has, on the real server, and checks that
+// both wait for the floor (DefaultNotFoundFloor, which the harness keeps). That they then take alike is TestNotFoundTakesAlike's, without the
+// clock: two medians on a busy machine differ by more than any fixed delta.
 func TestNotFoundTimingTemporal(t *testing.T) {
 	needServer(t)
 	foreign := submitJob(t, "alice", job("sleep 30"))
@@ -158,7 +160,9 @@ func TestNotFoundTimingTemporal(t *testing.T) {
 	measure(none) // warm up
 	f, n := measure(foreign), measure(none)
 	t.Logf("404 another workspace's job: median %v p90 %v; no such job: median %v p90 %v", f[15], f[27], n[15], n[27])
-	assert.InDelta(t, float64(f[15]), float64(n[15]), float64(3*time.Millisecond))
+	floor := DefaultNotFoundFloor // (the harness's server keeps the default)
+	assert.GreaterOrEqual(t, f[0], floor, "the quickest 404 of another workspace's job")
+	assert.GreaterOrEqual(t, n[0], floor, "the quickest 404 of a name nobody has")
 }
 
 // TestStartFailureReason: a job every edge refuses (the API, the CLI and

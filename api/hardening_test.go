@@ -2,6 +2,7 @@ package api
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -173,27 +174,41 @@ func TestContentTypeAndMethods(t *testing.T) {
 	assert.NotContains(t, m, "BREW")
 }
 
-// A 404 takes as long for another workspace's job (which Temporal
-// describes, slowly) as for a name nobody has.
+// TestNotFoundTakesAlike: every 404 for a job name waits until NotFoundFloor after its lookup
+// began, so its time does not tell a job of another workspace (whose lookup finds it, later:
+// describeDelay) from a name nobody has. Checked without letting the machine's speed decide: the
+// wait is recorded instead of slept, and its deadline must be NotFoundFloor after a start that lies
+// between the request's sending and its answer, for both; then, slept for real, each 404 takes at
+// least the floor.
 func TestNotFoundTakesAlike(t *testing.T) {
 	s, fb := twoWorkspaceServer(t)
-	s.opts.NotFoundFloor = 40 * time.Millisecond
+	floor := 40 * time.Millisecond
+	s.opts.NotFoundFloor = floor
 	fb.describeDelay = 8 * time.Millisecond
-	median := func(name string) time.Duration {
-		var ds []time.Duration
-		for range 15 {
-			start := time.Now()
-			rec := recorderDo(s, bobToken)("GET", "/public/v2/jobs/"+name, "")
-			ds = append(ds, time.Since(start))
-			require.Equal(t, 404, rec.Code)
+	missing := "lm-mpi-job-00000000-0000-4000-8000-000000000000"
+	var deadlines []time.Time
+	s.waitUntil = func(_ context.Context, deadline time.Time) { deadlines = append(deadlines, deadline) }
+	for _, name := range []string{jobA, missing} {
+		deadlines = nil
+		sent := time.Now()
+		rec := recorderDo(s, bobToken)("GET", "/public/v2/jobs/"+name, "")
+		answered := time.Now()
+		require.Equal(t, 404, rec.Code, name)
+		require.Len(t, deadlines, 1, "%s: its 404 waits once", name)
+		d := deadlines[0]
+		assert.False(t, d.Before(sent.Add(floor)) || d.After(answered.Add(floor)),
+			"%s: waits until %s after the request, want %s after its lookup began (the request took %s)", name, d.Sub(sent), floor, answered.Sub(sent))
+		if name == jobA {
+			assert.GreaterOrEqual(t, answered.Sub(sent), fb.describeDelay, "the lookup found bob another workspace's job, inside the wait")
 		}
-		sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-		return ds[len(ds)/2]
 	}
-	foreign, none := median(jobA), median("lm-mpi-job-00000000-0000-4000-8000-000000000000")
-	t.Logf("median 404: another workspace's job %v, no such job %v", foreign, none)
-	assert.InDelta(t, float64(foreign), float64(none), float64(5*time.Millisecond))
-	assert.GreaterOrEqual(t, none, 40*time.Millisecond)
+	s.waitUntil = waitUntil
+	for _, name := range []string{jobA, missing} {
+		sent := time.Now()
+		rec := recorderDo(s, bobToken)("GET", "/public/v2/jobs/"+name, "")
+		require.Equal(t, 404, rec.Code, name)
+		assert.GreaterOrEqual(t, time.Since(sent), floor, "%s: a 404 takes at least the floor", name)
+	}
 }
 
 // serveReal serves s on a real listener with short timeouts, as trainq-api

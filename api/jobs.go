@@ -323,7 +323,12 @@ func (s *Server) lookupJob(ctx context.Context, p Principal, name string) (clien
 
 // padNotFound waits until NotFoundFloor has passed since start.
 func (s *Server) padNotFound(ctx context.Context, start time.Time) {
-	t := time.NewTimer(time.Until(start.Add(s.opts.NotFoundFloor)))
+	s.waitUntil(ctx, start.Add(s.opts.NotFoundFloor))
+}
+
+// waitUntil returns once deadline has passed or ctx is done.
+func waitUntil(ctx context.Context, deadline time.Time) {
+	t := time.NewTimer(time.Until(deadline))
 	defer t.Stop()
 	select {
 	case <-t.C:

@@ -68,6 +68,8 @@ type Server struct {
 	// workspacesDir (absolute) holds a directory per workspace, inside
 	// which checkpoint_dir and logs_dir must lie.
 	workspacesDir string
+	// waitUntil returns once deadline has passed or ctx is done (padNotFound).
+	waitUntil func(ctx context.Context, deadline time.Time)
 }
 
 // route is one endpoint. The OpenAPI document lists exactly these.
@@ -135,7 +137,7 @@ func New(opts Options) (*Server, error) {
 		opts.NotFoundFloor = DefaultNotFoundFloor
 	}
 	s := &Server{backend: opts.Backend, tokens: opts.Tokens, log: opts.Logger, opts: opts,
-		mux: http.NewServeMux(), metrics: newMetrics()}
+		mux: http.NewServeMux(), metrics: newMetrics(), waitUntil: waitUntil}
 	s.live.Store(opts.Config)
 	ws := opts.Config.WorkspacesDir
 	if ws == "" {
