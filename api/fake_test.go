@@ -34,6 +34,8 @@ type fakeBackend struct {
 	// describeDelay is added to Describe of an existing job (Temporal
 	// takes longer to describe a job than to say it does not exist).
 	describeDelay time.Duration
+	// describedAt is when Describe was last entered.
+	describedAt time.Time
 	// ignoresFilters plays an allocator older than the queue filters.
 	ignoresFilters bool
 }
@@ -105,6 +107,7 @@ func (f *fakeBackend) SubmitChecked(ctx context.Context, spec protocol.CheckedSp
 
 func (f *fakeBackend) Describe(ctx context.Context, name string) (client.JobInfo, error) {
 	f.mu.Lock()
+	f.describedAt = time.Now()
 	j, ok := f.jobs[name]
 	delay := f.describeDelay
 	f.mu.Unlock()

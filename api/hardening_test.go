@@ -198,6 +198,10 @@ func TestNotFoundTakesAlike(t *testing.T) {
 		d := deadlines[0]
 		assert.False(t, d.Before(sent.Add(floor)) || d.After(answered.Add(floor)),
 			"%s: waits until %s after the request, want %s after its lookup began (the request took %s)", name, d.Sub(sent), floor, answered.Sub(sent))
+		fb.mu.Lock()
+		began := fb.describedAt
+		fb.mu.Unlock()
+		assert.False(t, d.After(began.Add(floor)), "%s: waits until %s after its lookup began, want %s: a wait counted from after the lookup tells the two apart", name, d.Sub(began), floor)
 		if name == jobA {
 			assert.GreaterOrEqual(t, answered.Sub(sent), fb.describeDelay, "the lookup found bob another workspace's job, inside the wait")
 		}

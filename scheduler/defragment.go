@@ -3,6 +3,7 @@ package scheduler
 import (
 	"cmp"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -246,6 +247,16 @@ func (p *Pool) fitElsewhere(sc *scratch, spare []int32, movers []*runJob, level 
 // domainName is node n's domain at the level, as its labels name it.
 func (p *Pool) domainName(level int8, n int32) string {
 	return p.nodes[n].Topology[p.topo.levels[level]]
+}
+
+// domainText names node n's domain at the level for people, with the coarser levels it lies in
+// (a domain is named within its parent): "rack r1 of block b2", or "rack r1" with one level.
+func (p *Pool) domainText(level int8, n int32) string {
+	parts := make([]string, 0, level+1)
+	for l := level; l >= 0; l-- {
+		parts = append(parts, p.topo.levels[l]+" "+p.domainName(l, n))
+	}
+	return strings.Join(parts, " of ")
 }
 
 // defragmentWake is the earliest time after now at which a gang that requires a topology level

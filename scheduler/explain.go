@@ -360,7 +360,7 @@ func (ex *explainer) explainReserving(wi *WaitingInfo, o *planOut, need, behind 
 	w := p.waitIdx[wi.Job]
 	where := plural(len(names), "node", "nodes") + " " + listText(names)
 	if sh := &p.shapes[w.shape]; sh.required && len(o.nodes) > 0 { // (the gang's nodes are one domain)
-		where += fmt.Sprintf(" (%s %s)", p.topo.levels[sh.level], p.domainName(sh.level, o.nodes[0]))
+		where += " (" + p.domainText(sh.level, o.nodes[0]) + ")"
 	}
 	wi.Reason = fmt.Sprintf("waiting for %s; it has been the first %s-priority request for %s (reserve_after %s), so %s %s reserved for it: %s",
 		need, wi.Class, since.Round(time.Second), p.policy.ReserveAfter, where, plural(len(names), "is", "are"), rule)

@@ -157,7 +157,7 @@ func TestRequiredTopologyReserves(t *testing.T) {
 		t.Fatalf("reserved %v, want the two nodes of one rack (%s)", res, wi.Reason)
 	}
 	rack := map[string]string{"n1": "r1", "n3": "r2"}[res[0]]
-	if want := fmt.Sprintf("nodes %s, %s (rack %s) are reserved for it", res[0], res[1], rack); !strings.Contains(wi.Reason, want) {
+	if want := fmt.Sprintf("nodes %s, %s (rack %s of block b1) are reserved for it", res[0], res[1], rack); !strings.Contains(wi.Reason, want) {
 		t.Fatalf("reason %q, want it to name the rack: %q", wi.Reason, want)
 	}
 }

@@ -1070,8 +1070,8 @@ func (p *Pool) applyPreemptions(pl *plan) []Preemption {
 		}
 		if pp.move {
 			sh := &p.shapes[by.shape]
-			reason = fmt.Sprintf("moved out of %s %s to make room for %s-priority %s %s, which needs %s in one %s: it reruns on free capacity elsewhere without spending a retry",
-				p.topo.levels[sh.level], p.domainName(sh.level, v.nodes[0]), by.r.Class, by.r.Kind, by.r.Job, needText(by.r.Demand, by.r.Workers), p.topo.levels[sh.level])
+			reason = fmt.Sprintf("moved out of %s to make room for %s-priority %s %s, which needs %s in one %s: it reruns on free capacity elsewhere without spending a retry",
+				p.domainText(sh.level, v.nodes[0]), by.r.Class, by.r.Kind, by.r.Job, needText(by.r.Demand, by.r.Workers), p.topo.levels[sh.level])
 		}
 		out = append(out, Preemption{Victim: v.r.Job, VictimAttempt: v.r.Attempt, Preemptor: *v.preemptedBy, Reason: reason, Loan: pp.loan, Move: pp.move})
 	}

@@ -396,7 +396,7 @@ func WriteMarkdown(w io.Writer, rs []*Result) {
 			fmt.Fprintf(w, "Moves: %d jobs moved out of a topology domain for gangs that require one, losing %.1f GPU-h (in the preemptions and lost GPU-h above); at most %d of one job",
 				r.Moves, r.MoveLostGPUHours, r.MostMovesOfOneJob)
 			if r.ClosestMovesOfOneJob > 0 {
-				fmt.Fprintf(w, ", its two closest %s apart", Dur(r.ClosestMovesOfOneJob.D()))
+				fmt.Fprintf(w, "; the closest two moves of any one job %s apart", Dur(r.ClosestMovesOfOneJob.D()))
 			}
 			fmt.Fprint(w, ".\n")
 		}
@@ -533,7 +533,7 @@ func writeSummary(w io.Writer, rs []*Result) {
 		line("moves (GPU-h lost)", func(r *Result) string {
 			return fmt.Sprintf("%d (%.1f)", r.Moves, r.MoveLostGPUHours)
 		})
-		line("most moves of one job / closest two", func(r *Result) string {
+		line("most moves of one job / closest two of one job", func(r *Result) string {
 			if r.MostMovesOfOneJob < 2 {
 				return strconv.Itoa(r.MostMovesOfOneJob) + " / -"
 			}

@@ -593,8 +593,8 @@ func runKubeCampaign(t *testing.T, seed uint64) string {
 	// Runs before the worker stops (cleanups run last in, first out).
 	t.Cleanup(r.retire)
 	// Serving them, too: a fresh allocator shows its nodes free for the moment before its
-	// recovery fences them, and a node that joins is fenced until its agent answers; a plan
-	// played meanwhile would find nothing running to hold, relabel or preempt.
+	// recovery fences them, and a node that joins is fenced (lost, in the view) until its agent
+	// answers; a plan played meanwhile would find nothing running to hold, relabel or preempt.
 	eventually(t, long, "each allocation to serve its two campaign nodes", func() bool {
 		for _, alloc := range []string{kcAllocA, kcAllocB} {
 			v, ok := queueView(alloc)

@@ -29,8 +29,10 @@ func queueView(alloc string) (v protocol.QueueView, ok bool) {
 }
 
 // servesEveryNode says whether allocation alloc grants on all its n nodes now: each known, not
-// lost and free, none fenced (a node that joins is fenced until its agent says what runs there,
-// and a recovery fences them all), and the allocator not recovering.
+// lost (a fenced node counts as lost: one that joins is fenced until its agent says what runs
+// there) and free, and the allocator not recovering. The last is what a wait on the nodes alone
+// misses: a freshly started allocator shows every node free for the moment before its recovery
+// fences them all, and they come back in the order their agents answer.
 func servesEveryNode(alloc string, n int) bool {
 	v, ok := queueView(alloc)
 	if !ok || v.Recovering || len(v.Fenced) > 0 || len(v.Nodes) != n {

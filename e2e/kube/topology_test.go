@@ -37,8 +37,8 @@ func TestKubeGangStaysInOneRack(t *testing.T) {
 	pw := watchPods(t)
 	startWorker(t)
 	// Each node's rack, once every node serves (kwok marks a new node Ready a moment after it
-	// joins; until then the allocator counts it lost and places nothing there, and until its
-	// agent says what runs there it is fenced).
+	// joins, and until its agent says what runs there it is fenced: the allocator counts it lost
+	// and places nothing there; and a fresh allocator recovers first: see servesEveryNode).
 	racks := func() map[string]string {
 		out := map[string]string{}
 		if !servesEveryNode("racked", 3) {
