@@ -358,14 +358,15 @@ func (ex *explainer) explainReserving(wi *WaitingInfo, o *planOut, need, behind 
 		rule = "until it fits, only jobs whose time limits end them before then, or that fit beside it, start there (backfill)"
 	}
 	w := p.waitIdx[wi.Job]
+	sh := &p.shapes[w.shape]
 	where := plural(len(names), "node", "nodes") + " " + listText(names)
-	if sh := &p.shapes[w.shape]; sh.required && len(o.nodes) > 0 { // (the gang's nodes are one domain)
+	if sh.required && len(o.nodes) > 0 { // (the gang's nodes are one domain)
 		where += " (" + p.domainText(sh.level, o.nodes[0]) + ")"
 	}
 	wi.Reason = fmt.Sprintf("waiting for %s; it has been the first %s-priority request for %s (reserve_after %s), so %s %s reserved for it: %s",
 		need, wi.Class, since.Round(time.Second), p.policy.ReserveAfter, where, plural(len(names), "is", "are"), rule)
 	in := p.inTheWay(wi.Class, p.starvingHead(w), o.nodes)
-	if blockers := p.blockers(o.nodes, p.shapes[w.shape].need, in); len(blockers) > 0 {
+	if blockers := p.blockers(o.nodes, sh.need, in); len(blockers) > 0 {
 		wi.Reason += "; the jobs there that it may not preempt and that leave it no room are " + p.blockersText(wi, blockers)
 	}
 	if behind != "" {

@@ -247,18 +247,17 @@ func reservedOf(p *Pool, job string) []string {
 // elsewhere meanwhile, and returns to its own nodes once they are free of it.
 func TestStarvingReturnsToItsNodes(t *testing.T) {
 	p := starvingOnN1(t)
-	reserved := func(job string) []string { return reservedOf(p, job) }
 	mustEnqueue(t, p, bfJob("hbig", High, 8, time.Hour, 4))
 	for _, m := range []int{131, 251} {
 		sched(t, p, at(m))
 	}
-	if got, other := reserved("hbig"), reserved("big"); !slices.Equal(got, []string{"n-1"}) || !slices.Equal(other, []string{"n-2"}) {
+	if got, other := reservedOf(p, "hbig"), reservedOf(p, "big"); !slices.Equal(got, []string{"n-1"}) || !slices.Equal(other, []string{"n-2"}) {
 		t.Fatalf("at 251, hbig starving: hbig reserved %v, big %v; want n-1 and n-2", got, other)
 	}
 	p = roundTrip(t, p)
 	p.Cancel("hbig")
 	sched(t, p, at(260))
-	if got := reserved("big"); !slices.Equal(got, []string{"n-1"}) {
+	if got := reservedOf(p, "big"); !slices.Equal(got, []string{"n-1"}) {
 		t.Fatalf("at 260, hbig gone: big reserved %v, want n-1 again", got)
 	}
 }
@@ -280,15 +279,14 @@ func TestStarvingWalkerLeavesLowerReservationsHolding(t *testing.T) {
 	for _, m := range []int{131, 161, 251} {
 		sched(t, p, at(m))
 	}
-	reserved := func(job string) []string { return reservedOf(p, job) }
-	if hb, b := reserved("hbig"), reserved("big"); !slices.Equal(hb, []string{"n-2"}) || !slices.Equal(b, []string{"n-1"}) {
+	if hb, b := reservedOf(p, "hbig"), reservedOf(p, "big"); !slices.Equal(hb, []string{"n-2"}) || !slices.Equal(b, []string{"n-1"}) {
 		t.Fatalf("at 251, both starving: hbig reserved %v, big %v; want n-2 (it lacks 4 GPUs there, 6 on n-1) and n-1", hb, b)
 	}
 	mustEnqueue(t, p, bfJob("small", High, 2, 2000*time.Minute, 6))
 	if got := grantedJobs(sched(t, p, at(255))); slices.Contains(got, "small") {
 		t.Fatalf("at 255: started %v; small (it would run past big's start) may not start on big's node n-1", got)
 	}
-	if got := reserved("big"); !slices.Equal(got, []string{"n-1"}) {
+	if got := reservedOf(p, "big"); !slices.Equal(got, []string{"n-1"}) {
 		t.Fatalf("at 255: big reserved %v, want n-1", got)
 	}
 }

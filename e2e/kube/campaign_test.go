@@ -596,22 +596,7 @@ func runKubeCampaign(t *testing.T, seed uint64) string {
 	// recovery fences them, and a node that joins is fenced (lost, in the view) until its agent
 	// answers; a plan played meanwhile would find nothing running to hold, relabel or preempt.
 	eventually(t, long, "each allocation to serve its two campaign nodes", func() bool {
-		for _, alloc := range []string{kcAllocA, kcAllocB} {
-			v, ok := queueView(alloc)
-			if !ok || v.Recovering {
-				return false
-			}
-			got := 0
-			for _, n := range v.Nodes {
-				if r.side[n.Name] == alloc && !n.Lost && n.FreeGPUs == n.GPUs {
-					got++
-				}
-			}
-			if got != 2 {
-				return false
-			}
-		}
-		return true
+		return serves(kcAllocA, r.nodes[:2]...) && serves(kcAllocB, r.nodes[2:]...)
 	})
 	r.samp = startSampler(t)
 	r.start = time.Now()

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -28,18 +29,19 @@ func queueView(alloc string) (v protocol.QueueView, ok bool) {
 	return v, err == nil
 }
 
-// servesEveryNode says whether allocation alloc grants on all its n nodes now: each known, not
-// lost (a fenced node counts as lost: one that joins is fenced until its agent says what runs
+// serves says whether allocation alloc grants on each of the named nodes now: each known to it,
+// not lost (a fenced node counts as lost: one that joins is fenced until its agent says what runs
 // there) and free, and the allocator not recovering. The last is what a wait on the nodes alone
 // misses: a freshly started allocator shows every node free for the moment before its recovery
 // fences them all, and they come back in the order their agents answer.
-func servesEveryNode(alloc string, n int) bool {
+func serves(alloc string, names ...string) bool {
 	v, ok := queueView(alloc)
-	if !ok || v.Recovering || len(v.Fenced) > 0 || len(v.Nodes) != n {
+	if !ok || v.Recovering {
 		return false
 	}
-	for _, nd := range v.Nodes {
-		if nd.Lost || nd.FreeGPUs != nd.GPUs {
+	for _, name := range names {
+		i := slices.IndexFunc(v.Nodes, func(nd scheduler.NodeInfo) bool { return nd.Name == name })
+		if i < 0 || v.Nodes[i].Lost || v.Nodes[i].FreeGPUs != v.Nodes[i].GPUs {
 			return false
 		}
 	}

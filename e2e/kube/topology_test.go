@@ -39,10 +39,10 @@ func TestKubeGangStaysInOneRack(t *testing.T) {
 	startWorker(t)
 	// Each node's rack, once every node serves (kwok marks a new node Ready a moment after it
 	// joins, and until its agent says what runs there it is fenced: the allocator counts it lost
-	// and places nothing there; and a fresh allocator recovers first: see servesEveryNode).
+	// and places nothing there; and a fresh allocator recovers first: see serves).
 	racks := func() map[string]string {
 		out := map[string]string{}
-		if !servesEveryNode("racked", 3) {
+		if !serves("racked", "rk-1", "rk-2", "rk-3") {
 			return out
 		}
 		for _, n := range queueNodes("racked") {
@@ -102,7 +102,7 @@ func TestKubeDefragmentMoves(t *testing.T) {
 	}
 	pw, led := watchPods(t), startLedger(t)
 	startWorker(t)
-	eventually(t, long, "the three nodes to serve", func() bool { return servesEveryNode("defrag", 3) })
+	eventually(t, long, "the three nodes to serve", func() bool { return serves("defrag", "df-1", "df-2", "df-3") })
 	small := fixture.Job{Region: "K", Allocation: "defrag", Class: "medium", GPUs: 1, Script: "python3 train.py"}.Spec()
 	small.MaxRetry = 0 // a move must not spend a retry
 	s := submit(t, small)
