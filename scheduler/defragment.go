@@ -299,3 +299,63 @@ func (p *Pool) defragmentWake(now time.Time) time.Time {
 	}
 	return wake
 }
+
+// movedOut is where a job moved for a gang (Preemption.Move) came from. Its next attempt keeps its
+// place in the queue, ahead of the gang, and would otherwise be placed by best fit alone, often
+// on the free capacity of the very domain the gang counts on: the gang would wait on, and the
+// job be moved again. So while the gang waits, that attempt is placed outside the domain.
+type movedOut struct {
+	gang    string // the gang it made room for
+	attempt int    // the attempt that was moved
+	level   int8
+	node    int32 // the node it left: the domain kept clear is this node's at level
+}
+
+// keptOut reports whether request r is the next attempt of a job moved for a gang that still
+// waits, and so is kept out of the domain it left.
+func (p *Pool) keptOut(r *Request) (movedOut, bool) {
+	m, ok := p.movedOut[r.Job]
+	return m, ok && r.Attempt > m.attempt && p.waitIdx[m.gang] != nil
+}
+
+// outsideDomain is the nodes (of allowed, or of the pool if allowed is empty) outside the domain
+// that moved job m left, in node order.
+func (p *Pool) outsideDomain(allowed []string, m movedOut) []string {
+	dom := p.topo.domain[m.level]
+	var out []string
+	for n := range p.nodes {
+		name := p.nodes[n].Name
+		if dom[n] != dom[m.node] && (len(allowed) == 0 || slices.Contains(allowed, name)) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// releaseMovers forgets the moved jobs whose gang no longer waits (it started or left) or that
+// run again, and places those still waiting as any request again. (Sorted, so that the shapes it
+// interns are numbered alike in every replay.)
+func (p *Pool) releaseMovers() {
+	var done []string
+	for job, m := range p.movedOut {
+		if rj := p.running[job]; p.waitIdx[m.gang] == nil || rj != nil && rj.r.Attempt > m.attempt {
+			done = append(done, job)
+		}
+	}
+	slices.Sort(done)
+	for _, job := range done {
+		delete(p.movedOut, job)
+		p.reshape(job)
+	}
+}
+
+// reshape places job's waiting request, if it has one, by what its shape is now (see keptOut).
+func (p *Pool) reshape(job string) {
+	if w := p.waitIdx[job]; w != nil {
+		if s := p.shapeOf(&w.r); s != w.shape {
+			w.shape = s
+			p.waitKeys[p.waitPos(w)].shape = s
+			p.dirty = true
+		}
+	}
+}

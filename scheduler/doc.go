@@ -226,7 +226,10 @@
 // and the mover then waits in its place. The movers are told as victims are (Preemption.Move:
 // the allocation's notice, reason defragment), their capacity is nominated to the gang, which
 // waits for it by rule (a), and each reruns without spending a retry, keeping its place in the
-// queue. Moves come after preemption: a gang preempts strictly lower classes when it can, and
+// queue. While the gang waits, a mover's next attempt is placed only outside the domain it left:
+// ahead of the gang in the queue, it would otherwise take back the capacity the gang counts on
+// there (even its own node, nominated to the gang: see (a)), and be moved again. Once the gang
+// starts or leaves the queue, the mover may be placed anywhere again. Moves come after preemption: a gang preempts strictly lower classes when it can, and
 // moves only when it cannot; a low gang moves low jobs.
 //
 // # Reservations

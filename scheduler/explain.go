@@ -611,8 +611,15 @@ func (ex *explainer) explainNoFit(wi *WaitingInfo, i int, o *planOut, need, behi
 	if len(wi.WaitingFor) > 0 {
 		why = "the free and releasing capacity is held for earlier requests (" + strings.Join(wi.WaitingFor, ", ") + ")"
 	}
-	if sh.allowed != nil {
+	mv, kept := p.keptOut(&w.r)
+	switch {
+	case kept && len(w.r.Nodes) == 0:
+		why = fmt.Sprintf("outside %s, %s", p.domainText(mv.level, mv.node), why)
+	case sh.allowed != nil:
 		why = allowedRoomText(w, o, p.fams[sh.fam].name) + "; " + strings.Replace(why, "capacity", "capacity there", 1)
+	}
+	if kept {
+		why = fmt.Sprintf("it was moved out of %s to make room for %s and runs elsewhere while that gang waits: %s", p.domainText(mv.level, mv.node), mv.gang, why)
 	}
 	if sh.required && o.domainRoom < w.r.leastWorkers() && (sh.allowed == nil && o.room >= w.r.leastWorkers() || sh.allowed != nil && o.roomAllowed >= w.r.leastWorkers()) {
 		lv := p.topo.levels[sh.level]

@@ -167,6 +167,9 @@ type Pool struct {
 	// nominated to their preemptor until they have stopped.
 	victims    []*runJob
 	preemptSeq int64 // last preemption's sequence
+	// movedOut is, per job moved for a gang (Preemption.Move), the domain it left: its next
+	// attempt is placed outside it while that gang waits (see keptOut).
+	movedOut map[string]movedOut
 	// holds is free capacity a stopped victim left, still nominated to its waiting preemptor, in
 	// (sequence, node) order: it stays the preemptor's until it is granted or withdrawn.
 	holds []hold
@@ -278,6 +281,7 @@ func NewPool(nodes []Node, policy Policy) (*Pool, error) {
 		allowIdx: map[string]int32{},
 		wsIdx:    map[string]int32{},
 		memo:     map[string]memoEntry{},
+		movedOut: map[string]movedOut{},
 		fs:       newFairShare(policy),
 		dirty:    true,
 	}
@@ -591,7 +595,9 @@ func (p *Pool) shapeOf(r *Request) int32 {
 	if r.elastic() {
 		k.minWorkers = r.MinWorkers
 	}
-	if len(r.Nodes) > 0 {
+	if m, ok := p.keptOut(r); ok {
+		k.allow = p.allowOf(p.outsideDomain(r.Nodes, m))
+	} else if len(r.Nodes) > 0 {
 		k.allow = p.allowOf(r.Nodes)
 	}
 	k.level, k.required = p.gangLevel(r)
@@ -616,8 +622,8 @@ func (p *Pool) shapeOf(r *Request) int32 {
 	return id
 }
 
-// allowOf interns a set of allowed nodes (sorted, each once, all nodes of the pool) and returns 1
-// + its index in p.allows.
+// allowOf interns a set of allowed nodes (each once, all nodes of the pool, in a fixed order:
+// sorted, or in node order) and returns 1 + its index in p.allows.
 func (p *Pool) allowOf(names []string) int32 {
 	key := strings.Join(names, "\x00")
 	if i, ok := p.allowIdx[key]; ok {
@@ -721,6 +727,9 @@ func (p *Pool) removeWaiting(w *waitReq) {
 		p.waitKeys = slices.Delete(p.waitKeys, i, i+1)
 	}
 	delete(p.waitIdx, w.r.Job)
+	if len(p.movedOut) > 0 {
+		p.releaseMovers()
+	}
 }
 
 // Release reports that one worker of a running or releasing job has stopped: its capacity becomes

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"maps"
 	"math/bits"
 	"slices"
 	"strings"
@@ -37,6 +38,8 @@ import (
 // requests' own gang topology (Snapshot.GangTopologies, SnapshotWaiting.Topology,
 // SnapshotRunning.Topology); absent, each follows the policy's, as before them. The nodes a
 // starving head keeps (SnapshotHead.Pinned); absent, it keeps those it reserves at its next pass.
+// The jobs moved for gangs that still wait (Snapshot.MovedOut); absent, none is kept out of a
+// domain.
 const SnapshotVersion = 3
 
 // Snapshot is the whole pool state for continue-as-new: waiting requests are stored column-wise
@@ -58,6 +61,9 @@ type Snapshot struct {
 	PreemptSeq int64          `json:"pseq,omitempty"` // the last preemption's sequence
 	// Holds is the free capacity stopped victims left to their waiting preemptors.
 	Holds []SnapshotHold `json:"holds,omitempty"`
+	// MovedOut are the jobs moved for gangs that still wait, by job: their next attempts are
+	// placed outside the domains they left.
+	MovedOut []SnapshotMovedOut `json:"moved_out,omitempty"`
 	// NodeSets are the requests' allowed nodes (Request.Nodes), each set once, in order of first
 	// use; SnapshotWaiting.NodeSet and SnapshotRunning.NodeSet refer to them. Names, not indices:
 	// a set may name a node a reconfiguration removed (Restore then refuses a waiting request
@@ -119,6 +125,17 @@ type SnapshotHead struct {
 	Nodes []int32 `json:"nodes,omitempty"` // indices into Snapshot.Nodes, ascending
 	// Pinned is what it reserved when it starved (indices, ascending): it keeps those nodes.
 	Pinned []int32 `json:"pinned,omitempty"`
+}
+
+// SnapshotMovedOut is a job moved out of a topology domain for a gang (Preemption.Move) while that
+// gang waits. Names, not indices: a reconfiguration may reorder the nodes or the levels (a level or
+// node it removed drops the entry).
+type SnapshotMovedOut struct {
+	Job     string `json:"job"`
+	Attempt int    `json:"attempt"` // the attempt that was moved
+	Gang    string `json:"gang"`
+	Level   string `json:"level"`
+	Node    string `json:"node"` // the node it left, whose domain at Level is kept clear
 }
 
 // SnapshotMemo is a preempted job's preemption count, kept for its next attempt.
@@ -262,6 +279,10 @@ func (p *Pool) snapshotScheduling() Snapshot {
 	}
 	for _, h := range p.holds {
 		s.Holds = append(s.Holds, SnapshotHold{Job: h.by, Class: h.class, Node: h.node, GPUs: h.amount.gpu, CPU: h.amount.cpu, RAMGB: h.amount.ram, Seq: h.seq, Stale: h.stale, Taken: h.taken})
+	}
+	for _, job := range slices.Sorted(maps.Keys(p.movedOut)) {
+		m := p.movedOut[job]
+		s.MovedOut = append(s.MovedOut, SnapshotMovedOut{Job: job, Attempt: m.attempt, Gang: m.gang, Level: p.topo.levels[m.level], Node: p.nodes[m.node].Name})
 	}
 	for _, job := range p.memoOrder {
 		if m, ok := p.memo[job]; ok {
@@ -469,7 +490,7 @@ func Restore(s Snapshot) (*Pool, error) {
 	p.lastNow = nt(s.Now)
 	p.forecast.restore(s.Forecast)
 	rs := &restorer{p: p, s: &s, admitted: map[admitKey]bool{}, sets: map[int32][]string{}}
-	for _, step := range []func() error{rs.fairShare, rs.lostNodes, rs.runningJobs, rs.victimOrder, rs.waitingRequests, rs.classHeads, rs.holds, rs.memo} {
+	for _, step := range []func() error{rs.fairShare, rs.lostNodes, rs.runningJobs, rs.victimOrder, rs.waitingRequests, rs.movers, rs.classHeads, rs.holds, rs.memo} {
 		if err := step(); err != nil {
 			return nil, err
 		}
@@ -898,6 +919,25 @@ func (rs *restorer) holds() error {
 			continue
 		}
 		p.addHold(hold{by: h.Job, class: h.Class, node: h.Node, amount: resources{gpu: h.GPUs, cpu: h.CPU, ram: h.RAMGB}, seq: h.Seq, stale: h.Stale, taken: h.Taken})
+	}
+	return nil
+}
+
+// movers restores the jobs moved for gangs that still wait, and keeps their waiting next attempts
+// out of the domains they left. One whose gang, level or node is gone is dropped.
+func (rs *restorer) movers() error {
+	p := rs.p
+	for _, m := range rs.s.MovedOut {
+		if m.Job == "" || m.Gang == "" {
+			return fmt.Errorf("snapshot: bad moved job %+v", m)
+		}
+		level := p.topo.level(m.Level)
+		n, ok := p.nodeIdx[m.Node]
+		if level < 0 || !ok || p.waitIdx[m.Gang] == nil {
+			continue
+		}
+		p.movedOut[m.Job] = movedOut{gang: m.Gang, attempt: m.Attempt, level: int8(level), node: n}
+		p.reshape(m.Job)
 	}
 	return nil
 }
