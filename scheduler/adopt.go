@@ -85,6 +85,7 @@ func (p *Pool) Adopt(a Adoption) error {
 	if w := p.waitIdx[r.Job]; w != nil {
 		p.waitKeys[p.waitPos(w)].prev = true
 	}
+	p.releaseMovers() // (a mover whose next attempt it is runs again)
 	return nil
 }
 

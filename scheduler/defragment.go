@@ -318,15 +318,22 @@ func (p *Pool) keptOut(r *Request) (movedOut, bool) {
 	return m, ok && r.Attempt > m.attempt && p.waitIdx[m.gang] != nil
 }
 
-// outsideDomain is the nodes (of allowed, or of the pool if allowed is empty) outside the domain
-// that moved job m left, in node order.
+// outsideDomain is the nodes (of allowed, in its order, or of the pool in node order if allowed
+// is empty) outside the domain that moved job m left.
 func (p *Pool) outsideDomain(allowed []string, m movedOut) []string {
 	dom := p.topo.domain[m.level]
 	var out []string
+	if len(allowed) > 0 {
+		for _, name := range allowed {
+			if n, ok := p.nodeIdx[name]; ok && dom[n] != dom[m.node] {
+				out = append(out, name)
+			}
+		}
+		return out
+	}
 	for n := range p.nodes {
-		name := p.nodes[n].Name
-		if dom[n] != dom[m.node] && (len(allowed) == 0 || slices.Contains(allowed, name)) {
-			out = append(out, name)
+		if dom[n] != dom[m.node] {
+			out = append(out, p.nodes[n].Name)
 		}
 	}
 	return out
@@ -336,6 +343,9 @@ func (p *Pool) outsideDomain(allowed []string, m movedOut) []string {
 // run again, and places those still waiting as any request again. (Sorted, so that the shapes it
 // interns are numbered alike in every replay.)
 func (p *Pool) releaseMovers() {
+	if len(p.movedOut) == 0 {
+		return
+	}
 	var done []string
 	for job, m := range p.movedOut {
 		if rj := p.running[job]; p.waitIdx[m.gang] == nil || rj != nil && rj.r.Attempt > m.attempt {

@@ -192,11 +192,12 @@ func TestDefragmentLowGang(t *testing.T) {
 // cleared for them. Once g has left the queue, s may use r1 again.
 func TestMovedJobRerunsOutsideTheDomain(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		when    func(t *testing.T, p *Pool) *Pool // between the move and the rerun's pass
-		wantS   string                            // where s's rerun starts ("": it waits)
-		wantG   bool                              // g starts in that pass
-		wantWhy string                            // in Explain(s) before that pass
+		name       string
+		rerunFirst bool                              // s's next attempt waits before the move
+		when       func(t *testing.T, p *Pool) *Pool // between the move and the rerun's pass
+		wantS      string                            // where s's rerun starts ("": it waits)
+		wantG      bool                              // g starts in that pass
+		wantWhy    string                            // in Explain(s) before that pass
 	}{{
 		name:  "the rerun starts outside the rack while the gang waits",
 		when:  func(t *testing.T, p *Pool) *Pool { return p },
@@ -214,6 +215,20 @@ func TestMovedJobRerunsOutsideTheDomain(t *testing.T) {
 		wantG:   true,
 		wantWhy: "it was moved out of rack r1 of block b1 to make room for g and runs elsewhere while that gang waits: outside rack r1 of block b1",
 	}, {
+		name:       "a next attempt already waiting when the job is moved (found by a review)",
+		rerunFirst: true,
+		when:       func(t *testing.T, p *Pool) *Pool { return p },
+		wantS:      "n4", wantG: true,
+	}, {
+		name: "a newer attempt of the gang keeps it (found by a review: its replacing let the movers go)",
+		when: func(t *testing.T, p *Pool) *Pool {
+			g := makeJob("g", "a").GPUs(8).Workers(2).Seq(1).Attempt(1).Topology(rackOf("rack", true)).Obj()
+			g.SubmittedAt = at(80)
+			mustEnqueue(t, p, g)
+			return p
+		},
+		wantS: "n4", wantG: true,
+	}, {
 		name: "once the gang has left the queue, the rerun may use the rack",
 		when: func(t *testing.T, p *Pool) *Pool {
 			p.Cancel("g")
@@ -227,11 +242,15 @@ func TestMovedJobRerunsOutsideTheDomain(t *testing.T) {
 			g := makeJob("g", "a").GPUs(8).Workers(2).Seq(1).Topology(rackOf("rack", true)).Obj()
 			g.SubmittedAt = at(80)
 			mustEnqueue(t, p, g)
+			rerun := makeJob("s", "a").GPUs(1).Seq(-100).Attempt(1).Obj()
+			if tc.rerunFirst {
+				mustEnqueue(t, p, rerun)
+			}
 			if d := sched(t, p, at(100)); !slices.Equal(victims(d), []string{"s"}) {
 				t.Fatalf("moved %v, want [s]", victims(d))
 			}
 			p.Release("s", 0, 0)
-			mustEnqueue(t, p, makeJob("s", "a").GPUs(1).Seq(-100).Attempt(1).Obj())
+			mustEnqueue(t, p, rerun)
 			p = tc.when(t, p)
 			if tc.wantWhy != "" {
 				if wi, _ := p.Explain("s"); !strings.Contains(wi.Reason, tc.wantWhy) {

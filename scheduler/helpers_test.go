@@ -385,16 +385,23 @@ func checkInvariants(t testing.TB, p *Pool) {
 			}
 		}
 	}
-	for _, w := range p.waiting { // the shape's allowed nodes are the request's
+	for i, w := range p.waiting { // the shape's allowed nodes are the request's (outside a mover's domain)
 		sh := &p.shapes[w.shape]
+		if p.waitKeys[i].shape != w.shape {
+			t.Fatalf("%s: its queue key has shape %d, the request %d", w.r.Job, p.waitKeys[i].shape, w.shape)
+		}
+		allowed, kept := w.r.Nodes, false
+		if m, ok := p.keptOut(&w.r); ok {
+			allowed, kept = p.outsideDomain(w.r.Nodes, m), true
+		}
 		var want []int32
 		for _, n := range p.fams[sh.fam].live {
-			if len(w.r.Nodes) == 0 || slices.Contains(w.r.Nodes, p.nodes[n].Name) {
+			if slices.Contains(allowed, p.nodes[n].Name) || len(allowed) == 0 && !kept {
 				want = append(want, n)
 			}
 		}
 		if got := p.placeable(sh); !slices.Equal(got, want) {
-			t.Fatalf("%s: placeable nodes %v, want %v (allowed %v)", w.r.Job, got, want, w.r.Nodes)
+			t.Fatalf("%s: placeable nodes %v, want %v (allowed %v)", w.r.Job, got, want, allowed)
 		}
 	}
 	v := p.View()

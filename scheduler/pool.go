@@ -727,9 +727,6 @@ func (p *Pool) removeWaiting(w *waitReq) {
 		p.waitKeys = slices.Delete(p.waitKeys, i, i+1)
 	}
 	delete(p.waitIdx, w.r.Job)
-	if len(p.movedOut) > 0 {
-		p.releaseMovers()
-	}
 }
 
 // Release reports that one worker of a running or releasing job has stopped: its capacity becomes
@@ -890,6 +887,7 @@ func (p *Pool) Cancel(job string) bool {
 	if w := p.waitIdx[job]; w != nil {
 		p.removeWaiting(w)
 		p.dropHolds(job)
+		p.releaseMovers()
 		ok = true
 	}
 	if rj := p.running[job]; rj != nil {
@@ -911,6 +909,7 @@ func (p *Pool) CancelAttempt(job string, attempt int) bool {
 	if w := p.waitIdx[job]; w != nil && w.r.Attempt == attempt {
 		p.removeWaiting(w)
 		p.dropHolds(job)
+		p.releaseMovers()
 		ok = true
 	}
 	if rj := p.running[job]; rj != nil && rj.r.Attempt == attempt {

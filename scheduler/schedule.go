@@ -967,9 +967,7 @@ func (p *Pool) applyGrants(now time.Time, pl *plan) []Grant {
 	}
 	clear(p.waiting[k:])
 	p.waiting, p.waitKeys = p.waiting[:k], p.waitKeys[:k]
-	if len(p.movedOut) > 0 {
-		p.releaseMovers()
-	}
+	p.releaseMovers()
 	return grants
 }
 
@@ -1067,6 +1065,7 @@ func (p *Pool) applyPreemptions(pl *plan) []Preemption {
 		v.moved = pp.move
 		if pp.move {
 			p.movedOut[v.r.Job] = movedOut{gang: by.r.Job, attempt: v.r.Attempt, level: p.shapes[by.shape].level, node: v.nodes[0]}
+			p.reshape(v.r.Job) // (its next attempt may be waiting already, behind this one)
 		}
 		reason := fmt.Sprintf("preempted to make room for %s-priority %s %s, which needs %s; %s-priority jobs give way to higher classes, those that would lose the least work first",
 			by.r.Class, by.r.Kind, by.r.Job, needText(by.r.Demand, by.r.Workers), v.r.Class)
