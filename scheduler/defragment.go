@@ -29,10 +29,21 @@ func (p *Pool) movesInFlight(c Class) bool {
 	return slices.ContainsFunc(p.victims, func(v *runJob) bool { return v.moved && v.preemptedBy.Class == c })
 }
 
+// maxDefragSearches bounds the gangs of one class that look for moves in one pass.
+const maxDefragSearches = 4
+
 // mayDefragment reports whether the waiting request key may still look for moves in this pass,
 // so that the failure caches do not skip it.
 func (sc *scratch) mayDefragment(p *Pool, key waitKey) bool {
-	return !sc.defragTried[key.class] && p.shapes[key.shape].required && p.policy.defragmentAfter() >= 0
+	return p.shapes[key.shape].required && p.policy.defragmentAfter() >= 0 && sc.mayLookForMoves(key)
+}
+
+// mayLookForMoves reports whether a gang of key's class and shape may still look for moves in
+// this pass: no gang of its class moved jobs, fewer than maxDefragSearches looked, and none of
+// its shape and class found none.
+func (sc *scratch) mayLookForMoves(key waitKey) bool {
+	return !sc.defragDone[key.class] && sc.defragSearches[key.class] < maxDefragSearches &&
+		(int(key.shape) >= len(sc.defragFailed) || sc.defragFailed[key.shape]&(1<<key.class) == 0)
 }
 
 // defragmentAfter is DefragmentAfter in effect: negative for never.
@@ -88,14 +99,18 @@ func (p *Pool) defragment(now time.Time, sc *scratch, pl *plan, w *waitReq, key 
 	if !sh.required || after < 0 || now.Sub(w.r.SubmittedAt) < after || len(sc.ownerNodes) > 0 {
 		return 0, nil, false
 	}
-	if sc.defragTried[key.class] || p.movesInFlight(key.class) {
+	if !sc.mayLookForMoves(key) || p.movesInFlight(key.class) {
 		return 0, nil, false // (one gang of a class at a time: see Defragmentation in the package doc)
 	}
-	sc.defragTried[key.class] = true
+	sc.defragSearches[key.class]++
 	movers, ok := p.chooseMoves(now, sc, sh, key.class)
 	if !ok {
+		if int(key.shape) < len(sc.defragFailed) {
+			sc.defragFailed[key.shape] |= 1 << key.class
+		}
 		return 0, nil, false
 	}
+	sc.defragDone[key.class] = true
 	sc.moving = true
 	kind, victims := p.preemptAndTake(now, sc, pl, w, sh, movers, nil)
 	sc.moving = false

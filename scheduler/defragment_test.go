@@ -281,3 +281,22 @@ func TestMovedJobRerunsOutsideTheDomain(t *testing.T) {
 		})
 	}
 }
+
+// TestDefragmentPastAHopelessGang: given a gang g1 first in the queue that no move can help (its
+// allowed rack r2 holds a high job) and a later gang g2 of another shape that a move can, when
+// both have waited long enough, then g2 moves s out of r1. When the first gang of a class to look
+// stopped the others (found in trainq simulate: every gang of a class waited for weeks behind one
+// whose rack a long gang held), g2 waited until r1 drained by chance.
+func TestDefragmentPastAHopelessGang(t *testing.T) {
+	p := defragPool(t, []string{"b1/r1", "b1/r1", "b1/r2", "b1/r2"}, Policy{},
+		[]runSpec{running("s").GPUs(1).On("n1"), running("big").Class(High).GPUs(8).On("n3")})
+	g1 := makeJob("g1", "a").GPUs(8).Workers(2).Nodes("n3", "n4").Seq(1).Topology(rackOf("rack", true)).Obj()
+	g2 := makeJob("g2", "a").GPUs(8).Workers(2).Seq(2).Topology(rackOf("rack", true)).Obj()
+	g1.SubmittedAt, g2.SubmittedAt = at(80), at(80)
+	mustEnqueue(t, p, g1, g2)
+	d := sched(t, p, at(100))
+	if !slices.Equal(victims(d), []string{"s"}) || d.Preemptions[0].Preemptor.Job != "g2" {
+		wi, _ := p.Explain("g2")
+		t.Fatalf("moved %v, want s for g2 (g2: %s)", d.Preemptions, wi.Reason)
+	}
+}

@@ -78,9 +78,14 @@ type walkerState struct {
 	walkerExtra bool
 	// moving: the victims the walker nominates are moved out of a domain (Preemption.Move).
 	moving bool
-	// defragTried: a gang of the class looked for moves in this pass (one per class does).
-	defragTried [3]bool
-	moverBuf    []moverCand // clearNode's scratch
+	// defragDone: a gang of the class moved jobs in this pass (one per class does);
+	// defragSearches counts the gangs of each class that looked for moves in this pass (at most
+	// maxDefragSearches), and defragFailed marks, per shape, the classes whose gang of that shape
+	// found none (a bit per class).
+	defragDone     [3]bool
+	defragSearches [3]int
+	defragFailed   []uint8
+	moverBuf       []moverCand // clearNode's scratch
 	// starving: the walker has been the first waiting request of its class for
 	// Policy.StarvationAfter, so MaxLossGPUHours and MinRuntimeBeforePreemption protect no victim
 	// from it (and its failures are not cached).
@@ -143,7 +148,9 @@ func grow[T any](s []T, n int) []T {
 
 // reset starts a pass: the pool's capacity, the per-family summaries, and the nominations.
 func (sc *scratch) reset(p *Pool) {
-	sc.defragTried = [3]bool{}
+	sc.defragDone, sc.defragSearches = [3]bool{}, [3]int{}
+	sc.defragFailed = grow(sc.defragFailed, len(p.shapes))
+	clear(sc.defragFailed)
 	if sc.synced && len(sc.changedMark) == len(p.nodes) {
 		sc.restoreChanged(p)
 	} else {
