@@ -24,18 +24,28 @@ func (p Policy) minRuntimeBeforeMove() time.Duration {
 // maxMoves bounds the jobs one gang's defragmentation moves.
 const maxMoves = 16
 
-// movesInFlight reports whether a job moved for a gang of class c is still stopping.
-func (p *Pool) movesInFlight(c Class) bool {
-	return slices.ContainsFunc(p.victims, func(v *runJob) bool { return v.moved && v.preemptedBy.Class == c })
+// movesInFlight reports, per class, whether a job moved for a gang of that class is still
+// stopping.
+func (p *Pool) movesInFlight() (in [3]bool) {
+	for _, v := range p.victims {
+		if v.moved {
+			in[v.preemptedBy.Class] = true
+		}
+	}
+	return in
 }
 
 // maxDefragSearches bounds the gangs of one class that look for moves in one pass.
 const maxDefragSearches = 4
 
-// mayDefragment reports whether the waiting request key may still look for moves in this pass,
-// so that the failure caches do not skip it.
-func (sc *scratch) mayDefragment(p *Pool, key waitKey) bool {
-	return p.shapes[key.shape].required && p.policy.defragmentAfter() >= 0 && sc.mayLookForMoves(key)
+// mayDefragment reports whether the waiting request w (of key) may still look for moves in this
+// pass, so that the failure caches do not skip it.
+func (sc *scratch) mayDefragment(p *Pool, now time.Time, w *waitReq, key waitKey) bool {
+	if !sc.mayLookForMoves(key) || sc.movingFor[key.class] || !p.shapes[key.shape].required {
+		return false
+	}
+	after := p.policy.defragmentAfter()
+	return after >= 0 && now.Sub(w.r.SubmittedAt) >= after
 }
 
 // mayLookForMoves reports whether a gang of key's class and shape may still look for moves in
@@ -99,7 +109,7 @@ func (p *Pool) defragment(now time.Time, sc *scratch, pl *plan, w *waitReq, key 
 	if !sh.required || after < 0 || now.Sub(w.r.SubmittedAt) < after || len(sc.ownerNodes) > 0 {
 		return 0, nil, false
 	}
-	if !sc.mayLookForMoves(key) || p.movesInFlight(key.class) {
+	if !sc.mayLookForMoves(key) || sc.movingFor[key.class] {
 		return 0, nil, false // (one gang of a class at a time: see Defragmentation in the package doc)
 	}
 	sc.defragSearches[key.class]++

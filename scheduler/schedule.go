@@ -480,7 +480,7 @@ func (p *Pool) plan(now time.Time, sc *scratch, explain span, maxDecisions int) 
 		}
 		var kind outcome
 		var victims []*runJob
-		if sc.knownToFail(i, key) && !sc.mayDefragment(p, key) && (!first || !headsDoMore) && (len(sc.resvs) == 0 || !sc.mayBackfill(p, now, p.waiting[i])) {
+		if sc.knownToFail(i, key) && !sc.mayDefragment(p, now, p.waiting[i], key) && (!first || !headsDoMore) && (len(sc.resvs) == 0 || !sc.mayBackfill(p, now, p.waiting[i])) {
 			kind = sc.failFast(p, i) // the fast path of a long queue: a shape that already failed in this pass
 		} else {
 			kind, victims = p.decide(now, sc, pl, i, key, first)

@@ -83,6 +83,7 @@ type walkerState struct {
 	// maxDefragSearches), and defragFailed marks, per shape, the classes whose gang of that shape
 	// found none (a bit per class).
 	defragDone     [3]bool
+	movingFor      [3]bool // a job moved for a gang of the class is still stopping (movesInFlight)
 	defragSearches [3]int
 	defragFailed   []uint8
 	moverBuf       []moverCand // clearNode's scratch
@@ -148,7 +149,7 @@ func grow[T any](s []T, n int) []T {
 
 // reset starts a pass: the pool's capacity, the per-family summaries, and the nominations.
 func (sc *scratch) reset(p *Pool) {
-	sc.defragDone, sc.defragSearches = [3]bool{}, [3]int{}
+	sc.defragDone, sc.defragSearches, sc.movingFor = [3]bool{}, [3]int{}, p.movesInFlight()
 	sc.defragFailed = grow(sc.defragFailed, len(p.shapes))
 	clear(sc.defragFailed)
 	if sc.synced && len(sc.changedMark) == len(p.nodes) {
