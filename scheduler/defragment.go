@@ -365,23 +365,31 @@ func (p *Pool) outsideDomain(allowed []string, m movedOut) []string {
 }
 
 // releaseMovers forgets the moved jobs whose gang no longer waits (it started or left) or that
-// run again, and places those still waiting as any request again. (Sorted, so that the shapes it
-// interns are numbered alike in every replay.)
+// run again, and places those still waiting as any request again. (In job order, so that the
+// shapes it interns are numbered alike in every replay.)
 func (p *Pool) releaseMovers() {
 	if len(p.movedOut) == 0 {
 		return
 	}
-	var done []string
-	for job, m := range p.movedOut {
+	for _, job := range p.movedJobs() {
+		m := p.movedOut[job]
 		if rj := p.running[job]; p.waitIdx[m.gang] == nil || rj != nil && rj.r.Attempt > m.attempt {
-			done = append(done, job)
+			delete(p.movedOut, job)
+			p.reshape(job)
 		}
 	}
-	slices.Sort(done)
-	for _, job := range done {
-		delete(p.movedOut, job)
-		p.reshape(job)
+}
+
+// movedJobs is the jobs of movedOut, sorted.
+func (p *Pool) movedJobs() []string {
+	out := make([]string, 0, len(p.movedOut))
+	// Map order does not reach the result: it is sorted.
+	//workflowcheck:ignore
+	for job := range p.movedOut {
+		out = append(out, job)
 	}
+	slices.Sort(out)
+	return out
 }
 
 // reshape places job's waiting request, if it has one, by what its shape is now (see keptOut).
