@@ -35,13 +35,10 @@ func (p *Pool) movesInFlight() (in [3]bool) {
 	return in
 }
 
-// maxDefragSearches bounds the gangs of one class that look for moves in one pass.
-const maxDefragSearches = 4
-
 // mayDefragment reports whether the waiting request w (of key) may still look for moves in this
 // pass, so that the failure caches do not skip it.
 func (sc *scratch) mayDefragment(p *Pool, now time.Time, w *waitReq, key waitKey) bool {
-	if !sc.mayLookForMoves(key) || sc.movingFor[key.class] || !p.shapes[key.shape].required {
+	if !sc.mayLookForMoves(key) || sc.movingFor[key.class] {
 		return false
 	}
 	after := p.policy.defragmentAfter()
@@ -49,11 +46,11 @@ func (sc *scratch) mayDefragment(p *Pool, now time.Time, w *waitReq, key waitKey
 }
 
 // mayLookForMoves reports whether a gang of key's class and shape may still look for moves in
-// this pass: no gang of its class moved jobs, fewer than maxDefragSearches looked, and none of
-// its shape and class found none.
+// this pass: no gang of its class moved jobs, and none of its shape and class found none. (No
+// other bound: a gang that could move must look in the first pass that lets it, or a second pass
+// at the same instant could decide a move the first did not.)
 func (sc *scratch) mayLookForMoves(key waitKey) bool {
-	return !sc.defragDone[key.class] && sc.defragSearches[key.class] < maxDefragSearches &&
-		(int(key.shape) >= len(sc.defragFailed) || sc.defragFailed[key.shape]&(1<<key.class) == 0)
+	return !sc.defragDone[key.class] && (int(key.shape) >= len(sc.defragFailed) || sc.defragFailed[key.shape]&(1<<key.class) == 0)
 }
 
 // defragmentAfter is DefragmentAfter in effect: negative for never.
@@ -100,8 +97,9 @@ type clearable struct {
 
 // defragment is the Defragmentation rule of the package doc for the walker w, a gang whose
 // topology level is required and that could neither start, hold nor preempt: if it has waited
-// DefragmentAfter and is the first such gang of its class in the pass to look, it finds the domain of that level where it starts once the fewest GPUs of
-// movable jobs leave, each of which fits on free capacity outside the domain now, and moves them
+// DefragmentAfter, and no gang of its class moved jobs in this pass nor one of its shape and class
+// found none, it finds the domain of that level where it starts once the fewest GPUs of movable
+// jobs leave, each of which fits on free capacity outside the domain now, and moves them
 // (Preemption.Move) as it would preempt victims; ok is false if none does.
 func (p *Pool) defragment(now time.Time, sc *scratch, pl *plan, w *waitReq, key waitKey) (outcome, []*runJob, bool) {
 	sh := &p.shapes[key.shape]
@@ -112,7 +110,6 @@ func (p *Pool) defragment(now time.Time, sc *scratch, pl *plan, w *waitReq, key 
 	if !sc.mayLookForMoves(key) || sc.movingFor[key.class] {
 		return 0, nil, false // (one gang of a class at a time: see Defragmentation in the package doc)
 	}
-	sc.defragSearches[key.class]++
 	movers, ok := p.chooseMoves(now, sc, sh, key.class)
 	if !ok {
 		if int(key.shape) < len(sc.defragFailed) {
@@ -134,6 +131,9 @@ func (p *Pool) defragment(now time.Time, sc *scratch, pl *plan, w *waitReq, key 
 // those whose every mover fits on free capacity outside it, at most maxMoves of them.
 func (p *Pool) chooseMoves(now time.Time, sc *scratch, sh *shape, cl Class) ([]*runJob, bool) {
 	// A mover must start again at once on free capacity: without any, nothing can move.
+	if sc.noSpare[sh.fam] {
+		return nil, false
+	}
 	var spare []int32
 	for _, n := range p.fams[sh.fam].live {
 		if !sc.reserved[n] && sc.free[n].gpu > 0 {
@@ -141,6 +141,7 @@ func (p *Pool) chooseMoves(now time.Time, sc *scratch, sh *shape, cl Class) ([]*
 		}
 	}
 	if len(spare) == 0 {
+		sc.noSpare[sh.fam] = true
 		return nil, false
 	}
 	level := sh.level

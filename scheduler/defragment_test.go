@@ -1,9 +1,11 @@
 package scheduler
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestDefragment: given racks r1 (n1, n2) and r2 (n3, n4) of 8-GPU nodes, a 1-GPU job s on n1
@@ -282,21 +284,47 @@ func TestMovedJobRerunsOutsideTheDomain(t *testing.T) {
 	}
 }
 
-// TestDefragmentPastAHopelessGang: given a gang g1 first in the queue that no move can help (its
-// allowed rack r2 holds a high job) and a later gang g2 of another shape that a move can, when
-// both have waited long enough, then g2 moves s out of r1. When the first gang of a class to look
-// stopped the others (found in trainq simulate: every gang of a class waited for weeks behind one
-// whose rack a long gang held), g2 waited until r1 drained by chance.
-func TestDefragmentPastAHopelessGang(t *testing.T) {
-	p := defragPool(t, []string{"b1/r1", "b1/r1", "b1/r2", "b1/r2"}, Policy{},
-		[]runSpec{running("s").GPUs(1).On("n1"), running("big").Class(High).GPUs(8).On("n3")})
-	g1 := makeJob("g1", "a").GPUs(8).Workers(2).Nodes("n3", "n4").Seq(1).Topology(rackOf("rack", true)).Obj()
-	g2 := makeJob("g2", "a").GPUs(8).Workers(2).Seq(2).Topology(rackOf("rack", true)).Obj()
-	g1.SubmittedAt, g2.SubmittedAt = at(80), at(80)
-	mustEnqueue(t, p, g1, g2)
-	d := sched(t, p, at(100))
-	if !slices.Equal(victims(d), []string{"s"}) || d.Preemptions[0].Preemptor.Job != "g2" {
-		wi, _ := p.Explain("g2")
-		t.Fatalf("moved %v, want s for g2 (g2: %s)", d.Preemptions, wi.Reason)
+// TestDefragmentPastHopelessGangs: given gangs first in the queue that no move can help (their
+// allowed rack r2 holds a high job), each of another shape, and a later gang g of another shape
+// that a move can help, when all have waited long enough, then g moves s out of r1 in the first
+// pass, and a second pass at the same instant decides nothing new (sched checks it), with and
+// without backfill reservations. When the first gang of a class to look stopped the others (found
+// in trainq simulate: every gang of a class waited for weeks behind one whose rack a long gang
+// held), g waited until r1 drained by chance; with a cap of four searches a pass (found by a
+// review), four hopeless gangs did the same, and a reservation's owner, which does not look,
+// let the second pass move.
+func TestDefragmentPastHopelessGangs(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		hopeless int
+		pol      Policy
+	}{
+		{name: "one hopeless gang", hopeless: 1},
+		{name: "four hopeless gangs of four shapes", hopeless: 4},
+		{name: "five, with backfill reservations", hopeless: 5, pol: Policy{Backfill: true, ReserveAfter: 10 * time.Minute}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := defragPool(t, []string{"b1/r1", "b1/r1", "b1/r2", "b1/r2", "b1/r3"}, tc.pol,
+				[]runSpec{running("s").GPUs(1).On("n1"), running("big").Class(High).GPUs(8).On("n3")})
+			p.running["big"].r.RunLimit = 500 * time.Minute
+			for i := range tc.hopeless {
+				h := makeJob(fmt.Sprint("h", i), "a").GPUs(8-i).Workers(2).Nodes("n3", "n4").Seq(int64(1 + i)).Topology(rackOf("rack", true)).Obj()
+				h.SubmittedAt = at(80)
+				mustEnqueue(t, p, h)
+			}
+			g := makeJob("g", "a").GPUs(8).Workers(2).Seq(100).Topology(rackOf("rack", true)).Obj()
+			g.SubmittedAt = at(80)
+			mustEnqueue(t, p, g)
+			if tc.pol.Backfill { // a pass before the gangs may move, so that the first reserves
+				if d := schedChecked(t, p, at(85), false); len(d.Preemptions) > 0 {
+					t.Fatalf("moved before defragment_after: %v", d.Preemptions)
+				}
+			}
+			d := sched(t, p, at(100))
+			if !slices.Equal(victims(d), []string{"s"}) || d.Preemptions[0].Preemptor.Job != "g" {
+				wi, _ := p.Explain("g")
+				t.Fatalf("moved %v, want s for g (g: %s)", d.Preemptions, wi.Reason)
+			}
+		})
 	}
 }

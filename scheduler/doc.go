@@ -209,12 +209,12 @@
 // minutes) since it was submitted and can neither start, hold capacity nor preempt, moves smaller
 // jobs out of one domain of that level instead of waiting for it to drain by chance. One gang of
 // a class at a time: in a pass, such gangs of each class look in launch order until one moves
-// jobs, at most 4 of them and one per shape (a gang no move can help must not stop the others:
-// in trainq simulate every gang of a class once waited weeks behind one whose only rack a long
-// gang held), and none of a class does while a job moved for a gang of that class is still
-// stopping, so a second pass decides no new move and a long queue of gangs costs a pass at most
-// twelve searches. (Gangs of two classes may count one free node as their movers' landing place
-// in one pass.) Per domain it counts the nodes a worker
+// jobs, one per shape (a gang no move can help must not stop the others: in trainq simulate
+// every gang of a class once waited weeks behind one whose only rack a long gang held), and none
+// of a class does while a job moved for a gang of that class is still stopping, so a second pass
+// at the same instant decides no new move and a long queue of gangs costs a pass at most one
+// search per gang shape and class. (Gangs of two classes may count one free node as their
+// movers' landing place in one pass.) Per domain it counts the nodes a worker
 // fits on already (free and releasing capacity in its sight) and, for the rest, what it takes to
 // clear a node: the movable jobs there, those losing the least work first, then the fewest GPUs,
 // until a worker fits. A job is movable if it runs one worker (it can rerun whole on one node), is

@@ -78,15 +78,15 @@ type walkerState struct {
 	walkerExtra bool
 	// moving: the victims the walker nominates are moved out of a domain (Preemption.Move).
 	moving bool
-	// defragDone: a gang of the class moved jobs in this pass (one per class does);
-	// defragSearches counts the gangs of each class that looked for moves in this pass (at most
-	// maxDefragSearches), and defragFailed marks, per shape, the classes whose gang of that shape
-	// found none (a bit per class).
-	defragDone     [3]bool
-	movingFor      [3]bool // a job moved for a gang of the class is still stopping (movesInFlight)
-	defragSearches [3]int
-	defragFailed   []uint8
-	moverBuf       []moverCand // clearNode's scratch
+	// defragDone: a gang of the class moved jobs in this pass (one per class does); defragFailed
+	// marks, per shape, the classes whose gang of that shape found no moves (a bit per class; all
+	// three for a shape that requires no level); noSpare marks the families with no free GPU
+	// left to land a mover on (free capacity only shrinks in a pass).
+	defragDone   [3]bool
+	movingFor    [3]bool // a job moved for a gang of the class is still stopping (movesInFlight)
+	defragFailed []uint8
+	noSpare      []bool
+	moverBuf     []moverCand // clearNode's scratch
 	// starving: the walker has been the first waiting request of its class for
 	// Policy.StarvationAfter, so MaxLossGPUHours and MinRuntimeBeforePreemption protect no victim
 	// from it (and its failures are not cached).
@@ -149,9 +149,16 @@ func grow[T any](s []T, n int) []T {
 
 // reset starts a pass: the pool's capacity, the per-family summaries, and the nominations.
 func (sc *scratch) reset(p *Pool) {
-	sc.defragDone, sc.defragSearches, sc.movingFor = [3]bool{}, [3]int{}, p.movesInFlight()
+	sc.defragDone, sc.movingFor = [3]bool{}, p.movesInFlight()
 	sc.defragFailed = grow(sc.defragFailed, len(p.shapes))
-	clear(sc.defragFailed)
+	for s := range p.shapes {
+		sc.defragFailed[s] = 0
+		if !p.shapes[s].required {
+			sc.defragFailed[s] = 1<<Low | 1<<Medium | 1<<High
+		}
+	}
+	sc.noSpare = grow(sc.noSpare, len(p.fams))
+	clear(sc.noSpare)
 	if sc.synced && len(sc.changedMark) == len(p.nodes) {
 		sc.restoreChanged(p)
 	} else {
