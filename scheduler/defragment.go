@@ -35,8 +35,9 @@ func (p *Pool) movesInFlight() (in [3]bool) {
 	return in
 }
 
-// mayDefragment reports whether the waiting request w (of key) may still look for moves in this
-// pass, so that the failure caches do not skip it.
+// mayDefragment reports whether the waiting request w (of key) has waited long enough and may
+// still look for moves in this pass. defragment asks it, and so does the queue's fast path, so
+// that the failure caches never skip a gang that may look.
 func (sc *scratch) mayDefragment(p *Pool, now time.Time, w *waitReq, key waitKey) bool {
 	if !sc.mayLookForMoves(key) || sc.movingFor[key.class] {
 		return false
@@ -103,11 +104,7 @@ type clearable struct {
 // (Preemption.Move) as it would preempt victims; ok is false if none does.
 func (p *Pool) defragment(now time.Time, sc *scratch, pl *plan, w *waitReq, key waitKey) (outcome, []*runJob, bool) {
 	sh := &p.shapes[key.shape]
-	after := p.policy.defragmentAfter()
-	if !sh.required || after < 0 || now.Sub(w.r.SubmittedAt) < after || len(sc.ownerNodes) > 0 {
-		return 0, nil, false
-	}
-	if !sc.mayLookForMoves(key) || sc.movingFor[key.class] {
+	if !sh.required || len(sc.ownerNodes) > 0 || !sc.mayDefragment(p, now, w, key) {
 		return 0, nil, false // (one gang of a class at a time: see Defragmentation in the package doc)
 	}
 	movers, ok := p.chooseMoves(now, sc, sh, key.class)
@@ -372,25 +369,13 @@ func (p *Pool) releaseMovers() {
 	if len(p.movedOut) == 0 {
 		return
 	}
-	for _, job := range p.movedJobs() {
+	for _, job := range sortedKeys(p.movedOut) {
 		m := p.movedOut[job]
 		if rj := p.running[job]; p.waitIdx[m.gang] == nil || rj != nil && rj.r.Attempt > m.attempt {
 			delete(p.movedOut, job)
 			p.reshape(job)
 		}
 	}
-}
-
-// movedJobs is the jobs of movedOut, sorted.
-func (p *Pool) movedJobs() []string {
-	out := make([]string, 0, len(p.movedOut))
-	// Map order does not reach the result: it is sorted.
-	//workflowcheck:ignore
-	for job := range p.movedOut {
-		out = append(out, job)
-	}
-	slices.Sort(out)
-	return out
 }
 
 // reshape places job's waiting request, if it has one, by what its shape is now (see keptOut).

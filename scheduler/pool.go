@@ -975,14 +975,16 @@ func (p *Pool) reclaim(rj *runJob) {
 func (p *Pool) WaitingCount() int { return len(p.waiting) }
 
 // RunningJobs returns the running and releasing jobs, sorted.
-func (p *Pool) RunningJobs() []string {
-	out := make([]string, 0, len(p.running))
-	// Map order does not reach the result: it is sorted.
+func (p *Pool) RunningJobs() []string { return sortedKeys(p.running) }
+
+// sortedKeys is m's keys, sorted: map order does not reach a decision through it.
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
 	//workflowcheck:ignore
-	for j := range p.running {
-		out = append(out, j)
+	for k := range m {
+		out = append(out, k)
 	}
-	sort.Strings(out)
+	slices.Sort(out)
 	return out
 }
 

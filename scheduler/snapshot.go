@@ -279,7 +279,7 @@ func (p *Pool) snapshotScheduling() Snapshot {
 	for _, h := range p.holds {
 		s.Holds = append(s.Holds, SnapshotHold{Job: h.by, Class: h.class, Node: h.node, GPUs: h.amount.gpu, CPU: h.amount.cpu, RAMGB: h.amount.ram, Seq: h.seq, Stale: h.stale, Taken: h.taken})
 	}
-	for _, job := range p.movedJobs() {
+	for _, job := range sortedKeys(p.movedOut) {
 		m := p.movedOut[job]
 		s.MovedOut = append(s.MovedOut, SnapshotMovedOut{Job: job, Attempt: m.attempt, Gang: m.gang, Level: p.topo.levels[m.level], Node: p.nodes[m.node].Name})
 	}
