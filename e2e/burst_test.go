@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,9 +17,12 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/trainq/trainq/activities"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
 )
@@ -202,6 +207,10 @@ type burstHistory struct {
 	// mostInFlight is the most signals sent and not yet delivered at any
 	// point; mostCommands the most commands one workflow task completed with.
 	mostInFlight, mostCommands int
+	// mostArrived is the most events that came in during one workflow task:
+	// those the server wrote after the task's completion (or failure), up to
+	// the next task's scheduling, that no command of the task made.
+	mostArrived int
 	// timedOut counts the workflow tasks that timed out (start to close);
 	// longestTask is the longest a worker took from a task's start to its
 	// completion, a replay of the run included when the task was not sticky.
@@ -257,8 +266,20 @@ func (h *burstHistory) add(events []*historypb.HistoryEvent) {
 	h.runs++
 	h.longestRun = max(h.longestRun, len(events))
 	suggested := -1 // index of the first task started with the suggestion
+	arrived, counting := 0, false
 	for i, e := range events {
 		h.events++
+		switch e.GetEventType() {
+		case enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED, enumspb.EVENT_TYPE_WORKFLOW_TASK_FAILED, enumspb.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+			arrived, counting = 0, true
+		case enumspb.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED, enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+			counting = false
+		default:
+			if counting && cameIn(e) {
+				arrived++
+				h.mostArrived = max(h.mostArrived, arrived)
+			}
+		}
 		if task := commandTask(e); task != 0 {
 			commands[task]++
 			h.mostCommands = max(h.mostCommands, commands[task])
@@ -312,6 +333,25 @@ func (h *burstHistory) add(events []*historypb.HistoryEvent) {
 	}
 }
 
+// cameIn says whether e is an event that comes in from outside a workflow
+// task (the server buffers those that come while a task runs).
+func cameIn(e *historypb.HistoryEvent) bool {
+	switch e.GetEventType() {
+	case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED,
+		enumspb.EVENT_TYPE_EXTERNAL_WORKFLOW_EXECUTION_SIGNALED,
+		enumspb.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED,
+		enumspb.EVENT_TYPE_ACTIVITY_TASK_STARTED,
+		enumspb.EVENT_TYPE_ACTIVITY_TASK_COMPLETED,
+		enumspb.EVENT_TYPE_ACTIVITY_TASK_FAILED,
+		enumspb.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT,
+		enumspb.EVENT_TYPE_ACTIVITY_TASK_CANCELED,
+		enumspb.EVENT_TYPE_TIMER_FIRED,
+		enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED:
+		return true
+	}
+	return false
+}
+
 // commandTask is the workflow task whose completion recorded e as a
 // command, or 0 if e is not a command.
 func commandTask(e *historypb.HistoryEvent) int64 {
@@ -330,4 +370,119 @@ func commandTask(e *historypb.HistoryEvent) int64 {
 		return e.GetWorkflowPropertiesModifiedEventAttributes().GetWorkflowTaskCompletedEventId()
 	}
 	return 0
+}
+
+// TestBurstOfFenceAnswers: a reconfigure adds 150 nodes to an allocation,
+// and their agents answer whatever the allocator asked them together, twice
+// a second. Each activity that closes brings two events into the allocator's
+// running workflow task, and the server force-closes a task during which
+// more than 100 came in: 150 inventories answered at once did (#37). The
+// allocator keeps what it has in flight within protocol.AllocatorArrivals
+// (14 fences at a time), so every node comes back, no task fails, and no
+// task takes in more than that. It reports how long the nodes took to come
+// back and the most events one task took in.
+func TestBurstOfFenceAnswers(t *testing.T) {
+	const allocation = "fenceburst"
+	const added = 150
+	startWorker(t)
+	since := time.Now()
+	allocator := startStubAllocator(t, allocation, 1, 0)
+	t.Cleanup(func() {
+		if t.Failed() {
+			h := readBurstHistory(t, allocator, since)
+			t.Logf("allocator: %d events in %d runs; failed tasks %v", h.events, h.runs, h.failedCauses)
+		}
+		saveBurstHistories(t, allocator, since)
+	})
+
+	// The agents of the added nodes: each answers an inventory (no worker
+	// runs there) and a fence at the next tick of one gate.
+	var gate answerGate
+	gate.start(t, 500*time.Millisecond)
+	nodes := make([]scheduler.Node, added+1)
+	for i := range nodes {
+		nodes[i] = scheduler.Node{Name: fmt.Sprintf("%s-%02d", allocation, i+1), Family: "a100", GPUs: 8, CPU: 96, RAMGB: 768}
+		if i == 0 {
+			continue
+		}
+		node := nodes[i].Name
+		agent := worker.New(env.client, protocol.NodeTaskQueue(node), worker.Options{MaxConcurrentActivityTaskPollers: 1})
+		agent.RegisterActivityWithOptions(func(ctx context.Context) (activities.NodeInventoryReply, error) {
+			gate.wait(ctx)
+			return activities.NodeInventoryReply{Node: node}, ctx.Err()
+		}, activity.RegisterOptions{Name: "NodeInventory"})
+		agent.RegisterActivityWithOptions(func(ctx context.Context, _ activities.FenceNodeInput) (activities.FenceNodeReply, error) {
+			gate.wait(ctx)
+			return activities.FenceNodeReply{Node: node}, ctx.Err()
+		}, activity.RegisterOptions{Name: "FenceNode"})
+		require.NoError(t, agent.Start())
+		t.Cleanup(agent.Stop)
+	}
+
+	in := protocol.AllocatorInput{Region: "T", Allocation: allocation, Nodes: nodes, StopGracePeriod: time.Second,
+		ReclaimInterval: 10 * time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sent := time.Now()
+	h, err := env.client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: allocator, UpdateName: protocol.UpdateReconfigure,
+		Args: []any{in}, WaitForStage: client.WorkflowUpdateStageCompleted})
+	require.NoError(t, err)
+	var reply protocol.ReconfigureReply
+	require.NoError(t, h.Get(ctx, &reply))
+	require.Contains(t, reply.Summary, "added node(s)")
+
+	var hist burstHistory
+	eventually(t, 3*time.Minute, "every added node to be back", func() bool {
+		hist = readBurstHistory(t, allocator, since)
+		require.Empty(t, hist.failedCauses, "allocator workflow tasks failed")
+		return len(queue(t, allocation).Fenced) == 0
+	})
+	back := time.Since(sent)
+	hist = readBurstHistory(t, allocator, since)
+	assert.Empty(t, hist.failedCauses, "allocator workflow tasks failed")
+	assert.LessOrEqual(t, hist.mostArrived, protocol.AllocatorArrivals, "events that came in during one workflow task")
+	assert.GreaterOrEqual(t, gate.answered.Load(), int64(2*added), "an inventory and a fence for each added node")
+	t.Logf("%d nodes added: all back %s after the reconfigure; at most %d events came in during one allocator task (budget %d, server limit %d); %d agent answers; %d allocator events, %d tasks run again for an event that came in meanwhile",
+		added, back.Round(100*time.Millisecond), hist.mostArrived, protocol.AllocatorArrivals, protocol.TemporalBufferedEventsLimit,
+		gate.answered.Load(), hist.events, hist.unhandled)
+}
+
+// answerGate holds the agents' answers and lets all that wait go at each
+// tick, so that they reach the allocator together.
+type answerGate struct {
+	mu       sync.Mutex
+	open     chan struct{}
+	answered atomic.Int64
+}
+
+func (g *answerGate) start(t *testing.T, every time.Duration) {
+	g.open = make(chan struct{})
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) })
+	go func() {
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			g.mu.Lock()
+			close(g.open)
+			g.open = make(chan struct{})
+			g.mu.Unlock()
+		}
+	}()
+}
+
+func (g *answerGate) wait(ctx context.Context) {
+	g.mu.Lock()
+	open := g.open
+	g.mu.Unlock()
+	select {
+	case <-open:
+		g.answered.Add(1)
+	case <-ctx.Done():
+	}
 }

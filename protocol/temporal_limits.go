@@ -47,13 +47,30 @@ const (
 const (
 	// AllocatorSignalsInFlight bounds the grants, preemptions and refusals
 	// an allocator has in flight (the rest wait in its outbox and go out as
-	// earlier ones are delivered): half the buffered-events limit, so that however long one of its workflow tasks takes, the
-	// deliveries of what it has in flight can never get the task force-closed,
-	// and the other half is left for the signals jobs send it.
-	AllocatorSignalsInFlight = TemporalBufferedEventsLimit / 2
-	// AllocatorActivityBudget bounds the activities an allocator has
-	// pending: half for fences, half for reclaims' stops and checks.
-	AllocatorActivityBudget = TemporalPendingActivitiesLimit / 4
+	// earlier ones are delivered). Each delivery is an event that comes in
+	// during whatever workflow task is running then: see AllocatorArrivals.
+	AllocatorSignalsInFlight = 30
+	// AllocatorFenceActivities and AllocatorOtherActivities bound the
+	// activities an allocator has pending: its fences (a node's inventory,
+	// its fence, the jobs asked about strangers there), and the rest
+	// (reclaims' stops, checks). Two shares, so that hundreds of dead nodes,
+	// each of whose fences holds its slot until the agent's timeout, never
+	// starve the reclaims, nor these the fences. An activity that closes
+	// brings in two events (started and closed: with a retry policy the
+	// server writes the start only when the activity closes).
+	AllocatorFenceActivities = 14
+	AllocatorOtherActivities = 10
+	// AllocatorCheckTimers bounds the retry timers of the checks that ask a
+	// job its attempt (timers due together fire in one batch).
+	AllocatorCheckTimers = 4
+	// AllocatorArrivals is the most events the allocator's own fan-out can
+	// bring in during one of its workflow tasks, however long the task
+	// takes: the signals' deliveries, two events per activity, the check
+	// timers, and the reclaim tick, the recovery's registration (two) and
+	// two wakes. The rest of TemporalBufferedEventsLimit is left for what
+	// others send it unasked (jobs' requests, releases and withdrawals).
+	AllocatorArrivals = AllocatorSignalsInFlight + 2*(AllocatorFenceActivities+AllocatorOtherActivities) +
+		AllocatorCheckTimers + 1 + 2 + 2
 	// JobActivityBudget bounds the activities one job has pending: with
 	// MaxNWorkers watches still pending while their workers stop, its stops
 	// take what is left.

@@ -81,10 +81,18 @@ type allocator struct {
 	// flight (see signalBudget), oldest first; each delivery sends the next
 	// (see send).
 	outbox []allocation.Signal
-	// activities counts this run's pending activities, bounded by
-	// AllocatorActivityBudget (see executeActivity): fences' in
-	// activities[fenceActivities], the rest in activities[otherActivities].
+	// activities counts this run's pending activities, bounded by their
+	// shares (see executeActivity): fences' in activities[fenceActivities],
+	// the rest in activities[otherActivities].
 	activities [2]int
+	// boundsArrivals says this run keeps within protocol.AllocatorArrivals
+	// what its own fan-out brings in during one workflow task (see
+	// versionBoundedArrivals); checkTimers counts the reset checks' retry
+	// timers, and unansweredSince when each node's agent first left a fence
+	// of this run unanswered.
+	boundsArrivals  bool
+	checkTimers     int
+	unansweredSince map[string]time.Time
 	// watching are the futures the watch loop waits for,
 	// in the order they were watched, each with what its completion does.
 	watching []watched
@@ -144,6 +152,15 @@ const (
 	// releasing has it reclaimed and the job rerun (see
 	// allocation.State.ReclaimsForgotten).
 	versionReclaimForgotten = "allocator-reclaim-forgotten"
+	// versionBoundedArrivals: what the run's own fan-out can bring in during
+	// one workflow task stays within protocol.AllocatorArrivals: fewer
+	// signals and activities in flight, a node's fence tried again at the
+	// reclaim tick rather than on a timer of its own (timers due together
+	// fire together), its agent probed for 10 s at a try, and at most
+	// AllocatorCheckTimers reset checks waiting on a timer. Runs before it
+	// had up to 50 signals and 250 activities of each share in flight, so
+	// 150 fences answered at once force-closed a task.
+	versionBoundedArrivals = "allocator-bounded-arrivals"
 )
 
 // AllocatorWorkflow owns the capacity of one allocation. Jobs ask it for
@@ -174,15 +191,34 @@ func AllocatorWorkflow(ctx workflow.Context, in protocol.AllocatorInput, packedP
 		// worker that can read it is deployed.
 		panic(fmt.Sprintf("allocator %s/%s: %v", in.Region, in.Allocation, err))
 	}
+	a.readGates(ctx)
 	if err := a.registerHandlers(ctx); err != nil {
 		return err
 	}
 	return a.run(ctx)
 }
 
+// readGates asks the run's version gates before any handler can run: an
+// update the first workflow task brings (a reconfigure sent right after the
+// start) runs as soon as its handler is set, before run. (The SDK matches a
+// gate by its change ID, not its place among the commands, so runs that
+// asked them later in their first task replay alike.)
+func (a *allocator) readGates(ctx workflow.Context) {
+	gate := func(id string) bool { return workflow.GetVersion(ctx, id, workflow.DefaultVersion, 1) >= 1 }
+	// Runs of code before versionHandOverOnNewBuild recorded no build.
+	a.tracksBuilds = gate(versionHandOverOnNewBuild)
+	a.st.RefusesOverCap = gate(versionRefuseOverCap)
+	a.st.TellsAdoptedToLeave = gate(versionTellAdoptedToLeave)
+	a.st.ChargesAdopted = gate(versionChargeAdopted)
+	a.st.ReclaimsForgotten = gate(versionReclaimForgotten)
+	a.boundsArrivals = gate(versionBoundedArrivals)
+	a.noticesResets = gate(versionNoticeResets)
+}
+
 func newAllocator(in protocol.AllocatorInput, packedPool []byte) (*allocator, error) {
 	// A run without carried state recovers it first.
-	a := &allocator{reclaims: map[string]bool{}, inFlightTo: map[string]int{}, fencing: map[string]int64{}, recovering: in.State == nil}
+	a := &allocator{reclaims: map[string]bool{}, inFlightTo: map[string]int{}, fencing: map[string]int64{},
+		unansweredSince: map[string]time.Time{}, recovering: in.State == nil}
 	var err error
 	if in.State != nil {
 		a.st, err = allocation.Restore(in, packedPool)
@@ -352,14 +388,8 @@ func (a *allocator) awaitRecovered(ctx workflow.Context) error {
 // run takes signals until this run should hand over to a fresh one, then
 // drains and continues as new.
 func (a *allocator) run(ctx workflow.Context) error {
-	// Runs of code before versionHandOverOnNewBuild recorded no build.
-	a.tracksBuilds = workflow.GetVersion(ctx, versionHandOverOnNewBuild, workflow.DefaultVersion, 1) >= 1
 	a.checkBuild(ctx, true)
-	a.st.RefusesOverCap = workflow.GetVersion(ctx, versionRefuseOverCap, workflow.DefaultVersion, 1) >= 1
-	a.st.TellsAdoptedToLeave = workflow.GetVersion(ctx, versionTellAdoptedToLeave, workflow.DefaultVersion, 1) >= 1
-	a.st.ChargesAdopted = workflow.GetVersion(ctx, versionChargeAdopted, workflow.DefaultVersion, 1) >= 1
-	a.st.ReclaimsForgotten = workflow.GetVersion(ctx, versionReclaimForgotten, workflow.DefaultVersion, 1) >= 1
-	if a.noticesResets = workflow.GetVersion(ctx, versionNoticeResets, workflow.DefaultVersion, 1) >= 1; a.noticesResets {
+	if a.noticesResets {
 		a.runID = a.currentRun(ctx)
 		// A reset to the run's first task runs that task afresh, so the
 		// run ID it reads is its own: only the original run ID tells (the
@@ -746,7 +776,7 @@ func (a *allocator) checkReset(ctx workflow.Context, req protocol.CapacityReques
 			if try >= resetCheckTries || allocation.ResetSettled(req, attempts, err) {
 				break
 			}
-			if workflow.NewTimerWithOptions(ctx, delay, workflow.TimerOptions{Summary: "ask " + req.Job + " its attempt again"}).Get(ctx, nil) != nil {
+			if !a.awaitCheckTimer(ctx, delay, "ask "+req.Job+" its attempt again") {
 				return
 			}
 		}
@@ -781,6 +811,20 @@ func (a *allocator) checkForgotten(ctx workflow.Context, req protocol.CapacityRe
 		err := a.executeActivity(actx, (*activities.Activities).JobHold, in).Get(ctx, &hold)
 		a.execute(ctx, a.st.ForgottenAnswered(req, hold, err))
 	})
+}
+
+// awaitCheckTimer waits delay on a timer of the reset checks', once fewer
+// than AllocatorCheckTimers of them are armed (see versionBoundedArrivals);
+// false if the workflow is going away.
+func (a *allocator) awaitCheckTimer(ctx workflow.Context, delay time.Duration, summary string) bool {
+	if a.boundsArrivals {
+		if workflow.Await(ctx, func() bool { return a.checkTimers < protocol.AllocatorCheckTimers }) != nil {
+			return false
+		}
+		a.checkTimers++
+		defer func() { a.checkTimers-- }()
+	}
+	return workflow.NewTimerWithOptions(ctx, delay, workflow.TimerOptions{Summary: summary}).Get(ctx, nil) == nil
 }
 
 // signalsPendingTo says whether a signal to job waits in the outbox or is
@@ -821,7 +865,7 @@ func (a *allocator) schedulePass(ctx workflow.Context) {
 	// yet delivered stays within the budget, and the run can hand over
 	// however many jobs one release lets start.
 	var cmds []allocation.Command
-	room := signalBudget - a.inFlight - len(a.outbox)
+	room := a.signalBudget() - a.inFlight - len(a.outbox)
 	if a.passCut = room <= 0; !a.passCut {
 		cmds, a.passCut = a.st.PassAtMost(now, room)
 	}
@@ -840,7 +884,20 @@ func (a *allocator) schedulePass(ctx workflow.Context) {
 }
 
 // signalBudget is how many signals a run may have in flight.
-const signalBudget = protocol.AllocatorSignalsInFlight
+func (a *allocator) signalBudget() int {
+	if !a.boundsArrivals {
+		return unboundedSignalsInFlight
+	}
+	return protocol.AllocatorSignalsInFlight
+}
+
+// The budgets of runs before versionBoundedArrivals: half the
+// buffered-events limit in signals, and a quarter of the pending-activities
+// limit in activities (half for each share).
+const (
+	unboundedSignalsInFlight = protocol.TemporalBufferedEventsLimit / 2
+	unboundedActivityShare   = protocol.TemporalPendingActivitiesLimit / 8
+)
 
 // send signals a job workflow; if the workflow no longer exists, what the
 // signal's IfGone says is done.
@@ -851,7 +908,7 @@ const signalBudget = protocol.AllocatorSignalsInFlight
 // delivery sends the next, so that they go out over the following workflow
 // tasks with no outside event needed.
 func (a *allocator) send(ctx workflow.Context, o allocation.Signal) {
-	if a.inFlight >= signalBudget || len(a.outbox) > 0 {
+	if a.inFlight >= a.signalBudget() || len(a.outbox) > 0 {
 		a.outbox = append(a.outbox, o)
 		return
 	}
@@ -882,7 +939,7 @@ func (a *allocator) signal(ctx workflow.Context, o allocation.Signal) {
 // budget stays nearly full. (A pass that stops early costs little: it walks
 // the queue only up to its cut.)
 func (a *allocator) passOn(ctx workflow.Context) {
-	if a.passCut && a.inFlight+len(a.outbox) <= signalBudget-signalBudget/10 {
+	if budget := a.signalBudget(); a.passCut && a.inFlight+len(a.outbox) <= budget-budget/10 {
 		a.passCut = false
 		a.schedule(ctx)
 	}
@@ -902,7 +959,7 @@ func (a *allocator) jobGone(ctx workflow.Context, o allocation.Signal) {
 
 // flushOutbox sends waiting signals while the budget allows.
 func (a *allocator) flushOutbox(ctx workflow.Context) {
-	for len(a.outbox) > 0 && a.inFlight < signalBudget {
+	for len(a.outbox) > 0 && a.inFlight < a.signalBudget() {
 		o := a.outbox[0]
 		a.outbox[0] = allocation.Signal{}
 		a.outbox = a.outbox[1:]
@@ -922,8 +979,8 @@ const (
 )
 
 // executeActivity schedules an activity (of the other share) once its share
-// of AllocatorActivityBudget allows, so that no workflow task passes
-// TemporalPendingActivitiesLimit however many workers a reclaim stops or
+// allows (see shareOf), so that what closes during a workflow task stays
+// within protocol.AllocatorArrivals however many workers a reclaim stops or
 // nodes a recovery fences. Under the budget it schedules at once.
 func (a *allocator) executeActivity(ctx workflow.Context, activity any, args ...any) workflow.Future {
 	return a.executeActivityOf(ctx, otherActivities, activity, args...)
@@ -935,7 +992,7 @@ func (a *allocator) executeFenceActivity(ctx workflow.Context, activity any, arg
 }
 
 func (a *allocator) executeActivityOf(ctx workflow.Context, share int, activity any, args ...any) workflow.Future {
-	_ = workflow.Await(ctx, func() bool { return a.activities[share] < protocol.AllocatorActivityBudget/2 })
+	_ = workflow.Await(ctx, func() bool { return a.activities[share] < a.shareOf(share) })
 	a.activities[share]++
 	f, result := a.startActivity(ctx, activity, args...)
 	// The slot is freed when f resolves: when the server closes it, or at
@@ -945,6 +1002,18 @@ func (a *allocator) executeActivityOf(ctx workflow.Context, share int, activity 
 	// server drops its pending activities then.
 	a.watch(f, func(workflow.Context, error) { a.activities[share]-- })
 	return result
+}
+
+// shareOf is how many activities of share the run may have pending.
+func (a *allocator) shareOf(share int) int {
+	switch {
+	case !a.boundsArrivals:
+		return unboundedActivityShare
+	case share == fenceActivities:
+		return protocol.AllocatorFenceActivities
+	default:
+		return protocol.AllocatorOtherActivities
+	}
 }
 
 // executeGuarded runs an activity outside the budget's shares, guarded if
@@ -1059,6 +1128,7 @@ func (a *allocator) reclaimLoop(ctx workflow.Context) {
 			a.recoverState(ctx)
 			continue
 		}
+		a.fenceAgain(ctx)
 		a.findVanishedJobs(ctx)
 		a.askUnansweredAgain(ctx)
 		// Ghost requests are rare (the withdrawal list catches the race

@@ -95,6 +95,30 @@ type allocHarness struct {
 	// ghosts are waiting requests FindGhostRequests reports.
 	ghosts    []protocol.WithdrawSignal
 	stopDelay time.Duration
+	// agents counts the node agents' activities (NodeInventory, FenceNode)
+	// running at once; each takes agentWork of real time when it is set.
+	agents agentCalls
+}
+
+// agentCalls counts the node agents' activities that run at once.
+type agentCalls struct {
+	mu                   sync.Mutex
+	work                 time.Duration
+	running, most, calls int
+}
+
+// run counts one activity of a node's agent while it works.
+func (c *agentCalls) run() {
+	c.mu.Lock()
+	c.running++
+	c.calls++
+	c.most = max(c.most, c.running)
+	work := c.work
+	c.mu.Unlock()
+	time.Sleep(work) // real time: activities the workflow scheduled together overlap in it
+	c.mu.Lock()
+	c.running--
+	c.mu.Unlock()
 }
 
 // harnessOpts are the delays, on the test clock, with which the mocked jobs
@@ -208,6 +232,7 @@ func newAllocHarnessOpts(t *testing.T, o harnessOpts) *allocHarness {
 		}).Maybe()
 	h.env.OnActivity(h.acts.NodeInventory, mock.Anything).Return(
 		func(ctx context.Context) (activities.NodeInventoryReply, error) {
+			h.agents.run()
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			node := strings.TrimPrefix(activity.GetInfo(ctx).TaskQueue, protocol.NodeTaskQueuePrefix)
@@ -222,6 +247,7 @@ func newAllocHarnessOpts(t *testing.T, o harnessOpts) *allocHarness {
 		}).Maybe()
 	h.env.OnActivity(h.acts.FenceNode, mock.Anything, mock.Anything).Return(
 		func(ctx context.Context, in activities.FenceNodeInput) (activities.FenceNodeReply, error) {
+			h.agents.run()
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			node := strings.TrimPrefix(activity.GetInfo(ctx).TaskQueue, protocol.NodeTaskQueuePrefix)

@@ -48,6 +48,7 @@ var gateIntroduced = map[string]string{
 	versionChargeAdopted:      "v0.10.0",
 	versionReleaseStaleGrant:  "v0.10.0",
 	versionReclaimForgotten:   "v0.10.0",
+	versionBoundedArrivals:    "v0.10.0",
 }
 
 // releaseWindow is the window of Release among known releases: the

@@ -114,7 +114,10 @@ func (a *allocator) recoverState(ctx workflow.Context) protocol.RecoverReply {
 // fence runs the fence of a node a rule has fenced: until the node's agent
 // has stopped every worker the pool does not hold, and so confirmed the rest
 // (activity FenceNode), nothing is granted there. It tries once per reclaim
-// interval; a later recovery supersedes it.
+// interval: a try that fails ends, and the reclaim tick fences the node again
+// (fenceAgain; before versionBoundedArrivals each node waited on a timer of
+// its own, and timers armed together fire together). A later recovery
+// supersedes it.
 func (a *allocator) fence(ctx workflow.Context, node string) {
 	generation := a.st.Counters.Recoveries
 	if g, ok := a.fencing[node]; ok && g == generation {
@@ -124,6 +127,7 @@ func (a *allocator) fence(ctx workflow.Context, node string) {
 	current := func() bool { return a.fencing[node] == generation && a.st.Counters.Recoveries == generation }
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		for current() {
+			tried := workflow.Now(ctx)
 			err := a.registerStrangers(ctx, node)
 			var reply activities.FenceNodeReply
 			if err == nil && current() {
@@ -150,21 +154,69 @@ func (a *allocator) fence(ctx workflow.Context, node string) {
 			}
 			if err == nil {
 				delete(a.fencing, node)
+				delete(a.unansweredSince, node)
 				a.execute(ctx, a.st.NodeBack(node, len(reply.Stopped)))
 				return
 			}
-			if isNodeTimeout(err) || isUnanswered(err) {
+			if (isNodeTimeout(err) || isUnanswered(err)) && a.unansweredFor(ctx, node, tried) >= a.st.NodeTimeout() {
 				if cmds, changed := a.st.FenceTimedOut(node); changed {
 					a.execute(ctx, cmds)
 					workflow.SetCurrentDetails(ctx, a.details())
 				}
 			}
 			workflow.GetLogger(ctx).Warn("could not fence node; trying again", "node", node, "error", err)
+			if a.boundsArrivals {
+				delete(a.fencing, node)
+				return
+			}
 			if workflow.NewTimerWithOptions(ctx, a.st.ReclaimInterval(), workflow.TimerOptions{Summary: "fence " + node + " again"}).Get(ctx, nil) != nil {
 				return
 			}
 		}
 	})
+}
+
+// unansweredFor is how long node's agent has left this run's fences
+// unanswered, the try that began at tried included. Before
+// versionBoundedArrivals a try waited for the agent as long as node_timeout
+// itself.
+func (a *allocator) unansweredFor(ctx workflow.Context, node string, tried time.Time) time.Duration {
+	if !a.boundsArrivals {
+		return a.st.NodeTimeout()
+	}
+	since, ok := a.unansweredSince[node]
+	if !ok {
+		since = tried
+		a.unansweredSince[node] = tried
+	}
+	return workflow.Now(ctx).Sub(since)
+}
+
+// fenceProbe is how long a try of a fence waits for the node's agent to take
+// its first activity (see versionBoundedArrivals): a dead node holds one of
+// the few fence slots for that long at each try, and counts as lost only
+// once it has left node_timeout of tries unanswered (unansweredFor).
+const fenceProbe = 10 * time.Second
+
+// probeTimeout is how long a try of a fence waits for the agent.
+func (a *allocator) probeTimeout() time.Duration {
+	if !a.boundsArrivals {
+		return a.st.NodeTimeout()
+	}
+	return min(a.st.NodeTimeout(), fenceProbe)
+}
+
+// fenceAgain fences again, at the reclaim tick, every fenced node whose last
+// try failed (see fence), in config order.
+func (a *allocator) fenceAgain(ctx workflow.Context) {
+	if !a.boundsArrivals {
+		return
+	}
+	for _, f := range a.st.Fenced() {
+		if _, ok := a.fencing[f.Node]; !ok {
+			a.fence(ctx, f.Node)
+		}
+	}
 }
 
 // registerStrangers asks node's agent which workers are live there and, for
@@ -178,7 +230,7 @@ func (a *allocator) fence(ctx workflow.Context, node string) {
 func (a *allocator) registerStrangers(ctx workflow.Context, node string) error {
 	nctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:              protocol.NodeTaskQueue(node),
-		ScheduleToStartTimeout: a.st.NodeTimeout(),
+		ScheduleToStartTimeout: a.probeTimeout(),
 		StartToCloseTimeout:    time.Minute,
 		RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
 		Summary:                "list the live workers on " + node,

@@ -3,6 +3,7 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -486,4 +487,82 @@ func TestNodeFencedWhenRemovedIsFencedWhenAddedBack(t *testing.T) {
 	require.Len(t, during.Fenced, 1, "n1 is fenced again when it is added back")
 	assert.Equal(t, "n1", during.Fenced[0].Node)
 	assert.Equal(t, []string{"b"}, waitingJobs(during), "nothing is granted on n1")
+}
+
+// TestAddedNodesAreFencedWithinTheirShare: a reconfigure that adds 150
+// nodes fences them at most AllocatorFenceActivities at a time. Each of a
+// node's inventory and fence that closes brings two events into whatever
+// workflow task the allocator is running, and 150 agents answering together
+// (300 events) got the task force-closed (#37). A reconfigure that the run's
+// first workflow task brings runs before the run's own code goes on, and
+// must already know the run's gates.
+func TestAddedNodesAreFencedWithinTheirShare(t *testing.T) {
+	for _, at := range []time.Duration{0, time.Minute} {
+		t.Run(fmt.Sprintf("reconfigured at %s", at), func(t *testing.T) {
+			h := newAllocHarness(t)
+			h.agents.work = 20 * time.Millisecond
+			in := allocInput(allocNodes(1, 8))
+			pool, err := scheduler.NewPool(in.Nodes, scheduler.Policy{})
+			require.NoError(t, err)
+			// Carried state: the run starts serving at once, as the e2e test's does.
+			in.State = &protocol.AllocatorState{Pool: pool.Snapshot(), NextSeq: 1, Epoch: "carried"}
+			added := h.reconfigure(at, allocInput(allocNodes(151, 8)))
+			h.runAllocator(in, time.Hour)
+
+			require.NoError(t, added.err)
+			assert.Contains(t, added.reply.Summary, "added node(s) n2")
+			assert.Empty(t, h.queue().Fenced, "every added node's agent answered")
+			assert.GreaterOrEqual(t, h.agents.calls, 2*150, "an inventory and a fence for each added node")
+			assert.LessOrEqual(t, h.agents.most, protocol.AllocatorFenceActivities, "agents' activities running at once")
+			assert.Greater(t, h.agents.most, 1, "the fences run side by side")
+		})
+	}
+}
+
+// TestFencesOfDeadNodesAreTriedAgainOnTheTick: 150 added nodes whose agents
+// never answer are tried again at each reclaim tick, not each on a timer of
+// its own: timers due together fire together, 150 events in one batch.
+func TestFencesOfDeadNodesAreTriedAgainOnTheTick(t *testing.T) {
+	h := newAllocHarness(t)
+	in := allocInput(allocNodes(1, 8))
+	for _, n := range allocNodes(151, 8)[1:] {
+		h.deadNodes[n.Name] = true
+	}
+	var mu sync.Mutex
+	retries := 0 // timers of the reclaim interval: the tick, and before the fix every fence's retry
+	h.env.SetOnTimerScheduledListener(func(_ string, d time.Duration) {
+		if d == in.ReclaimInterval {
+			mu.Lock()
+			retries++
+			mu.Unlock()
+		}
+	})
+	h.reconfigure(time.Minute, allocInput(allocNodes(151, 8)))
+	h.runAllocator(in, 10*time.Minute)
+
+	v := h.queue()
+	assert.Len(t, v.Fenced, 150, "the dead nodes stay fenced")
+	ticks := int(10 * time.Minute / in.ReclaimInterval)
+	assert.LessOrEqual(t, retries, ticks+1, "timers of the reclaim interval: the tick's alone")
+	assert.GreaterOrEqual(t, h.agents.calls, 150*(ticks-2), "each dead node is tried at every tick")
+}
+
+// TestADeadNodeIsLostOnlyAfterNodeTimeout: a try of a fence waits 10 s for
+// the node's agent, so that a dead node holds one of the few fence slots
+// briefly; the node still counts as lost only once its agent has left
+// node_timeout (1 minute here) of tries unanswered.
+func TestADeadNodeIsLostOnlyAfterNodeTimeout(t *testing.T) {
+	h := newAllocHarness(t)
+	h.deadNodes["n2"] = true
+	var early, late protocol.QueueView
+	h.at(45*time.Second, func() { early = h.queue() })
+	h.at(75*time.Second, func() { late = h.queue() })
+	h.runAllocator(allocInput(allocNodes(2, 2)), 5*time.Minute)
+
+	require.Len(t, early.Fenced, 1)
+	assert.Equal(t, "n2", early.Fenced[0].Node)
+	assert.Equal(t, "recovering", early.Fenced[0].Cause, "unanswered for less than node_timeout")
+	require.Len(t, late.Fenced, 1)
+	assert.Equal(t, "lost", late.Fenced[0].Cause, "unanswered for node_timeout")
+	assert.Contains(t, late.Fenced[0].Reason, "did not answer for 1m0s")
 }
