@@ -211,6 +211,8 @@ type burstHistory struct {
 	// those the server wrote after the task's completion (or failure), up to
 	// the next task's scheduling, that no command of the task made.
 	mostArrived int
+	// mostActivities is the most activities scheduled and not yet closed.
+	mostActivities int
 	// timedOut counts the workflow tasks that timed out (start to close);
 	// longestTask is the longest a worker took from a task's start to its
 	// completion, a replay of the run included when the task was not sticky.
@@ -267,8 +269,17 @@ func (h *burstHistory) add(events []*historypb.HistoryEvent) {
 	h.longestRun = max(h.longestRun, len(events))
 	suggested := -1 // index of the first task started with the suggestion
 	arrived, counting := 0, false
+	activities := 0
 	for i, e := range events {
 		h.events++
+		switch e.GetEventType() {
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+			activities++
+			h.mostActivities = max(h.mostActivities, activities)
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_COMPLETED, enumspb.EVENT_TYPE_ACTIVITY_TASK_FAILED,
+			enumspb.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT, enumspb.EVENT_TYPE_ACTIVITY_TASK_CANCELED:
+			activities--
+		}
 		switch e.GetEventType() {
 		case enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED, enumspb.EVENT_TYPE_WORKFLOW_TASK_FAILED, enumspb.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
 			arrived, counting = 0, true
@@ -441,9 +452,11 @@ func TestBurstOfFenceAnswers(t *testing.T) {
 	hist = readBurstHistory(t, allocator, since)
 	assert.Empty(t, hist.failedCauses, "allocator workflow tasks failed")
 	assert.LessOrEqual(t, hist.mostArrived, protocol.AllocatorArrivals, "events that came in during one workflow task")
+	// The 150 fences start in the reconfigure's task and take every slot of their share.
+	assert.Equal(t, protocol.AllocatorFenceActivities, hist.mostActivities, "the allocator's activities pending at once")
 	assert.GreaterOrEqual(t, gate.answered.Load(), int64(2*added), "an inventory and a fence for each added node")
-	t.Logf("%d nodes added: all back %s after the reconfigure; at most %d events came in during one allocator task (budget %d, server limit %d); %d agent answers; %d allocator events, %d tasks run again for an event that came in meanwhile",
-		added, back.Round(100*time.Millisecond), hist.mostArrived, protocol.AllocatorArrivals, protocol.TemporalBufferedEventsLimit,
+	t.Logf("%d nodes added: all back %s after the reconfigure; at most %d events came in during one allocator task (budget %d, server limit %d), %d activities pending; %d agent answers; %d allocator events, %d tasks run again for an event that came in meanwhile",
+		added, back.Round(100*time.Millisecond), hist.mostArrived, protocol.AllocatorArrivals, protocol.TemporalBufferedEventsLimit, hist.mostActivities,
 		gate.answered.Load(), hist.events, hist.unhandled)
 }
 

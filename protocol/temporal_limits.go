@@ -66,11 +66,12 @@ const (
 	// AllocatorArrivals is the most events the allocator's own fan-out can
 	// bring in during one of its workflow tasks, however long the task
 	// takes: the signals' deliveries, two events per activity, the check
-	// timers, and the reclaim tick, the recovery's registration (two) and
-	// two wakes. The rest of TemporalBufferedEventsLimit is left for what
-	// others send it unasked (jobs' requests, releases and withdrawals).
+	// timers, and the reclaim and fence ticks, the recovery's registration
+	// (two) and two wakes. The rest of TemporalBufferedEventsLimit is left
+	// for what others send it unasked (jobs' requests, releases and
+	// withdrawals).
 	AllocatorArrivals = AllocatorSignalsInFlight + 2*(AllocatorFenceActivities+AllocatorOtherActivities) +
-		AllocatorCheckTimers + 1 + 2 + 2
+		AllocatorCheckTimers + 2 + 2 + 2
 	// JobActivityBudget bounds the activities one job has pending: with
 	// MaxNWorkers watches still pending while their workers stop, its stops
 	// take what is left.

@@ -93,6 +93,8 @@ type allocator struct {
 	boundsArrivals  bool
 	checkTimers     int
 	unansweredSince map[string]time.Time
+	// gatesRead says the version gates have been read (see readGates).
+	gatesRead bool
 	// watching are the futures the watch loop waits for,
 	// in the order they were watched, each with what its completion does.
 	watching []watched
@@ -161,6 +163,12 @@ const (
 	// had up to 50 signals and 250 activities of each share in flight, so
 	// 150 fences answered at once force-closed a task.
 	versionBoundedArrivals = "allocator-bounded-arrivals"
+	// versionGatesBeforeHandlers: the run reads its gates before it sets
+	// its update handlers. An update the run's first workflow task brings
+	// (a reconfigure sent right after the start or the hand-over) runs as
+	// soon as its handler is set, and ran with every gate off when they
+	// were read in run.
+	versionGatesBeforeHandlers = "allocator-gates-before-handlers"
 )
 
 // AllocatorWorkflow owns the capacity of one allocation. Jobs ask it for
@@ -191,19 +199,21 @@ func AllocatorWorkflow(ctx workflow.Context, in protocol.AllocatorInput, packedP
 		// worker that can read it is deployed.
 		panic(fmt.Sprintf("allocator %s/%s: %v", in.Region, in.Allocation, err))
 	}
-	a.readGates(ctx)
+	// Runs before versionGatesBeforeHandlers read the gates in run: an
+	// update their first task brought ran with every gate off, and must
+	// replay so.
+	if workflow.GetVersion(ctx, versionGatesBeforeHandlers, workflow.DefaultVersion, 1) >= 1 {
+		a.readGates(ctx)
+	}
 	if err := a.registerHandlers(ctx); err != nil {
 		return err
 	}
 	return a.run(ctx)
 }
 
-// readGates asks the run's version gates before any handler can run: an
-// update the first workflow task brings (a reconfigure sent right after the
-// start) runs as soon as its handler is set, before run. (The SDK matches a
-// gate by its change ID, not its place among the commands, so runs that
-// asked them later in their first task replay alike.)
+// readGates asks the run's version gates (see versionGatesBeforeHandlers).
 func (a *allocator) readGates(ctx workflow.Context) {
+	a.gatesRead = true
 	gate := func(id string) bool { return workflow.GetVersion(ctx, id, workflow.DefaultVersion, 1) >= 1 }
 	// Runs of code before versionHandOverOnNewBuild recorded no build.
 	a.tracksBuilds = gate(versionHandOverOnNewBuild)
@@ -388,6 +398,9 @@ func (a *allocator) awaitRecovered(ctx workflow.Context) error {
 // run takes signals until this run should hand over to a fresh one, then
 // drains and continues as new.
 func (a *allocator) run(ctx workflow.Context) error {
+	if !a.gatesRead {
+		a.readGates(ctx)
+	}
 	a.checkBuild(ctx, true)
 	if a.noticesResets {
 		a.runID = a.currentRun(ctx)
@@ -590,6 +603,9 @@ func (a *allocator) startSignalLoops(ctx workflow.Context) {
 		}
 	})
 	workflow.Go(ctx, a.reclaimLoop)
+	if a.boundsArrivals {
+		workflow.Go(ctx, a.fenceLoop)
+	}
 	workflow.Go(ctx, a.watchLoop)
 	workflow.Go(ctx, a.settle) // last: see awaitHandOver
 }
@@ -1128,13 +1144,27 @@ func (a *allocator) reclaimLoop(ctx workflow.Context) {
 			a.recoverState(ctx)
 			continue
 		}
-		a.fenceAgain(ctx)
 		a.findVanishedJobs(ctx)
 		a.askUnansweredAgain(ctx)
 		// Ghost requests are rare (the withdrawal list catches the race
 		// that makes them), so the queue is walked at a tenth of the pace.
 		if a.reclaimTicks++; a.reclaimTicks%ghostCheckEvery == 0 {
 			a.dropGhostRequests(ctx, a.st.GhostBatch())
+		}
+	}
+}
+
+// fenceLoop fences again, every ReclaimInterval, the fenced nodes whose last
+// try failed (see fence). A loop of its own: the reclaim loop waits for its
+// checks, which wait for a slot of the other activities' share, and a fence
+// must not wait for a reclaim's stops.
+func (a *allocator) fenceLoop(ctx workflow.Context) {
+	for {
+		if err := workflow.NewTimerWithOptions(ctx, a.st.ReclaimInterval(), workflow.TimerOptions{Summary: "fence the unanswered nodes again"}).Get(ctx, nil); err != nil {
+			return
+		}
+		if !a.recovering {
+			a.fenceAgain(ctx)
 		}
 	}
 }
@@ -1221,6 +1251,10 @@ func (a *allocator) dropGhostRequests(ctx workflow.Context, size int) {
 	a.execute(ctx, a.st.GhostsFound(found))
 }
 
+// reclaimStopSlack is what a reclaim's stop may take beyond the agent's
+// timeout and the stop's grace, tries included, before its node is fenced.
+const reclaimStopSlack = 2 * time.Minute
+
 // reclaim stops the workers of a vanished job through its nodes' agents,
 // then frees its capacity (see allocation.State.BeginReclaim). A node whose
 // agent does not answer is fenced instead: its capacity stays unused until
@@ -1246,6 +1280,12 @@ func (a *allocator) reclaim(ctx workflow.Context, job string) {
 				RetryPolicy:            &temporal.RetryPolicy{MaximumInterval: 10 * time.Second},
 				Summary:                fmt.Sprintf("reclaim worker %d of vanished %s on %s", w.Worker, job, plan.Nodes[i]),
 			})
+			if a.boundsArrivals {
+				// Bounded (and so guarded): an agent that takes the stop and
+				// hangs must not hold one of the few slots for ever; its node
+				// is fenced instead.
+				actx = workflow.WithScheduleToCloseTimeout(actx, a.st.NodeTimeout()+a.st.Config.StopGracePeriod+reclaimStopSlack)
+			}
 			in := activities.StopWorkerInput{ID: w, Grace: a.st.Config.StopGracePeriod}
 			futures[i] = a.executeActivity(actx, (*activities.Activities).StopWorker, in)
 		}

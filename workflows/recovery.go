@@ -127,7 +127,6 @@ func (a *allocator) fence(ctx workflow.Context, node string) {
 	current := func() bool { return a.fencing[node] == generation && a.st.Counters.Recoveries == generation }
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		for current() {
-			tried := workflow.Now(ctx)
 			err := a.registerStrangers(ctx, node)
 			var reply activities.FenceNodeReply
 			if err == nil && current() {
@@ -152,13 +151,16 @@ func (a *allocator) fence(ctx workflow.Context, node string) {
 			if !current() {
 				return // a recovery rebuilt the state meanwhile and fences anew
 			}
+			if !isNodeTimeout(err) && !isUnanswered(err) {
+				delete(a.unansweredSince, node) // its agent answered
+			}
 			if err == nil {
 				delete(a.fencing, node)
 				delete(a.unansweredSince, node)
 				a.execute(ctx, a.st.NodeBack(node, len(reply.Stopped)))
 				return
 			}
-			if (isNodeTimeout(err) || isUnanswered(err)) && a.unansweredFor(ctx, node, tried) >= a.st.NodeTimeout() {
+			if (isNodeTimeout(err) || isUnanswered(err)) && a.unansweredFor(ctx, node) >= a.st.NodeTimeout() {
 				if cmds, changed := a.st.FenceTimedOut(node); changed {
 					a.execute(ctx, cmds)
 					workflow.SetCurrentDetails(ctx, a.details())
@@ -177,19 +179,20 @@ func (a *allocator) fence(ctx workflow.Context, node string) {
 }
 
 // unansweredFor is how long node's agent has left this run's fences
-// unanswered, the try that began at tried included. Before
-// versionBoundedArrivals a try waited for the agent as long as node_timeout
-// itself.
-func (a *allocator) unansweredFor(ctx workflow.Context, node string, tried time.Time) time.Duration {
+// unanswered, counting the try that just timed out from the probe's start
+// (its wait for a slot is not the agent's). Before versionBoundedArrivals a
+// try waited for the agent as long as node_timeout itself.
+func (a *allocator) unansweredFor(ctx workflow.Context, node string) time.Duration {
 	if !a.boundsArrivals {
 		return a.st.NodeTimeout()
 	}
+	now := workflow.Now(ctx)
 	since, ok := a.unansweredSince[node]
 	if !ok {
-		since = tried
-		a.unansweredSince[node] = tried
+		since = now.Add(-a.probeTimeout())
+		a.unansweredSince[node] = since
 	}
-	return workflow.Now(ctx).Sub(since)
+	return now.Sub(since)
 }
 
 // fenceProbe is how long a try of a fence waits for the node's agent to take
@@ -206,8 +209,8 @@ func (a *allocator) probeTimeout() time.Duration {
 	return min(a.st.NodeTimeout(), fenceProbe)
 }
 
-// fenceAgain fences again, at the reclaim tick, every fenced node whose last
-// try failed (see fence), in config order.
+// fenceAgain fences again every fenced node whose last try failed (see
+// fence), in config order.
 func (a *allocator) fenceAgain(ctx workflow.Context) {
 	if !a.boundsArrivals {
 		return
