@@ -88,11 +88,11 @@ type allocator struct {
 	// boundsArrivals says this run keeps within protocol.AllocatorArrivals
 	// what its own fan-out brings in during one workflow task (see
 	// versionBoundedArrivals); checkTimers counts the reset checks' retry
-	// timers, and unansweredSince when each node's agent first left a fence
-	// of this run unanswered.
+	// timers, and unansweredTries the tries of each node's fence in a row
+	// whose agent did not take it (see probeTimeout).
 	boundsArrivals  bool
 	checkTimers     int
-	unansweredSince map[string]time.Time
+	unansweredTries map[string]int
 	// gatesRead says the version gates have been read (see readGates).
 	gatesRead bool
 	// watching are the futures the watch loop waits for,
@@ -156,9 +156,10 @@ const (
 	versionReclaimForgotten = "allocator-reclaim-forgotten"
 	// versionBoundedArrivals: what the run's own fan-out can bring in during
 	// one workflow task stays within protocol.AllocatorArrivals: fewer
-	// signals and activities in flight, a node's fence tried again at the
-	// reclaim tick rather than on a timer of its own (timers due together
-	// fire together), its agent probed for 10 s at a try, and at most
+	// signals and activities in flight, a node's fence tried again at a
+	// tick of one timer rather than on a timer of its own (timers due
+	// together fire together), its agent probed for 10 s at first (see
+	// probeTimeout), a reclaim's stop bounded, and at most
 	// AllocatorCheckTimers reset checks waiting on a timer. Runs before it
 	// had up to 50 signals and 250 activities of each share in flight, so
 	// 150 fences answered at once force-closed a task.
@@ -228,7 +229,7 @@ func (a *allocator) readGates(ctx workflow.Context) {
 func newAllocator(in protocol.AllocatorInput, packedPool []byte) (*allocator, error) {
 	// A run without carried state recovers it first.
 	a := &allocator{reclaims: map[string]bool{}, inFlightTo: map[string]int{}, fencing: map[string]int64{},
-		unansweredSince: map[string]time.Time{}, recovering: in.State == nil}
+		unansweredTries: map[string]int{}, recovering: in.State == nil}
 	var err error
 	if in.State != nil {
 		a.st, err = allocation.Restore(in, packedPool)

@@ -103,8 +103,12 @@ type allocHarness struct {
 // agentCalls counts the node agents' activities that run at once.
 type agentCalls struct {
 	mu                   sync.Mutex
-	work                 time.Duration
 	running, most, calls int
+	// Each activity works until crowd of them run at once, or for work of
+	// real time at most: activities the workflow scheduled together then
+	// overlap, and more than crowd at once are seen however slow the machine.
+	crowd int
+	work  time.Duration
 }
 
 // run counts one activity of a node's agent while it works.
@@ -113,9 +117,15 @@ func (c *agentCalls) run() {
 	c.running++
 	c.calls++
 	c.most = max(c.most, c.running)
-	work := c.work
 	c.mu.Unlock()
-	time.Sleep(work) // real time: activities the workflow scheduled together overlap in it
+	for deadline := time.Now().Add(c.work); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		c.mu.Lock()
+		crowded := c.running >= c.crowd
+		c.mu.Unlock()
+		if crowded {
+			break
+		}
+	}
 	c.mu.Lock()
 	c.running--
 	c.mu.Unlock()

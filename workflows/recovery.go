@@ -127,9 +127,12 @@ func (a *allocator) fence(ctx workflow.Context, node string) {
 	current := func() bool { return a.fencing[node] == generation && a.st.Counters.Recoveries == generation }
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		for current() {
-			err := a.registerStrangers(ctx, node)
+			// waited is how long the activity that fails, if one does, waited for the agent.
+			waited := a.probeTimeout(node)
+			err := a.registerStrangers(ctx, node, waited)
 			var reply activities.FenceNodeReply
 			if err == nil && current() {
+				waited = a.st.NodeTimeout()
 				keep := a.st.WorkersOn(node)
 				actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 					TaskQueue:              protocol.NodeTaskQueue(node),
@@ -151,16 +154,19 @@ func (a *allocator) fence(ctx workflow.Context, node string) {
 			if !current() {
 				return // a recovery rebuilt the state meanwhile and fences anew
 			}
-			if !isNodeTimeout(err) && !isUnanswered(err) {
-				delete(a.unansweredSince, node) // its agent answered
+			unanswered := isNodeTimeout(err) || isUnanswered(err)
+			if !unanswered {
+				delete(a.unansweredTries, node) // its agent answered
 			}
 			if err == nil {
 				delete(a.fencing, node)
-				delete(a.unansweredSince, node)
 				a.execute(ctx, a.st.NodeBack(node, len(reply.Stopped)))
 				return
 			}
-			if (isNodeTimeout(err) || isUnanswered(err)) && a.unansweredFor(ctx, node) >= a.st.NodeTimeout() {
+			if unanswered {
+				a.unansweredTries[node]++
+			}
+			if unanswered && waited >= a.st.NodeTimeout() {
 				if cmds, changed := a.st.FenceTimedOut(node); changed {
 					a.execute(ctx, cmds)
 					workflow.SetCurrentDetails(ctx, a.details())
@@ -178,35 +184,27 @@ func (a *allocator) fence(ctx workflow.Context, node string) {
 	})
 }
 
-// unansweredFor is how long node's agent has left this run's fences
-// unanswered, counting the try that just timed out from the probe's start
-// (its wait for a slot is not the agent's). Before versionBoundedArrivals a
-// try waited for the agent as long as node_timeout itself.
-func (a *allocator) unansweredFor(ctx workflow.Context, node string) time.Duration {
-	if !a.boundsArrivals {
-		return a.st.NodeTimeout()
-	}
-	now := workflow.Now(ctx)
-	since, ok := a.unansweredSince[node]
-	if !ok {
-		since = now.Add(-a.probeTimeout())
-		a.unansweredSince[node] = since
-	}
-	return now.Sub(since)
-}
-
-// fenceProbe is how long a try of a fence waits for the node's agent to take
-// its first activity (see versionBoundedArrivals): a dead node holds one of
-// the few fence slots for that long at each try, and counts as lost only
-// once it has left node_timeout of tries unanswered (unansweredFor).
+// fenceProbe is how long the first try of a node's fence waits for its agent
+// to take the inventory (see versionBoundedArrivals): a dead node holds one of
+// the few fence slots for that long. Each try in a row that the agent leaves
+// untaken waits twice as long, up to node_timeout, so that a slow agent is
+// still heard; a try that waited node_timeout unanswered counts the node
+// lost, as every try did before.
 const fenceProbe = 10 * time.Second
 
-// probeTimeout is how long a try of a fence waits for the agent.
-func (a *allocator) probeTimeout() time.Duration {
+// probeTimeout is how long the next try of node's fence waits for its agent.
+func (a *allocator) probeTimeout(node string) time.Duration {
 	if !a.boundsArrivals {
 		return a.st.NodeTimeout()
 	}
-	return min(a.st.NodeTimeout(), fenceProbe)
+	probe := fenceProbe
+	for range a.unansweredTries[node] {
+		if probe >= a.st.NodeTimeout() {
+			break
+		}
+		probe *= 2
+	}
+	return min(a.st.NodeTimeout(), probe)
 }
 
 // fenceAgain fences again every fenced node whose last try failed (see
@@ -230,10 +228,10 @@ func (a *allocator) fenceAgain(ctx workflow.Context) {
 // job that ended or holds something else leaves the worker to the fence. It
 // fails while such a job does not answer, so that the node stays fenced and
 // is asked again at the next try, while the rest of the allocation goes on.
-func (a *allocator) registerStrangers(ctx workflow.Context, node string) error {
+func (a *allocator) registerStrangers(ctx workflow.Context, node string, probe time.Duration) error {
 	nctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:              protocol.NodeTaskQueue(node),
-		ScheduleToStartTimeout: a.probeTimeout(),
+		ScheduleToStartTimeout: probe,
 		StartToCloseTimeout:    time.Minute,
 		RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
 		Summary:                "list the live workers on " + node,

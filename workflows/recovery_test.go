@@ -508,7 +508,7 @@ func TestAddedNodesAreFencedWithinTheirShare(t *testing.T) {
 	for _, at := range []time.Duration{0, time.Minute} {
 		t.Run(fmt.Sprintf("reconfigured at %s", at), func(t *testing.T) {
 			h := newAllocHarness(t)
-			h.agents.work = 20 * time.Millisecond
+			h.agents.crowd, h.agents.work = protocol.AllocatorFenceActivities+1, 100*time.Millisecond
 			in := allocInput(allocNodes(1, 8))
 			pool, err := scheduler.NewPool(in.Nodes, scheduler.Policy{})
 			require.NoError(t, err)
@@ -551,25 +551,27 @@ func TestFencesOfDeadNodesAreTriedAgainOnTheTick(t *testing.T) {
 	assert.Len(t, v.Fenced, 150, "the dead nodes stay fenced")
 	ticks := int(10 * time.Minute / in.ReclaimInterval)
 	assert.LessOrEqual(t, retries, 2*(ticks+1), "timers of the reclaim interval: the reclaim loop's and the fence loop's ticks alone")
-	assert.GreaterOrEqual(t, h.agents.calls, 150*(ticks-2), "each dead node is tried at every tick")
+	assert.GreaterOrEqual(t, h.agents.calls, 150*(ticks-3), "each dead node is tried at every tick")
 }
 
-// TestADeadNodeIsLostOnlyAfterNodeTimeout: a try of a fence waits 10 s for
-// the node's agent, so that a dead node holds one of the few fence slots
-// briefly; the node still counts as lost only once its agent has left
-// node_timeout (1 minute here) of tries unanswered.
-func TestADeadNodeIsLostOnlyAfterNodeTimeout(t *testing.T) {
+// TestADeadNodeIsLostOnceATryWaitedNodeTimeout: the first try of a fence
+// waits 10 s for the node's agent, so that a dead node holds one of the few
+// fence slots briefly, and each try in a row the agent leaves untaken waits
+// twice as long, up to node_timeout (1 minute here): 10, 20, 40, 60 s. The
+// node counts as lost once a try that waited node_timeout went unanswered,
+// as every try did before; tries come at the fence tick (every 30 s).
+func TestADeadNodeIsLostOnceATryWaitedNodeTimeout(t *testing.T) {
 	h := newAllocHarness(t)
 	h.deadNodes["n2"] = true
 	var early, late protocol.QueueView
-	h.at(45*time.Second, func() { early = h.queue() })
-	h.at(75*time.Second, func() { late = h.queue() })
+	h.at(75*time.Second, func() { early = h.queue() }) // three tries: 10, 20, 40 s
+	h.at(105*time.Second, func() { late = h.queue() }) // the fourth waited 60 s
 	h.runAllocator(allocInput(allocNodes(2, 2)), 5*time.Minute)
 
 	require.Len(t, early.Fenced, 1)
 	assert.Equal(t, "n2", early.Fenced[0].Node)
-	assert.Equal(t, "recovering", early.Fenced[0].Cause, "unanswered for less than node_timeout")
+	assert.Equal(t, "recovering", early.Fenced[0].Cause, "no try has waited node_timeout yet")
 	require.Len(t, late.Fenced, 1)
-	assert.Equal(t, "lost", late.Fenced[0].Cause, "unanswered for node_timeout")
+	assert.Equal(t, "lost", late.Fenced[0].Cause, "a try waited node_timeout")
 	assert.Contains(t, late.Fenced[0].Reason, "did not answer for 1m0s")
 }
