@@ -82,6 +82,12 @@ regions:
         stop_grace_period: 3s
         nodes:
           - {name: api-q-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+      - name: lim
+        stop_grace_period: 1s
+        limits:
+          - {workspace: team-a, class: medium, max_waiting: 1}
+        nodes:
+          - {name: api-lim-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
       - name: w
         stop_grace_period: 1s
         nodes:

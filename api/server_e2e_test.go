@@ -43,7 +43,7 @@ func TestHealthConfigsAndOpenAPI(t *testing.T) {
 	r.json(t, &cfg)
 	assert.Equal(t, "SR006", cfg.DefaultRegion)
 	require.Len(t, cfg.Regions, 1)
-	require.Len(t, cfg.Regions[0].Allocations, 6)
+	require.Len(t, cfg.Regions[0].Allocations, 7)
 	var names []string
 	for _, it := range cfg.Regions[0].Allocations[0].InstanceTypes {
 		names = append(names, it.Name)
@@ -228,6 +228,43 @@ func TestIdempotencyKey(t *testing.T) {
 	assert.Equal(t, first, again.JobName)
 	assert.Equal(t, "Stopped", again.Status)
 	assert.Equal(t, 409, call(t, "alice", "POST", "/public/v2/jobs", job("sleep 31"), "Idempotency-Key", key).Code)
+}
+
+// TestIdempotentRetryOfAJobThatFillsItsQueue: team-a may have one medium
+// job waiting on allocation lim. A keyed submission that waits there fills
+// the queue; its retry (a client that lost the answer) answers with the same
+// job, not 429 for the room the job itself takes, while another job is
+// refused.
+func TestIdempotentRetryOfAJobThatFillsItsQueue(t *testing.T) {
+	needServer(t)
+	onLim := func(script string) map[string]any {
+		return job(script, "allocation_name", "lim", "instance_type", "a100.2gpu")
+	}
+	holder := submitJob(t, "alice", onLim("while true; do sleep 0.1; done"))
+	waitStatus(t, "alice", holder, "Running")
+	key := "full-" + time.Now().Format(time.RFC3339Nano)
+	waiting := submitJob(t, "alice", onLim("true"), "Idempotency-Key", key)
+	eventually(t, long, "the keyed job to wait", func() bool {
+		r := call(t, "root", "GET", "/public/v2/allocations/lim/queue", nil)
+		var q queueView
+		r.json(t, &q)
+		return r.Code == 200 && q.WaitingTotal == 1
+	})
+	r := call(t, "alice", "POST", "/public/v2/jobs", onLim("echo another"))
+	require.Equal(t, 429, r.Code, "the queue is full: %s", r.Body)
+
+	r = call(t, "alice", "POST", "/public/v2/jobs", onLim("true"), "Idempotency-Key", key)
+	require.Equal(t, 200, r.Code, string(r.Body))
+	var again submitted
+	r.json(t, &again)
+	assert.Equal(t, waiting, again.JobName)
+	assert.Equal(t, "Pending", again.Status)
+	r = call(t, "alice", "POST", "/public/v2/jobs", onLim("echo other"), "Idempotency-Key", key)
+	assert.Equal(t, 409, r.Code, "another request under the key is still a conflict: %s", r.Body)
+
+	for _, j := range []string{waiting, holder} {
+		require.Equal(t, 200, call(t, "alice", "DELETE", "/public/v2/jobs/"+j, nil).Code)
+	}
 }
 
 // TestRejectedRequestStartsNothing: bad requests of a workspace that has no

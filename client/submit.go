@@ -359,9 +359,15 @@ func (c *Client) Submit(ctx context.Context, spec protocol.JobSpec, opts SubmitO
 }
 
 // SubmitChecked starts the job of a spec CheckSpec returned, after the
-// queue-length check; it answers no notes of its own.
+// queue-length check; it answers no notes of its own. A job of opts.Name
+// that exists already is ErrJobExists, even where the queue is full: a
+// retried submission of a job that waits must find it, not be refused for
+// the room the job itself takes.
 func (c *Client) SubmitChecked(ctx context.Context, spec protocol.CheckedSpec, opts SubmitOptions) (Submission, error) {
 	if err := c.checkQueueRoom(ctx, spec); err != nil {
+		if opts.Name != "" && c.workflowExists(ctx, opts.Name) {
+			return Submission{JobName: opts.Name}, fmt.Errorf("%w: %s", ErrJobExists, opts.Name)
+		}
 		return Submission{}, err
 	}
 	name := opts.Name
@@ -425,4 +431,11 @@ func (c *Client) Restart(ctx context.Context, name string, opts SubmitOptions) (
 		return Submission{}, err
 	}
 	return c.Submit(ctx, st.Spec, opts)
+}
+
+// workflowExists says whether a workflow of that ID exists, running or
+// closed; an error other than "not found" answers no.
+func (c *Client) workflowExists(ctx context.Context, id string) bool {
+	_, err := c.Temporal.DescribeWorkflowExecution(ctx, id, "")
+	return err == nil
 }
