@@ -436,6 +436,6 @@ func (c *Client) Restart(ctx context.Context, name string, opts SubmitOptions) (
 // workflowExists says whether a workflow of that ID exists, running or
 // closed; an error other than "not found" answers no.
 func (c *Client) workflowExists(ctx context.Context, id string) bool {
-	_, err := c.Temporal.DescribeWorkflowExecution(ctx, id, "")
+	_, err := c.Temporal.DescribeWorkflow(ctx, id, "")
 	return err == nil
 }
