@@ -95,6 +95,8 @@ type allocator struct {
 	unansweredTries map[string]int
 	// gatesRead says the version gates have been read (see readGates).
 	gatesRead bool
+	// fencesEndWithEpoch: see versionFenceEndsWithItsEpoch.
+	fencesEndWithEpoch bool
 	// watching are the futures the watch loop waits for,
 	// in the order they were watched, each with what its completion does.
 	watching []watched
@@ -170,6 +172,12 @@ const (
 	// soon as its handler is set, and ran with every gate off when they
 	// were read in run.
 	versionGatesBeforeHandlers = "allocator-gates-before-handlers"
+	// versionFenceEndsWithItsEpoch: a fence ends when a recovery draws a
+	// new epoch, not only once the recovery has rebuilt the pool: a fence
+	// that went on during the recovery built its keep list from the pool
+	// being replaced, and after a reset that pool can have a running job as
+	// waiting, so the fence stopped its worker (see fence).
+	versionFenceEndsWithItsEpoch = "allocator-fence-ends-with-its-epoch"
 )
 
 // AllocatorWorkflow owns the capacity of one allocation. Jobs ask it for
@@ -224,6 +232,7 @@ func (a *allocator) readGates(ctx workflow.Context) {
 	a.st.ReclaimsForgotten = gate(versionReclaimForgotten)
 	a.boundsArrivals = gate(versionBoundedArrivals)
 	a.noticesResets = gate(versionNoticeResets)
+	a.fencesEndWithEpoch = gate(versionFenceEndsWithItsEpoch)
 }
 
 func newAllocator(in protocol.AllocatorInput, packedPool []byte) (*allocator, error) {

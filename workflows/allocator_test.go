@@ -95,6 +95,8 @@ type allocHarness struct {
 	// ghosts are waiting requests FindGhostRequests reports.
 	ghosts    []protocol.WithdrawSignal
 	stopDelay time.Duration
+	// listingDelay and namedDelay: see the RegisterJobs mocks.
+	listingDelay, namedDelay time.Duration
 	// agents counts the node agents' activities (NodeInventory, FenceNode)
 	// running at once; each takes agentWork of real time when it is set.
 	agents agentCalls
@@ -200,36 +202,41 @@ func newAllocHarnessOpts(t *testing.T, o harnessOpts) *allocHarness {
 			}
 			return out, nil
 		}).Maybe()
-	h.env.OnActivity(h.acts.RegisterJobs, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in activities.RegisterJobsInput) (activities.RegisterJobsReply, error) {
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			h.registerCalls = append(h.registerCalls, in)
-			if in.Jobs == nil {
-				reply := activities.RegisterJobsReply{Listed: len(h.holds)}
-				for _, hold := range h.holds {
-					if h.silent[hold.Job] {
-						reply.Unanswered = append(reply.Unanswered, hold.Job)
-						continue
-					}
-					reply.Holds = append(reply.Holds, hold)
-				}
-				return reply, nil
-			}
-			reply := activities.RegisterJobsReply{Listed: len(in.Jobs)}
-			for _, job := range in.Jobs {
-				if h.silent[job] {
-					reply.Unanswered = append(reply.Unanswered, job)
+	register := func(_ context.Context, in activities.RegisterJobsInput) (activities.RegisterJobsReply, error) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.registerCalls = append(h.registerCalls, in)
+		if in.Jobs == nil {
+			reply := activities.RegisterJobsReply{Listed: len(h.holds)}
+			for _, hold := range h.holds {
+				if h.silent[hold.Job] {
+					reply.Unanswered = append(reply.Unanswered, hold.Job)
 					continue
 				}
-				for _, hold := range append(slices.Clone(h.holds), h.unlisted...) {
-					if hold.Job == job {
-						reply.Holds = append(reply.Holds, hold)
-					}
-				}
+				reply.Holds = append(reply.Holds, hold)
 			}
 			return reply, nil
-		}).After(registerDelay).Maybe()
+		}
+		reply := activities.RegisterJobsReply{Listed: len(in.Jobs)}
+		for _, job := range in.Jobs {
+			if h.silent[job] {
+				reply.Unanswered = append(reply.Unanswered, job)
+				continue
+			}
+			for _, hold := range append(slices.Clone(h.holds), h.unlisted...) {
+				if hold.Job == job {
+					reply.Holds = append(reply.Holds, hold)
+				}
+			}
+		}
+		return reply, nil
+	}
+	// A recovery's listing and a named registration may take their own time
+	// (listingDelay, namedDelay, read when each is sent) beside registerDelay.
+	h.env.OnActivity(h.acts.RegisterJobs, mock.Anything, mock.MatchedBy(func(in activities.RegisterJobsInput) bool { return in.Jobs == nil })).
+		Return(register).AfterFn(func() time.Duration { h.mu.Lock(); defer h.mu.Unlock(); return registerDelay + h.listingDelay }).Maybe()
+	h.env.OnActivity(h.acts.RegisterJobs, mock.Anything, mock.MatchedBy(func(in activities.RegisterJobsInput) bool { return in.Jobs != nil })).
+		Return(register).AfterFn(func() time.Duration { h.mu.Lock(); defer h.mu.Unlock(); return registerDelay + h.namedDelay }).Maybe()
 	h.env.OnActivity(h.acts.CurrentAttempts, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, jobs []string) ([]int, error) {
 			h.mu.Lock()

@@ -38,18 +38,19 @@ const ReplayWindow = 2
 // gateIntroduced says which release introduced each version gate
 // (workflow.GetVersion change ID) the workflow code still asks.
 var gateIntroduced = map[string]string{
-	versionAutoshutdown:        "v0.9.0",
-	versionLearnedEstimate:     "v0.10.0",
-	versionGuardedActivities:   "v0.10.0",
-	versionHandOverOnNewBuild:  "v0.10.0",
-	versionNoticeResets:        "v0.10.0",
-	versionRefuseOverCap:       "v0.10.0",
-	versionTellAdoptedToLeave:  "v0.10.0",
-	versionChargeAdopted:       "v0.10.0",
-	versionReleaseStaleGrant:   "v0.10.0",
-	versionReclaimForgotten:    "v0.10.0",
-	versionBoundedArrivals:     "v0.10.0",
-	versionGatesBeforeHandlers: "v0.10.0",
+	versionAutoshutdown:          "v0.9.0",
+	versionLearnedEstimate:       "v0.10.0",
+	versionGuardedActivities:     "v0.10.0",
+	versionHandOverOnNewBuild:    "v0.10.0",
+	versionNoticeResets:          "v0.10.0",
+	versionRefuseOverCap:         "v0.10.0",
+	versionTellAdoptedToLeave:    "v0.10.0",
+	versionChargeAdopted:         "v0.10.0",
+	versionReleaseStaleGrant:     "v0.10.0",
+	versionReclaimForgotten:      "v0.10.0",
+	versionBoundedArrivals:       "v0.10.0",
+	versionGatesBeforeHandlers:   "v0.10.0",
+	versionFenceEndsWithItsEpoch: "v0.10.0",
 }
 
 // releaseWindow is the window of Release among known releases: the

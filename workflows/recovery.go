@@ -116,15 +116,20 @@ func (a *allocator) recoverState(ctx workflow.Context) protocol.RecoverReply {
 // (activity FenceNode), nothing is granted there. It tries once per reclaim
 // interval: a try that fails ends, and the reclaim tick fences the node again
 // (fenceAgain; before versionBoundedArrivals each node waited on a timer of
-// its own, and timers armed together fire together). A later recovery
-// supersedes it.
+// its own, and timers armed together fire together). A recovery supersedes
+// it from the moment it draws its epoch: the keep list comes from the pool
+// the recovery replaces (see versionFenceEndsWithItsEpoch).
 func (a *allocator) fence(ctx workflow.Context, node string) {
 	generation := a.st.Counters.Recoveries
 	if g, ok := a.fencing[node]; ok && g == generation {
 		return // already being fenced
 	}
 	a.fencing[node] = generation
-	current := func() bool { return a.fencing[node] == generation && a.st.Counters.Recoveries == generation }
+	epoch := a.st.Epoch
+	current := func() bool {
+		return a.fencing[node] == generation && a.st.Counters.Recoveries == generation &&
+			(!a.fencesEndWithEpoch || a.st.Epoch == epoch)
+	}
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		for current() {
 			// waited is how long the activity that fails, if one does, waited for the agent.

@@ -575,3 +575,43 @@ func TestADeadNodeIsLostOnceATryWaitedNodeTimeout(t *testing.T) {
 	assert.Equal(t, "lost", late.Fenced[0].Cause, "a try waited node_timeout")
 	assert.Contains(t, late.Fenced[0].Reason, "did not answer for 1m0s")
 }
+
+// TestFenceStartedBeforeARecoveryStopsWithIt: a fence of n1 begins (a job's
+// release names n1 lost) from a pool in which b waits, while b's worker in
+// fact runs on n1 (the pool is stale: the allocator was reset to before b
+// started). The fence finds b's worker and asks b, which answers that it
+// holds n1; meanwhile an operator asks for a recovery. The old pool cannot
+// adopt b (it has it waiting), so a fence that went on would keep none of
+// b's workers and stop the running one. It stops with the recovery instead,
+// whose own fence keeps b's worker.
+func TestFenceStartedBeforeARecoveryStopsWithIt(t *testing.T) {
+	h := newAllocHarness(t)
+	h.holds = []protocol.JobHold{holding("a", 1, 1, on("n1", 0, 0, 1)), waitingHold("b", scheduler.Medium, 2)}
+	bOnN1 := cluster.WorkerID{Job: "b", Attempt: 1, Worker: 0}
+	h.at(50*time.Second, func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.holds = []protocol.JobHold{holding("b", 1, 2, on("n1", 0, 0, 1))} // a ended; b runs on n1
+		h.live["n1"] = []cluster.WorkerID{bOnN1}
+		h.namedDelay, h.listingDelay = 30*time.Second, time.Minute
+	})
+	h.release(time.Minute, protocol.ReleaseSignal{Job: "a", Attempt: 1, Workers: []int{0}, Stopping: true, LostNodes: []string{"n1"}})
+	var fencesBefore int
+	h.at(time.Minute+5*time.Second, func() {
+		h.mu.Lock()
+		fencesBefore = len(h.fences)
+		h.mu.Unlock()
+	})
+	reply := h.recoverAt(time.Minute + 10*time.Second)
+	h.runAllocator(allocInput(allocNodes(1, 2)), 5*time.Minute)
+
+	assert.Equal(t, 1, reply.Running, "the operator's recovery found b running")
+	later := h.fences[fencesBefore:]
+	require.NotEmpty(t, later, "n1 was fenced after the recovery")
+	for _, f := range later {
+		assert.Contains(t, f.keep, bOnN1, "no fence of n1 stops b's running worker: %+v", f)
+	}
+	v := h.queue()
+	assert.Equal(t, []string{"b"}, runningJobs(v), "the recovery took b in, running on n1")
+	assert.Empty(t, v.Fenced)
+}
