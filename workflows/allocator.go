@@ -173,10 +173,11 @@ const (
 	// were read in run.
 	versionGatesBeforeHandlers = "allocator-gates-before-handlers"
 	// versionFenceEndsWithItsEpoch: a fence ends when a recovery draws a
-	// new epoch, not only once the recovery has rebuilt the pool: a fence
-	// that went on during the recovery built its keep list from the pool
-	// being replaced, and after a reset that pool can have a running job as
-	// waiting, so the fence stopped its worker (see fence).
+	// new epoch, and one that starts during a recovery ends at once, not
+	// only once the recovery has rebuilt the pool: a fence that went on
+	// during the recovery built its keep list from the pool being replaced,
+	// and after a reset that pool can have a running job as waiting, so the
+	// fence stopped its worker (see fence).
 	versionFenceEndsWithItsEpoch = "allocator-fence-ends-with-its-epoch"
 )
 

@@ -95,6 +95,9 @@ type allocHarness struct {
 	// ghosts are waiting requests FindGhostRequests reports.
 	ghosts    []protocol.WithdrawSignal
 	stopDelay time.Duration
+	// stopsFail: every StopWorker times out, as on a dead node, though the
+	// node's agent answers everything else.
+	stopsFail bool
 	// listingDelay and namedDelay: see the RegisterJobs mocks.
 	listingDelay, namedDelay time.Duration
 	// agents counts the node agents' activities (NodeInventory, FenceNode)
@@ -290,7 +293,7 @@ func newAllocHarnessOpts(t *testing.T, o harnessOpts) *allocHarness {
 		func(ctx context.Context, in activities.StopWorkerInput) (cluster.WorkerStatus, error) {
 			h.mu.Lock()
 			defer h.mu.Unlock()
-			if node := strings.TrimPrefix(activity.GetInfo(ctx).TaskQueue, protocol.NodeTaskQueuePrefix); h.deadNodes[node] {
+			if node := strings.TrimPrefix(activity.GetInfo(ctx).TaskQueue, protocol.NodeTaskQueuePrefix); h.deadNodes[node] || h.stopsFail {
 				return cluster.WorkerStatus{}, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, nil)
 			}
 			h.stops = append(h.stops, in)

@@ -117,8 +117,11 @@ func (a *allocator) recoverState(ctx workflow.Context) protocol.RecoverReply {
 // interval: a try that fails ends, and the reclaim tick fences the node again
 // (fenceAgain; before versionBoundedArrivals each node waited on a timer of
 // its own, and timers armed together fire together). A recovery supersedes
-// it from the moment it draws its epoch: the keep list comes from the pool
-// the recovery replaces (see versionFenceEndsWithItsEpoch).
+// it from the moment it draws its epoch, and a fence that starts while one
+// runs ends at once: the keep list would come from the pool the recovery
+// replaces (see versionFenceEndsWithItsEpoch). The recovery fences every
+// node again once it has rebuilt the pool; those fences first run after it
+// has ended.
 func (a *allocator) fence(ctx workflow.Context, node string) {
 	generation := a.st.Counters.Recoveries
 	if g, ok := a.fencing[node]; ok && g == generation {
@@ -128,7 +131,7 @@ func (a *allocator) fence(ctx workflow.Context, node string) {
 	epoch := a.st.Epoch
 	current := func() bool {
 		return a.fencing[node] == generation && a.st.Counters.Recoveries == generation &&
-			(!a.fencesEndWithEpoch || a.st.Epoch == epoch)
+			(!a.fencesEndWithEpoch || a.st.Epoch == epoch && !a.recovering)
 	}
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		for current() {

@@ -615,3 +615,43 @@ func TestFenceStartedBeforeARecoveryStopsWithIt(t *testing.T) {
 	assert.Equal(t, []string{"b"}, runningJobs(v), "the recovery took b in, running on n1")
 	assert.Empty(t, v.Fenced)
 }
+
+// TestFenceStartedDuringARecoveryWaitsForIt: a fence that starts while a
+// recovery lists the jobs (a vanished job's stop fails, so its node is
+// fenced) would build its keep list from the pool the recovery replaces,
+// where b waits although b's worker runs on n1. It waits for the recovery
+// instead, which fences n1 again keeping b's worker.
+func TestFenceStartedDuringARecoveryWaitsForIt(t *testing.T) {
+	h := newAllocHarness(t)
+	h.holds = []protocol.JobHold{holding("v", 1, 1, on("n1", 0, 0, 1)), waitingHold("b", scheduler.Medium, 2)}
+	h.vanished = []string{"v"}
+	h.stopDelay = 40 * time.Second
+	bOnN1 := cluster.WorkerID{Job: "b", Attempt: 1, Worker: 0}
+	h.at(20*time.Second, func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.stopsFail = true
+		h.holds = []protocol.JobHold{holding("b", 1, 2, on("n1", 0, 0, 1))} // v ended; b runs on n1
+		h.live["n1"] = []cluster.WorkerID{bOnN1}
+		h.listingDelay = 2 * time.Minute
+	})
+	var fencesBefore int
+	var during protocol.QueueView
+	h.at(55*time.Second, func() {
+		h.mu.Lock()
+		fencesBefore = len(h.fences)
+		h.mu.Unlock()
+	})
+	reply := h.recoverAt(time.Minute) // the reclaim's stop fails at 70 s, during the recovery
+	h.at(90*time.Second, func() { during = h.queue() })
+	h.runAllocator(allocInput(allocNodes(1, 2)), 6*time.Minute)
+
+	require.True(t, during.Recovering, "the stop failed during the recovery")
+	assert.Equal(t, 1, reply.Running, "the recovery found b running")
+	later := h.fences[fencesBefore:]
+	require.NotEmpty(t, later, "n1 was fenced after the recovery")
+	for _, f := range later {
+		assert.Contains(t, f.keep, bOnN1, "no fence of n1 stops b's running worker: %+v", f)
+	}
+	assert.Equal(t, []string{"b"}, runningJobs(h.queue()))
+}
