@@ -114,7 +114,7 @@ func (a *allocator) recoverState(ctx workflow.Context) protocol.RecoverReply {
 // fence runs the fence of a node a rule has fenced: until the node's agent
 // has stopped every worker the pool does not hold, and so confirmed the rest
 // (activity FenceNode), nothing is granted there. It tries once per reclaim
-// interval: a try that fails ends, and the reclaim tick fences the node again
+// interval: a try that fails ends, and the fence loop's tick fences the node again
 // (fenceAgain; before versionBoundedArrivals each node waited on a timer of
 // its own, and timers armed together fire together). A recovery supersedes
 // it from the moment it draws its epoch, and a fence that starts while one
@@ -218,9 +218,6 @@ func (a *allocator) probeTimeout(node string) time.Duration {
 // fenceAgain fences again every fenced node whose last try failed (see
 // fence), in config order.
 func (a *allocator) fenceAgain(ctx workflow.Context) {
-	if !a.boundsArrivals {
-		return
-	}
 	for _, f := range a.st.Fenced() {
 		if _, ok := a.fencing[f.Node]; !ok {
 			a.fence(ctx, f.Node)
