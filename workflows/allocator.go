@@ -95,8 +95,9 @@ type allocator struct {
 	unansweredTries map[string]int
 	// gatesRead says the version gates have been read (see readGates).
 	gatesRead bool
-	// fencesEndWithEpoch: see versionFenceEndsWithItsEpoch.
-	fencesEndWithEpoch bool
+	// fencesEndWithEpoch: see versionFenceEndsWithItsEpoch;
+	// strangersOfTheirEpoch: see versionStrangersOfTheirEpoch.
+	fencesEndWithEpoch, strangersOfTheirEpoch bool
 	// watching are the futures the watch loop waits for,
 	// in the order they were watched, each with what its completion does.
 	watching []watched
@@ -179,6 +180,12 @@ const (
 	// and after a reset that pool can have a running job as waiting, so the
 	// fence stopped its worker (see fence).
 	versionFenceEndsWithItsEpoch = "allocator-fence-ends-with-its-epoch"
+	// versionStrangersOfTheirEpoch: a fence adopts the jobs that hold
+	// workers on its node only while it is current (see registerStrangers):
+	// their answers came from the epoch it was asked in, and a recovery that
+	// rebuilt the pool meanwhile has each job's newer answer, or none for a
+	// job that has ended, which the old answer would bring back as a holder.
+	versionStrangersOfTheirEpoch = "allocator-strangers-of-their-epoch"
 )
 
 // AllocatorWorkflow owns the capacity of one allocation. Jobs ask it for
@@ -234,6 +241,7 @@ func (a *allocator) readGates(ctx workflow.Context) {
 	a.boundsArrivals = gate(versionBoundedArrivals)
 	a.noticesResets = gate(versionNoticeResets)
 	a.fencesEndWithEpoch = gate(versionFenceEndsWithItsEpoch)
+	a.strangersOfTheirEpoch = gate(versionStrangersOfTheirEpoch)
 }
 
 func newAllocator(in protocol.AllocatorInput, packedPool []byte) (*allocator, error) {

@@ -84,6 +84,10 @@ type allocHarness struct {
 	// asked by name; silent jobs never answer.
 	unlisted []protocol.JobHold
 	silent   map[string]bool
+	// answered are answers jobs gave to a registration by name that is
+	// still waiting for the others' (the activity returns them all at
+	// once): it returns these, whatever the jobs do meanwhile.
+	answered map[string]protocol.JobHold
 	// attempts are the attempts the jobs' workflows are at (CurrentAttempts).
 	attempts map[string]int
 	// live are the workers each node's agent reports live (NodeInventory).
@@ -166,7 +170,7 @@ func newAllocHarnessOpts(t *testing.T, o harnessOpts) *allocHarness {
 	var s testsuite.WorkflowTestSuite
 	h := &allocHarness{t: t, env: testenv.NewWorkflowEnv(&s), acts: &activities.Activities{},
 		updates: map[string]*updateOutcome{}, gone: map[string]bool{}, deadNodes: map[string]bool{},
-		silent: map[string]bool{}, live: map[string][]cluster.WorkerID{}, attempts: map[string]int{}}
+		silent: map[string]bool{}, answered: map[string]protocol.JobHold{}, live: map[string][]cluster.WorkerID{}, attempts: map[string]int{}}
 	h.env.SetStartTime(testStart)
 	h.env.RegisterWorkflowWithOptions(AllocatorWorkflow, workflowOpts(protocol.AllocatorWorkflowName))
 	h.env.RegisterActivity(h.acts)
@@ -224,6 +228,10 @@ func newAllocHarnessOpts(t *testing.T, o harnessOpts) *allocHarness {
 		for _, job := range in.Jobs {
 			if h.silent[job] {
 				reply.Unanswered = append(reply.Unanswered, job)
+				continue
+			}
+			if hold, ok := h.answered[job]; ok {
+				reply.Holds = append(reply.Holds, hold)
 				continue
 			}
 			for _, hold := range append(slices.Clone(h.holds), h.unlisted...) {

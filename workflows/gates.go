@@ -51,6 +51,7 @@ var gateIntroduced = map[string]string{
 	versionBoundedArrivals:       "v0.10.0",
 	versionGatesBeforeHandlers:   "v0.10.0",
 	versionFenceEndsWithItsEpoch: "v0.10.0",
+	versionStrangersOfTheirEpoch: "v0.10.0",
 }
 
 // releaseWindow is the window of Release among known releases: the

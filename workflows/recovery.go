@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -137,7 +138,7 @@ func (a *allocator) fence(ctx workflow.Context, node string) {
 		for current() {
 			// waited is how long the activity that fails, if one does, waited for the agent.
 			waited := a.probeTimeout(node)
-			err := a.registerStrangers(ctx, node, waited)
+			err := a.registerStrangers(ctx, node, waited, current)
 			var reply activities.FenceNodeReply
 			if err == nil && current() {
 				waited = a.st.NodeTimeout()
@@ -233,7 +234,9 @@ func (a *allocator) fenceAgain(ctx workflow.Context) {
 // job that ended or holds something else leaves the worker to the fence. It
 // fails while such a job does not answer, so that the node stays fenced and
 // is asked again at the next try, while the rest of the allocation goes on.
-func (a *allocator) registerStrangers(ctx workflow.Context, node string, probe time.Duration) error {
+// It adopts only while current says its fence is (see
+// versionStrangersOfTheirEpoch): the jobs answered the epoch it asked in.
+func (a *allocator) registerStrangers(ctx workflow.Context, node string, probe time.Duration, current func() bool) error {
 	nctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:              protocol.NodeTaskQueue(node),
 		ScheduleToStartTimeout: probe,
@@ -260,6 +263,9 @@ func (a *allocator) registerStrangers(ctx workflow.Context, node string, probe t
 	if err != nil {
 		return err
 	}
+	if a.strangersOfTheirEpoch && !current() {
+		return errFenceSuperseded
+	}
 	for _, h := range reg.Holds {
 		a.execute(ctx, a.st.AdoptStranger(node, h, found[h.Job]))
 	}
@@ -269,6 +275,10 @@ func (a *allocator) registerStrangers(ctx workflow.Context, node string, probe t
 	}
 	return nil
 }
+
+// errFenceSuperseded ends a try of a fence that a recovery superseded while
+// it waited for the jobs' answers.
+var errFenceSuperseded = errors.New("a recovery superseded the fence")
 
 // registerNamed sends the register update of this epoch to the named jobs
 // of the allocation (one try: its callers ask again on their own schedule).

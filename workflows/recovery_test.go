@@ -655,3 +655,42 @@ func TestFenceStartedDuringARecoveryWaitsForIt(t *testing.T) {
 	}
 	assert.Equal(t, []string{"b"}, runningJobs(h.queue()))
 }
+
+// TestStrangerAnsweredBeforeARecoveryIsNotAdoptedAfterIt: the fence of n1
+// finds s's worker there, which the recovery's listing missed, and asks s
+// what it holds. s answers at once that it holds n1, but the answer comes
+// back only with the other jobs' (two minutes). Meanwhile s ends and an
+// operator's recovery rebuilds the pool without it and brings n1 back. The
+// old answer must not make s a holder of n1 again in the rebuilt pool: r,
+// which needs all of n1, starts as soon as it asks.
+func TestStrangerAnsweredBeforeARecoveryIsNotAdoptedAfterIt(t *testing.T) {
+	h := newAllocHarness(t)
+	sOnN1 := holding("s", 1, 3, on("n1", 0, 0, 1))
+	h.unlisted = []protocol.JobHold{sOnN1}
+	h.answered["s"] = sOnN1
+	h.live["n1"] = []cluster.WorkerID{{Job: "s", Attempt: 1, Worker: 0}}
+	h.namedDelay = 2 * time.Minute
+	h.at(time.Minute, func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.unlisted, h.live["n1"], h.vanished = nil, nil, []string{"s"} // s ends
+	})
+	reply := h.recoverAt(70 * time.Second)
+	var before protocol.QueueView
+	h.at(80*time.Second, func() { before = h.queue() })
+	var after protocol.QueueView
+	h.at(2*time.Minute+time.Second, func() { after = h.queue() })
+	h.request(2*time.Minute+2*time.Second, fixture.Request{Job: "r", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
+	h.runAllocator(allocInput(allocNodes(1, 2)), 5*time.Minute)
+
+	assert.Equal(t, 0, reply.Running, "the operator's recovery found nothing running")
+	assert.Empty(t, before.Fenced, "n1 is back once its agent said nothing runs there")
+	require.NotEmpty(t, h.registerCalls)
+	assert.Empty(t, runningJobs(after), "s's old answer made it no holder of n1")
+	require.Len(t, h.grantsTo("r"), 1, "r started")
+	for i, g := range h.grants {
+		if g.job == "r" {
+			assert.Equal(t, 2*time.Minute+2*time.Second, h.grantAt[i].Sub(testStart), "r started as soon as it asked")
+		}
+	}
+}
