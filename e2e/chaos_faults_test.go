@@ -310,6 +310,11 @@ func (r *chaosRun) resetAllocator(f chaosFault) (string, bool) {
 		return fmt.Sprintf("reset of %s to event %d FAILED: %v", id, event, err), false
 	}
 	reset := time.Now()
+	if resetRun, err := r.runOf(id); err == nil && resetRun != run {
+		r.mu.Lock()
+		r.resetRuns = append(r.resetRuns, resetRun)
+		r.mu.Unlock()
+	}
 	back := len(completed) - max(len(completed)-f.depth, 0)
 	if f.unattended {
 		desc := fmt.Sprintf("`temporal workflow reset --workflow-id %s --event-id %d` (back %d of the %d completed workflow tasks of run %s, %d events), "+

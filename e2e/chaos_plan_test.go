@@ -276,6 +276,10 @@ type chaosPlan struct {
 	// ("" when the plan has none).
 	pairNode        string
 	reclaimInterval time.Duration
+	// maxUpdatesPerRun, when set, is the allocator's per-run message limit:
+	// its runs continue as new every few seconds, a reset run among them
+	// (see handOverEvery).
+	maxUpdatesPerRun int
 }
 
 func chaosNodeName(i int) string { return fmt.Sprintf("chaos-%d", i+1) }
@@ -439,8 +443,23 @@ func makeChaosPlan(size chaosSize, seed uint64) chaosPlan {
 	}
 	if size.drawn {
 		p.faults = addRecoveryFaults(p.faults, size, seed)
+		p.maxUpdatesPerRun = handOverEvery(seed)
 	}
 	return p
+}
+
+// handOverEvery draws, from a stream of its own (so that the rest of each
+// seed's plan stays what it drew before), the allocator's per-run message
+// limit: none in one seed of two, else 15–40 messages, so that its runs
+// continue as new every few seconds under the faults, and a reset run does
+// within seconds of its reset, before anyone asks it to recover (a reset
+// followed by a continue-as-new).
+func handOverEvery(seed uint64) int {
+	rng := rand.New(rand.NewPCG(seed, 0x63616e)) // "can"
+	if rng.IntN(2) == 0 {
+		return 0
+	}
+	return 15 + rng.IntN(26)
 }
 
 // addRecoveryFaults draws the faults aimed at recovery's picture of the jobs

@@ -59,7 +59,9 @@ type chaosReport struct {
 	// resumed: after each restart of the workflows' trainq-worker, when
 	// the allocator completed its first workflow task on the new process.
 	resumed []string
-	deaths  []string // processes that exited by themselves
+	// resetRuns: how each allocator run a reset made ended.
+	resetRuns []string
+	deaths    []string // processes that exited by themselves
 	// recoveries are the harness's own recover calls, unrecovered those that
 	// got no answer.
 	recoveries  int
@@ -251,6 +253,7 @@ func (rep *chaosReport) markdown() string {
 		}
 	}
 	section("Allocator's first workflow task on the restarted trainq-worker, after its start", rep.resumed)
+	section("Allocator runs made by a reset, and how they ended", rep.resetRuns)
 	section("Recoveries that got no answer", rep.unrecovered)
 	section("Healthy workers a recovery fence stopped (their job was missed by a lagging listing)", rep.fencedHealthy)
 	section("Lost jobs", rep.lost)

@@ -197,6 +197,8 @@ type chaosRun struct {
 	unrecovered []string
 	// lagMissed are the running attempts a lagging listing missed.
 	lagMissed []chaosMissed
+	// resetRuns are the allocator runs the harness's resets made.
+	resetRuns []string
 }
 
 func newChaosRun(t *testing.T, plan chaosPlan) *chaosRun {
@@ -320,6 +322,9 @@ func (r *chaosRun) run() *chaosReport {
 	}
 	r.agents = &chaosProc{name: "agents of the other nodes", args: append([]string{"agent", "--config", r.configPath}, others...)}
 	t.Cleanup(r.stopAll)
+	if r.plan.maxUpdatesPerRun > 0 {
+		require.NoError(t, r.startAllocator(), "start the allocator with its per-run message limit")
+	}
 	for _, p := range r.procs() {
 		require.NoError(t, r.start(p))
 	}
@@ -331,10 +336,10 @@ func (r *chaosRun) run() *chaosReport {
 		r.mu.Unlock()
 	})
 	r.logf("plan: %s size, seed %d: %d jobs over %s (+%d submitted by faults), %d faults (%s); node %s's agent runs apart%s; "+
-		"node_timeout %s, stop_grace_period %s, reclaim_interval %s",
+		"node_timeout %s, stop_grace_period %s, reclaim_interval %s%s",
 		r.plan.size.name, r.plan.seed, len(r.plan.jobs), r.plan.size.submitWindow, len(r.plan.allJobs())-len(r.plan.jobs),
 		len(r.plan.faults), chaosKindCounts(r.plan.faultCounts()), r.plan.agentNode, r.pairText(),
-		r.plan.size.nodeTimeout, r.plan.size.stopGrace, r.plan.reclaimInterval)
+		r.plan.size.nodeTimeout, r.plan.size.stopGrace, r.plan.reclaimInterval, r.handOverText())
 
 	submitted := make(chan struct{})
 	go func() { defer close(submitted); r.submitAll() }()
@@ -345,6 +350,7 @@ func (r *chaosRun) run() *chaosReport {
 	final := r.drain(time.Now().Add(r.plan.size.drain))
 	rep := r.check(final)
 	rep.resumed = r.schedulingResumed()
+	rep.resetRuns = r.resetRunEnds()
 	text := rep.markdown()
 	fmt.Print("\n" + text + "\n")
 	if path := os.Getenv("TRAINQ_CHAOS_REPORT"); path != "" && os.Getenv("TRAINQ_CHAOS_SEEDS") == "" {
@@ -357,6 +363,29 @@ func (r *chaosRun) run() *chaosReport {
 		t.Errorf("trainq broke its promise under chaos (seed %d): %s", r.plan.seed, strings.Join(failed, "; "))
 	}
 	return rep
+}
+
+func (r *chaosRun) handOverText() string {
+	if r.plan.maxUpdatesPerRun == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; the allocator continues as new every %d messages (until a terminate: its successor starts from the config)", r.plan.maxUpdatesPerRun)
+}
+
+// startAllocator starts the allocator before trainq-worker does, with the
+// plan's per-run message limit: trainq-worker's reconfigure at its start
+// keeps it, every run carries it on, and an allocator started afresh after a
+// terminate does not have it.
+func (r *chaosRun) startAllocator() error {
+	in, err := r.cfg.AllocatorInput(chaosRegion, chaosAllocation)
+	if err != nil {
+		return err
+	}
+	in.MaxUpdatesPerRun = r.plan.maxUpdatesPerRun
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = r.c.ExecuteWorkflow(ctx, protocol.AllocatorStartOptions(chaosRegion, chaosAllocation), protocol.AllocatorWorkflowName, in)
+	return err
 }
 
 func (r *chaosRun) pairText() string {
@@ -706,6 +735,37 @@ func (r *chaosRun) schedulingResumed() []string {
 		} else {
 			out = append(out, fmt.Sprintf("restart %d (pid %d): no allocator task completed by it", i+1, rs.pid))
 		}
+	}
+	return out
+}
+
+// resetRunEnds says how each run a reset made ended: a reset run that
+// continued as new must not have handed its pool on (the check of the run's
+// holds says whether it did).
+func (r *chaosRun) resetRunEnds() []string {
+	r.mu.Lock()
+	runs := append([]string(nil), r.resetRuns...)
+	r.mu.Unlock()
+	id := protocol.AllocatorWorkflowID(chaosRegion, chaosAllocation)
+	var out []string
+	for _, run := range runs {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		d, err := r.c.DescribeWorkflow(ctx, id, run)
+		cancel()
+		if err != nil {
+			out = append(out, fmt.Sprintf("run %s: could not describe it: %v", run, err))
+			continue
+		}
+		info := d.RawResponse.GetWorkflowExecutionInfo()
+		end := "still running"
+		if st := info.GetStatus(); st != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			how := st.String()
+			if st == enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW {
+				how = "continued as new"
+			}
+			end = fmt.Sprintf("%s %s after it began", how, info.GetCloseTime().AsTime().Sub(info.GetStartTime().AsTime()).Round(10*time.Millisecond))
+		}
+		out = append(out, fmt.Sprintf("run %s: %s", run, end))
 	}
 	return out
 }
