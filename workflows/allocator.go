@@ -98,6 +98,8 @@ type allocator struct {
 	// fencesEndWithEpoch: see versionFenceEndsWithItsEpoch;
 	// strangersOfTheirEpoch: see versionStrangersOfTheirEpoch.
 	fencesEndWithEpoch, strangersOfTheirEpoch bool
+	// recoveryNotesRun: see versionRecoveryNotesItsRun.
+	recoveryNotesRun bool
 	// watching are the futures the watch loop waits for,
 	// in the order they were watched, each with what its completion does.
 	watching []watched
@@ -186,6 +188,12 @@ const (
 	// rebuilt the pool meanwhile has each job's newer answer, or none for a
 	// job that has ended, which the old answer would bring back as a holder.
 	versionStrangersOfTheirEpoch = "allocator-strangers-of-their-epoch"
+	// versionRecoveryNotesItsRun: every recovery notes the run it rebuilt
+	// the state in (see resetSince). An operator's recovery of a reset run
+	// (`trainq allocator recover`, as docs/failures.md says) left the run ID
+	// of before the reset, so the next pass took the run for reset and
+	// rebuilt the state a second time, fencing every node again.
+	versionRecoveryNotesItsRun = "allocator-recovery-notes-its-run"
 )
 
 // AllocatorWorkflow owns the capacity of one allocation. Jobs ask it for
@@ -242,6 +250,7 @@ func (a *allocator) readGates(ctx workflow.Context) {
 	a.noticesResets = gate(versionNoticeResets)
 	a.fencesEndWithEpoch = gate(versionFenceEndsWithItsEpoch)
 	a.strangersOfTheirEpoch = gate(versionStrangersOfTheirEpoch)
+	a.recoveryNotesRun = gate(versionRecoveryNotesItsRun)
 }
 
 func newAllocator(in protocol.AllocatorInput, packedPool []byte) (*allocator, error) {

@@ -52,6 +52,7 @@ var gateIntroduced = map[string]string{
 	versionGatesBeforeHandlers:   "v0.10.0",
 	versionFenceEndsWithItsEpoch: "v0.10.0",
 	versionStrangersOfTheirEpoch: "v0.10.0",
+	versionRecoveryNotesItsRun:   "v0.10.0",
 }
 
 // releaseWindow is the window of Release among known releases: the

@@ -49,6 +49,11 @@ const recoveryRetryPause = 10 * time.Second
 func (a *allocator) recoverState(ctx workflow.Context) protocol.RecoverReply {
 	a.recovering = true
 	workflow.SetCurrentDetails(ctx, a.details())
+	if a.noticesResets && a.recoveryNotesRun {
+		// Whatever asked for it, this recovery is the one a reset since
+		// the run last looked calls for.
+		a.runID = a.currentRun(ctx)
+	}
 	var epoch string
 	drawn := workflow.Now(ctx)
 	a.st.RecoveredAt = drawn
