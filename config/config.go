@@ -91,6 +91,10 @@ type Allocation struct {
 	// and those at max_preemptions once more (scheduler.Policy.StarvationAfter; 0, the
 	// default: never).
 	StarvationAfter Duration `json:"starvation_after,omitempty"`
+	// LossWithinWait: where starvation_after or an overrun on a reserved node lets a job preempt
+	// past max_loss_gpu_hours, it may throw away at most the GPU-hours it has waited
+	// (scheduler.Policy.LossWithinWait; default off).
+	LossWithinWait bool `json:"loss_within_wait,omitempty"`
 	// MaxPreemptions: a job already preempted this many times is not preempted again (default
 	// scheduler.DefaultMaxPreemptions; -1: no limit).
 	MaxPreemptions int `json:"max_preemptions"`
@@ -199,7 +203,7 @@ const (
 
 // Policy is the scheduler policy of the allocation.
 func (a Allocation) Policy() scheduler.Policy {
-	return scheduler.Policy{Queueing: a.Queueing, MinRuntimeBeforePreemption: a.MinRuntimeBeforePreemption.D(), ReserveAfter: a.ReserveAfter.D(), Backfill: a.Backfill, StarvationAfter: a.StarvationAfter.D(),
+	return scheduler.Policy{Queueing: a.Queueing, MinRuntimeBeforePreemption: a.MinRuntimeBeforePreemption.D(), ReserveAfter: a.ReserveAfter.D(), Backfill: a.Backfill, StarvationAfter: a.StarvationAfter.D(), LossWithinWait: a.LossWithinWait,
 		MaxPreemptions: a.MaxPreemptions, MaxLossGPUHours: a.MaxLossGPUHours, PreemptionNotice: a.longestNotice(), Limits: a.policyLimits(),
 		Ordering: a.Ordering, FairShareHalfLife: a.FairShareHalfLife.D(), FairShareInterval: a.FairShareInterval.D(), Topology: a.Topology,
 		GangTopology: a.gangTopology(), DefragmentAfter: a.DefragmentAfter.D(),

@@ -149,6 +149,39 @@ func TestBackfillOverrun(t *testing.T) {
 	}
 }
 
+// TestBackfillOverrunLossWithinWait: with LossWithinWait an overrun on a reserved node loses its
+// protection only as far as the reserved request has waited: one (low, 6 GPUs from minute 0, an
+// estimate of 90m) loses 6 GPU-minutes a minute, big (medium, 8 GPUs, submitted at 50) has
+// waited 8 GPU-minutes a minute, and big preempts it once that covers its loss, at 200.
+func TestBackfillOverrunLossWithinWait(t *testing.T) {
+	for _, tc := range []struct {
+		now  int
+		want []string
+	}{
+		{100, nil},             // one would lose 600 GPU-minutes, big waited 400
+		{199, nil},             // 1194 against 1192
+		{200, []string{"one"}}, // 1200 against 1200
+	} {
+		p := mustPool(t, nodesOf("n", "a", 1, 8, 0, 0), Policy{ReserveAfter: 30 * time.Minute, Backfill: true, MaxLossGPUHours: 1, LossWithinWait: true})
+		one := bfJob("one", Low, 6, 90*time.Minute, 2)
+		one.RunEstimated = true
+		mustEnqueue(t, p, bfJob("hold", High, 2, 100*time.Minute, 1), one)
+		sched(t, p, at(0))
+		big := bfJob("big", Medium, 8, 60*time.Minute, 3)
+		big.SubmittedAt = at(50)
+		mustEnqueue(t, p, big)
+		sched(t, p, at(50))
+		sched(t, p, at(80))
+		if wi, _ := p.Explain("big"); !slices.Equal(wi.Reserved, []string{"n-1"}) {
+			t.Fatalf("big should have reserved n-1: %+v", wi)
+		}
+		bfEnd(t, p, "hold")
+		if d := sched(t, p, at(tc.now)); !slices.Equal(victims(d), tc.want) {
+			t.Fatalf("at %d: want %v preempted for big, got %s", tc.now, tc.want, mustJSON(t, d))
+		}
+	}
+}
+
 // TestBackfillHighReserves: with backfill a high request that no one may be preempted for
 // reserves too, and the 1-GPU high jobs that would not end by its start stop cycling through
 // its node.

@@ -123,7 +123,13 @@
 //
 // The second and fourth of these do not hold against a starving request (see Starvation; nor
 // the third, once), nor against the owner of a backfill reservation for a job that overran on
-// its nodes (see Backfill).
+// its nodes (see Backfill). With Policy.LossWithinWait the fourth is not waived but widened:
+// such a request may preempt a job that MaxLossGPUHours protects only if the job's work at
+// stake is at most the GPU-hours the request has waited, its GPUs (an elastic gang: at its
+// least size) × the time since it was submitted. A request then never throws away more work
+// than the wait it ends; with estimates that are often wrong (learned ones), waiving the limit
+// outright lost 3 to 6 % of the useful GPU-hours in trainq simulate, mostly long multi-GPU
+// medium jobs preempted by starving high requests.
 //
 // The work at stake of a job that honours its preemption notice is counted from the notice's
 // deadline instead: with Policy.PreemptionNotice > 0 (the allocation's preemption_notice), a
@@ -291,8 +297,9 @@
 //   - Overruns: a running job that has run for its RunLimit or longer counts as ending now if
 //     the RunLimit is enforced or it runs on loan. If it holds a node of R's reservation and its
 //     class is strictly lower than R's, R may preempt it whatever MinRuntimeBeforePreemption and
-//     MaxLossGPUHours say (not a notebook, and not past MaxPreemptions); it is then ordered as
-//     any other victim. Past an estimate, a job R may take back so counts as one more RunLimit
+//     MaxLossGPUHours say (not a notebook, and not past MaxPreemptions; with LossWithinWait,
+//     only if its work at stake is at most what R has waited: see Victim ordering); it is then
+//     ordered as any other victim. Past an estimate, a job R may take back so counts as one more RunLimit
 //     from now; any other's end is unknown for R's start (an estimate that proved wrong
 //     promises nothing: counted as one more estimate from now, it moved the start later pass
 //     after pass while the nodes stayed reserved), except for a starving R, whose reservation
@@ -351,6 +358,12 @@
 //     when its start is unknown (a job of its own or a higher class there has no RunLimit): then
 //     nobody ends by the start, so nobody borrows, and each node shows the others only what is
 //     in sight beyond its demand.
+//
+// With Policy.LossWithinWait, MaxLossGPUHours is not waived but widened to the GPU-hours the
+// request has waited (see Victim ordering): a victim whose work at stake grows faster than that
+// (it holds more GPUs, or started earlier and holds as many) protects itself until it ends, and
+// the bound below then includes its run. The start of the starving request's reservation still
+// counts such a victim as gone now (it may become preemptible), so nothing borrows its nodes.
 //
 // Everything else holds: only running jobs of a strictly lower class, never notebooks, never at
 // the instant they started under Backfill; each stopped gracefully, its capacity nominated to

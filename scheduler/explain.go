@@ -403,7 +403,8 @@ func (p *Pool) starvingHead(w *waitReq) bool {
 // inTheWay is whether a request of class c (starving: see starvingHead), owner of a reservation
 // on ownNodes (nil: none), may not preempt rj now, by the same rule as the pass (preemptible):
 // its own or a higher class, a notebook, at MaxPreemptions, protected by MaxLossGPUHours or
-// MinRuntimeBeforePreemption. A releasing job is not in the way (it is going), nor is a loan on
+// MinRuntimeBeforePreemption (with LossWithinWait, by MaxLossGPUHours alone: the blockers are
+// kept per shape, not per request, so no request's wait widens it here). A releasing job is not in the way (it is going), nor is a loan on
 // the owner's nodes (the owner takes it back: see Loans).
 func (p *Pool) inTheWay(c Class, starving bool, ownNodes []int32) func(*runJob) bool {
 	sc := &scratch{walkerState: walkerState{starving: starving, ownerNodes: ownNodes}}
@@ -679,6 +680,9 @@ func (ex *explainer) noPreemptionText(c Class) string {
 	}
 	if sa := ex.p.policy.StarvationAfter; sa > 0 {
 		why += fmt.Sprintf("; max_loss_gpu_hours and min_runtime_before_preemption protect lower-class jobs only until it has been the first of its class for %s", sa)
+		if ex.p.policy.LossWithinWait {
+			why += ", and then only from losing more GPU-hours than it has waited"
+		}
 	}
 	return why + ")"
 }

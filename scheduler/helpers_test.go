@@ -58,6 +58,9 @@ func (b jobBuilder) Nodes(names ...string) jobBuilder   { b.r.Nodes = names; ret
 func (b jobBuilder) Topology(g GangTopology) jobBuilder { b.r.Topology = g; return b }
 func (b jobBuilder) Obj() Request                       { return b.r }
 
+// SubmittedAt sets when the request was submitted, at a minute after t0.
+func (b jobBuilder) SubmittedAt(minute int) jobBuilder { b.r.SubmittedAt = at(minute); return b }
+
 // runSpec is a job running before a test's request arrives; build it with running(...).
 type runSpec struct {
 	name    string

@@ -593,6 +593,7 @@ func (p *Pool) decide(now time.Time, sc *scratch, pl *plan, i int, key waitKey, 
 	sc.walkerNoms = sc.walkerNoms[:0]
 	w := p.waiting[i]
 	sc.starving = first && p.starving(now, w)
+	sc.waitedGPUSec = waitedGPUSec(w, &p.shapes[key.shape], now)
 	sc.walkerExtra = len(sc.resvs) > 0 && sc.resvWalk(p, now, w)
 	if sc.hasNominations[i] {
 		sc.walkerNoms = append(sc.walkerNoms, sc.byJob[p.waiting[i].r.Job]...)
@@ -636,6 +637,16 @@ func (p *Pool) decide(now time.Time, sc *scratch, pl *plan, i int, key waitKey, 
 	}
 	sc.starving = false
 	return kind, victims
+}
+
+// waitedGPUSec is what w has waited in GPU-seconds: the GPUs of its least size (sh) × the
+// seconds since it was submitted (see Policy.LossWithinWait).
+func waitedGPUSec(w *waitReq, sh *shape, now time.Time) int64 {
+	workers := sh.workers
+	if sh.minWorkers > 0 {
+		workers = sh.minWorkers
+	}
+	return int64(sh.need.gpu*workers) * max(0, int64(now.Sub(w.r.SubmittedAt)/time.Second))
 }
 
 // starving reports whether w, the first waiting request of its class, has been so for

@@ -91,6 +91,9 @@ type walkerState struct {
 	// Policy.StarvationAfter, so MaxLossGPUHours and MinRuntimeBeforePreemption protect no victim
 	// from it (and its failures are not cached).
 	starving bool
+	// waitedGPUSec is the walker's GPUs × the seconds since it was submitted: with
+	// Policy.LossWithinWait, the most work a waiver of MaxLossGPUHours lets it throw away.
+	waitedGPUSec int64
 	// capWorkers is how many workers the walker's cap leaves room for (all of them without
 	// one), and capUsed what its workspace held when it was capped (for the reason).
 	capWorkers int

@@ -308,3 +308,33 @@ func TestCutPassKeepsTheHeadsReservation(t *testing.T) {
 		t.Fatalf("small started on %+v, on starving big's node", ri.Placement)
 	}
 }
+
+// TestLossWithinWait: with Policy.LossWithinWait a starving request preempts a job the loss
+// limit protects only if the job's work at stake is at most the GPU-hours the request has waited.
+func TestLossWithinWait(t *testing.T) {
+	pol := Policy{MaxLossGPUHours: 1, StarvationAfter: 2 * time.Hour, LossWithinWait: true}
+	long := makeJob("long", "a").Class(Medium).GPUs(4).Seq(1).Obj() // started at minute 0
+	for _, tc := range []struct {
+		name      string
+		submitted int // minute the waiting high request (4 GPUs) was submitted
+		now       int
+		want      []string
+	}{
+		// At 180 the victim would lose 4 GPUs × 3h = 12 GPU-hours; a request submitted at 0 has
+		// waited 4 GPUs × 3h = 12.
+		{"its wait covers the victim's loss: it preempts", 0, 180, []string{"long"}},
+		// Submitted at 30, it has waited 10 GPU-hours at 180, and the victim's loss grows as
+		// fast as its wait: it never preempts, and waits for the victim's end.
+		{"the victim would lose more than it waited: it does not preempt", 30, 180, nil},
+		{"nor later", 30, 60 * 24, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := makeJob("h", "a").Class(High).GPUs(4).Seq(2).SubmittedAt(tc.submitted).Obj()
+			p := starveSetup(t, pol, []Request{long}, h)
+			got := victims(sched(t, p, at(tc.now)))
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("at minute %d: preempted %v, want %v", tc.now, got, tc.want)
+			}
+		})
+	}
+}

@@ -253,6 +253,13 @@ type Policy struct {
 	// protect, and those at MaxPreemptions once more, and lower classes' reservations hold
 	// nothing from it (never notebooks; see Starvation in the package doc). 0: off.
 	StarvationAfter time.Duration `json:"starvation_after,omitempty"`
+	// LossWithinWait bounds the work the waivers of the loss limit may throw away: where
+	// starvation (StarvationAfter) or an overrun on a reservation's nodes (Backfill) lets a
+	// request preempt a job that MaxLossGPUHours protects, the job's work at stake must not
+	// exceed the GPU-hours the request has waited (its GPUs × the time since it was submitted).
+	// A request then never throws away more work than the wait it ends (see Starvation in the
+	// package doc). Off: those waivers preempt whatever the loss.
+	LossWithinWait bool `json:"loss_within_wait,omitempty"`
 	// MaxPreemptions: a job already preempted this many times is not preempted again, so that no
 	// job is restarted over and over. 0 means DefaultMaxPreemptions; negative means no limit.
 	MaxPreemptions int `json:"max_preemptions,omitempty"`
@@ -373,6 +380,9 @@ func (p Policy) Changes(next Policy) []string {
 	}
 	if p.StarvationAfter != next.StarvationAfter {
 		out = append(out, fmt.Sprintf("starvation_after %s -> %s", p.StarvationAfter, next.StarvationAfter))
+	}
+	if p.LossWithinWait != next.LossWithinWait {
+		out = append(out, fmt.Sprintf("loss_within_wait %t -> %t", p.LossWithinWait, next.LossWithinWait))
 	}
 	if a, b := p.MaxPreemptionsInEffect(), next.MaxPreemptionsInEffect(); a != b {
 		out = append(out, fmt.Sprintf("max_preemptions %s -> %s", limitText(a), limitText(b)))

@@ -138,11 +138,11 @@ func (p *Pool) preemptible(rj *runJob, cl Class, now time.Time, sc *scratch) boo
 	if p.policy.Backfill && !rj.startedAt.Before(now) {
 		return false // (Backfill: a job is not preempted at the instant it started, see the package doc)
 	}
-	if sc.overrunVictim(rj, now) {
-		return true // (Backfill: it ran past its RunLimit on the walker's reserved nodes)
-	}
-	if sc.starving {
-		return true // (StarvationAfter: the walker starved; see Starvation in the package doc)
+	if sc.overrunVictim(rj, now) || sc.starving {
+		// (Backfill: it ran past its RunLimit on the walker's reserved nodes; StarvationAfter: the
+		// walker starved. See Backfill and Starvation in the package doc.)
+		l := p.policy.maxLossGPUSec()
+		return !p.policy.LossWithinWait || l < 0 || lostWork(rj, now) <= max(sc.waitedGPUSec, l)
 	}
 	if l := p.policy.maxLossGPUSec(); l >= 0 {
 		if lostWork(rj, now) > l {

@@ -96,17 +96,18 @@ func (s *sim) checkStarving() {
 		s.bound.Starved++
 		by := time.Duration(-1) // (no bound: see StarvationBound)
 		if len(reserved) > 0 {
-			by = s.now + s.blockersLeft(c, reserved) + s.victimStop() + boundSlack
+			by = s.now + s.blockersLeft(i, c, reserved) + s.victimStop() + boundSlack
 		}
 		s.marks[i] = starvationMark{class: c, by: by, nodes: reserved}
 	}
 }
 
-// blockersLeft is how long what a starving request of class c waits for on nodes has left: the
-// running jobs there it may not preempt (its own or a higher class, notebooks, preempted more
-// than MaxPreemptions times) until they end, and a job there stopping for a request of its own or
-// a higher class (whose capacity it may not take over) until that request has run too.
-func (s *sim) blockersLeft(c scheduler.Class, nodes []string) time.Duration {
+// blockersLeft is how long what starving request i, of class c, waits for on nodes has left:
+// the running jobs there it may not preempt (its own or a higher class, notebooks, preempted more
+// than MaxPreemptions times, and with LossWithinWait those its wait may not cover: lossCovered)
+// until they end, and a job there stopping for a request of its own or a higher class (whose
+// capacity it may not take over) until that request has run too.
+func (s *sim) blockersLeft(i int32, c scheduler.Class, nodes []string) time.Duration {
 	var left time.Duration
 	maxP := s.pol.Scheduler.MaxPreemptionsInEffect()
 	for k := range s.jobs {
@@ -116,7 +117,7 @@ func (s *sim) blockersLeft(c scheduler.Class, nodes []string) time.Duration {
 		}
 		switch st.phase {
 		case phRunning:
-			if s.class(int32(k)) >= c || s.w.Jobs[k].Kind == scheduler.KindNotebook || maxP >= 0 && st.preempted > maxP {
+			if s.class(int32(k)) >= c || s.w.Jobs[k].Kind == scheduler.KindNotebook || maxP >= 0 && st.preempted > maxP || !s.lossCovered(i, int32(k)) {
 				left = max(left, st.startedAt+st.remaining-s.now)
 			}
 		case phNotice, phStopping:
@@ -126,6 +127,30 @@ func (s *sim) blockersLeft(c scheduler.Class, nodes []string) time.Duration {
 		}
 	}
 	return left
+}
+
+// lossCovered reports whether, with Policy.LossWithinWait, starving request i may preempt
+// running job k at every moment from now until k ends: k's work at stake (its GPUs × its run so
+// far: an upper bound, whatever it saved) stays within max_loss_gpu_hours, or within what i has
+// waited (its GPUs × its wait). Both grow linearly, so the ends of k's run decide. Without
+// LossWithinWait, every loss is covered.
+func (s *sim) lossCovered(i, k int32) bool {
+	sp := s.pol.Scheduler
+	limit := int64(sp.MaxLossGPUHoursInEffect()) * 3600
+	if !sp.LossWithinWait || limit < 0 {
+		return true
+	}
+	g, gk := int64(s.w.Jobs[i].GPUs()), int64(s.w.Jobs[k].GPUs())
+	rest := int64((s.jobs[k].startedAt + s.jobs[k].remaining - s.now) / time.Second) // (its run left)
+	waited := g * int64((s.now-s.w.Jobs[i].Arrival)/time.Second)
+	lost := gk * int64((s.now-s.jobs[k].startedAt)/time.Second)
+	switch {
+	case lost+gk*rest <= limit:
+		return true
+	case gk <= g: // (i's wait grows at least as fast as k's loss)
+		return lost <= waited
+	}
+	return lost+gk*rest <= waited+g*rest
 }
 
 // victimStop is how long a victim takes to be gone once preempted: the notice, then the stop.

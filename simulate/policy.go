@@ -31,6 +31,7 @@ var Knobs = []struct{ Name, Help string }{
 	{"required_topology", "rack or block (with --racks): every gang starts only inside one domain of that level, and waits or preempts for it"},
 	{"defragment_after", "how long a gang that requires a level waits before it moves smaller jobs out of one domain (default 15m; never: it waits)"},
 	{"preferred_topology", "rack or block (with --racks): gangs go to one domain of that level where one has room (rack: the default)"},
+	{"loss_within_wait", "on: starvation and overruns may preempt past max_loss only jobs that lose at most the GPU-hours the preemptor has waited; off (default)"},
 	{"backfill", "on: a reservation gets a start from the RunLimits of --estimates (give one model) and others start on its nodes only if they end by then; off (default)"},
 }
 
@@ -134,6 +135,8 @@ func setKnob(p *Policy, k, v string) error {
 		p.Scheduler.StarvationAfter, err = knobDuration(v)
 	case "backfill":
 		p.Scheduler.Backfill, err = knobOnOff(v)
+	case "loss_within_wait":
+		p.Scheduler.LossWithinWait, err = knobOnOff(v)
 	case "ordering":
 		switch o := scheduler.Ordering(v); o {
 		case scheduler.SubmissionOrder, scheduler.FairShare:
@@ -244,6 +247,9 @@ func policyKnobs(p scheduler.Policy) []string {
 	}
 	if p.StarvationAfter > 0 {
 		out = append(out, "starvation_after "+Dur(p.StarvationAfter))
+	}
+	if p.LossWithinWait {
+		out = append(out, "loss_within_wait")
 	}
 	if p.PreemptionNotice > 0 {
 		out = append(out, "preemption_notice "+Dur(p.PreemptionNotice))
