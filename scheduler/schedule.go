@@ -593,7 +593,9 @@ func (p *Pool) decide(now time.Time, sc *scratch, pl *plan, i int, key waitKey, 
 	sc.walkerNoms = sc.walkerNoms[:0]
 	w := p.waiting[i]
 	sc.starving = first && p.starving(now, w)
-	sc.waitedGPUSec = waitedGPUSec(w, &p.shapes[key.shape], now)
+	if p.policy.LossWithinWait {
+		sc.waitedGPUSec = waitedGPUSec(w, &p.shapes[key.shape], now)
+	}
 	sc.walkerExtra = len(sc.resvs) > 0 && sc.resvWalk(p, now, w)
 	if sc.hasNominations[i] {
 		sc.walkerNoms = append(sc.walkerNoms, sc.byJob[p.waiting[i].r.Job]...)
