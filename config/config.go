@@ -95,6 +95,10 @@ type Allocation struct {
 	// past max_loss_gpu_hours, it may throw away at most the GPU-hours it has waited
 	// (scheduler.Policy.LossWithinWait; default off).
 	LossWithinWait bool `json:"loss_within_wait,omitempty"`
+	// StrictMaxPreemptions: a job that starvation_after lets preempt past the limits may not
+	// preempt a job at max_preemptions once more (scheduler.Policy.StrictMaxPreemptions; default
+	// off).
+	StrictMaxPreemptions bool `json:"strict_max_preemptions,omitempty"`
 	// MaxPreemptions: a job already preempted this many times is not preempted again (default
 	// scheduler.DefaultMaxPreemptions; -1: no limit).
 	MaxPreemptions int `json:"max_preemptions"`
@@ -203,7 +207,7 @@ const (
 
 // Policy is the scheduler policy of the allocation.
 func (a Allocation) Policy() scheduler.Policy {
-	return scheduler.Policy{Queueing: a.Queueing, MinRuntimeBeforePreemption: a.MinRuntimeBeforePreemption.D(), ReserveAfter: a.ReserveAfter.D(), Backfill: a.Backfill, StarvationAfter: a.StarvationAfter.D(), LossWithinWait: a.LossWithinWait,
+	return scheduler.Policy{Queueing: a.Queueing, MinRuntimeBeforePreemption: a.MinRuntimeBeforePreemption.D(), ReserveAfter: a.ReserveAfter.D(), Backfill: a.Backfill, StarvationAfter: a.StarvationAfter.D(), LossWithinWait: a.LossWithinWait, StrictMaxPreemptions: a.StrictMaxPreemptions,
 		MaxPreemptions: a.MaxPreemptions, MaxLossGPUHours: a.MaxLossGPUHours, PreemptionNotice: a.longestNotice(), Limits: a.policyLimits(),
 		Ordering: a.Ordering, FairShareHalfLife: a.FairShareHalfLife.D(), FairShareInterval: a.FairShareInterval.D(), Topology: a.Topology,
 		GangTopology: a.gangTopology(), DefragmentAfter: a.DefragmentAfter.D(),

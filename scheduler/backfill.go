@@ -480,5 +480,5 @@ func (p *Pool) starvingVictim(rj *runJob, c Class) bool {
 		return false
 	}
 	m := p.policy.maxPreemptions()
-	return m < 0 || rj.preemptions <= m
+	return m < 0 || rj.preemptions < m || rj.preemptions == m && !p.policy.StrictMaxPreemptions
 }

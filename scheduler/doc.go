@@ -343,9 +343,11 @@
 // off), a medium or high request that has been the first waiting request of its class
 // (Pool.heads, the clock of ReserveAfter) for StarvationAfter or longer is starving. In its walk:
 //
-//   - MinRuntimeBeforePreemption and MaxLossGPUHours protect no victim from it, and a job
+//   - MinRuntimeBeforePreemption and MaxLossGPUHours protect no victim from it (with
+//     LossWithinWait, MaxLossGPUHours is widened instead: see Victim ordering), and a job
 //     preempted MaxPreemptions times may be preempted once more (never a job preempted more
-//     often than that);
+//     often than that; with Policy.StrictMaxPreemptions, not once more either: it is then
+//     waited for as a job of its own class, and the bound below includes its run);
 //   - a reservation of a strictly lower class (Backfill) holds nothing from it: it walks as if
 //     the reservation were not there, so it may start, preempt and reserve on its nodes; if it
 //     takes capacity or reserves there, the reservation is gone for the rest of the pass (its

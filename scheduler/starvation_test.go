@@ -338,3 +338,17 @@ func TestLossWithinWait(t *testing.T) {
 		})
 	}
 }
+
+// TestStrictMaxPreemptions: with Policy.StrictMaxPreemptions a starving request no longer
+// preempts a job at MaxPreemptions once more.
+func TestStrictMaxPreemptions(t *testing.T) {
+	for _, strict := range []bool{false, true} {
+		pol := Policy{MaxLossGPUHours: 1, StarvationAfter: 2 * time.Hour, StrictMaxPreemptions: strict}
+		atMax := makeJob("long", "a").Class(Medium).GPUs(4).Seq(1).Preemptions(3).Obj()
+		p := starveSetup(t, pol, []Request{atMax}, makeJob("h", "a").Class(High).GPUs(4).Seq(2).Obj())
+		got := victims(sched(t, p, at(180)))
+		if want := !strict; (len(got) == 1) != want {
+			t.Fatalf("strict %v: at 180 preempted %v; want the job at max_preemptions preempted once more: %v", strict, got, want)
+		}
+	}
+}

@@ -260,6 +260,10 @@ type Policy struct {
 	// A request then never throws away more work than the wait it ends (see Starvation in the
 	// package doc). Off: those waivers preempt whatever the loss.
 	LossWithinWait bool `json:"loss_within_wait,omitempty"`
+	// StrictMaxPreemptions: MaxPreemptions holds against a starving request too, which may
+	// otherwise preempt a job at MaxPreemptions once more (see Starvation in the package doc).
+	// The request then waits for such a job's end as for one of its own class.
+	StrictMaxPreemptions bool `json:"strict_max_preemptions,omitempty"`
 	// MaxPreemptions: a job already preempted this many times is not preempted again, so that no
 	// job is restarted over and over. 0 means DefaultMaxPreemptions; negative means no limit.
 	MaxPreemptions int `json:"max_preemptions,omitempty"`
@@ -383,6 +387,9 @@ func (p Policy) Changes(next Policy) []string {
 	}
 	if p.LossWithinWait != next.LossWithinWait {
 		out = append(out, fmt.Sprintf("loss_within_wait %t -> %t", p.LossWithinWait, next.LossWithinWait))
+	}
+	if p.StrictMaxPreemptions != next.StrictMaxPreemptions {
+		out = append(out, fmt.Sprintf("strict_max_preemptions %t -> %t", p.StrictMaxPreemptions, next.StrictMaxPreemptions))
 	}
 	if a, b := p.MaxPreemptionsInEffect(), next.MaxPreemptionsInEffect(); a != b {
 		out = append(out, fmt.Sprintf("max_preemptions %s -> %s", limitText(a), limitText(b)))

@@ -132,7 +132,7 @@ func (p *Pool) preemptible(rj *runJob, cl Class, now time.Time, sc *scratch) boo
 	if rj.releasing || rj.r.Kind == KindNotebook || rj.r.Class >= cl || sc.victims[rj] {
 		return false
 	}
-	if m := p.policy.maxPreemptions(); m >= 0 && rj.preemptions >= m && !(sc.starving && rj.preemptions == m) {
+	if m := p.policy.maxPreemptions(); m >= 0 && rj.preemptions >= m && !(sc.starving && !p.policy.StrictMaxPreemptions && rj.preemptions == m) {
 		return false // (a starving walker may preempt a job once more: see Starvation in the package doc)
 	}
 	if p.policy.Backfill && !rj.startedAt.Before(now) {

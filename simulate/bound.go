@@ -109,7 +109,6 @@ func (s *sim) checkStarving() {
 // capacity it may not take over) until that request has run too.
 func (s *sim) blockersLeft(i int32, c scheduler.Class, nodes []string) time.Duration {
 	var left time.Duration
-	maxP := s.pol.Scheduler.MaxPreemptionsInEffect()
 	for k := range s.jobs {
 		st := &s.jobs[k]
 		if !overlaps(st.nodes, nodes) {
@@ -117,7 +116,7 @@ func (s *sim) blockersLeft(i int32, c scheduler.Class, nodes []string) time.Dura
 		}
 		switch st.phase {
 		case phRunning:
-			if s.class(int32(k)) >= c || s.w.Jobs[k].Kind == scheduler.KindNotebook || maxP >= 0 && st.preempted > maxP || !s.lossCovered(i, int32(k)) {
+			if s.class(int32(k)) >= c || s.w.Jobs[k].Kind == scheduler.KindNotebook || s.atMaxPreemptions(int32(k)) || !s.lossCovered(i, int32(k)) {
 				left = max(left, st.startedAt+st.remaining-s.now)
 			}
 		case phNotice, phStopping:
@@ -127,6 +126,14 @@ func (s *sim) blockersLeft(i int32, c scheduler.Class, nodes []string) time.Dura
 		}
 	}
 	return left
+}
+
+// atMaxPreemptions reports whether a starving request may not preempt running job k for the
+// times it was preempted: more than MaxPreemptions, or as many with StrictMaxPreemptions.
+func (s *sim) atMaxPreemptions(k int32) bool {
+	sp := s.pol.Scheduler
+	maxP, n := sp.MaxPreemptionsInEffect(), s.jobs[k].preempted
+	return maxP >= 0 && (n > maxP || n == maxP && sp.StrictMaxPreemptions)
 }
 
 // lossCovered reports whether, with Policy.LossWithinWait, starving request i may preempt

@@ -32,6 +32,7 @@ var Knobs = []struct{ Name, Help string }{
 	{"defragment_after", "how long a gang that requires a level waits before it moves smaller jobs out of one domain (default 15m; never: it waits)"},
 	{"preferred_topology", "rack or block (with --racks): gangs go to one domain of that level where one has room (rack: the default)"},
 	{"loss_within_wait", "on: starvation and overruns may preempt past max_loss only jobs that lose at most the GPU-hours the preemptor has waited; off (default)"},
+	{"strict_max_preemptions", "on: a starving request may not preempt a job at max_preemptions once more; off (default)"},
 	{"backfill", "on: a reservation gets a start from the RunLimits of --estimates (give one model) and others start on its nodes only if they end by then; off (default)"},
 }
 
@@ -137,6 +138,8 @@ func setKnob(p *Policy, k, v string) error {
 		p.Scheduler.Backfill, err = knobOnOff(v)
 	case "loss_within_wait":
 		p.Scheduler.LossWithinWait, err = knobOnOff(v)
+	case "strict_max_preemptions":
+		p.Scheduler.StrictMaxPreemptions, err = knobOnOff(v)
 	case "ordering":
 		switch o := scheduler.Ordering(v); o {
 		case scheduler.SubmissionOrder, scheduler.FairShare:
@@ -250,6 +253,9 @@ func policyKnobs(p scheduler.Policy) []string {
 	}
 	if p.LossWithinWait {
 		out = append(out, "loss_within_wait")
+	}
+	if p.StrictMaxPreemptions {
+		out = append(out, "strict_max_preemptions")
 	}
 	if p.PreemptionNotice > 0 {
 		out = append(out, "preemption_notice "+Dur(p.PreemptionNotice))
