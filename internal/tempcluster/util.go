@@ -20,17 +20,34 @@ func FreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// freeLowPort returns a free TCP port of 127.0.0.1 below 32768: the
-// cluster_membership table keeps a service's membership port as a smallint,
-// and the kernel's ephemeral ports (what FreePort gets) start at 32768.
+// lowPortsGiven are the ports freeLowPort has returned in this process. A
+// port is free when picked but bound only when its service starts, so a
+// later pick (another port of the same cluster, or another cluster) could be
+// the same one, and the service that starts second fails ("bind: address
+// already in use").
+var lowPortsGiven = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// freeLowPort returns a free TCP port of 127.0.0.1 below 32768, one it has
+// not returned before: the cluster_membership table keeps a service's
+// membership port as a smallint, and the kernel's ephemeral ports (what
+// FreePort gets) start at 32768.
 func freeLowPort() (int, error) {
+	lowPortsGiven.Lock()
+	defer lowPortsGiven.Unlock()
 	for try := 0; try < 200; try++ {
 		port := 20000 + rand.IntN(12000)
+		if lowPortsGiven.ports[port] {
+			continue
+		}
 		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
 		if err != nil {
 			continue
 		}
 		_ = l.Close()
+		lowPortsGiven.ports[port] = true
 		return port, nil
 	}
 	return 0, errors.New("no free port in 20000-31999")
