@@ -20,6 +20,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/trainq/trainq/activities"
 	"github.com/trainq/trainq/config"
 	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
@@ -85,12 +86,8 @@ func TestResetAllocatorRecoversFromTheJobs(t *testing.T) {
 	// run for reset again (a second recovery fenced every node anew).
 	// (Reset to its latest workflow task: a point further back has reclaim
 	// ticks due at once, at which the run notices the reset itself first.)
-	var latest int64
-	for _, e := range fetchHistory(t, protocol.AllocatorWorkflowID("T", allocation)) {
-		if e.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED {
-			latest = e.GetEventId()
-		}
-	}
+	tasks := completedTasks(t, allocation)
+	latest := tasks[len(tasks)-1]
 	resetAllocatorTo(t, allocation, latest)
 	recoverNow(t, allocation)
 	next := submit(t, spec(recordingScript(records, "sleep 0.2")))
@@ -110,15 +107,27 @@ func recoveriesAfter(t *testing.T, allocation string, event int64) int {
 		if e.GetEventId() <= event || a == nil || a.GetActivityType().GetName() != "RegisterJobs" {
 			continue
 		}
-		var in struct {
-			Jobs []string `json:"jobs"`
-		}
+		var in activities.RegisterJobsInput
 		require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(a.GetInput(), &in))
 		if in.Jobs == nil {
 			n++
 		}
 	}
 	return n
+}
+
+// completedTasks are the event IDs of the workflow tasks the allocator's
+// current run has completed, oldest first (at least one).
+func completedTasks(t *testing.T, allocation string) []int64 {
+	t.Helper()
+	var out []int64
+	for _, e := range fetchHistory(t, protocol.AllocatorWorkflowID("T", allocation)) {
+		if e.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED {
+			out = append(out, e.GetEventId())
+		}
+	}
+	require.NotEmpty(t, out)
+	return out
 }
 
 // recoverNow sends the allocator the recover update, as `trainq allocator
@@ -379,14 +388,7 @@ func TestResetAllocatorThatContinuesAsNew(t *testing.T) {
 	// itself (trainq-worker's look, every 30 s, would send the recover
 	// update).
 	before = counts(t, allocation).RecoveredAt
-	var first int64
-	for _, e := range fetchHistory(t, id) {
-		if e.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED {
-			first = e.GetEventId()
-			break
-		}
-	}
-	require.NotZero(t, first)
+	first := completedTasks(t, allocation)[0]
 	resetAllocatorTo(t, allocation, first)
 	eventually(t, long, "the allocator reset to its first task to recover", func() bool {
 		c := counts(t, allocation)
