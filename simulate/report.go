@@ -43,9 +43,13 @@ type Row struct {
 	LostGPUHours   float64 `json:"lost_gpu_hours"`
 	LostPct        float64 `json:"lost_pct"` // of useful
 	// Preemptions of jobs of this group; ForNothing those whose preemptor then started on nodes
-	// where the victim did not run (elsewhere).
+	// where the victim did not run (elsewhere), unless the victim's capacity was taken over:
+	// TakenOver counts those where, before the preemptor started, a job of a higher class than
+	// the preemptor started on the victim's nodes (rule 7: a strictly higher class may take over
+	// the capacity nominated to a preemptor, which then waits for other capacity).
 	Preemptions int `json:"preemptions"`
 	ForNothing  int `json:"preemptions_for_nothing"`
+	TakenOver   int `json:"preemptions_taken_over,omitempty"`
 	MaxPerJob   int `json:"max_preemptions_of_one_job"`
 	// Honoured counts the preemptions whose victim saved on the notice and exited (it lost nothing).
 	Honoured   int `json:"notices_honoured,omitempty"`
@@ -221,12 +225,16 @@ func (s *sim) result(first time.Duration) *Result {
 		}
 	}
 	for pi, p := range s.preempts {
-		if !s.forNothing[pi] {
+		if !s.forNothing[pi] && !p.takenOver {
 			continue
 		}
 		j := &s.w.Jobs[p.victim]
 		for _, k := range []int{2 - int(j.Class), pos(sizeRow(j.GPUs())), len(names) - 1} {
-			accs[k].row.ForNothing++
+			if s.forNothing[pi] {
+				accs[k].row.ForNothing++
+			} else {
+				accs[k].row.TakenOver++
+			}
 		}
 	}
 	res := &Result{Policy: s.pol, Options: s.opt, Workload: s.w.Name, Nodes: len(s.w.Nodes), GPUs: s.w.GPUs()}
@@ -495,7 +503,11 @@ func writeSummary(w io.Writer, rs []*Result) {
 	line("preemptions", func(r *Result) string { return fmt.Sprint(r.Row(RowAll).Preemptions) })
 	line("for nothing", func(r *Result) string {
 		a := r.Row(RowAll)
-		return fmt.Sprintf("%d (%s)", a.ForNothing, pct(a.ForNothing, a.Preemptions))
+		text := fmt.Sprintf("%d (%s)", a.ForNothing, pct(a.ForNothing, a.Preemptions))
+		if a.TakenOver > 0 {
+			text += fmt.Sprintf("; %d taken over", a.TakenOver)
+		}
+		return text
 	})
 	line("most preemptions of one job", func(r *Result) string { return fmt.Sprint(r.Row(RowAll).MaxPerJob) })
 	if slices.ContainsFunc(rs, func(r *Result) bool { return r.Policy.Scheduler.PreemptionNotice > 0 }) {

@@ -261,9 +261,12 @@ type jobState struct {
 type waitSpan struct{ from, to time.Duration }
 
 type preemptRec struct {
-	victim int32
-	nodes  []string
-	at     time.Duration
+	victim, by int32 // the victim and its preemptor
+	nodes      []string
+	at         time.Duration
+	// takenOver: a job of a higher class than the preemptor started on the victim's nodes
+	// before the preemptor started, as a takeover of the victim's capacity does (rule 7).
+	takenOver bool
 }
 
 type sim struct {
@@ -278,8 +281,10 @@ type sim struct {
 	now  time.Duration
 
 	preempts   []preemptRec
-	forNothing []bool // per preemption: its preemptor started elsewhere
-	held       int    // GPUs held by running or stopping workers
+	forNothing []bool // per preemption: its preemptor started elsewhere, and no takeover used it
+	// unjudged is the preemptions whose preemptor has not started yet (judged at its start).
+	unjudged   []int32
+	held       int // GPUs held by running or stopping workers
 	heldArea   float64
 	lastT      time.Duration
 	schedTimes []time.Duration
@@ -607,14 +612,34 @@ func (s *sim) start(g scheduler.Grant) error {
 	if s.opt.Checkpoint > 0 && s.ckpt != nil && s.opt.Checkpoint < st.remaining {
 		s.push(s.now+s.opt.Checkpoint, evCheckpoint, i, st.attempt, 0)
 	}
+	s.judgePreemptions(i, st.nodes)
 	for k, pi := range st.pending {
-		s.forNothing[pi] = !overlaps(st.nodes, s.preempts[pi].nodes)
 		if k == 0 {
 			s.preemptorWaits = append(s.preemptorWaits, s.now-s.preempts[pi].at)
 		}
 	}
 	st.pending = st.pending[:0]
 	return nil
+}
+
+// judgePreemptions is called as job i starts on nodes: it marks taken over each preemption
+// still unjudged, made for a job of a lower class than i, whose victim ran on one of those
+// nodes, and judges the preemptions made for i: for nothing when it starts elsewhere and none
+// was taken over.
+func (s *sim) judgePreemptions(i int32, nodes []string) {
+	class := s.w.Jobs[i].Class
+	for _, pi := range s.unjudged {
+		if pr := &s.preempts[pi]; pr.by != i && class > s.w.Jobs[pr.by].Class && overlaps(nodes, pr.nodes) {
+			pr.takenOver = true
+		}
+	}
+	s.unjudged = slices.DeleteFunc(s.unjudged, func(pi int32) bool { return s.preempts[pi].by == i })
+	for _, pi := range s.jobs[i].pending {
+		pr := &s.preempts[pi]
+		elsewhere := !overlaps(nodes, pr.nodes)
+		pr.takenOver = pr.takenOver && elsewhere // (it counts only where the preemptor lost the capacity)
+		s.forNothing[pi] = elsewhere && !pr.takenOver
+	}
 }
 
 // preempt tells a victim: without a notice it is stopped at once (see stop); under one it runs
@@ -652,8 +677,9 @@ func (s *sim) preempt(p scheduler.Preemption) error {
 	st.yielding, st.moving, st.preemptedBy = p.Loan, p.Move, pi
 	st.phase, st.noticeAt = phNotice, s.now
 	s.teams.releasing += s.w.Jobs[vi].GPUs()
-	s.preempts = append(s.preempts, preemptRec{victim: vi, nodes: slices.Clone(st.nodes), at: s.now})
+	s.preempts = append(s.preempts, preemptRec{victim: vi, by: pi, nodes: slices.Clone(st.nodes), at: s.now})
 	s.forNothing = append(s.forNothing, false)
+	s.unjudged = append(s.unjudged, int32(len(s.preempts)-1))
 	s.jobs[pi].pending = append(s.jobs[pi].pending, int32(len(s.preempts)-1))
 	notice := s.pol.Scheduler.PreemptionNotice
 	switch {

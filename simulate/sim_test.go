@@ -113,7 +113,8 @@ func TestPreemptAndRerun(t *testing.T) {
 
 // Two one-GPU nodes: l (low) runs long on n1, x (high) on n2 until 100s. p (medium) preempts l
 // at 30s; l needs 60s to stop. h (high) arrives at 45s and takes l's capacity over; when l has
-// stopped h starts there, and p starts on n2 when x ends: l was preempted for nothing (for p).
+// stopped h starts there, and p starts on n2 when x ends: l's capacity went to h, which would
+// have preempted l itself, so the preemption is counted as taken over, not for nothing.
 func TestPreemptionForNothing(t *testing.T) {
 	w := &Workload{Name: "t", Nodes: nodes(2, 1), Jobs: []Job{
 		jb("l", 0, scheduler.Low, 1, 100*time.Minute),
@@ -123,14 +124,54 @@ func TestPreemptionForNothing(t *testing.T) {
 	}}
 	r := run(t, w, prio, Options{StopDelay: time.Minute, MaxRetry: -1})
 	all := r.Row(RowAll)
-	if all.Preemptions != 1 || all.ForNothing != 1 || r.Row("low").ForNothing != 1 {
-		t.Fatalf("preemptions %d, for nothing %d (low %d); want 1, 1", all.Preemptions, all.ForNothing, r.Row("low").ForNothing)
+	if all.Preemptions != 1 || all.ForNothing != 0 || all.TakenOver != 1 || r.Row("low").TakenOver != 1 {
+		t.Fatalf("preemptions %d, for nothing %d, taken over %d (low %d); want 1, 0, 1", all.Preemptions, all.ForNothing,
+			all.TakenOver, r.Row("low").TakenOver)
 	}
 	if got := r.Row("high").WaitMax.D(); got != 45*time.Second {
 		t.Fatalf("h waited %s, want 45s", got)
 	}
 	if got := r.Row("medium").WaitMax.D(); got != 70*time.Second {
 		t.Fatalf("p waited %s, want 70s", got)
+	}
+}
+
+// judgePreemptions: a preemption is for nothing when its preemptor starts off the victim's
+// nodes, unless a job of a higher class than the preemptor started there first.
+func TestJudgePreemptions(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		before       *Job // starts before the preemptor, on the victim's node n1
+		preemptorOn  string
+		forNothing   bool
+		takenOverToo bool
+	}{
+		{"preemptor starts on the victim's node", nil, "n1", false, false},
+		{"preemptor starts elsewhere", nil, "n2", true, false},
+		{"same class takes the node first", &Job{ID: "s", Class: scheduler.Medium}, "n2", true, false},
+		{"lower class takes the node first", &Job{ID: "s", Class: scheduler.Low}, "n2", true, false},
+		{"higher class takes the node over", &Job{ID: "s", Class: scheduler.High}, "n2", false, true},
+		{"higher class starts beside the preemptor", &Job{ID: "s", Class: scheduler.High}, "n1", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &Workload{Jobs: []Job{{ID: "v", Class: scheduler.Low}, {ID: "p", Class: scheduler.Medium}}}
+			if tc.before != nil {
+				w.Jobs = append(w.Jobs, *tc.before)
+			}
+			s := &sim{w: w, jobs: make([]jobState, len(w.Jobs))}
+			s.preempts = []preemptRec{{victim: 0, by: 1, nodes: []string{"n1"}}}
+			s.forNothing, s.unjudged, s.jobs[1].pending = []bool{false}, []int32{0}, []int32{0}
+			if tc.before != nil {
+				s.judgePreemptions(2, []string{"n1"})
+			}
+			s.judgePreemptions(1, []string{tc.preemptorOn})
+			if s.forNothing[0] != tc.forNothing || s.preempts[0].takenOver != tc.takenOverToo {
+				t.Errorf("for nothing %t, taken over %t; want %t, %t", s.forNothing[0], s.preempts[0].takenOver, tc.forNothing, tc.takenOverToo)
+			}
+			if len(s.unjudged) != 0 {
+				t.Errorf("still unjudged: %v", s.unjudged)
+			}
+		})
 	}
 }
 
