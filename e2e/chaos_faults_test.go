@@ -503,6 +503,89 @@ func (r *chaosRun) burst(f chaosFault) (string, bool) {
 	return desc, queued
 }
 
+// capLowered lowers chaosCapWorkspace's high cap under two of its waiting
+// jobs (see faultCapLowered): the config is rewritten and trainq-worker
+// restarted (kill -9), which applies it. The job the new cap can never let
+// start must end, naming the cap; the other must not, and must start once
+// the holder's gate opens. The config keeps the new cap: every later
+// restart applies it again.
+func (r *chaosRun) capLowered(f chaosFault) (string, bool) {
+	holder, over, under := f.jobs[0], f.jobs[1], f.jobs[2]
+	defer func() {
+		// Whatever happened, the holder must be able to end.
+		_ = os.WriteFile(r.gate(holder.name), nil, 0o644)
+	}()
+	if !r.submit(holder) {
+		return fmt.Sprintf("could not submit %s", holder.name), false
+	}
+	if !r.waitFor(90*time.Second, func() bool { return r.attemptStarted(r.startedWorkers(), holder, 1) }) {
+		return fmt.Sprintf("%s did not run within 90s; the cap was not lowered", holder.name), false
+	}
+	for _, j := range []chaosJob{over, under} {
+		if !r.submit(j) {
+			return fmt.Sprintf("could not submit %s", j.name), false
+		}
+	}
+	// Both wait on the old cap while the holder runs (a job's first request
+	// can take a while to reach the allocator on a busy machine).
+	var reasons []string
+	waited := r.waitFor(time.Minute, func() bool {
+		v, err := r.queue()
+		if err != nil {
+			return false
+		}
+		reasons = reasons[:0]
+		for _, w := range v.Waiting {
+			if w.Job == over.name || w.Job == under.name {
+				reasons = append(reasons, w.Job+": "+w.Reason)
+			}
+		}
+		return len(reasons) == 2
+	})
+	if err := r.writeConfig(f.capTo); err != nil {
+		r.problem("lower the cap: %v", err)
+		return err.Error(), false
+	}
+	desc := fmt.Sprintf("%s high cap %d → %d under %s (%d GPUs) and %s (%d GPUs) while %s holds %d; ",
+		chaosCapWorkspace, chaosCapBefore, f.capTo, over.name, over.workers*over.gpus, under.name, under.workers*under.gpus,
+		holder.name, holder.workers*holder.gpus)
+	if !waited {
+		desc += fmt.Sprintf("they were not both waiting within a minute (the allocator's queue had %q); ", reasons)
+	}
+	desc += r.bounce(r.main, f.down)
+	applied := time.Now()
+
+	// The job over the new cap ends, naming it; the other still waits.
+	var st protocol.JobStatus
+	refused := r.waitFor(time.Minute, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var err error
+		st, err = tqclient.New(r.c, nil).Status(ctx, over.name)
+		return err == nil && st.State.Terminal()
+	})
+	switch {
+	case !refused:
+		desc += fmt.Sprintf("; %s did not end within a minute (%s: %s)", over.name, st.State, st.Reason)
+	case !strings.Contains(st.Message, "high.max_gpus"):
+		desc += fmt.Sprintf("; %s ended %s without naming the cap: %q", over.name, st.State, st.Message)
+		refused = false
+	default:
+		desc += fmt.Sprintf("; %s ended %s %s after the restart: %q", over.name, st.State,
+			time.Since(applied).Round(100*time.Millisecond), st.Message)
+	}
+	if err := os.WriteFile(r.gate(holder.name), nil, 0o644); err != nil {
+		r.problem("open the gate of %s: %v", holder.name, err)
+	}
+	started := r.waitFor(90*time.Second, func() bool { return r.attemptStarted(r.startedWorkers(), under, 1) })
+	if started {
+		desc += fmt.Sprintf("; %s started once %s ended", under.name, holder.name)
+	} else {
+		desc += fmt.Sprintf("; %s did not start within 90s of %s's end", under.name, holder.name)
+	}
+	return desc, waited && refused && started
+}
+
 // recoverAllocator asks the allocator to recover, as `trainq allocator
 // recover` does, and counts a call that got no answer: a recovery held up
 // (by a job that cannot answer, say) is one the harness sees fail. A call

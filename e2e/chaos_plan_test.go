@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -142,6 +145,11 @@ type chaosJob struct {
 	// gated: the workers wait for the job's gate file (the harness opens
 	// it) instead of sleeping.
 	gated bool
+	// workspace is the job's workspace ("": none, which no cap limits).
+	workspace string
+	// stray: its first worker starts a process outside its process group
+	// (setsid) that would outlive it by an hour (see chaosStrayMark).
+	stray bool
 }
 
 func (j chaosJob) instanceType() string {
@@ -188,6 +196,12 @@ const (
 	// register update); the allocator is asked to recover, which must
 	// complete without it and ask it again later; then it is terminated.
 	faultDeadJob
+	// faultCapLowered: a workspace's high cap is lowered, by a config change
+	// that trainq-worker applies when it is restarted, under two waiting
+	// jobs of that workspace: the one the new cap can never let start must
+	// be refused naming the cap, the other must wait and start once the
+	// workspace's running job ends.
+	faultCapLowered
 	// The faults of the production-shaped cluster (TRAINQ_CHAOS=cluster),
 	// drawn instead of faultServerKill: kill -9 of one Temporal service,
 	// left down for a drawn 0.5–3 s and started again on its ports; a crash
@@ -226,6 +240,8 @@ func (k chaosFaultKind) String() string {
 		return "recovery listing lags (then recover)"
 	case faultDeadJob:
 		return "a job whose workflow task cannot run (then recover)"
+	case faultCapLowered:
+		return "a workspace's cap lowered under its waiting jobs"
 	case faultHistoryKill:
 		return "kill -9 history service"
 	case faultMatchingKill:
@@ -263,6 +279,9 @@ type chaosFault struct {
 	jobs []chaosJob
 	// lag: how far behind the listing lags (faultListingLag).
 	lag time.Duration
+	// capTo is the cap a faultCapLowered lowers chaosCapWorkspace's high
+	// GPUs to (from chaosCapBefore).
+	capTo int
 }
 
 // chaosPlan is everything a run does, drawn from seed.
@@ -443,6 +462,8 @@ func makeChaosPlan(size chaosSize, seed uint64) chaosPlan {
 	}
 	if size.drawn {
 		p.faults = addRecoveryFaults(p.faults, size, seed)
+		p.faults = addCapFault(p.faults, size, seed)
+		markStrays(p.jobs, seed)
 		p.maxUpdatesPerRun = handOverEvery(seed)
 	}
 	return p
@@ -499,6 +520,60 @@ func addRecoveryFaults(faults []chaosFault, size chaosSize, seed uint64) []chaos
 	return out
 }
 
+// The workspace whose high cap faultCapLowered lowers, and its cap until then.
+const (
+	chaosCapWorkspace = "capped"
+	chaosCapBefore    = chaosGPUsPerNode
+)
+
+// addCapFault draws, from a stream of its own (so that the rest of each
+// seed's plan stays what it drew before), when the workspace's cap is
+// lowered, and puts that fault among the others by time. Its jobs, all high
+// in chaosCapWorkspace: one that holds 2 GPUs until the harness opens its
+// gate; then one that needs the whole cap (chaosCapBefore GPUs) and one
+// that needs the new cap (3), both waiting on the old cap while the first
+// runs. The new cap can never let the first of them start, and lets the
+// second start once the holder ends.
+func addCapFault(faults []chaosFault, size chaosSize, seed uint64) []chaosFault {
+	rng := rand.New(rand.NewPCG(seed, 0x636170)) // "cap"
+	f := chaosFault{kind: faultCapLowered, capTo: 3,
+		at:   (size.faultsFrom + time.Duration(rng.Int64N(int64(size.faultsUntil-size.faultsFrom)))).Round(10 * time.Millisecond),
+		down: time.Duration(500+rng.IntN(1501)) * time.Millisecond}
+	f.down = f.down.Round(10 * time.Millisecond)
+	job := func(name string, gpus int) chaosJob {
+		return chaosJob{name: "chaos-cap-" + name, class: "high", workers: 1, gpus: gpus, workspace: chaosCapWorkspace,
+			sleeps: []float64{float64(10+rng.IntN(21)) / 10}, rerunSleep: 1}
+	}
+	holder := job("holder", 2)
+	holder.gated = true
+	f.jobs = []chaosJob{holder, job("over", chaosCapBefore), job("under", f.capTo)}
+	out := append(append([]chaosFault(nil), faults...), f)
+	sort.SliceStable(out, func(i, j int) bool { return out[i].at < out[j].at })
+	for i := 1; i < len(out); i++ {
+		if out[i].at <= out[i-1].at {
+			out[i].at = out[i-1].at + 10*time.Millisecond
+		}
+	}
+	return out
+}
+
+// chaosStrays is how many of a campaign plan's own jobs start a stray.
+const chaosStrays = 4
+
+// markStrays picks, from a stream of its own, the jobs whose first worker
+// starts a process that leaves its process group: the worker's end must end
+// it too (the supervisor is a child subreaper; see docs/failures.md).
+func markStrays(jobs []chaosJob, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 0x737472)) // "str"
+	for _, i := range rng.Perm(len(jobs))[:min(chaosStrays, len(jobs))] {
+		jobs[i].stray = true
+	}
+}
+
+// chaosStrayMark starts the command line of a stray process: the run's
+// records file, the job and the attempt follow.
+const chaosStrayMark = "chaos-stray "
+
 // chaosScript is a job's script: each worker records its start and its end
 // (see testenv.ParseHoldRecords) and sleeps its planned time in between (a
 // gated job waits for its gate file instead). A SIGTERM (a preemption or a
@@ -513,6 +588,12 @@ func chaosScript(records, gate string, j chaosJob) string {
 	if j.rerunSleep > 0 {
 		rerun = `if [ "$TRAINQ_ATTEMPT" != 1 ]; then d=` + strconv.FormatFloat(j.rerunSleep, 'f', 1, 64) + `; fi; `
 	}
+	stray := ""
+	if j.stray {
+		// bash's exec -a names the sleep itself, so that the harness finds it by its command line.
+		stray = `if [ "$TRAINQ_WORKER" = 0 ]; then setsid bash -c 'exec -a "$0" sleep 3600' ` +
+			`"` + chaosStrayMark + `$R $TRAINQ_JOB_NAME $TRAINQ_ATTEMPT" </dev/null >/dev/null 2>&1 & fi; `
+	}
 	wait := `sleep "$d" & wait $!`
 	if j.gated {
 		wait = `if [ "$TRAINQ_ATTEMPT" = 1 ]; then while [ ! -e ` + chaosShellQuote(gate) + ` ]; do sleep 0.1; done; else sleep "$d" & wait $!; fi`
@@ -525,6 +606,7 @@ func chaosScript(records, gate string, j chaosJob) string {
 		`started=0; ended=0; ` +
 		`fin() { if [ "$started" = 1 ] && [ "$ended" = 0 ]; then ended=1; rec end; fi; }; ` +
 		`trap 'fin; exit 143' TERM; trap fin EXIT; ` +
+		stray +
 		`rec start; started=1; ` +
 		`case "$TRAINQ_WORKER" in ` + cases.String() + `*) d=1;; esac; ` + rerun + wait
 }
@@ -646,6 +728,14 @@ func TestChaosCampaignDrawsEveryFault(t *testing.T) {
 		assert.Equal(t, 2, count[faultAgentPair], "seed %d: two two-jobs outages", seed)
 		assert.Equal(t, 1, count[faultListingLag], "seed %d: one lagging listing", seed)
 		assert.LessOrEqual(t, count[faultDeadJob], 1, "seed %d: at most one job that cannot answer", seed)
+		assert.Equal(t, 1, count[faultCapLowered], "seed %d: one cap lowered", seed)
+		strays := 0
+		for _, j := range p.jobs {
+			if j.stray {
+				strays++
+			}
+		}
+		assert.Equal(t, chaosStrays, strays, "seed %d: jobs that start a stray", seed)
 		for _, f := range p.faults {
 			switch f.kind {
 			case faultAgentKill:
@@ -677,6 +767,15 @@ func TestChaosCampaignDrawsEveryFault(t *testing.T) {
 			case faultListingLag:
 				assert.True(t, f.lag >= 10*time.Second && f.lag <= 16*time.Second, "a lag of %s outlasts the fault's steps", f.lag)
 				require.Len(t, f.jobs, 3)
+			case faultCapLowered:
+				require.Len(t, f.jobs, 3)
+				holder, over, under := f.jobs[0], f.jobs[1], f.jobs[2]
+				assert.True(t, holder.gated)
+				gpus := func(j chaosJob) int { return j.workers * j.gpus }
+				assert.True(t, gpus(holder)+gpus(over) > chaosCapBefore && gpus(holder)+gpus(under) > chaosCapBefore,
+					"both wait on the old cap while the holder runs")
+				assert.True(t, gpus(over) > f.capTo && gpus(under) <= f.capTo && gpus(holder)+gpus(under) > f.capTo,
+					"the new cap can never start the first; the second waits until the holder ends")
 			case faultBurst:
 				require.GreaterOrEqual(t, len(f.jobs), 1+chaosBurstWaiting+chaosGPUsPerNode*2)
 				assert.True(t, f.jobs[0].gated)
@@ -705,6 +804,41 @@ func TestChaosCampaignDrawsEveryFault(t *testing.T) {
 	}
 	assert.Positive(t, short, "outages of 0.5–2 × node_timeout")
 	assert.Positive(t, long, "outages that reach the watches' heartbeat timeout")
+}
+
+// TestChaosStrayOutlivesAnUnsupervisedWorker: a stray job's script, run
+// without trainq's supervisor, leaves a process behind, which the report's
+// check names once its attempt has ended (the job is on a later one, or
+// closed), and not while that attempt may still run.
+func TestChaosStrayOutlivesAnUnsupervisedWorker(t *testing.T) {
+	dir := t.TempDir()
+	r := &chaosRun{records: filepath.Join(dir, "records")}
+	run := func(job string, attempt int) {
+		j := chaosJob{name: job, class: "low", workers: 1, gpus: 1, sleeps: []float64{0.1}, stray: true}
+		cmd := exec.Command("sh", "-c", chaosScript(r.records, filepath.Join(dir, "gate"), j))
+		cmd.Env = append(os.Environ(), "TRAINQ_WORKER=0", "TRAINQ_JOB_NAME="+job, fmt.Sprintf("TRAINQ_ATTEMPT=%d", attempt))
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		require.NoError(t, cmd.Run())
+	}
+	t.Cleanup(func() {
+		for _, s := range chaosStrayProcs(r.records) {
+			_ = syscall.Kill(s.pid, syscall.SIGKILL)
+		}
+	})
+	run("chaos-007", 2)
+	run("chaos-008", 1)
+	require.Eventually(t, func() bool { return len(chaosStrayProcs(r.records)) == 2 }, time.Minute, 20*time.Millisecond,
+		"the scripts' strays are running")
+
+	running := map[string]chaosJobInfo{"chaos-007": {found: true, attempt: 2}, "chaos-008": {found: true, attempt: 1}}
+	assert.Empty(t, r.liveStrays(running), "their attempts may still run")
+	ended := map[string]chaosJobInfo{"chaos-007": {found: true, attempt: 3}, "chaos-008": {found: true, closed: true, attempt: 1}}
+	named := r.liveStrays(ended)
+	require.Len(t, named, 2, "one attempt has ended, the other job has")
+	assert.Contains(t, strings.Join(named, "\n"), "of chaos-007 attempt 2")
+	assert.Contains(t, strings.Join(named, "\n"), "of chaos-008 attempt 1")
+	require.Eventually(t, func() bool { return len(chaosStrayProcs(r.records)) == 0 }, time.Minute, 20*time.Millisecond,
+		"the check kills what it names")
 }
 
 func TestParseChaosSeeds(t *testing.T) {

@@ -1,13 +1,17 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	commonpb "go.temporal.io/api/common/v1"
@@ -40,6 +44,7 @@ type chaosReport struct {
 	unqueried   int // jobs whose status query failed: their preemptions are not counted
 
 	orphans    []string // live worker processes of ended jobs or ended attempts
+	strays     []string // live processes that left the group of a worker of an ended job or attempt
 	unfinished int      // live worker processes of the current attempt of an open job
 
 	holds testenv.HoldReport
@@ -109,6 +114,7 @@ func (rep *chaosReport) figures() []chaosFigure {
 	figs := []chaosFigure{
 		zero("jobs lost or stuck (not terminal at the deadline)", len(rep.lost)+len(rep.stuck), ""),
 		zero("orphan worker processes left", len(rep.orphans), ""),
+		zero("processes that left a worker's group and outlived it", len(rep.strays), ""),
 		zero("overlapping holds of one GPU index on one node (workers' records)", len(rep.holds.Overlaps), ""),
 		zero("duplicate executions of one attempt (job+attempt+worker started twice)", len(rep.holds.Duplicates), ""),
 		zero("GPU handed to a new worker before the server saw its last worker end (histories)", len(s.unconfirmed), ""),
@@ -259,6 +265,7 @@ func (rep *chaosReport) markdown() string {
 	section("Lost jobs", rep.lost)
 	section("Stuck jobs (not terminal at the deadline)", rep.stuck)
 	section("Orphan worker processes", rep.orphans)
+	section("Processes that left a worker's group and outlived it", rep.strays)
 	section("Overlapping holds", chaosStrings(rep.holds.Overlaps))
 	if rep.server != nil {
 		section("GPUs handed on before the server saw their worker end", rep.server.unconfirmed)
@@ -422,6 +429,8 @@ func (r *chaosRun) check(final map[string]chaosJobInfo) *chaosReport {
 		}
 	}
 
+	rep.strays = r.liveStrays(final)
+
 	// The server's histories.
 	rep.server = r.checkServer()
 	rep.fencedHealthy = fencedHealthy(rep.lagMissed, rep.server.fenceStops)
@@ -444,6 +453,51 @@ func (r *chaosRun) check(final map[string]chaosJobInfo) *chaosReport {
 	}
 	rep.wall = time.Since(r.begin)
 	return rep
+}
+
+// chaosStray is a live stray process (chaosStrayMark) of one run.
+type chaosStray struct {
+	pid     int
+	job     string
+	attempt int64
+}
+
+// chaosStrayProcs is the live stray processes of the run whose records
+// file is records.
+func chaosStrayProcs(records string) []chaosStray {
+	var out []chaosStray
+	mark := []byte(chaosStrayMark + records + " ")
+	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, path := range cmdlines {
+		b, err := os.ReadFile(path)
+		if err != nil || !bytes.HasPrefix(b, mark) {
+			continue
+		}
+		s := chaosStray{}
+		// argv[0] is "<mark><records> <job> <attempt>", then NUL and the sleep's argument.
+		arg0, _, _ := bytes.Cut(b[len(mark):], []byte{0})
+		if _, err := fmt.Sscanf(string(arg0), "%s %d", &s.job, &s.attempt); err != nil {
+			continue
+		}
+		s.pid, _ = strconv.Atoi(filepath.Base(filepath.Dir(path)))
+		out = append(out, s)
+	}
+	return out
+}
+
+// liveStrays names the run's stray processes still alive whose worker has
+// ended (their job is closed, or on a later attempt), and kills each, so
+// that none outlives the run.
+func (r *chaosRun) liveStrays(final map[string]chaosJobInfo) []string {
+	var out []string
+	for _, s := range chaosStrayProcs(r.records) {
+		if ji, ok := final[s.job]; ok && !ji.closed && s.attempt >= ji.attempt {
+			continue // its worker may still run
+		}
+		out = append(out, fmt.Sprintf("pid %d, of %s attempt %d, is alive after its worker ended", s.pid, s.job, s.attempt))
+		_ = syscall.Kill(s.pid, syscall.SIGKILL)
+	}
+	return out
 }
 
 func chaosOrNone(s string) string {

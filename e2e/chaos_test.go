@@ -121,8 +121,17 @@ regions:
     allocations:
       - name: chaos
         stop_grace_period: %s
-        nodes:
+%s        nodes:
 %s`
+
+// chaosLimits is the chaos allocation's limits: chaosCapWorkspace's high
+// GPUs capped at maxGPUs, when the plan lowers that cap (none otherwise).
+func chaosLimits(p chaosPlan, maxGPUs int) string {
+	if p.faultCounts()[faultCapLowered] == 0 {
+		return ""
+	}
+	return fmt.Sprintf("        limits:\n          - {workspace: %s, class: high, max_gpus: %d}\n", chaosCapWorkspace, maxGPUs)
+}
 
 const (
 	chaosRegion     = "C"
@@ -154,6 +163,7 @@ type chaosRun struct {
 	plan chaosPlan
 
 	dir, dataDir, configPath, records, gates string
+	nodesConfig                              string // the config's nodes, as written
 	cfg                                      *config.Config
 	temporalBin                              string
 	srv                                      *testenv.PersistentDevServer
@@ -233,11 +243,19 @@ func newChaosRun(t *testing.T, plan chaosPlan) *chaosRun {
 		fmt.Fprintf(&nodes, "          - {name: %s, family: a100, gpus: %d, cpu: 64, ram_gb: %d}\n", chaosNodeName(i), chaosGPUsPerNode, ram)
 	}
 	r.configPath = filepath.Join(r.dir, "trainq.yaml")
-	require.NoError(t, os.WriteFile(r.configPath, []byte(fmt.Sprintf(chaosConfig, r.dataDir, plan.reclaimInterval,
-		plan.size.nodeTimeout, plan.size.stopGrace, nodes.String())), 0o644))
+	r.nodesConfig = nodes.String()
+	require.NoError(t, r.writeConfig(chaosCapBefore))
 	r.cfg, err = config.Load(r.configPath)
 	require.NoError(t, err)
 	return r
+}
+
+// writeConfig writes the run's config, with chaosCapWorkspace's high GPUs
+// capped at maxGPUs when the plan lowers that cap; trainq-worker applies it
+// when it starts.
+func (r *chaosRun) writeConfig(maxGPUs int) error {
+	return os.WriteFile(r.configPath, []byte(fmt.Sprintf(chaosConfig, r.dataDir, r.plan.reclaimInterval,
+		r.plan.size.nodeTimeout, r.plan.size.stopGrace, chaosLimits(r.plan, maxGPUs), r.nodesConfig)), 0o644)
 }
 
 // elapsed is the time since the run began, for log lines.
@@ -514,7 +532,7 @@ func (r *chaosRun) spec(j chaosJob) protocol.JobSpec {
 	return protocol.JobSpec{
 		Script: chaosScript(r.records, r.gate(j.name), j), Type: "binary", InstanceType: j.instanceType(),
 		Region: chaosRegion, AllocationName: chaosAllocation, PriorityClass: j.class, NWorkers: j.workers, MaxRetry: 3,
-		JobDesc: fmt.Sprintf("chaos seed %d", r.plan.seed),
+		JobDesc: fmt.Sprintf("chaos seed %d", r.plan.seed), Workspace: j.workspace,
 	}
 }
 
@@ -648,6 +666,8 @@ func (r *chaosRun) injectAll() {
 			desc, ok = r.resetJob(f)
 		case faultBurst:
 			desc, ok = r.burst(f)
+		case faultCapLowered:
+			desc, ok = r.capLowered(f)
 		case faultListingLag:
 			var follow func() string
 			desc, ok, follow = r.listingLag(f)
