@@ -519,7 +519,7 @@ func (r *chaosRun) capLowered(f chaosFault) (string, bool) {
 		return fmt.Sprintf("could not submit %s", holder.name), false
 	}
 	if !r.waitFor(90*time.Second, func() bool { return r.attemptStarted(r.startedWorkers(), holder, 1) }) {
-		return fmt.Sprintf("%s did not run within 90s; the cap was not lowered", holder.name), false
+		return fmt.Sprintf("%s did not run within 90s (%s); the cap was not lowered", holder.name, r.statusText(holder.name)), false
 	}
 	for _, j := range []chaosJob{over, under} {
 		if !r.submit(j) {
@@ -584,6 +584,22 @@ func (r *chaosRun) capLowered(f chaosFault) (string, bool) {
 		desc += fmt.Sprintf("; %s did not start within 90s of %s's end", under.name, holder.name)
 	}
 	return desc, waited && refused && started
+}
+
+// statusText is a job's state and, while it waits, its position and reason,
+// for a fault's line.
+func (r *chaosRun) statusText(job string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := tqclient.New(r.c, nil).Status(ctx, job)
+	if err != nil {
+		return "status: " + err.Error()
+	}
+	text := fmt.Sprintf("%s, attempt %d", st.State, st.Attempt)
+	if st.Reason != "" {
+		text += fmt.Sprintf(", position %d: %s", st.Position, st.Reason)
+	}
+	return text
 }
 
 // recoverAllocator asks the allocator to recover, as `trainq allocator
