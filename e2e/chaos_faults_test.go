@@ -558,10 +558,8 @@ func (r *chaosRun) capLowered(f chaosFault) (string, bool) {
 	// The job over the new cap ends, naming it; the other still waits.
 	var st protocol.JobStatus
 	refused := r.waitFor(time.Minute, func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
 		var err error
-		st, err = tqclient.New(r.c, nil).Status(ctx, over.name)
+		st, err = r.status(over.name)
 		return err == nil && st.State.Terminal()
 	})
 	switch {
@@ -586,12 +584,17 @@ func (r *chaosRun) capLowered(f chaosFault) (string, bool) {
 	return desc, waited && refused && started
 }
 
+// status asks a job its status, as `trainq status` does.
+func (r *chaosRun) status(job string) (protocol.JobStatus, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return tqclient.New(r.c, nil).Status(ctx, job)
+}
+
 // statusText is a job's state and, while it waits, its position and reason,
 // for a fault's line.
 func (r *chaosRun) statusText(job string) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := tqclient.New(r.c, nil).Status(ctx, job)
+	st, err := r.status(job)
 	if err != nil {
 		return "status: " + err.Error()
 	}

@@ -489,9 +489,7 @@ func handOverEvery(seed uint64) int {
 // before, and puts them among the others by time.
 func addRecoveryFaults(faults []chaosFault, size chaosSize, seed uint64) []chaosFault {
 	rng := rand.New(rand.NewPCG(seed, 0x6c6167)) // "lag"
-	at := func() time.Duration {
-		return (size.faultsFrom + time.Duration(rng.Int64N(int64(size.faultsUntil-size.faultsFrom)))).Round(10 * time.Millisecond)
-	}
+	at := func() time.Duration { return drawFaultAt(rng, size) }
 	// The lag outlasts the fault's jobs' submission, a first recovery and a
 	// trainq-worker restart (about 6 s) and recovery's 2 s between its two
 	// listings, so that both listings of the second recovery miss them.
@@ -510,6 +508,12 @@ func addRecoveryFaults(faults []chaosFault, size chaosSize, seed uint64) []chaos
 	if rng.IntN(3) != 0 { // two seeds in three
 		added = append(added, chaosFault{kind: faultDeadJob, at: at()})
 	}
+	return amongByTime(faults, added...)
+}
+
+// amongByTime puts added among faults by time, each at least 10 ms after
+// the one before it.
+func amongByTime(faults []chaosFault, added ...chaosFault) []chaosFault {
 	out := append(append([]chaosFault(nil), faults...), added...)
 	sort.SliceStable(out, func(i, j int) bool { return out[i].at < out[j].at })
 	for i := 1; i < len(out); i++ {
@@ -518,6 +522,11 @@ func addRecoveryFaults(faults []chaosFault, size chaosSize, seed uint64) []chaos
 		}
 	}
 	return out
+}
+
+// drawFaultAt draws a time within the size's faults window.
+func drawFaultAt(rng *rand.Rand, size chaosSize) time.Duration {
+	return (size.faultsFrom + time.Duration(rng.Int64N(int64(size.faultsUntil-size.faultsFrom)))).Round(10 * time.Millisecond)
 }
 
 // The workspace whose high cap faultCapLowered lowers, and its cap until then.
@@ -537,7 +546,7 @@ const (
 func addCapFault(faults []chaosFault, size chaosSize, seed uint64) []chaosFault {
 	rng := rand.New(rand.NewPCG(seed, 0x636170)) // "cap"
 	f := chaosFault{kind: faultCapLowered, capTo: 3,
-		at:   (size.faultsFrom + time.Duration(rng.Int64N(int64(size.faultsUntil-size.faultsFrom)))).Round(10 * time.Millisecond),
+		at:   drawFaultAt(rng, size),
 		down: time.Duration(500+rng.IntN(1501)) * time.Millisecond}
 	f.down = f.down.Round(10 * time.Millisecond)
 	job := func(name string, gpus int) chaosJob {
@@ -547,14 +556,7 @@ func addCapFault(faults []chaosFault, size chaosSize, seed uint64) []chaosFault 
 	holder := job("holder", 2)
 	holder.gated = true
 	f.jobs = []chaosJob{holder, job("over", chaosCapBefore), job("under", f.capTo)}
-	out := append(append([]chaosFault(nil), faults...), f)
-	sort.SliceStable(out, func(i, j int) bool { return out[i].at < out[j].at })
-	for i := 1; i < len(out); i++ {
-		if out[i].at <= out[i-1].at {
-			out[i].at = out[i-1].at + 10*time.Millisecond
-		}
-	}
-	return out
+	return amongByTime(faults, f)
 }
 
 // chaosStrays is how many of a campaign plan's own jobs start a stray.

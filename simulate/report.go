@@ -224,13 +224,13 @@ func (s *sim) result(first time.Duration) *Result {
 			a.row.MaxPerJob = max(a.row.MaxPerJob, st.preempted)
 		}
 	}
-	for pi, p := range s.preempts {
-		if !s.forNothing[pi] && !p.takenOver {
+	for _, p := range s.preempts {
+		if !p.forNothing && !p.takenOver {
 			continue
 		}
 		j := &s.w.Jobs[p.victim]
 		for _, k := range []int{2 - int(j.Class), pos(sizeRow(j.GPUs())), len(names) - 1} {
-			if s.forNothing[pi] {
+			if p.forNothing {
 				accs[k].row.ForNothing++
 			} else {
 				accs[k].row.TakenOver++

@@ -265,8 +265,9 @@ type preemptRec struct {
 	nodes      []string
 	at         time.Duration
 	// takenOver: a job of a higher class than the preemptor started on the victim's nodes
-	// before the preemptor started, as a takeover of the victim's capacity does (rule 7).
-	takenOver bool
+	// before the preemptor started elsewhere, as a takeover of the victim's capacity does
+	// (rule 7); forNothing: the preemptor started elsewhere and nothing took it over.
+	takenOver, forNothing bool
 }
 
 type sim struct {
@@ -280,8 +281,7 @@ type sim struct {
 	seq  uint64
 	now  time.Duration
 
-	preempts   []preemptRec
-	forNothing []bool // per preemption: its preemptor started elsewhere, and no takeover used it
+	preempts []preemptRec
 	// unjudged is the preemptions whose preemptor has not started yet (judged at its start).
 	unjudged   []int32
 	held       int // GPUs held by running or stopping workers
@@ -638,7 +638,7 @@ func (s *sim) judgePreemptions(i int32, nodes []string) {
 		pr := &s.preempts[pi]
 		elsewhere := !overlaps(nodes, pr.nodes)
 		pr.takenOver = pr.takenOver && elsewhere // (it counts only where the preemptor lost the capacity)
-		s.forNothing[pi] = elsewhere && !pr.takenOver
+		pr.forNothing = elsewhere && !pr.takenOver
 	}
 }
 
@@ -678,7 +678,6 @@ func (s *sim) preempt(p scheduler.Preemption) error {
 	st.phase, st.noticeAt = phNotice, s.now
 	s.teams.releasing += s.w.Jobs[vi].GPUs()
 	s.preempts = append(s.preempts, preemptRec{victim: vi, by: pi, nodes: slices.Clone(st.nodes), at: s.now})
-	s.forNothing = append(s.forNothing, false)
 	s.unjudged = append(s.unjudged, int32(len(s.preempts)-1))
 	s.jobs[pi].pending = append(s.jobs[pi].pending, int32(len(s.preempts)-1))
 	notice := s.pol.Scheduler.PreemptionNotice

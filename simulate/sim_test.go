@@ -160,13 +160,13 @@ func TestJudgePreemptions(t *testing.T) {
 			}
 			s := &sim{w: w, jobs: make([]jobState, len(w.Jobs))}
 			s.preempts = []preemptRec{{victim: 0, by: 1, nodes: []string{"n1"}}}
-			s.forNothing, s.unjudged, s.jobs[1].pending = []bool{false}, []int32{0}, []int32{0}
+			s.unjudged, s.jobs[1].pending = []int32{0}, []int32{0}
 			if tc.before != nil {
 				s.judgePreemptions(2, []string{"n1"})
 			}
 			s.judgePreemptions(1, []string{tc.preemptorOn})
-			if s.forNothing[0] != tc.forNothing || s.preempts[0].takenOver != tc.takenOverToo {
-				t.Errorf("for nothing %t, taken over %t; want %t, %t", s.forNothing[0], s.preempts[0].takenOver, tc.forNothing, tc.takenOverToo)
+			if pr := s.preempts[0]; pr.forNothing != tc.forNothing || pr.takenOver != tc.takenOverToo {
+				t.Errorf("for nothing %t, taken over %t; want %t, %t", pr.forNothing, pr.takenOver, tc.forNothing, tc.takenOverToo)
 			}
 			if len(s.unjudged) != 0 {
 				t.Errorf("still unjudged: %v", s.unjudged)
