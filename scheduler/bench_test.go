@@ -605,3 +605,37 @@ func BenchmarkScheduleWaitingFullRacked(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkForecastFit is what the record's range costs one expected start, with a full record
+// of finished samples only, and with as many still waiting beside them (which the percentiles
+// count as censored).
+func BenchmarkForecastFit(b *testing.B) {
+	now := t0.Add(72 * time.Hour)
+	rng := rand.New(rand.NewPCG(1, 2))
+	sample := func(i int, actual time.Duration) forecastSample {
+		return forecastSample{job: fmt.Sprint(i), attempt: 1, asked: now.Add(-time.Duration(rng.IntN(48*60)) * time.Minute),
+			age: time.Duration(rng.IntN(600)) * time.Minute, proj: time.Duration(rng.IntN(600)) * time.Minute,
+			naive: time.Duration(rng.IntN(600)) * time.Minute, actual: actual}
+	}
+	var fc forecastRecord
+	for i := range ForecastKept {
+		fc.done = append(fc.done, sample(i, time.Duration(rng.IntN(600))*time.Minute))
+	}
+	full := fc
+	for i := range forecastPending {
+		full.pending = append(full.pending, sample(ForecastKept+i, -1))
+	}
+	for _, tc := range []struct {
+		name string
+		fc   *forecastRecord
+	}{{"finished-only", &fc}, {"with-waiting", &full}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				if _, ok := tc.fc.rangeFit(now, time.Hour, 2*time.Hour, 3*time.Hour); !ok {
+					b.Fatal("no fit")
+				}
+			}
+		})
+	}
+}

@@ -444,8 +444,11 @@
 // in the proportion that erred least on the samples most like it, shifts by their median
 // error, and gives as its range their 10th to 90th percentile errors, whose levels move by how
 // the samples' own ranges held (so that about 1 in 10 starts falls on each side, even when
-// waits drift). With fewer than ForecastMinSamples comparable samples it is the projection,
-// without a range. Measured by trainq simulate (the report's "forecast" rows).
+// waits drift). The range's samples are those most like it in their figures and in how long
+// their request had waited when asked, the ones still waiting among them counted as waiting
+// at least as long as they have so far (Kaplan–Meier); the point's are the finished samples
+// most like it in their figures. With fewer than ForecastMinSamples comparable samples it is
+// the projection, without a range. Measured by trainq simulate (the report's "forecast" rows).
 //
 // # Terms
 //

@@ -18,9 +18,11 @@ import (
 // waited. Pool.Forecast then corrects a new projection by that record: it
 // blends the projection with the queue-position figure in the proportion that erred least, shifts
 // it by the record's median error, and gives the record's 10th to 90th percentile errors as the
-// range (Expected.Earliest, Expected.Latest). About 8 in 10 jobs start inside it as long as the
-// pool behaves as it did over its last ForecastKept samples; until it has ForecastMinSamples the
-// pool gives the projection as it is, without a range.
+// range (Expected.Earliest, Expected.Latest). The range is read from the samples asked with
+// similar figures after a similar wait so far, counting those still waiting as censored (see
+// fit); the point from the finished samples with similar figures. About 8 in 10 jobs start
+// inside the range as long as the pool behaves as it did over its last ForecastKept samples;
+// until it has ForecastMinSamples the pool gives the projection as it is, without a range.
 const (
 	ForecastSampleEvery = time.Minute
 	// ForecastKept is how many finished samples the record keeps (the newest).
@@ -105,9 +107,12 @@ type forecastSample struct {
 	job     string
 	attempt int
 	asked   time.Time
-	proj    time.Duration
-	naive   time.Duration
-	actual  time.Duration
+	// age is how long the request had waited when asked: a request asked at its submission
+	// and one asked after a day in the queue err differently with the same figures.
+	age    time.Duration
+	proj   time.Duration
+	naive  time.Duration
+	actual time.Duration
 	// bounds is what the forecast said when the sample was taken, in log space (ranged: it had
 	// enough samples to say it).
 	bounds [3]float64
@@ -157,11 +162,11 @@ func (p *Pool) SampleForecasts(now time.Time, stop time.Duration) {
 	}
 	for _, job := range jobs {
 		w := p.waitIdx[job]
-		s := forecastSample{job: job, attempt: w.r.Attempt, asked: now, proj: -1, naive: p.naiveWait(w, now), actual: -1}
+		s := forecastSample{job: job, attempt: w.r.Attempt, asked: now, age: waitedSoFar(w, now), proj: -1, naive: p.naiveWait(w, now), actual: -1}
 		if e := proj[job]; !e.At.IsZero() {
 			s.proj = max(0, e.At.Sub(now))
 		}
-		if f, ok := fc.fit(s.proj, s.naive); ok {
+		if f, ok := fc.rangeFit(now, s.age, s.proj, s.naive); ok {
 			b := blend(f.weight, s.proj, s.naive)
 			s.bounds, s.ranged = [3]float64{b + f.q[0], b + f.q[1], b + f.q[2]}, true
 		}
@@ -254,37 +259,90 @@ func waitOfLog(x float64) time.Duration {
 	return time.Duration(math.Expm1(max(x, 0)) * float64(forecastFloor))
 }
 
-// fit finds, over the finished samples most like this forecast (those whose projection and
-// queue-position figure were nearest these, on the log scale: errors grow with the horizon and
-// differ near the start), the blend whose errors spread least, and their percentiles. proj or
-// naive is negative when unknown; ok is false with fewer than ForecastMinSamples comparable
-// samples.
-func (fc *forecastRecord) fit(proj, naive time.Duration) (forecastFit, bool) {
+// rangeFit is the fit a forecast's range comes from: over the finished samples and those still
+// waiting, nearest by the projection, the queue-position figure and the wait so far (see fit).
+func (fc *forecastRecord) rangeFit(now time.Time, age, proj, naive time.Duration) (forecastFit, bool) {
+	return fc.fit(now, proj, naive, age, true)
+}
+
+// pointFit is the fit a forecast's point comes from: over the finished samples alone, nearest by
+// the projection and the queue-position figure. Read from the range's fit, the point of a job
+// asked shortly before its start sat among the samples of requests that had waited as long and
+// went on waiting: on trainq simulate's pools with learned estimates its error 10 minutes
+// before the start grew from 37% of the wait to 102% (multigpu50, 16 nodes).
+func (fc *forecastRecord) pointFit(proj, naive time.Duration) (forecastFit, bool) {
+	return fc.fit(time.Time{}, proj, naive, 0, false)
+}
+
+// fit finds, over the samples most like this forecast (those whose projection and
+// queue-position figure, and with withWaiting the wait so far, were nearest these, on the log
+// scale: errors grow with the horizon, differ near the start, and differ between a request just
+// queued and one that has waited a day), the blend whose errors spread least, and their
+// percentiles. proj or naive is negative when unknown; ok is false with fewer than
+// ForecastMinSamples comparable finished samples.
+//
+// With withWaiting, the samples still waiting take part as what they are, censored: their job
+// waits at least as long as it has so far (now − asked). Leaving them out reads the errors from
+// the jobs that started, which are the short waits whenever the queue grows, and the range then
+// ends too early (on trainq simulate's multigpu50 list at 14 nodes, 46% of the record's own
+// samples started after its 90th percentile); counting what they have waited so far as their
+// wait makes the lower end fall to nothing. So the percentiles are the Kaplan–Meier
+// estimator's, which counts a censored sample among those that may still err more until its
+// wait so far is passed.
+func (fc *forecastRecord) fit(now time.Time, proj, naive, age time.Duration, withWaiting bool) (forecastFit, bool) {
 	type near struct {
-		s    forecastSample
+		s    *forecastSample
 		dist float64
 	}
 	var use []near
-	// The samples still waiting are left out: counting what they have waited so far as their wait
-	// made the range's lower end fall to nothing (measured: trainq simulate, default list).
-	for _, s := range fc.done {
-		if (proj >= 0) != (s.proj >= 0) && proj >= 0 || (naive >= 0) != (s.naive >= 0) && naive >= 0 {
-			continue // it lacks a figure this forecast uses
-		}
-		d := 0.0
-		if proj >= 0 {
-			d += math.Abs(logWait(s.proj) - logWait(proj))
-		}
-		if naive >= 0 {
-			d += math.Abs(logWait(s.naive) - logWait(naive))
-		}
-		use = append(use, near{s, d})
+	finished := 0
+	groups := [][]forecastSample{fc.done, fc.pending}
+	if !withWaiting {
+		groups = groups[:1]
 	}
-	if len(use) < ForecastMinSamples {
+	for _, group := range groups {
+		for i := range group {
+			s := &group[i]
+			if (proj >= 0) != (s.proj >= 0) && proj >= 0 || (naive >= 0) != (s.naive >= 0) && naive >= 0 {
+				continue // it lacks a figure this forecast uses
+			}
+			d := 0.0
+			if proj >= 0 {
+				d += math.Abs(logWait(s.proj) - logWait(proj))
+			}
+			if naive >= 0 {
+				d += math.Abs(logWait(s.naive) - logWait(naive))
+			}
+			if withWaiting {
+				d += math.Abs(logWait(s.age) - logWait(age))
+			}
+			if s.actual >= 0 {
+				finished++
+			}
+			use = append(use, near{s, d})
+		}
+	}
+	if finished < ForecastMinSamples {
 		return forecastFit{}, false
 	}
-	k := max(ForecastMinSamples, len(use)/forecastNearShare)
-	slices.SortStableFunc(use, func(a, b near) int { return cmp.Compare(a.dist, b.dist) })
+	// The nearest first, and of equally near ones the latest asked; at least ForecastMinSamples
+	// of them, and enough to hold half as many finished ones.
+	slices.SortFunc(use, func(a, b near) int {
+		if c := cmp.Compare(a.dist, b.dist); c != 0 {
+			return c
+		}
+		return b.s.asked.Compare(a.s.asked)
+	})
+	k, seen := max(ForecastMinSamples, len(use)/forecastNearShare), 0
+	for i, n := range use {
+		if n.s.actual >= 0 {
+			seen++
+		}
+		if i+1 >= k && 2*seen >= ForecastMinSamples {
+			k = i + 1
+			break
+		}
+	}
 	use = use[:k]
 	weights := []float64{1}
 	switch {
@@ -293,29 +351,89 @@ func (fc *forecastRecord) fit(proj, naive time.Duration) (forecastFit, bool) {
 	case naive >= 0:
 		weights = []float64{1, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0}
 	}
-	errs := make([]float64, len(use))
+	errs := make([]censoredErr, len(use))
 	dev := make([]float64, len(use))
 	best, bestSpread := forecastFit{samples: len(use)}, math.Inf(1)
 	for _, wt := range weights {
 		for i, n := range use {
-			errs[i] = logWait(n.s.actual) - blend(wt, n.s.proj, n.s.naive)
+			wait, waited := n.s.actual, false
+			if wait < 0 {
+				wait, waited = max(0, now.Sub(n.s.asked)), true
+			}
+			errs[i] = censoredErr{logWait(wait) - blend(wt, n.s.proj, n.s.naive), waited}
 		}
-		slices.Sort(errs)
-		mid := quantileOf(errs, 0.5)
-		for i, e := range errs {
-			dev[i] = math.Abs(e - mid)
+		slices.SortFunc(errs, cmpCensoredErr)
+		mid := kaplanMeierQuantile(errs, 0.5)
+		dev = dev[:0]
+		for _, e := range errs {
+			if !e.censored {
+				dev = append(dev, math.Abs(e.err-mid))
+			}
 		}
 		slices.Sort(dev)
 		if spread := quantileOf(dev, 0.5); spread < bestSpread {
 			bestSpread = spread
 			best = forecastFit{weight: wt, samples: len(use)}
 			for k, l := range forecastLevels {
-				best.q[k] = quantileOf(errs, l+fc.shift[k])
+				best.q[k] = kaplanMeierQuantile(errs, l+fc.shift[k])
 			}
 			slices.Sort(best.q[:]) // levels that crossed keep the point inside the range
 		}
 	}
 	return best, true
+}
+
+// censoredErr is one sample's error; censored: its job is still waiting, and err is the least
+// its error can be.
+type censoredErr struct {
+	err      float64
+	censored bool
+}
+
+// cmpCensoredErr orders errors ascending, a finished sample before a censored one of the same
+// error (it was still at risk then).
+func cmpCensoredErr(a, b censoredErr) int {
+	if c := cmp.Compare(a.err, b.err); c != 0 {
+		return c
+	}
+	switch {
+	case a.censored == b.censored:
+		return 0
+	case b.censored:
+		return -1
+	}
+	return 1
+}
+
+// kaplanMeierQuantile is the error below which a share q of the samples fall by the
+// Kaplan–Meier estimate over sorted (cmpCensoredErr): each finished sample takes its share of
+// those still at risk, a censored one leaves the risk set when its error so far is passed. Past
+// the last finished sample the estimate knows nothing more: a q beyond it is the largest error
+// seen, finished or not, the least the quantile can be.
+func kaplanMeierQuantile(sorted []censoredErr, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	below := 0.0 // the estimated share below the errors passed so far
+	for i, e := range sorted {
+		if e.censored {
+			continue
+		}
+		below += (1 - below) / float64(len(sorted)-i)
+		if below >= q-1e-12 {
+			return e.err
+		}
+	}
+	return sorted[len(sorted)-1].err
+}
+
+// waitedSoFar is how long w has waited by now, since it was submitted (0 when it does not say
+// when).
+func waitedSoFar(w *waitReq, now time.Time) time.Duration {
+	if w.r.SubmittedAt.IsZero() {
+		return 0
+	}
+	return max(0, now.Sub(w.r.SubmittedAt))
 }
 
 // blend is the forecast before correction, in log space: the projection weighted by weight, the
@@ -371,14 +489,18 @@ func (p *Pool) Forecast(now time.Time, stop time.Duration, want []string) (map[s
 		if proj < 0 && naive < 0 {
 			continue
 		}
-		f, ok := fc.fit(proj, naive)
+		f, ok := fc.rangeFit(now, waitedSoFar(w, now), proj, naive)
 		if !ok {
 			continue
 		}
 		b := blend(f.weight, proj, naive)
+		lo, point, hi := b+f.q[0], b+f.q[1], b+f.q[2]
+		if g, ok := fc.pointFit(proj, naive); ok {
+			point, f.weight = min(max(blend(g.weight, proj, naive)+g.q[1], lo), hi), g.weight
+		}
 		c := e
-		c.At = now.Add(waitOfLog(b + f.q[1]))
-		c.Earliest, c.Latest = now.Add(waitOfLog(b+f.q[0])), now.Add(waitOfLog(b+f.q[2]))
+		c.At = now.Add(waitOfLog(point))
+		c.Earliest, c.Latest = now.Add(waitOfLog(lo)), now.Add(waitOfLog(hi))
 		c.Samples = f.samples
 		c.Projected = e.At
 		switch {
@@ -428,7 +550,10 @@ type SnapshotForecastSample struct {
 	Asked   int64  `json:"t,omitempty"`
 	Proj    int64  `json:"p"`
 	Naive   int64  `json:"n"`
-	Actual  int64  `json:"w"`
+	// Age is how long the request had waited when asked (absent in records written before it
+	// was kept: those count as asked at submission).
+	Age    int64 `json:"g,omitempty"`
+	Actual int64 `json:"w"`
 	// Bounds is what the forecast said when a pending sample was taken, in log space.
 	Bounds []float64 `json:"b,omitempty"`
 }
@@ -442,14 +567,14 @@ func (fc *forecastRecord) snapshot() *SnapshotForecast {
 		s.Shift = fc.shift[:]
 	}
 	for _, x := range fc.pending {
-		ss := SnapshotForecastSample{Job: x.job, Attempt: x.attempt, Asked: tn(x.asked), Proj: int64(x.proj), Naive: int64(x.naive), Actual: -1}
+		ss := SnapshotForecastSample{Job: x.job, Attempt: x.attempt, Asked: tn(x.asked), Proj: int64(x.proj), Naive: int64(x.naive), Age: int64(x.age), Actual: -1}
 		if x.ranged {
 			ss.Bounds = x.bounds[:]
 		}
 		s.Pending = append(s.Pending, ss)
 	}
 	for _, x := range fc.done {
-		s.Done = append(s.Done, SnapshotForecastSample{Asked: tn(x.asked), Proj: int64(x.proj), Naive: int64(x.naive), Actual: int64(x.actual)})
+		s.Done = append(s.Done, SnapshotForecastSample{Asked: tn(x.asked), Proj: int64(x.proj), Naive: int64(x.naive), Age: int64(x.age), Actual: int64(x.actual)})
 	}
 	s.Starts = make([]int64, len(fc.starts))
 	for i, t := range fc.starts {
@@ -465,13 +590,13 @@ func (fc *forecastRecord) restore(s *SnapshotForecast) {
 	*fc = forecastRecord{last: nt(s.Last), turn: s.Turn, dropped: s.Dropped, fresh: slices.Clone(s.Fresh), freshStride: s.FreshStride, freshSeen: s.FreshSeen}
 	copy(fc.shift[:], s.Shift)
 	for _, x := range s.Pending {
-		fs := forecastSample{job: x.Job, attempt: x.Attempt, asked: nt(x.Asked), proj: time.Duration(x.Proj), naive: time.Duration(x.Naive), actual: -1}
+		fs := forecastSample{job: x.Job, attempt: x.Attempt, asked: nt(x.Asked), proj: time.Duration(x.Proj), naive: time.Duration(x.Naive), age: time.Duration(x.Age), actual: -1}
 		fs.ranged = copy(fs.bounds[:], x.Bounds) == len(fs.bounds)
 		fc.pending = append(fc.pending, fs)
 	}
 	fc.reindex()
 	for _, x := range s.Done {
-		fc.done = append(fc.done, forecastSample{asked: nt(x.Asked), proj: time.Duration(x.Proj), naive: time.Duration(x.Naive), actual: time.Duration(x.Actual)})
+		fc.done = append(fc.done, forecastSample{asked: nt(x.Asked), proj: time.Duration(x.Proj), naive: time.Duration(x.Naive), age: time.Duration(x.Age), actual: time.Duration(x.Actual)})
 	}
 	fc.starts = make([]time.Time, len(s.Starts))
 	for i, ms := range s.Starts {

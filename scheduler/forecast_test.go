@@ -268,3 +268,103 @@ func TestForecastWithoutTimeLimits(t *testing.T) {
 		t.Errorf("because %q", e.Because)
 	}
 }
+
+func TestKaplanMeierQuantile(t *testing.T) {
+	done := func(e float64) censoredErr { return censoredErr{err: e} }
+	waiting := func(e float64) censoredErr { return censoredErr{err: e, censored: true} }
+	for _, tc := range []struct {
+		name  string
+		given []censoredErr
+		q     float64
+		want  float64
+	}{
+		{"nothing censored: the empirical quantile", []censoredErr{done(1), done(2), done(3), done(4)}, 0.5, 2},
+		{"nothing censored, the top", []censoredErr{done(1), done(2), done(3), done(4)}, 0.9, 4},
+		{"censored below every finished error changes nothing", []censoredErr{waiting(0), waiting(0.5), done(1), done(2), done(3), done(4)}, 0.5, 2},
+		// After 1 and 2 (a share of 1/2), 3 of the 4 at risk are still waiting past 2: the
+		// finished 5 takes the rest (1/2 + 1/2 ÷ 1).
+		{"censored above: the median moves past them", []censoredErr{done(1), done(2), waiting(3), waiting(3), waiting(4), done(5)}, 0.6, 5},
+		{"a share past the last finished: the largest error seen", []censoredErr{done(1), done(2), waiting(7)}, 0.9, 7},
+		{"a finished and a censored error equal: the finished one counts first", []censoredErr{done(1), done(2), waiting(2)}, 0.6, 2},
+		{"none", nil, 0.5, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := slices.Clone(tc.given)
+			slices.SortFunc(s, cmpCensoredErr)
+			if got := kaplanMeierQuantile(s, tc.q); got != tc.want {
+				t.Errorf("quantile %.2f of %v = %v, want %v", tc.q, tc.given, got, tc.want)
+			}
+		})
+	}
+}
+
+// recordOf is a forecast record of n finished samples and m still waiting, all asked when the
+// projection and the queue-position figure said 10 minutes: the finished ones waited done and
+// had waited doneAge when asked; the waiting ones were asked waitingFor before now, at
+// submission.
+func recordOf(now time.Time, n int, done, doneAge time.Duration, m int, waitingFor time.Duration) forecastRecord {
+	var fc forecastRecord
+	for i := range n {
+		fc.done = append(fc.done, forecastSample{job: fmt.Sprintf("d%d", i), attempt: 1, asked: now.Add(-48 * time.Hour),
+			age: doneAge, proj: 10 * time.Minute, naive: 10 * time.Minute, actual: done})
+	}
+	for i := range m {
+		fc.pending = append(fc.pending, forecastSample{job: fmt.Sprintf("p%d", i), attempt: 1, asked: now.Add(-waitingFor),
+			proj: 10 * time.Minute, naive: 10 * time.Minute, actual: -1})
+	}
+	return fc
+}
+
+// TestForecastCountsTheStillWaiting: when the queue has slowed, the samples that finished are the
+// short waits and the long ones are still waiting. The range must reach past what the waiting
+// ones have waited already, not end at what the finished ones waited.
+func TestForecastCountsTheStillWaiting(t *testing.T) {
+	now := at(0).Add(72 * time.Hour)
+	for _, tc := range []struct {
+		name              string
+		waiting           int
+		wantLatestAtLeast time.Duration
+		wantLatestBelow   time.Duration
+	}{
+		{"none waiting: the finished waits", 0, 10 * time.Minute, 11 * time.Minute},
+		{"half of the record waiting for 5 hours", 30, 5 * time.Hour, 1000 * time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fc := recordOf(now, 30, 10*time.Minute, 0, tc.waiting, 5*time.Hour)
+			f, ok := fc.rangeFit(now, 0, 10*time.Minute, 10*time.Minute)
+			if !ok {
+				t.Fatal("no fit")
+			}
+			latest := waitOfLog(blend(f.weight, 10*time.Minute, 10*time.Minute) + f.q[2]).Round(time.Second)
+			if latest < tc.wantLatestAtLeast || latest >= tc.wantLatestBelow {
+				t.Errorf("the range ends %s from now, want from %s to %s", latest, tc.wantLatestAtLeast, tc.wantLatestBelow)
+			}
+		})
+	}
+}
+
+// TestForecastByWaitSoFar: the same figures mean a different wait for a request just queued
+// and for one that has been queued for a day; each one's range is what requests like it waited.
+func TestForecastByWaitSoFar(t *testing.T) {
+	now := at(0).Add(72 * time.Hour)
+	fc := recordOf(now, 40, 10*time.Minute, 0, 0, 0)
+	old := recordOf(now, 40, 5*time.Hour, 24*time.Hour, 0, 0)
+	fc.done = append(fc.done, old.done...)
+	for _, tc := range []struct {
+		age  time.Duration
+		want time.Duration
+	}{
+		{0, 10 * time.Minute},
+		{20 * time.Hour, 5 * time.Hour},
+	} {
+		f, ok := fc.rangeFit(now, tc.age, 10*time.Minute, 10*time.Minute)
+		if !ok {
+			t.Fatal("no fit")
+		}
+		b := blend(f.weight, 10*time.Minute, 10*time.Minute)
+		lo, hi := waitOfLog(b+f.q[0]).Round(time.Minute), waitOfLog(b+f.q[2]).Round(time.Minute)
+		if lo != tc.want || hi != tc.want {
+			t.Errorf("queued %s ago: expected to start %s to %s from now, want %s", tc.age, lo, hi, tc.want)
+		}
+	}
+}
