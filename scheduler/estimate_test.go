@@ -44,7 +44,9 @@ func TestEstimatedRunLimit(t *testing.T) {
 		{time.Hour, 0, time.Hour},
 		{0, 0, MinRunLimit},
 		{time.Hour, 20 * time.Minute, 40 * time.Minute},
-		{time.Hour, 2 * time.Hour, MinRerunLimit}, // a rerun past its estimate still needs some time
+		{time.Hour, time.Hour - 30*time.Second, MinRerunLimit}, // a rerun near its estimate still needs some time
+		{time.Hour, time.Hour, time.Hour},                      // one that used it all: one more estimate
+		{time.Hour, 2 * time.Hour, time.Hour},                  // one that outran it, as the projection takes a running job past it
 	} {
 		if got := EstimatedRunLimit(tc.est, tc.ran); got != tc.want {
 			t.Errorf("EstimatedRunLimit(%s, %s) = %s, want %s", tc.est, tc.ran, got, tc.want)

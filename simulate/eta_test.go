@@ -34,7 +34,8 @@ func TestParseEstimates(t *testing.T) {
 }
 
 // The RunLimit a request carries: exact is the remaining work, limit:2x twice the runtime less
-// what earlier attempts ran (at least MinRerunLimit), none nothing.
+// what earlier attempts ran (at least MinRerunLimit; once they ran that long, twice the runtime
+// again), none nothing.
 func TestRunLimits(t *testing.T) {
 	w := &Workload{Name: "t", Nodes: nodes(1, 4), Jobs: []Job{jb("a", 0, scheduler.Low, 4, time.Hour)}}
 	for _, c := range []struct {
@@ -47,8 +48,9 @@ func TestRunLimits(t *testing.T) {
 		{Estimates{Kind: EstimateExact}, 20 * time.Minute, 40 * time.Minute, 40 * time.Minute},
 		{Estimates{Kind: EstimateLimit, Factor: 2}, 0, time.Hour, 2 * time.Hour},
 		{Estimates{Kind: EstimateLimit, Factor: 2}, 30 * time.Minute, time.Hour, 90 * time.Minute},
-		{Estimates{Kind: EstimateLimit, Factor: 2}, 3 * time.Hour, time.Hour, scheduler.MinRerunLimit},
-		{Estimates{Kind: EstimateLearned}, 0, time.Hour, 0}, // nothing learned: no estimate
+		{Estimates{Kind: EstimateLimit, Factor: 2}, 2*time.Hour - 30*time.Second, time.Hour, scheduler.MinRerunLimit},
+		{Estimates{Kind: EstimateLimit, Factor: 2}, 3 * time.Hour, time.Hour, 2 * time.Hour}, // outrun: one more
+		{Estimates{Kind: EstimateLearned}, 0, time.Hour, 0},                                  // nothing learned: no estimate
 	} {
 		s, err := newSim(w, prio, Options{StopDelay: time.Second}, c.est)
 		if err != nil {
