@@ -495,8 +495,9 @@ func (p *Pool) Forecast(now time.Time, stop time.Duration, want []string) (map[s
 		}
 		b := blend(f.weight, proj, naive)
 		lo, point, hi := b+f.q[0], b+f.q[1], b+f.q[2]
+		weight := f.weight // the point's blend, which the assumption names
 		if g, ok := fc.pointFit(proj, naive); ok {
-			point, f.weight = min(max(blend(g.weight, proj, naive)+g.q[1], lo), hi), g.weight
+			point, weight = min(max(blend(g.weight, proj, naive)+g.q[1], lo), hi), g.weight
 		}
 		c := e
 		c.At = now.Add(waitOfLog(point))
@@ -507,7 +508,7 @@ func (p *Pool) Forecast(now time.Time, stop time.Duration, want []string) (map[s
 		case proj < 0:
 			c.Because = fmt.Sprintf("from its place in the queue (%s) and the starts of the last hour; the projection has none: %s",
 				ordinal(p.waitPos(w)+1), strings.TrimPrefix(e.Because, "unknown: "))
-		case f.weight < 1:
+		case weight < 1:
 			c.Because += "; blended with its place in the queue and the last hour's starts"
 		}
 		out[job] = c
