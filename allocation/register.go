@@ -38,7 +38,10 @@ func (s *State) Recovered(epoch string, now time.Time, reg Registered) (protocol
 	var refused []protocol.JobHold
 	reply.Conflicts, refused = s.rebuild(pool, reg.Holds)
 	if s.ChargesAdopted {
-		pool.ChargeAdopted(now)
+		since := pool.ChargeAdopted(now)
+		if s.ChargesStrangers {
+			s.ChargedFrom = since
+		}
 	}
 	s.Pool = pool
 	s.noteDrains()
@@ -132,7 +135,11 @@ func (s *State) Strangers(node string, live []cluster.WorkerID) (jobs []string, 
 // stale, and the fence stops it). A hold is adopted only if it holds one of
 // the workers found (none are given for a job asked again after recovery):
 // a job whose worker of an ended attempt lingers must not be adopted for it.
-func (s *State) AdoptStranger(node string, h protocol.JobHold, workers []cluster.WorkerID) []Command {
+//
+// A holder is charged fair-share usage from the time the last recovery
+// charged its adopted jobs from (see ChargesStrangers): it held its GPUs all
+// along, and a recovery that missed it charged it nothing.
+func (s *State) AdoptStranger(node string, h protocol.JobHold, workers []cluster.WorkerID, now time.Time) []Command {
 	if _, ok := s.Pool.Running(h.Job); ok {
 		return nil
 	}
@@ -151,6 +158,9 @@ func (s *State) AdoptStranger(node string, h protocol.JobHold, workers []cluster
 	case len(refused) > 0:
 	case h.Phase == protocol.HoldHolding:
 		if _, ok := s.Pool.Running(h.Job); ok {
+			if s.ChargesStrangers {
+				s.Pool.ChargeAdoptedJob(h.Job, s.ChargedFrom, now)
+			}
 			cmds.note("adopted %s attempt %d, found through its worker on %s", h.Job, h.Request.Attempt, node)
 			cmds.warn("adopted a job recovery missed", "job", h.Job, "attempt", h.Request.Attempt, "node", node)
 			s.tellAdoptedToLeave(&cmds)

@@ -88,3 +88,65 @@ func TestALiveRecoveryChargesAsTheOldPoolWould(t *testing.T) {
 	}
 	assert.InDelta(t, 40.0, got[0].GPUHours, 2.0, "8 GPUs for 5 hours, a little decayed")
 }
+
+// A job the recovery missed (it did not answer) held its GPUs all along:
+// adopted later, it is charged as if the recovery had adopted it, so its
+// workspace ends as it would have had no recovery happened. Runs of older
+// code (no gate) charged it from its adoption only.
+func TestAStrangerAdoptedAfterARecoveryIsChargedAsTheRecoveryWould(t *testing.T) {
+	req := func(job, ws string) protocol.CapacityRequest {
+		return fixture.Request{Job: job, Attempt: 1, Class: medium, GPUs: 8, Workspace: ws, User: "u"}.Capacity()
+	}
+	build := func(charges bool) *State {
+		in := input(2)
+		in.Policy.Ordering = scheduler.FairShare
+		s, err := New(in)
+		require.NoError(t, err)
+		s.ChargesAdopted, s.ChargesStrangers = true, charges
+		s.Request(req("x", "missed"), t0)
+		s.Request(req("y", "answered"), t0)
+		s.Pass(t0)
+		s.Pass(t0.Add(time.Hour))
+		return s
+	}
+	holdOf := func(s *State, job, ws string) protocol.JobHold {
+		r, ok := s.Pool.Running(job)
+		require.True(t, ok)
+		h := protocol.JobHold{Job: job, Phase: protocol.HoldHolding, Request: req(job, ws), StartedAt: r.StartedAt, Placement: r.Placement}
+		h.Request.Seq = r.Seq
+		return h
+	}
+	recoveredAt, adoptedAt, end := t0.Add(5*time.Hour), t0.Add(8*time.Hour), t0.Add(9*time.Hour)
+	usage := func(s *State) map[string]float64 {
+		out := map[string]float64{}
+		for _, u := range s.Pool.Usage() {
+			out[u.Workspace] = u.GPUHours
+		}
+		return out
+	}
+	recoverMissingX := func(charges bool) map[string]float64 {
+		s := build(charges)
+		x, y := holdOf(s, "x", "missed"), holdOf(s, "y", "answered")
+		_, _, err := s.Recovered("e2", recoveredAt, Registered{Holds: []protocol.JobHold{y}, Listed: 2, Unanswered: []string{"x"}})
+		require.NoError(t, err)
+		s.Pass(recoveredAt)
+		s.AdoptStranger("", x, nil, adoptedAt)
+		_, held := s.Pool.Running("x")
+		require.True(t, held, "x is adopted")
+		s.Pass(adoptedAt)
+		s.Pass(end)
+		return usage(s)
+	}
+	kept := build(true)
+	kept.Pass(end)
+	want := usage(kept)
+	require.InDelta(t, 72.0, want["missed"], 2.0, "8 GPUs for 9 hours, a little decayed")
+
+	got := recoverMissingX(true)
+	assert.InDelta(t, want["missed"], got["missed"], 1e-6, "the missed job is charged as if no recovery had happened")
+	assert.InDelta(t, want["answered"], got["answered"], 1e-6)
+
+	old := recoverMissingX(false)
+	assert.InDelta(t, 16.0, old["missed"], 0.5,
+		"without the gate it is charged until the old pool's last accrual (1 h) and from its adoption (1 h) only, not the 7 h between")
+}

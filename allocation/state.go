@@ -77,6 +77,16 @@ type State struct {
 	// was charging: after a reset the old pool is the reset point's. Not
 	// carried: the workflow sets it for each run (a version gate).
 	ChargesAdopted bool
+	// ChargesStrangers says a job a recovery missed is charged fair-share
+	// usage, once it is adopted, from ChargedFrom, as the recovery would have
+	// charged it (scheduler.Pool.ChargeAdoptedJob); without it, it was
+	// charged from its adoption. Not carried: the workflow sets it for each
+	// run (a version gate).
+	ChargesStrangers bool
+	// ChargedFrom is the time the last recovery charged its adopted jobs
+	// from (see scheduler.Pool.ChargeAdopted); zero if it charged none, or
+	// under fair share off.
+	ChargedFrom time.Time
 }
 
 // New is the state of a fresh allocation: nothing held, nothing waiting.
@@ -112,8 +122,8 @@ func Restore(in protocol.AllocatorInput, packedPool []byte) (*State, error) {
 	s := &State{
 		Config: in, Pool: pool, NextSeq: carried.NextSeq, Orphans: carried.Orphans, Counters: carried.Counters,
 		Epoch: carried.Epoch, Withdrawn: carried.Withdrawn, Forgotten: carried.Forgotten, AfterReclaim: carried.AfterReclaim,
-		Unanswered: carried.Unanswered, RecoveredAt: carried.RecoveredAt, Fences: map[string]Fence{},
-		Builds: carried.Builds,
+		Unanswered: carried.Unanswered, RecoveredAt: carried.RecoveredAt, ChargedFrom: carried.ChargedFrom,
+		Fences: map[string]Fence{}, Builds: carried.Builds,
 	}
 	for _, f := range carried.Fenced {
 		s.Fences[f.Node] = carriedFence(f)
@@ -144,6 +154,7 @@ func (s *State) Carry() (protocol.AllocatorInput, []byte, error) {
 		AfterReclaim: s.AfterReclaim,
 		Unanswered:   s.Unanswered,
 		RecoveredAt:  s.RecoveredAt,
+		ChargedFrom:  s.ChargedFrom,
 		Builds:       s.Builds,
 	}
 	packed, err := scheduler.PackSnapshot(s.Pool.Snapshot())

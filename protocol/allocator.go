@@ -73,6 +73,9 @@ type AllocatorState struct {
 	Unanswered []string `json:"unanswered,omitempty"`
 	// RecoveredAt is when the state was last rebuilt from the jobs.
 	RecoveredAt time.Time `json:"recovered_at,omitzero"`
+	// ChargedFrom is the time the last recovery charged fair-share usage
+	// from: a job it missed is charged from there once it is adopted.
+	ChargedFrom time.Time `json:"charged_from,omitzero"`
 	// Builds are the worker builds the allocator's runs have run on, the
 	// latest last (see allocation.State.NoteBuild).
 	Builds []string `json:"builds,omitempty"`

@@ -433,7 +433,8 @@
 // pool it replaces, and Pool.ChargeAdopted then charges the time since that pool last accrued
 // to the jobs the rebuilt pool adopted, each from its start (the pool replaced may be the one of
 // a reset point, whose holders have long ended; jobs that started and ended in between are not
-// known). Pool.Usage lists each workspace's usage, share and GPUs held.
+// known). A job the recovery missed and that is adopted later is charged from the same time by
+// Pool.ChargeAdoptedJob. Pool.Usage lists each workspace's usage, share and GPUs held.
 //
 // # Expected starts
 //

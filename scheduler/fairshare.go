@@ -246,46 +246,68 @@ func (p *Pool) CarryUsage(from *Pool) {
 // its start, or from that last accrual if later, to now. The other pool may be the one of a
 // reset point: what held GPUs then may have ended long before now, and what runs now started
 // since. Jobs that started and ended between the two are not known, and not charged.
-func (p *Pool) ChargeAdopted(now time.Time) {
+//
+// It returns that last accrual (zero if there was none, or fair share is off): a job the
+// recovery missed and that is adopted later is charged from there too (ChargeAdoptedJob).
+func (p *Pool) ChargeAdopted(now time.Time) (since time.Time) {
 	fs := &p.fs
 	if !fs.on {
-		return
+		return time.Time{}
 	}
-	since := fs.at
+	since = fs.at
 	for _, accts := range [][]account{fs.ws, fs.users} {
 		for i := range accts {
 			accts[i].charged = 0
 		}
 	}
 	fs.accrue(now) // decays what was carried to now, charging nothing
-	if since.IsZero() || !now.After(since) {
-		fs.settle()
-		return
-	}
-	hl := float64(fs.halfLife)
-	for _, job := range p.RunningJobs() { // sorted: the sums come out the same on every replay
-		rj := p.running[job]
-		start := rj.startedAt
-		if start.Before(since) {
-			start = since
+	if !since.IsZero() {
+		for _, job := range p.RunningJobs() { // sorted: the sums come out the same on every replay
+			p.chargeHeld(p.running[job], since, now)
 		}
-		if !start.Before(now) {
-			continue
-		}
-		gpus := 0
-		for w, m := range rj.gpus {
-			if !rj.released[w] {
-				gpus += bits.OnesCount64(m)
-			}
-		}
-		// ∫ gpus·2^-((now-s)/H) ds over [start, now], as accrue charges it.
-		gain := float64(float64(fs.halfLife.Seconds()/math.Ln2) * float64(1-halfPow(float64(now.Sub(start))/hl)))
-		charge := float64(float64(gpus) * gain)
-		ws, user := &fs.ws[rj.ws+1], &fs.users[rj.user]
-		ws.usage = float64(ws.usage + charge)
-		user.usage = float64(user.usage + charge)
 	}
 	fs.settle()
+	return since
+}
+
+// ChargeAdoptedJob charges job, which the pool adopted after a recovery had missed it, as that
+// recovery would have (see ChargeAdopted): what it holds from its start, or from since if later,
+// to now. Until now the pool charged it nothing, whatever it held, and from now on it charges
+// what it holds, as for every job.
+func (p *Pool) ChargeAdoptedJob(job string, since, now time.Time) {
+	fs := &p.fs
+	rj := p.running[job]
+	if !fs.on || rj == nil || since.IsZero() {
+		return
+	}
+	fs.accrue(now) // charges everyone else what they held until now
+	p.chargeHeld(rj, since, now)
+	fs.settle()
+}
+
+// chargeHeld adds to rj's workspace and user the usage of the GPUs it holds now, held from its
+// start, or from since if later, to now: ∫ gpus·2^-((now-s)/H) ds, as accrue charges it.
+func (p *Pool) chargeHeld(rj *runJob, since, now time.Time) {
+	fs := &p.fs
+	start := rj.startedAt
+	if start.Before(since) {
+		start = since
+	}
+	if !start.Before(now) {
+		return
+	}
+	gpus := 0
+	for w, m := range rj.gpus {
+		if !rj.released[w] {
+			gpus += bits.OnesCount64(m)
+		}
+	}
+	hl := float64(fs.halfLife)
+	gain := float64(float64(fs.halfLife.Seconds()/math.Ln2) * float64(1-halfPow(float64(now.Sub(start))/hl)))
+	charge := float64(float64(gpus) * gain)
+	ws, user := &fs.ws[rj.ws+1], &fs.users[rj.user]
+	ws.usage = float64(ws.usage + charge)
+	user.usage = float64(user.usage + charge)
 }
 
 // sortWaiting puts the queue in launch order again after the ordering keys changed, and reports

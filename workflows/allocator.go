@@ -194,6 +194,12 @@ const (
 	// of before the reset, so the next pass took the run for reset and
 	// rebuilt the state a second time, fencing every node again.
 	versionRecoveryNotesItsRun = "allocator-recovery-notes-its-run"
+	// versionChargeStrangers: a job a recovery missed is charged fair-share
+	// usage from the time the recovery charged its adopted jobs from, once a
+	// fence or a second question adopts it (see
+	// allocation.State.ChargesStrangers); before, from its adoption, so a
+	// job that answered late ran uncharged until then.
+	versionChargeStrangers = "allocator-charge-strangers"
 )
 
 // AllocatorWorkflow owns the capacity of one allocation. Jobs ask it for
@@ -251,6 +257,7 @@ func (a *allocator) readGates(ctx workflow.Context) {
 	a.fencesEndWithEpoch = gate(versionFenceEndsWithItsEpoch)
 	a.strangersOfTheirEpoch = gate(versionStrangersOfTheirEpoch)
 	a.recoveryNotesRun = gate(versionRecoveryNotesItsRun)
+	a.st.ChargesStrangers = gate(versionChargeStrangers)
 }
 
 func newAllocator(in protocol.AllocatorInput, packedPool []byte) (*allocator, error) {
@@ -1211,7 +1218,7 @@ func (a *allocator) askUnansweredAgain(ctx workflow.Context) {
 		return
 	}
 	for _, h := range reg.Holds {
-		a.execute(ctx, a.st.AdoptStranger("", h, nil))
+		a.execute(ctx, a.st.AdoptStranger("", h, nil, workflow.Now(ctx)))
 	}
 	a.st.Unanswered = reg.Unanswered
 }

@@ -53,6 +53,7 @@ var gateIntroduced = map[string]string{
 	versionFenceEndsWithItsEpoch: "v0.10.0",
 	versionStrangersOfTheirEpoch: "v0.10.0",
 	versionRecoveryNotesItsRun:   "v0.10.0",
+	versionChargeStrangers:       "v0.10.0",
 }
 
 // releaseWindow is the window of Release among known releases: the
