@@ -80,6 +80,13 @@ regions:
         stop_grace_period: 3s
         nodes:
           - {name: reset-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
+      - name: resetreg
+        stop_grace_period: 3s
+        ordering: fair-share
+        fair_share_half_life: 1h
+        fair_share_interval: 1s
+        nodes:
+          - {name: resetreg-1, family: a100, gpus: 2, cpu: 16, ram_gb: 128}
       - name: guard
         stop_grace_period: 3s
         nodes:

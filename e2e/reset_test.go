@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,11 +17,15 @@ import (
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/trainq/trainq/activities"
+	tqclient "github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/config"
 	"github.com/trainq/trainq/internal/fixture"
 	"github.com/trainq/trainq/protocol"
@@ -519,4 +524,226 @@ func preemptedVictim(t *testing.T, allocation, records, script string, maxRetry 
 		return len(v.Running) == 1 && v.Running[0].Job == victim && v.Running[0].Releasing
 	})
 	return victim, high
+}
+
+// TestResetIntoARecoveryRegistersAgain: a reset whose point lies within a
+// recovery's registration runs that registration again under the epoch drawn
+// before the point, and each job answers that register update's ID with the
+// answer it gave the first time. Here b waited then and runs now. The pool
+// was rebuilt from "b waits" (and "c waits"), its refusals sent and its
+// fences started, before the next pass noticed the reset and rebuilt it
+// again; that those fences kept nothing b needed is owed to their ending
+// with their epoch. The allocator now registers the jobs again under a new
+// epoch before it rebuilds anything: one rebuild, from answers given after
+// the reset; b is held, charged from its start, and runs on undisturbed.
+func TestResetIntoARecoveryRegistersAgain(t *testing.T) {
+	const allocation = "resetreg"
+	startWorker(t)
+	dir := t.TempDir()
+	records := filepath.Join(dir, "records")
+	aGate, bGate := gate(filepath.Join(dir, "a")), gate(filepath.Join(dir, "b"))
+	spec := func(workspace, script string) protocol.JobSpec {
+		return fixture.Job{Script: script, Allocation: allocation, Workspace: workspace}.Spec()
+	}
+	eventually(t, long, "the allocator to recover at its start and fence its node", func() bool {
+		c := counts(t, allocation)
+		return !c.Recovering && c.RecoveredAt.After(time.Time{}) && len(queue(t, allocation).Fenced) == 0
+	})
+	a := submit(t, spec("team-a", recordingScript(records, aGate.waitFor())))
+	waitState(t, a, protocol.StateRunning, long)
+	b := submit(t, spec("team-b", recordingScript(records, bGate.waitFor())))
+	eventually(t, long, "b to wait behind a", func() bool { return queue(t, allocation).WaitingTotal == 1 })
+
+	// A job that cannot answer keeps the registration open for the register
+	// update's timeout (30 s): the window to take a reset point in.
+	mute := startMuteJob(t, allocation)
+	eventually(t, long, "visibility to list the mute job", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		resp, err := env.client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: activities.JobsQuery("T", allocation)})
+		return err == nil && slices.ContainsFunc(resp.GetExecutions(), func(e *workflowpb.WorkflowExecutionInfo) bool {
+			return e.GetExecution().GetWorkflowId() == mute
+		})
+	})
+	startRegistration := lastRecoveryRegistration(t, allocation)
+	recovered := make(chan error, 1)
+	go func() {
+		_, err := tqclient.New(env.client, env.cfg).RecoverAllocator(context.Background(), "T", allocation)
+		recovered <- err
+	}()
+	var registering int64
+	eventually(t, long, "the recovery to register the jobs", func() bool {
+		registering = lastRecoveryRegistration(t, allocation)
+		return registering > startRegistration
+	})
+	c := submit(t, spec("team-a", recordingScript(records, "sleep 0.2")))
+	point := taskAfterRequestWhileRegistering(t, allocation, registering, c)
+	require.NoError(t, <-recovered)
+	require.False(t, registrationDone(t, allocation, registering, point),
+		"the registration ended before the workflow task that took c's request (event %d): no reset point within it; events since it was scheduled: %s",
+		point, historySince(t, allocation, registering))
+
+	// b is granted once a ends, and c waits behind it. b holds its GPUs for
+	// 20 s, so that what it used is plain in its workspace's usage.
+	aGate.open(t)
+	waitState(t, a, protocol.StateCompleted, long)
+	st := waitState(t, b, protocol.StateRunning, long)
+	require.NotNil(t, st.Attempts[0].StartedAt)
+	bStarted := *st.Attempts[0].StartedAt
+	eventually(t, long, "c to wait behind b", func() bool { return queue(t, allocation).WaitingTotal == 1 })
+	time.Sleep(time.Until(bStarted.Add(20 * time.Second)))
+	before := counts(t, allocation).RecoveredAt
+	rebuilt := queue(t, allocation).Counters.Recoveries
+
+	resetAllocatorTo(t, allocation, point)
+	t.Logf("reset the allocator to event %d, within the registration scheduled at event %d", point, registering)
+	terminateJob(t, mute)
+	var recoveredAt time.Time
+	eventually(t, 3*long, "the reset allocator to recover and fence its node", func() bool {
+		c := counts(t, allocation)
+		recoveredAt = c.RecoveredAt
+		return !c.Recovering && c.RecoveredAt.After(before) && len(queue(t, allocation).Fenced) == 0
+	})
+	v := queue(t, allocation)
+	// The reset took the count back to before the recovery it landed in.
+	assert.Equal(t, rebuilt, v.Counters.Recoveries,
+		"the pool was rebuilt once after the reset, from fresh answers, not first from the stale ones")
+	assert.Equal(t, []string{b}, runningJobs(v), "b holds the node after the recovery")
+	assert.Equal(t, 1, v.WaitingTotal, "c waits")
+	st = status(t, b)
+	assert.Equal(t, protocol.StateRunning, st.State, "%s", st.Message)
+	assert.Equal(t, 1, st.Attempt, "b's first attempt runs on: %s", st.Message)
+	// Its 2 GPUs from its start to the recovery (the half-life is an hour:
+	// a minute's decay is under 2 %).
+	held := 2 * recoveredAt.Sub(bStarted).Hours()
+	usage := map[string]float64{}
+	for _, u := range v.FairShare {
+		usage[u.Workspace] = u.GPUHours
+	}
+	assert.GreaterOrEqual(t, usage["team-b"], 0.9*held,
+		"b's workspace is charged for the %s b held 2 GPUs before the recovery: %+v", recoveredAt.Sub(bStarted).Round(time.Second), v.FairShare)
+
+	bGate.open(t)
+	waitState(t, b, protocol.StateCompleted, long)
+	waitState(t, c, protocol.StateCompleted, long)
+	checkNoDoubleHolds(t, records, filepath.Join(env.dir, "data"))
+}
+
+// startMuteJob starts a job workflow of the allocation on a task queue no
+// worker polls: visibility lists it as a running job of the allocation, but
+// it answers no register update. The test terminates it at its end.
+func startMuteJob(t *testing.T, allocation string) string {
+	t.Helper()
+	spec := fixture.Job{Script: "true", Allocation: allocation}.Spec()
+	name := "mute-" + allocation
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := env.client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID: name, TaskQueue: "trainq-e2e-nobody-polls",
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			protocol.KeyState.ValueSet(string(protocol.StatePending)),
+			protocol.KeyAllocation.ValueSet(allocation),
+			protocol.KeyRegion.ValueSet("T"),
+		),
+	}, protocol.JobWorkflowName, protocol.JobInput{Name: name, Spec: spec})
+	require.NoError(t, err)
+	t.Cleanup(func() { terminateJob(t, name) })
+	return name
+}
+
+// terminateJob terminates a job workflow, if it still runs.
+func terminateJob(t *testing.T, job string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := env.client.TerminateWorkflow(ctx, job, "", "e2e: done with it")
+	var notFound *serviceerror.NotFound
+	if err != nil && !errors.As(err, &notFound) {
+		require.NoError(t, err)
+	}
+}
+
+// lastRecoveryRegistration is the event ID at which the allocator's current
+// run last scheduled a recovery's RegisterJobs (one listing the jobs, not
+// naming them), or 0.
+func lastRecoveryRegistration(t *testing.T, allocation string) int64 {
+	t.Helper()
+	var last int64
+	for _, e := range fetchHistory(t, protocol.AllocatorWorkflowID("T", allocation)) {
+		a := e.GetActivityTaskScheduledEventAttributes()
+		if a == nil || a.GetActivityType().GetName() != "RegisterJobs" {
+			continue
+		}
+		var in activities.RegisterJobsInput
+		require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(a.GetInput(), &in))
+		if in.Jobs == nil {
+			last = e.GetEventId()
+		}
+	}
+	return last
+}
+
+// taskAfterRequestWhileRegistering waits for the allocator to complete the
+// workflow task that took job's request, after the registration scheduled at
+// event registering, and returns that task's completed event.
+func taskAfterRequestWhileRegistering(t *testing.T, allocation string, registering int64, job string) int64 {
+	t.Helper()
+	var point int64
+	eventually(t, long, "the allocator to take "+job+"'s request", func() bool {
+		signalled := false
+		for _, e := range fetchHistory(t, protocol.AllocatorWorkflowID("T", allocation)) {
+			if e.GetEventId() <= registering {
+				continue
+			}
+			if a := e.GetWorkflowExecutionSignaledEventAttributes(); a != nil && a.GetSignalName() == protocol.SignalRequest {
+				var req protocol.CapacityRequest
+				require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(a.GetInput(), &req))
+				signalled = signalled || req.Job == job
+			}
+			if signalled && e.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED {
+				point = e.GetEventId()
+				return true
+			}
+		}
+		return false
+	})
+	return point
+}
+
+// registrationDone says whether the activity scheduled at event scheduled
+// had closed by event before.
+func registrationDone(t *testing.T, allocation string, scheduled, before int64) bool {
+	t.Helper()
+	for _, e := range fetchHistory(t, protocol.AllocatorWorkflowID("T", allocation)) {
+		if e.GetEventId() >= before {
+			break
+		}
+		if e.GetActivityTaskCompletedEventAttributes().GetScheduledEventId() == scheduled ||
+			e.GetActivityTaskFailedEventAttributes().GetScheduledEventId() == scheduled ||
+			e.GetActivityTaskTimedOutEventAttributes().GetScheduledEventId() == scheduled {
+			return true
+		}
+	}
+	return false
+}
+
+// historySince outlines the allocator's events after event from, for a
+// failure's message.
+func historySince(t *testing.T, allocation string, from int64) string {
+	t.Helper()
+	var out []string
+	for _, e := range fetchHistory(t, protocol.AllocatorWorkflowID("T", allocation)) {
+		if e.GetEventId() < from {
+			continue
+		}
+		line := fmt.Sprintf("%d %s", e.GetEventId(), strings.TrimPrefix(e.GetEventType().String(), "EVENT_TYPE_"))
+		if a := e.GetWorkflowExecutionSignaledEventAttributes(); a != nil {
+			line += " " + a.GetSignalName()
+		}
+		if a := e.GetActivityTaskScheduledEventAttributes(); a != nil {
+			line += " " + a.GetActivityType().GetName()
+		}
+		out = append(out, line)
+	}
+	return strings.Join(out, "; ")
 }

@@ -98,8 +98,9 @@ type allocator struct {
 	// fencesEndWithEpoch: see versionFenceEndsWithItsEpoch;
 	// strangersOfTheirEpoch: see versionStrangersOfTheirEpoch.
 	fencesEndWithEpoch, strangersOfTheirEpoch bool
-	// recoveryNotesRun: see versionRecoveryNotesItsRun.
-	recoveryNotesRun bool
+	// recoveryNotesRun: see versionRecoveryNotesItsRun;
+	// registersAgainAfterReset: see versionRegisterAgainAfterReset.
+	recoveryNotesRun, registersAgainAfterReset bool
 	// watching are the futures the watch loop waits for,
 	// in the order they were watched, each with what its completion does.
 	watching []watched
@@ -200,6 +201,13 @@ const (
 	// allocation.State.ChargesStrangers); before, from its adoption, so a
 	// job that answered late ran uncharged until then.
 	versionChargeStrangers = "allocator-charge-strangers"
+	// versionRegisterAgainAfterReset: a recovery whose registration a reset
+	// ran again registers the jobs again under a new epoch (see
+	// recoverState). The reset run asked them under the epoch drawn before
+	// the reset point, with the same update ID, and they answered with what
+	// they held when first asked, perhaps hours before: the pool was rebuilt
+	// from that, its fences given keep lists without the jobs granted since.
+	versionRegisterAgainAfterReset = "allocator-register-again-after-reset"
 )
 
 // AllocatorWorkflow owns the capacity of one allocation. Jobs ask it for
@@ -258,6 +266,7 @@ func (a *allocator) readGates(ctx workflow.Context) {
 	a.strangersOfTheirEpoch = gate(versionStrangersOfTheirEpoch)
 	a.recoveryNotesRun = gate(versionRecoveryNotesItsRun)
 	a.st.ChargesStrangers = gate(versionChargeStrangers)
+	a.registersAgainAfterReset = gate(versionRegisterAgainAfterReset)
 }
 
 func newAllocator(in protocol.AllocatorInput, packedPool []byte) (*allocator, error) {

@@ -54,8 +54,42 @@ func (a *allocator) recoverState(ctx workflow.Context) protocol.RecoverReply {
 		// the run last looked calls for.
 		a.runID = a.currentRun(ctx)
 	}
-	var epoch string
-	drawn := workflow.Now(ctx)
+	var (
+		epoch string
+		drawn time.Time
+		reg   activities.RegisterJobsReply
+	)
+	for {
+		epoch, drawn, reg = a.registerJobs(ctx)
+		// A reset whose point lies within the registration runs it again
+		// under the same epoch, and the jobs answer an update ID they have
+		// seen with their first answer, which may be hours old: the pool
+		// must not be rebuilt from it (see versionRegisterAgainAfterReset).
+		if !a.registersAgainAfterReset || !a.resetSince(ctx) {
+			break
+		}
+		workflow.GetLogger(ctx).Warn("the allocator was reset during its recovery's registration; registering the jobs again under a new epoch", "stale_epoch", epoch)
+	}
+	reply, cmds, err := a.st.Recovered(epoch, drawn, allocation.Registered{Holds: reg.Holds, Listed: reg.Listed, Unanswered: reg.Unanswered})
+	if err != nil {
+		panic(fmt.Sprintf("recover allocator %s: %v", a.st.Name(), err))
+	}
+	// Reclaims under way were for the state replaced; each fence of the
+	// rebuilt state stops whatever nobody holds.
+	a.reclaims = map[string]bool{}
+	a.execute(ctx, cmds)
+	a.recovering = false
+	workflow.GetLogger(ctx).Info("allocator recovered", "epoch", epoch, "listed", reply.Listed,
+		"running", reply.Running, "waiting", reply.Waiting, "conflicts", reply.Conflicts)
+	a.schedule(ctx)
+	a.lastRecovery = &reply
+	return reply
+}
+
+// registerJobs draws a new epoch and registers every job of the allocation
+// under it (RegisterJobs, asked again until it ends: see recoverState).
+func (a *allocator) registerJobs(ctx workflow.Context) (epoch string, drawn time.Time, reg activities.RegisterJobsReply) {
+	drawn = workflow.Now(ctx)
 	a.st.RecoveredAt = drawn
 	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return protocol.NewEpoch(drawn, uuid.NewString()) }).Get(&epoch); err != nil {
 		panic(fmt.Sprintf("draw a recovery epoch: %v", err))
@@ -79,7 +113,6 @@ func (a *allocator) recoverState(ctx workflow.Context) protocol.RecoverReply {
 		// again) if the server never times it out.
 		actx = workflow.WithScheduleToCloseTimeout(actx, recoveryRegisterLife)
 	}
-	var reg activities.RegisterJobsReply
 	in := activities.RegisterJobsInput{Region: a.st.Config.Region, Allocation: a.st.Config.Allocation, Epoch: epoch, Settle: recoverySettle}
 	for {
 		err := a.executeGuarded(actx, (*activities.Activities).RegisterJobs, in).Get(ctx, &reg)
@@ -101,20 +134,7 @@ func (a *allocator) recoverState(ctx workflow.Context) protocol.RecoverReply {
 			panic(fmt.Sprintf("recover allocator %s: %v", a.st.Name(), ctx.Err()))
 		}
 	}
-	reply, cmds, err := a.st.Recovered(epoch, drawn, allocation.Registered{Holds: reg.Holds, Listed: reg.Listed, Unanswered: reg.Unanswered})
-	if err != nil {
-		panic(fmt.Sprintf("recover allocator %s: %v", a.st.Name(), err))
-	}
-	// Reclaims under way were for the state replaced; each fence of the
-	// rebuilt state stops whatever nobody holds.
-	a.reclaims = map[string]bool{}
-	a.execute(ctx, cmds)
-	a.recovering = false
-	workflow.GetLogger(ctx).Info("allocator recovered", "epoch", epoch, "listed", reply.Listed,
-		"running", reply.Running, "waiting", reply.Waiting, "conflicts", reply.Conflicts)
-	a.schedule(ctx)
-	a.lastRecovery = &reply
-	return reply
+	return epoch, drawn, reg
 }
 
 // fence runs the fence of a node a rule has fenced: until the node's agent
