@@ -95,7 +95,7 @@ func (f *fakeBackend) SubmitChecked(ctx context.Context, spec protocol.CheckedSp
 		f.seq++
 		f.jobs[name] = &fakeJob{
 			info: client.JobInfo{JobName: name, Status: string(protocol.StatePending), Kind: string(spec.Kind),
-				Author: spec.Author, Workspace: spec.Workspace, Running: true, RequestHash: opts.RequestHash},
+				Author: spec.Author, Workspace: spec.Workspace, Running: true, RequestHash: opts.RequestHash, SentHash: opts.SentHash},
 			status: protocol.JobStatus{JobName: name, State: protocol.StatePending, Kind: spec.Kind, Spec: spec.JobSpec,
 				Priority: spec.PriorityClass, Region: spec.Region, Allocation: spec.AllocationName, InstanceType: spec.InstanceType,
 				NWorkers: spec.NWorkers, MaxRetry: spec.MaxRetry, Attempt: 1},

@@ -77,8 +77,12 @@ func idempotentName(kind scheduler.Kind, workspace, key string) string {
 	return protocol.JobNamePrefix + id
 }
 
-// requestHash identifies a normalised request, so that a retry with other
-// spelling of the same request (a default left out) still matches.
+// requestHash identifies a request, so that a retry can be told from another
+// request under the same key. Hashed once the config has filled in its
+// defaults, it matches a retry with other spelling of the same request (a
+// default left out); hashed as sent, one after a config reload changed the
+// defaults (another queue's default class), and one that reached the other
+// API replica in the middle of a reload. A retry matches on either.
 func requestHash(endpoint string, spec protocol.JobSpec) string {
 	b, _ := json.Marshal(spec) // map keys are sorted
 	h := sha256.Sum256(append([]byte(endpoint+"\n"), b...))
@@ -99,6 +103,8 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, p Principal, spe
 	if spec.Workspace == "" {
 		spec.Workspace = p.Workspace
 	}
+	endpoint := r.Pattern + " " + answer.RestartedFrom
+	sentHash := requestHash(endpoint, spec) // before CheckSpec fills anything in
 	checked, more, err := client.CheckSpec(s.config(), spec)
 	if err != nil {
 		s.fail(w, r, err)
@@ -134,7 +140,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, p Principal, spe
 			return
 		}
 		opts.Name = idempotentName(checked.Kind, checked.Workspace, key)
-		opts.RequestHash = requestHash(r.Pattern+" "+answer.RestartedFrom, checked.JobSpec)
+		opts.RequestHash, opts.SentHash = requestHash(endpoint, checked.JobSpec), sentHash
 	}
 	ctx, cancel := s.call(r)
 	defer cancel()
@@ -154,7 +160,8 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, p Principal, spe
 			s.fail(w, r, err)
 			return
 		}
-		if info.RequestHash != opts.RequestHash || info.Workspace != checked.Workspace {
+		same := info.RequestHash == opts.RequestHash || info.SentHash != "" && info.SentHash == opts.SentHash
+		if !same || info.Workspace != checked.Workspace {
 			s.fail(w, r, errorf(http.StatusConflict, codeConflict, "Idempotency-Key",
 				"this Idempotency-Key was already used for a different request (job "+opts.Name+"); use a new key for a new job"))
 			return

@@ -230,6 +230,47 @@ func TestIdempotencyKey(t *testing.T) {
 	assert.Equal(t, 409, call(t, "alice", "POST", "/public/v2/jobs", job("sleep 31"), "Idempotency-Key", key).Code)
 }
 
+// TestIdempotencyKeyAcrossAConfigReload: a retry that comes after a config
+// reload changed the defaults its request was filled in with (here queue
+// prod's default class, high then medium) is still the same request: it
+// answers with the job the first try started, and starts nothing. Another
+// request under the key is still refused.
+func TestIdempotencyKeyAcrossAConfigReload(t *testing.T) {
+	needServer(t)
+	s := env.handler
+	key := "reload-" + time.Now().Format(time.RFC3339Nano)
+	body := job("sleep 30", "allocation_name", "t", "queue_name", "prod", "instance_type", "a100.1gpu")
+	first := submitJob(t, "bob", body, "Idempotency-Key", key)
+	t.Cleanup(func() { call(t, "bob", "DELETE", "/public/v2/jobs/"+first, nil) })
+
+	old := s.config()
+	t.Cleanup(func() { s.live.Store(old); env.backend.SetConfig(old) })
+	next, err := config.Load(old.Source())
+	require.NoError(t, err)
+	_, a, err := next.Allocation("SR006", "t")
+	require.NoError(t, err)
+	for i := range a.Queues {
+		if a.Queues[i].Name == "prod" {
+			a.Queues[i].DefaultPriority.Job = "medium"
+		}
+	}
+	require.NoError(t, s.Reload(next))
+
+	r := call(t, "bob", "POST", "/public/v2/jobs", body, "Idempotency-Key", key)
+	require.Equal(t, 200, r.Code, string(r.Body))
+	var again submitted
+	r.json(t, &again)
+	assert.Equal(t, first, again.JobName)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n, err := client.New(env.client, nil).Count(ctx, client.ListFilter{Names: []string{first}})
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), n, "one workflow only")
+
+	other := job("sleep 31", "allocation_name", "t", "queue_name", "prod", "instance_type", "a100.1gpu")
+	assert.Equal(t, 409, call(t, "bob", "POST", "/public/v2/jobs", other, "Idempotency-Key", key).Code)
+}
+
 // TestIdempotentRetryOfAJobThatFillsItsQueue: team-a may have one medium
 // job waiting on allocation lim. A keyed submission that waits there fills
 // the queue; its retry (a client that lost the answer) answers with the same

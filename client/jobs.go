@@ -27,6 +27,7 @@ type JobInfo struct {
 	Workspace    string
 	Running      bool // the workflow has not closed
 	RequestHash  string
+	SentHash     string
 	InstanceType string
 	JobDesc      string
 }
@@ -54,6 +55,7 @@ func (c *Client) Describe(ctx context.Context, name string) (JobInfo, error) {
 		Author: payloadString(sa, protocol.SAAuthor), Workspace: payloadString(sa, protocol.SAWorkspace),
 		Running:      e.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING,
 		RequestHash:  payloadString(memo, MemoRequestHash),
+		SentHash:     payloadString(memo, MemoSentHash),
 		InstanceType: payloadString(memo, MemoInstanceType),
 		JobDesc:      payloadString(memo, MemoJobDesc),
 	}, nil

@@ -34,6 +34,10 @@ type SubmitOptions struct {
 	// client retrying with an Idempotency-Key can be told apart from one
 	// reusing the key for another request.
 	RequestHash string
+	// SentHash is recorded in the memo too (MemoSentHash): the hash of the
+	// request as sent, before the config filled in its defaults, so that a
+	// retry is still known after a config reload changed those defaults.
+	SentHash string
 	// RequestCheckInterval, when set, replaces the 30 minutes a waiting
 	// attempt waits before it makes sure the allocator has its request
 	// (protocol.JobInput.RequestCheckInterval). For tests that scale their
@@ -47,6 +51,7 @@ var ErrJobExists = errors.New("a job with this name exists")
 // Memo fields of a job workflow.
 const (
 	MemoRequestHash  = "trainq_request_hash"
+	MemoSentHash     = "trainq_sent_hash"
 	MemoInstanceType = "instance_type"
 	MemoJobDesc      = "job_desc"
 )
@@ -395,6 +400,9 @@ func jobStartOptions(name string, spec protocol.CheckedSpec, opts SubmitOptions)
 	memo := map[string]any{MemoInstanceType: spec.InstanceType, MemoJobDesc: desc}
 	if opts.RequestHash != "" {
 		memo[MemoRequestHash] = opts.RequestHash
+	}
+	if opts.SentHash != "" {
+		memo[MemoSentHash] = opts.SentHash
 	}
 	return sdkclient.StartWorkflowOptions{
 		ID:                       name,
