@@ -34,11 +34,16 @@ func (s *State) Reconfigure(in protocol.AllocatorInput) (protocol.ReconfigureRep
 	if summary == "" {
 		return protocol.ReconfigureReply{}, nil, nil
 	}
-	nodesBefore := s.Pool.Nodes()
+	nodesBefore, orderingBefore := s.Pool.Nodes(), s.Pool.Policy().Ordering
 	unfit, err := s.Pool.Reconfigure(in.Nodes, in.Policy)
 	if err != nil {
 		// The validator ran the same check just before; nothing changed.
 		return protocol.ReconfigureReply{}, nil, err
+	}
+	if s.Pool.Policy().Ordering != orderingBefore {
+		// Switching fair share on or off starts every account afresh: a job
+		// a recovery missed is no longer charged from before that.
+		s.ChargedFrom = time.Time{}
 	}
 	var cmds commands
 	cmds.add(s.fenceAddedNodes(nodesBefore)...)

@@ -139,7 +139,7 @@ func (s *State) Strangers(node string, live []cluster.WorkerID) (jobs []string, 
 // A holder is charged fair-share usage from the time the last recovery
 // charged its adopted jobs from (see ChargesStrangers): it held its GPUs all
 // along, and a recovery that missed it charged it nothing.
-func (s *State) AdoptStranger(node string, h protocol.JobHold, workers []cluster.WorkerID, now time.Time) []Command {
+func (s *State) AdoptStranger(node string, h protocol.JobHold, workers []cluster.WorkerID) []Command {
 	if _, ok := s.Pool.Running(h.Job); ok {
 		return nil
 	}
@@ -159,7 +159,7 @@ func (s *State) AdoptStranger(node string, h protocol.JobHold, workers []cluster
 	case h.Phase == protocol.HoldHolding:
 		if _, ok := s.Pool.Running(h.Job); ok {
 			if s.ChargesStrangers {
-				s.Pool.ChargeAdoptedJob(h.Job, s.ChargedFrom, now)
+				s.Pool.ChargeAdoptedJob(h.Job, s.ChargedFrom)
 			}
 			cmds.note("adopted %s attempt %d, found through its worker on %s", h.Job, h.Request.Attempt, node)
 			cmds.warn("adopted a job recovery missed", "job", h.Job, "attempt", h.Request.Attempt, "node", node)

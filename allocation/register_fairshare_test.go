@@ -130,9 +130,13 @@ func TestAStrangerAdoptedAfterARecoveryIsChargedAsTheRecoveryWould(t *testing.T)
 		_, _, err := s.Recovered("e2", recoveredAt, Registered{Holds: []protocol.JobHold{y}, Listed: 2, Unanswered: []string{"x"}})
 		require.NoError(t, err)
 		s.Pass(recoveredAt)
-		s.AdoptStranger("", x, nil, adoptedAt)
+		others := usage(s)
+		s.AdoptStranger("", x, nil)
 		_, held := s.Pool.Running("x")
 		require.True(t, held, "x is adopted")
+		// A reset run may adopt before it notices the reset: its next
+		// recovery charges from the last accrual, which must not move.
+		assert.Equal(t, others["answered"], usage(s)["answered"], "the adoption charges nobody else")
 		s.Pass(adoptedAt)
 		s.Pass(end)
 		return usage(s)
@@ -149,4 +153,41 @@ func TestAStrangerAdoptedAfterARecoveryIsChargedAsTheRecoveryWould(t *testing.T)
 	old := recoverMissingX(false)
 	assert.InDelta(t, 16.0, old["missed"], 0.5,
 		"without the gate it is charged until the old pool's last accrual (1 h) and from its adoption (1 h) only, not the 7 h between")
+}
+
+// Switching fair share off and on again starts every account afresh: a job
+// the last recovery missed, adopted after that, is not charged for the time
+// before (its workspace would start days ahead of the others).
+func TestAStrangerAdoptedAfterFairShareWasSwitchedOffAndOnIsChargedFromItsAdoption(t *testing.T) {
+	in := input(2)
+	in.Policy.Ordering = scheduler.FairShare
+	s, err := New(in)
+	require.NoError(t, err)
+	s.ChargesAdopted, s.ChargesStrangers = true, true
+	x := fixture.Request{Job: "x", Attempt: 1, Class: medium, GPUs: 8, Workspace: "missed", User: "u"}.Capacity()
+	s.Request(x, t0)
+	s.Pass(t0)
+	r, ok := s.Pool.Running("x")
+	require.True(t, ok)
+	hold := protocol.JobHold{Job: "x", Phase: protocol.HoldHolding, Request: x, StartedAt: r.StartedAt, Placement: r.Placement}
+	hold.Request.Seq = r.Seq
+	_, _, err = s.Recovered("e2", t0.Add(5*time.Hour), Registered{Listed: 1, Unanswered: []string{"x"}})
+	require.NoError(t, err)
+	require.False(t, s.ChargedFrom.IsZero())
+
+	for _, ordering := range []scheduler.Ordering{scheduler.SubmissionOrder, scheduler.FairShare} {
+		next := s.Config
+		next.Policy.Ordering = ordering
+		_, _, err := s.Reconfigure(next)
+		require.NoError(t, err)
+	}
+	assert.True(t, s.ChargedFrom.IsZero(), "the usage the recovery charged from is gone")
+	s.Pass(t0.Add(6 * time.Hour))
+	s.AdoptStranger("", hold, nil)
+	s.Pass(t0.Add(7 * time.Hour))
+	for _, u := range s.Pool.Usage() {
+		if u.Workspace == "missed" {
+			assert.InDelta(t, 8.0, u.GPUHours, 0.5, "charged from its adoption (the last accrual): 8 GPUs for an hour")
+		}
+	}
 }

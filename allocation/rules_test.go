@@ -655,7 +655,7 @@ func TestRegisterRules(t *testing.T) {
 			for _, w := range found {
 				workers = append(workers, worker(h.Job, h.Request.Attempt, w))
 			}
-			return s.AdoptStranger(node, h, workers, t0)
+			return s.AdoptStranger(node, h, workers)
 		}
 	}
 	runRules(t, []ruleCase{
@@ -689,7 +689,7 @@ func TestRegisterRules(t *testing.T) {
 		{name: "a stranger whose found worker is of another attempt is not",
 			given: []step{recovered(), nodeUp("n1")},
 			when: func(s *State) []Command {
-				return s.AdoptStranger("n1", holding("s", 2, "n1"), []cluster.WorkerID{worker("s", 1, 0)}, t0)
+				return s.AdoptStranger("n1", holding("s", 2, "n1"), []cluster.WorkerID{worker("s", 1, 0)})
 			},
 			want: []string{}, then: notHeld("s")},
 		{name: "a stranger the pool already has is left to the fence",

@@ -5,9 +5,13 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/trainq/trainq/config"
+	"github.com/trainq/trainq/scheduler"
 )
 
 func TestBadRequestsWithoutTemporal(t *testing.T) {
@@ -83,4 +87,39 @@ func TestBadRequestsWithoutTemporal(t *testing.T) {
 	assert.Contains(t, rec.Body.String(), `trainq_api_requests_total{code="401",method="POST",route="POST /public/v2/jobs"}`)
 	assert.Contains(t, rec.Body.String(), `trainq_api_request_duration_seconds_bucket`)
 	assert.NotContains(t, rec.Body.String(), token)
+}
+
+// TestKeyedNotebookRetryOnAReplicaWithOtherDefaults: during a rolling update
+// the two trainq-api replicas can run configs whose defaults differ (here the
+// instance type a Jupyter server gets when it names none). A keyed retry
+// that reaches the other replica is the same request, and answers with the
+// server the first try started; another request under the key is 409.
+func TestKeyedNotebookRetryOnAReplicaWithOtherDefaults(t *testing.T) {
+	first, fb, token := fuzzServer(t)
+	next := config.Default()
+	next.DataDir = first.config().DataDir
+	_, demo, err := next.Allocation("SR006", "demo")
+	require.NoError(t, err)
+	demo.Nodes = append([]scheduler.Node{{Name: "demo-v100", Family: "v100", GPUs: 1, CPU: 8, RAMGB: 64}}, demo.Nodes...)
+	second, err := New(Options{Config: next, Backend: fb, Tokens: first.tokens, NotFoundFloor: time.Microsecond})
+	require.NoError(t, err)
+	require.NotEqual(t, first.config().DefaultNotebookInstance("SR006", "demo"), next.DefaultNotebookInstance("SR006", "demo"))
+
+	post := func(s *Server, body string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("POST", "/public/v2/notebooks", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", "nb-1")
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		return rec
+	}
+	body := `{"allocation_name":"demo","base_image":"jupyter"}`
+	a := post(first, body)
+	require.Equal(t, 200, a.Code, a.Body.String())
+	b := post(second, body)
+	require.Equal(t, 200, b.Code, b.Body.String())
+	assert.JSONEq(t, a.Body.String(), b.Body.String())
+	assert.Equal(t, 1, fb.started())
+	assert.Equal(t, 409, post(second, `{"allocation_name":"demo","base_image":"other"}`).Code)
 }

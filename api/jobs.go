@@ -58,7 +58,7 @@ func (s *Server) postJob(w http.ResponseWriter, r *http.Request, p Principal) {
 		return
 	}
 	spec.Kind = scheduler.KindJob
-	s.create(w, r, p, spec, notes, submitted{}, d.LogsDir)
+	s.create(w, r, p, spec, spec, notes, submitted{}, d.LogsDir)
 }
 
 // idempotencyKeyMax bounds the Idempotency-Key header.
@@ -91,20 +91,23 @@ func requestHash(endpoint string, spec protocol.JobSpec) string {
 
 // create validates spec, starts its workflow and answers. With an
 // Idempotency-Key, the job name comes from the key: a retry answers with the
-// same job, a different request under the same key gets 409. Everything is
+// same job, a different request under the same key gets 409 (sent is the
+// request as sent, before any config default: see requestHash). Everything is
 // checked before the first Temporal call, so a rejected request starts
 // nothing: the values, the directories (inside the workspace's directory),
 // the command line (within the OS's limits) and the size (within
 // Temporal's).
-func (s *Server) create(w http.ResponseWriter, r *http.Request, p Principal, spec protocol.JobSpec, notes []string, answer submitted, logsDir string) {
-	if spec.Author == "" {
-		spec.Author = p.User
-	}
-	if spec.Workspace == "" {
-		spec.Workspace = p.Workspace
+func (s *Server) create(w http.ResponseWriter, r *http.Request, p Principal, spec, sent protocol.JobSpec, notes []string, answer submitted, logsDir string) {
+	for _, js := range []*protocol.JobSpec{&spec, &sent} {
+		if js.Author == "" {
+			js.Author = p.User
+		}
+		if js.Workspace == "" {
+			js.Workspace = p.Workspace
+		}
 	}
 	endpoint := r.Pattern + " " + answer.RestartedFrom
-	sentHash := requestHash(endpoint, spec) // before CheckSpec fills anything in
+	sentHash := requestHash(endpoint, sent)
 	checked, more, err := client.CheckSpec(s.config(), spec)
 	if err != nil {
 		s.fail(w, r, err)
@@ -664,7 +667,7 @@ func (s *Server) restartJob(w http.ResponseWriter, r *http.Request, p Principal)
 	spec := st.Spec
 	spec.Author = p.User
 	spec.Workspace = info.Workspace
-	s.create(w, r, p, spec, nil, submitted{RestartedFrom: req.JobName}, "")
+	s.create(w, r, p, spec, spec, nil, submitted{RestartedFrom: req.JobName}, "")
 }
 
 // Notebooks.
@@ -685,7 +688,7 @@ func (s *Server) postNotebook(w http.ResponseWriter, r *http.Request, p Principa
 		s.fail(w, r, err)
 		return
 	}
-	s.create(w, r, p, spec, nil, submitted{}, "")
+	s.create(w, r, p, spec, client.NotebookSpec(nil, req), nil, submitted{}, "")
 }
 
 // Listing.

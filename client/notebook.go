@@ -37,7 +37,8 @@ var NotebookFields = []string{"instance_type", "region", "allocation_name", "bas
 // notebook script unless another is given, on one GPU of the allocation's
 // first GPU node family unless an instance type is given. Check (through
 // JobSpec.Normalize) gives it high priority whatever was asked, checks
-// shutdown_in and shutdown_at, and adds its queue's idle_timeout.
+// shutdown_in and shutdown_at, and adds its queue's idle_timeout. With no
+// config it leaves the instance type as asked: the request as sent.
 func NotebookSpec(cfg *config.Config, r NotebookRequest) protocol.JobSpec {
 	spec := protocol.JobSpec{
 		Script: r.Script, BaseImage: r.BaseImage, InstanceType: r.InstanceType, Region: r.Region,
@@ -52,7 +53,7 @@ func NotebookSpec(cfg *config.Config, r NotebookRequest) protocol.JobSpec {
 	if spec.Script == "" {
 		spec.Script = protocol.NotebookScript
 	}
-	if spec.InstanceType == "" {
+	if spec.InstanceType == "" && cfg != nil {
 		spec.InstanceType = cfg.DefaultNotebookInstance(spec.Region, spec.AllocationName)
 	}
 	return spec

@@ -552,10 +552,12 @@ func TestResetIntoARecoveryRegistersAgain(t *testing.T) {
 	a := submit(t, spec("team-a", recordingScript(records, aGate.waitFor())))
 	waitState(t, a, protocol.StateRunning, long)
 	b := submit(t, spec("team-b", recordingScript(records, bGate.waitFor())))
-	eventually(t, long, "b to wait behind a", func() bool { return queue(t, allocation).WaitingTotal == 1 })
+	c := submit(t, spec("team-a", recordingScript(records, "sleep 0.2")))
+	eventually(t, long, "b and c to wait behind a", func() bool { return queue(t, allocation).WaitingTotal == 2 })
 
 	// A job that cannot answer keeps the registration open for the register
-	// update's timeout (30 s): the window to take a reset point in.
+	// update's timeout (30 s): the window to take a reset point in, which the
+	// reclaim ticks (every 2 s here) give.
 	mute := startMuteJob(t, allocation)
 	eventually(t, long, "visibility to list the mute job", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -576,11 +578,10 @@ func TestResetIntoARecoveryRegistersAgain(t *testing.T) {
 		registering = lastRecoveryRegistration(t, allocation)
 		return registering > startRegistration
 	})
-	c := submit(t, spec("team-a", recordingScript(records, "sleep 0.2")))
-	point := taskAfterRequestWhileRegistering(t, allocation, registering, c)
+	point := taskCompletedAfter(t, allocation, registering)
 	require.NoError(t, <-recovered)
 	require.False(t, registrationDone(t, allocation, registering, point),
-		"the registration ended before the workflow task that took c's request (event %d): no reset point within it; events since it was scheduled: %s",
+		"the registration ended before the next workflow task (event %d): no reset point within it; events since it was scheduled: %s",
 		point, historySince(t, allocation, registering))
 
 	// b is granted once a ends, and c waits behind it. b holds its GPUs for
@@ -683,24 +684,14 @@ func lastRecoveryRegistration(t *testing.T, allocation string) int64 {
 	return last
 }
 
-// taskAfterRequestWhileRegistering waits for the allocator to complete the
-// workflow task that took job's request, after the registration scheduled at
-// event registering, and returns that task's completed event.
-func taskAfterRequestWhileRegistering(t *testing.T, allocation string, registering int64, job string) int64 {
+// taskCompletedAfter waits for the allocator to complete a workflow task
+// after event from, and returns that task's completed event.
+func taskCompletedAfter(t *testing.T, allocation string, from int64) int64 {
 	t.Helper()
 	var point int64
-	eventually(t, long, "the allocator to take "+job+"'s request", func() bool {
-		signalled := false
+	eventually(t, long, "the allocator to complete a workflow task", func() bool {
 		for _, e := range fetchHistory(t, protocol.AllocatorWorkflowID("T", allocation)) {
-			if e.GetEventId() <= registering {
-				continue
-			}
-			if a := e.GetWorkflowExecutionSignaledEventAttributes(); a != nil && a.GetSignalName() == protocol.SignalRequest {
-				var req protocol.CapacityRequest
-				require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(a.GetInput(), &req))
-				signalled = signalled || req.Job == job
-			}
-			if signalled && e.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED {
+			if e.GetEventId() > from && e.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED {
 				point = e.GetEventId()
 				return true
 			}

@@ -272,17 +272,33 @@ func (p *Pool) ChargeAdopted(now time.Time) (since time.Time) {
 
 // ChargeAdoptedJob charges job, which the pool adopted after a recovery had missed it, as that
 // recovery would have (see ChargeAdopted): what it holds from its start, or from since if later,
-// to now. Until now the pool charged it nothing, whatever it held, and from now on it charges
-// what it holds, as for every job.
-func (p *Pool) ChargeAdoptedJob(job string, since, now time.Time) {
+// to the pool's last accrual, and from then on what it holds, as every job is charged (a zero
+// since charges it from the last accrual only). Nobody else's usage moves: the pool may be a
+// reset run's that has not yet noticed the reset, whose next recovery charges from its last
+// accrual.
+func (p *Pool) ChargeAdoptedJob(job string, since time.Time) {
 	fs := &p.fs
 	rj := p.running[job]
-	if !fs.on || rj == nil || since.IsZero() {
+	if !fs.on || rj == nil {
 		return
 	}
-	fs.accrue(now) // charges everyone else what they held until now
-	p.chargeHeld(rj, since, now)
-	fs.settle()
+	if !since.IsZero() {
+		p.chargeHeld(rj, since, fs.at)
+	}
+	gpus := rj.heldGPUs()
+	fs.ws[rj.ws+1].charged += gpus
+	fs.users[rj.user].charged += gpus
+}
+
+// heldGPUs counts the GPUs of rj's workers that are not released.
+func (rj *runJob) heldGPUs() int {
+	gpus := 0
+	for w, m := range rj.gpus {
+		if !rj.released[w] {
+			gpus += bits.OnesCount64(m)
+		}
+	}
+	return gpus
 }
 
 // chargeHeld adds to rj's workspace and user the usage of the GPUs it holds now, held from its
@@ -296,12 +312,7 @@ func (p *Pool) chargeHeld(rj *runJob, since, now time.Time) {
 	if !start.Before(now) {
 		return
 	}
-	gpus := 0
-	for w, m := range rj.gpus {
-		if !rj.released[w] {
-			gpus += bits.OnesCount64(m)
-		}
-	}
+	gpus := rj.heldGPUs()
 	hl := float64(fs.halfLife)
 	gain := float64(float64(fs.halfLife.Seconds()/math.Ln2) * float64(1-halfPow(float64(now.Sub(start))/hl)))
 	charge := float64(float64(gpus) * gain)

@@ -1227,7 +1227,7 @@ func (a *allocator) askUnansweredAgain(ctx workflow.Context) {
 		return
 	}
 	for _, h := range reg.Holds {
-		a.execute(ctx, a.st.AdoptStranger("", h, nil, workflow.Now(ctx)))
+		a.execute(ctx, a.st.AdoptStranger("", h, nil))
 	}
 	a.st.Unanswered = reg.Unanswered
 }

@@ -292,7 +292,7 @@ func (a *allocator) registerStrangers(ctx workflow.Context, node string, probe t
 		return errFenceSuperseded
 	}
 	for _, h := range reg.Holds {
-		a.execute(ctx, a.st.AdoptStranger(node, h, found[h.Job], workflow.Now(ctx)))
+		a.execute(ctx, a.st.AdoptStranger(node, h, found[h.Job]))
 	}
 	if len(reg.Unanswered) > 0 {
 		a.lastEvent = fmt.Sprintf("node %s stays fenced: job(s) %v with live workers there did not answer", node, reg.Unanswered)
