@@ -183,16 +183,7 @@ func TestConfigReloadChangesQueues(t *testing.T) {
 	require.Equal(t, 403, r.Code, "team-a is not assigned to prod: %s", r.Body)
 
 	old := s.config()
-	t.Cleanup(func() { s.live.Store(old); env.backend.SetConfig(old) })
-	next, err := config.Load(old.Source())
-	require.NoError(t, err)
-	_, a, err := next.Allocation("SR006", "t")
-	require.NoError(t, err)
-	for i := range a.Queues {
-		if a.Queues[i].Name == "prod" {
-			a.Queues[i].Workspaces = append(a.Queues[i].Workspaces, "team-a")
-		}
-	}
+	next := configWithProd(t, func(q *config.Queue) { q.Workspaces = append(q.Workspaces, "team-a") })
 	require.NoError(t, s.Reload(next))
 	r = call(t, "alice", "POST", "/public/v2/jobs?dry_run=true", body)
 	require.Equal(t, 200, r.Code, "team-a is assigned to prod now: %s", r.Body)
@@ -201,7 +192,7 @@ func TestConfigReloadChangesQueues(t *testing.T) {
 
 	bad, err := config.Load(old.Source())
 	require.NoError(t, err)
-	_, a, _ = bad.Allocation("SR006", "t")
+	_, a, _ := bad.Allocation("SR006", "t")
 	a.MaxPreemptions = 9
 	err = s.Reload(bad)
 	require.Error(t, err)

@@ -237,24 +237,11 @@ func TestIdempotencyKey(t *testing.T) {
 // request under the key is still refused.
 func TestIdempotencyKeyAcrossAConfigReload(t *testing.T) {
 	needServer(t)
-	s := env.handler
 	key := "reload-" + time.Now().Format(time.RFC3339Nano)
 	body := job("sleep 30", "allocation_name", "t", "queue_name", "prod", "instance_type", "a100.1gpu")
 	first := submitJob(t, "bob", body, "Idempotency-Key", key)
 	t.Cleanup(func() { call(t, "bob", "DELETE", "/public/v2/jobs/"+first, nil) })
-
-	old := s.config()
-	t.Cleanup(func() { s.live.Store(old); env.backend.SetConfig(old) })
-	next, err := config.Load(old.Source())
-	require.NoError(t, err)
-	_, a, err := next.Allocation("SR006", "t")
-	require.NoError(t, err)
-	for i := range a.Queues {
-		if a.Queues[i].Name == "prod" {
-			a.Queues[i].DefaultPriority.Job = "medium"
-		}
-	}
-	require.NoError(t, s.Reload(next))
+	require.NoError(t, env.handler.Reload(configWithProd(t, func(q *config.Queue) { q.DefaultPriority.Job = "medium" })))
 
 	r := call(t, "bob", "POST", "/public/v2/jobs", body, "Idempotency-Key", key)
 	require.Equal(t, 200, r.Code, string(r.Body))
@@ -269,6 +256,24 @@ func TestIdempotencyKeyAcrossAConfigReload(t *testing.T) {
 
 	other := job("sleep 31", "allocation_name", "t", "queue_name", "prod", "instance_type", "a100.1gpu")
 	assert.Equal(t, 409, call(t, "bob", "POST", "/public/v2/jobs", other, "Idempotency-Key", key).Code)
+}
+
+// configWithProd is the running config with queue prod of allocation t
+// changed; the test's end puts the running config back.
+func configWithProd(t *testing.T, change func(*config.Queue)) *config.Config {
+	t.Helper()
+	old := env.handler.config()
+	t.Cleanup(func() { env.handler.live.Store(old); env.backend.SetConfig(old) })
+	next, err := config.Load(old.Source())
+	require.NoError(t, err)
+	_, a, err := next.Allocation("SR006", "t")
+	require.NoError(t, err)
+	for i := range a.Queues {
+		if a.Queues[i].Name == "prod" {
+			change(&a.Queues[i])
+		}
+	}
+	return next
 }
 
 // TestIdempotentRetryOfAJobThatFillsItsQueue: team-a may have one medium
