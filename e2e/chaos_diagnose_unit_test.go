@@ -10,11 +10,14 @@ import (
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/trainq/trainq/activities"
 	tqclient "github.com/trainq/trainq/client"
 	"github.com/trainq/trainq/protocol"
 	"github.com/trainq/trainq/scheduler"
@@ -74,4 +77,58 @@ func TestChaosDiagnoseAStuckWorkflow(t *testing.T) {
 	assert.Contains(t, text, "workflow pollers: none")
 	assert.Contains(t, text, "WorkflowTaskScheduled")
 	assert.Contains(t, text, "started never")
+}
+
+// TestRegistrationResetPoint: an allocator reset into a recovery's
+// registration goes to the first workflow task completed while the latest
+// registration that had one was open; a fence's registration (it names its
+// jobs) and a task after the registration closed do not count.
+func TestRegistrationResetPoint(t *testing.T) {
+	var events []*historypb.HistoryEvent
+	add := func(e *historypb.HistoryEvent) int64 {
+		e.EventId = int64(len(events) + 1)
+		events = append(events, e)
+		return e.EventId
+	}
+	task := func() int64 {
+		return add(&historypb.HistoryEvent{EventType: enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED})
+	}
+	register := func(jobs []string) int64 {
+		in, err := converter.GetDefaultDataConverter().ToPayloads(activities.RegisterJobsInput{Epoch: "e", Jobs: jobs})
+		require.NoError(t, err)
+		return add(&historypb.HistoryEvent{EventType: enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED,
+			Attributes: &historypb.HistoryEvent_ActivityTaskScheduledEventAttributes{ActivityTaskScheduledEventAttributes: &historypb.ActivityTaskScheduledEventAttributes{
+				ActivityType: &commonpb.ActivityType{Name: "RegisterJobs"}, Input: in}}})
+	}
+	complete := func(scheduled int64) {
+		add(&historypb.HistoryEvent{EventType: enumspb.EVENT_TYPE_ACTIVITY_TASK_COMPLETED,
+			Attributes: &historypb.HistoryEvent_ActivityTaskCompletedEventAttributes{ActivityTaskCompletedEventAttributes: &historypb.ActivityTaskCompletedEventAttributes{
+				ScheduledEventId: scheduled}}})
+	}
+
+	task()
+	first := register(nil) // a recovery with no task inside it
+	complete(first)
+	task()
+	_, _, ok := registrationResetPoint(events)
+	assert.False(t, ok, "no task completed while the registration was open")
+
+	second := register(nil)
+	inside := task()
+	task()
+	complete(second)
+	fence := register([]string{"j"}) // a fence's: not a recovery
+	task()
+	complete(fence)
+	point, scheduled, ok := registrationResetPoint(events)
+	require.True(t, ok)
+	assert.Equal(t, second, scheduled)
+	assert.Equal(t, inside, point)
+
+	third := register(nil) // still open: any task after it counts
+	open := task()
+	point, scheduled, ok = registrationResetPoint(events)
+	require.True(t, ok)
+	assert.Equal(t, third, scheduled)
+	assert.Equal(t, open, point)
 }

@@ -304,6 +304,24 @@ func (r *chaosRun) resetAllocator(f chaosFault) (string, bool) {
 		return fmt.Sprintf("%s run %s has no completed workflow task; not reset", id, run), false
 	}
 	event := completed[max(len(completed)-f.depth, 0)]
+	back := len(completed) - max(len(completed)-f.depth, 0)
+	where := fmt.Sprintf("back %d of the %d completed workflow tasks of run %s, %d events", back, len(completed), run, len(events))
+	if f.intoRegistration {
+		point, scheduled, ok := registrationResetPoint(events)
+		asked := ""
+		if !ok {
+			// The run has not recovered since it began (it continued as
+			// new): ask it to, and take a task of that registration.
+			point, scheduled, ok = r.openRegistration(id, run, events[len(events)-1].GetEventId())
+			asked = "asked `trainq allocator recover` and reset "
+		}
+		if ok {
+			event = point
+			where = fmt.Sprintf("%sinto the recovery registration scheduled at event %d of run %s", asked, scheduled, run)
+		} else {
+			where += " (no recovery registration to reset into)"
+		}
+	}
 	asked := time.Now()
 	if err := r.reset(id, run, event, "chaos test: allocator reset"); err != nil {
 		r.problem("reset %s to event %d: %v", id, event, err)
@@ -315,10 +333,8 @@ func (r *chaosRun) resetAllocator(f chaosFault) (string, bool) {
 		r.resetRuns = append(r.resetRuns, resetRun)
 		r.mu.Unlock()
 	}
-	back := len(completed) - max(len(completed)-f.depth, 0)
 	if f.unattended {
-		desc := fmt.Sprintf("`temporal workflow reset --workflow-id %s --event-id %d` (back %d of the %d completed workflow tasks of run %s, %d events), "+
-			"no `trainq allocator recover`", id, event, back, len(completed), run, len(events))
+		desc := fmt.Sprintf("`temporal workflow reset --workflow-id %s --event-id %d` (%s), no `trainq allocator recover`", id, event, where)
 		if after, ok := r.awaitSelfRecovery(asked); ok {
 			return desc + fmt.Sprintf("; the allocator recovered of itself %s after the reset", after.Round(10*time.Millisecond)), true
 		}
@@ -328,8 +344,8 @@ func (r *chaosRun) resetAllocator(f chaosFault) (string, bool) {
 	cmd := exec.Command(filepath.Join(env.binDir, "trainq"), "allocator", "recover", chaosAllocation, "--region", chaosRegion)
 	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+r.hostPort(), "TRAINQ_CONFIG="+r.configPath)
 	out, err := cmd.CombinedOutput()
-	desc := fmt.Sprintf("`temporal workflow reset --workflow-id %s --event-id %d` (back %d of the %d completed workflow tasks of run %s, %d events); "+
-		"`trainq allocator recover %s`", id, event, back, len(completed), run, len(events), chaosAllocation)
+	desc := fmt.Sprintf("`temporal workflow reset --workflow-id %s --event-id %d` (%s); `trainq allocator recover %s`",
+		id, event, where, chaosAllocation)
 	r.mu.Lock()
 	r.recoveries++
 	if err != nil {
@@ -342,6 +358,63 @@ func (r *chaosRun) resetAllocator(f chaosFault) (string, bool) {
 		return desc + fmt.Sprintf(" FAILED: %v", err), false
 	}
 	return desc + fmt.Sprintf(" answered %s after the reset", time.Since(reset).Round(10*time.Millisecond)), true
+}
+
+// openRegistration asks the allocator to recover (its answer is awaited in
+// the background, and counted as every harness recovery is), and returns a
+// workflow task completed inside that recovery's registration, scheduled
+// after event since of run, once there is one (at most 30 s).
+func (r *chaosRun) openRegistration(id, run string, since int64) (point, scheduled int64, ok bool) {
+	go func() { _, _, _ = r.recoverAllocator("to reset the allocator into its registration") }()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) && !r.isOver() {
+		events, err := chaosHistory(r.c, id, run)
+		if err == nil {
+			if point, scheduled, ok = registrationResetPoint(events); ok && scheduled > since {
+				return point, scheduled, true
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return 0, 0, false
+}
+
+// registrationResetPoint finds, in a run's history, the latest recovery
+// registration (a RegisterJobs that lists the jobs) within which the run
+// completed a workflow task, and returns the first such task's completed
+// event and the registration's scheduled event.
+func registrationResetPoint(events []*historypb.HistoryEvent) (point, scheduled int64, ok bool) {
+	closed := map[int64]int64{} // scheduled event -> the event that closed the activity
+	for _, e := range events {
+		for _, id := range []int64{
+			e.GetActivityTaskCompletedEventAttributes().GetScheduledEventId(),
+			e.GetActivityTaskFailedEventAttributes().GetScheduledEventId(),
+			e.GetActivityTaskTimedOutEventAttributes().GetScheduledEventId(),
+			e.GetActivityTaskCanceledEventAttributes().GetScheduledEventId(),
+		} {
+			if id != 0 {
+				closed[id] = e.GetEventId()
+			}
+		}
+	}
+	for i, e := range events {
+		a := e.GetActivityTaskScheduledEventAttributes()
+		var in activities.RegisterJobsInput
+		if a == nil || a.GetActivityType().GetName() != "RegisterJobs" || decodeFirst(a.GetInput(), &in) != nil || in.Jobs != nil {
+			continue
+		}
+		end, done := closed[e.GetEventId()]
+		for _, later := range events[i+1:] {
+			if done && later.GetEventId() >= end {
+				break
+			}
+			if later.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED {
+				point, scheduled, ok = later.GetEventId(), e.GetEventId(), true
+				break
+			}
+		}
+	}
+	return point, scheduled, ok
 }
 
 // chaosSelfRecovery bounds the wait for a reset allocator to notice its reset

@@ -268,6 +268,11 @@ type chaosFault struct {
 	// unattended: an allocator reset is not followed by
 	// `trainq allocator recover`.
 	unattended bool
+	// intoRegistration: an allocator reset goes back to a workflow task
+	// inside the current run's latest recovery registration, if it has one
+	// (the reset run then asks the jobs again under the epoch drawn before
+	// it, and they answer with their first answers); else to depth.
+	intoRegistration bool
 	// pick chooses the running job a job reset resets (modulo their number).
 	pick int
 	// stagger: the pair's second job is submitted this long after the
@@ -464,6 +469,7 @@ func makeChaosPlan(size chaosSize, seed uint64) chaosPlan {
 		p.faults = addRecoveryFaults(p.faults, size, seed)
 		p.faults = addCapFault(p.faults, size, seed)
 		markStrays(p.jobs, seed)
+		markRegistrationResets(p.faults, seed)
 		p.maxUpdatesPerRun = handOverEvery(seed)
 	}
 	return p
@@ -569,6 +575,17 @@ func markStrays(jobs []chaosJob, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 0x737472)) // "str"
 	for _, i := range rng.Perm(len(jobs))[:min(chaosStrays, len(jobs))] {
 		jobs[i].stray = true
+	}
+}
+
+// markRegistrationResets picks, from a stream of its own, the allocator
+// resets that go back into a recovery's registration (about one in two).
+func markRegistrationResets(faults []chaosFault, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 0x726567)) // "reg"
+	for i := range faults {
+		if faults[i].kind == faultAllocatorReset {
+			faults[i].intoRegistration = rng.IntN(2) == 0
+		}
 	}
 }
 
@@ -719,6 +736,7 @@ func TestChaosCampaignDrawsEveryFault(t *testing.T) {
 	seen := map[chaosFaultKind]int{}
 	short, long := 0, 0
 	var attended, unattended []uint64 // seeds whose allocator reset is followed by a recover, or not
+	var intoRegistration []uint64     // seeds whose allocator reset goes into a recovery's registration
 	for seed := uint64(1); seed <= 12; seed++ {
 		p := makeChaosPlan(size, seed)
 		count := p.faultCounts()
@@ -755,6 +773,9 @@ func TestChaosCampaignDrawsEveryFault(t *testing.T) {
 					unattended = append(unattended, seed)
 				} else {
 					attended = append(attended, seed)
+				}
+				if f.intoRegistration {
+					intoRegistration = append(intoRegistration, seed)
 				}
 			case faultJobReset:
 				assert.True(t, f.depth == 0 || f.depth == 1)
@@ -794,6 +815,8 @@ func TestChaosCampaignDrawsEveryFault(t *testing.T) {
 	t.Logf("allocator resets followed by a recover: seeds %v; left to the allocator: seeds %v", attended, unattended)
 	assert.NotEmpty(t, attended, "a reset followed by `trainq allocator recover`")
 	assert.NotEmpty(t, unattended, "a reset the allocator must notice itself")
+	t.Logf("allocator resets into a recovery's registration: seeds %v", intoRegistration)
+	assert.NotEmpty(t, intoRegistration, "a reset into a recovery's registration")
 	for k := firstClusterFault; k < chaosFaultKinds; k++ {
 		assert.Zero(t, seen[k], "only the cluster size draws %s", k)
 	}
