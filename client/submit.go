@@ -12,6 +12,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	sdkclient "go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/trainq/trainq/config"
@@ -433,12 +434,42 @@ func jobStartOptions(name string, spec protocol.CheckedSpec, opts SubmitOptions)
 // Restart submits a new job with the spec of the job name (ML Space's
 // restart): same script, image, size, class and allocation, under a new
 // name. The old job is left as it is.
+//
+// The spec is read from the input the job's current run started with, which
+// needs only the Temporal server: a status query needs a worker to take it,
+// and to replay the whole job if it has ended (a busy worker left `trainq
+// restart` with "query timed out before a worker could process it").
 func (c *Client) Restart(ctx context.Context, name string, opts SubmitOptions) (Submission, error) {
-	st, err := c.Status(ctx, name)
+	in, err := c.startInput(ctx, name)
 	if err != nil {
 		return Submission{}, err
 	}
-	return c.Submit(ctx, st.Spec, opts)
+	return c.Submit(ctx, in.Spec, opts)
+}
+
+// startInput is the input the job's current run started with.
+func (c *Client) startInput(ctx context.Context, name string) (protocol.JobInput, error) {
+	var in protocol.JobInput
+	iter := c.Temporal.GetWorkflowHistory(ctx, name, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	if !iter.HasNext() {
+		return in, fmt.Errorf("%w: %s", ErrJobNotFound, name)
+	}
+	first, err := iter.Next()
+	if err != nil {
+		var notFound *serviceerror.NotFound
+		if errors.As(err, &notFound) {
+			return in, fmt.Errorf("%w: %s", ErrJobNotFound, name)
+		}
+		return in, err
+	}
+	started := first.GetWorkflowExecutionStartedEventAttributes()
+	if started == nil || started.GetWorkflowType().GetName() != protocol.JobWorkflowName {
+		return in, fmt.Errorf("%w: %s", ErrJobNotFound, name)
+	}
+	if err := converter.GetDefaultDataConverter().FromPayloads(started.GetInput(), &in); err != nil {
+		return in, fmt.Errorf("read job %s's spec: %w", name, err)
+	}
+	return in, nil
 }
 
 // workflowExists says whether a workflow of that ID exists, running or
