@@ -120,6 +120,45 @@ func TestLoanSurvivesSnapshot(t *testing.T) {
 	}
 }
 
+// TestYieldedLoanDoesNotTakeTheReservationBack: two high jobs borrow the two free GPUs of the node
+// reserved for big (medium, 4 GPUs), overrun, and yield to big at 100 with a notice of 10 minutes.
+// x stops at once and reruns, ahead of big by class, with an estimate of a minute: short enough to
+// end before y has stopped. It must not take back what x and hold left: big's reservation stays
+// in force until its victims have stopped (keepOwnResv), so a yielded loan can neither start
+// there outright nor borrow there again, and big starts the moment y has stopped. Without that,
+// x restarted on big's node at 101 and big waited behind a job that no longer yields to it.
+func TestYieldedLoanDoesNotTakeTheReservationBack(t *testing.T) {
+	p := mustPool(t, nodesOf("n", "a", 1, 4, 0, 0), Policy{ReserveAfter: 30 * time.Minute, Backfill: true, MaxLossGPUHours: 1, PreemptionNotice: 10 * time.Minute})
+	mustEnqueue(t, p, bfJob("hold", High, 2, 100*time.Minute, 1), bfJob("one", Low, 1, 100*time.Minute, 2), bfJob("two", Low, 1, 100*time.Minute, 2))
+	sched(t, p, at(0))
+	mustEnqueue(t, p, bfJob("big", Medium, 4, 60*time.Minute, 3))
+	sched(t, p, at(1))
+	sched(t, p, at(31))
+	bfEnd(t, p, "one")
+	bfEnd(t, p, "two")
+	mustEnqueue(t, p, loanJob("x", High, KindJob, 30*time.Minute, 9), loanJob("y", High, KindJob, 30*time.Minute, 10))
+	if d := sched(t, p, at(40)); len(d.Grants) != 2 || !d.Grants[0].OnLoan || !d.Grants[1].OnLoan {
+		t.Fatalf("at 40: want x and y started on loan, got %s", mustJSON(t, d))
+	}
+	bfEnd(t, p, "hold")
+	if d := sched(t, p, at(100)); len(d.Preemptions) != 2 || !d.Preemptions[0].Loan || !d.Preemptions[1].Loan {
+		t.Fatalf("at 100: want x and y to yield to big, got %s", mustJSON(t, d))
+	}
+	rerun := loanJob("x", High, KindJob, time.Minute, 9)
+	rerun.Attempt++
+	mustEnqueue(t, p, rerun)
+	p.Release("x", rerun.Attempt-1, 0)
+	for _, m := range []int{101, 105} {
+		if d := sched(t, p, at(m)); len(d.Grants)+len(d.Preemptions) > 0 {
+			t.Fatalf("at %d: y is still stopping; want nothing decided (x's rerun must not take big's node), got %s", m, mustJSON(t, d))
+		}
+	}
+	p.Release("y", 0, 0)
+	if got := grantedJobs(sched(t, p, at(106))); !slices.Equal(got, []string{"big"}) {
+		t.Fatalf("at 106: want big started once y stopped, got %v", got)
+	}
+}
+
 // TestStarvingReservationBindsEveryClass: a medium request that starves behind high jobs with no
 // run limit (its start is unknown) still holds what frees up on its node against a stream of
 // high jobs: with StarvationAfter, its reservation binds every request of the pass, not only
