@@ -65,12 +65,10 @@ type RequestCapacityInput struct {
 const RequestCapacityName = "RequestCapacity"
 
 // RequestCapacity asks the allocation's allocator for capacity, starting the
-// allocator if it is not running. The request travels as a signal (with
-// signal-with-start): under a burst of submissions, updates would hit the
-// server's limit on in-flight updates per workflow, signals do not. A retried
-// signal is harmless: the allocator queues each attempt once. A request that
-// can never fit the allocation as configured fails for good here; one that
-// no longer fits when it arrives is refused by the allocator with a signal.
+// allocator if it is not running (see SendRequest). A request sent again is
+// harmless: the allocator queues each attempt once. A request that can never
+// fit the allocation as configured fails for good here; one that no longer
+// fits when it arrives is refused by the allocator with a signal.
 func (a *Activities) RequestCapacity(ctx context.Context, in RequestCapacityInput) (protocol.CapacityReply, error) {
 	start, err := a.Config.AllocatorInput(in.Region, in.Allocation)
 	if err != nil {
@@ -88,14 +86,64 @@ func (a *Activities) RequestCapacity(ctx context.Context, in RequestCapacityInpu
 	if estimate != nil {
 		in.Request.RunEstimate = scheduler.EstimatedRunLimit(estimate.Runtime, 0)
 	}
-	_, err = a.Client.SignalWithStartWorkflow(ctx, protocol.AllocatorWorkflowID(in.Region, in.Allocation), protocol.SignalRequest,
-		in.Request, protocol.AllocatorStartOptions(in.Region, in.Allocation), protocol.AllocatorWorkflowName, start)
+	allocator := protocol.AllocatorWorkflowID(in.Region, in.Allocation)
+	reply, answered, err := SendRequest(ctx, a.Client, allocator, in.Request, func(ctx context.Context) error {
+		_, err := a.Client.SignalWithStartWorkflow(ctx, allocator, protocol.SignalRequest,
+			in.Request, protocol.AllocatorStartOptions(in.Region, in.Allocation), protocol.AllocatorWorkflowName, start)
+		return err
+	})
 	if err != nil {
 		return protocol.CapacityReply{}, err
 	}
-	reply := a.whereQueued(ctx, in)
+	if !answered {
+		reply = a.whereQueued(ctx, in)
+	}
 	reply.Estimate = estimate
 	return reply, nil
+}
+
+// standingTimeout bounds how long SendRequest waits, once the allocator has
+// accepted the request, for its answer of where the request stands (a
+// courtesy, as whereQueued's).
+const standingTimeout = 2 * time.Second
+
+// SendRequest sends a capacity request to its allocator as an update
+// (protocol.UpdateRequest), and says where it stands if the allocator
+// answered in time. Updates keep a burst of requests from failing the
+// allocator's workflow task: a signal that comes in while a task runs is an
+// event, and past protocol.TemporalBufferedEventsLimit of them the server
+// force-closes the task, while the server admits only
+// protocol.TemporalInFlightUpdates updates at a time and refuses the rest
+// (ResourceExhausted), which the client retries. An allocator that is not
+// running (its first request, or after it was terminated) is started by
+// signalWithStart; so is one whose run rejects the update (a build before
+// UpdateRequest). The request is durable once accepted: the reply is only
+// waited for briefly.
+func SendRequest(ctx context.Context, c client.Client, allocator string, req protocol.CapacityRequest, signalWithStart func(context.Context) error) (reply protocol.CapacityReply, answered bool, err error) {
+	handle, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID:   allocator,
+		UpdateName:   protocol.UpdateRequest,
+		Args:         []any{req},
+		WaitForStage: client.WorkflowUpdateStageAccepted,
+	})
+	var notFound *serviceerror.NotFound
+	switch {
+	case errors.As(err, &notFound):
+		return reply, false, signalWithStart(ctx)
+	case err != nil:
+		return reply, false, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, standingTimeout)
+	defer cancel()
+	err = handle.Get(wctx, &reply)
+	var rejected *temporal.ApplicationError
+	switch {
+	case err == nil:
+		return reply, true, nil
+	case errors.As(err, &rejected):
+		return reply, false, signalWithStart(ctx)
+	}
+	return reply, false, nil // accepted: the allocator has it
 }
 
 // learnEstimateTimeout bounds how long a capacity request waits for the listing its estimate is

@@ -3,6 +3,7 @@ package activities
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -41,6 +42,26 @@ func (j jsonValue) Get(ptr any) error {
 
 func (c *explainingClient) QueryWorkflow(context.Context, string, string, string, ...any) (converter.EncodedValue, error) {
 	return jsonValue{c.where}, nil
+}
+
+// UpdateWorkflow takes the request as the allocator would, and answers where it stands.
+func (c *explainingClient) UpdateWorkflow(_ context.Context, o client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	if o.UpdateName != protocol.UpdateRequest {
+		return nil, fmt.Errorf("unexpected update %q", o.UpdateName)
+	}
+	req := o.Args[0].(protocol.CapacityRequest)
+	c.sent = append(c.sent, req)
+	return answeredUpdate{protocol.CapacityReply{Position: 1}}, nil
+}
+
+type answeredUpdate struct{ reply protocol.CapacityReply }
+
+func (u answeredUpdate) WorkflowID() string { return "" }
+func (u answeredUpdate) RunID() string      { return "" }
+func (u answeredUpdate) UpdateID() string   { return "" }
+func (u answeredUpdate) Get(_ context.Context, ptr any) error {
+	*ptr.(*protocol.CapacityReply) = u.reply
+	return nil
 }
 
 func (c *explainingClient) SignalWithStartWorkflow(_ context.Context, _ string, signal string, arg any, _ client.StartWorkflowOptions, _ any, _ ...any) (client.WorkflowRun, error) {

@@ -209,6 +209,23 @@ func (s *State) ReplyFor(job string, reply protocol.CapacityReply) protocol.Capa
 	return reply
 }
 
+// Standing is where req stands after Request: granted, or waiting with its
+// place (see ReplyFor); neither if the rules refused it or sent it to be
+// checked.
+func (s *State) Standing(req protocol.CapacityRequest) protocol.CapacityReply {
+	reply := protocol.CapacityReply{Epoch: s.Epoch}
+	if r, ok := s.Pool.Running(req.Job); ok && r.Attempt == req.Attempt {
+		reply.Seq, reply.Granted = r.Seq, true
+		return reply
+	}
+	w, ok := s.Pool.Waiting(req.Job)
+	if !ok || w.Attempt != req.Attempt {
+		return reply
+	}
+	reply.Seq = w.Seq
+	return s.ReplyFor(req.Job, reply)
+}
+
 // resendGrant answers a repeated request for an attempt the pool has granted
 // and that is not stopping: the grant is sent again. The job takes a grant
 // only while it waits for that attempt, so a duplicate request (a retried

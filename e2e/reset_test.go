@@ -173,9 +173,16 @@ func resetAllocatorBefore(t *testing.T, allocation, job string) int64 {
 		if e.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED {
 			point = e.GetEventId()
 		}
+		var input *commonpb.Payloads // the request, sent as an update (or, to start the allocator, a signal)
+		if a := e.GetWorkflowExecutionUpdateAcceptedEventAttributes(); a != nil && a.GetAcceptedRequest().GetInput().GetName() == protocol.UpdateRequest {
+			input = a.GetAcceptedRequest().GetInput().GetArgs()
+		}
 		if a := e.GetWorkflowExecutionSignaledEventAttributes(); a != nil && a.GetSignalName() == protocol.SignalRequest {
+			input = a.GetInput()
+		}
+		if input != nil {
 			var req protocol.CapacityRequest
-			require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(a.GetInput(), &req))
+			require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(input, &req))
 			if req.Job == job {
 				break
 			}

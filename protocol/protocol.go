@@ -50,9 +50,18 @@ const (
 // Allocator messages.
 const (
 	UpdateRequestCapacity = "request-capacity"
+	// UpdateRequest carries a CapacityRequest to a running allocator and
+	// answers where it stands (a CapacityReply); the allocator takes it as
+	// it takes SignalRequest, and answers it with a grant, or a refusal if
+	// the request can never fit. Unlike a signal it is not an event that can
+	// come in while a workflow task runs: the server admits
+	// TemporalInFlightUpdates at a time and refuses the rest, which the
+	// sender retries, so no burst of requests can force-close the
+	// allocator's task.
+	UpdateRequest = "request"
 	// SignalRequest carries a CapacityRequest (sent with signal-with-start,
-	// which no per-workflow update limit throttles); the allocator answers
-	// with a grant, or a refusal if the request can never fit.
+	// to an allocator that is not running); the allocator answers as to
+	// UpdateRequest.
 	SignalRequest  = "request"
 	SignalRelease  = "release"
 	SignalWithdraw = "withdraw"

@@ -326,6 +326,9 @@ func (a *allocator) registerUpdates(ctx workflow.Context) error {
 		workflow.UpdateHandlerOptions{Validator: a.st.Validate}); err != nil {
 		return err
 	}
+	if err := workflow.SetUpdateHandler(ctx, protocol.UpdateRequest, a.onRequestUpdate); err != nil {
+		return err
+	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, protocol.UpdateReconfigure, a.onReconfigure,
 		workflow.UpdateHandlerOptions{Validator: a.st.ValidateReconfigure}); err != nil {
 		return err
@@ -373,6 +376,19 @@ func (a *allocator) onRequestCapacity(ctx workflow.Context, req protocol.Capacit
 	// The reply says whether the request was granted: pass now.
 	a.schedulePass(ctx)
 	return a.st.ReplyFor(req.Job, reply), nil
+}
+
+// onRequestUpdate takes a capacity request sent as an update
+// (protocol.UpdateRequest) by the rules of the signal (onRequest), and says
+// where it stands. It runs no pass of its own: the pass that may grant it
+// runs with the rest (the grant comes as a signal), so a task that takes in
+// several requests passes once.
+func (a *allocator) onRequestUpdate(ctx workflow.Context, req protocol.CapacityRequest) (protocol.CapacityReply, error) {
+	if err := a.awaitRecovered(ctx); err != nil {
+		return protocol.CapacityReply{}, err
+	}
+	a.onRequest(ctx, req)
+	return a.st.Standing(req), nil
 }
 
 func (a *allocator) onReconfigure(ctx workflow.Context, in protocol.AllocatorInput) (protocol.ReconfigureReply, error) {

@@ -316,13 +316,23 @@ func (h *allocHarness) request(d time.Duration, req protocol.CapacityRequest) {
 	h.env.RegisterDelayedCallback(func() { h.sendRequest(req) }, d)
 }
 
+// requestByUpdate sends a capacity request at d as trainq-worker does
+// (protocol.UpdateRequest; request sends the older request-capacity update).
+func (h *allocHarness) requestByUpdate(d time.Duration, req protocol.CapacityRequest) {
+	h.env.RegisterDelayedCallback(func() { h.sendRequestAs(protocol.UpdateRequest, req) }, d)
+}
+
 func (h *allocHarness) sendRequest(req protocol.CapacityRequest) {
+	h.sendRequestAs(protocol.UpdateRequestCapacity, req)
+}
+
+func (h *allocHarness) sendRequestAs(update string, req protocol.CapacityRequest) {
 	id := fmt.Sprintf("request/%s/%d", req.Job, req.Attempt)
 	out := &updateOutcome{}
 	h.mu.Lock()
 	h.updates[id] = out
 	h.mu.Unlock()
-	h.env.UpdateWorkflow(protocol.UpdateRequestCapacity, id, &testsuite.TestUpdateCallback{
+	h.env.UpdateWorkflow(update, id, &testsuite.TestUpdateCallback{
 		OnAccept: func() {},
 		OnReject: func(err error) { out.rejected, out.done = err, true },
 		OnComplete: func(v any, err error) {
@@ -534,6 +544,44 @@ func TestAllocatorGrantsQueuesAndReleases(t *testing.T) {
 	assert.Equal(t, 2, freeGPUs(end))
 	assert.Equal(t, int64(2), end.Counters.Grants)
 	assert.Empty(t, h.preempts)
+}
+
+// TestRequestUpdate: a request sent as trainq-worker sends it (the request
+// update) is taken by the rules of the request signal and answered with where
+// it stands; the pass that grants it runs with the rest, and the grant comes
+// as a signal. A request the allocation cannot run is refused with a signal,
+// not by rejecting the update, and its answer names no place.
+func TestRequestUpdate(t *testing.T) {
+	h := newAllocHarness(t)
+	h.requestByUpdate(time.Minute, fixture.Request{Job: "job-a", Attempt: 1, Class: scheduler.Medium, Workers: 2, SubmittedAt: testStart}.Capacity())
+	h.requestByUpdate(2*time.Minute, fixture.Request{Job: "job-b", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
+	bad := fixture.Request{Job: "job-c", Attempt: 1, Class: scheduler.Medium, Workers: 9, SubmittedAt: testStart}.Capacity()
+	h.requestByUpdate(4*time.Minute, bad)
+	h.release(10*time.Minute, protocol.ReleaseSignal{Job: "job-a", Attempt: 1, Workers: []int{0, 1}})
+	h.runAllocator(allocInput(allocNodes(2, 2)), time.Hour)
+
+	a := h.outcome("job-a", 1)
+	require.NoError(t, a.rejected)
+	require.NoError(t, a.err)
+	assert.False(t, a.reply.Granted, "the update runs no pass: job-a is first in the queue when it answers")
+	assert.Equal(t, 1, a.reply.Position)
+	assert.Equal(t, int64(1), a.reply.Seq)
+	require.Len(t, h.grantsTo("job-a"), 1, "the pass after the update grants job-a")
+
+	b := h.outcome("job-b", 1)
+	require.NoError(t, b.rejected)
+	assert.False(t, b.reply.Granted)
+	assert.Equal(t, int64(2), b.reply.Seq)
+	assert.Equal(t, 1, b.reply.Position)
+	assert.NotEmpty(t, b.reply.Reason)
+	require.Len(t, h.grantsTo("job-b"), 1, "job-b is granted once job-a released")
+
+	c := h.outcome("job-c", 1)
+	require.NoError(t, c.rejected, "a request the allocation cannot run is refused by signal, as the signal's")
+	assert.Zero(t, c.reply.Position)
+	assert.False(t, c.reply.Granted)
+	require.Len(t, h.refusalsTo("job-c"), 1)
+	assert.Empty(t, h.grantsTo("job-c"))
 }
 
 func TestAllocatorRejectsImpossibleRequests(t *testing.T) {
