@@ -95,8 +95,14 @@ func (a *Activities) RequestCapacity(ctx context.Context, in RequestCapacityInpu
 	if err != nil {
 		return protocol.CapacityReply{}, err
 	}
-	if !answered {
-		reply = a.whereQueued(ctx, in)
+	if !reply.Granted {
+		// Where it waits and why, for the job's details: the answer leaves
+		// them out (they cost a dry-run pass inside the allocator's task).
+		where := a.whereQueued(ctx, in)
+		reply.Position, reply.Reason = where.Position, where.Reason
+		if !answered || reply.Seq == 0 {
+			reply.Seq = where.Seq
+		}
 	}
 	reply.Estimate = estimate
 	return reply, nil
@@ -117,8 +123,9 @@ const standingTimeout = 2 * time.Second
 // (ResourceExhausted), which the client retries. An allocator that is not
 // running (its first request, or after it was terminated) is started by
 // signalWithStart; so is one whose run rejects the update (a build before
-// UpdateRequest). The request is durable once accepted: the reply is only
-// waited for briefly.
+// UpdateRequest), and so is one whose run has taken all the updates a run
+// may (history.maxTotalUpdates: the run is handing over). The request is
+// durable once accepted: the reply is only waited for briefly.
 func SendRequest(ctx context.Context, c client.Client, allocator string, req protocol.CapacityRequest, signalWithStart func(context.Context) error) (reply protocol.CapacityReply, answered bool, err error) {
 	handle, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 		WorkflowID:   allocator,
@@ -127,8 +134,9 @@ func SendRequest(ctx context.Context, c client.Client, allocator string, req pro
 		WaitForStage: client.WorkflowUpdateStageAccepted,
 	})
 	var notFound *serviceerror.NotFound
+	var full *serviceerror.FailedPrecondition
 	switch {
-	case errors.As(err, &notFound):
+	case errors.As(err, &notFound), errors.As(err, &full):
 		return reply, false, signalWithStart(ctx)
 	case err != nil:
 		return reply, false, err

@@ -209,21 +209,22 @@ func (s *State) ReplyFor(job string, reply protocol.CapacityReply) protocol.Capa
 	return reply
 }
 
-// Standing is where req stands after Request: granted, or waiting with its
-// place (see ReplyFor); neither if the rules refused it or sent it to be
-// checked.
+// Standing is what the allocator knows of req after Request, cheaply: its
+// epoch, and the attempt's queue sequence if it holds capacity (Granted,
+// unless it is releasing it) or waits; neither if the rules refused it or
+// sent it to be checked. Its place and why it waits cost a dry-run pass
+// (Pool.Explain), which the request update does not run: a replay would run
+// it for every request of the run.
 func (s *State) Standing(req protocol.CapacityRequest) protocol.CapacityReply {
 	reply := protocol.CapacityReply{Epoch: s.Epoch}
 	if r, ok := s.Pool.Running(req.Job); ok && r.Attempt == req.Attempt {
-		reply.Seq, reply.Granted = r.Seq, true
+		reply.Seq, reply.Granted = r.Seq, !r.Releasing
 		return reply
 	}
-	w, ok := s.Pool.Waiting(req.Job)
-	if !ok || w.Attempt != req.Attempt {
-		return reply
+	if w, ok := s.Pool.Waiting(req.Job); ok && w.Attempt == req.Attempt {
+		reply.Seq = w.Seq
 	}
-	reply.Seq = w.Seq
-	return s.ReplyFor(req.Job, reply)
+	return reply
 }
 
 // resendGrant answers a repeated request for an attempt the pool has granted

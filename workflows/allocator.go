@@ -125,6 +125,11 @@ type allocator struct {
 	// the run it last found itself in (see resetSince).
 	noticesResets bool
 	runID         string
+	// heldRequests are the requests that came as updates while the state
+	// was rebuilt, in the order they came: the recovery's end takes them in
+	// (see onRequestUpdate). Not carried: a run hands over only once
+	// recovered.
+	heldRequests []protocol.CapacityRequest
 }
 
 // Versions of the allocator's workflow code (workflow.GetVersion). Each
@@ -211,7 +216,7 @@ const (
 )
 
 // AllocatorWorkflow owns the capacity of one allocation. Jobs ask it for
-// capacity with the request-capacity signal (or update); it grants and
+// capacity with the request update (or, to start it, the request signal); it grants and
 // preempts with signals, takes per-worker releases, and answers the queue
 // query. All scheduling decisions come from package scheduler, and what each
 // message does to the state from package allocation.
@@ -360,7 +365,7 @@ func (a *allocator) onDrain(ctx workflow.Context, r protocol.DrainRequest) (prot
 }
 
 // onRequestCapacity answers the request-capacity update (older clients;
-// requests now come as signals, see onRequest).
+// requests now come as the request update, see onRequestUpdate).
 func (a *allocator) onRequestCapacity(ctx workflow.Context, req protocol.CapacityRequest) (protocol.CapacityReply, error) {
 	a.updates++
 	// A request waits until the state is rebuilt: its queue sequence must
@@ -382,10 +387,15 @@ func (a *allocator) onRequestCapacity(ctx workflow.Context, req protocol.Capacit
 // (protocol.UpdateRequest) by the rules of the signal (onRequest), and says
 // where it stands. It runs no pass of its own: the pass that may grant it
 // runs with the rest (the grant comes as a signal), so a task that takes in
-// several requests passes once.
+// several requests passes once. While the state is rebuilt it keeps the
+// request for the end of the recovery (heldRequests) and answers at once: an
+// update that waited would hold one of the server's few in-flight updates
+// per workflow, and ten of them would shut out every other update
+// (reconfigure, drain, checkpoint, recover) for the whole recovery.
 func (a *allocator) onRequestUpdate(ctx workflow.Context, req protocol.CapacityRequest) (protocol.CapacityReply, error) {
-	if err := a.awaitRecovered(ctx); err != nil {
-		return protocol.CapacityReply{}, err
+	if a.recovering {
+		a.heldRequests = append(a.heldRequests, req)
+		return protocol.CapacityReply{}, nil
 	}
 	a.onRequest(ctx, req)
 	return a.st.Standing(req), nil

@@ -547,10 +547,10 @@ func TestAllocatorGrantsQueuesAndReleases(t *testing.T) {
 }
 
 // TestRequestUpdate: a request sent as trainq-worker sends it (the request
-// update) is taken by the rules of the request signal and answered with where
-// it stands; the pass that grants it runs with the rest, and the grant comes
-// as a signal. A request the allocation cannot run is refused with a signal,
-// not by rejecting the update, and its answer names no place.
+// update) is taken by the rules of the request signal and answered with its
+// epoch and queue sequence; the pass that grants it runs with the rest, and
+// the grant comes as a signal. A request the allocation cannot run is refused
+// with a signal, not by rejecting the update, and its answer has no sequence.
 func TestRequestUpdate(t *testing.T) {
 	h := newAllocHarness(t)
 	h.requestByUpdate(time.Minute, fixture.Request{Job: "job-a", Attempt: 1, Class: scheduler.Medium, Workers: 2, SubmittedAt: testStart}.Capacity())
@@ -563,22 +563,21 @@ func TestRequestUpdate(t *testing.T) {
 	a := h.outcome("job-a", 1)
 	require.NoError(t, a.rejected)
 	require.NoError(t, a.err)
-	assert.False(t, a.reply.Granted, "the update runs no pass: job-a is first in the queue when it answers")
-	assert.Equal(t, 1, a.reply.Position)
+	assert.False(t, a.reply.Granted, "the update runs no pass: job-a waits when it answers")
 	assert.Equal(t, int64(1), a.reply.Seq)
+	assert.NotEmpty(t, a.reply.Epoch)
 	require.Len(t, h.grantsTo("job-a"), 1, "the pass after the update grants job-a")
 
 	b := h.outcome("job-b", 1)
 	require.NoError(t, b.rejected)
 	assert.False(t, b.reply.Granted)
 	assert.Equal(t, int64(2), b.reply.Seq)
-	assert.Equal(t, 1, b.reply.Position)
-	assert.NotEmpty(t, b.reply.Reason)
+	assert.Zero(t, b.reply.Position, "its place costs a dry-run pass: the sender asks for it by query")
 	require.Len(t, h.grantsTo("job-b"), 1, "job-b is granted once job-a released")
 
 	c := h.outcome("job-c", 1)
 	require.NoError(t, c.rejected, "a request the allocation cannot run is refused by signal, as the signal's")
-	assert.Zero(t, c.reply.Position)
+	assert.Zero(t, c.reply.Seq)
 	assert.False(t, c.reply.Granted)
 	require.Len(t, h.refusalsTo("job-c"), 1)
 	assert.Empty(t, h.grantsTo("job-c"))

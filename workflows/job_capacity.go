@@ -62,7 +62,9 @@ func (j *job) waitForCapacity(ctx workflow.Context, attempt int) (protocol.Grant
 	j.learned(reply.Estimate)
 	// A recovering allocator that registered this job meanwhile is newer
 	// than the one that answered.
-	if reply.Epoch != "" && j.registrations == registrations && j.cur.grant == nil {
+	// Nor may an answer move the epoch back: a run reset to before its
+	// recovery answers with the epoch the recovery replaced.
+	if reply.Epoch != "" && j.registrations == registrations && j.cur.grant == nil && !protocol.NewerEpoch(j.epoch, reply.Epoch) {
 		j.epoch = reply.Epoch
 	}
 	if !reply.Granted && reply.Reason != "" && j.cur.grant == nil {
@@ -136,10 +138,10 @@ func (j *job) checkRequest(ctx workflow.Context, attempt int) {
 }
 
 // requestCapacity sends the attempt's capacity request as a local activity:
-// a signal-with-start from the workflow's own worker, without a round trip
-// through the server's activity queue. The request is a signal the allocator
-// takes once per attempt, so a local activity run again after a worker crash
-// does no harm.
+// an update (or a signal-with-start) from the workflow's own worker, without
+// a round trip through the server's activity queue (activities.SendRequest).
+// The allocator takes a request once per attempt, so a local activity run
+// again after a worker crash does no harm.
 func (j *job) requestCapacity(ctx, actx workflow.Context, req activities.RequestCapacityInput) workflow.Future {
 	opts := workflow.GetActivityOptions(actx)
 	req.Brief = true

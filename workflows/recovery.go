@@ -79,6 +79,10 @@ func (a *allocator) recoverState(ctx workflow.Context) protocol.RecoverReply {
 	a.reclaims = map[string]bool{}
 	a.execute(ctx, cmds)
 	a.recovering = false
+	for _, req := range a.heldRequests {
+		a.onRequest(ctx, req)
+	}
+	a.heldRequests = nil
 	workflow.GetLogger(ctx).Info("allocator recovered", "epoch", epoch, "listed", reply.Listed,
 		"running", reply.Running, "waiting", reply.Waiting, "conflicts", reply.Conflicts)
 	a.schedule(ctx)

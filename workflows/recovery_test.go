@@ -98,6 +98,33 @@ func TestRecoveryAppliesReleasesThatArriveMeanwhile(t *testing.T) {
 	}
 }
 
+// TestRequestUpdateDuringRecoveryIsAnsweredAtOnce: a request that comes as
+// an update while the allocator recovers is answered at once, with nothing
+// known yet, and taken in when the recovery ends: an update that waited for
+// the recovery would hold one of the server's ten in-flight updates, and ten
+// such would shut every other update out until it ended.
+func TestRequestUpdateDuringRecoveryIsAnsweredAtOnce(t *testing.T) {
+	h := newAllocHarnessWith(t, 10*time.Second)
+	h.holds = []protocol.JobHold{holding("held", 1, 1, on("n1", 0, 0, 1))}
+	h.requestByUpdate(6*time.Second, fixture.Request{Job: "next", Attempt: 1, Class: scheduler.Low, Workers: 1, SubmittedAt: testStart}.Capacity())
+	var answered bool
+	var during protocol.QueueView
+	h.at(7*time.Second, func() {
+		during = h.queue()
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		answered = h.updates["request/next/1"].done
+	})
+	h.runAllocator(allocInput(allocNodes(2, 2)), time.Hour)
+
+	assert.True(t, during.Recovering, "the request came while the allocator recovered")
+	assert.True(t, answered, "the update is answered before the recovery ends")
+	out := h.outcome("next", 1)
+	require.NoError(t, out.rejected)
+	assert.Zero(t, out.reply.Seq, "nothing is known of the request until the recovery ends")
+	require.Len(t, h.grantsTo("next"), 1, "the request is taken in when the recovery ends")
+}
+
 func TestRecoveryReportsConflictingHolds(t *testing.T) {
 	h := newAllocHarness(t)
 	h.holds = []protocol.JobHold{
