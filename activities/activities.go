@@ -430,11 +430,48 @@ func (a *Activities) releaseEarly(ctx context.Context, allocator string, id clus
 		return false
 	}
 	s := protocol.ReleaseSignal{Job: id.Job, Attempt: id.Attempt, Workers: []int{id.Worker}, Stopping: true}
-	if err := a.Client.SignalWorkflow(ctx, allocator, "", protocol.SignalRelease, s); err != nil {
+	if err := SendRelease(ctx, a.Client, allocator, s); err != nil {
 		activity.GetLogger(ctx).Warn("could not report a stopped worker to the allocator; the job will", "worker", id.String(), "error", err)
 		return false
 	}
 	return true
+}
+
+// releaseTimeout bounds how long SendRelease tries: past it the job reports
+// the release itself.
+const releaseTimeout = 10 * time.Second
+
+// SendRelease reports a release to the allocator as an update
+// (protocol.UpdateRelease), for the reason SendRequest sends requests so: a
+// burst of releases sent as signals (a sweep of short trials ending
+// together) can get the allocator's task force-closed. It returns once the
+// allocator has accepted the release, or with an error after releaseTimeout
+// (the server refuses updates past TemporalInFlightUpdates, and the client
+// retries them until then); an allocator run that rejects the update (an
+// older build) is sent the release signal instead.
+func SendRelease(ctx context.Context, c client.Client, allocator string, s protocol.ReleaseSignal) error {
+	ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
+	defer cancel()
+	handle, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID:   allocator,
+		UpdateName:   protocol.UpdateRelease,
+		Args:         []any{s},
+		WaitForStage: client.WorkflowUpdateStageAccepted,
+	})
+	var full *serviceerror.FailedPrecondition
+	if errors.As(err, &full) {
+		return c.SignalWorkflow(ctx, allocator, "", protocol.SignalRelease, s)
+	}
+	if err != nil {
+		return err
+	}
+	wctx, wcancel := context.WithTimeout(ctx, standingTimeout)
+	defer wcancel()
+	var rejected *temporal.ApplicationError
+	if err := handle.Get(wctx, nil); errors.As(err, &rejected) {
+		return c.SignalWorkflow(ctx, allocator, "", protocol.SignalRelease, s)
+	}
+	return nil // accepted: the allocator has it
 }
 
 // Error types of the node activities.

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/mocks"
 	"go.temporal.io/sdk/testsuite"
 
@@ -26,11 +27,16 @@ func TestNodeActivitiesReportReleases(t *testing.T) {
 	c := &mocks.Client{}
 	var mu sync.Mutex
 	var sent []protocol.ReleaseSignal
-	c.On("SignalWorkflow", mock.Anything, allocator, "", protocol.SignalRelease, mock.Anything).Run(func(args mock.Arguments) {
+	accepted := &mocks.WorkflowUpdateHandle{}
+	accepted.On("Get", mock.Anything, mock.Anything).Return(nil)
+	c.On("UpdateWorkflow", mock.Anything, mock.Anything).Run(func(args mock.Arguments) {
+		o := args.Get(1).(client.UpdateWorkflowOptions)
+		require.Equal(t, allocator, o.WorkflowID)
+		require.Equal(t, protocol.UpdateRelease, o.UpdateName)
 		mu.Lock()
 		defer mu.Unlock()
-		sent = append(sent, args.Get(4).(protocol.ReleaseSignal))
-	}).Return(nil)
+		sent = append(sent, o.Args[0].(protocol.ReleaseSignal))
+	}).Return(accepted, nil)
 	acts := &Activities{Backend: b, Client: c}
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestActivityEnvironment()
@@ -75,7 +81,7 @@ func TestFailedReleaseReportIsNotClaimed(t *testing.T) {
 	const allocator = "allocator/T/refused"
 	b := newLocal(t)
 	c := &mocks.Client{}
-	c.On("SignalWorkflow", mock.Anything, allocator, "", protocol.SignalRelease, mock.Anything).Return(errors.New("workflow not found"))
+	c.On("UpdateWorkflow", mock.Anything, mock.Anything).Return(nil, errors.New("workflow not found"))
 	acts := &Activities{Backend: b, Client: c}
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestActivityEnvironment()
@@ -89,5 +95,5 @@ func TestFailedReleaseReportIsNotClaimed(t *testing.T) {
 	require.NoError(t, v.Get(&st))
 	assert.Equal(t, cluster.PhaseExited, st.Phase)
 	assert.False(t, st.ReleaseReported)
-	c.AssertNumberOfCalls(t, "SignalWorkflow", 1)
+	c.AssertNumberOfCalls(t, "UpdateWorkflow", 1)
 }

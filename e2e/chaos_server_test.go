@@ -400,13 +400,18 @@ func (s *chaosServer) add(ref chaosRunRef, events []*historypb.HistoryEvent) {
 				continue
 			}
 			s.ended(id, at)
-		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
-			a := e.GetWorkflowExecutionSignaledEventAttributes()
-			if a.GetSignalName() != protocol.SignalRelease || ref.typ != protocol.AllocatorWorkflowName {
+		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
+			// The job's release signal, or a node agent's release update.
+			input := e.GetWorkflowExecutionUpdateAcceptedEventAttributes().GetAcceptedRequest().GetInput()
+			name, args := input.GetName(), input.GetArgs()
+			if a := e.GetWorkflowExecutionSignaledEventAttributes(); a != nil {
+				name, args = a.GetSignalName(), a.GetInput()
+			}
+			if name != protocol.SignalRelease || ref.typ != protocol.AllocatorWorkflowName {
 				continue
 			}
 			var rel protocol.ReleaseSignal
-			if decodeFirst(a.GetInput(), &rel) != nil || len(rel.LostNodes) > 0 {
+			if decodeFirst(args, &rel) != nil || len(rel.LostNodes) > 0 {
 				continue // a lost worker's release: nobody saw it stop
 			}
 			for _, w := range rel.Workers {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/converter"
@@ -27,8 +28,8 @@ func fetchHistory(t *testing.T, workflowID string) []*historypb.HistoryEvent {
 }
 
 // checkAllocatorHistory replays the allocator's recorded decisions: every
-// grant it sent and every release and withdrawal it received, in history
-// order. It fails the test if a grant ever lands on a GPU that another job
+// grant it sent and every release (signal or update) and withdrawal it
+// received, in history order. It fails the test if a grant ever lands on a GPU that another job
 // still holds (running or releasing), and returns the grants in order.
 func checkAllocatorHistory(t *testing.T, allocation string) []allocatorGrant {
 	t.Helper()
@@ -44,9 +45,27 @@ func checkAllocatorHistory(t *testing.T, allocation string) []allocatorGrant {
 		worker  int
 	}
 	held := map[gpu]holding{}
+	release := func(input *commonpb.Payloads) {
+		var r protocol.ReleaseSignal
+		require.NoError(t, dc.FromPayloads(input, &r))
+		released := map[int]bool{}
+		for _, w := range r.Workers {
+			released[w] = true
+		}
+		for k, h := range held {
+			if h.job == r.Job && h.attempt == r.Attempt && released[h.worker] {
+				delete(held, k)
+			}
+		}
+	}
 	var grants []allocatorGrant
 	for _, e := range events {
 		switch e.GetEventType() {
+		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
+			// A node agent's release (activities.SendRelease).
+			if in := e.GetWorkflowExecutionUpdateAcceptedEventAttributes().GetAcceptedRequest().GetInput(); in.GetName() == protocol.UpdateRelease {
+				release(in.GetArgs())
+			}
 		case enumspb.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED:
 			attrs := e.GetSignalExternalWorkflowExecutionInitiatedEventAttributes()
 			if attrs.GetSignalName() != protocol.SignalGrant {
@@ -70,17 +89,7 @@ func checkAllocatorHistory(t *testing.T, allocation string) []allocatorGrant {
 			attrs := e.GetWorkflowExecutionSignaledEventAttributes()
 			switch attrs.GetSignalName() {
 			case protocol.SignalRelease:
-				var r protocol.ReleaseSignal
-				require.NoError(t, dc.FromPayloads(attrs.GetInput(), &r))
-				released := map[int]bool{}
-				for _, w := range r.Workers {
-					released[w] = true
-				}
-				for k, h := range held {
-					if h.job == r.Job && h.attempt == r.Attempt && released[h.worker] {
-						delete(held, k)
-					}
-				}
+				release(attrs.GetInput())
 			case protocol.SignalWithdraw:
 				var w protocol.WithdrawSignal
 				require.NoError(t, dc.FromPayloads(attrs.GetInput(), &w))

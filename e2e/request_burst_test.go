@@ -23,9 +23,10 @@ import (
 )
 
 // TestABurstOfRequestsCannotForceCloseTheAllocatorsTask: 150 jobs send their
-// capacity requests while one workflow task of their allocator runs (the
-// test holds the task, as a busy or slow worker would). Sent as
-// trainq-worker sends them (activities.SendRequest: an update each), the
+// capacity requests, or node agents 150 releases, while one workflow task of
+// their allocator runs (the test holds the task, as a busy or slow worker
+// would). Sent as trainq-worker sends them (activities.SendRequest and
+// SendRelease: an update each), the
 // server admits protocol.TemporalInFlightUpdates and refuses the rest until
 // they may come in, and the task is not failed. Sent as signals, as they
 // were, every one is an event that comes in during the task, and past
@@ -48,6 +49,12 @@ func TestABurstOfRequestsCannotForceCloseTheAllocatorsTask(t *testing.T) {
 		}, false},
 		{"as signals", func(ctx context.Context, allocator string, req protocol.CapacityRequest) error {
 			return env.client.SignalWorkflow(ctx, allocator, "", protocol.SignalRequest, req)
+		}, true},
+		{"releases, as node agents send them", func(ctx context.Context, allocator string, req protocol.CapacityRequest) error {
+			return activities.SendRelease(ctx, env.client, allocator, protocol.ReleaseSignal{Job: req.Job, Attempt: 1, Workers: []int{0}, Stopping: true})
+		}, false},
+		{"releases, as signals", func(ctx context.Context, allocator string, req protocol.CapacityRequest) error {
+			return env.client.SignalWorkflow(ctx, allocator, "", protocol.SignalRelease, protocol.ReleaseSignal{Job: req.Job, Attempt: 1, Workers: []int{0}, Stopping: true})
 		}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -62,7 +62,11 @@ const (
 	// SignalRequest carries a CapacityRequest (sent with signal-with-start,
 	// to an allocator that is not running); the allocator answers as to
 	// UpdateRequest.
-	SignalRequest  = "request"
+	SignalRequest = "request"
+	// UpdateRelease carries a ReleaseSignal from a node agent that saw a
+	// worker gone (see activities.SendRelease); the job sends SignalRelease
+	// itself when that failed. Updates for the reason of UpdateRequest.
+	UpdateRelease  = "release"
 	SignalRelease  = "release"
 	SignalWithdraw = "withdraw"
 	QueryQueue     = "queue"

@@ -130,6 +130,9 @@ type allocator struct {
 	// (see onRequestUpdate). Not carried: a run hands over only once
 	// recovered.
 	heldRequests []protocol.CapacityRequest
+	// heldReleases are the releases that came as updates meanwhile
+	// (onReleaseUpdate), taken in before the requests.
+	heldReleases []protocol.ReleaseSignal
 }
 
 // Versions of the allocator's workflow code (workflow.GetVersion). Each
@@ -334,6 +337,9 @@ func (a *allocator) registerUpdates(ctx workflow.Context) error {
 	if err := workflow.SetUpdateHandler(ctx, protocol.UpdateRequest, a.onRequestUpdate); err != nil {
 		return err
 	}
+	if err := workflow.SetUpdateHandler(ctx, protocol.UpdateRelease, a.onReleaseUpdate); err != nil {
+		return err
+	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, protocol.UpdateReconfigure, a.onReconfigure,
 		workflow.UpdateHandlerOptions{Validator: a.st.ValidateReconfigure}); err != nil {
 		return err
@@ -399,6 +405,19 @@ func (a *allocator) onRequestUpdate(ctx workflow.Context, req protocol.CapacityR
 	}
 	a.onRequest(ctx, req)
 	return a.st.Standing(req), nil
+}
+
+// onReleaseUpdate takes a release sent as an update (protocol.UpdateRelease)
+// as the release signal's loop does, and, like onRequestUpdate, keeps it for
+// the end of a recovery rather than wait for it.
+func (a *allocator) onReleaseUpdate(ctx workflow.Context, s protocol.ReleaseSignal) error {
+	if a.recovering {
+		a.heldReleases = append(a.heldReleases, s)
+		return nil
+	}
+	a.onRelease(ctx, s)
+	a.schedule(ctx)
+	return nil
 }
 
 func (a *allocator) onReconfigure(ctx workflow.Context, in protocol.AllocatorInput) (protocol.ReconfigureReply, error) {

@@ -383,6 +383,18 @@ func (h *allocHarness) outcome(job string, attempt int) *updateOutcome {
 	return out
 }
 
+// releaseByUpdate reports a release at d as node agents do
+// (protocol.UpdateRelease); release sends the job's own signal.
+func (h *allocHarness) releaseByUpdate(d time.Duration, s protocol.ReleaseSignal) {
+	h.env.RegisterDelayedCallback(func() {
+		h.env.UpdateWorkflow(protocol.UpdateRelease, fmt.Sprintf("release/%s/%d/%v", s.Job, s.Attempt, s.Workers), &testsuite.TestUpdateCallback{
+			OnAccept:   func() {},
+			OnReject:   func(err error) { h.t.Errorf("release rejected: %v", err) },
+			OnComplete: func(_ any, err error) { assert.NoError(h.t, err) },
+		}, s)
+	}, d)
+}
+
 func (h *allocHarness) release(d time.Duration, s protocol.ReleaseSignal) {
 	h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(protocol.SignalRelease, s) }, d)
 }
@@ -551,13 +563,15 @@ func TestAllocatorGrantsQueuesAndReleases(t *testing.T) {
 // epoch and queue sequence; the pass that grants it runs with the rest, and
 // the grant comes as a signal. A request the allocation cannot run is refused
 // with a signal, not by rejecting the update, and its answer has no sequence.
+// The release that lets job-b start comes as node agents send it (the release
+// update).
 func TestRequestUpdate(t *testing.T) {
 	h := newAllocHarness(t)
 	h.requestByUpdate(time.Minute, fixture.Request{Job: "job-a", Attempt: 1, Class: scheduler.Medium, Workers: 2, SubmittedAt: testStart}.Capacity())
 	h.requestByUpdate(2*time.Minute, fixture.Request{Job: "job-b", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
 	bad := fixture.Request{Job: "job-c", Attempt: 1, Class: scheduler.Medium, Workers: 9, SubmittedAt: testStart}.Capacity()
 	h.requestByUpdate(4*time.Minute, bad)
-	h.release(10*time.Minute, protocol.ReleaseSignal{Job: "job-a", Attempt: 1, Workers: []int{0, 1}})
+	h.releaseByUpdate(10*time.Minute, protocol.ReleaseSignal{Job: "job-a", Attempt: 1, Workers: []int{0, 1}})
 	h.runAllocator(allocInput(allocNodes(2, 2)), time.Hour)
 
 	a := h.outcome("job-a", 1)

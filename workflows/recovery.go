@@ -79,6 +79,10 @@ func (a *allocator) recoverState(ctx workflow.Context) protocol.RecoverReply {
 	a.reclaims = map[string]bool{}
 	a.execute(ctx, cmds)
 	a.recovering = false
+	for _, s := range a.heldReleases {
+		a.onRelease(ctx, s)
+	}
+	a.heldReleases = nil
 	for _, req := range a.heldRequests {
 		a.onRequest(ctx, req)
 	}

@@ -75,12 +75,26 @@ func TestRecoveryNeverGrantsWhatAJobStillHolds(t *testing.T) {
 }
 
 func TestRecoveryAppliesReleasesThatArriveMeanwhile(t *testing.T) {
+	for _, byUpdate := range []bool{false, true} {
+		t.Run(fmt.Sprintf("release by update %v", byUpdate), func(t *testing.T) { testRecoveryAppliesReleasesThatArriveMeanwhile(t, byUpdate) })
+	}
+}
+
+// testRecoveryAppliesReleasesThatArriveMeanwhile: the release comes as the
+// job's signal, or as a node agent's update (answered at once, and taken in
+// when the recovery ends).
+func testRecoveryAppliesReleasesThatArriveMeanwhile(t *testing.T, byUpdate bool) {
 	// The register answers take a while; meanwhile held's worker 1 stops.
 	h := newAllocHarnessWith(t, 10*time.Second)
 	h.holds = []protocol.JobHold{holding("held", 1, 1, on("n1", 0, 0, 1), on("n2", 1, 0, 1))}
 	var during protocol.QueueView
 	h.at(6*time.Second, func() { during = h.queue() })
-	h.release(5*time.Second, protocol.ReleaseSignal{Job: "held", Attempt: 1, Workers: []int{1}, Stopping: true})
+	release := protocol.ReleaseSignal{Job: "held", Attempt: 1, Workers: []int{1}, Stopping: true}
+	if byUpdate {
+		h.releaseByUpdate(5*time.Second, release)
+	} else {
+		h.release(5*time.Second, release)
+	}
 	h.request(6*time.Second, fixture.Request{Job: "next", Attempt: 1, Class: scheduler.Low, Workers: 1, SubmittedAt: testStart}.Capacity())
 	h.runAllocator(allocInput(allocNodes(2, 2)), time.Hour)
 
