@@ -453,7 +453,10 @@ func SendRelease(ctx context.Context, c client.Client, allocator string, s proto
 	ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
 	defer cancel()
 	handle, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		WorkflowID:   allocator,
+		WorkflowID: allocator,
+		// One ID per report, so that a report sent again (the activity
+		// retried) is the same update within a run, not one more.
+		UpdateID:     fmt.Sprintf("release/%s/%d/%v", s.Job, s.Attempt, s.Workers),
 		UpdateName:   protocol.UpdateRelease,
 		Args:         []any{s},
 		WaitForStage: client.WorkflowUpdateStageAccepted,
@@ -679,7 +682,11 @@ func (a *Activities) watchResult(ctx context.Context, in WatchWorkerInput, st cl
 		return st, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeNodeLost, nil)
 	}
 	if err == nil && st.Phase == cluster.PhaseExited {
+		// The report may wait its turn at a busy allocator (SendRelease):
+		// the watch's heartbeat must not lapse meanwhile.
+		stop := heartbeatEvery(ctx, st)
 		st.ReleaseReported = a.releaseEarly(ctx, in.ReleaseTo, id)
+		stop()
 	}
 	return st, err
 }

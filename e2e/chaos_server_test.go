@@ -288,8 +288,10 @@ func (s *chaosServer) add(ref chaosRunRef, events []*historypb.HistoryEvent) {
 		seen[k] = true
 		return true
 	}
+	updates := updateInputs{}
 	for i, e := range events {
 		at := e.GetEventTime().AsTime()
+		updates.admitted(e)
 		switch e.GetEventType() {
 		case enumspb.EVENT_TYPE_WORKFLOW_TASK_FAILED:
 			a := e.GetWorkflowTaskFailedEventAttributes()
@@ -402,7 +404,7 @@ func (s *chaosServer) add(ref chaosRunRef, events []*historypb.HistoryEvent) {
 			s.ended(id, at)
 		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
 			// The job's release signal, or a node agent's release update.
-			input := e.GetWorkflowExecutionUpdateAcceptedEventAttributes().GetAcceptedRequest().GetInput()
+			input := updates.accepted(e)
 			name, args := input.GetName(), input.GetArgs()
 			if a := e.GetWorkflowExecutionSignaledEventAttributes(); a != nil {
 				name, args = a.GetSignalName(), a.GetInput()

@@ -7,6 +7,7 @@ import (
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
+	updatepb "go.temporal.io/api/update/v1"
 	"go.temporal.io/sdk/converter"
 
 	"github.com/stretchr/testify/require"
@@ -59,11 +60,13 @@ func checkAllocatorHistory(t *testing.T, allocation string) []allocatorGrant {
 		}
 	}
 	var grants []allocatorGrant
+	updates := updateInputs{}
 	for _, e := range events {
+		updates.admitted(e)
 		switch e.GetEventType() {
 		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
 			// A node agent's release (activities.SendRelease).
-			if in := e.GetWorkflowExecutionUpdateAcceptedEventAttributes().GetAcceptedRequest().GetInput(); in.GetName() == protocol.UpdateRelease {
+			if in := updates.accepted(e); in.GetName() == protocol.UpdateRelease {
 				release(in.GetArgs())
 			}
 		case enumspb.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED:
@@ -102,6 +105,27 @@ func checkAllocatorHistory(t *testing.T, allocation string) []allocatorGrant {
 		}
 	}
 	return grants
+}
+
+// updateInputs are the inputs of the updates admitted in a history, by
+// update ID: an update a reset reapplied is written as admitted, and its
+// accepted event then carries no request.
+type updateInputs map[string]*updatepb.Input
+
+// admitted notes e's input if e admits an update.
+func (u updateInputs) admitted(e *historypb.HistoryEvent) {
+	if a := e.GetWorkflowExecutionUpdateAdmittedEventAttributes(); a != nil {
+		u[a.GetRequest().GetMeta().GetUpdateId()] = a.GetRequest().GetInput()
+	}
+}
+
+// accepted is the input of the update e accepts (nil if e accepts none).
+func (u updateInputs) accepted(e *historypb.HistoryEvent) *updatepb.Input {
+	a := e.GetWorkflowExecutionUpdateAcceptedEventAttributes()
+	if in := a.GetAcceptedRequest().GetInput(); in != nil {
+		return in
+	}
+	return u[a.GetProtocolInstanceId()]
 }
 
 func grantOrder(grants []allocatorGrant, names map[string]string) []string {

@@ -44,8 +44,10 @@ const recoveryRetryPause = 10 * time.Second
 //     confirmed the rest. A node whose agent does not answer stays fenced
 //     and counts as lost.
 //
-// Requests, releases and withdrawals that arrive meanwhile wait (see
-// AllocatorWorkflow), so none is lost or applied to the old state.
+// Requests, releases and withdrawals that arrive meanwhile as signals wait
+// (see AllocatorWorkflow), and those that arrive as updates are kept
+// (heldRequests, heldReleases) and taken in at the end, so none is lost or
+// applied to the old state.
 func (a *allocator) recoverState(ctx workflow.Context) protocol.RecoverReply {
 	a.recovering = true
 	workflow.SetCurrentDetails(ctx, a.details())
