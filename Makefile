@@ -15,8 +15,9 @@ build:
 	$(GO) build -o bin/trainq-supervise ./cmd/trainq-supervise
 	$(GO) build -o bin/trainq-api ./cmd/trainq-api
 
-## bin/temporal: the pinned Temporal CLI (dev server and Web UI), built from the Go module proxy (tools/temporal)
-$(TEMPORAL):
+## bin/temporal: the pinned Temporal CLI (dev server and Web UI), built from the Go module proxy (tools/temporal),
+## again when the pins there change
+$(TEMPORAL): tools/temporal/go.sum
 	@echo "Installing the Temporal CLI $(TEMPORAL_CLI_VERSION) into bin/ (a few minutes, once)..."
 	tools/temporal/install.sh cli
 

@@ -27,11 +27,16 @@ server_bin="$out/temporal-server-$TEMPORAL_SERVER_VERSION"
 sql_bin="$out/temporal-sql-tool-$TEMPORAL_SERVER_VERSION"
 schema_dir="$out/schema-$TEMPORAL_SERVER_VERSION"
 
-# build compiles the packages whose binaries are missing in one go build and moves each into place.
+# pin names what a binary was built from: this module's go.sum (a dependency pinned anew, such as the dev
+# server's SQLite driver, rebuilds the binaries; each keeps it in <binary>.pin).
+pin="$(sha256sum "$here/go.sum" | cut -c1-16)"
+
+# build compiles the packages whose binaries are missing, or were built from another pin, in one go build and
+# moves each into place.
 build() { # "package=target" ...
   local pkgs=() targets=() spec
   for spec in "$@"; do
-    if [ -x "${spec#*=}" ]; then echo "${spec#*=} (cached)"; continue; fi
+    if [ -x "${spec#*=}" ] && [ "$(cat "${spec#*=}.pin" 2>/dev/null)" = "$pin" ]; then echo "${spec#*=} (cached)"; continue; fi
     pkgs+=("${spec%%=*}"); targets+=("${spec#*=}")
   done
   [ ${#pkgs[@]} -gt 0 ] || return 0
@@ -40,7 +45,10 @@ build() { # "package=target" ...
   echo "temporal: building ${pkgs[*]} (several minutes, once) ..."
   (cd "$here" && go build -trimpath -o "$tmp/" \
     -ldflags "-s -w -X github.com/temporalio/cli/temporalcli.Version=$CLI_VERSION" "${pkgs[@]}")
-  for i in "${!pkgs[@]}"; do mv "$tmp/$(basename "${pkgs[$i]}")" "${targets[$i]}"; done
+  for i in "${!pkgs[@]}"; do
+    mv "$tmp/$(basename "${pkgs[$i]}")" "${targets[$i]}"
+    echo "$pin" > "${targets[$i]}.pin"
+  done
   rmdir "$tmp"
   echo "temporal: built in $((SECONDS - start))s"
 }
