@@ -87,7 +87,7 @@ func (a *Activities) RequestCapacity(ctx context.Context, in RequestCapacityInpu
 		in.Request.RunEstimate = scheduler.EstimatedRunLimit(estimate.Runtime, 0)
 	}
 	allocator := protocol.AllocatorWorkflowID(in.Region, in.Allocation)
-	reply, answered, err := SendRequest(ctx, a.Client, allocator, in.Request, func(ctx context.Context) error {
+	reply, err := SendRequest(ctx, a.Client, allocator, in.Request, func(ctx context.Context) error {
 		_, err := a.Client.SignalWithStartWorkflow(ctx, allocator, protocol.SignalRequest,
 			in.Request, protocol.AllocatorStartOptions(in.Region, in.Allocation), protocol.AllocatorWorkflowName, start)
 		return err
@@ -100,7 +100,7 @@ func (a *Activities) RequestCapacity(ctx context.Context, in RequestCapacityInpu
 		// them out (they cost a dry-run pass inside the allocator's task).
 		where := a.whereQueued(ctx, in)
 		reply.Position, reply.Reason = where.Position, where.Reason
-		if !answered || reply.Seq == 0 {
+		if reply.Seq == 0 { // not answered in time, or refused or sent to be checked
 			reply.Seq = where.Seq
 		}
 	}
@@ -108,50 +108,53 @@ func (a *Activities) RequestCapacity(ctx context.Context, in RequestCapacityInpu
 	return reply, nil
 }
 
-// standingTimeout bounds how long SendRequest waits, once the allocator has
-// accepted the request, for its answer of where the request stands (a
-// courtesy, as whereQueued's).
+// standingTimeout bounds how long sendUpdate waits, once the allocator has
+// accepted a message, for its answer (a courtesy, as whereQueued's).
 const standingTimeout = 2 * time.Second
 
 // SendRequest sends a capacity request to its allocator as an update
-// (protocol.UpdateRequest), and says where it stands if the allocator
-// answered in time. Updates keep a burst of requests from failing the
+// (protocol.UpdateRequest: see sendUpdate), and fills in the reply if the
+// allocator answered in time. An allocator that is not running (its first
+// request, or after it was terminated) is started by signalWithStart, which
+// also carries the request wherever sendUpdate falls back to a signal.
+func SendRequest(ctx context.Context, c client.Client, allocator string, req protocol.CapacityRequest, signalWithStart func(context.Context) error) (reply protocol.CapacityReply, err error) {
+	err = sendUpdate(ctx, c, client.UpdateWorkflowOptions{WorkflowID: allocator, UpdateName: protocol.UpdateRequest, Args: []any{req}},
+		&reply, signalWithStart)
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		return reply, signalWithStart(ctx)
+	}
+	return reply, err
+}
+
+// sendUpdate sends a message to an allocator as an update and returns once
+// the allocator has accepted it, with its answer in result if that came
+// within standingTimeout. Updates keep a burst of messages from failing the
 // allocator's workflow task: a signal that comes in while a task runs is an
 // event, and past protocol.TemporalBufferedEventsLimit of them the server
 // force-closes the task, while the server admits only
 // protocol.TemporalInFlightUpdates updates at a time and refuses the rest
-// (ResourceExhausted), which the client retries. An allocator that is not
-// running (its first request, or after it was terminated) is started by
-// signalWithStart; so is one whose run rejects the update (a build before
-// UpdateRequest), and so is one whose run has taken all the updates a run
-// may (history.maxTotalUpdates: the run is handing over). The request is
-// durable once accepted: the reply is only waited for briefly.
-func SendRequest(ctx context.Context, c client.Client, allocator string, req protocol.CapacityRequest, signalWithStart func(context.Context) error) (reply protocol.CapacityReply, answered bool, err error) {
-	handle, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		WorkflowID:   allocator,
-		UpdateName:   protocol.UpdateRequest,
-		Args:         []any{req},
-		WaitForStage: client.WorkflowUpdateStageAccepted,
-	})
-	var notFound *serviceerror.NotFound
+// (ResourceExhausted), which the client retries until ctx ends. A run that
+// rejects the update (a build without its handler) or has taken all the
+// updates a run may (history.maxTotalUpdates: the run is handing over) is
+// sent the message by signal instead. The message is durable once accepted.
+func sendUpdate(ctx context.Context, c client.Client, opts client.UpdateWorkflowOptions, result any, signal func(context.Context) error) error {
+	opts.WaitForStage = client.WorkflowUpdateStageAccepted
+	handle, err := c.UpdateWorkflow(ctx, opts)
 	var full *serviceerror.FailedPrecondition
 	switch {
-	case errors.As(err, &notFound), errors.As(err, &full):
-		return reply, false, signalWithStart(ctx)
+	case errors.As(err, &full):
+		return signal(ctx)
 	case err != nil:
-		return reply, false, err
+		return err
 	}
 	wctx, cancel := context.WithTimeout(ctx, standingTimeout)
 	defer cancel()
-	err = handle.Get(wctx, &reply)
 	var rejected *temporal.ApplicationError
-	switch {
-	case err == nil:
-		return reply, true, nil
-	case errors.As(err, &rejected):
-		return reply, false, signalWithStart(ctx)
+	if err := handle.Get(wctx, result); errors.As(err, &rejected) {
+		return signal(ctx)
 	}
-	return reply, false, nil // accepted: the allocator has it
+	return nil // accepted: the allocator has it
 }
 
 // learnEstimateTimeout bounds how long a capacity request waits for the listing its estimate is
@@ -442,39 +445,23 @@ func (a *Activities) releaseEarly(ctx context.Context, allocator string, id clus
 const releaseTimeout = 10 * time.Second
 
 // SendRelease reports a release to the allocator as an update
-// (protocol.UpdateRelease), for the reason SendRequest sends requests so: a
-// burst of releases sent as signals (a sweep of short trials ending
+// (protocol.UpdateRelease: see sendUpdate), for the reason requests are sent
+// so: a burst of releases sent as signals (a sweep of short trials ending
 // together) can get the allocator's task force-closed. It returns once the
-// allocator has accepted the release, or with an error after releaseTimeout
-// (the server refuses updates past TemporalInFlightUpdates, and the client
-// retries them until then); an allocator run that rejects the update (an
-// older build) is sent the release signal instead.
+// allocator has accepted the release, or with an error after releaseTimeout.
 func SendRelease(ctx context.Context, c client.Client, allocator string, s protocol.ReleaseSignal) error {
 	ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
 	defer cancel()
-	handle, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+	return sendUpdate(ctx, c, client.UpdateWorkflowOptions{
 		WorkflowID: allocator,
 		// One ID per report, so that a report sent again (the activity
 		// retried) is the same update within a run, not one more.
-		UpdateID:     fmt.Sprintf("release/%s/%d/%v", s.Job, s.Attempt, s.Workers),
-		UpdateName:   protocol.UpdateRelease,
-		Args:         []any{s},
-		WaitForStage: client.WorkflowUpdateStageAccepted,
+		UpdateID:   fmt.Sprintf("release/%s/%d/%v", s.Job, s.Attempt, s.Workers),
+		UpdateName: protocol.UpdateRelease,
+		Args:       []any{s},
+	}, nil, func(ctx context.Context) error {
+		return c.SignalWorkflow(ctx, allocator, "", protocol.SignalRelease, s)
 	})
-	var full *serviceerror.FailedPrecondition
-	if errors.As(err, &full) {
-		return c.SignalWorkflow(ctx, allocator, "", protocol.SignalRelease, s)
-	}
-	if err != nil {
-		return err
-	}
-	wctx, wcancel := context.WithTimeout(ctx, standingTimeout)
-	defer wcancel()
-	var rejected *temporal.ApplicationError
-	if err := handle.Get(wctx, nil); errors.As(err, &rejected) {
-		return c.SignalWorkflow(ctx, allocator, "", protocol.SignalRelease, s)
-	}
-	return nil // accepted: the allocator has it
 }
 
 // Error types of the node activities.

@@ -42,7 +42,7 @@ func TestABurstOfRequestsCannotForceCloseTheAllocatorsTask(t *testing.T) {
 		wantFails bool
 	}{
 		{"as updates, as trainq-worker sends them", func(ctx context.Context, allocator string, req protocol.CapacityRequest) error {
-			_, _, err := activities.SendRequest(ctx, env.client, allocator, req, func(context.Context) error {
+			_, err := activities.SendRequest(ctx, env.client, allocator, req, func(context.Context) error {
 				return errors.New("the allocator is running: no signal-with-start")
 			})
 			return err
@@ -72,14 +72,19 @@ func TestABurstOfRequestsCannotForceCloseTheAllocatorsTask(t *testing.T) {
 			require.NoError(t, err)
 			require.NotEmpty(t, task.GetTaskToken(), "the allocator's first task")
 
-			// The burst, while the task is held. Each sender gives up after
-			// a while: an update that the held task never takes in cannot
-			// complete.
+			// The burst, while the task is held. Each update's sender gives
+			// up after a while: an update that the held task never takes in
+			// cannot complete. A signal is taken at once; its deadline only
+			// has to outlast a busy machine, within the held task's minute.
+			wait := 10 * time.Second
+			if tc.wantFails {
+				wait = 45 * time.Second
+			}
 			var wg sync.WaitGroup
 			var sent atomic.Int32
 			for i := range burst {
 				wg.Go(func() {
-					sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+					sctx, scancel := context.WithTimeout(ctx, wait)
 					defer scancel()
 					req := protocol.CapacityRequest{Job: fmt.Sprintf("burst-%03d", i), Attempt: 1, Kind: scheduler.KindJob,
 						Class: scheduler.Medium, Workers: 1, SubmittedAt: time.Now()}
