@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
 	tqclient "github.com/trainq/trainq/client"
@@ -242,6 +243,33 @@ func startWorkerWith(t *testing.T, configPath string) *testenv.WorkerProcess {
 		}
 	})
 	return w
+}
+
+// startShortRunAllocator starts the allocation's allocator afresh, before
+// trainq-worker does, with a per-run message limit (the worker's reconfigure
+// at its start keeps it, and every run carries it on): the allocator then
+// continues as new every few requests and releases, as a busy one does after
+// max_updates_per_run. It terminates a run left by an earlier test first, and
+// the allocator when the test ends.
+func startShortRunAllocator(t *testing.T, cfg *config.Config, allocation string, maxUpdatesPerRun int) {
+	t.Helper()
+	in, err := cfg.AllocatorInput("T", allocation)
+	require.NoError(t, err)
+	in.MaxUpdatesPerRun = maxUpdatesPerRun
+	id := protocol.AllocatorWorkflowID("T", allocation)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := env.client.TerminateWorkflow(ctx, id, "", "e2e: restarted with a per-run message limit"); err != nil {
+		var notFound *serviceerror.NotFound
+		require.ErrorAs(t, err, &notFound)
+	}
+	_, err = env.client.ExecuteWorkflow(ctx, protocol.AllocatorStartOptions("T", allocation), protocol.AllocatorWorkflowName, in)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = env.client.TerminateWorkflow(ctx, id, "", "e2e: test over")
+	})
 }
 
 // trainq runs the CLI and returns its stdout; it fails the test on a

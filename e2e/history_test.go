@@ -21,20 +21,49 @@ type allocatorGrant struct {
 	Grant protocol.GrantSignal
 }
 
-// fetchHistory returns every event of a workflow's current run.
-// fetchHistory reads the current run's history from the shared dev server.
+// fetchHistory returns every event of a workflow's current run on the shared
+// dev server.
 func fetchHistory(t *testing.T, workflowID string) []*historypb.HistoryEvent {
 	t.Helper()
 	return history(t, env.client, workflowID, "")
 }
 
+// fetchChainHistory returns the events of a workflow's current run and of
+// every run it continued from, oldest first. An idle allocator continues as
+// new every few thousand reclaim ticks, so on a slow machine one may hand
+// over in the middle of a test: its earlier grants are then in the run
+// before. Runs left by a reset are not in the chain (the reset run copies
+// the events before its reset point).
+func fetchChainHistory(t *testing.T, workflowID string) []*historypb.HistoryEvent {
+	t.Helper()
+	const maxRuns = 100
+	var runs [][]*historypb.HistoryEvent
+	runID := ""
+	for range maxRuns {
+		events := history(t, env.client, workflowID, runID)
+		require.NotEmpty(t, events, "history of %s run %q", workflowID, runID)
+		runs = append(runs, events)
+		runID = events[0].GetWorkflowExecutionStartedEventAttributes().GetContinuedExecutionRunId()
+		if runID == "" {
+			break
+		}
+	}
+	require.Empty(t, runID, "%s has more than %d runs", workflowID, maxRuns)
+	var all []*historypb.HistoryEvent
+	for i := len(runs) - 1; i >= 0; i-- {
+		all = append(all, runs[i]...)
+	}
+	return all
+}
+
 // checkAllocatorHistory replays the allocator's recorded decisions: every
 // grant it sent and every release (signal or update) and withdrawal it
-// received, in history order. It fails the test if a grant ever lands on a GPU that another job
-// still holds (running or releasing), and returns the grants in order.
+// received, in history order, through every run of the allocation's
+// allocator. It fails the test if a grant ever lands on a GPU that another
+// job still holds (running or releasing), and returns the grants in order.
 func checkAllocatorHistory(t *testing.T, allocation string) []allocatorGrant {
 	t.Helper()
-	events := fetchHistory(t, protocol.AllocatorWorkflowID("T", allocation))
+	events := fetchChainHistory(t, protocol.AllocatorWorkflowID("T", allocation))
 	dc := converter.GetDefaultDataConverter()
 	type gpu struct {
 		node  string

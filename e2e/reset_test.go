@@ -169,13 +169,15 @@ func resetAllocatorBefore(t *testing.T, allocation, job string) int64 {
 	t.Helper()
 	id := protocol.AllocatorWorkflowID("T", allocation)
 	var point int64
+	updates := updateInputs{}
 	for _, e := range fetchHistory(t, id) {
+		updates.admitted(e)
 		if e.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED {
 			point = e.GetEventId()
 		}
 		var input *commonpb.Payloads // the request, sent as an update (or, to start the allocator, a signal)
-		if a := e.GetWorkflowExecutionUpdateAcceptedEventAttributes(); a != nil && a.GetAcceptedRequest().GetInput().GetName() == protocol.UpdateRequest {
-			input = a.GetAcceptedRequest().GetInput().GetArgs()
+		if in := updates.accepted(e); in.GetName() == protocol.UpdateRequest {
+			input = in.GetArgs()
 		}
 		if a := e.GetWorkflowExecutionSignaledEventAttributes(); a != nil && a.GetSignalName() == protocol.SignalRequest {
 			input = a.GetInput()
@@ -335,21 +337,9 @@ func TestResetAllocatorThatContinuesAsNew(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 30*time.Second, cfg.ReclaimInterval.D(), "the default reclaim_interval")
 
-	// The allocator starts before the worker, with a per-run message limit
-	// that the worker's start (its reconfigure update) keeps.
-	in, err := cfg.AllocatorInput("T", allocation)
-	require.NoError(t, err)
-	in.MaxUpdatesPerRun = 5
+	const updatesPerRun = 5
+	startShortRunAllocator(t, cfg, allocation, updatesPerRun)
 	id := protocol.AllocatorWorkflowID("T", allocation)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_, err = env.client.ExecuteWorkflow(ctx, protocol.AllocatorStartOptions("T", allocation), protocol.AllocatorWorkflowName, in)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = env.client.TerminateWorkflow(ctx, id, "", "e2e: test over")
-	})
 	startWorkerWith(t, path)
 
 	records := filepath.Join(dir, "records")
@@ -370,7 +360,7 @@ func TestResetAllocatorThatContinuesAsNew(t *testing.T) {
 	t.Logf("reset the allocator to event %d (run %s); it had recovered at %s", point, resetRun, before.Format(time.RFC3339Nano))
 	var newcomers []string
 	for currentRunOf(t, env.client, id) == resetRun {
-		require.Less(t, len(newcomers), 2*in.MaxUpdatesPerRun, "the reset run should have continued as new")
+		require.Less(t, len(newcomers), 2*updatesPerRun, "the reset run should have continued as new")
 		job := submitWith(t, cfg, spec(recordingScript(records, "sleep 0.2")))
 		newcomers = append(newcomers, job)
 		eventually(t, long, "the newcomer's request to reach the allocator", func() bool {

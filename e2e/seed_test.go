@@ -16,8 +16,11 @@ import (
 // real worker processes on an 8-GPU allocation of four 2-GPU nodes. Each
 // worker blocks on a gate file, so the test decides when each one stops:
 // Job 1's workers finish one at a time, and Job 0's workers, preempted, take
-// their time to shut down.
+// their time to shut down. The allocator continues as new every four
+// messages, so the example plays across several of its runs, as it would on
+// a busy allocation.
 func TestSeedWorkedExample(t *testing.T) {
+	startShortRunAllocator(t, env.cfg, "seed", 4)
 	startWorker(t)
 	dir := t.TempDir()
 	g := func(name string) gate { return gate(filepath.Join(dir, name)) }
@@ -81,6 +84,9 @@ func TestSeedWorkedExample(t *testing.T) {
 	}
 
 	grants := checkAllocatorHistory(t, "seed")
+	first := fetchHistory(t, protocol.AllocatorWorkflowID("T", "seed"))[0]
+	require.NotEmpty(t, first.GetWorkflowExecutionStartedEventAttributes().GetContinuedExecutionRunId(),
+		"the example should have played across more than one allocator run")
 	require.Equal(t, []string{"Job 0#1", "Job 1#1", "Job 4#1", "Job 3#1", "Job 2#1"}, grantOrder(grants, names))
 	// Job 4 started on the first capacity that was fully free: the node of
 	// Job 1's first worker.
