@@ -452,16 +452,66 @@ const releaseTimeout = 10 * time.Second
 func SendRelease(ctx context.Context, c client.Client, allocator string, s protocol.ReleaseSignal) error {
 	ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
 	defer cancel()
-	return sendUpdate(ctx, c, client.UpdateWorkflowOptions{
+	return sendUpdate(ctx, c, releaseUpdate(allocator, s), nil, func(ctx context.Context) error {
+		return c.SignalWorkflow(ctx, allocator, "", protocol.SignalRelease, s)
+	})
+}
+
+// releaseUpdate is the update that reports s to allocator. One ID per
+// report, so that a report sent again (an activity retried) is the same
+// update within a run, not one more.
+func releaseUpdate(allocator string, s protocol.ReleaseSignal) client.UpdateWorkflowOptions {
+	return client.UpdateWorkflowOptions{
 		WorkflowID: allocator,
-		// One ID per report, so that a report sent again (the activity
-		// retried) is the same update within a run, not one more.
 		UpdateID:   fmt.Sprintf("release/%s/%d/%v", s.Job, s.Attempt, s.Workers),
 		UpdateName: protocol.UpdateRelease,
 		Args:       []any{s},
+	}
+}
+
+// ErrTypeAllocatorGone marks a report to an allocator that does not exist:
+// the one started next recovers from the jobs, so nothing is owed.
+const ErrTypeAllocatorGone = "AllocatorGone"
+
+// ReportWithdrawalName is ReportWithdrawal's registered name (the job runs
+// it as a local activity: see RequestCapacityName).
+const ReportWithdrawalName = "ReportWithdrawal"
+
+// reportTimeout bounds how long ReportWithdrawal tries its update: the job
+// then tries again after a while.
+const reportTimeout = 30 * time.Second
+
+// ReportWithdrawalInput is the withdrawal of a job cancelled while it waited.
+type ReportWithdrawalInput struct {
+	Allocator  string
+	Withdrawal protocol.WithdrawSignal
+}
+
+// ReportWithdrawal sends the withdrawal of a job cancelled while it waited
+// as an update (protocol.UpdateWithdraw: see sendUpdate), for up to
+// reportTimeout. It returns an error the job retries after a while, or
+// ErrTypeAllocatorGone.
+func (a *Activities) ReportWithdrawal(ctx context.Context, in ReportWithdrawalInput) error {
+	ctx, cancel := context.WithTimeout(ctx, reportTimeout)
+	defer cancel()
+	return allocatorGone(sendUpdate(ctx, a.Client, client.UpdateWorkflowOptions{
+		WorkflowID: in.Allocator,
+		UpdateID:   fmt.Sprintf("withdraw/%s/%d", in.Withdrawal.Job, in.Withdrawal.Attempt),
+		UpdateName: protocol.UpdateWithdraw,
+		Args:       []any{in.Withdrawal},
 	}, nil, func(ctx context.Context) error {
-		return c.SignalWorkflow(ctx, allocator, "", protocol.SignalRelease, s)
-	})
+		return a.Client.SignalWorkflow(ctx, in.Allocator, "", protocol.SignalWithdraw, in.Withdrawal)
+	}))
+}
+
+// allocatorGone marks err as ErrTypeAllocatorGone if the allocator does not
+// exist.
+func allocatorGone(err error) error {
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeAllocatorGone, err)
+	}
+	return err
 }
 
 // Error types of the node activities.

@@ -57,8 +57,8 @@ func fetchChainHistory(t *testing.T, workflowID string) []*historypb.HistoryEven
 }
 
 // checkAllocatorHistory replays the allocator's recorded decisions: every
-// grant it sent and every release (signal or update) and withdrawal it
-// received, in history order, through every run of the allocation's
+// grant it sent and every release and withdrawal it received (signal or
+// update), in history order, through every run of the allocation's
 // allocator. It fails the test if a grant ever lands on a GPU that another
 // job still holds (running or releasing), and returns the grants in order.
 func checkAllocatorHistory(t *testing.T, allocation string) []allocatorGrant {
@@ -88,15 +88,28 @@ func checkAllocatorHistory(t *testing.T, allocation string) []allocatorGrant {
 			}
 		}
 	}
+	withdraw := func(input *commonpb.Payloads) {
+		var w protocol.WithdrawSignal
+		require.NoError(t, dc.FromPayloads(input, &w))
+		for k, h := range held {
+			if h.job == w.Job && h.attempt == w.Attempt {
+				delete(held, k)
+			}
+		}
+	}
 	var grants []allocatorGrant
 	updates := updateInputs{}
 	for _, e := range events {
 		updates.admitted(e)
 		switch e.GetEventType() {
 		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
-			// A node agent's release (activities.SendRelease).
-			if in := updates.accepted(e); in.GetName() == protocol.UpdateRelease {
+			// A node agent's release (activities.SendRelease), a
+			// cancelled job's withdrawal (ReportWithdrawal).
+			switch in := updates.accepted(e); in.GetName() {
+			case protocol.UpdateRelease:
 				release(in.GetArgs())
+			case protocol.UpdateWithdraw:
+				withdraw(in.GetArgs())
 			}
 		case enumspb.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED:
 			attrs := e.GetSignalExternalWorkflowExecutionInitiatedEventAttributes()
@@ -123,13 +136,7 @@ func checkAllocatorHistory(t *testing.T, allocation string) []allocatorGrant {
 			case protocol.SignalRelease:
 				release(attrs.GetInput())
 			case protocol.SignalWithdraw:
-				var w protocol.WithdrawSignal
-				require.NoError(t, dc.FromPayloads(attrs.GetInput(), &w))
-				for k, h := range held {
-					if h.job == w.Job && h.attempt == w.Attempt {
-						delete(held, k)
-					}
-				}
+				withdraw(attrs.GetInput())
 			}
 		}
 	}

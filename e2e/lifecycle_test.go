@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/trainq/trainq/internal/fixture"
@@ -160,6 +162,43 @@ func TestCancelRunningJobStopsProcessesAndFreesGPUs(t *testing.T) {
 	// Cancelling again is harmless.
 	_, errOut, code = trainq(t, "cancel", job)
 	assert.Equal(t, 0, code, errOut)
+}
+
+// TestCancelWaitingJobWithdrawsItsRequest: a job cancelled while it waits
+// leaves the allocator's queue (its withdrawal comes as an update) and the
+// capacity it waited for goes to the job behind it.
+func TestCancelWaitingJobWithdrawsItsRequest(t *testing.T) {
+	startWorker(t)
+	dir := t.TempDir()
+	g := gate(filepath.Join(dir, "go"))
+	blocker := submit(t, fixture.Job{Allocation: "preempt", Class: "high", Script: g.waitFor()}.Spec())
+	waitState(t, blocker, protocol.StateRunning, long)
+	cancelled := submit(t, fixture.Job{Allocation: "preempt", Class: "high", Script: "echo never"}.Spec())
+	next := submit(t, fixture.Job{Allocation: "preempt", Class: "medium", Script: "echo next ran"}.Spec())
+	eventually(t, long, "both jobs to wait", func() bool { return len(waitingJobs(queue(t, "preempt"))) == 2 })
+
+	_, errOut, code := trainq(t, "cancel", cancelled)
+	require.Equal(t, 0, code, errOut)
+	waitState(t, cancelled, protocol.StateStopped, long)
+	eventually(t, long, "the cancelled job to leave the queue", func() bool {
+		return !slices.Contains(waitingJobs(queue(t, "preempt")), cancelled)
+	})
+	withdrawn := false
+	updates := updateInputs{}
+	for _, e := range fetchChainHistory(t, protocol.AllocatorWorkflowID("T", "preempt")) {
+		updates.admitted(e)
+		if in := updates.accepted(e); in.GetName() == protocol.UpdateWithdraw {
+			var w protocol.WithdrawSignal
+			require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(in.GetArgs(), &w))
+			withdrawn = withdrawn || w.Job == cancelled
+		}
+	}
+	assert.True(t, withdrawn, "the withdrawal should have come as an update")
+
+	g.open(t)
+	waitState(t, next, protocol.StateCompleted, long)
+	assert.Empty(t, status(t, cancelled).Attempts[0].StartedAt, "a job cancelled while it waited starts nothing")
+	checkAllocatorHistory(t, "preempt")
 }
 
 func TestWorkerRestartMidJob(t *testing.T) {

@@ -23,10 +23,11 @@ import (
 )
 
 // TestABurstOfRequestsCannotForceCloseTheAllocatorsTask: 150 jobs send their
-// capacity requests, or node agents 150 releases, while one workflow task of
-// their allocator runs (the test holds the task, as a busy or slow worker
-// would). Sent as trainq-worker sends them (activities.SendRequest and
-// SendRelease: an update each), the
+// capacity requests, node agents 150 releases, or 150 jobs cancelled while
+// they wait their withdrawals, while one workflow task of their allocator
+// runs (the test holds the task, as a busy or slow worker would). Sent as
+// trainq-worker sends them (activities.SendRequest, SendRelease and
+// ReportWithdrawal: an update each), the
 // server admits protocol.TemporalInFlightUpdates and refuses the rest until
 // they may come in, and the task is not failed. Sent as signals, as they
 // were, every one is an event that comes in during the task, and past
@@ -55,6 +56,13 @@ func TestABurstOfRequestsCannotForceCloseTheAllocatorsTask(t *testing.T) {
 		}, false},
 		{"releases, as signals", func(ctx context.Context, allocator string, req protocol.CapacityRequest) error {
 			return env.client.SignalWorkflow(ctx, allocator, "", protocol.SignalRelease, protocol.ReleaseSignal{Job: req.Job, Attempt: 1, Workers: []int{0}, Stopping: true})
+		}, true},
+		{"withdrawals, as jobs send them", func(ctx context.Context, allocator string, req protocol.CapacityRequest) error {
+			return (&activities.Activities{Client: env.client}).ReportWithdrawal(ctx, activities.ReportWithdrawalInput{Allocator: allocator,
+				Withdrawal: protocol.WithdrawSignal{Job: req.Job, Attempt: 1}})
+		}, false},
+		{"withdrawals, as signals", func(ctx context.Context, allocator string, req protocol.CapacityRequest) error {
+			return env.client.SignalWorkflow(ctx, allocator, "", protocol.SignalWithdraw, protocol.WithdrawSignal{Job: req.Job, Attempt: 1})
 		}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -66,8 +66,13 @@ const (
 	// UpdateRelease carries a ReleaseSignal from a node agent that saw a
 	// worker gone (see activities.SendRelease); the job sends SignalRelease
 	// itself when that failed. Updates for the reason of UpdateRequest.
-	UpdateRelease  = "release"
-	SignalRelease  = "release"
+	UpdateRelease = "release"
+	SignalRelease = "release"
+	// UpdateWithdraw carries a WithdrawSignal from a job cancelled while it
+	// waited (activities.ReportWithdrawal), for the same reason;
+	// SignalWithdraw from jobs of older builds, and to a run that refuses
+	// the update.
+	UpdateWithdraw = "withdraw"
 	SignalWithdraw = "withdraw"
 	QueryQueue     = "queue"
 	// QueryCounts answers a QueueCounts: cheap at any queue length.

@@ -130,9 +130,12 @@ type allocator struct {
 	// (see onRequestUpdate). Not carried: a run hands over only once
 	// recovered.
 	heldRequests []protocol.CapacityRequest
-	// heldReleases are the releases that came as updates meanwhile
-	// (onReleaseUpdate), taken in before the requests.
-	heldReleases []protocol.ReleaseSignal
+	// heldReleases and heldWithdrawals are the releases and withdrawals
+	// that came as updates meanwhile (onReleaseUpdate, onWithdrawUpdate),
+	// taken in before the requests (a request that comes after its
+	// withdrawal is refused: allocation.State.WithdrawnFirst).
+	heldReleases    []protocol.ReleaseSignal
+	heldWithdrawals []protocol.WithdrawSignal
 }
 
 // Versions of the allocator's workflow code (workflow.GetVersion). Each
@@ -340,6 +343,9 @@ func (a *allocator) registerUpdates(ctx workflow.Context) error {
 	if err := workflow.SetUpdateHandler(ctx, protocol.UpdateRelease, a.onReleaseUpdate); err != nil {
 		return err
 	}
+	if err := workflow.SetUpdateHandler(ctx, protocol.UpdateWithdraw, a.onWithdrawUpdate); err != nil {
+		return err
+	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, protocol.UpdateReconfigure, a.onReconfigure,
 		workflow.UpdateHandlerOptions{Validator: a.st.ValidateReconfigure}); err != nil {
 		return err
@@ -416,6 +422,18 @@ func (a *allocator) onReleaseUpdate(ctx workflow.Context, s protocol.ReleaseSign
 		return nil
 	}
 	a.onRelease(ctx, s)
+	a.schedule(ctx)
+	return nil
+}
+
+// onWithdrawUpdate takes a withdrawal sent as an update
+// (protocol.UpdateWithdraw) as onReleaseUpdate takes a release.
+func (a *allocator) onWithdrawUpdate(ctx workflow.Context, w protocol.WithdrawSignal) error {
+	if a.recovering {
+		a.heldWithdrawals = append(a.heldWithdrawals, w)
+		return nil
+	}
+	a.onWithdraw(ctx, w)
 	a.schedule(ctx)
 	return nil
 }

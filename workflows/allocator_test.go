@@ -395,6 +395,22 @@ func (h *allocHarness) releaseByUpdate(d time.Duration, s protocol.ReleaseSignal
 	}, d)
 }
 
+// withdraw withdraws a request at d, as an update (protocol.UpdateWithdraw)
+// or as a signal.
+func (h *allocHarness) withdraw(d time.Duration, w protocol.WithdrawSignal, byUpdate bool) {
+	h.env.RegisterDelayedCallback(func() {
+		if !byUpdate {
+			h.env.SignalWorkflow(protocol.SignalWithdraw, w)
+			return
+		}
+		h.env.UpdateWorkflow(protocol.UpdateWithdraw, fmt.Sprintf("withdraw/%s/%d", w.Job, w.Attempt), &testsuite.TestUpdateCallback{
+			OnAccept:   func() {},
+			OnReject:   func(err error) { h.t.Errorf("withdrawal rejected: %v", err) },
+			OnComplete: func(_ any, err error) { assert.NoError(h.t, err) },
+		}, w)
+	}, d)
+}
+
 func (h *allocHarness) release(d time.Duration, s protocol.ReleaseSignal) {
 	h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(protocol.SignalRelease, s) }, d)
 }
@@ -727,21 +743,26 @@ func TestAllocatorEqualClassWaits(t *testing.T) {
 	assert.Equal(t, []string{"first"}, runningJobs(v))
 }
 
+// TestAllocatorWithdraw: a withdrawn request leaves the queue, whether the
+// withdrawal came as an update (jobs of this build: ReportWithdrawal) or as
+// a signal (older builds).
 func TestAllocatorWithdraw(t *testing.T) {
-	h := newAllocHarness(t)
-	h.request(time.Minute, fixture.Request{Job: "first", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
-	h.request(2*time.Minute, fixture.Request{Job: "second", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
-	h.request(3*time.Minute, fixture.Request{Job: "third", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
-	h.at(4*time.Minute, func() {
-		h.env.SignalWorkflow(protocol.SignalWithdraw, protocol.WithdrawSignal{Job: "second", Attempt: 1})
-	})
-	h.release(5*time.Minute, protocol.ReleaseSignal{Job: "first", Attempt: 1, Workers: []int{0}, Stopping: true})
-	h.runAllocator(allocInput(allocNodes(1, 2)), time.Hour)
-	assert.Empty(t, h.grantsTo("second"))
-	require.Len(t, h.grantsTo("third"), 1)
-	v := h.queue()
-	assert.Empty(t, v.Waiting)
-	assert.Equal(t, []string{"third"}, runningJobs(v))
+	for _, byUpdate := range []bool{true, false} {
+		t.Run(fmt.Sprintf("by update %v", byUpdate), func(t *testing.T) {
+			h := newAllocHarness(t)
+			h.request(time.Minute, fixture.Request{Job: "first", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
+			h.request(2*time.Minute, fixture.Request{Job: "second", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
+			h.request(3*time.Minute, fixture.Request{Job: "third", Attempt: 1, Class: scheduler.Medium, Workers: 1, SubmittedAt: testStart}.Capacity())
+			h.withdraw(4*time.Minute, protocol.WithdrawSignal{Job: "second", Attempt: 1}, byUpdate)
+			h.release(5*time.Minute, protocol.ReleaseSignal{Job: "first", Attempt: 1, Workers: []int{0}, Stopping: true})
+			h.runAllocator(allocInput(allocNodes(1, 2)), time.Hour)
+			assert.Empty(t, h.grantsTo("second"))
+			require.Len(t, h.grantsTo("third"), 1)
+			v := h.queue()
+			assert.Empty(t, v.Waiting)
+			assert.Equal(t, []string{"third"}, runningJobs(v))
+		})
+	}
 }
 
 func TestAllocatorGrantToVanishedJobReturnsCapacity(t *testing.T) {

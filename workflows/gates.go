@@ -55,6 +55,7 @@ var gateIntroduced = map[string]string{
 	versionRecoveryNotesItsRun:     "v0.10.0",
 	versionChargeStrangers:         "v0.10.0",
 	versionRegisterAgainAfterReset: "v0.10.0",
+	versionWithdrawByUpdate:        "v0.10.0",
 }
 
 // releaseWindow is the window of Release among known releases: the

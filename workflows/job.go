@@ -280,6 +280,10 @@ const (
 	// versionReleaseStaleGrant: a grant for an attempt that has ended is
 	// given back, its nodes named lost (see releaseStaleGrant).
 	versionReleaseStaleGrant = "job-release-stale-grant"
+	// versionWithdrawByUpdate: a job cancelled while it waits withdraws its
+	// request by an update from a local activity, not a signal (see
+	// reportWithdrawal).
+	versionWithdrawByUpdate = "job-withdraw-by-update"
 )
 
 // defaultJobEventsPerRun is the history length past which a job continues

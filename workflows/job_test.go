@@ -65,9 +65,10 @@ type jobHarness struct {
 	seq int64
 	// refuse, when set, makes every capacity request fail with it.
 	refuse error
-	// refuseReleases is how many release signals the server refuses
-	// (an allocator run that has taken its limit of signals).
-	refuseReleases int
+	// refuseReleases is how many releases the server refuses (an
+	// allocator run that has taken its limit of signals, or one too busy to
+	// take updates), refuseWithdrawals how many withdrawals.
+	refuseReleases, refuseWithdrawals int
 	// busyStarts are the workers whose start finds their GPUs in use.
 	busyStarts map[cluster.WorkerID]bool
 	// estimate is what a capacity request that asks learns (nil: too few
@@ -140,16 +141,37 @@ func newJobHarnessStopDelay(t *testing.T, stopDelay time.Duration, setup ...func
 		}).After(stopDelay).Maybe()
 	h.env.OnSignalExternalWorkflow(mock.Anything, testAllocator, "", mock.Anything, mock.Anything).Return(
 		func(_, _, _, name string, arg any) error {
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			if name == protocol.SignalRelease && h.refuseReleases > 0 {
-				h.refuseReleases--
-				return errors.New("unable to signal external workflow for unknown cause: SignalCountLimitExceeded")
+			var refusals *int
+			if name == protocol.SignalRelease {
+				refusals = &h.refuseReleases
 			}
-			h.signals = append(h.signals, sentSignal{name: name, arg: arg})
-			return nil
+			return h.toAllocator(name, arg, errors.New("unable to signal external workflow for unknown cause: SignalCountLimitExceeded"), refusals)
+		}).Maybe()
+	// A withdrawal goes as an update from a local activity: recorded as
+	// the signal it replaces.
+	h.env.OnActivity(h.acts.ReportWithdrawal, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.ReportWithdrawalInput) error {
+			require.Equal(h.t, testAllocator, in.Allocator)
+			return h.toAllocator(protocol.SignalWithdraw, in.Withdrawal, errRefusedUpdate, &h.refuseWithdrawals)
 		}).Maybe()
 	return h
+}
+
+// errRefusedUpdate is what a report returns when the allocator refused its
+// update for as long as it tried.
+var errRefusedUpdate = errors.New("context deadline exceeded: the allocator refused the update (ResourceExhausted)")
+
+// toAllocator records a message the job sent its allocator, or, while
+// *refusals lasts (if refusals is not nil), refuses it with refused.
+func (h *jobHarness) toAllocator(name string, arg any, refused error, refusals *int) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if refusals != nil && *refusals > 0 {
+		*refusals--
+		return refused
+	}
+	h.signals = append(h.signals, sentSignal{name: name, arg: arg})
+	return nil
 }
 
 // watch mocks WatchWorker for the attempts matched by attempt: it returns
@@ -527,6 +549,23 @@ func TestJobCancelWhilePending(t *testing.T) {
 	assert.Empty(t, h.stops)
 	require.Len(t, h.signals, 1)
 	assert.Equal(t, protocol.SignalWithdraw, h.signals[0].name)
+	assert.Equal(t, protocol.WithdrawSignal{Job: testJob, Attempt: 1}, h.signals[0].arg)
+}
+
+// A withdrawal the allocator refuses (too busy to take updates) is sent
+// again until it has it: a request it kept would hold its place, and perhaps
+// a reservation, for a job that has gone.
+func TestRefusedWithdrawalIsSentAgain(t *testing.T) {
+	h := newJobHarness(t)
+	h.refuseWithdrawals = 2
+	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 20*time.Minute)
+	h.run(fixture.Job{Class: "medium", Workers: 2}.Spec())
+
+	var canceled *temporal.CanceledError
+	require.True(t, errors.As(h.env.GetWorkflowError(), &canceled), "got %v", h.env.GetWorkflowError())
+	assert.Equal(t, protocol.StateStopped, h.status().State)
+	assert.Zero(t, h.refuseWithdrawals, "the allocator refused two withdrawals")
+	require.Len(t, h.signals, 1, "%+v", h.signals)
 	assert.Equal(t, protocol.WithdrawSignal{Job: testJob, Attempt: 1}, h.signals[0].arg)
 }
 

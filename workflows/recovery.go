@@ -46,7 +46,7 @@ const recoveryRetryPause = 10 * time.Second
 //
 // Requests, releases and withdrawals that arrive meanwhile as signals wait
 // (see AllocatorWorkflow), and those that arrive as updates are kept
-// (heldRequests, heldReleases) and taken in at the end, so none is lost or
+// (heldRequests, heldReleases, heldWithdrawals) and taken in at the end, so none is lost or
 // applied to the old state.
 func (a *allocator) recoverState(ctx workflow.Context) protocol.RecoverReply {
 	a.recovering = true
@@ -85,6 +85,10 @@ func (a *allocator) recoverState(ctx workflow.Context) protocol.RecoverReply {
 		a.onRelease(ctx, s)
 	}
 	a.heldReleases = nil
+	for _, w := range a.heldWithdrawals {
+		a.onWithdraw(ctx, w)
+	}
+	a.heldWithdrawals = nil
 	for _, req := range a.heldRequests {
 		a.onRequest(ctx, req)
 	}

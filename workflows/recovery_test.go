@@ -112,6 +112,28 @@ func testRecoveryAppliesReleasesThatArriveMeanwhile(t *testing.T, byUpdate bool)
 	}
 }
 
+// TestRecoveryAppliesWithdrawalsThatArriveMeanwhile: a job cancelled while
+// the allocator recovers withdraws its request by update; the allocator
+// keeps the withdrawal for the recovery's end, as it keeps the request, and
+// never grants the job that has gone.
+func TestRecoveryAppliesWithdrawalsThatArriveMeanwhile(t *testing.T) {
+	h := newAllocHarnessWith(t, 10*time.Second)
+	h.holds = []protocol.JobHold{holding("held", 1, 1, on("n1", 0, 0, 1))}
+	h.requestByUpdate(5*time.Second, fixture.Request{Job: "gone", Attempt: 1, Class: scheduler.High, Workers: 1, SubmittedAt: testStart}.Capacity())
+	h.withdraw(6*time.Second, protocol.WithdrawSignal{Job: "gone", Attempt: 1}, true)
+	h.request(7*time.Second, fixture.Request{Job: "next", Attempt: 1, Class: scheduler.Low, Workers: 1, SubmittedAt: testStart}.Capacity())
+	var during protocol.QueueView
+	h.at(8*time.Second, func() { during = h.queue() })
+	h.runAllocator(allocInput(allocNodes(2, 2)), time.Hour)
+
+	assert.True(t, during.Recovering, "the withdrawal came while the allocator recovered")
+	assert.Empty(t, h.grantsTo("gone"), "a withdrawn request is never granted")
+	require.Len(t, h.grantsTo("next"), 1)
+	v := h.queue()
+	assert.Empty(t, v.Waiting)
+	assert.ElementsMatch(t, []string{"held", "next"}, runningJobs(v))
+}
+
 // TestRequestUpdateDuringRecoveryIsAnsweredAtOnce: a request that comes as
 // an update while the allocator recovers is answered at once, with nothing
 // known yet, and taken in when the recovery ends: an update that waited for
@@ -190,11 +212,9 @@ func TestLostNodeIsFencedUntilItsAgentAnswers(t *testing.T) {
 func TestWithdrawBeforeRequestLeavesNoGhost(t *testing.T) {
 	h := newAllocHarness(t)
 	h.request(time.Minute, fixture.Request{Job: "low", Attempt: 1, Class: scheduler.Low, Workers: 1, SubmittedAt: testStart}.Capacity())
-	// The job was cancelled while its request was on its way: the withdraw
-	// signal overtakes the update.
-	h.at(2*time.Minute, func() {
-		h.env.SignalWorkflow(protocol.SignalWithdraw, protocol.WithdrawSignal{Job: "ghost", Attempt: 1})
-	})
+	// The job was cancelled while its request was on its way: the
+	// withdrawal overtakes the request.
+	h.withdraw(2*time.Minute, protocol.WithdrawSignal{Job: "ghost", Attempt: 1}, true)
 	h.request(3*time.Minute, fixture.Request{Job: "ghost", Attempt: 1, Class: scheduler.High, Workers: 1, SubmittedAt: testStart}.Capacity())
 	h.runAllocator(allocInput(allocNodes(1, 2)), time.Hour)
 
@@ -213,9 +233,7 @@ func TestWithdrawCancelsOnlyItsAttempt(t *testing.T) {
 	// Attempt 1 stops; worker 0 is gone, worker 1 still stops.
 	h.release(2*time.Minute, protocol.ReleaseSignal{Job: "job", Attempt: 1, Workers: []int{0}, Stopping: true})
 	h.request(3*time.Minute, fixture.Request{Job: "job", Attempt: 2, Class: scheduler.Medium, Workers: 2, SubmittedAt: testStart}.Capacity())
-	h.at(4*time.Minute, func() {
-		h.env.SignalWorkflow(protocol.SignalWithdraw, protocol.WithdrawSignal{Job: "job", Attempt: 2})
-	})
+	h.withdraw(4*time.Minute, protocol.WithdrawSignal{Job: "job", Attempt: 2}, true)
 	h.request(5*time.Minute, fixture.Request{Job: "other", Attempt: 1, Class: scheduler.Medium, Workers: 2, SubmittedAt: testStart}.Capacity())
 	h.runAllocator(allocInput(allocNodes(2, 2)), time.Hour)
 
