@@ -469,17 +469,12 @@ func releaseUpdate(allocator string, s protocol.ReleaseSignal) client.UpdateWork
 	}
 }
 
-// ErrTypeAllocatorGone marks a report to an allocator that does not exist:
-// the one started next recovers from the jobs, so nothing is owed.
-const ErrTypeAllocatorGone = "AllocatorGone"
-
-// ReportWithdrawalName is ReportWithdrawal's registered name (the job runs
-// it as a local activity: see RequestCapacityName).
-const ReportWithdrawalName = "ReportWithdrawal"
-
-// reportTimeout bounds how long ReportWithdrawal tries its update: the job
-// then tries again after a while.
-const reportTimeout = 30 * time.Second
+// ReportWithdrawal tries its update for up to withdrawalTimeout, in each of
+// withdrawalUpdateTries tries of the activity, before it sends the signal.
+const (
+	withdrawalTimeout     = 30 * time.Second
+	withdrawalUpdateTries = 3
+)
 
 // ReportWithdrawalInput is the withdrawal of a job cancelled while it waited.
 type ReportWithdrawalInput struct {
@@ -488,30 +483,48 @@ type ReportWithdrawalInput struct {
 }
 
 // ReportWithdrawal sends the withdrawal of a job cancelled while it waited
-// as an update (protocol.UpdateWithdraw: see sendUpdate), for up to
-// reportTimeout. It returns an error the job retries after a while, or
-// ErrTypeAllocatorGone.
+// to its allocator as an update (protocol.UpdateWithdraw: see sendUpdate),
+// so that many jobs cancelled at once (a sweep stopped) are no burst of
+// signals that can get the allocator's task force-closed. An update not
+// taken in time fails the activity, which the job retries (a retry holds no
+// workflow task and writes no history). The withdrawal goes as a signal,
+// which the current run, if any, takes whenever it runs, at the last try,
+// or at once when the allocator's tasks are failing (WorkflowNotReady) or
+// its run is not found (a reset or a restart may have just replaced it):
+// the job must not wait on its allocator to end. An allocator that does not
+// exist is owed nothing (the next one recovers from the jobs).
 func (a *Activities) ReportWithdrawal(ctx context.Context, in ReportWithdrawalInput) error {
-	ctx, cancel := context.WithTimeout(ctx, reportTimeout)
+	uctx, cancel := context.WithTimeout(ctx, withdrawalTimeout)
 	defer cancel()
-	return allocatorGone(sendUpdate(ctx, a.Client, client.UpdateWorkflowOptions{
-		WorkflowID: in.Allocator,
-		UpdateID:   fmt.Sprintf("withdraw/%s/%d", in.Withdrawal.Job, in.Withdrawal.Attempt),
-		UpdateName: protocol.UpdateWithdraw,
-		Args:       []any{in.Withdrawal},
-	}, nil, func(ctx context.Context) error {
-		return a.Client.SignalWorkflow(ctx, in.Allocator, "", protocol.SignalWithdraw, in.Withdrawal)
-	}))
+	err := SendWithdrawal(uctx, a.Client, in.Allocator, in.Withdrawal)
+	var notReady *serviceerror.WorkflowNotReady
+	var notFound *serviceerror.NotFound
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &notReady), errors.As(err, &notFound), activity.GetInfo(ctx).Attempt >= withdrawalUpdateTries:
+		activity.GetLogger(ctx).Warn("the allocator did not take the withdrawal as an update; signalling it", "job", in.Withdrawal.Job, "error", err)
+		err := a.Client.SignalWorkflow(ctx, in.Allocator, "", protocol.SignalWithdraw, in.Withdrawal)
+		if errors.As(err, &notFound) {
+			return nil
+		}
+		return err
+	default:
+		return err
+	}
 }
 
-// allocatorGone marks err as ErrTypeAllocatorGone if the allocator does not
-// exist.
-func allocatorGone(err error) error {
-	var notFound *serviceerror.NotFound
-	if errors.As(err, &notFound) {
-		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeAllocatorGone, err)
-	}
-	return err
+// SendWithdrawal sends w to allocator as an update (see sendUpdate), and
+// returns once the allocator has accepted it, or with ctx's error.
+func SendWithdrawal(ctx context.Context, c client.Client, allocator string, w protocol.WithdrawSignal) error {
+	return sendUpdate(ctx, c, client.UpdateWorkflowOptions{
+		WorkflowID: allocator,
+		UpdateID:   fmt.Sprintf("withdraw/%s/%d", w.Job, w.Attempt),
+		UpdateName: protocol.UpdateWithdraw,
+		Args:       []any{w},
+	}, nil, func(ctx context.Context) error {
+		return c.SignalWorkflow(ctx, allocator, "", protocol.SignalWithdraw, w)
+	})
 }
 
 // Error types of the node activities.

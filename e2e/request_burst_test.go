@@ -27,7 +27,7 @@ import (
 // they wait their withdrawals, while one workflow task of their allocator
 // runs (the test holds the task, as a busy or slow worker would). Sent as
 // trainq-worker sends them (activities.SendRequest, SendRelease and
-// ReportWithdrawal: an update each), the
+// SendWithdrawal: an update each), the
 // server admits protocol.TemporalInFlightUpdates and refuses the rest until
 // they may come in, and the task is not failed. Sent as signals, as they
 // were, every one is an event that comes in during the task, and past
@@ -58,8 +58,7 @@ func TestABurstOfRequestsCannotForceCloseTheAllocatorsTask(t *testing.T) {
 			return env.client.SignalWorkflow(ctx, allocator, "", protocol.SignalRelease, protocol.ReleaseSignal{Job: req.Job, Attempt: 1, Workers: []int{0}, Stopping: true})
 		}, true},
 		{"withdrawals, as jobs send them", func(ctx context.Context, allocator string, req protocol.CapacityRequest) error {
-			return (&activities.Activities{Client: env.client}).ReportWithdrawal(ctx, activities.ReportWithdrawalInput{Allocator: allocator,
-				Withdrawal: protocol.WithdrawSignal{Job: req.Job, Attempt: 1}})
+			return activities.SendWithdrawal(ctx, env.client, allocator, protocol.WithdrawSignal{Job: req.Job, Attempt: 1})
 		}, false},
 		{"withdrawals, as signals", func(ctx context.Context, allocator string, req protocol.CapacityRequest) error {
 			return env.client.SignalWorkflow(ctx, allocator, "", protocol.SignalWithdraw, protocol.WithdrawSignal{Job: req.Job, Attempt: 1})

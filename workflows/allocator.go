@@ -131,9 +131,11 @@ type allocator struct {
 	// recovered.
 	heldRequests []protocol.CapacityRequest
 	// heldReleases and heldWithdrawals are the releases and withdrawals
-	// that came as updates meanwhile (onReleaseUpdate, onWithdrawUpdate),
-	// taken in before the requests (a request that comes after its
-	// withdrawal is refused: allocation.State.WithdrawnFirst).
+	// that came as updates meanwhile (onReleaseUpdate, onWithdrawUpdate).
+	// The releases are taken in before the requests, the withdrawals after
+	// them: a withdrawal cancels its request whichever came first, but
+	// remembers it (allocation.State.WithdrawnFirst) only if it finds none,
+	// so a request taken in after it would wait for a job that has gone.
 	heldReleases    []protocol.ReleaseSignal
 	heldWithdrawals []protocol.WithdrawSignal
 }

@@ -244,40 +244,20 @@ func (j *job) withdraw(ctx workflow.Context, attempt int) (protocol.GrantSignal,
 	if workflow.GetVersion(dctx, versionWithdrawByUpdate, workflow.DefaultVersion, 1) < 1 {
 		_ = workflow.SignalExternalWorkflow(dctx, j.alloc.id, "", protocol.SignalWithdraw, w).Get(dctx, nil)
 	} else {
-		j.reportWithdrawal(dctx, w)
+		// A busy allocator may take a while: the user sees the job stop.
+		j.setState(dctx, protocol.StateStopping)
+		actx := workflow.WithActivityOptions(dctx, workflow.ActivityOptions{
+			StartToCloseTimeout: time.Minute,
+			RetryPolicy:         &temporal.RetryPolicy{MaximumInterval: time.Minute},
+			Summary:             "withdraw the request",
+		})
+		in := activities.ReportWithdrawalInput{Allocator: j.alloc.id, Withdrawal: w}
+		if err := workflow.ExecuteActivity(actx, (*activities.Activities).ReportWithdrawal, in).Get(dctx, nil); err != nil {
+			workflow.GetLogger(ctx).Warn("could not withdraw the request", "attempt", attempt, "error", err)
+		}
 	}
 	j.cur.phase, j.cur.grant = protocol.HoldNone, nil
 	return protocol.GrantSignal{}, attempts.Outcome{Kind: attempts.Cancelled, Message: "stopped by the user while pending"}, false
-}
-
-// reportWithdrawal sends w as an update from a local activity
-// (activities.ReportWithdrawal): many jobs cancelled at once (a sweep
-// stopped) would otherwise be a burst of signals that can get the
-// allocator's task force-closed. It sends it again, backing off, until the
-// allocator has it or is found not to exist (the one started next recovers
-// from the jobs): a request the allocator kept would hold its place, and
-// perhaps a reservation, for a job that has gone until its check of the
-// waiting requests came to it. A local activity holds the job's workflow
-// task while it runs, which a job that waits can afford: nothing else comes
-// in then but perhaps its grant.
-func (j *job) reportWithdrawal(ctx workflow.Context, w protocol.WithdrawSignal) {
-	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-		StartToCloseTimeout: time.Minute,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
-		Summary:             "withdraw the request",
-	})
-	for delay := time.Second; ; delay = min(2*delay, time.Minute) {
-		err := workflow.ExecuteLocalActivity(lctx, activities.ReportWithdrawalName,
-			activities.ReportWithdrawalInput{Allocator: j.alloc.id, Withdrawal: w}).Get(ctx, nil)
-		var app *temporal.ApplicationError
-		if err == nil || errors.As(err, &app) && app.Type() == activities.ErrTypeAllocatorGone {
-			return
-		}
-		workflow.GetLogger(ctx).Warn("the allocator refused a withdrawal; sending it again", "attempt", w.Attempt, "in", delay, "error", err)
-		if workflow.NewTimerWithOptions(ctx, delay, workflow.TimerOptions{Summary: "withdraw the request again"}).Get(ctx, nil) != nil {
-			return
-		}
-	}
 }
 
 // honorsNotices says whether the job honoured every preemption notice it

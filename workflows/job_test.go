@@ -147,15 +147,18 @@ func newJobHarnessStopDelay(t *testing.T, stopDelay time.Duration, setup ...func
 			}
 			return h.toAllocator(name, arg, errors.New("unable to signal external workflow for unknown cause: SignalCountLimitExceeded"), refusals)
 		}).Maybe()
-	// A withdrawal goes as an update from a local activity: recorded as
-	// the signal it replaces.
+	// A withdrawal goes as an update, from an activity.
 	h.env.OnActivity(h.acts.ReportWithdrawal, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.ReportWithdrawalInput) error {
 			require.Equal(h.t, testAllocator, in.Allocator)
-			return h.toAllocator(protocol.SignalWithdraw, in.Withdrawal, errRefusedUpdate, &h.refuseWithdrawals)
+			return h.toAllocator(withdrawByUpdate, in.Withdrawal, errRefusedUpdate, &h.refuseWithdrawals)
 		}).Maybe()
 	return h
 }
+
+// withdrawByUpdate names a withdrawal sent as an update among the signals
+// recorded.
+const withdrawByUpdate = "update " + protocol.UpdateWithdraw
 
 // errRefusedUpdate is what a report returns when the allocator refused its
 // update for as long as it tried.
@@ -548,25 +551,43 @@ func TestJobCancelWhilePending(t *testing.T) {
 	assert.Empty(t, h.starts, "a job cancelled while pending starts nothing")
 	assert.Empty(t, h.stops)
 	require.Len(t, h.signals, 1)
-	assert.Equal(t, protocol.SignalWithdraw, h.signals[0].name)
+	assert.Equal(t, withdrawByUpdate, h.signals[0].name)
 	assert.Equal(t, protocol.WithdrawSignal{Job: testJob, Attempt: 1}, h.signals[0].arg)
 }
 
-// A withdrawal the allocator refuses (too busy to take updates) is sent
-// again until it has it: a request it kept would hold its place, and perhaps
-// a reservation, for a job that has gone.
+// A withdrawal the allocator does not take in time (too busy to take
+// updates) is sent again until it has it: a request it kept would hold its
+// place, and perhaps a reservation, for a job that has gone. (The activity
+// sends the signal at its last try: see activities.ReportWithdrawal.)
 func TestRefusedWithdrawalIsSentAgain(t *testing.T) {
 	h := newJobHarness(t)
 	h.refuseWithdrawals = 2
 	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 20*time.Minute)
+	var during protocol.JobState
+	h.env.RegisterDelayedCallback(func() { during = h.status().State }, 20*time.Minute+500*time.Millisecond)
 	h.run(fixture.Job{Class: "medium", Workers: 2}.Spec())
 
 	var canceled *temporal.CanceledError
 	require.True(t, errors.As(h.env.GetWorkflowError(), &canceled), "got %v", h.env.GetWorkflowError())
+	assert.Equal(t, protocol.StateStopping, during, "the job says it stops while its withdrawal is on its way")
 	assert.Equal(t, protocol.StateStopped, h.status().State)
 	assert.Zero(t, h.refuseWithdrawals, "the allocator refused two withdrawals")
 	require.Len(t, h.signals, 1, "%+v", h.signals)
+	assert.Equal(t, withdrawByUpdate, h.signals[0].name)
 	assert.Equal(t, protocol.WithdrawSignal{Job: testJob, Attempt: 1}, h.signals[0].arg)
+}
+
+// A job whose history began before withdrawals went as updates (an older
+// build's) signals its withdrawal, as it did then.
+func TestWithdrawalOfAnOlderHistoryIsASignal(t *testing.T) {
+	h := newJobHarness(t)
+	h.env.OnGetVersion(versionWithdrawByUpdate, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 20*time.Minute)
+	h.run(fixture.Job{Class: "medium", Workers: 2}.Spec())
+
+	assert.Equal(t, protocol.StateStopped, h.status().State)
+	require.Len(t, h.signals, 1, "%+v", h.signals)
+	assert.Equal(t, protocol.SignalWithdraw, h.signals[0].name)
 }
 
 func TestJobCapacityRefusedFailsAtOnce(t *testing.T) {

@@ -85,14 +85,14 @@ func (a *allocator) recoverState(ctx workflow.Context) protocol.RecoverReply {
 		a.onRelease(ctx, s)
 	}
 	a.heldReleases = nil
-	for _, w := range a.heldWithdrawals {
-		a.onWithdraw(ctx, w)
-	}
-	a.heldWithdrawals = nil
 	for _, req := range a.heldRequests {
 		a.onRequest(ctx, req)
 	}
 	a.heldRequests = nil
+	for _, w := range a.heldWithdrawals {
+		a.onWithdraw(ctx, w)
+	}
+	a.heldWithdrawals = nil
 	workflow.GetLogger(ctx).Info("allocator recovered", "epoch", epoch, "listed", reply.Listed,
 		"running", reply.Running, "waiting", reply.Waiting, "conflicts", reply.Conflicts)
 	a.schedule(ctx)

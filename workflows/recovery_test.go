@@ -115,23 +115,33 @@ func testRecoveryAppliesReleasesThatArriveMeanwhile(t *testing.T, byUpdate bool)
 // TestRecoveryAppliesWithdrawalsThatArriveMeanwhile: a job cancelled while
 // the allocator recovers withdraws its request by update; the allocator
 // keeps the withdrawal for the recovery's end, as it keeps the request, and
-// never grants the job that has gone.
+// never grants the job that has gone, nor preempts for it, whether the
+// recovery's registration found the job still waiting or not.
 func TestRecoveryAppliesWithdrawalsThatArriveMeanwhile(t *testing.T) {
-	h := newAllocHarnessWith(t, 10*time.Second)
-	h.holds = []protocol.JobHold{holding("held", 1, 1, on("n1", 0, 0, 1))}
-	h.requestByUpdate(5*time.Second, fixture.Request{Job: "gone", Attempt: 1, Class: scheduler.High, Workers: 1, SubmittedAt: testStart}.Capacity())
-	h.withdraw(6*time.Second, protocol.WithdrawSignal{Job: "gone", Attempt: 1}, true)
-	h.request(7*time.Second, fixture.Request{Job: "next", Attempt: 1, Class: scheduler.Low, Workers: 1, SubmittedAt: testStart}.Capacity())
-	var during protocol.QueueView
-	h.at(8*time.Second, func() { during = h.queue() })
-	h.runAllocator(allocInput(allocNodes(2, 2)), time.Hour)
+	for _, registered := range []bool{false, true} {
+		t.Run(fmt.Sprintf("registered waiting %v", registered), func(t *testing.T) {
+			h := newAllocHarnessWith(t, 10*time.Second)
+			gone := fixture.Request{Job: "gone", Attempt: 1, Class: scheduler.High, Workers: 1, SubmittedAt: testStart}.Capacity()
+			victim := holding("victim", 1, 2, on("n2", 0, 0, 1))
+			victim.Request.Class = scheduler.Low
+			h.holds = []protocol.JobHold{holding("held", 1, 1, on("n1", 0, 0, 1)), victim}
+			if registered {
+				h.holds = append(h.holds, protocol.JobHold{Job: "gone", Phase: protocol.HoldWaiting, Request: gone})
+			}
+			h.requestByUpdate(5*time.Second, gone)
+			h.withdraw(6*time.Second, protocol.WithdrawSignal{Job: "gone", Attempt: 1}, true)
+			var during protocol.QueueView
+			h.at(7*time.Second, func() { during = h.queue() })
+			h.runAllocator(allocInput(allocNodes(2, 2)), time.Hour)
 
-	assert.True(t, during.Recovering, "the withdrawal came while the allocator recovered")
-	assert.Empty(t, h.grantsTo("gone"), "a withdrawn request is never granted")
-	require.Len(t, h.grantsTo("next"), 1)
-	v := h.queue()
-	assert.Empty(t, v.Waiting)
-	assert.ElementsMatch(t, []string{"held", "next"}, runningJobs(v))
+			assert.True(t, during.Recovering, "the withdrawal came while the allocator recovered")
+			assert.Empty(t, h.grantsTo("gone"), "a withdrawn request is never granted")
+			assert.Empty(t, h.preempts, "nobody is preempted for a withdrawn request")
+			v := h.queue()
+			assert.Empty(t, v.Waiting)
+			assert.ElementsMatch(t, []string{"held", "victim"}, runningJobs(v))
+		})
+	}
 }
 
 // TestRequestUpdateDuringRecoveryIsAnsweredAtOnce: a request that comes as
