@@ -56,6 +56,7 @@ var gateIntroduced = map[string]string{
 	versionChargeStrangers:         "v0.10.0",
 	versionRegisterAgainAfterReset: "v0.10.0",
 	versionWithdrawByUpdate:        "v0.10.0",
+	versionCoalesceReleases:        "v0.10.0",
 }
 
 // releaseWindow is the window of Release among known releases: the

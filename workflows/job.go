@@ -45,6 +45,8 @@ type job struct {
 	// bounds a workflow's pending activities, not an attempt's, so a notice
 	// that outlives its attempt still counts (see giveNotice).
 	notices pendingNotices
+	// flushing says this run's releases go through flushReleases.
+	flushing bool
 	// cur is the current attempt's.
 	cur *attemptRun
 }
@@ -79,6 +81,9 @@ type attemptRun struct {
 	released map[int]bool
 	stopping bool
 	signals  []sentRelease
+	// unsent are the releases the flusher sends when the task's other work
+	// is done (see sendRelease).
+	unsent []protocol.ReleaseSignal
 	// lostNodes are the nodes whose agent did not answer; busyNodes those
 	// where the attempt's GPUs were found in use.
 	lostNodes, busyNodes map[string]bool
@@ -280,6 +285,9 @@ const (
 	// versionReleaseStaleGrant: a grant for an attempt that has ended is
 	// given back, its nodes named lost (see releaseStaleGrant).
 	versionReleaseStaleGrant = "job-release-stale-grant"
+	// versionCoalesceReleases: the releases the job sends itself within a
+	// workflow task go as one signal per attempt (see sendRelease).
+	versionCoalesceReleases = "job-coalesce-releases"
 	// versionWithdrawByUpdate: a job cancelled while it waits withdraws its
 	// request by an update from a local activity, not a signal (see
 	// reportWithdrawal).

@@ -95,9 +95,85 @@ type sentRelease struct {
 	delivered workflow.Future
 }
 
+// sendRelease sends s to the allocator. The releases a workflow task makes
+// go as one signal per attempt when the task's other work is done
+// (flushReleases): a gang whose node agents could not report (an allocator
+// too busy to take their updates) ends worker by worker within a task or
+// two, and a signal each would come in as a burst that can get the
+// allocator's task force-closed.
 func (j *job) sendRelease(ctx workflow.Context, s protocol.ReleaseSignal) {
+	if !j.coalescesReleases(ctx) {
+		j.signalRelease(ctx, s)
+		return
+	}
+	j.cur.unsent = append(j.cur.unsent, s)
+}
+
+func (j *job) signalRelease(ctx workflow.Context, s protocol.ReleaseSignal) {
 	j.cur.signals = append(j.cur.signals, sentRelease{signal: s,
 		delivered: workflow.SignalExternalWorkflow(ctx, j.alloc.id, "", protocol.SignalRelease, s)})
+}
+
+// coalescesReleases says whether this run sends its releases through
+// flushReleases (versionCoalesceReleases), and starts it the first time.
+func (j *job) coalescesReleases(ctx workflow.Context) bool {
+	if j.flushing {
+		return true
+	}
+	if workflow.GetVersion(ctx, versionCoalesceReleases, workflow.DefaultVersion, 1) < 1 {
+		return false
+	}
+	j.flushing = true
+	fctx, _ := workflow.NewDisconnectedContext(ctx)
+	workflow.Go(fctx, j.flushReleases)
+	return true
+}
+
+// flushReleases sends the releases queued by sendRelease once every other
+// coroutine of the workflow task has blocked, merged into one per attempt.
+func (j *job) flushReleases(ctx workflow.Context) {
+	for {
+		if workflow.Await(ctx, func() bool { return len(j.cur.unsent) > 0 }) != nil {
+			return
+		}
+		for _, s := range mergeReleases(j.cur.unsent) {
+			j.signalRelease(ctx, s)
+		}
+		j.cur.unsent = nil
+	}
+}
+
+// mergeReleases merges releases of one attempt into one, in the order the
+// attempts first appear: the workers, lost nodes and busy nodes of all, and
+// stopping if any marks the job stopping.
+func mergeReleases(rs []protocol.ReleaseSignal) []protocol.ReleaseSignal {
+	var out []protocol.ReleaseSignal
+	for _, r := range rs {
+		i := slices.IndexFunc(out, func(m protocol.ReleaseSignal) bool { return m.Attempt == r.Attempt })
+		if i < 0 {
+			r.Workers = slices.Clone(r.Workers)
+			r.LostNodes = slices.Clone(r.LostNodes)
+			r.GPUsBusy = slices.Clone(r.GPUsBusy)
+			out = append(out, r)
+			continue
+		}
+		m := &out[i]
+		m.Workers = appendNew(m.Workers, r.Workers...)
+		m.LostNodes = appendNew(m.LostNodes, r.LostNodes...)
+		m.GPUsBusy = appendNew(m.GPUsBusy, r.GPUsBusy...)
+		m.Stopping = m.Stopping || r.Stopping
+	}
+	return out
+}
+
+// appendNew appends the values of vs that list does not hold yet.
+func appendNew[T comparable](list []T, vs ...T) []T {
+	for _, v := range vs {
+		if !slices.Contains(list, v) {
+			list = append(list, v)
+		}
+	}
+	return list
 }
 
 // deliverRelease waits until the allocator has r. The server refuses a
@@ -163,6 +239,8 @@ func (j *job) stopAndRelease(ctx workflow.Context, attempt int, grant protocol.G
 	for st.pending > 0 {
 		st.sel.Select(dctx)
 	}
+	// The releases still queued go when this coroutine blocks.
+	_ = workflow.Await(dctx, func() bool { return len(j.cur.unsent) == 0 })
 	for _, r := range j.cur.signals {
 		j.deliverRelease(dctx, r)
 	}
