@@ -129,18 +129,24 @@ func (j *job) coalescesReleases(ctx workflow.Context) bool {
 	return true
 }
 
-// flushReleases sends the releases queued by sendRelease once every other
-// coroutine of the workflow task has blocked, merged into one per attempt.
+// flushReleases sends the releases queued by sendRelease when the
+// coroutine that queued them blocks (the releases one pass of the job's
+// loop makes go together; a task whose loop yields partway sends two or
+// three signals), merged into one per attempt.
 func (j *job) flushReleases(ctx workflow.Context) {
 	for {
 		if workflow.Await(ctx, func() bool { return len(j.cur.unsent) > 0 }) != nil {
 			return
 		}
-		for _, s := range mergeReleases(j.cur.unsent) {
-			j.signalRelease(ctx, s)
-		}
-		j.cur.unsent = nil
+		j.sendUnsent(ctx)
 	}
+}
+
+func (j *job) sendUnsent(ctx workflow.Context) {
+	for _, s := range mergeReleases(j.cur.unsent) {
+		j.signalRelease(ctx, s)
+	}
+	j.cur.unsent = nil
 }
 
 // mergeReleases merges releases of one attempt into one, in the order the
@@ -239,8 +245,9 @@ func (j *job) stopAndRelease(ctx workflow.Context, attempt int, grant protocol.G
 	for st.pending > 0 {
 		st.sel.Select(dctx)
 	}
-	// The releases still queued go when this coroutine blocks.
-	_ = workflow.Await(dctx, func() bool { return len(j.cur.unsent) == 0 })
+	// The releases still queued go now: the attempt ends once the
+	// allocator has every one.
+	j.sendUnsent(dctx)
 	for _, r := range j.cur.signals {
 		j.deliverRelease(dctx, r)
 	}
