@@ -61,6 +61,7 @@ func TestRecordHistories(t *testing.T) {
 	}
 	record("preempted-and-rerun", recordPreemptedAndRerun)
 	record("cancelled", recordCancelled)
+	record("withdrawn", recordWithdrawn)
 	record("allocator-continued-as-new", recordAllocatorContinuedAsNew)
 	record("recovered", recordRecovered)
 	record("mid-flight", recordMidFlight)
@@ -231,6 +232,27 @@ func recordCancelled(t *testing.T, dir string) {
 	require.True(t, processGone(pid))
 
 	writeHistory(t, filepath.Join(dir, "job-cancelled.json"), runHistory(t, job, ""))
+}
+
+// (i) A job cancelled while it waits withdraws its request by an update,
+// and the job behind it runs. Recorded: the cancelled job's history and
+// its allocator's (allocation eta).
+func recordWithdrawn(t *testing.T, dir string) {
+	hold := gate(filepath.Join(t.TempDir(), "hold"))
+	blocker := submit(t, fixture.Job{Allocation: "eta", Class: "high", Script: hold.waitFor()}.Spec())
+	waitState(t, blocker, protocol.StateRunning, long)
+	withdrawn := submit(t, fixture.Job{Allocation: "eta", Class: "high", Script: "true"}.Spec())
+	next := submit(t, fixture.Job{Allocation: "eta", Class: "medium", Script: "true"}.Spec())
+	eventually(t, long, "both jobs to wait", func() bool { return len(waitingJobs(queue(t, "eta"))) == 2 })
+	_, _, code := trainq(t, "cancel", withdrawn)
+	require.Equal(t, 0, code)
+	waitState(t, withdrawn, protocol.StateStopped, long)
+	hold.open(t)
+	waitState(t, next, protocol.StateCompleted, long)
+	waitState(t, blocker, protocol.StateCompleted, long)
+
+	writeHistory(t, filepath.Join(dir, "job-withdrawn.json"), runHistory(t, withdrawn, ""))
+	writeHistory(t, filepath.Join(dir, "allocator-withdrawal.json"), idleHistory(t, protocol.AllocatorWorkflowID("T", "eta")))
 }
 
 // allocatorInputWithKnob is protocol.AllocatorInput plus the per-run update
