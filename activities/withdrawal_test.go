@@ -1,0 +1,90 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/mocks"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/trainq/trainq/protocol"
+)
+
+// ReportWithdrawal sends the update, and the signal only where the update
+// cannot be taken: at once when the allocator's tasks fail or its run is
+// not found, and at the last try when the allocator never took it in time;
+// an allocator that does not exist is owed nothing.
+func TestReportWithdrawal(t *testing.T) {
+	const allocator = "allocator/T/w"
+	w := protocol.WithdrawSignal{Job: "job", Attempt: 2}
+	for _, tc := range []struct {
+		name      string
+		update    error // what UpdateWorkflow answers (nil: accepted)
+		signal    error // what SignalWorkflow answers
+		wantTries int   // activity tries
+		wantSent  bool  // the signal was sent
+		wantErr   bool  // the job sees the withdrawal fail
+	}{
+		{"accepted: no signal", nil, nil, 1, false, false},
+		{"the allocator's tasks fail: the signal at once", serviceerror.NewWorkflowNotReady("workflow task failing"), nil, 1, true, false},
+		{"no run found: the signal, which a run just started takes", serviceerror.NewNotFound("workflow not found"), nil, 1, true, false},
+		{"no allocator at all: nothing owed", serviceerror.NewNotFound("workflow not found"), serviceerror.NewNotFound("workflow not found"), 1, true, false},
+		{"never taken in time: the signal at the last try", context.DeadlineExceeded, nil, withdrawalUpdateTries, true, false},
+		{"the signal refused too: tried again", context.DeadlineExceeded, errors.New("signal refused"), 5, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &mocks.Client{}
+			var mu sync.Mutex
+			updates, signals := 0, 0
+			c.On("UpdateWorkflow", mock.Anything, mock.Anything).Return(
+				func(_ context.Context, o client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+					require.Equal(t, allocator, o.WorkflowID)
+					require.Equal(t, protocol.UpdateWithdraw, o.UpdateName)
+					require.Equal(t, "withdraw/job/2", o.UpdateID, "one update ID for every try")
+					mu.Lock()
+					defer mu.Unlock()
+					updates++
+					if tc.update != nil {
+						return nil, tc.update
+					}
+					h := &mocks.WorkflowUpdateHandle{}
+					h.On("Get", mock.Anything, mock.Anything).Return(nil)
+					return h, nil
+				})
+			c.On("SignalWorkflow", mock.Anything, allocator, "", protocol.SignalWithdraw, w).Return(
+				func(context.Context, string, string, string, any) error {
+					mu.Lock()
+					defer mu.Unlock()
+					signals++
+					return tc.signal
+				})
+			acts := &Activities{Client: c}
+			var s testsuite.WorkflowTestSuite
+			env := s.NewTestWorkflowEnvironment()
+			env.RegisterActivity(acts)
+			env.RegisterWorkflowWithOptions(func(ctx workflow.Context) error {
+				ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+					StartToCloseTimeout: time.Minute,
+					RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 5},
+				})
+				return workflow.ExecuteActivity(ctx, acts.ReportWithdrawal, ReportWithdrawalInput{Allocator: allocator, Withdrawal: w}).Get(ctx, nil)
+			}, workflow.RegisterOptions{Name: "withdraw"})
+			env.ExecuteWorkflow("withdraw")
+			require.True(t, env.IsWorkflowCompleted())
+
+			assert.Equal(t, tc.wantErr, env.GetWorkflowError() != nil, "%v", env.GetWorkflowError())
+			assert.Equal(t, tc.wantTries, updates, "tries of the update")
+			assert.Equal(t, tc.wantSent, signals > 0, "the signal sent")
+		})
+	}
+}
