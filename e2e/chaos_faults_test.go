@@ -551,12 +551,13 @@ func (r *chaosRun) burst(f chaosFault) (string, bool) {
 	}
 	// The wide job leaves a few GPUs to the burst; the others wait.
 	var waiting int
+	var in map[string]bool
 	queued := r.waitFor(20*time.Second, func() bool {
 		v, err := r.queue()
 		if err != nil {
 			return false
 		}
-		in := map[string]bool{}
+		in = map[string]bool{}
 		for _, w := range v.Waiting {
 			in[w.Job] = true
 		}
@@ -568,12 +569,41 @@ func (r *chaosRun) burst(f chaosFault) (string, bool) {
 		}
 		return waiting >= chaosBurstWaiting
 	})
+	// Every other one-GPU job that waits is cancelled at once, as a sweep
+	// stopped: a burst of withdrawals into the allocator.
+	var cancelled []string
+	for i, j := range small {
+		if queued && i%2 == 0 && in[j.name] {
+			cancelled = append(cancelled, j.name)
+		}
+	}
+	parallel(len(cancelled), 8, func(i int) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := r.c.CancelWorkflow(ctx, cancelled[i], ""); err != nil {
+			r.problem("cancel %s: %v", cancelled[i], err)
+		}
+	})
 	if err := os.WriteFile(r.gate(wide.name), nil, 0o644); err != nil {
 		r.problem("open the gate of %s: %v", wide.name, err)
 	}
-	desc := fmt.Sprintf("%s (%d × %d GPUs, high) ran %s after its submission; %d/%d one-GPU jobs waited behind it when it ended",
-		wide.name, wide.workers, wide.gpus, runs.Round(100*time.Millisecond), waiting, len(small))
-	return desc, queued
+	var open []string
+	stopped := r.waitFor(90*time.Second, func() bool {
+		open = open[:0]
+		for _, job := range cancelled {
+			// One granted just before its cancel may have completed.
+			if st, err := r.status(job); err != nil || st.State != protocol.StateStopped && st.State != protocol.StateCompleted {
+				open = append(open, job)
+			}
+		}
+		return len(open) == 0
+	})
+	desc := fmt.Sprintf("%s (%d × %d GPUs, high) ran %s after its submission; %d/%d one-GPU jobs waited behind it when it ended, and %d were cancelled at once",
+		wide.name, wide.workers, wide.gpus, runs.Round(100*time.Millisecond), waiting, len(small), len(cancelled))
+	if !stopped {
+		desc += fmt.Sprintf("; %d cancelled jobs not ended within 90s (%s: %s)", len(open), open[0], r.statusText(open[0]))
+	}
+	return desc, queued && stopped
 }
 
 // capLowered lowers chaosCapWorkspace's high cap under two of its waiting

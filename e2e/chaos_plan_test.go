@@ -179,7 +179,8 @@ const (
 	// that began its latest attempt (or, depth 1, its previous one).
 	faultJobReset
 	// faultBurst: a wide job holds most of the pool while dozens of 1-GPU
-	// jobs queue behind it; it ends and one pass can grant them all.
+	// jobs queue behind it; every other one is cancelled at once (a burst of
+	// withdrawals), then it ends and one pass can grant the rest.
 	faultBurst
 	// faultListingLag: a few jobs are submitted; once the allocator has
 	// them (one running) it is asked to recover (`trainq allocator
@@ -235,7 +236,7 @@ func (k chaosFaultKind) String() string {
 	case faultJobReset:
 		return "reset a running job"
 	case faultBurst:
-		return "burst of grants"
+		return "burst of withdrawals and grants"
 	case faultListingLag:
 		return "recovery listing lags (then recover)"
 	case faultDeadJob:
