@@ -504,7 +504,7 @@ func (a *Activities) ReportWithdrawal(ctx context.Context, in ReportWithdrawalIn
 		return nil
 	case errors.As(err, &notReady), errors.As(err, &notFound), activity.GetInfo(ctx).Attempt >= withdrawalUpdateTries:
 		activity.GetLogger(ctx).Warn("the allocator did not take the withdrawal as an update; signalling it", "job", in.Withdrawal.Job, "error", err)
-		err := a.Client.SignalWorkflow(ctx, in.Allocator, "", protocol.SignalWithdraw, in.Withdrawal)
+		err := signalWithdrawal(ctx, a.Client, in.Allocator, in.Withdrawal)
 		if errors.As(err, &notFound) {
 			return nil
 		}
@@ -522,9 +522,11 @@ func SendWithdrawal(ctx context.Context, c client.Client, allocator string, w pr
 		UpdateID:   fmt.Sprintf("withdraw/%s/%d", w.Job, w.Attempt),
 		UpdateName: protocol.UpdateWithdraw,
 		Args:       []any{w},
-	}, nil, func(ctx context.Context) error {
-		return c.SignalWorkflow(ctx, allocator, "", protocol.SignalWithdraw, w)
-	})
+	}, nil, func(ctx context.Context) error { return signalWithdrawal(ctx, c, allocator, w) })
+}
+
+func signalWithdrawal(ctx context.Context, c client.Client, allocator string, w protocol.WithdrawSignal) error {
+	return c.SignalWorkflow(ctx, allocator, "", protocol.SignalWithdraw, w)
 }
 
 // Error types of the node activities.

@@ -48,9 +48,10 @@ func TestReportWithdrawal(t *testing.T) {
 			updates, signals := 0, 0
 			c.On("UpdateWorkflow", mock.Anything, mock.Anything).Return(
 				func(_ context.Context, o client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
-					require.Equal(t, allocator, o.WorkflowID)
-					require.Equal(t, protocol.UpdateWithdraw, o.UpdateName)
-					require.Equal(t, "withdraw/job/2", o.UpdateID, "one update ID for every try")
+					// An activity's goroutine: assert, not require (no FailNow).
+					assert.Equal(t, allocator, o.WorkflowID)
+					assert.Equal(t, protocol.UpdateWithdraw, o.UpdateName)
+					assert.Equal(t, "withdraw/job/2", o.UpdateID, "one update ID for every try")
 					mu.Lock()
 					defer mu.Unlock()
 					updates++

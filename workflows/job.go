@@ -289,8 +289,8 @@ const (
 	// workflow task go as one signal per attempt (see sendRelease).
 	versionCoalesceReleases = "job-coalesce-releases"
 	// versionWithdrawByUpdate: a job cancelled while it waits withdraws its
-	// request by an update from a local activity, not a signal (see
-	// reportWithdrawal).
+	// request by an update from an activity, not a signal (see withdraw and
+	// activities.ReportWithdrawal).
 	versionWithdrawByUpdate = "job-withdraw-by-update"
 )
 

@@ -78,6 +78,7 @@ func TestReleasesOfOneTaskGoAsOneSignal(t *testing.T) {
 		for w := range gang - 1 {
 			j.release(ctx, 1, w)
 		}
+		// A timer on the test clock: what follows runs in a later workflow task.
 		if err := workflow.Sleep(ctx, time.Second); err != nil {
 			return err
 		}

@@ -150,7 +150,7 @@ func newJobHarnessStopDelay(t *testing.T, stopDelay time.Duration, setup ...func
 	// A withdrawal goes as an update, from an activity.
 	h.env.OnActivity(h.acts.ReportWithdrawal, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.ReportWithdrawalInput) error {
-			require.Equal(h.t, testAllocator, in.Allocator)
+			assert.Equal(h.t, testAllocator, in.Allocator) // an activity's goroutine: no FailNow
 			return h.toAllocator(withdrawByUpdate, in.Withdrawal, errRefusedUpdate, &h.refuseWithdrawals)
 		}).Maybe()
 	return h

@@ -46,8 +46,8 @@ const recoveryRetryPause = 10 * time.Second
 //
 // Requests, releases and withdrawals that arrive meanwhile as signals wait
 // (see AllocatorWorkflow), and those that arrive as updates are kept
-// (heldRequests, heldReleases, heldWithdrawals) and taken in at the end, so none is lost or
-// applied to the old state.
+// (heldRequests, heldReleases, heldWithdrawals) and taken in at the end, so
+// none is lost or applied to the old state.
 func (a *allocator) recoverState(ctx workflow.Context) protocol.RecoverReply {
 	a.recovering = true
 	workflow.SetCurrentDetails(ctx, a.details())
