@@ -254,6 +254,7 @@ type jobState struct {
 	hasEst     bool
 	estLevel   int8          // which shape key gave it (0 fine, 1 coarse)
 	firstAt    time.Duration // when the first attempt started (-1: never)
+	reclaimed  bool          // the preempted attempt leaves a borrowed node its owner took back (cohorts)
 	spans      []waitSpan    // its waits: each attempt's queueing to start
 }
 
@@ -313,6 +314,15 @@ type sim struct {
 	eta       *etaRun         // nil: not measuring expected starts
 	watch     *watchRun       // nil: not sampling longest waiters' reasons
 	firstPlan *sim            // the plain run this one replays (nil: none)
+
+	// admit, when set, refuses what the pool would hold but its member's own nodes cannot
+	// (a cohort's member: see cohort.go); member is its share of the cohort's bookkeeping.
+	admit  func(scheduler.Request) error
+	member *memberState
+	// reclaims counts the attempts that left a borrowed node its owner took back, and
+	// reclaimLost the GPU-seconds of work they threw away.
+	reclaims    int
+	reclaimLost float64
 
 	bound        StarvationBound          // the starvation bound's check (checkStarving)
 	marks        map[int32]starvationMark // the bounds of starving heads, by job
@@ -442,12 +452,18 @@ func (s *sim) apply(e event) bool {
 		if s.learn != nil {
 			st.estimate, st.estLevel, st.hasEst = s.learnedEstimate(j)
 		}
-		if err := s.pool.Enqueue(s.request(e.job)); err != nil {
+		r := s.request(e.job)
+		if s.admit != nil && s.admit(r) != nil {
+			st.phase, st.endedAt = phRejected, s.now
+			return false
+		}
+		if err := s.pool.Enqueue(r); err != nil {
 			st.phase, st.endedAt = phRejected, s.now
 			return false
 		}
 		st.phase = phWaiting
 		s.teams.queued(s, e.job)
+		s.member.queued(s, e.job)
 	case evFinish:
 		if (st.phase != phRunning && st.phase != phNotice) || int(e.attempt) != st.attempt {
 			return false // preempted meanwhile
@@ -457,6 +473,7 @@ func (s *sim) apply(e event) bool {
 		}
 		for w := 0; w < j.Workers; w++ {
 			s.pool.Release(j.ID, st.attempt, w)
+			s.member.released(e.job, w, j.Demand.GPUs)
 		}
 		s.held -= j.GPUs()
 		s.teams.hold(s, e.job, -j.GPUs())
@@ -472,6 +489,7 @@ func (s *sim) apply(e event) bool {
 			return false
 		}
 		s.pool.Release(j.ID, st.attempt, int(e.worker))
+		s.member.released(e.job, int(e.worker), j.Demand.GPUs)
 		s.held -= j.Demand.GPUs
 		s.teams.hold(s, e.job, -j.Demand.GPUs)
 		s.teams.releasing -= j.Demand.GPUs
@@ -489,6 +507,7 @@ func (s *sim) apply(e event) bool {
 			panic(fmt.Sprintf("simulate: re-queue of %s refused: %v", j.ID, err)) // it was admitted before
 		}
 		s.teams.queued(s, e.job)
+		s.member.queued(s, e.job)
 	case evNoticeEnd:
 		if st.phase != phNotice || int(e.attempt) != st.attempt {
 			return false // it completed first
@@ -608,6 +627,9 @@ func (s *sim) start(g scheduler.Grant) error {
 		s.loans++
 	}
 	s.teams.started(s, i)
+	if err := s.member.started(s, i, g); err != nil {
+		return err
+	}
 	s.push(s.now+st.remaining, evFinish, i, st.attempt, 0)
 	if s.opt.Checkpoint > 0 && s.ckpt != nil && s.opt.Checkpoint < st.remaining {
 		s.push(s.now+s.opt.Checkpoint, evCheckpoint, i, st.attempt, 0)
@@ -674,12 +696,19 @@ func (s *sim) preempt(p scheduler.Preemption) error {
 		st.movedAt = s.now
 		s.mostMoves = max(s.mostMoves, st.moved)
 	}
-	st.yielding, st.moving, st.preemptedBy = p.Loan, p.Move, pi
+	st.yielding, st.moving, st.reclaimed, st.preemptedBy = p.Loan, p.Move, false, pi
 	st.phase, st.noticeAt = phNotice, s.now
 	s.teams.releasing += s.w.Jobs[vi].GPUs()
 	s.preempts = append(s.preempts, preemptRec{victim: vi, by: pi, nodes: slices.Clone(st.nodes), at: s.now})
 	s.unjudged = append(s.unjudged, int32(len(s.preempts)-1))
 	s.jobs[pi].pending = append(s.jobs[pi].pending, int32(len(s.preempts)-1))
+	s.tell(vi)
+	return nil
+}
+
+// tell gives a victim (phNotice) the allocation's preemption notice: without one it stops now.
+func (s *sim) tell(vi int32) {
+	st := &s.jobs[vi]
 	notice := s.pol.Scheduler.PreemptionNotice
 	switch {
 	case notice <= 0:
@@ -689,7 +718,6 @@ func (s *sim) preempt(p scheduler.Preemption) error {
 	default:
 		s.push(s.now+notice, evNoticeEnd, vi, st.attempt, 0)
 	}
-	return nil
 }
 
 // stop ends a told victim's attempt now. One that honours notices (under a notice) saved its
@@ -717,6 +745,8 @@ func (s *sim) stop(vi int32) {
 			s.yieldLost += lost
 		case st.moving:
 			s.moveLost += lost
+		case st.reclaimed:
+			s.reclaimLost += lost
 		}
 	}
 	st.ran += s.now - st.startedAt

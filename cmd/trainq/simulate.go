@@ -21,6 +21,8 @@ type simFlags struct {
 	etaSeed                                                                     *uint64
 	rateWindow                                                                  *time.Duration
 	nodes, minGPUs, teams, racks, blocks                                        *int
+	cohort, lendingLimit, borrowingLimit                                        *int
+	cohortSeed                                                                  *uint64
 	frac, gangs                                                                 *float64
 	gangSeed                                                                    *uint64
 	stop, ckpt, notice, save                                                    *time.Duration
@@ -33,38 +35,42 @@ type simFlags struct {
 
 func defineSimFlags(fs *flag.FlagSet) *simFlags {
 	f := &simFlags{
-		trace:      fs.String("trace", os.Getenv("TRAINQ_TRACE_DIR"), "`dir`ectory of the Alibaba GPU v2023 openb CSVs (default $TRAINQ_TRACE_DIR)"),
-		pods:       fs.String("pods", "default", "openb pod `list`: default, multigpu50, or a CSV path"),
-		nodeList:   fs.String("node-list", "", "openb node list CSV (default: openb_node_list_gpu_node.csv in --trace)"),
-		times:      fs.String("times", "", "pod list with qos and times, for a pod list without them (default: openb_pod_list_default.csv in --trace)"),
-		workload:   fs.String("workload", "", "our own workload `file` (.json or .csv: id, arrival, class, instance_type, n_workers, runtime, optional kind, nodes and workspace) instead of the trace"),
-		alloc:      fs.String("allocation", "", "take nodes (for --workload without nodes) and the base policy from this config allocation"),
-		region:     fs.String("region", "", "region of --allocation (default: the config's)"),
-		nodes:      fs.Int("nodes", 0, "keep N nodes, chosen evenly over the node list"),
-		frac:       fs.Float64("nodes-frac", 0, "keep this fraction of the nodes, chosen evenly (e.g. 0.01)"),
-		classes:    fs.String("classes", "LS=high,Guaranteed=medium,Burstable=medium,BE=low", "openb qos to priority class"),
-		only:       fs.String("only", "", "keep only the jobs of these `classes` (e.g. high, or high,medium): the best any policy could do for them"),
-		minGPUs:    fs.Int("min-gpus", 0, "keep only the jobs of at least `N` GPUs: the best any policy could do for them"),
-		stop:       fs.Duration("stop-delay", 30*time.Second, "how long a preempted job's workers take to stop"),
-		ckpt:       fs.Duration("checkpoint", 0, "a preempted job resumes from its last checkpoint, taken this often (0: it reruns from zero)"),
-		notice:     fs.Duration("notice", 0, "preemption_notice: a victim is told this long before it is stopped (default: --allocation's, else 0: none)"),
-		honor:      fs.Float64("honor", 0, "the `share` of jobs (0 to 1) that honour a notice: told, they save and exit --save-time later, losing nothing"),
-		save:       fs.Duration("save-time", simulate.DefaultSaveTime, "how long a job that honours a notice takes to save and exit (shorter than --notice)"),
-		honorSeed:  fs.Uint64("honor-seed", 1, "which jobs honour notices: a hash of this `seed` and the job id"),
-		retry:      fs.Int("max-retry", -1, "reruns a job gets after preemptions (negative: unlimited)"),
-		burst:      fs.Bool("burst", false, "every job arrives at time 0, in arrival order"),
-		eventsOnly: fs.Bool("events-only", false, "schedule after events only, without the allocator's wake timer (by default passes also run when the pool's next time-driven change comes, as in the allocator)"),
-		teams:      fs.Int("teams", 0, "put every job without a workspace in one of `N` synthetic teams, team-1..team-N, by a hash of --team-seed and its id (the policies' cap.CLASS knobs cap each)"),
-		teamSeed:   fs.Uint64("team-seed", 1, "which team each job is in (--teams): a hash of this `seed` and the job id"),
-		racks:      fs.Int("racks", 0, "put the nodes in racks of up to `N` nodes of one family, and the racks in blocks (--blocks): the policies place gangs in the fewest racks, then blocks (knob topology=off: as without)"),
-		blocks:     fs.Int("blocks", 4, "racks per block, with --racks"),
-		gangs:      fs.Float64("gangs", 0, "make this `share` of the whole-node jobs gangs of 2 to 4 workers, each running for its runtime ÷ workers (the same GPU-hours)"),
-		gangSeed:   fs.Uint64("gang-seed", 1, "which jobs --gangs makes gangs, and their sizes: a hash of this `seed` and the job id"),
-		flood:      fs.String("flood-team", "", "this `workspace` (e.g. team-1) submits all its jobs high"),
-		estimates:  fs.String("estimates", "learned", "runtime estimates that backfill decides by and whose expected starts are measured, comma-separated `models`: learned (p90 of the last 20 completed jobs of the same shape, what a cluster has; the default), limit:Kx (a time limit K × the true runtime, e.g. limit:2x), exact (the true runtime: an upper bound no cluster reaches); none: no estimates, nothing measured"),
-		etaSample:  fs.Float64("eta-sample", 1, "measure the expected starts of this `share` of the jobs (0 to 1), drawn from a hash of --eta-seed and the job id"),
-		etaSeed:    fs.Uint64("eta-seed", 1, "which jobs --eta-sample measures: a hash of this `seed` and the job id"),
-		rateWindow: fs.Duration("rate-window", simulate.DefaultRateWindow, "the position÷rate baseline's admission rate is the starts over this last `window`"),
+		trace:          fs.String("trace", os.Getenv("TRAINQ_TRACE_DIR"), "`dir`ectory of the Alibaba GPU v2023 openb CSVs (default $TRAINQ_TRACE_DIR)"),
+		pods:           fs.String("pods", "default", "openb pod `list`: default, multigpu50, or a CSV path"),
+		nodeList:       fs.String("node-list", "", "openb node list CSV (default: openb_node_list_gpu_node.csv in --trace)"),
+		times:          fs.String("times", "", "pod list with qos and times, for a pod list without them (default: openb_pod_list_default.csv in --trace)"),
+		workload:       fs.String("workload", "", "our own workload `file` (.json or .csv: id, arrival, class, instance_type, n_workers, runtime, optional kind, nodes and workspace) instead of the trace"),
+		alloc:          fs.String("allocation", "", "take nodes (for --workload without nodes) and the base policy from this config allocation"),
+		region:         fs.String("region", "", "region of --allocation (default: the config's)"),
+		nodes:          fs.Int("nodes", 0, "keep N nodes, chosen evenly over the node list"),
+		frac:           fs.Float64("nodes-frac", 0, "keep this fraction of the nodes, chosen evenly (e.g. 0.01)"),
+		classes:        fs.String("classes", "LS=high,Guaranteed=medium,Burstable=medium,BE=low", "openb qos to priority class"),
+		only:           fs.String("only", "", "keep only the jobs of these `classes` (e.g. high, or high,medium): the best any policy could do for them"),
+		minGPUs:        fs.Int("min-gpus", 0, "keep only the jobs of at least `N` GPUs: the best any policy could do for them"),
+		stop:           fs.Duration("stop-delay", 30*time.Second, "how long a preempted job's workers take to stop"),
+		ckpt:           fs.Duration("checkpoint", 0, "a preempted job resumes from its last checkpoint, taken this often (0: it reruns from zero)"),
+		notice:         fs.Duration("notice", 0, "preemption_notice: a victim is told this long before it is stopped (default: --allocation's, else 0: none)"),
+		honor:          fs.Float64("honor", 0, "the `share` of jobs (0 to 1) that honour a notice: told, they save and exit --save-time later, losing nothing"),
+		save:           fs.Duration("save-time", simulate.DefaultSaveTime, "how long a job that honours a notice takes to save and exit (shorter than --notice)"),
+		honorSeed:      fs.Uint64("honor-seed", 1, "which jobs honour notices: a hash of this `seed` and the job id"),
+		retry:          fs.Int("max-retry", -1, "reruns a job gets after preemptions (negative: unlimited)"),
+		burst:          fs.Bool("burst", false, "every job arrives at time 0, in arrival order"),
+		eventsOnly:     fs.Bool("events-only", false, "schedule after events only, without the allocator's wake timer (by default passes also run when the pool's next time-driven change comes, as in the allocator)"),
+		teams:          fs.Int("teams", 0, "put every job without a workspace in one of `N` synthetic teams, team-1..team-N, by a hash of --team-seed and its id (the policies' cap.CLASS knobs cap each)"),
+		teamSeed:       fs.Uint64("team-seed", 1, "which team each job is in (--teams): a hash of this `seed` and the job id"),
+		racks:          fs.Int("racks", 0, "put the nodes in racks of up to `N` nodes of one family, and the racks in blocks (--blocks): the policies place gangs in the fewest racks, then blocks (knob topology=off: as without)"),
+		blocks:         fs.Int("blocks", 4, "racks per block, with --racks"),
+		gangs:          fs.Float64("gangs", 0, "make this `share` of the whole-node jobs gangs of 2 to 4 workers, each running for its runtime ÷ workers (the same GPU-hours)"),
+		gangSeed:       fs.Uint64("gang-seed", 1, "which jobs --gangs makes gangs, and their sizes: a hash of this `seed` and the job id"),
+		flood:          fs.String("flood-team", "", "this `workspace` (e.g. team-1) submits all its jobs high"),
+		estimates:      fs.String("estimates", "learned", "runtime estimates that backfill decides by and whose expected starts are measured, comma-separated `models`: learned (p90 of the last 20 completed jobs of the same shape, what a cluster has; the default), limit:Kx (a time limit K × the true runtime, e.g. limit:2x), exact (the true runtime: an upper bound no cluster reaches); none: no estimates, nothing measured"),
+		etaSample:      fs.Float64("eta-sample", 1, "measure the expected starts of this `share` of the jobs (0 to 1), drawn from a hash of --eta-seed and the job id"),
+		etaSeed:        fs.Uint64("eta-seed", 1, "which jobs --eta-sample measures: a hash of this `seed` and the job id"),
+		rateWindow:     fs.Duration("rate-window", simulate.DefaultRateWindow, "the position÷rate baseline's admission rate is the starts over this last `window`"),
+		cohort:         fs.Int("cohort", 0, "split the nodes and jobs into `N` allocations (each every N-th node of each kind, the jobs by a hash of --cohort-seed and their id) and compare them as islands with the same allocations in a cohort that lends idle nodes"),
+		cohortSeed:     fs.Uint64("cohort-seed", 1, "which allocation of --cohort each job is in: a hash of this `seed` and the job id"),
+		lendingLimit:   fs.Int("lending-limit", simulate.NoLimit, "with --cohort, the `GPUs` of its own nodes each allocation may lend at once (-1: no limit)"),
+		borrowingLimit: fs.Int("borrowing-limit", simulate.NoLimit, "with --cohort, the `GPUs` of others' nodes each allocation may hold at once (-1: no limit)"),
 	}
 	fs.Var(&f.policies, "policy", "a policy to compare, `NAME[:knob=value,...]` (repeatable; default fifo, best-effort, strict-fifo); knobs: "+knobList())
 	return f
@@ -100,6 +106,9 @@ func runSimulate(ctx context.Context, g *globals, args []string) error {
 		return usageErr("simulate: --gang-seed needs --gangs")
 	}
 	if err := f.checkNotice(); err != nil {
+		return err
+	}
+	if err := f.checkCohort(set); err != nil {
 		return err
 	}
 	ests, err := simulate.ParseEstimates(*f.estimates)
@@ -142,6 +151,10 @@ func runSimulate(ctx context.Context, g *globals, args []string) error {
 			g.note("%s", n)
 		}
 	}
+	if *f.cohort > 0 {
+		return runCohorts(ctx, g, w, pols, opt, simulate.CohortOptions{Members: *f.cohort, Seed: *f.cohortSeed,
+			LendingLimit: *f.lendingLimit, BorrowingLimit: *f.borrowingLimit})
+	}
 	results, err := runPolicies(ctx, g, w, pols, opt)
 	if err != nil {
 		return err
@@ -153,6 +166,48 @@ func runSimulate(ctx context.Context, g *globals, args []string) error {
 		}{w.Notes, results})
 	}
 	simulate.WriteMarkdown(g.Stdout, results)
+	return nil
+}
+
+// checkCohort validates --cohort and the flags that need it.
+func (f *simFlags) checkCohort(set map[string]bool) error {
+	switch {
+	case set["cohort"] && *f.cohort < 2:
+		return usageErr("simulate: --cohort must be at least 2 allocations, got %d", *f.cohort)
+	case !set["cohort"] && (set["cohort-seed"] || set["lending-limit"] || set["borrowing-limit"]):
+		return usageErr("simulate: --cohort-seed, --lending-limit and --borrowing-limit need --cohort")
+	case *f.lendingLimit < simulate.NoLimit || *f.borrowingLimit < simulate.NoLimit:
+		return usageErr("simulate: --lending-limit and --borrowing-limit are GPUs (0 or more), or -1 for no limit; got %d and %d", *f.lendingLimit, *f.borrowingLimit)
+	case set["cohort"] && set["teams"]:
+		return usageErr("simulate: --cohort puts the jobs in its allocations; give it without --teams")
+	}
+	return nil
+}
+
+// runCohorts replays the workload's allocations as islands and as a cohort under each policy.
+func runCohorts(ctx context.Context, g *globals, w *simulate.Workload, pols []simulate.Policy, opt simulate.Options, co simulate.CohortOptions) error {
+	var results []*simulate.CohortResult
+	for _, p := range pols {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		start := time.Now()
+		r, err := simulate.RunCohort(w, p, opt, co)
+		if err != nil {
+			return fmt.Errorf("simulate %s: %w", p.Name, err)
+		}
+		if !g.json() {
+			g.note("%s: islands and cohort simulated in %s", p.Name, time.Since(start).Round(time.Millisecond))
+		}
+		results = append(results, r)
+	}
+	if g.json() {
+		return g.printJSON(struct {
+			Notes   []string                 `json:"notes,omitempty"`
+			Cohorts []*simulate.CohortResult `json:"cohorts"`
+		}{w.Notes, results})
+	}
+	simulate.WriteCohortMarkdown(g.Stdout, w, results)
 	return nil
 }
 

@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/trainq/trainq/simulate"
 )
 
 func TestSimulateOwnWorkload(t *testing.T) {
@@ -179,11 +181,43 @@ func TestSimulateUsage(t *testing.T) {
 		{[]string{"simulate", "--workload", "x.json", "--estimates", "limit:0.5x"}, "--estimates: \"limit:0.5x\": the limit is K times the true runtime"},
 		{[]string{"simulate", "--workload", "x.json", "--estimates", "exact,none"}, "none measures nothing"},
 		{[]string{"simulate", "--workload", "x.json", "--estimates", "exact", "--eta-sample", "0"}, "--eta-sample must be a share above 0"},
+		{[]string{"simulate", "--workload", "x.json", "--cohort", "1"}, "--cohort must be at least 2 allocations, got 1"},
+		{[]string{"simulate", "--workload", "x.json", "--lending-limit", "8"}, "--cohort-seed, --lending-limit and --borrowing-limit need --cohort"},
+		{[]string{"simulate", "--workload", "x.json", "--cohort", "3", "--borrowing-limit", "-2"}, "are GPUs (0 or more), or -1 for no limit; got -1 and -2"},
+		{[]string{"simulate", "--workload", "x.json", "--cohort", "3", "--teams", "2"}, "--cohort puts the jobs in its allocations; give it without --teams"},
 	} {
 		r := cli(t, "", tc.args...)
 		assert.Equal(t, 2, r.code, "%v: %s", tc.args, r.stderr)
 		assert.True(t, strings.Contains(r.stderr, tc.want), "%v: %s", tc.args, r.stderr)
 	}
+}
+
+// TestSimulateCohortTrace compares islands, a cohort and one allocation on the real trace when it
+// is there: lending leaves less idle than islands, and one allocation no more than the cohort.
+func TestSimulateCohortTrace(t *testing.T) {
+	dir := os.Getenv("TRAINQ_TRACE_DIR")
+	if dir == "" {
+		dir = "../../../shared/traces/alibaba-gpu-v2023"
+	}
+	if _, err := os.Stat(filepath.Join(dir, "openb_pod_list_default.csv")); err != nil {
+		t.Skip("no openb trace at", dir)
+	}
+	r := cli(t, "", "simulate", "--trace", dir, "--nodes", "10", "--cohort", "3", "--policy", "best-effort", "--output", "json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var out struct {
+		Cohorts []simulate.CohortResult `json:"cohorts"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &out))
+	require.Len(t, out.Cohorts, 1)
+	c := out.Cohorts[0]
+	require.Len(t, c.Islands.Members, 3)
+	assert.Positive(t, c.Cohort.Lends)
+	assert.Less(t, c.Cohort.IdleWhileWaitingGPUHours, c.Islands.IdleWhileWaitingGPUHours)
+	assert.Less(t, c.OneAllocation.IdleWhileWaitingGPUHours, c.Cohort.IdleWhileWaitingGPUHours)
+	text := cli(t, "", "simulate", "--trace", dir, "--nodes", "10", "--cohort", "3", "--policy", "best-effort")
+	require.Equal(t, 0, text.code, text.stderr)
+	assert.Contains(t, text.stdout, "| alloc-3 | 3 (18) |")
+	assert.Contains(t, text.stdout, "| GPU-hours idle while a job that fits waits |")
 }
 
 // TestSimulateTrace runs the real trace when it is there (../shared/traces, or $TRAINQ_TRACE_DIR).

@@ -27,7 +27,8 @@ type rule struct {
 
 var rules = []rule{
 	{pkg: "scheduler", only: []string{}, noTemporal: true, why: "the pure policy, shared by the allocator, the tests and simulate"},
-	{pkg: "simulate", only: []string{"scheduler"}, noTemporal: true, why: "replays traces through the policy alone"},
+	{pkg: "cohort", only: []string{}, noTemporal: true, why: "the pure rules by which a cohort's allocations lend and take back nodes"},
+	{pkg: "simulate", only: []string{"cohort", "scheduler"}, noTemporal: true, why: "replays traces through the policy alone"},
 	{pkg: "cluster", only: []string{}, noTemporal: true, why: "the backend seam"},
 	{pkg: "protocol", only: []string{"cluster", "scheduler"}, why: "names and messages shared by every side"},
 	{pkg: "allocation", only: []string{"cluster", "protocol", "scheduler"}, noTemporal: true, why: "the allocator's state and rules, table-tested without Temporal"},
