@@ -57,6 +57,7 @@ var gateIntroduced = map[string]string{
 	versionRegisterAgainAfterReset: "v0.10.0",
 	versionWithdrawByUpdate:        "v0.10.0",
 	versionCoalesceReleases:        "v0.10.0",
+	versionAskWhyAgain:             "v0.10.0",
 }
 
 // releaseWindow is the window of Release among known releases: the

@@ -41,6 +41,10 @@ type job struct {
 	// requestCheck is how long a waiting attempt waits before it checks:
 	// requestCheckInterval, unless the input sets another (tests).
 	requestCheck time.Duration
+	// askWhy is, while a waiting attempt does not know where it is queued and why (the
+	// allocator did not answer in time when it was queued), how long it waits before it asks
+	// (checkRequest); 0: it knows, or has stopped asking sooner than requestCheck.
+	askWhy time.Duration
 	// notices are the stop notices in flight, of whichever attempt: Temporal
 	// bounds a workflow's pending activities, not an attempt's, so a notice
 	// that outlives its attempt still counts (see giveNotice).
@@ -285,6 +289,10 @@ const (
 	// versionReleaseStaleGrant: a grant for an attempt that has ended is
 	// given back, its nodes named lost (see releaseStaleGrant).
 	versionReleaseStaleGrant = "job-release-stale-grant"
+	// versionAskWhyAgain: an attempt queued without learning where and why
+	// it waits asks its allocator again soon (see askWhy), not only at the
+	// next request check.
+	versionAskWhyAgain = "job-ask-why-again"
 	// versionCoalesceReleases: the releases the job sends itself within a
 	// workflow task go as one signal per attempt (see sendRelease).
 	versionCoalesceReleases = "job-coalesce-releases"

@@ -74,8 +74,19 @@ func (j *job) waitForCapacity(ctx workflow.Context, attempt int) (protocol.Grant
 		j.status.Position, j.status.Reason = reply.Position, reply.Reason
 		workflow.SetCurrentDetails(ctx, j.details())
 	}
+	j.askWhy = 0
+	if !reply.Granted && reply.Reason == "" && j.cur.grant == nil &&
+		workflow.GetVersion(ctx, versionAskWhyAgain, workflow.DefaultVersion, 1) >= 1 {
+		j.askWhy = askWhyFirst
+	}
 	return j.awaitGrant(ctx, attempt)
 }
+
+// askWhyFirst is how soon an attempt queued without learning where and why it waits asks again;
+// each unanswered ask doubles it, until the request check (requestCheck) comes sooner. The
+// answer is a courtesy that a busy allocator may not give at once, but a user who looks at a
+// waiting job should not be left without a reason for half an hour.
+const askWhyFirst = 15 * time.Second
 
 // awaitGrant waits for the attempt's grant, a refusal, or a cancellation.
 func (j *job) awaitGrant(ctx workflow.Context, attempt int) (protocol.GrantSignal, attempts.Outcome, bool) {
@@ -86,8 +97,17 @@ func (j *job) awaitGrant(ctx workflow.Context, attempt int) (protocol.GrantSigna
 		// Every requestCheck the attempt makes sure the allocator has its
 		// request (a recovered allocator may not).
 		settled := func() bool { return j.cur.grant != nil || j.alloc.refusals.Len() > 0 }
-		ok, err := workflow.AwaitWithTimeout(ctx, j.requestCheck, settled)
+		wait := j.requestCheck
+		if j.askWhy > 0 {
+			wait = min(wait, j.askWhy)
+		}
+		ok, err := workflow.AwaitWithTimeout(ctx, wait, settled)
 		if err == nil && !ok {
+			if j.askWhy > 0 {
+				if j.askWhy *= 2; j.askWhy >= j.requestCheck {
+					j.askWhy = 0
+				}
+			}
 			j.checkRequest(ctx, attempt)
 			continue
 		}
@@ -134,6 +154,11 @@ func (j *job) checkRequest(ctx workflow.Context, attempt int) {
 	}
 	if check.Resent {
 		workflow.GetLogger(ctx).Warn("the allocator did not have the request, or had granted it and the grant never came; sent it again", "attempt", attempt)
+	}
+	if r := check.Reply; !r.Granted && r.Reason != "" && j.status.Reason == "" && j.cur.grant == nil && j.cur.request.Attempt == attempt {
+		j.askWhy = 0
+		j.status.Position, j.status.Reason = r.Position, r.Reason
+		workflow.SetCurrentDetails(ctx, j.details())
 	}
 }
 

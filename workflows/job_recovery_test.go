@@ -509,3 +509,36 @@ func TestAGrantForAnEndedAttemptIsGivenBack(t *testing.T) {
 	assert.Len(t, h.starts, 4, "nothing started for the late grant")
 	assert.Equal(t, protocol.StateCompleted, h.status().State)
 }
+
+// TestWaitingJobAsksWhyAgain: an attempt queued while its allocator was too
+// busy to say where and why it waits asks again 15 s later, and again after
+// 30 s more when that ask fails, instead of showing no reason until the
+// request check half an hour later. Once told, it asks no more.
+func TestWaitingJobAsksWhyAgain(t *testing.T) {
+	h := newJobHarness(t)
+	h.unexplained = true
+	var asked []time.Duration
+	h.env.OnActivity(h.acts.CheckRequest, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.RequestCapacityInput) (activities.RequestCheck, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			asked = append(asked, h.env.Now().Sub(testStart))
+			if len(asked) == 1 {
+				return activities.RequestCheck{}, temporal.NewNonRetryableApplicationError("query timed out", "busy", nil)
+			}
+			return activities.RequestCheck{Known: true, Reply: protocol.CapacityReply{Seq: 7, Position: 2, Reason: "waiting behind job-x"}}, nil
+		})
+	var before, after protocol.JobStatus
+	h.env.RegisterDelayedCallback(func() { before = h.status() }, 20*time.Second)
+	h.env.RegisterDelayedCallback(func() { after = h.status() }, 5*time.Minute)
+	h.grantAt(10*time.Minute, 1, 1)
+	h.watch(1, -1, time.Minute, 0)
+	h.run(fixture.Job{Class: "medium"}.Spec())
+	require.NoError(t, h.env.GetWorkflowError())
+	assert.Empty(t, before.Reason, "the first ask failed")
+	assert.Equal(t, "waiting behind job-x", after.Reason)
+	assert.Equal(t, 2, after.Position)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	assert.Equal(t, []time.Duration{15 * time.Second, 45 * time.Second}, asked, "asked at 15 s, then 30 s later, then no more")
+}

@@ -65,6 +65,9 @@ type jobHarness struct {
 	seq int64
 	// refuse, when set, makes every capacity request fail with it.
 	refuse error
+	// unexplained: the capacity reply does not say where or why the attempt waits (the
+	// allocator did not answer the query in time).
+	unexplained bool
 	// refuseReleases is how many releases the server refuses (an
 	// allocator run that has taken its limit of signals, or one too busy to
 	// take updates), refuseWithdrawals how many withdrawals.
@@ -114,6 +117,9 @@ func newJobHarnessStopDelay(t *testing.T, stopDelay time.Duration, setup ...func
 			seq := in.Request.Seq
 			if seq == 0 {
 				seq = h.seq
+			}
+			if h.unexplained {
+				return protocol.CapacityReply{Seq: seq, Estimate: learned}, nil
 			}
 			return protocol.CapacityReply{Seq: seq, Position: 1, Reason: "waiting for capacity", Estimate: learned}, nil
 		}).Maybe()
