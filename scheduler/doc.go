@@ -451,6 +451,28 @@
 // most like it in their figures. With fewer than ForecastMinSamples comparable samples it is
 // the projection, without a range. Measured by trainq simulate (the report's "forecast" rows).
 //
+// # Cohorts
+//
+// With Policy.Cohort the pool is shared by several allocations, each with a share of GPUs (its
+// own nodes' GPUs) that its requests may always hold; every request names its allocation
+// (Request.Allocation). Queue order, classes and every other rule are the pool's, with these
+// differences:
+//   - A request's allocation may hold beyond its share only what the others leave unused, up to
+//     its BorrowingLimit; a request the limit leaves no room waits (outcome borrow-capped), as a
+//     capped one does. Notebooks, which are never preempted, never borrow. A job that starts
+//     beyond its share is borrowed (Grant.Borrowed) and runs on loan.
+//   - A request whose allocation, with it, stays within its share takes back borrowed jobs of
+//     the other allocations, whatever their class and whatever MaxLossGPUHours,
+//     MinRuntimeBeforePreemption and MaxPreemptions say (Preemption.Reclaim, with Loan: the
+//     rerun spends no retry). They come first among its victims (yields), and a node whose
+//     victims are all taken back comes before any node where it would preempt a job of its own
+//     allocation (nodeCost.takenClass), the lower class first.
+//   - No request preempts, or takes over capacity nominated to, another allocation's job
+//     otherwise: beyond its share an allocation's jobs are preempted only by its own.
+//
+// Reservations and heads stay the pool's, across allocations; the reasons a job waits name the
+// jobs in its way whatever their allocation.
+//
 // # Terms
 //
 // The comments in this package use these words in these senses only:

@@ -200,6 +200,8 @@ func (ex *explainer) info(i int) WaitingInfo {
 		ex.explainReserving(&wi, o, need, behind)
 	case outCapped:
 		wi.Reason = ex.p.capText(w, o.capUsed)
+	case outBorrowCapped:
+		wi.Reason = ex.p.shareText(w, o.capUsed)
 	case outPrevAttempt:
 		prev := ex.p.running[r.Job]
 		wi.Reason = fmt.Sprintf("waiting for its previous attempt (%d) to release its capacity", prev.r.Attempt)

@@ -118,6 +118,7 @@ func (p *Pool) holdGPUs(rj *runJob, delta int) {
 	if rj.ws != noWorkspace {
 		p.wsHeld[rj.ws][rj.r.Class] += delta
 	}
+	p.holdShare(rj, delta)
 	if p.fs.on {
 		p.chargeGPUs(rj, delta)
 	}

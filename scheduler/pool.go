@@ -115,6 +115,7 @@ type runJob struct {
 	releasing   bool
 	saves       bool // preempting it loses no work: it will save on the notice (see place)
 	onLoan      bool // it started on a reservation's capacity by its RunLimit (Grant.OnLoan)
+	borrowed    bool // it started beyond its allocation's cohort share (Grant.Borrowed)
 	moved       bool // it was preempted as a move for a gang (Preemption.Move)
 	preemptedBy *Preemptor
 	// nominee is, per worker, who the capacity of this preempted attempt is nominated to: its
@@ -158,6 +159,8 @@ type Pool struct {
 	wsWaiting []perClass
 	// fs is the usage accounting of Policy.Ordering fair-share.
 	fs fairShare
+	// cohort is the accounting of Policy.Cohort's shares.
+	cohort cohortPool
 	// allows are the allowed-node sets (Request.Nodes) of the shapes that have one, interned by
 	// their names joined, each as a bitmap over the nodes' indices.
 	allows   [][]uint64
@@ -271,6 +274,9 @@ func NewPool(nodes []Node, policy Policy) (*Pool, error) {
 	if err := checkOrdering(policy); err != nil {
 		return nil, err
 	}
+	if err := checkCohort(policy.Cohort); err != nil {
+		return nil, err
+	}
 	p := &Pool{
 		policy:   policy,
 		famIdx:   map[string]int32{},
@@ -283,6 +289,7 @@ func NewPool(nodes []Node, policy Policy) (*Pool, error) {
 		memo:     map[string]memoEntry{},
 		movedOut: map[string]movedOut{},
 		fs:       newFairShare(policy),
+		cohort:   newCohortPool(policy.Cohort),
 		dirty:    true,
 	}
 	for i, n := range nodes {
@@ -396,6 +403,9 @@ func (p *Pool) Admit(r Request) error {
 		return err
 	}
 	if err := p.admitNodes(&r); err != nil {
+		return err
+	}
+	if err := p.admitAllocation(&r); err != nil {
 		return err
 	}
 	return p.admitTopology(&r)

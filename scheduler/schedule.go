@@ -20,6 +20,7 @@ const (
 	outPrevAttempt                  // an older attempt of the same job still holds capacity
 	outReserving                    // cannot fit, but as the long-waiting first of its class it reserves nodes
 	outCapped                       // its workspace's limit in its class leaves it no room (see Limit)
+	outBorrowCapped                 // its allocation's cohort share and borrowing limit leave it no room
 )
 
 // tookCapacity reports whether the request took capacity in the pass: it started, holds free
@@ -325,6 +326,7 @@ type planGrant struct {
 	nodesFrom, nodesTo int       // its nodes: plan.grantNodes[nodesFrom:nodesTo]
 	holds              []holdUse // what it used of the free capacity held for it
 	onLoan             bool      // it took capacity of a reservation it ends before (Grant.OnLoan)
+	borrowed           bool      // it starts beyond its allocation's cohort share (Grant.Borrowed)
 }
 
 type holdUse struct {
@@ -349,7 +351,10 @@ type planPreempt struct {
 	victim *runJob
 	by     *waitReq
 	loan   bool // the victim yields a loan that ran past its RunLimit (Preemption.Loan)
-	move   bool // the victim moves out of a domain for a gang (Preemption.Move)
+	// reclaim: the victim borrowed beyond its cohort share, and the preemptor takes its own
+	// share back (Preemption.Reclaim).
+	reclaim bool
+	move    bool // the victim moves out of a domain for a gang (Preemption.Move)
 }
 
 // planTakeover hands nominated capacity over to a strictly better request.
@@ -448,6 +453,7 @@ func (s span) slot(i int) (int, bool) {
 func (p *Pool) plan(now time.Time, sc *scratch, explain span, maxDecisions int) *plan {
 	sc.reset(p)
 	sc.startCaps(p)
+	sc.startShares(p)
 	p.startResvs(now, sc)
 	// The grant buffers are the last pass's, emptied (see Schedule).
 	pl := &plan{explained: explain, grants: sc.grantBuf[:0], grantNodes: sc.grantNodeBuf[:0]}
@@ -488,7 +494,7 @@ func (p *Pool) plan(now time.Time, sc *scratch, explain span, maxDecisions int) 
 		if explaining {
 			p.recordOutcome(sc, pl, explain, i, kind, victims)
 		}
-		if kind != outGranted && kind != outCapped && strict {
+		if kind != outGranted && kind != outCapped && kind != outBorrowCapped && strict {
 			blocker = i
 		}
 	}
@@ -498,7 +504,7 @@ func (p *Pool) plan(now time.Time, sc *scratch, explain span, maxDecisions int) 
 // knownToFail reports whether waiting request i, which sees no capacity of its own, has a shape
 // that already could neither start nor hold capacity in this pass, nor preempt at its class.
 func (sc *scratch) knownToFail(i int, key waitKey) bool {
-	return !sc.hasNominations[i] && !key.prev && sc.failed.fitFailed(key.shape) &&
+	return !sc.hasNominations[i] && !key.prev && !sc.shares.on && sc.failed.fitFailed(key.shape) &&
 		(key.class == Low || sc.failed.preemptFailed(key.shape, key.class))
 }
 
@@ -518,7 +524,7 @@ func walkedNodes(sc *scratch, pl *plan, kind outcome) []int32 {
 // consumers as those before it do, so a request is explained the same whatever the page.
 func (p *Pool) recordOutcome(sc *scratch, pl *plan, explain span, i int, kind outcome, victims []*runJob) {
 	k, explained := explain.slot(i)
-	if !explained && i < explain.to && kind != outNoFit && kind != outPrevAttempt && kind != outCapped {
+	if !explained && i < explain.to && kind != outNoFit && kind != outPrevAttempt && kind != outCapped && kind != outBorrowCapped {
 		f := p.shapes[p.waiting[i].shape].fam
 		nodes := slices.Clone(walkedNodes(sc, pl, kind))
 		pl.consumers[f] = append(pl.consumers[f], consumer{int32(i), nodes})
@@ -540,7 +546,7 @@ func (p *Pool) explainOutcome(sc *scratch, pl *plan, i int, kind outcome, victim
 		o.nodes = slices.Clone(pl.reserves[len(pl.reserves)-1].nodes)
 		job := p.waiting[i].r.Job
 		o.drains = p.policy.Backfill && !slices.ContainsFunc(sc.resvs, func(rv resv) bool { return rv.job == job })
-	case outCapped:
+	case outCapped, outBorrowCapped:
 		o.capUsed = sc.capUsed
 	}
 	sh := &p.shapes[p.waiting[i].shape]
@@ -608,17 +614,25 @@ func (p *Pool) decide(now time.Time, sc *scratch, pl *plan, i int, key waitKey, 
 	var kind outcome
 	var victims []*runJob
 	workers, capped := sc.capRoom(p, w, sh)
-	if capped {
+	shareWorkers, shareCapped, within := sc.shareRoom(p, w, sh)
+	sc.reclaiming, sc.walkerAllocation = within, w.r.Allocation
+	switch {
+	case capped:
 		kind, sc.capUsed = outCapped, sc.caps.used[w.ws][w.r.Class]
-	} else {
+	case shareCapped:
+		kind, sc.capUsed = outBorrowCapped, sc.shares.used[p.cohort.idx[w.r.Allocation]]-sc.ownNominatedGPUs()
+	default:
 		own := 0
-		if sc.caps.on {
+		if sc.caps.on || sc.shares.on {
 			own = sc.ownNominatedGPUs()
 		}
-		sc.capWorkers = workers
+		sc.capWorkers = min(workers, shareWorkers)
 		kind, victims = p.decideFor(now, sc, pl, w, key, first)
 		if kind.tookCapacity() {
 			sc.countCapUse(w, sh, own)
+			if sc.countShareUse(p, w, sh, own) && kind == outGranted {
+				pl.grants[len(pl.grants)-1].borrowed = true
+			}
 		}
 		switch {
 		case kind == outGranted && sc.walkerExtra && sc.borrows(sc.pick):
@@ -637,7 +651,7 @@ func (p *Pool) decide(now time.Time, sc *scratch, pl *plan, i int, key waitKey, 
 		sc.resvRehide(p)
 		sc.walkerExtra = false
 	}
-	sc.starving = false
+	sc.starving, sc.reclaiming = false, false
 	return kind, victims
 }
 
@@ -685,7 +699,7 @@ func (p *Pool) decideFor(now time.Time, sc *scratch, pl *plan, w *waitReq, key w
 	// The failure caches hold only for requests that see no capacity of their own, and whose
 	// cap leaves room for the whole gang.
 	whole := sc.capWorkers >= sh.workers
-	cacheable := len(sc.walkerNoms) == 0 && !sc.walkerExtra && !sc.starving
+	cacheable := len(sc.walkerNoms) == 0 && !sc.walkerExtra && !sc.starving && !sc.reclaiming
 	if len(sc.walkerNoms) > 0 && whole {
 		if kind, ok := sc.waitForOwnVictims(p, pl, w, sh); ok {
 			return kind, nil
@@ -711,7 +725,7 @@ func (p *Pool) decideFor(now time.Time, sc *scratch, pl *plan, w *waitReq, key w
 			}
 		}
 	}
-	if key.class == Low && len(sc.ownerNodes) == 0 { // (an owner takes its loans back whatever its class)
+	if key.class == Low && len(sc.ownerNodes) == 0 && !sc.reclaiming { // (an owner takes its loans back whatever its class, and an allocation its share)
 		if whole {
 			if kind, victims, ok := p.defragment(now, sc, pl, w, key); ok { // (low jobs move for a low gang)
 				return kind, victims
@@ -882,7 +896,7 @@ func (sc *scratch) nominateVictims(p *Pool, pl *plan, w *waitReq, victims []*run
 			sc.setCapacity(p, n, sc.free[n], sc.rel[n].add(d))
 		}
 		sc.nextSeq++
-		pl.preempts = append(pl.preempts, planPreempt{victim: v, by: w, loan: sc.loanDue(v, now), move: sc.moving})
+		pl.preempts = append(pl.preempts, planPreempt{victim: v, by: w, loan: sc.loanDue(v, now), reclaim: sc.reclaimable(v), move: sc.moving})
 	}
 }
 
@@ -966,7 +980,7 @@ func (p *Pool) applyGrants(now time.Time, pl *plan) []Grant {
 	grants := make([]Grant, len(pl.grants))
 	for i, g := range pl.grants {
 		rj := p.start(now, pl, g, &ar.jobs[i], ar)
-		grants[i] = Grant{Job: rj.r.Job, Attempt: rj.r.Attempt, Placement: ar.placement(p, rj), OnLoan: rj.onLoan}
+		grants[i] = Grant{Job: rj.r.Job, Attempt: rj.r.Attempt, Placement: ar.placement(p, rj), OnLoan: rj.onLoan, Borrowed: rj.borrowed}
 		p.forecast.started(now, rj.r.Job, rj.r.Attempt)
 	}
 	k := 0
@@ -1034,7 +1048,7 @@ func (p *Pool) start(now time.Time, pl *plan, g planGrant, rj *runJob, ar *grant
 	nodes := splitOff(&ar.nodes, g.nodesTo-g.nodesFrom)
 	copy(nodes, pl.grantNodes[g.nodesFrom:g.nodesTo])
 	*rj = runJob{r: w.r, ws: w.ws, user: w.user, fam: p.shapes[w.shape].fam, startedAt: now, nodes: nodes,
-		gpus: splitOff(&ar.gpus, len(nodes)), released: splitOff(&ar.released, len(nodes)), preemptions: w.r.Preemptions, onLoan: g.onLoan}
+		gpus: splitOff(&ar.gpus, len(nodes)), released: splitOff(&ar.released, len(nodes)), preemptions: w.r.Preemptions, onLoan: g.onLoan, borrowed: g.borrowed}
 	rj.r.Workers, rj.r.MinWorkers = len(nodes), 0 // an elastic gang keeps the size it started with
 	for i, n := range nodes {
 		nd := &p.nodes[n]
@@ -1086,12 +1100,16 @@ func (p *Pool) applyPreemptions(pl *plan) []Preemption {
 			reason = fmt.Sprintf("its time on loan is up: it started on capacity reserved for %s-priority %s %s because its run limit of %s would end it before that job's start, and it ran past it; it yields and reruns without spending a retry",
 				by.r.Class, by.r.Kind, by.r.Job, v.r.RunLimit)
 		}
+		if pp.reclaim {
+			reason = fmt.Sprintf("taken back: it borrowed beyond allocation %s's cohort share, and allocation %s's %s-priority %s %s, within its own share, needs %s; it yields and reruns without spending a retry",
+				v.r.Allocation, by.r.Allocation, by.r.Class, by.r.Kind, by.r.Job, needText(by.r.Demand, by.r.Workers))
+		}
 		if pp.move {
 			sh := &p.shapes[by.shape]
 			reason = fmt.Sprintf("moved out of %s to make room for %s-priority %s %s, which needs %s in one %s: it reruns on free capacity elsewhere without spending a retry",
 				p.domainText(sh.level, v.nodes[0]), by.r.Class, by.r.Kind, by.r.Job, needText(by.r.Demand, by.r.Workers), p.topo.levels[sh.level])
 		}
-		out = append(out, Preemption{Victim: v.r.Job, VictimAttempt: v.r.Attempt, Preemptor: *v.preemptedBy, Reason: reason, Loan: pp.loan, Move: pp.move})
+		out = append(out, Preemption{Victim: v.r.Job, VictimAttempt: v.r.Attempt, Preemptor: *v.preemptedBy, Reason: reason, Loan: pp.loan || pp.reclaim, Reclaim: pp.reclaim, Move: pp.move})
 	}
 	return out
 }

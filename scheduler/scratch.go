@@ -21,6 +21,11 @@ type scratch struct {
 	resvs []resv
 	// caps counts the pass against Policy.Limits.
 	caps capPass
+	// shares is the pass's count against the cohort's shares; reclaiming says the walker, of
+	// walkerAllocation, starts within its share and takes back what others borrowed there.
+	shares           sharePass
+	reclaiming       bool
+	walkerAllocation string
 }
 
 // passCapacity is the pass's copy of every node's capacity, with the per-family summaries that

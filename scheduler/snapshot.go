@@ -77,6 +77,9 @@ type Snapshot struct {
 	// GangTopologies are the waiting requests' own Request.Topology, each once, in order of first
 	// use; SnapshotWaiting.Topology refers to them.
 	GangTopologies []GangTopology `json:"gang_topologies,omitempty"`
+	// Allocations are the requests' cohort allocations (Request.Allocation), each once, in order
+	// of first use; SnapshotWaiting.Allocation and SnapshotRunning.Allocation refer to them.
+	Allocations []string `json:"allocations,omitempty"`
 	// FairShare is the usage the fair-share ordering keeps; absent when it is off.
 	FairShare *SnapshotFairShare `json:"fs,omitempty"`
 	// Forecast is the record of how wrong the expected starts have been; absent, there is none
@@ -176,6 +179,9 @@ type SnapshotWaiting struct {
 	Topology []int32 `json:"tp,omitempty"`
 	// NoMove is each request's Request.NoMove; absent when every one is false.
 	NoMove []bool `json:"nm,omitempty"`
+	// Allocation is each request's cohort allocation: 0 for none, k for
+	// Snapshot.Allocations[k-1]; absent when no request has one.
+	Allocation []int32 `json:"al,omitempty"`
 }
 
 // SnapshotRunning is one running or releasing job.
@@ -215,6 +221,10 @@ type SnapshotRunning struct {
 	Topology int32 `json:"tp,omitempty"`
 	NoMove   bool  `json:"nm,omitempty"` // Request.NoMove
 	Moved    bool  `json:"mv,omitempty"` // it is releasing as a move for a gang (Preemption.Move)
+	// Allocation is the request's cohort allocation, as SnapshotWaiting.Allocation; Borrowed,
+	// it started beyond that allocation's share (Grant.Borrowed).
+	Allocation int32 `json:"al,omitempty"`
+	Borrowed   bool  `json:"bw,omitempty"`
 	// Progress is the attempt's first and last progress reports (Pool.Progressed); absent:
 	// none.
 	Progress *SnapshotProgress `json:"pr,omitempty"`
@@ -294,7 +304,7 @@ func (p *Pool) snapshotScheduling() Snapshot {
 		}
 	}
 	s.FairShare = p.snapshotFairShare()
-	demands := &demandTable{s: &s, index: map[Demand]int32{}, sets: map[string]int32{}, workspaces: map[string]int32{}, users: map[string]int32{}, topologies: map[GangTopology]int32{}}
+	demands := &demandTable{s: &s, index: map[Demand]int32{}, sets: map[string]int32{}, workspaces: map[string]int32{}, allocations: map[string]int32{}, users: map[string]int32{}, topologies: map[GangTopology]int32{}}
 	s.Waiting = p.snapshotWaiting(demands)
 	if len(p.running) > 0 {
 		s.Running = make([]SnapshotRunning, 0, len(p.running))
@@ -312,8 +322,10 @@ type demandTable struct {
 	index      map[Demand]int32
 	sets       map[string]int32
 	workspaces map[string]int32
-	users      map[string]int32
-	topologies map[GangTopology]int32
+	// allocations interns the requests' cohort allocations (Snapshot.Allocations).
+	allocations map[string]int32
+	users       map[string]int32
+	topologies  map[GangTopology]int32
 }
 
 // topology interns a request's own gang topology: 0 for none, else 1 + the index in
@@ -337,6 +349,12 @@ func (t *demandTable) user(name string) int32 { return internName(&t.s.Users, t.
 // workspace interns a request's workspace: 0 for none, else 1 + the index in s.Workspaces.
 func (t *demandTable) workspace(name string) int32 {
 	return internName(&t.s.Workspaces, t.workspaces, name)
+}
+
+// allocation interns a request's cohort allocation: 0 for none, else 1 + the index in
+// s.Allocations.
+func (t *demandTable) allocation(name string) int32 {
+	return internName(&t.s.Allocations, t.allocations, name)
 }
 
 // internName is 0 for "", else 1 + name's index in names, where it is added at its first use.
@@ -422,6 +440,12 @@ func (p *Pool) snapshotWaiting(demands *demandTable) SnapshotWaiting {
 			}
 			sw.RunEstimated[i] = true
 		}
+		if r.Allocation != "" {
+			if sw.Allocation == nil {
+				sw.Allocation = make([]int32, n)
+			}
+			sw.Allocation[i] = demands.allocation(r.Allocation)
+		}
 		if r.User != "" {
 			if sw.User == nil {
 				sw.User = make([]int32, n)
@@ -456,7 +480,8 @@ func snapshotRunning(rj *runJob, demands *demandTable) SnapshotRunning {
 		Nodes: append([]int32(nil), rj.nodes...), GPUs: append([]uint64(nil), rj.gpus...), Releasing: rj.releasing,
 		Preemptions: rj.preemptions, PreemptSeq: rj.preemptSeq, Checkpoint: tn(rj.ckpt), HonorsNotice: rj.r.HonorsNotice,
 		NodeSet: demands.nodeSet(rj.r.Nodes), Topology: demands.topology(rj.r.Topology), NoMove: rj.r.NoMove, Moved: rj.moved && rj.releasing, Workspace: demands.workspace(rj.r.Workspace), RunLimit: rj.r.RunLimit.Milliseconds(),
-		User: demands.user(rj.r.User), RunEstimated: rj.r.RunEstimated, OnLoan: rj.onLoan}
+		User: demands.user(rj.r.User), RunEstimated: rj.r.RunEstimated, OnLoan: rj.onLoan,
+		Allocation: demands.allocation(rj.r.Allocation), Borrowed: rj.borrowed}
 	if !rj.progLast.at.IsZero() {
 		sr.Progress = &SnapshotProgress{FirstAt: tn(rj.progFirst.at), FirstDone: rj.progFirst.done, LastAt: tn(rj.progLast.at), LastDone: rj.progLast.done}
 	}
@@ -561,6 +586,11 @@ func (rs *restorer) workspace(k int32) (string, error) {
 	return nameAt(rs.s.Workspaces, k, "workspace")
 }
 
+// allocation is the cohort allocation k of a snapshot's Allocation column or field.
+func (rs *restorer) allocation(k int32) (string, error) {
+	return nameAt(rs.s.Allocations, k, "allocation")
+}
+
 // user is the user k of a snapshot's User column or field.
 func (rs *restorer) user(k int32) (string, error) { return nameAt(rs.s.Users, k, "user") }
 
@@ -661,6 +691,12 @@ func (rs *restorer) runningJob(sr *SnapshotRunning) error {
 	}
 	r.RunLimit = time.Duration(max(sr.RunLimit, 0)) * time.Millisecond
 	r.RunEstimated = sr.RunEstimated
+	if r.Allocation, err = rs.allocation(sr.Allocation); err != nil {
+		return fmt.Errorf("snapshot: running job %q: %w", sr.Job, err)
+	}
+	if err = p.admitAllocation(&r); err != nil {
+		return fmt.Errorf("snapshot: running job %q: %w", sr.Job, err)
+	}
 	if sr.PreemptedBy != nil && r.Preemptions > 0 { // as requested: before this attempt's own preemption
 		r.Preemptions--
 	}
@@ -677,7 +713,7 @@ func (rs *restorer) runningJob(sr *SnapshotRunning) error {
 		return fmt.Errorf("snapshot: running job %q: %w", sr.Job, err)
 	}
 	rj := &runJob{r: r, ws: p.workspaceOf(r.Workspace), user: p.userOf(r.Workspace, r.User), fam: p.famIdx[r.Demand.Family], startedAt: nt(sr.StartedAt), nodes: slices.Clone(sr.Nodes), gpus: slices.Clone(sr.GPUs),
-		released: make([]bool, len(sr.Nodes)), preemptions: sr.Preemptions, preemptSeq: sr.PreemptSeq, ckpt: nt(sr.Checkpoint), onLoan: sr.OnLoan, moved: sr.Moved}
+		released: make([]bool, len(sr.Nodes)), preemptions: sr.Preemptions, preemptSeq: sr.PreemptSeq, ckpt: nt(sr.Checkpoint), onLoan: sr.OnLoan, moved: sr.Moved, borrowed: sr.Borrowed}
 	if pg := sr.Progress; pg != nil {
 		if !(pg.FirstDone > 0 && pg.FirstDone <= 1 && pg.LastDone > 0 && pg.LastDone <= 1) || pg.FirstAt == 0 || pg.LastAt < pg.FirstAt {
 			return fmt.Errorf("snapshot: running job %q: bad progress reports", sr.Job)
@@ -806,7 +842,7 @@ func (rs *restorer) waitingRequests() error {
 		(sw.MinWorkers != nil && len(sw.MinWorkers) != n) || (sw.Workspace != nil && len(sw.Workspace) != n) ||
 		(sw.RunLimit != nil && len(sw.RunLimit) != n) || (sw.User != nil && len(sw.User) != n) ||
 		(sw.RunEstimated != nil && len(sw.RunEstimated) != n) || (sw.Topology != nil && len(sw.Topology) != n) ||
-		(sw.NoMove != nil && len(sw.NoMove) != n) {
+		(sw.NoMove != nil && len(sw.NoMove) != n) || (sw.Allocation != nil && len(sw.Allocation) != n) {
 		return fmt.Errorf("snapshot: waiting columns have different lengths")
 	}
 	for i := 0; i < n; i++ {
@@ -853,6 +889,14 @@ func (rs *restorer) waitingRequest(i int) error {
 	}
 	if sw.RunEstimated != nil {
 		r.RunEstimated = sw.RunEstimated[i]
+	}
+	if sw.Allocation != nil {
+		if r.Allocation, err = rs.allocation(sw.Allocation[i]); err != nil {
+			return err
+		}
+	}
+	if err := p.admitAllocation(&r); err != nil { // (not in admitOnce's key)
+		return fmt.Errorf("snapshot: waiting job %q: %w", r.Job, err)
 	}
 	if sw.NoMove != nil {
 		r.NoMove = sw.NoMove[i]

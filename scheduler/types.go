@@ -280,6 +280,11 @@ type Policy struct {
 	// Limits cap the GPUs a workspace may hold in a class (see Limit). A request over its cap
 	// waits; nothing else about it changes.
 	Limits []Limit `json:"limits,omitempty"`
+	// Cohort makes the pool the shared pool of a cohort's allocations: each request counts in
+	// the share of its Request.Allocation, which it may always hold, taking back what the others
+	// borrowed of it, and beyond which it borrows what the others leave unused (see Cohorts in
+	// the package doc). Empty: no cohort.
+	Cohort []CohortShare `json:"cohort,omitempty"`
 	// Ordering orders each class's waiting requests: SubmissionOrder (default) or FairShare.
 	Ordering Ordering `json:"ordering,omitempty"`
 	// FairShareHalfLife is how fast FairShare forgets usage: a GPU-hour used this long ago
@@ -303,6 +308,17 @@ type Policy struct {
 	// MinRuntimeBeforeMove: a job is moved for a gang only once its attempt has run this long,
 	// so that none is moved more often. 0 means DefaultMinRuntimeBeforeMove.
 	MinRuntimeBeforeMove time.Duration `json:"min_runtime_before_move,omitempty"`
+}
+
+// CohortShare is one allocation's share of a cohort's pool (Policy.Cohort).
+type CohortShare struct {
+	Allocation string `json:"allocation"`
+	// GPUs is its guaranteed share: its requests may hold that many GPUs whatever the others
+	// hold, taking back by preemption what the others borrowed (its own nodes' GPUs).
+	GPUs int `json:"gpus"`
+	// BorrowingLimit caps the GPUs beyond its share that its requests may hold at once:
+	// negative, no cap; 0, none.
+	BorrowingLimit int `json:"borrowing_limit"`
 }
 
 // GangTopology asks that a gang's workers share one domain of a topology level (Policy.Topology):
@@ -511,6 +527,9 @@ type Request struct {
 	// (see jobEnd), not to end at once; a backfill reservation it blocks may take its end as
 	// unknown (see Overruns in the package doc).
 	RunEstimated bool `json:"run_estimated,omitempty"`
+	// Allocation is the cohort share the request counts in (Policy.Cohort): required there,
+	// ignored without a cohort.
+	Allocation string `json:"allocation,omitempty"`
 }
 
 // WorkerPlacement is where one worker runs.
@@ -530,6 +549,10 @@ type Grant struct {
 	// RunLimit there, it yields to the reservation whatever its class (see Loans in the package
 	// doc), and its rerun spends no retry (Preemption.Loan).
 	OnLoan bool `json:"on_loan,omitempty"`
+	// Borrowed says the job starts beyond its allocation's cohort share (Policy.Cohort), on
+	// capacity the others leave unused: it runs on loan, and yields to an allocation that takes
+	// back its share (Preemption.Reclaim), rerunning without spending a retry.
+	Borrowed bool `json:"borrowed,omitempty"`
 }
 
 // Preemptor identifies the request a job was preempted for.
@@ -553,6 +576,10 @@ type Preemption struct {
 	// can start there (see Defragmentation in the package doc): it reruns elsewhere on free
 	// capacity, and its rerun spends no retry.
 	Move bool `json:"move,omitempty"`
+	// Reclaim says the victim borrowed beyond its allocation's cohort share (Grant.Borrowed) and
+	// yields to an allocation taking back its own share, whatever its class; its rerun spends
+	// no retry. Loan is set too.
+	Reclaim bool `json:"reclaim,omitempty"`
 }
 
 // Decisions is the outcome of one Schedule pass.

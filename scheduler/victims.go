@@ -132,6 +132,9 @@ func (p *Pool) preemptible(rj *runJob, cl Class, now time.Time, sc *scratch) boo
 	if rj.releasing || rj.r.Kind == KindNotebook || rj.r.Class >= cl || sc.victims[rj] {
 		return false
 	}
+	if sc.shares.on && rj.r.Allocation != sc.walkerAllocation {
+		return false // (another allocation's job gives way only when taken back: reclaimable)
+	}
 	if m := p.policy.maxPreemptions(); m >= 0 && rj.preemptions >= m && !(sc.starving && !p.policy.StrictMaxPreemptions && rj.preemptions == m) {
 		return false // (a starving walker may preempt a job once more: see Starvation in the package doc)
 	}
@@ -208,7 +211,7 @@ func (p *Pool) candidates(now time.Time, sc *scratch, n int32, cl Class) []victi
 	takes := sc.takeoverCands[:0]
 	for _, k := range sc.byNode[n] {
 		x := &sc.nominations[k]
-		if x.class < cl && x.hidden.positive() { // the walker's own are of its class
+		if x.class < cl && x.hidden.positive() && p.sameAllocation(sc, x.by) { // the walker's own are of its class
 			takes = append(takes, victimCand{ref: victimRef{nom: k}, key: victimKey{class: x.class}, take: true, seq: x.seq, amt: x.hidden})
 		}
 	}
@@ -221,6 +224,9 @@ func (p *Pool) candidates(now time.Time, sc *scratch, n int32, cl Class) []victi
 	sc.loansListed = len(sc.ownerNodes) > 0 && slices.Contains(sc.ownerNodes, n)
 	if sc.loansListed {
 		out = sc.dueLoans(now, list, out)
+	}
+	if sc.reclaiming {
+		out = sc.borrowedJobs(now, list, out)
 	}
 	for c := Low; c < cl; c++ {
 		for len(takes) > 0 && takes[0].key.class == c {
@@ -292,8 +298,12 @@ func (p *Pool) nodeVictims(now time.Time, sc *scratch, n int32, sh *shape, cl Cl
 // requests whose nominated capacity it takes over), how many of its victims are protected after
 // a preemption, the work they lose, and how many they are.
 type nodeCost struct {
-	n          int32
-	maxClass   Class
+	n        int32
+	maxClass Class
+	// takenClass is the highest class among the borrowed jobs taken back there (a cohort's
+	// reclaim): after maxClass, which counts only the walker's own allocation's victims (-1:
+	// none), so that taking back comes before preempting and the lower class is taken first.
+	takenClass Class
 	protected  int
 	lost       int64 // GPU-seconds
 	lostSec    int64
@@ -303,6 +313,9 @@ type nodeCost struct {
 
 func cmpNodeCost(a, b nodeCost) int {
 	if c := cmp.Compare(a.maxClass, b.maxClass); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.takenClass, b.takenClass); c != 0 {
 		return c
 	}
 	if c := cmp.Compare(a.protected, b.protected); c != 0 {
@@ -324,7 +337,7 @@ func cmpNodeCost(a, b nodeCost) int {
 // that sh fits on free + visible releasing + their capacity (see the package doc for the exact
 // rules); ok is false if nothing does. Nodes reserved in this pass are left alone.
 func (p *Pool) chooseVictims(now time.Time, sc *scratch, sh *shape, cl Class) (victims []*runJob, takeovers []int32, ok bool) {
-	if len(sc.ownerNodes) == 0 && !sc.takeable(cl) && !p.anyPreemptibleBelow(now, sc, sh.fam, cl) {
+	if len(sc.ownerNodes) == 0 && !sc.reclaiming && !sc.takeable(cl) && !p.anyPreemptibleBelow(now, sc, sh.fam, cl) {
 		return nil, nil, false // nothing below its class may be preempted, and nothing is nominated below it
 	}
 	fit := p.costNodes(now, sc, sh, cl)
@@ -421,8 +434,14 @@ func (p *Pool) costNodes(now time.Time, sc *scratch, sh *shape, cl Class) (fit i
 			continue
 		}
 		c := nodeCost{n: n, count: len(sc.perNodeVictims) - start, start: start, end: len(sc.perNodeVictims)}
+		if sc.reclaiming {
+			c.maxClass = -1
+		}
 		for _, v := range sc.perNodeVictims[start:] {
-			if !v.key.yields { // (a due loan costs a node no class)
+			switch {
+			case v.ref.rj != nil && sc.reclaimable(v.ref.rj):
+				c.takenClass = max(c.takenClass, v.key.class)
+			case !v.key.yields: // (a due loan costs a node no class)
 				c.maxClass = max(c.maxClass, v.key.class)
 			}
 			if v.key.protected {
@@ -464,10 +483,11 @@ func (sc *scratch) cheapestDomain(p *Pool, sh *shape) int {
 			continue
 		}
 		if t.taken == 0 {
-			t.cost = nodeCost{n: c.n}
+			t.cost = nodeCost{n: c.n, maxClass: c.maxClass}
 		}
 		t.taken++
 		t.cost.maxClass = max(t.cost.maxClass, c.maxClass)
+		t.cost.takenClass = max(t.cost.takenClass, c.takenClass)
 		t.cost.protected += c.protected
 		t.cost.lost += c.lost
 		t.cost.lostSec += c.lostSec

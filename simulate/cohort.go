@@ -31,8 +31,11 @@ type CohortResult struct {
 	Cohort  CohortRun `json:"cohort"`
 	// OneAllocation is every node and job in one allocation: the idle capacity its own policy
 	// leaves is a floor that no lending between allocations goes below.
-	OneAllocation CohortRun     `json:"one_allocation"`
-	Options       CohortOptions `json:"options"`
+	OneAllocation CohortRun `json:"one_allocation"`
+	// Shared is one pool whose allocations each have their own nodes' GPUs as a guaranteed
+	// share and lend the rest by the GPU (scheduler.Policy.Cohort).
+	Shared  CohortRun     `json:"shared"`
+	Options CohortOptions `json:"options"`
 }
 
 // NoLimit is a lending or borrowing limit that does not limit (cohort.NoLimit).
@@ -45,6 +48,7 @@ const (
 	asIslands cohortMode = iota // each member on its own nodes alone
 	asCohort                    // members lend each other idle nodes
 	asOne                       // one allocation holds every node and job
+	asShared                    // one pool, shared by the members' shares (scheduler.Policy.Cohort)
 )
 
 // CohortRun is one replay of the members, as islands or as a cohort.
@@ -60,7 +64,9 @@ type CohortRun struct {
 	Utilisation       float64 `json:"utilisation"`
 	Makespan          Seconds `json:"makespan"`
 	// Lends counts the nodes lent; OnLoanGPUHours the GPU-time borrowed work ran on them.
+	// BorrowedStarts counts the attempts a shared pool started beyond their allocation's share.
 	Lends          int     `json:"lends"`
+	BorrowedStarts int     `json:"borrowed_starts,omitempty"`
 	OnLoanGPUHours float64 `json:"on_loan_gpu_hours"`
 	// Reclaims counts the attempts that left a borrowed node its owner took back, throwing away
 	// ReclaimLostGPUHours of work (none for those that honour the notice).
@@ -101,7 +107,7 @@ func RunCohort(w *Workload, pol Policy, opt Options, co CohortOptions) (*CohortR
 	for _, run := range []struct {
 		mode cohortMode
 		out  *CohortRun
-	}{{asIslands, &res.Islands}, {asCohort, &res.Cohort}, {asOne, &res.OneAllocation}} {
+	}{{asIslands, &res.Islands}, {asCohort, &res.Cohort}, {asOne, &res.OneAllocation}, {asShared, &res.Shared}} {
 		mode, out := run.mode, run.out
 		d, err := newCohortDriver(w, pol, opt, co, mode)
 		if err != nil {
@@ -139,10 +145,13 @@ type cohortDriver struct {
 
 func newCohortDriver(w *Workload, pol Policy, opt Options, co CohortOptions, mode cohortMode) (*cohortDriver, error) {
 	split := co.Members
-	if mode == asOne {
+	if mode == asOne || mode == asShared {
 		split = 1
 	}
 	owner := splitNodes(w.Nodes, split)
+	if mode == asShared {
+		w, pol = sharedPool(w, pol, co)
+	}
 	members := make([]cohort.Member, split)
 	for m := range members {
 		members[m] = cohort.Member{Name: MemberName(m), LendingLimit: co.LendingLimit, BorrowingLimit: co.BorrowingLimit}
@@ -157,7 +166,7 @@ func newCohortDriver(w *Workload, pol Policy, opt Options, co CohortOptions, mod
 		d.ownGPUs[owner[i]] += n.GPUs
 	}
 	var err error
-	if mode == asOne {
+	if split == 1 {
 		d.state = &cohort.State{Members: members, Nodes: nodes, Holder: make([]int, len(nodes)), Reclaiming: make([]bool, len(nodes))}
 	} else if d.state, err = cohort.New(members, nodes); err != nil {
 		return nil, err
@@ -196,11 +205,60 @@ func newCohortDriver(w *Workload, pol Policy, opt Options, co CohortOptions, mod
 			return nil, fmt.Errorf("%s's own nodes: %w", MemberName(m), err)
 		}
 		s.admit = ownPool.Admit
+		if mode == asShared {
+			if s.admit, err = admitOwn(s.pool.Nodes(), w.Nodes, pol, co); err != nil {
+				return nil, err
+			}
+		}
 		s.member = &memberState{d: d, m: m, groups: map[wantKey]*wantGroup{}, workerNode: map[int32][]int32{}}
 		d.members = append(d.members, s)
 		d.first = append(d.first, -1)
 	}
 	return d, nil
+}
+
+// sharedPool is w with each job in its member's allocation, and pol with the members' shares:
+// each its own nodes' GPUs, borrowing up to co.BorrowingLimit (shares have no lending limit yet:
+// co.LendingLimit applies to lending whole nodes only).
+func sharedPool(w *Workload, pol Policy, co CohortOptions) (*Workload, Policy) {
+	owner := splitNodes(w.Nodes, co.Members)
+	shares := make([]scheduler.CohortShare, co.Members)
+	for m := range shares {
+		shares[m] = scheduler.CohortShare{Allocation: MemberName(m), BorrowingLimit: co.BorrowingLimit}
+	}
+	for i, n := range w.Nodes {
+		shares[owner[i]].GPUs += n.GPUs
+	}
+	wc := *w
+	wc.Jobs = slices.Clone(w.Jobs)
+	for i := range wc.Jobs {
+		wc.Jobs[i].Allocation = MemberName(TeamOf(co.Seed, wc.Jobs[i].ID, co.Members) - 1)
+	}
+	pol.Scheduler.Cohort = shares
+	return &wc, pol
+}
+
+// admitOwn refuses, in the shared pool, a job that fits none of its allocation's own nodes, as
+// its island would.
+func admitOwn(poolNodes, nodes []scheduler.Node, pol Policy, co CohortOptions) (func(scheduler.Request) error, error) {
+	owner := splitNodes(nodes, co.Members)
+	base := pol.Scheduler
+	base.Cohort = nil
+	own := make(map[string]*scheduler.Pool, co.Members)
+	for m := range co.Members {
+		var ns []scheduler.Node
+		for i, n := range poolNodes {
+			if owner[i] == m {
+				ns = append(ns, n)
+			}
+		}
+		p, err := scheduler.NewPool(ns, base)
+		if err != nil {
+			return nil, fmt.Errorf("%s's own nodes: %w", MemberName(m), err)
+		}
+		own[MemberName(m)] = p
+	}
+	return func(r scheduler.Request) error { return own[r.Allocation].Admit(r) }, nil
 }
 
 // splitNodes gives each node an owner: the nodes are grouped by kind (as Shrink does) and dealt
@@ -342,6 +400,7 @@ func (s *sim) reclaim(vi int32) {
 	st.preempted++
 	st.yields++ // (its rerun spends no retry)
 	s.reclaims++
+	st.reclaims++
 	st.yielding, st.moving, st.reclaimed, st.preemptedBy = false, false, true, vi
 	st.phase, st.noticeAt = phNotice, s.now
 	s.teams.releasing += j.GPUs()
@@ -427,12 +486,11 @@ func (d *cohortDriver) result() CohortRun {
 				row.UsefulGPUHours += j.Runtime.Hours() * float64(j.GPUs())
 			}
 			row.LostGPUHours += st.lost / 3600
-		}
-		if len(d.members) > 1 {
-			rows[m].Reclaims = s.reclaims
+			row.Reclaims += st.reclaims
 		}
 		out.UsefulGPUHours += r.Row(RowAll).UsefulGPUHours
 		out.Reclaims += s.reclaims
+		out.BorrowedStarts += s.borrowed
 		lost += s.reclaimLost
 		held += s.heldArea
 		start = min(start, first)
@@ -601,30 +659,35 @@ func WriteCohortMarkdown(w io.Writer, wl *Workload, rs []*CohortResult) {
 		return fmt.Sprintf("%d GPUs", n)
 	}
 	fmt.Fprintf(w, "Workload %s split into %d allocations: each holds every %d-th node of each kind, and a hash of seed %d and the job id puts each job in one. "+
-		"As islands each runs on its own nodes alone; in the cohort an allocation lends whole idle nodes that none of its waiting jobs fits, and takes them back "+
-		"(the borrowers' jobs there get the preemption notice and rerun without spending max_retry) when its own jobs wait. Lending limit %s, borrowing limit %s per allocation. "+
-		"A job that fits none of its allocation's own nodes is refused in both. One allocation holds every node and job: what its own policy leaves idle, no lending goes below.\n\n",
-		wl.Name, co.Members, co.Members, co.Seed, limit(co.LendingLimit), limit(co.BorrowingLimit))
+		"As **islands** each runs on its own nodes alone. Lending **whole nodes**, an allocation lends idle nodes that none of its waiting jobs fits and takes them back "+
+		"when its own jobs wait (lending limit %s, borrowing limit %s per allocation). **Shared** by the GPU, one pool holds every node, each allocation's own nodes' GPUs are its guaranteed share, "+
+		"and beyond it a job borrows what the others leave unused (borrowing limit %s), taken back, whatever its class, before the lender preempts a job of its own. "+
+		"Taken back, a job gets the preemption notice and reruns without spending max_retry. A job that fits none of its allocation's own nodes is refused in all three. "+
+		"**One allocation** holds every node and job with no shares: what its own policy leaves idle, no lending goes below.\n\n",
+		wl.Name, co.Members, co.Members, co.Seed, limit(co.LendingLimit), limit(co.BorrowingLimit), limit(co.BorrowingLimit))
 	for _, r := range rs {
 		fmt.Fprintf(w, "### %s\n\n", r.Policy)
-		fmt.Fprintln(w, "| allocation | nodes (GPUs) | jobs | p95 wait: island → cohort (one allocation) | longest wait: island → cohort (one allocation) | its jobs' reclaims |")
+		fmt.Fprintln(w, "| allocation | nodes (GPUs) | jobs | p95 wait: island → whole nodes → shared (one allocation) | longest wait: the same | taken back: whole nodes, shared |")
 		fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|")
 		for k, is := range r.Islands.Members {
-			c, one := r.Cohort.Members[k], r.OneAllocation.Members[k]
-			fmt.Fprintf(w, "| %s | %d (%d) | %d | %s → %s (%s) | %s → %s (%s) | %d |\n", is.Name, is.Nodes, is.GPUs, is.Jobs,
-				Dur(is.WaitP95.D()), Dur(c.WaitP95.D()), Dur(one.WaitP95.D()), Dur(is.WaitMax.D()), Dur(c.WaitMax.D()), Dur(one.WaitMax.D()), c.Reclaims)
+			c, sh, one := r.Cohort.Members[k], r.Shared.Members[k], r.OneAllocation.Members[k]
+			fmt.Fprintf(w, "| %s | %d (%d) | %d | %s → %s → %s (%s) | %s → %s → %s (%s) | %d, %d |\n", is.Name, is.Nodes, is.GPUs, is.Jobs,
+				Dur(is.WaitP95.D()), Dur(c.WaitP95.D()), Dur(sh.WaitP95.D()), Dur(one.WaitP95.D()),
+				Dur(is.WaitMax.D()), Dur(c.WaitMax.D()), Dur(sh.WaitMax.D()), Dur(one.WaitMax.D()), c.Reclaims, sh.Reclaims)
 		}
-		is, c, one := &r.Islands, &r.Cohort, &r.OneAllocation
-		fewer := "—"
-		if c.IdleWhileWaitingGPUHours > 0 {
-			fewer = fmt.Sprintf("%.1f× fewer", is.IdleWhileWaitingGPUHours/c.IdleWhileWaitingGPUHours)
+		is, c, sh, one := &r.Islands, &r.Cohort, &r.Shared, &r.OneAllocation
+		fewer := func(x float64) string {
+			if x <= 0 {
+				return "none"
+			}
+			return fmt.Sprintf("%.0f (%.1f× fewer)", x, is.IdleWhileWaitingGPUHours/x)
 		}
-		fmt.Fprintf(w, "\n| | islands | cohort | one allocation |\n|---|--:|--:|--:|\n")
-		fmt.Fprintf(w, "| GPU-hours idle while a job that fits waits | %.0f | %.0f (%s) | %.0f |\n", is.IdleWhileWaitingGPUHours, c.IdleWhileWaitingGPUHours, fewer, one.IdleWhileWaitingGPUHours)
-		fmt.Fprintf(w, "| of which on nodes where nothing ran | %.0f | %.0f | %.0f |\n", is.IdleEmptyGPUHours, c.IdleEmptyGPUHours, one.IdleEmptyGPUHours)
-		fmt.Fprintf(w, "| utilisation | %.1f%% | %.1f%% | %.1f%% |\n", 100*is.Utilisation, 100*c.Utilisation, 100*one.Utilisation)
-		fmt.Fprintf(w, "| makespan | %s | %s | %s |\n", Dur(is.Makespan.D()), Dur(c.Makespan.D()), Dur(one.Makespan.D()))
-		fmt.Fprintf(w, "| nodes lent; GPU-hours of work on loan | — | %d; %.0f | — |\n", c.Lends, c.OnLoanGPUHours)
-		fmt.Fprintf(w, "| reclaims; GPU-hours they threw away (of useful) | — | %d; %.1f (%.2f%%) | — |\n\n", c.Reclaims, c.ReclaimLostGPUHours, c.ReclaimLostPct)
+		fmt.Fprintf(w, "\n| | islands | whole nodes | shared | one allocation |\n|---|--:|--:|--:|--:|\n")
+		fmt.Fprintf(w, "| GPU-hours idle while a job that fits waits | %.0f | %s | %s | %s |\n", is.IdleWhileWaitingGPUHours, fewer(c.IdleWhileWaitingGPUHours), fewer(sh.IdleWhileWaitingGPUHours), fewer(one.IdleWhileWaitingGPUHours))
+		fmt.Fprintf(w, "| of which on nodes where nothing ran | %.0f | %.0f | %.0f | %.0f |\n", is.IdleEmptyGPUHours, c.IdleEmptyGPUHours, sh.IdleEmptyGPUHours, one.IdleEmptyGPUHours)
+		fmt.Fprintf(w, "| utilisation | %.1f%% | %.1f%% | %.1f%% | %.1f%% |\n", 100*is.Utilisation, 100*c.Utilisation, 100*sh.Utilisation, 100*one.Utilisation)
+		fmt.Fprintf(w, "| makespan | %s | %s | %s | %s |\n", Dur(is.Makespan.D()), Dur(c.Makespan.D()), Dur(sh.Makespan.D()), Dur(one.Makespan.D()))
+		fmt.Fprintf(w, "| lent: nodes; starts beyond a share | — | %d | %d | — |\n", c.Lends, sh.BorrowedStarts)
+		fmt.Fprintf(w, "| taken back; GPU-hours thrown away (of useful) | — | %d; %.1f (%.2f%%) | %d; %.1f (%.2f%%) | — |\n\n", c.Reclaims, c.ReclaimLostGPUHours, c.ReclaimLostPct, sh.Reclaims, sh.ReclaimLostGPUHours, sh.ReclaimLostPct)
 	}
 }

@@ -79,6 +79,17 @@ func TestCohortLendsAnIdleNodeAndTakesItBack(t *testing.T) {
 		assert.Zero(t, m.Rejected)
 	}
 	assert.InDelta(t, 8*(10+5+1), r.Cohort.UsefulGPUHours, 1e-9, "a2 completed on its rerun: the reclaim spent no retry")
+
+	// Shared by the GPU, the same: a2 starts beyond a's share at once, b1 takes it back.
+	sh := r.Shared
+	assert.Equal(t, 2, sh.BorrowedStarts, "a2, twice")
+	assert.Equal(t, 1, sh.Reclaims)
+	assert.Equal(t, 1, sh.Members[0].Reclaims)
+	assert.Equal(t, Seconds(time.Hour), sh.Members[0].WaitMax, "a2 waits only while b1 runs")
+	assert.Equal(t, Seconds(30*time.Second), sh.Members[1].WaitMax, "b1 waits for the borrower to stop")
+	assert.InDelta(t, 8*(2*time.Hour-time.Minute).Hours(), sh.ReclaimLostGPUHours, 1e-9)
+	assert.Zero(t, sh.IdleWhileWaitingGPUHours)
+	assert.InDelta(t, 8*(10+5+1), sh.UsefulGPUHours, 1e-9)
 }
 
 // A lending limit of 0 is islands again; a borrowing limit below a node's GPUs too.
@@ -135,5 +146,9 @@ func TestCohortRandomWorkloads(t *testing.T) {
 		}
 		assert.InDelta(t, r.Islands.UsefulGPUHours, r.Cohort.UsefulGPUHours, 1e-6, "seed %d: every job completes either way", seed)
 		assert.LessOrEqual(t, r.Cohort.IdleWhileWaitingGPUHours, r.Islands.IdleWhileWaitingGPUHours+1e-9, "seed %d", seed)
+		assert.InDelta(t, r.Islands.UsefulGPUHours, r.Shared.UsefulGPUHours, 1e-6, "seed %d: shared, every job completes too", seed)
+		for k, is := range r.Islands.Members {
+			assert.Equal(t, is.Rejected, r.Shared.Members[k].Rejected, "seed %d %s", seed, is.Name)
+		}
 	}
 }

@@ -254,7 +254,8 @@ type jobState struct {
 	hasEst     bool
 	estLevel   int8          // which shape key gave it (0 fine, 1 coarse)
 	firstAt    time.Duration // when the first attempt started (-1: never)
-	reclaimed  bool          // the preempted attempt leaves a borrowed node its owner took back (cohorts)
+	reclaimed  bool          // the preempted attempt leaves capacity it borrowed, taken back (cohorts)
+	reclaims   int           // times its borrowed capacity was taken back
 	spans      []waitSpan    // its waits: each attempt's queueing to start
 }
 
@@ -323,6 +324,7 @@ type sim struct {
 	// reclaimLost the GPU-seconds of work they threw away.
 	reclaims    int
 	reclaimLost float64
+	borrowed    int // attempts started beyond their allocation's share (scheduler.Grant.Borrowed)
 
 	bound        StarvationBound          // the starvation bound's check (checkStarving)
 	marks        map[int32]starvationMark // the bounds of starving heads, by job
@@ -551,7 +553,7 @@ func (s *sim) request(i int32) scheduler.Request {
 	j, st := &s.w.Jobs[i], &s.jobs[i]
 	r := scheduler.Request{Job: j.ID, Attempt: st.attempt, Kind: j.Kind, Class: j.Class, Demand: j.Demand,
 		Workers: j.Workers, Seq: int64(i) + 1, SubmittedAt: Epoch.Add(j.Arrival), Nodes: j.Nodes,
-		Workspace: j.Workspace}
+		Workspace: j.Workspace, Allocation: j.Allocation}
 	if s.opt.Burst {
 		r.SubmittedAt = Epoch
 	}
@@ -626,6 +628,9 @@ func (s *sim) start(g scheduler.Grant) error {
 	if g.OnLoan {
 		s.loans++
 	}
+	if g.Borrowed {
+		s.borrowed++
+	}
 	s.teams.started(s, i)
 	if err := s.member.started(s, i, g); err != nil {
 		return err
@@ -684,7 +689,11 @@ func (s *sim) preempt(p scheduler.Preemption) error {
 	if p.Loan || p.Move {
 		st.yields++ // (its rerun spends no retry)
 	}
-	if p.Loan {
+	switch {
+	case p.Reclaim:
+		s.reclaims++
+		st.reclaims++
+	case p.Loan:
 		s.yields++
 	}
 	if p.Move {
@@ -696,7 +705,7 @@ func (s *sim) preempt(p scheduler.Preemption) error {
 		st.movedAt = s.now
 		s.mostMoves = max(s.mostMoves, st.moved)
 	}
-	st.yielding, st.moving, st.reclaimed, st.preemptedBy = p.Loan, p.Move, false, pi
+	st.yielding, st.moving, st.reclaimed, st.preemptedBy = p.Loan && !p.Reclaim, p.Move, p.Reclaim, pi
 	st.phase, st.noticeAt = phNotice, s.now
 	s.teams.releasing += s.w.Jobs[vi].GPUs()
 	s.preempts = append(s.preempts, preemptRec{victim: vi, by: pi, nodes: slices.Clone(st.nodes), at: s.now})

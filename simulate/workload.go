@@ -31,6 +31,9 @@ type Job struct {
 	// Workspace is whose job it is (scheduler.Request.Workspace): the caps of Policy.Limits apply
 	// per workspace. "": nobody's, no cap applies.
 	Workspace string `json:"workspace,omitempty"`
+	// Allocation is the cohort allocation whose share it counts in (scheduler.Request.Allocation),
+	// in a replay of one pool that a cohort's allocations share (RunCohort).
+	Allocation string `json:"allocation,omitempty"`
 	// Shape is what makes jobs alike for learned runtime estimates (see shapeKeys): the openb
 	// loader sets it to the pod's qos and resources as the trace gives them (its GPU share
 	// included); "": its class, kind, per-worker demand and workers.

@@ -212,6 +212,7 @@ func TestSimulateCohortTrace(t *testing.T) {
 	c := out.Cohorts[0]
 	require.Len(t, c.Islands.Members, 3)
 	assert.Positive(t, c.Cohort.Lends)
+	assert.Positive(t, c.Shared.BorrowedStarts)
 	assert.Less(t, c.Cohort.IdleWhileWaitingGPUHours, c.Islands.IdleWhileWaitingGPUHours)
 	assert.Less(t, c.OneAllocation.IdleWhileWaitingGPUHours, c.Cohort.IdleWhileWaitingGPUHours)
 	text := cli(t, "", "simulate", "--trace", dir, "--nodes", "10", "--cohort", "3", "--policy", "best-effort")
