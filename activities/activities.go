@@ -428,12 +428,12 @@ func (a *Activities) StartWorker(ctx context.Context, spec cluster.WorkerSpec) (
 // whether the allocator has the report. The job reports the release itself
 // when this one failed (the allocator applies a release once), so a failure
 // here is logged and nothing more.
-func (a *Activities) releaseEarly(ctx context.Context, allocator string, id cluster.WorkerID) bool {
+func (a *Activities) releaseEarly(ctx context.Context, allocator string, id cluster.WorkerID, run string) bool {
 	if allocator == "" || a.Client == nil {
 		return false
 	}
 	s := protocol.ReleaseSignal{Job: id.Job, Attempt: id.Attempt, Workers: []int{id.Worker}, Stopping: true}
-	if err := SendRelease(ctx, a.Client, allocator, s); err != nil {
+	if err := SendRelease(ctx, a.Client, allocator, s, run); err != nil {
 		activity.GetLogger(ctx).Warn("could not report a stopped worker to the allocator; the job will", "worker", id.String(), "error", err)
 		return false
 	}
@@ -449,21 +449,31 @@ const releaseTimeout = 10 * time.Second
 // so: a burst of releases sent as signals (a sweep of short trials ending
 // together) can get the allocator's task force-closed. It returns once the
 // allocator has accepted the release, or with an error after releaseTimeout.
-func SendRelease(ctx context.Context, c client.Client, allocator string, s protocol.ReleaseSignal) error {
+// run is the job's workflow run that sends it ("": an older job's, see
+// releaseUpdate).
+func SendRelease(ctx context.Context, c client.Client, allocator string, s protocol.ReleaseSignal, run string) error {
 	ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
 	defer cancel()
-	return sendUpdate(ctx, c, releaseUpdate(allocator, s), nil, func(ctx context.Context) error {
+	return sendUpdate(ctx, c, releaseUpdate(allocator, s, run), nil, func(ctx context.Context) error {
 		return c.SignalWorkflow(ctx, allocator, "", protocol.SignalRelease, s)
 	})
 }
 
 // releaseUpdate is the update that reports s to allocator. One ID per
 // report, so that a report sent again (an activity retried) is the same
-// update within a run, not one more.
-func releaseUpdate(allocator string, s protocol.ReleaseSignal) client.UpdateWorkflowOptions {
+// update within the allocator's run, not one more. The ID names the job's
+// run: a job reset to before an attempt runs that attempt again under a new
+// run, and its release must not be taken for the first one's (the server
+// would answer it with the old outcome and apply nothing, and the allocator
+// would hold the attempt's GPUs for ever).
+func releaseUpdate(allocator string, s protocol.ReleaseSignal, run string) client.UpdateWorkflowOptions {
+	id := fmt.Sprintf("release/%s/%d/%v", s.Job, s.Attempt, s.Workers)
+	if run != "" {
+		id = fmt.Sprintf("release/%s/%s/%d/%v", s.Job, run, s.Attempt, s.Workers)
+	}
 	return client.UpdateWorkflowOptions{
 		WorkflowID: allocator,
-		UpdateID:   fmt.Sprintf("release/%s/%d/%v", s.Job, s.Attempt, s.Workers),
+		UpdateID:   id,
 		UpdateName: protocol.UpdateRelease,
 		Args:       []any{s},
 	}
@@ -480,6 +490,8 @@ const (
 type ReportWithdrawalInput struct {
 	Allocator  string
 	Withdrawal protocol.WithdrawSignal
+	// Run is the job's workflow run (see releaseUpdate); "": an older job's.
+	Run string `json:",omitempty"`
 }
 
 // ReportWithdrawal sends the withdrawal of a job cancelled while it waited
@@ -496,7 +508,7 @@ type ReportWithdrawalInput struct {
 func (a *Activities) ReportWithdrawal(ctx context.Context, in ReportWithdrawalInput) error {
 	uctx, cancel := context.WithTimeout(ctx, withdrawalTimeout)
 	defer cancel()
-	err := SendWithdrawal(uctx, a.Client, in.Allocator, in.Withdrawal)
+	err := SendWithdrawal(uctx, a.Client, in.Allocator, in.Withdrawal, in.Run)
 	var notReady *serviceerror.WorkflowNotReady
 	var notFound *serviceerror.NotFound
 	switch {
@@ -515,11 +527,16 @@ func (a *Activities) ReportWithdrawal(ctx context.Context, in ReportWithdrawalIn
 }
 
 // SendWithdrawal sends w to allocator as an update (see sendUpdate), and
-// returns once the allocator has accepted it, or with ctx's error.
-func SendWithdrawal(ctx context.Context, c client.Client, allocator string, w protocol.WithdrawSignal) error {
+// returns once the allocator has accepted it, or with ctx's error. Its ID
+// names the job's run, as a release's does (releaseUpdate).
+func SendWithdrawal(ctx context.Context, c client.Client, allocator string, w protocol.WithdrawSignal, run string) error {
+	id := fmt.Sprintf("withdraw/%s/%d", w.Job, w.Attempt)
+	if run != "" {
+		id = fmt.Sprintf("withdraw/%s/%s/%d", w.Job, run, w.Attempt)
+	}
 	return sendUpdate(ctx, c, client.UpdateWorkflowOptions{
 		WorkflowID: allocator,
-		UpdateID:   fmt.Sprintf("withdraw/%s/%d", w.Job, w.Attempt),
+		UpdateID:   id,
 		UpdateName: protocol.UpdateWithdraw,
 		Args:       []any{w},
 	}, nil, func(ctx context.Context) error { return signalWithdrawal(ctx, c, allocator, w) })
@@ -569,8 +586,10 @@ type WatchWorkerInput struct {
 	// shares its data dir); the others are skipped, with a warning.
 	Workers int `json:"workers,omitempty"`
 	// ReleaseTo, when set, is the allocator workflow to report the
-	// worker's exit to as soon as it is seen (see releaseEarly).
+	// worker's exit to as soon as it is seen (see releaseEarly), and Run the
+	// job's workflow run that asks (see releaseUpdate).
 	ReleaseTo string `json:"release_to,omitempty"`
+	Run       string `json:"run,omitempty"`
 }
 
 // stuckCheckInterval is how often WatchWorker looks at a worker's log:
@@ -737,7 +756,7 @@ func (a *Activities) watchResult(ctx context.Context, in WatchWorkerInput, st cl
 		// The report may wait its turn at a busy allocator (SendRelease):
 		// the watch's heartbeat must not lapse meanwhile.
 		stop := heartbeatEvery(ctx, st)
-		st.ReleaseReported = a.releaseEarly(ctx, in.ReleaseTo, id)
+		st.ReleaseReported = a.releaseEarly(ctx, in.ReleaseTo, id, in.Run)
 		stop()
 	}
 	return st, err
@@ -748,8 +767,10 @@ type StopWorkerInput struct {
 	ID    cluster.WorkerID `json:"id"`
 	Grace time.Duration    `json:"grace"`
 	// ReleaseTo, when set, is the allocator workflow to report the stop to
-	// once the worker is gone (see releaseEarly).
+	// once the worker is gone (see releaseEarly), and Run the job's
+	// workflow run that asks (see releaseUpdate).
 	ReleaseTo string `json:"release_to,omitempty"`
+	Run       string `json:"run,omitempty"`
 }
 
 // heartbeatInterval is how often activities that wait on processes
@@ -781,7 +802,7 @@ func (a *Activities) StopWorker(ctx context.Context, in StopWorkerInput) (cluste
 	defer heartbeatEvery(ctx, "stopping")()
 	st, err := a.Backend.Stop(ctx, in.ID, in.Grace)
 	if err == nil {
-		st.ReleaseReported = a.releaseEarly(ctx, in.ReleaseTo, in.ID)
+		st.ReleaseReported = a.releaseEarly(ctx, in.ReleaseTo, in.ID, in.Run)
 	}
 	return st, err
 }

@@ -89,3 +89,30 @@ func TestReportWithdrawal(t *testing.T) {
 		})
 	}
 }
+
+// TestUpdateIDsNameTheJobsRun: a job reset to before an attempt runs it
+// again under a new run, and its release and withdrawal of that attempt are
+// new updates; a retry within one run is the same update (the server
+// answers it once). Without the run in the ID, the reset run's release was
+// answered with the first run's outcome and never applied: the allocator
+// held the attempt's GPUs for ever (chaos campaign, seed 8).
+func TestUpdateIDsNameTheJobsRun(t *testing.T) {
+	s := protocol.ReleaseSignal{Job: "job", Attempt: 1, Workers: []int{0}, Stopping: true}
+	assert.Equal(t, "release/job/1/[0]", releaseUpdate("allocator/a/b", s, "").UpdateID, "an older job's")
+	first, again, reset := releaseUpdate("allocator/a/b", s, "run-1"), releaseUpdate("allocator/a/b", s, "run-1"), releaseUpdate("allocator/a/b", s, "run-2")
+	assert.Equal(t, first.UpdateID, again.UpdateID)
+	assert.NotEqual(t, first.UpdateID, reset.UpdateID)
+
+	ids := map[string]string{}
+	c := &mocks.Client{}
+	c.On("UpdateWorkflow", mock.Anything, mock.Anything).Return(
+		func(_ context.Context, o client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+			ids[o.Args[0].(protocol.WithdrawSignal).Job] = o.UpdateID
+			h := &mocks.WorkflowUpdateHandle{}
+			h.On("Get", mock.Anything, mock.Anything).Return(nil)
+			return h, nil
+		})
+	require.NoError(t, SendWithdrawal(context.Background(), c, "allocator/a/b", protocol.WithdrawSignal{Job: "old", Attempt: 1}, ""))
+	require.NoError(t, SendWithdrawal(context.Background(), c, "allocator/a/b", protocol.WithdrawSignal{Job: "new", Attempt: 1}, "run-2"))
+	assert.Equal(t, map[string]string{"old": "withdraw/old/1", "new": "withdraw/new/run-2/1"}, ids)
+}

@@ -52,13 +52,13 @@ func TestABurstOfRequestsCannotForceCloseTheAllocatorsTask(t *testing.T) {
 			return env.client.SignalWorkflow(ctx, allocator, "", protocol.SignalRequest, req)
 		}, true},
 		{"releases, as node agents send them", func(ctx context.Context, allocator string, req protocol.CapacityRequest) error {
-			return activities.SendRelease(ctx, env.client, allocator, protocol.ReleaseSignal{Job: req.Job, Attempt: 1, Workers: []int{0}, Stopping: true})
+			return activities.SendRelease(ctx, env.client, allocator, protocol.ReleaseSignal{Job: req.Job, Attempt: 1, Workers: []int{0}, Stopping: true}, "")
 		}, false},
 		{"releases, as signals", func(ctx context.Context, allocator string, req protocol.CapacityRequest) error {
 			return env.client.SignalWorkflow(ctx, allocator, "", protocol.SignalRelease, protocol.ReleaseSignal{Job: req.Job, Attempt: 1, Workers: []int{0}, Stopping: true})
 		}, true},
 		{"withdrawals, as jobs send them", func(ctx context.Context, allocator string, req protocol.CapacityRequest) error {
-			return activities.SendWithdrawal(ctx, env.client, allocator, protocol.WithdrawSignal{Job: req.Job, Attempt: 1})
+			return activities.SendWithdrawal(ctx, env.client, allocator, protocol.WithdrawSignal{Job: req.Job, Attempt: 1}, "")
 		}, false},
 		{"withdrawals, as signals", func(ctx context.Context, allocator string, req protocol.CapacityRequest) error {
 			return env.client.SignalWorkflow(ctx, allocator, "", protocol.SignalWithdraw, protocol.WithdrawSignal{Job: req.Job, Attempt: 1})

@@ -276,7 +276,7 @@ func (j *job) withdraw(ctx workflow.Context, attempt int) (protocol.GrantSignal,
 			RetryPolicy:         &temporal.RetryPolicy{MaximumInterval: time.Minute},
 			Summary:             "withdraw the request",
 		})
-		in := activities.ReportWithdrawalInput{Allocator: j.alloc.id, Withdrawal: w}
+		in := activities.ReportWithdrawalInput{Allocator: j.alloc.id, Withdrawal: w, Run: workflow.GetInfo(ctx).WorkflowExecution.RunID}
 		if err := workflow.ExecuteActivity(actx, (*activities.Activities).ReportWithdrawal, in).Get(dctx, nil); err != nil {
 			workflow.GetLogger(ctx).Warn("could not withdraw the request", "attempt", attempt, "error", err)
 		}

@@ -542,3 +542,18 @@ func TestWaitingJobAsksWhyAgain(t *testing.T) {
 	defer h.mu.Unlock()
 	assert.Equal(t, []time.Duration{15 * time.Second, 45 * time.Second}, asked, "asked at 15 s, then 30 s later, then no more")
 }
+
+// TestWatchesNameTheJobsRun: a worker's watch names the job's run, so that
+// the release it reports for a job reset to before that attempt is a new
+// update, not the first run's answered again (activities.releaseUpdate).
+func TestWatchesNameTheJobsRun(t *testing.T) {
+	h := newJobHarness(t)
+	h.grantAt(time.Minute, 1, 1)
+	h.watch(1, -1, time.Minute, 0)
+	h.run(fixture.Job{Class: "medium"}.Spec())
+	require.NoError(t, h.env.GetWorkflowError())
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	require.Len(t, h.watchRuns, 1)
+	assert.NotEmpty(t, h.watchRuns[0])
+}

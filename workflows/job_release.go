@@ -274,7 +274,7 @@ func (s *stopper) stop(worker int, node string) {
 		return
 	}
 	j := s.j
-	in := activities.StopWorkerInput{ID: cluster.WorkerID{Job: j.name, Attempt: s.attempt, Worker: worker}, Grace: s.grace, ReleaseTo: s.releaseTo}
+	in := activities.StopWorkerInput{ID: cluster.WorkerID{Job: j.name, Attempt: s.attempt, Worker: worker}, Grace: s.grace, ReleaseTo: s.releaseTo, Run: workflow.GetInfo(s.ctx).WorkflowExecution.RunID}
 	actx := j.nodeOptions(s.ctx, node, fmt.Sprintf("stop worker %d on %s (SIGTERM, SIGKILL after %s)", worker, node, s.grace), workflow.ActivityOptions{
 		StartToCloseTimeout: s.grace + time.Minute,
 		HeartbeatTimeout:    15 * time.Second,

@@ -65,6 +65,8 @@ type jobHarness struct {
 	seq int64
 	// refuse, when set, makes every capacity request fail with it.
 	refuse error
+	// watchRuns are the job runs the watches named (WatchWorkerInput.Run).
+	watchRuns []string
 	// unexplained: the capacity reply does not say where or why the attempt waits (the
 	// allocator did not answer the query in time).
 	unexplained bool
@@ -193,6 +195,7 @@ func (h *jobHarness) watch(attempt, worker int, d time.Duration, code int) {
 		defer h.mu.Unlock()
 		id := in.WorkerID
 		h.watches = append(h.watches, id)
+		h.watchRuns = append(h.watchRuns, in.Run)
 		return cluster.WorkerStatus{ID: id, Phase: cluster.PhaseExited, ExitCode: code}, nil
 	})
 }

@@ -146,7 +146,7 @@ func (w *watcher) execute(c attempts.Command) {
 // judges whether the whole attempt is stuck.
 func (w *watcher) watchWorker(p scheduler.WorkerPlacement, judges bool) {
 	j := w.j
-	in := activities.WatchWorkerInput{WorkerID: cluster.WorkerID{Job: j.name, Attempt: w.attempt, Worker: p.Worker}, ReleaseTo: w.releaseTo}
+	in := activities.WatchWorkerInput{WorkerID: cluster.WorkerID{Job: j.name, Attempt: w.attempt, Worker: p.Worker}, ReleaseTo: w.releaseTo, Run: workflow.GetInfo(w.ctx).WorkflowExecution.RunID}
 	if j.spec.Health != nil && judges {
 		// Worker 0's watch judges the whole attempt: the job is stuck only
 		// when none of its workers writes (often only rank 0 logs).
