@@ -41,6 +41,9 @@ func (p *Pool) Adopt(a Adoption) error {
 	if err := p.admitAnywhere(r); err != nil { // (its allowed nodes bind a waiting request only)
 		return fmt.Errorf("cannot adopt job %q: %w", r.Job, err)
 	}
+	if err := p.admitAllocation(&r); err != nil {
+		return fmt.Errorf("cannot adopt job %q: %w", r.Job, err)
+	}
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("cannot adopt job %q attempt %d: %s", r.Job, r.Attempt, fmt.Sprintf(format, args...))
 	}

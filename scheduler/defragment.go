@@ -68,7 +68,7 @@ func (p Policy) defragmentAfter() time.Duration {
 // in this pass already, whose attempt has run for MinRuntimeBeforeMove, and that would lose no more
 // work than MaxLossGPUHours allows a preemption to (none if it saves on its notice).
 func (p *Pool) movable(rj *runJob, cl Class, now time.Time, sc *scratch) bool {
-	if !movableKind(rj, cl) || sc.victims[rj] {
+	if !movableKind(rj, cl) || sc.victims[rj] || (sc.shares.on && rj.r.Allocation != sc.walkerAllocation) {
 		return false
 	}
 	if m := p.policy.maxPreemptions(); m >= 0 && rj.preemptions >= m {

@@ -212,6 +212,9 @@ func (p *Pool) admitWaiting(sw SnapshotWaiting, empty *Pool) (SnapshotWaiting, [
 		if sw.Topology != nil {
 			key.tp = sw.Topology[i]
 		}
+		if sw.Allocation != nil {
+			key.al = sw.Allocation[i]
+		}
 		err, seen := verdict[key]
 		if !seen {
 			err = empty.Admit(w.r)
@@ -257,6 +260,9 @@ func (p *Pool) admitWaiting(sw SnapshotWaiting, empty *Pool) (SnapshotWaiting, [
 		}
 		if sw.RunEstimated != nil {
 			keep.RunEstimated = append(keep.RunEstimated, sw.RunEstimated[i])
+		}
+		if sw.Allocation != nil {
+			keep.Allocation = append(keep.Allocation, sw.Allocation[i])
 		}
 	}
 	if len(keep.Preemptions) > 0 && !slices.ContainsFunc(keep.Preemptions, func(n int32) bool { return n > 0 }) {

@@ -699,7 +699,7 @@ func (p *Pool) decideFor(now time.Time, sc *scratch, pl *plan, w *waitReq, key w
 	// The failure caches hold only for requests that see no capacity of their own, and whose
 	// cap leaves room for the whole gang.
 	whole := sc.capWorkers >= sh.workers
-	cacheable := len(sc.walkerNoms) == 0 && !sc.walkerExtra && !sc.starving && !sc.reclaiming
+	cacheable := len(sc.walkerNoms) == 0 && !sc.walkerExtra && !sc.starving && !sc.shares.on // (what a walker may preempt depends on its allocation)
 	if len(sc.walkerNoms) > 0 && whole {
 		if kind, ok := sc.waitForOwnVictims(p, pl, w, sh); ok {
 			return kind, nil
@@ -883,8 +883,17 @@ func (sc *scratch) takeOver(p *Pool, pl *plan, w *waitReq, takeovers []int32) {
 
 // nominateVictims makes the victims' capacity releasing and nominated to w.
 func (sc *scratch) nominateVictims(p *Pool, pl *plan, w *waitReq, victims []*runJob, now time.Time) {
+	// Whether each is taken back is judged before any counts as leaving: the search chose them
+	// together (it may take back a little more than an allocation holds beyond its share).
+	reclaims := sc.reclaimFlags[:0]
 	for _, v := range victims {
+		reclaims = append(reclaims, sc.reclaimable(p, v))
+	}
+	sc.reclaimFlags = reclaims
+	for k, v := range victims {
 		sc.victims[v] = true
+		reclaim := reclaims[k]
+		sc.leaving(p, v)
 		d := demandOf(&v.r.Demand)
 		for wk, n := range v.nodes {
 			if v.released[wk] || p.nodes[n].lost {
@@ -896,7 +905,7 @@ func (sc *scratch) nominateVictims(p *Pool, pl *plan, w *waitReq, victims []*run
 			sc.setCapacity(p, n, sc.free[n], sc.rel[n].add(d))
 		}
 		sc.nextSeq++
-		pl.preempts = append(pl.preempts, planPreempt{victim: v, by: w, loan: sc.loanDue(v, now), reclaim: sc.reclaimable(v), move: sc.moving})
+		pl.preempts = append(pl.preempts, planPreempt{victim: v, by: w, loan: sc.loanDue(v, now), reclaim: reclaim, move: sc.moving})
 	}
 }
 

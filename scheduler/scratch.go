@@ -25,6 +25,7 @@ type scratch struct {
 	// walkerAllocation, starts within its share and takes back what others borrowed there.
 	shares           sharePass
 	reclaiming       bool
+	reclaimFlags     []bool // nominateVictims' per-victim verdicts
 	walkerAllocation string
 }
 

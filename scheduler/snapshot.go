@@ -549,8 +549,8 @@ type restorer struct {
 // admitKey is what Admit looks at: demand, workers, kind and class, and allowed nodes (ns, as
 // SnapshotWaiting.NodeSet; -1 for a running job, whose allowed nodes are not checked).
 type admitKey struct {
-	d, w, mw, ns, tp int32
-	kc               int8
+	d, w, mw, ns, tp, al int32
+	kc                   int8
 }
 
 // admitOnce checks r against the pool, unless a request of the same shape was admitted already.

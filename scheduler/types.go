@@ -425,6 +425,9 @@ func (p Policy) Changes(next Policy) []string {
 	if i, ni := p.FairShareIntervalInEffect(), next.FairShareIntervalInEffect(); i != ni {
 		out = append(out, fmt.Sprintf("fair_share_interval %s -> %s", i, ni))
 	}
+	if !slices.Equal(p.Cohort, next.Cohort) {
+		out = append(out, fmt.Sprintf("cohort shares %v -> %v", p.Cohort, next.Cohort))
+	}
 	if !slices.Equal(p.Limits, next.Limits) {
 		out = append(out, fmt.Sprintf("limits %s -> %s", limitsText(p.Limits), limitsText(next.Limits)))
 	}
