@@ -50,7 +50,7 @@ func TestCohortRules(t *testing.T) {
 			reason:   map[string]string{"a4": "allocation a holds 24 GPUs, its cohort share of 16 and up to 8 borrowed (borrowing_limit); the job needs 8"},
 		}},
 	}, {
-		name: "an allocation within its share takes back from one beyond its own, whatever the class, the lower class first, and no more once it is back at its share",
+		name: "an allocation within its share takes back a borrowed job, whatever its class, the lower class first, and none of the lender's own",
 		pol:  cohortPolicy(-1),
 		steps: []step{{
 			enqueue:  []Request{job("a1", "a", High).Seq(1).Obj(), job("a2", "a", High).Seq(2).Obj(), job("a3", "a", High).Seq(3).Obj(), job("a4", "a", Low).Seq(4).Obj()},
@@ -62,10 +62,8 @@ func TestCohortRules(t *testing.T) {
 			victims:  []string{"a4"},
 		}, {
 			enqueue:  []Request{job("b2", "b", Low).Seq(6).Obj()},
-			reclaims: []string{"a1"}, // (a1 to a3 alike: the first node)
-			victims:  []string{"a1"},
-		}, {
-			enqueue: []Request{job("b3", "b", Low).Seq(7).Obj()}, // (a holds its share once a4 and a1 have left: nothing more is taken back)
+			reclaims: []string{"a3"},
+			victims:  []string{"a3"},
 		}},
 	}, {
 		name: "taking back comes before preempting a job of its own",
@@ -76,8 +74,8 @@ func TestCohortRules(t *testing.T) {
 			borrowed: []string{"a3"},
 		}, {
 			enqueue:  []Request{job("b2", "b", High).Seq(5).Obj()},
-			reclaims: []string{"a1"}, // (a is beyond its share: any of its jobs, here the first node's)
-			victims:  []string{"a1"},
+			reclaims: []string{"a3"},
+			victims:  []string{"a3"},
 		}},
 	}, {
 		name: "beyond its share a request takes nothing back and preempts no other allocation's job",

@@ -204,8 +204,8 @@ func schedChecked(t testing.TB, p *Pool, now time.Time, idempotent bool) Decisio
 		if !ok || v.Releasing || v.Attempt != pe.VictimAttempt {
 			t.Fatalf("preemption of %s which was not running", pe.Victim)
 		}
-		if rj := p.running[pe.Victim]; pe.Reclaim && !(pe.Loan && rj.r.Allocation != p.waitIdx[pe.Preemptor.Job].r.Allocation) {
-			t.Fatalf("reclaim of %s (allocation %s) for %s: not a job of another allocation", pe.Victim, rj.r.Allocation, pe.Preemptor.Job)
+		if rj := p.running[pe.Victim]; pe.Reclaim && !(pe.Loan && rj.borrowed && rj.r.Allocation != p.waitIdx[pe.Preemptor.Job].r.Allocation) {
+			t.Fatalf("reclaim of %s (allocation %s, borrowed %v) for %s: not a borrowed job of another allocation", pe.Victim, rj.r.Allocation, rj.borrowed, pe.Preemptor.Job)
 		}
 		if v.Kind == KindNotebook || (pe.Loan && !pe.Reclaim && !(v.OnLoan && rjOverran(p, pe.Victim, now))) {
 			t.Fatalf("preemption of %s (%s %s, on loan %v) by %s: loan %v is wrong", pe.Victim, v.Class, v.Kind, v.OnLoan, pe.Preemptor.Job, pe.Loan)

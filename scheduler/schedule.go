@@ -883,17 +883,9 @@ func (sc *scratch) takeOver(p *Pool, pl *plan, w *waitReq, takeovers []int32) {
 
 // nominateVictims makes the victims' capacity releasing and nominated to w.
 func (sc *scratch) nominateVictims(p *Pool, pl *plan, w *waitReq, victims []*runJob, now time.Time) {
-	// Whether each is taken back is judged before any counts as leaving: the search chose them
-	// together (it may take back a little more than an allocation holds beyond its share).
-	reclaims := sc.reclaimFlags[:0]
 	for _, v := range victims {
-		reclaims = append(reclaims, sc.reclaimable(p, v))
-	}
-	sc.reclaimFlags = reclaims
-	for k, v := range victims {
 		sc.victims[v] = true
-		reclaim := reclaims[k]
-		sc.leaving(p, v)
+		reclaim := sc.reclaimable(v)
 		d := demandOf(&v.r.Demand)
 		for wk, n := range v.nodes {
 			if v.released[wk] || p.nodes[n].lost {

@@ -25,7 +25,6 @@ type scratch struct {
 	// walkerAllocation, starts within its share and takes back what others borrowed there.
 	shares           sharePass
 	reclaiming       bool
-	reclaimFlags     []bool // nominateVictims' per-victim verdicts
 	walkerAllocation string
 }
 

@@ -155,7 +155,7 @@ func (p *Pool) advanceHead(now time.Time, sc *scratch, list []listedVictim, i in
 	end := sc.listRuns[i+1]
 	for sc.listHeads[i]++; sc.listHeads[i] < end; sc.listHeads[i]++ {
 		rj := list[sc.listHeads[i]].rj
-		if !p.preemptible(rj, cl, now, sc) || (sc.loansListed && sc.loanDue(rj, now)) || sc.reclaimable(p, rj) {
+		if !p.preemptible(rj, cl, now, sc) || (sc.loansListed && sc.loanDue(rj, now)) || sc.reclaimable(rj) {
 			continue // (a due loan, or a borrowed job the walker takes back, is listed first: candidates)
 		}
 		k := keyOf(rj, now)

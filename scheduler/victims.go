@@ -226,7 +226,7 @@ func (p *Pool) candidates(now time.Time, sc *scratch, n int32, cl Class) []victi
 		out = sc.dueLoans(now, list, out)
 	}
 	if sc.reclaiming {
-		out = sc.borrowedJobs(p, now, list, out)
+		out = sc.borrowedJobs(now, list, out)
 	}
 	for c := Low; c < cl; c++ {
 		for len(takes) > 0 && takes[0].key.class == c {
@@ -439,7 +439,7 @@ func (p *Pool) costNodes(now time.Time, sc *scratch, sh *shape, cl Class) (fit i
 		}
 		for _, v := range sc.perNodeVictims[start:] {
 			switch {
-			case v.ref.rj != nil && sc.reclaimable(p, v.ref.rj):
+			case v.ref.rj != nil && sc.reclaimable(v.ref.rj):
 				c.takenClass = max(c.takenClass, v.key.class)
 			case !v.key.yields: // (a due loan costs a node no class)
 				c.maxClass = max(c.maxClass, v.key.class)
